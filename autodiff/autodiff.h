@@ -1,0 +1,39 @@
+// Autodiff entry points: attach a loss to a forward graph, then build its backward graph as ordinary nodes.
+#pragma once
+#include <set>
+#include <string>
+#include <vector>
+
+#include "graph/ir.h"
+
+namespace graphrun::autodiff {
+
+enum class LossKind { CrossEntropy, MSE };
+
+struct LossOptions {
+  LossKind kind = LossKind::CrossEntropy;
+  std::string output;             // which model output the loss reads; default the first
+  std::string labels = "labels";  // name of the new input: int64 [N] for cross-entropy, float (output's shape) for mse
+  std::string loss = "loss";      // name of the scalar loss output (mean over the batch)
+};
+
+// Adds the loss node(s), the labels input and the scalar `loss` output. The model's outputs stay outputs.
+Graph attach_loss(const Graph& forward, const LossOptions& opts = {});
+
+struct BackwardOptions {
+  std::string loss = "loss";
+  std::set<std::string> freeze;        // initializers that get no gradient
+  // Trainable parameters: every float initializer not frozen (computed when empty).
+  std::vector<std::string> params;
+  std::string grad_suffix = "_grad";   // <param>_grad outputs
+};
+
+// Builds the backward graph: appends gradient nodes and one `<param>_grad` output per trainable
+// parameter. Throws Error naming op and node when an op on the path has no gradient rule,
+// and naming the parameters when a frozen name is unknown.
+Graph backward(const Graph& with_loss, const BackwardOptions& opts = {});
+
+// The trainable parameters of a graph: float initializers minus `freeze` (which must all exist).
+std::vector<std::string> trainable_params(const Graph& g, const std::set<std::string>& freeze);
+
+}  // namespace graphrun::autodiff

@@ -1,0 +1,114 @@
+// graphrun's graph IR: values by name (as in ONNX), nodes in topological order, initializers as parameters.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "graph/tensor.h"
+
+namespace graphrun {
+
+// A dimension: a known size, a symbol such as "N", or unknown ("?").
+struct Dim {
+  int64_t size = -1;
+  std::string param;
+  Dim() = default;
+  Dim(int64_t s) : size(s) {}  // NOLINT: implicit from a size is convenient in tests
+  explicit Dim(std::string p) : param(std::move(p)) {}
+  bool known() const { return size >= 0; }
+  std::string str() const { return known() ? std::to_string(size) : (param.empty() ? "?" : param); }
+  bool operator==(const Dim& o) const { return size == o.size && param == o.param; }
+};
+
+// The static type of a value: element type and (possibly partial) shape.
+struct ValueInfo {
+  DType dtype = DType::Undefined;
+  bool has_shape = false;  // false: rank unknown
+  std::vector<Dim> shape;
+  std::string str() const;  // "f32[N,20,26,26]", "i64[?]", "f32" (unknown rank)
+  bool fully_known() const;
+  Shape concrete() const;  // throws unless fully_known()
+};
+
+struct Attribute {
+  enum class Kind { Undefined, Float, Int, String, Tensor, Floats, Ints, Strings };
+  Kind kind = Kind::Undefined;
+  float f = 0;
+  int64_t i = 0;
+  std::string s;
+  graphrun::Tensor t;
+  std::vector<float> floats;
+  std::vector<int64_t> ints;
+  std::vector<std::string> strings;
+
+  static Attribute Float(float v) { Attribute a; a.kind = Kind::Float; a.f = v; return a; }
+  static Attribute Int(int64_t v) { Attribute a; a.kind = Kind::Int; a.i = v; return a; }
+  static Attribute Str(std::string v) { Attribute a; a.kind = Kind::String; a.s = std::move(v); return a; }
+  static Attribute Tens(graphrun::Tensor v) { Attribute a; a.kind = Kind::Tensor; a.t = std::move(v); return a; }
+  static Attribute Floats(std::vector<float> v) { Attribute a; a.kind = Kind::Floats; a.floats = std::move(v); return a; }
+  static Attribute Ints(std::vector<int64_t> v) { Attribute a; a.kind = Kind::Ints; a.ints = std::move(v); return a; }
+  static Attribute Strs(std::vector<std::string> v) { Attribute a; a.kind = Kind::Strings; a.strings = std::move(v); return a; }
+  std::string str() const;  // short form for printers: "3", "[1,1]", "\"NOTSET\"", "<f32[10]>"
+};
+
+struct Node {
+  std::string name;
+  std::string op_type;
+  std::string domain;  // "" is the default ONNX domain (ai.onnx)
+  std::vector<std::string> inputs;   // "" marks an absent optional input
+  std::vector<std::string> outputs;  // "" marks an unused optional output
+  std::map<std::string, Attribute> attrs;
+
+  bool has_input(size_t i) const { return i < inputs.size() && !inputs[i].empty(); }
+  bool has_output(size_t i) const { return i < outputs.size() && !outputs[i].empty(); }
+  bool has_attr(const std::string& k) const { return attrs.count(k) != 0; }
+  const Attribute* attr(const std::string& k) const;
+  int64_t attr_i(const std::string& k, int64_t def) const;
+  float attr_f(const std::string& k, float def) const;
+  std::string attr_s(const std::string& k, const std::string& def) const;
+  std::vector<int64_t> attr_ints(const std::string& k, std::vector<int64_t> def = {}) const;
+  std::vector<float> attr_floats(const std::string& k, std::vector<float> def = {}) const;
+  // "node 'conv1' (Conv)": how every error message names a node.
+  std::string describe() const;
+  // The key kernel and gradient tables use: "Conv", or "ai.graphrun::ConvGrad" for other domains.
+  std::string op_key() const;
+};
+
+inline const char* kGraphrunDomain = "ai.graphrun";
+inline const char* kTrainingDomain = "ai.onnx.preview.training";
+
+struct Graph {
+  std::string name = "graph";
+  std::vector<Node> nodes;            // topological order
+  std::vector<std::string> inputs;    // runtime inputs (initializers are not listed here)
+  std::vector<std::string> outputs;
+  std::map<std::string, Tensor> initializers;  // parameters and constants, by value name
+  std::map<std::string, ValueInfo> values;     // static type of every value known
+  std::map<std::string, int64_t> opsets;       // domain ("" = ai.onnx) -> version
+  int64_t ir_version = 8;
+  std::string producer_name = "graphrun";
+  std::string doc;
+
+  int64_t opset(const std::string& domain = "") const;  // 0 when not imported
+  const ValueInfo* info(const std::string& value) const;  // nullptr when unknown
+  bool is_initializer(const std::string& v) const { return initializers.count(v) != 0; }
+  bool is_input(const std::string& v) const;
+  bool is_output(const std::string& v) const;
+  // A fresh value/node name starting with `base` that no value, node or initializer uses yet.
+  std::string unique_name(const std::string& base);
+  // Index of the node producing `value`, or -1 (graph input, initializer, unknown).
+  int producer(const std::string& value) const;
+  // value name -> indices of the nodes reading it.
+  std::unordered_map<std::string, std::vector<int>> consumers() const;
+  // Reorders nodes topologically (stable); throws Error naming a node on a cycle or an undefined input.
+  void topo_sort();
+  // Appends a node; returns a reference valid until the next insertion.
+  Node& add_node(Node n);
+
+ private:
+  std::unordered_map<std::string, int> name_counter_;
+};
+
+}  // namespace graphrun

@@ -1,0 +1,150 @@
+// Tensor storage, dtype tables and small conversions.
+#include "graph/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+namespace graphrun {
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::F32: case DType::I32: case DType::U32: return 4;
+    case DType::F64: case DType::I64: case DType::U64: return 8;
+    case DType::U8: case DType::I8: case DType::Bool: return 1;
+    case DType::U16: case DType::I16: case DType::F16: case DType::BF16: return 2;
+    default: return 0;
+  }
+}
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "f32"; case DType::F64: return "f64"; case DType::F16: return "f16";
+    case DType::BF16: return "bf16"; case DType::I64: return "i64"; case DType::I32: return "i32";
+    case DType::I16: return "i16"; case DType::I8: return "i8"; case DType::U8: return "u8";
+    case DType::U16: return "u16"; case DType::U32: return "u32"; case DType::U64: return "u64";
+    case DType::Bool: return "bool"; case DType::String: return "string";
+    default: return "undefined";
+  }
+}
+
+bool dtype_is_float(DType t) {
+  return t == DType::F32 || t == DType::F64 || t == DType::F16 || t == DType::BF16;
+}
+
+std::string Device::str() const { return std::string(is_cpu() ? "cpu:" : "cuda:") + std::to_string(index); }
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+std::string shape_str(const Shape& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
+  for (int64_t d : shape_) GR_CHECK(d >= 0, "negative dimension in tensor shape " << shape_str(shape_));
+  GR_CHECK(dtype_size(dtype) > 0, "unsupported tensor element type " << dtype_name(dtype));
+  size_t bytes = nbytes();
+  size_t alloc = ((bytes + 63) / 64) * 64;
+  if (alloc == 0) alloc = 64;
+  void* p = std::aligned_alloc(64, alloc);
+  GR_CHECK(p, "out of memory allocating " << bytes << " bytes");
+  std::memset(p, 0, alloc);
+  storage_ = std::shared_ptr<void>(p, std::free);
+  data_ = p;
+}
+
+Tensor Tensor::view(DType dtype, Shape shape, void* data, Device device) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.data_ = data;
+  t.device_ = device;
+  return t;
+}
+
+void Tensor::check_type(DType want) const {
+  GR_CHECK(dtype_ == want, "tensor holds " << dtype_name(dtype_) << ", read as " << dtype_name(want));
+}
+
+template <class F>
+static void for_each_as(const Tensor& t, F f) {
+  const void* p = t.raw();
+  int64_t n = t.numel();
+  switch (t.dtype()) {
+    case DType::F32: for (int64_t i = 0; i < n; ++i) f(static_cast<const float*>(p)[i]); break;
+    case DType::F64: for (int64_t i = 0; i < n; ++i) f(static_cast<const double*>(p)[i]); break;
+    case DType::I64: for (int64_t i = 0; i < n; ++i) f(static_cast<const int64_t*>(p)[i]); break;
+    case DType::I32: for (int64_t i = 0; i < n; ++i) f(static_cast<const int32_t*>(p)[i]); break;
+    case DType::U32: for (int64_t i = 0; i < n; ++i) f(static_cast<const uint32_t*>(p)[i]); break;
+    case DType::U64: for (int64_t i = 0; i < n; ++i) f(static_cast<const uint64_t*>(p)[i]); break;
+    case DType::I16: for (int64_t i = 0; i < n; ++i) f(static_cast<const int16_t*>(p)[i]); break;
+    case DType::U16: for (int64_t i = 0; i < n; ++i) f(static_cast<const uint16_t*>(p)[i]); break;
+    case DType::I8: for (int64_t i = 0; i < n; ++i) f(static_cast<const int8_t*>(p)[i]); break;
+    case DType::U8: case DType::Bool:
+      for (int64_t i = 0; i < n; ++i) f(static_cast<const uint8_t*>(p)[i]);
+      break;
+    default: GR_FAIL("cannot read " << dtype_name(t.dtype()) << " tensor as numbers");
+  }
+}
+
+std::vector<int64_t> Tensor::as_int64s() const {
+  GR_CHECK(device_.is_cpu(), "as_int64s on a " << device_.str() << " tensor");
+  std::vector<int64_t> r;
+  r.reserve(numel());
+  for_each_as(*this, [&](auto v) { r.push_back(static_cast<int64_t>(v)); });
+  return r;
+}
+
+std::vector<double> Tensor::as_doubles() const {
+  GR_CHECK(device_.is_cpu(), "as_doubles on a " << device_.str() << " tensor");
+  std::vector<double> r;
+  r.reserve(numel());
+  for_each_as(*this, [&](auto v) { r.push_back(static_cast<double>(v)); });
+  return r;
+}
+
+Tensor Tensor::clone() const {
+  if (!defined()) return Tensor();
+  GR_CHECK(device_.is_cpu(), "clone of a " << device_.str() << " tensor needs the device runtime");
+  Tensor t(dtype_, shape_);
+  if (nbytes()) std::memcpy(t.data_, data_, nbytes());
+  return t;
+}
+
+Tensor Tensor::reshaped(Shape shape) const {
+  GR_CHECK(shape_numel(shape) == numel(),
+           "cannot reshape " << shape_str(shape_) << " to " << shape_str(shape));
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+void Tensor::copy_from(const Tensor& src) {
+  GR_CHECK(src.dtype_ == dtype_ && src.numel() == numel(),
+           "copy_from: " << dtype_name(src.dtype_) << shape_str(src.shape_) << " into "
+                         << dtype_name(dtype_) << shape_str(shape_));
+  if (nbytes() && src.data_ != data_) std::memcpy(data_, src.data_, nbytes());
+}
+
+std::string Tensor::str(int max_elems) const {
+  std::ostringstream os;
+  os << dtype_name(dtype_) << shape_str(shape_);
+  if (!defined() || !device_.is_cpu() || dtype_ == DType::String) return os.str();
+  os << " {";
+  std::vector<double> v;
+  int64_t n = std::min<int64_t>(numel(), max_elems);
+  Tensor head = view(dtype_, {n}, data_);
+  v = head.as_doubles();
+  for (int64_t i = 0; i < n; ++i) os << (i ? ", " : "") << v[i];
+  if (numel() > n) os << ", ...";
+  os << "}";
+  return os.str();
+}
+
+}  // namespace graphrun

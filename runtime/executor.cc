@@ -1,0 +1,377 @@
+// Executor: the first run of an input signature runs with fresh allocations and records every shape;
+// a liveness-based planner then packs all intermediates into one arena that later runs reuse.
+#include "runtime/executor.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <unordered_map>
+
+namespace graphrun::runtime {
+
+namespace {
+
+constexpr size_t kAlign = 64;
+size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+struct Interval {
+  int begin, end;  // steps, inclusive
+  size_t bytes;
+  size_t offset = 0;
+  int slot;        // value slot, or -1 - step for a node's scratch
+};
+
+// Greedy best-fit by decreasing size: each buffer goes to the lowest offset that no
+// buffer alive at an overlapping time occupies.
+size_t pack(std::vector<Interval>& items) {
+  std::vector<int> order(items.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return items[a].bytes > items[b].bytes; });
+  std::vector<int> placed;
+  size_t total = 0;
+  for (int i : order) {
+    Interval& it = items[i];
+    std::vector<std::pair<size_t, size_t>> busy;
+    for (int j : placed) {
+      const Interval& o = items[j];
+      if (o.begin <= it.end && it.begin <= o.end) busy.emplace_back(o.offset, o.offset + o.bytes);
+    }
+    std::sort(busy.begin(), busy.end());
+    size_t off = 0;
+    for (auto [b, e] : busy) {
+      if (off + it.bytes <= b) break;
+      off = std::max(off, e);
+    }
+    it.offset = off;
+    total = std::max(total, off + it.bytes);
+    placed.push_back(i);
+  }
+  return total;
+}
+
+}  // namespace
+
+// Value slots: every name the graph reads or writes, plus one hidden slot per unused node output.
+struct Executor::Plan {
+  std::vector<std::pair<DType, Shape>> key;  // input signature
+  bool planned = false;
+  std::vector<Tensor> slot_tensor;           // per slot: the buffer (arena view or owning)
+  std::vector<DType> slot_dtype;
+  std::vector<Shape> slot_shape;
+  std::vector<bool> slot_seen;
+  std::vector<size_t> scratch_bytes;         // per step (max requested)
+  std::vector<size_t> scratch_offset;
+  std::shared_ptr<void> arena;
+  size_t arena_bytes = 0;
+  PlanStats stats;
+};
+
+struct Executor::Layout {
+  std::unordered_map<std::string, int> slot_of;
+  int nslots = 0;
+  std::vector<std::vector<int>> in_slots, out_slots;  // per step; -1 for absent inputs
+  std::vector<int> last_use;                          // per slot, step; n = live to the end
+  std::vector<int> def_step;                          // per slot; -1 = not produced by a node
+};
+
+class RunContext final : public KernelContext {
+ public:
+  RunContext(const Node& n, int64_t opset, int threads, Device dev, Communicator* comm, std::mt19937_64* rng,
+             Executor::Plan& plan, const std::vector<int>& out_slots, int step)
+      : plan_(plan), out_slots_(out_slots), step_(step) {
+    node_ = &n;
+    opset_ = opset;
+    threads_ = threads;
+    device_ = dev;
+    comm_ = comm;
+    rng_ = rng;
+  }
+  std::vector<const Tensor*>& inputs() { return inputs_; }
+
+  Tensor& output(int i, const Shape& shape, DType dtype) override {
+    GR_CHECK(i >= 0 && i < static_cast<int>(out_slots_.size()),
+             "kernel asked for output " << i << " of " << out_slots_.size());
+    int s = out_slots_[i];
+    if (plan_.planned) {
+      Tensor& t = plan_.slot_tensor[s];
+      if (t.dtype() == dtype && t.shape() == shape) return t;
+      GR_FAIL("output " << i << " is " << dtype_name(dtype) << shape_str(shape) << " but was planned as "
+                        << dtype_name(t.dtype()) << shape_str(t.shape())
+                        << " for the same input shapes (data-dependent shapes are not supported)");
+    }
+    for (int64_t d : shape) GR_CHECK(d >= 0, "output " << i << " would have negative dimension " << shape_str(shape));
+    plan_.slot_tensor[s] = Tensor(dtype, shape);
+    plan_.slot_dtype[s] = dtype;
+    plan_.slot_shape[s] = shape;
+    plan_.slot_seen[s] = true;
+    return plan_.slot_tensor[s];
+  }
+
+  void* scratch(size_t bytes) override {
+    if (plan_.planned) {
+      GR_CHECK(bytes <= plan_.scratch_bytes[step_], "scratch of " << bytes << " bytes exceeds the planned "
+                                                                  << plan_.scratch_bytes[step_]);
+      return static_cast<char*>(plan_.arena.get()) + plan_.scratch_offset[step_];
+    }
+    plan_.scratch_bytes[step_] = std::max(plan_.scratch_bytes[step_], bytes);
+    temps_.emplace_back(new char[bytes + kAlign]);
+    char* p = temps_.back().get();
+    return p + (kAlign - reinterpret_cast<uintptr_t>(p) % kAlign) % kAlign;
+  }
+
+ private:
+  Executor::Plan& plan_;
+  const std::vector<int>& out_slots_;
+  int step_;
+  std::vector<std::unique_ptr<char[]>> temps_;
+};
+
+static const KernelTable& table_for(const ExecOptions& o) {
+  if (o.kernels) return *o.kernels;
+  GR_CHECK(o.device.is_cpu(), "no kernel table for device " << o.device.str());
+  return cpu_kernels();
+}
+
+Executor::Executor(const Graph& graph, ExecOptions opts)
+    : graph_(graph), opts_(std::move(opts)), kernels_(&table_for(opts_)), rng_(opts_.seed) {
+  GR_CHECK(opts_.threads >= 1, "threads must be at least 1");
+  check_supported(graph_, *kernels_, "graph '" + graph_.name + "'");
+  for (const Node& n : graph_.nodes) fns_.push_back(kernels_->find(n));
+  for (const auto& [name, t] : graph_.initializers) state_[name] = t.clone();
+  if (opts_.fetch.empty()) opts_.fetch = graph_.outputs;
+
+  Layout L;
+  auto slot = [&](const std::string& v) {
+    auto it = L.slot_of.find(v);
+    if (it != L.slot_of.end()) return it->second;
+    L.slot_of[v] = L.nslots;
+    return L.nslots++;
+  };
+  for (const auto& v : graph_.inputs) slot(v);
+  for (const auto& [v, _] : graph_.initializers) slot(v);
+  const int n = static_cast<int>(graph_.nodes.size());
+  for (int s = 0; s < n; ++s) {
+    const Node& node = graph_.nodes[s];
+    std::vector<int> ins, outs;
+    for (const auto& in : node.inputs) {
+      if (in.empty()) { ins.push_back(-1); continue; }
+      GR_CHECK(L.slot_of.count(in), node.describe() << ": input '" << in << "' is not defined before it");
+      ins.push_back(L.slot_of[in]);
+    }
+    for (const auto& out : node.outputs) {
+      if (out.empty()) { outs.push_back(L.nslots++); continue; }
+      GR_CHECK(!L.slot_of.count(out), node.describe() << ": output '" << out << "' is defined twice");
+      outs.push_back(slot(out));
+    }
+    L.in_slots.push_back(ins);
+    L.out_slots.push_back(outs);
+  }
+  L.last_use.assign(L.nslots, -1);
+  L.def_step.assign(L.nslots, -1);
+  for (int s = 0; s < n; ++s) {
+    for (int o : L.out_slots[s]) { L.def_step[o] = s; L.last_use[o] = s; }
+    for (int i : L.in_slots[s])
+      if (i >= 0) L.last_use[i] = std::max(L.last_use[i], s);
+  }
+  for (const auto& f : opts_.fetch) {
+    GR_CHECK(L.slot_of.count(f), "cannot fetch '" << f << "': no such value in graph '" << graph_.name << "'");
+    L.last_use[L.slot_of[f]] = n;
+  }
+  for (const auto& [v, init] : opts_.state_updates) {
+    GR_CHECK(L.slot_of.count(v) && L.def_step[L.slot_of[v]] >= 0,
+             "state update: value '" << v << "' is not produced by a node");
+    GR_CHECK(state_.count(init), "state update: '" << init << "' is not an initializer");
+    L.last_use[L.slot_of[v]] = n;
+  }
+  layout_ = std::make_unique<Layout>(std::move(L));
+}
+
+Executor::~Executor() = default;
+
+Tensor& Executor::state(const std::string& name) {
+  auto it = state_.find(name);
+  GR_CHECK(it != state_.end(), "no parameter or state named '" << name << "'");
+  return it->second;
+}
+
+void Executor::set_state(const std::string& name, const Tensor& value) {
+  Tensor& t = state(name);
+  GR_CHECK(t.dtype() == value.dtype() && t.shape() == value.shape(),
+           "state '" << name << "' is " << dtype_name(t.dtype()) << shape_str(t.shape()) << ", given "
+                     << dtype_name(value.dtype()) << shape_str(value.shape()));
+  t.copy_from(value);
+}
+
+void Executor::validate_inputs(const std::map<std::string, Tensor>& inputs) const {
+  for (const auto& name : graph_.inputs) {
+    auto it = inputs.find(name);
+    GR_CHECK(it != inputs.end(), "missing input '" << name << "' (graph '" << graph_.name << "' needs "
+                                                   << [&] {
+                                                        std::string s;
+                                                        for (const auto& i : graph_.inputs) s += (s.empty() ? "" : ", ") + i;
+                                                        return s;
+                                                      }() << ")");
+    const Tensor& t = it->second;
+    const ValueInfo* vi = graph_.info(name);
+    if (!vi) continue;
+    GR_CHECK(vi->dtype == DType::Undefined || vi->dtype == t.dtype(),
+             "input '" << name << "' must be " << dtype_name(vi->dtype) << ", got " << dtype_name(t.dtype()));
+    if (!vi->has_shape) continue;
+    bool ok = static_cast<int>(vi->shape.size()) == t.rank();
+    for (int d = 0; ok && d < t.rank(); ++d)
+      if (vi->shape[d].known() && vi->shape[d].size != t.dim(d)) ok = false;
+    GR_CHECK(ok, "input '" << name << "' must have shape " << vi->str() << ", got " << shape_str(t.shape()));
+  }
+  for (const auto& [name, _] : inputs)
+    GR_CHECK(graph_.is_input(name), "'" << name << "' is not an input of graph '" << graph_.name << "'");
+}
+
+Executor::Plan& Executor::plan_for(const std::map<std::string, Tensor>& inputs) {
+  std::vector<std::pair<DType, Shape>> key;
+  for (const auto& name : graph_.inputs) key.emplace_back(inputs.at(name).dtype(), inputs.at(name).shape());
+  for (auto& p : plans_)
+    if (p->key == key) return *p;
+  if (plans_.size() >= 8) plans_.erase(plans_.begin());
+  const Layout& L = *layout_;
+  auto p = std::make_unique<Plan>();
+  p->key = key;
+  p->slot_tensor.resize(L.nslots);
+  p->slot_dtype.resize(L.nslots, DType::Undefined);
+  p->slot_shape.resize(L.nslots);
+  p->slot_seen.resize(L.nslots, false);
+  p->scratch_bytes.resize(graph_.nodes.size(), 0);
+  p->scratch_offset.resize(graph_.nodes.size(), 0);
+  plans_.push_back(std::move(p));
+  return *plans_.back();
+}
+
+std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>& inputs) {
+  validate_inputs(inputs);
+  Plan& P = plan_for(inputs);
+  last_ = &P;
+  const Layout& L = *layout_;
+  const int n = static_cast<int>(graph_.nodes.size());
+  omp_set_num_threads(opts_.threads);
+
+  // Bind inputs and state to their slots.
+  for (const auto& name : graph_.inputs) P.slot_tensor[L.slot_of.at(name)] = inputs.at(name);
+  std::vector<const Tensor*> fixed(L.nslots, nullptr);
+  for (const auto& name : graph_.inputs) fixed[L.slot_of.at(name)] = &inputs.at(name);
+  for (auto& [name, t] : state_) fixed[L.slot_of.at(name)] = &t;
+
+  const int64_t opset = graph_.opset("");
+  for (int s = 0; s < n; ++s) {
+    const Node& node = graph_.nodes[s];
+    RunContext ctx(node, opset, opts_.threads, opts_.device, opts_.comm, &rng_, P, L.out_slots[s], s);
+    auto& ins = ctx.inputs();
+    ins.reserve(L.in_slots[s].size());
+    for (int i : L.in_slots[s]) {
+      if (i < 0) { ins.push_back(nullptr); continue; }
+      const Tensor* t = fixed[i] ? fixed[i] : &P.slot_tensor[i];
+      GR_CHECK(t->defined() || fixed[i], node.describe() << ": input '" << node.inputs[ins.size()]
+                                                          << "' has no value (its producer did not write it)");
+      ins.push_back(t);
+    }
+    try {
+      fns_[s](ctx);
+    } catch (const Error& e) {
+      std::string msg = e.what();
+      if (msg.rfind("node '", 0) == 0) throw;
+      throw Error(node.describe() + ": " + msg);
+    } catch (const std::bad_alloc&) {
+      throw Error(node.describe() + ": out of memory");
+    }
+    if (!P.planned) {
+      // Free what is dead so the planning run's peak stays close to the planned one.
+      for (int i : L.in_slots[s])
+        if (i >= 0 && !fixed[i] && L.last_use[i] == s) P.slot_tensor[i] = Tensor();
+      for (size_t k = 0; k < L.out_slots[s].size(); ++k) {
+        int o = L.out_slots[s][k];
+        GR_CHECK(P.slot_seen[o] || !node.has_output(k),
+                 node.describe() << ": kernel did not write output '" << node.outputs[k] << "'");
+        if (L.last_use[o] == s) P.slot_tensor[o] = Tensor();
+      }
+    }
+  }
+
+  std::map<std::string, Tensor> result;
+  for (const auto& f : opts_.fetch) {
+    int sl = L.slot_of.at(f);
+    result[f] = fixed[sl] ? *fixed[sl] : P.slot_tensor[sl];
+  }
+
+  if (!P.planned) {
+    // Plan memory: every produced value gets an interval [definition, last use]; state-update
+    // sources get buffers of their own (they are swapped into the state after each run).
+    std::set<int> own;
+    for (const auto& [v, _] : opts_.state_updates) own.insert(L.slot_of.at(v));
+    std::vector<Interval> items;
+    size_t total = 0;
+    int planned_values = 0;
+    for (int sl = 0; sl < L.nslots; ++sl) {
+      if (L.def_step[sl] < 0 || !P.slot_seen[sl] || own.count(sl)) continue;
+      size_t bytes = align_up(std::max<size_t>(1, shape_numel(P.slot_shape[sl]) * dtype_size(P.slot_dtype[sl])));
+      items.push_back({L.def_step[sl], std::max(L.last_use[sl], L.def_step[sl]), bytes, 0, sl});
+      total += bytes;
+      ++planned_values;
+    }
+    for (int s = 0; s < n; ++s)
+      if (P.scratch_bytes[s]) {
+        items.push_back({s, s, align_up(P.scratch_bytes[s]), 0, -1 - s});
+        total += align_up(P.scratch_bytes[s]);
+      }
+    size_t arena_bytes = pack(items);
+    void* mem = std::aligned_alloc(kAlign, std::max<size_t>(kAlign, arena_bytes));
+    GR_CHECK(mem, "out of memory planning " << arena_bytes << " bytes for graph '" << graph_.name << "'");
+    P.arena = std::shared_ptr<void>(mem, std::free);
+    char* base = static_cast<char*>(mem);
+    // This first run's fetched values stay owning tensors; later runs return arena views.
+    // State-update sources keep the owning buffers they got (swapped with the state below).
+    for (const Interval& it : items) {
+      if (it.slot >= 0)
+        P.slot_tensor[it.slot] = Tensor::view(P.slot_dtype[it.slot], P.slot_shape[it.slot], base + it.offset, opts_.device);
+      else
+        P.scratch_offset[-1 - it.slot] = it.offset;
+    }
+    P.stats.arena_bytes = arena_bytes;
+    P.stats.intermediate_bytes = total;
+    P.stats.values = planned_values;
+    size_t pers = 0;
+    for (const auto& [_, t] : state_) pers += t.nbytes();
+    P.stats.persistent_bytes = pers;
+    P.planned = true;
+  }
+
+  // Persist state updates: the state takes the produced buffer; the plan keeps the old one to write next time.
+  for (const auto& [v, init] : opts_.state_updates) {
+    int sl = L.slot_of.at(v);
+    Tensor& st = state_.at(init);
+    Tensor& produced = P.slot_tensor[sl];
+    GR_CHECK(produced.dtype() == st.dtype() && produced.numel() == st.numel(),
+             "state update '" << v << "' -> '" << init << "': " << dtype_name(produced.dtype())
+                              << shape_str(produced.shape()) << " does not fit " << dtype_name(st.dtype())
+                              << shape_str(st.shape()));
+    Shape st_shape = st.shape(), pr_shape = produced.shape();
+    std::swap(st, produced);
+    st = st.reshaped(st_shape);
+    produced = produced.reshaped(pr_shape);
+  }
+  return result;
+}
+
+PlanStats Executor::plan_stats() const { return last_ ? last_->stats : PlanStats{}; }
+
+std::map<std::string, std::pair<DType, Shape>> Executor::value_types() const {
+  std::map<std::string, std::pair<DType, Shape>> r;
+  if (!last_) return r;
+  const Layout& L = *layout_;
+  for (const auto& [name, sl] : L.slot_of)
+    if (last_->slot_seen[sl]) r[name] = {last_->slot_dtype[sl], last_->slot_shape[sl]};
+  return r;
+}
+
+}  // namespace graphrun::runtime

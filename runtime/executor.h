@@ -1,0 +1,80 @@
+// The executor: takes a graph, plans execution order and memory once per input signature, then runs it many times.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "graph/ir.h"
+#include "runtime/kernel.h"
+
+namespace graphrun::runtime {
+
+struct ExecOptions {
+  Device device;                 // where it runs; cpu:0 by default
+  int threads = 1;               // intra-op threads of this executor's kernels
+  std::vector<std::string> fetch;  // values run() returns; empty: the graph's outputs
+  // (value produced by the graph, initializer): after every run the initializer takes the value's
+  // contents (by swapping buffers, no copy). This is how optimizer and BatchNorm running-stat
+  // updates persist from step to step.
+  std::vector<std::pair<std::string, std::string>> state_updates;
+  Communicator* comm = nullptr;  // what AllReduce nodes reduce over
+  uint64_t seed = 0;             // seeds the RNG of random ops (Dropout)
+  const KernelTable* kernels = nullptr;  // default: the table of `device`
+};
+
+// What the memory planner decided for one input signature.
+struct PlanStats {
+  size_t arena_bytes = 0;          // one block holding every intermediate value and scratch buffer
+  size_t intermediate_bytes = 0;   // sum of the sizes of all those values, were each kept separately
+  size_t persistent_bytes = 0;     // initializers / state
+  int values = 0;                  // intermediate values planned
+};
+
+class Executor {
+ public:
+  explicit Executor(const Graph& graph, ExecOptions opts = {});
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Runs the graph. Inputs by name (every graph input must be given, with its declared dtype and
+  // a shape compatible with its declared shape). Returns the fetched values: views into the
+  // executor's memory, valid until the next run (clone() what must outlive it).
+  std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs);
+
+  // Parameters and other state (the graph's initializers), owned by the executor.
+  Tensor& state(const std::string& name);
+  const std::map<std::string, Tensor>& states() const { return state_; }
+  // Copies `value` into the state tensor `name` (same dtype and shape).
+  void set_state(const std::string& name, const Tensor& value);
+
+  const Graph& graph() const { return graph_; }
+  const ExecOptions& options() const { return opts_; }
+  // Stats of the most recently used plan (after at least one run).
+  PlanStats plan_stats() const;
+  // Shapes every value had in the most recent run (for printers and tests).
+  std::map<std::string, std::pair<DType, Shape>> value_types() const;
+
+  struct Plan;    // one per input signature; defined in executor.cc
+  struct Layout;  // value slots and liveness, derived once from the graph
+
+ private:
+  Plan& plan_for(const std::map<std::string, Tensor>& inputs);
+  void validate_inputs(const std::map<std::string, Tensor>& inputs) const;
+
+  Graph graph_;
+  ExecOptions opts_;
+  const KernelTable* kernels_;
+  std::vector<KernelFn> fns_;
+  std::map<std::string, Tensor> state_;
+  std::unique_ptr<Layout> layout_;
+  std::vector<std::unique_ptr<Plan>> plans_;
+  Plan* last_ = nullptr;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace graphrun::runtime

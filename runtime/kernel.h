@@ -1,0 +1,72 @@
+// The kernel interface: what a kernel sees of its node, its inputs and outputs, and the per-device dispatch table.
+#pragma once
+#include <cstdint>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "graph/ir.h"
+
+namespace graphrun::runtime {
+
+class Communicator;
+class KernelContext;
+
+// A kernel reads ctx.input(i), asks for each output with ctx.output(i, shape, dtype) and fills it.
+// Kernels compute their own output shapes; the executor records them on the first run and plans memory.
+// Bad input (shapes, attributes) is reported with GR_FAIL; the executor prefixes the node's name.
+using KernelFn = void (*)(KernelContext&);
+
+class KernelTable {
+ public:
+  // domain "" (or "ai.onnx") is the default ONNX domain.
+  void add(const std::string& domain, const std::string& op, KernelFn fn);
+  void add(const std::string& op, KernelFn fn) { add("", op, fn); }
+  KernelFn find(const Node& n) const;  // nullptr when missing
+  bool has(const std::string& op_key) const { return fns_.count(op_key) != 0; }
+  std::vector<std::string> ops() const;  // sorted op keys
+
+ private:
+  std::unordered_map<std::string, KernelFn> fns_;
+};
+
+// The dispatch table of the CPU device (runtime/kernels/cpu/registry.cc).
+const KernelTable& cpu_kernels();
+
+// Lists every node of `g` that `table` has no kernel for; throws one Error naming each op and node.
+void check_supported(const Graph& g, const KernelTable& table, const std::string& where);
+
+class KernelContext {
+ public:
+  virtual ~KernelContext() = default;
+  const Node& node() const { return *node_; }
+  int64_t opset() const { return opset_; }  // the graph's ai.onnx opset version
+  int threads() const { return threads_; }  // intra-op threads this kernel may use
+  Device device() const { return device_; }
+
+  int num_inputs() const { return static_cast<int>(inputs_.size()); }
+  bool has_input(int i) const { return i < num_inputs() && inputs_[i] != nullptr; }
+  const Tensor& input(int i) const;  // throws naming the node if absent
+  int num_outputs() const { return static_cast<int>(node_->outputs.size()); }
+  bool has_output(int i) const { return node_->has_output(static_cast<size_t>(i)); }
+  // The buffer for output i; contents are undefined (not zeroed). Asking for an unused output
+  // (has_output false) still returns a valid scratch buffer so kernels need not special-case it.
+  virtual Tensor& output(int i, const Shape& shape, DType dtype) = 0;
+  // Temporary memory valid until the kernel returns; 64-byte aligned; planned like any value.
+  virtual void* scratch(size_t bytes) = 0;
+
+  Communicator* comm() const { return comm_; }
+  std::mt19937_64& rng() const { return *rng_; }
+
+ protected:
+  const Node* node_ = nullptr;
+  int64_t opset_ = 0;
+  int threads_ = 1;
+  Device device_;
+  std::vector<const Tensor*> inputs_;
+  Communicator* comm_ = nullptr;
+  std::mt19937_64* rng_ = nullptr;
+};
+
+}  // namespace graphrun::runtime

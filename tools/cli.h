@@ -1,0 +1,54 @@
+// Command-line plumbing shared by the graphrun subcommands: option specs, parsing, help text.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "graph/error.h"
+
+namespace graphrun::cli {
+
+struct Option {
+  std::string name;       // "lr" for --lr
+  std::string value;      // "" for a switch; else the metavariable shown in help ("RATE")
+  std::string help;
+  bool repeatable = false;
+};
+
+struct Command {
+  std::string name;       // "train"
+  std::string usage;      // "graphrun train MODEL.onnx [options]"
+  std::string summary;    // one line
+  std::vector<Option> options;
+  std::string details;    // extra help text after the options
+  std::string help() const;
+};
+
+// Parsed arguments. Accepts --flag VALUE and --flag=VALUE; unknown flags, missing values and a
+// repeated non-repeatable flag are usage errors (graphrun::Error, exit 2).
+class Args {
+ public:
+  Args(const Command& cmd, const std::vector<std::string>& argv);
+  bool help() const { return help_; }
+  bool has(const std::string& name) const { return values_.count(name) != 0; }
+  std::string get(const std::string& name, const std::string& def = "") const;
+  std::vector<std::string> all(const std::string& name) const;  // repeatable; comma-separated lists split
+  int64_t get_int(const std::string& name, int64_t def) const;      // checks it is an integer
+  double get_double(const std::string& name, double def) const;    // checks it is a number
+  const std::vector<std::string>& positional() const { return positional_; }
+  std::string usage_error(const std::string& msg) const;  // "graphrun train: msg (see graphrun train --help)"
+
+ private:
+  const Command& cmd_;
+  bool help_ = false;
+  std::map<std::string, std::vector<std::string>> values_;
+  std::vector<std::string> positional_;
+};
+
+// Subcommands (tools/cmd_<name>.cc). Each returns the process exit code.
+int cmd_run(const std::vector<std::string>& argv);
+int cmd_show(const std::vector<std::string>& argv);
+int cmd_grad(const std::vector<std::string>& argv);
+int cmd_train(const std::vector<std::string>& argv);
+
+}  // namespace graphrun::cli

@@ -1,0 +1,53 @@
+// The graphrun command line: dispatches to the subcommands; turns every graphrun::Error into one line and exit 2.
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "tools/cli.h"
+
+namespace {
+
+const char* kHelp =
+    "usage: graphrun <command> [options]\n"
+    "\n"
+    "graphrun trains neural networks that arrive as ONNX files, data-parallel, on CPU replicas or GPUs.\n"
+    "\n"
+    "commands:\n"
+    "  run    run a model (or a gradient model) on inputs from .npy/.pb files\n"
+    "  show   print a model, its backward graph or its per-device graphs (text or Graphviz)\n"
+    "  grad   write forward + loss + backward as an ONNX model\n"
+    "  train  train a model on Fashion-MNIST (or any MNIST-format data), data-parallel\n"
+    "\n"
+    "'graphrun <command> --help' describes each command.\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    std::cout << kHelp;
+    return args.empty() ? 2 : 0;
+  }
+  std::string cmd = args[0];
+  args.erase(args.begin());
+  try {
+    if (cmd == "run") return graphrun::cli::cmd_run(args);
+    if (cmd == "show") return graphrun::cli::cmd_show(args);
+    if (cmd == "grad") return graphrun::cli::cmd_grad(args);
+    if (cmd == "train") return graphrun::cli::cmd_train(args);
+    std::cerr << "graphrun: unknown command '" << cmd << "' (commands: run, show, grad, train; see graphrun --help)\n";
+    return 2;
+  } catch (const graphrun::Error& e) {
+    std::cout.flush();
+    std::cerr << "graphrun " << cmd << ": error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "graphrun " << cmd << ": error: out of memory\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "graphrun " << cmd << ": internal error: " << e.what() << "\n";
+    return 1;
+  }
+}
