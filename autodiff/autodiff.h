@@ -26,6 +26,10 @@ struct BackwardOptions {
   // Trainable parameters: every float initializer not frozen (computed when empty).
   std::vector<std::string> params;
   std::string grad_suffix = "_grad";   // <param>_grad outputs
+  // When set, the gradient of the loss is read from this new graph input (f32 scalar) instead of
+  // being the constant 1: data-parallel replicas feed shard_size / global_batch so that summing
+  // their gradients gives the gradient of the global batch mean.
+  std::string loss_grad_input;
 };
 
 // Builds the backward graph: appends gradient nodes and one `<param>_grad` output per trainable

@@ -1,0 +1,25 @@
+// ONNX model files <-> graphrun Graph. The only place (with tensor_io) that touches ONNX protobuf.
+#pragma once
+#include <string>
+
+#include "graph/ir.h"
+
+namespace graphrun {
+
+// Loads, validates (onnx::checker), infers shapes (onnx::shape_inference, plus graphrun's own where
+// it falls short) and converts a model. Errors name the file: missing, truncated, not ONNX, opset
+// outside 7..17, unsupported features (external data, subgraphs).
+Graph load_onnx(const std::string& path);
+// Same, from serialized bytes; `what` names the source in errors.
+Graph load_onnx_bytes(const std::string& bytes, const std::string& what);
+
+// Writes the graph as an ONNX model (opset imports for every domain used, ai.graphrun included).
+// With check, runs onnx::checker on the result first (full check) and refuses an invalid model.
+void save_onnx(const Graph& g, const std::string& path, bool check = true);
+std::string onnx_bytes(const Graph& g);
+
+// Fills g.values for every value whose type onnx shape inference (with graphrun's op schemas)
+// can determine; keeps what is already known.
+void infer_shapes(Graph& g);
+
+}  // namespace graphrun
