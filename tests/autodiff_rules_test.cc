@@ -19,7 +19,7 @@ TEST(GradRules, AddSubMulDivWithBroadcasting) {
       std::string s = t.param("s", {}, 3, 0.5, 1.5);      // scalar
       std::string y = t.node(op, {a, b});
       std::string z = t.node(op, {s, y});
-      check_gradients(t, z, {si});
+      check_gradients(t, z, shapes(si));
     }
   }
 }
@@ -35,7 +35,7 @@ TEST(GradRules, PowConstantExponent) {
   TestGraph t;
   std::string a = t.param("a", {3, 4}, 1, -2, 2);
   t.g.initializers["two"] = Tensor::scalar<double>(2.0);
-  check_gradients(t, t.node("Pow", {a, "two"}), {.wrt = {"a"}});
+  check_gradients(t, t.node("Pow", {a, "two"}), wrt({"a"}));
 }
 
 TEST(GradRules, UnaryActivations) {
@@ -59,7 +59,7 @@ TEST(GradRules, ClipWithMinMaxInputs) {
   std::string x = t.param("x", {4, 5}, 7, -2, 2);
   t.g.initializers["lo"] = Tensor::scalar<double>(-0.8);
   t.g.initializers["hi"] = Tensor::scalar<double>(0.9);
-  check_gradients(t, t.node("Clip", {x, "lo", "hi"}), {.wrt = {"x"}});
+  check_gradients(t, t.node("Clip", {x, "lo", "hi"}), wrt({"x"}));
 }
 
 TEST(GradRules, WhereSumMeanMaxMin) {
@@ -81,7 +81,7 @@ TEST(GradRules, CastRoundTrip) {
   std::string x = t.param("x", {3, 4}, 1);
   std::string f = t.node("Cast", {x}, {{"to", A::Int(1)}});
   std::string d = t.node("Cast", {f}, {{"to", A::Int(11)}});
-  check_gradients(t, d, {.tol = 1e-4});  // through f32: the numeric side sees float rounding
+  check_gradients(t, d, tolerance(1e-4));  // through f32: the numeric side sees float rounding
 }
 
 // ---- linalg
@@ -114,7 +114,7 @@ TEST(GradRules, MatMulShapes) {
     for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly}) {
       SCOPED_TRACE(shape_str(sa) + " @ " + shape_str(sb) + (si == ShapeInfo::Static ? "" : " dynamic"));
       TestGraph t;
-      check_gradients(t, t.node("MatMul", {t.param("a", sa, 1), t.param("b", sb, 2)}), {si});
+      check_gradients(t, t.node("MatMul", {t.param("a", sa, 1), t.param("b", sb, 2)}), shapes(si));
     }
   }
 }
@@ -190,7 +190,7 @@ TEST(GradRules, AveragePoolAttributes) {
 TEST(GradRules, GlobalAveragePool) {
   for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly}) {
     TestGraph t;
-    check_gradients(t, t.node("GlobalAveragePool", {t.param("x", {2, 3, 4, 5}, 1)}), {si});
+    check_gradients(t, t.node("GlobalAveragePool", {t.param("x", {2, 3, 4, 5}, 1)}), shapes(si));
   }
 }
 
@@ -203,7 +203,7 @@ TEST(GradRules, BatchNormalizationTraining) {
   t.g.initializers["var"] = random_f64({3}, 5, 0.5, 1.5);
   auto outs = t.node_n("BatchNormalization", {x, s, b, "mean", "var"}, 3,
                        {{"training_mode", A::Int(1)}, {"epsilon", A::Float(1e-3f)}, {"momentum", A::Float(0.9f)}});
-  Graph bg = check_gradients(t, outs[0], {.wrt = {"x", "scale", "bias"}});
+  Graph bg = check_gradients(t, outs[0], wrt({"x", "scale", "bias"}));
   EXPECT_EQ(count_ops(bg, "BatchNormalizationGrad"), 1);
 }
 
@@ -214,7 +214,7 @@ TEST(GradRules, BatchNormalizationInference) {
   std::string b = t.param("bias", {3}, 3);
   t.g.initializers["mean"] = random_f64({3}, 4);
   t.g.initializers["var"] = random_f64({3}, 5, 0.5, 1.5);
-  check_gradients(t, t.node("BatchNormalization", {x, s, b, "mean", "var"}), {.wrt = {"x", "scale", "bias"}});
+  check_gradients(t, t.node("BatchNormalization", {x, s, b, "mean", "var"}), wrt({"x", "scale", "bias"}));
 }
 
 TEST(GradRules, DropoutUsesTheForwardMask) {
@@ -273,7 +273,7 @@ TEST(GradRules, ReshapeFlattenSqueezeUnsqueeze) {
       u = t.node("Unsqueeze", {s}, {{"axes", A::Ints({0, 3})}});
     }
     std::string f = t.node("Flatten", {u}, {{"axis", A::Int(2)}});
-    for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly}) check_gradients(t, f, {si});
+    for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly}) check_gradients(t, f, shapes(si));
   }
 }
 
@@ -387,7 +387,7 @@ TEST(GradRules, ReduceSumAndMeanAxesKeepdims) {
             } else if (!axes.empty()) {
               attrs["axes"] = A::Ints(axes);
             }
-            check_gradients(t, t.node(op, ins, attrs), {si});
+            check_gradients(t, t.node(op, ins, attrs), shapes(si));
           }
         }
       }

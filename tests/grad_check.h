@@ -102,6 +102,10 @@ struct CheckOptions {
   int max_points = 48;        // elements perturbed per parameter
 };
 
+inline CheckOptions shapes(ShapeInfo si) { CheckOptions o; o.shapes = si; return o; }
+inline CheckOptions wrt(std::set<std::string> names) { CheckOptions o; o.wrt = std::move(names); return o; }
+inline CheckOptions tolerance(double tol) { CheckOptions o; o.tol = tol; return o; }
+
 // Loss = sum(y * R) for a fixed random R, so every element of dL/dy differs. Returns the backward graph.
 inline Graph check_gradients(TestGraph tg, const std::string& y, CheckOptions opt = {}) {
   Graph g = tg.g;
