@@ -1,7 +1,6 @@
 // Options shared by `graphrun grad` and `graphrun show --backward`, turned into the training graph.
 #include "tools/backward_options.h"
 
-
 namespace graphrun::cli {
 
 std::vector<Option> backward_options() {
