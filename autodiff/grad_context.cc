@@ -124,6 +124,17 @@ void GradContext::set_dx(size_t i, const std::string& grad) {
   }
 }
 
+ValueInfo GradContext::type_of(const std::string& v) const {
+  if (const ValueInfo* vi = g_.info(v); vi && vi->has_shape) return *vi;
+  if (auto it = g_.initializers.find(v); it != g_.initializers.end()) {
+    ValueInfo r{it->second.dtype(), true, {}};
+    for (int64_t d : it->second.shape()) r.shape.push_back(Dim(d));
+    return r;
+  }
+  if (const ValueInfo* vi = g_.info(v)) return *vi;
+  return ValueInfo{};
+}
+
 int GradContext::rank(const std::string& v) const {
   const ValueInfo* vi = g_.info(v);
   if (vi && vi->has_shape) return static_cast<int>(vi->shape.size());
@@ -256,20 +267,10 @@ std::string GradContext::transpose(const std::string& x, const std::vector<int64
 }
 
 std::string GradContext::reduce_to(const std::string& grad, const std::string& grad_like, const std::string& x) {
-  const ValueInfo* xi = g_.info(x);
-  ValueInfo from_init;
-  if (!xi) {
-    Shape s;
-    if (static_shape(x, s)) {
-      from_init.dtype = dtype(x);
-      from_init.has_shape = true;
-      for (int64_t d : s) from_init.shape.push_back(Dim(d));
-      xi = &from_init;
-    }
-  }
-  const ValueInfo* gi = g_.info(grad_like);
-  if (!xi) return op("SumToShape", {grad, op("Shape", {x})}, {}, kGraphrunDomain);
-  return reduce_to_info(grad, gi, *xi, x);
+  const ValueInfo xi = type_of(x);
+  if (!xi.has_shape) return op("SumToShape", {grad, op("Shape", {x})}, {}, kGraphrunDomain);
+  const ValueInfo gi = type_of(grad_like);
+  return reduce_to_info(grad, &gi, xi, x);
 }
 
 std::string GradContext::reduce_to_info(const std::string& grad, const ValueInfo* gi, const ValueInfo& xi,

@@ -52,6 +52,8 @@ class GradContext {
   int64_t opset() const { return g_.opset(""); }
   DType dtype(const std::string& v) { return types_.dtype(v); }
   const ValueInfo* info(const std::string& v) const { return g_.info(v); }
+  // The value's type from its value info, else from its initializer; has_shape false when unknown.
+  ValueInfo type_of(const std::string& v) const;
   int rank(const std::string& v) const;                 // -1 when unknown
   bool static_shape(const std::string& v, Shape& s) const;  // true when every dim is known
   // The value of a constant (initializer or Constant node output), or an undefined Tensor.
