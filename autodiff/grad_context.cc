@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <sstream>
 
 namespace graphrun::autodiff {
 
@@ -197,7 +198,13 @@ std::string GradContext::op(const std::string& type, const std::vector<std::stri
 }
 
 std::string GradContext::scalar(double v, DType t) {
+  std::ostringstream key;
+  key.precision(17);
+  key << dtype_name(t) << ":" << v;
+  auto it = types_.scalars.find(key.str());
+  if (it != types_.scalars.end()) return it->second;
   std::string r = op("Constant", {}, {{"value", Attribute::Tens(scalar_tensor(v, t, false))}});
+  types_.scalars[key.str()] = r;
   types_.set(r, t);
   g_.values[r] = ValueInfo{t, true, {}};
   return r;

@@ -15,6 +15,8 @@ class ValueTypes {
   explicit ValueTypes(const Graph& g) : g_(g) {}
   DType dtype(const std::string& value);
   void set(const std::string& value, DType t) { memo_[value] = t; }
+  // Scalar constants already emitted ("f64:0.5" -> value name): one Constant node serves every rule.
+  std::map<std::string, std::string> scalars;
 
  private:
   const Graph& g_;

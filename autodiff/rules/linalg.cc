@@ -84,11 +84,23 @@ void matmul_grad(GradContext& ctx) {
     if (y2.has_shape) y2 = with_dim_inserted(y2, -1);
   }
   const int ra2 = std::max(ra, 2), rb2 = std::max(rb, 2);
+  if (ra2 == 2 && rb2 == 2 && ctx.opset() >= 11) {
+    // Plain matrices: Gemm reads the transposed operand in place (no batch axes, nothing to sum).
+    auto back = [&](size_t i, std::string d, int r_in) {
+      ctx.set_dx(i, r_in == 1 ? ctx.squeeze(d, {i == 0 ? 0 : 1}) : d);
+    };
+    if (ctx.needs(0)) back(0, gemm2(ctx, dy2, b2, false, true, 1.f), ra);
+    if (ctx.needs(1)) back(1, gemm2(ctx, a2, dy2, true, false, 1.f), rb);
+    return;
+  }
   auto back_to = [&](size_t i, const std::string& grad_full, int r_in, const std::string& in, const std::string& in2) {
     // grad_full has the broadcast batch shape; sum it back to the (2-D view of the) input's shape.
     const ValueInfo xi = ctx.type_of(in);
     std::string r;
-    if (xi.has_shape) {
+    const int r_other = i == 0 ? rb : ra;
+    if (r_in >= 2 && r_other <= 2) {
+      r = grad_full;  // the other operand has no batch axes: grad_full already has this input's shape
+    } else if (xi.has_shape) {
       ValueInfo x2 = r_in == 1 ? with_dim_inserted(xi, i == 0 ? 0 : 1) : xi;
       ValueInfo g;  // grad_full's shape: batch axes of Y, then the matrix axes of the input
       if (y2.has_shape) {
