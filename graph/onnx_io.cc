@@ -23,8 +23,63 @@ constexpr int64_t kMaxIrVersion = 8;  // what ONNX 1.12's checker accepts
 // ONNX errors come with multi-line context (a dump of the node); users get the first line.
 std::string first_line(const std::string& s) {
   std::string r = s.substr(0, s.find('\n'));
-  while (!r.empty() && (r.back() == ' ' || r.back() == '\r')) r.pop_back();
+  while (!r.empty() && (r.back() == ' ' || r.back() == '\r' || r.back() == ':')) r.pop_back();
   return r.empty() ? s : r;
+}
+
+std::string proto_node_desc(const onnx::NodeProto& np, int index) {
+  Node n;
+  n.name = np.name().empty() ? "#" + std::to_string(index) : np.name();
+  n.op_type = np.op_type();
+  n.domain = np.domain();
+  return n.describe();
+}
+
+// ONNX wants nodes in topological order, but not every writer obeys; sort (stably) before checking,
+// and name the node whose input comes from nowhere.
+void sort_nodes(onnx::GraphProto* gp, const std::string& what) {
+  std::set<std::string> available;
+  for (const auto& v : gp->input()) available.insert(v.name());
+  for (const auto& t : gp->initializer()) available.insert(t.name());
+  const int n = gp->node_size();
+  std::map<std::string, int> producer;
+  for (int i = 0; i < n; ++i)
+    for (const auto& o : gp->node(i).output())
+      if (!o.empty()) producer[o] = i;
+  std::vector<std::vector<int>> users(n);
+  std::vector<int> pending(n, 0);
+  bool sorted = true;
+  for (int i = 0; i < n; ++i) {
+    std::set<int> deps;
+    for (const auto& in : gp->node(i).input()) {
+      if (in.empty() || available.count(in)) continue;
+      auto it = producer.find(in);
+      if (it == producer.end())
+        GR_FAIL(what << ": " << proto_node_desc(gp->node(i), i) << ": input '" << in
+                     << "' is not produced by any node, graph input or initializer");
+      deps.insert(it->second);
+      sorted &= it->second < i;
+    }
+    pending[i] = static_cast<int>(deps.size());
+    for (int d : deps) users[d].push_back(i);
+  }
+  if (sorted) return;
+  std::set<int> ready;
+  for (int i = 0; i < n; ++i)
+    if (!pending[i]) ready.insert(i);
+  std::vector<int> order;
+  while (!ready.empty()) {
+    int i = *ready.begin();
+    ready.erase(ready.begin());
+    order.push_back(i);
+    for (int u : users[i])
+      if (--pending[u] == 0) ready.insert(u);
+  }
+  for (int i = 0; i < n; ++i)
+    if (pending[i]) GR_FAIL(what << ": the graph has a cycle through " << proto_node_desc(gp->node(i), i));
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+  for (int i : order) *nodes.Add() = gp->node(i);
+  gp->mutable_node()->Swap(&nodes);
 }
 
 std::string normal_domain(const std::string& d) { return d == "ai.onnx" ? "" : d; }
@@ -110,14 +165,9 @@ void check_supported_features(const onnx::ModelProto& m, const std::string& what
     const auto& np = g.node(i);
     for (const auto& a : np.attribute())
       if (a.type() == onnx::AttributeProto::GRAPH || a.type() == onnx::AttributeProto::GRAPHS || a.has_g() ||
-          a.graphs_size()) {
-        Node n;
-        n.name = np.name().empty() ? "#" + std::to_string(i) : np.name();
-        n.op_type = np.op_type();
-        n.domain = np.domain();
-        GR_FAIL(what << ": " << n.describe() << " has a subgraph (attribute '" << a.name()
+          a.graphs_size())
+        GR_FAIL(what << ": " << proto_node_desc(np, i) << " has a subgraph (attribute '" << a.name()
                      << "'); control flow (If, Loop, Scan) is not supported");
-      }
   }
 }
 
@@ -308,23 +358,28 @@ void run_inference(onnx::ModelProto& m, bool strict) {
   onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(), opts);
 }
 
-// Graph outputs need a type in a valid model: take it from inference where the graph did not know it.
-void type_untyped_outputs(onnx::ModelProto& m) {
-  bool missing = false;
-  for (const auto& o : m.graph().output()) missing |= !o.has_type();
-  if (!missing) return;
+// Graph outputs need a type in a valid model, and viewers (Netron) show value_info: take both from
+// inference where the graph did not know them.
+void add_inferred_types(onnx::ModelProto& m) {
   onnx::ModelProto inferred = m;
   try {
     run_inference(inferred, false);
   } catch (const std::exception&) {
-    return;  // the checker below reports the problem
+    return;  // the checker reports the problem where it matters
   }
-  std::map<std::string, const onnx::TypeProto*> types;
-  for (const auto& v : inferred.graph().value_info()) types[v.name()] = &v.type();
+  std::set<std::string> typed;
+  for (const auto& v : m.graph().input()) typed.insert(v.name());
+  for (const auto& v : m.graph().value_info()) typed.insert(v.name());
+  std::map<std::string, const onnx::TypeProto*> found;
+  for (const auto& v : inferred.graph().value_info()) found[v.name()] = &v.type();
   for (const auto& v : inferred.graph().output())
-    if (v.has_type()) types[v.name()] = &v.type();
-  for (auto& o : *m.mutable_graph()->mutable_output())
-    if (!o.has_type() && types.count(o.name())) *o.mutable_type() = *types[o.name()];
+    if (v.has_type()) found[v.name()] = &v.type();
+  for (auto& o : *m.mutable_graph()->mutable_output()) {
+    typed.insert(o.name());
+    if (!o.has_type() && found.count(o.name())) *o.mutable_type() = *found[o.name()];
+  }
+  for (const auto& v : inferred.graph().value_info())
+    if (!typed.count(v.name())) *m.mutable_graph()->add_value_info() = v;
 }
 
 void check_model_proto(const onnx::ModelProto& m, const std::string& what) {
@@ -362,6 +417,7 @@ Graph load_onnx_bytes(const std::string& bytes, const std::string& what) {
                  << kMaxIrVersion << ")");
   check_opsets(m, what);
   check_supported_features(m, what);
+  sort_nodes(m.mutable_graph(), what);
   try {
     onnx::checker::check_model(m);
   } catch (const std::exception& e) {
@@ -379,7 +435,7 @@ Graph load_onnx(const std::string& path) { return load_onnx_bytes(read_file(path
 
 std::string onnx_bytes(const Graph& g) {
   onnx::ModelProto m = model_from_graph(g);
-  type_untyped_outputs(m);
+  add_inferred_types(m);
   std::string out;
   GR_CHECK(m.SerializeToString(&out), "graph '" << g.name << "': cannot serialize as ONNX (over 2 GiB?)");
   return out;
@@ -387,7 +443,7 @@ std::string onnx_bytes(const Graph& g) {
 
 void save_onnx(const Graph& g, const std::string& path, bool check) {
   onnx::ModelProto m = model_from_graph(g);
-  type_untyped_outputs(m);
+  add_inferred_types(m);
   if (check) check_model_proto(m, path);
   std::string out;
   GR_CHECK(m.SerializeToString(&out), path << ": cannot serialize graph '" << g.name << "' (over 2 GiB?)");
