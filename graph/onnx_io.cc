@@ -301,7 +301,8 @@ bool has_type(const ValueInfo* vi) { return vi && vi->dtype != DType::Undefined;
 // Builds the ModelProto. Values whose type is unknown are written without one (inference may add it).
 onnx::ModelProto model_from_graph(const Graph& g) {
   onnx::ModelProto m;
-  m.set_ir_version(g.ir_version > 0 && g.ir_version <= kMaxIrVersion ? g.ir_version : kMaxIrVersion);
+  // IR 4 is the first that lets initializers stay out of the graph inputs, as graphrun writes them.
+  m.set_ir_version(g.ir_version >= 4 && g.ir_version <= kMaxIrVersion ? g.ir_version : kMaxIrVersion);
   m.set_producer_name(g.producer_name.empty() ? "graphrun" : g.producer_name);
 
   std::map<std::string, int64_t> opsets;
@@ -352,10 +353,28 @@ onnx::ModelProto model_from_graph(const Graph& g) {
 }
 
 // Runs ONNX shape inference on `m` in place; graphrun's schemas make its own ops inferable.
+// ONNX names the unknown dimensions it creates "unk__0", "unk__1", ...; graphrun shows those as "?"
+// (symbols the model itself uses, such as "N", stay).
 void run_inference(onnx::ModelProto& m, bool strict) {
   register_graphrun_schemas();
+  auto dims_of = [&](auto&& visit) {
+    auto* g = m.mutable_graph();
+    for (auto* list : {g->mutable_input(), g->mutable_value_info(), g->mutable_output()})
+      for (auto& v : *list)
+        if (v.type().has_tensor_type() && v.type().tensor_type().has_shape())
+          for (auto& d : *v.mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim()) visit(d);
+  };
+  std::set<std::string> own_symbols;
+  dims_of([&](onnx::TensorShapeProto_Dimension& d) {
+    if (d.has_dim_param()) own_symbols.insert(d.dim_param());
+  });
   onnx::ShapeInferenceOptions opts(/*check_type=*/strict, /*strict_mode=*/strict ? 1 : 0, /*data_prop=*/true);
   onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(), opts);
+  if (strict) return;
+  dims_of([&](onnx::TensorShapeProto_Dimension& d) {
+    if (d.has_dim_param() && d.dim_param().rfind("unk__", 0) == 0 && !own_symbols.count(d.dim_param()))
+      d.clear_dim_param();
+  });
 }
 
 // Graph outputs need a type in a valid model, and viewers (Netron) show value_info: take both from

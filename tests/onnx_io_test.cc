@@ -380,3 +380,37 @@ cyc = onnx.load('tiny.onnx'); cyc.graph.node[0].input[0] = 'relu1'; onnx.save(cy
 
 }  // namespace
 }  // namespace graphrun
+
+namespace graphrun {
+namespace {
+
+// What torch.onnx.export writes (training-mode BatchNormalization with its extra outputs, Constant
+// nodes, Pad+AveragePool, Shape/Gather/Concat/Reshape with a dynamic batch) survives a round trip.
+TEST(OnnxIo, TorchExportRoundTrips) {
+  std::string dir = temp_dir("onnx_io_torch");
+  run_python(dir, R"(
+import torch, torch.nn as nn, warnings
+warnings.filterwarnings('ignore')
+torch.manual_seed(0)
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__(); self.c = nn.Conv2d(4, 4, 3, padding=1); self.bn = nn.BatchNorm2d(4)
+    def forward(self, x):
+        y = torch.relu(self.bn(self.c(x)) + x)
+        return y.reshape(y.shape[0], -1)
+net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.AvgPool2d(2), Block(), nn.Linear(4 * 14 * 14, 10))
+torch.onnx.export(net, torch.randn(2, 1, 28, 28), 'net.onnx', input_names=['image'], output_names=['logits'],
+                  dynamic_axes={'image': {0: 'N'}, 'logits': {0: 'N'}}, training=torch.onnx.TrainingMode.TRAINING,
+                  do_constant_folding=False, opset_version=13)
+)");
+  Graph g = load_onnx(dir + "/net.onnx");
+  EXPECT_EQ(g.values.at("image").str(), "f32[N,1,28,28]");
+  EXPECT_EQ(g.values.at("logits").str(), "f32[N,10]");
+  save_onnx(g, dir + "/saved.onnx");
+  expect_python_valid(dir + "/saved.onnx");
+  Graph h = load_onnx(dir + "/saved.onnx");
+  EXPECT_EQ(print_text(h), print_text(g));
+}
+
+}  // namespace
+}  // namespace graphrun
