@@ -37,6 +37,7 @@ save([helper.make_node('Relu', ['a'], ['ra'], name='relu_a'), helper.make_node('
 save([helper.make_node('Hardmax', ['m'], ['h'], name='hardmax_node'), helper.make_node('Det', ['h'], ['d'], name='det_node')],
      'unsupported', [f32('m', [3, 3])], [f32('d', [])])
 np.save('x.npy', np.array([[1, -2, 3], [-4, 5, -6]], dtype=np.float32))
+open('x.pb', 'wb').write(numpy_helper.from_array(np.load('x.npy'), 'x').SerializeToString())
 np.save('x_wide.npy', np.zeros((2, 4), dtype=np.float32))
 np.save('x_f64.npy', np.zeros((2, 3), dtype=np.float64))
 np.save('b.npy', np.array([7, -8], dtype=np.int64))
@@ -86,6 +87,10 @@ TEST(Cli, RunWritesEachOutputAsNpy) {
                            " assert y.dtype == np.float32 and y.shape == (2, 3);"
                            " assert np.array_equal(y, np.maximum(x, 0) + np.array([0.5, -1, 2], dtype=np.float32)), y\"");
   EXPECT_EQ(check.exit_code, 0) << check.output;
+  // The same input as an ONNX TensorProto file.
+  r = graphrun("run relu.onnx --input x=x.pb");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "y/out:0: f32[2,3] {1.5, -1, 5, 0.5, 4, 2}\n");
   // Named inputs and a model with two of them; without --output-dir it only prints.
   r = graphrun("run two.onnx --input a=x.npy --input b=b.npy --threads 2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
