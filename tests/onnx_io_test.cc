@@ -414,3 +414,79 @@ torch.onnx.export(net, torch.randn(2, 1, 28, 28), 'net.onnx', input_names=['imag
 
 }  // namespace
 }  // namespace graphrun
+
+namespace graphrun {
+namespace {
+
+ValueInfo typed(DType t, std::vector<Dim> dims) {
+  ValueInfo v;
+  v.dtype = t;
+  v.has_shape = true;
+  v.shape = std::move(dims);
+  return v;
+}
+
+// Every ai.graphrun schema types its outputs (docs/ops.md), and a graph of all of them exports checker-valid.
+TEST(OnnxIo, EveryGraphrunOpIsTypedAndExportable) {
+  Graph g;
+  g.name = "all_ops";
+  g.opsets[""] = 17;
+  const Dim N(std::string("N"));
+  auto input = [&](const std::string& name, ValueInfo vi) {
+    g.inputs.push_back(name);
+    g.values[name] = vi;
+  };
+  input("x", typed(DType::F32, {N, 3, 8, 8}));
+  input("dy_pool", typed(DType::F32, {N, 3, 4, 4}));
+  input("idx", typed(DType::I64, {N, 3, 4, 4}));
+  input("w_t", typed(DType::F32, {3, 2, 3, 3}));  // ConvTranspose weight: C_in x C_out/group x k x k
+  input("dy_t", typed(DType::F32, {N, 4, 10, 10}));
+  input("scale", typed(DType::F32, {3}));
+  input("log_prob", typed(DType::F32, {N, 10}));
+  input("labels", typed(DType::I64, {N}));
+  input("dloss", typed(DType::F32, {}));
+  auto node = [&](const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
+                  std::map<std::string, Attribute> attrs = {}) {
+    Node n;
+    n.name = op;
+    n.op_type = op;
+    n.domain = kGraphrunDomain;
+    n.inputs = std::move(in);
+    n.outputs = std::move(out);
+    n.attrs = std::move(attrs);
+    g.add_node(n);
+  };
+  node("MaxPoolGrad", {"dy_pool", "idx", "x"}, {"dx_max"});
+  node("AveragePoolGrad", {"dy_pool", "x"}, {"dx_avg"},
+       {{"kernel_shape", Attribute::Ints({2, 2})}, {"strides", Attribute::Ints({2, 2})}});
+  node("ConvTransposeGrad", {"dy_t", "x", "w_t"}, {"dx_t", "dw_t", "db_t"},
+       {{"kernel_shape", Attribute::Ints({3, 3})}, {"group", Attribute::Int(1)}});
+  node("BatchNormalizationGrad", {"x", "x", "scale"}, {"dx_bn", "dscale", "dbias"}, {{"epsilon", Attribute::Float(1e-5f)}});
+  node("SoftmaxCrossEntropyLossGrad", {"dloss", "log_prob", "labels"}, {"dscores"},
+       {{"reduction", Attribute::Str("mean")}});
+  g.outputs = {"dx_max", "dx_avg", "dx_t", "dw_t", "db_t", "dx_bn", "dscale", "dbias", "dscores"};
+  infer_shapes(g);
+  EXPECT_EQ(g.values.at("dx_max").str(), "f32[N,3,8,8]");
+  EXPECT_EQ(g.values.at("dx_avg").str(), "f32[N,3,8,8]");
+  EXPECT_EQ(g.values.at("dx_t").str(), "f32[N,3,8,8]");
+  EXPECT_EQ(g.values.at("dw_t").str(), "f32[3,2,3,3]");
+  EXPECT_EQ(g.values.at("db_t").str(), "f32[2]");
+  EXPECT_EQ(g.values.at("dx_bn").str(), "f32[N,3,8,8]");
+  EXPECT_EQ(g.values.at("dscale").str(), "f32[3]");
+  EXPECT_EQ(g.values.at("dbias").str(), "f32[3]");
+  EXPECT_EQ(g.values.at("dscores").str(), "f32[N,10]");
+  std::string dir = temp_dir("onnx_io_all_ops");
+  save_onnx(g, dir + "/all.onnx");
+  expect_python_valid(dir + "/all.onnx");
+  Graph h = load_onnx(dir + "/all.onnx");
+  EXPECT_EQ(h.opset(kGraphrunDomain), 1);  // added on export: the graph used the domain without importing it
+  g.opsets[kGraphrunDomain] = 1;
+  EXPECT_EQ(print_text(h), print_text(g));
+  // A wrongly typed input is caught by the C++ check, which knows the schemas (Python's does not).
+  g.values["idx"].dtype = DType::F32;
+  g.values.erase("dx_max");
+  EXPECT_THROW(save_onnx(g, dir + "/bad.onnx"), Error);
+}
+
+}  // namespace
+}  // namespace graphrun
