@@ -5,6 +5,7 @@
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
 
+#include <cstdio>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -420,9 +421,21 @@ void check_model_proto(const onnx::ModelProto& m, const std::string& what) {
   }
 }
 
-}  // namespace
+// Names in a damaged file can hold any bytes; an error message stays one printable line.
+std::string printable(const std::string& s) {
+  std::string r;
+  for (unsigned char c : s) {
+    if (c == '\n') r += "\\n";
+    else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      r += buf;
+    } else r += static_cast<char>(c);
+  }
+  return r;
+}
 
-Graph load_onnx_bytes(const std::string& bytes, const std::string& what) {
+Graph load_model(const std::string& bytes, const std::string& what) {
   register_graphrun_schemas();
   if (bytes.empty()) GR_FAIL(what << ": empty file, not an ONNX model");
   onnx::ModelProto m;
@@ -448,6 +461,16 @@ Graph load_onnx_bytes(const std::string& bytes, const std::string& what) {
     GR_FAIL(what << ": shape inference failed: " << first_line(e.what()));
   }
   return graph_from_proto(m, what);
+}
+
+}  // namespace
+
+Graph load_onnx_bytes(const std::string& bytes, const std::string& what) {
+  try {
+    return load_model(bytes, what);
+  } catch (const Error& e) {
+    throw Error(printable(e.what()));
+  }
 }
 
 Graph load_onnx(const std::string& path) { return load_onnx_bytes(read_file(path), path); }

@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <random>
 
 #include "graph/onnx_io.h"
 #include "graph/printer.h"
@@ -486,6 +487,40 @@ TEST(OnnxIo, EveryGraphrunOpIsTypedAndExportable) {
   g.values["idx"].dtype = DType::F32;
   g.values.erase("dx_max");
   EXPECT_THROW(save_onnx(g, dir + "/bad.onnx"), Error);
+}
+
+}  // namespace
+}  // namespace graphrun
+
+namespace graphrun {
+namespace {
+
+// Any damage to a model file gives a graphrun::Error (or, rarely, a smaller valid model): never a crash.
+TEST(OnnxIo, DamagedBytesNeverCrash) {
+  std::string dir = temp_dir("onnx_io_damage");
+  run_python(dir, kTinyModel);
+  std::ifstream f(dir + "/tiny.onnx", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  ASSERT_GT(bytes.size(), 100u);
+  int errors = 0, loaded = 0;
+  auto attempt = [&](const std::string& b) {
+    try {
+      Graph g = load_onnx_bytes(b, "damaged.onnx");
+      ++loaded;
+    } catch (const Error& e) {
+      ++errors;
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+    }
+  };
+  for (size_t cut = 0; cut < bytes.size(); cut += 7) attempt(bytes.substr(0, cut));
+  std::mt19937 rng(42);
+  for (int i = 0; i < 300; ++i) {
+    std::string b = bytes;
+    for (int k = 0; k < 3; ++k) b[rng() % b.size()] ^= static_cast<char>(1 + rng() % 255);
+    attempt(b);
+  }
+  EXPECT_GT(errors, 0);
+  SUCCEED() << errors << " errors, " << loaded << " loaded";
 }
 
 }  // namespace
