@@ -14,10 +14,11 @@ using testing::graphrun_cli;
 using testing::python;
 using testing::run_command;
 
-// Models and tensors for these tests, written once per test binary run.
+// Models and tensors for these tests, written once per test into a folder of its own (ctest may run
+// the tests of this file in parallel processes).
 const std::string& data_dir() {
   static const std::string dir = [] {
-    std::string d = testing::temp_dir("cli");
+    std::string d = testing::temp_dir(std::string("cli_") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::ofstream(d + "/make.py") << R"(
 import numpy as np, onnx
 from onnx import helper, TensorProto, numpy_helper
