@@ -341,7 +341,13 @@ onnx::ModelProto model_from_graph(const Graph& g) {
     if (!normal_domain(n.domain).empty()) np->set_domain(n.domain);
     for (const auto& i : n.inputs) np->add_input(i);
     for (const auto& o : n.outputs) np->add_output(o);
-    for (const auto& [k, a] : n.attrs) attribute_to_proto(k, a, np->add_attribute());
+    for (const auto& [k, a] : n.attrs) {
+      try {
+        attribute_to_proto(k, a, np->add_attribute());
+      } catch (const Error& e) {
+        GR_FAIL("graph '" << g.name << "': " << n.describe() << ": " << e.what());
+      }
+    }
     for (const auto& o : n.outputs) {
       const ValueInfo* vi = g.info(o);
       if (o.empty() || listed.count(o) || !has_type(vi)) continue;
