@@ -5,7 +5,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <cstdio>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -144,5 +146,63 @@ inline void expect_error(const std::function<void()>& f, const std::vector<std::
     for (const auto& p : parts) EXPECT_NE(m.find(p), std::string::npos) << "message: " << m << "\nmissing: " << p;
   }
 }
+
+}  // namespace graphrun::mathtest
+
+namespace graphrun::mathtest {
+
+// A deterministic f64 tensor that numpy can rebuild: x[i] = sin(i + 1) * scale, reshaped.
+inline Tensor sin_tensor(const Shape& shape, double scale = 1) {
+  Tensor t(DType::F64, shape);
+  for (int64_t i = 0; i < t.numel(); ++i) static_cast<double*>(t.raw())[i] = std::sin(static_cast<double>(i + 1)) * scale;
+  return t;
+}
+
+inline std::string py_sin(const Shape& shape, double scale = 1) {
+  // math.sin is the C library's sin, as std::sin: bit-identical values on both sides.
+  std::string s = "(np.array([math.sin(i + 1) for i in range(" + std::to_string(shape_numel(shape)) +
+                  ")], dtype=np.float64) * " + std::to_string(scale) + ").reshape((";
+  for (int64_t d : shape) s += std::to_string(d) + ",";
+  return s + "))";
+}
+
+// Evaluates numpy expressions (numpy is `np`) in one /usr/bin/python3 run; returns each result
+// as an f64 tensor (bools and ints converted). Fails the test if Python fails.
+inline std::vector<Tensor> numpy_eval(const std::vector<std::string>& exprs, const std::string& tag) {
+  std::string dir = testing::temp_dir("numpy_" + tag);
+  std::string script = dir + "/eval.py";
+  {
+    FILE* f = std::fopen(script.c_str(), "w");
+    std::fputs("import math\nimport numpy as np\n", f);
+    for (const auto& e : exprs) {
+      std::fputs(("r = np.asarray(" + e + ", dtype=np.float64)\n").c_str(), f);
+      std::fputs("print(' '.join(str(d) for d in r.shape) + '|' + ' '.join(repr(float(v)) for v in r.flatten()))\n", f);
+    }
+    std::fclose(f);
+  }
+  auto res = testing::run_command(testing::python() + " " + script);
+  std::vector<Tensor> r;
+  EXPECT_EQ(res.exit_code, 0) << res.output;
+  if (res.exit_code != 0) return r;
+  std::istringstream lines(res.output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    auto bar = line.find('|');
+    if (bar == std::string::npos) continue;
+    std::istringstream sh(line.substr(0, bar)), vs(line.substr(bar + 1));
+    Shape shape;
+    int64_t d;
+    while (sh >> d) shape.push_back(d);
+    std::vector<double> v;
+    std::string tok;
+    while (vs >> tok) v.push_back(tok == "nan" ? NAN : tok == "inf" ? INFINITY : tok == "-inf" ? -INFINITY : std::stod(tok));
+    r.push_back(make(DType::F64, shape, v));
+  }
+  EXPECT_EQ(r.size(), exprs.size()) << res.output;
+  return r;
+}
+
+// `t` converted to f64 (for comparing integer or f32 results with numpy's).
+inline Tensor as_f64(const Tensor& t) { return make(DType::F64, t.shape(), t.as_doubles()); }
 
 }  // namespace graphrun::mathtest
