@@ -115,8 +115,8 @@ void softmax_cross_entropy_kernel(KernelContext& ctx) {
         for (int64_t c = 0; c < L.c; ++c) mx = std::max(mx, x[c * L.d]);
         double sum = 0;
         for (int64_t c = 0; c < L.c; ++c) sum += std::exp(static_cast<double>(x[c * L.d] - mx));
-        const double lse = static_cast<double>(mx) + std::log(sum);
-        for (int64_t c = 0; c < L.c; ++c) y[c * L.d] = static_cast<T>(static_cast<double>(x[c * L.d]) - lse);
+        const double ls = std::log(sum);
+        for (int64_t c = 0; c < L.c; ++c) y[c * L.d] = static_cast<T>(static_cast<double>(x[c * L.d] - mx) - ls);
         const int64_t i = n * L.d + d;
         if (lab[i] >= 0) elem[i] = -w[i] * static_cast<double>(y[lab[i] * L.d]);
       }

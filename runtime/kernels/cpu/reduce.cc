@@ -194,8 +194,9 @@ template <class T, bool kLog> void softmax_line(const T* x, T* y, int64_t n, int
   T sum = 0;
   if constexpr (kLog) {
     for (int64_t j = 0; j < n; ++j) sum += std::exp(x[j * inner] - mx);
-    const T lse = mx + std::log(sum);
-    for (int64_t j = 0; j < n; ++j) y[j * inner] = x[j * inner] - lse;
+    // (x - max) - log(sum), not x - (max + log(sum)): large logits keep their low digits.
+    const T ls = std::log(sum);
+    for (int64_t j = 0; j < n; ++j) y[j * inner] = (x[j * inner] - mx) - ls;
   } else {
     for (int64_t j = 0; j < n; ++j) {
       const T e = std::exp(x[j * inner] - mx);
