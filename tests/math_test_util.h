@@ -167,13 +167,15 @@ inline std::string py_sin(const Shape& shape, double scale = 1) {
 }
 
 // Evaluates numpy expressions (numpy is `np`) in one /usr/bin/python3 run; returns each result
-// as an f64 tensor (bools and ints converted). Fails the test if Python fails.
-inline std::vector<Tensor> numpy_eval(const std::vector<std::string>& exprs, const std::string& tag) {
+// as an f64 tensor (bools and ints converted). `prelude` runs first (imports). Fails the test if Python fails.
+inline std::vector<Tensor> numpy_eval(const std::vector<std::string>& exprs, const std::string& tag,
+                                       const std::string& prelude = "") {
   std::string dir = testing::temp_dir("numpy_" + tag);
   std::string script = dir + "/eval.py";
   {
     FILE* f = std::fopen(script.c_str(), "w");
     std::fputs("import math\nimport numpy as np\n", f);
+    std::fputs((prelude + "\n").c_str(), f);
     for (const auto& e : exprs) {
       std::fputs(("r = np.asarray(" + e + ", dtype=np.float64)\n").c_str(), f);
       std::fputs("print(' '.join(str(d) for d in r.shape) + '|' + ' '.join(repr(float(v)) for v in r.flatten()))\n", f);
