@@ -59,6 +59,7 @@ std::vector<Device> parse_devices(const std::string& spec) {
   // cpu:N alone means N replicas; otherwise a comma-separated list whose bare numbers reuse the last kind.
   if (spec.rfind("cpu:", 0) == 0 && spec.find(',') == std::string::npos) {
     int64_t n = parse_index(spec.substr(4), spec);
+    if (n == 0) n = 1;  // "cpu:0" alone: the one device cpu:0
     GR_CHECK(n >= 1 && n <= 256, "'" << spec << "': the number of CPU replicas must be between 1 and 256");
     for (int i = 0; i < n; ++i) r.push_back(Device{Device::Kind::CPU, i});
     return r;
@@ -391,7 +392,10 @@ double Trainer::evaluate() {
 }
 
 Graph Trainer::trained_model() const {
-  Graph g = graphs_.forward;
+  // The inference form: what evaluation ran, so `graphrun run` on the saved file reproduces the
+  // printed test accuracy (a model exported in training mode differs only in BatchNormalization's
+  // training_mode and Dropout's; graphrun train turns it back into the training form).
+  Graph g = passes::to_inference(graphs_.forward);
   const auto& st = workers_.at(0)->exec->states();
   for (auto& [name, t] : g.initializers) {
     auto it = st.find(name);

@@ -21,7 +21,8 @@
 
 namespace graphrun::runtime {
 
-// "cpu:N" (N replicas cpu:0..cpu:N-1), "N" (same), "cpu:0,cpu:1", "cuda:0,1", "cuda:0,cuda:1".
+// "cpu:N" (N replicas cpu:0..cpu:N-1; "cpu:0" alone is the one device cpu:0), "N" (N CPU replicas),
+// "cpu:0,cpu:1", "cuda:0,1", "cuda:0,cuda:1".
 // Throws Error for anything else. Does not check that the devices exist.
 std::vector<Device> parse_devices(const std::string& spec);
 std::string devices_str(const std::vector<Device>& ds);  // "[cpu:0, cpu:1]"
@@ -91,7 +92,8 @@ class Trainer {
   EpochStats train_epoch(int epoch);
   // Test accuracy of replica 0's weights and running statistics, through the inference graph.
   double evaluate();
-  // The forward model with the trained weights and running statistics (replica 0's).
+  // The forward model in its inference form (graph/passes/train_mode.h) with the trained weights
+  // and running statistics (replica 0's): what --save writes.
   Graph trained_model() const;
   void save(const std::string& path) const;
 

@@ -10,9 +10,9 @@ Graph to_inference(const Graph& g) {
       if (n.has_attr("training_mode")) n.attrs["training_mode"] = Attribute::Int(0);
       n.outputs.resize(1);
     } else if (n.domain.empty() && n.op_type == "Dropout") {
-      n.op_type = "Identity";
-      n.inputs.resize(1);
-      n.attrs.clear();
+      // Without training_mode (opset 12+) or with is_test semantics (earlier), Dropout passes X through.
+      if (n.inputs.size() > 2) n.inputs.resize(2);
+      while (n.inputs.size() > 1 && n.inputs.back().empty()) n.inputs.pop_back();
       n.outputs.resize(1);
     }
   }

@@ -10,7 +10,8 @@
 namespace graphrun::passes {
 
 // Inference form (graph/passes/to_inference.cc): every BatchNormalization gets training_mode = 0
-// and only its Y output; every Dropout becomes an Identity. Other nodes are unchanged.
+// and only its Y output; every Dropout loses its training_mode input and mask output (so it passes
+// its input through). Other nodes are unchanged.
 Graph to_inference(const Graph& g);
 
 // Training form (graph/passes/to_training.cc): every BatchNormalization whose running mean and
