@@ -32,8 +32,10 @@ const Command& show_command() {
 }
 
 // The graph to print: the model as loaded, or what the transform options make of it. Each transform
-// is a Graph -> Graph step applied here, in order.
+// is a Graph -> Graph step applied here, in order (e.g. --backward, then --devices).
 Graph graph_to_show(const Args& args, Graph g) {
+  // Values a transform added get their dtypes and shapes for printing.
+  infer_shapes(g);
   return g;
 }
 
