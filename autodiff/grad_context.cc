@@ -223,6 +223,23 @@ std::string GradContext::shape_of(const std::string& v) {
   return op("Shape", {v});
 }
 
+std::string GradContext::reshape_target(const std::string& v) {
+  const ValueInfo vi = type_of(v);
+  if (vi.has_shape) {
+    std::vector<int64_t> dims;
+    int unknown = 0;
+    for (const Dim& d : vi.shape) {
+      dims.push_back(d.known() ? d.size : -1);
+      unknown += !d.known();
+    }
+    // A 0 would copy the input's dim under Reshape's default allowzero=0: only safe to write when none.
+    bool zero = false;
+    for (int64_t d : dims) zero |= d == 0;
+    if (unknown <= 1 && !zero) return ints(dims);
+  }
+  return op("Shape", {v});
+}
+
 std::string GradContext::zeros_like(const std::string& v) {
   DType t = dtype(v);
   std::string r = op("ConstantOfShape", {shape_of(v)}, {{"value", Attribute::Tens(scalar_tensor(0, t, true))}});

@@ -71,6 +71,8 @@ class GradContext {
   std::string scalar(double v, DType t);                // Constant scalar
   std::string ints(const std::vector<int64_t>& v);      // Constant i64 1-D
   std::string shape_of(const std::string& v);           // Constant when static, else Shape(v)
+  // A Reshape target giving v's shape: a Constant when at most one dim is unknown (as -1), else Shape(v).
+  std::string reshape_target(const std::string& v);
   std::string zeros_like(const std::string& v);         // zeros of v's shape and type
 
   // ---- opset-aware building blocks
