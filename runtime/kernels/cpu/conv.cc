@@ -2,6 +2,7 @@
 // One engine serves all four: im2col of a chunk of images into a pixel-major matrix (pixels are the
 // rows of a column-major matrix, the layout Eigen's GEMM runs fastest on) and one GEMM per chunk.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // false positives inside Eigen's AVX-512 code
+#include <immintrin.h>
 #include <omp.h>
 
 #include <Eigen/Core>
@@ -30,75 +31,129 @@ struct ConvShape {
   int64_t I() const { return w.in_size(); }         // input pixels per image
 };
 
-// Writes the im2col matrix of one image's group (Cg planes of I pixels) into `col`: element
-// (pixel p, tap k) at col[k * ld + p], k running over (channel, kernel position).
+// Copies / accumulates a short run of n values (an image row of 5 to 30 pixels, typically): with
+// AVX-512, 16 floats or 8 doubles per masked load/store, which beats both scalar loops (what the
+// compiler emits for such short, unknown trip counts) and memcpy calls.
 template <class T>
-void im2col(const T* x, const ConvShape& cs, T* col, int64_t ld) {
+inline void copy_short(T* __restrict dst, const T* __restrict src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
+}
+template <class T>
+inline void add_short(T* __restrict dst, const T* __restrict src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+#ifdef __AVX512F__
+template <>
+inline void copy_short<float>(float* __restrict dst, const float* __restrict src, int64_t n) {
+  for (; n >= 16; n -= 16, dst += 16, src += 16) _mm512_storeu_ps(dst, _mm512_loadu_ps(src));
+  if (n > 0) {
+    const __mmask16 m = static_cast<__mmask16>((1u << n) - 1);
+    _mm512_mask_storeu_ps(dst, m, _mm512_maskz_loadu_ps(m, src));
+  }
+}
+template <>
+inline void add_short<float>(float* __restrict dst, const float* __restrict src, int64_t n) {
+  for (; n >= 16; n -= 16, dst += 16, src += 16)
+    _mm512_storeu_ps(dst, _mm512_add_ps(_mm512_loadu_ps(dst), _mm512_loadu_ps(src)));
+  if (n > 0) {
+    const __mmask16 m = static_cast<__mmask16>((1u << n) - 1);
+    _mm512_mask_storeu_ps(dst, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, dst), _mm512_maskz_loadu_ps(m, src)));
+  }
+}
+template <>
+inline void copy_short<double>(double* __restrict dst, const double* __restrict src, int64_t n) {
+  for (; n >= 8; n -= 8, dst += 8, src += 8) _mm512_storeu_pd(dst, _mm512_loadu_pd(src));
+  if (n > 0) {
+    const __mmask8 m = static_cast<__mmask8>((1u << n) - 1);
+    _mm512_mask_storeu_pd(dst, m, _mm512_maskz_loadu_pd(m, src));
+  }
+}
+template <>
+inline void add_short<double>(double* __restrict dst, const double* __restrict src, int64_t n) {
+  for (; n >= 8; n -= 8, dst += 8, src += 8)
+    _mm512_storeu_pd(dst, _mm512_add_pd(_mm512_loadu_pd(dst), _mm512_loadu_pd(src)));
+  if (n > 0) {
+    const __mmask8 m = static_cast<__mmask8>((1u << n) - 1);
+    _mm512_mask_storeu_pd(dst, m, _mm512_add_pd(_mm512_maskz_loadu_pd(m, dst), _mm512_maskz_loadu_pd(m, src)));
+  }
+}
+#endif
+
+// Writes the im2col matrix of `nb` images' group (Cg planes of I pixels each; image b starts at
+// x + b * image_stride) into `col`: element (image b, pixel p; tap k) at col[k * ld + b * P + p],
+// k running over (channel, kernel position). Images are the inner loop so that each row of `col`
+// is written front to back: written image by image, rows ld apart, the stores miss the cache.
+template <class T>
+void im2col(const T* x, int64_t image_stride, int64_t nb, const ConvShape& cs, T* col, int64_t ld) {
   const Window& w = cs.w;
-  const int64_t OW = w.out[2], OHW = w.out[1] * w.out[2];
+  const int64_t OW = w.out[2], OHW = w.out[1] * w.out[2], P = cs.P();
   int64_t k = 0;
-  for (int64_t c = 0; c < cs.Cg(); ++c) {
-    const T* xc = x + c * cs.I();
+  for (int64_t c = 0; c < cs.Cg(); ++c)
     for (int64_t kd = 0; kd < w.k[0]; ++kd)
       for (int64_t kh = 0; kh < w.k[1]; ++kh)
         for (int64_t kw = 0; kw < w.k[2]; ++kw, ++k) {
-          T* dst = col + k * ld;
           int64_t lo, hi;
           w.valid_range(2, kw, &lo, &hi);
-          const int64_t offw = kw * w.d[2] - w.pb[2];
-          for (int64_t od = 0; od < w.out[0]; ++od) {
-            const int64_t id = od * w.s[0] - w.pb[0] + kd * w.d[0];
-            for (int64_t oh = 0; oh < w.out[1]; ++oh) {
-              T* row = dst + od * OHW + oh * OW;
-              const int64_t ih = oh * w.s[1] - w.pb[1] + kh * w.d[1];
-              if (id < 0 || id >= w.in[0] || ih < 0 || ih >= w.in[1]) {
-                std::fill(row, row + OW, T(0));
-                continue;
+          const int64_t offw = kw * w.d[2] - w.pb[2], s = w.s[2];
+          for (int64_t b = 0; b < nb; ++b) {
+            T* dst = col + k * ld + b * P;
+            const T* xc = x + b * image_stride + c * cs.I();
+            for (int64_t od = 0; od < w.out[0]; ++od) {
+              const int64_t id = od * w.s[0] - w.pb[0] + kd * w.d[0];
+              for (int64_t oh = 0; oh < w.out[1]; ++oh) {
+                T* __restrict row = dst + od * OHW + oh * OW;
+                const int64_t ih = oh * w.s[1] - w.pb[1] + kh * w.d[1];
+                if (id < 0 || id >= w.in[0] || ih < 0 || ih >= w.in[1]) {
+                  for (int64_t ow = 0; ow < OW; ++ow) row[ow] = T(0);
+                  continue;
+                }
+                const T* __restrict src = xc + (id * w.in[1] + ih) * w.in[2] + offw;
+                for (int64_t ow = 0; ow < lo; ++ow) row[ow] = T(0);
+                if (s == 1) {
+                  copy_short(row + lo, src + lo, hi - lo);
+                } else {
+                  for (int64_t ow = lo; ow < hi; ++ow) row[ow] = src[ow * s];
+                }
+                for (int64_t ow = hi; ow < OW; ++ow) row[ow] = T(0);
               }
-              const T* src = xc + (id * w.in[1] + ih) * w.in[2] + offw;
-              for (int64_t ow = 0; ow < lo; ++ow) row[ow] = T(0);
-              if (w.s[2] == 1) {
-                std::memcpy(row + lo, src + lo, sizeof(T) * (hi - lo));
-              } else {
-                const int64_t s = w.s[2];
-                for (int64_t ow = lo; ow < hi; ++ow) row[ow] = src[ow * s];
-              }
-              for (int64_t ow = hi; ow < OW; ++ow) row[ow] = T(0);
             }
           }
         }
-  }
 }
 
 // The adjoint of im2col: adds each column entry back onto the input pixel it was read from.
 template <class T>
-void col2im_add(const T* col, int64_t ld, const ConvShape& cs, T* x) {
+void col2im_add(const T* col, int64_t ld, const ConvShape& cs, T* x, int64_t image_stride, int64_t nb) {
   const Window& w = cs.w;
-  const int64_t OW = w.out[2], OHW = w.out[1] * w.out[2];
+  const int64_t OW = w.out[2], OHW = w.out[1] * w.out[2], P = cs.P();
   int64_t k = 0;
-  for (int64_t c = 0; c < cs.Cg(); ++c) {
-    T* xc = x + c * cs.I();
+  for (int64_t c = 0; c < cs.Cg(); ++c)
     for (int64_t kd = 0; kd < w.k[0]; ++kd)
       for (int64_t kh = 0; kh < w.k[1]; ++kh)
         for (int64_t kw = 0; kw < w.k[2]; ++kw, ++k) {
-          const T* src = col + k * ld;
           int64_t lo, hi;
           w.valid_range(2, kw, &lo, &hi);
-          const int64_t offw = kw * w.d[2] - w.pb[2];
-          for (int64_t od = 0; od < w.out[0]; ++od) {
-            const int64_t id = od * w.s[0] - w.pb[0] + kd * w.d[0];
-            if (id < 0 || id >= w.in[0]) continue;
-            for (int64_t oh = 0; oh < w.out[1]; ++oh) {
-              const int64_t ih = oh * w.s[1] - w.pb[1] + kh * w.d[1];
-              if (ih < 0 || ih >= w.in[1]) continue;
-              const T* row = src + od * OHW + oh * OW;
-              T* dst = xc + (id * w.in[1] + ih) * w.in[2] + offw;
-              const int64_t s = w.s[2];
-              for (int64_t ow = lo; ow < hi; ++ow) dst[ow * s] += row[ow];
+          const int64_t offw = kw * w.d[2] - w.pb[2], s = w.s[2];
+          for (int64_t b = 0; b < nb; ++b) {
+            const T* src = col + k * ld + b * P;
+            T* xc = x + b * image_stride + c * cs.I();
+            for (int64_t od = 0; od < w.out[0]; ++od) {
+              const int64_t id = od * w.s[0] - w.pb[0] + kd * w.d[0];
+              if (id < 0 || id >= w.in[0]) continue;
+              for (int64_t oh = 0; oh < w.out[1]; ++oh) {
+                const int64_t ih = oh * w.s[1] - w.pb[1] + kh * w.d[1];
+                if (ih < 0 || ih >= w.in[1]) continue;
+                const T* __restrict row = src + od * OHW + oh * OW;
+                T* __restrict dst = xc + (id * w.in[1] + ih) * w.in[2] + offw;
+                if (s == 1) {
+                  add_short(dst + lo, row + lo, hi - lo);
+                } else {
+                  for (int64_t ow = lo; ow < hi; ++ow) dst[ow * s] += row[ow];
+                }
+              }
             }
           }
         }
-  }
 }
 
 // How images are split into chunks (one GEMM each) and chunks over threads.
@@ -108,8 +163,8 @@ struct Chunking {
 };
 
 // Chunks of about kChunkBytes of im2col matrix keep the GEMM's operands in L2 while giving it
-// enough rows (pixels x images) to run near peak; measured with bench/bench_conv.
-constexpr int64_t kChunkBytes = 1 << 20;
+// enough rows (pixels x images) to run near peak; measured with bench/bench_kernels (256 KB to 1 MB all within a few percent).
+constexpr int64_t kChunkBytes = 512 << 10;
 
 Chunking plan_chunks(int threads, int64_t N, int64_t col_bytes_per_image) {
   Chunking c;
@@ -149,7 +204,7 @@ void conv_forward(KernelContext& ctx, const ConvShape& cs, const T* x, const T* 
     T* yc = col + B * P * K;
     const int64_t n0 = chunk * B, nb = std::min(B, cs.N - n0), ld = nb * P;
     for (int64_t g = 0; g < cs.group; ++g) {
-      for (int64_t b = 0; b < nb; ++b) im2col(x + ((n0 + b) * C + g * Cg) * I, cs, col + b * P, ld);
+      im2col(x + (n0 * C + g * Cg) * I, C * I, nb, cs, col, ld);
       MapM<T>(yc, ld, Mg).noalias() = MapCM<T>(col, ld, K) * MapCM<T>(wt + g * Mg * K, K, Mg);
       for (int64_t b = 0; b < nb; ++b)
         for (int64_t m = 0; m < Mg; ++m) {
@@ -188,12 +243,12 @@ void conv_backward(KernelContext& ctx, const ConvShape& cs, const T* dy, const T
           std::memcpy(dyc + m * ld + b * P, dy + ((n0 + b) * M + g * Mg + m) * P, sizeof(T) * P);
       MapCM<T> dY(dyc, ld, Mg);
       if (dw) {
-        for (int64_t b = 0; b < nb; ++b) im2col(x + ((n0 + b) * C + g * Cg) * I, cs, col + b * P, ld);
+        im2col(x + (n0 * C + g * Cg) * I, C * I, nb, cs, col, ld);
         MapM<T>(dw_acc + g * Mg * K, K, Mg).noalias() += MapCM<T>(col, ld, K).transpose() * dY;
       }
       if (dx) {
         MapM<T>(col, ld, K).noalias() = dY * MapCM<T>(wt + g * Mg * K, K, Mg).transpose();
-        for (int64_t b = 0; b < nb; ++b) col2im_add(col + b * P, ld, cs, dx + ((n0 + b) * C + g * Cg) * I);
+        col2im_add(col, ld, cs, dx + (n0 * C + g * Cg) * I, C * I, nb);
       }
     }
   });
@@ -209,10 +264,7 @@ template <class T>
 void channel_sums(const T* dy, int64_t N, int64_t Ch, int64_t P, T* db) {
   for (int64_t c = 0; c < Ch; ++c) {
     T s = 0;
-    for (int64_t n = 0; n < N; ++n) {
-      const T* p = dy + (n * Ch + c) * P;
-      for (int64_t i = 0; i < P; ++i) s += p[i];
-    }
+    for (int64_t n = 0; n < N; ++n) s += Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(dy + (n * Ch + c) * P, P).sum();
     db[c] = s;
   }
 }
