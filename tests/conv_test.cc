@@ -279,6 +279,20 @@ TEST(ConvTransposeGrad, MatchesCentralDifferencesOfConvTranspose) {
   }
 }
 
+// The example of ONNX's own test_convtranspose_autopad_same: SAME_UPPER puts the odd padding at the end.
+TEST(ConvTranspose, AutoPadSameUpperMatchesOnnxExample) {
+  std::vector<float> xv(9);
+  for (int i = 0; i < 9; ++i) xv[i] = static_cast<float>(i);
+  Tensor x = Tensor::from_vector<float>({1, 1, 3, 3}, xv);
+  Tensor w = Tensor::from_vector<float>({1, 2, 3, 3}, std::vector<float>(18, 1.f));
+  const std::vector<float> plane = {0, 0, 1, 1, 3, 2, 0, 0, 1, 1, 3, 2, 3, 3, 8, 5, 12, 7,
+                                    3, 3, 7, 4, 9, 5, 9, 9, 20, 11, 24, 13, 6, 6, 13, 7, 15, 8};
+  std::vector<float> want = plane;
+  want.insert(want.end(), plane.begin(), plane.end());
+  Tensor y = run_node("ConvTranspose", {x, w}, {{"auto_pad", str("SAME_UPPER")}, {"strides", ints({2, 2})}})[0];
+  EXPECT_EQ(max_abs_diff(y, Tensor::from_vector<float>({1, 2, 6, 6}, want)), 0);
+}
+
 void expect_error(const std::string& op, const std::vector<Tensor>& in, const Attrs& at, const std::string& part) {
   try {
     run_node(op, in, at);
