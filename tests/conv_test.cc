@@ -171,6 +171,7 @@ const std::vector<ConvCase>& conv_cases() {
       {"conv1d", {2, 3, 10}, {2, 3, 3}, 1, {2}, {1, 2}, {2}},
       {"conv3d", {1, 2, 4, 5, 5}, {3, 2, 2, 3, 3}, 1, {1, 2, 1}, {1, 0, 1, 0, 1, 1}},
       {"lenet_conv2", {3, 20, 13, 13}, {50, 20, 5, 5}},
+      {"large_image_group", {2, 4, 20, 20}, {6, 2, 3, 3}, 2, {1, 1}, {1, 1, 1, 1}},  // >= 256 pixels: per-image GEMMs
   };
   return cases;
 }
@@ -229,6 +230,7 @@ TEST(ConvGrad, MatchesCentralDifferencesOfConv) {
       {"group", {1, 4, 5, 5}, {4, 2, 3, 3}, 2, {2, 1}, {1, 1, 0, 0}},
       {"same_lower", {1, 2, 6, 5}, {2, 2, 4, 3}, 1, {2, 2}, {}, {}, "SAME_LOWER"},
       {"conv1d", {2, 2, 9}, {3, 2, 3}, 1, {2}, {2, 1}, {2}},
+      {"large_image", {2, 1, 18, 18}, {2, 1, 3, 3}},  // 256 output pixels: per-image GEMMs
   };
   int seed = 200;
   for (const ConvCase& c : cases) {

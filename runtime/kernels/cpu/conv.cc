@@ -166,11 +166,19 @@ struct Chunking {
 // enough rows (pixels x images) to run near peak; measured with bench/bench_kernels (256 KB to 1 MB all within a few percent).
 constexpr int64_t kChunkBytes = 512 << 10;
 
-Chunking plan_chunks(int threads, int64_t N, int64_t col_bytes_per_image) {
+// An image with at least this many output pixels gives the GEMM enough rows alone; then chunks are
+// single images, whose pixel-major output block is already NCHW: no gather/scatter copies.
+constexpr int64_t kDirectPixels = 256;
+
+Chunking plan_chunks(int threads, int64_t N, int64_t P, int64_t col_bytes_per_image) {
   Chunking c;
   c.threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, N)));
   const int64_t per_thread = div_ceil(std::max<int64_t>(N, 1), c.threads);
-  c.per_chunk = std::clamp<int64_t>(kChunkBytes / std::max<int64_t>(col_bytes_per_image, 1), 1, per_thread);
+  const int64_t largest =
+      P >= kDirectPixels ? 1
+                         : std::clamp<int64_t>(kChunkBytes / std::max<int64_t>(col_bytes_per_image, 1), 1, per_thread);
+  // Equal chunks, so that every thread gets the same number of images.
+  c.per_chunk = div_ceil(per_thread, div_ceil(per_thread, largest));
   c.chunks = div_ceil(std::max<int64_t>(N, 1), c.per_chunk);
   c.threads = static_cast<int>(std::min<int64_t>(c.threads, c.chunks));
   return c;
@@ -195,7 +203,7 @@ void for_chunks(const Chunking& ch, F&& body) {
 template <class T>
 void conv_forward(KernelContext& ctx, const ConvShape& cs, const T* x, const T* wt, const T* bias, T* y) {
   const int64_t P = cs.P(), K = cs.K(), Mg = cs.Mg(), Cg = cs.Cg(), I = cs.I(), M = cs.M, C = cs.C;
-  const Chunking ch = plan_chunks(ctx.threads(), cs.N, P * K * static_cast<int64_t>(sizeof(T)));
+  const Chunking ch = plan_chunks(ctx.threads(), cs.N, P, P * K * static_cast<int64_t>(sizeof(T)));
   const int64_t B = ch.per_chunk;
   const int64_t per_thread = B * P * K + B * P * Mg;
   T* scratch = static_cast<T*>(ctx.scratch(sizeof(T) * per_thread * ch.threads));
@@ -205,6 +213,16 @@ void conv_forward(KernelContext& ctx, const ConvShape& cs, const T* x, const T* 
     const int64_t n0 = chunk * B, nb = std::min(B, cs.N - n0), ld = nb * P;
     for (int64_t g = 0; g < cs.group; ++g) {
       im2col(x + (n0 * C + g * Cg) * I, C * I, nb, cs, col, ld);
+      if (B == 1) {
+        T* out = y + (n0 * M + g * Mg) * P;
+        MapM<T>(out, P, Mg).noalias() = MapCM<T>(col, P, K) * MapCM<T>(wt + g * Mg * K, K, Mg);
+        if (bias)
+          for (int64_t m = 0; m < Mg; ++m) {
+            const T bv = bias[g * Mg + m];
+            for (int64_t p = 0; p < P; ++p) out[m * P + p] += bv;
+          }
+        continue;
+      }
       MapM<T>(yc, ld, Mg).noalias() = MapCM<T>(col, ld, K) * MapCM<T>(wt + g * Mg * K, K, Mg);
       for (int64_t b = 0; b < nb; ++b)
         for (int64_t m = 0; m < Mg; ++m) {
@@ -225,7 +243,7 @@ void conv_backward(KernelContext& ctx, const ConvShape& cs, const T* dy, const T
   if (dx) std::fill(dx, dx + cs.N * C * I, T(0));
   if (dw) std::fill(dw, dw + M * K, T(0));
   if (cs.N == 0 || (!dx && !dw)) return;
-  const Chunking ch = plan_chunks(ctx.threads(), cs.N, P * K * static_cast<int64_t>(sizeof(T)));
+  const Chunking ch = plan_chunks(ctx.threads(), cs.N, P, P * K * static_cast<int64_t>(sizeof(T)));
   const int64_t B = ch.per_chunk;
   // Threads other than the first accumulate dw privately; the sums are added at the end.
   const int64_t acc = (dw && ch.threads > 1) ? M * K : 0;
@@ -238,10 +256,11 @@ void conv_backward(KernelContext& ctx, const ConvShape& cs, const T* dy, const T
     if (t > 0 && dw && chunk == t) std::fill(dw_acc, dw_acc + M * K, T(0));
     const int64_t n0 = chunk * B, nb = std::min(B, cs.N - n0), ld = nb * P;
     for (int64_t g = 0; g < cs.group; ++g) {
-      for (int64_t m = 0; m < Mg; ++m)
-        for (int64_t b = 0; b < nb; ++b)
-          std::memcpy(dyc + m * ld + b * P, dy + ((n0 + b) * M + g * Mg + m) * P, sizeof(T) * P);
-      MapCM<T> dY(dyc, ld, Mg);
+      if (B > 1)
+        for (int64_t m = 0; m < Mg; ++m)
+          for (int64_t b = 0; b < nb; ++b)
+            std::memcpy(dyc + m * ld + b * P, dy + ((n0 + b) * M + g * Mg + m) * P, sizeof(T) * P);
+      MapCM<T> dY(B > 1 ? dyc : dy + (n0 * M + g * Mg) * P, ld, Mg);
       if (dw) {
         im2col(x + (n0 * C + g * Cg) * I, C * I, nb, cs, col, ld);
         MapM<T>(dw_acc + g * Mg * K, K, Mg).noalias() += MapCM<T>(col, ld, K).transpose() * dY;
