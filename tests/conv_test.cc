@@ -244,6 +244,10 @@ TEST(ConvGrad, MatchesCentralDifferencesOfConv) {
       EXPECT_LT(max_rel_diff(g[0], numeric_gradient(conv, {x, w, b}, 0, dy)), 1e-8) << c.name << " dX";
       EXPECT_LT(max_rel_diff(g[1], numeric_gradient(conv, {x, w, b}, 1, dy)), 1e-8) << c.name << " dW";
       EXPECT_LT(max_rel_diff(g[2], numeric_gradient(conv, {x, w, b}, 2, dy)), 1e-8) << c.name << " dB";
+      // The f32 kernels (their own vectorised paths) agree with the checked f64 ones.
+      auto g32 = run_node_ex("ConvGrad", {to_f32(dy), to_f32(x), to_f32(w)}, at, {true, true, true}, threads, 17,
+                             "ai.graphrun");
+      for (int i = 0; i < 3; ++i) EXPECT_LT(max_rel_diff(g32[i], g[i]), 1e-5) << c.name << " f32 output " << i;
     }
   }
 }

@@ -8,6 +8,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "runtime/kernel.h"
 #include "runtime/kernels/cpu/window.h"
@@ -121,9 +122,55 @@ void im2col(const T* x, int64_t image_stride, int64_t nb, const ConvShape& cs, T
         }
 }
 
+#ifdef __AVX512F__
+// col2im_add for float rows whose whole window span fits one register (stride 1 along the row,
+// out + (k - 1) * d <= 16; LeNet's conv2: 9 + 4): each input row is loaded and stored once and the
+// kernel columns' contributions are added to it as lane-shifted masked loads, instead of one
+// read-modify-write of the row per kernel column. Lane j of the register is input pixel j - pad.
+// Masked-off lanes may address memory outside the buffers: AVX-512 suppresses their faults.
+bool col2im_add_rows(const float* col, int64_t ld, const ConvShape& cs, float* x, int64_t image_stride, int64_t nb) {
+  const Window& w = cs.w;
+  const int64_t OW = w.out[2], KW = w.k[2], d = w.d[2], pb = w.pb[2], IW = w.in[2];
+  if (w.s[2] != 1 || OW + (KW - 1) * d > 16) return false;
+  const int64_t OHW = w.out[1] * OW, P = cs.P();
+  uint32_t span = 0;  // lanes that are real input pixels
+  for (int64_t j = 0; j < 16; ++j)
+    if (j - pb >= 0 && j - pb < IW && j < OW + (KW - 1) * d) span |= 1u << j;
+  const __mmask16 xmask = static_cast<__mmask16>(span), first = static_cast<__mmask16>((1u << OW) - 1);
+  for (int64_t c = 0; c < cs.Cg(); ++c)
+    for (int64_t kd = 0; kd < w.k[0]; ++kd)
+      for (int64_t kh = 0; kh < w.k[1]; ++kh) {
+        const int64_t k0 = ((c * w.k[0] + kd) * w.k[1] + kh) * KW;
+        for (int64_t b = 0; b < nb; ++b) {
+          float* xc = x + b * image_stride + c * cs.I();
+          const float* src = col + k0 * ld + b * P;
+          for (int64_t od = 0; od < w.out[0]; ++od) {
+            const int64_t id = od * w.s[0] - w.pb[0] + kd * w.d[0];
+            if (id < 0 || id >= w.in[0]) continue;
+            for (int64_t oh = 0; oh < w.out[1]; ++oh) {
+              const int64_t ih = oh * w.s[1] - w.pb[1] + kh * w.d[1];
+              if (ih < 0 || ih >= w.in[1]) continue;
+              float* xrow = xc + (id * w.in[1] + ih) * IW - pb;
+              const float* r = src + od * OHW + oh * OW;
+              __m512 acc = _mm512_maskz_loadu_ps(xmask, xrow);
+              for (int64_t kw = 0; kw < KW; ++kw, r += ld)
+                acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(static_cast<__mmask16>(first << (kw * d)), r - kw * d));
+              _mm512_mask_storeu_ps(xrow, xmask, acc);
+            }
+          }
+        }
+      }
+  return true;
+}
+#endif
+
 // The adjoint of im2col: adds each column entry back onto the input pixel it was read from.
 template <class T>
 void col2im_add(const T* col, int64_t ld, const ConvShape& cs, T* x, int64_t image_stride, int64_t nb) {
+#ifdef __AVX512F__
+  if constexpr (std::is_same_v<T, float>)
+    if (col2im_add_rows(col, ld, cs, x, image_stride, nb)) return;
+#endif
   const Window& w = cs.w;
   const int64_t OW = w.out[2], OHW = w.out[1] * w.out[2], P = cs.P();
   int64_t k = 0;
