@@ -80,12 +80,64 @@ inline void add_short<double>(double* __restrict dst, const double* __restrict s
 }
 #endif
 
+#ifdef __AVX512F__
+// im2col for float rows whose input span fits one register ((out - 1) * s + (k - 1) * d < 16; LeNet's
+// conv2: 8 + 4): each input row is loaded once (padding lanes load as zeros) and every kernel
+// column's pixels are permuted out of it, so the generic path's per-column range arithmetic and
+// zero fills go away. Lane j of the register is input pixel j - pad; masked-off lanes may address
+// memory outside the buffer: AVX-512 suppresses their faults.
+bool im2col_rows(const float* x, int64_t image_stride, int64_t nb, const ConvShape& cs, float* col, int64_t ld) {
+  const Window& w = cs.w;
+  const int64_t OW = w.out[2], KW = w.k[2], d = w.d[2], s = w.s[2], pb = w.pb[2], IW = w.in[2];
+  if ((OW - 1) * s + (KW - 1) * d >= 16) return false;
+  const int64_t OHW = w.out[1] * OW, P = cs.P();
+  uint32_t span = 0;  // lanes that are real input pixels
+  for (int64_t j = 0; j < 16; ++j)
+    if (j - pb >= 0 && j - pb < IW) span |= 1u << j;
+  const __mmask16 xmask = static_cast<__mmask16>(span), first = static_cast<__mmask16>((1u << OW) - 1);
+  __m512i pick[16];  // pick[kw]: lane ow takes lane ow * s + kw * d
+  for (int64_t kw = 0; kw < KW; ++kw) {
+    alignas(64) int32_t lanes[16];
+    for (int64_t i = 0; i < 16; ++i) lanes[i] = static_cast<int32_t>(std::min<int64_t>(i * s + kw * d, 15));
+    pick[kw] = _mm512_load_si512(lanes);
+  }
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t c = 0; c < cs.Cg(); ++c)
+    for (int64_t kd = 0; kd < w.k[0]; ++kd)
+      for (int64_t kh = 0; kh < w.k[1]; ++kh) {
+        const int64_t k0 = ((c * w.k[0] + kd) * w.k[1] + kh) * KW;
+        for (int64_t b = 0; b < nb; ++b) {
+          const float* xc = x + b * image_stride + c * cs.I();
+          float* dst = col + k0 * ld + b * P;
+          for (int64_t od = 0; od < w.out[0]; ++od) {
+            const int64_t id = od * w.s[0] - w.pb[0] + kd * w.d[0];
+            for (int64_t oh = 0; oh < w.out[1]; ++oh, dst += OW) {
+              const int64_t ih = oh * w.s[1] - w.pb[1] + kh * w.d[1];
+              if (id < 0 || id >= w.in[0] || ih < 0 || ih >= w.in[1]) {
+                for (int64_t kw = 0; kw < KW; ++kw) _mm512_mask_storeu_ps(dst + kw * ld, first, zero);
+                continue;
+              }
+              const __m512 v = _mm512_maskz_loadu_ps(xmask, xc + (id * w.in[1] + ih) * IW - pb);
+              for (int64_t kw = 0; kw < KW; ++kw)
+                _mm512_mask_storeu_ps(dst + kw * ld, first, _mm512_permutexvar_ps(pick[kw], v));
+            }
+          }
+        }
+      }
+  return true;
+}
+#endif
+
 // Writes the im2col matrix of `nb` images' group (Cg planes of I pixels each; image b starts at
 // x + b * image_stride) into `col`: element (image b, pixel p; tap k) at col[k * ld + b * P + p],
 // k running over (channel, kernel position). Images are the inner loop so that each row of `col`
 // is written front to back: written image by image, rows ld apart, the stores miss the cache.
 template <class T>
 void im2col(const T* x, int64_t image_stride, int64_t nb, const ConvShape& cs, T* col, int64_t ld) {
+#ifdef __AVX512F__
+  if constexpr (std::is_same_v<T, float>)
+    if (im2col_rows(x, image_stride, nb, cs, col, ld)) return;
+#endif
   const Window& w = cs.w;
   const int64_t OW = w.out[2], OHW = w.out[1] * w.out[2], P = cs.P();
   int64_t k = 0;
