@@ -313,13 +313,11 @@ void conv_forward(KernelContext& ctx, const ConvShape& cs, const T* x, const T* 
     for (int64_t g = 0; g < cs.group; ++g) {
       im2col(x + (n0 * C + g * Cg) * I, C * I, nb, cs, col, ld);
       if (B == 1) {
+        // Starting from the bias and adding the product passes over the output twice; "=" and
+        // then adding the bias would pass three times (Eigen zeroes the destination of "=").
         T* out = y + (n0 * M + g * Mg) * P;
-        MapM<T>(out, P, Mg).noalias() = MapCM<T>(col, P, K) * MapCM<T>(wt + g * Mg * K, K, Mg);
-        if (bias)
-          for (int64_t m = 0; m < Mg; ++m) {
-            const T bv = bias[g * Mg + m];
-            for (int64_t p = 0; p < P; ++p) out[m * P + p] += bv;
-          }
+        for (int64_t m = 0; m < Mg; ++m) std::fill(out + m * P, out + (m + 1) * P, bias ? bias[g * Mg + m] : T(0));
+        MapM<T>(out, P, Mg).noalias() += MapCM<T>(col, P, K) * MapCM<T>(wt + g * Mg * K, K, Mg);
         continue;
       }
       MapM<T>(yc, ld, Mg).noalias() = MapCM<T>(col, ld, K) * MapCM<T>(wt + g * Mg * K, K, Mg);
