@@ -114,7 +114,8 @@ Axes conv_transpose_axes(const ConvCase& c) {
     if (!c.output_shape.empty() || same) {
       a.out[j] = c.output_shape.empty() ? a.in[j] * a.s[j] : c.output_shape[i];
       const int64_t total = full - a.out[j];
-      a.pb[j] = c.auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      const int64_t half = static_cast<int64_t>(std::floor(total / 2.0));  // the spec's Python "//"
+      a.pb[j] = c.auto_pad == "SAME_UPPER" ? half : total - half;
       a.pe[j] = total - a.pb[j];
     } else {
       if (c.auto_pad != "VALID" && !c.pads.empty()) a.pb[j] = c.pads[i], a.pe[j] = c.pads[i + nd];
@@ -202,6 +203,8 @@ TEST_P(ConvForward, ConvTransposeMatchesScatterDefinition) {
       {"dilations", {1, 2, 4, 4}, {2, 3, 3, 3}, 1, {2, 1}, {0, 1, 1, 0}, {2, 2}},
       {"group", {2, 4, 3, 3}, {4, 3, 3, 3}, 2, {2, 2}},
       {"output_shape", {1, 2, 3, 3}, {2, 2, 3, 3}, 1, {2, 2}, {}, {}, "", false, {}, {8, 7}},
+      {"output_shape_beyond_full", {1, 1, 3, 3}, {1, 2, 3, 3}, 1, {3, 2}, {}, {}, "", false, {}, {10, 8}},
+      {"output_shape_same_upper", {1, 1, 3, 3}, {1, 2, 3, 3}, 1, {3, 2}, {}, {}, "SAME_UPPER", false, {}, {11, 9}},
       {"same_upper", {1, 2, 3, 3}, {2, 1, 3, 3}, 1, {2, 2}, {}, {}, "SAME_UPPER"},
       {"same_lower", {1, 2, 3, 3}, {2, 1, 3, 3}, 1, {2, 2}, {}, {}, "SAME_LOWER"},
       {"conv1d", {2, 2, 5}, {2, 3, 3}, 1, {3}, {1, 1}},

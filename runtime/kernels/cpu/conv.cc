@@ -464,9 +464,11 @@ ConvShape conv_transpose_shape(const Node& n, const Tensor& x, const Tensor& w) 
     const bool same = a.auto_pad == "SAME_UPPER" || a.auto_pad == "SAME_LOWER";
     if (!out_shape.empty() || same) {
       out = out_shape.empty() ? in * s : out_shape[i];
-      const int64_t total = full - out;
-      if (a.auto_pad == "SAME_UPPER") pb = total / 2, pe = total - total / 2;
-      else pb = total - total / 2, pe = total / 2;
+      // The spec's total/2 is Python's floor division: an output larger than the full one (negative
+      // total padding, as output_shape may ask) grows at the end for NOTSET and SAME_LOWER.
+      const int64_t total = full - out, half = total >= 0 ? total / 2 : -((1 - total) / 2);
+      if (a.auto_pad == "SAME_UPPER") pb = half, pe = total - half;
+      else pb = total - half, pe = half;
     } else {
       if (a.auto_pad == "VALID") pb = pe = 0;
       out = full - pb - pe;
