@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "runtime/kernel.h"
 #include "runtime/kernels/cpu/window.h"
@@ -12,15 +13,17 @@ namespace {
 
 Shape spatial(const Shape& s) { return Shape(s.begin() + 2, s.end()); }
 
-void check_pool_input(const Tensor& x) {
+void check_pool_input(const Tensor& x, bool allow_int8 = false) {
   GR_CHECK(x.rank() >= 3 && x.rank() <= 5,
            "X must have rank 3 to 5 (N, C, 1-3 spatial axes), got " << shape_str(x.shape()));
-  GR_CHECK(x.dtype() == DType::F32 || x.dtype() == DType::F64, "X must be f32 or f64, got " << dtype_name(x.dtype()));
+  const bool int8 = x.dtype() == DType::U8 || x.dtype() == DType::I8;
+  GR_CHECK(x.dtype() == DType::F32 || x.dtype() == DType::F64 || (allow_int8 && int8),
+           "X must be f32 or f64" << (allow_int8 ? " (or u8/i8)" : "") << ", got " << dtype_name(x.dtype()));
 }
 
 // The window of a MaxPool/AveragePool node over X.
 Window pool_window(const Node& n, const Tensor& x, bool is_max) {
-  check_pool_input(x);
+  check_pool_input(x, is_max);
   GR_CHECK(n.has_attr("kernel_shape"), "the kernel_shape attribute is required");
   return forward_window(n, spatial(x.shape()), n.attr_ints("kernel_shape"), n.attr_i("ceil_mode", 0) != 0);
 }
@@ -121,7 +124,9 @@ void max_pool_kernel(KernelContext& ctx) {
     const T* xin = xp + p * I;
     T* yo = y + p * P;
     int64_t* arg = args + p * P;  // argmax within the plane, -1 while none
-    for (int64_t o = 0; o < P; ++o) yo[o] = -std::numeric_limits<T>::infinity(), arg[o] = -1;
+    constexpr T kLowest = std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
+                                                               : std::numeric_limits<T>::lowest();
+    for (int64_t o = 0; o < P; ++o) yo[o] = kLowest, arg[o] = -1;
     const int64_t s = w.s[2];
     for_each_window_row(w, taps, [&](int64_t o_row, int64_t in_row, int64_t lo, int64_t hi, int64_t off) {
       T* best = yo + o_row;
@@ -130,7 +135,9 @@ void max_pool_kernel(KernelContext& ctx) {
       for (int64_t ow = lo; ow < hi; ++ow) {
         const T v = in[ow * s];
         // NaN propagates, as in PyTorch's max pooling.
-        if (v > best[ow] || std::isnan(v) || at[ow] < 0) best[ow] = v, at[ow] = in_row + off + ow * s;
+        bool nan = false;
+        if constexpr (std::is_floating_point_v<T>) nan = std::isnan(v);
+        if (v > best[ow] || nan || at[ow] < 0) best[ow] = v, at[ow] = in_row + off + ow * s;
       }
     });
     if (idx)
@@ -259,7 +266,13 @@ void by_float(KernelContext& ctx) {
 }  // namespace
 
 void register_pool_kernels(KernelTable& t) {
-  t.add("MaxPool", by_float<0, max_pool_kernel<float>, max_pool_kernel<double>>);
+  t.add("MaxPool", [](KernelContext& ctx) {
+    switch (ctx.input(0).dtype()) {  // opset 12 adds u8/i8
+      case DType::U8: return max_pool_kernel<uint8_t>(ctx);
+      case DType::I8: return max_pool_kernel<int8_t>(ctx);
+      default: return by_float<0, max_pool_kernel<float>, max_pool_kernel<double>>(ctx);
+    }
+  });
   t.add("AveragePool", by_float<0, average_pool_kernel<float>, average_pool_kernel<double>>);
   t.add("GlobalAveragePool", by_float<0, global_pool_kernel<float, false>, global_pool_kernel<double, false>>);
   t.add("GlobalMaxPool", by_float<0, global_pool_kernel<float, true>, global_pool_kernel<double, true>>);
