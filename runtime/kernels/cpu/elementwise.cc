@@ -111,19 +111,15 @@ template <Arith K> void arith_kernel(KernelContext& ctx) {
   });
 }
 
-// Sum, Mean, Max, Min over one or more inputs, all broadcast together.
-template <Arith K, bool kMean> void variadic_kernel(KernelContext& ctx) {
-  const int n = ctx.num_inputs();
-  GR_CHECK(n >= 1, op_name(ctx) << ": needs at least one input");
-  std::vector<const Shape*> shapes;
-  for (int i = 0; i < n; ++i) {
-    check_same_dtype(ctx, ctx.input(0), ctx.input(i));
-    shapes.push_back(&ctx.input(i).shape());
-  }
-  Shape out = broadcast_shapes(shapes, op_name(ctx));
-  const Tensor& x0 = ctx.input(0);
-  Tensor& y = ctx.output(0, out, x0.dtype());
-  if (y.numel() == 0) return;
+float half_to_float(uint16_t h);
+uint16_t float_to_half(float f);
+
+// Sum, Mean, Max, Min over one or more inputs, all broadcast together; y has the broadcast shape.
+template <Arith K, bool kMean>
+void variadic_into(const KernelContext& ctx, const std::vector<const Tensor*>& xs, Tensor& y) {
+  const int n = static_cast<int>(xs.size());
+  const Shape& out = y.shape();
+  const Tensor& x0 = *xs[0];
   auto body = [&](auto tag) {
     using T = decltype(tag);
     with_arith<T>(K, [&](auto op) {
@@ -131,12 +127,12 @@ template <Arith K, bool kMean> void variadic_kernel(KernelContext& ctx) {
         BroadcastPlan p = make_broadcast_plan({&x0.shape(), &x0.shape()}, out);
         binary_apply<T, T, T>(ctx, p, ptr<T>(x0), ptr<T>(x0), ptr<T>(y), [](T a, T) { return a; });
       } else {
-        const Tensor& x1 = ctx.input(1);
+        const Tensor& x1 = *xs[1];
         BroadcastPlan p = make_broadcast_plan({&x0.shape(), &x1.shape()}, out);
         binary_apply<T, T, T>(ctx, p, ptr<T>(x0), ptr<T>(x1), ptr<T>(y), op);
       }
       for (int i = 2; i < n; ++i) {
-        const Tensor& xi = ctx.input(i);
+        const Tensor& xi = *xs[i];
         BroadcastPlan p = make_broadcast_plan({&out, &xi.shape()}, out);
         binary_apply<T, T, T>(ctx, p, ptr<T>(y), ptr<T>(xi), ptr<T>(y), op);
       }
@@ -149,6 +145,37 @@ template <Arith K, bool kMean> void variadic_kernel(KernelContext& ctx) {
   };
   if constexpr (kMean) dispatch_float(x0.dtype(), op_name(ctx), body);
   else dispatch_numeric(x0.dtype(), op_name(ctx), body);
+}
+
+template <Arith K, bool kMean> void variadic_kernel(KernelContext& ctx) {
+  const int n = ctx.num_inputs();
+  GR_CHECK(n >= 1, op_name(ctx) << ": needs at least one input");
+  std::vector<const Shape*> shapes;
+  std::vector<const Tensor*> xs;
+  for (int i = 0; i < n; ++i) {
+    check_same_dtype(ctx, ctx.input(0), ctx.input(i));
+    shapes.push_back(&ctx.input(i).shape());
+    xs.push_back(&ctx.input(i));
+  }
+  Shape out = broadcast_shapes(shapes, op_name(ctx));
+  Tensor& y = ctx.output(0, out, xs[0]->dtype());
+  if (y.numel() == 0) return;
+  if (xs[0]->dtype() != DType::F16) {
+    variadic_into<K, kMean>(ctx, xs, y);
+    return;
+  }
+  // float16 (ONNX tests Max/Min in it): compute in float. Allocates; not a training-path type.
+  std::vector<Tensor> wide;
+  for (const Tensor* x : xs) {
+    Tensor w(DType::F32, x->shape());
+    for (int64_t i = 0; i < x->numel(); ++i) ptr<float>(w)[i] = half_to_float(ptr<uint16_t>(*x)[i]);
+    wide.push_back(w);
+  }
+  std::vector<const Tensor*> wp;
+  for (const Tensor& w : wide) wp.push_back(&w);
+  Tensor y32(DType::F32, out);
+  variadic_into<K, kMean>(ctx, wp, y32);
+  for (int64_t i = 0; i < y.numel(); ++i) ptr<uint16_t>(y)[i] = float_to_half(ptr<float>(y32)[i]);
 }
 
 void pow_kernel(KernelContext& ctx) {
@@ -387,11 +414,10 @@ float bf16_to_float(uint16_t h) {
   return f;
 }
 
-uint16_t float_to_bf16(float f) {  // round to nearest even; NaN stays NaN
+// Truncates (keeps the upper 16 bits), as ONNX 1.12's Cast reference and conformance data do.
+uint16_t float_to_bf16(float f) {
   uint32_t x;
   std::memcpy(&x, &f, 4);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
-  x += 0x7fffu + ((x >> 16) & 1u);
   return static_cast<uint16_t>(x >> 16);
 }
 
