@@ -402,6 +402,28 @@ void mod_kernel(KernelContext& ctx) {
   });
 }
 
+void bitshift_kernel(KernelContext& ctx) {
+  const Tensor &a = ctx.input(0), &b = ctx.input(1);
+  check_same_dtype(ctx, a, b);
+  const std::string dir = ctx.node().attr_s("direction", "");
+  GR_CHECK(dir == "LEFT" || dir == "RIGHT", "BitShift: direction must be LEFT or RIGHT, got '" << dir << "'");
+  auto body = [&](auto tag) {
+    using T = decltype(tag);
+    const int bits = static_cast<int>(sizeof(T) * 8);
+    if (dir == "LEFT")
+      binary<T, T, T>(ctx, a, b, a.dtype(), [bits](T x, T s) { return s >= static_cast<T>(bits) ? T(0) : static_cast<T>(x << s); });
+    else
+      binary<T, T, T>(ctx, a, b, a.dtype(), [bits](T x, T s) { return s >= static_cast<T>(bits) ? T(0) : static_cast<T>(x >> s); });
+  };
+  switch (a.dtype()) {
+    case DType::U8: body(uint8_t{}); break;
+    case DType::U16: body(uint16_t{}); break;
+    case DType::U32: body(uint32_t{}); break;
+    case DType::U64: body(uint64_t{}); break;
+    default: GR_FAIL("BitShift: element type " << dtype_name(a.dtype()) << " is not supported (unsigned ints)");
+  }
+}
+
 void not_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   check_bool(x, "Not");
@@ -647,6 +669,7 @@ void register_elementwise_kernels(KernelTable& t) {
   t.add("IsInf", isinf_kernel);
   t.add("PRelu", prelu_kernel);
   t.add("Mod", mod_kernel);
+  t.add("BitShift", bitshift_kernel);
 }
 
 }  // namespace graphrun::runtime::cpu
