@@ -4,6 +4,7 @@
 
 #include "graph/onnx_io.h"
 #include "graph/printer.h"
+#include "tools/backward_options.h"
 #include "tools/cli.h"
 
 namespace graphrun::cli {
@@ -13,20 +14,24 @@ namespace {
 // The options of `show`. Graph transforms (--backward, --devices) add theirs here and handle them
 // in graph_to_show.
 std::vector<Option> show_options() {
-  return {
+  std::vector<Option> r = {
       {"format", "FMT", "text (default) or dot (Graphviz)"},
       {"output", "FILE", "write to FILE instead of stdout (also -o FILE)"},
+      {"backward", "", "show forward + loss + backward (the graph `graphrun grad` writes)"},
   };
+  for (const auto& o : backward_options()) r.push_back(o);
+  return r;
 }
 
 const Command& show_command() {
   static const Command cmd{
       "show",
-      "graphrun show MODEL.onnx [--format text|dot] [-o FILE]",
+      "graphrun show MODEL.onnx [--format text|dot] [-o FILE] [--backward [--loss KIND] [--freeze NAMES]]",
       "Prints a model: its inputs, parameters, one node a line with dtypes and shapes, and its outputs.",
       show_options(),
       "examples:\n"
       "  graphrun show models/lenet.onnx\n"
+      "  graphrun show models/lenet.onnx --backward --freeze conv1.weight\n"
       "  graphrun show models/lenet.onnx --format dot -o lenet.dot && dot -Tsvg lenet.dot > lenet.svg"};
   return cmd;
 }
@@ -34,6 +39,7 @@ const Command& show_command() {
 // The graph to print: the model as loaded, or what the transform options make of it. Each transform
 // is a Graph -> Graph step applied here, in order (e.g. --backward, then --devices).
 Graph graph_to_show(const Args& args, Graph g) {
+  if (args.has("backward")) g = build_backward_graph(g, parse_backward_options(args));
   // Values a transform added get their dtypes and shapes for printing.
   infer_shapes(g);
   return g;
@@ -54,6 +60,10 @@ int cmd_show(const std::vector<std::string>& argv) {
   const std::string format = args.get("format", "text");
   if (format != "text" && format != "dot")
     throw Error(args.usage_error("--format must be text or dot, got '" + format + "'"));
+
+  for (const char* o : {"loss", "freeze", "loss-output"})
+    if (args.has(o) && !args.has("backward")) throw Error(args.usage_error("--" + std::string(o) + " needs --backward"));
+  if (args.has("backward")) parse_backward_options(args);  // bad values fail before the model loads
 
   Graph g = graph_to_show(args, load_onnx(args.positional()[0]));
   const std::string text = format == "dot" ? print_dot(g) : print_text(g);
