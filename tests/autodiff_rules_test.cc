@@ -54,6 +54,68 @@ TEST(GradRules, UnaryActivations) {
   }
 }
 
+TEST(GradRules, MoreUnaryFunctions) {
+  struct Case { const char* op; double lo, hi; std::map<std::string, A> attrs; };
+  std::vector<Case> cases = {
+      {"Sin", -2, 2, {}},       {"Cos", -2, 2, {}},        {"Tan", -1, 1, {}},
+      {"Asin", -0.8, 0.8, {}},  {"Acos", -0.8, 0.8, {}},   {"Atan", -2, 2, {}},
+      {"Sinh", -2, 2, {}},      {"Cosh", -2, 2, {}},       {"Asinh", -2, 2, {}},
+      {"Acosh", 1.2, 3, {}},    {"Atanh", -0.8, 0.8, {}},  {"Softsign", -2, 2, {}},
+      {"HardSigmoid", -4, 4, {{"alpha", A::Float(0.3f)}, {"beta", A::Float(0.4f)}}},
+      {"HardSwish", -5, 5, {}}, {"Selu", -2, 2, {}},        {"Celu", -2, 2, {{"alpha", A::Float(1.5f)}}},
+      {"ThresholdedRelu", -2, 2, {{"alpha", A::Float(0.3f)}}}, {"Shrink", -2, 2, {{"lambd", A::Float(0.6f)}, {"bias", A::Float(0.2f)}}}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.op);
+    TestGraph t;
+    std::string x = t.param("x", {4, 6}, 11, c.lo, c.hi);
+    check_gradients(t, t.node(c.op, {x}, c.attrs));
+  }
+}
+
+TEST(GradRules, PReluWithBroadcastSlope) {
+  TestGraph t;
+  std::string x = t.param("x", {2, 3, 4}, 1);
+  std::string s = t.param("slope", {3, 1}, 2, 0.1, 0.5);
+  check_gradients(t, t.node("PRelu", {x, s}));
+}
+
+TEST(GradRules, MoreReductions) {
+  for (const char* op : {"ReduceMax", "ReduceMin", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSumExp", "ReduceLogSum"}) {
+    for (int keep = 0; keep < 2; ++keep) {
+      SCOPED_TRACE(std::string(op) + " keepdims " + std::to_string(keep));
+      TestGraph t;
+      std::string x = t.param("x", {2, 3, 4}, 1, 0.2, 1.5);
+      check_gradients(t, t.node(op, {x}, {{"axes", A::Ints({0, -1})}, {"keepdims", A::Int(keep)}}));
+      TestGraph all;
+      check_gradients(all, all.node(op, {all.param("x", {2, 3}, 2, 0.2, 1.5)}, {{"keepdims", A::Int(keep)}}));
+    }
+  }
+}
+
+TEST(GradRules, GlobalMaxPoolTrilTileCumSum) {
+  {
+    TestGraph t;
+    check_gradients(t, t.node("GlobalMaxPool", {t.param("x", {2, 3, 4, 5}, 1)}));
+  }
+  for (int upper = 0; upper < 2; ++upper) {
+    TestGraph t;
+    t.g.initializers["k"] = Tensor::scalar<int64_t>(1);
+    check_gradients(t, t.node("Trilu", {t.param("x", {2, 4, 5}, 1), "k"}, {{"upper", A::Int(upper)}}));
+  }
+  {
+    TestGraph t;
+    t.g.initializers["reps"] = i64s({2, 1, 3});
+    check_gradients(t, t.node("Tile", {t.param("x", {2, 3, 2}, 1), "reps"}));
+  }
+  for (int rev = 0; rev < 2; ++rev)
+    for (int excl = 0; excl < 2; ++excl) {
+      TestGraph t;
+      t.g.initializers["axis"] = Tensor::scalar<int64_t>(1);
+      check_gradients(t, t.node("CumSum", {t.param("x", {3, 5}, 1), "axis"},
+                                {{"reverse", A::Int(rev)}, {"exclusive", A::Int(excl)}}));
+    }
+}
+
 TEST(GradRules, ClipWithMinMaxInputs) {
   TestGraph t;
   std::string x = t.param("x", {4, 5}, 7, -2, 2);
