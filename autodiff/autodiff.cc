@@ -1,18 +1,29 @@
-// Autodiff entry points (placeholder until the backward builder lands).
+// Autodiff entry points shared by losses and the backward builder: which initializers are trainable.
 #include "autodiff/autodiff.h"
+
+#include <unordered_set>
 
 namespace graphrun::autodiff {
 
 std::vector<std::string> trainable_params(const Graph& g, const std::set<std::string>& freeze) {
+  // BatchNormalization's running mean and variance are state the forward pass updates, not parameters.
+  std::unordered_set<std::string> state;
+  for (const Node& n : g.nodes)
+    if (n.op_type == "BatchNormalization")
+      for (size_t i = 3; i < 5 && i < n.inputs.size(); ++i) state.insert(n.inputs[i]);
   std::vector<std::string> r;
-  for (const auto& f : freeze)
-    GR_CHECK(g.initializers.count(f), "--freeze: no parameter named '" << f << "'");
   for (const auto& [name, t] : g.initializers)
-    if (dtype_is_float(t.dtype()) && !freeze.count(name)) r.push_back(name);
-  return r;
+    if (dtype_is_float(t.dtype()) && !state.count(name)) r.push_back(name);
+  for (const auto& f : freeze) {
+    if (g.initializers.count(f)) continue;
+    std::string names;
+    for (const auto& p : r) names += (names.empty() ? "" : ", ") + p;
+    GR_FAIL("--freeze: no parameter named '" << f << "' (parameters: " << names << ")");
+  }
+  std::vector<std::string> kept;
+  for (const auto& p : r)
+    if (!freeze.count(p)) kept.push_back(p);
+  return kept;
 }
-
-Graph attach_loss(const Graph&, const LossOptions&) { GR_FAIL("attach_loss: not implemented yet"); }
-Graph backward(const Graph&, const BackwardOptions&) { GR_FAIL("backward: not implemented yet"); }
 
 }  // namespace graphrun::autodiff

@@ -256,7 +256,8 @@ void Executor::validate_inputs(const std::map<std::string, Tensor>& inputs) cons
     bool ok = static_cast<int>(vi->shape.size()) == t.rank();
     for (int d = 0; ok && d < t.rank(); ++d)
       if (vi->shape[d].known() && vi->shape[d].size != t.dim(d)) ok = false;
-    GR_CHECK(ok, "input '" << name << "' must have shape " << vi->str() << ", got " << shape_str(t.shape()));
+    GR_CHECK(ok, "input '" << name << "' must have shape " << vi->str().substr(std::strlen(dtype_name(vi->dtype)))
+                             << ", got " << shape_str(t.shape()));
   }
   for (const auto& [name, _] : inputs)
     GR_CHECK(graph_.is_input(name), "'" << name << "' is not an input of graph '" << graph_.name << "'");

@@ -1,5 +1,8 @@
-// Executor: planning, memory reuse, state updates, input validation, unsupported ops.
+// Executor: planning, memory reuse, state updates, input validation, errors naming nodes.
+// Uses a private kernel table so it tests the executor alone, not the CPU kernels.
 #include <gtest/gtest.h>
+
+#include <cstring>
 
 #include "runtime/executor.h"
 #include "tests/test_util.h"
@@ -7,15 +10,86 @@
 namespace graphrun {
 namespace {
 
+using runtime::Executor;
+using runtime::ExecOptions;
+using runtime::KernelContext;
+using runtime::KernelTable;
+
+// out = in + 1 (f32), using a scratch buffer so scratch planning is exercised too.
+void add_one(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  float* tmp = static_cast<float*>(ctx.scratch(x.nbytes()));
+  for (int64_t i = 0; i < x.numel(); ++i) tmp[i] = x.data<float>()[i] + 1.f;
+  Tensor& y = ctx.output(0, x.shape(), DType::F32);
+  std::memcpy(y.data<float>(), tmp, x.nbytes());
+}
+
+// out = a + b (same shape)
+void add(KernelContext& ctx) {
+  const Tensor& a = ctx.input(0);
+  const Tensor& b = ctx.input(1);
+  GR_CHECK(a.shape() == b.shape(), "shapes differ");
+  Tensor& y = ctx.output(0, a.shape(), DType::F32);
+  for (int64_t i = 0; i < a.numel(); ++i) y.data<float>()[i] = a.data<float>()[i] + b.data<float>()[i];
+}
+
+void fails(KernelContext&) { GR_FAIL("bad attribute"); }
+
+const KernelTable& test_table() {
+  static KernelTable t = [] {
+    KernelTable k;
+    k.add("AddOne", add_one);
+    k.add("Add", add);
+    k.add("Fails", fails);
+    return k;
+  }();
+  return t;
+}
+
+Node node(const std::string& name, const std::string& op, std::vector<std::string> in, std::vector<std::string> out) {
+  Node n;
+  n.name = name;
+  n.op_type = op;
+  n.inputs = std::move(in);
+  n.outputs = std::move(out);
+  return n;
+}
+
+// x -> a1 -> a2 -> ... -> a{n}: a chain where each intermediate dies right after use.
+Graph chain(int n) {
+  Graph g;
+  g.opsets[""] = 17;
+  g.inputs = {"x"};
+  ValueInfo vi;
+  vi.dtype = DType::F32;
+  vi.has_shape = true;
+  vi.shape = {Dim(std::string("N")), Dim(64)};
+  g.values["x"] = vi;
+  std::string prev = "x";
+  for (int i = 1; i <= n; ++i) {
+    std::string v = "a" + std::to_string(i);
+    g.nodes.push_back(node("n" + std::to_string(i), "AddOne", {prev}, {v}));
+    prev = v;
+  }
+  g.outputs = {prev};
+  return g;
+}
+
+ExecOptions opts() {
+  ExecOptions o;
+  o.kernels = &test_table();
+  return o;
+}
+
 TEST(Executor, ReportsEveryUnsupportedOpWithNodeNames) {
   Graph g;
   g.opsets[""] = 17;
   g.inputs = {"x"};
   g.outputs = {"z"};
-  g.nodes.push_back(Node{"a", "FancyOp", "", {"x"}, {"y"}, {}});
-  g.nodes.push_back(Node{"b", "OtherOp", "", {"y"}, {"z"}, {}});
+  g.nodes.push_back(node("a", "FancyOp", {"x"}, {"y"}));
+  g.nodes.push_back(node("b", "OtherOp", {"y"}, {"z"}));
   try {
-    runtime::Executor ex(g);
+    Executor ex(g);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     std::string m = e.what();
@@ -23,6 +97,104 @@ TEST(Executor, ReportsEveryUnsupportedOpWithNodeNames) {
     EXPECT_NE(m.find("'a'"), std::string::npos) << m;
     EXPECT_NE(m.find("OtherOp"), std::string::npos) << m;
     EXPECT_NE(m.find("'b'"), std::string::npos) << m;
+  }
+}
+
+TEST(Executor, ChainComputesAndReusesMemory) {
+  Executor ex(chain(10), opts());
+  Tensor x = testing::random_tensor({8, 64}, 1);
+  auto out = ex.run({{"x", x}});
+  const Tensor& y = out.at("a10");
+  for (int64_t i = 0; i < x.numel(); ++i) EXPECT_FLOAT_EQ(y.data<float>()[i], x.data<float>()[i] + 10.f);
+  auto st = ex.plan_stats();
+  // 10 values and 10 scratch buffers of 2 KiB; at most two values and one scratch are alive at once.
+  EXPECT_EQ(st.values, 10);
+  EXPECT_EQ(st.intermediate_bytes, 20u * 8 * 64 * 4);
+  EXPECT_LE(st.arena_bytes, 3u * 8 * 64 * 4);
+}
+
+TEST(Executor, SteadyStateReusesThePlannedBuffers) {
+  Executor ex(chain(4), opts());
+  Tensor x = testing::random_tensor({8, 64}, 2);
+  ex.run({{"x", x}});  // planning run
+  auto second = ex.run({{"x", x}});
+  const void* p = second.at("a4").raw();
+  auto third = ex.run({{"x", x}});
+  EXPECT_EQ(third.at("a4").raw(), p);
+  EXPECT_EQ(testing::max_abs_diff(second.at("a4"), third.at("a4")), 0.0);
+}
+
+TEST(Executor, NewInputShapeGetsItsOwnPlan) {
+  Executor ex(chain(3), opts());
+  auto a = ex.run({{"x", testing::random_tensor({8, 64}, 3)}});
+  EXPECT_EQ(a.at("a3").shape(), (Shape{8, 64}));
+  Tensor x2 = testing::random_tensor({3, 64}, 4);
+  auto b = ex.run({{"x", x2}});
+  ASSERT_EQ(b.at("a3").shape(), (Shape{3, 64}));
+  b = ex.run({{"x", x2}});
+  EXPECT_FLOAT_EQ(b.at("a3").data<float>()[5], x2.data<float>()[5] + 3.f);
+}
+
+TEST(Executor, StateUpdatesPersistAcrossRuns) {
+  Graph g;
+  g.opsets[""] = 17;
+  g.inputs = {"x"};
+  g.initializers["w"] = Tensor::from_vector<float>({2}, {1.f, 2.f});
+  g.nodes.push_back(node("inc", "AddOne", {"w"}, {"w_new"}));
+  g.nodes.push_back(node("use", "Add", {"x", "w"}, {"y"}));
+  g.outputs = {"y"};
+  ExecOptions o = opts();
+  o.state_updates = {{"w_new", "w"}};
+  Executor ex(g, o);
+  Tensor x = Tensor::from_vector<float>({2}, {0.f, 0.f});
+  for (int step = 0; step < 3; ++step) {
+    auto out = ex.run({{"x", x}});
+    // y reads w before this step's update.
+    EXPECT_FLOAT_EQ(out.at("y").data<float>()[0], 1.f + step);
+  }
+  EXPECT_FLOAT_EQ(ex.state("w").data<float>()[0], 4.f);
+  EXPECT_FLOAT_EQ(ex.state("w").data<float>()[1], 5.f);
+}
+
+TEST(Executor, RejectsMissingWrongAndUnknownInputs) {
+  Executor ex(chain(2), opts());
+  auto msg = [&](const std::map<std::string, Tensor>& in) {
+    try {
+      ex.run(in);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(msg({}).find("missing input 'x'"), std::string::npos);
+  EXPECT_NE(msg({{"x", testing::random_tensor({8, 63}, 1)}}).find("shape [N,64]"), std::string::npos);
+  EXPECT_NE(msg({{"x", testing::random_int_tensor({8, 64}, 1, 0, 3)}}).find("must be f32"), std::string::npos);
+  EXPECT_NE(msg({{"x", testing::random_tensor({8, 64}, 1)}, {"z", Tensor()}}).find("'z' is not an input"),
+            std::string::npos);
+}
+
+TEST(Executor, KernelErrorsNameTheNode) {
+  Graph g = chain(1);
+  g.nodes.push_back(node("broken", "Fails", {"a1"}, {"b"}));
+  g.outputs = {"b"};
+  Executor ex(g, opts());
+  try {
+    ex.run({{"x", testing::random_tensor({2, 64}, 1)}});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "node 'broken' (Fails): bad attribute");
+  }
+}
+
+TEST(Executor, FetchesIntermediateValues) {
+  ExecOptions o = opts();
+  o.fetch = {"a1", "a3"};
+  Executor ex(chain(3), o);
+  Tensor x = testing::random_tensor({2, 64}, 5);
+  for (int i = 0; i < 2; ++i) {
+    auto out = ex.run({{"x", x}});
+    EXPECT_FLOAT_EQ(out.at("a1").data<float>()[7], x.data<float>()[7] + 1.f);
+    EXPECT_FLOAT_EQ(out.at("a3").data<float>()[7], x.data<float>()[7] + 3.f);
   }
 }
 

@@ -1,12 +1,64 @@
-// graphrun grad (placeholder until implemented).
+// graphrun grad: writes the model's forward + loss + backward graph as an ONNX model whose outputs are
+// the loss and one <parameter>_grad per trainable parameter.
 #include <iostream>
 
+#include "graph/onnx_io.h"
+#include "tools/backward_options.h"
 #include "tools/cli.h"
 
 namespace graphrun::cli {
 
+namespace {
+
+const Command& grad_command() {
+  static const Command cmd = [] {
+    Command c{"grad",
+              "graphrun grad MODEL.onnx [-o OUT.onnx] [--loss cross-entropy|mse] [--freeze NAMES] [--loss-output NAME]",
+              "Writes forward + loss + backward as one ONNX model: its inputs are the model's inputs plus 'labels',\n"
+              "its outputs the model's outputs, 'loss' (scalar, mean over the batch) and one '<parameter>_grad'\n"
+              "per trainable parameter (every float initializer but --freeze'd ones and BatchNorm statistics).",
+              {{"output", "FILE", "where to write the model (also -o FILE; default: MODEL.grad.onnx here)"}},
+              "The gradient model passes onnx.checker (full check) and runs with graphrun run; graphrun's own\n"
+              "ops (ConvGrad, MaxPoolGrad, ...) are in the domain ai.graphrun, see docs/ops.md.\n"
+              "\n"
+              "examples:\n"
+              "  graphrun grad models/lenet.onnx -o lenet.grad.onnx\n"
+              "  graphrun grad models/resnet18.onnx --freeze conv1.weight -o r.grad.onnx\n"
+              "  graphrun run lenet.grad.onnx --input image=x.npy --input labels=y.npy --output-dir g/"};
+    for (const auto& o : backward_options()) c.options.push_back(o);
+    return c;
+  }();
+  return cmd;
+}
+
+std::string default_output(const std::string& model) {
+  std::string base = model.substr(model.find_last_of('/') == std::string::npos ? 0 : model.find_last_of('/') + 1);
+  if (base.size() > 5 && base.compare(base.size() - 5, 5, ".onnx") == 0) base.resize(base.size() - 5);
+  return base + ".grad.onnx";
+}
+
+}  // namespace
+
 int cmd_grad(const std::vector<std::string>& argv) {
-  throw Error("'graphrun grad' is not implemented yet");
+  const Command& cmd = grad_command();
+  Args args(cmd, argv);
+  if (args.help()) {
+    std::cout << cmd.help();
+    return 0;
+  }
+  if (args.positional().size() != 1)
+    throw Error(args.usage_error(args.positional().empty() ? "no model given"
+                                                           : "expected one model file, got " +
+                                                                 std::to_string(args.positional().size())));
+  const std::string model = args.positional()[0];
+  const BackwardRequest req = parse_backward_options(args);
+  Graph g = build_backward_graph(load_onnx(model), req);
+  const std::string out = args.get("output", default_output(model));
+  save_onnx(g, out, true);
+  int grads = 0;
+  for (const auto& o : g.outputs) grads += o.size() > 5 && o.compare(o.size() - 5, 5, "_grad") == 0;
+  std::cout << "wrote " << out << ": " << g.nodes.size() << " nodes; outputs loss and " << grads << " gradients\n";
+  return 0;
 }
 
 }  // namespace graphrun::cli

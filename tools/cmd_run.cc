@@ -1,12 +1,155 @@
-// graphrun run (placeholder until implemented).
+// graphrun run: runs a model forward on the CPU with inputs from .npy/.pb files; prints and saves its outputs.
+#include <filesystem>
 #include <iostream>
+#include <set>
 
+#include "graph/onnx_io.h"
+#include "graph/tensor_io.h"
+#include "runtime/executor.h"
 #include "tools/cli.h"
 
 namespace graphrun::cli {
 
+namespace {
+
+const Command& run_command() {
+  static const Command cmd{
+      "run",
+      "graphrun run MODEL.onnx --input NAME=FILE [--input NAME=FILE ...] [options]",
+      "Runs MODEL.onnx forward on the CPU and prints each output (name, dtype, shape, first values).",
+      {
+          {"input", "NAME=FILE", "a model input from a .npy or .pb file; repeat for each input "
+                                 "(a model with one input also takes --input FILE)", true},
+          {"output-dir", "DIR", "write each output to DIR/<output>.npy (created if missing)"},
+          {"threads", "N", "intra-op threads (default 1)"},
+      },
+      "Inputs must have the dtype the model declares and a shape that matches its known dimensions.\n"
+      "Output names are made safe as file names: characters other than letters, digits, '.', '-' and\n"
+      "'_' become '_'.\n"
+      "\nexample:\n  graphrun run models/lenet.onnx --input image=x.npy --output-dir out/   # writes out/logits.npy"};
+  return cmd;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string r;
+  for (const auto& s : v) r += (r.empty() ? "" : ", ") + s;
+  return r.empty() ? "none" : r;
+}
+
+// Pairs each --input with a model input: NAME=FILE, or a bare FILE when the model has one input.
+std::map<std::string, std::string> input_files(const Args& args, const Graph& g, const std::string& model) {
+  std::map<std::string, std::string> files;
+  for (const auto& spec : args.all("input")) {
+    std::string name, file;
+    auto eq = spec.find('=');
+    if (eq != std::string::npos && g.is_input(spec.substr(0, eq))) {
+      name = spec.substr(0, eq);
+      file = spec.substr(eq + 1);
+    } else if (eq != std::string::npos && !(g.inputs.size() == 1 && std::filesystem::exists(spec))) {
+      throw Error(args.usage_error("'" + spec.substr(0, eq) + "' is not an input of " + model +
+                                   " (its inputs: " + join(g.inputs) + ")"));
+    } else if (g.inputs.size() == 1) {
+      name = g.inputs[0];
+      file = spec;
+    } else {
+      throw Error(args.usage_error("--input " + spec + " needs a name: " + model + " has inputs " + join(g.inputs) +
+                                   "; write --input NAME=FILE"));
+    }
+    if (file.empty()) throw Error(args.usage_error("--input " + spec + " names no file"));
+    if (files.count(name)) throw Error(args.usage_error("input '" + name + "' given twice"));
+    files[name] = file;
+  }
+  std::vector<std::string> missing;
+  for (const auto& in : g.inputs)
+    if (!files.count(in)) missing.push_back(in);
+  if (!missing.empty())
+    throw Error(args.usage_error("missing input" + std::string(missing.size() > 1 ? "s " : " ") + join(missing) +
+                                 " of " + model + " (give --input NAME=FILE for each)"));
+  return files;
+}
+
+// The executor checks this too; checking here lets the message name the file.
+void check_input(const Graph& g, const std::string& name, const std::string& file, const Tensor& t) {
+  const ValueInfo* vi = g.info(name);
+  if (!vi) return;
+  bool ok = vi->dtype == DType::Undefined || vi->dtype == t.dtype();
+  if (ok && vi->has_shape) {
+    ok = static_cast<int>(vi->shape.size()) == t.rank();
+    for (int d = 0; ok && d < t.rank(); ++d) ok = !vi->shape[d].known() || vi->shape[d].size == t.dim(d);
+  }
+  GR_CHECK(ok, "input '" << name << "' from " << file << " is " << dtype_name(t.dtype()) << shape_str(t.shape())
+                         << ", but the model expects " << vi->str());
+}
+
+// An output name as a safe file name: "/fc2/Gemm_output_0" -> "_fc2_Gemm_output_0".
+std::string safe_file_name(const std::string& name) {
+  std::string r;
+  for (char c : name) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+              c == '.';
+    r += ok ? c : '_';
+  }
+  if (r.empty() || r[0] == '.') r = "_" + r;
+  return r;
+}
+
+}  // namespace
+
 int cmd_run(const std::vector<std::string>& argv) {
-  throw Error("'graphrun run' is not implemented yet");
+  const Command& cmd = run_command();
+  Args args(cmd, argv);
+  if (args.help()) {
+    std::cout << cmd.help();
+    return 0;
+  }
+  if (args.positional().size() != 1)
+    throw Error(args.usage_error(args.positional().empty() ? "no model given" : "expected one model file, got " +
+                                                                                    std::to_string(args.positional().size())));
+  const std::string model = args.positional()[0];
+  const int64_t threads = args.get_int("threads", 1);
+  if (threads < 1 || threads > 1024) throw Error(args.usage_error("--threads must be between 1 and 1024"));
+
+  Graph g = load_onnx(model);
+  std::map<std::string, std::string> files = input_files(args, g, model);
+  std::map<std::string, Tensor> feeds;
+  for (const auto& [name, file] : files) {
+    Tensor t = read_tensor_file(file);
+    check_input(g, name, file, t);
+    feeds[name] = std::move(t);
+  }
+
+  runtime::ExecOptions opts;
+  opts.threads = static_cast<int>(threads);
+  std::unique_ptr<runtime::Executor> ex;
+  try {
+    ex = std::make_unique<runtime::Executor>(g, opts);
+  } catch (const Error& e) {
+    GR_FAIL(model << ": " << e.what());
+  }
+  std::map<std::string, Tensor> out = ex->run(feeds);
+
+  std::string dir = args.get("output-dir");
+  if (!dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    GR_CHECK(!ec && std::filesystem::is_directory(dir), "--output-dir " << dir << ": cannot create the folder"
+                                                                         << (ec ? " (" + ec.message() + ")" : ""));
+  }
+  std::set<std::string> used;
+  for (const auto& name : g.outputs) {
+    const Tensor& t = out.at(name);
+    std::cout << name << ": " << t.str(6);
+    if (!dir.empty()) {
+      std::string base = safe_file_name(name), file = base;
+      for (int k = 2; used.count(file); ++k) file = base + "_" + std::to_string(k);
+      used.insert(file);
+      std::string path = (std::filesystem::path(dir) / (file + ".npy")).string();
+      write_npy(path, t);
+      std::cout << "  -> " << path;
+    }
+    std::cout << "\n";
+  }
+  return 0;
 }
 
 }  // namespace graphrun::cli

@@ -1,12 +1,125 @@
-// graphrun train (placeholder until implemented).
+// graphrun train: data-parallel training of an ONNX model on Fashion-MNIST (or any MNIST-format data).
+#include <cmath>
 #include <iostream>
+#include <thread>
 
+#include "graph/onnx_io.h"
+#include "runtime/trainer.h"
 #include "tools/cli.h"
 
 namespace graphrun::cli {
 
+namespace {
+
+const Command& train_command() {
+  static const Command cmd{
+      "train",
+      "graphrun train MODEL.onnx [--devices cpu:N] [--batch-size 256] [--lr 0.2] [--epochs 10] [options]",
+      "Trains a classifier data-parallel: the training graph is replicated once per device, gradients are summed\n"
+      "by AllReduce nodes, and every replica applies the same SGD update.",
+      {
+          {"devices", "LIST", "cpu:N (N CPU replicas), cpu:0,cpu:1, or cuda:0,1 (default: cpu:R, R = min(cores, 4))"},
+          {"gpus", "N", "train on N GPUs (cuda:0..N-1)"},
+          {"batch-size", "B", "global batch, split over the replicas (default 256)"},
+          {"lr", "RATE", "learning rate (default 0.2)"},
+          {"epochs", "E", "epochs (default 10)"},
+          {"momentum", "M", "SGD momentum (default 0)"},
+          {"weight-decay", "WD", "L2 weight decay, as torch.optim.SGD's (default 0)"},
+          {"nesterov", "", "Nesterov momentum (needs --momentum)"},
+          {"threads", "N", "intra-op threads per replica (default: cores / replicas, at least 1)"},
+          {"seed", "S", "seed of the data order and of dropout (default 0)"},
+          {"data", "DIR", "MNIST-format data: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]\n"
+                          "                            (default /usr/share/datasets/fashion-mnist)"},
+          {"save", "FILE", "write the trained model (same graph, trained weights) as ONNX"},
+          {"metrics", "FILE", "write one JSON object per epoch"},
+          {"loss", "NAME", "cross-entropy (default; the only loss for class labels)"},
+          {"max-steps", "N", "stop each epoch after N steps (for quick runs)"},
+      },
+      "The model takes images f32[N,1,28,28] (pixels / 255) and returns class scores f32[N,classes].\n"
+      "Output: a progress bar (on a terminal), one line per epoch, and `test acc: 0.84, 5.1 sec/epoch on [...]`;\n"
+      "sec/epoch counts the training steps only, like d2l's timer.\n"
+      "\n"
+      "examples:\n"
+      "  graphrun train models/lenet.onnx --devices cpu:2 --batch-size 256 --lr 0.2 --epochs 10\n"
+      "  graphrun train models/lenet.onnx --save lenet.trained.onnx --metrics run.jsonl"};
+  return cmd;
+}
+
+}  // namespace
+
 int cmd_train(const std::vector<std::string>& argv) {
-  throw Error("'graphrun train' is not implemented yet");
+  const Command& cmd = train_command();
+  Args args(cmd, argv);
+  if (args.help()) {
+    std::cout << cmd.help();
+    return 0;
+  }
+  if (args.positional().size() != 1)
+    throw Error(args.usage_error(args.positional().empty() ? "no model given"
+                                                           : "expected one model file, got " +
+                                                                 std::to_string(args.positional().size())));
+  auto bad = [&](const std::string& msg) { return Error(args.usage_error(msg)); };
+
+  runtime::TrainOptions o;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (args.has("gpus") && args.has("devices")) throw bad("give --gpus or --devices, not both");
+  std::vector<Device> devices;
+  if (args.has("gpus")) {
+    const int64_t n = args.get_int("gpus", 0);
+    if (n < 1 || n > 64) throw bad("--gpus must be between 1 and 64, got " + args.get("gpus"));
+    for (int i = 0; i < n; ++i) devices.push_back(Device{Device::Kind::CUDA, i});
+  } else if (args.has("devices")) {
+    try {
+      devices = runtime::parse_devices(args.get("devices"));
+    } catch (const Error& e) {
+      throw bad(std::string("--devices: ") + e.what());
+    }
+  } else {
+    for (int i = 0; i < std::min(cores, 4); ++i) devices.push_back(Device{Device::Kind::CPU, i});
+  }
+  o.pipeline.devices = devices;
+
+  o.batch_size = args.get_int("batch-size", 256);
+  if (o.batch_size < 1) throw bad("--batch-size must be at least 1, got " + args.get("batch-size"));
+  if (o.batch_size < static_cast<int64_t>(devices.size()))
+    throw bad("--batch-size " + std::to_string(o.batch_size) + " is smaller than the number of replicas (" +
+              std::to_string(devices.size()) + "): each replica needs at least one example");
+  o.lr = args.get_double("lr", 0.2);
+  if (!(o.lr > 0) || !std::isfinite(o.lr)) throw bad("--lr must be a positive number, got " + args.get("lr"));
+  const int64_t epochs = args.get_int("epochs", 10);
+  if (epochs < 1 || epochs > 100000) throw bad("--epochs must be at least 1, got " + args.get("epochs"));
+  o.epochs = static_cast<int>(epochs);
+  const double momentum = args.get_double("momentum", 0);
+  if (!(momentum >= 0 && momentum < 1)) throw bad("--momentum must be in [0, 1), got " + args.get("momentum"));
+  const double wd = args.get_double("weight-decay", 0);
+  if (!(wd >= 0) || !std::isfinite(wd)) throw bad("--weight-decay must be >= 0, got " + args.get("weight-decay"));
+  o.pipeline.optimizer.momentum = static_cast<float>(momentum);
+  o.pipeline.optimizer.weight_decay = static_cast<float>(wd);
+  o.pipeline.optimizer.nesterov = args.has("nesterov");
+  if (o.pipeline.optimizer.nesterov && momentum == 0) throw bad("--nesterov needs a --momentum above 0");
+  if (args.has("threads")) {
+    const int64_t t = args.get_int("threads", 1);
+    if (t < 1 || t > 1024) throw bad("--threads must be at least 1, got " + args.get("threads"));
+    o.threads = static_cast<int>(t);
+  }
+  const int64_t seed = args.get_int("seed", 0);
+  if (seed < 0) throw bad("--seed must be >= 0, got " + args.get("seed"));
+  o.seed = static_cast<uint64_t>(seed);
+  o.max_steps = args.get_int("max-steps", 0);
+  if (o.max_steps < 0) throw bad("--max-steps must be >= 0, got " + args.get("max-steps"));
+  const std::string loss = args.get("loss", "cross-entropy");
+  if (loss != "cross-entropy")
+    throw bad("--loss '" + loss + "': graphrun train supports cross-entropy (class labels) only");
+  o.data_dir = args.get("data", runtime::data::kDefaultDataDir);
+  o.save_path = args.get("save");
+  o.metrics_path = args.get("metrics");
+  o.log = &std::cout;
+  runtime::check_devices_available(devices);
+
+  Graph model = load_onnx(args.positional()[0]);
+  runtime::Trainer trainer(model, o);
+  trainer.fit();
+  return 0;
 }
 
 }  // namespace graphrun::cli

@@ -41,7 +41,10 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const graphrun::Error& e) {
     std::cout.flush();
-    std::cerr << "graphrun " << cmd << ": error: " << e.what() << "\n";
+    // Usage errors already start with "graphrun <cmd>: " (Args::usage_error); say it once.
+    std::string msg = e.what(), prefix = "graphrun " + cmd + ": ";
+    if (msg.rfind(prefix, 0) == 0) msg = msg.substr(prefix.size());
+    std::cerr << "graphrun " << cmd << ": error: " << msg << "\n";
     return 2;
   } catch (const std::bad_alloc&) {
     std::cerr << "graphrun " << cmd << ": error: out of memory\n";

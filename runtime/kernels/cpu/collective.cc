@@ -1,8 +1,56 @@
-// CPU kernels: collective family (placeholder until implemented).
+// CPU kernels: collective family. AllReduce (ai.graphrun, docs/ops.md) packs its bucket of
+// gradients into one buffer so the whole bucket costs one allreduce over the executor's communicator.
+#include <cstring>
+
+#include "runtime/comm/communicator.h"
 #include "runtime/kernel.h"
 
 namespace graphrun::runtime::cpu {
 
-void register_collective_kernels(KernelTable& t) {}
+namespace {
+
+void all_reduce(KernelContext& ctx) {
+  const Node& n = ctx.node();
+  std::string reduction = n.attr_s("reduction", "sum");
+  GR_CHECK(reduction == "sum", "reduction '" << reduction << "' is not supported (only \"sum\")");
+  GR_CHECK(ctx.num_inputs() == ctx.num_outputs(),
+           "has " << ctx.num_inputs() << " inputs but " << ctx.num_outputs() << " outputs (they pair up)");
+  int64_t total = 0;
+  for (int i = 0; i < ctx.num_inputs(); ++i) {
+    const Tensor& g = ctx.input(i);
+    GR_CHECK(g.dtype() == DType::F32, "input " << i << " is " << dtype_name(g.dtype()) << "; AllReduce sums f32");
+    total += g.numel();
+  }
+  // Without a communicator the node runs in a group of one (e.g. `graphrun run` on an exported
+  // device graph): the sum over one replica is the input itself.
+  Communicator* comm = ctx.comm();
+  if (!comm || comm->size() == 1) {
+    for (int i = 0; i < ctx.num_inputs(); ++i) {
+      const Tensor& g = ctx.input(i);
+      Tensor& r = ctx.output(i, g.shape(), DType::F32);
+      if (r.raw() != g.raw()) std::memcpy(r.raw(), g.raw(), g.nbytes());
+    }
+    return;
+  }
+  float* buf = static_cast<float*>(ctx.scratch(static_cast<size_t>(total) * sizeof(float)));
+  int64_t off = 0;
+  for (int i = 0; i < ctx.num_inputs(); ++i) {
+    const Tensor& g = ctx.input(i);
+    std::memcpy(buf + off, g.raw(), g.nbytes());
+    off += g.numel();
+  }
+  comm->allreduce_sum(buf, total);
+  off = 0;
+  for (int i = 0; i < ctx.num_inputs(); ++i) {
+    const Tensor& g = ctx.input(i);
+    Tensor& r = ctx.output(i, g.shape(), DType::F32);
+    std::memcpy(r.raw(), buf + off, g.nbytes());
+    off += g.numel();
+  }
+}
+
+}  // namespace
+
+void register_collective_kernels(KernelTable& t) { t.add(kGraphrunDomain, "AllReduce", all_reduce); }
 
 }  // namespace graphrun::runtime::cpu

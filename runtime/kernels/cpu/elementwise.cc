@@ -1,8 +1,489 @@
-// CPU kernels: elementwise family (placeholder until implemented).
-#include "runtime/kernel.h"
+// CPU kernels: elementwise family — broadcasting binary and variadic arithmetic, unary math,
+// comparisons and logic, Where, Clip and Cast. Templates so every float op also runs in double.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "runtime/kernels/cpu/math_common.h"
 
 namespace graphrun::runtime::cpu {
+namespace {
 
-void register_elementwise_kernels(KernelTable& t) {}
+const char* op_name(const KernelContext& ctx) { return ctx.node().op_type.c_str(); }
+
+// y = op(a, b) over a broadcast plan of (a, b); y is contiguous in the plan's output shape.
+template <class A, class B, class R, class Op>
+void binary_apply(const KernelContext& ctx, const BroadcastPlan& p, const A* pa, const B* pb, R* py, Op op) {
+  const int64_t inner = p.inner(), rows = p.rows();
+  const int64_t sa = p.strides[0].back(), sb = p.strides[1].back();
+  auto run = [&](const A* x, const B* z, R* o, int64_t n) {
+    if (sa && sb) {
+      for (int64_t i = 0; i < n; ++i) o[i] = op(x[i], z[i]);
+    } else if (sa) {
+      const B v = z[0];
+      for (int64_t i = 0; i < n; ++i) o[i] = op(x[i], v);
+    } else if (sb) {
+      const A v = x[0];
+      for (int64_t i = 0; i < n; ++i) o[i] = op(v, z[i]);
+    } else {
+      const R v = op(x[0], z[0]);
+      for (int64_t i = 0; i < n; ++i) o[i] = v;
+    }
+  };
+  const int th = threads_for(ctx, rows * inner);
+  if (rows == 1) {
+    if (th <= 1) {
+      run(pa, pb, py, inner);
+      return;
+    }
+#pragma omp parallel for num_threads(th) schedule(static)
+    for (int t = 0; t < th; ++t) {
+      int64_t b0 = inner * t / th, b1 = inner * (t + 1) / th;
+      run(pa + b0 * sa, pb + b0 * sb, py + b0, b1 - b0);
+    }
+    return;
+  }
+  for_each_row(p, th, [&](int64_t r, const int64_t* off) { run(pa + off[0], pb + off[1], py + r * inner, inner); });
+}
+
+template <class A, class B, class R, class Op>
+void binary(KernelContext& ctx, const Tensor& a, const Tensor& b, DType out_dtype, Op op) {
+  Shape out = broadcast_shapes({&a.shape(), &b.shape()}, op_name(ctx));
+  Tensor& y = ctx.output(0, out, out_dtype);
+  if (y.numel() == 0) return;
+  BroadcastPlan p = make_broadcast_plan({&a.shape(), &b.shape()}, out);
+  binary_apply<A, B, R>(ctx, p, ptr<A>(a), ptr<B>(b), ptr<R>(y), op);
+}
+
+void check_same_dtype(const KernelContext& ctx, const Tensor& a, const Tensor& b) {
+  GR_CHECK(a.dtype() == b.dtype(), op_name(ctx) << ": input element types differ (" << dtype_name(a.dtype())
+                                                << " and " << dtype_name(b.dtype()) << ")");
+}
+
+enum class Arith { Add, Sub, Mul, Div, Max, Min };
+
+template <class T> struct ArithOp {
+  Arith k;
+  T operator()(T a, T b) const {
+    switch (k) {
+      case Arith::Add: return static_cast<T>(a + b);
+      case Arith::Sub: return static_cast<T>(a - b);
+      case Arith::Mul: return static_cast<T>(a * b);
+      case Arith::Div: return static_cast<T>(a / b);
+      case Arith::Max:
+        if constexpr (std::is_floating_point_v<T>) { if (std::isnan(a) || std::isnan(b)) return a + b; }
+        return a < b ? b : a;
+      case Arith::Min:
+        if constexpr (std::is_floating_point_v<T>) { if (std::isnan(a) || std::isnan(b)) return a + b; }
+        return b < a ? b : a;
+    }
+    return a;
+  }
+};
+
+// The switch is hoisted out of the loops by instantiating one lambda per op.
+template <class T, class F> void with_arith(Arith k, F&& f) {
+  switch (k) {
+    case Arith::Add: f([](T a, T b) { return static_cast<T>(a + b); }); break;
+    case Arith::Sub: f([](T a, T b) { return static_cast<T>(a - b); }); break;
+    case Arith::Mul: f([](T a, T b) { return static_cast<T>(a * b); }); break;
+    case Arith::Div: f([](T a, T b) { return static_cast<T>(a / b); }); break;
+    case Arith::Max: f(ArithOp<T>{Arith::Max}); break;
+    case Arith::Min: f(ArithOp<T>{Arith::Min}); break;
+  }
+}
+
+template <class T> void check_int_divisor(const Tensor& b) {
+  if constexpr (std::is_integral_v<T>) {
+    const T* p = ptr<T>(b);
+    for (int64_t i = 0; i < b.numel(); ++i) GR_CHECK(p[i] != 0, "Div: integer division by zero");
+  }
+}
+
+template <Arith K> void arith_kernel(KernelContext& ctx) {
+  const Tensor &a = ctx.input(0), &b = ctx.input(1);
+  check_same_dtype(ctx, a, b);
+  dispatch_numeric(a.dtype(), op_name(ctx), [&](auto tag) {
+    using T = decltype(tag);
+    if (K == Arith::Div) check_int_divisor<T>(b);
+    with_arith<T>(K, [&](auto op) { binary<T, T, T>(ctx, a, b, a.dtype(), op); });
+  });
+}
+
+// Sum, Mean, Max, Min over one or more inputs, all broadcast together.
+template <Arith K, bool kMean> void variadic_kernel(KernelContext& ctx) {
+  const int n = ctx.num_inputs();
+  GR_CHECK(n >= 1, op_name(ctx) << ": needs at least one input");
+  std::vector<const Shape*> shapes;
+  for (int i = 0; i < n; ++i) {
+    check_same_dtype(ctx, ctx.input(0), ctx.input(i));
+    shapes.push_back(&ctx.input(i).shape());
+  }
+  Shape out = broadcast_shapes(shapes, op_name(ctx));
+  const Tensor& x0 = ctx.input(0);
+  Tensor& y = ctx.output(0, out, x0.dtype());
+  if (y.numel() == 0) return;
+  auto body = [&](auto tag) {
+    using T = decltype(tag);
+    with_arith<T>(K, [&](auto op) {
+      if (n == 1) {
+        BroadcastPlan p = make_broadcast_plan({&x0.shape(), &x0.shape()}, out);
+        binary_apply<T, T, T>(ctx, p, ptr<T>(x0), ptr<T>(x0), ptr<T>(y), [](T a, T) { return a; });
+      } else {
+        const Tensor& x1 = ctx.input(1);
+        BroadcastPlan p = make_broadcast_plan({&x0.shape(), &x1.shape()}, out);
+        binary_apply<T, T, T>(ctx, p, ptr<T>(x0), ptr<T>(x1), ptr<T>(y), op);
+      }
+      for (int i = 2; i < n; ++i) {
+        const Tensor& xi = ctx.input(i);
+        BroadcastPlan p = make_broadcast_plan({&out, &xi.shape()}, out);
+        binary_apply<T, T, T>(ctx, p, ptr<T>(y), ptr<T>(xi), ptr<T>(y), op);
+      }
+      if constexpr (kMean) {
+        T* py = ptr<T>(y);
+        const T inv = T(1) / T(n);
+        for (int64_t i = 0; i < y.numel(); ++i) py[i] *= inv;
+      }
+    });
+  };
+  if constexpr (kMean) dispatch_float(x0.dtype(), op_name(ctx), body);
+  else dispatch_numeric(x0.dtype(), op_name(ctx), body);
+}
+
+void pow_kernel(KernelContext& ctx) {
+  const Tensor &a = ctx.input(0), &b = ctx.input(1);
+  dispatch_numeric(a.dtype(), "Pow", [&](auto ta) {
+    using A = decltype(ta);
+    dispatch_numeric(b.dtype(), "Pow exponent", [&](auto tb) {
+      using B = decltype(tb);
+      binary<A, B, A>(ctx, a, b, a.dtype(), [](A x, B e) {
+        if constexpr (std::is_same_v<A, float> && std::is_same_v<B, float>) return std::pow(x, e);
+        else return static_cast<A>(std::pow(static_cast<double>(x), static_cast<double>(e)));
+      });
+    });
+  });
+}
+
+enum class Cmp { Eq, Gt, Ge, Lt, Le };
+
+template <Cmp K> void compare_kernel(KernelContext& ctx) {
+  const Tensor &a = ctx.input(0), &b = ctx.input(1);
+  check_same_dtype(ctx, a, b);
+  dispatch_numeric_bool(a.dtype(), op_name(ctx), [&](auto tag) {
+    using T = decltype(tag);
+    binary<T, T, bool>(ctx, a, b, DType::Bool, [](T x, T y) {
+      if constexpr (K == Cmp::Eq) return x == y;
+      else if constexpr (K == Cmp::Gt) return x > y;
+      else if constexpr (K == Cmp::Ge) return x >= y;
+      else if constexpr (K == Cmp::Lt) return x < y;
+      else return x <= y;
+    });
+  });
+}
+
+enum class Logic { And, Or, Xor };
+
+template <Logic K> void logic_kernel(KernelContext& ctx) {
+  const Tensor &a = ctx.input(0), &b = ctx.input(1);
+  check_bool(a, op_name(ctx));
+  check_bool(b, op_name(ctx));
+  binary<bool, bool, bool>(ctx, a, b, DType::Bool, [](bool x, bool y) {
+    if constexpr (K == Logic::And) return x && y;
+    else if constexpr (K == Logic::Or) return x || y;
+    else return x != y;
+  });
+}
+
+// ---- unary ----
+
+template <class T, class In, class F> void unary_map(const KernelContext& ctx, const In* x, T* y, int64_t n, F f) {
+  const int th = threads_for(ctx, n);
+  if (th <= 1) {
+    for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
+    return;
+  }
+#pragma omp parallel for num_threads(th) schedule(static)
+  for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
+}
+
+enum class Un { Neg, Abs, Exp, Log, Sqrt, Reciprocal, Relu, Sigmoid, Tanh, Sign, Floor, Ceil, Erf, Softplus, Round };
+
+template <class T, Un K> T unary_fn(T v) {
+  if constexpr (K == Un::Neg) return static_cast<T>(-v);
+  else if constexpr (K == Un::Abs) { if constexpr (std::is_unsigned_v<T>) return v; else return v < 0 ? static_cast<T>(-v) : v; }
+  else if constexpr (K == Un::Relu) return v > T(0) ? v : T(0);
+  else if constexpr (K == Un::Sign) return static_cast<T>(v > T(0) ? 1 : (v < T(0) ? -1 : 0));
+  else if constexpr (K == Un::Exp) return std::exp(v);
+  else if constexpr (K == Un::Log) return std::log(v);
+  else if constexpr (K == Un::Sqrt) return std::sqrt(v);
+  else if constexpr (K == Un::Reciprocal) return T(1) / v;
+  else if constexpr (K == Un::Sigmoid) {
+    // exp of a non-positive number only: no overflow for large |v|.
+    if (v >= T(0)) return T(1) / (T(1) + std::exp(-v));
+    T e = std::exp(v);
+    return e / (T(1) + e);
+  } else if constexpr (K == Un::Tanh) return std::tanh(v);
+  else if constexpr (K == Un::Floor) return std::floor(v);
+  else if constexpr (K == Un::Ceil) return std::ceil(v);
+  else if constexpr (K == Un::Erf) return std::erf(v);
+  else if constexpr (K == Un::Softplus) return v > T(0) ? v + std::log1p(std::exp(-v)) : std::log1p(std::exp(v));
+  else return std::nearbyint(v);  // Round: half to even under the default rounding mode
+}
+
+// kInts: the op is defined on signed integers too (Neg, Abs, Sign, Relu).
+template <Un K, bool kInts> void unary_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  Tensor& y = ctx.output(0, x.shape(), x.dtype());
+  auto body = [&](auto tag) {
+    using T = decltype(tag);
+    unary_map(ctx, ptr<T>(x), ptr<T>(y), x.numel(), unary_fn<T, K>);
+  };
+  if constexpr (kInts) dispatch_numeric(x.dtype(), op_name(ctx), body);
+  else dispatch_float(x.dtype(), op_name(ctx), body);
+}
+
+void leaky_relu_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  Tensor& y = ctx.output(0, x.shape(), x.dtype());
+  const double alpha = ctx.node().attr_f("alpha", 0.01f);
+  dispatch_float(x.dtype(), "LeakyRelu", [&](auto tag) {
+    using T = decltype(tag);
+    const T a = static_cast<T>(alpha);
+    unary_map(ctx, ptr<T>(x), ptr<T>(y), x.numel(), [a](T v) { return v >= T(0) ? v : a * v; });
+  });
+}
+
+void elu_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  Tensor& y = ctx.output(0, x.shape(), x.dtype());
+  const double alpha = ctx.node().attr_f("alpha", 1.0f);
+  dispatch_float(x.dtype(), "Elu", [&](auto tag) {
+    using T = decltype(tag);
+    const T a = static_cast<T>(alpha);
+    unary_map(ctx, ptr<T>(x), ptr<T>(y), x.numel(), [a](T v) { return v >= T(0) ? v : a * (std::exp(v) - T(1)); });
+  });
+}
+
+void not_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  check_bool(x, "Not");
+  Tensor& y = ctx.output(0, x.shape(), DType::Bool);
+  unary_map(ctx, ptr<bool>(x), ptr<bool>(y), x.numel(), [](bool v) { return !v; });
+}
+
+void isnan_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  Tensor& y = ctx.output(0, x.shape(), DType::Bool);
+  dispatch_float(x.dtype(), "IsNaN", [&](auto tag) {
+    using T = decltype(tag);
+    unary_map(ctx, ptr<T>(x), ptr<bool>(y), x.numel(), [](T v) { return std::isnan(v); });
+  });
+}
+
+void identity_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  Tensor& y = ctx.output(0, x.shape(), x.dtype());
+  if (x.nbytes() && y.raw() != x.raw()) std::memcpy(y.raw(), x.raw(), x.nbytes());
+}
+
+void clip_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  Tensor& y = ctx.output(0, x.shape(), x.dtype());
+  dispatch_numeric(x.dtype(), "Clip", [&](auto tag) {
+    using T = decltype(tag);
+    T lo = std::numeric_limits<T>::lowest(), hi = std::numeric_limits<T>::max();
+    if (ctx.opset() < 11) {
+      lo = static_cast<T>(ctx.node().attr_f("min", -std::numeric_limits<float>::max()));
+      hi = static_cast<T>(ctx.node().attr_f("max", std::numeric_limits<float>::max()));
+    } else {
+      for (int i = 1; i <= 2; ++i) {
+        if (!ctx.has_input(i)) continue;
+        const Tensor& b = ctx.input(i);
+        GR_CHECK(b.numel() == 1, "Clip: " << (i == 1 ? "min" : "max") << " must be a scalar, got shape "
+                                          << shape_str(b.shape()));
+        GR_CHECK(b.dtype() == x.dtype(), "Clip: " << (i == 1 ? "min" : "max") << " is " << dtype_name(b.dtype())
+                                                  << " but the input is " << dtype_name(x.dtype()));
+        (i == 1 ? lo : hi) = ptr<T>(b)[0];
+      }
+    }
+    unary_map(ctx, ptr<T>(x), ptr<T>(y), x.numel(), [lo, hi](T v) { return v < lo ? lo : (hi < v ? hi : v); });
+  });
+}
+
+void where_kernel(KernelContext& ctx) {
+  const Tensor &c = ctx.input(0), &a = ctx.input(1), &b = ctx.input(2);
+  check_bool(c, "Where condition");
+  check_same_dtype(ctx, a, b);
+  std::vector<const Shape*> shapes{&c.shape(), &a.shape(), &b.shape()};
+  Shape out = broadcast_shapes(shapes, "Where");
+  Tensor& y = ctx.output(0, out, a.dtype());
+  if (y.numel() == 0) return;
+  BroadcastPlan p = make_broadcast_plan(shapes, out);
+  const int64_t inner = p.inner();
+  const int64_t sc = p.strides[0].back(), sa = p.strides[1].back(), sb = p.strides[2].back();
+  dispatch_numeric_bool(a.dtype(), "Where", [&](auto tag) {
+    using T = decltype(tag);
+    const bool* pc = ptr<bool>(c);
+    const T *pa = ptr<T>(a), *pb = ptr<T>(b);
+    T* py = ptr<T>(y);
+    for_each_row(p, threads_for(ctx, y.numel()), [&](int64_t r, const int64_t* off) {
+      const bool* cc = pc + off[0];
+      const T *aa = pa + off[1], *bb = pb + off[2];
+      T* o = py + r * inner;
+      for (int64_t i = 0; i < inner; ++i) o[i] = cc[i * sc] ? aa[i * sa] : bb[i * sb];
+    });
+  });
+}
+
+// ---- Cast ----
+
+float half_to_float(uint16_t h) {
+  uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ffu, bits;
+  if (exp == 0) {
+    if (man == 0) {
+      bits = sign;
+    } else {  // subnormal: normalise
+      int e = -1;
+      do { ++e; man <<= 1; } while (!(man & 0x400u));
+      bits = sign | static_cast<uint32_t>(127 - 15 - e) << 23 | (man & 0x3ffu) << 13;
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | man << 13;
+  } else {
+    bits = sign | (exp + 112) << 23 | man << 13;
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t float_to_half(float f) {  // round to nearest even
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0));
+  if (ax >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow to inf
+  if (ax < 0x38800000u) {  // subnormal or zero in half
+    float a;
+    std::memcpy(&a, &ax, 4);
+    // Scale so the subnormal's integer mantissa appears; nearbyint rounds half to even.
+    uint32_t m = static_cast<uint32_t>(std::nearbyint(a * 16777216.0f));  // 2^24
+    return static_cast<uint16_t>(sign | m);
+  }
+  uint32_t mant = ax & 0x7fffffu;
+  uint32_t e = (ax >> 23) - 112;
+  uint32_t h = e << 10 | mant >> 13;
+  uint32_t rest = mant & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
+  return static_cast<uint16_t>(sign | h);
+}
+
+float bf16_to_float(uint16_t h) {
+  uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t float_to_bf16(float f) {  // round to nearest even; NaN stays NaN
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return static_cast<uint16_t>(x >> 16);
+}
+
+template <class To, class From> To convert(From v) {
+  if constexpr (std::is_same_v<To, bool>) return v != From(0);
+  else return static_cast<To>(v);
+}
+
+template <class From> void cast_from(const KernelContext& ctx, const From* x, Tensor& y, int64_t n) {
+  switch (y.dtype()) {
+    case DType::F16: unary_map(ctx, x, ptr<uint16_t>(y), n, [](From v) { return float_to_half(static_cast<float>(v)); }); return;
+    case DType::BF16: unary_map(ctx, x, ptr<uint16_t>(y), n, [](From v) { return float_to_bf16(static_cast<float>(v)); }); return;
+    default: break;
+  }
+  dispatch_numeric_bool(y.dtype(), "Cast", [&](auto tag) {
+    using To = decltype(tag);
+    unary_map(ctx, x, ptr<To>(y), n, convert<To, From>);
+  });
+}
+
+void cast_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  GR_CHECK(ctx.node().has_attr("to"), "Cast: attribute 'to' is required");
+  const DType to = static_cast<DType>(ctx.node().attr_i("to", 0));
+  GR_CHECK(dtype_size(to) > 0, "Cast: cannot cast to element type " << dtype_name(to) << " (code "
+                                                                    << static_cast<int>(to) << ")");
+  GR_CHECK(dtype_size(x.dtype()) > 0, "Cast: cannot cast from element type " << dtype_name(x.dtype()));
+  Tensor& y = ctx.output(0, x.shape(), to);
+  const int64_t n = x.numel();
+  if (x.dtype() == to) {
+    if (x.nbytes()) std::memcpy(y.raw(), x.raw(), x.nbytes());
+    return;
+  }
+  if (x.dtype() == DType::F16 || x.dtype() == DType::BF16) {
+    float* tmp = static_cast<float*>(ctx.scratch(sizeof(float) * std::max<int64_t>(n, 1)));
+    const uint16_t* src = ptr<uint16_t>(x);
+    if (x.dtype() == DType::F16) for (int64_t i = 0; i < n; ++i) tmp[i] = half_to_float(src[i]);
+    else for (int64_t i = 0; i < n; ++i) tmp[i] = bf16_to_float(src[i]);
+    cast_from<float>(ctx, tmp, y, n);
+    return;
+  }
+  dispatch_numeric_bool(x.dtype(), "Cast", [&](auto tag) {
+    using From = decltype(tag);
+    cast_from<From>(ctx, ptr<From>(x), y, n);
+  });
+}
+
+}  // namespace
+
+void register_elementwise_kernels(KernelTable& t) {
+  t.add("Add", arith_kernel<Arith::Add>);
+  t.add("Sub", arith_kernel<Arith::Sub>);
+  t.add("Mul", arith_kernel<Arith::Mul>);
+  t.add("Div", arith_kernel<Arith::Div>);
+  t.add("Pow", pow_kernel);
+  t.add("Max", variadic_kernel<Arith::Max, false>);
+  t.add("Min", variadic_kernel<Arith::Min, false>);
+  t.add("Sum", variadic_kernel<Arith::Add, false>);
+  t.add("Mean", variadic_kernel<Arith::Add, true>);
+
+  t.add("Neg", unary_kernel<Un::Neg, true>);
+  t.add("Abs", unary_kernel<Un::Abs, true>);
+  t.add("Sign", unary_kernel<Un::Sign, true>);
+  t.add("Relu", unary_kernel<Un::Relu, true>);
+  t.add("Exp", unary_kernel<Un::Exp, false>);
+  t.add("Log", unary_kernel<Un::Log, false>);
+  t.add("Sqrt", unary_kernel<Un::Sqrt, false>);
+  t.add("Reciprocal", unary_kernel<Un::Reciprocal, false>);
+  t.add("Sigmoid", unary_kernel<Un::Sigmoid, false>);
+  t.add("Tanh", unary_kernel<Un::Tanh, false>);
+  t.add("Floor", unary_kernel<Un::Floor, false>);
+  t.add("Ceil", unary_kernel<Un::Ceil, false>);
+  t.add("Erf", unary_kernel<Un::Erf, false>);
+  t.add("Softplus", unary_kernel<Un::Softplus, false>);
+  t.add("Round", unary_kernel<Un::Round, false>);
+  t.add("LeakyRelu", leaky_relu_kernel);
+  t.add("Elu", elu_kernel);
+  t.add("Clip", clip_kernel);
+  t.add("Identity", identity_kernel);
+  t.add("IsNaN", isnan_kernel);
+
+  t.add("Where", where_kernel);
+  t.add("Equal", compare_kernel<Cmp::Eq>);
+  t.add("Greater", compare_kernel<Cmp::Gt>);
+  t.add("GreaterOrEqual", compare_kernel<Cmp::Ge>);
+  t.add("Less", compare_kernel<Cmp::Lt>);
+  t.add("LessOrEqual", compare_kernel<Cmp::Le>);
+  t.add("Not", not_kernel);
+  t.add("And", logic_kernel<Logic::And>);
+  t.add("Or", logic_kernel<Logic::Or>);
+  t.add("Xor", logic_kernel<Logic::Xor>);
+  t.add("Cast", cast_kernel);
+}
 
 }  // namespace graphrun::runtime::cpu

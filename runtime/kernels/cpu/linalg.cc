@@ -1,8 +1,159 @@
-// CPU kernels: linalg family (placeholder until implemented).
+// CPU kernels of the linear-algebra family: Gemm and MatMul (numpy broadcasting of batch axes) on
+// Eigen's GEMM, which parallelises itself over omp_get_max_threads() (set per executor).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // false positives inside Eigen's AVX-512 code
+#include <Eigen/Core>
+#include <algorithm>
+
 #include "runtime/kernel.h"
 
 namespace graphrun::runtime::cpu {
+namespace {
 
-void register_linalg_kernels(KernelTable& t) {}
+template <class T> using RMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T> using MapR = Eigen::Map<RMat<T>>;
+template <class T> using MapCR = Eigen::Map<const RMat<T>>;
+
+bool gemm_dtype_ok(DType t) { return t == DType::F32 || t == DType::F64 || t == DType::I32 || t == DType::I64; }
+
+// Y = alpha * op(A) * op(B) + beta * C, C broadcast to [M, N].
+template <class T>
+void gemm_kernel(KernelContext& ctx) {
+  const Node& n = ctx.node();
+  const Tensor &a = ctx.input(0), &b = ctx.input(1);
+  GR_CHECK(a.rank() == 2 && b.rank() == 2,
+           "A " << shape_str(a.shape()) << " and B " << shape_str(b.shape()) << " must both be 2-D");
+  const bool ta = n.attr_i("transA", 0) != 0, tb = n.attr_i("transB", 0) != 0;
+  const T alpha = static_cast<T>(n.attr_f("alpha", 1.f)), beta = static_cast<T>(n.attr_f("beta", 1.f));
+  const int64_t M = ta ? a.dim(1) : a.dim(0), K = ta ? a.dim(0) : a.dim(1);
+  const int64_t Kb = tb ? b.dim(1) : b.dim(0), N = tb ? b.dim(0) : b.dim(1);
+  GR_CHECK(K == Kb, "op(A) is [" << M << "," << K << "] but op(B) is [" << Kb << "," << N
+                                 << "]: inner dimensions differ (transA=" << ta << ", transB=" << tb << ")");
+  Tensor& y = ctx.output(0, {M, N}, a.dtype());
+  T* yp = y.data<T>();
+  const bool use_c = ctx.has_input(2) && beta != T(0);
+  if (ctx.has_input(2)) {
+    const Tensor& c = ctx.input(2);
+    GR_CHECK(c.dtype() == a.dtype(), "C is " << dtype_name(c.dtype()) << " but A is " << dtype_name(a.dtype()));
+    GR_CHECK(c.rank() <= 2, "C " << shape_str(c.shape()) << " must have rank 0 to 2");
+    const int64_t cm = c.rank() == 2 ? c.dim(0) : 1, cn = c.rank() >= 1 ? c.dim(-1) : 1;
+    GR_CHECK((cm == M || cm == 1) && (cn == N || cn == 1),
+             "C " << shape_str(c.shape()) << " does not broadcast to [" << M << "," << N << "]");
+    if (use_c) {
+      const T* cp = c.data<T>();
+      const int64_t sm = cm == 1 ? 0 : cn, sn = cn == 1 ? 0 : 1;
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) yp[i * N + j] = beta * cp[i * sm + j * sn];
+    }
+  }
+  MapR<T> Y(yp, M, N);
+  MapCR<T> A(a.data<T>(), a.dim(0), a.dim(1)), B(b.data<T>(), b.dim(0), b.dim(1));
+  auto run = [&](const auto& opA, const auto& opB) {
+    if (use_c) Y.noalias() += alpha * (opA * opB);
+    else Y.noalias() = alpha * (opA * opB);
+  };
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    if (!use_c) Y.setZero();
+    return;
+  }
+  if (!ta && !tb) run(A, B);
+  else if (ta && !tb) run(A.transpose(), B);
+  else if (!ta && tb) run(A, B.transpose());
+  else run(A.transpose(), B.transpose());
+}
+
+// Row-major strides of `shape` right-aligned into `rank` axes, 0 where the axis is broadcast (size 1).
+std::vector<int64_t> broadcast_strides(const Shape& shape, int rank, const Shape& out) {
+  std::vector<int64_t> st(rank, 0);
+  int64_t s = 1;
+  for (int i = static_cast<int>(shape.size()) - 1, j = rank - 1; i >= 0; --i, --j) {
+    st[j] = (shape[i] == 1 && out[j] != 1) ? 0 : s;
+    s *= shape[i];
+  }
+  return st;
+}
+
+template <class T>
+void matmul_kernel(KernelContext& ctx) {
+  const Tensor &a = ctx.input(0), &b = ctx.input(1);
+  GR_CHECK(a.rank() >= 1 && b.rank() >= 1,
+           "A " << shape_str(a.shape()) << " and B " << shape_str(b.shape()) << " must have rank >= 1");
+  // numpy: a 1-D A is a row [1, K], a 1-D B a column [K, 1]; the added axis is dropped from Y.
+  Shape as = a.shape(), bs = b.shape();
+  if (a.rank() == 1) as.insert(as.begin(), 1);
+  if (b.rank() == 1) bs.push_back(1);
+  const int64_t M = as[as.size() - 2], K = as.back(), N = bs.back();
+  GR_CHECK(bs[bs.size() - 2] == K, "A " << shape_str(a.shape()) << " and B " << shape_str(b.shape())
+                                        << ": inner dimensions " << K << " and " << bs[bs.size() - 2] << " differ");
+  const Shape abatch(as.begin(), as.end() - 2), bbatch(bs.begin(), bs.end() - 2);
+  const int rank = static_cast<int>(std::max(abatch.size(), bbatch.size()));
+  Shape batch(rank, 1);
+  for (int j = 0; j < rank; ++j) {
+    const int ia = j - (rank - static_cast<int>(abatch.size())), ib = j - (rank - static_cast<int>(bbatch.size()));
+    const int64_t da = ia >= 0 ? abatch[ia] : 1, db = ib >= 0 ? bbatch[ib] : 1;
+    GR_CHECK(da == db || da == 1 || db == 1, "batch axes of A " << shape_str(a.shape()) << " and B "
+                                                                << shape_str(b.shape()) << " do not broadcast");
+    batch[j] = da == 1 ? db : da;
+  }
+  Shape ys = batch;
+  if (a.rank() > 1) ys.push_back(M);
+  if (b.rank() > 1) ys.push_back(N);
+  Tensor& y = ctx.output(0, ys, a.dtype());
+  T* yp = y.data<T>();
+  const T *ap = a.data<T>(), *bp = b.data<T>();
+  const int64_t nbatch = shape_numel(batch);
+  if (nbatch == 0 || M == 0 || N == 0) return;
+  if (K == 0) {
+    std::fill(yp, yp + nbatch * M * N, T(0));
+    return;
+  }
+  // B shared by every batch and A's batches contiguous: one GEMM with the batch folded into M.
+  if (shape_numel(bbatch) == 1 && shape_numel(abatch) == nbatch) {
+    MapR<T>(yp, nbatch * M, N).noalias() = MapCR<T>(ap, nbatch * M, K) * MapCR<T>(bp, K, N);
+    return;
+  }
+  const std::vector<int64_t> sa = broadcast_strides(abatch, rank, batch), sb = broadcast_strides(bbatch, rank, batch);
+  auto one = [&](int64_t i) {
+    int64_t oa = 0, ob = 0, rem = i;
+    for (int j = rank - 1; j >= 0; --j) {
+      const int64_t idx = rem % batch[j];
+      rem /= batch[j];
+      oa += idx * sa[j];
+      ob += idx * sb[j];
+    }
+    MapR<T>(yp + i * M * N, M, N).noalias() = MapCR<T>(ap + oa * M * K, M, K) * MapCR<T>(bp + ob * K * N, K, N);
+  };
+  // Many small products: one per thread (Eigen stays sequential inside a parallel region).
+  const int threads = static_cast<int>(std::min<int64_t>(ctx.threads(), nbatch));
+  if (threads > 1 && M * N * K < (int64_t{1} << 21)) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t i = 0; i < nbatch; ++i) one(i);
+  } else {
+    for (int64_t i = 0; i < nbatch; ++i) one(i);
+  }
+}
+
+template <template <class> class K>
+void by_dtype(KernelContext& ctx) {
+  const Tensor &a = ctx.input(0), &b = ctx.input(1);
+  GR_CHECK(gemm_dtype_ok(a.dtype()), "A must be f32, f64, i32 or i64, got " << dtype_name(a.dtype()));
+  GR_CHECK(a.dtype() == b.dtype(), "A is " << dtype_name(a.dtype()) << " but B is " << dtype_name(b.dtype()));
+  switch (a.dtype()) {
+    case DType::F32: K<float>::run(ctx); break;
+    case DType::F64: K<double>::run(ctx); break;
+    case DType::I32: K<int32_t>::run(ctx); break;
+    default: K<int64_t>::run(ctx); break;
+  }
+}
+
+template <class T> struct Gemm { static void run(KernelContext& c) { gemm_kernel<T>(c); } };
+template <class T> struct MatMul { static void run(KernelContext& c) { matmul_kernel<T>(c); } };
+
+}  // namespace
+
+void register_linalg_kernels(KernelTable& t) {
+  t.add("Gemm", by_dtype<Gemm>);
+  t.add("MatMul", by_dtype<MatMul>);
+}
 
 }  // namespace graphrun::runtime::cpu

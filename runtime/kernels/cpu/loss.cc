@@ -1,8 +1,199 @@
-// CPU kernels: loss family (placeholder until implemented).
-#include "runtime/kernel.h"
+// CPU kernels: loss family — SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss and, side by side,
+// ai.graphrun SoftmaxCrossEntropyLossGrad, which reuses the forward's log_prob output.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "runtime/kernels/cpu/math_common.h"
 
 namespace graphrun::runtime::cpu {
+namespace {
 
-void register_loss_kernels(KernelTable& t) {}
+enum class Reduction { None, Sum, Mean };
+
+Reduction reduction_of(const Node& n, const char* what) {
+  const std::string r = n.attr_s("reduction", "mean");
+  if (r == "none") return Reduction::None;
+  if (r == "sum") return Reduction::Sum;
+  if (r == "mean") return Reduction::Mean;
+  GR_FAIL(what << ": unknown reduction '" << r << "' (none, sum, mean)");
+}
+
+// The layout shared by every op here: scores/log-probs [N, C, d1..dk] seen as [N, C, D], labels [N, d1..dk].
+struct ClassLayout {
+  int64_t n = 0, c = 0, d = 1;
+  bool has_ignore = false;
+  int64_t ignore = 0;
+  const Tensor* weights = nullptr;
+};
+
+ClassLayout class_layout(const KernelContext& ctx, const Tensor& scores, const Tensor& labels, int weights_input,
+                         const char* what) {
+  ClassLayout L;
+  GR_CHECK(scores.rank() >= 2, what << ": scores must have shape [N, C, ...], got " << shape_str(scores.shape()));
+  GR_CHECK(labels.dtype() == DType::I64 || labels.dtype() == DType::I32,
+           what << ": labels must be int64 or int32, got " << dtype_name(labels.dtype()));
+  Shape want = {scores.shape()[0]};
+  want.insert(want.end(), scores.shape().begin() + 2, scores.shape().end());
+  GR_CHECK(labels.shape() == want, what << ": labels of shape " << shape_str(labels.shape()) << " do not match scores "
+                                        << shape_str(scores.shape()) << " (expected " << shape_str(want) << ")");
+  L.n = scores.shape()[0];
+  L.c = scores.shape()[1];
+  L.d = prod(scores.shape(), 2, scores.shape().size());
+  L.has_ignore = ctx.node().has_attr("ignore_index");
+  L.ignore = ctx.node().attr_i("ignore_index", 0);
+  if (ctx.has_input(weights_input)) {
+    L.weights = &ctx.input(weights_input);
+    GR_CHECK(L.weights->shape() == Shape{L.c}, what << ": weights must have shape [" << L.c << "], got "
+                                                    << shape_str(L.weights->shape()));
+    GR_CHECK(L.weights->dtype() == scores.dtype(), what << ": weights are " << dtype_name(L.weights->dtype())
+                                                        << " but scores are " << dtype_name(scores.dtype()));
+  }
+  return L;
+}
+
+// Per (n, d): the label (or -1 when ignored) and its weight; checks every label's range.
+template <class T>
+void labels_and_weights(const ClassLayout& L, const Tensor& labels, const char* what, std::vector<int64_t>& lab,
+                        std::vector<double>& w, double* weight_sum) {
+  lab = labels.as_int64s();
+  w.assign(lab.size(), 1.0);
+  double ws = 0;
+  const T* pw = L.weights ? ptr<T>(*L.weights) : nullptr;
+  for (size_t i = 0; i < lab.size(); ++i) {
+    if (L.has_ignore && lab[i] == L.ignore) {
+      lab[i] = -1;
+      w[i] = 0;
+      continue;
+    }
+    GR_CHECK(lab[i] >= 0 && lab[i] < L.c, what << ": label " << lab[i] << " is out of range [0, " << L.c
+                                               << ") for " << L.c << " classes");
+    if (pw) w[i] = static_cast<double>(pw[lab[i]]);
+    ws += w[i];
+  }
+  *weight_sum = ws;
+}
+
+// Writes the loss output from per-element losses (already weighted, 0 where ignored).
+template <class T>
+void write_loss(KernelContext& ctx, Reduction red, const Tensor& labels, const std::vector<double>& elem,
+                double weight_sum) {
+  if (red == Reduction::None) {
+    Tensor& y = ctx.output(0, labels.shape(), dtype_of<T>());
+    T* py = ptr<T>(y);
+    for (size_t i = 0; i < elem.size(); ++i) py[i] = static_cast<T>(elem[i]);
+    return;
+  }
+  double s = 0;
+  for (double v : elem) s += v;
+  if (red == Reduction::Mean) s /= weight_sum;  // 0/0 = NaN when every target is ignored, as ONNX's reference
+  Tensor& y = ctx.output(0, {}, dtype_of<T>());
+  ptr<T>(y)[0] = static_cast<T>(s);
+}
+
+void softmax_cross_entropy_kernel(KernelContext& ctx) {
+  const char* what = "SoftmaxCrossEntropyLoss";
+  const Tensor &scores = ctx.input(0), &labels = ctx.input(1);
+  const ClassLayout L = class_layout(ctx, scores, labels, 2, what);
+  const Reduction red = reduction_of(ctx.node(), what);
+  dispatch_float(scores.dtype(), what, [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<int64_t> lab;
+    std::vector<double> w;
+    double ws = 0;
+    labels_and_weights<T>(L, labels, what, lab, w, &ws);
+    // log_prob goes to output 1 when the node has it, else to scratch.
+    T* lp = ctx.num_outputs() > 1 ? ptr<T>(ctx.output(1, scores.shape(), scores.dtype()))
+                                  : static_cast<T*>(ctx.scratch(sizeof(T) * std::max<int64_t>(scores.numel(), 1)));
+    const T* px = ptr<T>(scores);
+    std::vector<double> elem(lab.size(), 0.0);
+    for (int64_t n = 0; n < L.n; ++n)
+      for (int64_t d = 0; d < L.d; ++d) {
+        const T* x = px + n * L.c * L.d + d;
+        T* y = lp + n * L.c * L.d + d;
+        T mx = -std::numeric_limits<T>::infinity();
+        for (int64_t c = 0; c < L.c; ++c) mx = std::max(mx, x[c * L.d]);
+        double sum = 0;
+        for (int64_t c = 0; c < L.c; ++c) sum += std::exp(static_cast<double>(x[c * L.d] - mx));
+        const double ls = std::log(sum);
+        for (int64_t c = 0; c < L.c; ++c) y[c * L.d] = static_cast<T>(static_cast<double>(x[c * L.d] - mx) - ls);
+        const int64_t i = n * L.d + d;
+        if (lab[i] >= 0) elem[i] = -w[i] * static_cast<double>(y[lab[i] * L.d]);
+      }
+    write_loss<T>(ctx, red, labels, elem, ws);
+  });
+}
+
+void nll_loss_kernel(KernelContext& ctx) {
+  const char* what = "NegativeLogLikelihoodLoss";
+  const Tensor &input = ctx.input(0), &labels = ctx.input(1);
+  const ClassLayout L = class_layout(ctx, input, labels, 2, what);
+  const Reduction red = reduction_of(ctx.node(), what);
+  dispatch_float(input.dtype(), what, [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<int64_t> lab;
+    std::vector<double> w;
+    double ws = 0;
+    labels_and_weights<T>(L, labels, what, lab, w, &ws);
+    const T* px = ptr<T>(input);
+    std::vector<double> elem(lab.size(), 0.0);
+    for (int64_t n = 0; n < L.n; ++n)
+      for (int64_t d = 0; d < L.d; ++d) {
+        const int64_t i = n * L.d + d;
+        if (lab[i] >= 0) elem[i] = -w[i] * static_cast<double>(px[(n * L.c + lab[i]) * L.d + d]);
+      }
+    write_loss<T>(ctx, red, labels, elem, ws);
+  });
+}
+
+// dscores = (softmax - onehot(label)) * weight[label] * dloss, divided by the weight sum for mean.
+void softmax_cross_entropy_grad_kernel(KernelContext& ctx) {
+  const char* what = "SoftmaxCrossEntropyLossGrad";
+  const Tensor &dloss = ctx.input(0), &log_prob = ctx.input(1), &labels = ctx.input(2);
+  const ClassLayout L = class_layout(ctx, log_prob, labels, 3, what);
+  const Reduction red = reduction_of(ctx.node(), what);
+  GR_CHECK(dloss.dtype() == log_prob.dtype(), what << ": dloss is " << dtype_name(dloss.dtype())
+                                                   << " but log_prob is " << dtype_name(log_prob.dtype()));
+  if (red == Reduction::None)
+    GR_CHECK(dloss.shape() == labels.shape(), what << ": with reduction 'none' dloss must have the labels' shape "
+                                                   << shape_str(labels.shape()) << ", got " << shape_str(dloss.shape()));
+  else
+    GR_CHECK(dloss.numel() == 1, what << ": dloss must be a scalar for reduction '"
+                                      << ctx.node().attr_s("reduction", "mean") << "', got shape "
+                                      << shape_str(dloss.shape()));
+  Tensor& dx = ctx.output(0, log_prob.shape(), log_prob.dtype());
+  dispatch_float(log_prob.dtype(), what, [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<int64_t> lab;
+    std::vector<double> w;
+    double ws = 0;
+    labels_and_weights<T>(L, labels, what, lab, w, &ws);
+    const T* lp = ptr<T>(log_prob);
+    const T* g = ptr<T>(dloss);
+    T* out = ptr<T>(dx);
+    const double scale = red == Reduction::Mean ? 1.0 / ws : 1.0;
+    for (int64_t n = 0; n < L.n; ++n)
+      for (int64_t d = 0; d < L.d; ++d) {
+        const int64_t i = n * L.d + d;
+        const T* x = lp + n * L.c * L.d + d;
+        T* y = out + n * L.c * L.d + d;
+        if (lab[i] < 0) {
+          for (int64_t c = 0; c < L.c; ++c) y[c * L.d] = T(0);
+          continue;
+        }
+        const double gi = static_cast<double>(red == Reduction::None ? g[i] : g[0]) * w[i] * scale;
+        for (int64_t c = 0; c < L.c; ++c)
+          y[c * L.d] = static_cast<T>((std::exp(static_cast<double>(x[c * L.d])) - (c == lab[i] ? 1.0 : 0.0)) * gi);
+      }
+  });
+}
+
+}  // namespace
+
+void register_loss_kernels(KernelTable& t) {
+  t.add("SoftmaxCrossEntropyLoss", softmax_cross_entropy_kernel);
+  t.add("NegativeLogLikelihoodLoss", nll_loss_kernel);
+  t.add(kGraphrunDomain, "SoftmaxCrossEntropyLossGrad", softmax_cross_entropy_grad_kernel);
+}
 
 }  // namespace graphrun::runtime::cpu

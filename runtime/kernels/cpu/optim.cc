@@ -1,8 +1,117 @@
-// CPU kernels: optim family (placeholder until implemented).
+// CPU kernels: optimizer updates, the standard ai.onnx.preview.training ops, exactly as the ONNX
+// spec writes them (Momentum with norm_coefficient/alpha/beta is torch.optim.SGD's momentum,
+// nesterov and weight_decay with dampening 0 when beta = 1).
+#include <cmath>
+
 #include "runtime/kernel.h"
 
 namespace graphrun::runtime::cpu {
 
-void register_optim_kernels(KernelTable& t) {}
+namespace {
+
+float scalar_f(const Tensor& t, const char* what) {
+  GR_CHECK(t.numel() == 1, what << " must be a scalar, got shape " << shape_str(t.shape()));
+  return static_cast<float>(t.as_doubles()[0]);
+}
+int64_t scalar_i(const Tensor& t, const char* what) {
+  GR_CHECK(t.numel() == 1, what << " must be a scalar, got shape " << shape_str(t.shape()));
+  return t.as_int64s()[0];
+}
+
+float required_f(const Node& n, const char* name) {
+  GR_CHECK(n.has_attr(name), "attribute '" << name << "' is required");
+  return n.attr_f(name, 0);
+}
+
+// Inputs R, T, then `groups` runs of n tensors (X.., G.., V.. [, H..]); checks they pair up.
+int64_t tensor_count(KernelContext& ctx, int groups) {
+  const int rest = ctx.num_inputs() - 2;
+  GR_CHECK(rest > 0 && rest % groups == 0, "expects R, T and " << groups << " equal runs of tensors, got "
+                                                                << ctx.num_inputs() << " inputs");
+  const int n = rest / groups;
+  GR_CHECK(ctx.num_outputs() == (groups - 1) * n,
+           "has " << ctx.num_outputs() << " outputs for " << n << " optimized tensors (expected " << (groups - 1) * n << ")");
+  for (int i = 0; i < n; ++i)
+    for (int g = 0; g < groups; ++g) {
+      const Tensor& t = ctx.input(2 + g * n + i);
+      GR_CHECK(t.dtype() == DType::F32, "input " << 2 + g * n + i << " is " << dtype_name(t.dtype()) << ", expected f32");
+      GR_CHECK(t.shape() == ctx.input(2 + i).shape(), "input " << 2 + g * n + i << " has shape " << shape_str(t.shape())
+                                                              << " but the tensor it updates has "
+                                                              << shape_str(ctx.input(2 + i).shape()));
+    }
+  return n;
+}
+
+void momentum(KernelContext& ctx) {
+  const Node& node = ctx.node();
+  const float alpha = required_f(node, "alpha"), beta = required_f(node, "beta");
+  const float norm = required_f(node, "norm_coefficient");
+  GR_CHECK(node.has_attr("mode"), "attribute 'mode' is required");
+  const std::string mode = node.attr_s("mode", "");
+  GR_CHECK(mode == "standard" || mode == "nesterov", "mode '" << mode << "' must be \"standard\" or \"nesterov\"");
+  const bool nesterov = mode == "nesterov";
+  const float lr = scalar_f(ctx.input(0), "R (learning rate)");
+  const int64_t step = scalar_i(ctx.input(1), "T (update count)");
+  // In the first iteration (T = 0) the spec uses beta = 1: the buffer starts as the gradient.
+  const float beta_t = step > 0 ? beta : 1.0f;
+  const int n = static_cast<int>(tensor_count(ctx, 3));
+  for (int i = 0; i < n; ++i) {
+    const Tensor& X = ctx.input(2 + i);
+    const float* x = X.data<float>();
+    const float* g = ctx.input(2 + n + i).data<float>();
+    const float* v = ctx.input(2 + 2 * n + i).data<float>();
+    float* xn = ctx.output(i, X.shape(), DType::F32).data<float>();
+    float* vn = ctx.output(n + i, X.shape(), DType::F32).data<float>();
+    const int64_t m = X.numel();
+#pragma omp parallel for num_threads(ctx.threads()) if (m > (1 << 16))
+    for (int64_t k = 0; k < m; ++k) {
+      const float gr = norm * x[k] + g[k];
+      const float nv = alpha * v[k] + beta_t * gr;
+      vn[k] = nv;
+      xn[k] = nesterov ? x[k] - lr * (gr + alpha * nv) : x[k] - lr * nv;
+    }
+  }
+}
+
+void adam(KernelContext& ctx) {
+  const Node& node = ctx.node();
+  const float alpha = node.attr_f("alpha", 0.9f), beta = node.attr_f("beta", 0.999f);
+  const float eps = node.attr_f("epsilon", 1e-6f);
+  const float norm = node.attr_f("norm_coefficient", 0.f), post = node.attr_f("norm_coefficient_post", 0.f);
+  const float lr = scalar_f(ctx.input(0), "R (learning rate)");
+  const int64_t step = scalar_i(ctx.input(1), "T (update count)");
+  const double t = static_cast<double>(step);
+  const float lr_t = step > 0 ? static_cast<float>(lr * std::sqrt(1.0 - std::pow(double(beta), t)) /
+                                                   (1.0 - std::pow(double(alpha), t)))
+                              : lr;
+  const int n = static_cast<int>(tensor_count(ctx, 4));
+  for (int i = 0; i < n; ++i) {
+    const Tensor& X = ctx.input(2 + i);
+    const float* x = X.data<float>();
+    const float* g = ctx.input(2 + n + i).data<float>();
+    const float* v = ctx.input(2 + 2 * n + i).data<float>();
+    const float* h = ctx.input(2 + 3 * n + i).data<float>();
+    float* xn = ctx.output(i, X.shape(), DType::F32).data<float>();
+    float* vn = ctx.output(n + i, X.shape(), DType::F32).data<float>();
+    float* hn = ctx.output(2 * n + i, X.shape(), DType::F32).data<float>();
+    const int64_t m = X.numel();
+#pragma omp parallel for num_threads(ctx.threads()) if (m > (1 << 16))
+    for (int64_t k = 0; k < m; ++k) {
+      const float gr = norm * x[k] + g[k];
+      const float nv = alpha * v[k] + (1 - alpha) * gr;
+      const float nh = beta * h[k] + (1 - beta) * gr * gr;
+      vn[k] = nv;
+      hn[k] = nh;
+      xn[k] = (1 - post) * (x[k] - lr_t * nv / (std::sqrt(nh) + eps));
+    }
+  }
+}
+
+}  // namespace
+
+void register_optim_kernels(KernelTable& t) {
+  t.add(kTrainingDomain, "Momentum", momentum);
+  t.add(kTrainingDomain, "Adam", adam);
+}
 
 }  // namespace graphrun::runtime::cpu

@@ -1,8 +1,231 @@
-// CPU kernels: pool family (placeholder until implemented).
+// CPU kernels of the pool family: MaxPool (with Indices), AveragePool, GlobalAveragePool,
+// GlobalMaxPool, and graphrun's MaxPoolGrad / AveragePoolGrad. Planes (n, c) run in parallel.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
 #include "runtime/kernel.h"
+#include "runtime/kernels/cpu/window.h"
 
 namespace graphrun::runtime::cpu {
+namespace {
 
-void register_pool_kernels(KernelTable& t) {}
+Shape spatial(const Shape& s) { return Shape(s.begin() + 2, s.end()); }
+
+void check_pool_input(const Tensor& x) {
+  GR_CHECK(x.rank() >= 3 && x.rank() <= 5,
+           "X must have rank 3 to 5 (N, C, 1-3 spatial axes), got " << shape_str(x.shape()));
+  GR_CHECK(x.dtype() == DType::F32 || x.dtype() == DType::F64, "X must be f32 or f64, got " << dtype_name(x.dtype()));
+}
+
+// The window of a MaxPool/AveragePool node over X.
+Window pool_window(const Node& n, const Tensor& x, bool is_max) {
+  check_pool_input(x);
+  GR_CHECK(n.has_attr("kernel_shape"), "the kernel_shape attribute is required");
+  return forward_window(n, spatial(x.shape()), n.attr_ints("kernel_shape"), n.attr_i("ceil_mode", 0) != 0);
+}
+
+Shape pooled_shape(const Tensor& x, const Window& w) {
+  Shape s{x.dim(0), x.dim(1)};
+  for (int i = Window::kMax - w.nd; i < Window::kMax; ++i) s.push_back(w.out[i]);
+  return s;
+}
+
+// Calls f(o, i) for every output pixel o of one plane and every input pixel i its window reads,
+// with begin(o) before and end(o) after each window. Pixels are flat offsets within the plane.
+template <class Begin, class Tap, class End>
+void for_each_window(const Window& w, Begin&& begin, Tap&& tap, End&& end) {
+  int64_t o = 0;
+  for (int64_t o0 = 0; o0 < w.out[0]; ++o0)
+    for (int64_t o1 = 0; o1 < w.out[1]; ++o1)
+      for (int64_t o2 = 0; o2 < w.out[2]; ++o2, ++o) {
+        begin(o);
+        for (int64_t k0 = 0; k0 < w.k[0]; ++k0) {
+          const int64_t i0 = o0 * w.s[0] - w.pb[0] + k0 * w.d[0];
+          if (i0 < 0 || i0 >= w.in[0]) continue;
+          for (int64_t k1 = 0; k1 < w.k[1]; ++k1) {
+            const int64_t i1 = o1 * w.s[1] - w.pb[1] + k1 * w.d[1];
+            if (i1 < 0 || i1 >= w.in[1]) continue;
+            for (int64_t k2 = 0; k2 < w.k[2]; ++k2) {
+              const int64_t i2 = o2 * w.s[2] - w.pb[2] + k2 * w.d[2];
+              if (i2 < 0 || i2 >= w.in[2]) continue;
+              tap(o, (i0 * w.in[1] + i1) * w.in[2] + i2);
+            }
+          }
+        }
+        end(o);
+      }
+}
+
+// Taps of the window at output o (per axis) that count for AveragePool's divisor: inside the input,
+// or with count_include_pad inside the padded input [-pad_begin, in + pad_end).
+std::vector<int64_t> average_divisors(const Window& w, bool include_pad) {
+  std::vector<int64_t> div(w.out_size());
+  int64_t o = 0;
+  auto count = [&](int a, int64_t oa) {
+    int64_t c = 0;
+    for (int64_t k = 0; k < w.k[a]; ++k) {
+      const int64_t i = oa * w.s[a] - w.pb[a] + k * w.d[a];
+      c += include_pad ? (i >= -w.pb[a] && i < w.in[a] + w.pe[a]) : (i >= 0 && i < w.in[a]);
+    }
+    return c;
+  };
+  for (int64_t o0 = 0; o0 < w.out[0]; ++o0)
+    for (int64_t o1 = 0; o1 < w.out[1]; ++o1)
+      for (int64_t o2 = 0; o2 < w.out[2]; ++o2) div[o++] = count(0, o0) * count(1, o1) * count(2, o2);
+  return div;
+}
+
+// Column-major (storage_order 1) offset within a plane of the row-major offset i.
+int64_t column_major(const Window& w, int64_t i) {
+  const int64_t i2 = i % w.in[2], i1 = (i / w.in[2]) % w.in[1], i0 = i / (w.in[2] * w.in[1]);
+  return i0 + i1 * w.in[0] + i2 * w.in[0] * w.in[1];
+}
+
+template <class T>
+void max_pool_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Window w = pool_window(ctx.node(), x, true);
+  const int64_t so = ctx.node().attr_i("storage_order", 0);
+  GR_CHECK(so == 0 || so == 1, "storage_order must be 0 or 1, got " << so);
+  const Shape ys = pooled_shape(x, w);
+  T* y = ctx.output(0, ys, x.dtype()).data<T>();
+  int64_t* idx = ctx.has_output(1) ? ctx.output(1, ys, DType::I64).data<int64_t>() : nullptr;
+  const T* xp = x.data<T>();
+  const int64_t planes = x.dim(0) * x.dim(1), I = w.in_size(), P = w.out_size();
+#pragma omp parallel for num_threads(ctx.threads()) schedule(static)
+  for (int64_t p = 0; p < planes; ++p) {
+    const T* xin = xp + p * I;
+    T* yo = y + p * P;
+    T best = 0;
+    int64_t arg = -1;
+    for_each_window(
+        w, [&](int64_t) { best = -std::numeric_limits<T>::infinity(), arg = -1; },
+        [&](int64_t, int64_t i) {
+          // NaN propagates like PyTorch's max pooling.
+          if (xin[i] > best || std::isnan(xin[i]) || arg < 0) best = xin[i], arg = i;
+        },
+        [&](int64_t o) {
+          yo[o] = best;
+          if (idx) idx[p * P + o] = arg < 0 ? -1 : p * I + (so ? column_major(w, arg) : arg);
+        });
+  }
+}
+
+template <class T>
+void average_pool_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Window w = pool_window(ctx.node(), x, false);
+  const bool include_pad = ctx.node().attr_i("count_include_pad", 0) != 0;
+  const std::vector<int64_t> div = average_divisors(w, include_pad);
+  T* y = ctx.output(0, pooled_shape(x, w), x.dtype()).data<T>();
+  const T* xp = x.data<T>();
+  const int64_t planes = x.dim(0) * x.dim(1), I = w.in_size(), P = w.out_size();
+#pragma omp parallel for num_threads(ctx.threads()) schedule(static)
+  for (int64_t p = 0; p < planes; ++p) {
+    const T* xin = xp + p * I;
+    T* yo = y + p * P;
+    T sum = 0;
+    for_each_window(
+        w, [&](int64_t) { sum = 0; }, [&](int64_t, int64_t i) { sum += xin[i]; },
+        [&](int64_t o) { yo[o] = div[o] ? sum / static_cast<T>(div[o]) : T(0); });
+  }
+}
+
+template <class T, bool kMax>
+void global_pool_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  check_pool_input(x);
+  Shape ys{x.dim(0), x.dim(1)};
+  for (int i = 2; i < x.rank(); ++i) ys.push_back(1);
+  T* y = ctx.output(0, ys, x.dtype()).data<T>();
+  const T* xp = x.data<T>();
+  const int64_t planes = x.dim(0) * x.dim(1), I = shape_numel(spatial(x.shape()));
+  GR_CHECK(I > 0 || planes == 0, "X " << shape_str(x.shape()) << " has empty spatial axes");
+#pragma omp parallel for num_threads(ctx.threads()) schedule(static)
+  for (int64_t p = 0; p < planes; ++p) {
+    const T* xin = xp + p * I;
+    T acc = kMax ? -std::numeric_limits<T>::infinity() : T(0);
+    for (int64_t i = 0; i < I; ++i) acc = kMax ? (xin[i] > acc || std::isnan(xin[i]) ? xin[i] : acc) : acc + xin[i];
+    y[p] = kMax ? acc : acc / static_cast<T>(I);
+  }
+}
+
+// MaxPoolGrad(dY, Indices, X) -> dX: dY scattered to the argmax positions (storage_order 0 indices).
+template <class T>
+void max_pool_grad_kernel(KernelContext& ctx) {
+  const Tensor &dy = ctx.input(0), &ind = ctx.input(1), &x = ctx.input(2);
+  check_pool_input(x);
+  GR_CHECK(ind.dtype() == DType::I64, "Indices must be i64, got " << dtype_name(ind.dtype()));
+  GR_CHECK(dy.shape() == ind.shape(), "dY " << shape_str(dy.shape()) << " and Indices " << shape_str(ind.shape())
+                                            << " must have the same shape");
+  GR_CHECK(dy.rank() == x.rank() && dy.dim(0) == x.dim(0) && dy.dim(1) == x.dim(1),
+           "dY " << shape_str(dy.shape()) << " is not a pooled shape of X " << shape_str(x.shape()));
+  T* dx = ctx.output(0, x.shape(), x.dtype()).data<T>();
+  const T* g = dy.data<T>();
+  const int64_t* id = ind.data<int64_t>();
+  const int64_t planes = x.dim(0) * x.dim(1), I = shape_numel(spatial(x.shape())), P = shape_numel(spatial(dy.shape()));
+  bool bad = false;
+#pragma omp parallel for num_threads(ctx.threads()) schedule(static) reduction(|| : bad)
+  for (int64_t p = 0; p < planes; ++p) {
+    T* d = dx + p * I;
+    std::fill(d, d + I, T(0));
+    for (int64_t o = p * P; o < (p + 1) * P; ++o) {
+      if (id[o] < 0) continue;  // a window that lay entirely in the padding
+      const int64_t local = id[o] - p * I;
+      if (local >= I || local < 0) { bad = true; continue; }
+      d[local] += g[o];
+    }
+  }
+  GR_CHECK(!bad, "Indices hold a position outside the (n, c) plane of its output: they must be MaxPool's "
+                 "storage_order 0 indices into X");
+}
+
+// AveragePoolGrad(dY, X) -> dX: each dY spread evenly over its window's counted taps.
+template <class T>
+void average_pool_grad_kernel(KernelContext& ctx) {
+  const Tensor &dy = ctx.input(0), &x = ctx.input(1);
+  const Window w = pool_window(ctx.node(), x, false);
+  const Shape ys = pooled_shape(x, w);
+  GR_CHECK(dy.shape() == ys, "dY " << shape_str(dy.shape()) << " does not match AveragePool's output shape "
+                                   << shape_str(ys) << " for X " << shape_str(x.shape()));
+  const std::vector<int64_t> div = average_divisors(w, ctx.node().attr_i("count_include_pad", 0) != 0);
+  T* dx = ctx.output(0, x.shape(), x.dtype()).data<T>();
+  const T* g = dy.data<T>();
+  const int64_t planes = x.dim(0) * x.dim(1), I = w.in_size(), P = w.out_size();
+#pragma omp parallel for num_threads(ctx.threads()) schedule(static)
+  for (int64_t p = 0; p < planes; ++p) {
+    T* d = dx + p * I;
+    const T* go = g + p * P;
+    std::fill(d, d + I, T(0));
+    T share = 0;
+    for_each_window(
+        w, [&](int64_t o) { share = div[o] ? go[o] / static_cast<T>(div[o]) : T(0); },
+        [&](int64_t, int64_t i) { d[i] += share; }, [&](int64_t) {});
+  }
+}
+
+// Dispatches on the dtype of input kX.
+template <int kX, void (*F32)(KernelContext&), void (*F64)(KernelContext&)>
+void by_float(KernelContext& ctx) {
+  const Tensor& x = ctx.input(kX);
+  GR_CHECK(x.dtype() == DType::F32 || x.dtype() == DType::F64, "X must be f32 or f64, got " << dtype_name(x.dtype()));
+  GR_CHECK(ctx.input(0).dtype() == x.dtype(),
+           "dY is " << dtype_name(ctx.input(0).dtype()) << " but X is " << dtype_name(x.dtype()));
+  if (x.dtype() == DType::F32) F32(ctx);
+  else F64(ctx);
+}
+
+}  // namespace
+
+void register_pool_kernels(KernelTable& t) {
+  t.add("MaxPool", by_float<0, max_pool_kernel<float>, max_pool_kernel<double>>);
+  t.add("AveragePool", by_float<0, average_pool_kernel<float>, average_pool_kernel<double>>);
+  t.add("GlobalAveragePool", by_float<0, global_pool_kernel<float, false>, global_pool_kernel<double, false>>);
+  t.add("GlobalMaxPool", by_float<0, global_pool_kernel<float, true>, global_pool_kernel<double, true>>);
+  t.add(kGraphrunDomain, "MaxPoolGrad", by_float<2, max_pool_grad_kernel<float>, max_pool_grad_kernel<double>>);
+  t.add(kGraphrunDomain, "AveragePoolGrad",
+        by_float<1, average_pool_grad_kernel<float>, average_pool_grad_kernel<double>>);
+}
 
 }  // namespace graphrun::runtime::cpu

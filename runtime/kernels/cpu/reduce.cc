@@ -1,8 +1,265 @@
-// CPU kernels: reduce family (placeholder until implemented).
-#include "runtime/kernel.h"
+// CPU kernels: reduce family — Reduce* over any set of axes, ArgMax/ArgMin, and the numerically
+// stable Softmax/LogSoftmax under both ONNX axis conventions (2-D coercion before opset 13).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "runtime/kernels/cpu/math_common.h"
 
 namespace graphrun::runtime::cpu {
+namespace {
 
-void register_reduce_kernels(KernelTable& t) {}
+enum class Red { Sum, Mean, Max, Min, Prod, SumSquare, L1, L2, LogSum, LogSumExp };
+
+// Accumulate floats in double (a mean over a large batch keeps its digits), integers as themselves.
+template <class T> using Acc = std::conditional_t<std::is_floating_point_v<T>, double, T>;
+
+template <class T, Red K> Acc<T> red_init() {
+  if constexpr (K == Red::Max) {
+    if constexpr (std::is_floating_point_v<T>) return -std::numeric_limits<double>::infinity();
+    else return std::numeric_limits<T>::lowest();
+  } else if constexpr (K == Red::Min) {
+    if constexpr (std::is_floating_point_v<T>) return std::numeric_limits<double>::infinity();
+    else return std::numeric_limits<T>::max();
+  } else if constexpr (K == Red::Prod) {
+    return Acc<T>(1);
+  } else {
+    return Acc<T>(0);
+  }
+}
+
+// Folds one element (already shifted by the row maximum for LogSumExp) into an accumulator.
+template <class T, Red K> inline Acc<T> red_step(Acc<T> a, T v) {
+  using A = Acc<T>;
+  if constexpr (K == Red::Max) return static_cast<A>(v) > a || (std::is_floating_point_v<T> && std::isnan(static_cast<double>(v))) ? static_cast<A>(v) : a;
+  else if constexpr (K == Red::Min) return static_cast<A>(v) < a || (std::is_floating_point_v<T> && std::isnan(static_cast<double>(v))) ? static_cast<A>(v) : a;
+  else if constexpr (K == Red::Prod) return a * static_cast<A>(v);
+  else if constexpr (K == Red::SumSquare || K == Red::L2) return a + static_cast<A>(v) * static_cast<A>(v);
+  else if constexpr (K == Red::L1) {
+    if constexpr (std::is_unsigned_v<T>) return a + static_cast<A>(v);
+    else return a + (v < T(0) ? -static_cast<A>(v) : static_cast<A>(v));
+  } else if constexpr (K == Red::LogSumExp) return a + std::exp(static_cast<double>(v));
+  else return a + static_cast<A>(v);
+}
+
+struct ReduceAxes {
+  std::vector<bool> reduced;  // per input axis
+  Shape keep;                 // input shape with reduced axes set to 1
+  Shape out;                  // the output shape (keep, or with reduced axes removed)
+  int64_t count = 1;          // elements folded into each output
+  bool noop = false;          // identity (empty axes with noop_with_empty_axes)
+};
+
+ReduceAxes reduce_axes(const KernelContext& ctx, const Tensor& x) {
+  const Node& n = ctx.node();
+  const int r = x.rank();
+  std::vector<int64_t> axes;
+  bool from_input = n.op_type == "ReduceSum" ? ctx.opset() >= 13 : ctx.opset() >= 18;
+  if (from_input) {
+    if (ctx.has_input(1)) axes = int_list(ctx.input(1), "axes");
+  } else {
+    axes = n.attr_ints("axes");
+  }
+  const bool keepdims = n.attr_i("keepdims", 1) != 0;
+  ReduceAxes ra;
+  ra.reduced.assign(r, axes.empty());
+  if (axes.empty() && n.attr_i("noop_with_empty_axes", 0) != 0) {
+    ra.reduced.assign(r, false);
+    ra.noop = true;
+  }
+  for (int64_t a : axes) {
+    int k = norm_axis(a, r, n.op_type.c_str());
+    GR_CHECK(!ra.reduced[k] || axes.empty(), n.op_type << ": axis " << a << " is given twice");
+    ra.reduced[k] = true;
+  }
+  for (int k = 0; k < r; ++k) {
+    const int64_t d = x.shape()[k];
+    ra.keep.push_back(ra.reduced[k] ? 1 : d);
+    if (ra.reduced[k]) ra.count *= d;
+    if (!ra.reduced[k] || keepdims) ra.out.push_back(ra.reduced[k] ? 1 : d);
+  }
+  return ra;
+}
+
+template <class T, Red K> void reduce_typed(KernelContext& ctx, const Tensor& x, const ReduceAxes& ra, Tensor& y) {
+  using A = Acc<T>;
+  const T* px = ptr<T>(x);
+  T* py = ptr<T>(y);
+  const int64_t m = y.numel();
+  if (ra.noop) {
+    std::copy(px, px + x.numel(), py);
+    return;
+  }
+  // One scratch request per kernel call: the planned arena hands out the same block each time.
+  const size_t slots = static_cast<size_t>(std::max<int64_t>(m, 1));
+  A* acc = static_cast<A*>(ctx.scratch(sizeof(A) * slots + (K == Red::LogSumExp ? sizeof(T) * slots : 0)));
+  std::fill(acc, acc + m, red_init<T, K>());
+  if (x.numel() > 0) {
+    // LogSumExp subtracts each output's maximum first so exp never overflows.
+    T* shift = nullptr;
+    if constexpr (K == Red::LogSumExp) {
+      shift = reinterpret_cast<T*>(acc + slots);
+      std::vector<A> mx(m, -std::numeric_limits<double>::infinity());
+      BroadcastPlan p = make_broadcast_plan({&x.shape(), &ra.keep}, x.shape());
+      const int64_t inner = p.inner(), sy = p.strides[1].back();
+      for_each_row(p, 1, [&](int64_t r, const int64_t* o) {
+        for (int64_t i = 0; i < inner; ++i) mx[o[1] + i * sy] = std::max<A>(mx[o[1] + i * sy], px[r * inner + i]);
+      });
+      for (int64_t j = 0; j < m; ++j) shift[j] = std::isfinite(mx[j]) ? static_cast<T>(mx[j]) : T(0);
+    }
+    BroadcastPlan p = make_broadcast_plan({&x.shape(), &ra.keep}, x.shape());
+    const int64_t inner = p.inner(), sy = p.strides[1].back();
+    for_each_row(p, 1, [&](int64_t r, const int64_t* o) {
+      const T* xr = px + r * inner;
+      if constexpr (K == Red::LogSumExp) {
+        for (int64_t i = 0; i < inner; ++i) {
+          const int64_t j = o[1] + i * sy;
+          acc[j] = red_step<T, K>(acc[j], static_cast<T>(xr[i] - shift[j]));
+        }
+      } else if (sy) {
+        A* ar = acc + o[1];
+        for (int64_t i = 0; i < inner; ++i) ar[i] = red_step<T, K>(ar[i], xr[i]);
+      } else {
+        A a = acc[o[1]];
+        for (int64_t i = 0; i < inner; ++i) a = red_step<T, K>(a, xr[i]);
+        acc[o[1]] = a;
+      }
+    });
+    for (int64_t j = 0; j < m; ++j) {
+      A v = acc[j];
+      if constexpr (K == Red::LogSumExp) v = std::log(v) + static_cast<A>(shift[j]);
+      acc[j] = v;
+    }
+  } else if constexpr (K == Red::LogSumExp) {
+    for (int64_t j = 0; j < m; ++j) acc[j] = -std::numeric_limits<double>::infinity();
+  }
+  for (int64_t j = 0; j < m; ++j) {
+    A v = acc[j];
+    if constexpr (K == Red::Mean) v = v / static_cast<A>(ra.count);
+    else if constexpr (K == Red::L2) v = static_cast<A>(std::sqrt(static_cast<double>(v)));
+    else if constexpr (K == Red::LogSum) v = static_cast<A>(std::log(static_cast<double>(v)));
+    py[j] = static_cast<T>(v);
+  }
+}
+
+template <Red K> void reduce_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  ReduceAxes ra = reduce_axes(ctx, x);
+  Tensor& y = ctx.output(0, ra.noop ? x.shape() : ra.out, x.dtype());
+  constexpr bool kFloatOnly = K == Red::L2 || K == Red::LogSum || K == Red::LogSumExp;
+  auto body = [&](auto tag) { reduce_typed<decltype(tag), K>(ctx, x, ra, y); };
+  if constexpr (kFloatOnly) dispatch_float(x.dtype(), ctx.node().op_type.c_str(), body);
+  else dispatch_numeric(x.dtype(), ctx.node().op_type.c_str(), body);
+}
+
+template <bool kMax> void arg_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const char* what = kMax ? "ArgMax" : "ArgMin";
+  const int r = x.rank();
+  GR_CHECK(r >= 1, what << ": input must have rank >= 1");
+  const int axis = norm_axis(ctx.node().attr_i("axis", 0), r, what);
+  const bool keepdims = ctx.node().attr_i("keepdims", 1) != 0;
+  const bool last = ctx.node().attr_i("select_last_index", 0) != 0;
+  Shape out = x.shape();
+  if (keepdims) out[axis] = 1;
+  else out.erase(out.begin() + axis);
+  const int64_t n = x.shape()[axis], outer = prod(x.shape(), 0, axis), inner = prod(x.shape(), axis + 1, r);
+  GR_CHECK(n > 0 || outer * inner == 0, what << ": cannot reduce the empty axis " << axis << " of "
+                                             << shape_str(x.shape()));
+  Tensor& y = ctx.output(0, out, DType::I64);
+  int64_t* py = ptr<int64_t>(y);
+  dispatch_numeric(x.dtype(), what, [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = ptr<T>(x);
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i) {
+        const T* s = px + o * n * inner + i;
+        int64_t best = 0;
+        for (int64_t j = 1; j < n; ++j) {
+          const T v = s[j * inner], b = s[best * inner];
+          const bool better = kMax ? (last ? v >= b : v > b) : (last ? v <= b : v < b);
+          if (better) best = j;
+        }
+        py[o * inner + i] = best;
+      }
+  });
+}
+
+// Softmax over `n` elements spaced `inner` apart; log=true gives LogSoftmax.
+template <class T, bool kLog> void softmax_line(const T* x, T* y, int64_t n, int64_t inner) {
+  T mx = -std::numeric_limits<T>::infinity();
+  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, x[j * inner]);
+  if (!std::isfinite(mx)) mx = std::isnan(mx) ? mx : T(0);
+  T sum = 0;
+  if constexpr (kLog) {
+    for (int64_t j = 0; j < n; ++j) sum += std::exp(x[j * inner] - mx);
+    // (x - max) - log(sum), not x - (max + log(sum)): large logits keep their low digits.
+    const T ls = std::log(sum);
+    for (int64_t j = 0; j < n; ++j) y[j * inner] = (x[j * inner] - mx) - ls;
+  } else {
+    for (int64_t j = 0; j < n; ++j) {
+      const T e = std::exp(x[j * inner] - mx);
+      y[j * inner] = e;
+      sum += e;
+    }
+    const T inv = T(1) / sum;
+    for (int64_t j = 0; j < n; ++j) y[j * inner] *= inv;
+  }
+}
+
+template <bool kLog> void softmax_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const char* what = kLog ? "LogSoftmax" : "Softmax";
+  const int r = x.rank();
+  int64_t outer, n, inner;
+  if (ctx.opset() < 13) {
+    // Before opset 13 the input is coerced to 2-D at axis and normalised along the second dim.
+    int64_t axis = ctx.node().attr_i("axis", 1);
+    GR_CHECK(axis >= -r && axis <= r, what << ": axis " << axis << " is out of range for rank " << r);
+    if (axis < 0) axis += r;
+    outer = prod(x.shape(), 0, axis);
+    n = prod(x.shape(), axis, r);
+    inner = 1;
+  } else {
+    const int axis = norm_axis(ctx.node().attr_i("axis", -1), r, what);
+    outer = prod(x.shape(), 0, axis);
+    n = r == 0 ? 1 : x.shape()[axis];
+    inner = prod(x.shape(), axis + 1, r);
+  }
+  Tensor& y = ctx.output(0, x.shape(), x.dtype());
+  if (x.numel() == 0) return;
+  dispatch_float(x.dtype(), what, [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = ptr<T>(x);
+    T* py = ptr<T>(y);
+    const int64_t lines = outer * inner;
+    const int th = threads_for(ctx, x.numel());
+#pragma omp parallel for num_threads(th) schedule(static) if (th > 1)
+    for (int64_t l = 0; l < lines; ++l) {
+      const int64_t o = l / inner, i = l % inner;
+      softmax_line<T, kLog>(px + o * n * inner + i, py + o * n * inner + i, n, inner);
+    }
+  });
+}
+
+}  // namespace
+
+void register_reduce_kernels(KernelTable& t) {
+  t.add("ReduceSum", reduce_kernel<Red::Sum>);
+  t.add("ReduceMean", reduce_kernel<Red::Mean>);
+  t.add("ReduceMax", reduce_kernel<Red::Max>);
+  t.add("ReduceMin", reduce_kernel<Red::Min>);
+  t.add("ReduceProd", reduce_kernel<Red::Prod>);
+  t.add("ReduceSumSquare", reduce_kernel<Red::SumSquare>);
+  t.add("ReduceL1", reduce_kernel<Red::L1>);
+  t.add("ReduceL2", reduce_kernel<Red::L2>);
+  t.add("ReduceLogSum", reduce_kernel<Red::LogSum>);
+  t.add("ReduceLogSumExp", reduce_kernel<Red::LogSumExp>);
+  t.add("ArgMax", arg_kernel<true>);
+  t.add("ArgMin", arg_kernel<false>);
+  t.add("Softmax", softmax_kernel<false>);
+  t.add("LogSoftmax", softmax_kernel<true>);
+}
 
 }  // namespace graphrun::runtime::cpu

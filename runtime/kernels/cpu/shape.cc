@@ -1,8 +1,734 @@
-// CPU kernels: shape family (placeholder until implemented).
-#include "runtime/kernel.h"
+// CPU kernels: shape family — ops that move, select or create elements without arithmetic
+// (Reshape, Transpose, Concat, Split, Slice, Pad, Gather, ...), plus ai.graphrun SumToShape.
+// Movement kernels work on raw elements of 1, 2, 4 or 8 bytes, so they serve every dtype.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <set>
+
+#include "runtime/kernels/cpu/math_common.h"
 
 namespace graphrun::runtime::cpu {
+namespace {
 
-void register_shape_kernels(KernelTable& t) {}
+// Calls f(E{}) with an unsigned type as wide as one element of `dt`.
+template <class F> void dispatch_bytes(DType dt, const char* what, F&& f) {
+  switch (dtype_size(dt)) {
+    case 1: f(uint8_t{}); break;
+    case 2: f(uint16_t{}); break;
+    case 4: f(uint32_t{}); break;
+    case 8: f(uint64_t{}); break;
+    default: GR_FAIL(what << ": element type " << dtype_name(dt) << " is not supported");
+  }
+}
+
+void copy_all(const Tensor& x, Tensor& y) {
+  if (x.nbytes() && y.raw() != x.raw()) std::memcpy(y.raw(), x.raw(), x.nbytes());
+}
+
+// y[i0..] = x[base + sum_k i_k * strides[k]] for every index of `shape`; y contiguous.
+template <class E>
+void strided_gather(const Shape& shape, const std::vector<int64_t>& strides, int64_t base, const E* x, E* y) {
+  const int64_t n = shape_numel(shape);
+  if (n == 0) return;
+  if (shape.empty()) {
+    y[0] = x[base];
+    return;
+  }
+  const size_t r = shape.size();
+  const int64_t inner = shape[r - 1], s = strides[r - 1];
+  std::vector<int64_t> idx(r, 0);
+  int64_t off = base;
+  for (int64_t o = 0; o < n; o += inner) {
+    if (s == 1) std::memcpy(y + o, x + off, sizeof(E) * inner);
+    else for (int64_t i = 0; i < inner; ++i) y[o + i] = x[off + i * s];
+    for (size_t k = r - 1; k-- > 0;) {
+      off += strides[k];
+      if (++idx[k] < shape[k]) break;
+      off -= strides[k] * shape[k];
+      idx[k] = 0;
+    }
+  }
+}
+
+std::vector<int64_t> contiguous_strides(const Shape& s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (size_t k = s.size(); k-- > 1;) st[k - 1] = st[k] * s[k];
+  return st;
+}
+
+// ---- reshaping ----
+
+void flatten_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  int64_t axis = ctx.node().attr_i("axis", 1);
+  const int64_t r = x.rank();
+  GR_CHECK(axis >= -r && axis <= r, "Flatten: axis " << axis << " is out of range for input shape "
+                                                     << shape_str(x.shape()));
+  if (axis < 0) axis += r;
+  Tensor& y = ctx.output(0, {prod(x.shape(), 0, axis), prod(x.shape(), axis, r)}, x.dtype());
+  copy_all(x, y);
+}
+
+void reshape_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  std::vector<int64_t> spec = int_list(ctx.input(1), "Reshape shape");
+  const bool allowzero = ctx.opset() >= 14 && ctx.node().attr_i("allowzero", 0) != 0;
+  Shape out(spec.size());
+  int infer = -1;
+  int64_t known = 1;
+  for (size_t i = 0; i < spec.size(); ++i) {
+    int64_t d = spec[i];
+    if (d == 0 && !allowzero) {
+      GR_CHECK(i < x.shape().size(), "Reshape: shape " << shape_str(spec) << " copies dimension " << i
+                                                       << " (0) but the input " << shape_str(x.shape())
+                                                       << " has rank " << x.rank());
+      d = x.shape()[i];
+    }
+    if (d == -1) {
+      GR_CHECK(infer < 0, "Reshape: shape " << shape_str(spec) << " has more than one -1");
+      infer = static_cast<int>(i);
+      continue;
+    }
+    GR_CHECK(d >= 0, "Reshape: invalid dimension " << d << " in shape " << shape_str(spec));
+    out[i] = d;
+    known *= d;
+  }
+  if (infer >= 0) {
+    GR_CHECK(known != 0 && x.numel() % known == 0,
+             "Reshape: cannot reshape " << shape_str(x.shape()) << " into " << shape_str(spec));
+    out[infer] = x.numel() / known;
+  }
+  GR_CHECK(shape_numel(out) == x.numel(), "Reshape: cannot reshape " << shape_str(x.shape()) << " ("
+                                              << x.numel() << " elements) into " << shape_str(spec));
+  Tensor& y = ctx.output(0, out, x.dtype());
+  copy_all(x, y);
+}
+
+// Squeeze/Unsqueeze axes: an attribute before opset 13, an optional input from 13.
+std::vector<int64_t> axes_of(const KernelContext& ctx, int input_index, bool* given) {
+  if (ctx.opset() < 13) {
+    *given = ctx.node().has_attr("axes");
+    return ctx.node().attr_ints("axes");
+  }
+  *given = ctx.has_input(input_index);
+  return *given ? int_list(ctx.input(input_index), "axes") : std::vector<int64_t>{};
+}
+
+void squeeze_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  bool given = false;
+  std::vector<int64_t> axes = axes_of(ctx, 1, &given);
+  std::vector<bool> drop(x.rank(), false);
+  if (!given) {
+    for (int k = 0; k < x.rank(); ++k) drop[k] = x.shape()[k] == 1;
+  } else {
+    for (int64_t a : axes) {
+      int k = norm_axis(a, x.rank(), "Squeeze");
+      GR_CHECK(x.shape()[k] == 1, "Squeeze: axis " << a << " of shape " << shape_str(x.shape())
+                                                   << " has size " << x.shape()[k] << ", not 1");
+      drop[k] = true;
+    }
+  }
+  Shape out;
+  for (int k = 0; k < x.rank(); ++k)
+    if (!drop[k]) out.push_back(x.shape()[k]);
+  copy_all(x, ctx.output(0, out, x.dtype()));
+}
+
+void unsqueeze_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  bool given = false;
+  std::vector<int64_t> axes = axes_of(ctx, 1, &given);
+  GR_CHECK(given, "Unsqueeze: axes are required");
+  const int64_t r = x.rank() + static_cast<int64_t>(axes.size());
+  std::vector<bool> ins(r, false);
+  for (int64_t a : axes) {
+    int k = norm_axis(a, r, "Unsqueeze");
+    GR_CHECK(!ins[k], "Unsqueeze: axis " << a << " is given twice");
+    ins[k] = true;
+  }
+  Shape out;
+  size_t j = 0;
+  for (int64_t k = 0; k < r; ++k) out.push_back(ins[k] ? 1 : x.shape()[j++]);
+  copy_all(x, ctx.output(0, out, x.dtype()));
+}
+
+// ---- permuting, joining, splitting ----
+
+void transpose_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const int r = x.rank();
+  std::vector<int64_t> perm = ctx.node().attr_ints("perm");
+  if (perm.empty()) for (int k = r - 1; k >= 0; --k) perm.push_back(k);
+  GR_CHECK(static_cast<int>(perm.size()) == r, "Transpose: perm " << shape_str(perm) << " does not match input shape "
+                                                                  << shape_str(x.shape()));
+  std::vector<bool> seen(r, false);
+  for (int64_t& p : perm) {
+    GR_CHECK(p >= -r && p < r && !seen[p < 0 ? p + r : p],
+             "Transpose: perm " << shape_str(ctx.node().attr_ints("perm")) << " is not a permutation of 0.." << r - 1);
+    if (p < 0) p += r;
+    seen[p] = true;
+  }
+  const auto in_st = contiguous_strides(x.shape());
+  Shape out(r);
+  std::vector<int64_t> st(r);
+  for (int k = 0; k < r; ++k) {
+    out[k] = x.shape()[perm[k]];
+    st[k] = in_st[perm[k]];
+  }
+  Tensor& y = ctx.output(0, out, x.dtype());
+  dispatch_bytes(x.dtype(), "Transpose", [&](auto tag) {
+    using E = decltype(tag);
+    strided_gather<E>(out, st, 0, ptr<E>(x), ptr<E>(y));
+  });
+}
+
+void concat_kernel(KernelContext& ctx) {
+  GR_CHECK(ctx.node().has_attr("axis"), "Concat: attribute 'axis' is required");
+  const Tensor& x0 = ctx.input(0);
+  const int r = x0.rank();
+  const int axis = norm_axis(ctx.node().attr_i("axis", 0), r, "Concat");
+  Shape out = x0.shape();
+  out[axis] = 0;
+  for (int i = 0; i < ctx.num_inputs(); ++i) {
+    const Tensor& xi = ctx.input(i);
+    GR_CHECK(xi.dtype() == x0.dtype(), "Concat: input " << i << " is " << dtype_name(xi.dtype()) << " but input 0 is "
+                                                        << dtype_name(x0.dtype()));
+    bool ok = xi.rank() == r;
+    for (int k = 0; ok && k < r; ++k) ok = k == axis || xi.shape()[k] == x0.shape()[k];
+    GR_CHECK(ok, "Concat: input shapes " << shape_str(x0.shape()) << " and " << shape_str(xi.shape())
+                                         << " differ outside axis " << axis);
+    out[axis] += xi.shape()[axis];
+  }
+  Tensor& y = ctx.output(0, out, x0.dtype());
+  const size_t esz = dtype_size(x0.dtype());
+  const int64_t outer = prod(out, 0, axis), inner = prod(out, axis + 1, r) * esz;
+  char* dst = static_cast<char*>(y.raw());
+  const int64_t row = out[axis] * inner;
+  int64_t col = 0;
+  for (int i = 0; i < ctx.num_inputs(); ++i) {
+    const Tensor& xi = ctx.input(i);
+    const int64_t chunk = xi.shape()[axis] * inner;
+    const char* src = static_cast<const char*>(xi.raw());
+    if (chunk)
+      for (int64_t o = 0; o < outer; ++o) std::memcpy(dst + o * row + col, src + o * chunk, chunk);
+    col += chunk;
+  }
+}
+
+void split_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const int r = x.rank();
+  const int axis = norm_axis(ctx.node().attr_i("axis", 0), r, "Split");
+  const int n = ctx.num_outputs();
+  std::vector<int64_t> split;
+  if (ctx.opset() < 13) split = ctx.node().attr_ints("split");
+  else if (ctx.has_input(1)) split = int_list(ctx.input(1), "Split split");
+  const int64_t dim = x.shape()[axis];
+  if (split.empty()) {
+    GR_CHECK(n > 0 && dim % n == 0, "Split: axis " << axis << " of shape " << shape_str(x.shape())
+                                                   << " cannot be split into " << n << " equal parts");
+    split.assign(n, dim / n);
+  }
+  GR_CHECK(static_cast<int>(split.size()) == n, "Split: " << split.size() << " split sizes for " << n << " outputs");
+  GR_CHECK(std::accumulate(split.begin(), split.end(), int64_t{0}) == dim,
+           "Split: sizes " << shape_str(split) << " do not add up to " << dim << " (axis " << axis << " of "
+                           << shape_str(x.shape()) << ")");
+  const size_t esz = dtype_size(x.dtype());
+  const int64_t outer = prod(x.shape(), 0, axis), inner = prod(x.shape(), axis + 1, r) * esz;
+  const char* src = static_cast<const char*>(x.raw());
+  const int64_t row = dim * inner;
+  int64_t col = 0;
+  for (int i = 0; i < n; ++i) {
+    GR_CHECK(split[i] >= 0, "Split: negative size " << split[i]);
+    Shape s = x.shape();
+    s[axis] = split[i];
+    Tensor& y = ctx.output(i, s, x.dtype());
+    const int64_t chunk = split[i] * inner;
+    char* dst = static_cast<char*>(y.raw());
+    if (chunk)
+      for (int64_t o = 0; o < outer; ++o) std::memcpy(dst + o * chunk, src + o * row + col, chunk);
+    col += chunk;
+  }
+}
+
+void slice_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const int r = x.rank();
+  std::vector<int64_t> starts, ends, axes, steps;
+  if (ctx.opset() < 10) {
+    starts = ctx.node().attr_ints("starts");
+    ends = ctx.node().attr_ints("ends");
+    axes = ctx.node().attr_ints("axes");
+  } else {
+    starts = int_list(ctx.input(1), "Slice starts");
+    ends = int_list(ctx.input(2), "Slice ends");
+    if (ctx.has_input(3)) axes = int_list(ctx.input(3), "Slice axes");
+    if (ctx.has_input(4)) steps = int_list(ctx.input(4), "Slice steps");
+  }
+  GR_CHECK(starts.size() == ends.size(), "Slice: " << starts.size() << " starts but " << ends.size() << " ends");
+  if (axes.empty()) for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  GR_CHECK(axes.size() == starts.size() && steps.size() == starts.size(),
+           "Slice: starts, ends, axes and steps must have the same length");
+  Shape out = x.shape();
+  const auto in_st = contiguous_strides(x.shape());
+  std::vector<int64_t> st = in_st;
+  std::vector<bool> seen(r, false);
+  int64_t base = 0;
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const int k = norm_axis(axes[i], r, "Slice");
+    GR_CHECK(!seen[k], "Slice: axis " << axes[i] << " is given twice");
+    seen[k] = true;
+    const int64_t dim = x.shape()[k], step = steps[i];
+    GR_CHECK(step != 0, "Slice: step 0 on axis " << axes[i]);
+    int64_t s = starts[i], e = ends[i];
+    if (s < 0) s += dim;
+    if (e < 0) e += dim;
+    if (dim == 0) {
+      s = e = 0;
+    } else if (step > 0) {
+      s = std::clamp<int64_t>(s, 0, dim);
+      e = std::clamp<int64_t>(e, 0, dim);
+    } else {
+      s = std::clamp<int64_t>(s, 0, dim - 1);
+      e = std::clamp<int64_t>(e, -1, dim - 1);
+    }
+    int64_t len = step > 0 ? (e - s + step - 1) / step : (s - e + (-step) - 1) / (-step);
+    if (len < 0) len = 0;
+    out[k] = len;
+    st[k] = in_st[k] * step;
+    if (len > 0) base += s * in_st[k];
+  }
+  Tensor& y = ctx.output(0, out, x.dtype());
+  if (y.numel() == 0) return;
+  dispatch_bytes(x.dtype(), "Slice", [&](auto tag) {
+    using E = decltype(tag);
+    strided_gather<E>(out, st, base, ptr<E>(x), ptr<E>(y));
+  });
+}
+
+// ---- padding ----
+
+void pad_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const int r = x.rank();
+  std::string mode = ctx.node().attr_s("mode", "constant");
+  std::vector<int64_t> pads;
+  double value = 0;
+  const Tensor* value_tensor = nullptr;
+  if (ctx.opset() < 11) {
+    pads = ctx.node().attr_ints(ctx.node().has_attr("pads") ? "pads" : "paddings");
+    value = ctx.node().attr_f("value", 0.f);
+  } else {
+    pads = int_list(ctx.input(1), "Pad pads");
+    if (ctx.has_input(2)) {
+      value_tensor = &ctx.input(2);
+      GR_CHECK(value_tensor->numel() == 1, "Pad: constant_value must be a scalar, got shape "
+                                               << shape_str(value_tensor->shape()));
+      GR_CHECK(value_tensor->dtype() == x.dtype(), "Pad: constant_value is " << dtype_name(value_tensor->dtype())
+                                                                             << " but the input is "
+                                                                             << dtype_name(x.dtype()));
+    }
+  }
+  std::vector<int64_t> full(2 * r, 0);
+  if (ctx.opset() >= 18 && ctx.has_input(3)) {
+    std::vector<int64_t> axes = int_list(ctx.input(3), "Pad axes");
+    GR_CHECK(pads.size() == 2 * axes.size(), "Pad: " << pads.size() << " pads for " << axes.size() << " axes");
+    for (size_t i = 0; i < axes.size(); ++i) {
+      int k = norm_axis(axes[i], r, "Pad");
+      full[k] = pads[i];
+      full[k + r] = pads[i + axes.size()];
+    }
+  } else {
+    GR_CHECK(static_cast<int>(pads.size()) == 2 * r, "Pad: " << pads.size() << " pads for input shape "
+                                                             << shape_str(x.shape()) << " (need " << 2 * r << ")");
+    full = pads;
+  }
+  GR_CHECK(mode == "constant" || mode == "reflect" || mode == "edge",
+           "Pad: unknown mode '" << mode << "' (constant, reflect, edge)");
+  Shape out(r);
+  // Per axis: the source index of each output position, or -1 for the constant.
+  std::vector<std::vector<int64_t>> src(r);
+  for (int k = 0; k < r; ++k) {
+    const int64_t dim = x.shape()[k], before = full[k], after = full[k + r];
+    out[k] = dim + before + after;
+    GR_CHECK(out[k] >= 0, "Pad: pads " << shape_str(full) << " remove more than axis " << k << " of "
+                                       << shape_str(x.shape()) << " holds");
+    if (mode != "constant" && out[k] > 0)
+      GR_CHECK(dim > 0, "Pad: mode '" << mode << "' cannot pad the empty axis " << k);
+    src[k].resize(out[k]);
+    for (int64_t o = 0; o < out[k]; ++o) {
+      int64_t i = o - before;
+      if (i < 0 || i >= dim) {
+        if (mode == "constant") {
+          i = -1;
+        } else if (mode == "edge") {
+          i = std::clamp<int64_t>(i, 0, dim - 1);
+        } else if (dim == 1) {
+          i = 0;
+        } else {
+          const int64_t period = 2 * (dim - 1);
+          i = ((i % period) + period) % period;
+          if (i >= dim) i = period - i;
+        }
+      }
+      src[k][o] = i;
+    }
+  }
+  Tensor& y = ctx.output(0, out, x.dtype());
+  if (y.numel() == 0) return;
+  dispatch_numeric_bool(x.dtype(), "Pad", [&](auto tag) {
+    using T = decltype(tag);
+    const T fill = value_tensor ? ptr<T>(*value_tensor)[0] : static_cast<T>(value);
+    const T* px = ptr<T>(x);
+    T* py = ptr<T>(y);
+    if (r == 0) {
+      py[0] = px[0];
+      return;
+    }
+    const auto in_st = contiguous_strides(x.shape());
+    const int64_t inner = out[r - 1], n = y.numel();
+    const auto& last = src[r - 1];
+    std::vector<int64_t> idx(r, 0);
+    for (int64_t o = 0; o < n; o += inner) {
+      int64_t off = 0;
+      bool constant = false;
+      for (int k = 0; k + 1 < r; ++k) {
+        int64_t s = src[k][idx[k]];
+        if (s < 0) { constant = true; break; }
+        off += s * in_st[k];
+      }
+      if (constant) std::fill(py + o, py + o + inner, fill);
+      else for (int64_t i = 0; i < inner; ++i) py[o + i] = last[i] < 0 ? fill : px[off + last[i]];
+      for (int k = r - 1; k-- > 0;) {
+        if (++idx[k] < out[k]) break;
+        idx[k] = 0;
+      }
+    }
+  });
+}
+
+// ---- creating ----
+
+void constant_kernel(KernelContext& ctx) {
+  const Node& n = ctx.node();
+  Tensor v;
+  if (const Attribute* a = n.attr("value")) {
+    GR_CHECK(a->kind == Attribute::Kind::Tensor, "Constant: attribute 'value' must be a tensor");
+    v = a->t;
+  } else if (const Attribute* a = n.attr("value_float")) {
+    v = Tensor::scalar<float>(a->f);
+  } else if (const Attribute* a = n.attr("value_floats")) {
+    v = Tensor::from_vector<float>({static_cast<int64_t>(a->floats.size())}, a->floats);
+  } else if (const Attribute* a = n.attr("value_int")) {
+    v = Tensor::scalar<int64_t>(a->i);
+  } else if (const Attribute* a = n.attr("value_ints")) {
+    v = Tensor::from_vector<int64_t>({static_cast<int64_t>(a->ints.size())}, a->ints);
+  } else {
+    GR_FAIL("Constant: needs one of the attributes value, value_float(s), value_int(s) "
+            "(sparse_value and strings are not supported)");
+  }
+  GR_CHECK(v.defined() && dtype_size(v.dtype()) > 0, "Constant: unsupported value " << v.str());
+  copy_all(v, ctx.output(0, v.shape(), v.dtype()));
+}
+
+void shape_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const int64_t r = x.rank();
+  int64_t start = 0, end = r;
+  if (ctx.opset() >= 15) {
+    start = ctx.node().attr_i("start", 0);
+    end = ctx.node().attr_i("end", r);
+    if (start < 0) start += r;
+    if (end < 0) end += r;
+    start = std::clamp<int64_t>(start, 0, r);
+    end = std::clamp<int64_t>(end, 0, r);
+  }
+  const int64_t len = std::max<int64_t>(end - start, 0);
+  Tensor& y = ctx.output(0, {len}, DType::I64);
+  for (int64_t i = 0; i < len; ++i) ptr<int64_t>(y)[i] = x.shape()[start + i];
+}
+
+void size_kernel(KernelContext& ctx) {
+  Tensor& y = ctx.output(0, {}, DType::I64);
+  ptr<int64_t>(y)[0] = ctx.input(0).numel();
+}
+
+void constant_of_shape_kernel(KernelContext& ctx) {
+  Shape out = int_list(ctx.input(0), "ConstantOfShape shape");
+  for (int64_t d : out) GR_CHECK(d >= 0, "ConstantOfShape: negative dimension in " << shape_str(out));
+  Tensor v = Tensor::scalar<float>(0.f);
+  if (const Attribute* a = ctx.node().attr("value")) {
+    GR_CHECK(a->kind == Attribute::Kind::Tensor && a->t.numel() == 1,
+             "ConstantOfShape: 'value' must be a one-element tensor");
+    v = a->t;
+  }
+  Tensor& y = ctx.output(0, out, v.dtype());
+  const size_t esz = dtype_size(v.dtype());
+  char* p = static_cast<char*>(y.raw());
+  for (int64_t i = 0; i < y.numel(); ++i) std::memcpy(p + i * esz, v.raw(), esz);
+}
+
+void range_kernel(KernelContext& ctx) {
+  const Tensor &s = ctx.input(0), &l = ctx.input(1), &d = ctx.input(2);
+  for (const Tensor* t : {&s, &l, &d}) {
+    GR_CHECK(t->numel() == 1, "Range: start, limit and delta must be scalars, got shape " << shape_str(t->shape()));
+    GR_CHECK(t->dtype() == s.dtype(), "Range: start, limit and delta must have one element type");
+  }
+  dispatch_signed(s.dtype(), "Range", [&](auto tag) {
+    using T = decltype(tag);
+    const T start = ptr<T>(s)[0], limit = ptr<T>(l)[0], delta = ptr<T>(d)[0];
+    GR_CHECK(delta != T(0), "Range: delta is 0");
+    const int64_t n = std::max<int64_t>(
+        static_cast<int64_t>(std::ceil((static_cast<double>(limit) - static_cast<double>(start)) /
+                                       static_cast<double>(delta))), 0);
+    Tensor& y = ctx.output(0, {n}, s.dtype());
+    T* py = ptr<T>(y);
+    for (int64_t i = 0; i < n; ++i) py[i] = static_cast<T>(start + static_cast<T>(i) * delta);
+  });
+}
+
+// ---- indexing ----
+
+std::vector<int64_t> read_indices(const Tensor& t, int64_t dim, const char* what, const Shape& data_shape, int axis) {
+  GR_CHECK(t.dtype() == DType::I64 || t.dtype() == DType::I32,
+           what << ": indices must be int64 or int32, got " << dtype_name(t.dtype()));
+  std::vector<int64_t> v = t.as_int64s();
+  for (int64_t& i : v) {
+    GR_CHECK(i >= -dim && i < dim, what << ": index " << i << " is out of range for axis " << axis << " of size "
+                                        << dim << " (data shape " << shape_str(data_shape) << ")");
+    if (i < 0) i += dim;
+  }
+  return v;
+}
+
+void gather_kernel(KernelContext& ctx) {
+  const Tensor &x = ctx.input(0), &ind = ctx.input(1);
+  const int r = x.rank();
+  GR_CHECK(r >= 1, "Gather: data must have rank >= 1");
+  const int axis = norm_axis(ctx.node().attr_i("axis", 0), r, "Gather");
+  const int64_t dim = x.shape()[axis];
+  std::vector<int64_t> idx = read_indices(ind, dim, "Gather", x.shape(), axis);
+  Shape out(x.shape().begin(), x.shape().begin() + axis);
+  out.insert(out.end(), ind.shape().begin(), ind.shape().end());
+  out.insert(out.end(), x.shape().begin() + axis + 1, x.shape().end());
+  Tensor& y = ctx.output(0, out, x.dtype());
+  const size_t esz = dtype_size(x.dtype());
+  const int64_t outer = prod(x.shape(), 0, axis), inner = prod(x.shape(), axis + 1, r) * esz;
+  const int64_t m = static_cast<int64_t>(idx.size());
+  const char* src = static_cast<const char*>(x.raw());
+  char* dst = static_cast<char*>(y.raw());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < m; ++j) std::memcpy(dst + (o * m + j) * inner, src + (o * dim + idx[j]) * inner, inner);
+}
+
+// Index arithmetic shared by GatherElements and ScatterElements: for every element of the
+// indices tensor, its offset in the data tensor with the axis coordinate replaced by the index.
+template <class F>
+void for_each_element_index(const Shape& ishape, const Shape& dshape, int axis, const std::vector<int64_t>& idx, F f) {
+  const int r = static_cast<int>(ishape.size());
+  const auto dst = contiguous_strides(dshape);
+  std::vector<int64_t> c(r, 0);
+  const int64_t n = shape_numel(ishape);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t off = 0;
+    for (int k = 0; k < r; ++k) off += (k == axis ? idx[i] : c[k]) * dst[k];
+    f(i, off);
+    for (int k = r; k-- > 0;) {
+      if (++c[k] < ishape[k]) break;
+      c[k] = 0;
+    }
+  }
+}
+
+void check_element_shapes(const Tensor& x, const Tensor& ind, int axis, const char* what) {
+  GR_CHECK(ind.rank() == x.rank(), what << ": indices " << shape_str(ind.shape()) << " and data "
+                                        << shape_str(x.shape()) << " must have the same rank");
+  for (int k = 0; k < x.rank(); ++k)
+    GR_CHECK(k == axis || ind.shape()[k] <= x.shape()[k],
+             what << ": indices " << shape_str(ind.shape()) << " exceed data " << shape_str(x.shape()) << " on axis " << k);
+}
+
+void gather_elements_kernel(KernelContext& ctx) {
+  const Tensor &x = ctx.input(0), &ind = ctx.input(1);
+  const int axis = norm_axis(ctx.node().attr_i("axis", 0), x.rank(), "GatherElements");
+  check_element_shapes(x, ind, axis, "GatherElements");
+  std::vector<int64_t> idx = read_indices(ind, x.shape()[axis], "GatherElements", x.shape(), axis);
+  Tensor& y = ctx.output(0, ind.shape(), x.dtype());
+  dispatch_bytes(x.dtype(), "GatherElements", [&](auto tag) {
+    using E = decltype(tag);
+    const E* px = ptr<E>(x);
+    E* py = ptr<E>(y);
+    for_each_element_index(ind.shape(), x.shape(), axis, idx, [&](int64_t i, int64_t off) { py[i] = px[off]; });
+  });
+}
+
+void scatter_elements_kernel(KernelContext& ctx) {
+  const Tensor &x = ctx.input(0), &ind = ctx.input(1), &upd = ctx.input(2);
+  const int axis = norm_axis(ctx.node().attr_i("axis", 0), x.rank(), "ScatterElements");
+  check_element_shapes(x, ind, axis, "ScatterElements");
+  GR_CHECK(upd.shape() == ind.shape(), "ScatterElements: updates " << shape_str(upd.shape()) << " and indices "
+                                                                   << shape_str(ind.shape()) << " differ in shape");
+  GR_CHECK(upd.dtype() == x.dtype(), "ScatterElements: updates and data differ in element type");
+  const std::string red = ctx.node().attr_s("reduction", "none");
+  GR_CHECK(red == "none" || red == "add" || red == "mul",
+           "ScatterElements: unknown reduction '" << red << "' (none, add, mul)");
+  std::vector<int64_t> idx = read_indices(ind, x.shape()[axis], "ScatterElements", x.shape(), axis);
+  Tensor& y = ctx.output(0, x.shape(), x.dtype());
+  copy_all(x, y);
+  dispatch_numeric_bool(x.dtype(), "ScatterElements", [&](auto tag) {
+    using T = decltype(tag);
+    const T* pu = ptr<T>(upd);
+    T* py = ptr<T>(y);
+    for_each_element_index(ind.shape(), x.shape(), axis, idx, [&](int64_t i, int64_t off) {
+      if (red == "add") py[off] = static_cast<T>(py[off] + pu[i]);
+      else if (red == "mul") py[off] = static_cast<T>(py[off] * pu[i]);
+      else py[off] = pu[i];
+    });
+  });
+}
+
+void onehot_kernel(KernelContext& ctx) {
+  const Tensor &ind = ctx.input(0), &depth_t = ctx.input(1), &vals = ctx.input(2);
+  GR_CHECK(depth_t.numel() == 1, "OneHot: depth must be a scalar");
+  GR_CHECK(vals.numel() == 2, "OneHot: values must hold [off_value, on_value]");
+  const int64_t depth = static_cast<int64_t>(depth_t.as_doubles()[0]);
+  GR_CHECK(depth > 0, "OneHot: depth must be positive, got " << depth);
+  const int r = ind.rank() + 1;
+  const int axis = norm_axis(ctx.node().attr_i("axis", -1), r, "OneHot");
+  Shape out(ind.shape().begin(), ind.shape().begin() + axis);
+  out.push_back(depth);
+  out.insert(out.end(), ind.shape().begin() + axis, ind.shape().end());
+  Tensor& y = ctx.output(0, out, vals.dtype());
+  std::vector<double> iv = ind.as_doubles();
+  const int64_t outer = prod(ind.shape(), 0, axis), inner = prod(ind.shape(), axis, ind.rank());
+  dispatch_bytes(vals.dtype(), "OneHot", [&](auto tag) {
+    using E = decltype(tag);
+    const E off = ptr<E>(vals)[0], on = ptr<E>(vals)[1];
+    E* py = ptr<E>(y);
+    std::fill(py, py + y.numel(), off);
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i) {
+        int64_t v = static_cast<int64_t>(iv[o * inner + i]);
+        if (v < 0) v += depth;
+        if (v >= 0 && v < depth) py[(o * depth + v) * inner + i] = on;
+      }
+  });
+}
+
+// ---- broadcasting and its reverse ----
+
+void expand_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  Shape target = int_list(ctx.input(1), "Expand shape");
+  Shape out = broadcast_shapes({&x.shape(), &target}, "Expand");
+  Tensor& y = ctx.output(0, out, x.dtype());
+  if (y.numel() == 0) return;
+  // Input strides aligned to the output, 0 on broadcast axes.
+  const auto xs = contiguous_strides(x.shape());
+  std::vector<int64_t> st(out.size(), 0);
+  const size_t off = out.size() - x.shape().size();
+  for (size_t k = off; k < out.size(); ++k) st[k] = x.shape()[k - off] == 1 ? 0 : xs[k - off];
+  dispatch_bytes(x.dtype(), "Expand", [&](auto tag) {
+    using E = decltype(tag);
+    strided_gather<E>(out, st, 0, ptr<E>(x), ptr<E>(y));
+  });
+}
+
+void tile_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  std::vector<int64_t> rep = int_list(ctx.input(1), "Tile repeats");
+  GR_CHECK(static_cast<int>(rep.size()) == x.rank(), "Tile: " << rep.size() << " repeats for input shape "
+                                                              << shape_str(x.shape()));
+  const int r = x.rank();
+  Shape out(r);
+  for (int k = 0; k < r; ++k) {
+    GR_CHECK(rep[k] >= 0, "Tile: negative repeat " << rep[k]);
+    out[k] = x.shape()[k] * rep[k];
+  }
+  Tensor& y = ctx.output(0, out, x.dtype());
+  if (y.numel() == 0) return;
+  const auto xs = contiguous_strides(x.shape());
+  dispatch_bytes(x.dtype(), "Tile", [&](auto tag) {
+    using E = decltype(tag);
+    const E* px = ptr<E>(x);
+    E* py = ptr<E>(y);
+    std::vector<int64_t> c(r, 0);
+    for (int64_t i = 0; i < y.numel(); ++i) {
+      int64_t off = 0;
+      for (int k = 0; k < r; ++k) off += (c[k] % x.shape()[k]) * xs[k];
+      py[i] = px[off];
+      for (int k = r; k-- > 0;) {
+        if (++c[k] < out[k]) break;
+        c[k] = 0;
+      }
+    }
+  });
+}
+
+// ai.graphrun SumToShape(X, shape): sums X over the axes that broadcasting from `shape` expanded.
+void sum_to_shape_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  Shape target = int_list(ctx.input(1), "SumToShape shape");
+  bool ok = target.size() <= x.shape().size();
+  const size_t off = x.shape().size() - std::min(target.size(), x.shape().size());
+  for (size_t k = 0; ok && k < target.size(); ++k) ok = target[k] == 1 || target[k] == x.shape()[off + k];
+  GR_CHECK(ok, "SumToShape: shape " << shape_str(target) << " does not broadcast to the input shape "
+                                    << shape_str(x.shape()));
+  Tensor& y = ctx.output(0, target, x.dtype());
+  dispatch_numeric(x.dtype(), "SumToShape", [&](auto tag) {
+    using T = decltype(tag);
+    T* py = ptr<T>(y);
+    const T* px = ptr<T>(x);
+    std::fill(py, py + y.numel(), T(0));
+    if (x.numel() == 0) return;
+    if (target == x.shape()) {
+      std::memcpy(py, px, x.nbytes());
+      return;
+    }
+    BroadcastPlan p = make_broadcast_plan({&x.shape(), &target}, x.shape());
+    const int64_t inner = p.inner(), sy = p.strides[1].back();
+    for_each_row(p, 1, [&](int64_t r, const int64_t* o) {
+      const T* xr = px + r * inner;
+      T* yr = py + o[1];
+      if (sy) {
+        for (int64_t i = 0; i < inner; ++i) yr[i] += xr[i];
+      } else {
+        T acc = T(0);
+        for (int64_t i = 0; i < inner; ++i) acc += xr[i];
+        yr[0] += acc;
+      }
+    });
+  });
+}
+
+}  // namespace
+
+void register_shape_kernels(KernelTable& t) {
+  t.add("Flatten", flatten_kernel);
+  t.add("Reshape", reshape_kernel);
+  t.add("Squeeze", squeeze_kernel);
+  t.add("Unsqueeze", unsqueeze_kernel);
+  t.add("Transpose", transpose_kernel);
+  t.add("Concat", concat_kernel);
+  t.add("Split", split_kernel);
+  t.add("Slice", slice_kernel);
+  t.add("Pad", pad_kernel);
+  t.add("Constant", constant_kernel);
+  t.add("Shape", shape_kernel);
+  t.add("Size", size_kernel);
+  t.add("ConstantOfShape", constant_of_shape_kernel);
+  t.add("Range", range_kernel);
+  t.add("Gather", gather_kernel);
+  t.add("GatherElements", gather_elements_kernel);
+  t.add("ScatterElements", scatter_elements_kernel);
+  t.add("Scatter", scatter_elements_kernel);
+  t.add("OneHot", onehot_kernel);
+  t.add("Expand", expand_kernel);
+  t.add("Tile", tile_kernel);
+  t.add(kGraphrunDomain, "SumToShape", sum_to_shape_kernel);
+}
 
 }  // namespace graphrun::runtime::cpu

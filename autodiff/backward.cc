@@ -1,0 +1,190 @@
+// The backward builder: finds the nodes between the trainable parameters and the loss, walks them in
+// reverse topological order asking each op's rule for the gradient nodes, sums fan-out gradients and
+// exposes one `<param>_grad` output per parameter. Dead nodes are removed at the end.
+#include <unordered_set>
+
+#include "autodiff/autodiff.h"
+#include "autodiff/grad_context.h"
+#include "autodiff/rules/rules.h"
+#include "graph/passes/eliminate_dead_nodes.h"
+
+namespace graphrun::autodiff {
+
+namespace {
+
+std::string emit(Graph& g, const std::string& op, const std::vector<std::string>& inputs, const std::string& out,
+                 std::map<std::string, Attribute> attrs = {}) {
+  Node n;
+  n.op_type = op;
+  n.name = out;
+  n.inputs = inputs;
+  n.outputs = {out};
+  n.attrs = std::move(attrs);
+  g.add_node(std::move(n));
+  return out;
+}
+
+Tensor scalar_of(DType t, double v, Shape shape) {
+  Tensor r(t, std::move(shape));
+  GR_CHECK(r.numel() == 1, "internal error: scalar_of");
+  switch (t) {
+    case DType::F32: r.data<float>()[0] = static_cast<float>(v); break;
+    case DType::F64: r.data<double>()[0] = v; break;
+    default: GR_FAIL("backward: the loss must be f32 or f64, not " << dtype_name(t));
+  }
+  return r;
+}
+
+bool is_float_or_unknown(DType t) { return t == DType::Undefined || dtype_is_float(t); }
+
+}  // namespace
+
+Graph backward(const Graph& with_loss, const BackwardOptions& opts) {
+  Graph g = with_loss;
+  std::vector<std::string> params = opts.params.empty() ? trainable_params(g, opts.freeze) : opts.params;
+  for (const auto& p : params)
+    GR_CHECK(g.is_initializer(p), "backward: '" << p << "' is not a parameter (initializer) of the graph");
+  GR_CHECK(g.producer(opts.loss) >= 0, "backward: no node computes the loss '" << opts.loss
+                                                                              << "' (attach a loss first)");
+  const auto& rules = gradient_rules();
+  ValueTypes types(g);
+  const size_t nfwd = g.nodes.size();
+
+  // Values that depend on a trainable parameter through differentiable ops.
+  std::unordered_set<std::string> depends(params.begin(), params.end());
+  for (const Node& n : g.nodes) {
+    bool any = false;
+    for (const auto& in : n.inputs) any |= !in.empty() && depends.count(in);
+    if (!any) continue;
+    auto it = rules.find(n.op_key());
+    if (it != rules.end() && !it->second.differentiable) continue;
+    for (const auto& o : n.outputs)
+      if (!o.empty() && is_float_or_unknown(types.dtype(o))) depends.insert(o);
+  }
+  // Values the loss depends on.
+  std::unordered_set<std::string> reaches{opts.loss};
+  for (size_t i = nfwd; i-- > 0;) {
+    const Node& n = g.nodes[i];
+    bool any = false;
+    for (const auto& o : n.outputs) any |= !o.empty() && reaches.count(o);
+    if (any)
+      for (const auto& in : n.inputs)
+        if (!in.empty()) reaches.insert(in);
+  }
+  // Nodes on a path from a parameter to the loss; each needs a rule.
+  std::vector<bool> active(nfwd, false);
+  std::string missing;
+  for (size_t i = 0; i < nfwd; ++i) {
+    const Node& n = g.nodes[i];
+    bool in_dep = false, out_useful = false;
+    for (const auto& in : n.inputs) in_dep |= !in.empty() && depends.count(in);
+    for (const auto& o : n.outputs) out_useful |= !o.empty() && depends.count(o) && reaches.count(o);
+    active[i] = in_dep && out_useful;
+    if (!active[i]) continue;
+    auto it = rules.find(n.op_key());
+    if (it == rules.end() || !it->second.rule)
+      missing += std::string(missing.empty() ? "" : "; ") + "no gradient rule for op '" + n.op_key() + "' (node '" +
+                 n.name + "')";
+  }
+  if (!missing.empty()) throw Error(missing);
+
+  std::map<std::string, std::vector<std::string>> contrib;
+  // The seed: d loss / d loss.
+  const DType loss_type = types.dtype(opts.loss);
+  const ValueInfo* li = g.info(opts.loss);
+  GR_CHECK(!li || !li->has_shape || li->shape.empty(),
+           "backward: the loss '" << opts.loss << "' must be a scalar, not " << li->str());
+  std::string seed;
+  if (!opts.loss_grad_input.empty()) {
+    GR_CHECK(!g.is_input(opts.loss_grad_input) && !g.info(opts.loss_grad_input),
+             "backward: the loss-gradient input name '" << opts.loss_grad_input << "' is already used");
+    g.inputs.push_back(opts.loss_grad_input);
+    g.values[opts.loss_grad_input] = ValueInfo{DType::F32, true, {}};
+    seed = opts.loss_grad_input;
+    if (loss_type != DType::F32 && loss_type != DType::Undefined)
+      seed = emit(g, "Cast", {seed}, g.unique_name(opts.loss + "_grad_seed"),
+                  {{"to", Attribute::Int(static_cast<int64_t>(loss_type))}});
+  } else {
+    DType t = loss_type == DType::Undefined ? DType::F32 : loss_type;
+    seed = emit(g, "Constant", {}, g.unique_name(opts.loss + "_grad_seed"),
+                {{"value", Attribute::Tens(scalar_of(t, 1, {}))}});
+    g.values[seed] = ValueInfo{t, true, {}};
+  }
+  contrib[opts.loss].push_back(seed);
+
+  // The gradient of a value: its contributions summed.
+  auto gradient_of = [&](const std::string& v) -> std::string {
+    auto it = contrib.find(v);
+    if (it == contrib.end() || it->second.empty()) return "";
+    if (it->second.size() == 1) return it->second[0];
+    std::string s = emit(g, "Sum", it->second, g.unique_name(v + "_grad_sum"));
+    if (const ValueInfo* vi = g.info(v)) g.values[s] = *vi;
+    it->second = {s};
+    return s;
+  };
+
+  for (size_t i = nfwd; i-- > 0;) {
+    if (!active[i]) continue;
+    const Node n = g.nodes[i];
+    std::vector<std::string> dys;
+    bool any = false;
+    for (const auto& o : n.outputs) {
+      dys.push_back(o.empty() ? "" : gradient_of(o));
+      any |= !dys.back().empty();
+    }
+    if (!any) continue;
+    std::vector<bool> needs;
+    for (const auto& in : n.inputs)
+      needs.push_back(!in.empty() && depends.count(in) && is_float_or_unknown(types.dtype(in)));
+    GradContext ctx(g, static_cast<int>(i), types, dys, needs);
+    rules.at(n.op_key()).rule(ctx);
+    for (const auto& [j, d] : ctx.dx())
+      if (!d.empty()) contrib[n.inputs[j]].push_back(d);
+  }
+
+  // One output per parameter, named <param>_grad.
+  std::unordered_set<std::string> consumed;
+  for (const Node& n : g.nodes)
+    for (const auto& in : n.inputs) consumed.insert(in);
+  std::unordered_set<std::string> claimed;
+  for (const auto& p : params) {
+    const std::string want = p + opts.grad_suffix;
+    GR_CHECK(!g.info(want) && g.producer(want) < 0 && !g.is_input(want) && !g.is_initializer(want),
+             "backward: the gradient output name '" << want << "' is already used in the graph");
+    const Tensor& w = g.initializers.at(p);
+    auto& c = contrib[p];
+    std::string name;
+    if (c.empty()) {
+      // The loss does not depend on this parameter: its gradient is zero.
+      std::string shape = emit(g, "Constant", {}, g.unique_name(want + "_shape"),
+                               {{"value", Attribute::Tens(Tensor::from_vector<int64_t>(
+                                              {static_cast<int64_t>(w.rank())}, w.shape()))}});
+      name = emit(g, "ConstantOfShape", {shape}, g.unique_name(want),
+                  {{"value", Attribute::Tens(scalar_of(w.dtype(), 0, {1}))}});
+    } else if (c.size() > 1) {
+      name = emit(g, "Sum", c, g.unique_name(want));
+    } else {
+      const std::string& v = c[0];
+      int prod = g.producer(v);
+      if (prod >= static_cast<int>(nfwd) && !consumed.count(v) && !claimed.count(v) && !g.is_output(v)) {
+        // Rename the value the rule produced rather than adding an Identity.
+        name = g.unique_name(want);
+        for (auto& o : g.nodes[prod].outputs)
+          if (o == v) o = name;
+        g.values.erase(v);
+      } else {
+        name = emit(g, "Identity", {v}, g.unique_name(want));
+      }
+      claimed.insert(v);
+    }
+    GR_CHECK(name == want, "backward: the gradient output name '" << want << "' is already used in the graph");
+    ValueInfo vi{w.dtype(), true, {}};
+    for (int64_t d : w.shape()) vi.shape.push_back(Dim(d));
+    g.values[name] = vi;
+    g.outputs.push_back(name);
+  }
+  g.topo_sort();
+  return eliminate_dead_nodes(g);
+}
+
+}  // namespace graphrun::autodiff

@@ -1,0 +1,65 @@
+// attach_loss: appends the training loss to a forward graph (cross-entropy on logits with int64 labels,
+// or mean squared error against a float target), as a new `labels` input and a scalar `loss` output.
+#include "autodiff/autodiff.h"
+
+namespace graphrun::autodiff {
+
+Graph attach_loss(const Graph& forward, const LossOptions& opts) {
+  Graph g = forward;
+  GR_CHECK(!g.outputs.empty(), "attach_loss: the model has no outputs");
+  const std::string out = opts.output.empty() ? g.outputs[0] : opts.output;
+  if (!g.is_output(out)) {
+    std::string names;
+    for (const auto& o : g.outputs) names += (names.empty() ? "" : ", ") + o;
+    GR_FAIL("--output: the model has no output named '" << out << "' (outputs: " << names << ")");
+  }
+  for (const std::string& name : {opts.labels, opts.loss})
+    GR_CHECK(!g.is_input(name) && !g.is_initializer(name) && g.producer(name) < 0 && !g.info(name),
+             "attach_loss: the model already has a value named '" << name << "'");
+  const ValueInfo* oi = g.info(out);
+  DType t = oi ? oi->dtype : DType::F32;
+  if (t == DType::Undefined) t = DType::F32;
+  GR_CHECK(dtype_is_float(t), "attach_loss: output '" << out << "' is " << dtype_name(t) << ", not a float tensor");
+  g.unique_name(opts.loss);  // reserve both names before generating others
+  g.unique_name(opts.labels);
+
+  Node loss;
+  if (opts.kind == LossKind::CrossEntropy) {
+    GR_CHECK(g.opset("") >= 12, "attach_loss: cross-entropy uses SoftmaxCrossEntropyLoss, which needs opset >= 12; "
+                                "the model imports opset " << g.opset(""));
+    GR_CHECK(!oi || !oi->has_shape || oi->shape.size() >= 2,
+             "attach_loss: cross-entropy needs logits of shape [N, classes, ...]; output '" << out << "' is "
+                                                                                          << oi->str());
+    ValueInfo labels{DType::I64, false, {}};
+    if (oi && oi->has_shape) {
+      labels.has_shape = true;
+      labels.shape.push_back(oi->shape[0]);
+      for (size_t i = 2; i < oi->shape.size(); ++i) labels.shape.push_back(oi->shape[i]);
+    }
+    g.values[opts.labels] = labels;
+    loss.op_type = "SoftmaxCrossEntropyLoss";
+    loss.name = g.unique_name(opts.loss + "_xent");
+    loss.inputs = {out, opts.labels};
+    // log_prob is what the backward reads (SoftmaxCrossEntropyLossGrad): the forward keeps it.
+    std::string log_prob = g.unique_name(out + "_log_prob");
+    loss.outputs = {opts.loss, log_prob};
+    loss.attrs["reduction"] = Attribute::Str("mean");
+    if (oi) g.values[log_prob] = ValueInfo{t, oi->has_shape, oi->shape};
+    g.add_node(std::move(loss));
+  } else {
+    g.values[opts.labels] = oi ? *oi : ValueInfo{t, false, {}};
+    std::string diff = g.unique_name(opts.loss + "_diff"), sq = g.unique_name(opts.loss + "_sq");
+    g.add_node(Node{diff, "Sub", "", {out, opts.labels}, {diff}, {}});
+    g.add_node(Node{sq, "Mul", "", {diff, diff}, {sq}, {}});
+    Node mean{g.unique_name(opts.loss + "_mean"), "ReduceMean", "", {sq}, {opts.loss}, {}};
+    mean.attrs["keepdims"] = Attribute::Int(0);  // no axes: the mean over every element, as torch's MSELoss
+    g.add_node(std::move(mean));
+    if (oi) g.values[diff] = g.values[sq] = *oi;
+  }
+  g.inputs.push_back(opts.labels);
+  g.values[opts.loss] = ValueInfo{t, true, {}};
+  g.outputs.push_back(opts.loss);
+  return g;
+}
+
+}  // namespace graphrun::autodiff

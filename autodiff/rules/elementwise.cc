@@ -1,0 +1,184 @@
+// Gradient rules of elementwise ops (arithmetic with broadcasting, activations, Cast, Where, Clip),
+// all built from standard ONNX ops; broadcast gradients are summed back to each input's shape.
+#include <cmath>
+
+#include "autodiff/rules/rules.h"
+
+namespace graphrun::autodiff {
+
+namespace {
+
+// The gradient of a broadcasting op's input i, given the gradient of the (broadcast) result.
+void set_reduced(GradContext& ctx, size_t i, const std::string& grad) {
+  ctx.set_dx(i, ctx.reduce_to(grad, ctx.out(0), ctx.in(i)));
+}
+
+std::string mul(GradContext& ctx, const std::string& a, const std::string& b) { return ctx.op("Mul", {a, b}); }
+
+// Where(mask, dY, 0): passes the gradient where mask holds.
+std::string mask_grad(GradContext& ctx, const std::string& mask, const std::string& grad) {
+  return ctx.op("Where", {mask, grad, ctx.scalar(0, ctx.dtype(grad))});
+}
+
+}  // namespace
+
+void add_grad(GradContext& ctx) {
+  for (size_t i = 0; i < 2; ++i)
+    if (ctx.needs(i)) set_reduced(ctx, i, ctx.dy());
+}
+
+void sub_grad(GradContext& ctx) {
+  if (ctx.needs(0)) set_reduced(ctx, 0, ctx.dy());
+  if (ctx.needs(1)) ctx.set_dx(1, ctx.op("Neg", {ctx.reduce_to(ctx.dy(), ctx.out(0), ctx.in(1))}));
+}
+
+void mul_grad(GradContext& ctx) {
+  if (ctx.needs(0)) set_reduced(ctx, 0, mul(ctx, ctx.dy(), ctx.in(1)));
+  if (ctx.needs(1)) set_reduced(ctx, 1, mul(ctx, ctx.dy(), ctx.in(0)));
+}
+
+// Y = A / B: dA = dY / B, dB = -dY * Y / B (reusing the forward Y instead of A / B^2).
+void div_grad(GradContext& ctx) {
+  if (ctx.needs(0)) set_reduced(ctx, 0, ctx.op("Div", {ctx.dy(), ctx.in(1)}));
+  if (ctx.needs(1)) {
+    std::string t = mul(ctx, ctx.dy(), ctx.op("Div", {ctx.out(0), ctx.in(1)}));
+    ctx.set_dx(1, ctx.op("Neg", {ctx.reduce_to(t, ctx.out(0), ctx.in(1))}));
+  }
+}
+
+// Y = A ^ B: dA = dY * B * A^(B-1), dB = dY * Y * log(A).
+void pow_grad(GradContext& ctx) {
+  const std::string &a = ctx.in(0), &b = ctx.in(1);
+  DType ta = ctx.dtype(a);
+  if (ctx.needs(0)) {
+    std::string bf = b;
+    if (ctx.dtype(b) != ta) bf = ctx.op("Cast", {b}, {{"to", Attribute::Int(static_cast<int64_t>(ta))}});
+    std::string bm1 = ctx.op("Sub", {bf, ctx.scalar(1, ta)});
+    std::string d = mul(ctx, ctx.dy(), mul(ctx, bf, ctx.op("Pow", {a, bm1})));
+    set_reduced(ctx, 0, d);
+  }
+  if (ctx.needs(1)) set_reduced(ctx, 1, mul(ctx, ctx.dy(), mul(ctx, ctx.out(0), ctx.op("Log", {a}))));
+}
+
+void neg_grad(GradContext& ctx) { ctx.set_dx(0, ctx.op("Neg", {ctx.dy()})); }
+
+// Y > 0 exactly where X > 0, so the forward output decides (X may then be freed early).
+void relu_grad(GradContext& ctx) {
+  std::string pos = ctx.op("Greater", {ctx.out(0), ctx.scalar(0, ctx.dtype(ctx.out(0)))});
+  ctx.set_dx(0, mask_grad(ctx, pos, ctx.dy()));
+}
+
+void leaky_relu_grad(GradContext& ctx) {
+  DType t = ctx.dtype(ctx.in(0));
+  std::string pos = ctx.op("Greater", {ctx.in(0), ctx.scalar(0, t)});
+  std::string neg = mul(ctx, ctx.dy(), ctx.scalar(ctx.fwd().attr_f("alpha", 0.01f), t));
+  ctx.set_dx(0, ctx.op("Where", {pos, ctx.dy(), neg}));
+}
+
+// dX = dY * Y * (1 - Y)
+void sigmoid_grad(GradContext& ctx) {
+  const std::string& y = ctx.out(0);
+  std::string one_minus = ctx.op("Sub", {ctx.scalar(1, ctx.dtype(y)), y});
+  ctx.set_dx(0, mul(ctx, ctx.dy(), mul(ctx, y, one_minus)));
+}
+
+// dX = dY * (1 - Y^2)
+void tanh_grad(GradContext& ctx) {
+  const std::string& y = ctx.out(0);
+  std::string d = ctx.op("Sub", {ctx.scalar(1, ctx.dtype(y)), mul(ctx, y, y)});
+  ctx.set_dx(0, mul(ctx, ctx.dy(), d));
+}
+
+void exp_grad(GradContext& ctx) { ctx.set_dx(0, mul(ctx, ctx.dy(), ctx.out(0))); }
+
+void log_grad(GradContext& ctx) { ctx.set_dx(0, ctx.op("Div", {ctx.dy(), ctx.in(0)})); }
+
+// dX = dY * 0.5 / Y
+void sqrt_grad(GradContext& ctx) {
+  const std::string& y = ctx.out(0);
+  ctx.set_dx(0, ctx.op("Div", {mul(ctx, ctx.dy(), ctx.scalar(0.5, ctx.dtype(y))), y}));
+}
+
+// Y = 1/X: dX = -dY * Y^2
+void reciprocal_grad(GradContext& ctx) {
+  const std::string& y = ctx.out(0);
+  ctx.set_dx(0, ctx.op("Neg", {mul(ctx, ctx.dy(), mul(ctx, y, y))}));
+}
+
+void abs_grad(GradContext& ctx) { ctx.set_dx(0, mul(ctx, ctx.dy(), ctx.op("Sign", {ctx.in(0)}))); }
+
+void identity_grad(GradContext& ctx) { ctx.set_dx(0, ctx.dy()); }
+
+// The gradient goes back in the input's float type.
+void cast_grad(GradContext& ctx) {
+  DType tx = ctx.dtype(ctx.in(0));
+  if (tx == ctx.dtype(ctx.dy()) || tx == DType::Undefined) ctx.set_dx(0, ctx.dy());
+  else ctx.set_dx(0, ctx.op("Cast", {ctx.dy()}, {{"to", Attribute::Int(static_cast<int64_t>(tx))}}));
+}
+
+// Y = Where(C, A, B): A gets dY where C holds, B where it does not.
+void where_grad(GradContext& ctx) {
+  std::string zero = ctx.scalar(0, ctx.dtype(ctx.dy()));
+  if (ctx.needs(1)) set_reduced(ctx, 1, ctx.op("Where", {ctx.in(0), ctx.dy(), zero}));
+  if (ctx.needs(2)) set_reduced(ctx, 2, ctx.op("Where", {ctx.in(0), zero, ctx.dy()}));
+}
+
+void sum_grad(GradContext& ctx) {
+  for (size_t i = 0; i < ctx.num_inputs(); ++i)
+    if (ctx.needs(i)) set_reduced(ctx, i, ctx.dy());
+}
+
+void mean_grad(GradContext& ctx) {
+  double n = static_cast<double>(ctx.num_inputs());
+  std::string d = ctx.op("Div", {ctx.dy(), ctx.scalar(n, ctx.dtype(ctx.dy()))});
+  for (size_t i = 0; i < ctx.num_inputs(); ++i)
+    if (ctx.needs(i)) set_reduced(ctx, i, d);
+}
+
+// Passes dY where min <= X <= max (as torch.clamp's backward does).
+void clip_grad(GradContext& ctx) {
+  const std::string& x = ctx.in(0);
+  DType t = ctx.dtype(x);
+  std::string lo, hi;
+  if (ctx.opset() >= 11) {
+    lo = ctx.in(1);
+    hi = ctx.in(2);
+  } else {
+    if (ctx.fwd().has_attr("min")) lo = ctx.scalar(ctx.fwd().attr_f("min", 0), t);
+    if (ctx.fwd().has_attr("max")) hi = ctx.scalar(ctx.fwd().attr_f("max", 0), t);
+  }
+  std::string mask;
+  if (!lo.empty()) mask = ctx.op("GreaterOrEqual", {x, lo});
+  if (!hi.empty()) {
+    std::string m = ctx.op("LessOrEqual", {x, hi});
+    mask = mask.empty() ? m : ctx.op("And", {mask, m});
+  }
+  ctx.set_dx(0, mask.empty() ? ctx.dy() : mask_grad(ctx, mask, ctx.dy()));
+}
+
+// Max/Min: the gradient goes to the input(s) equal to the result.
+void max_min_grad(GradContext& ctx) {
+  for (size_t i = 0; i < ctx.num_inputs(); ++i)
+    if (ctx.needs(i)) set_reduced(ctx, i, mask_grad(ctx, ctx.op("Equal", {ctx.in(i), ctx.out(0)}), ctx.dy()));
+}
+
+// d erf(x)/dx = 2/sqrt(pi) * exp(-x^2)
+void erf_grad(GradContext& ctx) {
+  const std::string& x = ctx.in(0);
+  DType t = ctx.dtype(x);
+  std::string e = ctx.op("Exp", {ctx.op("Neg", {mul(ctx, x, x)})});
+  ctx.set_dx(0, mul(ctx, ctx.dy(), mul(ctx, e, ctx.scalar(2.0 / std::sqrt(M_PI), t))));
+}
+
+void softplus_grad(GradContext& ctx) { ctx.set_dx(0, mul(ctx, ctx.dy(), ctx.op("Sigmoid", {ctx.in(0)}))); }
+
+// Elu: x > 0: dY; else dY * (Y + alpha).
+void elu_grad(GradContext& ctx) {
+  const std::string& x = ctx.in(0);
+  DType t = ctx.dtype(x);
+  std::string pos = ctx.op("Greater", {x, ctx.scalar(0, t)});
+  std::string neg = mul(ctx, ctx.dy(), ctx.op("Add", {ctx.out(0), ctx.scalar(ctx.fwd().attr_f("alpha", 1.f), t)}));
+  ctx.set_dx(0, ctx.op("Where", {pos, ctx.dy(), neg}));
+}
+
+}  // namespace graphrun::autodiff

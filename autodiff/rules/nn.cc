@@ -1,0 +1,164 @@
+// Gradient rules of neural-network ops: Conv/ConvTranspose (ai.graphrun ConvGrad), pooling (MaxPoolGrad
+// from the forward's Indices, AveragePoolGrad; GlobalAveragePool with standard ops), BatchNormalization
+// and Dropout (the mask saved by the forward pass).
+#include <climits>
+
+#include "autodiff/rules/rules.h"
+
+namespace graphrun::autodiff {
+
+namespace {
+
+std::map<std::string, Attribute> copy_attrs(const Node& n, std::initializer_list<const char*> names) {
+  std::map<std::string, Attribute> r;
+  for (const char* k : names)
+    if (const Attribute* a = n.attr(k)) r[k] = *a;
+  return r;
+}
+
+void conv_like_grad(GradContext& ctx, const char* grad_op, bool transpose) {
+  auto attrs = transpose ? copy_attrs(ctx.fwd(), {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides",
+                                                  "output_padding", "output_shape"})
+                         : copy_attrs(ctx.fwd(), {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
+  bool want_b = ctx.fwd().has_input(2) && ctx.needs(2);
+  auto d = ctx.op_n(grad_op, {ctx.dy(), ctx.in(0), ctx.in(1)}, {ctx.needs(0), ctx.needs(1), want_b}, attrs,
+                    kGraphrunDomain);
+  for (size_t i = 0; i < 3; ++i)
+    if (!d[i].empty()) ctx.set_dx(i, d[i]);
+}
+
+// BatchNormalization runs on batch statistics in training mode (attribute from opset 14; before, a
+// node computing the running statistics outputs is a training node).
+bool bn_training(GradContext& ctx) {
+  const Node& n = ctx.fwd();
+  if (ctx.opset() >= 14) return n.attr_i("training_mode", 0) != 0;
+  int outs = 0;
+  for (const auto& o : n.outputs) outs += !o.empty();
+  return outs > 1;
+}
+
+// Axes [0, 2, 3, ...]: every axis of X but the channel axis.
+std::vector<int64_t> all_but_channel(int rank) {
+  std::vector<int64_t> axes{0};
+  for (int i = 2; i < rank; ++i) axes.push_back(i);
+  return axes;
+}
+
+}  // namespace
+
+void conv_grad(GradContext& ctx) { conv_like_grad(ctx, "ConvGrad", false); }
+void conv_transpose_grad(GradContext& ctx) { conv_like_grad(ctx, "ConvTransposeGrad", true); }
+
+void max_pool_grad(GradContext& ctx) {
+  GR_CHECK(ctx.fwd().attr_i("storage_order", 0) == 0,
+           ctx.fwd().describe() << ": no gradient for MaxPool with storage_order=1 (column-major indices)");
+  std::string indices = ctx.fwd_output(1);
+  ctx.set_dx(0, ctx.op("MaxPoolGrad", {ctx.dy(), indices, ctx.in(0)}, {}, kGraphrunDomain));
+}
+
+void average_pool_grad(GradContext& ctx) {
+  auto attrs = copy_attrs(ctx.fwd(), {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides",
+                                      "dilations"});
+  ctx.set_dx(0, ctx.op("AveragePoolGrad", {ctx.dy(), ctx.in(0)}, attrs, kGraphrunDomain));
+}
+
+// Y = mean over the spatial axes: dX = Expand(dY, Shape(X)) / (number of spatial positions).
+void global_average_pool_grad(GradContext& ctx) {
+  const std::string& x = ctx.in(0);
+  DType t = ctx.dtype(x);
+  std::string count;
+  Shape s;
+  const ValueInfo* xi = ctx.info(x);
+  bool spatial_known = xi && xi->has_shape && xi->shape.size() >= 2;
+  int64_t n = 1;
+  for (size_t i = 2; spatial_known && i < xi->shape.size(); ++i) {
+    if (!xi->shape[i].known()) spatial_known = false;
+    else n *= xi->shape[i].size;
+  }
+  if (spatial_known) {
+    count = ctx.scalar(static_cast<double>(n), t);
+  } else {
+    // The count at run time: the sum of ones over the spatial shape.
+    std::string spatial = ctx.slice(ctx.op("Shape", {x}), {2}, {INT64_MAX}, {0});
+    Tensor one(t, {1});
+    if (t == DType::F64) one.data<double>()[0] = 1; else one.data<float>()[0] = 1;
+    std::string ones = ctx.op("ConstantOfShape", {spatial}, {{"value", Attribute::Tens(one)}});
+    count = ctx.op("ReduceSum", {ones}, {{"keepdims", Attribute::Int(0)}});  // no axes: all of them
+  }
+  std::string d = ctx.op("Div", {ctx.dy(), count});
+  ctx.set_dx(0, ctx.op("Expand", {d, ctx.shape_of(x)}));
+}
+
+void batch_norm_grad(GradContext& ctx) {
+  const Node& n = ctx.fwd();
+  const std::string &x = ctx.in(0), &scale = ctx.in(1), &mean = ctx.in(3), &var = ctx.in(4);
+  float eps = n.attr_f("epsilon", 1e-5f);
+  if (bn_training(ctx)) {
+    // Gradients through Y only: the running statistics outputs do not reach the loss.
+    if (!ctx.needs(0) && !ctx.needs(1) && !ctx.needs(2)) return;
+    auto d = ctx.op_n("BatchNormalizationGrad", {ctx.dy_or_zeros(0), x, scale}, {ctx.needs(0), ctx.needs(1), ctx.needs(2)},
+                      {{"epsilon", Attribute::Float(eps)}}, kGraphrunDomain);
+    for (size_t i = 0; i < 3; ++i)
+      if (!d[i].empty()) ctx.set_dx(i, d[i]);
+    return;
+  }
+  // Inference mode (frozen statistics): Y = (X - mean) * scale / sqrt(var + eps) + B.
+  if (ctx.dy().empty()) return;
+  int r = ctx.rank(x);
+  GR_CHECK(r >= 2, n.describe() << ": the gradient of inference-mode BatchNormalization needs the rank of its input");
+  DType t = ctx.dtype(x);
+  std::vector<int64_t> expand_axes{0};
+  for (int i = 2; i < r; ++i) expand_axes.push_back(i);
+  auto per_channel = [&](const std::string& v) { return ctx.unsqueeze(v, expand_axes); };
+  std::string invstd = ctx.op("Reciprocal", {ctx.op("Sqrt", {ctx.op("Add", {var, ctx.scalar(eps, t)})})});
+  if (ctx.needs(0)) ctx.set_dx(0, ctx.op("Mul", {ctx.dy(), per_channel(ctx.op("Mul", {scale, invstd}))}));
+  if (ctx.needs(1)) {
+    std::string xhat = ctx.op("Mul", {ctx.op("Sub", {x, per_channel(mean)}), per_channel(invstd)});
+    ctx.set_dx(1, ctx.reduce_sum(ctx.op("Mul", {ctx.dy(), xhat}), all_but_channel(r), false));
+  }
+  if (ctx.needs(2)) ctx.set_dx(2, ctx.reduce_sum(ctx.dy(), all_but_channel(r), false));
+}
+
+// Training: Y = X * mask / (1 - ratio), so dX = dY * mask / (1 - ratio); inference: dX = dY.
+void dropout_grad(GradContext& ctx) {
+  const Node& n = ctx.fwd();
+  const std::string& x = ctx.in(0);
+  DType t = ctx.dtype(x);
+  std::string training;  // "" = known at build time
+  bool is_training = true;
+  double ratio = 0.5;
+  std::string ratio_value;
+  if (ctx.opset() >= 12) {
+    if (!n.has_input(2)) {
+      is_training = false;
+    } else {
+      Tensor tm = ctx.constant_value(ctx.in(2));
+      if (tm.defined()) is_training = tm.as_int64s().at(0) != 0;
+      else training = ctx.in(2);
+    }
+    if (n.has_input(1)) {
+      Tensor rt = ctx.constant_value(ctx.in(1));
+      if (rt.defined()) ratio = rt.as_doubles().at(0);
+      else ratio_value = ctx.in(1);
+    }
+  } else {
+    ratio = n.attr_f("ratio", 0.5f);
+  }
+  if (!is_training) {
+    ctx.set_dx(0, ctx.dy());
+    return;
+  }
+  std::string mask = ctx.op("Cast", {ctx.fwd_output(1)}, {{"to", Attribute::Int(static_cast<int64_t>(t))}});
+  std::string scale;
+  if (ratio_value.empty()) {
+    GR_CHECK(ratio < 1, n.describe() << ": Dropout ratio " << ratio << " leaves no gradient");
+    scale = ctx.scalar(1.0 / (1.0 - ratio), t);
+  } else {
+    std::string r = ctx.op("Cast", {ratio_value}, {{"to", Attribute::Int(static_cast<int64_t>(t))}});
+    scale = ctx.op("Reciprocal", {ctx.op("Sub", {ctx.scalar(1, t), r})});
+  }
+  if (!training.empty()) scale = ctx.op("Where", {training, scale, ctx.scalar(1, t)});
+  ctx.set_dx(0, ctx.op("Mul", {ctx.op("Mul", {ctx.dy(), mask}), scale}));
+}
+
+}  // namespace graphrun::autodiff

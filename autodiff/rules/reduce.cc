@@ -1,0 +1,129 @@
+// Gradient rules of reductions and normalizations over an axis: ReduceSum, ReduceMean (the gradient
+// broadcast back over the reduced axes), Softmax and LogSoftmax (from their forward outputs).
+#include <algorithm>
+
+#include "autodiff/rules/rules.h"
+
+namespace graphrun::autodiff {
+
+namespace {
+
+struct ReduceAxes {
+  bool all = false;       // every axis reduced
+  bool identity = false;  // noop_with_empty_axes with no axes
+  std::vector<int64_t> axes;  // normalized, sorted
+  bool keepdims = true;
+};
+
+ReduceAxes reduce_axes(GradContext& ctx) {
+  const Node& n = ctx.fwd();
+  ReduceAxes r;
+  r.keepdims = n.attr_i("keepdims", 1) != 0;
+  std::vector<int64_t> axes;
+  const bool axes_input = n.op_type == "ReduceSum" ? ctx.opset() >= 13 : ctx.opset() >= 18;
+  if (axes_input && n.has_input(1)) {
+    Tensor t = ctx.constant_value(ctx.in(1));
+    GR_CHECK(t.defined(), n.describe() << ": its gradient needs the axes input '" << ctx.in(1) << "' to be a constant");
+    axes = t.as_int64s();
+  } else if (!axes_input) {
+    axes = n.attr_ints("axes");
+  }
+  if (axes.empty()) {
+    if (axes_input && n.attr_i("noop_with_empty_axes", 0)) r.identity = true;
+    else r.all = true;
+    return r;
+  }
+  int rank = ctx.rank(ctx.in(0));
+  for (int64_t a : axes) {
+    if (a < 0) {
+      GR_CHECK(rank >= 0, n.describe() << ": negative axes need the rank of the input");
+      a += rank;
+    }
+    r.axes.push_back(a);
+  }
+  std::sort(r.axes.begin(), r.axes.end());
+  return r;
+}
+
+// dY with the reduced axes re-inserted (size 1), ready to broadcast against X.
+std::string unreduced(GradContext& ctx, const ReduceAxes& r, const std::string& dy) {
+  if (r.keepdims || r.all || r.identity) return dy;
+  return ctx.unsqueeze(dy, r.axes);
+}
+
+// The sum over the last axis (opset >= 13) or over every axis from `axis` on (older opsets, which
+// coerce the input to 2-D at `axis`), kept for broadcasting.
+std::string softmax_axis_sum(GradContext& ctx, const std::string& v) {
+  const Node& n = ctx.fwd();
+  int rank = ctx.rank(ctx.in(0));
+  int64_t axis = n.attr_i("axis", ctx.opset() >= 13 ? -1 : 1);
+  if (axis < 0) {
+    GR_CHECK(rank >= 0, n.describe() << ": its gradient needs the rank of its input");
+    axis += rank;
+  }
+  std::vector<int64_t> axes{axis};
+  if (ctx.opset() < 13) {
+    GR_CHECK(rank >= 0, n.describe() << ": its gradient needs the rank of its input");
+    for (int64_t a = axis + 1; a < rank; ++a) axes.push_back(a);
+  }
+  return ctx.reduce_sum(v, axes, true);
+}
+
+}  // namespace
+
+void reduce_sum_grad(GradContext& ctx) {
+  ReduceAxes r = reduce_axes(ctx);
+  if (r.identity) return ctx.set_dx(0, ctx.dy());
+  ctx.set_dx(0, ctx.op("Expand", {unreduced(ctx, r, ctx.dy()), ctx.shape_of(ctx.in(0))}));
+}
+
+// Like ReduceSum, divided by the number of elements averaged.
+void reduce_mean_grad(GradContext& ctx) {
+  ReduceAxes r = reduce_axes(ctx);
+  if (r.identity) return ctx.set_dx(0, ctx.dy());
+  const std::string& x = ctx.in(0);
+  DType t = ctx.dtype(x);
+  const ValueInfo* xi = ctx.info(x);
+  Shape xs;
+  bool known = false;
+  int64_t count = 1;
+  if (ctx.static_shape(x, xs)) {
+    known = true;
+    for (size_t i = 0; i < xs.size(); ++i)
+      if (r.all || std::binary_search(r.axes.begin(), r.axes.end(), static_cast<int64_t>(i))) count *= xs[i];
+  } else if (xi && xi->has_shape && !r.all) {
+    known = true;
+    for (int64_t a : r.axes) {
+      if (a >= static_cast<int64_t>(xi->shape.size()) || !xi->shape[a].known()) known = false;
+      else count *= xi->shape[a].size;
+    }
+  }
+  std::string scaled;
+  if (known) {
+    scaled = ctx.op("Div", {ctx.dy(), ctx.scalar(static_cast<double>(count), t)});
+  } else {
+    // The count at run time: the same reduction summing ones.
+    Tensor one(t, {1});
+    if (t == DType::F64) one.data<double>()[0] = 1; else one.data<float>()[0] = 1;
+    std::string ones = ctx.op("ConstantOfShape", {ctx.op("Shape", {x})}, {{"value", Attribute::Tens(one)}});
+    std::string n = r.all ? ctx.op("ReduceSum", {ones}, {{"keepdims", Attribute::Int(r.keepdims)}})
+                          : ctx.reduce_sum(ones, r.axes, r.keepdims);
+    scaled = ctx.op("Div", {ctx.dy(), n});
+  }
+  ctx.set_dx(0, ctx.op("Expand", {unreduced(ctx, r, scaled), ctx.shape_of(x)}));
+}
+
+// dX = Y * (dY - sum(dY * Y))
+void softmax_grad(GradContext& ctx) {
+  const std::string& y = ctx.out(0);
+  std::string s = softmax_axis_sum(ctx, ctx.op("Mul", {ctx.dy(), y}));
+  ctx.set_dx(0, ctx.op("Mul", {y, ctx.op("Sub", {ctx.dy(), s})}));
+}
+
+// dX = dY - exp(Y) * sum(dY)
+void log_softmax_grad(GradContext& ctx) {
+  std::string s = softmax_axis_sum(ctx, ctx.dy());
+  ctx.set_dx(0, ctx.op("Sub", {ctx.dy(), ctx.op("Mul", {ctx.op("Exp", {ctx.out(0)}), s})}));
+}
+
+}  // namespace graphrun::autodiff

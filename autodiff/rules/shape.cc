@@ -1,0 +1,255 @@
+// Gradient rules of data-movement ops: Reshape-like ops (Reshape, Flatten, Squeeze, Unsqueeze), Transpose,
+// Expand, Concat/Split, Slice (any steps), Pad (constant, edge, reflect) and Gather, with standard ops.
+#include <algorithm>
+#include <climits>
+
+#include "autodiff/rules/rules.h"
+
+namespace graphrun::autodiff {
+
+namespace {
+
+int64_t norm_axis(int64_t axis, int rank, const Node& n) {
+  int64_t a = axis < 0 ? axis + rank : axis;
+  GR_CHECK(rank >= 0 && a >= 0 && a < std::max(rank, 1), n.describe() << ": axis " << axis << " needs a known rank");
+  return a;
+}
+
+int64_t static_dim(GradContext& ctx, const std::string& v, int64_t axis, const char* why) {
+  const ValueInfo* vi = ctx.info(v);
+  Shape s;
+  if (ctx.static_shape(v, s)) return s.at(axis);
+  GR_CHECK(vi && vi->has_shape && axis < static_cast<int64_t>(vi->shape.size()) && vi->shape[axis].known(),
+           ctx.fwd().describe() << ": the gradient of " << why << " needs the size of axis " << axis << " of '" << v
+                                << "' (shape " << (vi ? vi->str() : "unknown") << ")");
+  return vi->shape[axis].size;
+}
+
+// A constant input's values, or the attribute of the same name (older opsets); `what` names it in errors.
+std::vector<int64_t> const_ints(GradContext& ctx, size_t input, const char* attr, bool* present = nullptr) {
+  const Node& n = ctx.fwd();
+  if (present) *present = true;
+  if (n.has_input(input)) {
+    Tensor t = ctx.constant_value(ctx.in(input));
+    GR_CHECK(t.defined(), n.describe() << ": its gradient needs input '" << ctx.in(input)
+                                       << "' to be a constant (an initializer or Constant node)");
+    return t.as_int64s();
+  }
+  if (n.has_attr(attr)) return n.attr_ints(attr);
+  if (present) *present = false;
+  return {};
+}
+
+// Zeros along one axis around g: g's values land at [before, before + size) of a larger axis.
+std::vector<int64_t> pads_on_axis(int rank, int64_t axis, int64_t before, int64_t after) {
+  std::vector<int64_t> p(2 * rank, 0);
+  p[axis] = before;
+  p[rank + axis] = after;
+  return p;
+}
+
+// The gradient of one Slice axis: dX[idx_j] = g[j] for idx_j = start + j*step, zeros elsewhere;
+// a zero Pad for step 1, a product with a 0/1 selection matrix for any other step.
+std::string unslice_axis(GradContext& ctx, const std::string& g, int rank, int64_t axis, int64_t dim, int64_t start,
+                         int64_t step, int64_t count) {
+  if (step == 1) return ctx.pad(g, pads_on_axis(rank, axis, start, dim - start - count));
+  DType t = ctx.dtype(g);
+  Tensor sel(t, {count, dim});  // zero-filled
+  for (int64_t j = 0; j < count; ++j) {
+    int64_t idx = start + j * step;
+    if (t == DType::F64) sel.data<double>()[j * dim + idx] = 1;
+    else sel.data<float>()[j * dim + idx] = 1;
+  }
+  std::string selm = ctx.op("Constant", {}, {{"value", Attribute::Tens(sel)}});
+  std::vector<int64_t> perm;
+  for (int i = 0; i < rank; ++i)
+    if (i != axis) perm.push_back(i);
+  perm.push_back(axis);
+  bool last = axis == rank - 1;
+  std::string gt = last ? g : ctx.transpose(g, perm);
+  std::string r = ctx.op("MatMul", {gt, selm});
+  if (last) return r;
+  std::vector<int64_t> inv(rank);
+  for (int i = 0; i < rank; ++i) inv[perm[i]] = i;
+  return ctx.transpose(r, inv);
+}
+
+}  // namespace
+
+// Reshape, Flatten, Squeeze, Unsqueeze: the gradient takes the input's shape back.
+void reshape_grad(GradContext& ctx) { ctx.set_dx(0, ctx.reshape(ctx.dy(), ctx.shape_of(ctx.in(0)))); }
+
+void transpose_grad(GradContext& ctx) {
+  const Node& n = ctx.fwd();
+  if (!n.has_attr("perm")) {  // reversed axes: its own inverse
+    ctx.set_dx(0, ctx.op("Transpose", {ctx.dy()}));
+    return;
+  }
+  std::vector<int64_t> perm = n.attr_ints("perm"), inv(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) inv.at(perm[i]) = static_cast<int64_t>(i);
+  ctx.set_dx(0, ctx.transpose(ctx.dy(), inv));
+}
+
+void expand_grad(GradContext& ctx) { ctx.set_dx(0, ctx.reduce_to(ctx.dy(), ctx.out(0), ctx.in(0))); }
+
+// Each input gets its slab of dY along the axis.
+void concat_grad(GradContext& ctx) {
+  const Node& n = ctx.fwd();
+  int r = ctx.rank(ctx.out(0));
+  if (r < 0) r = ctx.rank(ctx.in(0));
+  int64_t axis = norm_axis(n.attr_i("axis", 0), r, n);
+  int64_t offset = 0;
+  for (size_t i = 0; i < ctx.num_inputs(); ++i) {
+    bool need = ctx.needs(i);
+    bool later_need = false;
+    for (size_t j = i + 1; j < ctx.num_inputs(); ++j) later_need |= ctx.needs(j);
+    if (!need && !later_need) break;
+    int64_t size = static_dim(ctx, ctx.in(i), axis, "Concat");
+    if (need) ctx.set_dx(i, ctx.slice(ctx.dy(), {offset}, {offset + size}, {axis}));
+    offset += size;
+  }
+}
+
+// dX = Concat of the outputs' gradients (zeros for outputs no gradient reaches).
+void split_grad(GradContext& ctx) {
+  const Node& n = ctx.fwd();
+  int r = ctx.rank(ctx.in(0));
+  int64_t axis = norm_axis(n.attr_i("axis", 0), r, n);
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < n.outputs.size(); ++i) parts.push_back(ctx.dy_or_zeros(i));
+  ctx.set_dx(0, ctx.op("Concat", parts, {{"axis", Attribute::Int(axis)}}));
+}
+
+void slice_grad(GradContext& ctx) {
+  const Node& n = ctx.fwd();
+  const std::string& x = ctx.in(0);
+  int r = ctx.rank(x);
+  GR_CHECK(r >= 0, n.describe() << ": the Slice gradient needs the rank of its input");
+  std::vector<int64_t> starts, ends, axes, steps;
+  bool has_axes = false, has_steps = false;
+  if (ctx.opset() >= 10) {
+    starts = const_ints(ctx, 1, "", nullptr);
+    ends = const_ints(ctx, 2, "", nullptr);
+    axes = const_ints(ctx, 3, "", &has_axes);
+    steps = const_ints(ctx, 4, "", &has_steps);
+  } else {
+    starts = n.attr_ints("starts");
+    ends = n.attr_ints("ends");
+    has_axes = n.has_attr("axes");
+    axes = n.attr_ints("axes");
+  }
+  if (!has_axes) {
+    axes.clear();
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  }
+  if (!has_steps) steps.assign(starts.size(), 1);
+  std::string g = ctx.dy();
+  for (size_t i = 0; i < axes.size(); ++i) {
+    int64_t a = norm_axis(axes[i], r, n);
+    int64_t s = starts[i], e = ends[i], k = steps[i];
+    GR_CHECK(k != 0, n.describe() << ": Slice step 0");
+    // x[s:] with step 1 needs no size: nothing is cut after the slice.
+    if (k == 1 && s >= 0 && e >= (int64_t{1} << 31)) {
+      if (s > 0) g = ctx.pad(g, pads_on_axis(r, a, s, 0));
+      continue;
+    }
+    int64_t d = static_dim(ctx, x, a, "Slice");
+    int64_t count;
+    if (k > 0) {
+      s = std::clamp<int64_t>(s < 0 ? s + d : s, 0, d);
+      e = std::clamp<int64_t>(e < 0 ? e + d : e, 0, d);
+      count = e > s ? (e - s + k - 1) / k : 0;
+    } else {
+      s = std::clamp<int64_t>(s < 0 ? s + d : s, 0, d - 1);
+      e = std::clamp<int64_t>(e < 0 ? e + d : e, -1, d - 1);
+      count = s > e ? (s - e + (-k) - 1) / (-k) : 0;
+    }
+    if (count == 0) return ctx.set_dx(0, ctx.zeros_like(x));
+    g = unslice_axis(ctx, g, r, a, d, s, k, count);
+  }
+  ctx.set_dx(0, g);
+}
+
+void pad_grad(GradContext& ctx) {
+  const Node& n = ctx.fwd();
+  const std::string& x = ctx.in(0);
+  std::vector<int64_t> pads = ctx.opset() >= 11 ? const_ints(ctx, 1, "pads") : n.attr_ints("pads");
+  const std::string mode = n.attr_s("mode", "constant");
+  GR_CHECK(!(ctx.opset() >= 18 && n.has_input(3)), n.describe() << ": no gradient for Pad with axes");
+  const int r = static_cast<int>(pads.size() / 2);
+  std::string g = ctx.dy();
+  if (mode == "constant") {
+    // dY without the added borders; borders cropped by negative pads come back as zeros.
+    std::vector<int64_t> st, en, ax, neg(2 * r, 0);
+    bool any_neg = false;
+    for (int a = 0; a < r; ++a) {
+      int64_t b = pads[a], e = pads[r + a];
+      if (b > 0 || e > 0) {
+        st.push_back(std::max<int64_t>(b, 0));
+        en.push_back(e > 0 ? -e : INT64_MAX);
+        ax.push_back(a);
+      }
+      neg[a] = std::max<int64_t>(-b, 0);
+      neg[r + a] = std::max<int64_t>(-e, 0);
+      any_neg |= b < 0 || e < 0;
+    }
+    if (!ax.empty()) g = ctx.slice(g, st, en, ax);
+    if (any_neg) g = ctx.pad(g, neg);
+    ctx.set_dx(0, g);
+    return;
+  }
+  GR_CHECK(mode == "edge" || mode == "reflect", n.describe() << ": no gradient for Pad mode '" << mode << "'");
+  for (int a = 0; a < r; ++a) {
+    int64_t b = pads[a], e = pads[r + a];
+    if (b == 0 && e == 0) continue;
+    GR_CHECK(b >= 0 && e >= 0, n.describe() << ": no gradient for negative pads in mode '" << mode << "'");
+    int64_t d = static_dim(ctx, x, a, "Pad");
+    std::string sum = ctx.slice(g, {b}, {b + d}, {a});
+    auto add = [&](const std::string& part, int64_t before, int64_t after) {
+      sum = ctx.op("Add", {sum, ctx.pad(part, pads_on_axis(r, a, before, after))});
+    };
+    if (mode == "edge") {
+      // Every border element copies the edge element: their gradients add up there.
+      if (b > 0) add(ctx.reduce_sum(ctx.slice(g, {0}, {b}, {a}), {a}, true), 0, d - 1);
+      if (e > 0) add(ctx.reduce_sum(ctx.slice(g, {b + d}, {b + d + e}, {a}), {a}, true), d - 1, 0);
+    } else {
+      // Output b-1-t mirrors input t+1 (t < b); output b+d+j mirrors input d-2-j.
+      GR_CHECK(b < d && e < d, n.describe() << ": reflect pads must be smaller than the axis size " << d);
+      if (b > 0) add(ctx.slice(g, {b - 1}, {INT64_MIN}, {a}, {-1}), 1, d - 1 - b);
+      if (e > 0) add(ctx.slice(g, {b + d + e - 1}, {b + d - 1}, {a}, {-1}), d - 1 - e, 1);
+    }
+    g = sum;
+  }
+  ctx.set_dx(0, g);
+}
+
+// dData[.., v, ..] = sum of dY over the positions whose index is v: a product with the one-hot matrix
+// of the indices (Equal against 0..V-1), in standard ops.
+void gather_grad(GradContext& ctx) {
+  const Node& n = ctx.fwd();
+  const std::string &data = ctx.in(0), &indices = ctx.in(1);
+  Shape ds;
+  GR_CHECK(ctx.static_shape(data, ds), n.describe() << ": the Gather gradient needs the static shape of '" << data
+                                                     << "'");
+  const int r = static_cast<int>(ds.size());
+  const int64_t axis = norm_axis(n.attr_i("axis", 0), r, n);
+  int64_t before = 1, after = 1, v = ds[axis];
+  for (int i = 0; i < axis; ++i) before *= ds[i];
+  for (int i = axis + 1; i < r; ++i) after *= ds[i];
+  DType t = ctx.dtype(data);
+  std::string idx = indices;
+  if (ctx.dtype(idx) != DType::I64) idx = ctx.op("Cast", {idx}, {{"to", Attribute::Int(static_cast<int64_t>(DType::I64))}});
+  idx = ctx.reshape(idx, ctx.ints({-1, 1}));
+  std::string zero = ctx.op("Constant", {}, {{"value", Attribute::Tens(Tensor::scalar<int64_t>(0))}});
+  std::string vv = ctx.op("Constant", {}, {{"value", Attribute::Tens(Tensor::scalar<int64_t>(v))}});
+  idx = ctx.op("Where", {ctx.op("Less", {idx, zero}), ctx.op("Add", {idx, vv}), idx});  // negative indices count from the end
+  std::vector<int64_t> range(v);
+  for (int64_t i = 0; i < v; ++i) range[i] = i;
+  std::string onehot = ctx.op("Cast", {ctx.op("Equal", {idx, ctx.ints(range)})},
+                              {{"to", Attribute::Int(static_cast<int64_t>(t))}});  // [P, V]
+  std::string dy3 = ctx.reshape(ctx.dy(), ctx.ints({before, -1, after}));  // [A, P, B]
+  std::string d = ctx.op("MatMul", {ctx.transpose(onehot, {1, 0}), dy3});  // [A, V, B]
+  ctx.set_dx(0, ctx.reshape(d, ctx.ints(ds)));
+}
+
+}  // namespace graphrun::autodiff

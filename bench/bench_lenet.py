@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Benchmark: the d2l LeNet on Fashion-MNIST (batch 256, lr 0.2), graphrun against the PyTorch
+yardstick in the same run, at equal threads; prints sec/epoch, their ratios and test accuracy.
+
+  bench/bench_lenet.py [--epochs 1] [--graphrun build/graphrun] [--torch-ref ../shared/ref/torch_reference.py]
+
+Rows: graphrun cpu:1 --threads 1 vs torch --threads 1; graphrun cpu:2 --threads 1 (one replica per
+core) vs torch --threads 2 and vs graphrun cpu:1; and graphrun cpu:1 --threads 2 for reference.
+sec/epoch counts the training steps only on both sides (d2l's timer). Paths are relative to the
+repository root. --epochs 10 is the d2l accuracy check (test acc >= 0.83 expected).
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SUMMARY = re.compile(r'test acc: ([0-9.]+), ([0-9.]+) sec/epoch')
+
+
+def run(name, cmd):
+    print(f'--- {name}: {" ".join(cmd)}', flush=True)
+    p = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for line in p.stdout.splitlines():
+        if line.startswith('epoch') or line.startswith('test acc'):
+            print('    ' + line, flush=True)
+    m = None
+    for m in SUMMARY.finditer(p.stdout):
+        pass
+    if p.returncode != 0 or not m:
+        print(p.stdout[-2000:], file=sys.stderr)
+        sys.exit(f'{name} failed (exit {p.returncode})')
+    return float(m.group(1)), float(m.group(2))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument('--epochs', type=int, default=1)
+    ap.add_argument('--graphrun', default='build/graphrun')
+    ap.add_argument('--model', default='models/lenet.onnx')
+    ap.add_argument('--torch-ref', default='../shared/ref/torch_reference.py')
+    ap.add_argument('--python', default='/usr/bin/python3', help='Python with torch (Debian python3-torch)')
+    ap.add_argument('--skip-torch', action='store_true')
+    a = ap.parse_args()
+    common = ['train', a.model, '--batch-size', '256', '--lr', '0.2', '--epochs', str(a.epochs)]
+    gr = lambda dev, t: [a.graphrun] + common + ['--devices', dev, '--threads', str(t)]
+    torch = lambda t: [a.python, a.torch_ref, '--model', 'lenet', '--threads', str(t), '--epochs', str(a.epochs)]
+    r = {}
+    r['gr cpu:1 x1'] = run('graphrun cpu:1, 1 thread', gr('cpu:1', 1))
+    if not a.skip_torch:
+        r['torch 1'] = run('pytorch, 1 thread', torch(1))
+    r['gr cpu:2 x1'] = run('graphrun cpu:2, 1 thread per replica', gr('cpu:2', 1))
+    if not a.skip_torch:
+        r['torch 2'] = run('pytorch, 2 threads', torch(2))
+    r['gr cpu:1 x2'] = run('graphrun cpu:1, 2 threads', gr('cpu:1', 2))
+
+    print(f'\nLeNet, Fashion-MNIST, batch 256, lr 0.2, {a.epochs} epoch(s)')
+    print(f'{"run":<34}{"sec/epoch":>10}{"test acc":>10}')
+    names = {'gr cpu:1 x1': 'graphrun cpu:1 --threads 1', 'torch 1': 'pytorch --threads 1',
+             'gr cpu:2 x1': 'graphrun cpu:2 --threads 1', 'torch 2': 'pytorch --threads 2',
+             'gr cpu:1 x2': 'graphrun cpu:1 --threads 2'}
+    for k, (acc, sec) in r.items():
+        print(f'{names[k]:<34}{sec:>10.2f}{acc:>10.2f}')
+    sec = {k: v[1] for k, v in r.items()}
+    print()
+    if 'torch 1' in sec:
+        print(f'1 thread : graphrun / pytorch = {sec["gr cpu:1 x1"] / sec["torch 1"]:.2f}')
+        print(f'2 threads: graphrun cpu:2 / pytorch = {sec["gr cpu:2 x1"] / sec["torch 2"]:.2f}')
+    red = 100 * (1 - sec['gr cpu:2 x1'] / sec['gr cpu:1 x1'])
+    print(f'cpu:2 vs cpu:1 (1 thread each): {red:.0f}% less time per epoch (aim: >= 40%)')
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,524 @@
+// ONNX ModelProto <-> graphrun Graph: reading (validate, infer shapes, convert) and writing (build, check).
+#include "graph/onnx_io.h"
+
+#include <onnx/checker.h>
+#include <onnx/onnx_pb.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <sys/stat.h>
+
+#include "graph/graphrun_schemas.h"
+#include "graph/onnx_tensor.h"
+
+namespace graphrun {
+
+namespace {
+
+constexpr int64_t kMinOpset = 7, kMaxOpset = 17;
+constexpr int64_t kMaxIrVersion = 8;  // what ONNX 1.12's checker accepts
+
+// ONNX errors come with multi-line context (a dump of the node); users get the first line.
+std::string first_line(const std::string& s) {
+  std::string r = s.substr(0, s.find('\n'));
+  while (!r.empty() && (r.back() == ' ' || r.back() == '\r' || r.back() == ':')) r.pop_back();
+  return r.empty() ? s : r;
+}
+
+std::string proto_node_desc(const onnx::NodeProto& np, int index) {
+  Node n;
+  n.name = np.name().empty() ? "#" + std::to_string(index) : np.name();
+  n.op_type = np.op_type();
+  n.domain = np.domain();
+  return n.describe();
+}
+
+// ONNX wants nodes in topological order, but not every writer obeys; sort (stably) before checking,
+// and name the node whose input comes from nowhere.
+void sort_nodes(onnx::GraphProto* gp, const std::string& what) {
+  std::set<std::string> available;
+  for (const auto& v : gp->input()) available.insert(v.name());
+  for (const auto& t : gp->initializer()) available.insert(t.name());
+  const int n = gp->node_size();
+  std::map<std::string, int> producer;
+  for (int i = 0; i < n; ++i)
+    for (const auto& o : gp->node(i).output())
+      if (!o.empty()) producer[o] = i;
+  std::vector<std::vector<int>> users(n);
+  std::vector<int> pending(n, 0);
+  bool sorted = true;
+  for (int i = 0; i < n; ++i) {
+    std::set<int> deps;
+    for (const auto& in : gp->node(i).input()) {
+      if (in.empty() || available.count(in)) continue;
+      auto it = producer.find(in);
+      if (it == producer.end())
+        GR_FAIL(what << ": " << proto_node_desc(gp->node(i), i) << ": input '" << in
+                     << "' is not produced by any node, graph input or initializer");
+      deps.insert(it->second);
+      sorted &= it->second < i;
+    }
+    pending[i] = static_cast<int>(deps.size());
+    for (int d : deps) users[d].push_back(i);
+  }
+  if (sorted) return;
+  std::set<int> ready;
+  for (int i = 0; i < n; ++i)
+    if (!pending[i]) ready.insert(i);
+  std::vector<int> order;
+  while (!ready.empty()) {
+    int i = *ready.begin();
+    ready.erase(ready.begin());
+    order.push_back(i);
+    for (int u : users[i])
+      if (--pending[u] == 0) ready.insert(u);
+  }
+  for (int i = 0; i < n; ++i)
+    if (pending[i]) GR_FAIL(what << ": the graph has a cycle through " << proto_node_desc(gp->node(i), i));
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+  for (int i : order) *nodes.Add() = gp->node(i);
+  gp->mutable_node()->Swap(&nodes);
+}
+
+std::string normal_domain(const std::string& d) { return d == "ai.onnx" ? "" : d; }
+
+// ---- reading ----
+
+ValueInfo value_info_from_type(const onnx::TypeProto& type) {
+  ValueInfo vi;
+  if (type.value_case() != onnx::TypeProto::kTensorType) return vi;  // sequences, maps: type unknown
+  const auto& tt = type.tensor_type();
+  vi.dtype = static_cast<DType>(tt.elem_type());
+  if (tt.has_shape()) {
+    vi.has_shape = true;
+    for (const auto& d : tt.shape().dim()) {
+      if (d.has_dim_value() && d.dim_value() >= 0) vi.shape.emplace_back(d.dim_value());
+      else if (d.has_dim_param() && !d.dim_param().empty()) vi.shape.emplace_back(d.dim_param());
+      else vi.shape.emplace_back();
+    }
+  }
+  return vi;
+}
+
+// Combines what was known with what inference found: known facts are kept, gaps filled.
+ValueInfo merge_info(const ValueInfo& known, const ValueInfo& found) {
+  ValueInfo r = known;
+  if (r.dtype == DType::Undefined) r.dtype = found.dtype;
+  if (!r.has_shape) {
+    r.has_shape = found.has_shape;
+    r.shape = found.shape;
+  } else if (found.has_shape && found.shape.size() == r.shape.size()) {
+    for (size_t i = 0; i < r.shape.size(); ++i)
+      if (!r.shape[i].known() && (found.shape[i].known() || r.shape[i].param.empty())) r.shape[i] = found.shape[i];
+  }
+  return r;
+}
+
+Attribute attribute_from_proto(const onnx::AttributeProto& a, const Node& n, const std::string& what) {
+  using AP = onnx::AttributeProto;
+  const std::string ctx = what + ": " + n.describe() + ": attribute '" + a.name() + "'";
+  switch (a.type()) {
+    case AP::FLOAT: return Attribute::Float(a.f());
+    case AP::INT: return Attribute::Int(a.i());
+    case AP::STRING: return Attribute::Str(a.s());
+    case AP::TENSOR: return Attribute::Tens(tensor_from_proto(a.t(), ctx));
+    case AP::FLOATS: return Attribute::Floats({a.floats().begin(), a.floats().end()});
+    case AP::INTS: return Attribute::Ints({a.ints().begin(), a.ints().end()});
+    case AP::STRINGS: return Attribute::Strs({a.strings().begin(), a.strings().end()});
+    case AP::GRAPH:
+    case AP::GRAPHS:
+      GR_FAIL(what << ": " << n.describe() << " has a subgraph (attribute '" << a.name()
+                   << "'); control flow (If, Loop, Scan) is not supported");
+    case AP::UNDEFINED:
+      // Old exporters leave `type` unset; infer it from the field that is filled.
+      if (a.has_f()) return Attribute::Float(a.f());
+      if (a.has_i()) return Attribute::Int(a.i());
+      if (a.has_s()) return Attribute::Str(a.s());
+      if (a.has_t()) return Attribute::Tens(tensor_from_proto(a.t(), ctx));
+      if (a.floats_size()) return Attribute::Floats({a.floats().begin(), a.floats().end()});
+      if (a.ints_size()) return Attribute::Ints({a.ints().begin(), a.ints().end()});
+      if (a.strings_size()) return Attribute::Strs({a.strings().begin(), a.strings().end()});
+      if (a.has_g() || a.graphs_size())
+        GR_FAIL(what << ": " << n.describe() << " has a subgraph (attribute '" << a.name()
+                     << "'); control flow (If, Loop, Scan) is not supported");
+      GR_FAIL(ctx << " has no value");
+    default:
+      GR_FAIL(ctx << " is of kind " << AP::AttributeType_Name(a.type()) << ", which graphrun does not support");
+  }
+}
+
+// Refuses what graphrun cannot represent, before the checker (which would chase external files).
+void check_supported_features(const onnx::ModelProto& m, const std::string& what) {
+  const auto& g = m.graph();
+  for (const auto& t : g.initializer())
+    if (t.data_location() == onnx::TensorProto::EXTERNAL)
+      GR_FAIL(what << ": initializer '" << t.name() << "' is stored as external data, which graphrun does not "
+                   << "read (save the model with its weights inside: onnx.save(model, path, "
+                      "save_as_external_data=False))");
+  if (g.sparse_initializer_size())
+    GR_FAIL(what << ": sparse initializer '" << g.sparse_initializer(0).values().name() << "' is not supported");
+  if (m.functions_size())
+    GR_FAIL(what << ": model-local functions (e.g. '" << m.functions(0).name() << "') are not supported");
+  for (int i = 0; i < g.node_size(); ++i) {
+    const auto& np = g.node(i);
+    for (const auto& a : np.attribute())
+      if (a.type() == onnx::AttributeProto::GRAPH || a.type() == onnx::AttributeProto::GRAPHS || a.has_g() ||
+          a.graphs_size())
+        GR_FAIL(what << ": " << proto_node_desc(np, i) << " has a subgraph (attribute '" << a.name()
+                     << "'); control flow (If, Loop, Scan) is not supported");
+  }
+}
+
+void check_opsets(const onnx::ModelProto& m, const std::string& what) {
+  bool has_default = false;
+  for (const auto& op : m.opset_import()) {
+    if (!normal_domain(op.domain()).empty()) continue;
+    has_default = true;
+    if (op.version() < kMinOpset || op.version() > kMaxOpset)
+      GR_FAIL(what << ": ONNX opset " << op.version() << " is not supported (graphrun reads opsets " << kMinOpset
+                   << " to " << kMaxOpset << "; convert with onnx.version_converter)");
+  }
+  // A model of only custom-domain ops needs no default opset, but most do.
+  if (!has_default && m.opset_import_size() == 0)
+    GR_FAIL(what << ": not a valid ONNX model: no opset_import");
+}
+
+Graph graph_from_proto(onnx::ModelProto& m, const std::string& what) {
+  const auto& gp = m.graph();
+  Graph g;
+  g.name = gp.name().empty() ? "graph" : gp.name();
+  g.doc = gp.doc_string();
+  g.ir_version = m.ir_version();
+  g.producer_name = m.producer_name();
+  for (const auto& op : m.opset_import()) g.opsets[normal_domain(op.domain())] = op.version();
+
+  for (const auto& t : gp.initializer()) {
+    GR_CHECK(!t.name().empty(), what << ": an initializer has no name");
+    Tensor v = tensor_from_proto(t, what + ": initializer '" + t.name() + "'");
+    ValueInfo vi;
+    vi.dtype = v.dtype();
+    vi.has_shape = true;
+    for (int64_t d : v.shape()) vi.shape.emplace_back(d);
+    g.values[t.name()] = vi;
+    g.initializers[t.name()] = std::move(v);
+  }
+  auto add_info = [&](const onnx::ValueInfoProto& v) {
+    if (v.name().empty() || !v.has_type()) return;
+    ValueInfo found = value_info_from_type(v.type());
+    auto it = g.values.find(v.name());
+    g.values[v.name()] = it == g.values.end() ? found : merge_info(it->second, found);
+  };
+  for (const auto& v : gp.input()) {
+    add_info(v);
+    // Old exporters list initializers among the inputs too; those are parameters, not runtime inputs.
+    if (!g.is_initializer(v.name()) && !g.is_input(v.name())) g.inputs.push_back(v.name());
+  }
+  for (const auto& v : gp.value_info()) add_info(v);
+  for (const auto& v : gp.output()) {
+    add_info(v);
+    g.outputs.push_back(v.name());
+  }
+
+  std::vector<size_t> unnamed;
+  for (const auto& np : gp.node()) {
+    Node n;
+    n.name = np.name();
+    n.op_type = np.op_type();
+    n.domain = normal_domain(np.domain());
+    n.inputs.assign(np.input().begin(), np.input().end());
+    n.outputs.assign(np.output().begin(), np.output().end());
+    for (const auto& a : np.attribute()) {
+      if (!a.ref_attr_name().empty()) GR_FAIL(what << ": " << n.describe() << ": attribute references are not supported");
+      n.attrs[a.name()] = attribute_from_proto(a, n, what);
+    }
+    if (n.name.empty()) unnamed.push_back(g.nodes.size());
+    g.nodes.push_back(std::move(n));
+  }
+  // Every node needs a name: error messages and tables refer to nodes by name.
+  for (size_t i : unnamed) g.nodes[i].name = g.unique_name(g.nodes[i].op_type);
+  try {
+    g.topo_sort();
+  } catch (const Error& e) {
+    GR_FAIL(what << ": " << e.what());
+  }
+  return g;
+}
+
+std::string read_file(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) GR_FAIL(path << ": no such file");
+  if (S_ISDIR(st.st_mode)) GR_FAIL(path << ": is a directory, not an ONNX file");
+  std::ifstream f(path, std::ios::binary);
+  if (!f) GR_FAIL(path << ": cannot open for reading");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  if (f.bad()) GR_FAIL(path << ": read error");
+  return ss.str();
+}
+
+// ---- writing ----
+
+void set_type(const ValueInfo& vi, onnx::TypeProto* type) {
+  auto* tt = type->mutable_tensor_type();
+  tt->set_elem_type(static_cast<int32_t>(vi.dtype));
+  if (!vi.has_shape) return;
+  auto* shape = tt->mutable_shape();
+  for (const Dim& d : vi.shape) {
+    auto* dp = shape->add_dim();
+    if (d.known()) dp->set_dim_value(d.size);
+    else if (!d.param.empty()) dp->set_dim_param(d.param);
+  }
+}
+
+void attribute_to_proto(const std::string& name, const Attribute& a, onnx::AttributeProto* p) {
+  using AP = onnx::AttributeProto;
+  p->set_name(name);
+  switch (a.kind) {
+    case Attribute::Kind::Float: p->set_type(AP::FLOAT); p->set_f(a.f); break;
+    case Attribute::Kind::Int: p->set_type(AP::INT); p->set_i(a.i); break;
+    case Attribute::Kind::String: p->set_type(AP::STRING); p->set_s(a.s); break;
+    case Attribute::Kind::Tensor: p->set_type(AP::TENSOR); tensor_to_proto(a.t, "", p->mutable_t()); break;
+    case Attribute::Kind::Floats:
+      p->set_type(AP::FLOATS);
+      for (float v : a.floats) p->add_floats(v);
+      break;
+    case Attribute::Kind::Ints:
+      p->set_type(AP::INTS);
+      for (int64_t v : a.ints) p->add_ints(v);
+      break;
+    case Attribute::Kind::Strings:
+      p->set_type(AP::STRINGS);
+      for (const auto& v : a.strings) p->add_strings(v);
+      break;
+    default: GR_FAIL("attribute '" << name << "' has no value");
+  }
+}
+
+bool has_type(const ValueInfo* vi) { return vi && vi->dtype != DType::Undefined; }
+
+// Builds the ModelProto. Values whose type is unknown are written without one (inference may add it).
+onnx::ModelProto model_from_graph(const Graph& g) {
+  onnx::ModelProto m;
+  // IR 4 is the first that lets initializers stay out of the graph inputs, as graphrun writes them.
+  m.set_ir_version(g.ir_version >= 4 && g.ir_version <= kMaxIrVersion ? g.ir_version : kMaxIrVersion);
+  m.set_producer_name(g.producer_name.empty() ? "graphrun" : g.producer_name);
+
+  std::map<std::string, int64_t> opsets;
+  for (const auto& [d, v] : g.opsets) opsets[normal_domain(d)] = v;
+  for (const Node& n : g.nodes) {
+    std::string d = normal_domain(n.domain);
+    if (!opsets.count(d)) opsets[d] = d.empty() ? kMaxOpset : 1;
+  }
+  if (!opsets.count("")) opsets[""] = kMaxOpset;
+  for (const auto& [d, v] : opsets) {
+    auto* op = m.add_opset_import();
+    op->set_domain(d);
+    op->set_version(v);
+  }
+
+  auto* gp = m.mutable_graph();
+  gp->set_name(g.name);
+  if (!g.doc.empty()) gp->set_doc_string(g.doc);
+  auto add_vi = [&](const std::string& name, google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* list) {
+    auto* v = list->Add();
+    v->set_name(name);
+    const ValueInfo* vi = g.info(name);
+    if (has_type(vi)) set_type(*vi, v->mutable_type());
+  };
+  for (const auto& name : g.inputs) add_vi(name, gp->mutable_input());
+  for (const auto& name : g.outputs) add_vi(name, gp->mutable_output());
+  for (const auto& [name, t] : g.initializers) tensor_to_proto(t, name, gp->add_initializer());
+
+  std::set<std::string> listed(g.inputs.begin(), g.inputs.end());
+  listed.insert(g.outputs.begin(), g.outputs.end());
+  for (const Node& n : g.nodes) {
+    auto* np = gp->add_node();
+    np->set_name(n.name);
+    np->set_op_type(n.op_type);
+    if (!normal_domain(n.domain).empty()) np->set_domain(n.domain);
+    for (const auto& i : n.inputs) np->add_input(i);
+    for (const auto& o : n.outputs) np->add_output(o);
+    for (const auto& [k, a] : n.attrs) {
+      try {
+        attribute_to_proto(k, a, np->add_attribute());
+      } catch (const Error& e) {
+        GR_FAIL("graph '" << g.name << "': " << n.describe() << ": " << e.what());
+      }
+    }
+    for (const auto& o : n.outputs) {
+      const ValueInfo* vi = g.info(o);
+      if (o.empty() || listed.count(o) || !has_type(vi)) continue;
+      auto* v = gp->add_value_info();
+      v->set_name(o);
+      set_type(*vi, v->mutable_type());
+    }
+  }
+  return m;
+}
+
+// Runs ONNX shape inference on `m` in place; graphrun's schemas make its own ops inferable.
+// ONNX names the unknown dimensions it creates "unk__0", "unk__1", ...; graphrun shows those as "?"
+// (symbols the model itself uses, such as "N", stay).
+void run_inference(onnx::ModelProto& m, bool strict) {
+  register_graphrun_schemas();
+  auto dims_of = [&](auto&& visit) {
+    auto* g = m.mutable_graph();
+    for (auto* list : {g->mutable_input(), g->mutable_value_info(), g->mutable_output()})
+      for (auto& v : *list)
+        if (v.type().has_tensor_type() && v.type().tensor_type().has_shape())
+          for (auto& d : *v.mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim()) visit(d);
+  };
+  std::set<std::string> own_symbols;
+  dims_of([&](onnx::TensorShapeProto_Dimension& d) {
+    if (d.has_dim_param()) own_symbols.insert(d.dim_param());
+  });
+  onnx::ShapeInferenceOptions opts(/*check_type=*/strict, /*strict_mode=*/strict ? 1 : 0, /*data_prop=*/true);
+  onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(), opts);
+  if (strict) return;
+  dims_of([&](onnx::TensorShapeProto_Dimension& d) {
+    if (d.has_dim_param() && d.dim_param().rfind("unk__", 0) == 0 && !own_symbols.count(d.dim_param()))
+      d.clear_dim_param();
+  });
+}
+
+// Graph outputs need a type in a valid model, and viewers (Netron) show value_info: take both from
+// inference where the graph did not know them.
+void add_inferred_types(onnx::ModelProto& m) {
+  onnx::ModelProto inferred = m;
+  try {
+    run_inference(inferred, false);
+  } catch (const std::exception&) {
+    return;  // the checker reports the problem where it matters
+  }
+  std::set<std::string> typed;
+  for (const auto& v : m.graph().input()) typed.insert(v.name());
+  for (const auto& v : m.graph().value_info()) typed.insert(v.name());
+  std::map<std::string, const onnx::TypeProto*> found;
+  for (const auto& v : inferred.graph().value_info()) found[v.name()] = &v.type();
+  for (const auto& v : inferred.graph().output())
+    if (v.has_type()) found[v.name()] = &v.type();
+  for (auto& o : *m.mutable_graph()->mutable_output()) {
+    typed.insert(o.name());
+    if (!o.has_type() && found.count(o.name())) *o.mutable_type() = *found[o.name()];
+  }
+  for (const auto& v : inferred.graph().value_info())
+    if (!typed.count(v.name())) *m.mutable_graph()->add_value_info() = v;
+}
+
+void check_model_proto(const onnx::ModelProto& m, const std::string& what) {
+  register_graphrun_schemas();
+  for (const auto& o : m.graph().output())
+    if (!o.has_type() || !o.type().tensor_type().has_shape())
+      GR_FAIL(what << ": output '" << o.name() << "' has no known " << (o.has_type() ? "rank" : "type")
+                   << "; an ONNX model needs the type and rank of every output");
+  for (const auto& i : m.graph().input())
+    if (!i.has_type() || !i.type().tensor_type().has_shape())
+      GR_FAIL(what << ": input '" << i.name() << "' has no known " << (i.has_type() ? "rank" : "type")
+                   << "; an ONNX model needs the type and rank of every input");
+  try {
+    onnx::checker::check_model(m);
+    onnx::ModelProto copy = m;
+    run_inference(copy, true);
+  } catch (const std::exception& e) {
+    GR_FAIL(what << ": the exported model is not valid ONNX: " << first_line(e.what()));
+  }
+}
+
+// Names in a damaged file can hold any bytes; an error message stays one printable line.
+std::string printable(const std::string& s) {
+  std::string r;
+  for (unsigned char c : s) {
+    if (c == '\n') r += "\\n";
+    else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      r += buf;
+    } else r += static_cast<char>(c);
+  }
+  return r;
+}
+
+Graph load_model(const std::string& bytes, const std::string& what) {
+  register_graphrun_schemas();
+  if (bytes.empty()) GR_FAIL(what << ": empty file, not an ONNX model");
+  onnx::ModelProto m;
+  if (!m.ParseFromString(bytes))
+    GR_FAIL(what << ": not a valid ONNX model (the protobuf does not parse: the file is truncated, corrupt, or "
+                    "not ONNX)");
+  if (!m.has_graph() || m.ir_version() <= 0)
+    GR_FAIL(what << ": not an ONNX model (no " << (m.has_graph() ? "ir_version" : "graph") << " in the file)");
+  if (m.ir_version() > kMaxIrVersion)
+    GR_FAIL(what << ": ONNX IR version " << m.ir_version() << " is newer than graphrun reads (up to "
+                 << kMaxIrVersion << ")");
+  check_opsets(m, what);
+  check_supported_features(m, what);
+  sort_nodes(m.mutable_graph(), what);
+  try {
+    onnx::checker::check_model(m);
+  } catch (const std::exception& e) {
+    GR_FAIL(what << ": invalid ONNX model: " << first_line(e.what()));
+  }
+  try {
+    run_inference(m, false);
+  } catch (const std::exception& e) {
+    GR_FAIL(what << ": shape inference failed: " << first_line(e.what()));
+  }
+  return graph_from_proto(m, what);
+}
+
+}  // namespace
+
+Graph load_onnx_bytes(const std::string& bytes, const std::string& what) {
+  try {
+    return load_model(bytes, what);
+  } catch (const Error& e) {
+    throw Error(printable(e.what()));
+  }
+}
+
+Graph load_onnx(const std::string& path) { return load_onnx_bytes(read_file(path), path); }
+
+std::string onnx_bytes(const Graph& g) {
+  onnx::ModelProto m = model_from_graph(g);
+  add_inferred_types(m);
+  std::string out;
+  GR_CHECK(m.SerializeToString(&out), "graph '" << g.name << "': cannot serialize as ONNX (over 2 GiB?)");
+  return out;
+}
+
+void save_onnx(const Graph& g, const std::string& path, bool check) {
+  onnx::ModelProto m = model_from_graph(g);
+  add_inferred_types(m);
+  if (check) check_model_proto(m, path);
+  std::string out;
+  GR_CHECK(m.SerializeToString(&out), path << ": cannot serialize graph '" << g.name << "' (over 2 GiB?)");
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  if (!f) GR_FAIL(path << ": cannot open for writing");
+  f.write(out.data(), static_cast<std::streamsize>(out.size()));
+  f.close();
+  if (!f) GR_FAIL(path << ": write error");
+}
+
+void infer_shapes(Graph& g) {
+  onnx::ModelProto m = model_from_graph(g);
+  try {
+    run_inference(m, false);
+  } catch (const std::exception& e) {
+    GR_FAIL("graph '" << g.name << "': shape inference failed: " << first_line(e.what()));
+  }
+  auto take = [&](const onnx::ValueInfoProto& v) {
+    if (!v.has_type()) return;
+    ValueInfo found = value_info_from_type(v.type());
+    if (found.dtype == DType::Undefined && !found.has_shape) return;
+    auto it = g.values.find(v.name());
+    g.values[v.name()] = it == g.values.end() ? found : merge_info(it->second, found);
+  };
+  for (const auto& v : m.graph().input()) take(v);
+  for (const auto& v : m.graph().value_info()) take(v);
+  for (const auto& v : m.graph().output()) take(v);
+}
+
+}  // namespace graphrun

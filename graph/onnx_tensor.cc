@@ -1,0 +1,96 @@
+// TensorProto <-> Tensor: raw_data and every typed field ONNX allows for the numeric element types.
+#include "graph/onnx_tensor.h"
+
+#include <cstring>
+#include <limits>
+
+namespace graphrun {
+
+std::string onnx_dtype_name(int32_t t) {
+  if (onnx::TensorProto_DataType_IsValid(t))
+    return onnx::TensorProto_DataType_Name(static_cast<onnx::TensorProto_DataType>(t));
+  return "type " + std::to_string(t);
+}
+
+namespace {
+
+// Copies `n` values of a typed repeated field into the tensor, narrowing to the tensor's element type.
+template <class Field, class Get>
+void copy_typed(const Field& field, Tensor& t, const std::string& what, const char* field_name, Get) {
+  const int64_t n = t.numel();
+  GR_CHECK(static_cast<int64_t>(field.size()) == n,
+           what << ": " << field_name << " holds " << field.size() << " values, but shape "
+                << shape_str(t.shape()) << " needs " << n);
+  auto* out = static_cast<unsigned char*>(t.raw());
+  const size_t es = dtype_size(t.dtype());
+  for (int64_t i = 0; i < n; ++i) {
+    auto v = field.Get(static_cast<int>(i));
+    switch (t.dtype()) {
+      case DType::F32: { float x = static_cast<float>(v); std::memcpy(out + i * es, &x, es); break; }
+      case DType::F64: { double x = static_cast<double>(v); std::memcpy(out + i * es, &x, es); break; }
+      case DType::I64: { int64_t x = static_cast<int64_t>(v); std::memcpy(out + i * es, &x, es); break; }
+      case DType::I32: { int32_t x = static_cast<int32_t>(v); std::memcpy(out + i * es, &x, es); break; }
+      case DType::I16: { int16_t x = static_cast<int16_t>(v); std::memcpy(out + i * es, &x, es); break; }
+      case DType::I8: { int8_t x = static_cast<int8_t>(v); std::memcpy(out + i * es, &x, es); break; }
+      case DType::U8: { uint8_t x = static_cast<uint8_t>(v); std::memcpy(out + i * es, &x, es); break; }
+      case DType::Bool: { uint8_t x = v != 0; std::memcpy(out + i * es, &x, es); break; }
+      // float16/bfloat16 travel as their bit patterns in int32_data.
+      case DType::U16: case DType::F16: case DType::BF16: {
+        uint16_t x = static_cast<uint16_t>(v); std::memcpy(out + i * es, &x, es); break;
+      }
+      case DType::U32: { uint32_t x = static_cast<uint32_t>(v); std::memcpy(out + i * es, &x, es); break; }
+      case DType::U64: { uint64_t x = static_cast<uint64_t>(v); std::memcpy(out + i * es, &x, es); break; }
+      default: GR_FAIL(what << ": cannot read element type " << dtype_name(t.dtype()));
+    }
+  }
+}
+
+}  // namespace
+
+Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& what) {
+  if (p.data_location() == onnx::TensorProto::EXTERNAL)
+    GR_FAIL(what << ": stored as external data, which graphrun does not read (save the model with its "
+                    "weights inside: onnx.save(model, path, save_as_external_data=False))");
+  GR_CHECK(p.has_data_type() && p.data_type() != onnx::TensorProto::UNDEFINED, what << ": element type not set");
+  const auto dt = static_cast<DType>(p.data_type());
+  if (dt == DType::String || dtype_size(dt) == 0)
+    GR_FAIL(what << ": element type " << onnx_dtype_name(p.data_type()) << " is not supported");
+  GR_CHECK(!p.has_segment(), what << ": segmented tensors are not supported");
+  Shape shape;
+  int64_t numel = 1;
+  for (int64_t d : p.dims()) {
+    GR_CHECK(d >= 0, what << ": negative dimension " << d);
+    GR_CHECK(d == 0 || numel <= std::numeric_limits<int64_t>::max() / 8 / d, what << ": shape too large");
+    numel *= d;
+    shape.push_back(d);
+  }
+  const size_t bytes = static_cast<size_t>(numel) * dtype_size(dt);
+  if (p.has_raw_data()) {
+    GR_CHECK(p.raw_data().size() == bytes, what << ": raw_data holds " << p.raw_data().size() << " bytes, but "
+                                                << dtype_name(dt) << shape_str(shape) << " needs " << bytes);
+    Tensor t(dt, shape);
+    if (bytes) std::memcpy(t.raw(), p.raw_data().data(), bytes);
+    return t;
+  }
+  Tensor t(dt, shape);
+  switch (dt) {
+    case DType::F32: copy_typed(p.float_data(), t, what, "float_data", 0); break;
+    case DType::F64: copy_typed(p.double_data(), t, what, "double_data", 0); break;
+    case DType::I64: copy_typed(p.int64_data(), t, what, "int64_data", 0); break;
+    case DType::U32: case DType::U64: copy_typed(p.uint64_data(), t, what, "uint64_data", 0); break;
+    default: copy_typed(p.int32_data(), t, what, "int32_data", 0); break;
+  }
+  return t;
+}
+
+void tensor_to_proto(const Tensor& t, const std::string& name, onnx::TensorProto* p) {
+  GR_CHECK(t.defined(), "tensor '" << name << "' has no value");
+  GR_CHECK(t.device().is_cpu(), "tensor '" << name << "' is on " << t.device().str() << ", not the host");
+  p->Clear();
+  if (!name.empty()) p->set_name(name);
+  p->set_data_type(static_cast<int32_t>(t.dtype()));
+  for (int64_t d : t.shape()) p->add_dims(d);
+  p->set_raw_data(std::string(static_cast<const char*>(t.raw()), t.nbytes()));
+}
+
+}  // namespace graphrun

@@ -1,0 +1,22 @@
+// Pass to_inference: the evaluation form of a forward graph (running statistics, no dropout).
+#include "graph/passes/train_mode.h"
+
+namespace graphrun::passes {
+
+Graph to_inference(const Graph& g) {
+  Graph r = g;
+  for (Node& n : r.nodes) {
+    if (n.domain.empty() && n.op_type == "BatchNormalization") {
+      if (n.has_attr("training_mode")) n.attrs["training_mode"] = Attribute::Int(0);
+      n.outputs.resize(1);
+    } else if (n.domain.empty() && n.op_type == "Dropout") {
+      // Without training_mode (opset 12+) or with is_test semantics (earlier), Dropout passes X through.
+      if (n.inputs.size() > 2) n.inputs.resize(2);
+      while (n.inputs.size() > 1 && n.inputs.back().empty()) n.inputs.pop_back();
+      n.outputs.resize(1);
+    }
+  }
+  return r;
+}
+
+}  // namespace graphrun::passes

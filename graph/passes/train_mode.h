@@ -1,0 +1,29 @@
+// Train and eval forms of a forward graph: BatchNormalization with batch statistics (and running
+// mean/variance outputs) or with running statistics; Dropout drawing a mask or passing through.
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "graph/ir.h"
+
+namespace graphrun::passes {
+
+// Inference form (graph/passes/to_inference.cc): every BatchNormalization gets training_mode = 0
+// and only its Y output; every Dropout loses its training_mode input and mask output (so it passes
+// its input through). Other nodes are unchanged.
+Graph to_inference(const Graph& g);
+
+// Training form (graph/passes/to_training.cc): every BatchNormalization whose running mean and
+// variance are initializers gets training_mode = 1 and outputs running_mean/running_var (named
+// `<mean>.updated`, `<var>.updated` unless present); every Dropout gets training_mode = true
+// (an initializer input). A node already in training form is left as it is. Needs opset >= 14
+// for BatchNormalization's training_mode (raises the opset from 9..13 to 15, the earliest whose
+// BatchNormalization schema both forms share).
+Graph to_training(const Graph& g);
+
+// The (running statistic output, initializer) pairs of a training-form graph: what the executor's
+// state_updates must persist after each step.
+std::vector<std::pair<std::string, std::string>> batchnorm_state_updates(const Graph& g);
+
+}  // namespace graphrun::passes

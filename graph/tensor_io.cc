@@ -1,0 +1,204 @@
+// Tensor files: numpy .npy (format versions 1-3, little-endian, C order) and ONNX TensorProto .pb.
+#include "graph/tensor_io.h"
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <sys/stat.h>
+
+#include "graph/onnx_tensor.h"
+
+namespace graphrun {
+
+namespace {
+
+std::string read_whole(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) GR_FAIL(path << ": no such file");
+  if (S_ISDIR(st.st_mode)) GR_FAIL(path << ": is a directory, not a tensor file");
+  std::ifstream f(path, std::ios::binary);
+  if (!f) GR_FAIL(path << ": cannot open for reading");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  if (f.bad()) GR_FAIL(path << ": read error");
+  return ss.str();
+}
+
+void write_whole(const std::string& path, const std::string& head, const void* data, size_t n) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  if (!f) GR_FAIL(path << ": cannot open for writing");
+  f.write(head.data(), static_cast<std::streamsize>(head.size()));
+  if (n) f.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
+  f.close();
+  if (!f) GR_FAIL(path << ": write error");
+}
+
+struct NpyType {
+  const char* code;  // numpy type code without byte order: "f4", "i8", "b1"
+  DType dtype;
+};
+const NpyType kNpyTypes[] = {{"f4", DType::F32}, {"f8", DType::F64}, {"f2", DType::F16}, {"i8", DType::I64},
+                             {"i4", DType::I32}, {"i2", DType::I16}, {"i1", DType::I8},  {"u1", DType::U8},
+                             {"u2", DType::U16}, {"u4", DType::U32}, {"u8", DType::U64}, {"b1", DType::Bool}};
+
+// Value of `key` in numpy's header dict, e.g. 'descr' -> "'<f4'", 'shape' -> "(2, 3)".
+std::string header_field(const std::string& header, const std::string& key, const std::string& path) {
+  size_t k = header.find("'" + key + "'");
+  if (k == std::string::npos) k = header.find("\"" + key + "\"");
+  GR_CHECK(k != std::string::npos, path << ": not a valid .npy file (header has no '" << key << "')");
+  size_t colon = header.find(':', k);
+  GR_CHECK(colon != std::string::npos, path << ": not a valid .npy file (malformed header)");
+  size_t b = header.find_first_not_of(' ', colon + 1);
+  GR_CHECK(b != std::string::npos, path << ": not a valid .npy file (malformed header)");
+  size_t e;
+  if (header[b] == '(') {
+    e = header.find(')', b);
+    GR_CHECK(e != std::string::npos, path << ": not a valid .npy file (malformed shape)");
+    ++e;
+  } else if (header[b] == '\'' || header[b] == '"') {
+    e = header.find(header[b], b + 1);
+    GR_CHECK(e != std::string::npos, path << ": not a valid .npy file (malformed header)");
+    ++e;
+  } else {
+    e = header.find_first_of(",}", b);
+    GR_CHECK(e != std::string::npos, path << ": not a valid .npy file (malformed header)");
+  }
+  return header.substr(b, e - b);
+}
+
+}  // namespace
+
+Tensor read_npy(const std::string& path) {
+  std::string bytes = read_whole(path);
+  static const char kMagic[] = "\x93NUMPY";
+  if (bytes.size() < 10 || bytes.compare(0, 6, kMagic, 6) != 0)
+    GR_FAIL(path << ": not a .npy file (no numpy magic" << (bytes.size() < 10 ? "; file too short" : "") << ")");
+  const int major = static_cast<unsigned char>(bytes[6]);
+  size_t header_len, header_start;
+  if (major == 1) {
+    header_len = static_cast<unsigned char>(bytes[8]) | (static_cast<unsigned char>(bytes[9]) << 8);
+    header_start = 10;
+  } else if (major == 2 || major == 3) {
+    GR_CHECK(bytes.size() >= 12, path << ": truncated .npy file (header cut short)");
+    header_len = 0;
+    for (int i = 3; i >= 0; --i) header_len = (header_len << 8) | static_cast<unsigned char>(bytes[8 + i]);
+    header_start = 12;
+  } else {
+    GR_FAIL(path << ": .npy format version " << major << " is not supported (1, 2 or 3)");
+  }
+  GR_CHECK(header_start + header_len <= bytes.size(), path << ": truncated .npy file (header cut short)");
+  const std::string header = bytes.substr(header_start, header_len);
+
+  std::string descr = header_field(header, "descr", path);
+  GR_CHECK(descr.size() >= 4 && (descr[0] == '\'' || descr[0] == '"'),
+           path << ": .npy element type " << descr << " is not supported (structured arrays are not)");
+  descr = descr.substr(1, descr.size() - 2);
+  const char order = descr[0];
+  const std::string code = descr.substr(1);
+  DType dt = DType::Undefined;
+  for (const auto& t : kNpyTypes)
+    if (code == t.code) dt = t.dtype;
+  if (dt == DType::Undefined)
+    GR_FAIL(path << ": .npy element type '" << descr << "' is not supported (use float32, float64, float16, "
+                 << "int64, int32, int16, int8, uint8, uint16, uint32, uint64 or bool)");
+  if (order == '>' && dtype_size(dt) > 1)
+    GR_FAIL(path << ": big-endian .npy data ('" << descr << "') is not supported; save it little-endian");
+  GR_CHECK(order == '<' || order == '|' || order == '=' || order == '>',
+           path << ": .npy element type '" << descr << "' is not supported");
+
+  std::string fortran = header_field(header, "fortran_order", path);
+  if (fortran == "True")
+    GR_FAIL(path << ": .npy array is in Fortran order; save it in C order (numpy.ascontiguousarray)");
+  GR_CHECK(fortran == "False", path << ": not a valid .npy file (fortran_order is " << fortran << ")");
+
+  std::string shape_s = header_field(header, "shape", path);
+  GR_CHECK(shape_s.size() >= 2 && shape_s.front() == '(' && shape_s.back() == ')',
+           path << ": not a valid .npy file (shape " << shape_s << ")");
+  Shape shape;
+  std::stringstream ss(shape_s.substr(1, shape_s.size() - 2));
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t b = item.find_first_not_of(" L"), e = item.find_last_not_of(" L");
+    if (b == std::string::npos) continue;
+    item = item.substr(b, e - b + 1);
+    char* end = nullptr;
+    long long d = std::strtoll(item.c_str(), &end, 10);
+    GR_CHECK(*end == 0 && d >= 0, path << ": not a valid .npy file (shape " << shape_s << ")");
+    shape.push_back(d);
+  }
+  int64_t numel = 1;
+  for (int64_t d : shape) {
+    GR_CHECK(d == 0 || numel <= (int64_t{1} << 50) / d, path << ": .npy shape " << shape_s << " is too large");
+    numel *= d;
+  }
+  const size_t need = static_cast<size_t>(numel) * dtype_size(dt);
+  const size_t have = bytes.size() - header_start - header_len;
+  if (have < need)
+    GR_FAIL(path << ": truncated .npy file (" << have << " data bytes, " << dtype_name(dt) << shape_str(shape)
+                 << " needs " << need << ")");
+  if (have > need)
+    GR_FAIL(path << ": corrupt .npy file (" << have - need << " bytes after the data of " << dtype_name(dt)
+                 << shape_str(shape) << ")");
+  Tensor t(dt, shape);
+  if (need) std::memcpy(t.raw(), bytes.data() + header_start + header_len, need);
+  if (dt == DType::Bool) {
+    auto* p = static_cast<uint8_t*>(t.raw());
+    for (int64_t i = 0; i < numel; ++i) p[i] = p[i] != 0;
+  }
+  return t;
+}
+
+void write_npy(const std::string& path, const Tensor& t) {
+  GR_CHECK(t.defined(), path << ": no tensor to write");
+  GR_CHECK(t.device().is_cpu(), path << ": tensor is on " << t.device().str() << ", copy it to the host first");
+  const char* code = nullptr;
+  for (const auto& e : kNpyTypes)
+    if (e.dtype == t.dtype()) code = e.code;
+  GR_CHECK(code, path << ": element type " << dtype_name(t.dtype()) << " has no .npy equivalent");
+  std::string shape = "(";
+  for (size_t i = 0; i < t.shape().size(); ++i) shape += std::to_string(t.shape()[i]) + ", ";
+  if (t.shape().size() > 1) shape.resize(shape.size() - 2);
+  else if (t.shape().size() == 1) shape.resize(shape.size() - 1);
+  shape += ")";
+  std::string dict = std::string("{'descr': '") + (dtype_size(t.dtype()) == 1 ? "|" : "<") + code +
+                     "', 'fortran_order': False, 'shape': " + shape + ", }";
+  // numpy pads the header with spaces so the data starts at a multiple of 64 bytes.
+  size_t total = 10 + dict.size() + 1;
+  dict += std::string((64 - total % 64) % 64, ' ') + "\n";
+  GR_CHECK(dict.size() < 65536, path << ": shape too long for a .npy header");
+  std::string head = std::string("\x93NUMPY\x01\x00", 8);
+  head += static_cast<char>(dict.size() & 0xff);
+  head += static_cast<char>(dict.size() >> 8);
+  head += dict;
+  write_whole(path, head, t.raw(), t.nbytes());
+}
+
+Tensor read_tensor_pb(const std::string& path) {
+  std::string bytes = read_whole(path);
+  onnx::TensorProto p;
+  if (bytes.empty() || !p.ParseFromString(bytes))
+    GR_FAIL(path << ": not an ONNX TensorProto file (truncated, corrupt or another format)");
+  if (!p.has_data_type() || p.data_type() == onnx::TensorProto::UNDEFINED)
+    GR_FAIL(path << ": not an ONNX TensorProto file (no element type)");
+  return tensor_from_proto(p, path);
+}
+
+void write_tensor_pb(const std::string& path, const Tensor& t, const std::string& name) {
+  onnx::TensorProto p;
+  tensor_to_proto(t, name, &p);
+  std::string out;
+  GR_CHECK(p.SerializeToString(&out), path << ": cannot serialize the tensor (over 2 GiB?)");
+  write_whole(path, out, nullptr, 0);
+}
+
+Tensor read_tensor_file(const std::string& path) {
+  auto ends_with = [&](const char* ext) {
+    size_t n = std::strlen(ext);
+    return path.size() >= n && path.compare(path.size() - n, n, ext) == 0;
+  };
+  if (ends_with(".npy")) return read_npy(path);
+  if (ends_with(".pb")) return read_tensor_pb(path);
+  GR_FAIL(path << ": unknown tensor file type (expected a .npy or .pb file)");
+}
+
+}  // namespace graphrun

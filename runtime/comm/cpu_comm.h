@@ -1,0 +1,44 @@
+// The in-process CPU communicator: N replicas on N threads of one process, reducing through shared memory.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "runtime/comm/communicator.h"
+
+namespace graphrun::runtime {
+
+// The state all ranks of one group share. Create one group, then one communicator per rank
+// (group->rank(r)); each rank's thread calls the collectives in the same order.
+class CpuCommGroup : public std::enable_shared_from_this<CpuCommGroup> {
+ public:
+  static std::shared_ptr<CpuCommGroup> create(int size);
+  int size() const { return size_; }
+  // The communicator of rank r (owned by the group; valid while the group lives).
+  Communicator* rank(int r);
+  // Makes every rank blocked in (or later entering) a collective throw an Error: how a replica
+  // that failed releases the others instead of leaving them waiting forever.
+  void abort();
+  bool aborted() const { return aborted_.load(); }
+
+  // Internals used by the per-rank communicators.
+  void barrier();
+  void allreduce_sum(int rank, float* data, int64_t count);
+  void broadcast(int rank, float* data, int64_t count, int root);
+
+ private:
+  explicit CpuCommGroup(int size);
+  int size_;
+  std::vector<std::unique_ptr<Communicator>> ranks_;
+  std::vector<float*> ptrs_;
+  std::vector<int64_t> counts_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int arrived_ = 0;
+  uint64_t generation_ = 0;
+  std::atomic<bool> aborted_{false};
+};
+
+}  // namespace graphrun::runtime

@@ -1,0 +1,165 @@
+// IDX file reading (raw or gzip via zlib) with the checks that turn a broken download into one clear error.
+#include "runtime/data/idx.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+
+namespace graphrun::runtime::data {
+
+namespace {
+
+// Whole file contents, decompressed when it is gzip (gzread passes raw files through unchanged).
+std::string read_file_maybe_gz(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  GR_CHECK(fs::exists(path, ec), "data file '" << path << "' does not exist");
+  GR_CHECK(fs::is_regular_file(path, ec), "data file '" << path << "' is not a regular file");
+  gzFile f = gzopen(path.c_str(), "rb");
+  GR_CHECK(f, "cannot open data file '" << path << "': " << std::strerror(errno));
+  gzbuffer(f, 1 << 17);
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    int k = gzread(f, buf, sizeof buf);
+    if (k < 0) {
+      int err = 0;
+      std::string msg = gzerror(f, &err);
+      gzclose(f);
+      GR_FAIL("data file '" << path << "' is corrupt (" << msg << ")");
+    }
+    if (k == 0) break;
+    out.append(buf, static_cast<size_t>(k));
+  }
+  // A truncated gzip stream can end without an error from gzread; gzclose reports it (Z_BUF_ERROR).
+  int rc = gzclose(f);
+  GR_CHECK(rc == Z_OK, "data file '" << path << "' is corrupt (truncated gzip stream)");
+  return out;
+}
+
+uint32_t be32(const unsigned char* p) {
+  return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | uint32_t(p[3]);
+}
+
+std::string find_file(const std::string& dir, const std::string& stem) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  GR_CHECK(fs::is_directory(dir, ec), "data directory '" << dir
+                                          << "' does not exist (install Debian's dataset-fashion-mnist, or pass "
+                                             "--data DIR with MNIST-format files)");
+  for (const char* ext : {".gz", ""}) {
+    fs::path p = fs::path(dir) / (stem + ext);
+    if (fs::exists(p, ec)) return p.string();
+  }
+  GR_FAIL("data directory '" << dir << "' has no '" << stem << ".gz' or '" << stem << "'");
+}
+
+}  // namespace
+
+int64_t Dataset::num_classes() const {
+  int64_t m = -1;
+  const int64_t* p = labels.data<int64_t>();
+  for (int64_t i = 0; i < size(); ++i) m = std::max(m, p[i]);
+  return m + 1;
+}
+
+Tensor read_idx_u8(const std::string& path) {
+  std::string bytes = read_file_maybe_gz(path);
+  GR_CHECK(bytes.size() >= 4, "data file '" << path << "' is too short for an IDX header (" << bytes.size()
+                                            << " bytes)");
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+  GR_CHECK(p[0] == 0 && p[1] == 0, "data file '" << path << "' is not an IDX file (bad magic number 0x" << std::hex
+                                                 << be32(p) << ")");
+  GR_CHECK(p[2] == 0x08, "data file '" << path << "' holds IDX type 0x" << std::hex << int(p[2])
+                                       << "; only unsigned bytes (0x08) are supported");
+  int rank = p[3];
+  GR_CHECK(rank >= 1 && rank <= 4, "data file '" << path << "' has IDX rank " << rank << " (expected 1 to 4)");
+  size_t header = 4 + 4 * static_cast<size_t>(rank);
+  GR_CHECK(bytes.size() >= header, "data file '" << path << "' is truncated inside its IDX header");
+  Shape dims;
+  uint64_t count = 1;
+  for (int i = 0; i < rank; ++i) {
+    uint32_t d = be32(p + 4 + 4 * i);
+    GR_CHECK(d < (1u << 31), "data file '" << path << "' has an absurd dimension " << d);
+    dims.push_back(d);
+    count *= d;
+    GR_CHECK(count < (uint64_t(1) << 40), "data file '" << path << "' declares an absurd size");
+  }
+  GR_CHECK(bytes.size() - header == count,
+           "data file '" << path << "' has " << bytes.size() - header << " bytes of data but its header ("
+                         << shape_str(dims) << ") needs " << count << (bytes.size() - header < count ? " (truncated)" : ""));
+  Tensor t(DType::U8, dims);
+  std::memcpy(t.raw(), p + header, count);
+  return t;
+}
+
+Dataset load_idx_pair(const std::string& images_path, const std::string& labels_path) {
+  Tensor img = read_idx_u8(images_path);
+  Tensor lab = read_idx_u8(labels_path);
+  GR_CHECK(img.rank() == 3, "images file '" << images_path << "' has rank " << img.rank()
+                                            << " (an MNIST images file is N x rows x cols, magic 0x00000803)");
+  GR_CHECK(lab.rank() == 1, "labels file '" << labels_path << "' has rank " << lab.rank()
+                                            << " (an MNIST labels file is N labels, magic 0x00000801)");
+  GR_CHECK(img.dim(0) == lab.dim(0), "images file '" << images_path << "' has " << img.dim(0)
+                                                     << " images but labels file '" << labels_path << "' has "
+                                                     << lab.dim(0) << " labels");
+  GR_CHECK(img.dim(0) > 0, "images file '" << images_path << "' holds no images");
+  Dataset ds;
+  const int64_t n = img.dim(0), h = img.dim(1), w = img.dim(2);
+  ds.images = Tensor(DType::F32, {n, 1, h, w});
+  const uint8_t* src = img.data<uint8_t>();
+  float* dst = ds.images.data<float>();
+  for (int64_t i = 0; i < n * h * w; ++i) dst[i] = static_cast<float>(src[i]) / 255.0f;
+  ds.labels = Tensor(DType::I64, {n});
+  const uint8_t* ls = lab.data<uint8_t>();
+  int64_t* ld = ds.labels.data<int64_t>();
+  for (int64_t i = 0; i < n; ++i) ld[i] = ls[i];
+  return ds;
+}
+
+Dataset load_split(const std::string& dir, const std::string& prefix) {
+  std::string images = find_file(dir, prefix + "-images-idx3-ubyte");
+  std::string labels = find_file(dir, prefix + "-labels-idx1-ubyte");
+  return load_idx_pair(images, labels);
+}
+
+void gather(const Dataset& ds, const int64_t* indices, int64_t n, Tensor& images, Tensor& labels) {
+  const int64_t per = ds.images.numel() / ds.size();
+  GR_CHECK(images.numel() == n * per && labels.numel() == n, "gather: buffers do not fit " << n << " examples");
+  const float* src = ds.images.data<float>();
+  float* dst = images.data<float>();
+  const int64_t* ls = ds.labels.data<int64_t>();
+  int64_t* ld = labels.data<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    std::memcpy(dst + i * per, src + indices[i] * per, per * sizeof(float));
+    ld[i] = ls[indices[i]];
+  }
+}
+
+std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch) {
+  std::vector<int64_t> order(n);
+  for (int64_t i = 0; i < n; ++i) order[i] = i;
+  std::mt19937_64 rng(seed + static_cast<uint64_t>(epoch) * 0x9E3779B97F4A7C15ull);
+  for (int64_t i = n - 1; i > 0; --i) {
+    // Multiply-shift keeps the draw independent of the library's distribution implementation.
+    uint64_t j = static_cast<uint64_t>((static_cast<unsigned __int128>(rng()) * static_cast<uint64_t>(i + 1)) >> 64);
+    std::swap(order[i], order[j]);
+  }
+  return order;
+}
+
+Shards shard(int64_t batch, int replicas) {
+  Shards s;
+  int64_t start = 0;
+  for (int r = 0; r < replicas; ++r) {
+    int64_t size = batch / replicas + (r < batch % replicas ? 1 : 0);
+    s.begin.push_back(start);
+    s.size.push_back(size);
+    start += size;
+  }
+  return s;
+}
+
+}  // namespace graphrun::runtime::data

@@ -1,0 +1,53 @@
+// replicate: a training graph -> one graph per device, with AllReduce nodes on the gradients and
+// optimizer nodes that produce the updated parameters (see DESIGN.md, "Data parallel semantics").
+#pragma once
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "graph/ir.h"
+
+namespace graphrun::runtime {
+
+struct OptimizerOptions {
+  std::string kind = "sgd";  // "sgd" (plain or with momentum) or "adam"
+  // sgd: torch.optim.SGD semantics (dampening 0). momentum 0: X - lr * (G + weight_decay * X) as
+  // standard ops; momentum > 0: one ai.onnx.preview.training Momentum node per bucket.
+  float momentum = 0;
+  bool nesterov = false;
+  float weight_decay = 0;  // L2 (added to the gradient), as torch.optim.SGD/Adam's weight_decay
+  // adam: ai.onnx.preview.training Adam (alpha = beta1, beta = beta2, epsilon), T = step + 1.
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+};
+
+struct ReplicateOptions {
+  std::vector<Device> devices{Device{}};  // one replica per entry
+  // Trainable parameters whose gradients are the graph outputs `<param><grad_suffix>`;
+  // empty: every output `<name><grad_suffix>` where <name> is an initializer.
+  std::vector<std::string> params;
+  std::string grad_suffix = "_grad";
+  // Gradients are reduced in buckets of about this many bytes, in the order the backward pass
+  // produces them; each bucket's AllReduce sits right after its last gradient's producer.
+  size_t bucket_bytes = size_t(4) << 20;
+  OptimizerOptions optimizer;
+  std::string lr_input = "lr";      // new f32 scalar input: the learning rate of this step
+  std::string step_input = "step";  // new i64 scalar input (momentum/adam only): updates done so far
+};
+
+// One replica: its device, its graph, and the (produced value, initializer) pairs that the
+// executor's ExecOptions::state_updates must persist after every step (parameters, optimizer
+// buffers, BatchNorm running statistics).
+struct DeviceGraph {
+  Device device;
+  Graph graph;
+  std::vector<std::pair<std::string, std::string>> state_updates;
+};
+
+// The per-device graphs. All replicas are the same graph (named `<name>.<device>`); the AllReduce
+// nodes (domain ai.graphrun) sum each bucket over the replicas' communicator. The graphs' outputs
+// are the training graph's non-gradient outputs (loss, model outputs) followed by the new values
+// of the state. Throws Error when a parameter's gradient output is missing.
+std::vector<DeviceGraph> replicate(const Graph& training, const ReplicateOptions& opts);
+
+}  // namespace graphrun::runtime

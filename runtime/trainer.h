@@ -1,0 +1,141 @@
+// The data-parallel trainer: Fashion-MNIST (or any MNIST-format data) through replicated training
+// graphs, one executor per replica on its own persistent thread, evaluation, metrics, saving.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "autodiff/autodiff.h"
+#include "graph/ir.h"
+#include "runtime/comm/cpu_comm.h"
+#include "runtime/data/idx.h"
+#include "runtime/executor.h"
+#include "runtime/replicate.h"
+
+namespace graphrun::runtime {
+
+// "cpu:N" (N replicas cpu:0..cpu:N-1; "cpu:0" alone is the one device cpu:0), "N" (N CPU replicas),
+// "cpu:0,cpu:1", "cuda:0,1", "cuda:0,cuda:1".
+// Throws Error for anything else. Does not check that the devices exist.
+std::vector<Device> parse_devices(const std::string& spec);
+std::string devices_str(const std::vector<Device>& ds);  // "[cpu:0, cpu:1]"
+// Fails with one clear line unless every device is a CPU (graphrun has no GPU backend yet).
+void check_devices_available(const std::vector<Device>& ds);
+
+// Everything derived from a forward model for data-parallel training.
+struct TrainingGraphs {
+  Graph forward;    // the model as given
+  Graph training;   // training form + loss + backward (one replica's loss scaled to the global batch)
+  std::vector<DeviceGraph> replicas;
+  std::vector<std::string> params;  // trained parameters
+  std::string image, logits, labels = "labels", loss = "loss", loss_scale = "loss_scale";
+};
+
+struct PipelineOptions {
+  std::vector<Device> devices{Device{}};
+  autodiff::LossKind loss = autodiff::LossKind::CrossEntropy;
+  std::set<std::string> freeze;
+  OptimizerOptions optimizer;
+  size_t bucket_bytes = size_t(4) << 20;
+};
+
+// to_training -> attach_loss -> backward (seed gradient from the `loss_scale` input) -> replicate.
+// The trained parameters are the float initializers minus BatchNorm running statistics, Dropout
+// ratios and `freeze`.
+TrainingGraphs build_training_graphs(const Graph& model, const PipelineOptions& opts);
+
+struct TrainOptions {
+  PipelineOptions pipeline;
+  int64_t batch_size = 256;
+  double lr = 0.2;
+  int epochs = 10;
+  int threads = 0;  // intra-op threads per replica; 0: cores / replicas (at least 1)
+  uint64_t seed = 0;
+  std::string data_dir = data::kDefaultDataDir;
+  int64_t max_steps = 0;      // stop each epoch after this many steps (0: the whole epoch)
+  int64_t train_limit = 0;    // use only the first N training examples (0: all)
+  int64_t test_limit = 0;     // evaluate on the first N test examples (0: all)
+  int64_t eval_batch = 1000;
+  std::string metrics_path;   // one JSON object per epoch
+  std::string save_path;      // the trained model as ONNX after the last epoch
+  std::ostream* log = nullptr;  // epoch lines and the closing line; nullptr: silent
+  int progress = -1;            // progress bar on stderr: 1 on, 0 off, -1 when stderr is a terminal
+};
+
+struct EpochStats {
+  int epoch = 0;         // 1-based
+  int64_t steps = 0, images = 0;
+  double loss = 0;       // mean training loss over the epoch's examples
+  double train_acc = 0;  // from the logits of the training forward passes
+  double test_acc = 0;
+  double seconds = 0;    // training steps only (not evaluation), as d2l's timer
+  double lr = 0;
+};
+
+class Trainer {
+ public:
+  Trainer(const Graph& model, TrainOptions opts);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Runs all epochs (printing, metrics, saving as the options say); returns their stats.
+  std::vector<EpochStats> fit();
+  // One epoch of training (and its evaluation); `epoch` is 0-based.
+  EpochStats train_epoch(int epoch);
+  // Test accuracy of replica 0's weights and running statistics, through the inference graph.
+  double evaluate();
+  // The forward model in its inference form (graph/passes/train_mode.h) with the trained weights
+  // and running statistics (replica 0's): what --save writes.
+  Graph trained_model() const;
+  void save(const std::string& path) const;
+
+  const TrainingGraphs& graphs() const { return graphs_; }
+  Executor& replica(int d) { return *workers_.at(d)->exec; }
+  int replicas() const { return static_cast<int>(workers_.size()); }
+  int threads_per_replica() const { return threads_; }
+  const data::Dataset& train_data() const { return train_; }
+  const data::Dataset& test_data() const { return test_; }
+
+ private:
+  struct Worker {
+    std::unique_ptr<Executor> exec;
+    std::thread thread;
+    double loss_sum = 0;  // sum over examples of the per-example loss
+    int64_t correct = 0, images = 0;
+    std::string error;
+  };
+  void worker_loop(int d);
+  void run_replica_epoch(int d);
+  void check_model_fits_labels();
+  void sync_running_stats();
+
+  TrainOptions opts_;
+  TrainingGraphs graphs_;
+  data::Dataset train_, test_;
+  int threads_ = 1;
+  std::shared_ptr<CpuCommGroup> group_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::unique_ptr<Executor> eval_;
+  std::vector<std::pair<std::string, std::string>> bn_updates_;
+
+  // Epoch hand-off between the main thread and the workers.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t generation_ = 0;  // bumped to start an epoch
+  int done_ = 0;
+  bool quit_ = false;
+  std::vector<int64_t> order_;
+  int64_t steps_ = 0, step_base_ = 0;
+  std::atomic<int64_t> progress_{0};
+  int64_t global_step_ = 0;
+};
+
+}  // namespace graphrun::runtime

@@ -1,0 +1,277 @@
+// The backward builder's graph, inspected without running it: which nodes it emits and which it must not
+// (frozen parameters, integer and image inputs), fan-out sums, dead-node removal, opset-aware emission, errors.
+#include "autodiff/autodiff.h"
+#include "tests/grad_check.h"
+
+namespace graphrun::testing {
+namespace {
+
+using A = Attribute;
+
+// x (image input) -> Conv(w1,b1) -> Relu -> MaxPool -> Flatten -> Gemm(w2,b2) -> logits
+TestGraph small_cnn(int64_t opset = 17) {
+  TestGraph t(opset);
+  t.g.inputs.push_back("image");
+  t.g.values["image"] = ValueInfo{DType::F32, true, {Dim(std::string("N")), Dim(1), Dim(6), Dim(6)}};
+  t.g.initializers["w1"] = random_tensor({2, 1, 3, 3}, 1);
+  t.g.initializers["b1"] = random_tensor({2}, 2);
+  t.g.initializers["w2"] = random_tensor({3, 8}, 3);
+  t.g.initializers["b2"] = random_tensor({3}, 4);
+  t.g.nodes.push_back(Node{"conv1", "Conv", "", {"image", "w1", "b1"}, {"c1"}, {}});
+  t.g.nodes.push_back(Node{"relu1", "Relu", "", {"c1"}, {"r1"}, {}});
+  t.g.nodes.push_back(Node{"pool1", "MaxPool", "", {"r1"}, {"p1"},
+                           {{"kernel_shape", A::Ints({2, 2})}, {"strides", A::Ints({2, 2})}}});
+  t.g.nodes.push_back(Node{"flat", "Flatten", "", {"p1"}, {"f"}, {}});
+  t.g.nodes.push_back(Node{"fc", "Gemm", "", {"f", "w2", "b2"}, {"logits"}, {{"transB", A::Int(1)}}});
+  t.g.outputs = {"logits"};
+  t.g.values["logits"] = ValueInfo{DType::F32, true, {Dim(std::string("N")), Dim(3)}};
+  return t;
+}
+
+const Node* find_op(const Graph& g, const std::string& op) {
+  for (const Node& n : g.nodes)
+    if (n.op_type == op) return &n;
+  return nullptr;
+}
+
+TEST(Backward, CrossEntropyGraphHasOneGradientPerParameter) {
+  Graph g = autodiff::backward(autodiff::attach_loss(small_cnn().g));
+  EXPECT_TRUE(g.is_input("image"));
+  EXPECT_TRUE(g.is_input("labels"));
+  EXPECT_EQ(g.info("labels")->dtype, DType::I64);
+  for (const char* o : {"logits", "loss", "w1_grad", "b1_grad", "w2_grad", "b2_grad"}) EXPECT_TRUE(g.is_output(o)) << o;
+  EXPECT_EQ(g.info("w1_grad")->str(), "f32[2,1,3,3]");
+  const Node* sce = find_op(g, "SoftmaxCrossEntropyLoss");
+  ASSERT_TRUE(sce);
+  EXPECT_TRUE(sce->has_output(1)) << "log_prob is kept for the backward";
+  const Node* pool = find_op(g, "MaxPool");
+  ASSERT_TRUE(pool && pool->has_output(1)) << "MaxPool's Indices are added for MaxPoolGrad";
+  const Node* mpg = find_op(g, "MaxPoolGrad");
+  ASSERT_TRUE(mpg);
+  EXPECT_EQ(mpg->domain, kGraphrunDomain);
+  EXPECT_EQ(mpg->inputs[1], pool->outputs[1]);
+  EXPECT_EQ(g.opset(kGraphrunDomain), 1);
+  EXPECT_TRUE(find_op(g, "SoftmaxCrossEntropyLossGrad"));
+  // The relu gradient is standard ops.
+  EXPECT_TRUE(find_op(g, "Where"));
+  EXPECT_TRUE(find_op(g, "Greater"));
+}
+
+TEST(Backward, NoGradientForTheImageInput) {
+  Graph g = autodiff::backward(autodiff::attach_loss(small_cnn().g));
+  const Node* cg = find_op(g, "ConvGrad");
+  ASSERT_TRUE(cg);
+  ASSERT_EQ(cg->outputs.size(), 3u);
+  EXPECT_EQ(cg->outputs[0], "") << "dX of the first convolution would be the image's gradient";
+  EXPECT_EQ(cg->outputs[1], "w1_grad");
+  EXPECT_EQ(cg->outputs[2], "b1_grad");
+}
+
+TEST(Backward, FrozenParametersGetNoGradientNodes) {
+  autodiff::BackwardOptions o;
+  o.freeze = {"w1", "b1"};
+  Graph g = autodiff::backward(autodiff::attach_loss(small_cnn().g), o);
+  EXPECT_FALSE(g.is_output("w1_grad"));
+  EXPECT_FALSE(g.is_output("b1_grad"));
+  EXPECT_TRUE(g.is_output("w2_grad"));
+  // Nothing below the Gemm needs a gradient: no ConvGrad, no pooling or relu gradient, no dX of the Gemm.
+  EXPECT_FALSE(find_op(g, "ConvGrad"));
+  EXPECT_FALSE(find_op(g, "MaxPoolGrad"));
+  EXPECT_FALSE(find_op(g, "Where"));
+  for (const Node& n : g.nodes) EXPECT_NE(n.op_type, "Reshape") << n.describe();
+  int gemms = count_ops(g, "Gemm");
+  EXPECT_EQ(gemms, 2) << "the forward Gemm and dW; no dX";
+}
+
+TEST(Backward, FreezingOnlyTheWeightKeepsTheBiasGradient) {
+  autodiff::BackwardOptions o;
+  o.freeze = {"w1"};
+  Graph g = autodiff::backward(autodiff::attach_loss(small_cnn().g), o);
+  const Node* cg = find_op(g, "ConvGrad");
+  ASSERT_TRUE(cg);
+  EXPECT_EQ(cg->outputs[0], "");
+  EXPECT_EQ(cg->outputs[1], "");
+  EXPECT_EQ(cg->outputs[2], "b1_grad");
+}
+
+TEST(Backward, UnknownFreezeNameListsTheParameters) {
+  autodiff::BackwardOptions o;
+  o.freeze = {"conv9.weight"};
+  try {
+    autodiff::backward(autodiff::attach_loss(small_cnn().g), o);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("'conv9.weight'"), std::string::npos) << m;
+    EXPECT_NE(m.find("b1, b2, w1, w2"), std::string::npos) << m;
+  }
+}
+
+TEST(Backward, OpWithoutRuleNamesOpAndNode) {
+  TestGraph t = small_cnn();
+  t.g.nodes[1].op_type = "Foo";
+  t.g.nodes[1].name = "bar";
+  try {
+    autodiff::backward(autodiff::attach_loss(t.g));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "no gradient rule for op 'Foo' (node 'bar')");
+  }
+}
+
+TEST(Backward, OpWithoutRuleOffThePathIsFine) {
+  TestGraph t = small_cnn();
+  // A side branch from the image only: it needs no gradient, so no rule is asked for.
+  t.g.nodes.push_back(Node{"side", "Foo", "", {"image"}, {"side_out"}, {}});
+  t.g.outputs.push_back("side_out");
+  Graph g = autodiff::backward(autodiff::attach_loss(t.g));
+  EXPECT_TRUE(g.is_output("w1_grad"));
+}
+
+TEST(Backward, FanOutGradientsAreSummed) {
+  TestGraph t;
+  std::string w = t.param("w", {3}, 1);
+  std::string a = t.node("Relu", {w});
+  std::string b = t.node("Sigmoid", {w});
+  std::string c = t.node("Add", {a, b});
+  t.g.outputs = {c};
+  t.g.nodes.push_back(Node{"s", "ReduceSum", "", {c}, {"loss"}, {{"keepdims", A::Int(0)}}});
+  Graph g = autodiff::backward(t.g);
+  EXPECT_EQ(count_ops(g, "Sum"), 1);
+  int p = g.producer("w_grad");
+  ASSERT_GE(p, 0);
+  EXPECT_EQ(g.nodes[p].op_type, "Sum");
+}
+
+TEST(Backward, DeadNodesAreRemoved) {
+  TestGraph t;
+  std::string w = t.param("w", {3}, 1);
+  std::string a = t.node("Relu", {w});
+  t.node("Exp", {w});  // feeds nothing
+  t.g.outputs = {a};
+  t.g.nodes.push_back(Node{"s", "ReduceSum", "", {a}, {"loss"}, {{"keepdims", A::Int(0)}}});
+  Graph g = autodiff::backward(t.g);
+  EXPECT_EQ(count_ops(g, "Exp"), 0);
+}
+
+TEST(Backward, IntegerInputsGetNoGradient) {
+  TestGraph t;
+  std::string w = t.param("w", {5, 3}, 1);
+  t.g.inputs.push_back("idx");
+  t.g.values["idx"] = ValueInfo{DType::I64, true, {Dim(4)}};
+  std::string e = t.node("Gather", {w, "idx"});
+  std::string c = t.node("Cast", {"idx"}, {{"to", A::Int(11)}});
+  std::string m = t.node("Mul", {t.node("ReduceSum", {e}, {{"keepdims", A::Int(0)}}), t.node("ReduceSum", {c}, {{"keepdims", A::Int(0)}})});
+  t.g.outputs = {m};
+  t.g.nodes.push_back(Node{"id", "Identity", "", {m}, {"loss"}, {}});
+  Graph g = autodiff::backward(t.g);
+  EXPECT_TRUE(g.is_output("w_grad"));
+  EXPECT_EQ(count_ops(g, "Cast"), 2) << "the forward Cast and the one-hot Cast; none for the indices";
+}
+
+TEST(Backward, UnusedParameterGetsZeros) {
+  TestGraph t;
+  std::string w = t.param("w", {3}, 1);
+  t.param("unused", {2, 2}, 2);
+  std::string a = t.node("Relu", {w});
+  t.g.outputs = {a};
+  t.g.nodes.push_back(Node{"s", "ReduceSum", "", {a}, {"loss"}, {{"keepdims", A::Int(0)}}});
+  Graph g = autodiff::backward(t.g);
+  int p = g.producer("unused_grad");
+  ASSERT_GE(p, 0);
+  EXPECT_EQ(g.nodes[p].op_type, "ConstantOfShape");
+}
+
+TEST(Backward, LossGradInputReplacesTheConstantSeed) {
+  autodiff::BackwardOptions o;
+  o.loss_grad_input = "loss_grad";
+  Graph g = autodiff::backward(autodiff::attach_loss(small_cnn().g), o);
+  EXPECT_TRUE(g.is_input("loss_grad"));
+  EXPECT_EQ(g.info("loss_grad")->str(), "f32[]");
+  const Node* sg = find_op(g, "SoftmaxCrossEntropyLossGrad");
+  ASSERT_TRUE(sg);
+  EXPECT_EQ(sg->inputs[0], "loss_grad");
+}
+
+TEST(Backward, BatchNormTrainingKeepsRunningStatistics) {
+  TestGraph t(15);
+  t.g.inputs.push_back("x");
+  t.g.values["x"] = ValueInfo{DType::F32, true, {Dim(std::string("N")), Dim(3), Dim(4), Dim(4)}};
+  for (const char* p : {"scale", "bias", "mean", "var"}) t.g.initializers[p] = random_tensor({3}, 1, 0.5f, 1.f);
+  t.g.nodes.push_back(Node{"bn", "BatchNormalization", "", {"x", "scale", "bias", "mean", "var"},
+                           {"y", "running_mean", "running_var"}, {{"training_mode", A::Int(1)}}});
+  t.g.nodes.push_back(Node{"gap", "GlobalAveragePool", "", {"y"}, {"g"}, {}});
+  t.g.nodes.push_back(Node{"fl", "Flatten", "", {"g"}, {"logits"}, {}});
+  t.g.outputs = {"logits"};
+  t.g.values["logits"] = ValueInfo{DType::F32, true, {Dim(std::string("N")), Dim(3)}};
+  auto params = autodiff::trainable_params(t.g, {});
+  EXPECT_EQ(params, (std::vector<std::string>{"bias", "scale"})) << "running statistics are state, not parameters";
+  Graph g = autodiff::backward(autodiff::attach_loss(t.g));
+  const Node* bn = find_op(g, "BatchNormalization");
+  ASSERT_TRUE(bn);
+  EXPECT_EQ(bn->outputs[1], "running_mean");
+  EXPECT_EQ(bn->outputs[2], "running_var");
+  const Node* bg = find_op(g, "BatchNormalizationGrad");
+  ASSERT_TRUE(bg);
+  EXPECT_EQ(bg->outputs[0], "") << "x is an input: no dX";
+  EXPECT_FALSE(g.is_output("mean_grad"));
+}
+
+TEST(Backward, EmissionFollowsTheOpset) {
+  for (int64_t opset : {11, 13}) {
+    TestGraph t(opset);
+    std::string w = t.param("w", {3, 4}, 1);
+    std::string b = t.param("b", {4}, 2);
+    std::string a = t.node("Add", {w, b});
+    t.g.values[a] = ValueInfo{DType::F64, true, {Dim(3), Dim(4)}};
+    t.g.outputs = {a};
+    t.g.nodes.push_back(Node{"s", "ReduceSum", "", {a}, {"loss"}, {{"keepdims", A::Int(0)}}});
+    Graph g = autodiff::backward(t.g);
+    const Node* rs = nullptr;
+    for (const Node& n : g.nodes)
+      if (n.op_type == "ReduceSum" && n.name != "s") rs = &n;
+    ASSERT_TRUE(rs) << "b's gradient is dY summed over axis 0";
+    if (opset >= 13) {
+      EXPECT_EQ(rs->inputs.size(), 2u);
+      EXPECT_FALSE(rs->has_attr("axes"));
+    } else {
+      EXPECT_EQ(rs->inputs.size(), 1u);
+      EXPECT_EQ(rs->attr_ints("axes"), std::vector<int64_t>{0});
+    }
+  }
+}
+
+TEST(Backward, DynamicBroadcastUsesSumToShape) {
+  TestGraph t;
+  std::string w = t.param("w", {4}, 1);
+  t.g.inputs.push_back("x");
+  t.g.values["x"] = ValueInfo{DType::F64, true, {Dim(), Dim(4)}};
+  std::string a = t.node("Mul", {"x", w});
+  t.g.outputs = {a};
+  t.g.nodes.push_back(Node{"s", "ReduceSum", "", {a}, {"loss"}, {{"keepdims", A::Int(0)}}});
+  Graph g = autodiff::backward(t.g);
+  // Without the output's shape the builder cannot tell which axes broadcast.
+  const Node* sts = find_op(g, "SumToShape");
+  ASSERT_TRUE(sts);
+  EXPECT_EQ(sts->domain, kGraphrunDomain);
+}
+
+TEST(AttachLoss, MseAddsTargetOfTheOutputsShape) {
+  autodiff::LossOptions lo;
+  lo.kind = autodiff::LossKind::MSE;
+  Graph g = autodiff::attach_loss(small_cnn().g, lo);
+  EXPECT_EQ(g.info("labels")->str(), "f32[N,3]");
+  EXPECT_EQ(g.info("loss")->str(), "f32[]");
+  EXPECT_TRUE(g.is_output("logits"));
+  EXPECT_TRUE(g.is_output("loss"));
+  EXPECT_TRUE(find_op(g, "ReduceMean"));
+}
+
+TEST(AttachLoss, UnknownOutputIsAnError) {
+  autodiff::LossOptions lo;
+  lo.output = "nope";
+  EXPECT_THROW(autodiff::attach_loss(small_cnn().g, lo), Error);
+}
+
+}  // namespace
+}  // namespace graphrun::testing

@@ -1,0 +1,156 @@
+// Gradient parity with PyTorch autograd for every model of models/ (loss and each parameter gradient),
+// the exported gradient model against the in-memory graph, and what the backward graph must not contain.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "autodiff/autodiff.h"
+#include "graph/onnx_io.h"
+#include "graph/tensor_io.h"
+#include "runtime/executor.h"
+#include "tests/test_util.h"
+
+namespace graphrun::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string model_path(const std::string& name) {
+  for (const std::string& p : {source_dir() + "/models/" + name + ".onnx", binary_dir() + "/models/" + name + ".onnx"})
+    if (fs::exists(p)) return p;
+  return "";
+}
+
+struct Reference {
+  Tensor image, labels, loss;
+  std::map<std::string, Tensor> grads;
+};
+
+// PyTorch's loss and gradients for a random batch (tests/autodiff_parity.py).
+Reference torch_reference(const std::string& model, const std::string& dir, int batch) {
+  auto r = run_command(python() + " " + source_dir() + "/tests/autodiff_parity.py " + model + " " + dir +
+                       " --batch " + std::to_string(batch));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  Reference ref;
+  ref.image = read_npy(dir + "/image.npy");
+  ref.labels = read_npy(dir + "/labels.npy");
+  ref.loss = read_npy(dir + "/loss.npy");
+  std::ifstream names(dir + "/params.txt");
+  for (std::string p; std::getline(names, p);)
+    if (!p.empty()) ref.grads[p] = read_npy(dir + "/" + p + ".npy");
+  return ref;
+}
+
+double scale_of(const Tensor& t) {
+  double s = 0;
+  for (double v : t.as_doubles()) s = std::max(s, std::fabs(v));
+  return s > 0 ? s : 1;
+}
+
+void check_parity(const std::string& name, int batch) {
+  const std::string model = model_path(name);
+  if (model.empty()) GTEST_SKIP() << "models/" << name << ".onnx not found (the build generates it when "
+                                  << python() << " has torch)";
+  const std::string dir = temp_dir("autodiff_models_" + name);
+  Reference ref = torch_reference(model, dir, batch);
+  ASSERT_FALSE(ref.grads.empty());
+
+  Graph bg = autodiff::backward(autodiff::attach_loss(load_onnx(model)));
+  runtime::Executor ex(bg);
+  auto out = ex.run({{"image", ref.image}, {"labels", ref.labels}});
+  EXPECT_NEAR(out.at("loss").as_doubles()[0], ref.loss.as_doubles()[0], 1e-4 * std::max(1.0, scale_of(ref.loss)));
+  int compared = 0;
+  for (const auto& [p, g] : ref.grads) {
+    ASSERT_TRUE(out.count(p + "_grad")) << "no gradient output for " << p;
+    const Tensor& got = out.at(p + "_grad");
+    ASSERT_EQ(shape_str(got.shape()), shape_str(g.shape())) << p;
+    double err = max_abs_diff(got, g) / scale_of(g);
+    EXPECT_LE(err, 1e-4) << name << ": gradient of " << p << " (scale " << scale_of(g) << ")";
+    ++compared;
+  }
+  // Every trainable parameter of the graph is one PyTorch has.
+  EXPECT_EQ(compared, static_cast<int>(autodiff::trainable_params(bg, {}).size()));
+
+  // The exported gradient model: checker-valid, and graphrun run gives the in-memory numbers.
+  const std::string grad_model = dir + "/" + name + ".grad.onnx";
+  save_onnx(bg, grad_model, true);
+  auto chk = run_command(python() + " -c \"import onnx; onnx.checker.check_model(onnx.load('" + grad_model +
+                         "'), full_check=True)\"");
+  EXPECT_EQ(chk.exit_code, 0) << chk.output;
+  auto run = run_command(graphrun_cli() + " run " + grad_model + " --input image=" + dir + "/image.npy --input labels=" +
+                         dir + "/labels.npy --output-dir " + dir + "/run");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  for (const auto& o : bg.outputs) {
+    Tensor t = read_npy(dir + "/run/" + o + ".npy");
+    EXPECT_LE(max_abs_diff(t, out.at(o)), 1e-6 * scale_of(out.at(o))) << "exported model, output " << o;
+  }
+}
+
+TEST(AutodiffModels, LeNetMatchesPyTorch) { check_parity("lenet", 8); }
+TEST(AutodiffModels, SimpleCnnMatchesPyTorch) { check_parity("simplecnn", 8); }
+TEST(AutodiffModels, ResNet18MatchesPyTorch) { check_parity("resnet18", 4); }
+
+// The graph of LeNet computes no gradient for its image and none for a frozen parameter.
+TEST(AutodiffModels, LeNetBackwardSkipsImageAndFrozenParameter) {
+  const std::string model = model_path("lenet");
+  if (model.empty()) GTEST_SKIP() << "models/lenet.onnx not found";
+  Graph fwd = load_onnx(model);
+  autodiff::BackwardOptions o;
+  o.freeze = {"conv2.weight"};
+  Graph bg = autodiff::backward(autodiff::attach_loss(fwd), o);
+  infer_shapes(bg);
+  EXPECT_FALSE(bg.is_output("conv2.weight_grad"));
+  EXPECT_TRUE(bg.is_output("conv2.bias_grad"));
+  std::set<std::string> forward_values(fwd.inputs.begin(), fwd.inputs.end());
+  for (const Node& n : fwd.nodes)
+    for (const auto& v : n.outputs) forward_values.insert(v);
+  const std::string image_type = bg.info("image")->str();
+  const std::string w2_type = bg.info("conv2.weight") ? bg.info("conv2.weight")->str() : "f32[50,20,5,5]";
+  int conv_grads = 0;
+  for (const Node& n : bg.nodes) {
+    if (n.op_type == "ConvGrad") {
+      ++conv_grads;
+      if (n.inputs[1] == "image") {
+        EXPECT_EQ(n.outputs[0], "") << "dX of the first convolution is the image gradient";
+      }
+      if (n.inputs[2] == "conv2.weight") {
+        EXPECT_EQ(n.outputs[1], "") << "conv2.weight is frozen";
+      }
+    }
+    for (const auto& v : n.outputs) {
+      if (v.empty() || forward_values.count(v) || !bg.info(v)) continue;
+      EXPECT_NE(bg.info(v)->str(), image_type) << n.describe() << " computes a value shaped like the image";
+      EXPECT_NE(bg.info(v)->str(), w2_type) << n.describe() << " computes a value shaped like conv2.weight";
+    }
+  }
+  EXPECT_EQ(conv_grads, 2);
+}
+
+TEST(AutodiffModels, OpWithoutRuleFailsWithOpAndNodeNames) {
+  const std::string dir = temp_dir("autodiff_models_norule");
+  const std::string path = dir + "/norule.onnx";
+  auto r = run_command(python() + " -c \"\nimport onnx, numpy as np\nfrom onnx import helper as h, TensorProto as T\n"
+                       "w = onnx.numpy_helper.from_array(np.ones((4, 3), np.float32), 'w')\n"
+                       "g = h.make_graph([h.make_node('MatMul', ['x', 'w'], ['m'], name='mm'),\n"
+                       "                  h.make_node('HardSigmoid', ['m'], ['logits'], name='squash')], 'norule',\n"
+                       "  [h.make_tensor_value_info('x', T.FLOAT, ['N', 4])],\n"
+                       "  [h.make_tensor_value_info('logits', T.FLOAT, ['N', 3])], [w])\n"
+                       "onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 17)]), '" + path + "')\n\"");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  try {
+    autodiff::backward(autodiff::attach_loss(load_onnx(path)));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "no gradient rule for op 'HardSigmoid' (node 'squash')");
+  }
+  auto cli = run_command(graphrun_cli() + " grad " + path + " -o " + dir + "/out.onnx");
+  EXPECT_EQ(cli.exit_code, 2) << cli.output;
+  EXPECT_NE(cli.output.find("no gradient rule for op 'HardSigmoid' (node 'squash')"), std::string::npos) << cli.output;
+  auto bad = run_command(graphrun_cli() + " grad " + path + " --freeze nope -o " + dir + "/out.onnx");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("no parameter named 'nope' (parameters: w)"), std::string::npos) << bad.output;
+}
+
+}  // namespace
+}  // namespace graphrun::testing

@@ -1,0 +1,444 @@
+// One numeric gradient check per rule: forward + backward in double precision through the executor,
+// compared with central differences, for broadcasting and every attribute that changes the math.
+#include "tests/grad_check.h"
+
+namespace graphrun::testing {
+namespace {
+
+using A = Attribute;
+
+// ---- elementwise
+
+TEST(GradRules, AddSubMulDivWithBroadcasting) {
+  for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
+    for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly}) {
+      SCOPED_TRACE(std::string(op) + (si == ShapeInfo::Static ? " static" : " dynamic (SumToShape)"));
+      TestGraph t;
+      std::string a = t.param("a", {2, 3, 4}, 1, 0.5, 1.5);
+      std::string b = t.param("b", {3, 1}, 2, 0.5, 1.5);  // broadcast on axes 0 (missing) and 2 (size 1)
+      std::string s = t.param("s", {}, 3, 0.5, 1.5);      // scalar
+      std::string y = t.node(op, {a, b});
+      std::string z = t.node(op, {s, y});
+      check_gradients(t, z, shapes(si));
+    }
+  }
+}
+
+TEST(GradRules, PowBothOperands) {
+  TestGraph t;
+  std::string a = t.param("a", {3, 4}, 1, 0.5, 2.0);
+  std::string b = t.param("b", {4}, 2, 0.5, 2.5);
+  check_gradients(t, t.node("Pow", {a, b}));
+}
+
+TEST(GradRules, PowConstantExponent) {
+  TestGraph t;
+  std::string a = t.param("a", {3, 4}, 1, -2, 2);
+  t.g.initializers["two"] = Tensor::scalar<double>(2.0);
+  check_gradients(t, t.node("Pow", {a, "two"}), wrt({"a"}));
+}
+
+TEST(GradRules, UnaryActivations) {
+  struct Case { const char* op; double lo, hi; std::map<std::string, A> attrs; };
+  std::vector<Case> cases = {
+      {"Neg", -1, 1, {}},       {"Relu", -1, 1, {}},        {"LeakyRelu", -1, 1, {{"alpha", A::Float(0.2f)}}},
+      {"Sigmoid", -2, 2, {}},   {"Tanh", -2, 2, {}},        {"Exp", -1, 1, {}},
+      {"Log", 0.5, 2, {}},      {"Sqrt", 0.5, 2, {}},       {"Reciprocal", 0.5, 2, {}},
+      {"Abs", -1, 1, {}},       {"Identity", -1, 1, {}},    {"Erf", -1, 1, {}},
+      {"Softplus", -2, 2, {}},  {"Elu", -1, 1, {{"alpha", A::Float(0.7f)}}}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.op);
+    TestGraph t;
+    std::string x = t.param("x", {3, 5}, 7, c.lo, c.hi);
+    check_gradients(t, t.node(c.op, {x}, c.attrs));
+  }
+}
+
+TEST(GradRules, ClipWithMinMaxInputs) {
+  TestGraph t;
+  std::string x = t.param("x", {4, 5}, 7, -2, 2);
+  t.g.initializers["lo"] = Tensor::scalar<double>(-0.8);
+  t.g.initializers["hi"] = Tensor::scalar<double>(0.9);
+  check_gradients(t, t.node("Clip", {x, "lo", "hi"}), wrt({"x"}));
+}
+
+TEST(GradRules, WhereSumMeanMaxMin) {
+  TestGraph t;
+  std::string a = t.param("a", {3, 4}, 1);
+  std::string b = t.param("b", {4}, 2);
+  std::string c = t.param("c", {3, 1}, 3);
+  std::string cond = t.node("Greater", {a, c});
+  std::string w = t.node("Where", {cond, a, b});
+  std::string s = t.node("Sum", {w, b, c});
+  std::string m = t.node("Mean", {s, a});
+  std::string mx = t.node("Max", {m, b});
+  std::string mn = t.node("Min", {mx, c});
+  check_gradients(t, mn);
+}
+
+TEST(GradRules, CastRoundTrip) {
+  TestGraph t;
+  std::string x = t.param("x", {3, 4}, 1);
+  std::string f = t.node("Cast", {x}, {{"to", A::Int(1)}});
+  std::string d = t.node("Cast", {f}, {{"to", A::Int(11)}});
+  check_gradients(t, d, tolerance(1e-4));  // through f32: the numeric side sees float rounding
+}
+
+// ---- linalg
+
+TEST(GradRules, GemmEveryTransposeAlphaBeta) {
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb)
+      for (Shape cs : {Shape{3, 4}, Shape{4}, Shape{3, 1}, Shape{}}) {
+        SCOPED_TRACE("transA=" + std::to_string(ta) + " transB=" + std::to_string(tb) + " C" + shape_str(cs));
+        TestGraph t(13);
+        std::string a = t.param("a", ta ? Shape{5, 3} : Shape{3, 5}, 1);
+        std::string b = t.param("b", tb ? Shape{4, 5} : Shape{5, 4}, 2);
+        std::string c = t.param("c", cs, 3);
+        check_gradients(t, t.node("Gemm", {a, b, c}, {{"transA", A::Int(ta)}, {"transB", A::Int(tb)},
+                                                      {"alpha", A::Float(0.7f)}, {"beta", A::Float(1.3f)}}));
+      }
+}
+
+TEST(GradRules, GemmWithoutC) {
+  TestGraph t;
+  check_gradients(t, t.node("Gemm", {t.param("a", {3, 5}, 1), t.param("b", {4, 5}, 2)}, {{"transB", A::Int(1)}}));
+}
+
+TEST(GradRules, MatMulShapes) {
+  std::vector<std::pair<Shape, Shape>> cases = {
+      {{3, 4}, {4, 5}},       {{2, 3, 4}, {4, 5}},    {{3, 4}, {2, 4, 5}}, {{2, 1, 3, 4}, {3, 4, 5}},
+      {{4}, {4, 5}},          {{3, 4}, {4}},          {{4}, {4}},          {{4}, {2, 4, 5}},
+      {{2, 3, 4}, {4}},       {{2, 3, 4}, {2, 4, 5}}};
+  for (const auto& [sa, sb] : cases) {
+    for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly}) {
+      SCOPED_TRACE(shape_str(sa) + " @ " + shape_str(sb) + (si == ShapeInfo::Static ? "" : " dynamic"));
+      TestGraph t;
+      check_gradients(t, t.node("MatMul", {t.param("a", sa, 1), t.param("b", sb, 2)}), shapes(si));
+    }
+  }
+}
+
+// ---- nn
+
+TEST(GradRules, ConvAttributes) {
+  struct Case { Shape x, w; std::map<std::string, A> attrs; bool bias; };
+  std::vector<Case> cases = {
+      {{2, 3, 7, 7}, {4, 3, 3, 3}, {}, true},
+      {{2, 3, 8, 7}, {4, 3, 3, 2}, {{"strides", A::Ints({2, 1})}, {"pads", A::Ints({1, 0, 2, 1})}}, true},
+      {{1, 2, 9, 9}, {3, 2, 3, 3}, {{"dilations", A::Ints({2, 2})}, {"pads", A::Ints({1, 1, 1, 1})}}, false},
+      {{2, 4, 6, 6}, {6, 2, 3, 3}, {{"group", A::Int(2)}, {"strides", A::Ints({2, 2})}}, true},
+      {{2, 4, 6, 6}, {4, 1, 3, 3}, {{"group", A::Int(4)}, {"auto_pad", A::Str("SAME_UPPER")}}, true},
+      {{2, 3, 10}, {2, 3, 3}, {{"strides", A::Ints({3})}, {"pads", A::Ints({2, 1})}}, true}};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE("case " + std::to_string(i));
+    const auto& c = cases[i];
+    TestGraph t;
+    std::vector<std::string> ins{t.param("x", c.x, 1), t.param("w", c.w, 2)};
+    if (c.bias) ins.push_back(t.param("b", {c.w[0]}, 3));
+    check_gradients(t, t.node("Conv", ins, c.attrs));
+  }
+}
+
+TEST(GradRules, ConvTransposeAttributes) {
+  struct Case { Shape x, w; std::map<std::string, A> attrs; };
+  std::vector<Case> cases = {
+      {{2, 3, 4, 4}, {3, 2, 3, 3}, {}},
+      {{1, 4, 3, 3}, {4, 3, 3, 3}, {{"strides", A::Ints({2, 2})}, {"pads", A::Ints({1, 1, 1, 1})},
+                                     {"output_padding", A::Ints({1, 1})}}},
+      {{1, 4, 3, 3}, {4, 1, 2, 2}, {{"group", A::Int(2)}, {"dilations", A::Ints({2, 2})}}}};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE("case " + std::to_string(i));
+    const auto& c = cases[i];
+    TestGraph t;
+    int64_t group = c.attrs.count("group") ? c.attrs.at("group").i : 1;
+    std::vector<std::string> ins{t.param("x", c.x, 1), t.param("w", c.w, 2), t.param("b", {c.w[1] * group}, 3)};
+    check_gradients(t, t.node("ConvTranspose", ins, c.attrs));
+  }
+}
+
+TEST(GradRules, MaxPoolAttributes) {
+  std::vector<std::map<std::string, A>> cases = {
+      {{"kernel_shape", A::Ints({2, 2})}, {"strides", A::Ints({2, 2})}},
+      {{"kernel_shape", A::Ints({3, 3})}, {"strides", A::Ints({2, 2})}, {"pads", A::Ints({1, 1, 1, 1})}},
+      {{"kernel_shape", A::Ints({3, 2})}, {"strides", A::Ints({2, 2})}, {"ceil_mode", A::Int(1)}},
+      {{"kernel_shape", A::Ints({2, 2})}, {"dilations", A::Ints({2, 2})}}};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE("case " + std::to_string(i));
+    TestGraph t;
+    Graph bg = check_gradients(t, t.node("MaxPool", {t.param("x", {2, 3, 7, 7}, 1)}, cases[i]));
+    EXPECT_EQ(count_ops(bg, "MaxPoolGrad"), 1);
+  }
+}
+
+TEST(GradRules, AveragePoolAttributes) {
+  std::vector<std::map<std::string, A>> cases = {
+      {{"kernel_shape", A::Ints({2, 2})}, {"strides", A::Ints({2, 2})}},
+      {{"kernel_shape", A::Ints({3, 3})}, {"strides", A::Ints({2, 2})}, {"pads", A::Ints({1, 1, 1, 1})}},
+      {{"kernel_shape", A::Ints({3, 3})}, {"strides", A::Ints({2, 2})}, {"pads", A::Ints({1, 1, 1, 1})},
+       {"count_include_pad", A::Int(1)}},
+      {{"kernel_shape", A::Ints({3, 2})}, {"strides", A::Ints({2, 2})}, {"ceil_mode", A::Int(1)}},
+      {{"kernel_shape", A::Ints({3, 3})}, {"strides", A::Ints({2, 2})}, {"ceil_mode", A::Int(1)},
+       {"pads", A::Ints({1, 0, 1, 0})}, {"count_include_pad", A::Int(1)}}};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE("case " + std::to_string(i));
+    TestGraph t;
+    check_gradients(t, t.node("AveragePool", {t.param("x", {2, 3, 7, 7}, 1)}, cases[i]));
+  }
+}
+
+TEST(GradRules, GlobalAveragePool) {
+  for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly}) {
+    TestGraph t;
+    check_gradients(t, t.node("GlobalAveragePool", {t.param("x", {2, 3, 4, 5}, 1)}), shapes(si));
+  }
+}
+
+TEST(GradRules, BatchNormalizationTraining) {
+  TestGraph t(15);
+  std::string x = t.param("x", {4, 3, 3, 2}, 1, -2, 2);
+  std::string s = t.param("scale", {3}, 2, 0.5, 1.5);
+  std::string b = t.param("bias", {3}, 3);
+  t.g.initializers["mean"] = random_f64({3}, 4);
+  t.g.initializers["var"] = random_f64({3}, 5, 0.5, 1.5);
+  auto outs = t.node_n("BatchNormalization", {x, s, b, "mean", "var"}, 3,
+                       {{"training_mode", A::Int(1)}, {"epsilon", A::Float(1e-3f)}, {"momentum", A::Float(0.9f)}});
+  Graph bg = check_gradients(t, outs[0], wrt({"x", "scale", "bias"}));
+  EXPECT_EQ(count_ops(bg, "BatchNormalizationGrad"), 1);
+}
+
+TEST(GradRules, BatchNormalizationInference) {
+  TestGraph t(15);
+  std::string x = t.param("x", {2, 3, 4}, 1);
+  std::string s = t.param("scale", {3}, 2, 0.5, 1.5);
+  std::string b = t.param("bias", {3}, 3);
+  t.g.initializers["mean"] = random_f64({3}, 4);
+  t.g.initializers["var"] = random_f64({3}, 5, 0.5, 1.5);
+  check_gradients(t, t.node("BatchNormalization", {x, s, b, "mean", "var"}), wrt({"x", "scale", "bias"}));
+}
+
+TEST(GradRules, DropoutUsesTheForwardMask) {
+  TestGraph t(13);
+  std::string x = t.param("x", {4, 6}, 1);
+  t.g.initializers["ratio"] = Tensor::scalar<double>(0.25);
+  t.g.initializers["training"] = Tensor::scalar<bool>(true);
+  std::string y = t.node("Dropout", {x, "ratio", "training"});
+  // The mask is random: compare with the same forward run's mask instead of central differences.
+  Graph g = t.g;
+  g.outputs = {y};
+  g.nodes.push_back(Node{"sum", "ReduceSum", "", {y}, {"loss"}, {{"keepdims", A::Int(0)}}});
+  autodiff::BackwardOptions bo;
+  bo.params = {"x"};
+  Graph bg = autodiff::backward(g, bo);
+  const Node* drop = nullptr;
+  for (const Node& n : bg.nodes)
+    if (n.op_type == "Dropout") drop = &n;
+  ASSERT_TRUE(drop && drop->has_output(1)) << "the forward Dropout must save its mask";
+  runtime::ExecOptions eo;
+  eo.fetch = {"x_grad", drop->outputs[1]};
+  runtime::Executor ex(bg, eo);
+  auto r = ex.run({});
+  const bool* mask = r.at(drop->outputs[1]).data<bool>();
+  const double* dx = r.at("x_grad").data<double>();
+  int kept = 0;
+  for (int i = 0; i < 24; ++i) {
+    EXPECT_DOUBLE_EQ(dx[i], mask[i] ? 1 / 0.75 : 0.0) << i;
+    kept += mask[i];
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_LT(kept, 24);
+}
+
+TEST(GradRules, DropoutInferenceIsIdentity) {
+  TestGraph t(13);
+  check_gradients(t, t.node("Dropout", {t.param("x", {3, 4}, 1)}));
+}
+
+// ---- shape
+
+TEST(GradRules, ReshapeFlattenSqueezeUnsqueeze) {
+  for (int64_t opset : {11, 13}) {
+    TestGraph t(opset);
+    std::string x = t.param("x", {2, 3, 4}, 1);
+    t.g.initializers["shape"] = i64s({4, 1, 6});
+    std::string r = t.node("Reshape", {x, "shape"});
+    std::string s, u;
+    if (opset >= 13) {
+      t.g.initializers["ax1"] = i64s({1});
+      t.g.initializers["ax0"] = i64s({0, 3});
+      s = t.node("Squeeze", {r, "ax1"});
+      u = t.node("Unsqueeze", {s, "ax0"});
+    } else {
+      s = t.node("Squeeze", {r}, {{"axes", A::Ints({1})}});
+      u = t.node("Unsqueeze", {s}, {{"axes", A::Ints({0, 3})}});
+    }
+    std::string f = t.node("Flatten", {u}, {{"axis", A::Int(2)}});
+    for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly}) check_gradients(t, f, shapes(si));
+  }
+}
+
+TEST(GradRules, Transpose) {
+  TestGraph t;
+  std::string x = t.param("x", {2, 3, 4}, 1);
+  std::string y = t.node("Transpose", {x}, {{"perm", A::Ints({1, 2, 0})}});
+  check_gradients(t, t.node("Transpose", {y}));
+}
+
+TEST(GradRules, ConcatAndSplit) {
+  for (int64_t opset : {11, 13}) {
+    TestGraph t(opset);
+    std::string a = t.param("a", {2, 3, 4}, 1), b = t.param("b", {2, 2, 4}, 2), c = t.param("c", {2, 1, 4}, 3);
+    std::string cat = t.node("Concat", {a, b, c}, {{"axis", A::Int(-2)}});
+    std::vector<std::string> parts;
+    if (opset >= 13) {
+      t.g.initializers["split"] = i64s({1, 4, 1});
+      parts = t.node_n("Split", {cat, "split"}, 3, {{"axis", A::Int(1)}});
+    } else {
+      parts = t.node_n("Split", {cat}, 3, {{"axis", A::Int(1)}, {"split", A::Ints({1, 4, 1})}});
+    }
+    // Only two of the three parts reach the loss: the third gets a zero gradient.
+    check_gradients(t, t.node("Mul", {parts[0], parts[2]}));
+  }
+}
+
+TEST(GradRules, ConcatOnlyOneInputNeedsGradient) {
+  TestGraph t;
+  std::string a = t.param("a", {2, 3}, 1);
+  std::string x = t.input("x", random_f64({2, 5}, 2));
+  Graph bg = check_gradients(t, t.node("Concat", {x, a}, {{"axis", A::Int(1)}}));
+  EXPECT_EQ(count_ops(bg, "Slice"), 1);  // none for the input x
+}
+
+TEST(GradRules, SliceStepsAndNegativeIndices) {
+  struct Case { std::vector<int64_t> starts, ends, axes, steps; };
+  std::vector<Case> cases = {
+      {{1}, {4}, {1}, {1}},
+      {{0, 1}, {INT64_MAX, -1}, {2, 1}, {2, 1}},
+      {{-1}, {-100}, {1}, {-2}},
+      {{5, 0}, {0, 6}, {2, 0}, {-1, 3}},
+      {{1}, {INT64_MAX}, {-1}, {1}}};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE("case " + std::to_string(i));
+    TestGraph t;
+    std::string x = t.param("x", {3, 5, 7}, 1);
+    const auto& c = cases[i];
+    t.g.initializers["st"] = i64s(c.starts);
+    t.g.initializers["en"] = i64s(c.ends);
+    t.g.initializers["ax"] = i64s(c.axes);
+    t.g.initializers["sp"] = i64s(c.steps);
+    check_gradients(t, t.node("Slice", {x, "st", "en", "ax", "sp"}));
+  }
+}
+
+TEST(GradRules, PadModes) {
+  for (const char* mode : {"constant", "edge", "reflect"}) {
+    SCOPED_TRACE(mode);
+    TestGraph t;
+    std::string x = t.param("x", {2, 3, 5}, 1);
+    t.g.initializers["pads"] = i64s({0, 2, 1, 0, 1, 3});
+    check_gradients(t, t.node("Pad", {x, "pads"}, {{"mode", A::Str(mode)}}));
+  }
+  TestGraph t;  // negative pads crop
+  std::string x = t.param("x", {3, 5}, 1);
+  t.g.initializers["pads"] = i64s({1, -2, -1, 2});
+  check_gradients(t, t.node("Pad", {x, "pads"}));
+}
+
+TEST(GradRules, GatherAxesAndNegativeIndices) {
+  for (int64_t axis : {0, 1, -1}) {
+    SCOPED_TRACE("axis " + std::to_string(axis));
+    TestGraph t;
+    std::string x = t.param("x", {4, 5, 3}, 1);
+    t.g.initializers["idx"] = i64s({0, 2, -1, 2, 1, 0}, {2, 3});  // repeated indices add up
+    check_gradients(t, t.node("Gather", {x, "idx"}, {{"axis", A::Int(axis)}}));
+  }
+  TestGraph t;  // scalar index
+  std::string x = t.param("x", {4, 5}, 1);
+  t.g.initializers["idx"] = Tensor::scalar<int64_t>(3);
+  check_gradients(t, t.node("Gather", {x, "idx"}, {{"axis", A::Int(1)}}));
+}
+
+TEST(GradRules, Expand) {
+  TestGraph t;
+  std::string x = t.param("x", {3, 1}, 1);
+  t.g.initializers["shape"] = i64s({2, 3, 4});
+  check_gradients(t, t.node("Expand", {x, "shape"}));
+}
+
+// ---- reduce
+
+TEST(GradRules, ReduceSumAndMeanAxesKeepdims) {
+  for (int64_t opset : {11, 13}) {
+    for (const char* op : {"ReduceSum", "ReduceMean"}) {
+      for (int keep = 0; keep < 2; ++keep) {
+        for (std::vector<int64_t> axes : {std::vector<int64_t>{1}, std::vector<int64_t>{0, -1}, std::vector<int64_t>{}}) {
+          for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly}) {
+            SCOPED_TRACE(std::string(op) + " opset " + std::to_string(opset) + " keepdims " + std::to_string(keep) +
+                         " axes " + std::to_string(axes.size()));
+            TestGraph t(opset);
+            std::string x = t.param("x", {2, 3, 4}, 1);
+            std::map<std::string, A> attrs{{"keepdims", A::Int(keep)}};
+            std::vector<std::string> ins{x};
+            if (std::string(op) == "ReduceSum" && opset >= 13) {
+              if (!axes.empty()) {
+                t.g.initializers["axes"] = i64s(axes);
+                ins.push_back("axes");
+              }
+            } else if (!axes.empty()) {
+              attrs["axes"] = A::Ints(axes);
+            }
+            check_gradients(t, t.node(op, ins, attrs), shapes(si));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(GradRules, SoftmaxAndLogSoftmaxAxes) {
+  for (int64_t opset : {11, 13}) {
+    for (const char* op : {"Softmax", "LogSoftmax"}) {
+      for (int64_t axis : {0, 1, -1}) {
+        SCOPED_TRACE(std::string(op) + " opset " + std::to_string(opset) + " axis " + std::to_string(axis));
+        TestGraph t(opset);
+        check_gradients(t, t.node(op, {t.param("x", {2, 3, 4}, 1, -2, 2)}, {{"axis", A::Int(axis)}}));
+      }
+    }
+  }
+}
+
+// ---- loss
+
+TEST(GradRules, SoftmaxCrossEntropyLoss) {
+  for (const char* red : {"mean", "sum"}) {
+    SCOPED_TRACE(red);
+    TestGraph t(13);
+    std::string x = t.param("x", {5, 4}, 1, -2, 2);
+    t.g.initializers["labels"] = i64s({0, 3, 1, 1, 2});
+    auto outs = t.node_n("SoftmaxCrossEntropyLoss", {x, "labels"}, 1, {{"reduction", A::Str(red)}});
+    Graph bg = check_gradients(t, outs[0]);
+    EXPECT_EQ(count_ops(bg, "SoftmaxCrossEntropyLossGrad"), 1);
+  }
+}
+
+TEST(GradRules, MseLossMatchesDefinition) {
+  // attach_loss(mse) then backward: d/dy mean((y - t)^2) = 2 (y - t) / n.
+  TestGraph t;
+  std::string x = t.param("x", {3, 4}, 1);
+  std::string y = t.node("Identity", {x});
+  Graph g = t.g;
+  g.outputs = {y};
+  g.values[y] = ValueInfo{DType::F64, true, {Dim(3), Dim(4)}};
+  autodiff::LossOptions lo;
+  lo.kind = autodiff::LossKind::MSE;
+  Graph bg = autodiff::backward(autodiff::attach_loss(g, lo));
+  runtime::Executor ex(bg);
+  Tensor target = random_f64({3, 4}, 9);
+  auto r = ex.run({{"labels", target}});
+  const Tensor& dx = r.at("x_grad");
+  for (int i = 0; i < 12; ++i)
+    EXPECT_NEAR(dx.data<double>()[i], 2 * (g.initializers["x"].data<double>()[i] - target.data<double>()[i]) / 12, 1e-12);
+}
+
+}  // namespace
+}  // namespace graphrun::testing

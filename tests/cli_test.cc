@@ -1,0 +1,143 @@
+// `graphrun run` and `graphrun show` end to end: outputs checked with numpy, and every bad input gives
+// exactly one line and exit code 2.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "tests/test_util.h"
+
+namespace graphrun {
+namespace {
+
+using testing::CommandResult;
+using testing::graphrun_cli;
+using testing::python;
+using testing::run_command;
+
+// Models and tensors for these tests, written once per test into a folder of its own (ctest may run
+// the tests of this file in parallel processes).
+const std::string& data_dir() {
+  static const std::string dir = [] {
+    std::string d = testing::temp_dir(std::string("cli_") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::ofstream(d + "/make.py") << R"(
+import numpy as np, onnx
+from onnx import helper, TensorProto, numpy_helper
+def save(nodes, name, inputs, outputs, inits=[], opset=17):
+    onnx.save(helper.make_model(helper.make_graph(nodes, name, inputs, outputs, inits),
+                                opset_imports=[helper.make_opsetid('', opset)]), name + '.onnx')
+f32 = lambda n, s: helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
+# One input; an output whose name is not a safe file name.
+bias = numpy_helper.from_array(np.array([0.5, -1.0, 2.0], dtype=np.float32), 'bias')
+save([helper.make_node('Relu', ['x'], ['r'], name='relu'), helper.make_node('Add', ['r', 'bias'], ['y/out:0'], name='add')],
+     'relu', [f32('x', ['N', 3])], [f32('y/out:0', ['N', 3])], [bias])
+# Two inputs, one of them int64.
+save([helper.make_node('Relu', ['a'], ['ra'], name='relu_a'), helper.make_node('Neg', ['b'], ['nb'], name='neg_b')],
+     'two', [f32('a', [2, 3]), helper.make_tensor_value_info('b', TensorProto.INT64, [2])],
+     [f32('ra', [2, 3]), helper.make_tensor_value_info('nb', TensorProto.INT64, [2])])
+# Two ops graphrun does not implement (valid ONNX).
+save([helper.make_node('Hardmax', ['m'], ['h'], name='hardmax_node'), helper.make_node('Det', ['h'], ['d'], name='det_node')],
+     'unsupported', [f32('m', [3, 3])], [f32('d', [])])
+np.save('x.npy', np.array([[1, -2, 3], [-4, 5, -6]], dtype=np.float32))
+open('x.pb', 'wb').write(numpy_helper.from_array(np.load('x.npy'), 'x').SerializeToString())
+np.save('x_wide.npy', np.zeros((2, 4), dtype=np.float32))
+np.save('x_f64.npy', np.zeros((2, 3), dtype=np.float64))
+np.save('b.npy', np.array([7, -8], dtype=np.int64))
+np.save('m.npy', np.eye(3, dtype=np.float32))
+data = open('relu.onnx', 'rb').read()
+open('truncated.onnx', 'wb').write(data[:len(data) // 2])
+open('corrupt.onnx', 'wb').write(data[:4] + b'\xff' * 40 + data[44:])
+open('notonnx.onnx', 'w').write('just text\n')
+)";
+    auto r = run_command("cd '" + d + "' && " + python() + " make.py");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return d;
+  }();
+  return dir;
+}
+
+CommandResult graphrun(const std::string& args) {
+  return run_command("cd '" + data_dir() + "' && '" + graphrun_cli() + "' " + args);
+}
+
+// One line on stderr (and nothing on stdout), exit code 2, naming `what`.
+void expect_one_line_error(const std::string& args, const std::vector<std::string>& what) {
+  SCOPED_TRACE("graphrun " + args);
+  CommandResult r = graphrun(args);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  EXPECT_EQ(r.output.rfind("graphrun ", 0), 0u) << r.output;
+  for (const auto& w : what) EXPECT_NE(r.output.find(w), std::string::npos) << "missing '" << w << "' in: " << r.output;
+}
+
+TEST(Cli, HelpForRunAndShow) {
+  for (const char* cmd : {"run", "show"}) {
+    CommandResult r = graphrun(std::string(cmd) + " --help");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find(std::string("usage: graphrun ") + cmd), std::string::npos) << r.output;
+  }
+  EXPECT_NE(graphrun("run --help").output.find("--output-dir"), std::string::npos);
+  EXPECT_NE(graphrun("show --help").output.find("--format"), std::string::npos);
+}
+
+TEST(Cli, RunWritesEachOutputAsNpy) {
+  CommandResult r = graphrun("run relu.onnx --input x.npy --output-dir out_relu");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("y/out:0: f32[2,3] {1.5, -1, 5, 0.5, 4, 2}"), std::string::npos) << r.output;
+  auto check = run_command("cd '" + data_dir() + "' && " + python() +
+                           " -c \"import numpy as np; x = np.load('x.npy'); y = np.load('out_relu/y_out_0.npy');"
+                           " assert y.dtype == np.float32 and y.shape == (2, 3);"
+                           " assert np.array_equal(y, np.maximum(x, 0) + np.array([0.5, -1, 2], dtype=np.float32)), y\"");
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+  // The same input as an ONNX TensorProto file.
+  r = graphrun("run relu.onnx --input x=x.pb");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "y/out:0: f32[2,3] {1.5, -1, 5, 0.5, 4, 2}\n");
+  // Named inputs and a model with two of them; without --output-dir it only prints.
+  r = graphrun("run two.onnx --input a=x.npy --input b=b.npy --threads 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("ra: f32[2,3] {1, 0, 3, 0, 5, 0}"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("nb: i64[2] {-7, 8}"), std::string::npos) << r.output;
+}
+
+TEST(Cli, RunBadInputsGiveOneLineAndExit2) {
+  expect_one_line_error("run two.onnx --input a=x.npy", {"missing input b"});
+  expect_one_line_error("run two.onnx --input a=x.npy --input b=b.npy --input c=b.npy", {"'c' is not an input"});
+  expect_one_line_error("run two.onnx --input x.npy", {"needs a name", "a, b"});
+  expect_one_line_error("run two.onnx --input a=x_wide.npy --input b=b.npy", {"'a'", "x_wide.npy", "f32[2,4]", "f32[2,3]"});
+  expect_one_line_error("run two.onnx --input a=x_f64.npy --input b=b.npy", {"'a'", "x_f64.npy", "f64"});
+  expect_one_line_error("run two.onnx --input a=x.npy --input b=x.npy", {"'b'", "i64[2]"});
+  expect_one_line_error("run relu.onnx --input x=nothere.npy", {"nothere.npy", "no such file"});
+  expect_one_line_error("run relu.onnx --input x=relu.onnx", {"relu.onnx", ".npy or .pb"});
+  expect_one_line_error("run missing.onnx --input x.npy", {"missing.onnx", "no such file"});
+  expect_one_line_error("run truncated.onnx --input x.npy", {"truncated.onnx"});
+  expect_one_line_error("run corrupt.onnx --input x.npy", {"corrupt.onnx"});
+  expect_one_line_error("run notonnx.onnx --input x.npy", {"notonnx.onnx", "not"});
+  expect_one_line_error("run unsupported.onnx --input m.npy",
+                        {"unsupported.onnx", "Hardmax (node 'hardmax_node')", "Det (node 'det_node')"});
+  expect_one_line_error("run", {"no model"});
+  expect_one_line_error("run relu.onnx --input x.npy --threads zero", {"--threads"});
+  expect_one_line_error("run relu.onnx --input x.npy --bogus", {"unknown option --bogus"});
+}
+
+TEST(Cli, ShowPrintsTextAndDot) {
+  CommandResult r = graphrun("show relu.onnx");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("  %r: f32[N,3] = Relu(%x)  # relu\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("  %y/out:0: f32[N,3] = Add(%r, %bias)  # add\n"), std::string::npos) << r.output;
+
+  r = graphrun("show relu.onnx --format dot -o relu.dot");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(r.output.empty()) << r.output;
+  auto dot = run_command("dot -Tsvg '" + data_dir() + "/relu.dot' -o /dev/null");
+  EXPECT_EQ(dot.exit_code, 0) << dot.output;
+  r = graphrun("show unsupported.onnx --format=dot");  // showing needs no kernels
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("Hardmax"), std::string::npos);
+
+  expect_one_line_error("show relu.onnx --format xml", {"--format"});
+  expect_one_line_error("show truncated.onnx", {"truncated.onnx"});
+  expect_one_line_error("show relu.onnx -o /nonexistent-dir/x.txt", {"/nonexistent-dir/x.txt"});
+}
+
+}  // namespace
+}  // namespace graphrun

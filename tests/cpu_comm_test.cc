@@ -1,0 +1,104 @@
+// The in-process CPU communicator: allreduce, broadcast and barrier with 1-4 threads, determinism, abort.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+
+#include "runtime/comm/cpu_comm.h"
+#include "tests/test_util.h"
+
+namespace graphrun {
+namespace {
+
+using runtime::CpuCommGroup;
+
+// Runs f(rank) on `n` threads and joins them.
+template <class F>
+void on_ranks(int n, F f) {
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r) ts.emplace_back([&, r] { f(r); });
+  for (auto& t : ts) t.join();
+}
+
+TEST(CpuComm, AllreduceSumsOverRanks) {
+  for (int n = 1; n <= 4; ++n)
+    for (int64_t count : {1, 5, 16, 17, 1000, 100003}) {
+      auto group = CpuCommGroup::create(n);
+      std::vector<std::vector<float>> data(n);
+      for (int r = 0; r < n; ++r) {
+        data[r].resize(count);
+        for (int64_t i = 0; i < count; ++i) data[r][i] = float(r + 1) * 0.5f + float(i % 7);
+      }
+      on_ranks(n, [&](int r) {
+        for (int rep = 0; rep < 3; ++rep) group->rank(r)->allreduce_sum(data[r].data(), count);
+      });
+      for (int r = 0; r < n; ++r)
+        for (int64_t i = 0; i < count; ++i) {
+          // Three allreduces multiply each sum by n twice more.
+          double want = (0.25 * n * (n + 1) + n * double(i % 7)) * n * n;
+          ASSERT_NEAR(data[r][i], want, 1e-4 * want) << "n=" << n << " count=" << count << " rank " << r << " i " << i;
+        }
+    }
+}
+
+TEST(CpuComm, AllreduceIsBitwiseIdenticalOnEveryRankAndEveryRun) {
+  const int n = 3;
+  const int64_t count = 4099;
+  std::vector<float> first;
+  for (int run = 0; run < 5; ++run) {
+    auto group = CpuCommGroup::create(n);
+    std::vector<Tensor> data;
+    for (int r = 0; r < n; ++r) data.push_back(testing::random_tensor({count}, 10 + r, -1e3f, 1e3f));
+    on_ranks(n, [&](int r) { group->rank(r)->allreduce_sum(data[r].data<float>(), count); });
+    for (int r = 1; r < n; ++r) EXPECT_EQ(0, std::memcmp(data[0].raw(), data[r].raw(), data[0].nbytes()));
+    std::vector<float> got = data[0].to_vector<float>();
+    if (run == 0) first = got;
+    EXPECT_EQ(first, got);
+  }
+}
+
+TEST(CpuComm, BroadcastCopiesTheRootsData) {
+  for (int n = 1; n <= 4; ++n) {
+    auto group = CpuCommGroup::create(n);
+    std::vector<std::vector<float>> data(n, std::vector<float>(33));
+    for (int r = 0; r < n; ++r)
+      for (int i = 0; i < 33; ++i) data[r][i] = float(r * 100 + i);
+    const int root = n - 1;
+    on_ranks(n, [&](int r) { group->rank(r)->broadcast(data[r].data(), 33, root); group->rank(r)->barrier(); });
+    for (int r = 0; r < n; ++r) EXPECT_EQ(data[r], data[root]);
+  }
+}
+
+TEST(CpuComm, AbortReleasesWaitingRanks) {
+  auto group = CpuCommGroup::create(3);
+  std::atomic<int> failed{0};
+  on_ranks(3, [&](int r) {
+    if (r == 2) { group->abort(); return; }
+    std::vector<float> v(10, 1.f);
+    try {
+      group->rank(r)->allreduce_sum(v.data(), 10);
+    } catch (const Error& e) {
+      ++failed;
+      EXPECT_NE(std::string(e.what()).find("another replica failed"), std::string::npos);
+    }
+  });
+  EXPECT_EQ(failed.load(), 2);
+}
+
+TEST(CpuComm, MismatchedCountsAreAnError) {
+  auto group = CpuCommGroup::create(2);
+  std::atomic<int> failed{0};
+  on_ranks(2, [&](int r) {
+    std::vector<float> v(10 + r, 1.f);
+    try {
+      group->rank(r)->allreduce_sum(v.data(), 10 + r);
+    } catch (const Error&) {
+      ++failed;
+      group->abort();
+    }
+  });
+  EXPECT_EQ(failed.load(), 2);
+}
+
+}  // namespace
+}  // namespace graphrun

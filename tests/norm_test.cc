@@ -1,0 +1,226 @@
+// BatchNormalization (inference, training in opsets 9 and 15, opset 7's spatial=0), Dropout and
+// BatchNormalizationGrad on the CPU: against formulas in double, PyTorch's training-mode running
+// statistics, and central differences of training-mode BatchNormalization.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "tests/nn_test_util.h"
+
+namespace graphrun::testing {
+namespace {
+
+// Per-channel (or per-feature when per_channel is false) BatchNormalization in double. Returns
+// Y, batch mean, biased batch var.
+struct BnRef {
+  Tensor y;
+  std::vector<double> mean, var;
+};
+BnRef ref_bn(const Tensor& X, const Tensor& scale, const Tensor& B, const Tensor& mean_in, const Tensor& var_in,
+             bool training, double eps, bool per_channel = true) {
+  auto x = X.as_doubles(), sc = scale.as_doubles(), b = B.as_doubles(), m0 = mean_in.as_doubles(), v0 = var_in.as_doubles();
+  int64_t N = X.dim(0), F = X.dim(1), S = X.numel() / (N * F);
+  if (!per_channel) F *= S, S = 1;
+  BnRef r{Tensor(DType::F64, X.shape()), m0, v0};
+  for (int64_t f = 0; f < F; ++f) {
+    if (training) {
+      double s = 0, sq = 0;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < S; ++i) s += x[(n * F + f) * S + i];
+      r.mean[f] = s / (N * S);
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < S; ++i) sq += std::pow(x[(n * F + f) * S + i] - r.mean[f], 2);
+      r.var[f] = sq / (N * S);
+    }
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t i = 0; i < S; ++i) {
+        const int64_t k = (n * F + f) * S + i;
+        r.y.data<double>()[k] = (x[k] - r.mean[f]) / std::sqrt(r.var[f] + eps) * sc[f] + b[f];
+      }
+  }
+  return r;
+}
+
+Tensor vec(const std::vector<double>& v, DType dt) { return as_dtype(Tensor::from_vector<double>({(int64_t)v.size()}, v), dt); }
+
+class Norm : public ::testing::TestWithParam<DType> {};
+
+TEST_P(Norm, BatchNormInferenceUsesTheGivenStatistics) {
+  const DType dt = GetParam();
+  for (const Shape& s : {Shape{4, 3}, Shape{2, 3, 4, 5}, Shape{2, 2, 3}}) {
+    const int64_t C = s[1];
+    Tensor x = as_dtype(random_tensor(s, 1), dt), scale = as_dtype(random_tensor({C}, 2), dt),
+           b = as_dtype(random_tensor({C}, 3), dt), mean = as_dtype(random_tensor({C}, 4), dt),
+           var = as_dtype(random_tensor({C}, 5, 0.5f, 2.f), dt);
+    const Attrs at{{"epsilon", flt(1e-3f)}};
+    Tensor want = ref_bn(x, scale, b, mean, var, false, static_cast<double>(1e-3f)).y;
+    for (int64_t opset : {9, 15}) {
+      Tensor got = run_node("BatchNormalization", {x, scale, b, mean, var}, at, 1, opset)[0];
+      EXPECT_LT(max_rel_diff(got, want), dt == DType::F64 ? 1e-12 : 1e-5) << shape_str(s) << " opset " << opset;
+    }
+  }
+}
+
+TEST_P(Norm, BatchNormTrainingUsesBatchStatisticsAndUnbiasedRunningVar) {
+  const DType dt = GetParam();
+  const Shape s{4, 3, 2, 5};
+  const int64_t C = 3, cnt = 4 * 2 * 5;
+  Tensor x = as_dtype(random_tensor(s, 11, -2, 3), dt), scale = as_dtype(random_tensor({C}, 12), dt),
+         b = as_dtype(random_tensor({C}, 13), dt), mean = as_dtype(random_tensor({C}, 14), dt),
+         var = as_dtype(random_tensor({C}, 15, 0.5f, 2.f), dt);
+  const double momentum = static_cast<double>(0.8f), eps = static_cast<double>(1e-5f);
+  BnRef r = ref_bn(x, scale, b, mean, var, true, eps);
+  std::vector<double> rm(C), rv(C), m0 = mean.as_doubles(), v0 = var.as_doubles();
+  for (int64_t c = 0; c < C; ++c) {
+    rm[c] = m0[c] * momentum + r.mean[c] * (1 - momentum);
+    rv[c] = v0[c] * momentum + r.var[c] * cnt / (cnt - 1) * (1 - momentum);
+  }
+  const double tol = dt == DType::F64 ? 1e-12 : 1e-5;
+  // opset 15: training_mode=1, outputs Y, running_mean, running_var.
+  auto got = run_node("BatchNormalization", {x, scale, b, mean, var},
+                      {{"training_mode", int1(1)}, {"momentum", flt(0.8f)}}, 3, 15);
+  EXPECT_LT(max_rel_diff(got[0], r.y), tol);
+  EXPECT_LT(max_rel_diff(got[1], vec(rm, DType::F64)), tol);
+  EXPECT_LT(max_rel_diff(got[2], vec(rv, DType::F64)), tol);
+  // opset 9: training is selected by the extra outputs; saved_mean/saved_var are the batch statistics.
+  auto got9 = run_node("BatchNormalization", {x, scale, b, mean, var}, {{"momentum", flt(0.8f)}}, 5, 9);
+  EXPECT_LT(max_rel_diff(got9[0], r.y), tol);
+  EXPECT_LT(max_rel_diff(got9[1], vec(rm, DType::F64)), tol);
+  EXPECT_LT(max_rel_diff(got9[2], vec(rv, DType::F64)), tol);
+  EXPECT_LT(max_rel_diff(got9[3], vec(r.mean, DType::F64)), tol);
+  EXPECT_LT(max_rel_diff(got9[4], vec(r.var, DType::F64)), tol);
+  // opset 15 without training_mode is inference even on the same inputs.
+  Tensor inf = run_node("BatchNormalization", {x, scale, b, mean, var}, {}, 1, 15)[0];
+  EXPECT_LT(max_rel_diff(inf, ref_bn(x, scale, b, mean, var, false, eps).y), tol);
+}
+
+TEST_P(Norm, BatchNormOpset7SpatialZeroHasPerActivationStatistics) {
+  const DType dt = GetParam();
+  const Shape s{3, 2, 2, 2};
+  Tensor x = as_dtype(random_tensor(s, 21), dt);
+  auto param = [&](uint64_t seed, float lo, float hi) { return as_dtype(random_tensor({2, 2, 2}, seed, lo, hi), dt); };
+  Tensor scale = param(22, -1, 1), b = param(23, -1, 1), mean = param(24, -1, 1), var = param(25, 0.5f, 2);
+  Tensor got = run_node("BatchNormalization", {x, scale, b, mean, var}, {{"spatial", int1(0)}}, 1, 7)[0];
+  EXPECT_LT(max_rel_diff(got, ref_bn(x, scale, b, mean, var, false, static_cast<double>(1e-5f), false).y),
+            dt == DType::F64 ? 1e-12 : 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, Norm, ::testing::Values(DType::F32, DType::F64),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// PyTorch's BatchNorm2d in training mode (momentum 0.1 = ONNX momentum 0.9) on the same numbers.
+TEST(Norm, BatchNormTrainingMatchesPyTorchRunningStatistics) {
+  const std::string dir = temp_dir("norm_torch");
+  const std::string script = dir + "/bn.py";
+  std::ofstream(script) << "import torch\n"
+                           "torch.manual_seed(0)\n"
+                           "x = torch.randn(4, 3, 5, 5, dtype=torch.float64)\n"
+                           "bn = torch.nn.BatchNorm2d(3, momentum=0.1, eps=1e-5).double().train()\n"
+                           "bn.running_mean.fill_(0.25); bn.running_var.fill_(1.5)\n"
+                           "y = bn(x)\n"
+                           "for t in (x, y, bn.running_mean, bn.running_var):\n"
+                           "    print(' '.join(repr(float(v)) for v in t.detach().flatten()))\n";
+  CommandResult r = run_command(python() + " " + script);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::istringstream lines(r.output);
+  std::vector<std::vector<double>> v;
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream ls(line);
+    v.emplace_back();
+    for (double d; ls >> d;) v.back().push_back(d);
+  }
+  ASSERT_GE(v.size(), 4u) << r.output;
+  Tensor x = Tensor::from_vector<double>({4, 3, 5, 5}, v[0]);
+  Tensor ones = vec({1, 1, 1}, DType::F64), zeros = vec({0, 0, 0}, DType::F64);
+  auto got = run_node("BatchNormalization", {x, ones, zeros, vec({0.25, 0.25, 0.25}, DType::F64), vec({1.5, 1.5, 1.5}, DType::F64)},
+                      {{"training_mode", int1(1)}, {"momentum", flt(0.9f)}}, 3, 15);
+  EXPECT_LT(max_abs_diff(got[0], Tensor::from_vector<double>({4, 3, 5, 5}, v[1])), 1e-9);
+  EXPECT_LT(max_abs_diff(got[1], Tensor::from_vector<double>({3}, v[2])), 1e-7);  // momentum is a float attribute
+  EXPECT_LT(max_abs_diff(got[2], Tensor::from_vector<double>({3}, v[3])), 1e-7);
+}
+
+TEST(Norm, BatchNormalizationGradMatchesCentralDifferences) {
+  for (const Shape& s : {Shape{5, 3}, Shape{3, 2, 3, 4}}) {
+    const int64_t C = s[1];
+    Tensor x = random_f64(s, 31, -2, 2), scale = random_f64({C}, 32), b = random_f64({C}, 33);
+    Tensor mean = random_f64({C}, 34), var = random_f64({C}, 35, 0.5f, 2.f);
+    const Attrs at{{"training_mode", int1(1)}, {"epsilon", flt(1e-3f)}};
+    auto bn = [&](const std::vector<Tensor>& in) { return run_node("BatchNormalization", in, at, 1, 15)[0]; };
+    Tensor dy = random_f64(s, 36);
+    for (int threads : {1, 2}) {
+      auto g = run_node_ex("BatchNormalizationGrad", {dy, x, scale}, {{"epsilon", flt(1e-3f)}}, {true, true, true},
+                           threads, 15, "ai.graphrun");
+      const std::vector<Tensor> in{x, scale, b, mean, var};
+      EXPECT_LT(max_rel_diff(g[0], numeric_gradient(bn, in, 0, dy)), 1e-7) << shape_str(s) << " dX";
+      EXPECT_LT(max_rel_diff(g[1], numeric_gradient(bn, in, 1, dy)), 1e-7) << shape_str(s) << " dscale";
+      EXPECT_LT(max_rel_diff(g[2], numeric_gradient(bn, in, 2, dy)), 1e-7) << shape_str(s) << " dB";
+    }
+    auto only_dx = run_node_ex("BatchNormalizationGrad", {dy, x, scale}, {{"epsilon", flt(1e-3f)}},
+                               {true, false, false}, 1, 15, "ai.graphrun");
+    EXPECT_FALSE(only_dx[1].defined());
+  }
+}
+
+Tensor bool_scalar(bool v) {
+  Tensor t(DType::Bool, {});
+  *static_cast<uint8_t*>(t.raw()) = v;
+  return t;
+}
+
+TEST(Dropout, InferenceIsIdentityWithAnAllTrueMask) {
+  Tensor x = random_tensor({3, 4, 5}, 41);
+  for (int64_t opset : {10, 13, 17}) {
+    auto got = run_node("Dropout", {x}, {}, 2, opset);
+    EXPECT_EQ(max_abs_diff(got[0], x), 0);
+    ASSERT_EQ(got[1].dtype(), DType::Bool);
+    for (auto v : got[1].as_int64s()) EXPECT_EQ(v, 1);
+  }
+  auto off = run_node("Dropout", {x, Tensor::scalar<float>(0.7f), bool_scalar(false)}, {}, 2, 13);
+  EXPECT_EQ(max_abs_diff(off[0], x), 0);
+  auto old = run_node("Dropout", {x}, {{"ratio", flt(0.3f)}}, 1, 7);
+  EXPECT_EQ(max_abs_diff(old[0], x), 0);
+}
+
+TEST(Dropout, TrainingDropsAboutRatioAndScalesTheRest) {
+  for (DType dt : {DType::F32, DType::F64}) {
+    Tensor x = as_dtype(random_tensor({100, 100}, 42, 0.5f, 1.f), dt);
+    auto got = run_node("Dropout", {x, Tensor::scalar<float>(0.3f), bool_scalar(true)}, {}, 2, 13);
+    auto y = got[0].as_doubles(), xv = x.as_doubles();
+    auto m = got[1].as_int64s();
+    int64_t kept = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      kept += m[i];
+      EXPECT_NEAR(y[i], m[i] ? xv[i] / 0.7 : 0.0, 1e-6);
+    }
+    EXPECT_GT(kept, 6700);  // 7000 expected, sd 46
+    EXPECT_LT(kept, 7300);
+    // A seed attribute makes the mask reproducible; training with ratio 0 is the identity.
+    auto s1 = run_node("Dropout", {x, Tensor::scalar<double>(0.5), bool_scalar(true)}, {{"seed", int1(7)}}, 1, 13);
+    auto s2 = run_node("Dropout", {x, Tensor::scalar<double>(0.5), bool_scalar(true)}, {{"seed", int1(7)}}, 1, 13);
+    EXPECT_EQ(max_abs_diff(s1[0], s2[0]), 0);
+    auto zero = run_node("Dropout", {x, Tensor::scalar<float>(0.f), bool_scalar(true)}, {}, 1, 13);
+    EXPECT_EQ(max_abs_diff(zero[0], x), 0);
+  }
+}
+
+TEST(Norm, BadInputGivesClearErrors) {
+  auto expect_error = [](const std::string& op, const std::vector<Tensor>& in, const Attrs& at, const std::string& part,
+                         int64_t opset = 15) {
+    try {
+      run_node(op, in, at, 1, opset);
+      ADD_FAILURE() << "expected an error containing '" << part << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  Tensor x = random_tensor({2, 3, 4}, 1), p3 = random_tensor({3}, 2), p4 = random_tensor({4}, 3);
+  expect_error("BatchNormalization", {x, p4, p3, p3, p3}, {}, "scale");
+  expect_error("BatchNormalization", {x, p3, p3, p3, to_f64(p3)}, {}, "input_var");
+  expect_error("BatchNormalization", {random_tensor({3}, 1), p3, p3, p3, p3}, {}, "rank");
+  expect_error("Dropout", {x, Tensor::scalar<float>(1.5f), bool_scalar(true)}, {}, "ratio");
+}
+
+}  // namespace
+}  // namespace graphrun::testing

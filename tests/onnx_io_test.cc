@@ -1,0 +1,527 @@
+// ONNX import/export: models written by onnx.helper at test time, round trips, checker validity, bad files.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <random>
+
+#include "graph/onnx_io.h"
+#include "graph/printer.h"
+#include "graph/tensor_io.h"
+#include "tests/test_util.h"
+
+namespace graphrun {
+namespace {
+
+using testing::python;
+using testing::run_command;
+using testing::temp_dir;
+
+// Runs a Python script (with onnx, numpy) in `dir`; fails the test with its output if it fails.
+void run_python(const std::string& dir, const std::string& script) {
+  std::ofstream(dir + "/script.py") << "import numpy as np, onnx\nfrom onnx import helper, TensorProto, numpy_helper\n"
+                                    << script;
+  auto r = run_command("cd '" + dir + "' && " + python() + " script.py");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+}
+
+// The Python checker, full check: what the issue asks of every exported model.
+void expect_python_valid(const std::string& path) {
+  auto r = run_command(python() + " -c \"import onnx; onnx.checker.check_model(onnx.load('" + path +
+                       "'), full_check=True); print('valid')\"");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("valid"), std::string::npos) << r.output;
+}
+
+// A Conv/Relu/Flatten model: a raw initializer, a typed-field initializer, an initializer also listed
+// as an input (old exporters did this), a symbolic batch dimension and unnamed nodes.
+const char* kTinyModel = R"(
+X = helper.make_tensor_value_info('image', TensorProto.FLOAT, ['N', 1, 6, 6])
+Wi = helper.make_tensor_value_info('w', TensorProto.FLOAT, [2, 1, 3, 3])
+Y = helper.make_tensor_value_info('out', TensorProto.FLOAT, ['N', None])
+w = numpy_helper.from_array(np.arange(18, dtype=np.float32).reshape(2, 1, 3, 3) / 10, 'w')
+b = helper.make_tensor('b', TensorProto.FLOAT, [2], [0.5, -0.5])
+nodes = [helper.make_node('Conv', ['image', 'w', 'b'], ['conv1'], kernel_shape=[3, 3], pads=[0, 0, 0, 0]),
+         helper.make_node('Relu', ['conv1'], ['relu1'], name='relu1'),
+         helper.make_node('Flatten', ['relu1'], ['out'])]
+g = helper.make_graph(nodes, 'tiny', [X, Wi], [Y], [w, b])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 13)], producer_name='test')
+onnx.save(m, 'tiny.onnx')
+)";
+
+TEST(OnnxIo, LoadsModelWithInitializersAndSymbolicDims) {
+  std::string dir = temp_dir("onnx_io_load");
+  run_python(dir, kTinyModel);
+  Graph g = load_onnx(dir + "/tiny.onnx");
+  EXPECT_EQ(g.name, "tiny");
+  EXPECT_EQ(g.opset(""), 13);
+  EXPECT_EQ(g.producer_name, "test");
+  ASSERT_EQ(g.inputs, std::vector<std::string>{"image"});  // 'w' is a parameter, not a runtime input
+  ASSERT_EQ(g.outputs, std::vector<std::string>{"out"});
+  ASSERT_EQ(g.nodes.size(), 3u);
+  EXPECT_EQ(g.nodes[0].op_type, "Conv");
+  EXPECT_FALSE(g.nodes[0].name.empty());  // unnamed nodes get a name for messages
+  EXPECT_NE(g.nodes[0].name, g.nodes[2].name);
+  EXPECT_EQ(g.nodes[0].attr_ints("kernel_shape"), (std::vector<int64_t>{3, 3}));
+  ASSERT_TRUE(g.is_initializer("w") && g.is_initializer("b"));
+  EXPECT_EQ(g.initializers["b"].to_vector<float>(), (std::vector<float>{0.5f, -0.5f}));
+  auto w = g.initializers["w"].to_vector<float>();
+  ASSERT_EQ(w.size(), 18u);
+  EXPECT_FLOAT_EQ(w[17], 1.7f);
+  EXPECT_EQ(g.values.at("image").str(), "f32[N,1,6,6]");
+  EXPECT_EQ(g.values.at("conv1").str(), "f32[N,2,4,4]");  // from onnx shape inference
+  EXPECT_EQ(g.values.at("out").str(), "f32[N,32]");       // declared [N,?], inferred [N,32]
+}
+
+TEST(OnnxIo, SortsNodesTopologically) {
+  std::string dir = temp_dir("onnx_io_topo");
+  // The checker wants sorted nodes, so write a sorted model and shuffle after loading.
+  run_python(dir, R"(
+X = helper.make_tensor_value_info('x', TensorProto.FLOAT, [2])
+Y = helper.make_tensor_value_info('z', TensorProto.FLOAT, [2])
+nodes = [helper.make_node('Relu', ['x'], ['y'], name='a'), helper.make_node('Neg', ['y'], ['z'], name='b')]
+onnx.save(helper.make_model(helper.make_graph(nodes, 'g', [X], [Y]), opset_imports=[helper.make_opsetid('', 17)]), 'm.onnx')
+)");
+  Graph g = load_onnx(dir + "/m.onnx");
+  std::swap(g.nodes[0], g.nodes[1]);
+  // Export writes nodes as given; topo_sort before export is the caller's job, so re-sort and round trip.
+  g.topo_sort();
+  Graph h = load_onnx_bytes(onnx_bytes(g), "bytes");
+  ASSERT_EQ(h.nodes.size(), 2u);
+  EXPECT_EQ(h.nodes[0].name, "a");
+  EXPECT_EQ(h.nodes[1].name, "b");
+}
+
+TEST(OnnxIo, AttributesOfEveryKindRoundTrip) {
+  std::string dir = temp_dir("onnx_io_attrs");
+  // A custom-domain op: the checker does not validate its attributes, so every kind can appear.
+  run_python(dir, R"(
+X = helper.make_tensor_value_info('x', TensorProto.FLOAT, [2])
+Y = helper.make_tensor_value_info('y', TensorProto.FLOAT, [2])
+t = numpy_helper.from_array(np.array([[1, 2], [3, 4]], dtype=np.int64), 't')
+n = helper.make_node('Foo', ['x'], ['y'], name='foo', domain='my.ops', f=1.5, i=-7, s='hello', t=t,
+                     floats=[0.25, 2.0], ints=[1, 2, 3], strings=['a', 'bc'])
+m = helper.make_model(helper.make_graph([n], 'g', [X], [Y]),
+                      opset_imports=[helper.make_opsetid('', 17), helper.make_opsetid('my.ops', 1)])
+onnx.save(m, 'm.onnx')
+)");
+  for (int pass = 0; pass < 2; ++pass) {
+    Graph g = pass == 0 ? load_onnx(dir + "/m.onnx") : load_onnx(dir + "/saved.onnx");
+    ASSERT_EQ(g.nodes.size(), 1u);
+    const Node& n = g.nodes[0];
+    EXPECT_EQ(n.domain, "my.ops");
+    EXPECT_EQ(g.opset("my.ops"), 1);
+    EXPECT_FLOAT_EQ(n.attr_f("f", 0), 1.5f);
+    EXPECT_EQ(n.attr_i("i", 0), -7);
+    EXPECT_EQ(n.attr_s("s", ""), "hello");
+    EXPECT_EQ(n.attr_floats("floats"), (std::vector<float>{0.25f, 2.0f}));
+    EXPECT_EQ(n.attr_ints("ints"), (std::vector<int64_t>{1, 2, 3}));
+    ASSERT_NE(n.attr("strings"), nullptr);
+    EXPECT_EQ(n.attr("strings")->strings, (std::vector<std::string>{"a", "bc"}));
+    ASSERT_NE(n.attr("t"), nullptr);
+    EXPECT_EQ(n.attr("t")->t.shape(), (Shape{2, 2}));
+    EXPECT_EQ(n.attr("t")->t.to_vector<int64_t>(), (std::vector<int64_t>{1, 2, 3, 4}));
+    if (pass == 0) save_onnx(g, dir + "/saved.onnx");
+  }
+  expect_python_valid(dir + "/saved.onnx");
+}
+
+TEST(OnnxIo, InitializersOfEveryNumericDtype) {
+  std::string dir = temp_dir("onnx_io_dtypes");
+  // Each dtype twice: raw_data (numpy_helper) and the typed field (make_tensor with raw=False).
+  run_python(dir, R"(
+X = helper.make_tensor_value_info('x', TensorProto.FLOAT, [2])
+Y = helper.make_tensor_value_info('y', TensorProto.FLOAT, [2])
+inits = []
+for name, dt in [('f32', np.float32), ('f64', np.float64), ('i64', np.int64), ('i32', np.int32), ('i16', np.int16),
+                 ('i8', np.int8), ('u8', np.uint8), ('u16', np.uint16), ('u32', np.uint32), ('u64', np.uint64),
+                 ('bool', np.bool_), ('f16', np.float16)]:
+    a = (np.arange(6).reshape(2, 3) % (2 if dt == np.bool_ else 100)).astype(dt)
+    inits.append(numpy_helper.from_array(a, 'raw_' + name))
+    inits.append(helper.make_tensor('typed_' + name, onnx.mapping.NP_TYPE_TO_TENSOR_TYPE[a.dtype], a.shape,
+                                    a.flatten().tolist()))  # make_tensor packs float16 itself
+n = helper.make_node('Relu', ['x'], ['y'])
+onnx.save(helper.make_model(helper.make_graph([n], 'g', [X], [Y], inits), opset_imports=[helper.make_opsetid('', 17)]), 'm.onnx')
+)");
+  Graph g = load_onnx(dir + "/m.onnx");
+  Graph back = load_onnx_bytes(onnx_bytes(g), "round trip");
+  for (const char* name : {"f32", "f64", "i64", "i32", "i16", "i8", "u8", "u16", "u32", "u64", "bool", "f16"}) {
+    for (const std::string prefix : {"raw_", "typed_"}) {
+      SCOPED_TRACE(prefix + name);
+      ASSERT_TRUE(g.is_initializer(prefix + name));
+      const Tensor& t = g.initializers.at(prefix + name);
+      EXPECT_STREQ(dtype_name(t.dtype()), name);
+      EXPECT_EQ(t.shape(), (Shape{2, 3}));
+      if (t.dtype() == DType::F16) {
+        // 0..5 as IEEE half bit patterns.
+        const uint16_t want[] = {0x0000, 0x3C00, 0x4000, 0x4200, 0x4400, 0x4500};
+        for (int i = 0; i < 6; ++i) EXPECT_EQ(static_cast<const uint16_t*>(t.raw())[i], want[i]);
+      } else if (t.dtype() == DType::U16 || t.dtype() == DType::U32 || t.dtype() == DType::U64 ||
+                 t.dtype() == DType::I16) {
+        const auto* p = static_cast<const unsigned char*>(t.raw());
+        for (int i = 0; i < 6; ++i) EXPECT_EQ(p[i * dtype_size(t.dtype())], i);  // little-endian low byte
+      } else {
+        auto v = t.as_doubles();
+        for (int i = 0; i < 6; ++i) EXPECT_EQ(v[i], t.dtype() == DType::Bool ? i % 2 : i);
+      }
+      const Tensor& u = back.initializers.at(prefix + name);
+      ASSERT_EQ(u.dtype(), t.dtype());
+      ASSERT_EQ(u.nbytes(), t.nbytes());
+      EXPECT_EQ(std::memcmp(u.raw(), t.raw(), t.nbytes()), 0);
+    }
+  }
+}
+
+TEST(OnnxIo, RoundTripKeepsModelAndIsCheckerValid) {
+  std::string dir = temp_dir("onnx_io_roundtrip");
+  run_python(dir, kTinyModel);
+  Graph g = load_onnx(dir + "/tiny.onnx");
+  save_onnx(g, dir + "/saved.onnx");
+  Graph h = load_onnx(dir + "/saved.onnx");
+  EXPECT_EQ(print_text(h), print_text(g));
+  EXPECT_EQ(h.inputs, g.inputs);
+  EXPECT_EQ(h.outputs, g.outputs);
+  for (const auto& [name, t] : g.initializers) {
+    ASSERT_TRUE(h.is_initializer(name)) << name;
+    EXPECT_EQ(std::memcmp(h.initializers.at(name).raw(), t.raw(), t.nbytes()), 0) << name;
+  }
+  expect_python_valid(dir + "/saved.onnx");
+  // The same numbers through onnxruntime-free means: Python re-evaluates nothing, but the proto must
+  // carry the symbolic batch dimension and every initializer as raw data.
+  run_python(dir, R"(
+m = onnx.load('saved.onnx')
+assert m.graph.input[0].type.tensor_type.shape.dim[0].dim_param == 'N', m.graph.input[0]
+assert len(m.graph.input) == 1, [i.name for i in m.graph.input]
+assert all(len(t.raw_data) > 0 for t in m.graph.initializer)
+assert {(o.domain, o.version) for o in m.opset_import} == {('', 13)}, m.opset_import
+)");
+}
+
+// A graph with graphrun ops and a standard training op, built in C++ without intermediate types.
+Graph training_like_graph() {
+  Graph g;
+  g.name = "train_step";
+  g.opsets[""] = 17;
+  g.inputs = {"dY", "X"};
+  ValueInfo dy;
+  dy.dtype = DType::F32;
+  dy.has_shape = true;
+  dy.shape = {Dim(std::string("N")), Dim(2), Dim(4), Dim(4)};
+  g.values["dY"] = dy;
+  ValueInfo x = dy;
+  x.shape = {Dim(std::string("N")), Dim(1), Dim(6), Dim(6)};
+  g.values["X"] = x;
+  g.initializers["W"] = testing::random_tensor({2, 1, 3, 3}, 1);
+  g.initializers["V"] = Tensor(DType::F32, {2, 1, 3, 3});
+  g.initializers["lr"] = Tensor::scalar<float>(0.1f);
+  g.initializers["step"] = Tensor::scalar<int64_t>(0);
+  g.initializers["bshape"] = Tensor::from_vector<int64_t>({1}, {2});
+  Node conv_grad;
+  conv_grad.name = "conv_grad";
+  conv_grad.op_type = "ConvGrad";
+  conv_grad.domain = kGraphrunDomain;
+  conv_grad.inputs = {"dY", "X", "W"};
+  conv_grad.outputs = {"", "dW", "dB"};
+  conv_grad.attrs["kernel_shape"] = Attribute::Ints({3, 3});
+  g.add_node(conv_grad);
+  Node allreduce;
+  allreduce.name = "allreduce";
+  allreduce.op_type = "AllReduce";
+  allreduce.domain = kGraphrunDomain;
+  allreduce.inputs = {"dW", "dB"};
+  allreduce.outputs = {"dW_sum", "dB_sum"};
+  g.add_node(allreduce);
+  Node sum;
+  sum.name = "sum_to_shape";
+  sum.op_type = "SumToShape";
+  sum.domain = kGraphrunDomain;
+  sum.inputs = {"dB_sum", "bshape"};
+  sum.outputs = {"dB_shaped"};
+  g.add_node(sum);
+  Node momentum;
+  momentum.name = "momentum";
+  momentum.op_type = "Momentum";
+  momentum.domain = kTrainingDomain;
+  momentum.inputs = {"lr", "step", "W", "dW_sum", "V"};
+  momentum.outputs = {"W_new", "V_new"};
+  momentum.attrs["alpha"] = Attribute::Float(0.9f);
+  momentum.attrs["beta"] = Attribute::Float(1.0f);
+  momentum.attrs["mode"] = Attribute::Str("standard");
+  momentum.attrs["norm_coefficient"] = Attribute::Float(0.0f);
+  g.add_node(momentum);
+  g.outputs = {"W_new", "V_new", "dB_shaped"};
+  return g;
+}
+
+TEST(OnnxIo, InferShapesTypesGraphrunAndTrainingOps) {
+  Graph g = training_like_graph();
+  ValueInfo keep;  // known info must survive inference
+  keep.dtype = DType::F32;
+  keep.has_shape = true;
+  keep.shape = {Dim(std::string("M")), Dim(3)};
+  g.values["unrelated"] = keep;
+  ValueInfo rank_only;  // gaps are filled
+  rank_only.dtype = DType::F32;
+  rank_only.has_shape = true;
+  rank_only.shape = {Dim(), Dim(1), Dim(), Dim(3)};
+  g.values["dW"] = rank_only;
+  infer_shapes(g);
+  EXPECT_EQ(g.values.at("unrelated").str(), "f32[M,3]");
+  EXPECT_EQ(g.values.at("X").str(), "f32[N,1,6,6]");
+  EXPECT_EQ(g.values.at("dW").str(), "f32[2,1,3,3]");
+  EXPECT_EQ(g.values.at("dB").str(), "f32[2]");
+  EXPECT_EQ(g.values.at("dW_sum").str(), "f32[2,1,3,3]");
+  EXPECT_EQ(g.values.at("dB_sum").str(), "f32[2]");
+  EXPECT_EQ(g.values.at("dB_shaped").str(), "f32[2]");
+  EXPECT_EQ(g.values.at("W_new").str(), "f32[2,1,3,3]");
+  EXPECT_EQ(g.values.count(""), 0u);
+}
+
+TEST(OnnxIo, SavesGraphrunOpsWithDomainImportsAndChecks) {
+  std::string dir = temp_dir("onnx_io_graphrun_ops");
+  Graph g = training_like_graph();  // outputs have no types yet: export infers them
+  save_onnx(g, dir + "/step.onnx");
+  expect_python_valid(dir + "/step.onnx");
+  run_python(dir, R"(
+m = onnx.load('step.onnx')
+ops = {(o.domain, o.version) for o in m.opset_import}
+assert ops == {('', 17), ('ai.graphrun', 1), ('ai.onnx.preview.training', 1)}, ops
+types = {v.name: v.type.tensor_type for v in list(m.graph.output) + list(m.graph.value_info)}
+assert [d.dim_value for d in types['W_new'].shape.dim] == [2, 1, 3, 3]
+assert len(types['dB'].shape.dim) == 1 and types['dB'].shape.dim[0].dim_value == 2
+)");
+  Graph h = load_onnx(dir + "/step.onnx");
+  EXPECT_EQ(h.nodes.size(), g.nodes.size());
+  EXPECT_EQ(h.nodes[0].outputs[0], "");  // unused optional output stays absent
+  EXPECT_EQ(h.nodes[0].domain, kGraphrunDomain);
+  EXPECT_EQ(h.opset(kGraphrunDomain), 1);
+  EXPECT_EQ(h.values.at("dW").str(), "f32[2,1,3,3]");
+  EXPECT_EQ(h.inputs, g.inputs);
+}
+
+TEST(OnnxIo, SaveRefusesAnInvalidModel) {
+  std::string dir = temp_dir("onnx_io_invalid_save");
+  Graph g = training_like_graph();
+  g.nodes[0].attrs["group"] = Attribute::Str("two");  // ConvGrad's group is an int
+  try {
+    save_onnx(g, dir + "/bad.onnx");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find(dir + "/bad.onnx"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("not valid ONNX"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  }
+  Graph h = training_like_graph();
+  h.nodes.push_back(h.nodes[1]);  // a value produced twice
+  EXPECT_THROW(save_onnx(h, dir + "/bad2.onnx"), Error);
+}
+
+// Expects loading `path` to fail with one line naming the file and containing `what`.
+void expect_load_error(const std::string& path, const std::string& what) {
+  try {
+    load_onnx(path);
+    ADD_FAILURE() << path << ": loaded, expected an error about " << what;
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find(path), std::string::npos) << msg;
+    EXPECT_NE(msg.find(what), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  }
+}
+
+TEST(OnnxIo, BadFilesGiveOneClearLine) {
+  std::string dir = temp_dir("onnx_io_bad");
+  run_python(dir, std::string(kTinyModel) + R"(
+data = open('tiny.onnx', 'rb').read()
+open('truncated.onnx', 'wb').write(data[:len(data) * 2 // 3])
+open('cut_end.onnx', 'wb').write(data[:-3])
+rng = np.random.default_rng(0)
+open('random.onnx', 'wb').write(rng.integers(0, 256, 5000, dtype=np.uint8).tobytes())
+corrupt = bytearray(data); corrupt[4:44] = b'\xff' * 40
+open('corrupt.onnx', 'wb').write(bytes(corrupt))
+open('text.onnx', 'w').write('this is not a model, just some text\n' * 10)
+open('empty.onnx', 'wb').write(b'')
+m18 = onnx.load('tiny.onnx'); m18.opset_import[0].version = 18; onnx.save(m18, 'opset18.onnx')
+m6 = onnx.load('tiny.onnx'); m6.opset_import[0].version = 6; onnx.save(m6, 'opset6.onnx')
+onnx.save(onnx.load('tiny.onnx'), 'external.onnx', save_as_external_data=True, all_tensors_to_one_file=True,
+          location='external.data', size_threshold=0)
+X = helper.make_tensor_value_info('c', TensorProto.BOOL, [])
+Y = helper.make_tensor_value_info('y', TensorProto.FLOAT, [1])
+one = helper.make_graph([helper.make_node('Constant', [], ['o1'], value_floats=[1.0])], 'then', [],
+                        [helper.make_tensor_value_info('o1', TensorProto.FLOAT, [1])])
+two = helper.make_graph([helper.make_node('Constant', [], ['o2'], value_floats=[2.0])], 'else', [],
+                        [helper.make_tensor_value_info('o2', TensorProto.FLOAT, [1])])
+n = helper.make_node('If', ['c'], ['y'], name='branch', then_branch=one, else_branch=two)
+onnx.save(helper.make_model(helper.make_graph([n], 'g', [X], [Y]), opset_imports=[helper.make_opsetid('', 13)]), 'if.onnx')
+bad = onnx.load('tiny.onnx'); bad.graph.node[1].input[0] = 'nowhere'; onnx.save(bad, 'dangling.onnx')
+unsorted = onnx.load('tiny.onnx'); unsorted.graph.node.reverse(); onnx.save(unsorted, 'unsorted.onnx')
+cyc = onnx.load('tiny.onnx'); cyc.graph.node[0].input[0] = 'relu1'; onnx.save(cyc, 'cycle.onnx')
+)");
+  expect_load_error(dir + "/missing.onnx", "no such file");
+  expect_load_error(dir, "directory");
+  expect_load_error(dir + "/empty.onnx", "empty file");
+  expect_load_error(dir + "/truncated.onnx", "not");
+  expect_load_error(dir + "/cut_end.onnx", "");
+  expect_load_error(dir + "/random.onnx", "");
+  expect_load_error(dir + "/corrupt.onnx", "");
+  expect_load_error(dir + "/text.onnx", "not");
+  expect_load_error(dir + "/opset18.onnx", "opset 18 is not supported");
+  expect_load_error(dir + "/opset6.onnx", "opset 6 is not supported");
+  expect_load_error(dir + "/external.onnx", "external data");
+  expect_load_error(dir + "/if.onnx", "node 'branch' (If) has a subgraph");
+  expect_load_error(dir + "/dangling.onnx", "node 'relu1' (Relu): input 'nowhere' is not produced");
+  expect_load_error(dir + "/cycle.onnx", "cycle");
+  // Nodes out of order are merely sorted.
+  Graph g = load_onnx(dir + "/unsorted.onnx");
+  ASSERT_EQ(g.nodes.size(), 3u);
+  EXPECT_EQ(g.nodes[0].op_type, "Conv");
+  EXPECT_EQ(g.nodes[2].op_type, "Flatten");
+}
+
+}  // namespace
+}  // namespace graphrun
+
+namespace graphrun {
+namespace {
+
+// What torch.onnx.export writes (training-mode BatchNormalization with its extra outputs, Constant
+// nodes, Pad+AveragePool, Shape/Gather/Concat/Reshape with a dynamic batch) survives a round trip.
+TEST(OnnxIo, TorchExportRoundTrips) {
+  std::string dir = temp_dir("onnx_io_torch");
+  run_python(dir, R"(
+import torch, torch.nn as nn, warnings
+warnings.filterwarnings('ignore')
+torch.manual_seed(0)
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__(); self.c = nn.Conv2d(4, 4, 3, padding=1); self.bn = nn.BatchNorm2d(4)
+    def forward(self, x):
+        y = torch.relu(self.bn(self.c(x)) + x)
+        return y.reshape(y.shape[0], -1)
+net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.AvgPool2d(2), Block(), nn.Linear(4 * 14 * 14, 10))
+torch.onnx.export(net, torch.randn(2, 1, 28, 28), 'net.onnx', input_names=['image'], output_names=['logits'],
+                  dynamic_axes={'image': {0: 'N'}, 'logits': {0: 'N'}}, training=torch.onnx.TrainingMode.TRAINING,
+                  do_constant_folding=False, opset_version=13)
+)");
+  Graph g = load_onnx(dir + "/net.onnx");
+  EXPECT_EQ(g.values.at("image").str(), "f32[N,1,28,28]");
+  EXPECT_EQ(g.values.at("logits").str(), "f32[N,10]");
+  save_onnx(g, dir + "/saved.onnx");
+  expect_python_valid(dir + "/saved.onnx");
+  Graph h = load_onnx(dir + "/saved.onnx");
+  EXPECT_EQ(print_text(h), print_text(g));
+}
+
+}  // namespace
+}  // namespace graphrun
+
+namespace graphrun {
+namespace {
+
+ValueInfo typed(DType t, std::vector<Dim> dims) {
+  ValueInfo v;
+  v.dtype = t;
+  v.has_shape = true;
+  v.shape = std::move(dims);
+  return v;
+}
+
+// Every ai.graphrun schema types its outputs (docs/ops.md), and a graph of all of them exports checker-valid.
+TEST(OnnxIo, EveryGraphrunOpIsTypedAndExportable) {
+  Graph g;
+  g.name = "all_ops";
+  g.opsets[""] = 17;
+  const Dim N(std::string("N"));
+  auto input = [&](const std::string& name, ValueInfo vi) {
+    g.inputs.push_back(name);
+    g.values[name] = vi;
+  };
+  input("x", typed(DType::F32, {N, 3, 8, 8}));
+  input("dy_pool", typed(DType::F32, {N, 3, 4, 4}));
+  input("idx", typed(DType::I64, {N, 3, 4, 4}));
+  input("w_t", typed(DType::F32, {3, 2, 3, 3}));  // ConvTranspose weight: C_in x C_out/group x k x k
+  input("dy_t", typed(DType::F32, {N, 4, 10, 10}));
+  input("scale", typed(DType::F32, {3}));
+  input("log_prob", typed(DType::F32, {N, 10}));
+  input("labels", typed(DType::I64, {N}));
+  input("dloss", typed(DType::F32, {}));
+  auto node = [&](const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
+                  std::map<std::string, Attribute> attrs = {}) {
+    Node n;
+    n.name = op;
+    n.op_type = op;
+    n.domain = kGraphrunDomain;
+    n.inputs = std::move(in);
+    n.outputs = std::move(out);
+    n.attrs = std::move(attrs);
+    g.add_node(n);
+  };
+  node("MaxPoolGrad", {"dy_pool", "idx", "x"}, {"dx_max"});
+  node("AveragePoolGrad", {"dy_pool", "x"}, {"dx_avg"},
+       {{"kernel_shape", Attribute::Ints({2, 2})}, {"strides", Attribute::Ints({2, 2})}});
+  node("ConvTransposeGrad", {"dy_t", "x", "w_t"}, {"dx_t", "dw_t", "db_t"},
+       {{"kernel_shape", Attribute::Ints({3, 3})}, {"group", Attribute::Int(1)}});
+  node("BatchNormalizationGrad", {"x", "x", "scale"}, {"dx_bn", "dscale", "dbias"}, {{"epsilon", Attribute::Float(1e-5f)}});
+  node("SoftmaxCrossEntropyLossGrad", {"dloss", "log_prob", "labels"}, {"dscores"},
+       {{"reduction", Attribute::Str("mean")}});
+  g.outputs = {"dx_max", "dx_avg", "dx_t", "dw_t", "db_t", "dx_bn", "dscale", "dbias", "dscores"};
+  infer_shapes(g);
+  EXPECT_EQ(g.values.at("dx_max").str(), "f32[N,3,8,8]");
+  EXPECT_EQ(g.values.at("dx_avg").str(), "f32[N,3,8,8]");
+  EXPECT_EQ(g.values.at("dx_t").str(), "f32[N,3,8,8]");
+  EXPECT_EQ(g.values.at("dw_t").str(), "f32[3,2,3,3]");
+  EXPECT_EQ(g.values.at("db_t").str(), "f32[2]");
+  EXPECT_EQ(g.values.at("dx_bn").str(), "f32[N,3,8,8]");
+  EXPECT_EQ(g.values.at("dscale").str(), "f32[3]");
+  EXPECT_EQ(g.values.at("dbias").str(), "f32[3]");
+  EXPECT_EQ(g.values.at("dscores").str(), "f32[N,10]");
+  std::string dir = temp_dir("onnx_io_all_ops");
+  save_onnx(g, dir + "/all.onnx");
+  expect_python_valid(dir + "/all.onnx");
+  Graph h = load_onnx(dir + "/all.onnx");
+  EXPECT_EQ(h.opset(kGraphrunDomain), 1);  // added on export: the graph used the domain without importing it
+  g.opsets[kGraphrunDomain] = 1;
+  EXPECT_EQ(print_text(h), print_text(g));
+  // A wrongly typed input is caught by the C++ check, which knows the schemas (Python's does not).
+  g.values["idx"].dtype = DType::F32;
+  g.values.erase("dx_max");
+  EXPECT_THROW(save_onnx(g, dir + "/bad.onnx"), Error);
+}
+
+}  // namespace
+}  // namespace graphrun
+
+namespace graphrun {
+namespace {
+
+// Any damage to a model file gives a graphrun::Error (or, rarely, a smaller valid model): never a crash.
+TEST(OnnxIo, DamagedBytesNeverCrash) {
+  std::string dir = temp_dir("onnx_io_damage");
+  run_python(dir, kTinyModel);
+  std::ifstream f(dir + "/tiny.onnx", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  ASSERT_GT(bytes.size(), 100u);
+  int errors = 0, loaded = 0;
+  auto attempt = [&](const std::string& b) {
+    try {
+      Graph g = load_onnx_bytes(b, "damaged.onnx");
+      ++loaded;
+    } catch (const Error& e) {
+      ++errors;
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+    }
+  };
+  for (size_t cut = 0; cut < bytes.size(); cut += 7) attempt(bytes.substr(0, cut));
+  std::mt19937 rng(42);
+  for (int i = 0; i < 300; ++i) {
+    std::string b = bytes;
+    for (int k = 0; k < 3; ++k) b[rng() % b.size()] ^= static_cast<char>(1 + rng() % 255);
+    attempt(b);
+  }
+  EXPECT_GT(errors, 0);
+  SUCCEED() << errors << " errors, " << loaded << " loaded";
+}
+
+}  // namespace
+}  // namespace graphrun

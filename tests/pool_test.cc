@@ -1,0 +1,237 @@
+// MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, MaxPoolGrad, AveragePoolGrad on the CPU:
+// against direct loops in double over strides, pads, dilations, auto_pad, ceil_mode,
+// count_include_pad, storage_order; the gradient ops against central differences of the forward ops.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "tests/nn_test_util.h"
+
+namespace graphrun::testing {
+namespace {
+
+struct PoolCase {
+  std::string name;
+  Shape x;
+  std::vector<int64_t> kernel, strides, pads, dilations;
+  std::string auto_pad;
+  int ceil_mode = 0, count_include_pad = 0, storage_order = 0;
+};
+
+Attrs attrs_of(const PoolCase& c, bool is_max) {
+  Attrs a{{"kernel_shape", ints(c.kernel)}};
+  if (!c.strides.empty()) a["strides"] = ints(c.strides);
+  if (!c.pads.empty()) a["pads"] = ints(c.pads);
+  if (!c.dilations.empty()) a["dilations"] = ints(c.dilations);
+  if (!c.auto_pad.empty()) a["auto_pad"] = str(c.auto_pad);
+  if (c.ceil_mode) a["ceil_mode"] = int1(1);
+  if (c.count_include_pad && !is_max) a["count_include_pad"] = int1(1);
+  if (c.storage_order && is_max) a["storage_order"] = int1(1);
+  return a;
+}
+
+struct Axes {
+  int64_t in[3] = {1, 1, 1}, k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, d[3] = {1, 1, 1}, pb[3] = {0, 0, 0},
+          pe[3] = {0, 0, 0}, out[3] = {1, 1, 1};
+};
+
+// Output sizes per the ONNX spec; with ceil_mode a last window starting in the end padding is
+// dropped (PyTorch's rule).
+Axes pool_axes(const PoolCase& c) {
+  Axes a;
+  const int nd = static_cast<int>(c.x.size()) - 2;
+  for (int i = 0; i < nd; ++i) {
+    const int j = 3 - nd + i;
+    a.in[j] = c.x[2 + i];
+    a.k[j] = c.kernel[i];
+    a.s[j] = c.strides.empty() ? 1 : c.strides[i];
+    a.d[j] = c.dilations.empty() ? 1 : c.dilations[i];
+    const int64_t ek = (a.k[j] - 1) * a.d[j] + 1;
+    if (c.auto_pad == "SAME_UPPER" || c.auto_pad == "SAME_LOWER") {
+      a.out[j] = (a.in[j] + a.s[j] - 1) / a.s[j];
+      const int64_t total = std::max<int64_t>(0, (a.out[j] - 1) * a.s[j] + ek - a.in[j]);
+      a.pb[j] = c.auto_pad == "SAME_UPPER" ? total / 2 : (total + 1) / 2;
+      a.pe[j] = total - a.pb[j];
+    } else {
+      if (c.auto_pad != "VALID" && !c.pads.empty()) a.pb[j] = c.pads[i], a.pe[j] = c.pads[i + nd];
+      const double span = static_cast<double>(a.in[j] + a.pb[j] + a.pe[j] - ek) / a.s[j];
+      a.out[j] = static_cast<int64_t>(c.ceil_mode ? std::ceil(span) : std::floor(span)) + 1;
+      if (c.ceil_mode && (a.out[j] - 1) * a.s[j] >= a.in[j] + a.pb[j]) a.out[j]--;
+    }
+  }
+  return a;
+}
+
+// Returns Y (and for max pooling the flat argmax indices in the requested storage order).
+std::pair<Tensor, Tensor> ref_pool(const PoolCase& c, const Tensor& X, bool is_max) {
+  const Axes a = pool_axes(c);
+  const int nd = static_cast<int>(c.x.size()) - 2;
+  Shape ys{c.x[0], c.x[1]};
+  for (int j = 3 - nd; j < 3; ++j) ys.push_back(a.out[j]);
+  Tensor Y(DType::F64, ys), Ind(DType::I64, ys);
+  auto x = X.as_doubles();
+  const int64_t planes = c.x[0] * c.x[1], I = a.in[0] * a.in[1] * a.in[2];
+  int64_t o = 0;
+  for (int64_t p = 0; p < planes; ++p)
+    for (int64_t o0 = 0; o0 < a.out[0]; ++o0)
+      for (int64_t o1 = 0; o1 < a.out[1]; ++o1)
+        for (int64_t o2 = 0; o2 < a.out[2]; ++o2, ++o) {
+          double best = -INFINITY, sum = 0;
+          int64_t arg = -1, inside = 0, padded = 0;
+          for (int64_t k0 = 0; k0 < a.k[0]; ++k0)
+            for (int64_t k1 = 0; k1 < a.k[1]; ++k1)
+              for (int64_t k2 = 0; k2 < a.k[2]; ++k2) {
+                const int64_t i0 = o0 * a.s[0] - a.pb[0] + k0 * a.d[0], i1 = o1 * a.s[1] - a.pb[1] + k1 * a.d[1],
+                              i2 = o2 * a.s[2] - a.pb[2] + k2 * a.d[2];
+                if (i0 >= -a.pb[0] && i0 < a.in[0] + a.pe[0] && i1 >= -a.pb[1] && i1 < a.in[1] + a.pe[1] &&
+                    i2 >= -a.pb[2] && i2 < a.in[2] + a.pe[2])
+                  ++padded;
+                if (i0 < 0 || i0 >= a.in[0] || i1 < 0 || i1 >= a.in[1] || i2 < 0 || i2 >= a.in[2]) continue;
+                ++inside;
+                const double v = x[p * I + (i0 * a.in[1] + i1) * a.in[2] + i2];
+                sum += v;
+                if (v > best) {
+                  best = v;
+                  arg = c.storage_order ? i0 + i1 * a.in[0] + i2 * a.in[0] * a.in[1] : (i0 * a.in[1] + i1) * a.in[2] + i2;
+                }
+              }
+          Y.data<double>()[o] = is_max ? best : sum / static_cast<double>(c.count_include_pad ? padded : inside);
+          Ind.data<int64_t>()[o] = p * I + arg;
+        }
+  return {Y, Ind};
+}
+
+const std::vector<PoolCase>& pool_cases() {
+  static const std::vector<PoolCase> cases = {
+      {"k2s2", {2, 3, 6, 6}, {2, 2}, {2, 2}},
+      {"k3s1_pads", {1, 2, 5, 6}, {3, 3}, {1, 1}, {1, 1, 1, 1}},
+      {"asym_pads_strides", {2, 2, 7, 8}, {3, 2}, {2, 3}, {0, 1, 2, 1}},
+      {"dilations", {1, 2, 8, 7}, {2, 3}, {1, 2}, {1, 0, 1, 1}, {2, 2}},
+      {"ceil", {1, 2, 7, 6}, {3, 2}, {2, 2}, {}, {}, "", 1},
+      {"ceil_drops_window_in_padding", {1, 2, 4, 4}, {2, 2}, {3, 3}, {1, 1, 1, 1}, {}, "", 1},
+      {"ceil_include_pad", {1, 2, 7, 6}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {}, "", 1, 1},
+      {"include_pad", {2, 2, 5, 5}, {3, 3}, {2, 2}, {1, 2, 1, 0}, {}, "", 0, 1},
+      {"same_upper", {1, 2, 7, 6}, {4, 3}, {2, 2}, {}, {}, "SAME_UPPER"},
+      {"same_lower_include_pad", {1, 2, 7, 6}, {4, 3}, {2, 2}, {}, {}, "SAME_LOWER", 0, 1},
+      {"valid", {1, 2, 7, 6}, {3, 2}, {2, 1}, {}, {}, "VALID"},
+      {"pool1d", {2, 3, 9}, {3}, {2}, {1, 1}},
+      {"pool3d", {1, 2, 4, 5, 5}, {2, 3, 2}, {2, 1, 2}, {0, 1, 1, 1, 0, 0}},
+      {"storage_order", {2, 2, 5, 4}, {2, 2}, {1, 2}, {}, {}, "", 0, 0, 1},
+      {"lenet_pool", {3, 20, 9, 9}, {2, 2}, {2, 2}},
+  };
+  return cases;
+}
+
+class Pool : public ::testing::TestWithParam<DType> {};
+
+TEST_P(Pool, MaxPoolMatchesDirectLoopsWithIndices) {
+  const DType dt = GetParam();
+  int seed = 1;
+  for (const PoolCase& c : pool_cases()) {
+    Tensor x = as_dtype(random_tensor(c.x, seed++), dt);
+    auto [y, ind] = ref_pool(c, x, true);
+    for (int threads : {1, 2}) {
+      auto got = run_node_ex("MaxPool", {x}, attrs_of(c, true), {true, true}, threads);
+      ASSERT_EQ(got[0].shape(), y.shape()) << c.name;
+      EXPECT_EQ(got[0].dtype(), dt);
+      EXPECT_EQ(max_abs_diff(got[0], y), 0) << c.name;
+      EXPECT_EQ(max_abs_diff(got[1], ind), 0) << c.name;
+    }
+    EXPECT_EQ(max_abs_diff(run_node("MaxPool", {x}, attrs_of(c, true))[0], y), 0) << c.name << " without Indices";
+  }
+}
+
+TEST_P(Pool, AveragePoolMatchesDirectLoops) {
+  const DType dt = GetParam();
+  int seed = 100;
+  for (const PoolCase& c : pool_cases()) {
+    if (!c.dilations.empty()) continue;  // AveragePool has dilations only from opset 19
+    Tensor x = as_dtype(random_tensor(c.x, seed++), dt);
+    Tensor y = ref_pool(c, x, false).first;
+    for (int threads : {1, 2}) {
+      auto got = run_node_ex("AveragePool", {x}, attrs_of(c, false), {true}, threads);
+      ASSERT_EQ(got[0].shape(), y.shape()) << c.name;
+      EXPECT_LT(max_abs_diff(got[0], y), dt == DType::F64 ? 1e-14 : 1e-6) << c.name;
+    }
+  }
+}
+
+TEST_P(Pool, GlobalPoolsReduceEverySpatialAxis) {
+  const DType dt = GetParam();
+  for (const Shape& s : {Shape{2, 3, 5}, Shape{2, 3, 4, 5}, Shape{1, 2, 3, 2, 4}}) {
+    Tensor x = as_dtype(random_tensor(s, 7), dt);
+    Shape ys{s[0], s[1]};
+    for (size_t i = 2; i < s.size(); ++i) ys.push_back(1);
+    Tensor mean(DType::F64, ys), mx(DType::F64, ys);
+    auto v = x.as_doubles();
+    const int64_t I = x.numel() / (s[0] * s[1]);
+    for (int64_t p = 0; p < s[0] * s[1]; ++p) {
+      double sum = 0, m = -INFINITY;
+      for (int64_t i = 0; i < I; ++i) sum += v[p * I + i], m = std::max(m, v[p * I + i]);
+      mean.data<double>()[p] = sum / I;
+      mx.data<double>()[p] = m;
+    }
+    Tensor ga = run_node("GlobalAveragePool", {x})[0], gm = run_node("GlobalMaxPool", {x})[0];
+    ASSERT_EQ(ga.shape(), ys);
+    EXPECT_LT(max_abs_diff(ga, mean), 1e-6);
+    EXPECT_EQ(max_abs_diff(gm, mx), 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, Pool, ::testing::Values(DType::F32, DType::F64),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+TEST(PoolGrad, MaxPoolGradMatchesCentralDifferencesOfMaxPool) {
+  int seed = 200;
+  for (const PoolCase& c : pool_cases()) {
+    if (c.storage_order || c.name == "lenet_pool") continue;  // MaxPoolGrad takes storage_order 0 indices
+    Tensor x = random_f64(c.x, seed++);
+    const Attrs at = attrs_of(c, true);
+    auto fwd = run_node("MaxPool", {x}, at, 2);
+    Tensor dy = random_f64(fwd[0].shape(), seed++);
+    auto maxpool = [&](const std::vector<Tensor>& in) { return run_node("MaxPool", in, at)[0]; };
+    for (int threads : {1, 2}) {
+      Tensor dx = run_node_ex("MaxPoolGrad", {dy, fwd[1], x}, {}, {true}, threads, 17, "ai.graphrun")[0];
+      EXPECT_LT(max_abs_diff(dx, numeric_gradient(maxpool, {x}, 0, dy)), 1e-8) << c.name;
+    }
+  }
+}
+
+TEST(PoolGrad, AveragePoolGradMatchesCentralDifferencesOfAveragePool) {
+  int seed = 300;
+  for (const PoolCase& c : pool_cases()) {
+    if (!c.dilations.empty() || c.name == "lenet_pool") continue;
+    Tensor x = random_f64(c.x, seed++);
+    const Attrs at = attrs_of(c, false);
+    auto avgpool = [&](const std::vector<Tensor>& in) { return run_node("AveragePool", in, at)[0]; };
+    Tensor dy = random_f64(avgpool({x}).shape(), seed++);
+    for (int threads : {1, 2}) {
+      Tensor dx = run_node_ex("AveragePoolGrad", {dy, x}, at, {true}, threads, 17, "ai.graphrun")[0];
+      EXPECT_LT(max_abs_diff(dx, numeric_gradient(avgpool, {x}, 0, dy)), 1e-8) << c.name;
+    }
+  }
+}
+
+TEST(Pool, BadInputGivesClearErrors) {
+  auto expect_error = [](const std::string& op, const std::vector<Tensor>& in, const Attrs& at,
+                         const std::string& part, const std::string& domain = "") {
+    try {
+      run_node(op, in, at, 1, 17, domain);
+      ADD_FAILURE() << "expected an error containing '" << part << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  Tensor x = random_tensor({1, 2, 4, 4}, 1);
+  expect_error("MaxPool", {x}, {}, "kernel_shape");
+  expect_error("MaxPool", {x}, {{"kernel_shape", ints({2})}}, "kernel_shape");
+  expect_error("AveragePool", {x}, {{"kernel_shape", ints({5, 5})}}, "smaller than the kernel");
+  expect_error("MaxPool", {random_tensor({4, 4}, 1)}, {{"kernel_shape", ints({2, 2})}}, "rank");
+  expect_error("AveragePoolGrad", {random_tensor({1, 2, 3, 3}, 2), x}, {{"kernel_shape", ints({2, 2})}, {"strides", ints({2, 2})}},
+               "dY", "ai.graphrun");
+  Tensor bad_index = Tensor::from_vector<int64_t>({1, 2, 1, 1}, {0, 0});
+  expect_error("MaxPoolGrad", {random_tensor({1, 2, 1, 1}, 3), bad_index, x}, {}, "plane", "ai.graphrun");
+}
+
+}  // namespace
+}  // namespace graphrun::testing

@@ -1,0 +1,180 @@
+// Reduce-family CPU kernels against numpy (evaluated at test time): Reduce* with axes as attribute
+// or input (opset 13 ReduceSum), keepdims, noop_with_empty_axes; ArgMax/ArgMin; Softmax and
+// LogSoftmax under both axis conventions (2-D coercion before opset 13), and their stability.
+#include <gtest/gtest.h>
+
+#include "tests/math_test_util.h"
+
+namespace graphrun {
+namespace {
+
+using mathtest::as_f64;
+using mathtest::expect_close;
+using mathtest::expect_error;
+using mathtest::i64s;
+using mathtest::make;
+using mathtest::numpy_eval;
+using mathtest::py_sin;
+using mathtest::run_op;
+using mathtest::sin_tensor;
+
+struct ReduceCase {
+  const char* op;
+  const char* np;  // numpy of `x`, with AXES and KEEP substituted
+  std::vector<int64_t> axes;
+  bool keepdims;
+};
+
+std::string substitute(std::string s, const std::string& key, const std::string& v) {
+  for (size_t p; (p = s.find(key)) != std::string::npos;) s.replace(p, key.size(), v);
+  return s;
+}
+
+TEST(Reduce, ReduceOpsMatchNumpyForEveryAxisSetAndKeepdims) {
+  const Shape shape = {3, 4, 5};
+  Tensor x = sin_tensor(shape, 2);
+  Tensor xpos = make(DType::F64, shape, [&] {
+    auto v = x.as_doubles();
+    for (double& e : v) e = std::fabs(e) + 0.1;
+    return v;
+  }());
+  const std::string px = py_sin(shape, 2), ppos = "(np.abs(" + px + ") + 0.1)";
+  const std::vector<std::pair<const char*, std::string>> ops = {
+      {"ReduceSum", "np.sum(X, axis=AXES, keepdims=KEEP)"},
+      {"ReduceMean", "np.mean(X, axis=AXES, keepdims=KEEP)"},
+      {"ReduceMax", "np.max(X, axis=AXES, keepdims=KEEP)"},
+      {"ReduceMin", "np.min(X, axis=AXES, keepdims=KEEP)"},
+      {"ReduceProd", "np.prod(X, axis=AXES, keepdims=KEEP)"},
+      {"ReduceSumSquare", "np.sum(X * X, axis=AXES, keepdims=KEEP)"},
+      {"ReduceL1", "np.sum(np.abs(X), axis=AXES, keepdims=KEEP)"},
+      {"ReduceL2", "np.sqrt(np.sum(X * X, axis=AXES, keepdims=KEEP))"},
+      {"ReduceLogSum", "np.log(np.sum(P, axis=AXES, keepdims=KEEP))"},
+      {"ReduceLogSumExp", "np.log(np.sum(np.exp(X), axis=AXES, keepdims=KEEP))"},
+  };
+  const std::vector<std::vector<int64_t>> axis_sets = {{}, {0}, {-1}, {1}, {0, 2}, {2, 0, 1}, {-2, -1}};
+  std::vector<std::string> exprs;
+  for (const auto& [op, np] : ops)
+    for (const auto& axes : axis_sets)
+      for (bool keep : {true, false}) {
+        std::string ax = "None";
+        if (!axes.empty()) {
+          ax = "(";
+          for (int64_t a : axes) ax += std::to_string(a) + ",";
+          ax += ")";
+        }
+        std::string e = substitute(substitute(substitute(np, "AXES", ax), "KEEP", keep ? "True" : "False"), "X", px);
+        exprs.push_back(substitute(e, "P", ppos));
+      }
+  auto want = numpy_eval(exprs, "reduce");
+  ASSERT_EQ(want.size(), exprs.size());
+  size_t k = 0;
+  for (const auto& [op, np] : ops)
+    for (const auto& axes : axis_sets)
+      for (bool keep : {true, false}) {
+        const Tensor& in = std::string(op) == "ReduceLogSum" ? xpos : x;
+        std::map<std::string, Attribute> attrs = {{"keepdims", Attribute::Int(keep)}};
+        std::string what = std::string(op) + " axes " + shape_str(axes) + (keep ? " keepdims" : "");
+        // Opset 11: axes attribute for every op.
+        if (!axes.empty()) attrs["axes"] = Attribute::Ints(axes);
+        expect_close(run_op(op, {in}, attrs, 1, 11)[0], want[k], 1e-12, what + " (opset 11)");
+        // f32 against the same numbers (accumulated in double, so only rounding of inputs and outputs).
+        Tensor in32 = make(DType::F32, in.shape(), in.as_doubles());
+        double scale = 1;
+        for (double v : want[k].as_doubles()) scale = std::max(scale, std::fabs(v));
+        expect_close(as_f64(run_op(op, {in32}, attrs, 1, 11)[0]), want[k], 1e-6 * scale, what + " f32");
+        // Opset 13: ReduceSum takes axes as an input; the others keep the attribute.
+        if (std::string(op) == "ReduceSum") {
+          attrs.erase("axes");
+          expect_close(run_op(op, {in, axes.empty() ? Tensor() : i64s(axes)}, attrs, 1, 13)[0], want[k], 1e-12,
+                       what + " (opset 13)");
+        } else {
+          expect_close(run_op(op, {in}, attrs, 1, 13)[0], want[k], 1e-12, what + " (opset 13)");
+        }
+        ++k;
+      }
+}
+
+TEST(Reduce, EmptyAxesNoopAndIntegerReductions) {
+  Tensor x = sin_tensor({2, 3});
+  // Opset 13 ReduceSum with no axes: all axes, unless noop_with_empty_axes.
+  expect_close(run_op("ReduceSum", {x, Tensor()}, {{"noop_with_empty_axes", Attribute::Int(1)}}, 1, 13)[0], x, 0);
+  expect_close(run_op("ReduceSum", {x, i64s({})}, {{"noop_with_empty_axes", Attribute::Int(1)}}, 1, 13)[0], x, 0);
+  EXPECT_EQ(run_op("ReduceSum", {x, i64s({})}, {{"keepdims", Attribute::Int(0)}}, 1, 13)[0].shape(), Shape{});
+  Tensor xi = make(DType::I64, {2, 3}, {1, 2, 3, 4, 5, 6});
+  expect_close(run_op("ReduceSum", {xi, i64s({1})}, {{"keepdims", Attribute::Int(0)}}, 1, 13)[0], i64s({6, 15}), 0);
+  expect_close(run_op("ReduceMax", {xi}, {{"axes", Attribute::Ints({0})}})[0], make(DType::I64, {1, 3}, {4, 5, 6}), 0);
+  expect_close(run_op("ReduceProd", {make(DType::I32, {2, 2}, {1, 2, 3, 4})}, {{"keepdims", Attribute::Int(0)}})[0],
+               make(DType::I32, {}, {24}), 0);
+  expect_error([&] { run_op("ReduceSum", {x, i64s({2})}, {}, 1, 13); }, {"axis 2", "rank 2"});
+  expect_error([&] { run_op("ReduceMean", {x}, {{"axes", Attribute::Ints({1, -1})}}); }, {"twice"});
+  // LogSumExp does not overflow for large inputs.
+  Tensor big = make(DType::F32, {2}, {1000, 1000});
+  expect_close(run_op("ReduceLogSumExp", {big}, {{"keepdims", Attribute::Int(0)}})[0],
+               make(DType::F32, {}, {1000 + std::log(2.0)}), 1e-3);
+}
+
+TEST(Reduce, ArgMaxArgMinWithKeepdimsAndLastIndex) {
+  // Ties on purpose: select_last_index decides between them.
+  Tensor x = make(DType::F32, {2, 3, 2}, {1, 5, 5, 2, 5, 2, 0, 0, -1, 3, 0, 3});
+  std::string px = "np.array([1, 5, 5, 2, 5, 2, 0, 0, -1, 3, 0, 3], dtype=np.float64).reshape(2, 3, 2)";
+  auto want = numpy_eval({"np.argmax(" + px + ", axis=1)", "np.argmin(" + px + ", axis=-1)[..., None]",
+                          "2 - np.argmax(" + px + "[:, ::-1, :], axis=1)", "1 - np.argmin(" + px + "[:, :, ::-1], axis=2)",
+                          "np.argmax(" + px + ", axis=0)[None]"},
+                         "argmax");
+  ASSERT_EQ(want.size(), 5u);
+  auto attrs = [](int64_t axis, int64_t keep, int64_t last) {
+    return std::map<std::string, Attribute>{{"axis", Attribute::Int(axis)}, {"keepdims", Attribute::Int(keep)},
+                                            {"select_last_index", Attribute::Int(last)}};
+  };
+  expect_close(as_f64(run_op("ArgMax", {x}, attrs(1, 0, 0))[0]), want[0], 0, "argmax axis 1");
+  expect_close(as_f64(run_op("ArgMin", {x}, attrs(-1, 1, 0))[0]), want[1], 0, "argmin axis -1 keepdims");
+  expect_close(as_f64(run_op("ArgMax", {x}, attrs(1, 0, 1))[0]), want[2], 0, "argmax last");
+  expect_close(as_f64(run_op("ArgMin", {x}, attrs(2, 0, 1))[0]), want[3], 0, "argmin last");
+  Tensor d = run_op("ArgMax", {x})[0];  // axis 0, keepdims 1 by default
+  EXPECT_EQ(d.dtype(), DType::I64);
+  expect_close(as_f64(d), want[4], 0, "argmax defaults");
+}
+
+TEST(Reduce, SoftmaxAndLogSoftmaxInBothAxisConventions) {
+  const Shape shape = {2, 3, 4};
+  Tensor x = sin_tensor(shape, 3);
+  std::string px = py_sin(shape, 3);
+  auto sm = [&](const std::string& v, const std::string& axis) {
+    return "np.exp(" + v + " - np.max(" + v + ", axis=" + axis + ", keepdims=True)) / np.sum(np.exp(" + v +
+           " - np.max(" + v + ", axis=" + axis + ", keepdims=True)), axis=" + axis + ", keepdims=True)";
+  };
+  // Opset < 13: coerce to 2-D at axis (default 1); opset 13: along axis (default -1).
+  std::string flat1 = px + ".reshape(2, 12)", flat0 = px + ".reshape(1, 24)", flat2 = px + ".reshape(6, 4)";
+  auto want = numpy_eval({"(" + sm(flat1, "1") + ").reshape(2, 3, 4)", "(" + sm(flat0, "1") + ").reshape(2, 3, 4)",
+                          "(" + sm(flat2, "1") + ").reshape(2, 3, 4)", sm(px, "-1"), sm(px, "1"), sm(px, "0")},
+                         "softmax");
+  ASSERT_EQ(want.size(), 6u);
+  auto ax = [](int64_t a) { return std::map<std::string, Attribute>{{"axis", Attribute::Int(a)}}; };
+  auto check = [&](const std::map<std::string, Attribute>& attrs, int64_t opset, const Tensor& w, const std::string& what) {
+    for (DType dt : {DType::F64, DType::F32}) {
+      Tensor in = make(dt, shape, x.as_doubles());
+      double tol = dt == DType::F64 ? 1e-14 : 1e-6;
+      expect_close(as_f64(run_op("Softmax", {in}, attrs, 1, opset)[0]), w, tol, "Softmax " + what);
+      std::vector<double> lw = w.as_doubles();
+      for (double& v : lw) v = std::log(v);
+      expect_close(as_f64(run_op("LogSoftmax", {in}, attrs, 1, opset)[0]), make(DType::F64, shape, lw), tol * 10,
+                   "LogSoftmax " + what);
+    }
+  };
+  check({}, 11, want[0], "opset 11 default axis");
+  check(ax(0), 11, want[1], "opset 11 axis 0");
+  check(ax(-1), 11, want[2], "opset 11 axis -1");
+  check({}, 13, want[3], "opset 13 default axis");
+  check(ax(1), 13, want[4], "opset 13 axis 1");
+  check(ax(-3), 13, want[5], "opset 13 axis -3");
+  // Stable for large logits; parallel path gives identical numbers.
+  Tensor big = make(DType::F32, {1, 3}, {1000, 1001, 1002});
+  Tensor lsm = run_op("LogSoftmax", {big})[0];
+  EXPECT_NEAR(lsm.as_doubles()[2], -std::log(1 + std::exp(-1.0) + std::exp(-2.0)), 1e-5);
+  Tensor wide = make(DType::F32, {256, 160}, sin_tensor({256, 160}, 5).as_doubles());
+  EXPECT_EQ(testing::max_abs_diff(run_op("Softmax", {wide}, {}, 1, 17, "", 2)[0], run_op("Softmax", {wide})[0]), 0.0);
+  expect_error([&] { run_op("Softmax", {x}, ax(3)); }, {"axis 3"});
+}
+
+}  // namespace
+}  // namespace graphrun

@@ -1,0 +1,248 @@
+// Shape-family CPU kernels against numpy (evaluated at test time) and naive references: Reshape,
+// Flatten, Transpose, Concat, Split, Slice, Squeeze/Unsqueeze, Pad, Gather*, Scatter, Expand, Tile,
+// Constant*, Shape/Size, Range, OneHot and ai.graphrun SumToShape, with their opset differences.
+#include <gtest/gtest.h>
+
+#include <limits>
+
+#include "tests/math_test_util.h"
+
+namespace graphrun {
+namespace {
+
+using mathtest::as_f64;
+using mathtest::expect_close;
+using mathtest::expect_error;
+using mathtest::i64s;
+using mathtest::make;
+using mathtest::numpy_eval;
+using mathtest::py_sin;
+using mathtest::rand;
+using mathtest::run_op;
+using mathtest::sin_tensor;
+
+const int64_t kMax = std::numeric_limits<int64_t>::max();
+
+TEST(Shape, ReshapeCopiesZerosAndInfersMinusOne) {
+  Tensor x = sin_tensor({2, 3, 4});
+  Tensor y = run_op("Reshape", {x, i64s({0, -1})})[0];
+  EXPECT_EQ(y.shape(), (Shape{2, 12}));
+  EXPECT_EQ(testing::max_abs_diff(y.reshaped({2, 3, 4}), x), 0.0);
+  EXPECT_EQ(run_op("Reshape", {x, i64s({-1, 0, 2})})[0].shape(), (Shape{4, 3, 2}));
+  EXPECT_EQ(run_op("Reshape", {x, i64s({4, 0, 2})})[0].shape(), (Shape{4, 3, 2}));
+  // allowzero=1 (opset 14): a 0 is a real zero dimension.
+  Tensor e = sin_tensor({0, 3});
+  EXPECT_EQ(run_op("Reshape", {e, i64s({3, 0})}, {{"allowzero", Attribute::Int(1)}})[0].shape(), (Shape{3, 0}));
+  expect_error([&] { run_op("Reshape", {x, i64s({5, -1})}); }, {"[2,3,4]", "[5,-1]"});
+  expect_error([&] { run_op("Reshape", {x, i64s({-1, -1})}); }, {"more than one -1"});
+  expect_error([&] { run_op("Reshape", {x, i64s({7, 2})}); }, {"cannot reshape"});
+}
+
+TEST(Shape, FlattenSqueezeUnsqueezeInBothOpsetForms) {
+  Tensor x = sin_tensor({2, 3, 4, 5});
+  EXPECT_EQ(run_op("Flatten", {x})[0].shape(), (Shape{2, 60}));
+  EXPECT_EQ(run_op("Flatten", {x}, {{"axis", Attribute::Int(0)}})[0].shape(), (Shape{1, 120}));
+  EXPECT_EQ(run_op("Flatten", {x}, {{"axis", Attribute::Int(-1)}})[0].shape(), (Shape{24, 5}));
+  EXPECT_EQ(run_op("Flatten", {x}, {{"axis", Attribute::Int(4)}})[0].shape(), (Shape{120, 1}));
+  Tensor s = sin_tensor({1, 3, 1, 5});
+  EXPECT_EQ(run_op("Squeeze", {s})[0].shape(), (Shape{3, 5}));
+  EXPECT_EQ(run_op("Squeeze", {s, i64s({-2})})[0].shape(), (Shape{1, 3, 5}));
+  EXPECT_EQ(run_op("Squeeze", {s}, {{"axes", Attribute::Ints({0})}}, 1, 11)[0].shape(), (Shape{3, 1, 5}));
+  expect_error([&] { run_op("Squeeze", {s, i64s({1})}); }, {"axis 1", "not 1"});
+  Tensor u = sin_tensor({3, 4});
+  EXPECT_EQ(run_op("Unsqueeze", {u, i64s({0, 3})})[0].shape(), (Shape{1, 3, 4, 1}));
+  EXPECT_EQ(run_op("Unsqueeze", {u, i64s({-1})})[0].shape(), (Shape{3, 4, 1}));
+  EXPECT_EQ(run_op("Unsqueeze", {u}, {{"axes", Attribute::Ints({1})}}, 1, 11)[0].shape(), (Shape{3, 1, 4}));
+  Tensor uu = run_op("Unsqueeze", {u, i64s({2, 0})})[0];
+  EXPECT_EQ(uu.shape(), (Shape{1, 3, 1, 4}));
+  EXPECT_EQ(testing::max_abs_diff(uu.reshaped({3, 4}), u), 0.0);
+}
+
+TEST(Shape, TransposeConcatSplitMatchNumpy) {
+  Tensor x = sin_tensor({2, 3, 4});
+  std::string px = py_sin({2, 3, 4});
+  auto want = numpy_eval({"np.transpose(" + px + ")", "np.transpose(" + px + ", (1, 0, 2))",
+                          "np.transpose(" + px + ", (2, 0, 1))",
+                          "np.concatenate([" + px + ", " + py_sin({2, 1, 4}, 2) + ", " + py_sin({2, 2, 4}, 3) + "], axis=-2)",
+                          "np.concatenate([" + px + ", " + px + "], axis=0)"},
+                         "transpose");
+  ASSERT_EQ(want.size(), 5u);
+  expect_close(run_op("Transpose", {x})[0], want[0], 0);
+  expect_close(run_op("Transpose", {x}, {{"perm", Attribute::Ints({1, 0, 2})}})[0], want[1], 0);
+  expect_close(run_op("Transpose", {x}, {{"perm", Attribute::Ints({2, 0, 1})}})[0], want[2], 0);
+  // f32 and i64 move through the same byte-wise code.
+  expect_close(as_f64(run_op("Transpose", {make(DType::F32, x.shape(), x.as_doubles())}, {{"perm", Attribute::Ints({2, 0, 1})}})[0]),
+               make(DType::F64, want[2].shape(), make(DType::F32, want[2].shape(), want[2].as_doubles()).as_doubles()), 0);
+  expect_close(run_op("Concat", {x, sin_tensor({2, 1, 4}, 2), sin_tensor({2, 2, 4}, 3)}, {{"axis", Attribute::Int(-2)}})[0],
+               want[3], 0);
+  expect_close(run_op("Concat", {x, x}, {{"axis", Attribute::Int(0)}})[0], want[4], 0);
+  expect_error([&] { run_op("Concat", {x, sin_tensor({2, 3, 5})}, {{"axis", Attribute::Int(1)}}); }, {"[2,3,4]", "[2,3,5]"});
+
+  // Split: equal parts, sizes as an attribute (opset 11) and as an input (opset 13).
+  auto parts = run_op("Split", {x}, {{"axis", Attribute::Int(2)}}, 2);
+  EXPECT_EQ(parts[0].shape(), (Shape{2, 3, 2}));
+  Tensor joined = run_op("Concat", {parts[0], parts[1]}, {{"axis", Attribute::Int(2)}})[0];
+  EXPECT_EQ(testing::max_abs_diff(joined, x), 0.0);
+  auto p11 = run_op("Split", {x}, {{"axis", Attribute::Int(1)}, {"split", Attribute::Ints({1, 2})}}, 2, 11);
+  auto p13 = run_op("Split", {x, i64s({1, 2})}, {{"axis", Attribute::Int(-2)}}, 2, 13);
+  EXPECT_EQ(p11[1].shape(), (Shape{2, 2, 4}));
+  EXPECT_EQ(testing::max_abs_diff(p11[1], p13[1]), 0.0);
+  EXPECT_EQ(testing::max_abs_diff(run_op("Concat", {p13[0], p13[1]}, {{"axis", Attribute::Int(1)}})[0], x), 0.0);
+  expect_error([&] { run_op("Split", {x}, {{"axis", Attribute::Int(1)}}, 2); }, {"equal"});
+  expect_error([&] { run_op("Split", {x, i64s({1, 1})}, {{"axis", Attribute::Int(1)}}, 2); }, {"add up"});
+}
+
+TEST(Shape, SliceMatchesNumpyWithNegativeStepsAndClamping) {
+  Tensor x = sin_tensor({4, 5, 6});
+  std::string px = py_sin({4, 5, 6});
+  struct Case {
+    std::vector<int64_t> starts, ends, axes, steps;
+    std::string np;
+  };
+  const std::vector<Case> cases = {
+      {{1, 0}, {3, 5}, {0, 1}, {1, 1}, "[1:3, 0:5]"},
+      {{0}, {-1}, {}, {}, "[0:-1]"},
+      {{-3}, {kMax}, {2}, {1}, "[:, :, -3:]"},
+      {{5}, {-kMax}, {2}, {-1}, "[:, :, ::-1]"},
+      {{-1, 4}, {-kMax, 0}, {0, -1}, {-2, -3}, "[::-2, :, 4:0:-3]"},
+      {{20}, {1}, {1}, {-2}, "[:, 20:1:-2]"},
+      {{2}, {2}, {1}, {1}, "[:, 2:2]"},
+      {{-100}, {100}, {0}, {3}, "[-100:100:3]"},
+      {{1, 1}, {1000, 4}, {2, 1}, {2, 1}, "[:, 1:4, 1:1000:2]"},
+  };
+  std::vector<std::string> exprs;
+  for (const auto& c : cases) exprs.push_back(px + c.np);
+  auto want = numpy_eval(exprs, "slice");
+  ASSERT_EQ(want.size(), cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto& c = cases[i];
+    std::vector<Tensor> in = {x, i64s(c.starts), i64s(c.ends), c.axes.empty() ? Tensor() : i64s(c.axes),
+                              c.steps.empty() ? Tensor() : i64s(c.steps)};
+    expect_close(run_op("Slice", in)[0], want[i], 0, "Slice " + c.np);
+  }
+  // Opset 9: attributes, no steps.
+  expect_close(run_op("Slice", {x}, {{"starts", Attribute::Ints({1, 0})}, {"ends", Attribute::Ints({3, 5})},
+                                     {"axes", Attribute::Ints({0, 1})}}, 1, 9)[0],
+               want[0], 0);
+  expect_error([&] { run_op("Slice", {x, i64s({0}), i64s({1}), i64s({0}), i64s({0})}); }, {"step 0"});
+}
+
+TEST(Shape, PadMatchesNumpyInEveryModeAndBothOpsetForms) {
+  Tensor x = sin_tensor({2, 3, 4});
+  std::string px = py_sin({2, 3, 4});
+  auto want = numpy_eval({"np.pad(" + px + ", ((0, 1), (2, 0), (1, 3)), constant_values=1.5)",
+                          "np.pad(" + px + ", ((1, 1), (2, 2), (3, 1)), mode='reflect')",
+                          "np.pad(" + px + ", ((1, 0), (0, 2), (2, 3)), mode='edge')",
+                          "np.pad(" + px + ", ((0, 0), (0, 1), (0, 0)))[:, 1:, :-2]",
+                          "np.pad(" + py_sin({3, 1}) + ", ((0, 0), (2, 3)), mode='reflect')"},
+                         "pad");
+  ASSERT_EQ(want.size(), 5u);
+  auto pad = [&](const Tensor& in, std::vector<int64_t> pads, const std::string& mode, double value) {
+    return run_op("Pad", {in, i64s(pads), make(DType::F64, {}, {value})}, {{"mode", Attribute::Str(mode)}})[0];
+  };
+  expect_close(pad(x, {0, 2, 1, 1, 0, 3}, "constant", 1.5), want[0], 0, "constant");
+  expect_close(pad(x, {1, 2, 3, 1, 2, 1}, "reflect", 0), want[1], 0, "reflect");
+  expect_close(pad(x, {1, 0, 2, 0, 2, 3}, "edge", 0), want[2], 0, "edge");
+  expect_close(pad(x, {0, -1, 0, 0, 1, -2}, "constant", 0), want[3], 0, "negative pads");
+  expect_close(pad(sin_tensor({3, 1}), {0, 2, 0, 3}, "reflect", 0), want[4], 0, "reflect of one");
+  // Opset 2..10: pads and value are attributes.
+  Tensor xf = make(DType::F32, x.shape(), x.as_doubles());
+  Tensor a = run_op("Pad", {xf}, {{"pads", Attribute::Ints({0, 2, 1, 1, 0, 3})}, {"value", Attribute::Float(1.5f)}}, 1, 10)[0];
+  expect_close(as_f64(a), make(DType::F64, want[0].shape(), make(DType::F32, want[0].shape(), want[0].as_doubles()).as_doubles()), 0);
+  // constant_value absent: zeros.
+  Tensor z = run_op("Pad", {make(DType::I64, {2}, {7, 8}), i64s({1, 2})})[0];
+  expect_close(z, make(DType::I64, {5}, {0, 7, 8, 0, 0}), 0);
+  expect_error([&] { run_op("Pad", {x, i64s({1, 1})}); }, {"2 pads", "[2,3,4]"});
+  expect_error([&] { pad(x, {0, 0, 0, 0, 0, 0}, "wrap", 0); }, {"wrap"});
+}
+
+TEST(Shape, ConstantShapeSizeConstantOfShapeRange) {
+  Tensor v = sin_tensor({2, 2});
+  expect_close(run_op("Constant", {}, {{"value", Attribute::Tens(v)}})[0], v, 0);
+  expect_close(run_op("Constant", {}, {{"value_float", Attribute::Float(2.5f)}})[0], make(DType::F32, {}, {2.5}), 0);
+  expect_close(run_op("Constant", {}, {{"value_ints", Attribute::Ints({1, 2, 3})}})[0], i64s({1, 2, 3}), 0);
+  expect_close(run_op("Constant", {}, {{"value_int", Attribute::Int(-4)}})[0], make(DType::I64, {}, {-4}), 0);
+  expect_close(run_op("Constant", {}, {{"value_floats", Attribute::Floats({1, 2})}})[0], make(DType::F32, {2}, {1, 2}), 0);
+  Tensor x = sin_tensor({2, 3, 4, 5});
+  expect_close(run_op("Shape", {x})[0], i64s({2, 3, 4, 5}), 0);
+  expect_close(run_op("Shape", {x}, {{"start", Attribute::Int(1)}, {"end", Attribute::Int(-1)}})[0], i64s({3, 4}), 0);
+  expect_close(run_op("Shape", {x}, {{"start", Attribute::Int(-10)}, {"end", Attribute::Int(10)}})[0], i64s({2, 3, 4, 5}), 0);
+  // start/end exist only from opset 15.
+  expect_close(run_op("Shape", {x}, {{"start", Attribute::Int(1)}}, 1, 13)[0], i64s({2, 3, 4, 5}), 0);
+  expect_close(run_op("Size", {x})[0], make(DType::I64, {}, {120}), 0);
+  Tensor c = run_op("ConstantOfShape", {i64s({2, 3})})[0];
+  expect_close(c, make(DType::F32, {2, 3}, std::vector<double>(6, 0)), 0);
+  c = run_op("ConstantOfShape", {i64s({4})}, {{"value", Attribute::Tens(make(DType::I64, {1}, {7}))}})[0];
+  expect_close(c, i64s({7, 7, 7, 7}), 0);
+  expect_close(run_op("Range", {make(DType::F32, {}, {1}), make(DType::F32, {}, {2}), make(DType::F32, {}, {0.3})})[0],
+               make(DType::F32, {4}, {1, 1.3, 1.6, 1.9}), 1e-6);
+  expect_close(run_op("Range", {make(DType::I64, {}, {10}), make(DType::I64, {}, {4}), make(DType::I64, {}, {-3})})[0],
+               i64s({10, 7}), 0);
+  expect_close(run_op("Range", {make(DType::I32, {}, {1}), make(DType::I32, {}, {0}), make(DType::I32, {}, {1})})[0],
+               make(DType::I32, {0}, {}), 0);
+}
+
+TEST(Shape, GatherAndFriendsMatchNumpy) {
+  Tensor x = sin_tensor({3, 4, 5});
+  std::string px = py_sin({3, 4, 5});
+  Tensor idx = make(DType::I64, {2, 2}, {0, -1, 2, 1});
+  Tensor ge_idx = make(DType::I32, {3, 2, 5}, std::vector<double>(30, 0));
+  for (int i = 0; i < 30; ++i) static_cast<int32_t*>(ge_idx.raw())[i] = (i * 7) % 4 - (i % 3 == 0 ? 4 : 0);
+  std::string gidx = "((np.arange(30) * 7) % 4 - np.where(np.arange(30) % 3 == 0, 4, 0)).reshape(3, 2, 5)";
+  auto want = numpy_eval({"np.take(" + px + ", [[0, -1], [2, 1]], axis=1)", "np.take(" + px + ", 2, axis=0)",
+                          "np.take_along_axis(" + px + ", " + gidx + " % 4, axis=1)",
+                          "np.broadcast_to(" + py_sin({4, 1}) + ", (2, 4, 3))", "np.tile(" + px + ", (2, 1, 3))"},
+                         "gather");
+  ASSERT_EQ(want.size(), 5u);
+  expect_close(run_op("Gather", {x, idx}, {{"axis", Attribute::Int(-2)}})[0], want[0], 0);
+  expect_close(run_op("Gather", {x, make(DType::I64, {}, {2})})[0], want[1], 0);
+  expect_error([&] { run_op("Gather", {x, i64s({4})}, {{"axis", Attribute::Int(1)}}); }, {"index 4", "size 4"});
+  expect_close(run_op("GatherElements", {x, ge_idx}, {{"axis", Attribute::Int(1)}})[0], want[2], 0);
+  expect_close(run_op("Expand", {sin_tensor({4, 1}), i64s({2, 1, 3})})[0], want[3], 0);
+  expect_close(run_op("Tile", {x, i64s({2, 1, 3})})[0], want[4], 0);
+  expect_error([&] { run_op("Expand", {sin_tensor({4, 2}), i64s({3, 1})}); }, {"[4,2]", "[3,1]"});
+
+  // ScatterElements: none and add, with repeated indices for add (ONNX's example).
+  Tensor data = make(DType::F32, {1, 5}, {1, 2, 3, 4, 5});
+  Tensor sidx = make(DType::I64, {1, 2}, {1, 1}), upd = make(DType::F32, {1, 2}, {1.1, 2.1});
+  expect_close(run_op("ScatterElements", {data, sidx, upd}, {{"axis", Attribute::Int(1)}, {"reduction", Attribute::Str("add")}})[0],
+               make(DType::F32, {1, 5}, {1, 5.2, 3, 4, 5}), 1e-6);
+  Tensor d2 = make(DType::F32, {3, 3}, std::vector<double>(9, 0));
+  Tensor i2 = make(DType::I64, {2, 3}, {1, 0, 2, 0, 2, -2});
+  Tensor u2 = make(DType::F32, {2, 3}, {1, 1.1, 1.2, 2, 2.1, 2.2});
+  expect_close(run_op("ScatterElements", {d2, i2, u2})[0], make(DType::F32, {3, 3}, {2, 1.1, 0, 1, 0, 2.2, 0, 2.1, 1.2}), 1e-7);
+
+  // OneHot, default axis -1 and axis 0, negative indices count from the end.
+  Tensor oh = run_op("OneHot", {make(DType::I64, {3}, {0, -1, 5}), make(DType::I64, {}, {3}), make(DType::F32, {2}, {0, 1})})[0];
+  expect_close(oh, make(DType::F32, {3, 3}, {1, 0, 0, 0, 0, 1, 0, 0, 0}), 0);
+  oh = run_op("OneHot", {make(DType::I64, {2}, {1, 2}), make(DType::F32, {}, {3}), make(DType::I64, {2}, {-1, 4})},
+              {{"axis", Attribute::Int(0)}})[0];
+  expect_close(oh, make(DType::I64, {3, 2}, {-1, -1, 4, -1, -1, 4}), 0);
+}
+
+TEST(Shape, SumToShapeIsTheReverseOfBroadcasting) {
+  struct Case {
+    Shape x, target;
+  };
+  const std::vector<Case> cases = {{{6, 128}, {128}},       {{6, 128}, {1, 128}},     {{2, 5, 3, 3}, {5, 1, 1}},
+                                   {{2, 5, 3, 3}, {}},       {{2, 3, 4}, {2, 3, 4}},   {{2, 3, 4}, {2, 1, 4}},
+                                   {{4, 1, 3}, {1, 3}},      {{5, 3, 4, 6}, {3, 1, 6}}, {{0, 3}, {3}}};
+  for (DType dt : {DType::F32, DType::F64})
+    for (const auto& c : cases) {
+      Tensor x = rand(dt, c.x, 7);
+      // Naive: every element of X adds into the target element broadcasting maps to it.
+      std::vector<double> want(shape_numel(c.target), 0.0);
+      auto vx = x.as_doubles();
+      for (int64_t i = 0; i < x.numel(); ++i) want[mathtest::broadcast_source(mathtest::unravel(i, c.x), c.target)] += vx[i];
+      Tensor got = run_op("SumToShape", {x, i64s(c.target)}, {}, 1, 17, kGraphrunDomain)[0];
+      expect_close(got, make(dt, c.target, want), dt == DType::F32 ? 1e-5 : 1e-12,
+                   shape_str(c.x) + " -> " + shape_str(c.target));
+    }
+  expect_close(run_op("SumToShape", {make(DType::I64, {2, 2}, {1, 2, 3, 4}), i64s({2})}, {}, 1, 17, kGraphrunDomain)[0],
+               i64s({4, 6}), 0);
+  expect_error([] { run_op("SumToShape", {rand(DType::F32, {2, 3}, 1), i64s({2})}, {}, 1, 17, kGraphrunDomain); },
+               {"[2]", "[2,3]"});
+}
+
+}  // namespace
+}  // namespace graphrun

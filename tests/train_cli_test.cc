@@ -1,0 +1,118 @@
+// graphrun train from the command line: a short run's output, metrics and saved model; every kind of
+// bad input gives one clear line and exit code 2.
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "graph/onnx_io.h"
+#include "runtime/data/idx.h"
+#include "tests/test_util.h"
+
+namespace graphrun {
+namespace {
+
+std::string lenet() { return testing::source_dir() + "/models/lenet.onnx"; }
+bool have_data() { return std::filesystem::exists(std::string(runtime::data::kDefaultDataDir) + "/t10k-images-idx3-ubyte.gz"); }
+
+// Runs graphrun train with `args`; expects exit code 2 and one line naming `what`.
+void expect_usage_error(const std::string& args, const std::string& what) {
+  auto r = testing::run_command(testing::graphrun_cli() + " train " + args);
+  EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+  std::string out = r.output;
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  EXPECT_EQ(out.find('\n'), std::string::npos) << "more than one line for: " << args << "\n" << r.output;
+  EXPECT_NE(out.find(what), std::string::npos) << args << "\n" << r.output;
+}
+
+TEST(TrainCli, NonsenseFlagsAreUsageErrors) {
+  const std::string m = lenet();
+  expect_usage_error(m + " --lr -0.5", "--lr");
+  expect_usage_error(m + " --lr abc", "--lr");
+  expect_usage_error(m + " --epochs 0", "--epochs");
+  expect_usage_error(m + " --batch-size 0", "--batch-size");
+  expect_usage_error(m + " --devices cpu:4 --batch-size 3", "smaller than the number of replicas");
+  expect_usage_error(m + " --devices tpu:0", "--devices");
+  expect_usage_error(m + " --threads 0", "--threads");
+  expect_usage_error(m + " --momentum 1.5", "--momentum");
+  expect_usage_error(m + " --nesterov", "--nesterov");
+  expect_usage_error(m + " --loss mse", "cross-entropy");
+  expect_usage_error(m + " --bogus", "unknown option --bogus");
+  expect_usage_error("", "no model");
+}
+
+TEST(TrainCli, GpusFailWithOneClearLine) {
+  expect_usage_error(lenet() + " --gpus 2", "no GPU");
+  expect_usage_error(lenet() + " --devices cuda:0,1", "no GPU");
+}
+
+TEST(TrainCli, MissingOrCorruptDataIsAnError) {
+  if (!std::filesystem::exists(lenet())) GTEST_SKIP() << "models/lenet.onnx is missing";
+  std::string d = testing::temp_dir("train_cli_data");
+  expect_usage_error(lenet() + " --data " + d + "/nowhere", "does not exist");
+  expect_usage_error(lenet() + " --data " + d, "train-images-idx3-ubyte");
+  if (!have_data()) return;
+  // A copy of Fashion-MNIST whose training images are cut short.
+  namespace fs = std::filesystem;
+  for (const char* f : {"train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"})
+    fs::copy_file(std::string(runtime::data::kDefaultDataDir) + "/" + f, d + "/" + f);
+  gzFile out = gzopen((d + "/train-images-idx3-ubyte.gz").c_str(), "wb");
+  std::string header = std::string{0, 0, 8, 3} + std::string{0, 0, char(0xea), 0x60} + std::string{0, 0, 0, 28} +
+                       std::string{0, 0, 0, 28};
+  gzwrite(out, header.data(), header.size());
+  std::string pixels(1000, '\x10');
+  gzwrite(out, pixels.data(), pixels.size());
+  gzclose(out);
+  expect_usage_error(lenet() + " --data " + d, "train-images-idx3-ubyte.gz");
+  expect_usage_error(lenet() + " --data " + d, "truncated");
+}
+
+TEST(TrainCli, ModelWithFiveClassesIsRefused) {
+  if (!std::filesystem::exists(lenet()) || !have_data()) GTEST_SKIP() << "needs models/lenet.onnx and Fashion-MNIST";
+  Graph g = load_onnx(lenet());
+  Shape ws = g.initializers.at("fc2.weight").shape();
+  ws.back() = 5;
+  g.initializers["fc2.weight"] = testing::random_tensor(ws, 3);
+  g.initializers["fc2.bias"] = Tensor(DType::F32, {5});
+  for (auto& [name, vi] : g.values)
+    if (vi.has_shape && !vi.shape.empty() && vi.shape.back().size == 10) vi.shape.back() = Dim(5);
+  std::string path = testing::temp_dir("train_cli_5") + "/lenet5.onnx";
+  save_onnx(g, path);
+  expect_usage_error(path, "5 classes");
+}
+
+TEST(TrainCli, ShortRunPrintsEpochLinesMetricsAndSavesTheModel) {
+  if (!std::filesystem::exists(lenet()) || !have_data()) GTEST_SKIP() << "needs models/lenet.onnx and Fashion-MNIST";
+  std::string d = testing::temp_dir("train_cli_run");
+  auto r = testing::run_command(testing::graphrun_cli() + " train " + lenet() +
+                                " --devices cpu:2 --threads 1 --epochs 2 --max-steps 20 --batch-size 64 --lr 0.05"
+                                " --momentum 0.9 --metrics " + d + "/m.jsonl --save " + d + "/t.onnx");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("epoch 1/2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("epoch 2/2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("img/s"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("sec/epoch on [cpu:0, cpu:1]"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find('\r'), std::string::npos) << "progress bar written when stderr is not a terminal";
+  std::ifstream m(d + "/m.jsonl");
+  std::string line;
+  int lines = 0;
+  while (std::getline(m, line)) {
+    ++lines;
+    EXPECT_EQ(line.front(), '{');
+    EXPECT_EQ(line.back(), '}');
+    for (const char* key : {"\"epoch\"", "\"loss\"", "\"train_acc\"", "\"test_acc\"", "\"seconds\"", "\"images_per_sec\""})
+      EXPECT_NE(line.find(key), std::string::npos) << line;
+  }
+  EXPECT_EQ(lines, 2);
+  // The saved model is an ordinary ONNX model: graphrun show/run load it.
+  Graph saved = load_onnx(d + "/t.onnx");
+  EXPECT_EQ(saved.inputs, load_onnx(lenet()).inputs);
+  std::string acc_line = r.output.substr(r.output.find("test acc: "));
+  double printed = std::stod(acc_line.substr(10));
+  EXPECT_GT(printed, 0.2);
+}
+
+}  // namespace
+}  // namespace graphrun

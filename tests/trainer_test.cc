@@ -1,0 +1,198 @@
+// The data-parallel trainer on LeNet and ResNet-18: 1, 2 and 3 replicas agree, accuracy rises, the
+// loss of a BatchNorm model falls on cpu:2, the saved model reproduces the printed accuracy, bad input.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "graph/onnx_io.h"
+#include "runtime/trainer.h"
+#include "tests/test_util.h"
+
+namespace graphrun {
+namespace {
+
+using runtime::TrainOptions;
+using runtime::Trainer;
+
+std::string lenet_path() { return testing::source_dir() + "/models/lenet.onnx"; }
+std::string resnet_path() { return testing::binary_dir() + "/models/resnet18.onnx"; }
+bool have_data() { return std::filesystem::exists(std::string(runtime::data::kDefaultDataDir) + "/train-images-idx3-ubyte.gz"); }
+
+#define REQUIRE_LENET_AND_DATA()                                                                      \
+  if (!std::filesystem::exists(lenet_path())) GTEST_SKIP() << "models/lenet.onnx is missing";         \
+  if (!have_data()) GTEST_SKIP() << "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)"
+
+TrainOptions quick(int replicas, int64_t batch, int64_t steps) {
+  TrainOptions o;
+  o.pipeline.devices.clear();
+  for (int d = 0; d < replicas; ++d) o.pipeline.devices.push_back(Device{Device::Kind::CPU, d});
+  o.batch_size = batch;
+  o.epochs = 1;
+  o.threads = 1;
+  o.max_steps = steps;
+  o.train_limit = batch * steps;
+  o.test_limit = 500;
+  o.progress = 0;
+  return o;
+}
+
+std::map<std::string, Tensor> params_after(const Graph& model, const TrainOptions& o) {
+  Trainer t(model, o);
+  for (int e = 0; e < o.epochs; ++e) t.train_epoch(e);
+  std::map<std::string, Tensor> r;
+  for (const auto& p : t.graphs().params) r[p] = t.replica(o.pipeline.devices.size() - 1).state(p).clone();
+  return r;
+}
+
+TEST(Trainer, OneTwoAndThreeReplicasHoldTheSameParameters) {
+  REQUIRE_LENET_AND_DATA();
+  Graph model = load_onnx(lenet_path());
+  // 50 SGD steps of a global batch of 48 (so 3 replicas get 16 each), then with momentum + decay.
+  for (int variant = 0; variant < 2; ++variant) {
+    TrainOptions o = quick(1, 48, 50);
+    if (variant == 1) {
+      o.pipeline.optimizer.momentum = 0.9f;
+      o.pipeline.optimizer.weight_decay = 1e-3f;
+      o.pipeline.optimizer.nesterov = true;
+      o.lr = 0.05;
+    }
+    auto one = params_after(model, o);
+    double moved = 0;
+    for (const auto& [name, t] : one) moved = std::max(moved, testing::max_abs_diff(t, model.initializers.at(name)));
+    EXPECT_GT(moved, 1e-3) << "training did not change the weights";
+    for (int D : {2, 3}) {
+      TrainOptions od = o;
+      od.pipeline.devices = quick(D, 48, 50).pipeline.devices;
+      auto many = params_after(model, od);
+      for (const auto& [name, t] : one)
+        EXPECT_LE(testing::max_rel_diff(many.at(name), t), 1e-5) << name << ", " << D << " replicas, variant " << variant;
+    }
+  }
+}
+
+TEST(Trainer, ShortTrainingIsWellAboveChance) {
+  REQUIRE_LENET_AND_DATA();
+  TrainOptions o = quick(2, 64, 300);
+  o.lr = 0.05;
+  o.pipeline.optimizer.momentum = 0.9f;
+  o.test_limit = 2000;
+  Trainer t(load_onnx(lenet_path()), o);
+  auto st = t.train_epoch(0);
+  EXPECT_EQ(st.steps, 300);
+  EXPECT_EQ(st.images, 300 * 64);
+  EXPECT_GT(st.test_acc, 0.6) << "loss " << st.loss;
+  EXPECT_GT(st.train_acc, 0.4);
+}
+
+TEST(Trainer, SavedModelReproducesTheTestAccuracy) {
+  REQUIRE_LENET_AND_DATA();
+  TrainOptions o = quick(2, 64, 60);
+  o.lr = 0.05;
+  o.pipeline.optimizer.momentum = 0.9f;
+  o.test_limit = 1000;
+  Trainer t(load_onnx(lenet_path()), o);
+  double acc = t.train_epoch(0).test_acc;
+  std::string path = testing::temp_dir("trainer_save") + "/lenet.trained.onnx";
+  t.save(path);
+  Graph saved = load_onnx(path);
+  runtime::Executor ex(saved);
+  const auto& test = t.test_data();
+  auto out = ex.run({{saved.inputs[0], test.images}}).at(saved.outputs[0]);
+  int64_t correct = 0;
+  for (int64_t i = 0; i < test.size(); ++i) {
+    const float* row = out.data<float>() + i * out.dim(1);
+    correct += (std::max_element(row, row + out.dim(1)) - row) == test.labels.data<int64_t>()[i];
+  }
+  EXPECT_NEAR(double(correct) / test.size(), acc, 1.5 / test.size());
+  EXPECT_GT(acc, 0.3);
+}
+
+TEST(Trainer, ResNet18LossFallsOnTwoReplicas) {
+  if (!std::filesystem::exists(resnet_path()))
+    GTEST_SKIP() << resnet_path() << " is missing (the build exports it when /usr/bin/python3 has torch)";
+  if (!have_data()) GTEST_SKIP() << "Fashion-MNIST is not installed";
+  // 30 steps of batch 32 over the same 320 images (3 passes): BatchNorm in training mode, running
+  // statistics written back every step and broadcast from replica 0.
+  TrainOptions o = quick(2, 32, 10);
+  o.epochs = 3;
+  o.lr = 0.05;
+  o.pipeline.optimizer.momentum = 0.9f;
+  o.test_limit = 64;
+  o.eval_batch = 64;
+  Trainer t(load_onnx(resnet_path()), o);
+  std::vector<double> losses;
+  for (int e = 0; e < 3; ++e) losses.push_back(t.train_epoch(e).loss);
+  EXPECT_LT(losses[2], losses[0] * 0.8) << losses[0] << " -> " << losses[1] << " -> " << losses[2];
+  // Running statistics moved away from their initial values and agree across replicas.
+  int checked = 0;
+  const Graph& model = t.graphs().forward;
+  for (const Node& n : model.nodes) {
+    if (n.op_type != "BatchNormalization" || n.inputs.size() < 5) continue;
+    const std::string& mean = n.inputs[3];
+    EXPECT_GT(testing::max_abs_diff(t.replica(0).state(mean), model.initializers.at(mean)), 0) << mean;
+    EXPECT_EQ(testing::max_abs_diff(t.replica(0).state(mean), t.replica(1).state(mean)), 0) << mean;
+    ++checked;
+  }
+  EXPECT_GT(checked, 10);
+}
+
+TEST(Trainer, ModelWithTooFewClassesIsRefusedBeforeTraining) {
+  REQUIRE_LENET_AND_DATA();
+  Graph model = load_onnx(lenet_path());
+  ASSERT_TRUE(model.initializers.count("fc2.weight") && model.initializers.count("fc2.bias"));
+  Shape ws = model.initializers.at("fc2.weight").shape();
+  ws.back() = 5;
+  model.initializers["fc2.weight"] = testing::random_tensor(ws, 1);
+  model.initializers["fc2.bias"] = Tensor(DType::F32, {5});
+  for (auto& [name, vi] : model.values)
+    if (vi.has_shape && !vi.shape.empty() && vi.shape.back().size == 10) vi.shape.back() = Dim(5);
+  try {
+    Trainer t(model, quick(1, 32, 1));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("5 classes"), std::string::npos) << m;
+    EXPECT_NE(m.find("10 classes"), std::string::npos) << m;
+  }
+}
+
+TEST(Trainer, BadSettingsAreErrors) {
+  REQUIRE_LENET_AND_DATA();
+  Graph model = load_onnx(lenet_path());
+  auto error_of = [&](TrainOptions o) -> std::string {
+    try {
+      Trainer t(model, o);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  TrainOptions o = quick(3, 2, 1);
+  EXPECT_NE(error_of(o).find("smaller than the number of replicas"), std::string::npos);
+  o = quick(1, 32, 1);
+  o.data_dir = testing::temp_dir("trainer_nodata") + "/missing";
+  EXPECT_NE(error_of(o).find("does not exist"), std::string::npos);
+  o = quick(1, 32, 1);
+  o.pipeline.devices = {Device{Device::Kind::CUDA, 0}};
+  EXPECT_NE(error_of(o).find("no GPU"), std::string::npos);
+  o = quick(1, 32, 1);
+  o.lr = -1;
+  EXPECT_NE(error_of(o).find("learning rate"), std::string::npos);
+}
+
+TEST(Trainer, ParsesDeviceLists) {
+  using runtime::parse_devices;
+  EXPECT_EQ(runtime::devices_str(parse_devices("cpu:2")), "[cpu:0, cpu:1]");
+  EXPECT_EQ(runtime::devices_str(parse_devices("3")), "[cpu:0, cpu:1, cpu:2]");
+  EXPECT_EQ(runtime::devices_str(parse_devices("cpu:0,cpu:1")), "[cpu:0, cpu:1]");
+  EXPECT_EQ(runtime::devices_str(parse_devices("cuda:0,1")), "[cuda:0, cuda:1]");
+  EXPECT_EQ(runtime::devices_str(parse_devices("cuda:0,cuda:1")), "[cuda:0, cuda:1]");
+  // cpu:N counts replicas; cpu:0 alone names the one device cpu:0.
+  EXPECT_EQ(runtime::devices_str(parse_devices("cpu:0")), "[cpu:0]");
+  for (const char* bad : {"", "tpu:0", "cpu:", "cpu:x", "0,1", "cuda", "-1", "0", "cpu:1,,"})
+    EXPECT_THROW(parse_devices(bad), Error) << bad;
+}
+
+}  // namespace
+}  // namespace graphrun
