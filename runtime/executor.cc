@@ -225,8 +225,8 @@ void Executor::set_state(const std::string& name, const Tensor& value) {
   GR_CHECK(t.dtype() == value.dtype() && t.shape() == value.shape(),
            "state '" << name << "' is " << dtype_name(t.dtype()) << shape_str(t.shape()) << ", given "
                      << dtype_name(value.dtype()) << shape_str(value.shape()));
-  if (t.device().is_cpu() && value.device().is_cpu()) {
-    t.copy_from(value);
+  if (t.device().is_cpu()) {
+    t.copy_from(value.device().is_cpu() ? value : to_host(value));
     return;
   }
   DeviceBackend* b = device_backend(opts_);

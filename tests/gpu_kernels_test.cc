@@ -4,11 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <thread>
 
+#include "graph/onnx_io.h"
+#include "graph/passes/train_mode.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/device.h"
 #include "runtime/executor.h"
+#include "runtime/trainer.h"
 #include "tests/test_util.h"
 
 namespace graphrun {
@@ -479,6 +483,140 @@ TEST(GpuReplicas, HostBuffersReduceThroughTheDevice) {
   for (int r = 0; r < 2; ++r) threads.emplace_back([&, r] { comms[r]->allreduce_sum(data[r].data(), 3); });
   for (auto& th : threads) th.join();
   for (int r = 0; r < 2; ++r) EXPECT_EQ(data[r], (std::vector<float>{11, 22, 33}));
+}
+
+// ---- the models: LeNet, SimpleCNN, ResNet-18 ----
+
+struct ModelFile {
+  std::string name, path;
+};
+std::vector<ModelFile> model_files() {
+  return {{"lenet", testing::source_dir() + "/models/lenet.onnx"},
+          {"simplecnn", testing::source_dir() + "/models/simplecnn.onnx"},
+          {"resnet18", testing::binary_dir() + "/models/resnet18.onnx"}};
+}
+
+// Runs without a GPU: the CUDA table must hold every op of the models' training and inference graphs.
+TEST(CudaKernelTable, CoversWhatTheModelsTrainWith) {
+  runtime::DeviceBackend* backend = runtime::cuda_backend();
+  if (!backend) GTEST_SKIP() << "graphrun was built without CUDA";
+  int checked = 0;
+  for (const ModelFile& m : model_files()) {
+    if (!std::filesystem::exists(m.path)) continue;
+    Graph model = load_onnx(m.path);
+    for (bool momentum : {false, true}) {
+      runtime::PipelineOptions po;
+      po.devices = {kGpu, kGpu};
+      if (momentum) po.optimizer.momentum = 0.9f;
+      runtime::TrainingGraphs tg = runtime::build_training_graphs(model, po);
+      try {
+        runtime::check_supported(tg.replicas[0].graph, backend->kernels(), m.name + " training replica");
+        runtime::check_supported(passes::to_inference(model), backend->kernels(), m.name + " inference");
+      } catch (const Error& e) {
+        ADD_FAILURE() << e.what();
+      }
+    }
+    ++checked;
+  }
+  if (!checked) GTEST_SKIP() << "no model files (models/*.onnx) found";
+}
+
+// Feeds of a training graph (image, labels, loss_scale): batch `b`, labels in [0, 10).
+std::map<std::string, Tensor> training_feeds(const runtime::TrainingGraphs& tg, int64_t b, uint64_t seed) {
+  const ValueInfo* vi = tg.training.info(tg.image);
+  Shape is{b, 1, 28, 28};
+  if (vi && vi->has_shape) {
+    is.clear();
+    for (const Dim& d : vi->shape) is.push_back(d.known() ? d.size : b);
+    is[0] = b;
+  }
+  return {{tg.image, random_tensor(is, seed, 0.f, 1.f)},
+          {tg.labels, random_int_tensor({b}, seed + 1, 0, 10)},
+          {tg.loss_scale, Tensor::scalar<float>(1.f)}};
+}
+
+TEST(GpuTraining, ModelGradientsMatchCpu) {
+  REQUIRE_GPU();
+  int checked = 0;
+  for (const ModelFile& m : model_files()) {
+    if (!std::filesystem::exists(m.path)) continue;
+    Graph model = load_onnx(m.path);
+    runtime::TrainingGraphs tg = runtime::build_training_graphs(model, runtime::PipelineOptions{});
+    bool random_ops = false;
+    for (const Node& n : tg.training.nodes) random_ops |= n.op_type == "Dropout";
+    if (random_ops) {
+      ADD_FAILURE() << m.name << " has Dropout: its masks differ between devices; compare it without";
+      continue;
+    }
+    auto feeds = training_feeds(tg, m.name == "resnet18" ? 4 : 16, 600);
+    auto cpu = run_on(tg.training, feeds, kCpu, 1)[0];
+    auto gpu = run_on(tg.training, feeds, kGpu, 2);
+    for (int run = 0; run < 2; ++run)
+      for (size_t i = 0; i < cpu.size(); ++i)
+        EXPECT_LE(diff(gpu[run][i], cpu[i]), 1e-4) << m.name << " output '" << tg.training.outputs[i] << "' (run " << run << ")";
+    ++checked;
+  }
+  if (!checked) GTEST_SKIP() << "no model files (models/*.onnx) found";
+}
+
+// 1 replica on the whole batch vs 2 replicas on cuda:0,cuda:0 (halves, AllReduce, same update):
+// the same parameters after a few SGD steps with momentum.
+TEST(GpuReplicas, OneAndTwoSameDeviceReplicasHoldTheSameParameters) {
+  REQUIRE_GPU();
+  std::string path = testing::source_dir() + "/models/lenet.onnx";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "models/lenet.onnx is missing";
+  Graph model = load_onnx(path);
+  const int64_t B = 32;
+  const int steps = 5;
+  std::map<std::string, Tensor> params[2];
+  for (int D : {1, 2}) {
+    runtime::PipelineOptions po;
+    po.devices.assign(D, kGpu);
+    po.optimizer.momentum = 0.9f;
+    runtime::TrainingGraphs tg = runtime::build_training_graphs(model, po);
+    auto comms = runtime::cuda_backend()->make_communicators(po.devices);
+    std::vector<std::unique_ptr<Executor>> ex;
+    for (int d = 0; d < D; ++d) {
+      ExecOptions o;
+      o.device = kGpu;
+      o.comm = comms[d].get();
+      o.state_updates = tg.replicas[d].state_updates;
+      ex.push_back(std::make_unique<Executor>(tg.replicas[d].graph, o));
+    }
+    for (int s = 0; s < steps; ++s) {
+      auto whole = training_feeds(tg, B, 700 + 10 * s);
+      std::vector<std::string> errors(D);
+      std::vector<std::thread> threads;
+      for (int d = 0; d < D; ++d)
+        threads.emplace_back([&, d] {
+          try {
+            const int64_t n = B / D;
+            const Tensor& img = whole.at(tg.image);
+            const int64_t per = img.numel() / B;
+            Shape is = img.shape();
+            is[0] = n;
+            Tensor x(DType::F32, is), y(DType::I64, {n});
+            std::copy(img.data<float>() + d * n * per, img.data<float>() + (d + 1) * n * per, x.data<float>());
+            std::copy(whole.at(tg.labels).data<int64_t>() + d * n, whole.at(tg.labels).data<int64_t>() + (d + 1) * n,
+                      y.data<int64_t>());
+            std::map<std::string, Tensor> in{{tg.image, x}, {tg.labels, y},
+                                             {tg.loss_scale, Tensor::scalar<float>(float(n) / float(B))},
+                                             {"lr", Tensor::scalar<float>(0.05f)}};
+            if (tg.replicas[d].graph.is_input("step")) in["step"] = Tensor::scalar<int64_t>(s);
+            ex[d]->run(in);
+          } catch (const std::exception& e) {
+            errors[d] = e.what();
+          }
+        });
+      for (auto& t : threads) t.join();
+      for (int d = 0; d < D; ++d) ASSERT_EQ(errors[d], "") << D << " replicas, replica " << d << ", step " << s;
+    }
+    for (const auto& p : tg.params) params[D - 1][p] = runtime::to_host(ex[0]->state(p));
+  }
+  ASSERT_FALSE(params[0].empty());
+  for (const auto& [name, t] : params[0])
+    // Float sums in another order (cuDNN picks algorithms per batch size): looser than the CPU's 1e-5.
+    EXPECT_LE(testing::max_rel_diff(params[1].at(name), t), 1e-4) << name;
 }
 
 }  // namespace

@@ -55,9 +55,12 @@ __global__ void bn_train_stats_kernel(const float* x, ChannelShape s, const floa
     if (threadIdx.x == 0) {
       mean_out[ch] = mu;
       var_out[ch] = var;
-      // ONNX: running = input * momentum + batch * (1 - momentum), with the biased batch variance.
+      // running = input * momentum + batch * (1 - momentum). The running variance takes the unbiased
+      // batch variance, as PyTorch's BatchNorm and graphrun's CPU kernel do (ONNX's reference: biased).
+      int64_t m = s.n * s.hw;
+      float unbiased = m > 1 ? var * static_cast<float>(m) / static_cast<float>(m - 1) : var;
       if (run_mean) run_mean[ch] = in_mean[ch] * momentum + mu * (1.f - momentum);
-      if (run_var) run_var[ch] = in_var[ch] * momentum + var * (1.f - momentum);
+      if (run_var) run_var[ch] = in_var[ch] * momentum + unbiased * (1.f - momentum);
     }
   }
 }
@@ -88,8 +91,9 @@ void batchnorm_op(KernelContext& ctx) {
   check_channel_param(in_var, s.c, "input_var");
   const Node& n = ctx.node();
   float eps = n.attr_f("epsilon", 1e-5f), momentum = n.attr_f("momentum", 0.9f);
-  // Opset 14 made the mode an attribute; before it, asking for the statistics outputs meant training.
-  bool training = ctx.opset() >= 14 ? n.attr_i("training_mode", 0) != 0 : ctx.has_output(1);
+  // Opset 14 made the mode an attribute; before it, asking for any statistics output meant training.
+  bool training = ctx.opset() >= 14 ? n.attr_i("training_mode", 0) != 0
+                                    : ctx.has_output(1) || ctx.has_output(2) || ctx.has_output(3) || ctx.has_output(4);
   Tensor& Y = ctx.output(0, X.shape(), DType::F32);
   cudaStream_t st = stream_of(ctx);
   int64_t total = X.numel();

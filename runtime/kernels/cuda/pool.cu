@@ -65,7 +65,7 @@ __global__ void maxpool_kernel(const float* x, float* y, int64_t* idx, PoolGeom 
   GR_GRID_STRIDE(o, g.n * g.c * g.oh * g.ow) {
     int64_t ow = o % g.ow, oh = (o / g.ow) % g.oh, nc = o / (g.ow * g.oh);
     int64_t h0 = oh * g.sh - g.pt, w0 = ow * g.sw - g.pl;
-    float best = -FLT_MAX;
+    float best = -INFINITY;
     int64_t arg = -1;
     for (int64_t i = 0; i < g.kh; ++i) {
       int64_t h = h0 + i * g.dh;
