@@ -204,6 +204,9 @@ TEST(GpuKernels, ShapeOps) {
   expect_parity("Squeeze", {random_tensor({2, 1, 3, 1}, 22), i64({1}, {1})}, {}, 1, 0, 13);
   expect_parity("Slice", {x, i64({2}, {0, 3}), i64({2}, {2, 0}), i64({2}, {1, 2}), i64({2}, {1, -1})});
   expect_parity("Slice", {x, i64({1}, {1}), i64({1}, {100}), i64({1}, {-1}), Tensor()});
+  for (const char* mode : {"constant", "edge", "reflect"})
+    expect_parity("Pad", {x, i64({6}, {0, 1, 2, 1, -1, 1}), Tensor::scalar<float>(0.5f)}, {{"mode", Attribute::Str(mode)}}, 1,
+                  0, 13);
 }
 
 TEST(GpuKernels, Constant) {

@@ -350,9 +350,103 @@ void slice_op(KernelContext& ctx) {
   strided_copy(ctx, X, Y, st, base);
 }
 
+// ---- Pad (constant, edge, reflect; negative pads crop) ----
+struct PadGeom {
+  int rank = 0;
+  int mode = 0;  // 0 constant, 1 edge, 2 reflect
+  int64_t out[kMaxRank], in[kMaxRank], before[kMaxRank], in_stride[kMaxRank];
+};
+
+template <class T>
+__global__ void pad_kernel(const T* x, T* y, const T* value_p, T value, PadGeom g, int64_t n) {
+  T fill = value_p ? *value_p : value;
+  GR_GRID_STRIDE(i, n) {
+    int64_t rest = i, off = 0;
+    bool constant = false;
+    for (int d = g.rank - 1; d >= 0; --d) {
+      int64_t c = rest % g.out[d] - g.before[d];
+      rest /= g.out[d];
+      int64_t dim = g.in[d];
+      if (c < 0 || c >= dim) {
+        if (g.mode == 0) { constant = true; break; }
+        if (g.mode == 1) {
+          c = c < 0 ? 0 : dim - 1;
+        } else if (dim == 1) {
+          c = 0;
+        } else {
+          int64_t period = 2 * (dim - 1);
+          c = ((c % period) + period) % period;
+          if (c >= dim) c = period - c;
+        }
+      }
+      off += c * g.in_stride[d];
+    }
+    y[i] = constant ? fill : x[off];
+  }
+}
+
+void pad_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  const int r = X.rank();
+  GR_CHECK(r <= kMaxRank, "Pad: rank " << r << " exceeds " << kMaxRank << " on CUDA");
+  std::string mode = ctx.node().attr_s("mode", "constant");
+  GR_CHECK(mode == "constant" || mode == "reflect" || mode == "edge", "Pad: unknown mode '" << mode << "' (constant, reflect, edge)");
+  std::vector<int64_t> pads;
+  double value = 0;
+  const Tensor* value_tensor = nullptr;
+  if (ctx.opset() < 11) {
+    pads = ctx.node().attr_ints(ctx.node().has_attr("pads") ? "pads" : "paddings");
+    value = ctx.node().attr_f("value", 0.f);
+  } else {
+    pads = host_int64s(ctx, 1);
+    if (ctx.has_input(2)) {
+      value_tensor = &ctx.input(2);
+      GR_CHECK(value_tensor->numel() == 1 && value_tensor->dtype() == X.dtype(),
+               "Pad: constant_value must be a scalar of the input's type");
+    }
+  }
+  std::vector<int64_t> full(2 * r, 0);
+  if (ctx.opset() >= 18 && ctx.has_input(3)) {
+    std::vector<int64_t> axes = host_int64s(ctx, 3);
+    GR_CHECK(pads.size() == 2 * axes.size(), "Pad: " << pads.size() << " pads for " << axes.size() << " axes");
+    for (size_t i = 0; i < axes.size(); ++i) {
+      int64_t k = normalize_axis(axes[i], r, "Pad axis");
+      full[k] = pads[i];
+      full[k + r] = pads[i + axes.size()];
+    }
+  } else {
+    GR_CHECK(static_cast<int>(pads.size()) == 2 * r, "Pad: " << pads.size() << " pads for input shape " << shape_str(X.shape()));
+    full = pads;
+  }
+  PadGeom g;
+  g.rank = r;
+  g.mode = mode == "constant" ? 0 : mode == "edge" ? 1 : 2;
+  std::vector<int64_t> st = row_major_strides(X.shape());
+  Shape out(r);
+  for (int k = 0; k < r; ++k) {
+    out[k] = X.dim(k) + full[k] + full[k + r];
+    GR_CHECK(out[k] >= 0, "Pad: pads " << shape_str(full) << " remove more than axis " << k << " of " << shape_str(X.shape()));
+    if (g.mode != 0 && out[k] > 0) GR_CHECK(X.dim(k) > 0, "Pad: mode '" << mode << "' cannot pad the empty axis " << k);
+    g.out[k] = out[k];
+    g.in[k] = X.dim(k);
+    g.before[k] = full[k];
+    g.in_stride[k] = st[k];
+  }
+  Tensor& Y = ctx.output(0, out, X.dtype());
+  int64_t n = Y.numel();
+  if (n == 0) return;
+  dispatch_any(X.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    pad_kernel<T><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dptr<T>(X), dptr<T>(Y), value_tensor ? dptr<T>(*value_tensor) : nullptr,
+                                                                static_cast<T>(value), g, n);
+  });
+  GR_LAUNCH_CHECK("pad");
+}
+
 }  // namespace
 
 void register_shape_kernels(KernelTable& t) {
+  t.add("Pad", locked<pad_op>);
   t.add("Reshape", locked<reshape_op>);
   t.add("Flatten", locked<flatten_op>);
   t.add("Transpose", locked<transpose_op>);
