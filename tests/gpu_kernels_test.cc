@@ -554,9 +554,12 @@ TEST(GpuTraining, ModelGradientsMatchCpu) {
     auto feeds = training_feeds(tg, m.name == "resnet18" ? 4 : 16, 600);
     auto cpu = run_on(tg.training, feeds, kCpu, 1)[0];
     auto gpu = run_on(tg.training, feeds, kGpu, 2);
+    // cuDNN may pick Winograd/FFT algorithms (exact in exact arithmetic, not in fp32); ResNet-18 adds
+    // 18 layers of that and BatchNorm over a batch of 4, hence its looser bound.
+    const double tol = m.name == "resnet18" ? 1e-3 : 1e-4;
     for (int run = 0; run < 2; ++run)
       for (size_t i = 0; i < cpu.size(); ++i)
-        EXPECT_LE(diff(gpu[run][i], cpu[i]), 1e-4) << m.name << " output '" << tg.training.outputs[i] << "' (run " << run << ")";
+        EXPECT_LE(diff(gpu[run][i], cpu[i]), tol) << m.name << " output '" << tg.training.outputs[i] << "' (run " << run << ")";
     ++checked;
   }
   if (!checked) GTEST_SKIP() << "no model files (models/*.onnx) found";
