@@ -173,8 +173,13 @@ class CudaBackend final : public DeviceBackend {
   }
   void copy_host_to_device(Device d, void* dst, const void* src, size_t bytes) override {
     DeviceContext& dc = device_context(d.index);
-    // From pageable memory this returns once `src` is staged: the caller may reuse it at once.
-    GR_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, dc.stream));
+    // Small values (lr, step, shapes) travel as a kernel parameter: no staging, no wait.
+    // Larger ones from pageable memory: cudaMemcpyAsync returns once `src` is staged, so the caller may
+    // reuse it at once.
+    if (bytes <= kSmallCopyBytes)
+      copy_small_to_device(dst, src, bytes, dc.stream);
+    else
+      GR_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, dc.stream));
   }
   void copy_device_to_host(Device d, void* dst, const void* src, size_t bytes) override {
     DeviceContext& dc = device_context(d.index);

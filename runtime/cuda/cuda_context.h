@@ -54,6 +54,11 @@ struct DeviceContext {
   std::unordered_map<std::string, std::shared_ptr<void>> cache;
 };
 
+// Copies up to kSmallCopyBytes from the host by value, as a kernel parameter: fully asynchronous
+// (a pageable cudaMemcpyAsync may wait for the stream). Used for scalars, shapes, constants.
+constexpr size_t kSmallCopyBytes = 256;
+void copy_small_to_device(void* dst, const void* src, size_t bytes, cudaStream_t stream);  // kernels/cuda/common.cu
+
 // The context of GPU `index`, created on first use; makes `index` the calling thread's current device.
 DeviceContext& device_context(int index);
 int device_count();  // 0 when no driver or no device

@@ -5,6 +5,24 @@
 
 namespace graphrun::runtime::cuda {
 
+namespace {
+struct SmallBytes {
+  unsigned char b[kSmallCopyBytes];
+};
+__global__ void small_copy_kernel(SmallBytes s, unsigned char* dst, int n) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = s.b[i];
+}
+}  // namespace
+
+void copy_small_to_device(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+  GR_CHECK(bytes <= kSmallCopyBytes, "copy_small_to_device: " << bytes << " bytes exceed " << kSmallCopyBytes);
+  if (bytes == 0) return;
+  SmallBytes s;
+  std::memcpy(s.b, src, bytes);
+  small_copy_kernel<<<1, 64, 0, stream>>>(s, static_cast<unsigned char*>(dst), static_cast<int>(bytes));
+  GR_LAUNCH_CHECK("small_copy");
+}
+
 static std::vector<char> read_back(const KernelContext& ctx, const Tensor& t) {
   std::vector<char> bytes(t.nbytes());
   if (bytes.empty()) return bytes;

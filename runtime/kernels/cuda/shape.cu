@@ -122,25 +122,13 @@ void transpose_op(KernelContext& ctx) {
   strided_copy(ctx, X, Y, st, 0);
 }
 
-struct SmallInts {
-  int64_t v[kMaxRank];
-};
-__global__ void fill_ints_kernel(SmallInts s, int64_t* y, int n) {
-  int i = threadIdx.x;
-  if (i < n) y[i] = s.v[i];
-}
-
-// Writes host int64 values into device memory without a host buffer (kernel parameter).
-void write_ints(KernelContext& ctx, const std::vector<int64_t>& v, Tensor& Y) {
-  if (v.empty()) return;
-  if (v.size() <= static_cast<size_t>(kMaxRank)) {
-    SmallInts s{};
-    for (size_t i = 0; i < v.size(); ++i) s.v[i] = v[i];
-    fill_ints_kernel<<<1, kMaxRank, 0, stream_of(ctx)>>>(s, dptr<int64_t>(Y), static_cast<int>(v.size()));
-    GR_LAUNCH_CHECK("fill_ints");
-  } else {
-    GR_CUDA_CHECK(cudaMemcpyAsync(Y.raw(), v.data(), v.size() * sizeof(int64_t), cudaMemcpyHostToDevice, stream_of(ctx)));
-  }
+// Writes host values into device memory: small ones as a kernel parameter (no wait, no host buffer that
+// must outlive the call); larger ones from pageable memory, which is staged before the call returns.
+void write_host(KernelContext& ctx, const void* src, size_t bytes, Tensor& Y) {
+  if (bytes <= kSmallCopyBytes)
+    copy_small_to_device(Y.raw(), src, bytes, stream_of(ctx));
+  else
+    GR_CUDA_CHECK(cudaMemcpyAsync(Y.raw(), src, bytes, cudaMemcpyHostToDevice, stream_of(ctx)));
 }
 
 void shape_op(KernelContext& ctx) {
@@ -154,7 +142,7 @@ void shape_op(KernelContext& ctx) {
   std::vector<int64_t> dims;
   for (int64_t i = start; i < end; ++i) dims.push_back(X.dim(static_cast<int>(i)));
   Tensor& Y = ctx.output(0, {static_cast<int64_t>(dims.size())}, DType::I64);
-  write_ints(ctx, dims, Y);
+  write_host(ctx, dims.data(), dims.size() * sizeof(int64_t), Y);
 }
 
 void constant_op(KernelContext& ctx) {
@@ -175,9 +163,7 @@ void constant_op(KernelContext& ctx) {
   }
   GR_CHECK(value.defined() && value.device().is_cpu(), "Constant: value must be a host tensor");
   Tensor& Y = ctx.output(0, value.shape(), value.dtype());
-  // From pageable memory: the copy is staged before this returns, so `value` may go away.
-  if (value.nbytes())
-    GR_CUDA_CHECK(cudaMemcpyAsync(Y.raw(), value.raw(), value.nbytes(), cudaMemcpyHostToDevice, stream_of(ctx)));
+  write_host(ctx, value.raw(), value.nbytes(), Y);
 }
 
 template <class U, class I>
