@@ -79,8 +79,8 @@ class ResNet18(nn.Module):
 
     def __init__(self, num_classes=10):
         super().__init__()
-        self.stem_conv = nn.Conv2d(1, 64, 3, padding=1)
-        self.stem_bn = nn.BatchNorm2d(64)
+        self.conv1 = nn.Conv2d(1, 64, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(64)
         stages, c_in = [], 64
         for i, c in enumerate([64, 128, 256, 512]):
             stride = 1 if i == 0 else 2
@@ -90,7 +90,7 @@ class ResNet18(nn.Module):
         self.fc = nn.Linear(512, num_classes)
 
     def forward(self, x):
-        h = F.relu(self.stem_bn(self.stem_conv(x)))
+        h = F.relu(self.bn1(self.conv1(x)))
         h = self.stage4(self.stage3(self.stage2(self.stage1(h))))
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(h, 1), 1))
 

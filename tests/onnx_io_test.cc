@@ -407,6 +407,14 @@ torch.onnx.export(net, torch.randn(2, 1, 28, 28), 'net.onnx', input_names=['imag
   Graph g = load_onnx(dir + "/net.onnx");
   EXPECT_EQ(g.values.at("image").str(), "f32[N,1,28,28]");
   EXPECT_EQ(g.values.at("logits").str(), "f32[N,10]");
+  // Reshape(y, [y.shape[0], -1]): ONNX infers [N,?]; graphrun divides out N.
+  int reshapes = 0;
+  for (const Node& n : g.nodes)
+    if (n.op_type == "Reshape") {
+      ++reshapes;
+      EXPECT_EQ(g.values.at(n.outputs[0]).str(), "f32[N,784]");
+    }
+  EXPECT_EQ(reshapes, 1);
   save_onnx(g, dir + "/saved.onnx");
   expect_python_valid(dir + "/saved.onnx");
   Graph h = load_onnx(dir + "/saved.onnx");
