@@ -22,7 +22,8 @@ Tensor to_device(const Tensor& t, Device d) {
   if (d.is_cpu()) return to_host(t);
   DeviceBackend* b = backend_for(d.kind);
   std::string why;
-  GR_CHECK(b && cuda_available(&why), "cannot use " << d.str() << ": " << why);
+  const bool available = cuda_available(&why);  // first: it fills `why` also when b is null
+  GR_CHECK(b && available, "cannot use " << d.str() << ": " << why);
   Tensor r = b->empty(d, t.dtype(), t.shape());
   if (!t.nbytes()) return r;
   if (t.device().is_cpu()) {

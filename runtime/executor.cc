@@ -144,7 +144,8 @@ static DeviceBackend* device_backend(const ExecOptions& o) {
   if (o.device.is_cpu()) return nullptr;
   DeviceBackend* b = backend_for(o.device.kind);
   std::string why;
-  GR_CHECK(b && cuda_available(&why), "cannot run on " << o.device.str() << ": " << why);
+  const bool available = cuda_available(&why);  // first: it fills `why` also when b is null
+  GR_CHECK(b && available, "cannot run on " << o.device.str() << ": " << why);
   GR_CHECK(o.device.index >= 0 && o.device.index < b->device_count(),
            "cannot run on " << o.device.str() << ": " << b->device_count() << " device(s) present");
   return b;
