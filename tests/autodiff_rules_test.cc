@@ -507,3 +507,32 @@ TEST(GradRules, MseLossMatchesDefinition) {
 
 }  // namespace
 }  // namespace graphrun::testing
+
+namespace graphrun::testing {
+namespace {
+
+// Data-parallel replicas feed the loss gradient: every parameter gradient scales with it.
+TEST(GradRules, LossGradInputScalesEveryGradient) {
+  TestGraph t;
+  std::string w = t.param("w", {3, 4}, 1);
+  std::string b = t.param("b", {4}, 2);
+  std::string y = t.node("Relu", {t.node("Add", {w, b})});
+  Graph g = t.g;
+  g.outputs = {y};
+  g.nodes.push_back(Node{"s", "ReduceSum", "", {y}, {"loss"}, {{"keepdims", A::Int(0)}}});
+  Graph one = autodiff::backward(g);
+  autodiff::BackwardOptions o;
+  o.loss_grad_input = "loss_grad";
+  Graph fed = autodiff::backward(g, o);
+  runtime::Executor e1(one), e2(fed);
+  auto r1 = e1.run({});
+  auto r2 = e2.run({{"loss_grad", Tensor::scalar<float>(0.25f)}});
+  for (const char* p : {"w_grad", "b_grad"}) {
+    Tensor expect = r1.at(p).clone();
+    for (int64_t i = 0; i < expect.numel(); ++i) expect.data<double>()[i] *= 0.25;
+    EXPECT_LE(max_abs_diff(r2.at(p), expect), 1e-15) << p;
+  }
+}
+
+}  // namespace
+}  // namespace graphrun::testing
