@@ -184,6 +184,16 @@ TEST(GradRules, MatMulShapes) {
   }
 }
 
+TEST(GradRules, MatMulWithInputOfUnknownRank) {
+  // As after a Reshape whose target shape the importer could not infer (older opsets).
+  for (Shape sa : {Shape{2, 3, 4}, Shape{3, 4}, Shape{4}}) {
+    SCOPED_TRACE(shape_str(sa));
+    TestGraph t(11);
+    std::string a = t.node("Identity", {t.param("a", sa, 1)});
+    check_gradients(t, t.node("MatMul", {a, t.param("b", {4, 5}, 2)}), shapes(ShapeInfo::None));
+  }
+}
+
 // ---- nn
 
 TEST(GradRules, ConvAttributes) {
