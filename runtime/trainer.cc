@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "graph/onnx_io.h"
+#include "graph/passes/remove_noops.h"
 #include "graph/passes/train_mode.h"
 
 namespace graphrun::runtime {
@@ -101,7 +102,7 @@ TrainingGraphs build_training_graphs(const Graph& model, const PipelineOptions& 
   tg.image = model.inputs[0];
   tg.logits = opts.output.empty() ? model.outputs[0] : opts.output;
   GR_CHECK(model.is_output(tg.logits), "model '" << model.name << "' has no output named '" << tg.logits << "'");
-  Graph m = passes::to_training(model);
+  Graph m = passes::to_training(passes::remove_noops(model));
   // The batch dimension varies (shards, the last batch): never fixed.
   auto it = m.values.find(tg.image);
   if (it != m.values.end() && it->second.has_shape && !it->second.shape.empty()) it->second.shape[0] = Dim("N");
@@ -189,7 +190,7 @@ Trainer::Trainer(const Graph& model, TrainOptions opts) : opts_(std::move(opts))
   eo.threads = threads_ * D;
   eo.fetch = {graphs_.logits};
   eo.seed = opts_.seed;
-  eval_ = std::make_unique<Executor>(passes::to_inference(graphs_.forward), eo);
+  eval_ = std::make_unique<Executor>(passes::remove_noops(passes::to_inference(graphs_.forward)), eo);
   check_model_fits_labels();
 
   group_ = CpuCommGroup::create(D);

@@ -47,7 +47,7 @@ struct PipelineOptions {
   size_t bucket_bytes = size_t(4) << 20;
 };
 
-// to_training -> attach_loss -> backward (seed gradient from the `loss_scale` input) -> replicate.
+// remove_noops -> to_training -> attach_loss -> backward (seed gradient from the `loss_scale` input) -> replicate.
 // The one model input is the images (its batch dimension made symbolic).
 // The trained parameters are the float initializers minus BatchNorm running statistics, Dropout
 // ratios and `freeze`.
