@@ -2,6 +2,7 @@
 // integers, variadic ops, unary math, comparisons and logic, Where, Clip (both opset forms), Cast.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -147,6 +148,19 @@ TEST(Elementwise, UnaryMathMatchesTheStandardLibrary) {
       {"Erf", [](double x) { return std::erf(x); }, -3, 3},
       {"Identity", [](double x) { return x; }, -3, 3},
       {"Softplus", [](double x) { return std::log1p(std::exp(x)); }, -20, 20},
+      {"Sin", [](double x) { return std::sin(x); }, -3, 3},
+      {"Cos", [](double x) { return std::cos(x); }, -3, 3},
+      {"Tan", [](double x) { return std::tan(x); }, -1, 1},
+      {"Asin", [](double x) { return std::asin(x); }, -0.9, 0.9},
+      {"Acos", [](double x) { return std::acos(x); }, -0.9, 0.9},
+      {"Atan", [](double x) { return std::atan(x); }, -3, 3},
+      {"Sinh", [](double x) { return std::sinh(x); }, -3, 3},
+      {"Cosh", [](double x) { return std::cosh(x); }, -3, 3},
+      {"Asinh", [](double x) { return std::asinh(x); }, -3, 3},
+      {"Acosh", [](double x) { return std::acosh(x); }, 1, 3},
+      {"Atanh", [](double x) { return std::atanh(x); }, -0.9, 0.9},
+      {"Softsign", [](double x) { return x / (1 + std::fabs(x)); }, -3, 3},
+      {"HardSwish", [](double x) { return x * std::clamp(x / 6 + 0.5, 0.0, 1.0); }, -5, 5},
   };
   for (DType dt : {DType::F32, DType::F64})
     for (const auto& op : ops) {
@@ -185,6 +199,39 @@ TEST(Elementwise, LeakyReluAndClipInBothOpsetForms) {
   expect_close(run_op("Clip", {x, Tensor(), make(DType::F32, {}, {0})})[0], make(DType::F32, {5}, {-2, -0.5, 0, 0, 0}), 0);
   expect_close(run_op("Clip", {make(DType::I64, {3}, {-5, 1, 9}), make(DType::I64, {}, {0}), make(DType::I64, {}, {4})})[0],
                make(DType::I64, {3}, {0, 1, 4}), 0);
+}
+
+TEST(Elementwise, ActivationsWithAttributesModAndPRelu) {
+  Tensor x = make(DType::F64, {6}, {-3, -1, -0.25, 0, 0.5, 2});
+  auto map = [&](const std::function<double(double)>& f) {
+    auto v = x.as_doubles();
+    for (double& e : v) e = f(e);
+    return make(DType::F64, x.shape(), v);
+  };
+  expect_close(run_op("HardSigmoid", {x}, {{"alpha", Attribute::Float(0.5f)}, {"beta", Attribute::Float(0.6f)}})[0],
+               map([](double v) { return std::clamp(0.5 * v + static_cast<double>(0.6f), 0.0, 1.0); }), 1e-7);
+  expect_close(run_op("Selu", {x}, {{"alpha", Attribute::Float(2)}, {"gamma", Attribute::Float(3)}})[0],
+               map([](double v) { return v > 0 ? 3 * v : 3 * (2 * std::exp(v) - 2); }), 1e-12);
+  expect_close(run_op("ThresholdedRelu", {x}, {{"alpha", Attribute::Float(0.25f)}})[0],
+               map([](double v) { return v > 0.25 ? v : 0; }), 0);
+  expect_close(run_op("Celu", {x})[0], map([](double v) { return std::max(0.0, v) + std::min(0.0, std::exp(v) - 1); }), 1e-12);
+  expect_close(run_op("Elu", {x}, {{"alpha", Attribute::Float(2)}})[0], map([](double v) { return v >= 0 ? v : 2 * (std::exp(v) - 1); }),
+               1e-12);
+  expect_close(run_op("Shrink", {x}, {{"lambd", Attribute::Float(0.5f)}, {"bias", Attribute::Float(0.25f)}})[0],
+               map([](double v) { return v < -0.5 ? v + 0.25 : (v > 0.5 ? v - 0.25 : 0); }), 0);
+  // Mod: Python's sign convention for integers, C's with fmod=1.
+  Tensor a = make(DType::I64, {4}, {-7, 7, -7, 7}), b = make(DType::I64, {4}, {3, -3, -3, 3});
+  expect_close(run_op("Mod", {a, b})[0], make(DType::I64, {4}, {2, -2, -1, 1}), 0);
+  expect_close(run_op("Mod", {a, b}, {{"fmod", Attribute::Int(1)}})[0], make(DType::I64, {4}, {-1, 1, -1, 1}), 0);
+  expect_close(run_op("Mod", {make(DType::F32, {2}, {-7.5, 7.5}), make(DType::F32, {}, {2})}, {{"fmod", Attribute::Int(1)}})[0],
+               make(DType::F32, {2}, {-1.5, 1.5}), 0);
+  // PRelu with a per-channel slope.
+  Tensor px = rand(DType::F32, {2, 3, 2}, 4), slope = make(DType::F32, {3, 1}, {0.1, 0.2, 0.3});
+  expect_close(run_op("PRelu", {px, slope})[0],
+               naive_binary(px, slope, px.shape(), DType::F32, [](double v, double s) { return v < 0 ? s * v : v; }), 1e-7);
+  Tensor inf = make(DType::F32, {3}, {-INFINITY, 1, INFINITY});
+  expect_close(run_op("IsInf", {inf}, {{"detect_negative", Attribute::Int(0)}})[0], make(DType::Bool, {3}, {0, 0, 1}), 0);
+  expect_close(run_op("CastLike", {inf, make(DType::F64, {1}, {0})})[0], make(DType::F64, {3}, {-INFINITY, 1, INFINITY}), 0);
 }
 
 TEST(Elementwise, ComparisonsLogicAndWhere) {

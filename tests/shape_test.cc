@@ -220,6 +220,43 @@ TEST(Shape, GatherAndFriendsMatchNumpy) {
   expect_close(oh, make(DType::I64, {3, 2}, {-1, -1, 4, -1, -1, 4}), 0);
 }
 
+TEST(Shape, GatherNdScatterNdTriluEyeLikeDepthToSpaceMatchNumpy) {
+  Tensor x = sin_tensor({2, 3, 4});
+  std::string px = py_sin({2, 3, 4});
+  Tensor x4 = sin_tensor({1, 8, 2, 3});
+  std::string p4 = py_sin({1, 8, 2, 3});
+  auto want = numpy_eval({px + "[[1, 0], [-1, 2]]", px + "[[0, 1], [1, 2]]",  // GatherND m=2 (pairs (1,-1), (0,2))
+                          "np.stack([" + px + "[0][[1, 2]], " + px + "[1][[0, 0]]])",  // batch_dims=1
+                          "np.triu(" + px + ", 1)", "np.tril(" + px + ", -1)", "np.eye(3, 4, k=1)",
+                          p4 + ".reshape(1, 2, 2, 2, 2, 3).transpose(0, 3, 4, 1, 5, 2).reshape(1, 2, 4, 6)",
+                          p4 + ".reshape(1, 2, 2, 2, 2, 3).transpose(0, 1, 4, 2, 5, 3).reshape(1, 2, 4, 6)"},
+                         "gathernd");
+  ASSERT_EQ(want.size(), 8u);
+  // numpy's x[[1, 0], [-1, 2]] picks (1, -1) and (0, 2); as GatherND indices that is [[1, -1], [0, 2]].
+  expect_close(run_op("GatherND", {x, make(DType::I64, {2, 2}, {1, -1, 0, 2})})[0], want[0], 0, "GatherND");
+  expect_close(run_op("GatherND", {x, make(DType::I64, {2, 2}, {0, 1, 1, 2})})[0], want[1], 0, "GatherND 2");
+  expect_close(run_op("GatherND", {x, make(DType::I64, {2, 2, 1}, {1, 2, 0, 0})}, {{"batch_dims", Attribute::Int(1)}})[0],
+               want[2], 0, "GatherND batch_dims");
+  Tensor sc = run_op("ScatterND", {x, make(DType::I64, {2, 1}, {1, 0}), sin_tensor({2, 3, 4}, 5)})[0];
+  Tensor upd = sin_tensor({2, 3, 4}, 5);
+  expect_close(run_op("Slice", {sc, i64s({1}), i64s({2})})[0], run_op("Slice", {upd, i64s({0}), i64s({1})})[0], 0, "ScatterND");
+  Tensor add = run_op("ScatterND", {x, make(DType::I64, {2, 2}, {0, 0, 0, 0}), sin_tensor({2, 4}, 1)},
+                      {{"reduction", Attribute::Str("add")}})[0];
+  EXPECT_NEAR(add.as_doubles()[0], x.as_doubles()[0] + std::sin(1.0) + std::sin(5.0), 1e-12);  // repeats accumulate
+  expect_close(run_op("Trilu", {x, make(DType::I64, {}, {1})})[0], want[3], 0, "triu");
+  expect_close(run_op("Trilu", {x, make(DType::I64, {}, {-1})}, {{"upper", Attribute::Int(0)}})[0], want[4], 0, "tril");
+  expect_close(as_f64(run_op("EyeLike", {make(DType::I32, {3, 4}, std::vector<double>(12, 5))},
+                             {{"k", Attribute::Int(1)}, {"dtype", Attribute::Int(1)}})[0]),
+               want[5], 0, "EyeLike");
+  Tensor d2s = run_op("DepthToSpace", {x4}, {{"blocksize", Attribute::Int(2)}})[0];
+  expect_close(d2s, want[6], 0, "DepthToSpace DCR");
+  expect_close(run_op("DepthToSpace", {x4}, {{"blocksize", Attribute::Int(2)}, {"mode", Attribute::Str("CRD")}})[0], want[7], 0,
+               "DepthToSpace CRD");
+  // SpaceToDepth undoes DCR DepthToSpace.
+  expect_close(run_op("SpaceToDepth", {d2s}, {{"blocksize", Attribute::Int(2)}})[0], x4, 0, "SpaceToDepth");
+  expect_error([&] { run_op("GatherND", {x, make(DType::I64, {1, 2}, {2, 0})}); }, {"index 2", "size 2"});
+}
+
 TEST(Shape, SumToShapeIsTheReverseOfBroadcasting) {
   struct Case {
     Shape x, target;

@@ -97,7 +97,7 @@ template <class T, class F> void with_arith(Arith k, F&& f) {
 template <class T> void check_int_divisor(const Tensor& b) {
   if constexpr (std::is_integral_v<T>) {
     const T* p = ptr<T>(b);
-    for (int64_t i = 0; i < b.numel(); ++i) GR_CHECK(p[i] != 0, "Div: integer division by zero");
+    for (int64_t i = 0; i < b.numel(); ++i) GR_CHECK(p[i] != 0, "integer division by zero");
   }
 }
 
@@ -111,19 +111,15 @@ template <Arith K> void arith_kernel(KernelContext& ctx) {
   });
 }
 
-// Sum, Mean, Max, Min over one or more inputs, all broadcast together.
-template <Arith K, bool kMean> void variadic_kernel(KernelContext& ctx) {
-  const int n = ctx.num_inputs();
-  GR_CHECK(n >= 1, op_name(ctx) << ": needs at least one input");
-  std::vector<const Shape*> shapes;
-  for (int i = 0; i < n; ++i) {
-    check_same_dtype(ctx, ctx.input(0), ctx.input(i));
-    shapes.push_back(&ctx.input(i).shape());
-  }
-  Shape out = broadcast_shapes(shapes, op_name(ctx));
-  const Tensor& x0 = ctx.input(0);
-  Tensor& y = ctx.output(0, out, x0.dtype());
-  if (y.numel() == 0) return;
+float half_to_float(uint16_t h);
+uint16_t float_to_half(float f);
+
+// Sum, Mean, Max, Min over one or more inputs, all broadcast together; y has the broadcast shape.
+template <Arith K, bool kMean>
+void variadic_into(const KernelContext& ctx, const std::vector<const Tensor*>& xs, Tensor& y) {
+  const int n = static_cast<int>(xs.size());
+  const Shape& out = y.shape();
+  const Tensor& x0 = *xs[0];
   auto body = [&](auto tag) {
     using T = decltype(tag);
     with_arith<T>(K, [&](auto op) {
@@ -131,12 +127,12 @@ template <Arith K, bool kMean> void variadic_kernel(KernelContext& ctx) {
         BroadcastPlan p = make_broadcast_plan({&x0.shape(), &x0.shape()}, out);
         binary_apply<T, T, T>(ctx, p, ptr<T>(x0), ptr<T>(x0), ptr<T>(y), [](T a, T) { return a; });
       } else {
-        const Tensor& x1 = ctx.input(1);
+        const Tensor& x1 = *xs[1];
         BroadcastPlan p = make_broadcast_plan({&x0.shape(), &x1.shape()}, out);
         binary_apply<T, T, T>(ctx, p, ptr<T>(x0), ptr<T>(x1), ptr<T>(y), op);
       }
       for (int i = 2; i < n; ++i) {
-        const Tensor& xi = ctx.input(i);
+        const Tensor& xi = *xs[i];
         BroadcastPlan p = make_broadcast_plan({&out, &xi.shape()}, out);
         binary_apply<T, T, T>(ctx, p, ptr<T>(y), ptr<T>(xi), ptr<T>(y), op);
       }
@@ -149,6 +145,37 @@ template <Arith K, bool kMean> void variadic_kernel(KernelContext& ctx) {
   };
   if constexpr (kMean) dispatch_float(x0.dtype(), op_name(ctx), body);
   else dispatch_numeric(x0.dtype(), op_name(ctx), body);
+}
+
+template <Arith K, bool kMean> void variadic_kernel(KernelContext& ctx) {
+  const int n = ctx.num_inputs();
+  GR_CHECK(n >= 1, op_name(ctx) << ": needs at least one input");
+  std::vector<const Shape*> shapes;
+  std::vector<const Tensor*> xs;
+  for (int i = 0; i < n; ++i) {
+    check_same_dtype(ctx, ctx.input(0), ctx.input(i));
+    shapes.push_back(&ctx.input(i).shape());
+    xs.push_back(&ctx.input(i));
+  }
+  Shape out = broadcast_shapes(shapes, op_name(ctx));
+  Tensor& y = ctx.output(0, out, xs[0]->dtype());
+  if (y.numel() == 0) return;
+  if (xs[0]->dtype() != DType::F16) {
+    variadic_into<K, kMean>(ctx, xs, y);
+    return;
+  }
+  // float16 (ONNX tests Max/Min in it): compute in float. Allocates; not a training-path type.
+  std::vector<Tensor> wide;
+  for (const Tensor* x : xs) {
+    Tensor w(DType::F32, x->shape());
+    for (int64_t i = 0; i < x->numel(); ++i) ptr<float>(w)[i] = half_to_float(ptr<uint16_t>(*x)[i]);
+    wide.push_back(w);
+  }
+  std::vector<const Tensor*> wp;
+  for (const Tensor& w : wide) wp.push_back(&w);
+  Tensor y32(DType::F32, out);
+  variadic_into<K, kMean>(ctx, wp, y32);
+  for (int64_t i = 0; i < y.numel(); ++i) ptr<uint16_t>(y)[i] = float_to_half(ptr<float>(y32)[i]);
 }
 
 void pow_kernel(KernelContext& ctx) {
@@ -207,7 +234,10 @@ template <class T, class In, class F> void unary_map(const KernelContext& ctx, c
   for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
 }
 
-enum class Un { Neg, Abs, Exp, Log, Sqrt, Reciprocal, Relu, Sigmoid, Tanh, Sign, Floor, Ceil, Erf, Softplus, Round };
+enum class Un {
+  Neg, Abs, Exp, Log, Sqrt, Reciprocal, Relu, Sigmoid, Tanh, Sign, Floor, Ceil, Erf, Softplus, Round,
+  Sin, Cos, Tan, Asin, Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh, Softsign, HardSwish
+};
 
 template <class T, Un K> T unary_fn(T v) {
   if constexpr (K == Un::Neg) return static_cast<T>(-v);
@@ -228,6 +258,19 @@ template <class T, Un K> T unary_fn(T v) {
   else if constexpr (K == Un::Ceil) return std::ceil(v);
   else if constexpr (K == Un::Erf) return std::erf(v);
   else if constexpr (K == Un::Softplus) return v > T(0) ? v + std::log1p(std::exp(-v)) : std::log1p(std::exp(v));
+  else if constexpr (K == Un::Sin) return std::sin(v);
+  else if constexpr (K == Un::Cos) return std::cos(v);
+  else if constexpr (K == Un::Tan) return std::tan(v);
+  else if constexpr (K == Un::Asin) return std::asin(v);
+  else if constexpr (K == Un::Acos) return std::acos(v);
+  else if constexpr (K == Un::Atan) return std::atan(v);
+  else if constexpr (K == Un::Sinh) return std::sinh(v);
+  else if constexpr (K == Un::Cosh) return std::cosh(v);
+  else if constexpr (K == Un::Asinh) return std::asinh(v);
+  else if constexpr (K == Un::Acosh) return std::acosh(v);
+  else if constexpr (K == Un::Atanh) return std::atanh(v);
+  else if constexpr (K == Un::Softsign) return v / (T(1) + std::fabs(v));
+  else if constexpr (K == Un::HardSwish) return v * std::max(T(0), std::min(T(1), v / T(6) + T(0.5)));
   else return std::nearbyint(v);  // Round: half to even under the default rounding mode
 }
 
@@ -263,6 +306,122 @@ void elu_kernel(KernelContext& ctx) {
     const T a = static_cast<T>(alpha);
     unary_map(ctx, ptr<T>(x), ptr<T>(y), x.numel(), [a](T v) { return v >= T(0) ? v : a * (std::exp(v) - T(1)); });
   });
+}
+
+// Activations with float attributes: f(v, a, b) with a, b read from the node (defaults per ONNX).
+template <class F> void activation(KernelContext& ctx, const char* a_name, float a_def, const char* b_name, float b_def, F f) {
+  const Tensor& x = ctx.input(0);
+  Tensor& y = ctx.output(0, x.shape(), x.dtype());
+  const double a = ctx.node().attr_f(a_name, a_def), b = b_name ? ctx.node().attr_f(b_name, b_def) : 0.0;
+  dispatch_float(x.dtype(), op_name(ctx), [&](auto tag) {
+    using T = decltype(tag);
+    const T ta = static_cast<T>(a), tb = static_cast<T>(b);
+    unary_map(ctx, ptr<T>(x), ptr<T>(y), x.numel(), [&](T v) { return f(v, ta, tb); });
+  });
+}
+
+void hard_sigmoid_kernel(KernelContext& ctx) {
+  activation(ctx, "alpha", 0.2f, "beta", 0.5f, [](auto v, auto a, auto b) {
+    using T = decltype(v);
+    return std::max(T(0), std::min(T(1), a * v + b));
+  });
+}
+void selu_kernel(KernelContext& ctx) {
+  activation(ctx, "alpha", 1.67326319217681884765625f, "gamma", 1.05070102214813232421875f, [](auto v, auto a, auto g) {
+    using T = decltype(v);
+    return v > T(0) ? g * v : g * (a * std::exp(v) - a);
+  });
+}
+void thresholded_relu_kernel(KernelContext& ctx) {
+  activation(ctx, "alpha", 1.0f, nullptr, 0, [](auto v, auto a, auto) { return v > a ? v : decltype(v)(0); });
+}
+void celu_kernel(KernelContext& ctx) {
+  activation(ctx, "alpha", 1.0f, nullptr, 0, [](auto v, auto a, auto) {
+    using T = decltype(v);
+    return std::max(T(0), v) + std::min(T(0), a * (std::exp(v / a) - T(1)));
+  });
+}
+void shrink_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  Tensor& y = ctx.output(0, x.shape(), x.dtype());
+  const double lambd = ctx.node().attr_f("lambd", 0.5f), bias = ctx.node().attr_f("bias", 0.0f);
+  dispatch_signed(x.dtype(), "Shrink", [&](auto tag) {
+    using T = decltype(tag);
+    unary_map(ctx, ptr<T>(x), ptr<T>(y), x.numel(), [&](T v) {
+      const double d = static_cast<double>(v);
+      return static_cast<T>(d < -lambd ? d + bias : (d > lambd ? d - bias : 0.0));
+    });
+  });
+}
+
+void isinf_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  Tensor& y = ctx.output(0, x.shape(), DType::Bool);
+  const bool neg = ctx.node().attr_i("detect_negative", 1) != 0, pos = ctx.node().attr_i("detect_positive", 1) != 0;
+  dispatch_float(x.dtype(), "IsInf", [&](auto tag) {
+    using T = decltype(tag);
+    unary_map(ctx, ptr<T>(x), ptr<bool>(y), x.numel(),
+              [&](T v) { return std::isinf(v) && ((v > 0 && pos) || (v < 0 && neg)); });
+  });
+}
+
+// PRelu: y = x where x >= 0, slope * x elsewhere; slope broadcasts to x (unidirectionally).
+void prelu_kernel(KernelContext& ctx) {
+  const Tensor &x = ctx.input(0), &slope = ctx.input(1);
+  check_same_dtype(ctx, x, slope);
+  dispatch_signed(x.dtype(), "PRelu", [&](auto tag) {
+    using T = decltype(tag);
+    binary<T, T, T>(ctx, x, slope, x.dtype(), [](T v, T a) { return v < T(0) ? static_cast<T>(a * v) : v; });
+  });
+}
+
+// Mod: integer remainder takes the divisor's sign (Python) unless fmod=1 (C, the dividend's sign).
+void mod_kernel(KernelContext& ctx) {
+  const Tensor &a = ctx.input(0), &b = ctx.input(1);
+  check_same_dtype(ctx, a, b);
+  const bool fmod = ctx.node().attr_i("fmod", 0) != 0;
+  dispatch_numeric(a.dtype(), "Mod", [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_floating_point_v<T>) {
+      GR_CHECK(fmod, "Mod: floating-point inputs need fmod=1");
+      binary<T, T, T>(ctx, a, b, a.dtype(), [](T x, T y) { return std::fmod(x, y); });
+    } else {
+      check_int_divisor<T>(b);
+      if (fmod) {
+        binary<T, T, T>(ctx, a, b, a.dtype(), [](T x, T y) { return static_cast<T>(x % y); });
+      } else {
+        binary<T, T, T>(ctx, a, b, a.dtype(), [](T x, T y) {
+          T r = static_cast<T>(x % y);
+          if constexpr (std::is_signed_v<T>) {
+            if (r != 0 && ((r < 0) != (y < 0))) r = static_cast<T>(r + y);
+          }
+          return r;
+        });
+      }
+    }
+  });
+}
+
+void bitshift_kernel(KernelContext& ctx) {
+  const Tensor &a = ctx.input(0), &b = ctx.input(1);
+  check_same_dtype(ctx, a, b);
+  const std::string dir = ctx.node().attr_s("direction", "");
+  GR_CHECK(dir == "LEFT" || dir == "RIGHT", "BitShift: direction must be LEFT or RIGHT, got '" << dir << "'");
+  auto body = [&](auto tag) {
+    using T = decltype(tag);
+    const int bits = static_cast<int>(sizeof(T) * 8);
+    if (dir == "LEFT")
+      binary<T, T, T>(ctx, a, b, a.dtype(), [bits](T x, T s) { return s >= static_cast<T>(bits) ? T(0) : static_cast<T>(x << s); });
+    else
+      binary<T, T, T>(ctx, a, b, a.dtype(), [bits](T x, T s) { return s >= static_cast<T>(bits) ? T(0) : static_cast<T>(x >> s); });
+  };
+  switch (a.dtype()) {
+    case DType::U8: body(uint8_t{}); break;
+    case DType::U16: body(uint16_t{}); break;
+    case DType::U32: body(uint32_t{}); break;
+    case DType::U64: body(uint64_t{}); break;
+    default: GR_FAIL("BitShift: element type " << dtype_name(a.dtype()) << " is not supported (unsigned ints)");
+  }
 }
 
 void not_kernel(KernelContext& ctx) {
@@ -387,11 +546,10 @@ float bf16_to_float(uint16_t h) {
   return f;
 }
 
-uint16_t float_to_bf16(float f) {  // round to nearest even; NaN stays NaN
+// Truncates (keeps the upper 16 bits), as ONNX 1.12's Cast reference and conformance data do.
+uint16_t float_to_bf16(float f) {
   uint32_t x;
   std::memcpy(&x, &f, 4);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
-  x += 0x7fffu + ((x >> 16) & 1u);
   return static_cast<uint16_t>(x >> 16);
 }
 
@@ -412,10 +570,7 @@ template <class From> void cast_from(const KernelContext& ctx, const From* x, Te
   });
 }
 
-void cast_kernel(KernelContext& ctx) {
-  const Tensor& x = ctx.input(0);
-  GR_CHECK(ctx.node().has_attr("to"), "Cast: attribute 'to' is required");
-  const DType to = static_cast<DType>(ctx.node().attr_i("to", 0));
+void cast_to(KernelContext& ctx, const Tensor& x, DType to) {
   GR_CHECK(dtype_size(to) > 0, "Cast: cannot cast to element type " << dtype_name(to) << " (code "
                                                                     << static_cast<int>(to) << ")");
   GR_CHECK(dtype_size(x.dtype()) > 0, "Cast: cannot cast from element type " << dtype_name(x.dtype()));
@@ -438,6 +593,14 @@ void cast_kernel(KernelContext& ctx) {
     cast_from<From>(ctx, ptr<From>(x), y, n);
   });
 }
+
+void cast_kernel(KernelContext& ctx) {
+  GR_CHECK(ctx.node().has_attr("to"), "Cast: attribute 'to' is required");
+  cast_to(ctx, ctx.input(0), static_cast<DType>(ctx.node().attr_i("to", 0)));
+}
+
+// CastLike(x, like): Cast to the element type of `like`.
+void cast_like_kernel(KernelContext& ctx) { cast_to(ctx, ctx.input(0), ctx.input(1).dtype()); }
 
 }  // namespace
 
@@ -484,6 +647,29 @@ void register_elementwise_kernels(KernelTable& t) {
   t.add("Or", logic_kernel<Logic::Or>);
   t.add("Xor", logic_kernel<Logic::Xor>);
   t.add("Cast", cast_kernel);
+  t.add("CastLike", cast_like_kernel);
+  t.add("Sin", unary_kernel<Un::Sin, false>);
+  t.add("Cos", unary_kernel<Un::Cos, false>);
+  t.add("Tan", unary_kernel<Un::Tan, false>);
+  t.add("Asin", unary_kernel<Un::Asin, false>);
+  t.add("Acos", unary_kernel<Un::Acos, false>);
+  t.add("Atan", unary_kernel<Un::Atan, false>);
+  t.add("Sinh", unary_kernel<Un::Sinh, false>);
+  t.add("Cosh", unary_kernel<Un::Cosh, false>);
+  t.add("Asinh", unary_kernel<Un::Asinh, false>);
+  t.add("Acosh", unary_kernel<Un::Acosh, false>);
+  t.add("Atanh", unary_kernel<Un::Atanh, false>);
+  t.add("Softsign", unary_kernel<Un::Softsign, false>);
+  t.add("HardSwish", unary_kernel<Un::HardSwish, false>);
+  t.add("HardSigmoid", hard_sigmoid_kernel);
+  t.add("Selu", selu_kernel);
+  t.add("ThresholdedRelu", thresholded_relu_kernel);
+  t.add("Celu", celu_kernel);
+  t.add("Shrink", shrink_kernel);
+  t.add("IsInf", isinf_kernel);
+  t.add("PRelu", prelu_kernel);
+  t.add("Mod", mod_kernel);
+  t.add("BitShift", bitshift_kernel);
 }
 
 }  // namespace graphrun::runtime::cpu

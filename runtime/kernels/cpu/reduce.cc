@@ -208,25 +208,14 @@ template <class T, bool kLog> void softmax_line(const T* x, T* y, int64_t n, int
   }
 }
 
+void softmax_layout(const KernelContext& ctx, const Tensor& x, const char* what, int64_t* outer, int64_t* n,
+                    int64_t* inner);
+
 template <bool kLog> void softmax_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const char* what = kLog ? "LogSoftmax" : "Softmax";
-  const int r = x.rank();
   int64_t outer, n, inner;
-  if (ctx.opset() < 13) {
-    // Before opset 13 the input is coerced to 2-D at axis and normalised along the second dim.
-    int64_t axis = ctx.node().attr_i("axis", 1);
-    GR_CHECK(axis >= -r && axis <= r, what << ": axis " << axis << " is out of range for rank " << r);
-    if (axis < 0) axis += r;
-    outer = prod(x.shape(), 0, axis);
-    n = prod(x.shape(), axis, r);
-    inner = 1;
-  } else {
-    const int axis = norm_axis(ctx.node().attr_i("axis", -1), r, what);
-    outer = prod(x.shape(), 0, axis);
-    n = r == 0 ? 1 : x.shape()[axis];
-    inner = prod(x.shape(), axis + 1, r);
-  }
+  softmax_layout(ctx, x, what, &outer, &n, &inner);
   Tensor& y = ctx.output(0, x.shape(), x.dtype());
   if (x.numel() == 0) return;
   dispatch_float(x.dtype(), what, [&](auto tag) {
@@ -240,6 +229,117 @@ template <bool kLog> void softmax_kernel(KernelContext& ctx) {
       const int64_t o = l / inner, i = l % inner;
       softmax_line<T, kLog>(px + o * n * inner + i, py + o * n * inner + i, n, inner);
     }
+  });
+}
+
+// (outer, n, inner) of a softmax-like op: 2-D coercion at axis before opset 13, one axis from 13.
+void softmax_layout(const KernelContext& ctx, const Tensor& x, const char* what, int64_t* outer, int64_t* n,
+                    int64_t* inner) {
+  const int r = x.rank();
+  if (ctx.opset() < 13) {
+    int64_t axis = ctx.node().attr_i("axis", 1);
+    GR_CHECK(axis >= -r && axis <= r, what << ": axis " << axis << " is out of range for rank " << r);
+    if (axis < 0) axis += r;
+    *outer = prod(x.shape(), 0, axis);
+    *n = prod(x.shape(), axis, r);
+    *inner = 1;
+  } else {
+    const int axis = norm_axis(ctx.node().attr_i("axis", -1), r, what);
+    *outer = prod(x.shape(), 0, axis);
+    *n = r == 0 ? 1 : x.shape()[axis];
+    *inner = prod(x.shape(), axis + 1, r);
+  }
+}
+
+void hardmax_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  int64_t outer, n, inner;
+  softmax_layout(ctx, x, "Hardmax", &outer, &n, &inner);
+  Tensor& y = ctx.output(0, x.shape(), x.dtype());
+  dispatch_float(x.dtype(), "Hardmax", [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = ptr<T>(x);
+    T* py = ptr<T>(y);
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i) {
+        const int64_t base = o * n * inner + i;
+        int64_t best = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          if (px[base + j * inner] > px[base + best * inner]) best = j;
+          py[base + j * inner] = T(0);
+        }
+        if (n > 0) py[base + best * inner] = T(1);
+      }
+  });
+}
+
+void cumsum_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  GR_CHECK(ctx.input(1).numel() == 1, "CumSum: axis must be a scalar");
+  const int axis = norm_axis(ctx.input(1).as_int64s()[0], x.rank(), "CumSum");
+  const bool exclusive = ctx.node().attr_i("exclusive", 0) != 0, reverse = ctx.node().attr_i("reverse", 0) != 0;
+  Tensor& y = ctx.output(0, x.shape(), x.dtype());
+  const int64_t n = x.shape()[axis], outer = prod(x.shape(), 0, axis), inner = prod(x.shape(), axis + 1, x.rank());
+  dispatch_numeric(x.dtype(), "CumSum", [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = ptr<T>(x);
+    T* py = ptr<T>(y);
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i) {
+        T acc = T(0);
+        for (int64_t s = 0; s < n; ++s) {
+          const int64_t j = reverse ? n - 1 - s : s;
+          const int64_t at = (o * n + j) * inner + i;
+          const T v = px[at];
+          if (exclusive) {
+            py[at] = acc;
+            acc = static_cast<T>(acc + v);
+          } else {
+            acc = static_cast<T>(acc + v);
+            py[at] = acc;
+          }
+        }
+      }
+  });
+}
+
+// TopK: the k largest (or smallest) along axis; equal values keep the lower index first.
+void topk_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  GR_CHECK(x.rank() >= 1, "TopK: input must have rank >= 1");
+  const int axis = norm_axis(ctx.node().attr_i("axis", -1), x.rank(), "TopK");
+  int64_t k = 0;
+  if (ctx.opset() < 10) {
+    k = ctx.node().attr_i("k", 0);
+  } else {
+    GR_CHECK(ctx.input(1).numel() == 1, "TopK: K must hold one value");
+    k = ctx.input(1).as_int64s()[0];
+  }
+  const bool largest = ctx.node().attr_i("largest", 1) != 0;
+  const int64_t n = x.shape()[axis], outer = prod(x.shape(), 0, axis), inner = prod(x.shape(), axis + 1, x.rank());
+  GR_CHECK(k >= 0 && k <= n, "TopK: k = " << k << " is out of range for axis " << axis << " of size " << n);
+  Shape out = x.shape();
+  out[axis] = k;
+  Tensor& vals = ctx.output(0, out, x.dtype());
+  Tensor& idx = ctx.output(1, out, DType::I64);
+  dispatch_numeric(x.dtype(), "TopK", [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = ptr<T>(x);
+    T* pv = ptr<T>(vals);
+    int64_t* pi = ptr<int64_t>(idx);
+    std::vector<int64_t> order(n);
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i) {
+        const T* line = px + o * n * inner + i;
+        for (int64_t j = 0; j < n; ++j) order[j] = j;
+        std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+          return largest ? line[a * inner] > line[b * inner] : line[a * inner] < line[b * inner];
+        });
+        for (int64_t j = 0; j < k; ++j) {
+          pv[(o * k + j) * inner + i] = line[order[j] * inner];
+          pi[(o * k + j) * inner + i] = order[j];
+        }
+      }
   });
 }
 
@@ -260,6 +360,9 @@ void register_reduce_kernels(KernelTable& t) {
   t.add("ArgMin", arg_kernel<false>);
   t.add("Softmax", softmax_kernel<false>);
   t.add("LogSoftmax", softmax_kernel<true>);
+  t.add("Hardmax", hardmax_kernel);
+  t.add("CumSum", cumsum_kernel);
+  t.add("TopK", topk_kernel);
 }
 
 }  // namespace graphrun::runtime::cpu

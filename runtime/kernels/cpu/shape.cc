@@ -111,8 +111,9 @@ std::vector<int64_t> axes_of(const KernelContext& ctx, int input_index, bool* gi
     *given = ctx.node().has_attr("axes");
     return ctx.node().attr_ints("axes");
   }
-  *given = ctx.has_input(input_index);
-  return *given ? int_list(ctx.input(input_index), "axes") : std::vector<int64_t>{};
+  std::vector<int64_t> axes = ctx.has_input(input_index) ? int_list(ctx.input(input_index), "axes") : std::vector<int64_t>{};
+  *given = !axes.empty();  // an empty axes input counts as absent
+  return axes;
 }
 
 void squeeze_kernel(KernelContext& ctx) {
@@ -618,6 +619,166 @@ void onehot_kernel(KernelContext& ctx) {
   });
 }
 
+// GatherND / ScatterND: the data offsets that the last axis of `indices` (after batch_dims) selects,
+// with the size of each selected slice.
+struct NdIndex {
+  std::vector<int64_t> offsets;  // element offset into data, per index tuple
+  int64_t slice = 1;             // elements per selected slice
+  Shape out;                     // GatherND's output shape
+};
+
+NdIndex nd_index(const Tensor& data, const Tensor& ind, int64_t batch_dims, const char* what) {
+  GR_CHECK(ind.dtype() == DType::I64 || ind.dtype() == DType::I32, what << ": indices must be int64 or int32");
+  const int r = data.rank(), q = ind.rank();
+  GR_CHECK(q >= 1 && batch_dims >= 0 && batch_dims < std::min(r, q), what << ": batch_dims " << batch_dims
+                                                                           << " is out of range for data "
+                                                                           << shape_str(data.shape()) << " and indices "
+                                                                           << shape_str(ind.shape()));
+  const int64_t m = ind.shape()[q - 1];
+  GR_CHECK(m >= 1 && batch_dims + m <= r, what << ": index tuples of length " << m << " do not fit data "
+                                               << shape_str(data.shape()));
+  for (int k = 0; k < batch_dims; ++k)
+    GR_CHECK(ind.shape()[k] == data.shape()[k], what << ": batch dims of data " << shape_str(data.shape())
+                                                     << " and indices " << shape_str(ind.shape()) << " differ");
+  NdIndex nd;
+  nd.out.assign(ind.shape().begin(), ind.shape().end() - 1);
+  nd.out.insert(nd.out.end(), data.shape().begin() + batch_dims + m, data.shape().end());
+  nd.slice = prod(data.shape(), batch_dims + m, r);
+  const auto st = contiguous_strides(data.shape());
+  const int64_t batch = prod(ind.shape(), 0, batch_dims), per_batch = prod(ind.shape(), batch_dims, q - 1);
+  const int64_t batch_stride = batch_dims > 0 ? st[batch_dims - 1] : 0;
+  std::vector<int64_t> iv = ind.as_int64s();
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t t = 0; t < per_batch; ++t) {
+      int64_t off = b * batch_stride;
+      for (int64_t j = 0; j < m; ++j) {
+        const int64_t dim = data.shape()[batch_dims + j];
+        int64_t i = iv[(b * per_batch + t) * m + j];
+        GR_CHECK(i >= -dim && i < dim, what << ": index " << i << " is out of range for axis " << batch_dims + j
+                                            << " of size " << dim);
+        if (i < 0) i += dim;
+        off += i * st[batch_dims + j];
+      }
+      nd.offsets.push_back(off);
+    }
+  return nd;
+}
+
+void gather_nd_kernel(KernelContext& ctx) {
+  const Tensor &x = ctx.input(0), &ind = ctx.input(1);
+  NdIndex nd = nd_index(x, ind, ctx.node().attr_i("batch_dims", 0), "GatherND");
+  Tensor& y = ctx.output(0, nd.out, x.dtype());
+  const size_t bytes = nd.slice * dtype_size(x.dtype());
+  const char* src = static_cast<const char*>(x.raw());
+  char* dst = static_cast<char*>(y.raw());
+  for (size_t t = 0; t < nd.offsets.size(); ++t)
+    std::memcpy(dst + t * bytes, src + nd.offsets[t] * dtype_size(x.dtype()), bytes);
+}
+
+void scatter_nd_kernel(KernelContext& ctx) {
+  const Tensor &x = ctx.input(0), &ind = ctx.input(1), &upd = ctx.input(2);
+  NdIndex nd = nd_index(x, ind, 0, "ScatterND");
+  GR_CHECK(upd.shape() == nd.out, "ScatterND: updates have shape " << shape_str(upd.shape()) << ", expected "
+                                                                   << shape_str(nd.out));
+  GR_CHECK(upd.dtype() == x.dtype(), "ScatterND: updates and data differ in element type");
+  const std::string red = ctx.node().attr_s("reduction", "none");
+  GR_CHECK(red == "none" || red == "add" || red == "mul", "ScatterND: unknown reduction '" << red << "'");
+  Tensor& y = ctx.output(0, x.shape(), x.dtype());
+  copy_all(x, y);
+  dispatch_numeric_bool(x.dtype(), "ScatterND", [&](auto tag) {
+    using T = decltype(tag);
+    const T* pu = ptr<T>(upd);
+    T* py = ptr<T>(y);
+    for (size_t t = 0; t < nd.offsets.size(); ++t)
+      for (int64_t i = 0; i < nd.slice; ++i) {
+        T& d = py[nd.offsets[t] + i];
+        const T u = pu[t * nd.slice + i];
+        d = red == "add" ? static_cast<T>(d + u) : red == "mul" ? static_cast<T>(d * u) : u;
+      }
+  });
+}
+
+// Trilu(x[, k]): keeps the upper (j - i >= k) or lower (j - i <= k) triangle of the last two axes.
+void trilu_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  GR_CHECK(x.rank() >= 2, "Trilu: input must have rank >= 2, got " << shape_str(x.shape()));
+  int64_t k = 0;
+  if (ctx.has_input(1)) {
+    GR_CHECK(ctx.input(1).numel() == 1, "Trilu: k must be a scalar");
+    k = ctx.input(1).as_int64s()[0];
+  }
+  const bool upper = ctx.node().attr_i("upper", 1) != 0;
+  Tensor& y = ctx.output(0, x.shape(), x.dtype());
+  const int64_t rows = x.dim(-2), cols = x.dim(-1), mats = prod(x.shape(), 0, x.rank() - 2);
+  const size_t esz = dtype_size(x.dtype());
+  const char* src = static_cast<const char*>(x.raw());
+  char* dst = static_cast<char*>(y.raw());
+  for (int64_t b = 0; b < mats; ++b)
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) {
+        const int64_t o = ((b * rows + i) * cols + j) * esz;
+        const bool keep = upper ? j - i >= k : j - i <= k;
+        if (keep) std::memcpy(dst + o, src + o, esz);
+        else std::memset(dst + o, 0, esz);
+      }
+}
+
+void eye_like_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  GR_CHECK(x.rank() == 2, "EyeLike: input must be 2-D, got " << shape_str(x.shape()));
+  const DType dt = ctx.node().has_attr("dtype") ? static_cast<DType>(ctx.node().attr_i("dtype", 1)) : x.dtype();
+  const int64_t k = ctx.node().attr_i("k", 0);
+  Tensor& y = ctx.output(0, x.shape(), dt);
+  dispatch_numeric_bool(dt, "EyeLike", [&](auto tag) {
+    using T = decltype(tag);
+    T* py = ptr<T>(y);
+    for (int64_t i = 0; i < x.dim(0); ++i)
+      for (int64_t j = 0; j < x.dim(1); ++j) py[i * x.dim(1) + j] = static_cast<T>(j - i == k ? 1 : 0);
+  });
+}
+
+// DepthToSpace / SpaceToDepth: both are a reshape, a transpose and a reshape.
+void depth_space(KernelContext& ctx, bool to_space) {
+  const Tensor& x = ctx.input(0);
+  const char* what = to_space ? "DepthToSpace" : "SpaceToDepth";
+  GR_CHECK(x.rank() == 4, what << ": input must be 4-D, got " << shape_str(x.shape()));
+  const int64_t b = ctx.node().attr_i("blocksize", 0);
+  GR_CHECK(b > 0, what << ": attribute 'blocksize' must be positive");
+  const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), w = x.dim(3);
+  Shape tmp, out;
+  std::vector<int64_t> perm;
+  if (to_space) {
+    GR_CHECK(c % (b * b) == 0, what << ": channels " << c << " are not divisible by blocksize^2 = " << b * b);
+    if (ctx.node().attr_s("mode", "DCR") == "CRD") {
+      tmp = {n, c / (b * b), b, b, h, w};
+      perm = {0, 1, 4, 2, 5, 3};
+    } else {
+      tmp = {n, b, b, c / (b * b), h, w};
+      perm = {0, 3, 4, 1, 5, 2};
+    }
+    out = {n, c / (b * b), h * b, w * b};
+  } else {
+    GR_CHECK(h % b == 0 && w % b == 0, what << ": spatial size " << h << "x" << w << " is not divisible by " << b);
+    tmp = {n, c, h / b, b, w / b, b};
+    perm = {0, 3, 5, 1, 2, 4};
+    out = {n, c * b * b, h / b, w / b};
+  }
+  const auto ts = contiguous_strides(tmp);
+  Shape pshape(6);
+  std::vector<int64_t> st(6);
+  for (int k = 0; k < 6; ++k) {
+    pshape[k] = tmp[perm[k]];
+    st[k] = ts[perm[k]];
+  }
+  Tensor& y = ctx.output(0, out, x.dtype());
+  dispatch_bytes(x.dtype(), what, [&](auto tag) {
+    using E = decltype(tag);
+    strided_gather<E>(pshape, st, 0, ptr<E>(x), ptr<E>(y));
+  });
+}
+void depth_to_space_kernel(KernelContext& ctx) { depth_space(ctx, true); }
+void space_to_depth_kernel(KernelContext& ctx) { depth_space(ctx, false); }
+
 // ---- broadcasting and its reverse ----
 
 void expand_kernel(KernelContext& ctx) {
@@ -728,6 +889,12 @@ void register_shape_kernels(KernelTable& t) {
   t.add("OneHot", onehot_kernel);
   t.add("Expand", expand_kernel);
   t.add("Tile", tile_kernel);
+  t.add("GatherND", gather_nd_kernel);
+  t.add("ScatterND", scatter_nd_kernel);
+  t.add("Trilu", trilu_kernel);
+  t.add("EyeLike", eye_like_kernel);
+  t.add("DepthToSpace", depth_to_space_kernel);
+  t.add("SpaceToDepth", space_to_depth_kernel);
   t.add(kGraphrunDomain, "SumToShape", sum_to_shape_kernel);
 }
 
