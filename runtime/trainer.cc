@@ -18,6 +18,7 @@
 #include "graph/onnx_io.h"
 #include "graph/passes/remove_noops.h"
 #include "graph/passes/train_mode.h"
+#include "runtime/device.h"
 
 namespace graphrun::runtime {
 
@@ -88,9 +89,17 @@ std::string devices_str(const std::vector<Device>& ds) {
 }
 
 void check_devices_available(const std::vector<Device>& ds) {
-  for (const Device& d : ds)
-    GR_CHECK(d.is_cpu(), "device " << d.str() << ": this graphrun has no GPU backend (built without CUDA, or no GPU "
-                                                 "present); train on CPU replicas with --devices cpu:N");
+  for (const Device& d : ds) {
+    if (d.is_cpu()) continue;
+    std::string why;
+    if (!cuda_available(&why))
+      GR_FAIL("device " << d.str() << ": no GPU backend here (" << why
+                        << "); train on CPU replicas with --devices cpu:N");
+    // The trainer's replicas meet through the in-process CPU communicator; GPU replicas need the
+    // backend's communicators and device-side data (issue 5).
+    GR_FAIL("device " << d.str() << ": the trainer runs CPU replicas only so far (no GPU training path); "
+                      << "use --devices cpu:N");
+  }
 }
 
 TrainingGraphs build_training_graphs(const Graph& model, const PipelineOptions& opts) {
