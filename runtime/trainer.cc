@@ -16,7 +16,9 @@
 #include <sstream>
 
 #include "graph/onnx_io.h"
+#include "graph/passes/remove_noops.h"
 #include "graph/passes/train_mode.h"
+#include "runtime/device.h"
 
 namespace graphrun::runtime {
 
@@ -87,9 +89,17 @@ std::string devices_str(const std::vector<Device>& ds) {
 }
 
 void check_devices_available(const std::vector<Device>& ds) {
-  for (const Device& d : ds)
-    GR_CHECK(d.is_cpu(), "device " << d.str() << ": this graphrun has no GPU backend (built without CUDA, or no GPU "
-                                                 "present); train on CPU replicas with --devices cpu:N");
+  for (const Device& d : ds) {
+    if (d.is_cpu()) continue;
+    std::string why;
+    if (!cuda_available(&why))
+      GR_FAIL("device " << d.str() << ": no GPU backend here (" << why
+                        << "); train on CPU replicas with --devices cpu:N");
+    // The trainer's replicas meet through the in-process CPU communicator; GPU replicas need the
+    // backend's communicators and device-side data (issue 5).
+    GR_FAIL("device " << d.str() << ": the trainer runs CPU replicas only so far (no GPU training path); "
+                      << "use --devices cpu:N");
+  }
 }
 
 TrainingGraphs build_training_graphs(const Graph& model, const PipelineOptions& opts) {
@@ -101,7 +111,7 @@ TrainingGraphs build_training_graphs(const Graph& model, const PipelineOptions& 
   tg.image = model.inputs[0];
   tg.logits = opts.output.empty() ? model.outputs[0] : opts.output;
   GR_CHECK(model.is_output(tg.logits), "model '" << model.name << "' has no output named '" << tg.logits << "'");
-  Graph m = passes::to_training(model);
+  Graph m = passes::to_training(passes::remove_noops(model));
   // The batch dimension varies (shards, the last batch): never fixed.
   auto it = m.values.find(tg.image);
   if (it != m.values.end() && it->second.has_shape && !it->second.shape.empty()) it->second.shape[0] = Dim("N");
@@ -189,7 +199,7 @@ Trainer::Trainer(const Graph& model, TrainOptions opts) : opts_(std::move(opts))
   eo.threads = threads_ * D;
   eo.fetch = {graphs_.logits};
   eo.seed = opts_.seed;
-  eval_ = std::make_unique<Executor>(passes::to_inference(graphs_.forward), eo);
+  eval_ = std::make_unique<Executor>(passes::remove_noops(passes::to_inference(graphs_.forward)), eo);
   check_model_fits_labels();
 
   group_ = CpuCommGroup::create(D);

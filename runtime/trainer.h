@@ -26,7 +26,8 @@ namespace graphrun::runtime {
 // Throws Error for anything else. Does not check that the devices exist.
 std::vector<Device> parse_devices(const std::string& spec);
 std::string devices_str(const std::vector<Device>& ds);  // "[cpu:0, cpu:1]"
-// Fails with one clear line unless every device is a CPU (graphrun has no GPU backend yet).
+// Fails with one clear line (naming the reason, e.g. built without CUDA, no GPU) unless every
+// device is a CPU: the trainer runs CPU replicas.
 void check_devices_available(const std::vector<Device>& ds);
 
 // Everything derived from a forward model for data-parallel training.
@@ -47,7 +48,7 @@ struct PipelineOptions {
   size_t bucket_bytes = size_t(4) << 20;
 };
 
-// to_training -> attach_loss -> backward (seed gradient from the `loss_scale` input) -> replicate.
+// remove_noops -> to_training -> attach_loss -> backward (seed gradient from the `loss_scale` input) -> replicate.
 // The one model input is the images (its batch dimension made symbolic).
 // The trained parameters are the float initializers minus BatchNorm running statistics, Dropout
 // ratios and `freeze`.

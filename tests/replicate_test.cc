@@ -5,6 +5,7 @@
 #include <cmath>
 #include <thread>
 
+#include "graph/passes/remove_noops.h"
 #include "graph/passes/train_mode.h"
 #include "runtime/comm/cpu_comm.h"
 #include "runtime/data/idx.h"
@@ -279,6 +280,28 @@ TEST(TrainMode, BatchNormAndDropoutForms) {
   EXPECT_EQ(e.nodes[1].op_type, "Dropout");
   EXPECT_EQ(e.nodes[1].inputs.size(), 1u);
   EXPECT_TRUE(passes::batchnorm_state_updates(e).empty());
+}
+
+TEST(RemoveNoops, DropsZeroPadsAndIdentitiesOnly) {
+  Graph g;
+  g.opsets[""] = 17;
+  g.inputs = {"x"};
+  g.outputs = {"out", "kept"};
+  g.initializers["nonzero"] = Tensor::from_vector<int64_t>({4}, {0, 1, 0, 1});
+  Node zeros{"zeros", "Constant", "", {}, {"z"}, {}};
+  zeros.attrs["value"] = Attribute::Tens(Tensor::from_vector<int64_t>({4}, {0, 0, 0, 0}));
+  g.nodes = {zeros,
+             Node{"pad0", "Pad", "", {"x", "z"}, {"p0"}, {}},
+             Node{"id", "Identity", "", {"p0"}, {"i0"}, {}},
+             Node{"relu", "Relu", "", {"i0"}, {"r"}, {}},
+             Node{"pad1", "Pad", "", {"r", "nonzero"}, {"out"}, {}},
+             Node{"keep", "Identity", "", {"r"}, {"kept"}, {}}};
+  Graph r = passes::remove_noops(g);
+  std::vector<std::string> names;
+  for (const Node& n : r.nodes) names.push_back(n.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"relu", "pad1", "keep"}));  // the zero Constant is dead too
+  EXPECT_EQ(r.nodes[0].inputs[0], "x");
+  EXPECT_EQ(r.outputs, g.outputs);
 }
 
 }  // namespace

@@ -30,14 +30,17 @@ const Command& train_command() {
           {"seed", "S", "seed of the data order and of dropout (default 0)"},
           {"data", "DIR", "MNIST-format data: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]\n"
                           "                            (default /usr/share/datasets/fashion-mnist)"},
-          {"save", "FILE", "write the trained model (same graph, trained weights) as ONNX"},
+          {"save", "FILE", "write the trained model as ONNX: the input's graph in inference form (BatchNorm\n"
+                           "                            on running statistics, Dropout off) with the trained weights"},
           {"metrics", "FILE", "write one JSON object per epoch"},
           {"loss", "NAME", "cross-entropy (default; the only loss for class labels)"},
           {"max-steps", "N", "stop each epoch after N steps (for quick runs)"},
       },
       "The model takes images f32[N,1,28,28] (pixels / 255) and returns class scores f32[N,classes].\n"
       "Output: a progress bar (on a terminal), one line per epoch, and `test acc: 0.84, 5.1 sec/epoch on [...]`;\n"
-      "sec/epoch counts the training steps only, like d2l's timer.\n"
+      "sec/epoch counts the training steps only, like d2l's timer. Test accuracy uses replica 0's weights and\n"
+      "BatchNorm running statistics (broadcast to the other replicas after each epoch, as DDP keeps buffers).\n"
+      "A last batch smaller than the number of replicas is skipped; other partial batches are kept.\n"
       "\n"
       "examples:\n"
       "  graphrun train models/lenet.onnx --devices cpu:2 --batch-size 256 --lr 0.2 --epochs 10\n"

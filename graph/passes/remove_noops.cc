@@ -1,0 +1,74 @@
+// Pass remove_noops: zero Pads and Identities out, their readers rewired to the inputs.
+#include "graph/passes/remove_noops.h"
+
+#include <unordered_map>
+
+namespace graphrun::passes {
+
+namespace {
+
+// The constant value of `v` if an initializer or a Constant node (value attribute) defines it.
+const Tensor* constant_of(const Graph& g, const std::string& v) {
+  auto it = g.initializers.find(v);
+  if (it != g.initializers.end()) return &it->second;
+  int p = g.producer(v);
+  if (p < 0) return nullptr;
+  const Node& n = g.nodes[p];
+  if (n.domain.empty() && n.op_type == "Constant" && n.has_attr("value")) return &n.attr("value")->t;
+  return nullptr;
+}
+
+bool all_zero(const Tensor* t) {
+  if (!t || !t->defined()) return false;
+  for (int64_t v : t->as_int64s())
+    if (v != 0) return false;
+  return true;
+}
+
+bool is_noop(const Graph& g, const Node& n) {
+  if (!n.domain.empty() || n.outputs.size() != 1 || n.inputs.empty() || n.inputs[0].empty()) return false;
+  if (g.is_output(n.outputs[0])) return false;
+  if (n.op_type == "Identity") return true;
+  if (n.op_type != "Pad") return false;
+  if (g.opset("") < 11) return n.attr_ints("pads") == std::vector<int64_t>(n.attr_ints("pads").size(), 0);
+  return n.has_input(1) && all_zero(constant_of(g, n.inputs[1]));
+}
+
+}  // namespace
+
+Graph remove_noops(const Graph& g) {
+  Graph r = g;
+  std::unordered_map<std::string, std::string> alias;
+  std::vector<Node> kept;
+  for (const Node& n : g.nodes) {
+    if (is_noop(g, n)) {
+      auto it = alias.find(n.inputs[0]);
+      alias[n.outputs[0]] = it == alias.end() ? n.inputs[0] : it->second;
+      continue;
+    }
+    Node m = n;
+    for (auto& in : m.inputs) {
+      auto it = alias.find(in);
+      if (it != alias.end()) in = it->second;
+    }
+    kept.push_back(std::move(m));
+  }
+  if (alias.empty()) return r;
+  r.nodes = std::move(kept);
+  for (const auto& [v, _] : alias) r.values.erase(v);
+  // Constants only the removed Pads read are dead now.
+  std::unordered_map<std::string, int> reads;
+  for (const Node& n : r.nodes)
+    for (const auto& in : n.inputs) ++reads[in];
+  std::vector<Node> live;
+  for (const Node& n : r.nodes) {
+    bool dead = n.domain.empty() && n.op_type == "Constant" && n.outputs.size() == 1 && !reads.count(n.outputs[0]) &&
+                !r.is_output(n.outputs[0]);
+    if (dead) r.values.erase(n.outputs[0]);
+    else live.push_back(n);
+  }
+  r.nodes = std::move(live);
+  return r;
+}
+
+}  // namespace graphrun::passes
