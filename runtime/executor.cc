@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <set>
+#include <sstream>
 #include <unordered_map>
 
 namespace graphrun::runtime {
@@ -427,6 +428,20 @@ std::map<std::string, std::pair<DType, Shape>> Executor::value_types() const {
   for (const auto& [name, sl] : L.slot_of)
     if (last_->slot_seen[sl]) r[name] = {last_->slot_dtype[sl], last_->slot_shape[sl]};
   return r;
+}
+
+std::string Executor::rng_state() const {
+  std::ostringstream os;
+  os << rng_;
+  return os.str();
+}
+
+void Executor::set_rng_state(const std::string& state) {
+  std::istringstream is(state);
+  std::mt19937_64 r;
+  is >> r;
+  GR_CHECK(!is.fail(), "bad random-generator state for graph '" << graph_.name << "'");
+  rng_ = r;
 }
 
 }  // namespace graphrun::runtime

@@ -54,6 +54,10 @@ class Executor {
 
   const Graph& graph() const { return graph_; }
   const ExecOptions& options() const { return opts_; }
+  // The random-op generator's state as text (std::mt19937_64's stream form), for checkpoints:
+  // restoring it makes the next Dropout masks those an uninterrupted run would draw.
+  std::string rng_state() const;
+  void set_rng_state(const std::string& state);
   // Stats of the most recently used plan (after at least one run).
   PlanStats plan_stats() const;
   // Shapes every value had in the most recent run (for printers and tests).

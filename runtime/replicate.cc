@@ -38,7 +38,9 @@ struct Param {
 std::vector<DeviceGraph> replicate(const Graph& training, const ReplicateOptions& opts) {
   GR_CHECK(!opts.devices.empty(), "replicate: no devices");
   const OptimizerOptions& opt = opts.optimizer;
-  GR_CHECK(opt.kind == "sgd" || opt.kind == "adam", "unknown optimizer '" << opt.kind << "' (sgd, adam)");
+  GR_CHECK(opt.kind == "sgd" || opt.kind == "adam" || opt.kind == "adamw",
+           "unknown optimizer '" << opt.kind << "' (sgd, adam, adamw)");
+  const bool adam_like = opt.kind == "adam" || opt.kind == "adamw";
   GR_CHECK(opt.momentum >= 0 && opt.weight_decay >= 0, "momentum and weight decay must be >= 0");
   GR_CHECK(!opt.nesterov || opt.momentum > 0, "nesterov needs a momentum > 0");
 
@@ -81,7 +83,7 @@ std::vector<DeviceGraph> replicate(const Graph& training, const ReplicateOptions
 
   Graph g = training;
   g.opsets[kGraphrunDomain] = 1;
-  const bool stateful = opt.kind == "adam" || opt.momentum > 0;
+  const bool stateful = adam_like || opt.momentum > 0;
   if (stateful) g.opsets[kTrainingDomain] = 1;
   if (g.opset("") == 0) g.opsets[""] = 17;
   GR_CHECK(!g.is_input(opts.lr_input) && !g.values.count(opts.lr_input),
@@ -153,8 +155,14 @@ std::vector<DeviceGraph> replicate(const Graph& training, const ReplicateOptions
     Node up;
     up.domain = kTrainingDomain;
     std::vector<std::string> xs, gs, xnew;
-    std::vector<std::vector<std::string>> bufs(opt.kind == "adam" ? 2 : 1), bufnew(bufs.size());
-    const char* buf_names[2] = {opt.kind == "adam" ? ".adam_m" : ".momentum", ".adam_v"};
+    std::vector<std::vector<std::string>> bufs(adam_like ? 2 : 1), bufnew(bufs.size());
+    const char* buf_names[2] = {adam_like ? ".adam_m" : ".momentum", ".adam_v"};
+    // AdamW (torch.optim.AdamW): X_new = X - lr * wd * X - adam_step(G). The decay is decoupled from
+    // the moments and scaled by this step's lr, which ONNX Adam's norm_coefficient_post (a constant
+    // factor on the whole update) cannot say; so the Adam node (norm_coefficient 0) yields
+    // X - adam_step and standard Mul/Sub nodes subtract (lr * wd) * X.
+    const bool decoupled = opt.kind == "adamw" && opt.weight_decay > 0;
+    std::vector<std::pair<std::string, std::string>> adam_outs;  // (Adam output, final new value) for AdamW
     for (size_t i = 0; i < bucket.size(); ++i) {
       const Param& p = bucket[i];
       const Tensor& w = g.initializers.at(p.name);
@@ -162,6 +170,10 @@ std::vector<DeviceGraph> replicate(const Graph& training, const ReplicateOptions
       gs.push_back(summed[i]);
       xnew.push_back(add_value(p.name + ".new", info_of(w)));
       updates.emplace_back(xnew.back(), p.name);
+      if (decoupled) {
+        adam_outs.emplace_back(add_value(p.name + ".adam", info_of(w)), xnew.back());
+        xnew.back() = adam_outs.back().first;
+      }
       for (size_t k = 0; k < bufs.size(); ++k) {
         std::string buf = g.unique_name(p.name + buf_names[k]);
         g.initializers[buf] = Tensor(DType::F32, w.shape());
@@ -172,7 +184,7 @@ std::vector<DeviceGraph> replicate(const Graph& training, const ReplicateOptions
       }
     }
     std::string t_input = opts.step_input;
-    if (opt.kind == "adam") {
+    if (adam_like) {
       // ONNX Adam's T counts updates including this one (bias correction 1 - beta^T, as torch's step).
       if (adam_t.empty()) {
         std::string one = g.unique_name("one_i64");
@@ -187,7 +199,7 @@ std::vector<DeviceGraph> replicate(const Graph& training, const ReplicateOptions
       up.attrs["alpha"] = Attribute::Float(opt.beta1);
       up.attrs["beta"] = Attribute::Float(opt.beta2);
       up.attrs["epsilon"] = Attribute::Float(opt.eps);
-      up.attrs["norm_coefficient"] = Attribute::Float(opt.weight_decay);
+      up.attrs["norm_coefficient"] = Attribute::Float(decoupled || opt.kind == "adamw" ? 0.f : opt.weight_decay);
     } else {
       up.op_type = "Momentum";
       up.name = g.unique_name("momentum_" + std::to_string(b));
@@ -202,6 +214,22 @@ std::vector<DeviceGraph> replicate(const Graph& training, const ReplicateOptions
     up.outputs = xnew;
     for (auto& v : bufnew) up.outputs.insert(up.outputs.end(), v.begin(), v.end());
     out.push_back(up);
+    if (decoupled) {
+      if (decay_const.empty()) {
+        std::string wd = g.unique_name("weight_decay");
+        g.initializers[wd] = Tensor::scalar<float>(opt.weight_decay);
+        g.values[wd] = scalar_info(DType::F32);
+        decay_const = add_value("lr_weight_decay", scalar_info(DType::F32));
+        inserts[-1].push_back(Node{g.unique_name("adamw_lr_decay"), "Mul", "", {opts.lr_input, wd}, {decay_const}, {}});
+      }
+      for (size_t i = 0; i < bucket.size(); ++i) {
+        const Param& p = bucket[i];
+        std::string decay = add_value(p.name + ".decay", info_of(g.initializers.at(p.name)));
+        out.push_back(Node{g.unique_name("adamw_decay_" + p.name), "Mul", "", {decay_const, p.name}, {decay}, {}});
+        out.push_back(Node{g.unique_name("adamw_update_" + p.name), "Sub", "", {adam_outs[i].first, decay},
+                           {adam_outs[i].second}, {}});
+      }
+    }
   }
 
   std::vector<Node> nodes;

@@ -11,13 +11,15 @@
 namespace graphrun::runtime {
 
 struct OptimizerOptions {
-  std::string kind = "sgd";  // "sgd" (plain or with momentum) or "adam"
+  std::string kind = "sgd";  // "sgd" (plain or with momentum), "adam" or "adamw"
   // sgd: torch.optim.SGD semantics (dampening 0). momentum 0: X - lr * (G + weight_decay * X) as
   // standard ops; momentum > 0: one ai.onnx.preview.training Momentum node per bucket.
   float momentum = 0;
   bool nesterov = false;
   float weight_decay = 0;  // L2 (added to the gradient), as torch.optim.SGD/Adam's weight_decay
   // adam: ai.onnx.preview.training Adam (alpha = beta1, beta = beta2, epsilon), T = step + 1.
+  // adamw: the same Adam node without L2 (norm_coefficient 0), then X_new -= lr * weight_decay * X
+  // as standard Mul/Sub nodes: torch.optim.AdamW's decoupled weight decay.
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
 };
 

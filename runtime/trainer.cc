@@ -18,6 +18,7 @@
 #include "graph/onnx_io.h"
 #include "graph/passes/remove_noops.h"
 #include "graph/passes/train_mode.h"
+#include "runtime/checkpoint.h"
 #include "runtime/device.h"
 
 namespace graphrun::runtime {
@@ -181,6 +182,28 @@ Trainer::Trainer(const Graph& model, TrainOptions opts) : opts_(std::move(opts))
   };
   limit(train_, opts_.train_limit);
   limit(test_, opts_.test_limit);
+  if (opts_.normalize) {
+    GR_CHECK(opts_.norm_std > 0 && std::isfinite(opts_.norm_std) && std::isfinite(opts_.norm_mean),
+             "normalize: the standard deviation must be a positive number, got " << opts_.norm_std);
+    for (data::Dataset* ds : {&train_, &test_}) {
+      float* p = ds->images.data<float>();
+      const float mean = opts_.norm_mean, inv = 1.0f / opts_.norm_std;
+      for (int64_t i = 0, n = ds->images.numel(); i < n; ++i) p[i] = (p[i] - mean) * inv;
+    }
+  }
+  {
+    // The schedule's base rate and, for cosine, the length of the whole run.
+    const int64_t N = train_.size(), B = opts_.batch_size;
+    int64_t per_epoch = (N + B - 1) / B;
+    if (N - (per_epoch - 1) * B < D) --per_epoch;
+    if (opts_.max_steps > 0) per_epoch = std::min(per_epoch, opts_.max_steps);
+    opts_.schedule.base_lr = opts_.lr;
+    opts_.schedule.total_steps = per_epoch * opts_.epochs;
+    GR_CHECK(opts_.schedule.warmup_steps >= 0, "warmup steps must be >= 0");
+    GR_CHECK(opts_.schedule.kind != LrSchedule::Kind::Step || opts_.schedule.step_size > 0,
+             "the step schedule needs a step size > 0 (--lr-step-size)");
+  }
+  if (opts_.resume) GR_CHECK(!opts_.checkpoint_dir.empty(), "resume needs a checkpoint directory (--checkpoint-dir)");
 
   const std::string& in = model.inputs.empty() ? std::string() : model.inputs[0];
   if (const ValueInfo* vi = model.info(in); vi && vi->has_shape) {
@@ -274,16 +297,13 @@ void Trainer::worker_loop(int d) {
 
 void Trainer::run_replica_epoch(int d) {
   Worker& w = *workers_[d];
-  w.loss_sum = 0;
-  w.correct = w.images = 0;
-  w.error.clear();
   const int D = replicas();
   const int64_t B = opts_.batch_size, N = train_.size();
   const bool stateful = graphs_.replicas[d].graph.is_input("step");
   std::map<int64_t, std::pair<Tensor, Tensor>> buffers;  // by shard size: images, labels
   std::vector<int64_t> pred;
-  Tensor lr = Tensor::scalar<float>(static_cast<float>(opts_.lr));
-  for (int64_t s = 0; s < steps_; ++s) {
+  for (int64_t s = seg_begin_; s < seg_end_; ++s) {
+    Tensor lr = Tensor::scalar<float>(static_cast<float>(learning_rate(opts_.schedule, step_base_ + s)));
     const int64_t b = std::min(B, N - s * B);
     const data::Shards sh = data::shard(b, D);
     const int64_t n = sh.size[d];
@@ -301,12 +321,20 @@ void Trainer::run_replica_epoch(int d) {
     if (stateful) in["step"] = Tensor::scalar<int64_t>(step_base_ + s);
     auto out = w.exec->run(in);
     const Tensor& loss = out.at(graphs_.loss);
-    w.loss_sum += loss.as_doubles().at(0) * n;
+    const double lv = loss.as_doubles().at(0);
+    if (!std::isfinite(lv)) {
+      w.diverged_step = step_base_ + s + 1;
+      GR_FAIL("the training loss is " << lv << " at step " << w.diverged_step << " (epoch " << cur_epoch_ + 1
+                                      << "): training diverged; lower --lr");
+    }
+    w.loss_sum += lv * n;
+    if (s < static_cast<int64_t>(w.step_loss.size())) w.step_loss[s] = lv * n;
     argmax_rows(out.at(graphs_.logits), pred);
     const int64_t* lab = buf.second.data<int64_t>();
     for (int64_t i = 0; i < n; ++i) w.correct += pred[i] == lab[i];
     w.images += n;
     if (d == 0) progress_.store(s + 1, std::memory_order_relaxed);
+    w.steps_done.store(s + 1, std::memory_order_release);
   }
 }
 
@@ -317,18 +345,11 @@ void Trainer::sync_running_stats() {
     for (int d = 1; d < replicas(); ++d) replica(d).set_state(init, replica(0).state(init));
 }
 
-EpochStats Trainer::train_epoch(int epoch) {
+void Trainer::run_segment(int epoch, int64_t begin, int64_t end, bool bar, double& seconds) {
   const int D = replicas();
-  const int64_t N = train_.size(), B = opts_.batch_size;
-  order_ = data::epoch_order(N, opts_.seed, epoch);
-  int64_t steps = (N + B - 1) / B;
-  if (N - (steps - 1) * B < D) --steps;  // a last batch too small to give every replica an example
-  if (opts_.max_steps > 0) steps = std::min(steps, opts_.max_steps);
-  steps_ = steps;
-  step_base_ = global_step_;
-  progress_ = 0;
-
-  const bool bar = opts_.progress == 1 || (opts_.progress == -1 && isatty(2));
+  const int64_t B = opts_.batch_size, steps = steps_;
+  seg_begin_ = begin;
+  seg_end_ = end;
   auto t0 = std::chrono::steady_clock::now();
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -339,9 +360,14 @@ EpochStats Trainer::train_epoch(int epoch) {
   {
     std::unique_lock<std::mutex> l(mu_);
     while (!cv_.wait_for(l, std::chrono::milliseconds(200), [&] { return done_ == D; })) {
+      if (opts_.log_every > 0) {
+        l.unlock();
+        log_steps(-1);
+        l.lock();
+      }
       if (!bar) continue;
       const int64_t k = progress_.load();
-      const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double sec = seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       const int width = 30, fill = static_cast<int>(width * k / std::max<int64_t>(1, steps));
       std::fprintf(stderr, "\repoch %d/%d [%s%s] %lld/%lld  %.1f s  %.0f img/s", epoch + 1, opts_.epochs,
                    std::string(fill, '=').c_str(), std::string(width - fill, ' ').c_str(), (long long)k,
@@ -349,19 +375,100 @@ EpochStats Trainer::train_epoch(int epoch) {
       std::fflush(stderr);
     }
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (bar) std::fprintf(stderr, "\r\033[K");
 
   std::string first_error, any_error;
+  int64_t diverged = 0;
   for (auto& w : workers_) {
+    if (w->diverged_step && (!diverged || w->diverged_step < diverged)) diverged = w->diverged_step;
     if (w->error.empty()) continue;
     if (any_error.empty()) any_error = w->error;
     if (first_error.empty() && w->error.find("another replica failed") == std::string::npos) first_error = w->error;
+  }
+  if (diverged) {
+    std::string msg = "training diverged: the loss is not finite at step " + std::to_string(diverged) + " (epoch " +
+                      std::to_string(epoch + 1) + "); lower --lr";
+    if (!opts_.checkpoint_dir.empty()) {
+      const std::string last = latest_checkpoint(opts_.checkpoint_dir);
+      msg += last.empty() ? "; no checkpoint was written before it" : "; the last good checkpoint is " + last;
+    }
+    throw DivergedError(msg, diverged);
   }
   if (!any_error.empty()) {
     // The group is aborted; a trainer that failed cannot continue.
     GR_FAIL("training failed in epoch " << epoch + 1 << ": " << (first_error.empty() ? any_error : first_error));
   }
+  if (opts_.log_every > 0) log_steps(end);
+}
+
+void Trainer::log_steps(int64_t upto) {
+  // Steps every replica has finished; lines cover whole blocks of log_every steps (and the end).
+  int64_t done = steps_;
+  for (auto& w : workers_) done = std::min<int64_t>(done, w->steps_done.load(std::memory_order_acquire));
+  if (upto >= 0) done = std::min(done, upto);
+  const int64_t k = opts_.log_every;
+  while (logged_ < done) {
+    int64_t next = (logged_ / k + 1) * k;
+    if (next > done) {
+      if (done != upto || upto < steps_) break;  // report a partial block only at the epoch's end
+      next = done;
+    }
+    double loss = 0;
+    int64_t images = 0;
+    for (int64_t s = logged_; s < next; ++s) {
+      const int64_t b = std::min(opts_.batch_size, train_.size() - s * opts_.batch_size);
+      images += b;
+      for (auto& w : workers_) loss += w->step_loss[s];
+    }
+    if (opts_.log)
+      *opts_.log << "step " << step_base_ + next << "  epoch " << cur_epoch_ + 1 << "  loss "
+                 << fmt(images ? loss / images : 0, 4) << "  lr " << learning_rate(opts_.schedule, step_base_ + next - 1)
+                 << std::endl;
+    logged_ = next;
+  }
+}
+
+EpochStats Trainer::train_epoch(int epoch) {
+  const int64_t N = train_.size(), B = opts_.batch_size;
+  const int D = replicas();
+  order_ = data::epoch_order(N, opts_.seed, epoch);
+  int64_t steps = (N + B - 1) / B;
+  if (N - (steps - 1) * B < D) --steps;  // a last batch too small to give every replica an example
+  if (opts_.max_steps > 0) steps = std::min(steps, opts_.max_steps);
+  steps_ = steps;
+  // Resuming in the middle of this epoch: the steps before the checkpoint are done.
+  int64_t first = 0;
+  if (epoch == resume_epoch_) first = std::min(resume_step_, steps);
+  resume_epoch_ = -1;
+  step_base_ = global_step_ - first;
+  cur_epoch_ = epoch;
+  progress_ = first;
+  logged_ = first;
+  for (auto& w : workers_) {
+    w->loss_sum = 0;
+    w->correct = w->images = 0;
+    w->error.clear();
+    w->diverged_step = 0;
+    w->step_loss.assign(steps, 0.0);
+    w->steps_done = first;
+  }
+
+  const bool bar = opts_.progress == 1 || (opts_.progress == -1 && isatty(2));
+  double seconds = 0;
+  // With --checkpoint-every the epoch runs in segments that end on multiples of it (global steps).
+  for (int64_t begin = first; begin < steps;) {
+    int64_t end = steps;
+    if (opts_.checkpoint_every > 0 && !opts_.checkpoint_dir.empty()) {
+      const int64_t g = step_base_ + begin, k = opts_.checkpoint_every;
+      end = std::min(steps, begin + (k - g % k));
+    }
+    run_segment(epoch, begin, end, bar, seconds);
+    global_step_ = step_base_ + end;
+    if (end < steps) save_checkpoint(epoch, end);
+    begin = end;
+  }
+  global_step_ = step_base_;
   global_step_ += steps;
   sync_running_stats();
 
@@ -431,8 +538,25 @@ std::vector<EpochStats> Trainer::fit() {
     *log << "training '" << graphs_.forward.name << "' on " << devs << " (" << threads_ << " thread"
          << (threads_ > 1 ? "s" : "") << " per replica): " << train_.size() << " training, " << test_.size()
          << " test images, batch " << opts_.batch_size << ", lr " << opts_.lr << std::endl;
-  for (int e = 0; e < opts_.epochs; ++e) {
+  int first_epoch = 0;
+  if (opts_.resume) {
+    const std::string ck = latest_checkpoint(opts_.checkpoint_dir);
+    if (ck.empty()) {
+      if (log) *log << "no checkpoint in " << opts_.checkpoint_dir << ": starting from the beginning" << std::endl;
+    } else {
+      load_checkpoint(ck);
+      first_epoch = resume_epoch_ < 0 ? opts_.epochs : resume_epoch_;
+      if (log) *log << "resumed from " << ck << " (epoch " << first_epoch + 1 << ", step " << global_step_ << ")" << std::endl;
+    }
+  }
+  if (first_epoch >= opts_.epochs) {
+    if (log) *log << "nothing left to train: all " << opts_.epochs << " epochs are done" << std::endl;
+    if (!opts_.save_path.empty()) save(opts_.save_path);
+    return all;
+  }
+  for (int e = first_epoch; e < opts_.epochs; ++e) {
     EpochStats st = train_epoch(e);
+    if (!opts_.checkpoint_dir.empty()) save_checkpoint(e + 1, 0);
     all.push_back(st);
     const double ips = st.seconds > 0 ? st.images / st.seconds : 0;
     if (log)

@@ -17,6 +17,7 @@
 #include "runtime/comm/cpu_comm.h"
 #include "runtime/data/idx.h"
 #include "runtime/executor.h"
+#include "runtime/optim/schedule.h"
 #include "runtime/replicate.h"
 
 namespace graphrun::runtime {
@@ -70,6 +71,31 @@ struct TrainOptions {
   std::string save_path;      // the trained model as ONNX after the last epoch
   std::ostream* log = nullptr;  // epoch lines and the closing line; nullptr: silent
   int progress = -1;            // progress bar on stderr: 1 on, 0 off, -1 when stderr is a terminal
+  // The learning rate of each step: schedule.kind, warmup_steps, step_size, gamma, min_lr are used;
+  // base_lr is `lr` and a cosine's total_steps is the whole run's (both filled in by the trainer).
+  LrSchedule schedule;
+  int64_t log_every = 0;        // a loss line (mean over the last N steps' examples) every N steps; 0: none
+  // Inputs are (pixels - mean) / std in the data pipeline (training and evaluation).
+  bool normalize = false;
+  float norm_mean = 0, norm_std = 1;
+  // Checkpoints (runtime/checkpoint.h) in checkpoint_dir after every epoch and every
+  // checkpoint_every steps; the newest keep_checkpoints are kept. resume: continue from the newest.
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
+  int keep_checkpoints = 3;
+  bool resume = false;
+};
+
+// A NaN or Inf training loss: training stopped at `step` (1-based global step); checkpoints on disk
+// are those written before it. graphrun train exits with code 3.
+struct DivergedError : Error {
+  DivergedError(const std::string& msg, int64_t s) : Error(msg), step(s) {}
+  int64_t step;
+};
+
+struct EvalStats {
+  double accuracy = 0, loss = 0;  // over the test set; loss: mean cross-entropy of the model output
+  int64_t images = 0;
 };
 
 struct EpochStats {
@@ -95,6 +121,16 @@ class Trainer {
   EpochStats train_epoch(int epoch);
   // Test accuracy of replica 0's weights and running statistics, through the inference graph.
   double evaluate();
+  // Test accuracy and mean cross-entropy loss (graphrun train --eval-only).
+  EvalStats evaluate_stats();
+  // Writes a checkpoint of the whole training state (every replica's state and RNG, epoch, step)
+  // into opts.checkpoint_dir and removes all but the newest keep_checkpoints; returns its path.
+  // `epoch` is the 0-based epoch to continue in, `step` the step within it to start at.
+  std::string save_checkpoint(int epoch, int64_t step);
+  // Restores a checkpoint written by a Trainer of the same model, optimizer, replicas and batch
+  // size; throws Error naming the file and the mismatch otherwise.
+  void load_checkpoint(const std::string& path);
+  int64_t global_step() const { return global_step_; }
   // The forward model in its inference form (graph/passes/train_mode.h) with the trained weights
   // and running statistics (replica 0's): what --save writes.
   Graph trained_model() const;
@@ -114,7 +150,12 @@ class Trainer {
     double loss_sum = 0;  // sum over examples of the per-example loss
     int64_t correct = 0, images = 0;
     std::string error;
+    int64_t diverged_step = 0;       // global 1-based step of a non-finite loss, 0: none
+    std::vector<double> step_loss;   // loss * examples per step of this epoch (for --log-every)
+    std::atomic<int64_t> steps_done{0};
   };
+  void run_segment(int epoch, int64_t begin, int64_t end, bool bar, double& seconds);
+  void log_steps(int64_t upto);
   void worker_loop(int d);
   void run_replica_epoch(int d);
   void check_model_fits_labels();
@@ -139,6 +180,11 @@ class Trainer {
   int64_t steps_ = 0, step_base_ = 0;
   std::atomic<int64_t> progress_{0};
   int64_t global_step_ = 0;
+  int64_t seg_begin_ = 0, seg_end_ = 0;  // the steps of the epoch the workers run next
+  int resume_epoch_ = -1;                // after load_checkpoint: the epoch to continue, at resume_step_
+  int64_t resume_step_ = 0;
+  int64_t logged_ = 0;                   // steps of this epoch already reported by --log-every
+  int cur_epoch_ = 0;
 };
 
 }  // namespace graphrun::runtime

@@ -35,16 +35,43 @@ const Command& train_command() {
           {"metrics", "FILE", "write one JSON object per epoch"},
           {"loss", "NAME", "cross-entropy (default; the only loss for class labels)"},
           {"max-steps", "N", "stop each epoch after N steps (for quick runs)"},
+          {"optimizer", "NAME", "sgd (default; with --momentum/--nesterov), adam, or adamw (decoupled weight\n"
+                                "                            decay, as torch.optim.AdamW); adam's --weight-decay is L2, as torch's"},
+          {"beta1", "B1", "adam/adamw: decay of the first moment (default 0.9)"},
+          {"beta2", "B2", "adam/adamw: decay of the second moment (default 0.999)"},
+          {"eps", "EPS", "adam/adamw: epsilon (default 1e-8)"},
+          {"lr-schedule", "KIND", "constant (default), step (x --lr-gamma every --lr-step-size steps) or cosine\n"
+                                  "                            (to 0 at the last step); per step, after --warmup-steps"},
+          {"warmup-steps", "N", "ramp the learning rate linearly over the first N steps (default 0)"},
+          {"lr-step-size", "N", "step schedule: steps between decays"},
+          {"lr-gamma", "G", "step schedule: the factor of each decay (default 0.1)"},
+          {"freeze", "NAMES", "parameters that are not trained: no gradient, no allreduce, no update\n"
+                              "                            (comma-separated or repeated)", true},
+          {"normalize", "MEAN,STD", "feed (pixels - MEAN) / STD (e.g. 0.1307,0.3081) in training and evaluation"},
+          {"eval-only", "", "evaluate the model as given (test accuracy and loss); no training"},
+          {"log-every", "N", "print the mean training loss every N steps"},
+          {"checkpoint-dir", "DIR", "write a checkpoint after every epoch (weights, optimizer state, running\n"
+                                    "                            statistics, RNG, epoch/step); the newest 3 are kept"},
+          {"checkpoint-every", "N", "also write one every N steps (needs --checkpoint-dir)"},
+          {"resume", "", "continue from the newest checkpoint in --checkpoint-dir (same model and\n"
+                         "                            settings): the same weights as an uninterrupted run"},
       },
       "The model takes images f32[N,1,28,28] (pixels / 255) and returns class scores f32[N,classes].\n"
       "Output: a progress bar (on a terminal), one line per epoch, and `test acc: 0.84, 5.1 sec/epoch on [...]`;\n"
       "sec/epoch counts the training steps only, like d2l's timer. Test accuracy uses replica 0's weights and\n"
       "BatchNorm running statistics (broadcast to the other replicas after each epoch, as DDP keeps buffers).\n"
       "A last batch smaller than the number of replicas is skipped; other partial batches are kept.\n"
+      "Optimizers are nodes of the training graph (ai.onnx.preview.training Momentum/Adam; AdamW adds its\n"
+      "decay as Mul/Sub); `graphrun grad --devices N` and `show --devices N` show them.\n"
+      "Exit codes: 0 done, 2 bad input (flags, model, data, a corrupt or foreign checkpoint), 3 the loss\n"
+      "became NaN or Inf (the message names the step; checkpoints written before it are kept).\n"
       "\n"
       "examples:\n"
       "  graphrun train models/lenet.onnx --devices cpu:2 --batch-size 256 --lr 0.2 --epochs 10\n"
-      "  graphrun train models/lenet.onnx --save lenet.trained.onnx --metrics run.jsonl"};
+      "  graphrun train models/lenet.onnx --save lenet.trained.onnx --metrics run.jsonl\n"
+      "  graphrun train models/simplecnn.onnx --optimizer adam --lr 1e-3 --batch-size 64 \\\n"
+      "      --normalize 0.1307,0.3081 --epochs 1 --devices cpu:2\n"
+      "  graphrun train models/lenet.onnx --checkpoint-dir ck --epochs 10   # killed? rerun with --resume"};
   return cmd;
 }
 
@@ -113,6 +140,68 @@ int cmd_train(const std::vector<std::string>& argv) {
   const std::string loss = args.get("loss", "cross-entropy");
   if (loss != "cross-entropy")
     throw bad("--loss '" + loss + "': graphrun train supports cross-entropy (class labels) only");
+  auto& opt = o.pipeline.optimizer;
+  opt.kind = args.get("optimizer", "sgd");
+  if (opt.kind != "sgd" && opt.kind != "adam" && opt.kind != "adamw")
+    throw bad("--optimizer '" + opt.kind + "': choose sgd, adam or adamw");
+  if (opt.kind != "sgd" && (momentum > 0 || opt.nesterov)) throw bad("--momentum/--nesterov are for --optimizer sgd");
+  if (opt.kind == "sgd")
+    for (const char* f : {"beta1", "beta2", "eps"})
+      if (args.has(f)) throw bad(std::string("--") + f + " is for --optimizer adam or adamw");
+  auto unit = [&](const char* f, double dflt) {
+    const double v = args.get_double(f, dflt);
+    if (!(v >= 0 && v < 1)) throw bad(std::string("--") + f + " must be in [0, 1), got " + args.get(f));
+    return static_cast<float>(v);
+  };
+  opt.beta1 = unit("beta1", 0.9);
+  opt.beta2 = unit("beta2", 0.999);
+  const double eps = args.get_double("eps", 1e-8);
+  if (!(eps > 0) || !std::isfinite(eps)) throw bad("--eps must be a positive number, got " + args.get("eps"));
+  opt.eps = static_cast<float>(eps);
+  try {
+    o.schedule.kind = runtime::parse_schedule_kind(args.get("lr-schedule", "constant"));
+  } catch (const Error& e) {
+    throw bad(std::string("--lr-schedule: ") + e.what());
+  }
+  o.schedule.warmup_steps = args.get_int("warmup-steps", 0);
+  if (o.schedule.warmup_steps < 0) throw bad("--warmup-steps must be >= 0, got " + args.get("warmup-steps"));
+  o.schedule.step_size = args.get_int("lr-step-size", 0);
+  o.schedule.gamma = args.get_double("lr-gamma", 0.1);
+  if (o.schedule.kind == runtime::LrSchedule::Kind::Step && o.schedule.step_size < 1)
+    throw bad("--lr-schedule step needs --lr-step-size N (N >= 1)");
+  if (!(o.schedule.gamma > 0) || !std::isfinite(o.schedule.gamma))
+    throw bad("--lr-gamma must be a positive number, got " + args.get("lr-gamma"));
+  if ((args.has("lr-step-size") || args.has("lr-gamma")) && o.schedule.kind != runtime::LrSchedule::Kind::Step)
+    throw bad("--lr-step-size/--lr-gamma need --lr-schedule step");
+  for (const auto& f : args.all("freeze")) o.pipeline.freeze.insert(f);
+  if (args.has("normalize")) {
+    const auto ms = args.all("normalize");
+    double mean = 0, sd = 0;
+    bool ok = ms.size() == 2;
+    try {
+      size_t a = 0, b = 0;
+      if (ok) mean = std::stod(ms[0], &a), sd = std::stod(ms[1], &b);
+      ok = ok && a == ms[0].size() && b == ms[1].size();
+    } catch (const std::exception&) {
+      ok = false;
+    }
+    if (!ok || !(sd > 0) || !std::isfinite(mean) || !std::isfinite(sd))
+      throw bad("--normalize takes MEAN,STD with STD > 0 (e.g. 0.1307,0.3081), got '" + args.get("normalize") + "'");
+    o.normalize = true;
+    o.norm_mean = static_cast<float>(mean);
+    o.norm_std = static_cast<float>(sd);
+  }
+  o.log_every = args.get_int("log-every", 0);
+  if (o.log_every < 0) throw bad("--log-every must be >= 0, got " + args.get("log-every"));
+  o.checkpoint_dir = args.get("checkpoint-dir");
+  o.checkpoint_every = args.get_int("checkpoint-every", 0);
+  if (o.checkpoint_every < 0) throw bad("--checkpoint-every must be >= 0, got " + args.get("checkpoint-every"));
+  if (o.checkpoint_every > 0 && o.checkpoint_dir.empty()) throw bad("--checkpoint-every needs --checkpoint-dir");
+  o.resume = args.has("resume");
+  if (o.resume && o.checkpoint_dir.empty()) throw bad("--resume needs --checkpoint-dir DIR");
+  const bool eval_only = args.has("eval-only");
+  if (eval_only && (o.resume || !o.checkpoint_dir.empty() || args.has("save")))
+    throw bad("--eval-only trains nothing: it takes no --checkpoint-dir, --resume or --save");
   o.data_dir = args.get("data", runtime::data::kDefaultDataDir);
   o.save_path = args.get("save");
   o.metrics_path = args.get("metrics");
@@ -121,7 +210,18 @@ int cmd_train(const std::vector<std::string>& argv) {
 
   Graph model = load_onnx(args.positional()[0]);
   runtime::Trainer trainer(model, o);
-  trainer.fit();
+  if (eval_only) {
+    const runtime::EvalStats st = trainer.evaluate_stats();
+    std::cout << "test acc: " << st.accuracy << ", test loss: " << st.loss << " (" << st.images << " images, "
+              << model.name << ")" << std::endl;
+    return 0;
+  }
+  try {
+    trainer.fit();
+  } catch (const runtime::DivergedError& e) {
+    std::cerr << "graphrun train: error: " << e.what() << std::endl;
+    return 3;
+  }
   return 0;
 }
 

@@ -1,0 +1,159 @@
+// Trainer checkpoints (save, prune, restore: every replica's state and RNG, epoch and step) and the
+// test-set loss of --eval-only; the file format itself is runtime/checkpoint.h's.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "runtime/checkpoint.h"
+#include "runtime/trainer.h"
+
+namespace graphrun::runtime {
+
+namespace {
+
+constexpr const char* kFormat = "graphrun-train/1";
+
+std::string replica_key(int d, const std::string& name) { return "replica" + std::to_string(d) + "/" + name; }
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+}
+
+const std::string& meta_of(const Checkpoint& ck, const std::string& key, const std::string& path) {
+  auto it = ck.meta.find(key);
+  GR_CHECK(it != ck.meta.end(), path << ": not a graphrun training checkpoint (no '" << key << "')");
+  return it->second;
+}
+
+}  // namespace
+
+std::string Trainer::save_checkpoint(int epoch, int64_t step) {
+  namespace fs = std::filesystem;
+  GR_CHECK(!opts_.checkpoint_dir.empty(), "no checkpoint directory given");
+  std::error_code ec;
+  fs::create_directories(opts_.checkpoint_dir, ec);
+  GR_CHECK(fs::is_directory(opts_.checkpoint_dir),
+           "--checkpoint-dir: cannot create directory '" << opts_.checkpoint_dir << "'");
+  Checkpoint ck;
+  ck.meta["format"] = kFormat;
+  ck.meta["model"] = graphs_.forward.name;
+  ck.meta["signature"] = shapes_signature(graphs_.forward.initializers);
+  ck.meta["optimizer"] = opts_.pipeline.optimizer.kind;
+  ck.meta["replicas"] = std::to_string(replicas());
+  ck.meta["batch_size"] = std::to_string(opts_.batch_size);
+  ck.meta["seed"] = std::to_string(opts_.seed);
+  ck.meta["epoch"] = std::to_string(epoch);
+  ck.meta["step"] = std::to_string(step);
+  ck.meta["global_step"] = std::to_string(global_step_);
+  // Weights, optimizer buffers and running statistics of replica 0; another replica's tensor only
+  // where it differs (BatchNorm statistics between the epoch-end broadcasts).
+  const auto& base = replica(0).states();
+  for (const auto& [name, t] : base) ck.tensors[name] = t;
+  for (int d = 0; d < replicas(); ++d) {
+    ck.meta["rng." + std::to_string(d)] = replica(d).rng_state();
+    if (d == 0) continue;
+    for (const auto& [name, t] : replica(d).states())
+      if (!same_bits(t, base.at(name))) ck.tensors[replica_key(d, name)] = t;
+  }
+  const std::string path = (fs::path(opts_.checkpoint_dir) / checkpoint_name(epoch, global_step_)).string();
+  runtime::save_checkpoint(path, ck);
+
+  // Keep the newest few (names sort in (epoch, step) order).
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(opts_.checkpoint_dir, ec)) {
+    std::string n = e.path().filename().string();
+    if (n.rfind("ckpt-", 0) == 0 && n.size() > 5 && n.substr(n.size() - 5) == ".grck") names.push_back(n);
+  }
+  std::sort(names.begin(), names.end());
+  const int keep = std::max(1, opts_.keep_checkpoints);
+  for (size_t i = 0; i + keep < names.size(); ++i) fs::remove(fs::path(opts_.checkpoint_dir) / names[i], ec);
+  return path;
+}
+
+void Trainer::load_checkpoint(const std::string& path) {
+  const Checkpoint ck = runtime::load_checkpoint(path);
+  GR_CHECK(meta_of(ck, "format", path) == kFormat,
+           path << ": checkpoint format '" << ck.meta.at("format") << "' is not " << kFormat);
+  const std::string sig = shapes_signature(graphs_.forward.initializers);
+  const std::string other = ck.meta.count("model") ? ck.meta.at("model") : std::string("?");
+  GR_CHECK(meta_of(ck, "signature", path) == sig,
+           path << ": checkpoint of another model ('" << other << "', parameter signature " << ck.meta.at("signature")
+                << "; '" << graphs_.forward.name << "' has " << sig << ")");
+  auto expect = [&](const char* key, const std::string& mine, const char* flag) {
+    const std::string& theirs = meta_of(ck, key, path);
+    GR_CHECK(theirs == mine, path << ": checkpoint was written with " << flag << " " << theirs << ", this run has "
+                                  << mine << "; resume with the same settings");
+  };
+  expect("optimizer", opts_.pipeline.optimizer.kind, "--optimizer");
+  expect("replicas", std::to_string(replicas()), "replicas:");
+  expect("batch_size", std::to_string(opts_.batch_size), "--batch-size");
+  expect("seed", std::to_string(opts_.seed), "--seed");
+  for (int d = 0; d < replicas(); ++d) {
+    Executor& ex = replica(d);
+    for (const auto& [name, t] : ex.states()) {
+      auto it = ck.tensors.find(replica_key(d, name));
+      if (it == ck.tensors.end()) it = ck.tensors.find(name);
+      GR_CHECK(it != ck.tensors.end(), path << ": checkpoint has no tensor '" << name
+                                            << "' (written for another model or optimizer?)");
+      GR_CHECK(it->second.dtype() == t.dtype() && it->second.shape() == t.shape(),
+               path << ": checkpoint tensor '" << name << "' is " << dtype_name(it->second.dtype())
+                    << shape_str(it->second.shape()) << " but the model's is " << dtype_name(t.dtype())
+                    << shape_str(t.shape()));
+    }
+  }
+  try {
+    for (int d = 0; d < replicas(); ++d) {
+      Executor& ex = replica(d);
+      std::vector<std::string> names;
+      for (const auto& [name, _] : ex.states()) names.push_back(name);
+      for (const auto& name : names) {
+        auto it = ck.tensors.find(replica_key(d, name));
+        if (it == ck.tensors.end()) it = ck.tensors.find(name);
+        ex.set_state(name, it->second);
+      }
+      ex.set_rng_state(meta_of(ck, "rng." + std::to_string(d), path));
+    }
+    global_step_ = std::stoll(meta_of(ck, "global_step", path));
+    resume_epoch_ = static_cast<int>(std::stoll(meta_of(ck, "epoch", path)));
+    resume_step_ = std::stoll(meta_of(ck, "step", path));
+  } catch (const std::invalid_argument&) {
+    GR_FAIL(path << ": checkpoint is corrupt (bad epoch/step)");
+  } catch (const std::out_of_range&) {
+    GR_FAIL(path << ": checkpoint is corrupt (bad epoch/step)");
+  }
+  GR_CHECK(global_step_ >= 0 && resume_epoch_ >= 0 && resume_step_ >= 0, path << ": checkpoint is corrupt (negative step)");
+}
+
+EvalStats Trainer::evaluate_stats() {
+  for (const auto& [name, _] : eval_->graph().initializers)
+    if (replica(0).states().count(name)) eval_->set_state(name, replica(0).state(name));
+  EvalStats st;
+  const int64_t N = test_.size();
+  const int64_t per = N ? test_.images.numel() / N : 0;
+  int64_t correct = 0;
+  double loss = 0;
+  for (int64_t i = 0; i < N; i += opts_.eval_batch) {
+    const int64_t n = std::min(opts_.eval_batch, N - i);
+    Shape s = test_.images.shape();
+    s[0] = n;
+    Tensor x = Tensor::view(DType::F32, s, test_.images.data<float>() + i * per);
+    const Tensor out = eval_->run({{graphs_.image, x}}).at(graphs_.logits);
+    const int64_t c = out.dim(1);
+    const int64_t* lab = test_.labels.data<int64_t>() + i;
+    for (int64_t k = 0; k < n; ++k) {
+      const float* row = out.data<float>() + k * c;
+      const int64_t arg = std::max_element(row, row + c) - row;
+      correct += arg == lab[k];
+      double sum = 0;
+      for (int64_t j = 0; j < c; ++j) sum += std::exp(double(row[j]) - row[arg]);
+      loss += std::log(sum) + row[arg] - row[lab[k]];
+    }
+  }
+  st.images = N;
+  st.accuracy = N ? double(correct) / N : 0;
+  st.loss = N ? loss / N : 0;
+  return st;
+}
+
+}  // namespace graphrun::runtime
