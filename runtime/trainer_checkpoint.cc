@@ -49,7 +49,22 @@ std::string Trainer::save_checkpoint(int epoch, int64_t step) {
   // Weights, optimizer buffers and running statistics of replica 0; another replica's tensor only
   // where it differs (BatchNorm statistics between the epoch-end broadcasts).
   const auto& base = replica(0).states();
-  for (const auto& [name, t] : base) ck.tensors[name] = t;
+  for (const auto& [name, t] : base) {
+    // Never replace a good checkpoint by a diverged state (a loss can stay finite for a step after
+    // the weights overflowed).
+    if (t.dtype() == DType::F32) {
+      const float* p = t.data<float>();
+      for (int64_t i = 0, n = t.numel(); i < n; ++i)
+        if (!std::isfinite(p[i])) {
+          const std::string last = latest_checkpoint(opts_.checkpoint_dir);
+          throw DivergedError("training diverged: '" + name + "' is not finite after step " +
+                                  std::to_string(global_step_) + "; lower --lr" +
+                                  (last.empty() ? std::string() : "; the last good checkpoint is " + last),
+                              global_step_);
+        }
+    }
+    ck.tensors[name] = t;
+  }
   for (int d = 0; d < replicas(); ++d) {
     ck.meta["rng." + std::to_string(d)] = replica(d).rng_state();
     if (d == 0) continue;
