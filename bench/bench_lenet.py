@@ -42,10 +42,13 @@ def main():
     ap.add_argument('--torch-ref', default='../shared/ref/torch_reference.py')
     ap.add_argument('--python', default='/usr/bin/python3', help='Python with torch (Debian python3-torch)')
     ap.add_argument('--skip-torch', action='store_true')
+    ap.add_argument('--max-steps', type=int, default=0,
+                    help='time only this many steps of each epoch (quick comparisons; accuracy is then meaningless)')
     a = ap.parse_args()
     common = ['train', a.model, '--batch-size', '256', '--lr', '0.2', '--epochs', str(a.epochs)]
-    gr = lambda dev, t: [a.graphrun] + common + ['--devices', dev, '--threads', str(t)]
-    torch = lambda t: [a.python, a.torch_ref, '--model', 'lenet', '--threads', str(t), '--epochs', str(a.epochs)]
+    steps = ['--max-steps', str(a.max_steps)] if a.max_steps else []
+    gr = lambda dev, t: [a.graphrun] + common + steps + ['--devices', dev, '--threads', str(t)]
+    torch = lambda t: [a.python, a.torch_ref, '--model', 'lenet', '--threads', str(t), '--epochs', str(a.epochs)] + steps
     r = {}
     r['gr cpu:1 x1'] = run('graphrun cpu:1, 1 thread', gr('cpu:1', 1))
     if not a.skip_torch:
@@ -55,7 +58,8 @@ def main():
         r['torch 2'] = run('pytorch, 2 threads', torch(2))
     r['gr cpu:1 x2'] = run('graphrun cpu:1, 2 threads', gr('cpu:1', 2))
 
-    print(f'\nLeNet, Fashion-MNIST, batch 256, lr 0.2, {a.epochs} epoch(s)')
+    print(f'\nLeNet, Fashion-MNIST, batch 256, lr 0.2, {a.epochs} epoch(s)' +
+          (f', first {a.max_steps} steps of each' if a.max_steps else ''))
     print(f'{"run":<34}{"sec/epoch":>10}{"test acc":>10}')
     names = {'gr cpu:1 x1': 'graphrun cpu:1 --threads 1', 'torch 1': 'pytorch --threads 1',
              'gr cpu:2 x1': 'graphrun cpu:2 --threads 1', 'torch 2': 'pytorch --threads 2',
