@@ -168,6 +168,27 @@ TEST(TrainerOptim, AdamWGraphUsesStandardAdamAndExportsCheckerValid) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
+TEST(TrainerOptim, GradAndShowWithDevicesCarryTheChosenOptimizer) {
+  if (!std::filesystem::exists(lenet_path())) GTEST_SKIP() << "models/lenet.onnx is missing";
+  const std::string out = testing::temp_dir("trainer2_grad") + "/lenet.dp.onnx";
+  auto r = testing::run_command(testing::graphrun_cli() + " grad " + lenet_path() +
+                                " --devices 2 --optimizer adamw --weight-decay 0.01 -o " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  Graph g = load_onnx(out);
+  int adam = 0;
+  for (const Node& n : g.nodes) adam += n.op_type == "Adam" && n.domain == kTrainingDomain;
+  EXPECT_GE(adam, 1);
+  r = testing::run_command(testing::python() + " -c \"import onnx; onnx.checker.check_model(onnx.load('" + out +
+                           "'), full_check=True)\"");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = testing::run_command(testing::graphrun_cli() + " show " + lenet_path() + " --devices 2 --optimizer adam");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("Adam"), std::string::npos);
+  r = testing::run_command(testing::graphrun_cli() + " grad " + lenet_path() + " --optimizer adam");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--optimizer needs --devices"), std::string::npos) << r.output;
+}
+
 TEST(TrainerOptim, ScheduleFeedsTheLearningRatePerStep) {
   runtime::LrSchedule s;
   s.kind = runtime::LrSchedule::Kind::Step;

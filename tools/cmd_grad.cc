@@ -6,6 +6,7 @@
 #include "runtime/trainer.h"
 #include "tools/backward_options.h"
 #include "tools/cli.h"
+#include "tools/optimizer_options.h"
 
 namespace graphrun::cli {
 
@@ -30,6 +31,7 @@ const Command& grad_command() {
     c.options.push_back({"devices", "N", "write the data-parallel training graph of N CPU replicas instead: replica\n"
                                          "                            0's graph (all replicas run the same one), with its\n"
                                          "                            AllReduce and SGD update nodes; inputs add lr and loss_scale"});
+    for (const auto& o : optimizer_options()) c.options.push_back(o);
     return c;
   }();
   return cmd;
@@ -56,6 +58,7 @@ int cmd_grad(const std::vector<std::string>& argv) {
                                                                  std::to_string(args.positional().size())));
   const std::string model = args.positional()[0];
   const BackwardRequest req = parse_backward_options(args);
+  const runtime::OptimizerOptions optimizer = parse_optimizer_options(args);
   Graph g;
   if (args.has("devices")) {
     runtime::PipelineOptions po;
@@ -67,6 +70,7 @@ int cmd_grad(const std::vector<std::string>& argv) {
     po.loss = req.loss.kind;
     po.output = req.loss.output;
     po.freeze = req.backward.freeze;
+    po.optimizer = optimizer;
     g = runtime::build_training_graphs(load_onnx(model), po).replicas[0].graph;
   } else {
     g = build_backward_graph(load_onnx(model), req);

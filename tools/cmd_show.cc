@@ -7,6 +7,7 @@
 #include "runtime/trainer.h"
 #include "tools/backward_options.h"
 #include "tools/cli.h"
+#include "tools/optimizer_options.h"
 
 namespace graphrun::cli {
 
@@ -23,6 +24,7 @@ std::vector<Option> show_options() {
                        "                            backward, AllReduce and SGD nodes (every replica runs the same graph)"},
   };
   for (const auto& o : backward_options()) r.push_back(o);
+  for (const auto& o : optimizer_options()) r.push_back(o);
   return r;
 }
 
@@ -52,6 +54,7 @@ Graph graph_to_show(const Args& args, Graph g) {
     po.output = args.get("loss-output");
     if (args.get("loss", "cross-entropy") == "mse") po.loss = autodiff::LossKind::MSE;
     for (const auto& f : args.all("freeze")) po.freeze.insert(f);
+    po.optimizer = parse_optimizer_options(args);
     g = runtime::build_training_graphs(g, po).replicas[0].graph;
   } else if (args.has("backward")) {
     g = build_backward_graph(g, parse_backward_options(args));
@@ -81,6 +84,7 @@ int cmd_show(const std::vector<std::string>& argv) {
     if (args.has(o) && !args.has("backward") && !args.has("devices"))
       throw Error(args.usage_error("--" + std::string(o) + " needs --backward or --devices"));
   if (args.has("backward") || args.has("devices")) parse_backward_options(args);  // bad values fail before the model loads
+  parse_optimizer_options(args);
 
   Graph g = graph_to_show(args, load_onnx(args.positional()[0]));
   std::string text = format == "dot" ? print_dot(g) : print_text(g);

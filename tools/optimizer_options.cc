@@ -1,0 +1,48 @@
+// Optimizer flags shared by grad and show: what `graphrun train` would put into the replica graph.
+#include "tools/optimizer_options.h"
+
+#include <cmath>
+
+namespace graphrun::cli {
+
+std::vector<Option> optimizer_options() {
+  return {
+      {"optimizer", "NAME", "with --devices: the update nodes, sgd (default), adam or adamw, as graphrun train"},
+      {"momentum", "M", "with --devices: SGD momentum (an ai.onnx.preview.training Momentum node)"},
+      {"nesterov", "", "with --devices: Nesterov momentum"},
+      {"weight-decay", "WD", "with --devices: weight decay (L2; decoupled for adamw)"},
+      {"beta1", "B1", "with --devices: adam/adamw beta1 (default 0.9)"},
+      {"beta2", "B2", "with --devices: adam/adamw beta2 (default 0.999)"},
+      {"eps", "EPS", "with --devices: adam/adamw epsilon (default 1e-8)"},
+  };
+}
+
+runtime::OptimizerOptions parse_optimizer_options(const Args& args) {
+  auto bad = [&](const std::string& msg) { return Error(args.usage_error(msg)); };
+  for (const auto& o : optimizer_options())
+    if (args.has(o.name) && !args.has("devices")) throw bad("--" + o.name + " needs --devices");
+  runtime::OptimizerOptions opt;
+  opt.kind = args.get("optimizer", "sgd");
+  if (opt.kind != "sgd" && opt.kind != "adam" && opt.kind != "adamw")
+    throw bad("--optimizer '" + opt.kind + "': choose sgd, adam or adamw");
+  auto unit = [&](const char* f, double dflt) {
+    const double v = args.get_double(f, dflt);
+    if (!(v >= 0 && v < 1)) throw bad(std::string("--") + f + " must be in [0, 1), got " + args.get(f));
+    return static_cast<float>(v);
+  };
+  opt.momentum = unit("momentum", 0);
+  opt.nesterov = args.has("nesterov");
+  if (opt.nesterov && opt.momentum == 0) throw bad("--nesterov needs a --momentum above 0");
+  if (opt.kind != "sgd" && (opt.momentum > 0 || opt.nesterov)) throw bad("--momentum/--nesterov are for --optimizer sgd");
+  const double wd = args.get_double("weight-decay", 0);
+  if (!(wd >= 0) || !std::isfinite(wd)) throw bad("--weight-decay must be >= 0, got " + args.get("weight-decay"));
+  opt.weight_decay = static_cast<float>(wd);
+  opt.beta1 = unit("beta1", 0.9);
+  opt.beta2 = unit("beta2", 0.999);
+  const double eps = args.get_double("eps", 1e-8);
+  if (!(eps > 0) || !std::isfinite(eps)) throw bad("--eps must be a positive number, got " + args.get("eps"));
+  opt.eps = static_cast<float>(eps);
+  return opt;
+}
+
+}  // namespace graphrun::cli

@@ -1,0 +1,15 @@
+// The optimizer flags of `graphrun grad --devices` and `show --devices` (which optimizer nodes the
+// data-parallel graph gets): --optimizer, --momentum, --nesterov, --weight-decay, --beta1/2, --eps.
+#pragma once
+#include <vector>
+
+#include "runtime/replicate.h"
+#include "tools/cli.h"
+
+namespace graphrun::cli {
+
+std::vector<Option> optimizer_options();
+// Reads the flags above (usage errors for bad values); torch's defaults where not given.
+runtime::OptimizerOptions parse_optimizer_options(const Args& args);
+
+}  // namespace graphrun::cli
