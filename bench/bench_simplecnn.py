@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Benchmark: the DataParallel experiment. SimpleCNN (models/simplecnn.onnx) on Fashion-MNIST with
+Adam lr 1e-3, batch 64, inputs (x - 0.1307) / 0.3081, one epoch, on cpu:1 and on cpu:2 (one thread
+per replica); prints test accuracy, sec/epoch and the reduction of cpu:2 against cpu:1, next to
+the PyTorch yardstick (../shared/ref/torch_reference.py --model simplecnn) at 1 and 2 threads.
+
+  bench/bench_simplecnn.py [--epochs 1] [--graphrun build/graphrun] [--torch-ref ../shared/ref/torch_reference.py]
+
+Paths are relative to the repository root. sec/epoch counts the training steps only (d2l's timer).
+Expected: test accuracy well above 0.75 on both, cpu:2 at least 40% less time per epoch.
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SUMMARY = re.compile(r'test acc: ([0-9.]+), ([0-9.]+) sec/epoch')
+
+
+def run(name, cmd):
+    print(f'--- {name}: {" ".join(cmd)}', flush=True)
+    p = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for line in p.stdout.splitlines():
+        if line.startswith('epoch') or line.startswith('test acc'):
+            print('    ' + line, flush=True)
+    m = None
+    for m in SUMMARY.finditer(p.stdout):
+        pass
+    if p.returncode != 0 or not m:
+        print(p.stdout[-2000:], file=sys.stderr)
+        sys.exit(f'{name} failed (exit {p.returncode})')
+    return float(m.group(1)), float(m.group(2))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument('--epochs', type=int, default=1)
+    ap.add_argument('--graphrun', default='build/graphrun')
+    ap.add_argument('--model', default='models/simplecnn.onnx')
+    ap.add_argument('--torch-ref', default='../shared/ref/torch_reference.py')
+    ap.add_argument('--python', default='/usr/bin/python3', help='Python with torch (Debian python3-torch)')
+    ap.add_argument('--skip-torch', action='store_true')
+    ap.add_argument('--max-steps', type=int, default=0,
+                    help='time only this many steps of each epoch (quick comparisons; accuracy is then meaningless)')
+    a = ap.parse_args()
+    steps = ['--max-steps', str(a.max_steps)] if a.max_steps else []
+    common = ['train', a.model, '--optimizer', 'adam', '--lr', '1e-3', '--batch-size', '64',
+              '--normalize', '0.1307,0.3081', '--epochs', str(a.epochs), '--threads', '1'] + steps
+    torch = lambda t: [a.python, a.torch_ref, '--model', 'simplecnn', '--threads', str(t),
+                       '--epochs', str(a.epochs)] + steps
+    r = {}
+    r['graphrun cpu:1'] = run('graphrun cpu:1', [a.graphrun] + common + ['--devices', 'cpu:1'])
+    r['graphrun cpu:2'] = run('graphrun cpu:2', [a.graphrun] + common + ['--devices', 'cpu:2'])
+    if not a.skip_torch:
+        r['pytorch 1 thread'] = run('pytorch, 1 thread', torch(1))
+        r['pytorch 2 threads'] = run('pytorch, 2 threads', torch(2))
+
+    print(f'\nSimpleCNN, Fashion-MNIST, Adam lr 1e-3, batch 64, normalised, {a.epochs} epoch(s)' +
+          (f', first {a.max_steps} steps of each' if a.max_steps else ''))
+    print(f'{"run":<22}{"sec/epoch":>10}{"test acc":>10}')
+    for k, (acc, sec) in r.items():
+        print(f'{k:<22}{sec:>10.2f}{acc:>10.2f}')
+    one, two = r['graphrun cpu:1'][1], r['graphrun cpu:2'][1]
+    print(f'\ncpu:2 vs cpu:1: {100 * (1 - two / one):.0f}% less time per epoch (aim: >= 40%)')
+    if not a.skip_torch:
+        print(f'graphrun cpu:1 / pytorch 1 thread = {one / r["pytorch 1 thread"][1]:.2f}; '
+              f'graphrun cpu:2 / pytorch 2 threads = {two / r["pytorch 2 threads"][1]:.2f}')
+
+
+if __name__ == '__main__':
+    main()
