@@ -98,6 +98,16 @@ std::vector<Case> lenet_cases(int64_t N) {
                 {{"transB", Attribute::Int(1)}}, 2.0 * N * 800 * 128});
   cs.push_back({"avgpool 2x2 on 20x26x26", "AveragePool", "", {{N, 20, 26, 26}}, {true},
                 {{"kernel_shape", Attribute::Ints({2, 2})}, {"strides", Attribute::Ints({2, 2})}}, 4.0 * N * 20 * 13 * 13});
+  // ResNet-18 (Fashion-MNIST variant) 3x3 convolutions: many pixels x few channels, and few pixels x
+  // long rows (where per-GEMM weight packing must be amortised over several images).
+  const std::map<std::string, Attribute> pad1{{"pads", Attribute::Ints({1, 1, 1, 1})}};
+  for (auto [C, HW] : {std::pair<int64_t, int64_t>{64, 28}, {512, 4}}) {
+    const std::string tag = "r18 " + std::to_string(C) + "ch " + std::to_string(HW) + "x" + std::to_string(HW);
+    const double f = 2.0 * N * C * HW * HW * C * 9;
+    cs.push_back({tag + " fwd", "Conv", "", {{N, C, HW, HW}, {C, C, 3, 3}}, {true}, pad1, f});
+    cs.push_back({tag + " grad", "ConvGrad", kGraphrunDomain, {{N, C, HW, HW}, {N, C, HW, HW}, {C, C, 3, 3}},
+                  {true, true, true}, pad1, 2 * f});
+  }
   return cs;
 }
 

@@ -262,7 +262,10 @@ struct Chunking {
 };
 
 // Chunks of about kChunkBytes of im2col matrix keep the GEMM's operands in L2 while giving it
-// enough rows (pixels x images) to run near peak; measured with bench/bench_kernels (256 KB to 1 MB all within a few percent).
+// enough rows (pixels x images) to run near peak; measured with bench/bench_kernels (256 KB to
+// 1 MB all within a few percent). But a chunk has at least kDirectPixels rows whatever its size:
+// each GEMM packs the whole weight matrix, which only pays off over enough rows (ResNet's deep
+// layers have 4608-long rows of few pixels: one image per chunk spent most time packing).
 constexpr int64_t kChunkBytes = 512 << 10;
 
 // An image with at least this many output pixels gives the GEMM enough rows alone; then chunks are
@@ -273,9 +276,9 @@ Chunking plan_chunks(int threads, int64_t N, int64_t P, int64_t col_bytes_per_im
   Chunking c;
   c.threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, N)));
   const int64_t per_thread = div_ceil(std::max<int64_t>(N, 1), c.threads);
+  const int64_t by_bytes = kChunkBytes / std::max<int64_t>(col_bytes_per_image, 1);
   const int64_t largest =
-      P >= kDirectPixels ? 1
-                         : std::clamp<int64_t>(kChunkBytes / std::max<int64_t>(col_bytes_per_image, 1), 1, per_thread);
+      P >= kDirectPixels ? 1 : std::clamp<int64_t>(std::max(by_bytes, div_ceil(kDirectPixels, std::max<int64_t>(P, 1))), 1, per_thread);
   // Equal chunks, so that every thread gets the same number of images.
   c.per_chunk = div_ceil(per_thread, div_ceil(per_thread, largest));
   c.chunks = div_ceil(std::max<int64_t>(N, 1), c.per_chunk);
