@@ -286,18 +286,23 @@ Chunking plan_chunks(int threads, int64_t N, int64_t P, int64_t col_bytes_per_im
   return c;
 }
 
-// Runs body(thread, chunk) for every chunk, chunks dealt round-robin over ch.threads threads.
+// Runs begin(thread) once per thread, then body(thread, chunk) for every chunk. Chunks are handed
+// out dynamically: on a busy machine a thread that is descheduled for a while does not hold the
+// others up (with a static deal they would wait at the end for its share).
 // With one thread no parallel region is opened, so Eigen may parallelise the GEMM itself.
-template <class F>
-void for_chunks(const Chunking& ch, F&& body) {
+template <class Begin, class F>
+void for_chunks(const Chunking& ch, Begin&& begin, F&& body) {
   if (ch.threads <= 1) {
+    begin(0);
     for (int64_t c = 0; c < ch.chunks; ++c) body(0, c);
     return;
   }
 #pragma omp parallel num_threads(ch.threads)
   {
     const int t = omp_get_thread_num();
-    for (int64_t c = t; c < ch.chunks; c += ch.threads) body(t, c);
+    begin(t);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t c = 0; c < ch.chunks; ++c) body(t, c);
   }
 }
 
@@ -309,7 +314,7 @@ void conv_forward(KernelContext& ctx, const ConvShape& cs, const T* x, const T* 
   const int64_t B = ch.per_chunk;
   const int64_t per_thread = B * P * K + B * P * Mg;
   T* scratch = static_cast<T*>(ctx.scratch(sizeof(T) * per_thread * ch.threads));
-  for_chunks(ch, [&](int t, int64_t chunk) {
+  for_chunks(ch, [](int) {}, [&](int t, int64_t chunk) {
     T* col = scratch + t * per_thread;
     T* yc = col + B * P * K;
     const int64_t n0 = chunk * B, nb = std::min(B, cs.N - n0), ld = nb * P;
@@ -349,11 +354,14 @@ void conv_backward(KernelContext& ctx, const ConvShape& cs, const T* dy, const T
   const int64_t acc = (dw && ch.threads > 1) ? M * K : 0;
   const int64_t per_thread = B * P * K + B * P * Mg + acc;
   T* scratch = static_cast<T*>(ctx.scratch(sizeof(T) * per_thread * ch.threads));
-  for_chunks(ch, [&](int t, int64_t chunk) {
+  auto dw_acc_of = [&](int t) { return (t == 0 || !dw) ? dw : scratch + t * per_thread + B * P * K + B * P * Mg; };
+  auto zero_acc = [&](int t) {
+    if (t > 0 && dw) std::fill(dw_acc_of(t), dw_acc_of(t) + M * K, T(0));
+  };
+  for_chunks(ch, zero_acc, [&](int t, int64_t chunk) {
     T* col = scratch + t * per_thread;
     T* dyc = col + B * P * K;
-    T* dw_acc = (t == 0 || !dw) ? dw : dyc + B * P * Mg;
-    if (t > 0 && dw && chunk == t) std::fill(dw_acc, dw_acc + M * K, T(0));
+    T* dw_acc = dw_acc_of(t);
     const int64_t n0 = chunk * B, nb = std::min(B, cs.N - n0), ld = nb * P;
     for (int64_t g = 0; g < cs.group; ++g) {
       if (B > 1)
