@@ -88,7 +88,7 @@ void batch_norm_kernel(KernelContext& ctx) {
     if (ctx.has_output(4)) saved_var = ctx.output(4, ctx.input(4).shape(), x.dtype()).data<T>();
     GR_CHECK(s.count() > 0, "training mode needs a non-empty batch");
   }
-#pragma omp parallel for num_threads(ctx.threads()) schedule(static)
+#pragma omp parallel for num_threads(ctx.threads()) schedule(dynamic, 1)
   for (int64_t f = 0; f < s.F; ++f) {
     double mean = in_mean[f], var = in_var[f];
     if (training) {
@@ -125,7 +125,7 @@ void batch_norm_grad_kernel(KernelContext& ctx) {
   T* db = ctx.has_output(2) ? ctx.output(2, scale.shape(), x.dtype()).data<T>() : nullptr;
   const double cnt = static_cast<double>(s.count());
   GR_CHECK(s.count() > 0, "an empty batch has no batch statistics");
-#pragma omp parallel for num_threads(ctx.threads()) schedule(static)
+#pragma omp parallel for num_threads(ctx.threads()) schedule(dynamic, 1)
   for (int64_t f = 0; f < s.F; ++f) {
     double mean, var;
     feature_stats(xp, s, f, &mean, &var);

@@ -119,7 +119,7 @@ void max_pool_kernel(KernelContext& ctx) {
   const int64_t planes = x.dim(0) * x.dim(1), I = w.in_size(), P = w.out_size();
   int64_t* args = static_cast<int64_t*>(ctx.scratch(sizeof(int64_t) * planes * P));
   const ColumnTaps taps(w);
-#pragma omp parallel for num_threads(ctx.threads()) schedule(static)
+#pragma omp parallel for num_threads(ctx.threads()) schedule(dynamic, 16)
   for (int64_t p = 0; p < planes; ++p) {
     const T* xin = xp + p * I;
     T* yo = y + p * P;
@@ -158,7 +158,7 @@ void average_pool_kernel(KernelContext& ctx) {
   const T* xp = x.data<T>();
   const int64_t planes = x.dim(0) * x.dim(1), I = w.in_size(), P = w.out_size();
   const ColumnTaps taps(w);
-#pragma omp parallel for num_threads(ctx.threads()) schedule(static)
+#pragma omp parallel for num_threads(ctx.threads()) schedule(dynamic, 16)
   for (int64_t p = 0; p < planes; ++p) {
     const T* xin = xp + p * I;
     T* yo = y + p * P;
@@ -183,7 +183,7 @@ void global_pool_kernel(KernelContext& ctx) {
   const T* xp = x.data<T>();
   const int64_t planes = x.dim(0) * x.dim(1), I = shape_numel(spatial(x.shape()));
   GR_CHECK(I > 0 || planes == 0, "X " << shape_str(x.shape()) << " has empty spatial axes");
-#pragma omp parallel for num_threads(ctx.threads()) schedule(static)
+#pragma omp parallel for num_threads(ctx.threads()) schedule(dynamic, 16)
   for (int64_t p = 0; p < planes; ++p) {
     const T* xin = xp + p * I;
     T acc = kMax ? -std::numeric_limits<T>::infinity() : T(0);
@@ -207,7 +207,7 @@ void max_pool_grad_kernel(KernelContext& ctx) {
   const int64_t* id = ind.data<int64_t>();
   const int64_t planes = x.dim(0) * x.dim(1), I = shape_numel(spatial(x.shape())), P = shape_numel(spatial(dy.shape()));
   bool bad = false;
-#pragma omp parallel for num_threads(ctx.threads()) schedule(static) reduction(|| : bad)
+#pragma omp parallel for num_threads(ctx.threads()) schedule(dynamic, 16) reduction(|| : bad)
   for (int64_t p = 0; p < planes; ++p) {
     T* d = dx + p * I;
     std::fill(d, d + I, T(0));
@@ -236,7 +236,7 @@ void average_pool_grad_kernel(KernelContext& ctx) {
   const int64_t planes = x.dim(0) * x.dim(1), I = w.in_size(), P = w.out_size();
   T* shares = static_cast<T*>(ctx.scratch(sizeof(T) * planes * P));
   const ColumnTaps taps(w);
-#pragma omp parallel for num_threads(ctx.threads()) schedule(static)
+#pragma omp parallel for num_threads(ctx.threads()) schedule(dynamic, 16)
   for (int64_t p = 0; p < planes; ++p) {
     T* d = dx + p * I;
     const T* go = g + p * P;
