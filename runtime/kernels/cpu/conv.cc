@@ -267,6 +267,7 @@ struct Chunking {
 // each GEMM packs the whole weight matrix, which only pays off over enough rows (ResNet's deep
 // layers have 4608-long rows of few pixels: one image per chunk spent most time packing).
 constexpr int64_t kChunkBytes = 512 << 10;
+constexpr int64_t kMaxChunkBytes = 32 << 20;  // caps the rows rule for very long rows
 
 // An image with at least this many output pixels gives the GEMM enough rows alone; then chunks are
 // single images, whose pixel-major output block is already NCHW: no gather/scatter copies.
@@ -276,9 +277,10 @@ Chunking plan_chunks(int threads, int64_t N, int64_t P, int64_t col_bytes_per_im
   Chunking c;
   c.threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, N)));
   const int64_t per_thread = div_ceil(std::max<int64_t>(N, 1), c.threads);
-  const int64_t by_bytes = kChunkBytes / std::max<int64_t>(col_bytes_per_image, 1);
+  const int64_t image_bytes = std::max<int64_t>(col_bytes_per_image, 1);
+  const int64_t by_rows = std::min(div_ceil(kDirectPixels, std::max<int64_t>(P, 1)), kMaxChunkBytes / image_bytes);
   const int64_t largest =
-      P >= kDirectPixels ? 1 : std::clamp<int64_t>(std::max(by_bytes, div_ceil(kDirectPixels, std::max<int64_t>(P, 1))), 1, per_thread);
+      P >= kDirectPixels ? 1 : std::clamp<int64_t>(std::max(kChunkBytes / image_bytes, by_rows), 1, per_thread);
   // Equal chunks, so that every thread gets the same number of images.
   c.per_chunk = div_ceil(per_thread, div_ceil(per_thread, largest));
   c.chunks = div_ceil(std::max<int64_t>(N, 1), c.per_chunk);
