@@ -47,8 +47,8 @@ struct Timing {
 };
 
 // Fastest of `reps` runs of one node (after a planning run and a warm-up run). On a shared machine
-// the minimum is the figure least disturbed by other processes, and CPU time (divided by the
-// threads) measures the kernel even while it is descheduled.
+// the minimum is the figure least disturbed by other processes, and process CPU time (all threads)
+// measures the work per core even while a thread is descheduled (spin-waiting threads count too).
 Timing time_node(const Case& c, int threads, int reps) {
   Graph g;
   g.opsets[""] = 17;
@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
         if (!wanted) continue;
         const Timing s = time_node(c, t, reps);
         std::printf("%-28s %6lld %7d %9.3f %9.1f %9.3f %13.1f\n", c.name.c_str(), static_cast<long long>(N), t,
-                    s.wall * 1e3, c.flops / s.wall * 1e-9, s.cpu * 1e3, c.flops / s.cpu * t * 1e-9);
+                    s.wall * 1e3, c.flops / s.wall * 1e-9, s.cpu * 1e3, c.flops / s.cpu * 1e-9);
       }
   return 0;
 }
