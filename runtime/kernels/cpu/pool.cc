@@ -106,6 +106,34 @@ int64_t column_major(const Window& w, int64_t i) {
   return i0 + i1 * w.in[0] + i2 * w.in[0] * w.in[1];
 }
 
+// The most common pooling window (2x2, stride 2, no padding or dilation, every window inside the
+// input: LeNet's and SimpleCNN's) written out, so the compiler vectorises it; the general loops run
+// several times slower on it.
+bool is_plain_2x2(const Window& w) {
+  return w.k[0] == 1 && w.k[1] == 2 && w.k[2] == 2 && w.s[1] == 2 && w.s[2] == 2 && w.d[1] == 1 && w.d[2] == 1 &&
+         w.pb[1] == 0 && w.pb[2] == 0 && w.out[1] * 2 <= w.in[1] && w.out[2] * 2 <= w.in[2];
+}
+
+// MaxPool over plain 2x2 windows; taps in window order as the general loop (first tap, then any
+// larger one or NaN). Indices are storage_order 0: base + offset in the plane.
+template <class T>
+void max_2x2(const T* __restrict x, int64_t IW, T* __restrict y, int64_t* __restrict idx, int64_t base, int64_t OH,
+             int64_t OW) {
+  for (int64_t oh = 0; oh < OH; ++oh)
+    for (int64_t ow = 0; ow < OW; ++ow) {
+      const int64_t i = 2 * oh * IW + 2 * ow;
+      T best = x[i];
+      int64_t at = i;
+      for (int64_t j : {i + 1, i + IW, i + IW + 1}) {
+        bool nan = false;
+        if constexpr (std::is_floating_point_v<T>) nan = std::isnan(x[j]);
+        if (x[j] > best || nan) best = x[j], at = j;
+      }
+      y[oh * OW + ow] = best;
+      if (idx) idx[oh * OW + ow] = base + at;
+    }
+}
+
 template <class T>
 void max_pool_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
@@ -117,6 +145,12 @@ void max_pool_kernel(KernelContext& ctx) {
   int64_t* idx = ctx.has_output(1) ? ctx.output(1, ys, DType::I64).data<int64_t>() : nullptr;
   const T* xp = x.data<T>();
   const int64_t planes = x.dim(0) * x.dim(1), I = w.in_size(), P = w.out_size();
+  if (is_plain_2x2(w) && so == 0) {
+#pragma omp parallel for num_threads(ctx.threads()) schedule(dynamic, 16)
+    for (int64_t p = 0; p < planes; ++p)
+      max_2x2(xp + p * I, w.in[2], y + p * P, idx ? idx + p * P : nullptr, p * I, w.out[1], w.out[2]);
+    return;
+  }
   int64_t* args = static_cast<int64_t*>(ctx.scratch(sizeof(int64_t) * planes * P));
   const ColumnTaps taps(w);
 #pragma omp parallel for num_threads(ctx.threads()) schedule(dynamic, 16)
@@ -144,14 +178,6 @@ void max_pool_kernel(KernelContext& ctx) {
       for (int64_t o = 0; o < P; ++o)
         idx[p * P + o] = arg[o] < 0 ? -1 : p * I + (so ? column_major(w, arg[o]) : arg[o]);
   }
-}
-
-// The most common pooling window (2x2, stride 2, no padding or dilation, every window inside the
-// input: LeNet's) written out, so the compiler vectorises it; the general loops run several times
-// slower on it.
-bool is_plain_2x2(const Window& w) {
-  return w.k[0] == 1 && w.k[1] == 2 && w.k[2] == 2 && w.s[1] == 2 && w.s[2] == 2 && w.d[1] == 1 && w.d[2] == 1 &&
-         w.pb[1] == 0 && w.pb[2] == 0 && w.out[1] * 2 <= w.in[1] && w.out[2] * 2 <= w.in[2];
 }
 
 template <class T>
