@@ -392,6 +392,13 @@ void pad_kernel(KernelContext& ctx) {
     const auto in_st = contiguous_strides(x.shape());
     const int64_t inner = out[r - 1], n = y.numel();
     const auto& last = src[r - 1];
+    // In constant mode the last axis is [fill][a contiguous run of the input][fill].
+    const int64_t lead = std::max<int64_t>(full[r - 1], 0);
+    const int64_t run = mode == "constant" ? std::clamp<int64_t>(x.shape()[r - 1] + std::min<int64_t>(full[r - 1], 0) +
+                                                                     std::min<int64_t>(full[2 * r - 1], 0),
+                                                                 0, inner - lead)
+                                           : -1;
+    const int64_t run_src = std::max<int64_t>(-full[r - 1], 0);
     std::vector<int64_t> idx(r, 0);
     for (int64_t o = 0; o < n; o += inner) {
       int64_t off = 0;
@@ -401,8 +408,15 @@ void pad_kernel(KernelContext& ctx) {
         if (s < 0) { constant = true; break; }
         off += s * in_st[k];
       }
-      if (constant) std::fill(py + o, py + o + inner, fill);
-      else for (int64_t i = 0; i < inner; ++i) py[o + i] = last[i] < 0 ? fill : px[off + last[i]];
+      if (constant) {
+        std::fill(py + o, py + o + inner, fill);
+      } else if (run >= 0) {
+        std::fill(py + o, py + o + lead, fill);
+        std::copy(px + off + run_src, px + off + run_src + run, py + o + lead);
+        std::fill(py + o + lead + run, py + o + inner, fill);
+      } else {
+        for (int64_t i = 0; i < inner; ++i) py[o + i] = last[i] < 0 ? fill : px[off + last[i]];
+      }
       for (int k = r - 1; k-- > 0;) {
         if (++idx[k] < out[k]) break;
         idx[k] = 0;
