@@ -869,9 +869,11 @@ void sum_to_shape_kernel(KernelContext& ctx) {
       const T* xr = px + r * inner;
       T* yr = py + o[1];
       if (sy) {
+#pragma omp simd
         for (int64_t i = 0; i < inner; ++i) yr[i] += xr[i];
       } else {
         T acc = T(0);
+#pragma omp simd reduction(+ : acc)
         for (int64_t i = 0; i < inner; ++i) acc += xr[i];
         yr[0] += acc;
       }
