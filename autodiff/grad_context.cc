@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <sstream>
 
 namespace graphrun::autodiff {
 
@@ -124,6 +125,17 @@ void GradContext::set_dx(size_t i, const std::string& grad) {
   }
 }
 
+ValueInfo GradContext::type_of(const std::string& v) const {
+  if (const ValueInfo* vi = g_.info(v); vi && vi->has_shape) return *vi;
+  if (auto it = g_.initializers.find(v); it != g_.initializers.end()) {
+    ValueInfo r{it->second.dtype(), true, {}};
+    for (int64_t d : it->second.shape()) r.shape.push_back(Dim(d));
+    return r;
+  }
+  if (const ValueInfo* vi = g_.info(v)) return *vi;
+  return ValueInfo{};
+}
+
 int GradContext::rank(const std::string& v) const {
   const ValueInfo* vi = g_.info(v);
   if (vi && vi->has_shape) return static_cast<int>(vi->shape.size());
@@ -186,7 +198,13 @@ std::string GradContext::op(const std::string& type, const std::vector<std::stri
 }
 
 std::string GradContext::scalar(double v, DType t) {
+  std::ostringstream key;
+  key.precision(17);
+  key << dtype_name(t) << ":" << v;
+  auto it = types_.scalars.find(key.str());
+  if (it != types_.scalars.end()) return it->second;
   std::string r = op("Constant", {}, {{"value", Attribute::Tens(scalar_tensor(v, t, false))}});
+  types_.scalars[key.str()] = r;
   types_.set(r, t);
   g_.values[r] = ValueInfo{t, true, {}};
   return r;
@@ -202,6 +220,23 @@ std::string GradContext::ints(const std::vector<int64_t>& v) {
 std::string GradContext::shape_of(const std::string& v) {
   Shape s;
   if (static_shape(v, s)) return ints(s);
+  return op("Shape", {v});
+}
+
+std::string GradContext::reshape_target(const std::string& v) {
+  const ValueInfo vi = type_of(v);
+  if (vi.has_shape) {
+    std::vector<int64_t> dims;
+    int unknown = 0;
+    for (const Dim& d : vi.shape) {
+      dims.push_back(d.known() ? d.size : -1);
+      unknown += !d.known();
+    }
+    // A 0 would copy the input's dim under Reshape's default allowzero=0: only safe to write when none.
+    bool zero = false;
+    for (int64_t d : dims) zero |= d == 0;
+    if (unknown <= 1 && !zero) return ints(dims);
+  }
   return op("Shape", {v});
 }
 
@@ -256,20 +291,10 @@ std::string GradContext::transpose(const std::string& x, const std::vector<int64
 }
 
 std::string GradContext::reduce_to(const std::string& grad, const std::string& grad_like, const std::string& x) {
-  const ValueInfo* xi = g_.info(x);
-  ValueInfo from_init;
-  if (!xi) {
-    Shape s;
-    if (static_shape(x, s)) {
-      from_init.dtype = dtype(x);
-      from_init.has_shape = true;
-      for (int64_t d : s) from_init.shape.push_back(Dim(d));
-      xi = &from_init;
-    }
-  }
-  const ValueInfo* gi = g_.info(grad_like);
-  if (!xi) return op("SumToShape", {grad, op("Shape", {x})}, {}, kGraphrunDomain);
-  return reduce_to_info(grad, gi, *xi, x);
+  const ValueInfo xi = type_of(x);
+  if (!xi.has_shape) return op("SumToShape", {grad, op("Shape", {x})}, {}, kGraphrunDomain);
+  const ValueInfo gi = type_of(grad_like);
+  return reduce_to_info(grad, &gi, xi, x);
 }
 
 std::string GradContext::reduce_to_info(const std::string& grad, const ValueInfo* gi, const ValueInfo& xi,

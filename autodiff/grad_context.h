@@ -15,6 +15,8 @@ class ValueTypes {
   explicit ValueTypes(const Graph& g) : g_(g) {}
   DType dtype(const std::string& value);
   void set(const std::string& value, DType t) { memo_[value] = t; }
+  // Scalar constants already emitted ("f64:0.5" -> value name): one Constant node serves every rule.
+  std::map<std::string, std::string> scalars;
 
  private:
   const Graph& g_;
@@ -52,6 +54,8 @@ class GradContext {
   int64_t opset() const { return g_.opset(""); }
   DType dtype(const std::string& v) { return types_.dtype(v); }
   const ValueInfo* info(const std::string& v) const { return g_.info(v); }
+  // The value's type from its value info, else from its initializer; has_shape false when unknown.
+  ValueInfo type_of(const std::string& v) const;
   int rank(const std::string& v) const;                 // -1 when unknown
   bool static_shape(const std::string& v, Shape& s) const;  // true when every dim is known
   // The value of a constant (initializer or Constant node output), or an undefined Tensor.
@@ -67,6 +71,8 @@ class GradContext {
   std::string scalar(double v, DType t);                // Constant scalar
   std::string ints(const std::vector<int64_t>& v);      // Constant i64 1-D
   std::string shape_of(const std::string& v);           // Constant when static, else Shape(v)
+  // A Reshape target giving v's shape: a Constant when at most one dim is unknown (as -1), else Shape(v).
+  std::string reshape_target(const std::string& v);
   std::string zeros_like(const std::string& v);         // zeros of v's shape and type
 
   // ---- opset-aware building blocks

@@ -68,6 +68,12 @@ Tensor Tensor::view(DType dtype, Shape shape, void* data, Device device) {
   return t;
 }
 
+Tensor Tensor::adopt(DType dtype, Shape shape, std::shared_ptr<void> storage, void* data, Device device) {
+  Tensor t = view(dtype, std::move(shape), data, device);
+  t.storage_ = std::move(storage);
+  return t;
+}
+
 void Tensor::check_type(DType want) const {
   GR_CHECK(dtype_ == want, "tensor holds " << dtype_name(dtype_) << ", read as " << dtype_name(want));
 }
@@ -129,6 +135,8 @@ void Tensor::copy_from(const Tensor& src) {
   GR_CHECK(src.dtype_ == dtype_ && src.numel() == numel(),
            "copy_from: " << dtype_name(src.dtype_) << shape_str(src.shape_) << " into "
                          << dtype_name(dtype_) << shape_str(shape_));
+  GR_CHECK(device_.is_cpu() && src.device_.is_cpu(),
+           "copy_from: " << src.device_.str() << " to " << device_.str() << " needs the device runtime (runtime/device.h)");
   if (nbytes() && src.data_ != data_) std::memcpy(data_, src.data_, nbytes());
 }
 

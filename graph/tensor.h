@@ -48,6 +48,8 @@ class Tensor {
   Tensor() = default;
   Tensor(DType dtype, Shape shape);  // owning host tensor, zero-filled
   static Tensor view(DType dtype, Shape shape, void* data, Device device = {});
+  // Owning tensor over memory someone else allocated (device memory): `storage` frees it.
+  static Tensor adopt(DType dtype, Shape shape, std::shared_ptr<void> storage, void* data, Device device);
   template <class T> static Tensor from_vector(Shape shape, const std::vector<T>& v);
   template <class T> static Tensor scalar(T v) { return from_vector<T>({}, {v}); }
 

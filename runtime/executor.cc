@@ -2,6 +2,8 @@
 // a liveness-based planner then packs all intermediates into one arena that later runs reuse.
 #include "runtime/executor.h"
 
+#include "runtime/device.h"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -67,6 +69,7 @@ struct Executor::Plan {
   std::vector<size_t> scratch_offset;
   std::shared_ptr<void> arena;
   size_t arena_bytes = 0;
+  std::vector<Tensor> input_copies;          // device executors: per graph input, its device buffer
   PlanStats stats;
 };
 
@@ -81,8 +84,8 @@ struct Executor::Layout {
 class RunContext final : public KernelContext {
  public:
   RunContext(const Node& n, int64_t opset, int threads, Device dev, Communicator* comm, std::mt19937_64* rng,
-             Executor::Plan& plan, const std::vector<int>& out_slots, int step)
-      : plan_(plan), out_slots_(out_slots), step_(step) {
+             Executor::Plan& plan, const std::vector<int>& out_slots, int step, DeviceBackend* backend)
+      : plan_(plan), out_slots_(out_slots), step_(step), backend_(backend) {
     node_ = &n;
     opset_ = opset;
     threads_ = threads;
@@ -104,7 +107,7 @@ class RunContext final : public KernelContext {
                         << " for the same input shapes (data-dependent shapes are not supported)");
     }
     for (int64_t d : shape) GR_CHECK(d >= 0, "output " << i << " would have negative dimension " << shape_str(shape));
-    plan_.slot_tensor[s] = Tensor(dtype, shape);
+    plan_.slot_tensor[s] = backend_ ? backend_->empty(device_, dtype, shape) : Tensor(dtype, shape);
     plan_.slot_dtype[s] = dtype;
     plan_.slot_shape[s] = shape;
     plan_.slot_seen[s] = true;
@@ -118,6 +121,10 @@ class RunContext final : public KernelContext {
       return static_cast<char*>(plan_.arena.get()) + plan_.scratch_offset[step_];
     }
     plan_.scratch_bytes[step_] = std::max(plan_.scratch_bytes[step_], bytes);
+    if (backend_) {
+      device_temps_.push_back(backend_->empty(device_, DType::U8, {static_cast<int64_t>(bytes)}));
+      return device_temps_.back().raw();
+    }
     temps_.emplace_back(new char[bytes + kAlign]);
     char* p = temps_.back().get();
     return p + (kAlign - reinterpret_cast<uintptr_t>(p) % kAlign) % kAlign;
@@ -128,11 +135,25 @@ class RunContext final : public KernelContext {
   const std::vector<int>& out_slots_;
   int step_;
   std::vector<std::unique_ptr<char[]>> temps_;
+  DeviceBackend* backend_;
+  std::vector<Tensor> device_temps_;
 };
+
+// nullptr on the CPU: every device branch below is guarded by it, so the CPU path is unchanged.
+static DeviceBackend* device_backend(const ExecOptions& o) {
+  if (o.device.is_cpu()) return nullptr;
+  DeviceBackend* b = backend_for(o.device.kind);
+  std::string why;
+  const bool available = cuda_available(&why);  // first: it fills `why` also when b is null
+  GR_CHECK(b && available, "cannot run on " << o.device.str() << ": " << why);
+  GR_CHECK(o.device.index >= 0 && o.device.index < b->device_count(),
+           "cannot run on " << o.device.str() << ": " << b->device_count() << " device(s) present");
+  return b;
+}
 
 static const KernelTable& table_for(const ExecOptions& o) {
   if (o.kernels) return *o.kernels;
-  GR_CHECK(o.device.is_cpu(), "no kernel table for device " << o.device.str());
+  if (DeviceBackend* b = device_backend(o)) return b->kernels();
   return cpu_kernels();
 }
 
@@ -141,7 +162,9 @@ Executor::Executor(const Graph& graph, ExecOptions opts)
   GR_CHECK(opts_.threads >= 1, "threads must be at least 1");
   check_supported(graph_, *kernels_, "graph '" + graph_.name + "'");
   for (const Node& n : graph_.nodes) fns_.push_back(kernels_->find(n));
-  for (const auto& [name, t] : graph_.initializers) state_[name] = t.clone();
+  // On a device, the state lives there from now on (runtime::to_host copies it back on request).
+  for (const auto& [name, t] : graph_.initializers)
+    state_[name] = opts_.device.is_cpu() ? t.clone() : to_device(t, opts_.device);
   if (opts_.fetch.empty()) opts_.fetch = graph_.outputs;
 
   Layout L;
@@ -203,7 +226,17 @@ void Executor::set_state(const std::string& name, const Tensor& value) {
   GR_CHECK(t.dtype() == value.dtype() && t.shape() == value.shape(),
            "state '" << name << "' is " << dtype_name(t.dtype()) << shape_str(t.shape()) << ", given "
                      << dtype_name(value.dtype()) << shape_str(value.shape()));
-  t.copy_from(value);
+  if (t.device().is_cpu()) {
+    t.copy_from(value.device().is_cpu() ? value : to_host(value));
+    return;
+  }
+  DeviceBackend* b = device_backend(opts_);
+  Tensor src = value.device() == t.device() || value.device().is_cpu() ? value : to_host(value);
+  if (!t.nbytes()) return;
+  if (src.device().is_cpu())
+    b->copy_host_to_device(t.device(), t.raw(), src.raw(), t.nbytes());
+  else
+    b->copy_device_to_device(t.device(), t.raw(), src.raw(), t.nbytes());
 }
 
 void Executor::validate_inputs(const std::map<std::string, Tensor>& inputs) const {
@@ -257,17 +290,31 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>&
   const Layout& L = *layout_;
   const int n = static_cast<int>(graph_.nodes.size());
   omp_set_num_threads(opts_.threads);
+  DeviceBackend* backend = device_backend(opts_);
 
-  // Bind inputs and state to their slots.
-  for (const auto& name : graph_.inputs) P.slot_tensor[L.slot_of.at(name)] = inputs.at(name);
+  // Bind inputs and state to their slots. A device executor copies host inputs into buffers of the plan.
   std::vector<const Tensor*> fixed(L.nslots, nullptr);
-  for (const auto& name : graph_.inputs) fixed[L.slot_of.at(name)] = &inputs.at(name);
+  if (backend && P.input_copies.empty()) P.input_copies.resize(graph_.inputs.size());
+  for (size_t k = 0; k < graph_.inputs.size(); ++k) {
+    const std::string& name = graph_.inputs[k];
+    const Tensor* given = &inputs.at(name);
+    if (backend && given->device() != opts_.device) {
+      GR_CHECK(given->device().is_cpu(), "input '" << name << "' is on " << given->device().str()
+                                                   << ", this executor runs on " << opts_.device.str());
+      Tensor& buf = P.input_copies[k];
+      if (!buf.defined()) buf = backend->empty(opts_.device, given->dtype(), given->shape());
+      if (given->nbytes()) backend->copy_host_to_device(opts_.device, buf.raw(), given->raw(), given->nbytes());
+      given = &buf;
+    }
+    P.slot_tensor[L.slot_of.at(name)] = *given;
+    fixed[L.slot_of.at(name)] = given;
+  }
   for (auto& [name, t] : state_) fixed[L.slot_of.at(name)] = &t;
 
   const int64_t opset = graph_.opset("");
   for (int s = 0; s < n; ++s) {
     const Node& node = graph_.nodes[s];
-    RunContext ctx(node, opset, opts_.threads, opts_.device, opts_.comm, &rng_, P, L.out_slots[s], s);
+    RunContext ctx(node, opset, opts_.threads, opts_.device, opts_.comm, &rng_, P, L.out_slots[s], s, backend);
     auto& ins = ctx.inputs();
     ins.reserve(L.in_slots[s].size());
     for (int i : L.in_slots[s]) {
@@ -326,9 +373,16 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>&
         total += align_up(P.scratch_bytes[s]);
       }
     size_t arena_bytes = pack(items);
-    void* mem = std::aligned_alloc(kAlign, std::max<size_t>(kAlign, arena_bytes));
-    GR_CHECK(mem, "out of memory planning " << arena_bytes << " bytes for graph '" << graph_.name << "'");
-    P.arena = std::shared_ptr<void>(mem, std::free);
+    void* mem;
+    if (backend) {
+      Device dev = opts_.device;
+      mem = backend->allocate(dev, std::max<size_t>(kAlign, arena_bytes));
+      P.arena = std::shared_ptr<void>(mem, [backend, dev](void* p) { backend->deallocate(dev, p); });
+    } else {
+      mem = std::aligned_alloc(kAlign, std::max<size_t>(kAlign, arena_bytes));
+      GR_CHECK(mem, "out of memory planning " << arena_bytes << " bytes for graph '" << graph_.name << "'");
+      P.arena = std::shared_ptr<void>(mem, std::free);
+    }
     char* base = static_cast<char*>(mem);
     // This first run's fetched values stay owning tensors; later runs return arena views.
     // State-update sources keep the owning buffers they got (swapped with the state below).

@@ -99,7 +99,8 @@ TrainingGraphs build_training_graphs(const Graph& model, const PipelineOptions& 
                                                << " inputs; graphrun train feeds exactly one (the images)");
   GR_CHECK(!model.outputs.empty(), "model '" << model.name << "' has no outputs");
   tg.image = model.inputs[0];
-  tg.logits = model.outputs[0];
+  tg.logits = opts.output.empty() ? model.outputs[0] : opts.output;
+  GR_CHECK(model.is_output(tg.logits), "model '" << model.name << "' has no output named '" << tg.logits << "'");
   Graph m = passes::to_training(model);
   // The batch dimension varies (shards, the last batch): never fixed.
   auto it = m.values.find(tg.image);

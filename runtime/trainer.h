@@ -41,12 +41,14 @@ struct TrainingGraphs {
 struct PipelineOptions {
   std::vector<Device> devices{Device{}};
   autodiff::LossKind loss = autodiff::LossKind::CrossEntropy;
+  std::string output;  // the model output the loss reads; default the first
   std::set<std::string> freeze;
   OptimizerOptions optimizer;
   size_t bucket_bytes = size_t(4) << 20;
 };
 
 // to_training -> attach_loss -> backward (seed gradient from the `loss_scale` input) -> replicate.
+// The one model input is the images (its batch dimension made symbolic).
 // The trained parameters are the float initializers minus BatchNorm running statistics, Dropout
 // ratios and `freeze`.
 TrainingGraphs build_training_graphs(const Graph& model, const PipelineOptions& opts);

@@ -114,7 +114,8 @@ Axes conv_transpose_axes(const ConvCase& c) {
     if (!c.output_shape.empty() || same) {
       a.out[j] = c.output_shape.empty() ? a.in[j] * a.s[j] : c.output_shape[i];
       const int64_t total = full - a.out[j];
-      a.pb[j] = c.auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      const int64_t half = static_cast<int64_t>(std::floor(total / 2.0));  // the spec's Python "//"
+      a.pb[j] = c.auto_pad == "SAME_UPPER" ? half : total - half;
       a.pe[j] = total - a.pb[j];
     } else {
       if (c.auto_pad != "VALID" && !c.pads.empty()) a.pb[j] = c.pads[i], a.pe[j] = c.pads[i + nd];
@@ -171,6 +172,7 @@ const std::vector<ConvCase>& conv_cases() {
       {"conv1d", {2, 3, 10}, {2, 3, 3}, 1, {2}, {1, 2}, {2}},
       {"conv3d", {1, 2, 4, 5, 5}, {3, 2, 2, 3, 3}, 1, {1, 2, 1}, {1, 0, 1, 0, 1, 1}},
       {"lenet_conv2", {3, 20, 13, 13}, {50, 20, 5, 5}},
+      {"large_image_group", {2, 4, 20, 20}, {6, 2, 3, 3}, 2, {1, 1}, {1, 1, 1, 1}},  // >= 256 pixels: per-image GEMMs
   };
   return cases;
 }
@@ -201,6 +203,8 @@ TEST_P(ConvForward, ConvTransposeMatchesScatterDefinition) {
       {"dilations", {1, 2, 4, 4}, {2, 3, 3, 3}, 1, {2, 1}, {0, 1, 1, 0}, {2, 2}},
       {"group", {2, 4, 3, 3}, {4, 3, 3, 3}, 2, {2, 2}},
       {"output_shape", {1, 2, 3, 3}, {2, 2, 3, 3}, 1, {2, 2}, {}, {}, "", false, {}, {8, 7}},
+      {"output_shape_beyond_full", {1, 1, 3, 3}, {1, 2, 3, 3}, 1, {3, 2}, {}, {}, "", false, {}, {10, 8}},
+      {"output_shape_same_upper", {1, 1, 3, 3}, {1, 2, 3, 3}, 1, {3, 2}, {}, {}, "SAME_UPPER", false, {}, {11, 9}},
       {"same_upper", {1, 2, 3, 3}, {2, 1, 3, 3}, 1, {2, 2}, {}, {}, "SAME_UPPER"},
       {"same_lower", {1, 2, 3, 3}, {2, 1, 3, 3}, 1, {2, 2}, {}, {}, "SAME_LOWER"},
       {"conv1d", {2, 2, 5}, {2, 3, 3}, 1, {3}, {1, 1}},
@@ -229,6 +233,7 @@ TEST(ConvGrad, MatchesCentralDifferencesOfConv) {
       {"group", {1, 4, 5, 5}, {4, 2, 3, 3}, 2, {2, 1}, {1, 1, 0, 0}},
       {"same_lower", {1, 2, 6, 5}, {2, 2, 4, 3}, 1, {2, 2}, {}, {}, "SAME_LOWER"},
       {"conv1d", {2, 2, 9}, {3, 2, 3}, 1, {2}, {2, 1}, {2}},
+      {"large_image", {2, 1, 18, 18}, {2, 1, 3, 3}},  // 256 output pixels: per-image GEMMs
   };
   int seed = 200;
   for (const ConvCase& c : cases) {
@@ -242,6 +247,10 @@ TEST(ConvGrad, MatchesCentralDifferencesOfConv) {
       EXPECT_LT(max_rel_diff(g[0], numeric_gradient(conv, {x, w, b}, 0, dy)), 1e-8) << c.name << " dX";
       EXPECT_LT(max_rel_diff(g[1], numeric_gradient(conv, {x, w, b}, 1, dy)), 1e-8) << c.name << " dW";
       EXPECT_LT(max_rel_diff(g[2], numeric_gradient(conv, {x, w, b}, 2, dy)), 1e-8) << c.name << " dB";
+      // The f32 kernels (their own vectorised paths) agree with the checked f64 ones.
+      auto g32 = run_node_ex("ConvGrad", {to_f32(dy), to_f32(x), to_f32(w)}, at, {true, true, true}, threads, 17,
+                             "ai.graphrun");
+      for (int i = 0; i < 3; ++i) EXPECT_LT(max_rel_diff(g32[i], g[i]), 1e-5) << c.name << " f32 output " << i;
     }
   }
 }
@@ -277,6 +286,20 @@ TEST(ConvTransposeGrad, MatchesCentralDifferencesOfConvTranspose) {
     EXPECT_LT(max_rel_diff(g[1], numeric_gradient(convt, {x, w, b}, 1, dy)), 1e-8) << c.name << " dW";
     EXPECT_LT(max_rel_diff(g[2], numeric_gradient(convt, {x, w, b}, 2, dy)), 1e-8) << c.name << " dB";
   }
+}
+
+// The example of ONNX's own test_convtranspose_autopad_same: SAME_UPPER puts the odd padding at the end.
+TEST(ConvTranspose, AutoPadSameUpperMatchesOnnxExample) {
+  std::vector<float> xv(9);
+  for (int i = 0; i < 9; ++i) xv[i] = static_cast<float>(i);
+  Tensor x = Tensor::from_vector<float>({1, 1, 3, 3}, xv);
+  Tensor w = Tensor::from_vector<float>({1, 2, 3, 3}, std::vector<float>(18, 1.f));
+  const std::vector<float> plane = {0, 0, 1, 1, 3, 2, 0, 0, 1, 1, 3, 2, 3, 3, 8, 5, 12, 7,
+                                    3, 3, 7, 4, 9, 5, 9, 9, 20, 11, 24, 13, 6, 6, 13, 7, 15, 8};
+  std::vector<float> want = plane;
+  want.insert(want.end(), plane.begin(), plane.end());
+  Tensor y = run_node("ConvTranspose", {x, w}, {{"auto_pad", str("SAME_UPPER")}, {"strides", ints({2, 2})}})[0];
+  EXPECT_EQ(max_abs_diff(y, Tensor::from_vector<float>({1, 2, 6, 6}, want)), 0);
 }
 
 void expect_error(const std::string& op, const std::vector<Tensor>& in, const Attrs& at, const std::string& part) {

@@ -212,6 +212,20 @@ TEST(PoolGrad, AveragePoolGradMatchesCentralDifferencesOfAveragePool) {
   }
 }
 
+TEST(Pool, MaxPoolOnBytes) {
+  for (DType dt : {DType::U8, DType::I8}) {
+    const PoolCase c{"bytes", {2, 3, 5, 6}, {3, 2}, {2, 2}, {1, 0, 1, 1}};
+    Tensor x(dt, c.x);
+    Tensor r = random_int_tensor(c.x, 9, dt == DType::U8 ? 0 : -128, dt == DType::U8 ? 256 : 128);
+    for (int64_t i = 0; i < x.numel(); ++i) static_cast<uint8_t*>(x.raw())[i] = static_cast<uint8_t>(r.data<int64_t>()[i]);
+    auto [y, ind] = ref_pool(c, x, true);
+    auto got = run_node("MaxPool", {x}, attrs_of(c, true), 2, 12);
+    EXPECT_EQ(got[0].dtype(), dt);
+    EXPECT_EQ(max_abs_diff(got[0], y), 0);
+    EXPECT_EQ(max_abs_diff(got[1], ind), 0);
+  }
+}
+
 TEST(Pool, BadInputGivesClearErrors) {
   auto expect_error = [](const std::string& op, const std::vector<Tensor>& in, const Attrs& at,
                          const std::string& part, const std::string& domain = "") {

@@ -276,7 +276,8 @@ TEST(TrainMode, BatchNormAndDropoutForms) {
   Graph e = passes::to_inference(t);
   EXPECT_EQ(e.nodes[0].attr_i("training_mode", 1), 0);
   EXPECT_EQ(e.nodes[0].outputs.size(), 1u);
-  EXPECT_EQ(e.nodes[1].op_type, "Identity");
+  EXPECT_EQ(e.nodes[1].op_type, "Dropout");
+  EXPECT_EQ(e.nodes[1].inputs.size(), 1u);
   EXPECT_TRUE(passes::batchnorm_state_updates(e).empty());
 }
 

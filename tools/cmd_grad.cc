@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "graph/onnx_io.h"
+#include "runtime/trainer.h"
 #include "tools/backward_options.h"
 #include "tools/cli.h"
 
@@ -26,6 +27,9 @@ const Command& grad_command() {
               "  graphrun grad models/resnet18.onnx --freeze conv1.weight -o r.grad.onnx\n"
               "  graphrun run lenet.grad.onnx --input image=x.npy --input labels=y.npy --output-dir g/"};
     for (const auto& o : backward_options()) c.options.push_back(o);
+    c.options.push_back({"devices", "N", "write the data-parallel training graph of N CPU replicas instead: replica\n"
+                                         "                            0's graph (all replicas run the same one), with its\n"
+                                         "                            AllReduce and SGD update nodes; inputs add lr and loss_scale"});
     return c;
   }();
   return cmd;
@@ -52,11 +56,32 @@ int cmd_grad(const std::vector<std::string>& argv) {
                                                                  std::to_string(args.positional().size())));
   const std::string model = args.positional()[0];
   const BackwardRequest req = parse_backward_options(args);
-  Graph g = build_backward_graph(load_onnx(model), req);
+  Graph g;
+  if (args.has("devices")) {
+    runtime::PipelineOptions po;
+    try {
+      po.devices = runtime::parse_devices(args.get("devices"));
+    } catch (const Error& e) {
+      throw Error(args.usage_error(std::string("--devices: ") + e.what()));
+    }
+    po.loss = req.loss.kind;
+    po.output = req.loss.output;
+    po.freeze = req.backward.freeze;
+    g = runtime::build_training_graphs(load_onnx(model), po).replicas[0].graph;
+  } else {
+    g = build_backward_graph(load_onnx(model), req);
+  }
   const std::string out = args.get("output", default_output(model));
   save_onnx(g, out, true);
   int grads = 0;
   for (const auto& o : g.outputs) grads += o.size() > 5 && o.compare(o.size() - 5, 5, "_grad") == 0;
+  if (args.has("devices")) {
+    int allreduce = 0;
+    for (const auto& n : g.nodes) allreduce += n.op_type == "AllReduce";
+    std::cout << "wrote " << out << ": replica 0 of " << args.get("devices") << ", " << g.nodes.size() << " nodes, "
+              << allreduce << " AllReduce\n";
+    return 0;
+  }
   std::cout << "wrote " << out << ": " << g.nodes.size() << " nodes; outputs loss and " << grads << " gradients\n";
   return 0;
 }

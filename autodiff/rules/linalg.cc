@@ -72,8 +72,7 @@ void matmul_grad(GradContext& ctx) {
   }
   // Work on the 2-D+ views: A2 = [1,K] for 1-D A, B2 = [K,1] for 1-D B, dY2 with the dropped axis restored.
   std::string a2 = a, b2 = b, dy2 = dy;
-  const ValueInfo* yi = ctx.info(ctx.out(0));
-  ValueInfo y2 = yi ? *yi : ValueInfo{};
+  ValueInfo y2 = ctx.type_of(ctx.out(0));
   if (ra == 1) {
     a2 = ctx.unsqueeze(a, {0});
     dy2 = ctx.unsqueeze(dy2, {-2});
@@ -85,32 +84,41 @@ void matmul_grad(GradContext& ctx) {
     if (y2.has_shape) y2 = with_dim_inserted(y2, -1);
   }
   const int ra2 = std::max(ra, 2), rb2 = std::max(rb, 2);
-  auto back_to = [&](size_t i, const std::string& grad_full, int r_in, const std::string& in) {
+  if (ra2 == 2 && rb2 == 2 && ctx.opset() >= 11) {
+    // Plain matrices: Gemm reads the transposed operand in place (no batch axes, nothing to sum).
+    auto back = [&](size_t i, std::string d, int r_in) {
+      ctx.set_dx(i, r_in == 1 ? ctx.squeeze(d, {i == 0 ? 0 : 1}) : d);
+    };
+    if (ctx.needs(0)) back(0, gemm2(ctx, dy2, b2, false, true, 1.f), ra);
+    if (ctx.needs(1)) back(1, gemm2(ctx, a2, dy2, true, false, 1.f), rb);
+    return;
+  }
+  auto back_to = [&](size_t i, const std::string& grad_full, int r_in, const std::string& in, const std::string& in2) {
     // grad_full has the broadcast batch shape; sum it back to the (2-D view of the) input's shape.
-    const ValueInfo* xi = ctx.info(in);
-    ValueInfo x2;
-    if (xi) x2 = r_in == 1 ? with_dim_inserted(*xi, i == 0 ? 0 : 1) : *xi;
-    ValueInfo g;  // grad_full's shape: batch axes of Y, then the matrix axes of the input
-    if (y2.has_shape && xi && xi->has_shape) {
-      g = y2;
-      size_t k = g.shape.size();
-      g.shape[k - 2] = x2.shape[x2.shape.size() - 2];
-      g.shape[k - 1] = x2.shape[x2.shape.size() - 1];
-    }
+    const ValueInfo xi = ctx.type_of(in);
     std::string r;
-    if (xi && xi->has_shape) {
-      r = ctx.reduce_to_info(grad_full, g.has_shape ? &g : nullptr, x2, in);
+    const int r_other = i == 0 ? rb : ra;
+    if (r_in >= 2 && r_other <= 2) {
+      r = grad_full;  // the other operand has no batch axes: grad_full already has this input's shape
+    } else if (xi.has_shape) {
+      ValueInfo x2 = r_in == 1 ? with_dim_inserted(xi, i == 0 ? 0 : 1) : xi;
+      ValueInfo g;  // grad_full's shape: batch axes of Y, then the matrix axes of the input
+      if (y2.has_shape) {
+        g = y2;
+        size_t k = g.shape.size();
+        g.shape[k - 2] = x2.shape[x2.shape.size() - 2];
+        g.shape[k - 1] = x2.shape[x2.shape.size() - 1];
+      }
+      r = ctx.reduce_to_info(grad_full, g.has_shape ? &g : nullptr, x2, in2);
       if (r_in == 1) r = ctx.squeeze(r, {i == 0 ? 0 : 1});
-      // the SumToShape fallback in reduce_to_info reads Shape(in); only valid for r_in >= 2
-      GR_CHECK(r_in >= 2 || g.has_shape, ctx.fwd().describe() << ": MatMul gradient needs static ranks");
     } else {
-      GR_CHECK(r_in >= 2, ctx.fwd().describe() << ": MatMul gradient needs the shape of its 1-D input");
+      GR_CHECK(r_in >= 2, ctx.fwd().describe() << ": the MatMul gradient needs the shape of its 1-D input");
       r = ctx.op("SumToShape", {grad_full, ctx.op("Shape", {in})}, {}, kGraphrunDomain);
     }
     ctx.set_dx(i, r);
   };
-  if (ctx.needs(0)) back_to(0, ctx.op("MatMul", {dy2, transpose_last2(ctx, b2, rb2)}), ra, a);
-  if (ctx.needs(1)) back_to(1, ctx.op("MatMul", {transpose_last2(ctx, a2, ra2), dy2}), rb, b);
+  if (ctx.needs(0)) back_to(0, ctx.op("MatMul", {dy2, transpose_last2(ctx, b2, rb2)}), ra, a, a2);
+  if (ctx.needs(1)) back_to(1, ctx.op("MatMul", {transpose_last2(ctx, a2, ra2), dy2}), rb, b, b2);
 }
 
 }  // namespace graphrun::autodiff

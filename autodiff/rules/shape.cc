@@ -77,7 +77,7 @@ std::string unslice_axis(GradContext& ctx, const std::string& g, int rank, int64
 }  // namespace
 
 // Reshape, Flatten, Squeeze, Unsqueeze: the gradient takes the input's shape back.
-void reshape_grad(GradContext& ctx) { ctx.set_dx(0, ctx.reshape(ctx.dy(), ctx.shape_of(ctx.in(0)))); }
+void reshape_grad(GradContext& ctx) { ctx.set_dx(0, ctx.reshape(ctx.dy(), ctx.reshape_target(ctx.in(0)))); }
 
 void transpose_grad(GradContext& ctx) {
   const Node& n = ctx.fwd();

@@ -2,11 +2,13 @@
 // One engine serves all four: im2col of a chunk of images into a pixel-major matrix (pixels are the
 // rows of a column-major matrix, the layout Eigen's GEMM runs fastest on) and one GEMM per chunk.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // false positives inside Eigen's AVX-512 code
+#include <immintrin.h>
 #include <omp.h>
 
 #include <Eigen/Core>
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "runtime/kernel.h"
 #include "runtime/kernels/cpu/window.h"
@@ -30,75 +32,227 @@ struct ConvShape {
   int64_t I() const { return w.in_size(); }         // input pixels per image
 };
 
-// Writes the im2col matrix of one image's group (Cg planes of I pixels) into `col`: element
-// (pixel p, tap k) at col[k * ld + p], k running over (channel, kernel position).
+// Copies / accumulates a short run of n values (an image row of 5 to 30 pixels, typically): with
+// AVX-512, 16 floats or 8 doubles per masked load/store, which beats both scalar loops (what the
+// compiler emits for such short, unknown trip counts) and memcpy calls.
 template <class T>
-void im2col(const T* x, const ConvShape& cs, T* col, int64_t ld) {
+inline void copy_short(T* __restrict dst, const T* __restrict src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
+}
+template <class T>
+inline void add_short(T* __restrict dst, const T* __restrict src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+#ifdef __AVX512F__
+template <>
+inline void copy_short<float>(float* __restrict dst, const float* __restrict src, int64_t n) {
+  for (; n >= 16; n -= 16, dst += 16, src += 16) _mm512_storeu_ps(dst, _mm512_loadu_ps(src));
+  if (n > 0) {
+    const __mmask16 m = static_cast<__mmask16>((1u << n) - 1);
+    _mm512_mask_storeu_ps(dst, m, _mm512_maskz_loadu_ps(m, src));
+  }
+}
+template <>
+inline void add_short<float>(float* __restrict dst, const float* __restrict src, int64_t n) {
+  for (; n >= 16; n -= 16, dst += 16, src += 16)
+    _mm512_storeu_ps(dst, _mm512_add_ps(_mm512_loadu_ps(dst), _mm512_loadu_ps(src)));
+  if (n > 0) {
+    const __mmask16 m = static_cast<__mmask16>((1u << n) - 1);
+    _mm512_mask_storeu_ps(dst, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, dst), _mm512_maskz_loadu_ps(m, src)));
+  }
+}
+template <>
+inline void copy_short<double>(double* __restrict dst, const double* __restrict src, int64_t n) {
+  for (; n >= 8; n -= 8, dst += 8, src += 8) _mm512_storeu_pd(dst, _mm512_loadu_pd(src));
+  if (n > 0) {
+    const __mmask8 m = static_cast<__mmask8>((1u << n) - 1);
+    _mm512_mask_storeu_pd(dst, m, _mm512_maskz_loadu_pd(m, src));
+  }
+}
+template <>
+inline void add_short<double>(double* __restrict dst, const double* __restrict src, int64_t n) {
+  for (; n >= 8; n -= 8, dst += 8, src += 8)
+    _mm512_storeu_pd(dst, _mm512_add_pd(_mm512_loadu_pd(dst), _mm512_loadu_pd(src)));
+  if (n > 0) {
+    const __mmask8 m = static_cast<__mmask8>((1u << n) - 1);
+    _mm512_mask_storeu_pd(dst, m, _mm512_add_pd(_mm512_maskz_loadu_pd(m, dst), _mm512_maskz_loadu_pd(m, src)));
+  }
+}
+#endif
+
+#ifdef __AVX512F__
+// im2col for float rows whose input span fits one register ((out - 1) * s + (k - 1) * d < 16; LeNet's
+// conv2: 8 + 4): each input row is loaded once (padding lanes load as zeros) and every kernel
+// column's pixels are permuted out of it, so the generic path's per-column range arithmetic and
+// zero fills go away. Lane j of the register is input pixel j - pad; masked-off lanes may address
+// memory outside the buffer: AVX-512 suppresses their faults.
+bool im2col_rows(const float* x, int64_t image_stride, int64_t nb, const ConvShape& cs, float* col, int64_t ld) {
   const Window& w = cs.w;
-  const int64_t OW = w.out[2], OHW = w.out[1] * w.out[2];
-  int64_t k = 0;
-  for (int64_t c = 0; c < cs.Cg(); ++c) {
-    const T* xc = x + c * cs.I();
+  const int64_t OW = w.out[2], KW = w.k[2], d = w.d[2], s = w.s[2], pb = w.pb[2], IW = w.in[2];
+  if ((OW - 1) * s + (KW - 1) * d >= 16) return false;
+  const int64_t OHW = w.out[1] * OW, P = cs.P();
+  uint32_t span = 0;  // lanes that are real input pixels
+  for (int64_t j = 0; j < 16; ++j)
+    if (j - pb >= 0 && j - pb < IW) span |= 1u << j;
+  const __mmask16 xmask = static_cast<__mmask16>(span), first = static_cast<__mmask16>((1u << OW) - 1);
+  __m512i pick[16];  // pick[kw]: lane ow takes lane ow * s + kw * d
+  for (int64_t kw = 0; kw < KW; ++kw) {
+    alignas(64) int32_t lanes[16];
+    for (int64_t i = 0; i < 16; ++i) lanes[i] = static_cast<int32_t>(std::min<int64_t>(i * s + kw * d, 15));
+    pick[kw] = _mm512_load_si512(lanes);
+  }
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t c = 0; c < cs.Cg(); ++c)
     for (int64_t kd = 0; kd < w.k[0]; ++kd)
-      for (int64_t kh = 0; kh < w.k[1]; ++kh)
-        for (int64_t kw = 0; kw < w.k[2]; ++kw, ++k) {
-          T* dst = col + k * ld;
-          int64_t lo, hi;
-          w.valid_range(2, kw, &lo, &hi);
-          const int64_t offw = kw * w.d[2] - w.pb[2];
+      for (int64_t kh = 0; kh < w.k[1]; ++kh) {
+        const int64_t k0 = ((c * w.k[0] + kd) * w.k[1] + kh) * KW;
+        for (int64_t b = 0; b < nb; ++b) {
+          const float* xc = x + b * image_stride + c * cs.I();
+          float* dst = col + k0 * ld + b * P;
           for (int64_t od = 0; od < w.out[0]; ++od) {
             const int64_t id = od * w.s[0] - w.pb[0] + kd * w.d[0];
-            for (int64_t oh = 0; oh < w.out[1]; ++oh) {
-              T* row = dst + od * OHW + oh * OW;
+            for (int64_t oh = 0; oh < w.out[1]; ++oh, dst += OW) {
               const int64_t ih = oh * w.s[1] - w.pb[1] + kh * w.d[1];
               if (id < 0 || id >= w.in[0] || ih < 0 || ih >= w.in[1]) {
-                std::fill(row, row + OW, T(0));
+                for (int64_t kw = 0; kw < KW; ++kw) _mm512_mask_storeu_ps(dst + kw * ld, first, zero);
                 continue;
               }
-              const T* src = xc + (id * w.in[1] + ih) * w.in[2] + offw;
-              for (int64_t ow = 0; ow < lo; ++ow) row[ow] = T(0);
-              if (w.s[2] == 1) {
-                std::memcpy(row + lo, src + lo, sizeof(T) * (hi - lo));
-              } else {
-                const int64_t s = w.s[2];
-                for (int64_t ow = lo; ow < hi; ++ow) row[ow] = src[ow * s];
-              }
-              for (int64_t ow = hi; ow < OW; ++ow) row[ow] = T(0);
+              const __m512 v = _mm512_maskz_loadu_ps(xmask, xc + (id * w.in[1] + ih) * IW - pb);
+              for (int64_t kw = 0; kw < KW; ++kw)
+                _mm512_mask_storeu_ps(dst + kw * ld, first, _mm512_permutexvar_ps(pick[kw], v));
             }
           }
         }
-  }
+      }
+  return true;
 }
+#endif
 
-// The adjoint of im2col: adds each column entry back onto the input pixel it was read from.
+// Writes the im2col matrix of `nb` images' group (Cg planes of I pixels each; image b starts at
+// x + b * image_stride) into `col`: element (image b, pixel p; tap k) at col[k * ld + b * P + p],
+// k running over (channel, kernel position). Images are the inner loop so that each row of `col`
+// is written front to back: written image by image, rows ld apart, the stores miss the cache.
 template <class T>
-void col2im_add(const T* col, int64_t ld, const ConvShape& cs, T* x) {
+void im2col(const T* x, int64_t image_stride, int64_t nb, const ConvShape& cs, T* col, int64_t ld) {
+#ifdef __AVX512F__
+  if constexpr (std::is_same_v<T, float>)
+    if (im2col_rows(x, image_stride, nb, cs, col, ld)) return;
+#endif
   const Window& w = cs.w;
-  const int64_t OW = w.out[2], OHW = w.out[1] * w.out[2];
+  const int64_t OW = w.out[2], OHW = w.out[1] * w.out[2], P = cs.P();
   int64_t k = 0;
-  for (int64_t c = 0; c < cs.Cg(); ++c) {
-    T* xc = x + c * cs.I();
+  for (int64_t c = 0; c < cs.Cg(); ++c)
     for (int64_t kd = 0; kd < w.k[0]; ++kd)
       for (int64_t kh = 0; kh < w.k[1]; ++kh)
         for (int64_t kw = 0; kw < w.k[2]; ++kw, ++k) {
-          const T* src = col + k * ld;
           int64_t lo, hi;
           w.valid_range(2, kw, &lo, &hi);
-          const int64_t offw = kw * w.d[2] - w.pb[2];
+          const int64_t offw = kw * w.d[2] - w.pb[2], s = w.s[2];
+          for (int64_t b = 0; b < nb; ++b) {
+            T* dst = col + k * ld + b * P;
+            const T* xc = x + b * image_stride + c * cs.I();
+            for (int64_t od = 0; od < w.out[0]; ++od) {
+              const int64_t id = od * w.s[0] - w.pb[0] + kd * w.d[0];
+              for (int64_t oh = 0; oh < w.out[1]; ++oh) {
+                T* __restrict row = dst + od * OHW + oh * OW;
+                const int64_t ih = oh * w.s[1] - w.pb[1] + kh * w.d[1];
+                if (id < 0 || id >= w.in[0] || ih < 0 || ih >= w.in[1]) {
+                  for (int64_t ow = 0; ow < OW; ++ow) row[ow] = T(0);
+                  continue;
+                }
+                const T* __restrict src = xc + (id * w.in[1] + ih) * w.in[2] + offw;
+                for (int64_t ow = 0; ow < lo; ++ow) row[ow] = T(0);
+                if (s == 1) {
+                  copy_short(row + lo, src + lo, hi - lo);
+                } else {
+                  for (int64_t ow = lo; ow < hi; ++ow) row[ow] = src[ow * s];
+                }
+                for (int64_t ow = hi; ow < OW; ++ow) row[ow] = T(0);
+              }
+            }
+          }
+        }
+}
+
+#ifdef __AVX512F__
+// col2im_add for float rows whose whole window span fits one register (stride 1 along the row,
+// out + (k - 1) * d <= 16; LeNet's conv2: 9 + 4): each input row is loaded and stored once and the
+// kernel columns' contributions are added to it as lane-shifted masked loads, instead of one
+// read-modify-write of the row per kernel column. Lane j of the register is input pixel j - pad.
+// Masked-off lanes may address memory outside the buffers: AVX-512 suppresses their faults.
+bool col2im_add_rows(const float* col, int64_t ld, const ConvShape& cs, float* x, int64_t image_stride, int64_t nb) {
+  const Window& w = cs.w;
+  const int64_t OW = w.out[2], KW = w.k[2], d = w.d[2], pb = w.pb[2], IW = w.in[2];
+  if (w.s[2] != 1 || OW + (KW - 1) * d > 16) return false;
+  const int64_t OHW = w.out[1] * OW, P = cs.P();
+  uint32_t span = 0;  // lanes that are real input pixels
+  for (int64_t j = 0; j < 16; ++j)
+    if (j - pb >= 0 && j - pb < IW && j < OW + (KW - 1) * d) span |= 1u << j;
+  const __mmask16 xmask = static_cast<__mmask16>(span), first = static_cast<__mmask16>((1u << OW) - 1);
+  for (int64_t c = 0; c < cs.Cg(); ++c)
+    for (int64_t kd = 0; kd < w.k[0]; ++kd)
+      for (int64_t kh = 0; kh < w.k[1]; ++kh) {
+        const int64_t k0 = ((c * w.k[0] + kd) * w.k[1] + kh) * KW;
+        for (int64_t b = 0; b < nb; ++b) {
+          float* xc = x + b * image_stride + c * cs.I();
+          const float* src = col + k0 * ld + b * P;
           for (int64_t od = 0; od < w.out[0]; ++od) {
             const int64_t id = od * w.s[0] - w.pb[0] + kd * w.d[0];
             if (id < 0 || id >= w.in[0]) continue;
             for (int64_t oh = 0; oh < w.out[1]; ++oh) {
               const int64_t ih = oh * w.s[1] - w.pb[1] + kh * w.d[1];
               if (ih < 0 || ih >= w.in[1]) continue;
-              const T* row = src + od * OHW + oh * OW;
-              T* dst = xc + (id * w.in[1] + ih) * w.in[2] + offw;
-              const int64_t s = w.s[2];
-              for (int64_t ow = lo; ow < hi; ++ow) dst[ow * s] += row[ow];
+              float* xrow = xc + (id * w.in[1] + ih) * IW - pb;
+              const float* r = src + od * OHW + oh * OW;
+              __m512 acc = _mm512_maskz_loadu_ps(xmask, xrow);
+              for (int64_t kw = 0; kw < KW; ++kw, r += ld)
+                acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(static_cast<__mmask16>(first << (kw * d)), r - kw * d));
+              _mm512_mask_storeu_ps(xrow, xmask, acc);
             }
           }
         }
-  }
+      }
+  return true;
+}
+#endif
+
+// The adjoint of im2col: adds each column entry back onto the input pixel it was read from.
+template <class T>
+void col2im_add(const T* col, int64_t ld, const ConvShape& cs, T* x, int64_t image_stride, int64_t nb) {
+#ifdef __AVX512F__
+  if constexpr (std::is_same_v<T, float>)
+    if (col2im_add_rows(col, ld, cs, x, image_stride, nb)) return;
+#endif
+  const Window& w = cs.w;
+  const int64_t OW = w.out[2], OHW = w.out[1] * w.out[2], P = cs.P();
+  int64_t k = 0;
+  for (int64_t c = 0; c < cs.Cg(); ++c)
+    for (int64_t kd = 0; kd < w.k[0]; ++kd)
+      for (int64_t kh = 0; kh < w.k[1]; ++kh)
+        for (int64_t kw = 0; kw < w.k[2]; ++kw, ++k) {
+          int64_t lo, hi;
+          w.valid_range(2, kw, &lo, &hi);
+          const int64_t offw = kw * w.d[2] - w.pb[2], s = w.s[2];
+          for (int64_t b = 0; b < nb; ++b) {
+            const T* src = col + k * ld + b * P;
+            T* xc = x + b * image_stride + c * cs.I();
+            for (int64_t od = 0; od < w.out[0]; ++od) {
+              const int64_t id = od * w.s[0] - w.pb[0] + kd * w.d[0];
+              if (id < 0 || id >= w.in[0]) continue;
+              for (int64_t oh = 0; oh < w.out[1]; ++oh) {
+                const int64_t ih = oh * w.s[1] - w.pb[1] + kh * w.d[1];
+                if (ih < 0 || ih >= w.in[1]) continue;
+                const T* __restrict row = src + od * OHW + oh * OW;
+                T* __restrict dst = xc + (id * w.in[1] + ih) * w.in[2] + offw;
+                if (s == 1) {
+                  add_short(dst + lo, row + lo, hi - lo);
+                } else {
+                  for (int64_t ow = lo; ow < hi; ++ow) dst[ow * s] += row[ow];
+                }
+              }
+            }
+          }
+        }
 }
 
 // How images are split into chunks (one GEMM each) and chunks over threads.
@@ -108,14 +262,22 @@ struct Chunking {
 };
 
 // Chunks of about kChunkBytes of im2col matrix keep the GEMM's operands in L2 while giving it
-// enough rows (pixels x images) to run near peak; measured with bench/bench_conv.
-constexpr int64_t kChunkBytes = 1 << 20;
+// enough rows (pixels x images) to run near peak; measured with bench/bench_kernels (256 KB to 1 MB all within a few percent).
+constexpr int64_t kChunkBytes = 512 << 10;
 
-Chunking plan_chunks(int threads, int64_t N, int64_t col_bytes_per_image) {
+// An image with at least this many output pixels gives the GEMM enough rows alone; then chunks are
+// single images, whose pixel-major output block is already NCHW: no gather/scatter copies.
+constexpr int64_t kDirectPixels = 256;
+
+Chunking plan_chunks(int threads, int64_t N, int64_t P, int64_t col_bytes_per_image) {
   Chunking c;
   c.threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, N)));
   const int64_t per_thread = div_ceil(std::max<int64_t>(N, 1), c.threads);
-  c.per_chunk = std::clamp<int64_t>(kChunkBytes / std::max<int64_t>(col_bytes_per_image, 1), 1, per_thread);
+  const int64_t largest =
+      P >= kDirectPixels ? 1
+                         : std::clamp<int64_t>(kChunkBytes / std::max<int64_t>(col_bytes_per_image, 1), 1, per_thread);
+  // Equal chunks, so that every thread gets the same number of images.
+  c.per_chunk = div_ceil(per_thread, div_ceil(per_thread, largest));
   c.chunks = div_ceil(std::max<int64_t>(N, 1), c.per_chunk);
   c.threads = static_cast<int>(std::min<int64_t>(c.threads, c.chunks));
   return c;
@@ -140,7 +302,7 @@ void for_chunks(const Chunking& ch, F&& body) {
 template <class T>
 void conv_forward(KernelContext& ctx, const ConvShape& cs, const T* x, const T* wt, const T* bias, T* y) {
   const int64_t P = cs.P(), K = cs.K(), Mg = cs.Mg(), Cg = cs.Cg(), I = cs.I(), M = cs.M, C = cs.C;
-  const Chunking ch = plan_chunks(ctx.threads(), cs.N, P * K * static_cast<int64_t>(sizeof(T)));
+  const Chunking ch = plan_chunks(ctx.threads(), cs.N, P, P * K * static_cast<int64_t>(sizeof(T)));
   const int64_t B = ch.per_chunk;
   const int64_t per_thread = B * P * K + B * P * Mg;
   T* scratch = static_cast<T*>(ctx.scratch(sizeof(T) * per_thread * ch.threads));
@@ -149,7 +311,15 @@ void conv_forward(KernelContext& ctx, const ConvShape& cs, const T* x, const T* 
     T* yc = col + B * P * K;
     const int64_t n0 = chunk * B, nb = std::min(B, cs.N - n0), ld = nb * P;
     for (int64_t g = 0; g < cs.group; ++g) {
-      for (int64_t b = 0; b < nb; ++b) im2col(x + ((n0 + b) * C + g * Cg) * I, cs, col + b * P, ld);
+      im2col(x + (n0 * C + g * Cg) * I, C * I, nb, cs, col, ld);
+      if (B == 1) {
+        // Starting from the bias and adding the product passes over the output twice; "=" and
+        // then adding the bias would pass three times (Eigen zeroes the destination of "=").
+        T* out = y + (n0 * M + g * Mg) * P;
+        for (int64_t m = 0; m < Mg; ++m) std::fill(out + m * P, out + (m + 1) * P, bias ? bias[g * Mg + m] : T(0));
+        MapM<T>(out, P, Mg).noalias() += MapCM<T>(col, P, K) * MapCM<T>(wt + g * Mg * K, K, Mg);
+        continue;
+      }
       MapM<T>(yc, ld, Mg).noalias() = MapCM<T>(col, ld, K) * MapCM<T>(wt + g * Mg * K, K, Mg);
       for (int64_t b = 0; b < nb; ++b)
         for (int64_t m = 0; m < Mg; ++m) {
@@ -170,7 +340,7 @@ void conv_backward(KernelContext& ctx, const ConvShape& cs, const T* dy, const T
   if (dx) std::fill(dx, dx + cs.N * C * I, T(0));
   if (dw) std::fill(dw, dw + M * K, T(0));
   if (cs.N == 0 || (!dx && !dw)) return;
-  const Chunking ch = plan_chunks(ctx.threads(), cs.N, P * K * static_cast<int64_t>(sizeof(T)));
+  const Chunking ch = plan_chunks(ctx.threads(), cs.N, P, P * K * static_cast<int64_t>(sizeof(T)));
   const int64_t B = ch.per_chunk;
   // Threads other than the first accumulate dw privately; the sums are added at the end.
   const int64_t acc = (dw && ch.threads > 1) ? M * K : 0;
@@ -183,17 +353,18 @@ void conv_backward(KernelContext& ctx, const ConvShape& cs, const T* dy, const T
     if (t > 0 && dw && chunk == t) std::fill(dw_acc, dw_acc + M * K, T(0));
     const int64_t n0 = chunk * B, nb = std::min(B, cs.N - n0), ld = nb * P;
     for (int64_t g = 0; g < cs.group; ++g) {
-      for (int64_t m = 0; m < Mg; ++m)
-        for (int64_t b = 0; b < nb; ++b)
-          std::memcpy(dyc + m * ld + b * P, dy + ((n0 + b) * M + g * Mg + m) * P, sizeof(T) * P);
-      MapCM<T> dY(dyc, ld, Mg);
+      if (B > 1)
+        for (int64_t m = 0; m < Mg; ++m)
+          for (int64_t b = 0; b < nb; ++b)
+            std::memcpy(dyc + m * ld + b * P, dy + ((n0 + b) * M + g * Mg + m) * P, sizeof(T) * P);
+      MapCM<T> dY(B > 1 ? dyc : dy + (n0 * M + g * Mg) * P, ld, Mg);
       if (dw) {
-        for (int64_t b = 0; b < nb; ++b) im2col(x + ((n0 + b) * C + g * Cg) * I, cs, col + b * P, ld);
+        im2col(x + (n0 * C + g * Cg) * I, C * I, nb, cs, col, ld);
         MapM<T>(dw_acc + g * Mg * K, K, Mg).noalias() += MapCM<T>(col, ld, K).transpose() * dY;
       }
       if (dx) {
         MapM<T>(col, ld, K).noalias() = dY * MapCM<T>(wt + g * Mg * K, K, Mg).transpose();
-        for (int64_t b = 0; b < nb; ++b) col2im_add(col + b * P, ld, cs, dx + ((n0 + b) * C + g * Cg) * I);
+        col2im_add(col, ld, cs, dx + (n0 * C + g * Cg) * I, C * I, nb);
       }
     }
   });
@@ -209,10 +380,7 @@ template <class T>
 void channel_sums(const T* dy, int64_t N, int64_t Ch, int64_t P, T* db) {
   for (int64_t c = 0; c < Ch; ++c) {
     T s = 0;
-    for (int64_t n = 0; n < N; ++n) {
-      const T* p = dy + (n * Ch + c) * P;
-      for (int64_t i = 0; i < P; ++i) s += p[i];
-    }
+    for (int64_t n = 0; n < N; ++n) s += Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(dy + (n * Ch + c) * P, P).sum();
     db[c] = s;
   }
 }
@@ -296,9 +464,11 @@ ConvShape conv_transpose_shape(const Node& n, const Tensor& x, const Tensor& w) 
     const bool same = a.auto_pad == "SAME_UPPER" || a.auto_pad == "SAME_LOWER";
     if (!out_shape.empty() || same) {
       out = out_shape.empty() ? in * s : out_shape[i];
-      const int64_t total = full - out;
-      if (a.auto_pad == "SAME_UPPER") pb = total / 2, pe = total - total / 2;
-      else pb = total - total / 2, pe = total / 2;
+      // The spec's total/2 is Python's floor division: an output larger than the full one (negative
+      // total padding, as output_shape may ask) grows at the end for NOTSET and SAME_LOWER.
+      const int64_t total = full - out, half = total >= 0 ? total / 2 : -((1 - total) / 2);
+      if (a.auto_pad == "SAME_UPPER") pb = half, pe = total - half;
+      else pb = total - half, pe = half;
     } else {
       if (a.auto_pad == "VALID") pb = pe = 0;
       out = full - pb - pe;

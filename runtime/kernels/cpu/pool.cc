@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "runtime/kernel.h"
 #include "runtime/kernels/cpu/window.h"
@@ -12,15 +13,17 @@ namespace {
 
 Shape spatial(const Shape& s) { return Shape(s.begin() + 2, s.end()); }
 
-void check_pool_input(const Tensor& x) {
+void check_pool_input(const Tensor& x, bool allow_int8 = false) {
   GR_CHECK(x.rank() >= 3 && x.rank() <= 5,
            "X must have rank 3 to 5 (N, C, 1-3 spatial axes), got " << shape_str(x.shape()));
-  GR_CHECK(x.dtype() == DType::F32 || x.dtype() == DType::F64, "X must be f32 or f64, got " << dtype_name(x.dtype()));
+  const bool int8 = x.dtype() == DType::U8 || x.dtype() == DType::I8;
+  GR_CHECK(x.dtype() == DType::F32 || x.dtype() == DType::F64 || (allow_int8 && int8),
+           "X must be f32 or f64" << (allow_int8 ? " (or u8/i8)" : "") << ", got " << dtype_name(x.dtype()));
 }
 
 // The window of a MaxPool/AveragePool node over X.
 Window pool_window(const Node& n, const Tensor& x, bool is_max) {
-  check_pool_input(x);
+  check_pool_input(x, is_max);
   GR_CHECK(n.has_attr("kernel_shape"), "the kernel_shape attribute is required");
   return forward_window(n, spatial(x.shape()), n.attr_ints("kernel_shape"), n.attr_i("ceil_mode", 0) != 0);
 }
@@ -31,37 +34,57 @@ Shape pooled_shape(const Tensor& x, const Window& w) {
   return s;
 }
 
-// Calls f(o, i) for every output pixel o of one plane and every input pixel i its window reads,
-// with begin(o) before and end(o) after each window. Pixels are flat offsets within the plane.
-template <class Begin, class Tap, class End>
-void for_each_window(const Window& w, Begin&& begin, Tap&& tap, End&& end) {
-  int64_t o = 0;
+// Calls row(o_row, in_row, lo, hi, off) for every output row of one plane (o_row: offset of its
+// first pixel), every input row its windows read (in_row: offset of its first pixel), and every
+// kernel column k2: the output pixels ow in [lo, hi) read input pixel in_row + ow * s + off.
+// Window taps are visited in (k0, k1, k2) order, so per output pixel in ONNX's window order.
+// The valid output range and input offset of each kernel column, computed once per kernel call.
+struct ColumnTaps {
+  std::vector<int64_t> lo, hi, off;
+  explicit ColumnTaps(const Window& w) : lo(w.k[2]), hi(w.k[2]), off(w.k[2]) {
+    for (int64_t k2 = 0; k2 < w.k[2]; ++k2) {
+      w.valid_range(2, k2, &lo[k2], &hi[k2]);
+      off[k2] = k2 * w.d[2] - w.pb[2];
+    }
+  }
+};
+
+template <class Row>
+void for_each_window_row(const Window& w, const ColumnTaps& taps, Row&& row) {
   for (int64_t o0 = 0; o0 < w.out[0]; ++o0)
-    for (int64_t o1 = 0; o1 < w.out[1]; ++o1)
-      for (int64_t o2 = 0; o2 < w.out[2]; ++o2, ++o) {
-        begin(o);
-        for (int64_t k0 = 0; k0 < w.k[0]; ++k0) {
-          const int64_t i0 = o0 * w.s[0] - w.pb[0] + k0 * w.d[0];
-          if (i0 < 0 || i0 >= w.in[0]) continue;
-          for (int64_t k1 = 0; k1 < w.k[1]; ++k1) {
-            const int64_t i1 = o1 * w.s[1] - w.pb[1] + k1 * w.d[1];
-            if (i1 < 0 || i1 >= w.in[1]) continue;
-            for (int64_t k2 = 0; k2 < w.k[2]; ++k2) {
-              const int64_t i2 = o2 * w.s[2] - w.pb[2] + k2 * w.d[2];
-              if (i2 < 0 || i2 >= w.in[2]) continue;
-              tap(o, (i0 * w.in[1] + i1) * w.in[2] + i2);
-            }
-          }
+    for (int64_t o1 = 0; o1 < w.out[1]; ++o1) {
+      const int64_t o_row = (o0 * w.out[1] + o1) * w.out[2];
+      for (int64_t k0 = 0; k0 < w.k[0]; ++k0) {
+        const int64_t i0 = o0 * w.s[0] - w.pb[0] + k0 * w.d[0];
+        if (i0 < 0 || i0 >= w.in[0]) continue;
+        for (int64_t k1 = 0; k1 < w.k[1]; ++k1) {
+          const int64_t i1 = o1 * w.s[1] - w.pb[1] + k1 * w.d[1];
+          if (i1 < 0 || i1 >= w.in[1]) continue;
+          const int64_t in_row = (i0 * w.in[1] + i1) * w.in[2];
+          for (int64_t k2 = 0; k2 < w.k[2]; ++k2) row(o_row, in_row, taps.lo[k2], taps.hi[k2], taps.off[k2]);
         }
-        end(o);
       }
+    }
 }
 
-// Taps of the window at output o (per axis) that count for AveragePool's divisor: inside the input,
-// or with count_include_pad inside the padded input [-pad_begin, in + pad_end).
+// out[ow] op= in[ow * s] for ow in [lo, hi), with the common strides 1 and 2 as constants so the
+// compiler vectorises them.
+template <class F>
+inline void strided_rows(int64_t s, int64_t lo, int64_t hi, F&& f) {
+  if (s == 1) {
+    for (int64_t ow = lo; ow < hi; ++ow) f(ow, ow);
+  } else if (s == 2) {
+    for (int64_t ow = lo; ow < hi; ++ow) f(ow, 2 * ow);
+  } else {
+    for (int64_t ow = lo; ow < hi; ++ow) f(ow, ow * s);
+  }
+}
+
+// Taps of the window at output o that count for AveragePool's divisor: inside the input, or with
+// count_include_pad inside the padded input [-pad_begin, in + pad_end). The count is a product of
+// per-axis counts.
 std::vector<int64_t> average_divisors(const Window& w, bool include_pad) {
   std::vector<int64_t> div(w.out_size());
-  int64_t o = 0;
   auto count = [&](int a, int64_t oa) {
     int64_t c = 0;
     for (int64_t k = 0; k < w.k[a]; ++k) {
@@ -70,6 +93,7 @@ std::vector<int64_t> average_divisors(const Window& w, bool include_pad) {
     }
     return c;
   };
+  int64_t o = 0;
   for (int64_t o0 = 0; o0 < w.out[0]; ++o0)
     for (int64_t o1 = 0; o1 < w.out[1]; ++o1)
       for (int64_t o2 = 0; o2 < w.out[2]; ++o2) div[o++] = count(0, o0) * count(1, o1) * count(2, o2);
@@ -93,22 +117,32 @@ void max_pool_kernel(KernelContext& ctx) {
   int64_t* idx = ctx.has_output(1) ? ctx.output(1, ys, DType::I64).data<int64_t>() : nullptr;
   const T* xp = x.data<T>();
   const int64_t planes = x.dim(0) * x.dim(1), I = w.in_size(), P = w.out_size();
+  int64_t* args = static_cast<int64_t*>(ctx.scratch(sizeof(int64_t) * planes * P));
+  const ColumnTaps taps(w);
 #pragma omp parallel for num_threads(ctx.threads()) schedule(static)
   for (int64_t p = 0; p < planes; ++p) {
     const T* xin = xp + p * I;
     T* yo = y + p * P;
-    T best = 0;
-    int64_t arg = -1;
-    for_each_window(
-        w, [&](int64_t) { best = -std::numeric_limits<T>::infinity(), arg = -1; },
-        [&](int64_t, int64_t i) {
-          // NaN propagates like PyTorch's max pooling.
-          if (xin[i] > best || std::isnan(xin[i]) || arg < 0) best = xin[i], arg = i;
-        },
-        [&](int64_t o) {
-          yo[o] = best;
-          if (idx) idx[p * P + o] = arg < 0 ? -1 : p * I + (so ? column_major(w, arg) : arg);
-        });
+    int64_t* arg = args + p * P;  // argmax within the plane, -1 while none
+    constexpr T kLowest = std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
+                                                               : std::numeric_limits<T>::lowest();
+    for (int64_t o = 0; o < P; ++o) yo[o] = kLowest, arg[o] = -1;
+    const int64_t s = w.s[2];
+    for_each_window_row(w, taps, [&](int64_t o_row, int64_t in_row, int64_t lo, int64_t hi, int64_t off) {
+      T* best = yo + o_row;
+      int64_t* at = arg + o_row;
+      const T* in = xin + in_row + off;
+      for (int64_t ow = lo; ow < hi; ++ow) {
+        const T v = in[ow * s];
+        // NaN propagates, as in PyTorch's max pooling.
+        bool nan = false;
+        if constexpr (std::is_floating_point_v<T>) nan = std::isnan(v);
+        if (v > best[ow] || nan || at[ow] < 0) best[ow] = v, at[ow] = in_row + off + ow * s;
+      }
+    });
+    if (idx)
+      for (int64_t o = 0; o < P; ++o)
+        idx[p * P + o] = arg[o] < 0 ? -1 : p * I + (so ? column_major(w, arg[o]) : arg[o]);
   }
 }
 
@@ -118,17 +152,24 @@ void average_pool_kernel(KernelContext& ctx) {
   const Window w = pool_window(ctx.node(), x, false);
   const bool include_pad = ctx.node().attr_i("count_include_pad", 0) != 0;
   const std::vector<int64_t> div = average_divisors(w, include_pad);
+  std::vector<T> inv_div(div.size());
+  for (size_t o = 0; o < div.size(); ++o) inv_div[o] = div[o] ? T(1) / static_cast<T>(div[o]) : T(0);
   T* y = ctx.output(0, pooled_shape(x, w), x.dtype()).data<T>();
   const T* xp = x.data<T>();
   const int64_t planes = x.dim(0) * x.dim(1), I = w.in_size(), P = w.out_size();
+  const ColumnTaps taps(w);
 #pragma omp parallel for num_threads(ctx.threads()) schedule(static)
   for (int64_t p = 0; p < planes; ++p) {
     const T* xin = xp + p * I;
     T* yo = y + p * P;
-    T sum = 0;
-    for_each_window(
-        w, [&](int64_t) { sum = 0; }, [&](int64_t, int64_t i) { sum += xin[i]; },
-        [&](int64_t o) { yo[o] = div[o] ? sum / static_cast<T>(div[o]) : T(0); });
+    std::fill(yo, yo + P, T(0));
+    const int64_t s = w.s[2];
+    for_each_window_row(w, taps, [&](int64_t o_row, int64_t in_row, int64_t lo, int64_t hi, int64_t off) {
+      T* __restrict acc = yo + o_row;
+      const T* __restrict in = xin + in_row + off;
+      strided_rows(s, lo, hi, [acc, in](int64_t o, int64_t i) { acc[o] += in[i]; });
+    });
+    for (int64_t o = 0; o < P; ++o) yo[o] *= inv_div[o];
   }
 }
 
@@ -193,15 +234,21 @@ void average_pool_grad_kernel(KernelContext& ctx) {
   T* dx = ctx.output(0, x.shape(), x.dtype()).data<T>();
   const T* g = dy.data<T>();
   const int64_t planes = x.dim(0) * x.dim(1), I = w.in_size(), P = w.out_size();
+  T* shares = static_cast<T*>(ctx.scratch(sizeof(T) * planes * P));
+  const ColumnTaps taps(w);
 #pragma omp parallel for num_threads(ctx.threads()) schedule(static)
   for (int64_t p = 0; p < planes; ++p) {
     T* d = dx + p * I;
     const T* go = g + p * P;
+    T* share = shares + p * P;
+    for (int64_t o = 0; o < P; ++o) share[o] = div[o] ? go[o] / static_cast<T>(div[o]) : T(0);
     std::fill(d, d + I, T(0));
-    T share = 0;
-    for_each_window(
-        w, [&](int64_t o) { share = div[o] ? go[o] / static_cast<T>(div[o]) : T(0); },
-        [&](int64_t, int64_t i) { d[i] += share; }, [&](int64_t) {});
+    const int64_t s = w.s[2];
+    for_each_window_row(w, taps, [&](int64_t o_row, int64_t in_row, int64_t lo, int64_t hi, int64_t off) {
+      const T* __restrict sh = share + o_row;
+      T* __restrict out = d + in_row + off;
+      strided_rows(s, lo, hi, [sh, out](int64_t o, int64_t i) { out[i] += sh[o]; });
+    });
   }
 }
 
@@ -219,7 +266,13 @@ void by_float(KernelContext& ctx) {
 }  // namespace
 
 void register_pool_kernels(KernelTable& t) {
-  t.add("MaxPool", by_float<0, max_pool_kernel<float>, max_pool_kernel<double>>);
+  t.add("MaxPool", [](KernelContext& ctx) {
+    switch (ctx.input(0).dtype()) {  // opset 12 adds u8/i8
+      case DType::U8: return max_pool_kernel<uint8_t>(ctx);
+      case DType::I8: return max_pool_kernel<int8_t>(ctx);
+      default: return by_float<0, max_pool_kernel<float>, max_pool_kernel<double>>(ctx);
+    }
+  });
   t.add("AveragePool", by_float<0, average_pool_kernel<float>, average_pool_kernel<double>>);
   t.add("GlobalAveragePool", by_float<0, global_pool_kernel<float, false>, global_pool_kernel<double, false>>);
   t.add("GlobalMaxPool", by_float<0, global_pool_kernel<float, true>, global_pool_kernel<double, true>>);

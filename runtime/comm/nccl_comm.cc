@@ -1,0 +1,274 @@
+// NCCL communicators (one process, one GPU per replica) and the device-local reduction for replicas
+// sharing a GPU. Both enqueue on the GPU's streams; see nccl_comm.h for the ordering contract.
+#include "runtime/comm/nccl_comm.h"
+
+#include <nccl.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "runtime/cuda/cuda_context.h"
+
+#define GR_NCCL_CHECK(call)                                                                     \
+  do {                                                                                          \
+    ncclResult_t gr_e_ = (call);                                                                \
+    if (gr_e_ != ncclSuccess) GR_FAIL(#call << " failed: " << ncclGetErrorString(gr_e_));      \
+  } while (0)
+
+namespace graphrun::runtime {
+
+namespace {
+
+bool is_device_pointer(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+// A reusable host barrier for the ranks of one group (all in this process).
+class HostBarrier {
+ public:
+  explicit HostBarrier(int n) : n_(n) {}
+  void wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    uint64_t gen = generation_;
+    if (++arrived_ == n_) {
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait(lock, [&] { return generation_ != gen; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int n_, arrived_ = 0;
+  uint64_t generation_ = 0;
+};
+
+// Runs `body` with device memory standing in for host memory `data` (count floats), then copies back and waits.
+template <class F>
+void through_device(Device dev, float* data, int64_t count, F body) {
+  cuda::DeviceContext& dc = cuda::device_context(dev.index);
+  size_t bytes = static_cast<size_t>(count) * sizeof(float);
+  float* tmp = static_cast<float*>(dc.allocator->allocate(bytes));
+  try {
+    GR_CUDA_CHECK(cudaMemcpyAsync(tmp, data, bytes, cudaMemcpyHostToDevice, dc.stream));
+    body(tmp);
+    GR_CUDA_CHECK(cudaMemcpyAsync(data, tmp, bytes, cudaMemcpyDeviceToHost, dc.stream));
+    GR_CUDA_CHECK(cudaStreamSynchronize(dc.stream));
+  } catch (...) {
+    dc.allocator->deallocate(tmp);
+    throw;
+  }
+  dc.allocator->deallocate(tmp);
+}
+
+// ---- NCCL: one communicator per GPU, all made by ncclCommInitAll ----
+
+class NcclCommunicator final : public DeviceCommunicator {
+ public:
+  NcclCommunicator(ncclComm_t comm, int rank, int size, Device dev, std::shared_ptr<HostBarrier> barrier)
+      : comm_(comm), rank_(rank), size_(size), dev_(dev), barrier_(std::move(barrier)) {
+    cuda::device_context(dev_.index);
+    GR_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+    GR_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+  }
+  ~NcclCommunicator() override {
+    cudaSetDevice(dev_.index);
+    cudaEventDestroy(ready_);
+    cudaEventDestroy(done_);
+    ncclCommDestroy(comm_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Device device() const override { return dev_; }
+  std::string name() const override { return "nccl"; }
+  void barrier() override { barrier_->wait(); }
+
+  void allreduce_sum_group(const std::vector<Buffer>& buffers) override {
+    // The communication stream waits for the gradients, reduces, and the compute stream waits for
+    // the result before anything enqueued after this node.
+    cuda::DeviceContext& dc = cuda::device_context(dev_.index);
+    GR_CUDA_CHECK(cudaEventRecord(ready_, dc.stream));
+    GR_CUDA_CHECK(cudaStreamWaitEvent(dc.comm_stream, ready_, 0));
+    GR_NCCL_CHECK(ncclGroupStart());
+    for (const Buffer& b : buffers)
+      GR_NCCL_CHECK(ncclAllReduce(b.send, b.recv, static_cast<size_t>(b.count), ncclFloat, ncclSum, comm_, dc.comm_stream));
+    GR_NCCL_CHECK(ncclGroupEnd());
+    GR_CUDA_CHECK(cudaEventRecord(done_, dc.comm_stream));
+    GR_CUDA_CHECK(cudaStreamWaitEvent(dc.stream, done_, 0));
+  }
+
+ protected:
+  void broadcast_device(float* data, int64_t count, int root) override {
+    cuda::DeviceContext& dc = cuda::device_context(dev_.index);
+    GR_CUDA_CHECK(cudaEventRecord(ready_, dc.stream));
+    GR_CUDA_CHECK(cudaStreamWaitEvent(dc.comm_stream, ready_, 0));
+    GR_NCCL_CHECK(ncclBroadcast(data, data, static_cast<size_t>(count), ncclFloat, root, comm_, dc.comm_stream));
+    GR_CUDA_CHECK(cudaEventRecord(done_, dc.comm_stream));
+    GR_CUDA_CHECK(cudaStreamWaitEvent(dc.stream, done_, 0));
+  }
+
+ private:
+  ncclComm_t comm_;
+  int rank_, size_;
+  Device dev_;
+  std::shared_ptr<HostBarrier> barrier_;
+  cudaEvent_t ready_ = nullptr, done_ = nullptr;
+};
+
+// ---- Replicas on one GPU: the last rank to arrive enqueues one summing kernel per buffer ----
+// All ranks share the GPU's compute stream, so each rank's gradients were enqueued before it arrived,
+// and whatever any rank enqueues after returning runs after the reduction.
+
+struct SameDeviceGroup {
+  explicit SameDeviceGroup(int n, Device d) : size(n), dev(d), pending(n, nullptr), roots(n, nullptr) {}
+  int size;
+  Device dev;
+  std::mutex mu;
+  std::condition_variable cv;
+  int arrived = 0;
+  uint64_t generation = 0;
+  std::vector<const std::vector<DeviceCommunicator::Buffer>*> pending;  // per rank, this round's buffers
+  std::vector<float*> roots;                                            // per rank, broadcast buffer
+  std::string error;                                                    // set when a round failed
+
+  // Every rank calls this; `work` runs once, on the last rank to arrive, while the others wait.
+  template <class F>
+  void round(F work) {
+    std::unique_lock<std::mutex> lock(mu);
+    uint64_t gen = generation;
+    if (++arrived == size) {
+      error.clear();
+      try {
+        work();
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      arrived = 0;
+      ++generation;
+      cv.notify_all();
+    } else {
+      cv.wait(lock, [&] { return generation != gen; });
+    }
+    if (!error.empty()) throw Error(error);
+  }
+};
+
+class SameDeviceCommunicator final : public DeviceCommunicator {
+ public:
+  SameDeviceCommunicator(std::shared_ptr<SameDeviceGroup> g, int rank) : g_(std::move(g)), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int size() const override { return g_->size; }
+  Device device() const override { return g_->dev; }
+  std::string name() const override { return "cuda-device-local"; }
+  void barrier() override {
+    g_->round([] {});
+  }
+
+  void allreduce_sum_group(const std::vector<Buffer>& buffers) override {
+    SameDeviceGroup& g = *g_;
+    {
+      std::lock_guard<std::mutex> lock(g.mu);
+      g.pending[rank_] = &buffers;
+    }
+    g.round([&] {
+      const size_t nbuf = g.pending[0]->size();
+      for (int r = 1; r < g.size; ++r)
+        GR_CHECK(g.pending[r]->size() == nbuf, "AllReduce: rank " << r << " reduces " << g.pending[r]->size()
+                                                                   << " buffers, rank 0 reduces " << nbuf);
+      cuda::DeviceContext& dc = cuda::device_context(g.dev.index);
+      for (size_t k = 0; k < nbuf; ++k) {
+        std::vector<const float*> sends(g.size);
+        std::vector<float*> recvs(g.size);
+        int64_t count = (*g.pending[0])[k].count;
+        for (int r = 0; r < g.size; ++r) {
+          const Buffer& b = (*g.pending[r])[k];
+          GR_CHECK(b.count == count, "AllReduce: buffer " << k << " has " << b.count << " values on rank " << r
+                                                          << ", " << count << " on rank 0");
+          sends[r] = b.send;
+          recvs[r] = b.recv;
+        }
+        cuda::launch_sum_replicas(sends.data(), recvs.data(), g.size, count, dc.stream);
+      }
+    });
+  }
+
+ protected:
+  void broadcast_device(float* data, int64_t count, int root) override {
+    SameDeviceGroup& g = *g_;
+    {
+      std::lock_guard<std::mutex> lock(g.mu);
+      g.roots[rank_] = data;
+    }
+    g.round([&] {
+      cuda::DeviceContext& dc = cuda::device_context(g.dev.index);
+      for (int r = 0; r < g.size; ++r)
+        if (r != root && g.roots[r] != g.roots[root])
+          GR_CUDA_CHECK(cudaMemcpyAsync(g.roots[r], g.roots[root], static_cast<size_t>(count) * sizeof(float),
+                                        cudaMemcpyDeviceToDevice, dc.stream));
+    });
+  }
+
+ private:
+  std::shared_ptr<SameDeviceGroup> g_;
+  int rank_;
+};
+
+}  // namespace
+
+void DeviceCommunicator::allreduce_sum(float* data, int64_t count) {
+  if (count <= 0) return;
+  if (is_device_pointer(data)) {
+    allreduce_sum_group({{data, data, count}});
+    return;
+  }
+  through_device(device(), data, count, [&](float* d) { allreduce_sum_group({{d, d, count}}); });
+}
+
+void DeviceCommunicator::broadcast(float* data, int64_t count, int root) {
+  GR_CHECK(root >= 0 && root < size(), "broadcast: root " << root << " of " << size() << " ranks");
+  if (count <= 0) return;
+  if (is_device_pointer(data)) {
+    broadcast_device(data, count, root);
+    return;
+  }
+  through_device(device(), data, count, [&](float* d) { broadcast_device(d, count, root); });
+}
+
+std::vector<std::unique_ptr<Communicator>> make_cuda_communicators(const std::vector<Device>& replicas) {
+  GR_CHECK(!replicas.empty(), "no replicas to connect");
+  GR_CHECK(replicas.size() <= 16, "at most 16 CUDA replicas per process, " << replicas.size() << " given");
+  std::set<int> distinct;
+  for (const Device& d : replicas) {
+    GR_CHECK(d.kind == Device::Kind::CUDA, "cannot mix " << d.str() << " into CUDA replicas");
+    cuda::device_context(d.index);  // checks that the device exists
+    distinct.insert(d.index);
+  }
+  std::vector<std::unique_ptr<Communicator>> r;
+  const int n = static_cast<int>(replicas.size());
+  if (distinct.size() == 1) {
+    auto g = std::make_shared<SameDeviceGroup>(n, replicas[0]);
+    for (int i = 0; i < n; ++i) r.push_back(std::make_unique<SameDeviceCommunicator>(g, i));
+    return r;
+  }
+  GR_CHECK(static_cast<int>(distinct.size()) == n,
+           "CUDA replicas must be on distinct GPUs (NCCL) or all on one GPU (device-local reduction); got a mix");
+  std::vector<int> devs;
+  for (const Device& d : replicas) devs.push_back(d.index);
+  std::vector<ncclComm_t> comms(n);
+  GR_NCCL_CHECK(ncclCommInitAll(comms.data(), n, devs.data()));
+  auto barrier = std::make_shared<HostBarrier>(n);
+  for (int i = 0; i < n; ++i) r.push_back(std::make_unique<NcclCommunicator>(comms[i], i, n, replicas[i], barrier));
+  return r;
+}
+
+}  // namespace graphrun::runtime

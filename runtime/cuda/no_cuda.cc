@@ -1,0 +1,13 @@
+// Stands in for the CUDA backend in builds without it (GRAPHRUN_CUDA=OFF): no backend, and a reason.
+#include "runtime/device.h"
+
+namespace graphrun::runtime {
+
+DeviceBackend* cuda_backend() { return nullptr; }
+
+bool cuda_available(std::string* why) {
+  if (why) *why = "graphrun was built without CUDA (configure with -DGRAPHRUN_CUDA=ON where the CUDA toolkit, cuDNN and NCCL are installed)";
+  return false;
+}
+
+}  // namespace graphrun::runtime

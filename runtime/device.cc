@@ -1,0 +1,48 @@
+// The device registry and host<->device tensor copies shared by every backend.
+#include "runtime/device.h"
+
+namespace graphrun::runtime {
+
+Tensor DeviceBackend::empty(Device d, DType dtype, Shape shape) {
+  GR_CHECK(dtype_size(dtype) > 0, "unsupported tensor element type " << dtype_name(dtype));
+  for (int64_t x : shape) GR_CHECK(x >= 0, "negative dimension in tensor shape " << shape_str(shape));
+  size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  void* p = allocate(d, bytes);
+  std::shared_ptr<void> storage(p, [this, d](void* q) { deallocate(d, q); });
+  return Tensor::adopt(dtype, std::move(shape), std::move(storage), p, d);
+}
+
+DeviceBackend* backend_for(Device::Kind kind) {
+  if (kind == Device::Kind::CUDA) return cuda_backend();
+  return nullptr;
+}
+
+Tensor to_device(const Tensor& t, Device d) {
+  if (!t.defined() || t.device() == d) return t;
+  if (d.is_cpu()) return to_host(t);
+  DeviceBackend* b = backend_for(d.kind);
+  std::string why;
+  const bool available = cuda_available(&why);  // first: it fills `why` also when b is null
+  GR_CHECK(b && available, "cannot use " << d.str() << ": " << why);
+  Tensor r = b->empty(d, t.dtype(), t.shape());
+  if (!t.nbytes()) return r;
+  if (t.device().is_cpu()) {
+    b->copy_host_to_device(d, r.raw(), t.raw(), t.nbytes());
+  } else {
+    // Another device of the same kind: through the host keeps this simple and rare paths correct.
+    Tensor h = to_host(t);
+    b->copy_host_to_device(d, r.raw(), h.raw(), h.nbytes());
+  }
+  return r;
+}
+
+Tensor to_host(const Tensor& t) {
+  if (!t.defined() || t.device().is_cpu()) return t.clone();
+  DeviceBackend* b = backend_for(t.device().kind);
+  GR_CHECK(b, "no backend for " << t.device().str() << " in this build");
+  Tensor r(t.dtype(), t.shape());
+  if (t.nbytes()) b->copy_device_to_host(t.device(), r.raw(), t.raw(), t.nbytes());
+  return r;
+}
+
+}  // namespace graphrun::runtime

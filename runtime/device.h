@@ -1,0 +1,58 @@
+// The device hook: memory, copies and the kernel table of a non-CPU device (CUDA), behind one interface
+// the executor and the trainer use. The CPU needs none of it; backend_for(CPU) is nullptr.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph/tensor.h"
+#include "runtime/kernel.h"
+
+namespace graphrun::runtime {
+
+class Communicator;
+
+// Work a backend enqueues is ordered on the device's compute stream; copies to the host and
+// synchronize() wait for it. Every call takes the device it acts on (a backend serves all its devices).
+class DeviceBackend {
+ public:
+  virtual ~DeviceBackend() = default;
+  virtual Device::Kind kind() const = 0;
+  virtual int device_count() const = 0;                // 0 when unavailable
+  virtual std::string unavailable_reason() const = 0;  // "" when at least one device is usable
+
+  // Device memory: from a caching allocator (no driver allocation in the steady state).
+  virtual void* allocate(Device d, size_t bytes) = 0;
+  virtual void deallocate(Device d, void* p) = 0;
+  virtual void copy_host_to_device(Device d, void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy_device_to_host(Device d, void* dst, const void* src, size_t bytes) = 0;  // waits
+  virtual void copy_device_to_device(Device d, void* dst, const void* src, size_t bytes) = 0;
+  virtual void memset(Device d, void* dst, int value, size_t bytes) = 0;
+  virtual void synchronize(Device d) = 0;
+
+  virtual const KernelTable& kernels() const = 0;
+  // One communicator per replica for AllReduce nodes (replicas: the devices, in rank order;
+  // the same device may repeat, which reduces within that device).
+  virtual std::vector<std::unique_ptr<Communicator>> make_communicators(const std::vector<Device>& replicas) = 0;
+  // Deterministic algorithms (cuDNN) from now on, at some cost in speed.
+  virtual void set_deterministic(bool on) = 0;
+
+  // An owning tensor in device memory; contents undefined.
+  Tensor empty(Device d, DType dtype, Shape shape);
+};
+
+// The backend of a device kind, or nullptr (CPU, or a kind this build does not include).
+DeviceBackend* backend_for(Device::Kind kind);
+
+// The CUDA backend, or nullptr when graphrun was built without CUDA (runtime/cuda/).
+DeviceBackend* cuda_backend();
+// True when CUDA kernels can run here; otherwise *why (if given) says why in one line:
+// "graphrun was built without CUDA", "no CUDA driver found", "no CUDA device", ...
+bool cuda_available(std::string* why = nullptr);
+
+// Copies between host and devices.
+Tensor to_device(const Tensor& t, Device d);  // t itself when already on d; else an owning copy on d
+Tensor to_host(const Tensor& t);              // an owning host copy (clone() for host tensors)
+
+}  // namespace graphrun::runtime

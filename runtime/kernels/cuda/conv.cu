@@ -1,0 +1,208 @@
+// CUDA kernels: conv family (the CPU's conv.cc op set, minus ConvTranspose): Conv and ai.graphrun ConvGrad
+// through cuDNN. Descriptors and algorithms are chosen once per shape (cudnnFind*, benchmarked on the
+// first run) and cached per device; deterministic algorithms only when the backend is set so.
+#include <sstream>
+
+#include "runtime/kernels/cuda/common.cuh"
+
+namespace graphrun::runtime::cuda {
+namespace {
+
+struct ConvGeom {
+  int64_t n, c, h, w;      // X
+  int64_t m, kh, kw;       // W: [m, c/group, kh, kw]
+  int64_t group;
+  int64_t pad_h, pad_w;    // symmetric (cuDNN); asymmetric pads are refused
+  int64_t stride_h, stride_w, dil_h, dil_w;
+  int64_t oh, ow;
+  std::string key() const {
+    std::ostringstream os;
+    os << n << ',' << c << ',' << h << ',' << w << ',' << m << ',' << kh << ',' << kw << ',' << group << ',' << pad_h << ','
+       << pad_w << ',' << stride_h << ',' << stride_w << ',' << dil_h << ',' << dil_w;
+    return os.str();
+  }
+};
+
+ConvGeom conv_geom(const Node& node, const Tensor& X, const Tensor& W) {
+  GR_CHECK(X.rank() == 4 && W.rank() == 4, "Conv on CUDA supports 2-D convolutions (X and W of rank 4), got X "
+                                                << shape_str(X.shape()) << ", W " << shape_str(W.shape()));
+  GR_CHECK(X.dtype() == DType::F32 && W.dtype() == DType::F32, "Conv on CUDA takes f32");
+  ConvGeom g;
+  g.n = X.dim(0); g.c = X.dim(1); g.h = X.dim(2); g.w = X.dim(3);
+  g.m = W.dim(0); g.kh = W.dim(2); g.kw = W.dim(3);
+  g.group = node.attr_i("group", 1);
+  GR_CHECK(g.group >= 1 && g.c % g.group == 0 && g.m % g.group == 0 && W.dim(1) * g.group == g.c,
+           "Conv: X has " << g.c << " channels, W " << shape_str(W.shape()) << ", group " << g.group);
+  std::vector<int64_t> ks = node.attr_ints("kernel_shape", {g.kh, g.kw});
+  GR_CHECK(ks.size() == 2 && ks[0] == g.kh && ks[1] == g.kw, "Conv: kernel_shape does not match W " << shape_str(W.shape()));
+  std::vector<int64_t> st = node.attr_ints("strides", {1, 1}), dl = node.attr_ints("dilations", {1, 1});
+  std::vector<int64_t> pads = node.attr_ints("pads", {0, 0, 0, 0});
+  GR_CHECK(st.size() == 2 && dl.size() == 2 && pads.size() == 4, "Conv: strides, dilations or pads of the wrong length");
+  g.stride_h = st[0]; g.stride_w = st[1]; g.dil_h = dl[0]; g.dil_w = dl[1];
+  std::string ap = node.attr_s("auto_pad", "NOTSET");
+  if (ap == "VALID") {
+    pads = {0, 0, 0, 0};
+  } else if (ap == "SAME_UPPER" || ap == "SAME_LOWER") {
+    int64_t in[2] = {g.h, g.w}, k[2] = {g.kh, g.kw};
+    for (int i = 0; i < 2; ++i) {
+      int64_t out = (in[i] + st[i] - 1) / st[i];
+      int64_t total = std::max<int64_t>(0, (out - 1) * st[i] + (k[i] - 1) * dl[i] + 1 - in[i]);
+      int64_t small = total / 2, big = total - small;
+      pads[i] = ap == "SAME_UPPER" ? small : big;
+      pads[i + 2] = ap == "SAME_UPPER" ? big : small;
+    }
+  } else {
+    GR_CHECK(ap == "NOTSET", "Conv: unknown auto_pad '" << ap << "'");
+  }
+  GR_CHECK(pads[0] == pads[2] && pads[1] == pads[3],
+           "Conv on CUDA needs symmetric padding (cuDNN), got pads " << shape_str(pads));
+  g.pad_h = pads[0]; g.pad_w = pads[1];
+  g.oh = (g.h + 2 * g.pad_h - (g.kh - 1) * g.dil_h - 1) / g.stride_h + 1;
+  g.ow = (g.w + 2 * g.pad_w - (g.kw - 1) * g.dil_w - 1) / g.stride_w + 1;
+  GR_CHECK(g.oh > 0 && g.ow > 0, "Conv: output would be empty for X " << shape_str(X.shape()) << " and W " << shape_str(W.shape()));
+  return g;
+}
+
+struct ConvEntry {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr, b = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  cudnnConvolutionFwdAlgo_t fwd{};
+  cudnnConvolutionBwdDataAlgo_t bwd_data{};
+  cudnnConvolutionBwdFilterAlgo_t bwd_filter{};
+  size_t fwd_ws = 0, data_ws = 0, filter_ws = 0;
+  ~ConvEntry() {
+    if (x) cudnnDestroyTensorDescriptor(x);
+    if (y) cudnnDestroyTensorDescriptor(y);
+    if (b) cudnnDestroyTensorDescriptor(b);
+    if (w) cudnnDestroyFilterDescriptor(w);
+    if (conv) cudnnDestroyConvolutionDescriptor(conv);
+  }
+};
+
+void make_descriptors(ConvEntry& e, const ConvGeom& g) {
+  auto i = [](int64_t v) { return static_cast<int>(v); };
+  GR_CUDNN_CHECK(cudnnCreateTensorDescriptor(&e.x));
+  GR_CUDNN_CHECK(cudnnCreateTensorDescriptor(&e.y));
+  GR_CUDNN_CHECK(cudnnCreateTensorDescriptor(&e.b));
+  GR_CUDNN_CHECK(cudnnCreateFilterDescriptor(&e.w));
+  GR_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&e.conv));
+  GR_CUDNN_CHECK(cudnnSetTensor4dDescriptor(e.x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(g.n), i(g.c), i(g.h), i(g.w)));
+  GR_CUDNN_CHECK(cudnnSetFilter4dDescriptor(e.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, i(g.m), i(g.c / g.group), i(g.kh), i(g.kw)));
+  GR_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(e.conv, i(g.pad_h), i(g.pad_w), i(g.stride_h), i(g.stride_w), i(g.dil_h),
+                                                 i(g.dil_w), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  GR_CUDNN_CHECK(cudnnSetConvolutionGroupCount(e.conv, i(g.group)));
+  // True fp32 arithmetic (no TF32): results stay comparable with the CPU kernels.
+  GR_CUDNN_CHECK(cudnnSetConvolutionMathType(e.conv, CUDNN_FMA_MATH));
+  int n, c, h, w;
+  GR_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(e.conv, e.x, e.w, &n, &c, &h, &w));
+  GR_CHECK(n == g.n && c == g.m && h == g.oh && w == g.ow, "Conv: cuDNN's output shape differs from ONNX's");
+  GR_CUDNN_CHECK(cudnnSetTensor4dDescriptor(e.y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, w));
+  GR_CUDNN_CHECK(cudnnSetTensor4dDescriptor(e.b, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, c, 1, 1));
+}
+
+// Picks the fastest successful algorithm of a Find result, deterministic ones only when asked.
+template <class Perf>
+const Perf& pick(const Perf* perf, int n, const char* what) {
+  bool det = deterministic();
+  for (int k = 0; k < n; ++k)
+    if (perf[k].status == CUDNN_STATUS_SUCCESS && (!det || perf[k].determinism == CUDNN_DETERMINISTIC)) return perf[k];
+  GR_FAIL("cuDNN found no " << (det ? "deterministic " : "") << what << " algorithm for this convolution");
+}
+
+ConvEntry& conv_entry(KernelContext& ctx, const ConvGeom& g, bool backward) {
+  DeviceContext& dc = ctx_device(ctx);
+  std::string key = std::string(backward ? "conv_bwd:" : "conv_fwd:") + g.key() + (deterministic() ? ":det" : "");
+  auto it = dc.cache.find(key);
+  if (it != dc.cache.end()) return *static_cast<ConvEntry*>(it->second.get());
+  auto e = std::make_shared<ConvEntry>();
+  make_descriptors(*e, g);
+  constexpr int kMax = 16;
+  int found = 0;
+  if (!backward) {
+    cudnnConvolutionFwdAlgoPerf_t perf[kMax];
+    GR_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithm(dc.cudnn, e->x, e->w, e->conv, e->y, kMax, &found, perf));
+    const auto& p = pick(perf, found, "forward");
+    e->fwd = p.algo;
+    e->fwd_ws = p.memory;
+  } else {
+    cudnnConvolutionBwdDataAlgoPerf_t dperf[kMax];
+    GR_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(dc.cudnn, e->w, e->y, e->conv, e->x, kMax, &found, dperf));
+    const auto& dp = pick(dperf, found, "backward-data");
+    e->bwd_data = dp.algo;
+    e->data_ws = dp.memory;
+    cudnnConvolutionBwdFilterAlgoPerf_t fperf[kMax];
+    GR_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithm(dc.cudnn, e->x, e->y, e->conv, e->w, kMax, &found, fperf));
+    const auto& fp = pick(fperf, found, "backward-filter");
+    e->bwd_filter = fp.algo;
+    e->filter_ws = fp.memory;
+  }
+  ConvEntry& ref = *e;
+  dc.cache[key] = std::move(e);
+  return ref;
+}
+
+void conv_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  const Tensor& W = ctx.input(1);
+  ConvGeom g = conv_geom(ctx.node(), X, W);
+  Tensor& Y = ctx.output(0, {g.n, g.m, g.oh, g.ow}, DType::F32);
+  if (g.n == 0) return;
+  DeviceContext& dc = ctx_device(ctx);
+  ConvEntry& e = conv_entry(ctx, g, false);
+  void* ws = e.fwd_ws ? ctx.scratch(e.fwd_ws) : nullptr;
+  const float one = 1.f, zero = 0.f;
+  GR_CUDNN_CHECK(cudnnConvolutionForward(dc.cudnn, &one, e.x, X.raw(), e.w, W.raw(), e.conv, e.fwd, ws, e.fwd_ws, &zero,
+                                         e.y, Y.raw()));
+  if (ctx.has_input(2)) {
+    const Tensor& B = ctx.input(2);
+    GR_CHECK(B.dtype() == DType::F32 && B.numel() == g.m, "Conv: bias must be f32[" << g.m << "], got " << shape_str(B.shape()));
+    GR_CUDNN_CHECK(cudnnAddTensor(dc.cudnn, &one, e.b, B.raw(), &one, e.y, Y.raw()));
+  }
+}
+
+void conv_grad_op(KernelContext& ctx) {
+  const Tensor& dY = ctx.input(0);
+  const Tensor& X = ctx.input(1);
+  const Tensor& W = ctx.input(2);
+  ConvGeom g = conv_geom(ctx.node(), X, W);
+  Shape yshape{g.n, g.m, g.oh, g.ow};
+  GR_CHECK(dY.shape() == yshape, "ConvGrad: dY is " << shape_str(dY.shape()) << ", the convolution gives " << shape_str(yshape));
+  DeviceContext& dc = ctx_device(ctx);
+  ConvEntry& e = conv_entry(ctx, g, true);
+  bool want_dx = ctx.has_output(0), want_dw = ctx.has_output(1), want_db = ctx.has_output(2);
+  size_t ws_bytes = std::max(want_dx ? e.data_ws : 0, want_dw ? e.filter_ws : 0);
+  // One scratch request per kernel call (the planned scratch is one block).
+  void* ws = ws_bytes ? ctx.scratch(ws_bytes) : nullptr;
+  const float one = 1.f, zero = 0.f;
+  if (want_dx) {
+    Tensor& dX = ctx.output(0, X.shape(), DType::F32);
+    if (g.n)
+      GR_CUDNN_CHECK(cudnnConvolutionBackwardData(dc.cudnn, &one, e.w, W.raw(), e.y, dY.raw(), e.conv, e.bwd_data, ws,
+                                                  e.data_ws, &zero, e.x, dX.raw()));
+  }
+  if (want_dw) {
+    Tensor& dW = ctx.output(1, W.shape(), DType::F32);
+    if (g.n)
+      GR_CUDNN_CHECK(cudnnConvolutionBackwardFilter(dc.cudnn, &one, e.x, X.raw(), e.y, dY.raw(), e.conv, e.bwd_filter, ws,
+                                                    e.filter_ws, &zero, e.w, dW.raw()));
+    else
+      GR_CUDA_CHECK(cudaMemsetAsync(dW.raw(), 0, dW.nbytes(), dc.stream));
+  }
+  if (want_db) {
+    Tensor& dB = ctx.output(2, {g.m}, DType::F32);
+    if (g.n)
+      GR_CUDNN_CHECK(cudnnConvolutionBackwardBias(dc.cudnn, &one, e.y, dY.raw(), &zero, e.b, dB.raw()));
+    else
+      GR_CUDA_CHECK(cudaMemsetAsync(dB.raw(), 0, dB.nbytes(), dc.stream));
+  }
+}
+
+}  // namespace
+
+void register_conv_kernels(KernelTable& t) {
+  t.add("Conv", locked<conv_op>);
+  t.add(kGraphrunDomain, "ConvGrad", locked<conv_grad_op>);
+}
+
+}  // namespace graphrun::runtime::cuda

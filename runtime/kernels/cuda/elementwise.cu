@@ -1,0 +1,329 @@
+// CUDA kernels: elementwise family (the CPU's elementwise.cc op set): arithmetic and comparisons with
+// numpy broadcasting, unary math, Where, Cast, Identity, Expand, Sum.
+#include <cmath>
+
+#include "runtime/kernels/cuda/common.cuh"
+
+namespace graphrun::runtime::cuda {
+namespace {
+
+// ---- functors ----
+struct AddOp { template <class T> __device__ T operator()(T a, T b) const { return a + b; } };
+struct SubOp { template <class T> __device__ T operator()(T a, T b) const { return a - b; } };
+struct MulOp { template <class T> __device__ T operator()(T a, T b) const { return a * b; } };
+struct DivOp { template <class T> __device__ T operator()(T a, T b) const { return a / b; } };
+struct MaxOp { template <class T> __device__ T operator()(T a, T b) const { return a > b ? a : b; } };
+struct MinOp { template <class T> __device__ T operator()(T a, T b) const { return a < b ? a : b; } };
+struct GreaterOp { template <class T> __device__ uint8_t operator()(T a, T b) const { return a > b; } };
+struct LessOp { template <class T> __device__ uint8_t operator()(T a, T b) const { return a < b; } };
+struct GreaterEqOp { template <class T> __device__ uint8_t operator()(T a, T b) const { return a >= b; } };
+struct LessEqOp { template <class T> __device__ uint8_t operator()(T a, T b) const { return a <= b; } };
+struct EqualOp { template <class T> __device__ uint8_t operator()(T a, T b) const { return a == b; } };
+
+template <class Op, class T>
+using ResultOf = decltype(Op{}(T{}, T{}));
+
+template <class T, class R, class Op>
+__global__ void binary_same_shape(const T* a, const T* b, R* y, int64_t n, Op op) {
+  GR_GRID_STRIDE(i, n) y[i] = op(a[i], b[i]);
+}
+
+template <class T, class R, class Op>
+__global__ void binary_broadcast(const T* a, const T* b, R* y, IndexMap m, int64_t n, Op op) {
+  GR_GRID_STRIDE(i, n) {
+    int64_t off[3];
+    map_offsets(m, i, 2, off);
+    y[i] = op(a[off[0]], b[off[1]]);
+  }
+}
+
+template <class T, class Op>
+void launch_binary(KernelContext& ctx, const Tensor& A, const Tensor& B, Tensor& Y, Op op) {
+  using R = ResultOf<Op, T>;
+  int64_t n = Y.numel();
+  if (n == 0) return;
+  cudaStream_t s = stream_of(ctx);
+  if (A.shape() == Y.shape() && B.shape() == Y.shape()) {
+    binary_same_shape<T, R, Op><<<grid_for(n), kThreads, 0, s>>>(dptr<T>(A), dptr<T>(B), dptr<R>(Y), n, op);
+  } else {
+    IndexMap m = make_index_map(Y.shape(), {A.shape(), B.shape()});
+    binary_broadcast<T, R, Op><<<grid_for(n), kThreads, 0, s>>>(dptr<T>(A), dptr<T>(B), dptr<R>(Y), m, n, op);
+  }
+  GR_LAUNCH_CHECK("binary");
+}
+
+template <class Op>
+void run_binary(KernelContext& ctx, Op op) {
+  const Tensor& A = ctx.input(0);
+  const Tensor& B = ctx.input(1);
+  GR_CHECK(A.dtype() == B.dtype(), "inputs are " << dtype_name(A.dtype()) << " and " << dtype_name(B.dtype()));
+  Shape out = broadcast_shapes({A.shape(), B.shape()});
+  auto go = [&](auto tag) {
+    using T = decltype(tag);
+    using R = ResultOf<Op, T>;
+    Tensor& Y = ctx.output(0, out, dtype_of<R>());
+    launch_binary<T>(ctx, A, B, Y, op);
+  };
+  switch (A.dtype()) {
+    case DType::F32: go(float{}); break;
+    case DType::F64: go(double{}); break;
+    case DType::I64: go(int64_t{}); break;
+    case DType::I32: go(int32_t{}); break;
+    default: GR_FAIL(ctx.node().op_type << " on " << dtype_name(A.dtype()) << " is not supported on CUDA");
+  }
+}
+
+template <class Op> void binary_kernel(KernelContext& ctx) { run_binary(ctx, Op{}); }
+
+// Pow: the exponent may have another numeric type than the base.
+template <class T, class E>
+__global__ void pow_kernel(const T* a, const E* b, T* y, IndexMap m, int64_t n) {
+  GR_GRID_STRIDE(i, n) {
+    int64_t off[3];
+    map_offsets(m, i, 2, off);
+    y[i] = static_cast<T>(pow(static_cast<double>(a[off[0]]), static_cast<double>(b[off[1]])));
+  }
+}
+template <class E>
+__global__ void pow_f32_kernel(const float* a, const E* b, float* y, IndexMap m, int64_t n) {
+  GR_GRID_STRIDE(i, n) {
+    int64_t off[3];
+    map_offsets(m, i, 2, off);
+    y[i] = powf(a[off[0]], static_cast<float>(b[off[1]]));
+  }
+}
+
+void pow_kernel_host(KernelContext& ctx) {
+  const Tensor& A = ctx.input(0);
+  const Tensor& B = ctx.input(1);
+  GR_CHECK(A.dtype() == DType::F32, "Pow on CUDA takes a f32 base, got " << dtype_name(A.dtype()));
+  Shape out = broadcast_shapes({A.shape(), B.shape()});
+  Tensor& Y = ctx.output(0, out, DType::F32);
+  int64_t n = Y.numel();
+  if (n == 0) return;
+  IndexMap m = make_index_map(out, {A.shape(), B.shape()});
+  cudaStream_t s = stream_of(ctx);
+  switch (B.dtype()) {
+    case DType::F32: pow_f32_kernel<float><<<grid_for(n), kThreads, 0, s>>>(dptr<float>(A), dptr<float>(B), dptr<float>(Y), m, n); break;
+    case DType::F64: pow_f32_kernel<double><<<grid_for(n), kThreads, 0, s>>>(dptr<float>(A), dptr<double>(B), dptr<float>(Y), m, n); break;
+    case DType::I64: pow_f32_kernel<int64_t><<<grid_for(n), kThreads, 0, s>>>(dptr<float>(A), dptr<int64_t>(B), dptr<float>(Y), m, n); break;
+    case DType::I32: pow_f32_kernel<int32_t><<<grid_for(n), kThreads, 0, s>>>(dptr<float>(A), dptr<int32_t>(B), dptr<float>(Y), m, n); break;
+    default: GR_FAIL("Pow exponent of type " << dtype_name(B.dtype()) << " is not supported on CUDA");
+  }
+  GR_LAUNCH_CHECK("pow");
+}
+
+// ---- unary ----
+struct ReluOp { template <class T> __device__ T operator()(T x) const { return x > T(0) ? x : T(0); } };
+struct NegOp { template <class T> __device__ T operator()(T x) const { return -x; } };
+struct AbsOp { template <class T> __device__ T operator()(T x) const { return x < T(0) ? -x : x; } };
+struct ExpOp { template <class T> __device__ T operator()(T x) const { return exp(x); } };
+struct LogOp { template <class T> __device__ T operator()(T x) const { return log(x); } };
+struct SqrtOp { template <class T> __device__ T operator()(T x) const { return sqrt(x); } };
+struct TanhOp { template <class T> __device__ T operator()(T x) const { return tanh(x); } };
+struct SigmoidOp {
+  // Written so that neither branch overflows: exp of a non-positive number only.
+  template <class T> __device__ T operator()(T x) const {
+    if (x >= T(0)) return T(1) / (T(1) + exp(-x));
+    T e = exp(x);
+    return e / (T(1) + e);
+  }
+};
+struct ReciprocalOp { template <class T> __device__ T operator()(T x) const { return T(1) / x; } };
+struct FloorOp { template <class T> __device__ T operator()(T x) const { return floor(x); } };
+struct CeilOp { template <class T> __device__ T operator()(T x) const { return ceil(x); } };
+
+template <class T, class Op>
+__global__ void unary_kernel(const T* x, T* y, int64_t n, Op op) {
+  GR_GRID_STRIDE(i, n) y[i] = op(x[i]);
+}
+
+// Float-only unary ops (exp, log, ...) and sign ops that also take integers (Neg, Abs, Relu).
+template <class Op, bool kIntegersToo>
+void unary(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  Tensor& Y = ctx.output(0, X.shape(), X.dtype());
+  int64_t n = X.numel();
+  if (n == 0) return;
+  cudaStream_t s = stream_of(ctx);
+  auto go = [&](auto tag) {
+    using T = decltype(tag);
+    unary_kernel<<<grid_for(n), kThreads, 0, s>>>(dptr<T>(X), dptr<T>(Y), n, Op{});
+  };
+  if (X.dtype() == DType::F32) {
+    go(float{});
+  } else if (X.dtype() == DType::F64) {
+    go(double{});
+  } else {
+    bool done = false;
+    if constexpr (kIntegersToo) {
+      if (X.dtype() == DType::I64) { go(int64_t{}); done = true; }
+      if (X.dtype() == DType::I32) { go(int32_t{}); done = true; }
+    }
+    GR_CHECK(done, ctx.node().op_type << " on " << dtype_name(X.dtype()) << " is not supported on CUDA");
+  }
+  GR_LAUNCH_CHECK("unary");
+}
+
+// ---- Where ----
+template <class T>
+__global__ void where_kernel(const uint8_t* c, const T* a, const T* b, T* y, IndexMap m, int64_t n) {
+  GR_GRID_STRIDE(i, n) {
+    int64_t off[3];
+    map_offsets(m, i, 3, off);
+    y[i] = c[off[0]] ? a[off[1]] : b[off[2]];
+  }
+}
+
+void where_op(KernelContext& ctx) {
+  const Tensor& C = ctx.input(0);
+  const Tensor& A = ctx.input(1);
+  const Tensor& B = ctx.input(2);
+  GR_CHECK(C.dtype() == DType::Bool, "Where condition must be bool, got " << dtype_name(C.dtype()));
+  GR_CHECK(A.dtype() == B.dtype(), "Where branches are " << dtype_name(A.dtype()) << " and " << dtype_name(B.dtype()));
+  Shape out = broadcast_shapes({C.shape(), A.shape(), B.shape()});
+  Tensor& Y = ctx.output(0, out, A.dtype());
+  int64_t n = Y.numel();
+  if (n == 0) return;
+  IndexMap m = make_index_map(out, {C.shape(), A.shape(), B.shape()});
+  dispatch_any(A.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    where_kernel<T><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dptr<uint8_t>(C), dptr<T>(A), dptr<T>(B),
+                                                                   dptr<T>(Y), m, n);
+  });
+  GR_LAUNCH_CHECK("where");
+}
+
+// ---- Cast ----
+template <class S, class D>
+__global__ void cast_kernel(const S* x, D* y, int64_t n) {
+  GR_GRID_STRIDE(i, n) y[i] = static_cast<D>(x[i]);
+}
+template <class S>
+__global__ void cast_to_bool_kernel(const S* x, uint8_t* y, int64_t n) {
+  GR_GRID_STRIDE(i, n) y[i] = x[i] != S(0);
+}
+
+void cast_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  DType to = static_cast<DType>(ctx.node().attr_i("to", 0));
+  Tensor& Y = ctx.output(0, X.shape(), to);
+  int64_t n = X.numel();
+  if (n == 0) return;
+  cudaStream_t s = stream_of(ctx);
+  if (to == X.dtype()) {
+    GR_CUDA_CHECK(cudaMemcpyAsync(Y.raw(), X.raw(), X.nbytes(), cudaMemcpyDeviceToDevice, s));
+    return;
+  }
+  dispatch_any(X.dtype(), [&](auto stag) {
+    using S = decltype(stag);
+    const S* x = static_cast<const S*>(X.raw());
+    if (to == DType::Bool) {
+      cast_to_bool_kernel<S><<<grid_for(n), kThreads, 0, s>>>(x, dptr<uint8_t>(Y), n);
+      return;
+    }
+    dispatch_any(to, [&](auto dtag) {
+      using D = decltype(dtag);
+      cast_kernel<S, D><<<grid_for(n), kThreads, 0, s>>>(x, static_cast<D*>(Y.raw()), n);
+    });
+  });
+  GR_LAUNCH_CHECK("cast");
+}
+
+// ---- Identity, Expand, Sum ----
+void identity_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  Tensor& Y = ctx.output(0, X.shape(), X.dtype());
+  if (X.nbytes())
+    GR_CUDA_CHECK(cudaMemcpyAsync(Y.raw(), X.raw(), X.nbytes(), cudaMemcpyDeviceToDevice, stream_of(ctx)));
+}
+
+template <class T>
+__global__ void broadcast_copy_kernel(const T* x, T* y, IndexMap m, int64_t n) {
+  GR_GRID_STRIDE(i, n) {
+    int64_t off[3];
+    map_offsets(m, i, 1, off);
+    y[i] = x[off[0]];
+  }
+}
+
+}  // namespace
+
+// Copies X broadcast to Y's shape (also used by Gemm's C input).
+void broadcast_copy(KernelContext& ctx, const Tensor& X, Tensor& Y) {
+  int64_t n = Y.numel();
+  if (n == 0) return;
+  IndexMap m = make_index_map(Y.shape(), {X.shape()});
+  dispatch_any(X.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    broadcast_copy_kernel<T><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(static_cast<const T*>(X.raw()),
+                                                                           static_cast<T*>(Y.raw()), m, n);
+  });
+  GR_LAUNCH_CHECK("broadcast_copy");
+}
+
+namespace {
+
+void expand_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  Shape want = host_int64s(ctx, 1);
+  Shape out = broadcast_shapes({X.shape(), want});
+  Tensor& Y = ctx.output(0, out, X.dtype());
+  broadcast_copy(ctx, X, Y);
+}
+
+void sum_op(KernelContext& ctx) {
+  GR_CHECK(ctx.num_inputs() >= 1, "Sum needs at least one input");
+  std::vector<Shape> shapes;
+  for (int i = 0; i < ctx.num_inputs(); ++i) shapes.push_back(ctx.input(i).shape());
+  Shape out = broadcast_shapes(shapes);
+  DType dt = ctx.input(0).dtype();
+  GR_CHECK(dt == DType::F32, "Sum on CUDA takes f32, got " << dtype_name(dt));
+  Tensor& Y = ctx.output(0, out, dt);
+  broadcast_copy(ctx, ctx.input(0), Y);
+  int64_t n = Y.numel();
+  for (int i = 1; i < ctx.num_inputs() && n; ++i) {
+    const Tensor& X = ctx.input(i);
+    GR_CHECK(X.dtype() == dt, "Sum inputs differ in type");
+    // Y = Y + X, elementwise in Y's order: reading Y[i] before writing Y[i] in the same thread is safe.
+    IndexMap m = make_index_map(out, {out, X.shape()});
+    binary_broadcast<float, float, AddOp><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(
+        dptr<float>(Y), dptr<float>(X), dptr<float>(Y), m, n, AddOp{});
+    GR_LAUNCH_CHECK("sum");
+  }
+}
+
+}  // namespace
+
+void register_elementwise_kernels(KernelTable& t) {
+  t.add("Add", locked<binary_kernel<AddOp>>);
+  t.add("Sub", locked<binary_kernel<SubOp>>);
+  t.add("Mul", locked<binary_kernel<MulOp>>);
+  t.add("Div", locked<binary_kernel<DivOp>>);
+  t.add("Max", locked<binary_kernel<MaxOp>>);
+  t.add("Min", locked<binary_kernel<MinOp>>);
+  t.add("Greater", locked<binary_kernel<GreaterOp>>);
+  t.add("Less", locked<binary_kernel<LessOp>>);
+  t.add("GreaterOrEqual", locked<binary_kernel<GreaterEqOp>>);
+  t.add("LessOrEqual", locked<binary_kernel<LessEqOp>>);
+  t.add("Equal", locked<binary_kernel<EqualOp>>);
+  t.add("Pow", locked<pow_kernel_host>);
+  t.add("Relu", locked<unary<ReluOp, true>>);
+  t.add("Neg", locked<unary<NegOp, true>>);
+  t.add("Abs", locked<unary<AbsOp, true>>);
+  t.add("Exp", locked<unary<ExpOp, false>>);
+  t.add("Log", locked<unary<LogOp, false>>);
+  t.add("Sqrt", locked<unary<SqrtOp, false>>);
+  t.add("Tanh", locked<unary<TanhOp, false>>);
+  t.add("Sigmoid", locked<unary<SigmoidOp, false>>);
+  t.add("Reciprocal", locked<unary<ReciprocalOp, false>>);
+  t.add("Floor", locked<unary<FloorOp, false>>);
+  t.add("Ceil", locked<unary<CeilOp, false>>);
+  t.add("Where", locked<where_op>);
+  t.add("Cast", locked<cast_op>);
+  t.add("Identity", locked<identity_op>);
+  t.add("Expand", locked<expand_op>);
+  t.add("Sum", locked<sum_op>);
+}
+
+}  // namespace graphrun::runtime::cuda

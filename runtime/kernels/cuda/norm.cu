@@ -1,0 +1,241 @@
+// CUDA kernels: norm family (the CPU's norm.cc op set): BatchNormalization (training and inference),
+// ai.graphrun BatchNormalizationGrad, Dropout. Own kernels: one block per channel for the statistics.
+#include "runtime/kernels/cuda/common.cuh"
+
+namespace graphrun::runtime::cuda {
+namespace {
+
+// Sum of v over the block, returned to every thread. `sh` holds kThreads floats.
+__device__ float block_sum(float v, float* sh) {
+  sh[threadIdx.x] = v;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w /= 2) {
+    if (threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+    __syncthreads();
+  }
+  float r = sh[0];
+  __syncthreads();
+  return r;
+}
+
+struct ChannelShape {
+  int64_t n, c, hw;
+  __device__ int64_t at(int64_t ch, int64_t j) const { return ((j / hw) * c + ch) * hw + j % hw; }  // j-th element of channel ch
+};
+
+ChannelShape channel_shape(const Tensor& X) {
+  GR_CHECK(X.rank() >= 2 && X.dtype() == DType::F32, "BatchNormalization on CUDA takes f32 [N, C, ...], got "
+                                                         << dtype_name(X.dtype()) << shape_str(X.shape()));
+  ChannelShape s{X.dim(0), X.dim(1), 1};
+  for (int d = 2; d < X.rank(); ++d) s.hw *= X.dim(d);
+  return s;
+}
+
+// Batch mean and biased variance of each channel (two passes over the channel: stable).
+__device__ void channel_stats(const float* x, ChannelShape s, int64_t ch, float* sh, float* mean, float* var) {
+  int64_t m = s.n * s.hw;
+  float acc = 0.f;
+  for (int64_t j = threadIdx.x; j < m; j += blockDim.x) acc += x[s.at(ch, j)];
+  float mu = block_sum(acc, sh) / static_cast<float>(m);
+  acc = 0.f;
+  for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {
+    float d = x[s.at(ch, j)] - mu;
+    acc += d * d;
+  }
+  *mean = mu;
+  *var = block_sum(acc, sh) / static_cast<float>(m);
+}
+
+__global__ void bn_train_stats_kernel(const float* x, ChannelShape s, const float* in_mean, const float* in_var,
+                                      float momentum, float* mean_out, float* var_out, float* run_mean, float* run_var) {
+  __shared__ float sh[kThreads];
+  for (int64_t ch = blockIdx.x; ch < s.c; ch += gridDim.x) {
+    float mu, var;
+    channel_stats(x, s, ch, sh, &mu, &var);
+    if (threadIdx.x == 0) {
+      mean_out[ch] = mu;
+      var_out[ch] = var;
+      // running = input * momentum + batch * (1 - momentum). The running variance takes the unbiased
+      // batch variance, as PyTorch's BatchNorm and graphrun's CPU kernel do (ONNX's reference: biased).
+      int64_t m = s.n * s.hw;
+      float unbiased = m > 1 ? var * static_cast<float>(m) / static_cast<float>(m - 1) : var;
+      if (run_mean) run_mean[ch] = in_mean[ch] * momentum + mu * (1.f - momentum);
+      if (run_var) run_var[ch] = in_var[ch] * momentum + unbiased * (1.f - momentum);
+    }
+  }
+}
+
+__global__ void bn_apply_kernel(const float* x, const float* scale, const float* bias, const float* mean,
+                                const float* var, float eps, float* y, ChannelShape s) {
+  GR_GRID_STRIDE(i, s.n * s.c * s.hw) {
+    int64_t ch = (i / s.hw) % s.c;
+    y[i] = (x[i] - mean[ch]) * rsqrtf(var[ch] + eps) * scale[ch] + bias[ch];
+  }
+}
+
+void check_channel_param(const Tensor& t, int64_t c, const char* what) {
+  GR_CHECK(t.dtype() == DType::F32 && t.numel() == c, "BatchNormalization: " << what << " must be f32[" << c << "], got "
+                                                                             << dtype_name(t.dtype()) << shape_str(t.shape()));
+}
+
+void batchnorm_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  const Tensor& scale = ctx.input(1);
+  const Tensor& B = ctx.input(2);
+  const Tensor& in_mean = ctx.input(3);
+  const Tensor& in_var = ctx.input(4);
+  ChannelShape s = channel_shape(X);
+  check_channel_param(scale, s.c, "scale");
+  check_channel_param(B, s.c, "B");
+  check_channel_param(in_mean, s.c, "input_mean");
+  check_channel_param(in_var, s.c, "input_var");
+  const Node& n = ctx.node();
+  float eps = n.attr_f("epsilon", 1e-5f), momentum = n.attr_f("momentum", 0.9f);
+  // Opset 14 made the mode an attribute; before it, asking for any statistics output meant training.
+  bool training = ctx.opset() >= 14 ? n.attr_i("training_mode", 0) != 0
+                                    : ctx.has_output(1) || ctx.has_output(2) || ctx.has_output(3) || ctx.has_output(4);
+  Tensor& Y = ctx.output(0, X.shape(), DType::F32);
+  cudaStream_t st = stream_of(ctx);
+  int64_t total = X.numel();
+  if (!training) {
+    if (total)
+      bn_apply_kernel<<<grid_for(total), kThreads, 0, st>>>(dptr<float>(X), dptr<float>(scale), dptr<float>(B),
+                                                            dptr<float>(in_mean), dptr<float>(in_var), eps, dptr<float>(Y), s);
+    GR_LAUNCH_CHECK("bn_apply");
+    return;
+  }
+  GR_CHECK(s.n * s.hw > 0, "BatchNormalization in training needs a non-empty batch, got " << shape_str(X.shape()));
+  float* run_mean = ctx.has_output(1) ? dptr<float>(ctx.output(1, {s.c}, DType::F32)) : nullptr;
+  float* run_var = ctx.has_output(2) ? dptr<float>(ctx.output(2, {s.c}, DType::F32)) : nullptr;
+  // Before opset 14, outputs 3 and 4 are the batch mean and variance; else they live in scratch.
+  float* batch_mean;
+  float* batch_var;
+  if (ctx.opset() < 14 && ctx.has_output(3) && ctx.has_output(4)) {
+    batch_mean = dptr<float>(ctx.output(3, {s.c}, DType::F32));
+    batch_var = dptr<float>(ctx.output(4, {s.c}, DType::F32));
+  } else {
+    batch_mean = static_cast<float*>(ctx.scratch(2 * s.c * sizeof(float)));
+    batch_var = batch_mean + s.c;
+  }
+  unsigned blocks = static_cast<unsigned>(std::min<int64_t>(s.c, 65535));
+  bn_train_stats_kernel<<<blocks, kThreads, 0, st>>>(dptr<float>(X), s, dptr<float>(in_mean), dptr<float>(in_var), momentum,
+                                                     batch_mean, batch_var, run_mean, run_var);
+  GR_LAUNCH_CHECK("bn_train_stats");
+  bn_apply_kernel<<<grid_for(total), kThreads, 0, st>>>(dptr<float>(X), dptr<float>(scale), dptr<float>(B), batch_mean,
+                                                        batch_var, eps, dptr<float>(Y), s);
+  GR_LAUNCH_CHECK("bn_apply");
+}
+
+// Gradients of training-mode BatchNormalization, one block per channel:
+// dX = scale * invstd * (dY - mean(dY) - xhat * mean(dY * xhat)), dscale = sum(dY * xhat), dB = sum(dY).
+__global__ void bn_grad_kernel(const float* dy, const float* x, const float* scale, float eps, ChannelShape s,
+                               float* dx, float* dscale, float* dbias) {
+  __shared__ float sh[kThreads];
+  int64_t m = s.n * s.hw;
+  for (int64_t ch = blockIdx.x; ch < s.c; ch += gridDim.x) {
+    float mu, var;
+    channel_stats(x, s, ch, sh, &mu, &var);
+    float invstd = rsqrtf(var + eps);
+    float a = 0.f, b = 0.f;
+    for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {
+      int64_t k = s.at(ch, j);
+      a += dy[k];
+      b += dy[k] * (x[k] - mu) * invstd;
+    }
+    float sum_dy = block_sum(a, sh), sum_dy_xhat = block_sum(b, sh);
+    if (threadIdx.x == 0) {
+      if (dscale) dscale[ch] = sum_dy_xhat;
+      if (dbias) dbias[ch] = sum_dy;
+    }
+    if (dx) {
+      float k1 = scale[ch] * invstd, mean_dy = sum_dy / static_cast<float>(m), mean_dyx = sum_dy_xhat / static_cast<float>(m);
+      for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {
+        int64_t k = s.at(ch, j);
+        float xhat = (x[k] - mu) * invstd;
+        dx[k] = k1 * (dy[k] - mean_dy - xhat * mean_dyx);
+      }
+    }
+  }
+}
+
+void batchnorm_grad_op(KernelContext& ctx) {
+  const Tensor& dY = ctx.input(0);
+  const Tensor& X = ctx.input(1);
+  const Tensor& scale = ctx.input(2);
+  ChannelShape s = channel_shape(X);
+  GR_CHECK(dY.shape() == X.shape() && dY.dtype() == DType::F32, "BatchNormalizationGrad: dY must be f32 " << shape_str(X.shape()));
+  check_channel_param(scale, s.c, "scale");
+  float eps = ctx.node().attr_f("epsilon", 1e-5f);
+  float* dx = ctx.has_output(0) ? dptr<float>(ctx.output(0, X.shape(), DType::F32)) : nullptr;
+  float* dscale = ctx.has_output(1) ? dptr<float>(ctx.output(1, {s.c}, DType::F32)) : nullptr;
+  float* dbias = ctx.has_output(2) ? dptr<float>(ctx.output(2, {s.c}, DType::F32)) : nullptr;
+  if (s.c == 0) return;
+  GR_CHECK(s.n * s.hw > 0, "BatchNormalizationGrad needs a non-empty batch");
+  unsigned blocks = static_cast<unsigned>(std::min<int64_t>(s.c, 65535));
+  bn_grad_kernel<<<blocks, kThreads, 0, stream_of(ctx)>>>(dptr<float>(dY), dptr<float>(X), dptr<float>(scale), eps, s,
+                                                          dx, dscale, dbias);
+  GR_LAUNCH_CHECK("bn_grad");
+}
+
+// ---- Dropout: a counter-based hash of (seed, element) draws the mask; seed from the executor's RNG ----
+__device__ inline uint64_t splitmix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+__global__ void dropout_kernel(const float* x, float* y, uint8_t* mask, int64_t n, const float* ratio_p,
+                               float ratio_attr, const uint8_t* training_p, bool training_attr, uint64_t seed) {
+  float ratio = ratio_p ? *ratio_p : ratio_attr;
+  bool training = training_p ? *training_p != 0 : training_attr;
+  float scale = ratio < 1.f ? 1.f / (1.f - ratio) : 0.f;
+  GR_GRID_STRIDE(i, n) {
+    bool keep = true;
+    if (training && ratio > 0.f) {
+      float u = static_cast<float>(splitmix64(seed ^ (static_cast<uint64_t>(i) * 0xd1b54a32d192ed03ULL)) >> 40) * (1.f / 16777216.f);
+      keep = u >= ratio;
+    }
+    y[i] = keep ? (training ? x[i] * scale : x[i]) : 0.f;
+    if (mask) mask[i] = keep;
+  }
+}
+
+void dropout_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  GR_CHECK(X.dtype() == DType::F32, "Dropout on CUDA takes f32, got " << dtype_name(X.dtype()));
+  const float* ratio_p = nullptr;
+  const uint8_t* training_p = nullptr;
+  float ratio_attr = 0.5f;
+  bool training_attr = false;  // before opset 12 Dropout has no training input: inference, the identity
+  if (ctx.opset() >= 12) {
+    if (ctx.has_input(1)) {
+      GR_CHECK(ctx.input(1).dtype() == DType::F32 && ctx.input(1).numel() == 1, "Dropout: ratio must be a f32 scalar");
+      ratio_p = dptr<float>(ctx.input(1));
+    }
+    if (ctx.has_input(2)) {
+      GR_CHECK(ctx.input(2).dtype() == DType::Bool && ctx.input(2).numel() == 1, "Dropout: training_mode must be a bool scalar");
+      training_p = dptr<uint8_t>(ctx.input(2));
+    }
+  } else {
+    ratio_attr = ctx.node().attr_f("ratio", 0.5f);
+  }
+  Tensor& Y = ctx.output(0, X.shape(), DType::F32);
+  uint8_t* mask = ctx.has_output(1) ? dptr<uint8_t>(ctx.output(1, X.shape(), DType::Bool)) : nullptr;
+  uint64_t seed = ctx.rng()();
+  int64_t n = X.numel();
+  if (n == 0) return;
+  dropout_kernel<<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dptr<float>(X), dptr<float>(Y), mask, n, ratio_p, ratio_attr,
+                                                               training_p, training_attr, seed);
+  GR_LAUNCH_CHECK("dropout");
+}
+
+}  // namespace
+
+void register_norm_kernels(KernelTable& t) {
+  t.add("BatchNormalization", locked<batchnorm_op>);
+  t.add(kGraphrunDomain, "BatchNormalizationGrad", locked<batchnorm_grad_op>);
+  t.add("Dropout", locked<dropout_op>);
+}
+
+}  // namespace graphrun::runtime::cuda

@@ -1,0 +1,225 @@
+// CUDA kernels: pool family (the CPU's pool.cc op set): MaxPool (+Indices), AveragePool, GlobalAveragePool,
+// and ai.graphrun MaxPoolGrad / AveragePoolGrad (docs/ops.md). Own kernels, 2-D (X of rank 4).
+#include <cfloat>
+
+#include "runtime/kernels/cuda/common.cuh"
+
+namespace graphrun::runtime::cuda {
+namespace {
+
+struct PoolGeom {
+  int64_t n, c, h, w;
+  int64_t kh, kw, sh, sw, dh, dw;
+  int64_t pt, pl, pb, pr;  // pads: top, left, bottom, right
+  int64_t oh, ow;
+  bool count_include_pad;
+};
+
+int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t d, int64_t p0, int64_t p1, bool ceil_mode) {
+  int64_t eff = (k - 1) * d + 1;
+  int64_t span = in + p0 + p1 - eff;
+  GR_CHECK(span >= 0, "pool window " << eff << " exceeds the padded input " << in + p0 + p1);
+  int64_t out = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
+  // A last window that would start in the end padding is dropped (as PyTorch and the ONNX reference do).
+  if (ceil_mode && (out - 1) * s >= in + p0) --out;
+  return out;
+}
+
+PoolGeom pool_geom(const Node& node, const Tensor& X, bool dilations_allowed) {
+  GR_CHECK(X.rank() == 4, node.op_type << " on CUDA supports 2-D pooling (X of rank 4), got " << shape_str(X.shape()));
+  GR_CHECK(X.dtype() == DType::F32, node.op_type << " on CUDA takes f32");
+  PoolGeom g;
+  g.n = X.dim(0); g.c = X.dim(1); g.h = X.dim(2); g.w = X.dim(3);
+  std::vector<int64_t> k = node.attr_ints("kernel_shape");
+  GR_CHECK(k.size() == 2, node.op_type << ": kernel_shape must have 2 entries");
+  std::vector<int64_t> s = node.attr_ints("strides", {1, 1}), d = node.attr_ints("dilations", {1, 1});
+  std::vector<int64_t> p = node.attr_ints("pads", {0, 0, 0, 0});
+  GR_CHECK(s.size() == 2 && d.size() == 2 && p.size() == 4, node.op_type << ": strides, dilations or pads of the wrong length");
+  GR_CHECK(dilations_allowed || (d[0] == 1 && d[1] == 1), node.op_type << " on CUDA supports dilations 1 only");
+  GR_CHECK(node.attr_i("storage_order", 0) == 0, node.op_type << " on CUDA supports storage_order 0 only");
+  bool ceil_mode = node.attr_i("ceil_mode", 0) != 0;
+  g.kh = k[0]; g.kw = k[1]; g.sh = s[0]; g.sw = s[1]; g.dh = d[0]; g.dw = d[1];
+  std::string ap = node.attr_s("auto_pad", "NOTSET");
+  if (ap == "VALID") {
+    p = {0, 0, 0, 0};
+  } else if (ap == "SAME_UPPER" || ap == "SAME_LOWER") {
+    int64_t in[2] = {g.h, g.w};
+    for (int i = 0; i < 2; ++i) {
+      int64_t out = (in[i] + s[i] - 1) / s[i];
+      int64_t total = std::max<int64_t>(0, (out - 1) * s[i] + (k[i] - 1) * d[i] + 1 - in[i]);
+      int64_t small = total / 2, big = total - small;
+      p[i] = ap == "SAME_UPPER" ? small : big;
+      p[i + 2] = ap == "SAME_UPPER" ? big : small;
+    }
+  } else {
+    GR_CHECK(ap == "NOTSET", node.op_type << ": unknown auto_pad '" << ap << "'");
+  }
+  g.pt = p[0]; g.pl = p[1]; g.pb = p[2]; g.pr = p[3];
+  g.oh = pool_out(g.h, g.kh, g.sh, g.dh, g.pt, g.pb, ceil_mode);
+  g.ow = pool_out(g.w, g.kw, g.sw, g.dw, g.pl, g.pr, ceil_mode);
+  g.count_include_pad = node.attr_i("count_include_pad", 0) != 0;
+  return g;
+}
+
+__global__ void maxpool_kernel(const float* x, float* y, int64_t* idx, PoolGeom g) {
+  GR_GRID_STRIDE(o, g.n * g.c * g.oh * g.ow) {
+    int64_t ow = o % g.ow, oh = (o / g.ow) % g.oh, nc = o / (g.ow * g.oh);
+    int64_t h0 = oh * g.sh - g.pt, w0 = ow * g.sw - g.pl;
+    float best = -INFINITY;
+    int64_t arg = -1;
+    for (int64_t i = 0; i < g.kh; ++i) {
+      int64_t h = h0 + i * g.dh;
+      if (h < 0 || h >= g.h) continue;
+      for (int64_t j = 0; j < g.kw; ++j) {
+        int64_t w = w0 + j * g.dw;
+        if (w < 0 || w >= g.w) continue;
+        int64_t flat = (nc * g.h + h) * g.w + w;
+        float v = x[flat];
+        if (arg < 0 || v > best || v != v) {  // first maximum wins; NaN propagates
+          best = v;
+          arg = flat;
+          if (v != v) break;
+        }
+      }
+    }
+    y[o] = best;
+    if (idx) idx[o] = arg;
+  }
+}
+
+void maxpool_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  PoolGeom g = pool_geom(ctx.node(), X, true);
+  Shape out{g.n, g.c, g.oh, g.ow};
+  Tensor& Y = ctx.output(0, out, DType::F32);
+  int64_t* idx = ctx.has_output(1) ? dptr<int64_t>(ctx.output(1, out, DType::I64)) : nullptr;
+  int64_t n = Y.numel();
+  if (n == 0) return;
+  maxpool_kernel<<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dptr<float>(X), dptr<float>(Y), idx, g);
+  GR_LAUNCH_CHECK("maxpool");
+}
+
+__global__ void scatter_add_kernel(const float* dy, const int64_t* idx, float* dx, int64_t n, int64_t nx) {
+  GR_GRID_STRIDE(i, n) {
+    int64_t k = idx[i];
+    if (k >= 0 && k < nx) atomicAdd(dx + k, dy[i]);
+  }
+}
+
+// dX = 0, then each dY adds into its argmax. Overlapping windows that share a maximum add through
+// atomics, so the order of those (rare) sums may vary from run to run.
+void maxpool_grad_op(KernelContext& ctx) {
+  const Tensor& dY = ctx.input(0);
+  const Tensor& I = ctx.input(1);
+  const Tensor& X = ctx.input(2);
+  GR_CHECK(I.dtype() == DType::I64 && I.shape() == dY.shape(), "MaxPoolGrad: Indices must be i64 of dY's shape "
+                                                                   << shape_str(dY.shape()));
+  Tensor& dX = ctx.output(0, X.shape(), DType::F32);
+  cudaStream_t s = stream_of(ctx);
+  if (dX.nbytes()) GR_CUDA_CHECK(cudaMemsetAsync(dX.raw(), 0, dX.nbytes(), s));
+  int64_t n = dY.numel();
+  if (n == 0) return;
+  scatter_add_kernel<<<grid_for(n), kThreads, 0, s>>>(dptr<float>(dY), dptr<int64_t>(I), dptr<float>(dX), n, dX.numel());
+  GR_LAUNCH_CHECK("maxpool_grad");
+}
+
+// The number of elements an average divides by: the window clipped to the padded input
+// (count_include_pad) or to the input itself.
+__device__ float avg_divisor(const PoolGeom& g, int64_t h0, int64_t w0) {
+  int64_t h1 = h0 + g.kh, w1 = w0 + g.kw;
+  if (g.count_include_pad) {
+    int64_t hs = max(h0, -g.pt), he = min(h1, g.h + g.pb), ws = max(w0, -g.pl), we = min(w1, g.w + g.pr);
+    return static_cast<float>((he - hs) * (we - ws));
+  }
+  int64_t hs = max(h0, int64_t(0)), he = min(h1, g.h), ws = max(w0, int64_t(0)), we = min(w1, g.w);
+  return static_cast<float>(max(he - hs, int64_t(0)) * max(we - ws, int64_t(0)));
+}
+
+__global__ void avgpool_kernel(const float* x, float* y, PoolGeom g) {
+  GR_GRID_STRIDE(o, g.n * g.c * g.oh * g.ow) {
+    int64_t ow = o % g.ow, oh = (o / g.ow) % g.oh, nc = o / (g.ow * g.oh);
+    int64_t h0 = oh * g.sh - g.pt, w0 = ow * g.sw - g.pl;
+    float acc = 0.f;
+    for (int64_t h = max(h0, int64_t(0)); h < min(h0 + g.kh, g.h); ++h)
+      for (int64_t w = max(w0, int64_t(0)); w < min(w0 + g.kw, g.w); ++w) acc += x[(nc * g.h + h) * g.w + w];
+    y[o] = acc / avg_divisor(g, h0, w0);
+  }
+}
+
+void avgpool_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  PoolGeom g = pool_geom(ctx.node(), X, false);
+  Tensor& Y = ctx.output(0, {g.n, g.c, g.oh, g.ow}, DType::F32);
+  int64_t n = Y.numel();
+  if (n == 0) return;
+  avgpool_kernel<<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dptr<float>(X), dptr<float>(Y), g);
+  GR_LAUNCH_CHECK("avgpool");
+}
+
+// Gather form (one thread per input element, no atomics): deterministic.
+__global__ void avgpool_grad_kernel(const float* dy, float* dx, PoolGeom g) {
+  GR_GRID_STRIDE(i, g.n * g.c * g.h * g.w) {
+    int64_t w = i % g.w, h = (i / g.w) % g.h, nc = i / (g.w * g.h);
+    // Windows [oh*sh - pt, oh*sh - pt + kh) that contain h.
+    int64_t lo_h = h + g.pt - g.kh + 1, hi_h = h + g.pt;
+    int64_t oh0 = lo_h <= 0 ? 0 : (lo_h + g.sh - 1) / g.sh, oh1 = min(hi_h / g.sh, g.oh - 1);
+    int64_t lo_w = w + g.pl - g.kw + 1, hi_w = w + g.pl;
+    int64_t ow0 = lo_w <= 0 ? 0 : (lo_w + g.sw - 1) / g.sw, ow1 = min(hi_w / g.sw, g.ow - 1);
+    float acc = 0.f;
+    for (int64_t oh = oh0; oh <= oh1; ++oh)
+      for (int64_t ow = ow0; ow <= ow1; ++ow)
+        acc += dy[(nc * g.oh + oh) * g.ow + ow] / avg_divisor(g, oh * g.sh - g.pt, ow * g.sw - g.pl);
+    dx[i] = acc;
+  }
+}
+
+void avgpool_grad_op(KernelContext& ctx) {
+  const Tensor& dY = ctx.input(0);
+  const Tensor& X = ctx.input(1);
+  PoolGeom g = pool_geom(ctx.node(), X, false);
+  Shape yshape{g.n, g.c, g.oh, g.ow};
+  GR_CHECK(dY.shape() == yshape, "AveragePoolGrad: dY is " << shape_str(dY.shape()) << ", the pooling gives " << shape_str(yshape));
+  Tensor& dX = ctx.output(0, X.shape(), DType::F32);
+  int64_t n = dX.numel();
+  if (n == 0) return;
+  avgpool_grad_kernel<<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dptr<float>(dY), dptr<float>(dX), g);
+  GR_LAUNCH_CHECK("avgpool_grad");
+}
+
+__global__ void global_avg_kernel(const float* x, float* y, int64_t nc, int64_t hw) {
+  GR_GRID_STRIDE(o, nc) {
+    const float* p = x + o * hw;
+    float acc = 0.f;
+    for (int64_t k = 0; k < hw; ++k) acc += p[k];
+    y[o] = acc / static_cast<float>(hw);
+  }
+}
+
+void global_avgpool_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  GR_CHECK(X.rank() >= 3 && X.dtype() == DType::F32, "GlobalAveragePool on CUDA takes f32 [N, C, ...], got "
+                                                         << dtype_name(X.dtype()) << shape_str(X.shape()));
+  Shape out{X.dim(0), X.dim(1)};
+  int64_t hw = 1;
+  for (int d = 2; d < X.rank(); ++d) {
+    out.push_back(1);
+    hw *= X.dim(d);
+  }
+  Tensor& Y = ctx.output(0, out, DType::F32);
+  int64_t nc = X.dim(0) * X.dim(1);
+  if (nc == 0) return;
+  global_avg_kernel<<<grid_for(nc), kThreads, 0, stream_of(ctx)>>>(dptr<float>(X), dptr<float>(Y), nc, hw);
+  GR_LAUNCH_CHECK("global_avgpool");
+}
+
+}  // namespace
+
+void register_pool_kernels(KernelTable& t) {
+  t.add("MaxPool", locked<maxpool_op>);
+  t.add("AveragePool", locked<avgpool_op>);
+  t.add("GlobalAveragePool", locked<global_avgpool_op>);
+  t.add(kGraphrunDomain, "MaxPoolGrad", locked<maxpool_grad_op>);
+  t.add(kGraphrunDomain, "AveragePoolGrad", locked<avgpool_grad_op>);
+}
+
+}  // namespace graphrun::runtime::cuda

@@ -1,0 +1,448 @@
+// CUDA kernels: shape family (the CPU's shape.cc op set): Reshape, Flatten, Transpose, Shape, Constant,
+// Gather, Concat, Unsqueeze, Squeeze, Slice. Shape-like int64 inputs are read on the host (common.cuh).
+#include <cstring>
+
+#include "runtime/kernels/cuda/common.cuh"
+
+namespace graphrun::runtime::cuda {
+namespace {
+
+void copy_device(KernelContext& ctx, const Tensor& X, Tensor& Y) {
+  if (X.nbytes() && X.raw() != Y.raw())
+    GR_CUDA_CHECK(cudaMemcpyAsync(Y.raw(), X.raw(), X.nbytes(), cudaMemcpyDeviceToDevice, stream_of(ctx)));
+}
+
+// Calls f(U{}) with an unsigned type as wide as one element: copies move bytes, not values.
+template <class F>
+void dispatch_width(DType t, F f) {
+  switch (dtype_size(t)) {
+    case 1: f(uint8_t{}); break;
+    case 2: f(uint16_t{}); break;
+    case 4: f(uint32_t{}); break;
+    case 8: f(uint64_t{}); break;
+    default: GR_FAIL("element type " << dtype_name(t) << " is not supported on CUDA");
+  }
+}
+
+template <class U>
+__global__ void strided_copy_kernel(const U* x, U* y, IndexMap m, int64_t base, int64_t n) {
+  GR_GRID_STRIDE(i, n) {
+    int64_t off[3];
+    map_offsets(m, i, 1, off);
+    y[i] = x[base + off[0]];
+  }
+}
+
+// y[i] = x[base + sum_d c_d * in_strides[d]] for the coordinates c of i in Y's shape.
+void strided_copy(KernelContext& ctx, const Tensor& X, Tensor& Y, const std::vector<int64_t>& in_strides, int64_t base) {
+  int64_t n = Y.numel();
+  if (n == 0) return;
+  GR_CHECK(Y.rank() <= kMaxRank, "rank " << Y.rank() << " exceeds " << kMaxRank << " on CUDA");
+  IndexMap m;
+  m.rank = Y.rank();
+  for (int k = 0; k < 3; ++k)
+    for (int d = 0; d < kMaxRank; ++d) m.strides[k][d] = 0;
+  for (int d = 0; d < m.rank; ++d) {
+    m.dims[d] = Y.dim(d);
+    m.strides[0][d] = in_strides[d];
+  }
+  dispatch_width(X.dtype(), [&](auto tag) {
+    using U = decltype(tag);
+    strided_copy_kernel<U><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dptr<U>(X), dptr<U>(Y), m, base, n);
+  });
+  GR_LAUNCH_CHECK("strided_copy");
+}
+
+std::vector<int64_t> row_major_strides(const Shape& s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (int i = static_cast<int>(s.size()) - 2; i >= 0; --i) st[i] = st[i + 1] * s[i + 1];
+  return st;
+}
+
+void reshape_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  std::vector<int64_t> want = host_int64s(ctx, 1);
+  bool allowzero = ctx.node().attr_i("allowzero", 0) != 0;
+  Shape out(want.size());
+  int infer = -1;
+  int64_t known = 1;
+  for (size_t i = 0; i < want.size(); ++i) {
+    int64_t d = want[i];
+    if (d == 0 && !allowzero) {
+      GR_CHECK(static_cast<int>(i) < X.rank(), "Reshape: 0 at position " << i << " but the input has rank " << X.rank());
+      d = X.dim(static_cast<int>(i));
+    }
+    if (d == -1) {
+      GR_CHECK(infer < 0, "Reshape: more than one -1 in shape");
+      infer = static_cast<int>(i);
+      out[i] = 1;
+      continue;
+    }
+    GR_CHECK(d >= 0, "Reshape: invalid dimension " << d);
+    out[i] = d;
+    known *= d;
+  }
+  if (infer >= 0) {
+    GR_CHECK(known > 0 && X.numel() % known == 0,
+             "Reshape: cannot reshape " << shape_str(X.shape()) << " with " << shape_str(want));
+    out[infer] = X.numel() / known;
+  }
+  GR_CHECK(shape_numel(out) == X.numel(), "Reshape: cannot reshape " << shape_str(X.shape()) << " to " << shape_str(out));
+  Tensor& Y = ctx.output(0, out, X.dtype());
+  copy_device(ctx, X, Y);
+}
+
+void flatten_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  int64_t axis = ctx.node().attr_i("axis", 1);
+  if (axis < 0) axis += X.rank();
+  GR_CHECK(axis >= 0 && axis <= X.rank(), "Flatten: axis out of range for rank " << X.rank());
+  int64_t outer = 1;
+  for (int i = 0; i < axis; ++i) outer *= X.dim(i);
+  Tensor& Y = ctx.output(0, {outer, outer ? X.numel() / outer : 0}, X.dtype());
+  copy_device(ctx, X, Y);
+}
+
+void transpose_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  std::vector<int64_t> perm = ctx.node().attr_ints("perm");
+  if (perm.empty())
+    for (int i = X.rank() - 1; i >= 0; --i) perm.push_back(i);
+  GR_CHECK(static_cast<int>(perm.size()) == X.rank(), "Transpose: perm has " << perm.size() << " entries for rank " << X.rank());
+  std::vector<bool> used(X.rank(), false);
+  Shape out;
+  std::vector<int64_t> in_st = row_major_strides(X.shape()), st;
+  for (int64_t p : perm) {
+    GR_CHECK(p >= 0 && p < X.rank() && !used[p], "Transpose: perm is not a permutation");
+    used[p] = true;
+    out.push_back(X.dim(static_cast<int>(p)));
+    st.push_back(in_st[p]);
+  }
+  Tensor& Y = ctx.output(0, out, X.dtype());
+  strided_copy(ctx, X, Y, st, 0);
+}
+
+// Writes host values into device memory: small ones as a kernel parameter (no wait, no host buffer that
+// must outlive the call); larger ones from pageable memory, which is staged before the call returns.
+void write_host(KernelContext& ctx, const void* src, size_t bytes, Tensor& Y) {
+  if (bytes <= kSmallCopyBytes)
+    copy_small_to_device(Y.raw(), src, bytes, stream_of(ctx));
+  else
+    GR_CUDA_CHECK(cudaMemcpyAsync(Y.raw(), src, bytes, cudaMemcpyHostToDevice, stream_of(ctx)));
+}
+
+void shape_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  int64_t r = X.rank();
+  int64_t start = ctx.node().attr_i("start", 0), end = ctx.node().attr_i("end", r);
+  if (start < 0) start += r;
+  if (end < 0) end += r;
+  start = std::min(std::max<int64_t>(start, 0), r);
+  end = std::min(std::max<int64_t>(end, 0), r);
+  std::vector<int64_t> dims;
+  for (int64_t i = start; i < end; ++i) dims.push_back(X.dim(static_cast<int>(i)));
+  Tensor& Y = ctx.output(0, {static_cast<int64_t>(dims.size())}, DType::I64);
+  write_host(ctx, dims.data(), dims.size() * sizeof(int64_t), Y);
+}
+
+void constant_op(KernelContext& ctx) {
+  const Node& n = ctx.node();
+  Tensor value;
+  if (const Attribute* a = n.attr("value")) {
+    value = a->t;
+  } else if (const Attribute* a = n.attr("value_float")) {
+    value = Tensor::scalar<float>(a->f);
+  } else if (const Attribute* a = n.attr("value_floats")) {
+    value = Tensor::from_vector<float>({static_cast<int64_t>(a->floats.size())}, a->floats);
+  } else if (const Attribute* a = n.attr("value_int")) {
+    value = Tensor::scalar<int64_t>(a->i);
+  } else if (const Attribute* a = n.attr("value_ints")) {
+    value = Tensor::from_vector<int64_t>({static_cast<int64_t>(a->ints.size())}, a->ints);
+  } else {
+    GR_FAIL("Constant without a value attribute");
+  }
+  GR_CHECK(value.defined() && value.device().is_cpu(), "Constant: value must be a host tensor");
+  Tensor& Y = ctx.output(0, value.shape(), value.dtype());
+  write_host(ctx, value.raw(), value.nbytes(), Y);
+}
+
+template <class U, class I>
+__global__ void gather_kernel(const U* x, const I* idx, U* y, int64_t n, int64_t nidx, int64_t axis_dim, int64_t inner) {
+  GR_GRID_STRIDE(i, n) {
+    int64_t in_i = i % inner;
+    int64_t j = (i / inner) % nidx;
+    int64_t outer = i / (inner * nidx);
+    int64_t k = static_cast<int64_t>(idx[j]);
+    if (k < 0) k += axis_dim;
+    // Out-of-range indices read as zero (the device cannot raise; the CPU kernel reports them).
+    y[i] = (k >= 0 && k < axis_dim) ? x[(outer * axis_dim + k) * inner + in_i] : U(0);
+  }
+}
+
+void gather_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  const Tensor& I = ctx.input(1);
+  int64_t axis = normalize_axis(ctx.node().attr_i("axis", 0), X.rank(), "Gather axis");
+  GR_CHECK(I.dtype() == DType::I64 || I.dtype() == DType::I32, "Gather indices must be i64 or i32");
+  Shape out;
+  for (int i = 0; i < axis; ++i) out.push_back(X.dim(i));
+  for (int64_t d : I.shape()) out.push_back(d);
+  for (int i = static_cast<int>(axis) + 1; i < X.rank(); ++i) out.push_back(X.dim(i));
+  Tensor& Y = ctx.output(0, out, X.dtype());
+  int64_t n = Y.numel();
+  if (n == 0) return;
+  int64_t inner = 1;
+  for (int i = static_cast<int>(axis) + 1; i < X.rank(); ++i) inner *= X.dim(i);
+  int64_t axis_dim = X.dim(static_cast<int>(axis));
+  dispatch_width(X.dtype(), [&](auto tag) {
+    using U = decltype(tag);
+    if (I.dtype() == DType::I64)
+      gather_kernel<U, int64_t><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dptr<U>(X), dptr<int64_t>(I), dptr<U>(Y), n, I.numel(), axis_dim, inner);
+    else
+      gather_kernel<U, int32_t><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dptr<U>(X), dptr<int32_t>(I), dptr<U>(Y), n, I.numel(), axis_dim, inner);
+  });
+  GR_LAUNCH_CHECK("gather");
+}
+
+void concat_op(KernelContext& ctx) {
+  GR_CHECK(ctx.num_inputs() >= 1, "Concat needs inputs");
+  const Tensor& A = ctx.input(0);
+  int64_t axis = normalize_axis(ctx.node().attr_i("axis", 0), A.rank(), "Concat axis");
+  Shape out = A.shape();
+  out[axis] = 0;
+  for (int i = 0; i < ctx.num_inputs(); ++i) {
+    const Tensor& X = ctx.input(i);
+    GR_CHECK(X.dtype() == A.dtype() && X.rank() == A.rank(), "Concat inputs differ in type or rank");
+    for (int d = 0; d < A.rank(); ++d)
+      GR_CHECK(d == axis || X.dim(d) == A.dim(d), "Concat: input " << i << " has shape " << shape_str(X.shape())
+                                                                   << ", input 0 " << shape_str(A.shape()));
+    out[axis] += X.dim(static_cast<int>(axis));
+  }
+  Tensor& Y = ctx.output(0, out, A.dtype());
+  if (Y.numel() == 0) return;
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < axis; ++d) outer *= out[d];
+  for (int d = static_cast<int>(axis) + 1; d < A.rank(); ++d) inner *= out[d];
+  size_t es = dtype_size(A.dtype());
+  size_t dpitch = static_cast<size_t>(out[axis] * inner) * es;
+  int64_t offset = 0;
+  for (int i = 0; i < ctx.num_inputs(); ++i) {
+    const Tensor& X = ctx.input(i);
+    size_t width = static_cast<size_t>(X.dim(static_cast<int>(axis)) * inner) * es;
+    if (width && outer)
+      GR_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<char*>(Y.raw()) + offset * inner * es, dpitch, X.raw(), width, width,
+                                      static_cast<size_t>(outer), cudaMemcpyDeviceToDevice, stream_of(ctx)));
+    offset += X.dim(static_cast<int>(axis));
+  }
+}
+
+// Axes of Unsqueeze/Squeeze: an attribute before opset 13, an optional input since.
+std::vector<int64_t> axes_of(KernelContext& ctx, bool* given) {
+  if (ctx.opset() >= 13) {
+    *given = ctx.has_input(1);
+    return *given ? host_int64s(ctx, 1) : std::vector<int64_t>{};
+  }
+  *given = ctx.node().has_attr("axes");
+  return ctx.node().attr_ints("axes");
+}
+
+void unsqueeze_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  bool given;
+  std::vector<int64_t> axes = axes_of(ctx, &given);
+  GR_CHECK(given, "Unsqueeze needs axes");
+  int64_t r = X.rank() + static_cast<int64_t>(axes.size());
+  std::vector<bool> ins(r, false);
+  for (int64_t a : axes) {
+    a = normalize_axis(a, r, "Unsqueeze axis");
+    GR_CHECK(!ins[a], "Unsqueeze: axis " << a << " given twice");
+    ins[a] = true;
+  }
+  Shape out;
+  int k = 0;
+  for (int64_t d = 0; d < r; ++d) out.push_back(ins[d] ? 1 : X.dim(k++));
+  Tensor& Y = ctx.output(0, out, X.dtype());
+  copy_device(ctx, X, Y);
+}
+
+void squeeze_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  bool given;
+  std::vector<int64_t> axes = axes_of(ctx, &given);
+  std::vector<bool> drop(X.rank(), false);
+  if (!given || axes.empty()) {
+    for (int d = 0; d < X.rank(); ++d) drop[d] = X.dim(d) == 1;
+  } else {
+    for (int64_t a : axes) {
+      a = normalize_axis(a, X.rank(), "Squeeze axis");
+      GR_CHECK(X.dim(static_cast<int>(a)) == 1, "Squeeze: dimension " << a << " of " << shape_str(X.shape()) << " is not 1");
+      drop[a] = true;
+    }
+  }
+  Shape out;
+  for (int d = 0; d < X.rank(); ++d)
+    if (!drop[d]) out.push_back(X.dim(d));
+  Tensor& Y = ctx.output(0, out, X.dtype());
+  copy_device(ctx, X, Y);
+}
+
+void slice_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  const int r = X.rank();
+  std::vector<int64_t> starts, ends, axes, steps;
+  if (ctx.opset() >= 10) {
+    starts = host_int64s(ctx, 1);
+    ends = host_int64s(ctx, 2);
+    if (ctx.has_input(3)) axes = host_int64s(ctx, 3);
+    if (ctx.has_input(4)) steps = host_int64s(ctx, 4);
+  } else {
+    starts = ctx.node().attr_ints("starts");
+    ends = ctx.node().attr_ints("ends");
+    axes = ctx.node().attr_ints("axes");
+  }
+  GR_CHECK(starts.size() == ends.size(), "Slice: " << starts.size() << " starts, " << ends.size() << " ends");
+  if (axes.empty())
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  GR_CHECK(axes.size() == starts.size() && steps.size() == starts.size(), "Slice: starts, ends, axes, steps differ in length");
+  std::vector<int64_t> begin(r, 0), step(r, 1);
+  Shape out = X.shape();
+  for (size_t i = 0; i < axes.size(); ++i) {
+    int64_t a = normalize_axis(axes[i], r, "Slice axis");
+    int64_t dim = X.dim(static_cast<int>(a));
+    int64_t s = starts[i], e = ends[i], st = steps[i];
+    GR_CHECK(st != 0, "Slice: step 0");
+    if (s < 0) s += dim;
+    if (e < 0) e += dim;
+    if (st > 0) {
+      s = std::min(std::max<int64_t>(s, 0), dim);
+      e = std::min(std::max<int64_t>(e, 0), dim);
+      out[a] = e > s ? (e - s + st - 1) / st : 0;
+    } else {
+      s = std::min(std::max<int64_t>(s, 0), dim - 1);
+      e = std::min(std::max<int64_t>(e, -1), dim - 1);
+      out[a] = s > e ? (s - e + (-st) - 1) / (-st) : 0;
+    }
+    begin[a] = s;
+    step[a] = st;
+  }
+  Tensor& Y = ctx.output(0, out, X.dtype());
+  std::vector<int64_t> in_st = row_major_strides(X.shape()), st(r);
+  int64_t base = 0;
+  for (int d = 0; d < r; ++d) {
+    st[d] = in_st[d] * step[d];
+    if (out[d] > 0) base += begin[d] * in_st[d];
+  }
+  strided_copy(ctx, X, Y, st, base);
+}
+
+// ---- Pad (constant, edge, reflect; negative pads crop) ----
+struct PadGeom {
+  int rank = 0;
+  int mode = 0;  // 0 constant, 1 edge, 2 reflect
+  int64_t out[kMaxRank], in[kMaxRank], before[kMaxRank], in_stride[kMaxRank];
+};
+
+template <class T>
+__global__ void pad_kernel(const T* x, T* y, const T* value_p, T value, PadGeom g, int64_t n) {
+  T fill = value_p ? *value_p : value;
+  GR_GRID_STRIDE(i, n) {
+    int64_t rest = i, off = 0;
+    bool constant = false;
+    for (int d = g.rank - 1; d >= 0; --d) {
+      int64_t c = rest % g.out[d] - g.before[d];
+      rest /= g.out[d];
+      int64_t dim = g.in[d];
+      if (c < 0 || c >= dim) {
+        if (g.mode == 0) { constant = true; break; }
+        if (g.mode == 1) {
+          c = c < 0 ? 0 : dim - 1;
+        } else if (dim == 1) {
+          c = 0;
+        } else {
+          int64_t period = 2 * (dim - 1);
+          c = ((c % period) + period) % period;
+          if (c >= dim) c = period - c;
+        }
+      }
+      off += c * g.in_stride[d];
+    }
+    y[i] = constant ? fill : x[off];
+  }
+}
+
+void pad_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  const int r = X.rank();
+  GR_CHECK(r <= kMaxRank, "Pad: rank " << r << " exceeds " << kMaxRank << " on CUDA");
+  std::string mode = ctx.node().attr_s("mode", "constant");
+  GR_CHECK(mode == "constant" || mode == "reflect" || mode == "edge", "Pad: unknown mode '" << mode << "' (constant, reflect, edge)");
+  std::vector<int64_t> pads;
+  double value = 0;
+  const Tensor* value_tensor = nullptr;
+  if (ctx.opset() < 11) {
+    pads = ctx.node().attr_ints(ctx.node().has_attr("pads") ? "pads" : "paddings");
+    value = ctx.node().attr_f("value", 0.f);
+  } else {
+    pads = host_int64s(ctx, 1);
+    if (ctx.has_input(2)) {
+      value_tensor = &ctx.input(2);
+      GR_CHECK(value_tensor->numel() == 1 && value_tensor->dtype() == X.dtype(),
+               "Pad: constant_value must be a scalar of the input's type");
+    }
+  }
+  std::vector<int64_t> full(2 * r, 0);
+  if (ctx.opset() >= 18 && ctx.has_input(3)) {
+    std::vector<int64_t> axes = host_int64s(ctx, 3);
+    GR_CHECK(pads.size() == 2 * axes.size(), "Pad: " << pads.size() << " pads for " << axes.size() << " axes");
+    for (size_t i = 0; i < axes.size(); ++i) {
+      int64_t k = normalize_axis(axes[i], r, "Pad axis");
+      full[k] = pads[i];
+      full[k + r] = pads[i + axes.size()];
+    }
+  } else {
+    GR_CHECK(static_cast<int>(pads.size()) == 2 * r, "Pad: " << pads.size() << " pads for input shape " << shape_str(X.shape()));
+    full = pads;
+  }
+  PadGeom g;
+  g.rank = r;
+  g.mode = mode == "constant" ? 0 : mode == "edge" ? 1 : 2;
+  std::vector<int64_t> st = row_major_strides(X.shape());
+  Shape out(r);
+  for (int k = 0; k < r; ++k) {
+    out[k] = X.dim(k) + full[k] + full[k + r];
+    GR_CHECK(out[k] >= 0, "Pad: pads " << shape_str(full) << " remove more than axis " << k << " of " << shape_str(X.shape()));
+    if (g.mode != 0 && out[k] > 0) GR_CHECK(X.dim(k) > 0, "Pad: mode '" << mode << "' cannot pad the empty axis " << k);
+    g.out[k] = out[k];
+    g.in[k] = X.dim(k);
+    g.before[k] = full[k];
+    g.in_stride[k] = st[k];
+  }
+  Tensor& Y = ctx.output(0, out, X.dtype());
+  int64_t n = Y.numel();
+  if (n == 0) return;
+  dispatch_any(X.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    pad_kernel<T><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dptr<T>(X), dptr<T>(Y), value_tensor ? dptr<T>(*value_tensor) : nullptr,
+                                                                static_cast<T>(value), g, n);
+  });
+  GR_LAUNCH_CHECK("pad");
+}
+
+}  // namespace
+
+void register_shape_kernels(KernelTable& t) {
+  t.add("Pad", locked<pad_op>);
+  t.add("Reshape", locked<reshape_op>);
+  t.add("Flatten", locked<flatten_op>);
+  t.add("Transpose", locked<transpose_op>);
+  t.add("Shape", locked<shape_op>);
+  t.add("Constant", locked<constant_op>);
+  t.add("Gather", locked<gather_op>);
+  t.add("Concat", locked<concat_op>);
+  t.add("Unsqueeze", locked<unsqueeze_op>);
+  t.add("Squeeze", locked<squeeze_op>);
+  t.add("Slice", locked<slice_op>);
+}
+
+}  // namespace graphrun::runtime::cuda

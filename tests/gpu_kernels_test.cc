@@ -1,0 +1,629 @@
+// CUDA backend: every CUDA kernel against the CPU kernel on random data, a hand-built training step on
+// cuda:0 against the CPU, the device-local reduction of replicas sharing a GPU, and the clear errors of
+// machines without one. GPU tests skip, saying why, where graphrun has no usable GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <thread>
+
+#include "graph/onnx_io.h"
+#include "graph/passes/train_mode.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/device.h"
+#include "runtime/executor.h"
+#include "runtime/trainer.h"
+#include "tests/test_util.h"
+
+namespace graphrun {
+namespace {
+
+using runtime::ExecOptions;
+using runtime::Executor;
+using testing::random_int_tensor;
+using testing::random_tensor;
+
+const Device kGpu{Device::Kind::CUDA, 0};
+const Device kCpu{};
+
+// Skips the test, saying why, unless a CUDA device can run kernels here.
+#define REQUIRE_GPU()                                                                    \
+  do {                                                                                   \
+    std::string why_;                                                                    \
+    if (!runtime::cuda_available(&why_)) GTEST_SKIP() << "needs a CUDA GPU: " << why_;   \
+  } while (0)
+
+Tensor bool_tensor(const Shape& shape, uint64_t seed) {
+  Tensor r = random_int_tensor(shape, seed, 0, 2);
+  Tensor b(DType::Bool, shape);
+  auto* p = static_cast<uint8_t*>(b.raw());
+  const int64_t* v = r.data<int64_t>();
+  for (int64_t i = 0; i < b.numel(); ++i) p[i] = static_cast<uint8_t>(v[i]);
+  return b;
+}
+
+Tensor i64(Shape shape, std::vector<int64_t> v) { return Tensor::from_vector<int64_t>(std::move(shape), v); }
+
+struct OneNode {
+  Graph graph;
+  std::map<std::string, Tensor> feeds;
+};
+
+OneNode one_node(const std::string& op, const std::vector<Tensor>& inputs, const std::map<std::string, Attribute>& attrs,
+                 int num_outputs, int64_t opset, const std::string& domain) {
+  OneNode r;
+  Graph& g = r.graph;
+  g.name = op + "_gpu_test";
+  g.opsets[""] = opset;
+  if (!domain.empty()) g.opsets[domain] = 1;
+  Node n;
+  n.name = "node";
+  n.op_type = op;
+  n.domain = domain;
+  n.attrs = attrs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined()) {
+      n.inputs.push_back("");
+      continue;
+    }
+    std::string name = "in" + std::to_string(i);
+    n.inputs.push_back(name);
+    g.inputs.push_back(name);
+    r.feeds[name] = inputs[i];
+  }
+  for (int i = 0; i < num_outputs; ++i) {
+    n.outputs.push_back("out" + std::to_string(i));
+    g.outputs.push_back(n.outputs.back());
+  }
+  g.nodes.push_back(n);
+  return r;
+}
+
+// Runs `runs` times (the first run plans, later ones use the planned arena); returns every run's outputs on the host.
+std::vector<std::vector<Tensor>> run_on(const Graph& g, const std::map<std::string, Tensor>& feeds, Device dev, int runs) {
+  ExecOptions o;
+  o.device = dev;
+  Executor ex(g, o);
+  std::vector<std::vector<Tensor>> all;
+  for (int r = 0; r < runs; ++r) {
+    auto out = ex.run(feeds);
+    std::vector<Tensor> v;
+    for (const auto& name : g.outputs) v.push_back(runtime::to_host(out.at(name)));
+    all.push_back(v);
+  }
+  return all;
+}
+
+double diff(const Tensor& gpu, const Tensor& cpu) {
+  EXPECT_EQ(gpu.dtype(), cpu.dtype());
+  EXPECT_EQ(shape_str(gpu.shape()), shape_str(cpu.shape()));
+  if (gpu.dtype() != cpu.dtype() || gpu.shape() != cpu.shape()) return INFINITY;
+  return testing::max_rel_diff(gpu, cpu);
+}
+
+// The CUDA kernel of `op` against the CPU kernel: both runs of the GPU (planning and planned) must
+// match the CPU within `tol` (relative to the output's scale).
+void expect_parity(const std::string& op, const std::vector<Tensor>& inputs, const std::map<std::string, Attribute>& attrs = {},
+                   int num_outputs = 1, double tol = 1e-5, int64_t opset = 17, const std::string& domain = "") {
+  OneNode t = one_node(op, inputs, attrs, num_outputs, opset, domain);
+  if (!runtime::cpu_kernels().find(t.graph.nodes[0]))
+    GTEST_SKIP() << "the CPU reference kernel of " << t.graph.nodes[0].op_key() << " is not registered (yet)";
+  auto cpu = run_on(t.graph, t.feeds, kCpu, 1)[0];
+  auto gpu = run_on(t.graph, t.feeds, kGpu, 2);
+  for (int run = 0; run < 2; ++run)
+    for (int i = 0; i < num_outputs; ++i) {
+      double d = diff(gpu[run][i], cpu[i]);
+      EXPECT_LE(d, tol) << op << " output " << i << " (run " << run << "): gpu " << gpu[run][i].str() << " vs cpu "
+                        << cpu[i].str();
+    }
+}
+
+std::map<std::string, Attribute> ints(const std::string& k, std::vector<int64_t> v) { return {{k, Attribute::Ints(std::move(v))}}; }
+
+// ---- what a machine without a GPU says ----
+
+TEST(CudaAvailability, ReasonIsOneClearLine) {
+  std::string why;
+  bool ok = runtime::cuda_available(&why);
+  if (ok) {
+    EXPECT_TRUE(why.empty()) << why;
+    ASSERT_NE(runtime::cuda_backend(), nullptr);
+    EXPECT_GE(runtime::cuda_backend()->device_count(), 1);
+  } else {
+    EXPECT_FALSE(why.empty());
+    EXPECT_EQ(why.find('\n'), std::string::npos) << why;
+  }
+}
+
+TEST(CudaAvailability, ExecutorOnCudaFailsClearlyWithoutGpu) {
+  std::string why;
+  if (runtime::cuda_available(&why)) GTEST_SKIP() << "a GPU is present: this test covers machines without one";
+  OneNode t = one_node("Relu", {random_tensor({4}, 1)}, {}, 1, 17, "");
+  ExecOptions o;
+  o.device = kGpu;
+  try {
+    Executor ex(t.graph, o);
+    FAIL() << "expected an error on a machine without a usable GPU";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("cuda:0"), std::string::npos) << m;
+    EXPECT_NE(m.find(why), std::string::npos) << m;
+  }
+}
+
+// ---- elementwise ----
+
+TEST(GpuKernels, BinaryArithmeticBroadcasts) {
+  REQUIRE_GPU();
+  Tensor a = random_tensor({4, 3, 5}, 1), b = random_tensor({3, 1}, 2), pos = random_tensor({3, 1}, 3, 0.5f, 2.f);
+  expect_parity("Add", {a, b});
+  expect_parity("Sub", {b, a});
+  expect_parity("Mul", {a, b});
+  expect_parity("Div", {a, pos});
+  expect_parity("Add", {a, random_tensor({4, 3, 5}, 4)});
+  expect_parity("Add", {i64({3}, {1, 2, 3}), i64({1}, {10})});
+  expect_parity("Mul", {i64({2}, {4, 5}), i64({2}, {3, -1})});
+  expect_parity("Pow", {random_tensor({4, 5}, 5, 0.5f, 2.f), random_tensor({5}, 6, -2.f, 2.f)}, {}, 1, 1e-5);
+}
+
+TEST(GpuKernels, UnaryMath) {
+  REQUIRE_GPU();
+  Tensor x = random_tensor({7, 33}, 7, -3.f, 3.f), pos = random_tensor({7, 33}, 8, 0.1f, 4.f);
+  for (const char* op : {"Relu", "Neg", "Exp", "Sigmoid", "Tanh", "Abs"}) expect_parity(op, {x});
+  for (const char* op : {"Log", "Sqrt", "Reciprocal"}) expect_parity(op, {pos});
+}
+
+TEST(GpuKernels, ComparisonsWhereCast) {
+  REQUIRE_GPU();
+  Tensor a = random_tensor({4, 5}, 9), b = random_tensor({5}, 10);
+  expect_parity("Greater", {a, b});
+  expect_parity("Less", {a, b});
+  expect_parity("Where", {bool_tensor({4, 5}, 11), a, b});
+  expect_parity("Cast", {random_tensor({6}, 12, -5.f, 5.f)}, {{"to", Attribute::Int(7)}});
+  expect_parity("Cast", {random_int_tensor({6}, 13, -5, 5)}, {{"to", Attribute::Int(1)}});
+  expect_parity("Identity", {a});
+  expect_parity("Expand", {random_tensor({3, 1}, 14), i64({3}, {2, 3, 4})});
+  expect_parity("Sum", {a, b, random_tensor({1, 5}, 15)});
+}
+
+// ---- shape ----
+
+TEST(GpuKernels, ShapeOps) {
+  REQUIRE_GPU();
+  Tensor x = random_tensor({2, 3, 4}, 20);
+  expect_parity("Reshape", {x, i64({2}, {4, -1})});
+  expect_parity("Reshape", {x, i64({3}, {0, 4, 3})});
+  expect_parity("Flatten", {x}, {{"axis", Attribute::Int(2)}});
+  expect_parity("Transpose", {x}, ints("perm", {2, 0, 1}));
+  expect_parity("Transpose", {x});
+  expect_parity("Shape", {x});
+  expect_parity("Gather", {x, i64({2}, {2, -3})}, {{"axis", Attribute::Int(1)}});
+  expect_parity("Gather", {i64({4}, {7, 8, 9, 10}), i64({}, {1})});
+  expect_parity("Concat", {x, random_tensor({2, 1, 4}, 21)}, {{"axis", Attribute::Int(1)}});
+  expect_parity("Unsqueeze", {x, i64({2}, {0, -1})}, {}, 1, 0, 13);
+  expect_parity("Squeeze", {random_tensor({2, 1, 3, 1}, 22), i64({1}, {1})}, {}, 1, 0, 13);
+  expect_parity("Slice", {x, i64({2}, {0, 3}), i64({2}, {2, 0}), i64({2}, {1, 2}), i64({2}, {1, -1})});
+  expect_parity("Slice", {x, i64({1}, {1}), i64({1}, {100}), i64({1}, {-1}), Tensor()});
+  for (const char* mode : {"constant", "edge", "reflect"})
+    expect_parity("Pad", {x, i64({6}, {0, 1, 2, 1, -1, 1}), Tensor::scalar<float>(0.5f)}, {{"mode", Attribute::Str(mode)}}, 1,
+                  0, 13);
+}
+
+TEST(GpuKernels, Constant) {
+  REQUIRE_GPU();
+  expect_parity("Constant", {}, {{"value", Attribute::Tens(random_tensor({3, 2}, 23))}});
+  expect_parity("Constant", {}, {{"value_ints", Attribute::Ints({4, 5, 6})}});
+}
+
+// ---- reductions, softmax, loss ----
+
+TEST(GpuKernels, Reductions) {
+  REQUIRE_GPU();
+  Tensor x = random_tensor({4, 3, 5}, 30);
+  expect_parity("ReduceSum", {x, i64({2}, {0, 2})}, {{"keepdims", Attribute::Int(0)}}, 1, 1e-5, 13);
+  expect_parity("ReduceSum", {x, Tensor()}, {}, 1, 1e-5, 13);
+  expect_parity("ReduceMean", {x}, ints("axes", {1}), 1, 1e-5, 17);
+  expect_parity("SumToShape", {x, i64({2}, {3, 1})}, {}, 1, 1e-5, 17, kGraphrunDomain);
+  // Long reductions take the block-per-output path.
+  expect_parity("SumToShape", {random_tensor({64, 6, 28, 28}, 31), i64({3}, {6, 1, 1})}, {}, 1, 1e-4, 17, kGraphrunDomain);
+}
+
+TEST(GpuKernels, Softmax) {
+  REQUIRE_GPU();
+  Tensor x = random_tensor({16, 10}, 40, -4.f, 4.f);
+  expect_parity("Softmax", {x}, {}, 1, 1e-5, 13);
+  expect_parity("LogSoftmax", {x}, {}, 1, 1e-5, 13);
+  expect_parity("Softmax", {random_tensor({4, 3, 5}, 41)}, {{"axis", Attribute::Int(1)}}, 1, 1e-5, 13);
+  expect_parity("LogSoftmax", {random_tensor({4, 3, 5}, 42)}, {{"axis", Attribute::Int(1)}}, 1, 1e-5, 11);
+}
+
+TEST(GpuKernels, SoftmaxCrossEntropyLossAndGrad) {
+  REQUIRE_GPU();
+  Tensor scores = random_tensor({16, 10}, 50, -3.f, 3.f), labels = random_int_tensor({16}, 51, 0, 10);
+  for (const char* red : {"mean", "sum", "none"}) {
+    std::map<std::string, Attribute> a{{"reduction", Attribute::Str(red)}};
+    expect_parity("SoftmaxCrossEntropyLoss", {scores, labels}, a, 2, 1e-5, 13);
+    Tensor logp = testing::run_node("LogSoftmax", {scores}, {}, 1, 13)[0];
+    Tensor dloss = std::string(red) == "none" ? random_tensor({16}, 52) : random_tensor({}, 53);
+    expect_parity("SoftmaxCrossEntropyLossGrad", {dloss, logp, labels}, a, 1, 1e-5, 13, kGraphrunDomain);
+  }
+  // Weights, ignore_index and a spatial dimension.
+  Tensor s3 = random_tensor({4, 5, 3}, 54), l3 = random_int_tensor({4, 3}, 55, 0, 5), w = random_tensor({5}, 56, 0.5f, 2.f);
+  std::map<std::string, Attribute> a{{"ignore_index", Attribute::Int(2)}};
+  expect_parity("SoftmaxCrossEntropyLoss", {s3, l3, w}, a, 2, 1e-5, 13);
+}
+
+// ---- conv, pool, norm ----
+
+TEST(GpuKernels, ConvAndConvGrad) {
+  REQUIRE_GPU();
+  Tensor x = random_tensor({2, 4, 9, 9}, 60), w = random_tensor({6, 4, 3, 3}, 61), b = random_tensor({6}, 62);
+  std::map<std::string, Attribute> a{{"pads", Attribute::Ints({1, 1, 1, 1})}, {"strides", Attribute::Ints({2, 2})}};
+  expect_parity("Conv", {x, w, b}, a, 1, 1e-5);
+  expect_parity("Conv", {x, random_tensor({6, 2, 3, 3}, 63)}, {{"group", Attribute::Int(2)}}, 1, 1e-5);
+  expect_parity("Conv", {x, random_tensor({6, 4, 5, 5}, 64)}, {{"auto_pad", Attribute::Str("SAME_UPPER")}}, 1, 1e-5);
+  Tensor dy = random_tensor({2, 6, 5, 5}, 65);
+  expect_parity("ConvGrad", {dy, x, w}, a, 3, 1e-5, 17, kGraphrunDomain);
+}
+
+TEST(GpuKernels, Pooling) {
+  REQUIRE_GPU();
+  Tensor x = random_tensor({2, 3, 9, 9}, 70);
+  std::map<std::string, Attribute> mp{{"kernel_shape", Attribute::Ints({3, 3})}, {"strides", Attribute::Ints({2, 2})},
+                                      {"pads", Attribute::Ints({1, 1, 1, 1})}};
+  expect_parity("MaxPool", {x}, mp, 2);
+  std::map<std::string, Attribute> ap{{"kernel_shape", Attribute::Ints({2, 2})}, {"strides", Attribute::Ints({2, 2})}};
+  expect_parity("AveragePool", {x}, ap);
+  auto ap_pad = mp;
+  ap_pad["count_include_pad"] = Attribute::Int(1);
+  expect_parity("AveragePool", {x}, ap_pad);
+  auto ap_ceil = ap;
+  ap_ceil["ceil_mode"] = Attribute::Int(1);
+  expect_parity("AveragePool", {x}, ap_ceil);
+  expect_parity("GlobalAveragePool", {x});
+  // Gradients take the forward's outputs computed by the CPU.
+  auto fwd = testing::run_node("MaxPool", {x}, mp, 2);
+  expect_parity("MaxPoolGrad", {random_tensor(fwd[0].shape(), 71), fwd[1], x}, {}, 1, 1e-5, 17, kGraphrunDomain);
+  expect_parity("AveragePoolGrad", {random_tensor({2, 3, 4, 4}, 72), x}, ap, 1, 1e-5, 17, kGraphrunDomain);
+  expect_parity("AveragePoolGrad", {random_tensor({2, 3, 5, 5}, 73), x}, ap_pad, 1, 1e-5, 17, kGraphrunDomain);
+}
+
+TEST(GpuKernels, BatchNormalization) {
+  REQUIRE_GPU();
+  Tensor x = random_tensor({4, 3, 5, 5}, 80), scale = random_tensor({3}, 81, 0.5f, 2.f), bias = random_tensor({3}, 82);
+  Tensor mean = random_tensor({3}, 83), var = random_tensor({3}, 84, 0.5f, 2.f);
+  std::map<std::string, Attribute> train{{"training_mode", Attribute::Int(1)}, {"momentum", Attribute::Float(0.9f)}};
+  expect_parity("BatchNormalization", {x, scale, bias, mean, var}, train, 3, 1e-5, 15);
+  expect_parity("BatchNormalization", {x, scale, bias, mean, var}, {}, 1, 1e-5, 15);
+  expect_parity("BatchNormalizationGrad", {random_tensor({4, 3, 5, 5}, 85), x, scale}, {}, 3, 1e-4, 17, kGraphrunDomain);
+}
+
+// ---- linalg, optimizer, collective ----
+
+TEST(GpuKernels, GemmAndMatMul) {
+  REQUIRE_GPU();
+  Tensor a = random_tensor({8, 5}, 90), b = random_tensor({7, 5}, 91), c = random_tensor({7}, 92);
+  expect_parity("Gemm", {a, b, c}, {{"transB", Attribute::Int(1)}, {"alpha", Attribute::Float(0.5f)}}, 1, 1e-5);
+  expect_parity("Gemm", {random_tensor({5, 8}, 93), random_tensor({5, 7}, 94)}, {{"transA", Attribute::Int(1)}}, 1, 1e-5);
+  expect_parity("MatMul", {random_tensor({2, 3, 4, 5}, 95), random_tensor({5, 6}, 96)}, {}, 1, 1e-5);
+  expect_parity("MatMul", {random_tensor({2, 1, 4, 5}, 97), random_tensor({3, 5, 6}, 98)}, {}, 1, 1e-5);
+  expect_parity("MatMul", {random_tensor({5}, 99), random_tensor({5, 6}, 100)}, {}, 1, 1e-5);
+}
+
+TEST(GpuKernels, MomentumUpdate) {
+  REQUIRE_GPU();
+  Tensor r = Tensor::scalar<float>(0.1f), t = Tensor::scalar<int64_t>(3);
+  std::vector<Tensor> in{r, t, random_tensor({10}, 110), random_tensor({2, 3}, 111), random_tensor({10}, 112),
+                         random_tensor({2, 3}, 113), random_tensor({10}, 114), random_tensor({2, 3}, 115)};
+  for (const char* mode : {"standard", "nesterov"}) {
+    std::map<std::string, Attribute> a{{"alpha", Attribute::Float(0.9f)}, {"beta", Attribute::Float(1.f)},
+                                       {"norm_coefficient", Attribute::Float(1e-3f)}, {"mode", Attribute::Str(mode)}};
+    expect_parity("Momentum", in, a, 4, 1e-6, 17, kTrainingDomain);
+  }
+}
+
+TEST(GpuKernels, AllReduceWithoutCommunicatorIsIdentity) {
+  REQUIRE_GPU();
+  std::vector<Tensor> in{random_tensor({5}, 120), random_tensor({2, 2}, 121)};
+  OneNode t = one_node("AllReduce", in, {}, 2, 17, kGraphrunDomain);
+  auto out = run_on(t.graph, t.feeds, kGpu, 2);
+  for (int run = 0; run < 2; ++run)
+    for (int i = 0; i < 2; ++i) EXPECT_EQ(testing::max_abs_diff(out[run][i], in[i]), 0) << "run " << run << " output " << i;
+}
+
+// Dropout draws its mask on the device (not the CPU's stream): check its contract instead.
+TEST(GpuKernels, DropoutKeepsItsRatioAndScales) {
+  REQUIRE_GPU();
+  Tensor x = random_tensor({100000}, 130, 1.f, 2.f);
+  Tensor ratio = Tensor::scalar<float>(0.3f);
+  Tensor training(DType::Bool, {});
+  *static_cast<uint8_t*>(training.raw()) = 1;
+  OneNode t = one_node("Dropout", {x, ratio, training}, {}, 2, 13, "");
+  auto out = run_on(t.graph, t.feeds, kGpu, 2);
+  for (int run = 0; run < 2; ++run) {
+    const float* y = out[run][0].data<float>();
+    const auto* m = static_cast<const uint8_t*>(out[run][1].raw());
+    int64_t kept = 0;
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      kept += m[i];
+      float want = m[i] ? x.data<float>()[i] / 0.7f : 0.f;
+      ASSERT_NEAR(y[i], want, 1e-5f) << "element " << i;
+    }
+    EXPECT_NEAR(static_cast<double>(kept) / x.numel(), 0.7, 0.01);
+  }
+  // Each run draws a fresh mask.
+  EXPECT_GT(testing::max_abs_diff(out[0][0], out[1][0]), 0);
+}
+
+// ---- a hand-built training step (forward, loss, backward, update) on cuda:0 against the CPU ----
+// Until the trainer lands this stands in for the model-level gradient parity: the nodes autodiff emits
+// for a small LeNet-like network, planned and run as one graph.
+
+Graph small_cnn_step() {
+  Graph g;
+  g.name = "small_cnn_step";
+  g.opsets[""] = 17;
+  g.opsets[kGraphrunDomain] = 1;
+  g.opsets[kTrainingDomain] = 1;
+  g.inputs = {"x", "y"};
+  g.initializers["w1"] = random_tensor({4, 1, 5, 5}, 200, -0.3f, 0.3f);
+  g.initializers["b1"] = random_tensor({4}, 201, -0.1f, 0.1f);
+  g.initializers["w2"] = random_tensor({10, 4 * 6 * 6}, 202, -0.1f, 0.1f);
+  g.initializers["b2"] = random_tensor({10}, 203, -0.1f, 0.1f);
+  g.initializers["flat_shape"] = i64({2}, {0, -1});
+  g.initializers["lr"] = Tensor::scalar<float>(0.1f);
+  g.initializers["step"] = Tensor::scalar<int64_t>(1);
+  g.initializers["dloss"] = Tensor::scalar<float>(1.f);
+  g.initializers["zero"] = Tensor::scalar<float>(0.f);
+  for (const char* p : {"w1", "b1", "w2", "b2"}) g.initializers[std::string("v_") + p] = Tensor(DType::F32, g.initializers[p].shape());
+  g.initializers["axis0"] = i64({1}, {0});
+  auto add = [&](const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
+                 std::map<std::string, Attribute> attrs = {}, const std::string& domain = "") {
+    std::string name = "n" + std::to_string(g.nodes.size()) + "_" + op;
+    g.nodes.push_back(Node{name, op, domain, std::move(in), std::move(out), std::move(attrs)});
+  };
+  std::map<std::string, Attribute> conv{{"pads", Attribute::Ints({2, 2, 2, 2})}};
+  std::map<std::string, Attribute> pool{{"kernel_shape", Attribute::Ints({2, 2})}, {"strides", Attribute::Ints({2, 2})}};
+  // forward: x [N,1,12,12] -> conv [N,4,12,12] -> relu -> avgpool [N,4,6,6] -> flatten -> gemm [N,10] -> loss
+  add("Conv", {"x", "w1", "b1"}, {"c1"}, conv);
+  add("Relu", {"c1"}, {"r1"});
+  add("AveragePool", {"r1"}, {"p1"}, pool);
+  add("Reshape", {"p1", "flat_shape"}, {"f1"});
+  add("Gemm", {"f1", "w2", "b2"}, {"logits"}, {{"transB", Attribute::Int(1)}});
+  add("SoftmaxCrossEntropyLoss", {"logits", "y"}, {"loss", "logp"});
+  // backward
+  add("SoftmaxCrossEntropyLossGrad", {"dloss", "logp", "y"}, {"dlogits"}, {}, kGraphrunDomain);
+  add("Gemm", {"dlogits", "f1"}, {"dw2"}, {{"transA", Attribute::Int(1)}});
+  add("ReduceSum", {"dlogits", "axis0"}, {"db2"}, {{"keepdims", Attribute::Int(0)}});
+  add("Gemm", {"dlogits", "w2"}, {"df1"});
+  add("Shape", {"p1"}, {"p1_shape"});
+  add("Reshape", {"df1", "p1_shape"}, {"dp1"});
+  add("AveragePoolGrad", {"dp1", "r1"}, {"dr1"}, pool, kGraphrunDomain);
+  add("Greater", {"c1", "zero"}, {"c1_pos"});
+  add("Where", {"c1_pos", "dr1", "zero"}, {"dc1"});
+  add("ConvGrad", {"dc1", "x", "w1"}, {"", "dw1", "db1"}, conv, kGraphrunDomain);
+  add("Momentum", {"lr", "step", "w1", "b1", "w2", "b2", "dw1", "db1", "dw2", "db2", "v_w1", "v_b1", "v_w2", "v_b2"},
+      {"w1_new", "b1_new", "w2_new", "b2_new", "v_w1_new", "v_b1_new", "v_w2_new", "v_b2_new"},
+      {{"alpha", Attribute::Float(0.9f)}, {"beta", Attribute::Float(1.f)}, {"mode", Attribute::Str("standard")}},
+      kTrainingDomain);
+  g.outputs = {"loss"};
+  return g;
+}
+
+TEST(GpuTraining, HandBuiltStepMatchesCpu) {
+  REQUIRE_GPU();
+  Graph g = small_cnn_step();
+  for (const Node& n : g.nodes)
+    if (!runtime::cpu_kernels().find(n)) GTEST_SKIP() << "the CPU reference kernel of " << n.op_key() << " is not registered (yet)";
+  std::vector<std::pair<std::string, std::string>> updates;
+  for (const char* p : {"w1", "b1", "w2", "b2"}) {
+    updates.push_back({std::string(p) + "_new", p});
+    updates.push_back({std::string("v_") + p + "_new", std::string("v_") + p});
+  }
+  ExecOptions oc, og;
+  oc.state_updates = og.state_updates = updates;
+  og.device = kGpu;
+  Executor cpu(g, oc), gpu(g, og);
+  for (int step = 0; step < 5; ++step) {
+    std::map<std::string, Tensor> feeds{{"x", random_tensor({8, 1, 12, 12}, 300 + step)},
+                                        {"y", random_int_tensor({8}, 400 + step, 0, 10)}};
+    Tensor lc = cpu.run(feeds).at("loss").clone();
+    Tensor lg = runtime::to_host(gpu.run(feeds).at("loss"));
+    EXPECT_LE(testing::max_rel_diff(lg, lc), 1e-5) << "step " << step << ": gpu " << lg.str() << " cpu " << lc.str();
+  }
+  for (const char* p : {"w1", "b1", "w2", "b2"}) {
+    Tensor wg = runtime::to_host(gpu.state(p));
+    EXPECT_LE(testing::max_rel_diff(wg, cpu.state(p)), 1e-5) << p;
+  }
+  // Steady state: later runs reuse the plan (one plan, no new arena).
+  EXPECT_GT(gpu.plan_stats().arena_bytes, 0u);
+}
+
+// ---- replicas sharing a GPU: the device-local reduction ----
+
+TEST(GpuReplicas, SameDeviceAllReduceSumsAcrossReplicas) {
+  REQUIRE_GPU();
+  const int n = 2;
+  OneNode t = one_node("AllReduce", {random_tensor({1000}, 500), random_tensor({3, 7}, 501)}, {}, 2, 17, kGraphrunDomain);
+  auto comms = runtime::cuda_backend()->make_communicators({kGpu, kGpu});
+  ASSERT_EQ(comms.size(), static_cast<size_t>(n));
+  std::vector<std::map<std::string, Tensor>> feeds(n);
+  for (int r = 0; r < n; ++r)
+    feeds[r] = {{"in0", random_tensor({1000}, 510 + r)}, {"in1", random_tensor({3, 7}, 520 + r)}};
+  std::vector<std::vector<Tensor>> outs(n);
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        ExecOptions o;
+        o.device = kGpu;
+        o.comm = comms[r].get();
+        Executor ex(t.graph, o);
+        for (int run = 0; run < 2; ++run) {
+          auto out = ex.run(feeds[r]);
+          outs[r] = {runtime::to_host(out.at("out0")), runtime::to_host(out.at("out1"))};
+        }
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& th : threads) th.join();
+  for (int r = 0; r < n; ++r) ASSERT_EQ(errors[r], "") << "replica " << r;
+  for (int k = 0; k < 2; ++k) {
+    std::string name = "in" + std::to_string(k);
+    Tensor want = feeds[0].at(name).clone();
+    for (int64_t i = 0; i < want.numel(); ++i) want.data<float>()[i] += feeds[1].at(name).data<float>()[i];
+    for (int r = 0; r < n; ++r) EXPECT_LE(testing::max_abs_diff(outs[r][k], want), 1e-6) << "replica " << r << " buffer " << k;
+  }
+}
+
+TEST(GpuReplicas, HostBuffersReduceThroughTheDevice) {
+  REQUIRE_GPU();
+  auto comms = runtime::cuda_backend()->make_communicators({kGpu, kGpu});
+  std::vector<std::vector<float>> data{{1, 2, 3}, {10, 20, 30}};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) threads.emplace_back([&, r] { comms[r]->allreduce_sum(data[r].data(), 3); });
+  for (auto& th : threads) th.join();
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(data[r], (std::vector<float>{11, 22, 33}));
+}
+
+// ---- the models: LeNet, SimpleCNN, ResNet-18 ----
+
+struct ModelFile {
+  std::string name, path;
+};
+std::vector<ModelFile> model_files() {
+  return {{"lenet", testing::source_dir() + "/models/lenet.onnx"},
+          {"simplecnn", testing::source_dir() + "/models/simplecnn.onnx"},
+          {"resnet18", testing::binary_dir() + "/models/resnet18.onnx"}};
+}
+
+// Runs without a GPU: the CUDA table must hold every op of the models' training and inference graphs.
+TEST(CudaKernelTable, CoversWhatTheModelsTrainWith) {
+  runtime::DeviceBackend* backend = runtime::cuda_backend();
+  if (!backend) GTEST_SKIP() << "graphrun was built without CUDA";
+  int checked = 0;
+  for (const ModelFile& m : model_files()) {
+    if (!std::filesystem::exists(m.path)) continue;
+    Graph model = load_onnx(m.path);
+    for (bool momentum : {false, true}) {
+      runtime::PipelineOptions po;
+      po.devices = {kGpu, kGpu};
+      if (momentum) po.optimizer.momentum = 0.9f;
+      runtime::TrainingGraphs tg = runtime::build_training_graphs(model, po);
+      try {
+        runtime::check_supported(tg.replicas[0].graph, backend->kernels(), m.name + " training replica");
+        runtime::check_supported(passes::to_inference(model), backend->kernels(), m.name + " inference");
+      } catch (const Error& e) {
+        ADD_FAILURE() << e.what();
+      }
+    }
+    ++checked;
+  }
+  if (!checked) GTEST_SKIP() << "no model files (models/*.onnx) found";
+}
+
+// Feeds of a training graph (image, labels, loss_scale): batch `b`, labels in [0, 10).
+std::map<std::string, Tensor> training_feeds(const runtime::TrainingGraphs& tg, int64_t b, uint64_t seed) {
+  const ValueInfo* vi = tg.training.info(tg.image);
+  Shape is{b, 1, 28, 28};
+  if (vi && vi->has_shape) {
+    is.clear();
+    for (const Dim& d : vi->shape) is.push_back(d.known() ? d.size : b);
+    is[0] = b;
+  }
+  return {{tg.image, random_tensor(is, seed, 0.f, 1.f)},
+          {tg.labels, random_int_tensor({b}, seed + 1, 0, 10)},
+          {tg.loss_scale, Tensor::scalar<float>(1.f)}};
+}
+
+TEST(GpuTraining, ModelGradientsMatchCpu) {
+  REQUIRE_GPU();
+  int checked = 0;
+  for (const ModelFile& m : model_files()) {
+    if (!std::filesystem::exists(m.path)) continue;
+    Graph model = load_onnx(m.path);
+    runtime::TrainingGraphs tg = runtime::build_training_graphs(model, runtime::PipelineOptions{});
+    bool random_ops = false;
+    for (const Node& n : tg.training.nodes) random_ops |= n.op_type == "Dropout";
+    if (random_ops) {
+      ADD_FAILURE() << m.name << " has Dropout: its masks differ between devices; compare it without";
+      continue;
+    }
+    auto feeds = training_feeds(tg, m.name == "resnet18" ? 4 : 16, 600);
+    auto cpu = run_on(tg.training, feeds, kCpu, 1)[0];
+    auto gpu = run_on(tg.training, feeds, kGpu, 2);
+    // cuDNN may pick Winograd/FFT algorithms (exact in exact arithmetic, not in fp32); ResNet-18 adds
+    // 18 layers of that and BatchNorm over a batch of 4, hence its looser bound.
+    const double tol = m.name == "resnet18" ? 1e-3 : 1e-4;
+    for (int run = 0; run < 2; ++run)
+      for (size_t i = 0; i < cpu.size(); ++i)
+        EXPECT_LE(diff(gpu[run][i], cpu[i]), tol) << m.name << " output '" << tg.training.outputs[i] << "' (run " << run << ")";
+    ++checked;
+  }
+  if (!checked) GTEST_SKIP() << "no model files (models/*.onnx) found";
+}
+
+// 1 replica on the whole batch vs 2 replicas on cuda:0,cuda:0 (halves, AllReduce, same update):
+// the same parameters after a few SGD steps with momentum.
+TEST(GpuReplicas, OneAndTwoSameDeviceReplicasHoldTheSameParameters) {
+  REQUIRE_GPU();
+  std::string path = testing::source_dir() + "/models/lenet.onnx";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "models/lenet.onnx is missing";
+  Graph model = load_onnx(path);
+  const int64_t B = 32;
+  const int steps = 5;
+  std::map<std::string, Tensor> params[2];
+  for (int D : {1, 2}) {
+    runtime::PipelineOptions po;
+    po.devices.assign(D, kGpu);
+    po.optimizer.momentum = 0.9f;
+    runtime::TrainingGraphs tg = runtime::build_training_graphs(model, po);
+    auto comms = runtime::cuda_backend()->make_communicators(po.devices);
+    std::vector<std::unique_ptr<Executor>> ex;
+    for (int d = 0; d < D; ++d) {
+      ExecOptions o;
+      o.device = kGpu;
+      o.comm = comms[d].get();
+      o.state_updates = tg.replicas[d].state_updates;
+      ex.push_back(std::make_unique<Executor>(tg.replicas[d].graph, o));
+    }
+    for (int s = 0; s < steps; ++s) {
+      auto whole = training_feeds(tg, B, 700 + 10 * s);
+      std::vector<std::string> errors(D);
+      std::vector<std::thread> threads;
+      for (int d = 0; d < D; ++d)
+        threads.emplace_back([&, d] {
+          try {
+            const int64_t n = B / D;
+            const Tensor& img = whole.at(tg.image);
+            const int64_t per = img.numel() / B;
+            Shape is = img.shape();
+            is[0] = n;
+            Tensor x(DType::F32, is), y(DType::I64, {n});
+            std::copy(img.data<float>() + d * n * per, img.data<float>() + (d + 1) * n * per, x.data<float>());
+            std::copy(whole.at(tg.labels).data<int64_t>() + d * n, whole.at(tg.labels).data<int64_t>() + (d + 1) * n,
+                      y.data<int64_t>());
+            std::map<std::string, Tensor> in{{tg.image, x}, {tg.labels, y},
+                                             {tg.loss_scale, Tensor::scalar<float>(float(n) / float(B))},
+                                             {"lr", Tensor::scalar<float>(0.05f)}};
+            if (tg.replicas[d].graph.is_input("step")) in["step"] = Tensor::scalar<int64_t>(s);
+            ex[d]->run(in);
+          } catch (const std::exception& e) {
+            errors[d] = e.what();
+          }
+        });
+      for (auto& t : threads) t.join();
+      for (int d = 0; d < D; ++d) ASSERT_EQ(errors[d], "") << D << " replicas, replica " << d << ", step " << s;
+    }
+    for (const auto& p : tg.params) params[D - 1][p] = runtime::to_host(ex[0]->state(p));
+  }
+  ASSERT_FALSE(params[0].empty());
+  for (const auto& [name, t] : params[0])
+    // Float sums in another order (cuDNN picks algorithms per batch size): looser than the CPU's 1e-5.
+    EXPECT_LE(testing::max_rel_diff(params[1].at(name), t), 1e-4) << name;
+}
+
+}  // namespace
+}  // namespace graphrun
