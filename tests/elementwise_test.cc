@@ -197,6 +197,9 @@ TEST(Elementwise, LeakyReluAndClipInBothOpsetForms) {
   expect_close(run_op("Clip", {x, make(DType::F32, {}, {-1}), make(DType::F32, {}, {1})})[0],
                make(DType::F32, {5}, {-1, -0.5, 0, 0.5, 1}), 0);
   expect_close(run_op("Clip", {x, Tensor(), make(DType::F32, {}, {0})})[0], make(DType::F32, {5}, {-2, -0.5, 0, 0, 0}), 0);
+  // min > max: everything becomes max.
+  expect_close(run_op("Clip", {x, make(DType::F32, {}, {1}), make(DType::F32, {}, {-1})})[0],
+               make(DType::F32, {5}, {-1, -1, -1, -1, -1}), 0);
   expect_close(run_op("Clip", {make(DType::I64, {3}, {-5, 1, 9}), make(DType::I64, {}, {0}), make(DType::I64, {}, {4})})[0],
                make(DType::I64, {3}, {0, 1, 4}), 0);
 }

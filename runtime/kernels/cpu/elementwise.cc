@@ -247,7 +247,7 @@ enum class Un {
 template <class T, Un K> T unary_fn(T v) {
   if constexpr (K == Un::Neg) return static_cast<T>(-v);
   else if constexpr (K == Un::Abs) { if constexpr (std::is_unsigned_v<T>) return v; else return v < 0 ? static_cast<T>(-v) : v; }
-  else if constexpr (K == Un::Relu) return v > T(0) ? v : T(0);
+  else if constexpr (K == Un::Relu) return v < T(0) ? T(0) : v;  // NaN stays NaN, as in PyTorch
   else if constexpr (K == Un::Sign) return static_cast<T>(v > T(0) ? 1 : (v < T(0) ? -1 : 0));
   else if constexpr (K == Un::Exp) return std::exp(v);
   else if constexpr (K == Un::Log) return std::log(v);
@@ -472,7 +472,11 @@ void clip_kernel(KernelContext& ctx) {
         (i == 1 ? lo : hi) = ptr<T>(b)[0];
       }
     }
-    unary_map(ctx, ptr<T>(x), ptr<T>(y), x.numel(), [lo, hi](T v) { return v < lo ? lo : (hi < v ? hi : v); });
+    // min(hi, max(lo, v)): when min > max every value becomes max, as ONNX specifies; NaN stays NaN.
+    unary_map(ctx, ptr<T>(x), ptr<T>(y), x.numel(), [lo, hi](T v) {
+      const T up = v < lo ? lo : v;
+      return hi < up ? hi : up;
+    });
   });
 }
 
