@@ -6,11 +6,16 @@
 namespace graphrun::autodiff {
 
 std::vector<std::string> trainable_params(const Graph& g, const std::set<std::string>& freeze) {
-  // BatchNormalization's running mean and variance are state the forward pass updates, not parameters.
+  // BatchNormalization's running mean and variance are state the forward pass updates, and Dropout's
+  // ratio a setting: not parameters.
   std::unordered_set<std::string> state;
-  for (const Node& n : g.nodes)
+  for (const Node& n : g.nodes) {
+    if (!n.domain.empty() && n.domain != "ai.onnx") continue;
     if (n.op_type == "BatchNormalization")
       for (size_t i = 3; i < 5 && i < n.inputs.size(); ++i) state.insert(n.inputs[i]);
+    if (n.op_type == "Dropout")
+      for (size_t i = 1; i < n.inputs.size(); ++i) state.insert(n.inputs[i]);
+  }
   std::vector<std::string> r;
   for (const auto& [name, t] : g.initializers)
     if (dtype_is_float(t.dtype()) && !state.count(name)) r.push_back(name);

@@ -23,7 +23,7 @@ Graph attach_loss(const Graph& forward, const LossOptions& opts = {});
 struct BackwardOptions {
   std::string loss = "loss";
   std::set<std::string> freeze;        // initializers that get no gradient
-  // Trainable parameters: every float initializer not frozen (computed when empty).
+  // Trainable parameters (minus `freeze`); when empty, trainable_params(graph, freeze).
   std::vector<std::string> params;
   std::string grad_suffix = "_grad";   // <param>_grad outputs
   // When set, the gradient of the loss is read from this new graph input (f32 scalar) instead of
@@ -37,7 +37,8 @@ struct BackwardOptions {
 // and naming the parameters when a frozen name is unknown.
 Graph backward(const Graph& with_loss, const BackwardOptions& opts = {});
 
-// The trainable parameters of a graph: float initializers minus `freeze` (which must all exist).
+// The trainable parameters of a graph: float initializers minus `freeze` (which must all exist), minus
+// state and settings (BatchNormalization's running mean/var, Dropout's ratio).
 std::vector<std::string> trainable_params(const Graph& g, const std::set<std::string>& freeze);
 
 }  // namespace graphrun::autodiff

@@ -41,7 +41,12 @@ bool is_float_or_unknown(DType t) { return t == DType::Undefined || dtype_is_flo
 
 Graph backward(const Graph& with_loss, const BackwardOptions& opts) {
   Graph g = with_loss;
-  std::vector<std::string> params = opts.params.empty() ? trainable_params(g, opts.freeze) : opts.params;
+  std::vector<std::string> params = trainable_params(g, opts.freeze);  // also checks the frozen names
+  if (!opts.params.empty()) {
+    params.clear();
+    for (const auto& p : opts.params)
+      if (!opts.freeze.count(p)) params.push_back(p);
+  }
   for (const auto& p : params)
     GR_CHECK(g.is_initializer(p), "backward: '" << p << "' is not a parameter (initializer) of the graph");
   GR_CHECK(g.producer(opts.loss) >= 0, "backward: no node computes the loss '" << opts.loss

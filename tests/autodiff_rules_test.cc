@@ -54,6 +54,68 @@ TEST(GradRules, UnaryActivations) {
   }
 }
 
+TEST(GradRules, MoreUnaryFunctions) {
+  struct Case { const char* op; double lo, hi; std::map<std::string, A> attrs; };
+  std::vector<Case> cases = {
+      {"Sin", -2, 2, {}},       {"Cos", -2, 2, {}},        {"Tan", -1, 1, {}},
+      {"Asin", -0.8, 0.8, {}},  {"Acos", -0.8, 0.8, {}},   {"Atan", -2, 2, {}},
+      {"Sinh", -2, 2, {}},      {"Cosh", -2, 2, {}},       {"Asinh", -2, 2, {}},
+      {"Acosh", 1.2, 3, {}},    {"Atanh", -0.8, 0.8, {}},  {"Softsign", -2, 2, {}},
+      {"HardSigmoid", -4, 4, {{"alpha", A::Float(0.3f)}, {"beta", A::Float(0.4f)}}},
+      {"HardSwish", -5, 5, {}}, {"Selu", -2, 2, {}},        {"Celu", -2, 2, {{"alpha", A::Float(1.5f)}}},
+      {"ThresholdedRelu", -2, 2, {{"alpha", A::Float(0.3f)}}}, {"Shrink", -2, 2, {{"lambd", A::Float(0.6f)}, {"bias", A::Float(0.2f)}}}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.op);
+    TestGraph t;
+    std::string x = t.param("x", {4, 6}, 11, c.lo, c.hi);
+    check_gradients(t, t.node(c.op, {x}, c.attrs));
+  }
+}
+
+TEST(GradRules, PReluWithBroadcastSlope) {
+  TestGraph t;
+  std::string x = t.param("x", {2, 3, 4}, 1);
+  std::string s = t.param("slope", {3, 1}, 2, 0.1, 0.5);
+  check_gradients(t, t.node("PRelu", {x, s}));
+}
+
+TEST(GradRules, MoreReductions) {
+  for (const char* op : {"ReduceMax", "ReduceMin", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSumExp", "ReduceLogSum"}) {
+    for (int keep = 0; keep < 2; ++keep) {
+      SCOPED_TRACE(std::string(op) + " keepdims " + std::to_string(keep));
+      TestGraph t;
+      std::string x = t.param("x", {2, 3, 4}, 1, 0.2, 1.5);
+      check_gradients(t, t.node(op, {x}, {{"axes", A::Ints({0, -1})}, {"keepdims", A::Int(keep)}}));
+      TestGraph all;
+      check_gradients(all, all.node(op, {all.param("x", {2, 3}, 2, 0.2, 1.5)}, {{"keepdims", A::Int(keep)}}));
+    }
+  }
+}
+
+TEST(GradRules, GlobalMaxPoolTrilTileCumSum) {
+  {
+    TestGraph t;
+    check_gradients(t, t.node("GlobalMaxPool", {t.param("x", {2, 3, 4, 5}, 1)}));
+  }
+  for (int upper = 0; upper < 2; ++upper) {
+    TestGraph t;
+    t.g.initializers["k"] = Tensor::scalar<int64_t>(1);
+    check_gradients(t, t.node("Trilu", {t.param("x", {2, 4, 5}, 1), "k"}, {{"upper", A::Int(upper)}}));
+  }
+  {
+    TestGraph t;
+    t.g.initializers["reps"] = i64s({2, 1, 3});
+    check_gradients(t, t.node("Tile", {t.param("x", {2, 3, 2}, 1), "reps"}));
+  }
+  for (int rev = 0; rev < 2; ++rev)
+    for (int excl = 0; excl < 2; ++excl) {
+      TestGraph t;
+      t.g.initializers["axis"] = Tensor::scalar<int64_t>(1);
+      check_gradients(t, t.node("CumSum", {t.param("x", {3, 5}, 1), "axis"},
+                                {{"reverse", A::Int(rev)}, {"exclusive", A::Int(excl)}}));
+    }
+}
+
 TEST(GradRules, ClipWithMinMaxInputs) {
   TestGraph t;
   std::string x = t.param("x", {4, 5}, 7, -2, 2);
@@ -119,6 +181,16 @@ TEST(GradRules, MatMulShapes) {
       TestGraph t;
       check_gradients(t, t.node("MatMul", {t.param("a", sa, 1), t.param("b", sb, 2)}), shapes(si));
     }
+  }
+}
+
+TEST(GradRules, MatMulWithInputOfUnknownRank) {
+  // As after a Reshape whose target shape the importer could not infer (older opsets).
+  for (Shape sa : {Shape{2, 3, 4}, Shape{3, 4}, Shape{4}}) {
+    SCOPED_TRACE(shape_str(sa));
+    TestGraph t(11);
+    std::string a = t.node("Identity", {t.param("a", sa, 1)});
+    check_gradients(t, t.node("MatMul", {a, t.param("b", {4, 5}, 2)}), shapes(ShapeInfo::None));
   }
 }
 
@@ -441,6 +513,35 @@ TEST(GradRules, MseLossMatchesDefinition) {
   const Tensor& dx = r.at("x_grad");
   for (int i = 0; i < 12; ++i)
     EXPECT_NEAR(dx.data<double>()[i], 2 * (g.initializers["x"].data<double>()[i] - target.data<double>()[i]) / 12, 1e-12);
+}
+
+}  // namespace
+}  // namespace graphrun::testing
+
+namespace graphrun::testing {
+namespace {
+
+// Data-parallel replicas feed the loss gradient: every parameter gradient scales with it.
+TEST(GradRules, LossGradInputScalesEveryGradient) {
+  TestGraph t;
+  std::string w = t.param("w", {3, 4}, 1);
+  std::string b = t.param("b", {4}, 2);
+  std::string y = t.node("Relu", {t.node("Add", {w, b})});
+  Graph g = t.g;
+  g.outputs = {y};
+  g.nodes.push_back(Node{"s", "ReduceSum", "", {y}, {"loss"}, {{"keepdims", A::Int(0)}}});
+  Graph one = autodiff::backward(g);
+  autodiff::BackwardOptions o;
+  o.loss_grad_input = "loss_grad";
+  Graph fed = autodiff::backward(g, o);
+  runtime::Executor e1(one), e2(fed);
+  auto r1 = e1.run({});
+  auto r2 = e2.run({{"loss_grad", Tensor::scalar<float>(0.25f)}});
+  for (const char* p : {"w_grad", "b_grad"}) {
+    Tensor expect = r1.at(p).clone();
+    for (int64_t i = 0; i < expect.numel(); ++i) expect.data<double>()[i] *= 0.25;
+    EXPECT_LE(max_abs_diff(r2.at(p), expect), 1e-15) << p;
+  }
 }
 
 }  // namespace

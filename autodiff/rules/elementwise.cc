@@ -182,3 +182,99 @@ void elu_grad(GradContext& ctx) {
 }
 
 }  // namespace graphrun::autodiff
+
+namespace graphrun::autodiff {
+
+namespace {
+
+std::string sq(GradContext& ctx, const std::string& v) { return ctx.op("Mul", {v, v}); }
+std::string c(GradContext& ctx, double v) { return ctx.scalar(v, ctx.dtype(ctx.in(0))); }
+
+}  // namespace
+
+// Trigonometric and hyperbolic functions: dX = dY * f'(X).
+void sin_grad(GradContext& ctx) { ctx.set_dx(0, mul(ctx, ctx.dy(), ctx.op("Cos", {ctx.in(0)}))); }
+void cos_grad(GradContext& ctx) { ctx.set_dx(0, ctx.op("Neg", {mul(ctx, ctx.dy(), ctx.op("Sin", {ctx.in(0)}))})); }
+void tan_grad(GradContext& ctx) {  // 1 + tan^2
+  ctx.set_dx(0, mul(ctx, ctx.dy(), ctx.op("Add", {c(ctx, 1), sq(ctx, ctx.out(0))})));
+}
+void asin_grad(GradContext& ctx) {  // 1 / sqrt(1 - x^2)
+  ctx.set_dx(0, ctx.op("Div", {ctx.dy(), ctx.op("Sqrt", {ctx.op("Sub", {c(ctx, 1), sq(ctx, ctx.in(0))})})}));
+}
+void acos_grad(GradContext& ctx) {
+  ctx.set_dx(0, ctx.op("Neg", {ctx.op("Div", {ctx.dy(), ctx.op("Sqrt", {ctx.op("Sub", {c(ctx, 1), sq(ctx, ctx.in(0))})})})}));
+}
+void atan_grad(GradContext& ctx) {  // 1 / (1 + x^2)
+  ctx.set_dx(0, ctx.op("Div", {ctx.dy(), ctx.op("Add", {c(ctx, 1), sq(ctx, ctx.in(0))})}));
+}
+void sinh_grad(GradContext& ctx) { ctx.set_dx(0, mul(ctx, ctx.dy(), ctx.op("Cosh", {ctx.in(0)}))); }
+void cosh_grad(GradContext& ctx) { ctx.set_dx(0, mul(ctx, ctx.dy(), ctx.op("Sinh", {ctx.in(0)}))); }
+void asinh_grad(GradContext& ctx) {  // 1 / sqrt(x^2 + 1)
+  ctx.set_dx(0, ctx.op("Div", {ctx.dy(), ctx.op("Sqrt", {ctx.op("Add", {sq(ctx, ctx.in(0)), c(ctx, 1)})})}));
+}
+void acosh_grad(GradContext& ctx) {  // 1 / sqrt(x^2 - 1)
+  ctx.set_dx(0, ctx.op("Div", {ctx.dy(), ctx.op("Sqrt", {ctx.op("Sub", {sq(ctx, ctx.in(0)), c(ctx, 1)})})}));
+}
+void atanh_grad(GradContext& ctx) {  // 1 / (1 - x^2)
+  ctx.set_dx(0, ctx.op("Div", {ctx.dy(), ctx.op("Sub", {c(ctx, 1), sq(ctx, ctx.in(0))})}));
+}
+
+// Softsign: 1 / (1 + |x|)^2
+void softsign_grad(GradContext& ctx) {
+  std::string d = ctx.op("Add", {c(ctx, 1), ctx.op("Abs", {ctx.in(0)})});
+  ctx.set_dx(0, ctx.op("Div", {ctx.dy(), sq(ctx, d)}));
+}
+
+// HardSigmoid: alpha inside the linear part (0 < Y < 1), 0 where it is clipped.
+void hard_sigmoid_grad(GradContext& ctx) {
+  const std::string& y = ctx.out(0);
+  std::string inside = ctx.op("And", {ctx.op("Greater", {y, c(ctx, 0)}), ctx.op("Less", {y, c(ctx, 1)})});
+  ctx.set_dx(0, mask_grad(ctx, inside, mul(ctx, ctx.dy(), c(ctx, ctx.fwd().attr_f("alpha", 0.2f)))));
+}
+
+// HardSwish: 0 below -3, 1 above 3, x/3 + 1/2 between.
+void hard_swish_grad(GradContext& ctx) {
+  const std::string& x = ctx.in(0);
+  std::string mid = mul(ctx, ctx.dy(), ctx.op("Add", {ctx.op("Div", {x, c(ctx, 3)}), c(ctx, 0.5)}));
+  std::string upper = ctx.op("Where", {ctx.op("Greater", {x, c(ctx, 3)}), ctx.dy(), mid});
+  ctx.set_dx(0, ctx.op("Where", {ctx.op("Less", {x, c(ctx, -3)}), c(ctx, 0), upper}));
+}
+
+// Selu: gamma for x > 0, else Y + gamma * alpha.
+void selu_grad(GradContext& ctx) {
+  const double alpha = ctx.fwd().attr_f("alpha", 1.67326319217681884765625f);
+  const double gamma = ctx.fwd().attr_f("gamma", 1.05070102214813232421875f);
+  std::string pos = mul(ctx, ctx.dy(), c(ctx, gamma));
+  std::string neg = mul(ctx, ctx.dy(), ctx.op("Add", {ctx.out(0), c(ctx, gamma * alpha)}));
+  ctx.set_dx(0, ctx.op("Where", {ctx.op("Greater", {ctx.in(0), c(ctx, 0)}), pos, neg}));
+}
+
+// Celu: 1 for x > 0, else exp(x / alpha).
+void celu_grad(GradContext& ctx) {
+  const std::string& x = ctx.in(0);
+  std::string e = ctx.op("Exp", {ctx.op("Div", {x, c(ctx, ctx.fwd().attr_f("alpha", 1.f))})});
+  ctx.set_dx(0, ctx.op("Where", {ctx.op("Greater", {x, c(ctx, 0)}), ctx.dy(), mul(ctx, ctx.dy(), e)}));
+}
+
+void thresholded_relu_grad(GradContext& ctx) {
+  std::string above = ctx.op("Greater", {ctx.in(0), c(ctx, ctx.fwd().attr_f("alpha", 1.f))});
+  ctx.set_dx(0, mask_grad(ctx, above, ctx.dy()));
+}
+
+// Shrink: 1 where |x| > lambd (the shifted parts), 0 in the dead zone.
+void shrink_grad(GradContext& ctx) {
+  const std::string& x = ctx.in(0);
+  const double lambd = ctx.fwd().attr_f("lambd", 0.5f);
+  std::string out = ctx.op("Or", {ctx.op("Greater", {x, c(ctx, lambd)}), ctx.op("Less", {x, c(ctx, -lambd)})});
+  ctx.set_dx(0, mask_grad(ctx, out, ctx.dy()));
+}
+
+// PRelu: Y = X for X > 0, slope * X otherwise (slope broadcast to X).
+void prelu_grad(GradContext& ctx) {
+  const std::string &x = ctx.in(0), &slope = ctx.in(1);
+  std::string pos = ctx.op("Greater", {x, c(ctx, 0)});
+  if (ctx.needs(0)) ctx.set_dx(0, ctx.op("Where", {pos, ctx.dy(), mul(ctx, ctx.dy(), slope)}));
+  if (ctx.needs(1)) set_reduced(ctx, 1, ctx.op("Where", {pos, c(ctx, 0), mul(ctx, ctx.dy(), x)}));
+}
+
+}  // namespace graphrun::autodiff

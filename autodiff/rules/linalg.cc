@@ -64,6 +64,18 @@ void gemm_grad(GradContext& ctx) {
 void matmul_grad(GradContext& ctx) {
   const std::string &a = ctx.in(0), &b = ctx.in(1), &dy = ctx.dy();
   int ra = ctx.rank(a), rb = ctx.rank(b);
+  Shape bs;
+  if (rb == 2 && ra != 1 && ra != 2 && ctx.static_shape(b, bs) && ctx.opset() >= 11) {
+    // A stack of rows times a weight matrix ([..., K] @ [K, N], A's rank maybe unknown): the weight's
+    // gradient is one Gemm over the rows flattened, A's needs no batch sum.
+    if (ctx.needs(0)) ctx.set_dx(0, ctx.op("MatMul", {dy, ctx.transpose(b, {1, 0})}));
+    if (ctx.needs(1)) {
+      std::string rows_a = ctx.reshape(a, ctx.ints({-1, bs[0]}));
+      std::string rows_dy = ctx.reshape(dy, ctx.ints({-1, bs[1]}));
+      ctx.set_dx(1, gemm2(ctx, rows_a, rows_dy, true, false, 1.f));
+    }
+    return;
+  }
   GR_CHECK(ra >= 1 && rb >= 1, ctx.fwd().describe() << ": the MatMul gradient needs the ranks of both inputs");
   if (ra == 1 && rb == 1) {  // dot product: Y is a scalar
     if (ctx.needs(0)) ctx.set_dx(0, ctx.op("Mul", {dy, b}));

@@ -162,3 +162,15 @@ void dropout_grad(GradContext& ctx) {
 }
 
 }  // namespace graphrun::autodiff
+
+namespace graphrun::autodiff {
+
+// GlobalMaxPool: the gradient goes to the maximum of each channel.
+void global_max_pool_grad(GradContext& ctx) {
+  const std::string& x = ctx.in(0);
+  std::string hit = ctx.op("Equal", {x, ctx.out(0)});
+  std::string dy = ctx.op("Expand", {ctx.dy(), ctx.shape_of(x)});
+  ctx.set_dx(0, ctx.op("Where", {hit, dy, ctx.scalar(0, ctx.dtype(x))}));
+}
+
+}  // namespace graphrun::autodiff

@@ -127,3 +127,70 @@ void log_softmax_grad(GradContext& ctx) {
 }
 
 }  // namespace graphrun::autodiff
+
+namespace graphrun::autodiff {
+
+namespace {
+
+// dY and Y with the reduced axes restored (size 1) so that they broadcast against X.
+std::pair<std::string, std::string> unreduced_dy_y(GradContext& ctx, const ReduceAxes& r) {
+  return {unreduced(ctx, r, ctx.dy()), unreduced(ctx, r, ctx.out(0))};
+}
+
+std::string cst(GradContext& ctx, double v) { return ctx.scalar(v, ctx.dtype(ctx.in(0))); }
+
+}  // namespace
+
+// ReduceMax / ReduceMin: the gradient goes to the elements equal to the result.
+void reduce_max_min_grad(GradContext& ctx) {
+  ReduceAxes r = reduce_axes(ctx);
+  if (r.identity) return ctx.set_dx(0, ctx.dy());
+  auto [dy, y] = unreduced_dy_y(ctx, r);
+  std::string hit = ctx.op("Equal", {ctx.in(0), y});
+  ctx.set_dx(0, ctx.op("Where", {hit, ctx.op("Expand", {dy, ctx.shape_of(ctx.in(0))}), cst(ctx, 0)}));
+}
+
+void reduce_sum_square_grad(GradContext& ctx) {  // 2 x dY
+  ReduceAxes r = reduce_axes(ctx);
+  std::string dy = r.identity ? ctx.dy() : unreduced(ctx, r, ctx.dy());
+  std::string two_x = ctx.op("Mul", {ctx.in(0), cst(ctx, 2)});
+  ctx.set_dx(0, ctx.op("Mul", {two_x, dy}));
+}
+
+void reduce_l1_grad(GradContext& ctx) {  // sign(x) dY
+  ReduceAxes r = reduce_axes(ctx);
+  std::string dy = r.identity ? ctx.dy() : unreduced(ctx, r, ctx.dy());
+  ctx.set_dx(0, ctx.op("Mul", {ctx.op("Sign", {ctx.in(0)}), dy}));
+}
+
+void reduce_l2_grad(GradContext& ctx) {  // x / y dY
+  ReduceAxes r = reduce_axes(ctx);
+  GR_CHECK(!r.identity, ctx.fwd().describe() << ": no gradient for ReduceL2 without axes and noop_with_empty_axes");
+  auto [dy, y] = unreduced_dy_y(ctx, r);
+  ctx.set_dx(0, ctx.op("Mul", {ctx.op("Div", {ctx.in(0), y}), dy}));
+}
+
+void reduce_log_sum_exp_grad(GradContext& ctx) {  // exp(x - y) dY
+  ReduceAxes r = reduce_axes(ctx);
+  GR_CHECK(!r.identity, ctx.fwd().describe() << ": no gradient for ReduceLogSumExp without axes and noop_with_empty_axes");
+  auto [dy, y] = unreduced_dy_y(ctx, r);
+  ctx.set_dx(0, ctx.op("Mul", {ctx.op("Exp", {ctx.op("Sub", {ctx.in(0), y})}), dy}));
+}
+
+void reduce_log_sum_grad(GradContext& ctx) {  // dY / sum(x) = dY / exp(y)
+  ReduceAxes r = reduce_axes(ctx);
+  GR_CHECK(!r.identity, ctx.fwd().describe() << ": no gradient for ReduceLogSum without axes and noop_with_empty_axes");
+  auto [dy, y] = unreduced_dy_y(ctx, r);
+  std::string d = ctx.op("Div", {dy, ctx.op("Exp", {y})});
+  ctx.set_dx(0, ctx.op("Expand", {d, ctx.shape_of(ctx.in(0))}));
+}
+
+// CumSum: the gradient is the cumulative sum in the other direction.
+void cumsum_grad(GradContext& ctx) {
+  const Node& n = ctx.fwd();
+  std::map<std::string, Attribute> a{{"reverse", Attribute::Int(n.attr_i("reverse", 0) ? 0 : 1)}};
+  if (n.attr_i("exclusive", 0)) a["exclusive"] = Attribute::Int(1);
+  ctx.set_dx(0, ctx.op("CumSum", {ctx.dy(), ctx.in(1)}, a));
+}
+
+}  // namespace graphrun::autodiff

@@ -41,12 +41,33 @@ Table build() {
   rule(t, "Erf", erf_grad);
   rule(t, "Softplus", softplus_grad);
   rule(t, "Elu", elu_grad);
+  rule(t, "Sin", sin_grad);
+  rule(t, "Cos", cos_grad);
+  rule(t, "Tan", tan_grad);
+  rule(t, "Asin", asin_grad);
+  rule(t, "Acos", acos_grad);
+  rule(t, "Atan", atan_grad);
+  rule(t, "Sinh", sinh_grad);
+  rule(t, "Cosh", cosh_grad);
+  rule(t, "Asinh", asinh_grad);
+  rule(t, "Acosh", acosh_grad);
+  rule(t, "Atanh", atanh_grad);
+  rule(t, "Softsign", softsign_grad);
+  rule(t, "HardSigmoid", hard_sigmoid_grad);
+  rule(t, "HardSwish", hard_swish_grad);
+  rule(t, "Selu", selu_grad);
+  rule(t, "Celu", celu_grad);
+  rule(t, "ThresholdedRelu", thresholded_relu_grad);
+  rule(t, "Shrink", shrink_grad);
+  rule(t, "PRelu", prelu_grad);
+  rule(t, "CastLike", cast_grad);
   // nn.cc
   rule(t, "Conv", conv_grad);
   rule(t, "ConvTranspose", conv_transpose_grad);
   rule(t, "MaxPool", max_pool_grad);
   rule(t, "AveragePool", average_pool_grad);
   rule(t, "GlobalAveragePool", global_average_pool_grad);
+  rule(t, "GlobalMaxPool", global_max_pool_grad);
   rule(t, "BatchNormalization", batch_norm_grad);
   rule(t, "Dropout", dropout_grad);
   // linalg.cc
@@ -64,18 +85,29 @@ Table build() {
   rule(t, "Slice", slice_grad);
   rule(t, "Pad", pad_grad);
   rule(t, "Gather", gather_grad);
+  rule(t, "Trilu", trilu_grad);
+  rule(t, "Tile", tile_grad);
   // reduce.cc
   rule(t, "ReduceSum", reduce_sum_grad);
   rule(t, "ReduceMean", reduce_mean_grad);
   rule(t, "Softmax", softmax_grad);
   rule(t, "LogSoftmax", log_softmax_grad);
+  rule(t, "ReduceMax", reduce_max_min_grad);
+  rule(t, "ReduceMin", reduce_max_min_grad);
+  rule(t, "ReduceSumSquare", reduce_sum_square_grad);
+  rule(t, "ReduceL1", reduce_l1_grad);
+  rule(t, "ReduceL2", reduce_l2_grad);
+  rule(t, "ReduceLogSumExp", reduce_log_sum_exp_grad);
+  rule(t, "ReduceLogSum", reduce_log_sum_grad);
+  rule(t, "CumSum", cumsum_grad);
   // loss.cc
   rule(t, "SoftmaxCrossEntropyLoss", softmax_cross_entropy_loss_grad);
 
   for (const char* op : {"Shape", "Size", "Constant", "ConstantOfShape", "Range", "Equal", "Greater",
                          "GreaterOrEqual", "Less", "LessOrEqual", "Not", "And", "Or", "Xor", "IsNaN", "IsInf",
                          "ArgMax", "ArgMin", "NonZero", "OneHot", "Sign", "Floor", "Ceil", "Round",
-                         "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "EyeLike"})
+                         "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "EyeLike",
+                         "Hardmax", "BitShift"})
     no_gradient(t, op);
   return t;
 }

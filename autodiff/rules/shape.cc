@@ -253,3 +253,33 @@ void gather_grad(GradContext& ctx) {
 }
 
 }  // namespace graphrun::autodiff
+
+namespace graphrun::autodiff {
+
+// Trilu keeps a triangle: its gradient keeps the same one.
+void trilu_grad(GradContext& ctx) {
+  std::vector<std::string> ins{ctx.dy()};
+  if (ctx.fwd().has_input(1)) ins.push_back(ctx.in(1));
+  std::map<std::string, Attribute> a;
+  if (const Attribute* u = ctx.fwd().attr("upper")) a["upper"] = *u;
+  ctx.set_dx(0, ctx.op("Trilu", ins, a));
+}
+
+// Tile: dY viewed as [r0, d0, r1, d1, ...], summed over the repeat axes.
+void tile_grad(GradContext& ctx) {
+  const Node& n = ctx.fwd();
+  Shape xs;
+  GR_CHECK(ctx.static_shape(ctx.in(0), xs), n.describe() << ": the Tile gradient needs the static shape of its input");
+  Tensor rt = ctx.constant_value(ctx.in(1));
+  GR_CHECK(rt.defined(), n.describe() << ": the Tile gradient needs constant repeats");
+  std::vector<int64_t> reps = rt.as_int64s(), view, axes;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    view.push_back(reps.at(i));
+    view.push_back(xs[i]);
+    axes.push_back(static_cast<int64_t>(2 * i));
+  }
+  std::string v = ctx.reshape(ctx.dy(), ctx.ints(view));
+  ctx.set_dx(0, xs.empty() ? ctx.dy() : ctx.reduce_sum(v, axes, false));
+}
+
+}  // namespace graphrun::autodiff
