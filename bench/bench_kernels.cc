@@ -47,8 +47,8 @@ struct Timing {
 };
 
 // Fastest of `reps` runs of one node (after a planning run and a warm-up run). On a shared machine
-// the minimum is the figure least disturbed by other processes, and CPU time (divided by the
-// threads) measures the kernel even while it is descheduled.
+// the minimum is the figure least disturbed by other processes, and process CPU time (all threads)
+// measures the work per core even while a thread is descheduled (spin-waiting threads count too).
 Timing time_node(const Case& c, int threads, int reps) {
   Graph g;
   g.opsets[""] = 17;
@@ -98,6 +98,16 @@ std::vector<Case> lenet_cases(int64_t N) {
                 {{"transB", Attribute::Int(1)}}, 2.0 * N * 800 * 128});
   cs.push_back({"avgpool 2x2 on 20x26x26", "AveragePool", "", {{N, 20, 26, 26}}, {true},
                 {{"kernel_shape", Attribute::Ints({2, 2})}, {"strides", Attribute::Ints({2, 2})}}, 4.0 * N * 20 * 13 * 13});
+  // ResNet-18 (Fashion-MNIST variant) 3x3 convolutions: many pixels x few channels, and few pixels x
+  // long rows (where per-GEMM weight packing must be amortised over several images).
+  const std::map<std::string, Attribute> pad1{{"pads", Attribute::Ints({1, 1, 1, 1})}};
+  for (auto [C, HW] : {std::pair<int64_t, int64_t>{64, 28}, {512, 4}}) {
+    const std::string tag = "r18 " + std::to_string(C) + "ch " + std::to_string(HW) + "x" + std::to_string(HW);
+    const double f = 2.0 * N * C * HW * HW * C * 9;
+    cs.push_back({tag + " fwd", "Conv", "", {{N, C, HW, HW}, {C, C, 3, 3}}, {true}, pad1, f});
+    cs.push_back({tag + " grad", "ConvGrad", kGraphrunDomain, {{N, C, HW, HW}, {N, C, HW, HW}, {C, C, 3, 3}},
+                  {true, true, true}, pad1, 2 * f});
+  }
   return cs;
 }
 
@@ -126,7 +136,7 @@ int main(int argc, char** argv) {
         if (!wanted) continue;
         const Timing s = time_node(c, t, reps);
         std::printf("%-28s %6lld %7d %9.3f %9.1f %9.3f %13.1f\n", c.name.c_str(), static_cast<long long>(N), t,
-                    s.wall * 1e3, c.flops / s.wall * 1e-9, s.cpu * 1e3, c.flops / s.cpu * t * 1e-9);
+                    s.wall * 1e3, c.flops / s.wall * 1e-9, s.cpu * 1e3, c.flops / s.cpu * 1e-9);
       }
   return 0;
 }

@@ -197,6 +197,9 @@ TEST(Elementwise, LeakyReluAndClipInBothOpsetForms) {
   expect_close(run_op("Clip", {x, make(DType::F32, {}, {-1}), make(DType::F32, {}, {1})})[0],
                make(DType::F32, {5}, {-1, -0.5, 0, 0.5, 1}), 0);
   expect_close(run_op("Clip", {x, Tensor(), make(DType::F32, {}, {0})})[0], make(DType::F32, {5}, {-2, -0.5, 0, 0, 0}), 0);
+  // min > max: everything becomes max.
+  expect_close(run_op("Clip", {x, make(DType::F32, {}, {1}), make(DType::F32, {}, {-1})})[0],
+               make(DType::F32, {5}, {-1, -1, -1, -1, -1}), 0);
   expect_close(run_op("Clip", {make(DType::I64, {3}, {-5, 1, 9}), make(DType::I64, {}, {0}), make(DType::I64, {}, {4})})[0],
                make(DType::I64, {3}, {0, 1, 4}), 0);
 }
@@ -249,9 +252,13 @@ TEST(Elementwise, ComparisonsLogicAndWhere) {
   expect_close(run_op("Not", {p})[0], make(DType::Bool, {4}, {1, 1, 0, 0}), 0);
   expect_error([&] { run_op("And", {a, a}); }, {"bool", "f32"});
   // Where broadcasts all three inputs.
-  for (DType dt : {DType::F32, DType::F64, DType::I64}) {
-    Tensor c = rand(DType::Bool, {3, 1, 4}, 1), x = rand(dt, {2, 4}, 2), y = rand(dt, {1}, 3);
-    Shape out = {3, 2, 4};
+  const std::vector<std::vector<Shape>> where_shapes = {{{3, 1, 4}, {2, 4}, {1}, {3, 2, 4}},  {{2, 4}, {2, 4}, {2, 4}, {2, 4}},
+                                                       {{2, 4}, {}, {2, 4}, {2, 4}},          {{2, 4}, {}, {}, {2, 4}},
+                                                       {{}, {2, 4}, {4}, {2, 4}},             {{2, 1}, {1, 4}, {2, 4}, {2, 4}}};
+  for (DType dt : {DType::F32, DType::F64, DType::I64})
+  for (const auto& ws : where_shapes) {
+    Tensor c = rand(DType::Bool, ws[0], 1), x = rand(dt, ws[1], 2), y = rand(dt, ws[2], 3);
+    Shape out = ws[3];
     auto vc = c.as_doubles(), vx = x.as_doubles(), vy = y.as_doubles();
     std::vector<double> r(shape_numel(out));
     for (int64_t i = 0; i < shape_numel(out); ++i) {

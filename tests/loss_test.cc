@@ -162,7 +162,9 @@ TEST(Loss, SoftmaxCrossEntropyGradMatchesFiniteDifferences) {
       num[k] = (objective(p) - objective(m)) / (2 * eps);
     }
     expect_close(grad, make(dt, x.shape(), num), 1e-8, "grad " + describe(c));
-    if (c.has_ignore) EXPECT_EQ(grad.as_doubles()[0], 0.0) << "ignored target has no gradient";
+    if (c.has_ignore) {
+      EXPECT_EQ(grad.as_doubles()[0], 0.0) << "ignored target has no gradient";
+    }
   }
   // f32 agrees with f64.
   LossCase c{{4, 5}, "mean", true, true, 1};

@@ -57,8 +57,9 @@ inline std::vector<Tensor> run_op(const std::string& op, const std::vector<Tenso
   for (size_t i = 0; i < g.outputs.size(); ++i) {
     r.push_back(out2.at(g.outputs[i]).clone());
     EXPECT_EQ(r.back().shape(), first[i].shape());
-    if (r.back().shape() == first[i].shape() && r.back().dtype() == first[i].dtype())
+    if (r.back().shape() == first[i].shape() && r.back().dtype() == first[i].dtype()) {
       EXPECT_EQ(std::memcmp(r.back().raw(), first[i].raw(), r.back().nbytes()), 0) << op << ": the planned run differs";
+    }
   }
   return r;
 }

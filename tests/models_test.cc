@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,9 @@ struct ModelCase {
   bool generated;  // exported by the build into build/models/ rather than committed
   std::vector<int> batches;
 };
+
+// gtest prints parameters in test names (and ctest lists them): the model's name says enough.
+void PrintTo(const ModelCase& m, std::ostream* os) { *os << m.name; }
 
 std::string model_path(const ModelCase& m) {
   return m.generated ? testing::binary_dir() + "/models/" + m.name + ".onnx"
@@ -66,6 +70,8 @@ TEST_P(ModelParity, MatchesPyTorchForward) {
     double scale = testing::max_abs_diff(want, Tensor(DType::F32, want.shape()));
     ASSERT_GT(scale, 0.0) << "reference output is all zeros";
     double err = testing::max_abs_diff(got, want) / scale;
+    std::cout << m.name << " batch " << b << ": max abs error " << err * scale << " (" << err
+              << " of the output scale " << scale << ")\n";
     EXPECT_LE(err, 1e-4) << "max abs error relative to the output scale " << scale << "; got " << got.str()
                          << ", want " << want.str();
   }

@@ -104,6 +104,7 @@ std::pair<Tensor, Tensor> ref_pool(const PoolCase& c, const Tensor& X, bool is_m
 const std::vector<PoolCase>& pool_cases() {
   static const std::vector<PoolCase> cases = {
       {"k2s2", {2, 3, 6, 6}, {2, 2}, {2, 2}},
+      {"k2s2_odd_sizes", {1, 2, 7, 5}, {2, 2}, {2, 2}},  // the last row and column are in no window
       {"k3s1_pads", {1, 2, 5, 6}, {3, 3}, {1, 1}, {1, 1, 1, 1}},
       {"asym_pads_strides", {2, 2, 7, 8}, {3, 2}, {2, 3}, {0, 1, 2, 1}},
       {"dilations", {1, 2, 8, 7}, {2, 3}, {1, 2}, {1, 0, 1, 1}, {2, 2}},

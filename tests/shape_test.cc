@@ -257,6 +257,24 @@ TEST(Shape, GatherNdScatterNdTriluEyeLikeDepthToSpaceMatchNumpy) {
   expect_error([&] { run_op("GatherND", {x, make(DType::I64, {1, 2}, {2, 0})}); }, {"index 2", "size 2"});
 }
 
+TEST(Shape, CompressNonZeroReverseSequenceMatchNumpy) {
+  Tensor x = sin_tensor({3, 4});
+  std::string px = py_sin({3, 4});
+  auto want = numpy_eval({"np.compress([0, 1, 1], " + px + ", axis=0)", "np.compress([1, 0, 0, 1], " + px + ", axis=-1)",
+                          "np.compress([0, 1, 0, 0, 0, 1], " + px + ")", "np.array(np.nonzero(" + px + " > 0.5))",
+                          "np.stack([" + px + "[[1, 0, 2], 0], " + px + "[[0, 1, 2], 1], " + px + "[[0, 1, 2], 2], " + px +
+                              "[[2, 1, 0], 3]], axis=1)"},
+                         "compress");
+  ASSERT_EQ(want.size(), 5u);
+  expect_close(run_op("Compress", {x, make(DType::Bool, {3}, {0, 1, 1})}, {{"axis", Attribute::Int(0)}})[0], want[0], 0);
+  expect_close(run_op("Compress", {x, make(DType::Bool, {4}, {1, 0, 0, 1})}, {{"axis", Attribute::Int(-1)}})[0], want[1], 0);
+  expect_close(run_op("Compress", {x, make(DType::Bool, {6}, {0, 1, 0, 0, 0, 1})})[0], want[2], 0);
+  Tensor big = run_op("Greater", {x, make(DType::F64, {}, {0.5})})[0];
+  expect_close(as_f64(run_op("NonZero", {big})[0]), want[3], 0);
+  // Time axis 0, batch axis 1: batch b reverses its first len[b] steps.
+  expect_close(run_op("ReverseSequence", {x, i64s({2, 1, 1, 3})})[0], want[4], 0);
+}
+
 TEST(Shape, SumToShapeIsTheReverseOfBroadcasting) {
   struct Case {
     Shape x, target;

@@ -2,7 +2,7 @@
 // load_onnx and the CPU executor and compares every output; tests of ops graphrun lacks are skipped.
 //
 //   conformance_runner DATA_DIR/node [NAME_SUBSTRING...]
-// Prints one line per failure, then every skip with its reason, then
+// Prints one line per failure, then every skip with its reason, then a note per deliberate deviation, then
 // "conformance: N passed, M failed, K skipped". Exit 1 if any failed, 77 if there is no data.
 #include <onnx/defs/schema.h>
 #include <onnx/onnx_pb.h>
@@ -37,9 +37,18 @@ const std::set<std::string> kRequiredOps = {
     "Slice", "Squeeze", "Unsqueeze", "Pad", "Constant", "Identity", "Shape", "Gather", "Cast", "ReduceMean",
     "ReduceSum", "SoftmaxCrossEntropyLoss"};
 
-// Test cases that cannot pass by design, each with the reason printed with the skip. Never a bug's hiding
-// place; empty at present.
-const std::map<std::string, std::string> kKnownUnsupported = {};
+// Test cases that cannot pass by design, each with the reason printed with the skip. Never a bug's hiding place.
+const std::map<std::string, std::string> kKnownUnsupported = {
+    {"test_adam_multiple",
+     "broken test data: onnx 1.12 computes the expected output with epsilon=1e-2 but leaves the node's "
+     "epsilon at the schema default 1e-6"},
+};
+
+// BatchNormalization in training mode: graphrun updates the running variance with the unbiased batch
+// variance, as PyTorch does (runtime/kernels/cpu/norm.cc); ONNX's reference uses the biased one. For these
+// tests the expected running_var is converted to graphrun's convention; every other output is compared as is.
+const std::set<std::string> kUnbiasedRunningVarTests = {"test_batchnorm_epsilon_training_mode",
+                                                        "test_batchnorm_example_training_mode"};
 
 // Dropout in training mode with ratio > 0: the expected outputs come from numpy's random generator, so
 // these tests check what must hold for any random mask instead of comparing with the stored outputs.
@@ -223,6 +232,23 @@ std::string check_random_dropout(const std::map<std::string, Tensor>& feeds, con
   return "";
 }
 
+// The ONNX expected running_var = var*m + biased*(1-m), rewritten with biased*n/(n-1) in place of biased.
+Tensor unbiased_running_var(const Tensor& onnx_expected, const onnx::NodeProto& bn, const Tensor& x, const Tensor& var) {
+  double momentum = 0.9;
+  for (const auto& a : bn.attribute())
+    if (a.name() == "momentum") momentum = a.f();
+  const double n = static_cast<double>(x.numel()) / x.dim(1);
+  std::vector<double> want = onnx_expected.as_doubles(), in_var = var.as_doubles();
+  Tensor out(onnx_expected.dtype(), onnx_expected.shape());
+  for (size_t c = 0; c < want.size(); ++c) {
+    double biased = (want[c] - in_var[c] * momentum) / (1 - momentum);
+    double v = in_var[c] * momentum + biased * n / (n - 1) * (1 - momentum);
+    if (out.dtype() == DType::F64) out.data<double>()[c] = v;
+    else out.data<float>()[c] = static_cast<float>(v);
+  }
+  return out;
+}
+
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
 Verdict run_test(const fs::path& dir, const runtime::KernelTable& kernels) {
@@ -274,6 +300,8 @@ Verdict run_test(const fs::path& dir, const runtime::KernelTable& kernels) {
         fs::path p = ds / ("output_" + std::to_string(j) + ".pb");
         if (!fs::exists(p)) continue;
         Tensor want = read_tensor_pb(p.string());
+        if (kUnbiasedRunningVarTests.count(name) && j == 2)
+          want = unbiased_running_var(want, m.graph().node(0), feeds.at(input_names.at(0)), feeds.at(input_names.at(4)));
         std::string diff = compare(out.at(output_names[j]), want, output_names[j]);
         if (!diff.empty()) return {Verdict::Fail, (data_sets.size() > 1 ? ds.filename().string() + ": " : "") + diff};
       }
@@ -320,6 +348,12 @@ int main(int argc, char** argv) {
   }
   for (const auto& [name, why] : failures) std::cout << "FAIL " << name << ": " << why << "\n";
   for (const auto& [name, why] : skips) std::cout << "skip " << name << ": " << why << "\n";
+  for (const auto& dir : tests) {
+    const std::string name = dir.filename().string();
+    if (kUnbiasedRunningVarTests.count(name))
+      std::cout << "note " << name << ": running_var compared with the unbiased batch variance (PyTorch's "
+              << "convention, graphrun's choice); ONNX's reference uses the biased one\n";
+  }
   std::cout << "conformance: " << passed << " passed, " << failures.size() << " failed, " << skips.size()
             << " skipped\n";
   return failures.empty() ? 0 : 1;

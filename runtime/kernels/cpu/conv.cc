@@ -33,8 +33,8 @@ struct ConvShape {
 };
 
 // Copies / accumulates a short run of n values (an image row of 5 to 30 pixels, typically): with
-// AVX-512, 16 floats or 8 doubles per masked load/store, which beats both scalar loops (what the
-// compiler emits for such short, unknown trip counts) and memcpy calls.
+// AVX-512, 16 floats or 8 doubles per masked load/store (AVX2: 8 or 4), which beats both scalar
+// loops (what the compiler emits for such short, unknown trip counts) and memcpy calls.
 template <class T>
 inline void copy_short(T* __restrict dst, const T* __restrict src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
@@ -44,11 +44,11 @@ inline void add_short(T* __restrict dst, const T* __restrict src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 #ifdef __AVX512F__
+// Every step is a masked copy: GCC turns a loop of plain vector copies into a memmove call.
 template <>
 inline void copy_short<float>(float* __restrict dst, const float* __restrict src, int64_t n) {
-  for (; n >= 16; n -= 16, dst += 16, src += 16) _mm512_storeu_ps(dst, _mm512_loadu_ps(src));
-  if (n > 0) {
-    const __mmask16 m = static_cast<__mmask16>((1u << n) - 1);
+  for (; n > 0; n -= 16, dst += 16, src += 16) {
+    const __mmask16 m = n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1);
     _mm512_mask_storeu_ps(dst, m, _mm512_maskz_loadu_ps(m, src));
   }
 }
@@ -63,9 +63,8 @@ inline void add_short<float>(float* __restrict dst, const float* __restrict src,
 }
 template <>
 inline void copy_short<double>(double* __restrict dst, const double* __restrict src, int64_t n) {
-  for (; n >= 8; n -= 8, dst += 8, src += 8) _mm512_storeu_pd(dst, _mm512_loadu_pd(src));
-  if (n > 0) {
-    const __mmask8 m = static_cast<__mmask8>((1u << n) - 1);
+  for (; n > 0; n -= 8, dst += 8, src += 8) {
+    const __mmask8 m = n >= 8 ? static_cast<__mmask8>(0xFF) : static_cast<__mmask8>((1u << n) - 1);
     _mm512_mask_storeu_pd(dst, m, _mm512_maskz_loadu_pd(m, src));
   }
 }
@@ -76,6 +75,45 @@ inline void add_short<double>(double* __restrict dst, const double* __restrict s
   if (n > 0) {
     const __mmask8 m = static_cast<__mmask8>((1u << n) - 1);
     _mm512_mask_storeu_pd(dst, m, _mm512_add_pd(_mm512_maskz_loadu_pd(m, dst), _mm512_maskz_loadu_pd(m, src)));
+  }
+}
+#elif defined(__AVX2__)
+// AVX2: 8 floats / 4 doubles per maskload/maskstore (GCC would otherwise turn the generic copy loop,
+// and a loop of plain vector copies, into a memmove call, slow for rows this short).
+inline __m256i first_lanes32(int64_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+inline __m256i first_lanes64(int64_t n) { return _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3)); }
+template <>
+inline void copy_short<float>(float* __restrict dst, const float* __restrict src, int64_t n) {
+  for (; n > 0; n -= 8, dst += 8, src += 8) {
+    const __m256i m = first_lanes32(n);
+    _mm256_maskstore_ps(dst, m, _mm256_maskload_ps(src, m));
+  }
+}
+template <>
+inline void add_short<float>(float* __restrict dst, const float* __restrict src, int64_t n) {
+  for (; n >= 8; n -= 8, dst += 8, src += 8)
+    _mm256_storeu_ps(dst, _mm256_add_ps(_mm256_loadu_ps(dst), _mm256_loadu_ps(src)));
+  if (n > 0) {
+    const __m256i m = first_lanes32(n);
+    _mm256_maskstore_ps(dst, m, _mm256_add_ps(_mm256_maskload_ps(dst, m), _mm256_maskload_ps(src, m)));
+  }
+}
+template <>
+inline void copy_short<double>(double* __restrict dst, const double* __restrict src, int64_t n) {
+  for (; n > 0; n -= 4, dst += 4, src += 4) {
+    const __m256i m = first_lanes64(n);
+    _mm256_maskstore_pd(dst, m, _mm256_maskload_pd(src, m));
+  }
+}
+template <>
+inline void add_short<double>(double* __restrict dst, const double* __restrict src, int64_t n) {
+  for (; n >= 4; n -= 4, dst += 4, src += 4)
+    _mm256_storeu_pd(dst, _mm256_add_pd(_mm256_loadu_pd(dst), _mm256_loadu_pd(src)));
+  if (n > 0) {
+    const __m256i m = first_lanes64(n);
+    _mm256_maskstore_pd(dst, m, _mm256_add_pd(_mm256_maskload_pd(dst, m), _mm256_maskload_pd(src, m)));
   }
 }
 #endif
@@ -262,8 +300,12 @@ struct Chunking {
 };
 
 // Chunks of about kChunkBytes of im2col matrix keep the GEMM's operands in L2 while giving it
-// enough rows (pixels x images) to run near peak; measured with bench/bench_kernels (256 KB to 1 MB all within a few percent).
+// enough rows (pixels x images) to run near peak; measured with bench/bench_kernels (256 KB to
+// 1 MB all within a few percent). But a chunk has at least kDirectPixels rows whatever its size:
+// each GEMM packs the whole weight matrix, which only pays off over enough rows (ResNet's deep
+// layers have 4608-long rows of few pixels: one image per chunk spent most time packing).
 constexpr int64_t kChunkBytes = 512 << 10;
+constexpr int64_t kMaxChunkBytes = 32 << 20;  // caps the rows rule for very long rows
 
 // An image with at least this many output pixels gives the GEMM enough rows alone; then chunks are
 // single images, whose pixel-major output block is already NCHW: no gather/scatter copies.
@@ -273,9 +315,10 @@ Chunking plan_chunks(int threads, int64_t N, int64_t P, int64_t col_bytes_per_im
   Chunking c;
   c.threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, N)));
   const int64_t per_thread = div_ceil(std::max<int64_t>(N, 1), c.threads);
+  const int64_t image_bytes = std::max<int64_t>(col_bytes_per_image, 1);
+  const int64_t by_rows = std::min(div_ceil(kDirectPixels, std::max<int64_t>(P, 1)), kMaxChunkBytes / image_bytes);
   const int64_t largest =
-      P >= kDirectPixels ? 1
-                         : std::clamp<int64_t>(kChunkBytes / std::max<int64_t>(col_bytes_per_image, 1), 1, per_thread);
+      P >= kDirectPixels ? 1 : std::clamp<int64_t>(std::max(kChunkBytes / image_bytes, by_rows), 1, per_thread);
   // Equal chunks, so that every thread gets the same number of images.
   c.per_chunk = div_ceil(per_thread, div_ceil(per_thread, largest));
   c.chunks = div_ceil(std::max<int64_t>(N, 1), c.per_chunk);
@@ -283,18 +326,23 @@ Chunking plan_chunks(int threads, int64_t N, int64_t P, int64_t col_bytes_per_im
   return c;
 }
 
-// Runs body(thread, chunk) for every chunk, chunks dealt round-robin over ch.threads threads.
+// Runs begin(thread) once per thread, then body(thread, chunk) for every chunk. Chunks are handed
+// out dynamically: on a busy machine a thread that is descheduled for a while does not hold the
+// others up (with a static deal they would wait at the end for its share).
 // With one thread no parallel region is opened, so Eigen may parallelise the GEMM itself.
-template <class F>
-void for_chunks(const Chunking& ch, F&& body) {
+template <class Begin, class F>
+void for_chunks(const Chunking& ch, Begin&& begin, F&& body) {
   if (ch.threads <= 1) {
+    begin(0);
     for (int64_t c = 0; c < ch.chunks; ++c) body(0, c);
     return;
   }
 #pragma omp parallel num_threads(ch.threads)
   {
     const int t = omp_get_thread_num();
-    for (int64_t c = t; c < ch.chunks; c += ch.threads) body(t, c);
+    begin(t);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t c = 0; c < ch.chunks; ++c) body(t, c);
   }
 }
 
@@ -306,7 +354,7 @@ void conv_forward(KernelContext& ctx, const ConvShape& cs, const T* x, const T* 
   const int64_t B = ch.per_chunk;
   const int64_t per_thread = B * P * K + B * P * Mg;
   T* scratch = static_cast<T*>(ctx.scratch(sizeof(T) * per_thread * ch.threads));
-  for_chunks(ch, [&](int t, int64_t chunk) {
+  for_chunks(ch, [](int) {}, [&](int t, int64_t chunk) {
     T* col = scratch + t * per_thread;
     T* yc = col + B * P * K;
     const int64_t n0 = chunk * B, nb = std::min(B, cs.N - n0), ld = nb * P;
@@ -346,11 +394,14 @@ void conv_backward(KernelContext& ctx, const ConvShape& cs, const T* dy, const T
   const int64_t acc = (dw && ch.threads > 1) ? M * K : 0;
   const int64_t per_thread = B * P * K + B * P * Mg + acc;
   T* scratch = static_cast<T*>(ctx.scratch(sizeof(T) * per_thread * ch.threads));
-  for_chunks(ch, [&](int t, int64_t chunk) {
+  auto dw_acc_of = [&](int t) { return (t == 0 || !dw) ? dw : scratch + t * per_thread + B * P * K + B * P * Mg; };
+  auto zero_acc = [&](int t) {
+    if (t > 0 && dw) std::fill(dw_acc_of(t), dw_acc_of(t) + M * K, T(0));
+  };
+  for_chunks(ch, zero_acc, [&](int t, int64_t chunk) {
     T* col = scratch + t * per_thread;
     T* dyc = col + B * P * K;
-    T* dw_acc = (t == 0 || !dw) ? dw : dyc + B * P * Mg;
-    if (t > 0 && dw && chunk == t) std::fill(dw_acc, dw_acc + M * K, T(0));
+    T* dw_acc = dw_acc_of(t);
     const int64_t n0 = chunk * B, nb = std::min(B, cs.N - n0), ld = nb * P;
     for (int64_t g = 0; g < cs.group; ++g) {
       if (B > 1)

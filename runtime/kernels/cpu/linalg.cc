@@ -126,7 +126,7 @@ void matmul_kernel(KernelContext& ctx) {
   // Many small products: one per thread (Eigen stays sequential inside a parallel region).
   const int threads = static_cast<int>(std::min<int64_t>(ctx.threads(), nbatch));
   if (threads > 1 && M * N * K < (int64_t{1} << 21)) {
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 16)
     for (int64_t i = 0; i < nbatch; ++i) one(i);
   } else {
     for (int64_t i = 0; i < nbatch; ++i) one(i);

@@ -5,6 +5,8 @@
 // running variance with the unbiased one (times n/(n-1)), as PyTorch's BatchNorm does: graphrun
 // trains models exported from PyTorch and must keep the same running statistics. (ONNX's own
 // reference for opset 14/15 uses the biased variance there; only the running_var output differs.)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // false positives inside Eigen's AVX-512 code
+#include <Eigen/Core>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -44,20 +46,18 @@ void check_param(const Tensor& t, const Tensor& x, const BnShape& s, const char*
                 << shape_str(x.shape()));
 }
 
-// Mean and biased variance of feature f, two passes in double.
+template <class T> using Row = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+
+// Mean and biased variance of feature f, two passes (deviations from the mean, not E[x^2] - m^2).
+// Each row of S values is summed vectorised in T, the rows' sums in double.
 template <class T>
 void feature_stats(const T* x, const BnShape& s, int64_t f, double* mean, double* var) {
   double sum = 0;
-  for (int64_t n = 0; n < s.N; ++n) {
-    const T* p = x + (n * s.F + f) * s.S;
-    for (int64_t i = 0; i < s.S; ++i) sum += p[i];
-  }
+  for (int64_t n = 0; n < s.N; ++n) sum += Row<T>(x + (n * s.F + f) * s.S, s.S).sum();
   const double m = s.count() ? sum / s.count() : 0;
+  const T mt = static_cast<T>(m);
   double sq = 0;
-  for (int64_t n = 0; n < s.N; ++n) {
-    const T* p = x + (n * s.F + f) * s.S;
-    for (int64_t i = 0; i < s.S; ++i) sq += (p[i] - m) * (p[i] - m);
-  }
+  for (int64_t n = 0; n < s.N; ++n) sq += (Row<T>(x + (n * s.F + f) * s.S, s.S) - mt).square().sum();
   *mean = m;
   *var = s.count() ? sq / s.count() : 0;
 }
@@ -88,7 +88,7 @@ void batch_norm_kernel(KernelContext& ctx) {
     if (ctx.has_output(4)) saved_var = ctx.output(4, ctx.input(4).shape(), x.dtype()).data<T>();
     GR_CHECK(s.count() > 0, "training mode needs a non-empty batch");
   }
-#pragma omp parallel for num_threads(ctx.threads()) schedule(static)
+#pragma omp parallel for num_threads(ctx.threads()) schedule(dynamic, 1)
   for (int64_t f = 0; f < s.F; ++f) {
     double mean = in_mean[f], var = in_var[f];
     if (training) {
@@ -125,15 +125,17 @@ void batch_norm_grad_kernel(KernelContext& ctx) {
   T* db = ctx.has_output(2) ? ctx.output(2, scale.shape(), x.dtype()).data<T>() : nullptr;
   const double cnt = static_cast<double>(s.count());
   GR_CHECK(s.count() > 0, "an empty batch has no batch statistics");
-#pragma omp parallel for num_threads(ctx.threads()) schedule(static)
+#pragma omp parallel for num_threads(ctx.threads()) schedule(dynamic, 1)
   for (int64_t f = 0; f < s.F; ++f) {
     double mean, var;
     feature_stats(xp, s, f, &mean, &var);
     const double invstd = 1.0 / std::sqrt(var + eps);
     double sum_g = 0, sum_gx = 0;  // sum dY, sum dY * xhat
+    const T mt = static_cast<T>(mean);
     for (int64_t n = 0; n < s.N; ++n) {
-      const T *gp = g + (n * s.F + f) * s.S, *p = xp + (n * s.F + f) * s.S;
-      for (int64_t i = 0; i < s.S; ++i) sum_g += gp[i], sum_gx += gp[i] * (p[i] - mean);
+      Row<T> gp(g + (n * s.F + f) * s.S, s.S), p(xp + (n * s.F + f) * s.S, s.S);
+      sum_g += gp.sum();
+      sum_gx += (gp * (p - mt)).sum();
     }
     sum_gx *= invstd;
     if (db) db[f] = static_cast<T>(sum_g);

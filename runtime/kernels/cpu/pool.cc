@@ -106,6 +106,34 @@ int64_t column_major(const Window& w, int64_t i) {
   return i0 + i1 * w.in[0] + i2 * w.in[0] * w.in[1];
 }
 
+// The most common pooling window (2x2, stride 2, no padding or dilation, every window inside the
+// input: LeNet's and SimpleCNN's) written out, so the compiler vectorises it; the general loops run
+// several times slower on it.
+bool is_plain_2x2(const Window& w) {
+  return w.k[0] == 1 && w.k[1] == 2 && w.k[2] == 2 && w.s[1] == 2 && w.s[2] == 2 && w.d[1] == 1 && w.d[2] == 1 &&
+         w.pb[1] == 0 && w.pb[2] == 0 && w.out[1] * 2 <= w.in[1] && w.out[2] * 2 <= w.in[2];
+}
+
+// MaxPool over plain 2x2 windows; taps in window order as the general loop (first tap, then any
+// larger one or NaN). Indices are storage_order 0: base + offset in the plane.
+template <class T>
+void max_2x2(const T* __restrict x, int64_t IW, T* __restrict y, int64_t* __restrict idx, int64_t base, int64_t OH,
+             int64_t OW) {
+  for (int64_t oh = 0; oh < OH; ++oh)
+    for (int64_t ow = 0; ow < OW; ++ow) {
+      const int64_t i = 2 * oh * IW + 2 * ow;
+      T best = x[i];
+      int64_t at = i;
+      for (int64_t j : {i + 1, i + IW, i + IW + 1}) {
+        bool nan = false;
+        if constexpr (std::is_floating_point_v<T>) nan = std::isnan(x[j]);
+        if (x[j] > best || nan) best = x[j], at = j;
+      }
+      y[oh * OW + ow] = best;
+      if (idx) idx[oh * OW + ow] = base + at;
+    }
+}
+
 template <class T>
 void max_pool_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
@@ -117,9 +145,15 @@ void max_pool_kernel(KernelContext& ctx) {
   int64_t* idx = ctx.has_output(1) ? ctx.output(1, ys, DType::I64).data<int64_t>() : nullptr;
   const T* xp = x.data<T>();
   const int64_t planes = x.dim(0) * x.dim(1), I = w.in_size(), P = w.out_size();
+  if (is_plain_2x2(w) && so == 0) {
+#pragma omp parallel for num_threads(ctx.threads()) schedule(dynamic, 16)
+    for (int64_t p = 0; p < planes; ++p)
+      max_2x2(xp + p * I, w.in[2], y + p * P, idx ? idx + p * P : nullptr, p * I, w.out[1], w.out[2]);
+    return;
+  }
   int64_t* args = static_cast<int64_t*>(ctx.scratch(sizeof(int64_t) * planes * P));
   const ColumnTaps taps(w);
-#pragma omp parallel for num_threads(ctx.threads()) schedule(static)
+#pragma omp parallel for num_threads(ctx.threads()) schedule(dynamic, 16)
   for (int64_t p = 0; p < planes; ++p) {
     const T* xin = xp + p * I;
     T* yo = y + p * P;
@@ -147,6 +181,32 @@ void max_pool_kernel(KernelContext& ctx) {
 }
 
 template <class T>
+void average_2x2(const T* __restrict x, int64_t IH, int64_t IW, T* __restrict y, int64_t OH, int64_t OW) {
+  for (int64_t oh = 0; oh < OH; ++oh) {
+    const T* __restrict r0 = x + 2 * oh * IW;
+    const T* __restrict r1 = r0 + IW;
+    T* __restrict out = y + oh * OW;
+    for (int64_t ow = 0; ow < OW; ++ow)
+      out[ow] = (r0[2 * ow] + r0[2 * ow + 1] + r1[2 * ow] + r1[2 * ow + 1]) * T(0.25);
+  }
+}
+
+template <class T>
+void average_2x2_grad(const T* __restrict g, int64_t OH, int64_t OW, T* __restrict dx, int64_t IH, int64_t IW) {
+  for (int64_t oh = 0; oh < OH; ++oh) {
+    T* __restrict r0 = dx + 2 * oh * IW;
+    T* __restrict r1 = r0 + IW;
+    const T* __restrict go = g + oh * OW;
+    for (int64_t ow = 0; ow < OW; ++ow) {
+      const T v = go[ow] * T(0.25);
+      r0[2 * ow] = r0[2 * ow + 1] = r1[2 * ow] = r1[2 * ow + 1] = v;
+    }
+    for (int64_t iw = 2 * OW; iw < IW; ++iw) r0[iw] = r1[iw] = T(0);  // columns no window covers
+  }
+  std::fill(dx + 2 * OH * IW, dx + IH * IW, T(0));  // rows no window covers
+}
+
+template <class T>
 void average_pool_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Window w = pool_window(ctx.node(), x, false);
@@ -157,8 +217,13 @@ void average_pool_kernel(KernelContext& ctx) {
   T* y = ctx.output(0, pooled_shape(x, w), x.dtype()).data<T>();
   const T* xp = x.data<T>();
   const int64_t planes = x.dim(0) * x.dim(1), I = w.in_size(), P = w.out_size();
+  if (is_plain_2x2(w)) {
+#pragma omp parallel for num_threads(ctx.threads()) schedule(dynamic, 16)
+    for (int64_t p = 0; p < planes; ++p) average_2x2(xp + p * I, w.in[1], w.in[2], y + p * P, w.out[1], w.out[2]);
+    return;
+  }
   const ColumnTaps taps(w);
-#pragma omp parallel for num_threads(ctx.threads()) schedule(static)
+#pragma omp parallel for num_threads(ctx.threads()) schedule(dynamic, 16)
   for (int64_t p = 0; p < planes; ++p) {
     const T* xin = xp + p * I;
     T* yo = y + p * P;
@@ -183,7 +248,7 @@ void global_pool_kernel(KernelContext& ctx) {
   const T* xp = x.data<T>();
   const int64_t planes = x.dim(0) * x.dim(1), I = shape_numel(spatial(x.shape()));
   GR_CHECK(I > 0 || planes == 0, "X " << shape_str(x.shape()) << " has empty spatial axes");
-#pragma omp parallel for num_threads(ctx.threads()) schedule(static)
+#pragma omp parallel for num_threads(ctx.threads()) schedule(dynamic, 16)
   for (int64_t p = 0; p < planes; ++p) {
     const T* xin = xp + p * I;
     T acc = kMax ? -std::numeric_limits<T>::infinity() : T(0);
@@ -207,7 +272,7 @@ void max_pool_grad_kernel(KernelContext& ctx) {
   const int64_t* id = ind.data<int64_t>();
   const int64_t planes = x.dim(0) * x.dim(1), I = shape_numel(spatial(x.shape())), P = shape_numel(spatial(dy.shape()));
   bool bad = false;
-#pragma omp parallel for num_threads(ctx.threads()) schedule(static) reduction(|| : bad)
+#pragma omp parallel for num_threads(ctx.threads()) schedule(dynamic, 16) reduction(|| : bad)
   for (int64_t p = 0; p < planes; ++p) {
     T* d = dx + p * I;
     std::fill(d, d + I, T(0));
@@ -234,9 +299,14 @@ void average_pool_grad_kernel(KernelContext& ctx) {
   T* dx = ctx.output(0, x.shape(), x.dtype()).data<T>();
   const T* g = dy.data<T>();
   const int64_t planes = x.dim(0) * x.dim(1), I = w.in_size(), P = w.out_size();
+  if (is_plain_2x2(w)) {
+#pragma omp parallel for num_threads(ctx.threads()) schedule(dynamic, 16)
+    for (int64_t p = 0; p < planes; ++p) average_2x2_grad(g + p * P, w.out[1], w.out[2], dx + p * I, w.in[1], w.in[2]);
+    return;
+  }
   T* shares = static_cast<T*>(ctx.scratch(sizeof(T) * planes * P));
   const ColumnTaps taps(w);
-#pragma omp parallel for num_threads(ctx.threads()) schedule(static)
+#pragma omp parallel for num_threads(ctx.threads()) schedule(dynamic, 16)
   for (int64_t p = 0; p < planes; ++p) {
     T* d = dx + p * I;
     const T* go = g + p * P;

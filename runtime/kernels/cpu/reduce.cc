@@ -208,30 +208,6 @@ template <class T, bool kLog> void softmax_line(const T* x, T* y, int64_t n, int
   }
 }
 
-void softmax_layout(const KernelContext& ctx, const Tensor& x, const char* what, int64_t* outer, int64_t* n,
-                    int64_t* inner);
-
-template <bool kLog> void softmax_kernel(KernelContext& ctx) {
-  const Tensor& x = ctx.input(0);
-  const char* what = kLog ? "LogSoftmax" : "Softmax";
-  int64_t outer, n, inner;
-  softmax_layout(ctx, x, what, &outer, &n, &inner);
-  Tensor& y = ctx.output(0, x.shape(), x.dtype());
-  if (x.numel() == 0) return;
-  dispatch_float(x.dtype(), what, [&](auto tag) {
-    using T = decltype(tag);
-    const T* px = ptr<T>(x);
-    T* py = ptr<T>(y);
-    const int64_t lines = outer * inner;
-    const int th = threads_for(ctx, x.numel());
-#pragma omp parallel for num_threads(th) schedule(static) if (th > 1)
-    for (int64_t l = 0; l < lines; ++l) {
-      const int64_t o = l / inner, i = l % inner;
-      softmax_line<T, kLog>(px + o * n * inner + i, py + o * n * inner + i, n, inner);
-    }
-  });
-}
-
 // (outer, n, inner) of a softmax-like op: 2-D coercion at axis before opset 13, one axis from 13.
 void softmax_layout(const KernelContext& ctx, const Tensor& x, const char* what, int64_t* outer, int64_t* n,
                     int64_t* inner) {
@@ -251,25 +227,24 @@ void softmax_layout(const KernelContext& ctx, const Tensor& x, const char* what,
   }
 }
 
-void hardmax_kernel(KernelContext& ctx) {
+template <bool kLog> void softmax_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
+  const char* what = kLog ? "LogSoftmax" : "Softmax";
   int64_t outer, n, inner;
-  softmax_layout(ctx, x, "Hardmax", &outer, &n, &inner);
+  softmax_layout(ctx, x, what, &outer, &n, &inner);
   Tensor& y = ctx.output(0, x.shape(), x.dtype());
-  dispatch_float(x.dtype(), "Hardmax", [&](auto tag) {
+  if (x.numel() == 0) return;
+  dispatch_float(x.dtype(), what, [&](auto tag) {
     using T = decltype(tag);
     const T* px = ptr<T>(x);
     T* py = ptr<T>(y);
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t i = 0; i < inner; ++i) {
-        const int64_t base = o * n * inner + i;
-        int64_t best = 0;
-        for (int64_t j = 0; j < n; ++j) {
-          if (px[base + j * inner] > px[base + best * inner]) best = j;
-          py[base + j * inner] = T(0);
-        }
-        if (n > 0) py[base + best * inner] = T(1);
-      }
+    const int64_t lines = outer * inner;
+    const int th = threads_for(ctx, x.numel());
+#pragma omp parallel for num_threads(th) schedule(static) if (th > 1)
+    for (int64_t l = 0; l < lines; ++l) {
+      const int64_t o = l / inner, i = l % inner;
+      softmax_line<T, kLog>(px + o * n * inner + i, py + o * n * inner + i, n, inner);
+    }
   });
 }
 
@@ -360,7 +335,6 @@ void register_reduce_kernels(KernelTable& t) {
   t.add("ArgMin", arg_kernel<false>);
   t.add("Softmax", softmax_kernel<false>);
   t.add("LogSoftmax", softmax_kernel<true>);
-  t.add("Hardmax", hardmax_kernel);
   t.add("CumSum", cumsum_kernel);
   t.add("TopK", topk_kernel);
 }

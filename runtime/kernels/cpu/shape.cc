@@ -392,6 +392,13 @@ void pad_kernel(KernelContext& ctx) {
     const auto in_st = contiguous_strides(x.shape());
     const int64_t inner = out[r - 1], n = y.numel();
     const auto& last = src[r - 1];
+    // In constant mode the last axis is [fill][a contiguous run of the input][fill].
+    const int64_t lead = std::max<int64_t>(full[r - 1], 0);
+    const int64_t run = mode == "constant" ? std::clamp<int64_t>(x.shape()[r - 1] + std::min<int64_t>(full[r - 1], 0) +
+                                                                     std::min<int64_t>(full[2 * r - 1], 0),
+                                                                 0, inner - lead)
+                                           : -1;
+    const int64_t run_src = std::max<int64_t>(-full[r - 1], 0);
     std::vector<int64_t> idx(r, 0);
     for (int64_t o = 0; o < n; o += inner) {
       int64_t off = 0;
@@ -401,8 +408,15 @@ void pad_kernel(KernelContext& ctx) {
         if (s < 0) { constant = true; break; }
         off += s * in_st[k];
       }
-      if (constant) std::fill(py + o, py + o + inner, fill);
-      else for (int64_t i = 0; i < inner; ++i) py[o + i] = last[i] < 0 ? fill : px[off + last[i]];
+      if (constant) {
+        std::fill(py + o, py + o + inner, fill);
+      } else if (run >= 0) {
+        std::fill(py + o, py + o + lead, fill);
+        std::copy(px + off + run_src, px + off + run_src + run, py + o + lead);
+        std::fill(py + o + lead + run, py + o + inner, fill);
+      } else {
+        for (int64_t i = 0; i < inner; ++i) py[o + i] = last[i] < 0 ? fill : px[off + last[i]];
+      }
       for (int k = r - 1; k-- > 0;) {
         if (++idx[k] < out[k]) break;
         idx[k] = 0;
@@ -779,6 +793,75 @@ void depth_space(KernelContext& ctx, bool to_space) {
 void depth_to_space_kernel(KernelContext& ctx) { depth_space(ctx, true); }
 void space_to_depth_kernel(KernelContext& ctx) { depth_space(ctx, false); }
 
+// Compress / NonZero have data-dependent output shapes: fine on the first run of a plan; a later run
+// whose data changes the shape gets the executor's clear "data-dependent shapes" error.
+void compress_kernel(KernelContext& ctx) {
+  const Tensor &x = ctx.input(0), &cond = ctx.input(1);
+  check_bool(cond, "Compress condition");
+  GR_CHECK(cond.rank() == 1, "Compress: condition must be 1-D, got " << shape_str(cond.shape()));
+  const bool has_axis = ctx.node().has_attr("axis");
+  const Shape xs = has_axis ? x.shape() : Shape{x.numel()};
+  const int axis = has_axis ? norm_axis(ctx.node().attr_i("axis", 0), x.rank(), "Compress") : 0;
+  const int64_t dim = xs[axis];
+  GR_CHECK(cond.numel() <= dim, "Compress: condition has " << cond.numel() << " entries for an axis of size " << dim);
+  std::vector<int64_t> keep;
+  for (int64_t i = 0; i < cond.numel(); ++i)
+    if (ptr<bool>(cond)[i]) keep.push_back(i);
+  Shape out = xs;
+  out[axis] = static_cast<int64_t>(keep.size());
+  Tensor& y = ctx.output(0, out, x.dtype());
+  const size_t esz = dtype_size(x.dtype());
+  const int64_t outer = prod(xs, 0, axis), inner = prod(xs, axis + 1, xs.size()) * esz;
+  const char* src = static_cast<const char*>(x.raw());
+  char* dst = static_cast<char*>(y.raw());
+  for (int64_t o = 0; o < outer; ++o)
+    for (size_t j = 0; j < keep.size(); ++j)
+      std::memcpy(dst + (o * keep.size() + j) * inner, src + (o * dim + keep[j]) * inner, inner);
+}
+
+void nonzero_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  std::vector<double> v = x.as_doubles();
+  std::vector<int64_t> at;
+  for (int64_t i = 0; i < x.numel(); ++i)
+    if (v[i] != 0) at.push_back(i);
+  const int r = x.rank();
+  const int64_t nnz = static_cast<int64_t>(at.size());
+  Tensor& y = ctx.output(0, {r, nnz}, DType::I64);
+  const auto st = contiguous_strides(x.shape());
+  int64_t* py = ptr<int64_t>(y);
+  for (int64_t j = 0; j < nnz; ++j)
+    for (int k = 0; k < r; ++k) py[k * nnz + j] = (at[j] / st[k]) % x.shape()[k];
+}
+
+void reverse_sequence_kernel(KernelContext& ctx) {
+  const Tensor &x = ctx.input(0), &lens_t = ctx.input(1);
+  GR_CHECK(x.rank() >= 2, "ReverseSequence: input must have rank >= 2");
+  const int batch_axis = norm_axis(ctx.node().attr_i("batch_axis", 1), x.rank(), "ReverseSequence");
+  const int time_axis = norm_axis(ctx.node().attr_i("time_axis", 0), x.rank(), "ReverseSequence");
+  GR_CHECK(batch_axis != time_axis && std::max(batch_axis, time_axis) <= 1,
+           "ReverseSequence: batch_axis and time_axis must be 0 and 1 in some order");
+  std::vector<int64_t> lens = int_list(lens_t, "ReverseSequence sequence_lens");
+  const int64_t batch = x.shape()[batch_axis], time = x.shape()[time_axis];
+  GR_CHECK(static_cast<int64_t>(lens.size()) == batch, "ReverseSequence: " << lens.size() << " lengths for batch "
+                                                                           << batch);
+  Tensor& y = ctx.output(0, x.shape(), x.dtype());
+  const auto st = contiguous_strides(x.shape());
+  const size_t esz = dtype_size(x.dtype());
+  const int64_t inner = prod(x.shape(), 2, x.rank()) * esz;
+  const char* src = static_cast<const char*>(x.raw());
+  char* dst = static_cast<char*>(y.raw());
+  for (int64_t b = 0; b < batch; ++b) {
+    GR_CHECK(lens[b] >= 0 && lens[b] <= time, "ReverseSequence: length " << lens[b] << " exceeds " << time);
+    for (int64_t t = 0; t < time; ++t) {
+      const int64_t from = t < lens[b] ? lens[b] - 1 - t : t;
+      const int64_t dst_off = (b * st[batch_axis] + t * st[time_axis]) * esz;
+      const int64_t src_off = (b * st[batch_axis] + from * st[time_axis]) * esz;
+      std::memcpy(dst + dst_off, src + src_off, inner);
+    }
+  }
+}
+
 // ---- broadcasting and its reverse ----
 
 void expand_kernel(KernelContext& ctx) {
@@ -855,9 +938,11 @@ void sum_to_shape_kernel(KernelContext& ctx) {
       const T* xr = px + r * inner;
       T* yr = py + o[1];
       if (sy) {
+#pragma omp simd
         for (int64_t i = 0; i < inner; ++i) yr[i] += xr[i];
       } else {
         T acc = T(0);
+#pragma omp simd reduction(+ : acc)
         for (int64_t i = 0; i < inner; ++i) acc += xr[i];
         yr[0] += acc;
       }
@@ -889,6 +974,9 @@ void register_shape_kernels(KernelTable& t) {
   t.add("OneHot", onehot_kernel);
   t.add("Expand", expand_kernel);
   t.add("Tile", tile_kernel);
+  t.add("Compress", compress_kernel);
+  t.add("NonZero", nonzero_kernel);
+  t.add("ReverseSequence", reverse_sequence_kernel);
   t.add("GatherND", gather_nd_kernel);
   t.add("ScatterND", scatter_nd_kernel);
   t.add("Trilu", trilu_kernel);
