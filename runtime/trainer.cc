@@ -476,7 +476,7 @@ EpochStats Trainer::train_epoch(int epoch) {
   st.epoch = epoch + 1;
   st.steps = steps;
   st.seconds = seconds;
-  st.lr = opts_.lr;
+  st.lr = learning_rate(opts_.schedule, std::max<int64_t>(0, global_step_ - 1));  // the epoch's last step's
   double loss = 0;
   int64_t correct = 0;
   for (auto& w : workers_) {

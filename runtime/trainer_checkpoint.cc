@@ -43,6 +43,8 @@ std::string Trainer::save_checkpoint(int epoch, int64_t step) {
   ck.meta["replicas"] = std::to_string(replicas());
   ck.meta["batch_size"] = std::to_string(opts_.batch_size);
   ck.meta["seed"] = std::to_string(opts_.seed);
+  // The data order is regenerated from (seed, epoch) over the same training set: data::epoch_order.
+  ck.meta["train_size"] = std::to_string(train_.size());
   ck.meta["epoch"] = std::to_string(epoch);
   ck.meta["step"] = std::to_string(step);
   ck.meta["global_step"] = std::to_string(global_step_);
@@ -104,6 +106,7 @@ void Trainer::load_checkpoint(const std::string& path) {
   expect("replicas", std::to_string(replicas()), "replicas:");
   expect("batch_size", std::to_string(opts_.batch_size), "--batch-size");
   expect("seed", std::to_string(opts_.seed), "--seed");
+  expect("train_size", std::to_string(train_.size()), "training images:");
   for (int d = 0; d < replicas(); ++d) {
     Executor& ex = replica(d);
     for (const auto& [name, t] : ex.states()) {

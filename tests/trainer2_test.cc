@@ -339,6 +339,15 @@ TEST(Trainer2, CliRefusesCorruptAndForeignCheckpointsAndStopsOnNan) {
   EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_NE(r.output.find("not finite at step"), std::string::npos) << r.output;
 
+  r = testing::run_command(cli + lenet_path() +
+                           " --devices cpu:2 --batch-size 32 --max-steps 5 --threads 1 --epochs 1 --log-every 2"
+                           " --optimizer adam --lr 1e-3 --lr-schedule step --lr-step-size 2 --lr-gamma 0.5"
+                           " --normalize 0.1307,0.3081 --freeze conv1.weight");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (const char* line : {"step 2  epoch 1  loss ", "step 4  epoch 1  loss ", "step 5  epoch 1  loss "})
+    EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
+  EXPECT_NE(r.output.find("lr 0.00025\n"), std::string::npos) << r.output;  // step 5: 1e-3 * 0.5^2
+
   r = testing::run_command(cli + lenet_path() + " --eval-only --threads 1");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("test acc: "), std::string::npos) << r.output;
