@@ -275,6 +275,27 @@ TEST(Trainer2, ResumeFromCheckpointIsBitwiseTheUninterruptedRun) {
   EXPECT_EQ(count, 2);
 }
 
+// The same through the command line: a run whose newest checkpoints are lost (killed after step 4)
+// and resumed with --resume saves the same model, bit for bit, as an uninterrupted run.
+TEST(Trainer2, CliResumeSavesTheSameModelAsAnUninterruptedRun) {
+  REQUIRE_LENET_AND_DATA();
+  const std::string dir = testing::temp_dir("trainer2_cli_resume");
+  const std::string run = testing::graphrun_cli() + " train " + lenet_path() +
+                          " --devices cpu:2 --threads 1 --batch-size 32 --max-steps 3 --epochs 2 --optimizer adam"
+                          " --lr 1e-3 --lr-schedule cosine --checkpoint-every 2 --keep-checkpoints 10";
+  auto r = testing::run_command(run + " --checkpoint-dir " + dir + "/ck --save " + dir + "/full.onnx");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  namespace fs = std::filesystem;
+  for (const auto& e : fs::directory_iterator(dir + "/ck"))
+    if (e.path().filename().string() > runtime::checkpoint_name(1, 4)) fs::remove(e.path());
+  ASSERT_EQ(runtime::latest_checkpoint(dir + "/ck"), dir + "/ck/" + runtime::checkpoint_name(1, 4));
+  r = testing::run_command(run + " --checkpoint-dir " + dir + "/ck --resume --save " + dir + "/resumed.onnx");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
+  Graph a = load_onnx(dir + "/full.onnx"), b = load_onnx(dir + "/resumed.onnx");
+  for (const auto& [name, t] : a.initializers) EXPECT_EQ(testing::max_abs_diff(b.initializers.at(name), t), 0) << name;
+}
+
 TEST(Trainer2, NanLossStopsNamingTheStepAndKeepsTheLastGoodCheckpoint) {
   REQUIRE_LENET_AND_DATA();
   TrainOptions o = quick(2, 32, 20);

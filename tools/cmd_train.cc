@@ -16,7 +16,7 @@ const Command& train_command() {
       "train",
       "graphrun train MODEL.onnx [--devices cpu:N] [--batch-size 256] [--lr 0.2] [--epochs 10] [options]",
       "Trains a classifier data-parallel: the training graph is replicated once per device, gradients are summed\n"
-      "by AllReduce nodes, and every replica applies the same SGD update.",
+      "by AllReduce nodes, and every replica applies the same optimizer update (SGD, Adam or AdamW).",
       {
           {"devices", "LIST", "cpu:N (N CPU replicas), cpu:0,cpu:1, or cuda:0,1 (default: cpu:R, R = min(cores, 4))"},
           {"gpus", "N", "train on N GPUs (cuda:0..N-1)"},
@@ -24,7 +24,8 @@ const Command& train_command() {
           {"lr", "RATE", "learning rate (default 0.2)"},
           {"epochs", "E", "epochs (default 10)"},
           {"momentum", "M", "SGD momentum (default 0)"},
-          {"weight-decay", "WD", "L2 weight decay, as torch.optim.SGD's (default 0)"},
+          {"weight-decay", "WD", "weight decay (default 0): L2 for sgd and adam (as torch.optim.SGD/Adam),\n"
+                                  "                            decoupled for adamw (as torch.optim.AdamW)"},
           {"nesterov", "", "Nesterov momentum (needs --momentum)"},
           {"threads", "N", "intra-op threads per replica (default: cores / replicas, at least 1)"},
           {"seed", "S", "seed of the data order and of dropout (default 0)"},
@@ -51,8 +52,9 @@ const Command& train_command() {
           {"eval-only", "", "evaluate the model as given (test accuracy and loss); no training"},
           {"log-every", "N", "print the mean training loss every N steps"},
           {"checkpoint-dir", "DIR", "write a checkpoint after every epoch (weights, optimizer state, running\n"
-                                    "                            statistics, RNG, epoch/step); the newest 3 are kept"},
+                                    "                            statistics, RNG, epoch/step), atomically"},
           {"checkpoint-every", "N", "also write one every N steps (needs --checkpoint-dir)"},
+          {"keep-checkpoints", "K", "keep the newest K checkpoints (default 3)"},
           {"resume", "", "continue from the newest checkpoint in --checkpoint-dir (same model and\n"
                          "                            settings): the same weights as an uninterrupted run"},
       },
@@ -197,6 +199,10 @@ int cmd_train(const std::vector<std::string>& argv) {
   o.checkpoint_every = args.get_int("checkpoint-every", 0);
   if (o.checkpoint_every < 0) throw bad("--checkpoint-every must be >= 0, got " + args.get("checkpoint-every"));
   if (o.checkpoint_every > 0 && o.checkpoint_dir.empty()) throw bad("--checkpoint-every needs --checkpoint-dir");
+  o.keep_checkpoints = static_cast<int>(args.get_int("keep-checkpoints", 3));
+  if (o.keep_checkpoints < 1 || o.keep_checkpoints > 1000000)
+    throw bad("--keep-checkpoints must be at least 1, got " + args.get("keep-checkpoints"));
+  if (args.has("keep-checkpoints") && o.checkpoint_dir.empty()) throw bad("--keep-checkpoints needs --checkpoint-dir");
   o.resume = args.has("resume");
   if (o.resume && o.checkpoint_dir.empty()) throw bad("--resume needs --checkpoint-dir DIR");
   const bool eval_only = args.has("eval-only");
