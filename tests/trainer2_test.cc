@@ -275,6 +275,65 @@ TEST(Trainer2, ResumeFromCheckpointIsBitwiseTheUninterruptedRun) {
   EXPECT_EQ(count, 2);
 }
 
+// BatchNorm and Dropout: between the epoch-end broadcasts each replica has its own running
+// statistics, and each its own dropout RNG; a mid-epoch checkpoint keeps both, so resuming is still
+// bitwise the uninterrupted run. The model is written with onnx.helper at test time.
+TEST(Trainer2, ResumeKeepsPerReplicaRunningStatisticsAndDropoutRng) {
+  if (!have_data()) GTEST_SKIP() << "Fashion-MNIST is not installed";
+  const std::string dir = testing::temp_dir("trainer2_bn_dropout");
+  {
+    std::ofstream py(dir + "/make.py");
+    py << "import numpy as np, onnx\n"
+          "from onnx import helper as h, TensorProto as T, numpy_helper as nh\n"
+          "r = np.random.RandomState(0)\n"
+          "f = lambda n, a: nh.from_array(a.astype(np.float32), n)\n"
+          "inits = [f('conv.w', r.randn(4, 1, 3, 3) * 0.3), f('conv.b', np.zeros(4)), f('bn.scale', np.ones(4)),\n"
+          "         f('bn.bias', np.zeros(4)), f('bn.mean', np.zeros(4)), f('bn.var', np.ones(4)),\n"
+          "         f('fc.w', r.randn(10, 4 * 13 * 13) * 0.02), f('fc.b', np.zeros(10)),\n"
+          "         f('drop.ratio', np.array(0.3))]\n"
+          "nodes = [h.make_node('Conv', ['image', 'conv.w', 'conv.b'], ['c'], strides=[2, 2]),\n"
+          "         h.make_node('BatchNormalization', ['c', 'bn.scale', 'bn.bias', 'bn.mean', 'bn.var'], ['n']),\n"
+          "         h.make_node('Relu', ['n'], ['a']), h.make_node('Dropout', ['a', 'drop.ratio'], ['d']),\n"
+          "         h.make_node('Flatten', ['d'], ['flat']), h.make_node('Gemm', ['flat', 'fc.w', 'fc.b'], ['logits'], transB=1)]\n"
+          "g = h.make_graph(nodes, 'bn_dropout', [h.make_tensor_value_info('image', T.FLOAT, ['N', 1, 28, 28])],\n"
+          "                 [h.make_tensor_value_info('logits', T.FLOAT, ['N', 10])], inits)\n"
+          "m = h.make_model(g, opset_imports=[h.make_opsetid('', 15)])\n"
+          "onnx.checker.check_model(m)\n"
+          "onnx.save(m, '" << dir << "/bn_dropout.onnx')\n";
+  }
+  auto r = testing::run_command(testing::python() + " " + dir + "/make.py");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  Graph model = load_onnx(dir + "/bn_dropout.onnx");
+  TrainOptions o = quick(2, 32, 5);
+  o.epochs = 2;
+  o.lr = 0.05;
+  o.pipeline.optimizer.momentum = 0.9f;
+  o.checkpoint_dir = dir + "/ck";
+  o.checkpoint_every = 3;
+  o.keep_checkpoints = 10;
+  std::map<std::string, Tensor> full;
+  {
+    Trainer t(model, o);
+    t.fit();
+    full = params_of(t);
+  }
+  // Lost: everything after the checkpoint at step 6 (mid-epoch 2, replicas' statistics differ).
+  namespace fs = std::filesystem;
+  for (const auto& e : fs::directory_iterator(o.checkpoint_dir))
+    if (e.path().filename().string() > runtime::checkpoint_name(1, 6)) fs::remove(e.path());
+  auto ck = runtime::load_checkpoint(runtime::latest_checkpoint(o.checkpoint_dir));
+  EXPECT_EQ(ck.meta.at("global_step"), "6");
+  EXPECT_TRUE(ck.tensors.count("replica1/bn.mean")) << "the replicas' running statistics should differ mid-epoch";
+  TrainOptions re = o;
+  re.resume = true;
+  Trainer t(model, re);
+  t.fit();
+  auto resumed = params_of(t);
+  ASSERT_EQ(resumed.size(), full.size());
+  for (const auto& [name, v] : full) EXPECT_EQ(testing::max_abs_diff(resumed.at(name), v), 0) << name;
+  EXPECT_GT(testing::max_abs_diff(full.at("r0/bn.mean"), model.initializers.at("bn.mean")), 0);
+}
+
 // The same through the command line: a run whose newest checkpoints are lost (killed after step 4)
 // and resumed with --resume saves the same model, bit for bit, as an uninterrupted run.
 TEST(Trainer2, CliResumeSavesTheSameModelAsAnUninterruptedRun) {
