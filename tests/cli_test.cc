@@ -35,7 +35,7 @@ save([helper.make_node('Relu', ['a'], ['ra'], name='relu_a'), helper.make_node('
      'two', [f32('a', [2, 3]), helper.make_tensor_value_info('b', TensorProto.INT64, [2])],
      [f32('ra', [2, 3]), helper.make_tensor_value_info('nb', TensorProto.INT64, [2])])
 # Two ops graphrun does not implement (valid ONNX).
-save([helper.make_node('Hardmax', ['m'], ['h'], name='hardmax_node'), helper.make_node('Det', ['h'], ['d'], name='det_node')],
+save([helper.make_node('LpNormalization', ['m'], ['h'], name='lpnorm_node'), helper.make_node('Det', ['h'], ['d'], name='det_node')],
      'unsupported', [f32('m', [3, 3])], [f32('d', [])])
 np.save('x.npy', np.array([[1, -2, 3], [-4, 5, -6]], dtype=np.float32))
 open('x.pb', 'wb').write(numpy_helper.from_array(np.load('x.npy'), 'x').SerializeToString())
@@ -113,7 +113,7 @@ TEST(Cli, RunBadInputsGiveOneLineAndExit2) {
   expect_one_line_error("run corrupt.onnx --input x.npy", {"corrupt.onnx"});
   expect_one_line_error("run notonnx.onnx --input x.npy", {"notonnx.onnx", "not"});
   expect_one_line_error("run unsupported.onnx --input m.npy",
-                        {"unsupported.onnx", "Hardmax (node 'hardmax_node')", "Det (node 'det_node')"});
+                        {"unsupported.onnx", "LpNormalization (node 'lpnorm_node')", "Det (node 'det_node')"});
   expect_one_line_error("run", {"no model"});
   expect_one_line_error("run relu.onnx --input x.npy --threads zero", {"--threads"});
   expect_one_line_error("run relu.onnx --input x.npy --bogus", {"unknown option --bogus"});
@@ -132,7 +132,7 @@ TEST(Cli, ShowPrintsTextAndDot) {
   EXPECT_EQ(dot.exit_code, 0) << dot.output;
   r = graphrun("show unsupported.onnx --format=dot");  // showing needs no kernels
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("Hardmax"), std::string::npos);
+  EXPECT_NE(r.output.find("LpNormalization"), std::string::npos);
 
   expect_one_line_error("show relu.onnx --format xml", {"--format"});
   expect_one_line_error("show truncated.onnx", {"truncated.onnx"});
