@@ -31,8 +31,12 @@ int64_t parse_index(const std::string& s, const std::string& spec) {
   return std::stoll(s);
 }
 
+// A host view of a value a replica produced (GPU replicas' values are copied back).
+Tensor on_host(const Tensor& t) { return t.device().is_cpu() ? t : to_host(t); }
+
 // Index of the largest value in each row of a [n, c] f32 tensor.
-void argmax_rows(const Tensor& logits, std::vector<int64_t>& out) {
+void argmax_rows(const Tensor& logits_any, std::vector<int64_t>& out) {
+  const Tensor logits = on_host(logits_any);
   const int64_t n = logits.dim(0), c = logits.dim(1);
   const float* p = logits.data<float>();
   out.resize(n);
@@ -90,17 +94,21 @@ std::string devices_str(const std::vector<Device>& ds) {
 }
 
 void check_devices_available(const std::vector<Device>& ds) {
+  bool cpu = false, gpu = false;
   for (const Device& d : ds) {
-    if (d.is_cpu()) continue;
+    if (d.is_cpu()) {
+      cpu = true;
+      continue;
+    }
+    gpu = true;
     std::string why;
     if (!cuda_available(&why))
-      GR_FAIL("device " << d.str() << ": no GPU backend here (" << why
-                        << "); train on CPU replicas with --devices cpu:N");
-    // The trainer's replicas meet through the in-process CPU communicator; GPU replicas need the
-    // backend's communicators and device-side data (issue 5).
-    GR_FAIL("device " << d.str() << ": the trainer runs CPU replicas only so far (no GPU training path); "
-                      << "use --devices cpu:N");
+      GR_FAIL("cannot train on " << d.str() << ": " << why << "; train on CPU replicas with --devices cpu:N");
+    const int count = cuda_backend()->device_count();
+    GR_CHECK(d.index >= 0 && d.index < count,
+             "cannot train on " << d.str() << ": this machine has " << count << " CUDA device(s)");
   }
+  GR_CHECK(!(cpu && gpu), "cannot mix CPU and GPU replicas in one run (" << devices_str(ds) << ")");
 }
 
 TrainingGraphs build_training_graphs(const Graph& model, const PipelineOptions& opts) {
@@ -219,6 +227,7 @@ Trainer::Trainer(const Graph& model, TrainOptions opts) : opts_(std::move(opts))
   bn_updates_ = passes::batchnorm_state_updates(graphs_.replicas[0].graph);
 
   ExecOptions eo;
+  eo.device = devs[0];
   eo.threads = threads_ * D;
   eo.fetch = {graphs_.logits};
   eo.seed = opts_.seed;
@@ -226,6 +235,8 @@ Trainer::Trainer(const Graph& model, TrainOptions opts) : opts_(std::move(opts))
   check_model_fits_labels();
 
   group_ = CpuCommGroup::create(D);
+  // GPU replicas reduce through the backend (NCCL across GPUs, a device-local sum on one GPU).
+  if (!devs[0].is_cpu()) device_comms_ = backend_for(devs[0].kind)->make_communicators(devs);
   for (int d = 0; d < D; ++d) {
     auto w = std::make_unique<Worker>();
     ExecOptions ro;
@@ -233,7 +244,7 @@ Trainer::Trainer(const Graph& model, TrainOptions opts) : opts_(std::move(opts))
     ro.threads = threads_;
     ro.fetch = {graphs_.loss, graphs_.logits};
     ro.state_updates = graphs_.replicas[d].state_updates;
-    ro.comm = group_->rank(d);
+    ro.comm = device_comms_.empty() ? group_->rank(d) : device_comms_[d].get();
     ro.seed = opts_.seed * 1000003 + d;  // dropout masks differ between replicas, as between DDP ranks
     w->exec = std::make_unique<Executor>(graphs_.replicas[d].graph, ro);
     workers_.push_back(std::move(w));
@@ -321,7 +332,7 @@ void Trainer::run_replica_epoch(int d) {
     if (stateful) in["step"] = Tensor::scalar<int64_t>(step_base_ + s);
     auto out = w.exec->run(in);
     const Tensor& loss = out.at(graphs_.loss);
-    const double lv = loss.as_doubles().at(0);
+    const double lv = on_host(loss).as_doubles().at(0);
     if (!std::isfinite(lv)) {
       w.diverged_step = step_base_ + s + 1;
       GR_FAIL("the training loss is " << lv << " at step " << w.diverged_step << " (epoch " << cur_epoch_ + 1
@@ -518,7 +529,7 @@ Graph Trainer::trained_model() const {
   for (auto& [name, t] : g.initializers) {
     auto it = st.find(name);
     if (it != st.end() && it->second.dtype() == t.dtype() && it->second.numel() == t.numel())
-      t = it->second.clone().reshaped(t.shape());
+      t = to_host(it->second).reshaped(t.shape());
   }
   return g;
 }

@@ -166,6 +166,7 @@ class Trainer {
   data::Dataset train_, test_;
   int threads_ = 1;
   std::shared_ptr<CpuCommGroup> group_;
+  std::vector<std::unique_ptr<Communicator>> device_comms_;  // GPU replicas only
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<Executor> eval_;
   std::vector<std::pair<std::string, std::string>> bn_updates_;

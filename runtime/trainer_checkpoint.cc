@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "runtime/checkpoint.h"
+#include "runtime/device.h"
 #include "runtime/trainer.h"
 
 namespace graphrun::runtime {
@@ -50,7 +51,13 @@ std::string Trainer::save_checkpoint(int epoch, int64_t step) {
   ck.meta["global_step"] = std::to_string(global_step_);
   // Weights, optimizer buffers and running statistics of replica 0; another replica's tensor only
   // where it differs (BatchNorm statistics between the epoch-end broadcasts).
-  const auto& base = replica(0).states();
+  // (GPU replicas' state is copied to the host first.)
+  auto host_states = [&](int d) {
+    std::map<std::string, Tensor> r;
+    for (const auto& [name, t] : replica(d).states()) r[name] = t.device().is_cpu() ? t : to_host(t);
+    return r;
+  };
+  const std::map<std::string, Tensor> base = host_states(0);
   for (const auto& [name, t] : base) {
     // Never replace a good checkpoint by a diverged state (a loss can stay finite for a step after
     // the weights overflowed).
@@ -70,7 +77,7 @@ std::string Trainer::save_checkpoint(int epoch, int64_t step) {
   for (int d = 0; d < replicas(); ++d) {
     ck.meta["rng." + std::to_string(d)] = replica(d).rng_state();
     if (d == 0) continue;
-    for (const auto& [name, t] : replica(d).states())
+    for (const auto& [name, t] : host_states(d))
       if (!same_bits(t, base.at(name))) ck.tensors[replica_key(d, name)] = t;
   }
   const std::string path = (fs::path(opts_.checkpoint_dir) / checkpoint_name(epoch, global_step_)).string();

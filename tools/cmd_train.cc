@@ -5,6 +5,7 @@
 
 #include "graph/onnx_io.h"
 #include "runtime/trainer.h"
+#include "runtime/device.h"
 #include "tools/cli.h"
 
 namespace graphrun::cli {
@@ -20,6 +21,7 @@ const Command& train_command() {
       {
           {"devices", "LIST", "cpu:N (N CPU replicas), cpu:0,cpu:1, or cuda:0,1 (default: cpu:R, R = min(cores, 4))"},
           {"gpus", "N", "train on N GPUs (cuda:0..N-1)"},
+          {"deterministic", "", "GPU: deterministic cuDNN algorithms (bitwise repeatable, somewhat slower)"},
           {"batch-size", "B", "global batch, split over the replicas (default 256)"},
           {"lr", "RATE", "learning rate (default 0.2)"},
           {"epochs", "E", "epochs (default 10)"},
@@ -110,6 +112,11 @@ int cmd_train(const std::vector<std::string>& argv) {
     for (int i = 0; i < std::min(cores, 4); ++i) devices.push_back(Device{Device::Kind::CPU, i});
   }
   o.pipeline.devices = devices;
+  if (args.has("deterministic")) {
+    std::string why;
+    if (!devices.empty() && !devices[0].is_cpu() && runtime::cuda_available(&why))
+      runtime::cuda_backend()->set_deterministic(true);  // CPU kernels are deterministic already
+  }
 
   o.batch_size = args.get_int("batch-size", 256);
   if (o.batch_size < 1) throw bad("--batch-size must be at least 1, got " + args.get("batch-size"));
