@@ -11,27 +11,10 @@ repository root. --epochs 10 is the d2l accuracy check (test acc >= 0.83 expecte
 """
 import argparse
 import os
-import re
-import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SUMMARY = re.compile(r'test acc: ([0-9.]+), ([0-9.]+) sec/epoch')
-
-
-def run(name, cmd):
-    print(f'--- {name}: {" ".join(cmd)}', flush=True)
-    p = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    for line in p.stdout.splitlines():
-        if line.startswith('epoch') or line.startswith('test acc'):
-            print('    ' + line, flush=True)
-    m = None
-    for m in SUMMARY.finditer(p.stdout):
-        pass
-    if p.returncode != 0 or not m:
-        print(p.stdout[-2000:], file=sys.stderr)
-        sys.exit(f'{name} failed (exit {p.returncode})')
-    return float(m.group(1)), float(m.group(2))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import run  # noqa: E402
 
 
 def main():

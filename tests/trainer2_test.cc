@@ -13,34 +13,17 @@
 #include "runtime/replicate.h"
 #include "runtime/trainer.h"
 #include "tests/test_util.h"
+#include "tests/trainer_test_util.h"
 
 namespace graphrun {
 namespace {
 
 using runtime::TrainOptions;
 using runtime::Trainer;
+using testing::have_data;
+using testing::lenet_path;
+using testing::quick;
 
-std::string lenet_path() { return testing::source_dir() + "/models/lenet.onnx"; }
-bool have_data() {
-  return std::filesystem::exists(std::string(runtime::data::kDefaultDataDir) + "/train-images-idx3-ubyte.gz");
-}
-#define REQUIRE_LENET_AND_DATA()                                                              \
-  if (!std::filesystem::exists(lenet_path())) GTEST_SKIP() << "models/lenet.onnx is missing"; \
-  if (!have_data()) GTEST_SKIP() << "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)"
-
-TrainOptions quick(int replicas, int64_t batch, int64_t steps) {
-  TrainOptions o;
-  o.pipeline.devices.clear();
-  for (int d = 0; d < replicas; ++d) o.pipeline.devices.push_back(Device{Device::Kind::CPU, d});
-  o.batch_size = batch;
-  o.epochs = 1;
-  o.threads = 1;
-  o.max_steps = steps;
-  o.train_limit = batch * steps;
-  o.test_limit = 200;
-  o.progress = 0;
-  return o;
-}
 
 // A graph whose "gradient" of W is its input G: replicate() appends the optimizer nodes, so running
 // it applies exactly the optimizer the trainer uses to gradients we choose.
@@ -211,7 +194,7 @@ std::map<std::string, Tensor> params_of(Trainer& t) {
 TEST(Trainer2, FrozenParametersAreUnchangedAndNotReduced) {
   REQUIRE_LENET_AND_DATA();
   Graph model = load_onnx(lenet_path());
-  TrainOptions o = quick(2, 32, 5);
+  TrainOptions o = quick(2, 32, 5, 200);
   o.lr = 0.05;
   o.pipeline.freeze = {"conv1.weight", "conv1.bias"};
   ASSERT_TRUE(model.initializers.count("conv1.weight"));
@@ -231,7 +214,7 @@ TEST(Trainer2, FrozenParametersAreUnchangedAndNotReduced) {
 TEST(Trainer2, ResumeFromCheckpointIsBitwiseTheUninterruptedRun) {
   REQUIRE_LENET_AND_DATA();
   Graph model = load_onnx(lenet_path());
-  TrainOptions o = quick(2, 32, 5);
+  TrainOptions o = quick(2, 32, 5, 200);
   o.epochs = 2;
   o.lr = 2e-3;
   o.pipeline.optimizer.kind = "adamw";
@@ -304,7 +287,7 @@ TEST(Trainer2, ResumeKeepsPerReplicaRunningStatisticsAndDropoutRng) {
   auto r = testing::run_command(testing::python() + " " + dir + "/make.py");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   Graph model = load_onnx(dir + "/bn_dropout.onnx");
-  TrainOptions o = quick(2, 32, 5);
+  TrainOptions o = quick(2, 32, 5, 200);
   o.epochs = 2;
   o.lr = 0.05;
   o.pipeline.optimizer.momentum = 0.9f;
@@ -357,7 +340,7 @@ TEST(Trainer2, CliResumeSavesTheSameModelAsAnUninterruptedRun) {
 
 TEST(Trainer2, NanLossStopsNamingTheStepAndKeepsTheLastGoodCheckpoint) {
   REQUIRE_LENET_AND_DATA();
-  TrainOptions o = quick(2, 32, 20);
+  TrainOptions o = quick(2, 32, 20, 200);
   o.lr = 1e6;
   o.checkpoint_dir = testing::temp_dir("trainer2_nan");
   o.checkpoint_every = 1;

@@ -8,35 +8,20 @@
 
 #include "graph/onnx_io.h"
 #include "runtime/trainer.h"
+#include "runtime/device.h"
 #include "tests/test_util.h"
+#include "tests/trainer_test_util.h"
 
 namespace graphrun {
 namespace {
 
 using runtime::TrainOptions;
 using runtime::Trainer;
+using testing::have_data;
+using testing::lenet_path;
+using testing::quick;
+using testing::resnet_path;
 
-std::string lenet_path() { return testing::source_dir() + "/models/lenet.onnx"; }
-std::string resnet_path() { return testing::binary_dir() + "/models/resnet18.onnx"; }
-bool have_data() { return std::filesystem::exists(std::string(runtime::data::kDefaultDataDir) + "/train-images-idx3-ubyte.gz"); }
-
-#define REQUIRE_LENET_AND_DATA()                                                                      \
-  if (!std::filesystem::exists(lenet_path())) GTEST_SKIP() << "models/lenet.onnx is missing";         \
-  if (!have_data()) GTEST_SKIP() << "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)"
-
-TrainOptions quick(int replicas, int64_t batch, int64_t steps) {
-  TrainOptions o;
-  o.pipeline.devices.clear();
-  for (int d = 0; d < replicas; ++d) o.pipeline.devices.push_back(Device{Device::Kind::CPU, d});
-  o.batch_size = batch;
-  o.epochs = 1;
-  o.threads = 1;
-  o.max_steps = steps;
-  o.train_limit = batch * steps;
-  o.test_limit = 500;
-  o.progress = 0;
-  return o;
-}
 
 std::map<std::string, Tensor> params_after(const Graph& model, const TrainOptions& o) {
   Trainer t(model, o);
@@ -177,7 +162,10 @@ TEST(Trainer, BadSettingsAreErrors) {
   EXPECT_NE(error_of(o).find("does not exist"), std::string::npos);
   o = quick(1, 32, 1);
   o.pipeline.devices = {Device{Device::Kind::CUDA, 0}};
-  EXPECT_NE(error_of(o).find("no GPU"), std::string::npos);
+  if (std::string why; !runtime::cuda_available(&why))
+    EXPECT_NE(error_of(o).find("cannot train on cuda:0: " + why), std::string::npos);
+  o.pipeline.devices = {Device{Device::Kind::CPU, 0}, Device{Device::Kind::CUDA, 0}};
+  EXPECT_NE(error_of(o).find("cuda:0"), std::string::npos);
   o = quick(1, 32, 1);
   o.lr = -1;
   EXPECT_NE(error_of(o).find("learning rate"), std::string::npos);

@@ -1,0 +1,25 @@
+"""What the benchmark drivers share: the repository root and running one training command."""
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SUMMARY = re.compile(r'test acc: ([0-9.]+), ([0-9.]+) sec/epoch')
+
+
+def run(name, cmd):
+    """Runs a trainer (graphrun or the PyTorch yardstick) from the repository root, echoes its epoch
+    lines and returns (test accuracy, sec/epoch) from its d2l-style closing line."""
+    print(f'--- {name}: {" ".join(cmd)}', flush=True)
+    p = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for line in p.stdout.splitlines():
+        if line.startswith('epoch') or line.startswith('test acc'):
+            print('    ' + line, flush=True)
+    m = None
+    for m in SUMMARY.finditer(p.stdout):
+        pass
+    if p.returncode != 0 or not m:
+        print(p.stdout[-2000:], file=sys.stderr)
+        sys.exit(f'{name} failed (exit {p.returncode})')
+    return float(m.group(1)), float(m.group(2))

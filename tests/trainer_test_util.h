@@ -1,0 +1,42 @@
+// What the trainer suites share: where LeNet and the data are, and small, quick training settings.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "runtime/data/idx.h"
+#include "runtime/trainer.h"
+#include "tests/test_util.h"
+
+namespace graphrun::testing {
+
+inline std::string lenet_path() { return source_dir() + "/models/lenet.onnx"; }
+inline std::string resnet_path() { return binary_dir() + "/models/resnet18.onnx"; }
+inline bool have_data() {
+  return std::filesystem::exists(std::string(runtime::data::kDefaultDataDir) + "/train-images-idx3-ubyte.gz");
+}
+
+// `steps` steps of `batch` examples on `replicas` CPU replicas (one thread each), one epoch over
+// exactly that many training examples, evaluated on the first `test_limit` test images.
+inline runtime::TrainOptions quick(int replicas, int64_t batch, int64_t steps, int64_t test_limit = 500) {
+  runtime::TrainOptions o;
+  o.pipeline.devices.clear();
+  for (int d = 0; d < replicas; ++d) o.pipeline.devices.push_back(Device{Device::Kind::CPU, d});
+  o.batch_size = batch;
+  o.epochs = 1;
+  o.threads = 1;
+  o.max_steps = steps;
+  o.train_limit = batch * steps;
+  o.test_limit = test_limit;
+  o.progress = 0;
+  return o;
+}
+
+}  // namespace graphrun::testing
+
+#define REQUIRE_LENET_AND_DATA()                                                                         \
+  if (!std::filesystem::exists(::graphrun::testing::lenet_path()))                                       \
+    GTEST_SKIP() << "models/lenet.onnx is missing";                                                      \
+  if (!::graphrun::testing::have_data())                                                                 \
+  GTEST_SKIP() << "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)"
