@@ -37,7 +37,7 @@ class CpuCommGroup : public std::enable_shared_from_this<CpuCommGroup> {
   std::mutex mu_;
   std::condition_variable cv_;
   int arrived_ = 0;
-  uint64_t generation_ = 0;
+  std::atomic<uint64_t> generation_{0};
   std::atomic<bool> aborted_{false};
 };
 
