@@ -21,31 +21,8 @@ namespace graphrun::mathtest {
 inline std::vector<Tensor> run_op(const std::string& op, const std::vector<Tensor>& inputs,
                                   const std::map<std::string, Attribute>& attrs = {}, int num_outputs = 1,
                                   int64_t opset = 17, const std::string& domain = "", int threads = 1) {
-  Graph g;
-  g.name = op + "_test";
-  g.opsets[""] = opset;
-  if (!domain.empty()) g.opsets[domain] = 1;
-  Node n;
-  n.name = "node";
-  n.op_type = op;
-  n.domain = domain;
-  n.attrs = attrs;
   std::map<std::string, Tensor> feeds;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (!inputs[i].defined()) {
-      n.inputs.push_back("");
-      continue;
-    }
-    std::string name = "in" + std::to_string(i);
-    n.inputs.push_back(name);
-    g.inputs.push_back(name);
-    feeds[name] = inputs[i];
-  }
-  for (int i = 0; i < num_outputs; ++i) {
-    n.outputs.push_back("out" + std::to_string(i));
-    g.outputs.push_back(n.outputs.back());
-  }
-  g.nodes.push_back(n);
+  Graph g = testing::single_node_graph(op, inputs, attrs, num_outputs, opset, domain, feeds);
   runtime::ExecOptions opts;
   opts.threads = threads;
   runtime::Executor ex(g, opts);

@@ -57,34 +57,21 @@ inline Tensor numeric_gradient(const std::function<Tensor(const std::vector<Tens
 inline std::vector<Tensor> run_node_ex(const std::string& op, const std::vector<Tensor>& inputs, const Attrs& attrs,
                                        const std::vector<bool>& outputs, int threads = 1, int64_t opset = 17,
                                        const std::string& domain = "") {
-  Graph g;
-  g.name = op + "_test";
-  g.opsets[""] = opset;
-  if (!domain.empty()) g.opsets[domain] = 1;
-  Node n;
-  n.name = "node";
-  n.op_type = op;
-  n.domain = domain;
-  n.attrs = attrs;
   std::map<std::string, Tensor> feeds;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (!inputs[i].defined()) { n.inputs.push_back(""); continue; }
-    n.inputs.push_back("in" + std::to_string(i));
-    g.inputs.push_back(n.inputs.back());
-    feeds[n.inputs.back()] = inputs[i];
-  }
+  Graph g = testing::single_node_graph(op, inputs, attrs, static_cast<int>(outputs.size()), opset, domain, feeds);
+  Node& n = g.nodes[0];
+  g.outputs.clear();
   for (size_t i = 0; i < outputs.size(); ++i) {
-    n.outputs.push_back(outputs[i] ? "out" + std::to_string(i) : "");
-    if (outputs[i]) g.outputs.push_back(n.outputs.back());
+    if (!outputs[i]) n.outputs[i] = "";
+    else g.outputs.push_back(n.outputs[i]);
   }
-  g.nodes.push_back(n);
   runtime::ExecOptions opts;
   opts.threads = threads;
   runtime::Executor ex(g, opts);
   ex.run(feeds);
   auto out = ex.run(feeds);
   std::vector<Tensor> r;
-  for (const auto& name : n.outputs) r.push_back(name.empty() ? Tensor() : out.at(name).clone());
+  for (const auto& name : g.nodes[0].outputs) r.push_back(name.empty() ? Tensor() : out.at(name).clone());
   return r;
 }
 

@@ -28,9 +28,9 @@ Tensor random_int_tensor(const Shape& shape, uint64_t seed, int64_t lo, int64_t 
   return t;
 }
 
-std::vector<Tensor> run_node(const std::string& op, const std::vector<Tensor>& inputs,
-                             const std::map<std::string, Attribute>& attrs, int num_outputs, int64_t opset,
-                             const std::string& domain) {
+Graph single_node_graph(const std::string& op, const std::vector<Tensor>& inputs,
+                        const std::map<std::string, Attribute>& attrs, int num_outputs, int64_t opset,
+                        const std::string& domain, std::map<std::string, Tensor>& feeds) {
   Graph g;
   g.name = op + "_test";
   g.opsets[""] = opset;
@@ -40,9 +40,11 @@ std::vector<Tensor> run_node(const std::string& op, const std::vector<Tensor>& i
   n.op_type = op;
   n.domain = domain;
   n.attrs = attrs;
-  std::map<std::string, Tensor> feeds;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    if (!inputs[i].defined()) { n.inputs.push_back(""); continue; }
+    if (!inputs[i].defined()) {
+      n.inputs.push_back("");
+      continue;
+    }
     std::string name = "in" + std::to_string(i);
     n.inputs.push_back(name);
     g.inputs.push_back(name);
@@ -53,6 +55,14 @@ std::vector<Tensor> run_node(const std::string& op, const std::vector<Tensor>& i
     g.outputs.push_back(n.outputs.back());
   }
   g.nodes.push_back(n);
+  return g;
+}
+
+std::vector<Tensor> run_node(const std::string& op, const std::vector<Tensor>& inputs,
+                             const std::map<std::string, Attribute>& attrs, int num_outputs, int64_t opset,
+                             const std::string& domain) {
+  std::map<std::string, Tensor> feeds;
+  Graph g = single_node_graph(op, inputs, attrs, num_outputs, opset, domain, feeds);
   runtime::Executor ex(g);
   auto out = ex.run(feeds);
   std::vector<Tensor> r;

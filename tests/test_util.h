@@ -13,6 +13,12 @@ namespace graphrun::testing {
 Tensor random_tensor(const Shape& shape, uint64_t seed, float lo = -1.f, float hi = 1.f);
 Tensor random_int_tensor(const Shape& shape, uint64_t seed, int64_t lo, int64_t hi);  // [lo, hi)
 
+// A graph of one node: inputs named in0.. (an undefined Tensor is an absent optional input, left out
+// of `feeds`), outputs out0..; `feeds` receives the graph inputs by name.
+Graph single_node_graph(const std::string& op, const std::vector<Tensor>& inputs,
+                        const std::map<std::string, Attribute>& attrs, int num_outputs, int64_t opset,
+                        const std::string& domain, std::map<std::string, Tensor>& feeds);
+
 // Builds a graph of one node (inputs named in0.., outputs out0..), runs it on the CPU, returns its outputs.
 // Inputs with an empty (undefined) Tensor are passed as absent optional inputs.
 // `initializers` names inputs (by index) that become initializers rather than graph inputs.
