@@ -52,30 +52,8 @@ struct OneNode {
 OneNode one_node(const std::string& op, const std::vector<Tensor>& inputs, const std::map<std::string, Attribute>& attrs,
                  int num_outputs, int64_t opset, const std::string& domain) {
   OneNode r;
-  Graph& g = r.graph;
-  g.name = op + "_gpu_test";
-  g.opsets[""] = opset;
-  if (!domain.empty()) g.opsets[domain] = 1;
-  Node n;
-  n.name = "node";
-  n.op_type = op;
-  n.domain = domain;
-  n.attrs = attrs;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (!inputs[i].defined()) {
-      n.inputs.push_back("");
-      continue;
-    }
-    std::string name = "in" + std::to_string(i);
-    n.inputs.push_back(name);
-    g.inputs.push_back(name);
-    r.feeds[name] = inputs[i];
-  }
-  for (int i = 0; i < num_outputs; ++i) {
-    n.outputs.push_back("out" + std::to_string(i));
-    g.outputs.push_back(n.outputs.back());
-  }
-  g.nodes.push_back(n);
+  r.graph = testing::single_node_graph(op, inputs, attrs, num_outputs, opset, domain, r.feeds);
+  r.graph.name = op + "_gpu_test";
   return r;
 }
 
