@@ -1,6 +1,9 @@
 // The device registry and host<->device tensor copies shared by every backend.
 #include "runtime/device.h"
 
+#include <algorithm>
+#include <cstdlib>
+
 namespace graphrun::runtime {
 
 Tensor DeviceBackend::empty(Device d, DType dtype, Shape shape) {
@@ -11,6 +14,22 @@ Tensor DeviceBackend::empty(Device d, DType dtype, Shape shape) {
   std::shared_ptr<void> storage(p, [this, d](void* q) { deallocate(d, q); });
   return Tensor::adopt(dtype, std::move(shape), std::move(storage), p, d);
 }
+
+// Synchronous defaults of the asynchronous-read hooks: the copy itself waits, so events have nothing
+// left to wait for.
+void* DeviceBackend::allocate_pinned(Device, size_t bytes) {
+  void* p = std::malloc(std::max<size_t>(1, bytes));
+  GR_CHECK(p, "out of host memory allocating " << bytes << " bytes");
+  return p;
+}
+void DeviceBackend::free_pinned(Device, void* p) { std::free(p); }
+void DeviceBackend::copy_device_to_host_async(Device d, void* dst, const void* src, size_t bytes) {
+  copy_device_to_host(d, dst, src, bytes);
+}
+void* DeviceBackend::create_event(Device) { return this; }
+void DeviceBackend::destroy_event(Device, void*) {}
+void DeviceBackend::record_event(Device, void*) {}
+void DeviceBackend::wait_event(Device, void*) {}
 
 DeviceBackend* backend_for(Device::Kind kind) {
   if (kind == Device::Kind::CUDA) return cuda_backend();

@@ -31,6 +31,20 @@ class DeviceBackend {
   virtual void memset(Device d, void* dst, int value, size_t bytes) = 0;
   virtual void synchronize(Device d) = 0;
 
+  // Reading small results without stalling the stream (the trainer's per-step loss and accuracy):
+  // copy them into pinned host memory after the work enqueued so far, mark that point with an event,
+  // and wait for the event only when the values are needed. The defaults are synchronous (the copy
+  // waits), which is correct for any backend; the CUDA backend overrides them all.
+  virtual void* allocate_pinned(Device d, size_t bytes);  // host memory the device can copy into
+  virtual void free_pinned(Device d, void* p);
+  // Enqueues the copy on d's compute stream and returns at once; `dst` (from allocate_pinned) holds
+  // the bytes once an event recorded after this call has been waited for.
+  virtual void copy_device_to_host_async(Device d, void* dst, const void* src, size_t bytes);
+  virtual void* create_event(Device d);  // reusable; never nullptr
+  virtual void destroy_event(Device d, void* event);
+  virtual void record_event(Device d, void* event);  // marks the work enqueued so far on d
+  virtual void wait_event(Device d, void* event);    // blocks the host until that work is done
+
   virtual const KernelTable& kernels() const = 0;
   // One communicator per replica for AllReduce nodes (replicas: the devices, in rank order;
   // the same device may repeat, which reduces within that device).

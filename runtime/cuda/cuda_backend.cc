@@ -1,6 +1,7 @@
 // The CUDA backend: device detection, per-GPU contexts (streams, handles, caching allocator) and the
 // DeviceBackend the executor uses for cuda:N devices.
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 
@@ -195,6 +196,55 @@ class CudaBackend final : public DeviceBackend {
     GR_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, dc.stream));
   }
   void synchronize(Device d) override { GR_CUDA_CHECK(cudaStreamSynchronize(device_context(d.index).stream)); }
+
+  // Asynchronous reads. Ordering: the copy is enqueued on the compute stream, so it runs after every
+  // kernel enqueued before it (the step that produced the value) and before any enqueued after it
+  // (the next step, which may overwrite the source in its arena). An event recorded on the same
+  // stream after the copy completes only once the copy has landed; cudaEventSynchronize on it is the
+  // one host wait. Pinned (page-locked) memory is what makes cudaMemcpyAsync to the host truly
+  // asynchronous: with pageable memory the driver would stage it and block the calling thread.
+  void* allocate_pinned(Device d, size_t bytes) override {
+    device_context(d.index);  // makes d current: the pinned block is mapped for its context
+    void* p = nullptr;
+    GR_CUDA_CHECK(cudaMallocHost(&p, std::max<size_t>(1, bytes)));
+    return p;
+  }
+  void free_pinned(Device d, void* p) override {
+    if (!p) return;
+    try {
+      device_context(d.index);
+      cudaFreeHost(p);  // waits for the device; any copy into p has long been waited for
+    } catch (...) {
+    }
+  }
+  void copy_device_to_host_async(Device d, void* dst, const void* src, size_t bytes) override {
+    DeviceContext& dc = device_context(d.index);
+    GR_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, dc.stream));
+  }
+  void* create_event(Device d) override {
+    device_context(d.index);  // an event belongs to the device current when it is created
+    cudaEvent_t e = nullptr;
+    // No timing (cheaper to record); blocking sync: a waiting host thread sleeps instead of
+    // spinning, leaving the cores to the replicas' threads that are enqueueing work.
+    GR_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming | cudaEventBlockingSync));
+    return e;
+  }
+  void destroy_event(Device d, void* event) override {
+    if (!event) return;
+    try {
+      device_context(d.index);
+      cudaEventDestroy(static_cast<cudaEvent_t>(event));
+    } catch (...) {
+    }
+  }
+  void record_event(Device d, void* event) override {
+    DeviceContext& dc = device_context(d.index);
+    GR_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), dc.stream));
+  }
+  void wait_event(Device d, void* event) override {
+    device_context(d.index);
+    GR_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+  }
 
   const KernelTable& kernels() const override { return cuda_kernels(); }
   std::vector<std::unique_ptr<Communicator>> make_communicators(const std::vector<Device>& replicas) override {
