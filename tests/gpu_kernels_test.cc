@@ -215,6 +215,16 @@ TEST(GpuKernels, Softmax) {
   expect_parity("LogSoftmax", {random_tensor({4, 3, 5}, 42)}, {{"axis", Attribute::Int(1)}}, 1, 1e-5, 11);
 }
 
+// The trainer's on-device accuracy (ArgMax -> Equal -> Cast -> ReduceSum): ties pick the first index.
+TEST(GpuKernels, ArgMaxArgMin) {
+  REQUIRE_GPU();
+  Tensor x = random_tensor({64, 10}, 43);
+  x.data<float>()[5] = x.data<float>()[7] = 9.f;  // a tie in row 0
+  expect_parity("ArgMax", {x}, {{"axis", Attribute::Int(1)}, {"keepdims", Attribute::Int(0)}}, 1, 0, 13);
+  expect_parity("ArgMax", {x}, {{"axis", Attribute::Int(1)}, {"select_last_index", Attribute::Int(1)}}, 1, 0, 13);
+  expect_parity("ArgMin", {random_tensor({4, 3, 5}, 44)}, {{"axis", Attribute::Int(1)}}, 1, 0, 13);
+}
+
 TEST(GpuKernels, SoftmaxCrossEntropyLossAndGrad) {
   REQUIRE_GPU();
   Tensor scores = random_tensor({16, 10}, 50, -3.f, 3.f), labels = random_int_tensor({16}, 51, 0, 10);

@@ -1,5 +1,5 @@
 // CUDA kernels: reduce family (the CPU's reduce.cc op set): ReduceSum, ReduceMean, SumToShape,
-// Softmax, LogSoftmax. One generic reduction: each output sums a strided subspace of X.
+// Softmax, LogSoftmax, ArgMax, ArgMin. One generic reduction: each output sums a strided subspace of X.
 #include <cfloat>
 
 #include "runtime/kernels/cuda/common.cuh"
@@ -168,9 +168,53 @@ void softmax_op(KernelContext& ctx) {
   GR_LAUNCH_CHECK("softmax");
 }
 
+// ArgMax/ArgMin as the CPU kernel: the first extreme (the last with select_last_index), NaN never
+// wins a comparison. One thread per (outer, inner) line; the trainer's accuracy reads [N,classes].
+template <class T, bool kMax>
+__global__ void arg_kernel(const T* x, int64_t* y, int64_t outer, int64_t len, int64_t inner, bool last) {
+  GR_GRID_STRIDE(row, outer * inner) {
+    const T* s = x + (row / inner) * len * inner + row % inner;
+    int64_t best = 0;
+    for (int64_t j = 1; j < len; ++j) {
+      const T v = s[j * inner], b = s[best * inner];
+      const bool better = kMax ? (last ? v >= b : v > b) : (last ? v <= b : v < b);
+      if (better) best = j;
+    }
+    y[row] = best;
+  }
+}
+
+template <bool kMax>
+void arg_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  const char* what = kMax ? "ArgMax" : "ArgMin";
+  GR_CHECK(X.rank() >= 1, what << ": input must have rank >= 1");
+  const int64_t axis = normalize_axis(ctx.node().attr_i("axis", 0), X.rank(), what);
+  const bool keepdims = ctx.node().attr_i("keepdims", 1) != 0;
+  const bool last = ctx.node().attr_i("select_last_index", 0) != 0;
+  Shape out = X.shape();
+  if (keepdims) out[axis] = 1;
+  else out.erase(out.begin() + axis);
+  int64_t outer = 1, inner = 1;
+  const int64_t len = X.dim(static_cast<int>(axis));
+  for (int d = 0; d < axis; ++d) outer *= X.dim(d);
+  for (int d = static_cast<int>(axis) + 1; d < X.rank(); ++d) inner *= X.dim(d);
+  GR_CHECK(len > 0 || outer * inner == 0, what << ": cannot reduce the empty axis " << axis << " of " << shape_str(X.shape()));
+  Tensor& Y = ctx.output(0, out, DType::I64);
+  if (outer * inner == 0) return;
+  dispatch_any(X.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    arg_kernel<T, kMax><<<grid_for(outer * inner), kThreads, 0, stream_of(ctx)>>>(dptr<T>(X), dptr<int64_t>(Y), outer,
+                                                                                  len, inner, last);
+  });
+  GR_LAUNCH_CHECK("argmax");
+}
+
 }  // namespace
 
 void register_reduce_kernels(KernelTable& t) {
+  t.add("ArgMax", locked<arg_op<true>>);
+  t.add("ArgMin", locked<arg_op<false>>);
   t.add("ReduceSum", locked<reduce_op<false>>);
   t.add("ReduceMean", locked<reduce_op<true>>);
   t.add(kGraphrunDomain, "SumToShape", locked<sum_to_shape_op>);

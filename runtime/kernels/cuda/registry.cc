@@ -5,7 +5,7 @@
 namespace graphrun::runtime::cuda {
 void register_elementwise_kernels(KernelTable& t);  // elementwise.cu
 void register_shape_kernels(KernelTable& t);        // shape.cu
-void register_reduce_kernels(KernelTable& t);       // reduce.cu: Reduce*, SumToShape, Softmax, LogSoftmax
+void register_reduce_kernels(KernelTable& t);       // reduce.cu: Reduce*, SumToShape, Softmax, LogSoftmax, Arg*
 void register_loss_kernels(KernelTable& t);         // loss.cu
 void register_conv_kernels(KernelTable& t);         // conv.cu (cuDNN)
 void register_pool_kernels(KernelTable& t);         // pool.cu
