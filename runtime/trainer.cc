@@ -93,6 +93,23 @@ std::string devices_str(const std::vector<Device>& ds) {
   return s + "]";
 }
 
+std::string add_correct_count(Graph& g, const std::string& logits, const std::string& labels) {
+  auto node = [&](const char* op, std::vector<std::string> ins, const char* out,
+                  std::map<std::string, Attribute> attrs = {}) {
+    Node n;
+    n.op_type = op;
+    n.name = g.unique_name(std::string("graphrun.metrics.") + out);
+    n.inputs = std::move(ins);
+    n.outputs = {g.unique_name(std::string("graphrun.") + out)};
+    n.attrs = std::move(attrs);
+    return g.add_node(std::move(n)).outputs[0];
+  };
+  const std::string pred = node("ArgMax", {logits}, "predicted", {{"axis", Attribute::Int(1)}, {"keepdims", Attribute::Int(0)}});
+  const std::string hit = node("Equal", {pred, labels}, "hit");
+  const std::string hitf = node("Cast", {hit}, "hit_f32", {{"to", Attribute::Int(static_cast<int64_t>(DType::F32))}});
+  return node("ReduceSum", {hitf}, "correct", {{"keepdims", Attribute::Int(0)}});
+}
+
 void check_devices_available(const std::vector<Device>& ds) {
   bool cpu = false, gpu = false;
   for (const Device& d : ds) {
@@ -233,6 +250,10 @@ Trainer::Trainer(const Graph& model, TrainOptions opts) : opts_(std::move(opts))
   eo.seed = opts_.seed;
   eval_ = std::make_unique<Executor>(passes::remove_noops(passes::to_inference(graphs_.forward)), eo);
   check_model_fits_labels();
+  if (!devs[0].is_cpu()) {
+    upload_resident_data();
+    setup_device_eval();
+  }
 
   group_ = CpuCommGroup::create(D);
   // GPU replicas reduce through the backend (NCCL across GPUs, a device-local sum on one GPU).
@@ -242,11 +263,14 @@ Trainer::Trainer(const Graph& model, TrainOptions opts) : opts_(std::move(opts))
     ExecOptions ro;
     ro.device = devs[d];
     ro.threads = threads_;
-    ro.fetch = {graphs_.loss, graphs_.logits};
+    Graph g = graphs_.replicas[d].graph;
+    correct_ = add_correct_count(g, graphs_.logits, graphs_.labels);
+    ro.fetch = {graphs_.loss, correct_};
     ro.state_updates = graphs_.replicas[d].state_updates;
     ro.comm = device_comms_.empty() ? group_->rank(d) : device_comms_[d].get();
     ro.seed = opts_.seed * 1000003 + d;  // dropout masks differ between replicas, as between DDP ranks
-    w->exec = std::make_unique<Executor>(graphs_.replicas[d].graph, ro);
+    w->exec = std::make_unique<Executor>(g, ro);
+    if (!devs[d].is_cpu()) setup_device_worker(*w, d);
     workers_.push_back(std::move(w));
   }
   for (int d = 0; d < D; ++d) workers_[d]->thread = std::thread([this, d] { worker_loop(d); });
@@ -260,6 +284,7 @@ Trainer::~Trainer() {
   cv_.notify_all();
   for (auto& w : workers_)
     if (w->thread.joinable()) w->thread.join();
+  free_device_metrics();
 }
 
 void Trainer::check_model_fits_labels() {
@@ -297,6 +322,11 @@ void Trainer::worker_loop(int d) {
     } catch (const std::exception& e) {
       w.error = e.what();
       group_->abort();
+      if (!w.diverged_step) {
+        std::lock_guard<std::mutex> l(peers_mu_);
+        failed_ = true;
+      }
+      peers_cv_.notify_all();
     }
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -307,12 +337,12 @@ void Trainer::worker_loop(int d) {
 }
 
 void Trainer::run_replica_epoch(int d) {
+  if (!opts_.pipeline.devices[d].is_cpu()) return run_device_steps(d);
   Worker& w = *workers_[d];
   const int D = replicas();
   const int64_t B = opts_.batch_size, N = train_.size();
   const bool stateful = graphs_.replicas[d].graph.is_input("step");
   std::map<int64_t, std::pair<Tensor, Tensor>> buffers;  // by shard size: images, labels
-  std::vector<int64_t> pred;
   for (int64_t s = seg_begin_; s < seg_end_; ++s) {
     Tensor lr = Tensor::scalar<float>(static_cast<float>(learning_rate(opts_.schedule, step_base_ + s)));
     const int64_t b = std::min(B, N - s * B);
@@ -331,22 +361,26 @@ void Trainer::run_replica_epoch(int d) {
                                      {"lr", lr}};
     if (stateful) in["step"] = Tensor::scalar<int64_t>(step_base_ + s);
     auto out = w.exec->run(in);
-    const Tensor& loss = out.at(graphs_.loss);
-    const double lv = on_host(loss).as_doubles().at(0);
-    if (!std::isfinite(lv)) {
-      w.diverged_step = step_base_ + s + 1;
+    const double lv = out.at(graphs_.loss).as_doubles().at(0);
+    if (!record_step(w, d, s, lv, out.at(correct_).as_doubles().at(0), n))
       GR_FAIL("the training loss is " << lv << " at step " << w.diverged_step << " (epoch " << cur_epoch_ + 1
                                       << "): training diverged; lower --lr");
-    }
-    w.loss_sum += lv * n;
-    if (s < static_cast<int64_t>(w.step_loss.size())) w.step_loss[s] = lv * n;
-    argmax_rows(out.at(graphs_.logits), pred);
-    const int64_t* lab = buf.second.data<int64_t>();
-    for (int64_t i = 0; i < n; ++i) w.correct += pred[i] == lab[i];
-    w.images += n;
-    if (d == 0) progress_.store(s + 1, std::memory_order_relaxed);
-    w.steps_done.store(s + 1, std::memory_order_release);
   }
+}
+
+// One step's figures, once known: false (and the step noted) when its loss is not finite.
+bool Trainer::record_step(Worker& w, int d, int64_t s, double lv, double correct, int64_t n) {
+  if (!std::isfinite(lv)) {
+    if (!w.diverged_step) w.diverged_step = step_base_ + s + 1;
+    return false;
+  }
+  w.loss_sum += lv * n;
+  if (s < static_cast<int64_t>(w.step_loss.size())) w.step_loss[s] = lv * n;
+  w.correct += static_cast<int64_t>(correct);
+  w.images += n;
+  if (d == 0) progress_.store(s + 1, std::memory_order_relaxed);
+  w.steps_done.store(s + 1, std::memory_order_release);
+  return true;
 }
 
 void Trainer::sync_running_stats() {
@@ -361,6 +395,8 @@ void Trainer::run_segment(int epoch, int64_t begin, int64_t end, bool bar, doubl
   const int64_t B = opts_.batch_size, steps = steps_;
   seg_begin_ = begin;
   seg_end_ = end;
+  for (auto& w : workers_) w->read = begin;  // before any worker starts: peers_allow reads them
+  diverged_at_ = INT64_MAX;
   auto t0 = std::chrono::steady_clock::now();
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -444,6 +480,7 @@ EpochStats Trainer::train_epoch(int epoch) {
   const int64_t N = train_.size(), B = opts_.batch_size;
   const int D = replicas();
   order_ = data::epoch_order(N, opts_.seed, epoch);
+  ++order_gen_;
   int64_t steps = (N + B - 1) / B;
   if (N - (steps - 1) * B < D) --steps;  // a last batch too small to give every replica an example
   if (opts_.max_steps > 0) steps = std::min(steps, opts_.max_steps);
@@ -502,6 +539,7 @@ EpochStats Trainer::train_epoch(int epoch) {
 }
 
 double Trainer::evaluate() {
+  if (!opts_.pipeline.devices[0].is_cpu()) return evaluate_device().accuracy;
   for (const auto& [name, _] : eval_->graph().initializers)
     if (replica(0).states().count(name)) eval_->set_state(name, replica(0).state(name));
   const int64_t N = test_.size();

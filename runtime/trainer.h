@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <iosfwd>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -30,6 +31,11 @@ std::string devices_str(const std::vector<Device>& ds);  // "[cpu:0, cpu:1]"
 // Fails with one clear line (naming the reason, e.g. built without CUDA, no GPU) unless every
 // device is a CPU: the trainer runs CPU replicas.
 void check_devices_available(const std::vector<Device>& ds);
+
+// Appends ArgMax(logits, axis 1) == labels counted as an f32 scalar (exact up to 2^24 examples; CUDA's
+// ReduceSum takes f32) to g, so a step reports its accuracy without the logits leaving the device.
+// Returns the count's value name.
+std::string add_correct_count(Graph& g, const std::string& logits, const std::string& labels);
 
 // Everything derived from a forward model for data-parallel training.
 struct TrainingGraphs {
@@ -84,6 +90,9 @@ struct TrainOptions {
   int64_t checkpoint_every = 0;
   int keep_checkpoints = 3;
   bool resume = false;
+  // GPU replicas keep the training and test data resident on each device (one copy per GPU) when it
+  // takes at most this many bytes; otherwise each batch is gathered on the host and copied.
+  int64_t device_data_budget = int64_t(4) << 30;
 };
 
 // A NaN or Inf training loss: training stopped at `step` (1-based global step); checkpoints on disk
@@ -153,7 +162,29 @@ class Trainer {
     int64_t diverged_step = 0;       // global 1-based step of a non-finite loss, 0: none
     std::vector<double> step_loss;   // loss * examples per step of this epoch (for --log-every)
     std::atomic<int64_t> steps_done{0};
+    // GPU replicas (run_device_steps): the shard is gathered on the device from the resident data
+    // by `gather` through `order` (the epoch's order, uploaded once per epoch); each step's loss and
+    // correct count land in pinned[2*(s%2)], marked by events[s%2], and are read a step later.
+    std::unique_ptr<Executor> gather;
+    Tensor order;
+    int64_t order_gen = -1;
+    float* pinned = nullptr;
+    void* events[2] = {nullptr, nullptr};
+    std::atomic<int64_t> read{0};  // the steps of this epoch before `read` have had their metrics read
   };
+  // The data uploaded to one device (GPU replicas when it fits device_data_budget).
+  struct ResidentData {
+    Tensor train_images, train_labels, test_images, test_labels;
+  };
+  void upload_resident_data();
+  const ResidentData* resident(Device dev) const;
+  void setup_device_worker(Worker& w, int d);
+  void setup_device_eval();
+  void run_device_steps(int d);
+  bool peers_allow(int d, int64_t s);
+  bool record_step(Worker& w, int d, int64_t s, double loss, double correct, int64_t n);
+  EvalStats evaluate_device();
+  void free_device_metrics();
   void run_segment(int epoch, int64_t begin, int64_t end, bool bar, double& seconds);
   void log_steps(int64_t upto);
   void worker_loop(int d);
@@ -170,7 +201,17 @@ class Trainer {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<Executor> eval_;
   std::vector<std::pair<std::string, std::string>> bn_updates_;
-
+  std::string correct_;                     // the training graph's count of correct predictions (f32 scalar)
+  std::map<int, ResidentData> resident_;    // by CUDA device index; empty: per-batch copies
+  std::string eval_correct_, eval_loss_;    // GPU evaluation: accumulators (states of eval_)
+  float* eval_pinned_ = nullptr;
+  void* eval_event_ = nullptr;
+  int64_t order_gen_ = 0;                   // bumped with each epoch's order
+  // GPU replicas agree on where to stop after a divergence (peers_allow).
+  std::mutex peers_mu_;
+  std::condition_variable peers_cv_;
+  std::atomic<int64_t> diverged_at_{INT64_MAX};  // 0-based step of this epoch, or INT64_MAX
+  std::atomic<bool> failed_{false};
   // Epoch hand-off between the main thread and the workers.
   std::mutex mu_;
   std::condition_variable cv_;

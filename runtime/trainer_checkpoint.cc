@@ -151,6 +151,7 @@ void Trainer::load_checkpoint(const std::string& path) {
 }
 
 EvalStats Trainer::evaluate_stats() {
+  if (!opts_.pipeline.devices[0].is_cpu()) return evaluate_device();
   for (const auto& [name, _] : eval_->graph().initializers)
     if (replica(0).states().count(name)) eval_->set_state(name, replica(0).state(name));
   EvalStats st;

@@ -22,6 +22,8 @@ const Command& train_command() {
           {"devices", "LIST", "cpu:N (N CPU replicas), cpu:0,cpu:1, or cuda:0,1 (default: cpu:R, R = min(cores, 4))"},
           {"gpus", "N", "train on N GPUs (cuda:0..N-1)"},
           {"deterministic", "", "GPU: deterministic cuDNN algorithms (bitwise repeatable, somewhat slower)"},
+          {"device-data-mb", "MB", "GPU: keep the training and test data on each GPU when it takes at most MB\n"
+                                   "                            (default 4096); larger data is copied batch by batch"},
           {"batch-size", "B", "global batch, split over the replicas (default 256)"},
           {"lr", "RATE", "learning rate (default 0.2)"},
           {"epochs", "E", "epochs (default 10)"},
@@ -145,6 +147,11 @@ int cmd_train(const std::vector<std::string>& argv) {
   if (seed < 0) throw bad("--seed must be >= 0, got " + args.get("seed"));
   o.seed = static_cast<uint64_t>(seed);
   o.max_steps = args.get_int("max-steps", 0);
+  if (args.has("device-data-mb")) {
+    const int64_t mb = args.get_int("device-data-mb", 0);
+    if (mb < 0 || mb > (int64_t(1) << 30)) throw bad("--device-data-mb must be 0 or more, got " + args.get("device-data-mb"));
+    o.device_data_budget = mb << 20;
+  }
   if (o.max_steps < 0) throw bad("--max-steps must be >= 0, got " + args.get("max-steps"));
   const std::string loss = args.get("loss", "cross-entropy");
   if (loss != "cross-entropy")
