@@ -2,6 +2,7 @@
 #include "runtime/device.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 
 namespace graphrun::runtime {
@@ -31,17 +32,45 @@ void DeviceBackend::destroy_event(Device, void*) {}
 void DeviceBackend::record_event(Device, void*) {}
 void DeviceBackend::wait_event(Device, void*) {}
 
+namespace {
+std::atomic<DeviceBackend*> g_override[2] = {nullptr, nullptr};  // by Device::Kind
+std::atomic<DeviceBackend*>& override_slot(Device::Kind kind) { return g_override[static_cast<int>(kind)]; }
+}  // namespace
+
+void override_backend(Device::Kind kind, DeviceBackend* backend) {
+  GR_CHECK(kind != Device::Kind::CPU, "the CPU has no device backend to override");
+  override_slot(kind).store(backend);
+}
+
 DeviceBackend* backend_for(Device::Kind kind) {
+  if (kind == Device::Kind::CPU) return nullptr;
+  if (DeviceBackend* o = override_slot(kind).load()) return o;
   if (kind == Device::Kind::CUDA) return cuda_backend();
   return nullptr;
 }
+
+bool backend_available(Device::Kind kind, std::string* why) {
+  if (kind == Device::Kind::CPU) {
+    if (why) why->clear();
+    return true;
+  }
+  if (DeviceBackend* o = override_slot(kind).load()) {
+    if (why) *why = o->unavailable_reason();
+    return o->device_count() > 0;
+  }
+  if (kind == Device::Kind::CUDA) return builtin_cuda_available(why);
+  if (why) *why = "no backend for this device kind in this build";
+  return false;
+}
+
+bool cuda_available(std::string* why) { return backend_available(Device::Kind::CUDA, why); }
 
 Tensor to_device(const Tensor& t, Device d) {
   if (!t.defined() || t.device() == d) return t;
   if (d.is_cpu()) return to_host(t);
   DeviceBackend* b = backend_for(d.kind);
   std::string why;
-  const bool available = cuda_available(&why);  // first: it fills `why` also when b is null
+  const bool available = backend_available(d.kind, &why);  // first: it fills `why` also when b is null
   GR_CHECK(b && available, "cannot use " << d.str() << ": " << why);
   Tensor r = b->empty(d, t.dtype(), t.shape());
   if (!t.nbytes()) return r;

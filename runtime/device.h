@@ -58,12 +58,22 @@ class DeviceBackend {
 
 // The backend of a device kind, or nullptr (CPU, or a kind this build does not include).
 DeviceBackend* backend_for(Device::Kind kind);
+// True when kernels of `kind` can run here; otherwise *why (if given) says why in one line.
+bool backend_available(Device::Kind kind, std::string* why = nullptr);
 
-// The CUDA backend, or nullptr when graphrun was built without CUDA (runtime/cuda/).
+// Test/embedding hook: from now on `backend` serves every device of `kind` in place of the built-in
+// backend (nullptr restores it). backend_for(), backend_available() and cuda_available() honour it,
+// and so do the executor and the trainer (tests/sim_backend.h runs the CUDA paths on the CPU with it).
+// Install it before creating executors on that kind and keep it alive while they exist.
+void override_backend(Device::Kind kind, DeviceBackend* backend);
+
+// The built-in CUDA backend, or nullptr when graphrun was built without CUDA (runtime/cuda/).
 DeviceBackend* cuda_backend();
-// True when CUDA kernels can run here; otherwise *why (if given) says why in one line:
-// "graphrun was built without CUDA", "no CUDA driver found", "no CUDA device", ...
+// True when CUDA kernels can run here (through an override_backend too); otherwise *why (if given)
+// says why in one line: "graphrun was built without CUDA", "no CUDA driver found", "no CUDA device", ...
 bool cuda_available(std::string* why = nullptr);
+// The built-in CUDA backend's own answer, overrides aside (runtime/cuda/).
+bool builtin_cuda_available(std::string* why);
 
 // Copies between host and devices.
 Tensor to_device(const Tensor& t, Device d);  // t itself when already on d; else an owning copy on d

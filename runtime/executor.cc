@@ -145,7 +145,7 @@ static DeviceBackend* device_backend(const ExecOptions& o) {
   if (o.device.is_cpu()) return nullptr;
   DeviceBackend* b = backend_for(o.device.kind);
   std::string why;
-  const bool available = cuda_available(&why);  // first: it fills `why` also when b is null
+  const bool available = backend_available(o.device.kind, &why);  // first: it fills `why` also when b is null
   GR_CHECK(b && available, "cannot run on " << o.device.str() << ": " << why);
   GR_CHECK(o.device.index >= 0 && o.device.index < b->device_count(),
            "cannot run on " << o.device.str() << ": " << b->device_count() << " device(s) present");

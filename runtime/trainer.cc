@@ -119,9 +119,9 @@ void check_devices_available(const std::vector<Device>& ds) {
     }
     gpu = true;
     std::string why;
-    if (!cuda_available(&why))
+    if (!backend_available(d.kind, &why))
       GR_FAIL("cannot train on " << d.str() << ": " << why << "; train on CPU replicas with --devices cpu:N");
-    const int count = cuda_backend()->device_count();
+    const int count = backend_for(d.kind)->device_count();
     GR_CHECK(d.index >= 0 && d.index < count,
              "cannot train on " << d.str() << ": this machine has " << count << " CUDA device(s)");
   }

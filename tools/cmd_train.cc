@@ -115,9 +115,8 @@ int cmd_train(const std::vector<std::string>& argv) {
   }
   o.pipeline.devices = devices;
   if (args.has("deterministic")) {
-    std::string why;
-    if (!devices.empty() && !devices[0].is_cpu() && runtime::cuda_available(&why))
-      runtime::cuda_backend()->set_deterministic(true);  // CPU kernels are deterministic already
+    if (!devices.empty() && !devices[0].is_cpu() && runtime::backend_available(devices[0].kind))
+      runtime::backend_for(devices[0].kind)->set_deterministic(true);  // CPU kernels are deterministic already
   }
 
   o.batch_size = args.get_int("batch-size", 256);

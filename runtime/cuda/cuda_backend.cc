@@ -261,7 +261,7 @@ DeviceBackend* cuda_backend() {
   return &backend;
 }
 
-bool cuda_available(std::string* why) {
+bool builtin_cuda_available(std::string* why) {
   const auto& d = cuda::detection();
   if (why) *why = d.why;
   return d.count > 0;

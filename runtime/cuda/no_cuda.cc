@@ -5,7 +5,7 @@ namespace graphrun::runtime {
 
 DeviceBackend* cuda_backend() { return nullptr; }
 
-bool cuda_available(std::string* why) {
+bool builtin_cuda_available(std::string* why) {
   if (why) *why = "graphrun was built without CUDA (configure with -DGRAPHRUN_CUDA=ON where the CUDA toolkit, cuDNN and NCCL are installed)";
   return false;
 }

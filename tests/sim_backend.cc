@@ -1,0 +1,410 @@
+// The simulated CUDA device (see sim_backend.h): a PROT_NONE memory pool, CPU kernels wrapped to run
+// with the pool accessible under one lock, and a device-local AllReduce group.
+#include "tests/sim_backend.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+
+#include "runtime/comm/communicator.h"
+
+namespace graphrun::testing {
+
+using runtime::Communicator;
+using runtime::KernelContext;
+
+SimCounters operator-(const SimCounters& a, const SimCounters& b) {
+  SimCounters r;
+  r.allocations = a.allocations - b.allocations;
+  r.host_to_device = a.host_to_device - b.host_to_device;
+  r.device_to_host = a.device_to_host - b.device_to_host;
+  r.synchronizations = a.synchronizations - b.synchronizations;
+  r.host_reads_of_device_values = a.host_reads_of_device_values - b.host_reads_of_device_values;
+  r.kernels = a.kernels - b.kernels;
+  return r;
+}
+
+namespace {
+
+constexpr unsigned char kPoison = 0xFF;  // fresh and freed device memory: NaN as f32, -1 as integers
+
+size_t page_size() {
+  static const size_t p = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return p;
+}
+size_t round_up(size_t n, size_t k) { return (n + k - 1) / k * k; }
+
+// Size classes as the CUDA caching allocator's: 512 bytes up to 1 MiB, then whole MiB.
+size_t size_class(size_t bytes) {
+  if (bytes == 0) bytes = 1;
+  if (bytes <= (size_t(1) << 20)) return round_up(bytes, 512);
+  return round_up(bytes, size_t(1) << 20);
+}
+
+// ---- Kernels: the CPU kernel of the node, run with device memory accessible ----
+
+// What a CPU kernel sees on the simulated device: the executor's context, with every device tensor
+// relabelled as host memory (the CPU kernels read shapes with Tensor::as_int64s, which refuses device
+// tensors); the memory itself is only accessible while the kernel runs.
+class HostViewContext final : public KernelContext {
+ public:
+  explicit HostViewContext(KernelContext& real) : real_(real), in_views_(real.num_inputs()), out_views_(real.num_outputs()) {
+    node_ = &real.node();
+    opset_ = real.opset();
+    threads_ = real.threads();
+    device_ = real.device();
+    comm_ = real.comm();
+    rng_ = &real.rng();
+    for (int i = 0; i < real.num_inputs(); ++i) {
+      if (!real.has_input(i)) {
+        inputs_.push_back(nullptr);
+        continue;
+      }
+      in_views_[i] = host_view(real.input(i));
+      inputs_.push_back(&in_views_[i]);
+    }
+  }
+  Tensor& output(int i, const Shape& shape, DType dtype) override {
+    Tensor& t = real_.output(i, shape, dtype);
+    if (i >= static_cast<int>(out_views_.size())) out_views_.resize(i + 1);
+    out_views_[i] = host_view(t);
+    return out_views_[i];
+  }
+  void* scratch(size_t bytes) override { return real_.scratch(bytes); }
+
+ private:
+  static Tensor host_view(const Tensor& t) {
+    return Tensor::view(t.dtype(), t.shape(), const_cast<void*>(t.raw()), Device{});
+  }
+  KernelContext& real_;
+  std::vector<Tensor> in_views_;
+  std::deque<Tensor> out_views_;  // references handed out stay valid
+};
+
+void sim_kernel(KernelContext& ctx) {
+  SimBackend* sim = SimBackend::current();
+  sim->count_kernel(ctx);
+  runtime::KernelFn f = runtime::cpu_kernels().find(ctx.node());
+  GR_CHECK(f, "no CPU kernel for " << ctx.node().op_key());
+  SimBackend::Access access(*sim);
+  HostViewContext host(ctx);
+  f(host);
+}
+
+struct SimBuffer {
+  const float* send;
+  float* recv;  // may equal send
+  int64_t count;
+};
+
+// Replicas of the simulated device: every rank hands in its buffers; the last to arrive sums them in
+// rank order with device memory accessible (the CUDA device-local group's contract); the others wait
+// without holding the device lock, so their kernels can still run meanwhile.
+struct SimGroup {
+  SimGroup(SimBackend* b, int n) : sim(b), size(n), pending(n, nullptr), roots(n, nullptr) {}
+  SimBackend* sim;
+  int size;
+  std::mutex mu;
+  std::condition_variable cv;
+  int arrived = 0;
+  uint64_t generation = 0;
+  std::vector<const std::vector<SimBuffer>*> pending;
+  std::vector<float*> roots;
+  std::string error;
+
+  template <class F>
+  void round(F work) {
+    std::unique_lock<std::mutex> lock(mu);
+    const uint64_t gen = generation;
+    if (++arrived == size) {
+      error.clear();
+      try {
+        SimBackend::Access access(*sim);
+        work();
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      arrived = 0;
+      ++generation;
+      cv.notify_all();
+    } else {
+      cv.wait(lock, [&] { return generation != gen; });
+    }
+    if (!error.empty()) throw Error(error);
+  }
+};
+
+class SimCommunicator final : public Communicator {
+ public:
+  SimCommunicator(std::shared_ptr<SimGroup> g, int rank) : g_(std::move(g)), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int size() const override { return g_->size; }
+  std::string name() const override { return "sim-device-local"; }
+  void barrier() override { g_->round([] {}); }
+
+  void allreduce_group(const std::vector<SimBuffer>& buffers) {
+    SimGroup& g = *g_;
+    {
+      std::lock_guard<std::mutex> lock(g.mu);
+      g.pending[rank_] = &buffers;
+    }
+    g.round([&] {
+      const size_t nbuf = g.pending[0]->size();
+      for (int r = 1; r < g.size; ++r)
+        GR_CHECK(g.pending[r]->size() == nbuf, "AllReduce: rank " << r << " reduces " << g.pending[r]->size()
+                                                                   << " buffers, rank 0 reduces " << nbuf);
+      std::vector<float> acc;
+      for (size_t k = 0; k < nbuf; ++k) {
+        const int64_t count = (*g.pending[0])[k].count;
+        for (int r = 1; r < g.size; ++r)
+          GR_CHECK((*g.pending[r])[k].count == count, "AllReduce: buffer " << k << " has " << (*g.pending[r])[k].count
+                                                                           << " values on rank " << r << ", " << count
+                                                                           << " on rank 0");
+        // Read every send before writing any recv (recv may alias send); sum in rank order.
+        const float* s0 = (*g.pending[0])[k].send;
+        acc.assign(s0, s0 + count);
+        for (int r = 1; r < g.size; ++r) {
+          const float* s = (*g.pending[r])[k].send;
+          for (int64_t i = 0; i < count; ++i) acc[i] += s[i];
+        }
+        for (int r = 0; r < g.size; ++r) std::memcpy((*g.pending[r])[k].recv, acc.data(), count * sizeof(float));
+      }
+    });
+  }
+
+  void allreduce_sum(float* data, int64_t count) override {
+    if (count > 0) allreduce_group({{data, data, count}});
+  }
+
+  void broadcast(float* data, int64_t count, int root) override {
+    GR_CHECK(root >= 0 && root < size(), "broadcast: root " << root << " of " << size() << " ranks");
+    SimGroup& g = *g_;
+    {
+      std::lock_guard<std::mutex> lock(g.mu);
+      g.roots[rank_] = data;
+    }
+    g.round([&] {
+      for (int r = 0; r < g.size; ++r)
+        if (r != root && g.roots[r] != g.roots[root])
+          std::memcpy(g.roots[r], g.roots[root], static_cast<size_t>(count) * sizeof(float));
+    });
+  }
+
+ private:
+  std::shared_ptr<SimGroup> g_;
+  int rank_;
+};
+
+// Not wrapped like the others: a rank waits here for the rest, whose kernels must run meanwhile.
+void sim_allreduce(KernelContext& ctx) {
+  SimBackend* sim = SimBackend::current();
+  sim->count_kernel(ctx);
+  const int k = ctx.num_inputs();
+  GR_CHECK(ctx.num_outputs() == k, "AllReduce has " << k << " inputs but " << ctx.num_outputs() << " outputs");
+  GR_CHECK(ctx.node().attr_s("reduction", "sum") == "sum", "AllReduce supports reduction 'sum' only");
+  std::vector<SimBuffer> bufs;
+  for (int i = 0; i < k; ++i) {
+    const Tensor& G = ctx.input(i);
+    GR_CHECK(G.dtype() == DType::F32, "AllReduce takes f32, input " << i << " is " << dtype_name(G.dtype()));
+    GR_CHECK(sim->is_device_memory(G.raw()), "AllReduce input " << i << " is not in device memory");
+    Tensor& R = ctx.output(i, G.shape(), DType::F32);
+    if (G.numel()) bufs.push_back({static_cast<const float*>(G.raw()), static_cast<float*>(R.raw()), G.numel()});
+  }
+  Communicator* comm = ctx.comm();
+  if (!comm || comm->size() == 1) {
+    SimBackend::Access access(*sim);
+    for (const auto& b : bufs)
+      if (b.recv != b.send) std::memcpy(b.recv, b.send, b.count * sizeof(float));
+    return;
+  }
+  auto* scomm = dynamic_cast<SimCommunicator*>(comm);
+  GR_CHECK(scomm, "AllReduce on " << ctx.device().str() << " needs a simulated-device communicator, got '"
+                                  << comm->name() << "'");
+  scomm->allreduce_group(bufs);
+}
+
+}  // namespace
+
+// ---- SimBackend ----
+
+SimBackend::SimBackend(int devices, size_t pool_bytes) : devices_(devices) {
+  pool_bytes_ = round_up(pool_bytes, page_size());
+  void* p = mmap(nullptr, pool_bytes_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  GR_CHECK(p != MAP_FAILED, "simulated device: cannot reserve " << pool_bytes_ << " bytes: " << std::strerror(errno));
+  pool_ = static_cast<char*>(p);
+  for (const std::string& key : runtime::cpu_kernels().ops()) {
+    const size_t sep = key.find("::");
+    const std::string domain = sep == std::string::npos ? "" : key.substr(0, sep);
+    const std::string op = sep == std::string::npos ? key : key.substr(sep + 2);
+    table_.add(domain, op, op == "AllReduce" && domain == kGraphrunDomain ? sim_allreduce : sim_kernel);
+  }
+}
+
+SimBackend::~SimBackend() {
+  if (pool_) munmap(pool_, pool_bytes_);
+}
+
+SimBackend* SimBackend::current() {
+  auto* sim = dynamic_cast<SimBackend*>(runtime::backend_for(Device::Kind::CUDA));
+  GR_CHECK(sim, "a simulated-device kernel ran while no SimBackend is installed");
+  return sim;
+}
+
+void SimBackend::set_access(bool on) {
+  if (on) {
+    const size_t want = round_up(top_, page_size());
+    if (want > accessible_) {
+      GR_CHECK(mprotect(pool_ + accessible_, want - accessible_, PROT_READ | PROT_WRITE) == 0,
+               "simulated device: mprotect failed: " << std::strerror(errno));
+      accessible_ = want;
+    }
+  } else if (accessible_) {
+    GR_CHECK(mprotect(pool_, accessible_, PROT_NONE) == 0, "simulated device: mprotect failed: " << std::strerror(errno));
+    accessible_ = 0;
+  }
+}
+
+SimBackend::Access::Access(SimBackend& b) : b_(b) {
+  b_.mu_.lock();
+  if (b_.depth_++ == 0) b_.set_access(true);
+}
+
+SimBackend::Access::~Access() {
+  if (--b_.depth_ == 0) b_.set_access(false);
+  b_.mu_.unlock();
+}
+
+void SimBackend::check_device(Device d, const char* what) const {
+  GR_CHECK(d.kind == Device::Kind::CUDA && d.index >= 0 && d.index < devices_,
+           "simulated device: " << what << " on " << d.str() << " (" << devices_ << " device(s))");
+}
+
+bool SimBackend::is_device_memory(const void* p) const {
+  const char* c = static_cast<const char*>(p);
+  return c >= pool_ && c < pool_ + pool_bytes_;
+}
+
+void SimBackend::check_range(const void* p, size_t bytes, const char* what) const {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  const char* c = static_cast<const char*>(p);
+  GR_CHECK(is_device_memory(p) && c + bytes <= pool_ + top_,
+           "simulated device: " << what << " is not device memory (" << p << ", " << bytes << " bytes)");
+}
+
+void* SimBackend::allocate(Device d, size_t bytes) {
+  check_device(d, "allocate");
+  const size_t cls = size_class(bytes);
+  Access access(*this);
+  ++counters_.allocations;
+  void* p = nullptr;
+  auto it = free_.find(cls);
+  if (it != free_.end() && !it->second.empty()) {
+    p = it->second.back();
+    it->second.pop_back();
+  } else {
+    GR_CHECK(top_ + cls <= pool_bytes_, "out of simulated device memory allocating " << bytes << " bytes ("
+                                                                                     << top_ << " in use)");
+    p = pool_ + top_;
+    top_ += cls;
+    set_access(true);  // extend the accessible range over the new block
+  }
+  live_[p] = cls;
+  std::memset(p, kPoison, cls);  // contents are undefined: kernels that rely on zeros fail
+  return p;
+}
+
+void SimBackend::deallocate(Device d, void* p) {
+  if (!p) return;
+  try {
+    Access access(*this);
+    auto it = live_.find(p);
+    if (it == live_.end()) return;
+    std::memset(p, kPoison, it->second);  // a read after free sees NaN / -1
+    free_[it->second].push_back(p);
+    live_.erase(it);
+  } catch (...) {  // called from tensor destructors
+  }
+}
+
+size_t SimBackend::bytes_in_use() const {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  size_t n = 0;
+  for (const auto& [_, c] : live_) n += c;
+  return n;
+}
+
+void SimBackend::copy_host_to_device(Device d, void* dst, const void* src, size_t bytes) {
+  check_device(d, "copy_host_to_device");
+  if (!bytes) return;
+  check_range(dst, bytes, "copy_host_to_device destination");
+  GR_CHECK(!is_device_memory(src), "simulated device: copy_host_to_device from device memory");
+  Access access(*this);
+  ++counters_.host_to_device;
+  std::memcpy(dst, src, bytes);
+}
+
+void SimBackend::copy_device_to_host(Device d, void* dst, const void* src, size_t bytes) {
+  check_device(d, "copy_device_to_host");
+  if (!bytes) return;
+  check_range(src, bytes, "copy_device_to_host source");
+  GR_CHECK(!is_device_memory(dst), "simulated device: copy_device_to_host into device memory");
+  Access access(*this);
+  ++counters_.device_to_host;
+  std::memcpy(dst, src, bytes);
+}
+
+void SimBackend::copy_device_to_device(Device d, void* dst, const void* src, size_t bytes) {
+  check_device(d, "copy_device_to_device");
+  if (!bytes) return;
+  check_range(dst, bytes, "copy_device_to_device destination");
+  check_range(src, bytes, "copy_device_to_device source");
+  Access access(*this);
+  std::memmove(dst, src, bytes);
+}
+
+void SimBackend::memset(Device d, void* dst, int value, size_t bytes) {
+  check_device(d, "memset");
+  if (!bytes) return;
+  check_range(dst, bytes, "memset destination");
+  Access access(*this);
+  std::memset(dst, value, bytes);
+}
+
+void SimBackend::synchronize(Device d) {
+  check_device(d, "synchronize");
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  ++counters_.synchronizations;
+}
+
+SimCounters SimBackend::counters() const {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  return counters_;
+}
+
+void SimBackend::count_kernel(const KernelContext& ctx) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  ++counters_.kernels;
+}
+
+std::vector<std::unique_ptr<Communicator>> SimBackend::make_communicators(const std::vector<Device>& replicas) {
+  GR_CHECK(!replicas.empty(), "no replicas to connect");
+  for (const Device& d : replicas) check_device(d, "make_communicators");
+  auto g = std::make_shared<SimGroup>(this, static_cast<int>(replicas.size()));
+  std::vector<std::unique_ptr<Communicator>> r;
+  for (int i = 0; i < static_cast<int>(replicas.size()); ++i) r.push_back(std::make_unique<SimCommunicator>(g, i));
+  return r;
+}
+
+// ---- ScopedSimDevice ----
+
+ScopedSimDevice::ScopedSimDevice(int devices) : backend_(std::make_unique<SimBackend>(devices)) {
+  GR_CHECK(!dynamic_cast<SimBackend*>(runtime::backend_for(Device::Kind::CUDA)), "a SimBackend is already installed");
+  runtime::override_backend(Device::Kind::CUDA, backend_.get());
+}
+
+ScopedSimDevice::~ScopedSimDevice() { runtime::override_backend(Device::Kind::CUDA, nullptr); }
+
+}  // namespace graphrun::testing

@@ -1,0 +1,109 @@
+// A simulated CUDA device for tests: the CPU kernels behind the DeviceBackend interface, over "device
+// memory" the host cannot touch, so the executor's and trainer's device paths run (and fail loudly) here.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/device.h"
+
+namespace graphrun::testing {
+
+// What the simulated device did; compare snapshots around the code under test.
+struct SimCounters {
+  int64_t allocations = 0;     // allocate() calls (a real GPU's caching allocator may serve some from its cache)
+  int64_t host_to_device = 0;  // copy_host_to_device calls
+  int64_t device_to_host = 0;  // copy_device_to_host calls (each waits for the stream on a GPU)
+  int64_t synchronizations = 0;
+  // A kernel given a device tensor at an input its table reads on the host (a shape, axes, pads...):
+  // on a GPU, a copy back and a stream synchronization.
+  int64_t host_reads_of_device_values = 0;
+  int64_t kernels = 0;         // kernel launches
+};
+SimCounters operator-(const SimCounters& a, const SimCounters& b);
+
+// Device memory is one mmap'd pool kept PROT_NONE; the backend makes it accessible only while it
+// runs a kernel, a copy or a reduction, under one process-wide (recursive) lock. Host code that reads
+// or writes device memory directly, which on a GPU reads garbage or crashes, segfaults here.
+// Kernels are the CPU table's, each wrapped that way (AllReduce reduces through make_communicators).
+// Devices cuda:0..devices-1 share the pool; replicas of any of them reduce like the CUDA backend's
+// device-local group (the last rank to arrive sums in rank order).
+class SimBackend final : public runtime::DeviceBackend {
+ public:
+  explicit SimBackend(int devices = 1, size_t pool_bytes = size_t(16) << 30);
+  ~SimBackend() override;
+
+  Device::Kind kind() const override { return Device::Kind::CUDA; }
+  int device_count() const override { return devices_; }
+  std::string unavailable_reason() const override { return devices_ > 0 ? "" : "no simulated device"; }
+
+  void* allocate(Device d, size_t bytes) override;
+  void deallocate(Device d, void* p) override;
+  void copy_host_to_device(Device d, void* dst, const void* src, size_t bytes) override;
+  void copy_device_to_host(Device d, void* dst, const void* src, size_t bytes) override;
+  void copy_device_to_device(Device d, void* dst, const void* src, size_t bytes) override;
+  void memset(Device d, void* dst, int value, size_t bytes) override;
+  void synchronize(Device d) override;
+
+  const runtime::KernelTable& kernels() const override { return table_; }
+  std::vector<std::unique_ptr<runtime::Communicator>> make_communicators(const std::vector<Device>& replicas) override;
+  void set_deterministic(bool on) override {}
+
+  SimCounters counters() const;
+  bool is_device_memory(const void* p) const;  // inside the pool
+  size_t bytes_in_use() const;
+
+  // Holds the device lock with device memory accessible (kernels, copies, reductions; tests that
+  // inspect memory deliberately). Nests.
+  class Access {
+   public:
+    explicit Access(SimBackend& b);
+    ~Access();
+    Access(const Access&) = delete;
+    Access& operator=(const Access&) = delete;
+
+   private:
+    SimBackend& b_;
+  };
+
+  // The SimBackend a wrapped kernel belongs to (the one installed; see ScopedSimDevice).
+  static SimBackend* current();
+  void count_kernel(const runtime::KernelContext& ctx);
+
+ private:
+  void check_device(Device d, const char* what) const;
+  void check_range(const void* p, size_t bytes, const char* what) const;
+  void set_access(bool on);
+
+  int devices_;
+  char* pool_ = nullptr;
+  size_t pool_bytes_ = 0;
+  size_t top_ = 0;           // bytes of the pool handed out so far (bump pointer)
+  size_t accessible_ = 0;    // bytes at the start of the pool currently read/write
+  int depth_ = 0;            // nesting of Access
+  std::unordered_map<void*, size_t> live_;                 // block -> size class
+  std::unordered_map<size_t, std::vector<void*>> free_;    // size class -> free blocks
+  mutable std::recursive_mutex mu_;
+  SimCounters counters_;
+  runtime::KernelTable table_;
+};
+
+// Installs a SimBackend as the backend of Device::Kind::CUDA for its lifetime: cuda:0.. run on it.
+class ScopedSimDevice {
+ public:
+  explicit ScopedSimDevice(int devices = 1);
+  ~ScopedSimDevice();
+  ScopedSimDevice(const ScopedSimDevice&) = delete;
+  ScopedSimDevice& operator=(const ScopedSimDevice&) = delete;
+  SimBackend& backend() { return *backend_; }
+  SimCounters counters() const { return backend_->counters(); }
+
+ private:
+  std::unique_ptr<SimBackend> backend_;
+};
+
+}  // namespace graphrun::testing

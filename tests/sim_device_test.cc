@@ -1,0 +1,227 @@
+// The executor's and the trainer's device paths on the simulated CUDA device (tests/sim_backend.h):
+// the LeNet training step equals the CPU executor's, fetched values copy back, the steady state
+// allocates nothing, the Trainer on cuda:0 and cuda:0,cuda:0 equals cpu:1 and cpu:2, checkpoints.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "graph/onnx_io.h"
+#include "runtime/device.h"
+#include "runtime/executor.h"
+#include "runtime/trainer.h"
+#include "tests/sim_backend.h"
+#include "tests/test_util.h"
+#include "tests/trainer_test_util.h"
+
+namespace graphrun {
+namespace {
+
+using runtime::Executor;
+using runtime::TrainOptions;
+using runtime::Trainer;
+using testing::ScopedSimDevice;
+using testing::SimCounters;
+
+const Device kSim{Device::Kind::CUDA, 0};
+
+// ---- The simulated device itself ----
+
+TEST(SimDevice, InstallsAsCudaAndCopiesRoundTrip) {
+  std::string why;
+  {
+    ScopedSimDevice sim;
+    EXPECT_TRUE(runtime::cuda_available(&why)) << why;
+    EXPECT_EQ(runtime::backend_for(Device::Kind::CUDA), &sim.backend());
+    Tensor h = testing::random_tensor({3, 5}, 1);
+    Tensor d = runtime::to_device(h, kSim);
+    EXPECT_EQ(d.device(), kSim);
+    EXPECT_TRUE(sim.backend().is_device_memory(d.raw()));
+    EXPECT_EQ(testing::max_abs_diff(runtime::to_host(d), h), 0);
+    EXPECT_EQ(sim.counters().host_to_device, 1);
+    EXPECT_EQ(sim.counters().device_to_host, 1);
+    EXPECT_EQ(sim.counters().allocations, 1);
+  }
+  // Uninstalled: cuda:0 is what this build says again.
+  EXPECT_EQ(dynamic_cast<testing::SimBackend*>(runtime::backend_for(Device::Kind::CUDA)), nullptr);
+  EXPECT_EQ(runtime::cuda_available(&why), runtime::builtin_cuda_available(nullptr));
+}
+
+TEST(SimDeviceDeathTest, HostCodeTouchingDeviceMemorySegfaults) {
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  EXPECT_DEATH(
+      {
+        ScopedSimDevice sim;
+        Tensor d = runtime::to_device(testing::random_tensor({4}, 1), kSim);
+        volatile float x = static_cast<const float*>(d.raw())[0];  // a host read of device memory
+        (void)x;
+      },
+      "");
+}
+
+// ---- The executor on the device: LeNet's training graph (forward, loss, backward, optimizer) ----
+
+struct Batch {
+  Tensor image, labels;
+};
+Batch random_batch(int64_t n, uint64_t seed) {
+  return {testing::random_tensor({n, 1, 28, 28}, seed, 0.f, 1.f), testing::random_int_tensor({n}, seed + 1, 0, 10)};
+}
+
+runtime::TrainingGraphs lenet_training(const std::vector<Device>& devices, float momentum) {
+  runtime::PipelineOptions po;
+  po.devices = devices;
+  po.optimizer.momentum = momentum;
+  return runtime::build_training_graphs(load_onnx(testing::lenet_path()), po);
+}
+
+std::map<std::string, Tensor> step_inputs(const runtime::TrainingGraphs& tg, const Graph& g, const Batch& b, int64_t step) {
+  std::map<std::string, Tensor> in{{tg.image, b.image},
+                                   {tg.labels, b.labels},
+                                   {tg.loss_scale, Tensor::scalar<float>(1.f)},
+                                   {"lr", Tensor::scalar<float>(0.05f)}};
+  if (g.is_input("step")) in["step"] = Tensor::scalar<int64_t>(step);
+  return in;
+}
+
+TEST(SimDevice, LeNetTrainingStepsEqualTheCpuExecutor) {
+  if (!std::filesystem::exists(testing::lenet_path())) GTEST_SKIP() << "models/lenet.onnx is missing";
+  ScopedSimDevice sim;
+  for (float momentum : {0.f, 0.9f}) {
+    runtime::TrainingGraphs tg = lenet_training({kSim}, momentum);
+    const runtime::DeviceGraph& dg = tg.replicas[0];
+    runtime::ExecOptions co;
+    co.fetch = {tg.loss, tg.logits};
+    co.state_updates = dg.state_updates;
+    runtime::ExecOptions so = co;
+    so.device = kSim;
+    Executor cpu(dg.graph, co);
+    Executor dev(dg.graph, so);
+    for (const auto& [name, t] : dev.states()) EXPECT_EQ(t.device(), kSim) << name;
+
+    SimCounters after_planning;
+    for (int step = 0; step < 4; ++step) {
+      const Batch b = random_batch(step == 3 ? 16 : 32, 10 + step);  // the last step: a second plan
+      if (step == 1) after_planning = sim.counters();
+      const SimCounters before = sim.counters();
+      auto want = cpu.run(step_inputs(tg, dg.graph, b, step));
+      auto got = dev.run(step_inputs(tg, dg.graph, b, step));
+      const SimCounters used = sim.counters() - before;
+      for (const std::string& f : {tg.loss, tg.logits}) {
+        ASSERT_EQ(got.at(f).device(), kSim) << f;
+        EXPECT_EQ(testing::max_abs_diff(runtime::to_host(got.at(f)), want.at(f)), 0)
+            << f << " at step " << step << ", momentum " << momentum;
+      }
+      if (step == 1 || step == 2) {
+        EXPECT_EQ(used.allocations, 0) << "step " << step << ": the steady state allocates nothing";
+        EXPECT_EQ(used.host_to_device, static_cast<int64_t>(dg.graph.inputs.size())) << "step " << step;
+        EXPECT_EQ(used.device_to_host, 0) << "step " << step << ": fetched values stay on the device";
+      }
+    }
+    EXPECT_GT(sim.counters().kernels - after_planning.kernels, 0);
+    for (const auto& [name, t] : cpu.states())
+      EXPECT_EQ(testing::max_abs_diff(runtime::to_host(dev.state(name)), t), 0) << name << ", momentum " << momentum;
+    EXPECT_GT(testing::max_abs_diff(cpu.state("conv1.weight"), dg.graph.initializers.at("conv1.weight")), 0);
+
+    // set_state from the host and from another device tensor.
+    Tensor w = testing::random_tensor(cpu.state("fc1.weight").shape(), 3);
+    dev.set_state("fc1.weight", w);
+    EXPECT_EQ(testing::max_abs_diff(runtime::to_host(dev.state("fc1.weight")), w), 0);
+    dev.set_state("fc1.weight", runtime::to_device(cpu.state("fc1.weight"), kSim));
+    EXPECT_EQ(testing::max_abs_diff(runtime::to_host(dev.state("fc1.weight")), cpu.state("fc1.weight")), 0);
+  }
+}
+
+// ---- The trainer on the device ----
+
+std::map<std::string, Tensor> states_of(Trainer& t) {
+  std::map<std::string, Tensor> r;
+  for (int d = 0; d < t.replicas(); ++d)
+    for (const auto& [name, v] : t.replica(d).states()) r["r" + std::to_string(d) + "/" + name] = runtime::to_host(v);
+  return r;
+}
+
+void expect_same_states(Trainer& a, Trainer& b, const std::string& what) {
+  auto sa = states_of(a), sb = states_of(b);
+  ASSERT_EQ(sa.size(), sb.size()) << what;
+  for (const auto& [name, v] : sa) EXPECT_EQ(testing::max_abs_diff(sb.at(name), v), 0) << what << ": " << name;
+}
+
+TrainOptions on(TrainOptions o, const std::vector<Device>& devices) {
+  o.pipeline.devices = devices;
+  return o;
+}
+
+TEST(SimDevice, TrainerOnCudaEqualsCpuReplicas) {
+  REQUIRE_LENET_AND_DATA();
+  ScopedSimDevice sim;
+  Graph model = load_onnx(testing::lenet_path());
+  for (int variant = 0; variant < 2; ++variant) {
+    TrainOptions o = testing::quick(1, 48, 4, 200);
+    o.lr = 0.1;
+    if (variant == 1) {
+      o.pipeline.optimizer.momentum = 0.9f;
+      o.pipeline.optimizer.weight_decay = 1e-3f;
+    }
+    for (int D : {1, 2}) {
+      Trainer cpu(model, on(o, testing::quick(D, 48, 4).pipeline.devices));
+      Trainer dev(model, on(o, std::vector<Device>(D, kSim)));
+      auto sc = cpu.train_epoch(0), sd = dev.train_epoch(0);
+      const std::string what = std::to_string(D) + " replica(s), variant " + std::to_string(variant);
+      EXPECT_EQ(sd.loss, sc.loss) << what;
+      EXPECT_EQ(sd.train_acc, sc.train_acc) << what;
+      EXPECT_EQ(sd.test_acc, sc.test_acc) << what;
+      expect_same_states(cpu, dev, what);
+      auto ec = cpu.evaluate_stats(), ed = dev.evaluate_stats();
+      EXPECT_EQ(ed.accuracy, ec.accuracy) << what;
+      EXPECT_NEAR(ed.loss, ec.loss, 1e-12) << what;
+      // The saved model comes from device state.
+      Graph tc = cpu.trained_model(), td = dev.trained_model();
+      for (const auto& [name, t] : tc.initializers)
+        EXPECT_EQ(testing::max_abs_diff(td.initializers.at(name), t), 0) << what << ": " << name;
+    }
+  }
+}
+
+TEST(SimDevice, TrainerCheckpointsSaveAndResumeFromTheDevice) {
+  REQUIRE_LENET_AND_DATA();
+  ScopedSimDevice sim;
+  Graph model = load_onnx(testing::lenet_path());
+  TrainOptions o = on(testing::quick(2, 32, 4, 200), {kSim, kSim});
+  o.epochs = 2;
+  o.lr = 0.05;
+  o.pipeline.optimizer.momentum = 0.9f;
+  o.checkpoint_dir = testing::temp_dir("sim_resume");
+  o.checkpoint_every = 3;
+  o.keep_checkpoints = 10;
+  std::map<std::string, Tensor> full;
+  {
+    Trainer t(model, o);
+    t.fit();
+    full = states_of(t);
+  }
+  // Checkpoints at global steps 3, 4 (end of epoch 1), 6, 8 (end of 2); resume from step 6.
+  namespace fs = std::filesystem;
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(o.checkpoint_dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  ASSERT_EQ(names.size(), 4u);
+  fs::remove(o.checkpoint_dir + "/" + names[3]);
+  TrainOptions r = o;
+  r.resume = true;
+  Trainer t(model, r);
+  t.fit();
+  auto resumed = states_of(t);
+  ASSERT_EQ(resumed.size(), full.size());
+  for (const auto& [name, v] : full) EXPECT_EQ(testing::max_abs_diff(resumed.at(name), v), 0) << name;
+  EXPECT_EQ(t.global_step(), 8);
+
+  // A device checkpoint restores into a CPU trainer of the same settings, and back.
+  Trainer c(model, on(o, testing::quick(2, 32, 4).pipeline.devices));
+  c.load_checkpoint(o.checkpoint_dir + "/" + names[2]);
+  Trainer d(model, o);
+  d.load_checkpoint(o.checkpoint_dir + "/" + names[2]);
+  expect_same_states(c, d, "after load_checkpoint");
+}
+
+}  // namespace
+}  // namespace graphrun
