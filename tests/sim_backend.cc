@@ -5,7 +5,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 
@@ -24,6 +26,9 @@ SimCounters operator-(const SimCounters& a, const SimCounters& b) {
   r.synchronizations = a.synchronizations - b.synchronizations;
   r.host_reads_of_device_values = a.host_reads_of_device_values - b.host_reads_of_device_values;
   r.kernels = a.kernels - b.kernels;
+  r.async_device_to_host = a.async_device_to_host - b.async_device_to_host;
+  r.event_waits = a.event_waits - b.event_waits;
+  r.deferred_event_waits = a.deferred_event_waits - b.deferred_event_waits;
   return r;
 }
 
@@ -377,6 +382,70 @@ void SimBackend::synchronize(Device d) {
   check_device(d, "synchronize");
   std::lock_guard<std::recursive_mutex> lock(mu_);
   ++counters_.synchronizations;
+}
+
+// ---- asynchronous reads: pinned memory and events ----
+
+namespace {
+struct SimEvent {
+  bool recorded = false;
+  int64_t kernels_at_record = 0;
+};
+}  // namespace
+
+void* SimBackend::allocate_pinned(Device d, size_t bytes) {
+  check_device(d, "allocate_pinned");
+  void* p = std::malloc(std::max<size_t>(1, bytes));
+  GR_CHECK(p, "simulated device: out of host memory");
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  pinned_[p] = bytes;
+  return p;
+}
+
+void SimBackend::free_pinned(Device d, void* p) {
+  if (!p) return;
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  pinned_.erase(p);
+  std::free(p);
+}
+
+void SimBackend::copy_device_to_host_async(Device d, void* dst, const void* src, size_t bytes) {
+  check_device(d, "copy_device_to_host_async");
+  if (!bytes) return;
+  check_range(src, bytes, "copy_device_to_host_async source");
+  Access access(*this);
+  bool pinned = false;
+  for (const auto& [p, n] : pinned_)
+    pinned = pinned || (static_cast<char*>(dst) >= static_cast<char*>(p) &&
+                        static_cast<char*>(dst) + bytes <= static_cast<char*>(p) + n);
+  GR_CHECK(pinned, "simulated device: copy_device_to_host_async into memory not from allocate_pinned "
+                   "(a GPU would stage it and block)");
+  ++counters_.async_device_to_host;
+  std::memcpy(dst, src, bytes);
+}
+
+void* SimBackend::create_event(Device d) {
+  check_device(d, "create_event");
+  return new SimEvent;
+}
+
+void SimBackend::destroy_event(Device, void* event) { delete static_cast<SimEvent*>(event); }
+
+void SimBackend::record_event(Device d, void* event) {
+  check_device(d, "record_event");
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  auto* e = static_cast<SimEvent*>(event);
+  e->recorded = true;
+  e->kernels_at_record = counters_.kernels;
+}
+
+void SimBackend::wait_event(Device d, void* event) {
+  check_device(d, "wait_event");
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  auto* e = static_cast<SimEvent*>(event);
+  GR_CHECK(e->recorded, "simulated device: waiting for an event that was never recorded");
+  ++counters_.event_waits;
+  if (counters_.kernels > e->kernels_at_record) ++counters_.deferred_event_waits;
 }
 
 SimCounters SimBackend::counters() const {

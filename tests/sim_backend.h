@@ -23,6 +23,13 @@ struct SimCounters {
   // on a GPU, a copy back and a stream synchronization.
   int64_t host_reads_of_device_values = 0;
   int64_t kernels = 0;         // kernel launches
+  // Asynchronous reads (DeviceBackend::copy_device_to_host_async into pinned memory, then events).
+  // The simulated device runs everything at once, so a copy lands at once; what is counted is what a
+  // GPU would do: an async copy does not wait; an event wait is the host's one synchronisation, and it
+  // is "deferred" when kernels were launched after the event was recorded (the stream stayed busy).
+  int64_t async_device_to_host = 0;
+  int64_t event_waits = 0;
+  int64_t deferred_event_waits = 0;
 };
 SimCounters operator-(const SimCounters& a, const SimCounters& b);
 
@@ -48,6 +55,13 @@ class SimBackend final : public runtime::DeviceBackend {
   void copy_device_to_device(Device d, void* dst, const void* src, size_t bytes) override;
   void memset(Device d, void* dst, int value, size_t bytes) override;
   void synchronize(Device d) override;
+  void* allocate_pinned(Device d, size_t bytes) override;
+  void free_pinned(Device d, void* p) override;
+  void copy_device_to_host_async(Device d, void* dst, const void* src, size_t bytes) override;
+  void* create_event(Device d) override;
+  void destroy_event(Device d, void* event) override;
+  void record_event(Device d, void* event) override;
+  void wait_event(Device d, void* event) override;
 
   const runtime::KernelTable& kernels() const override { return table_; }
   std::vector<std::unique_ptr<runtime::Communicator>> make_communicators(const std::vector<Device>& replicas) override;
@@ -87,6 +101,7 @@ class SimBackend final : public runtime::DeviceBackend {
   int depth_ = 0;            // nesting of Access
   std::unordered_map<void*, size_t> live_;                 // block -> size class
   std::unordered_map<size_t, std::vector<void*>> free_;    // size class -> free blocks
+  std::unordered_map<void*, size_t> pinned_;               // allocate_pinned blocks -> bytes
   mutable std::recursive_mutex mu_;
   SimCounters counters_;
   runtime::KernelTable table_;
