@@ -1,0 +1,168 @@
+// The trainer's GPU path on the simulated CUDA device (tests/sim_backend.h): data resident on the
+// device, shards gathered there, figures read a step late. Per step it allocates nothing, copies no
+// images to the device and makes one host wait (an event, with the next step already queued); it
+// gives the CPU replicas' figures and parameters, also when the data does not fit the budget, and it
+// stops on a non-finite loss at the step the CPU names.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "graph/onnx_io.h"
+#include "runtime/checkpoint.h"
+#include "runtime/device.h"
+#include "runtime/trainer.h"
+#include "tests/sim_backend.h"
+#include "tests/test_util.h"
+#include "tests/trainer_test_util.h"
+
+namespace graphrun {
+namespace {
+
+using runtime::TrainOptions;
+using runtime::Trainer;
+using testing::ScopedSimDevice;
+using testing::SimCounters;
+
+const Device kSim{Device::Kind::CUDA, 0};
+
+std::vector<Device> sim_replicas(int D) { return std::vector<Device>(D, kSim); }
+
+TrainOptions with_devices(TrainOptions o, const std::vector<Device>& devices) {
+  o.pipeline.devices = devices;
+  return o;
+}
+
+void expect_same_states(Trainer& a, Trainer& b, const std::string& what) {
+  for (int d = 0; d < a.replicas(); ++d)
+    for (const auto& [name, v] : a.replica(d).states())
+      EXPECT_EQ(testing::max_abs_diff(runtime::to_host(b.replica(d).state(name)), runtime::to_host(v)), 0)
+          << what << ": replica " << d << " " << name;
+}
+
+void expect_same_epoch(const runtime::EpochStats& got, const runtime::EpochStats& want, const std::string& what) {
+  EXPECT_EQ(got.loss, want.loss) << what;
+  EXPECT_EQ(got.train_acc, want.train_acc) << what;
+  EXPECT_EQ(got.test_acc, want.test_acc) << what;
+  EXPECT_EQ(got.images, want.images) << what;
+}
+
+// The per-step log lines ("step N  epoch E  loss L  lr R") of a run.
+std::string step_lines(const std::string& log) {
+  std::istringstream is(log);
+  std::string line, r;
+  while (std::getline(is, line))
+    if (line.rfind("step ", 0) == 0) r += line + "\n";
+  return r;
+}
+
+TEST(SimTrainer, SteadyStateAllocatesNothingCopiesNoImagesAndWaitsOncePerStep) {
+  REQUIRE_LENET_AND_DATA();
+  ScopedSimDevice sim;
+  const Graph model = load_onnx(testing::lenet_path());
+  const int64_t S = 8;  // steps per epoch
+  for (int D : {1, 2}) {
+    TrainOptions o = testing::quick(D, 48, S, 200);
+    o.epochs = 2;
+    o.eval_batch = 100;  // two evaluation batches, accumulated on the device
+    Trainer cpu(model, o);
+    Trainer dev(model, with_devices(o, sim_replicas(D)));
+    const std::string what = std::to_string(D) + " replica(s)";
+    expect_same_epoch(dev.train_epoch(0), cpu.train_epoch(0), what + ", epoch 1");  // plans every shape
+    const SimCounters before = sim.counters();
+    const auto sd = dev.train_epoch(1);
+    const SimCounters used = sim.counters() - before;
+    expect_same_epoch(sd, cpu.train_epoch(1), what + ", epoch 2");
+    expect_same_states(cpu, dev, what);
+
+    // A whole epoch in the steady state, its evaluation included.
+    EXPECT_EQ(used.allocations, 0) << what;
+    // Per step and replica only the two scalar inputs (lr, loss_scale) travel, never images or labels;
+    // per epoch the order once per replica; per evaluation the two accumulators' zeros.
+    EXPECT_EQ(used.host_to_device, 2 * S * D + D + 2) << what;
+    // No blocking read, no stream synchronisation: per step and replica two asynchronous copies (loss,
+    // correct count) and one event wait, per evaluation two copies and one wait.
+    EXPECT_EQ(used.device_to_host, 0) << what;
+    EXPECT_EQ(used.synchronizations, 0) << what;
+    EXPECT_EQ(used.async_device_to_host, 2 * S * D + 2) << what;
+    EXPECT_EQ(used.event_waits, S * D + 1) << what;
+    // Every step's figures but the last are read with the next step already enqueued.
+    EXPECT_GE(used.deferred_event_waits, (S - 1) * D) << what;
+  }
+}
+
+TEST(SimTrainer, EqualsCpuReplicasWithAdamNormalizationLoggingAndWithoutResidentData) {
+  REQUIRE_LENET_AND_DATA();
+  ScopedSimDevice sim;
+  const Graph model = load_onnx(testing::lenet_path());
+  TrainOptions o = testing::quick(2, 51, 6, 300);  // shards of 26 and 25
+  o.train_limit = 51 * 5 + 41;                      // the last batch: 41, shards of 21 and 20
+  o.pipeline.optimizer.kind = "adam";
+  o.lr = 1e-3;
+  o.normalize = true;
+  o.norm_mean = 0.2860f;
+  o.norm_std = 0.3530f;
+  o.log_every = 2;
+  o.eval_batch = 128;  // 300 test images: batches of 128, 128 and 44
+  for (int64_t budget : {int64_t(1) << 30, int64_t(0)}) {
+    const std::string what = budget ? "resident data" : "per-batch copies";
+    std::ostringstream cpu_log, dev_log;
+    TrainOptions oc = o, od = with_devices(o, sim_replicas(2));
+    oc.log = &cpu_log;
+    od.log = &dev_log;
+    od.device_data_budget = budget;
+    Trainer cpu(model, oc), dev(model, od);
+    const SimCounters before = sim.counters();
+    expect_same_epoch(dev.train_epoch(0), cpu.train_epoch(0), what);
+    const SimCounters used = sim.counters() - before;
+    expect_same_states(cpu, dev, what);
+    EXPECT_EQ(step_lines(dev_log.str()), step_lines(cpu_log.str())) << what;
+    EXPECT_FALSE(step_lines(cpu_log.str()).empty());
+    const auto ec = cpu.evaluate_stats(), ed = dev.evaluate_stats();
+    EXPECT_EQ(ed.accuracy, ec.accuracy) << what;
+    EXPECT_NEAR(ed.loss, ec.loss, 1e-6 * ec.loss) << what;
+    // Without resident data each step copies a shard's images and labels per replica (and the three
+    // evaluation batches theirs): more than the scalars alone.
+    if (!budget) {
+      EXPECT_NE(dev_log.str().find("exceeds the device data budget"), std::string::npos) << dev_log.str();
+      EXPECT_GE(used.host_to_device, 6 * 2 * 5) << what;  // lr, loss_scale, step, images, labels
+    }
+  }
+}
+
+TEST(SimTrainer, NonFiniteLossStopsAtTheStepTheCpuNames) {
+  REQUIRE_LENET_AND_DATA();
+  ScopedSimDevice sim;
+  const Graph model = load_onnx(testing::lenet_path());
+  for (bool checkpoints : {false, true}) {
+    TrainOptions o = testing::quick(2, 32, 20, 200);
+    o.lr = 1e6;
+    if (checkpoints) {
+      o.checkpoint_every = 1;
+      o.keep_checkpoints = 100;
+    }
+    int64_t steps[2] = {0, 0};
+    std::string dir[2];
+    for (int dev = 0; dev < 2; ++dev) {
+      TrainOptions r = dev ? with_devices(o, sim_replicas(2)) : o;
+      if (checkpoints) r.checkpoint_dir = dir[dev] = testing::temp_dir(dev ? "sim_trainer_nan_dev" : "sim_trainer_nan_cpu");
+      Trainer t(model, r);
+      try {
+        t.fit();
+        ADD_FAILURE() << "a learning rate of 1e6 did not diverge";
+      } catch (const runtime::DivergedError& e) {
+        steps[dev] = e.step;
+        EXPECT_NE(std::string(e.what()).find("step " + std::to_string(e.step)), std::string::npos) << e.what();
+      }
+    }
+    ASSERT_GT(steps[0], 1);
+    EXPECT_EQ(steps[1], steps[0]) << (checkpoints ? "with" : "without") << " checkpoints";
+    if (checkpoints) {
+      const std::string last = runtime::latest_checkpoint(dir[1]);
+      ASSERT_FALSE(last.empty());
+      EXPECT_EQ(runtime::load_checkpoint(last).meta.at("global_step"), std::to_string(steps[1] - 1));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace graphrun
