@@ -397,6 +397,7 @@ void Trainer::run_segment(int epoch, int64_t begin, int64_t end, bool bar, doubl
   seg_end_ = end;
   for (auto& w : workers_) w->read = begin;  // before any worker starts: peers_allow reads them
   diverged_at_ = INT64_MAX;
+  failed_ = false;
   auto t0 = std::chrono::steady_clock::now();
   {
     std::lock_guard<std::mutex> l(mu_);
