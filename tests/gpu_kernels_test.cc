@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "graph/onnx_io.h"
+#include "graph/passes/remove_noops.h"
 #include "graph/passes/train_mode.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/device.h"
@@ -485,18 +486,41 @@ TEST(CudaKernelTable, CoversWhatTheModelsTrainWith) {
   for (const ModelFile& m : model_files()) {
     if (!std::filesystem::exists(m.path)) continue;
     Graph model = load_onnx(m.path);
-    for (bool momentum : {false, true}) {
-      runtime::PipelineOptions po;
-      po.devices = {kGpu, kGpu};
-      if (momentum) po.optimizer.momentum = 0.9f;
-      runtime::TrainingGraphs tg = runtime::build_training_graphs(model, po);
-      try {
-        runtime::check_supported(tg.replicas[0].graph, backend->kernels(), m.name + " training replica");
-        runtime::check_supported(passes::to_inference(model), backend->kernels(), m.name + " inference");
-      } catch (const Error& e) {
-        ADD_FAILURE() << e.what();
-      }
+    // Every optimizer train offers (plain SGD, momentum, nesterov, L2 weight decay, Adam, AdamW), on
+    // one GPU and on two replicas, and the evaluation graph the trainer runs on the device.
+    std::vector<std::pair<std::string, runtime::OptimizerOptions>> optimizers;
+    runtime::OptimizerOptions o;
+    optimizers.push_back({"sgd", o});
+    o.weight_decay = 1e-4f;
+    optimizers.push_back({"sgd+wd", o});
+    o.momentum = 0.9f;
+    optimizers.push_back({"momentum+wd", o});
+    o.nesterov = true;
+    optimizers.push_back({"nesterov+wd", o});
+    for (const char* kind : {"adam", "adamw"}) {
+      runtime::OptimizerOptions a;
+      a.kind = kind;
+      optimizers.push_back({kind, a});
+      a.weight_decay = 1e-2f;
+      optimizers.push_back({std::string(kind) + "+wd", a});
     }
+    for (const auto& [oname, opt] : optimizers)
+      for (int replicas : {1, 2}) {
+        runtime::PipelineOptions po;
+        po.devices.assign(replicas, kGpu);
+        po.optimizer = opt;
+        std::string what = m.name + " " + oname + " on " + std::to_string(replicas) + " replica(s)";
+        try {
+          runtime::TrainingGraphs tg = runtime::build_training_graphs(model, po);
+          for (const auto& r : tg.replicas) runtime::check_supported(r.graph, backend->kernels(), what + ": training replica");
+          runtime::check_supported(tg.training, backend->kernels(), what + ": training graph");
+          runtime::check_supported(passes::remove_noops(passes::to_inference(tg.forward)), backend->kernels(),
+                                   what + ": evaluation");
+        } catch (const Error& e) {
+          ADD_FAILURE() << what << ": " << e.what();
+        }
+      }
+    runtime::check_supported(passes::to_inference(model), backend->kernels(), m.name + " inference");
     ++checked;
   }
   if (!checked) GTEST_SKIP() << "no model files (models/*.onnx) found";
