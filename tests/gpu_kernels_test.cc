@@ -383,7 +383,8 @@ Graph small_cnn_step() {
   add("ConvGrad", {"dc1", "x", "w1"}, {"", "dw1", "db1"}, conv, kGraphrunDomain);
   add("Momentum", {"lr", "step", "w1", "b1", "w2", "b2", "dw1", "db1", "dw2", "db2", "v_w1", "v_b1", "v_w2", "v_b2"},
       {"w1_new", "b1_new", "w2_new", "b2_new", "v_w1_new", "v_b1_new", "v_w2_new", "v_b2_new"},
-      {{"alpha", Attribute::Float(0.9f)}, {"beta", Attribute::Float(1.f)}, {"mode", Attribute::Str("standard")}},
+      {{"alpha", Attribute::Float(0.9f)}, {"beta", Attribute::Float(1.f)}, {"norm_coefficient", Attribute::Float(0.f)},
+       {"mode", Attribute::Str("standard")}},
       kTrainingDomain);
   g.outputs = {"loss"};
   return g;
