@@ -35,6 +35,11 @@ PoolGeom pool_geom(const Node& node, const Tensor& X, bool dilations_allowed) {
   std::vector<int64_t> s = node.attr_ints("strides", {1, 1}), d = node.attr_ints("dilations", {1, 1});
   std::vector<int64_t> p = node.attr_ints("pads", {0, 0, 0, 0});
   GR_CHECK(s.size() == 2 && d.size() == 2 && p.size() == 4, node.op_type << ": strides, dilations or pads of the wrong length");
+  // Checked here: a zero stride would divide by zero in pool_out (a crash, not an error).
+  for (int64_t v : k) GR_CHECK(v >= 1, node.op_type << ": kernel_shape must be >= 1, got " << shape_str(k));
+  for (int64_t v : s) GR_CHECK(v >= 1, node.op_type << ": strides must be >= 1, got " << shape_str(s));
+  for (int64_t v : d) GR_CHECK(v >= 1, node.op_type << ": dilations must be >= 1, got " << shape_str(d));
+  for (int64_t v : p) GR_CHECK(v >= 0, node.op_type << ": pads must be >= 0, got " << shape_str(p));
   GR_CHECK(dilations_allowed || (d[0] == 1 && d[1] == 1), node.op_type << " on CUDA supports dilations 1 only");
   GR_CHECK(node.attr_i("storage_order", 0) == 0, node.op_type << " on CUDA supports storage_order 0 only");
   bool ceil_mode = node.attr_i("ceil_mode", 0) != 0;
