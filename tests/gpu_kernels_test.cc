@@ -349,6 +349,19 @@ TEST(GpuKernels, Pooling) {
     expect_parity("MaxPoolGrad", {random_tensor(m[0].shape(), 76), m[1], x8}, {}, 1, 1e-5, 17, kGraphrunDomain);
   }
   expect_parity("MaxPool", {x8}, {{"kernel_shape", Attribute::Ints({2, 2})}, {"dilations", Attribute::Ints({2, 2})}}, 2);
+  {
+    // --deterministic: MaxPoolGrad over overlapping windows (ResNet's 3x3 stride 2) sums in a fixed order.
+    Tensor ties = random_int_tensor({2, 3, 9, 9}, 77, 0, 3);  // few values: many windows share a maximum
+    Tensor xt = random_tensor({2, 3, 9, 9}, 78);
+    for (int64_t i = 0; i < xt.numel(); ++i) xt.data<float>()[i] = static_cast<float>(ties.data<int64_t>()[i]);
+    auto m = testing::run_node("MaxPool", {xt}, mp, 2, 17);
+    runtime::cuda_backend()->set_deterministic(true);
+    expect_parity("MaxPoolGrad", {random_tensor(m[0].shape(), 79), m[1], xt}, {}, 1, 1e-5, 17, kGraphrunDomain);
+    OneNode t = one_node("MaxPoolGrad", {random_tensor(m[0].shape(), 79), m[1], xt}, {}, 1, 17, kGraphrunDomain);
+    auto a = run_on(t.graph, t.feeds, kGpu, 1)[0], b = run_on(t.graph, t.feeds, kGpu, 1)[0];
+    runtime::cuda_backend()->set_deterministic(false);
+    EXPECT_EQ(testing::max_abs_diff(a[0], b[0]), 0) << "deterministic MaxPoolGrad differs between runs";
+  }
   expect_gpu_error("AveragePool", {x8}, {{"kernel_shape", Attribute::Ints({2, 2})}, {"strides", Attribute::Ints({0, 0})}},
                    "strides must be >= 1");
 }
