@@ -192,7 +192,14 @@ __global__ void dropout_kernel(const float* x, float* y, uint8_t* mask, int64_t 
   float ratio = ratio_p ? *ratio_p : ratio_attr;
   bool training = training_p ? *training_p != 0 : training_attr;
   float scale = ratio < 1.f ? 1.f / (1.f - ratio) : 0.f;
+  // A ratio outside [0, 1] (the CPU kernel's error) cannot raise here: it poisons Y visibly instead.
+  bool bad_ratio = training && !(ratio >= 0.f && ratio <= 1.f);
   GR_GRID_STRIDE(i, n) {
+    if (bad_ratio) {
+      y[i] = NAN;
+      if (mask) mask[i] = 0;
+      continue;
+    }
     bool keep = true;
     if (training && ratio > 0.f) {
       float u = static_cast<float>(splitmix64(seed ^ (static_cast<uint64_t>(i) * 0xd1b54a32d192ed03ULL)) >> 40) * (1.f / 16777216.f);
@@ -222,6 +229,9 @@ void dropout_op(KernelContext& ctx) {
   } else {
     ratio_attr = ctx.node().attr_f("ratio", 0.5f);
   }
+  GR_CHECK(ctx.opset() >= 10 || !ctx.has_output(1), "Dropout on CUDA: the float mask of opsets before 10 is not supported");
+  if (ctx.opset() < 12)
+    GR_CHECK(ratio_attr >= 0.f && ratio_attr <= 1.f, "Dropout: ratio must be in [0, 1], got " << ratio_attr);
   Tensor& Y = ctx.output(0, X.shape(), DType::F32);
   uint8_t* mask = ctx.has_output(1) ? dptr<uint8_t>(ctx.output(1, X.shape(), DType::Bool)) : nullptr;
   uint64_t seed = ctx.rng()();
