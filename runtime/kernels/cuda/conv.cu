@@ -110,12 +110,17 @@ void make_descriptors(ConvEntry& e, const ConvGeom& g) {
   GR_CUDNN_CHECK(cudnnSetTensor4dDescriptor(e.b, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, c, 1, 1));
 }
 
-// Picks the fastest successful algorithm of a Find result, deterministic ones only when asked.
+// Picks the fastest successful algorithm of a Find result, deterministic ones only when asked, and
+// never a tensor-op (TF32) one: the descriptor asks for CUDNN_FMA_MATH (true fp32) and keeps it.
+// Entries labelled FMA come first; ones labelled DEFAULT only when no FMA entry qualifies.
 template <class Perf>
 const Perf& pick(const Perf* perf, int n, const char* what) {
   bool det = deterministic();
-  for (int k = 0; k < n; ++k)
-    if (perf[k].status == CUDNN_STATUS_SUCCESS && (!det || perf[k].determinism == CUDNN_DETERMINISTIC)) return perf[k];
+  for (cudnnMathType_t math : {CUDNN_FMA_MATH, CUDNN_DEFAULT_MATH})
+    for (int k = 0; k < n; ++k)
+      if (perf[k].status == CUDNN_STATUS_SUCCESS && perf[k].mathType == math &&
+          (!det || perf[k].determinism == CUDNN_DETERMINISTIC))
+        return perf[k];
   GR_FAIL("cuDNN found no " << (det ? "deterministic " : "") << what << " algorithm for this convolution");
 }
 
