@@ -1,6 +1,7 @@
 // CUDA kernels: elementwise family (the CPU's elementwise.cc op set): arithmetic and comparisons with
 // numpy broadcasting, unary math, Where, Cast, Identity, Expand, Sum.
 #include <cmath>
+#include <type_traits>
 
 #include "runtime/kernels/cuda/common.cuh"
 
@@ -72,7 +73,9 @@ void run_binary(KernelContext& ctx, Op op) {
   auto go = [&](auto tag) {
     using T = decltype(tag);
     using R = ResultOf<Op, T>;
-    Tensor& Y = ctx.output(0, out, dtype_of<R>());
+    // Comparisons compute a byte per element; their ONNX type is bool (Where's condition), not uint8.
+    constexpr DType kOut = std::is_same_v<R, uint8_t> ? DType::Bool : dtype_of<R>();
+    Tensor& Y = ctx.output(0, out, kOut);
     launch_binary<T>(ctx, A, B, Y, op);
   };
   switch (A.dtype()) {
