@@ -55,7 +55,12 @@ else
   cat "$build/PACKED" 2>/dev/null
   # The carried shared libraries (ONNX, protobuf, ...) come first; CUDA's are the machine's.
   [ -d "$build/lib" ] && export LD_LIBRARY_PATH="$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  [ -n "${CUDA_HOME:-}" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$CUDA_HOME/lib64:$CUDA_HOME/lib"
+  # The binaries' RUNPATH names the toolkit's lib/ where they were built; the toolkit here may keep
+  # its libraries in lib64/ instead.
+  cuda_home=${CUDA_HOME:-/usr/local/cuda}
+  for d in "$cuda_home/lib64" "$cuda_home/lib"; do
+    [ -d "$d" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
+  done
 fi
 for bin in "$build/graphrun" "$build/tests/gpu_kernels_test"; do
   if [ ! -x "$bin" ]; then echo "check: $bin is missing"; failed+=("missing $(basename "$bin")"); finish; fi
