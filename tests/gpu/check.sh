@@ -70,12 +70,16 @@ for bin in "$build/graphrun" "$build/tests/gpu_kernels_test"; do
   fi
 done
 
+# Line-buffered output: what a process printed before a timeout kills it stays in its log.
+linebuf=()
+command -v stdbuf > /dev/null && linebuf=(stdbuf -oL -eL)
+
 step "GPU tests"
 # The test binary finds the models in this checkout and the build, wherever it was built.
 export GRAPHRUN_SOURCE_DIR="$root" GRAPHRUN_BINARY_DIR="$build"
 # Blocking launches: a kernel that faults is reported at its own launch (with its node's name), not
 # at some later synchronising call. The tests are small; the trainings below run at full speed.
-CUDA_LAUNCH_BLOCKING=1 timeout 120 "$build/tests/gpu_kernels_test" > "$build/gpu_tests.log" 2>&1
+CUDA_LAUNCH_BLOCKING=1 timeout 120 "${linebuf[@]}" "$build/tests/gpu_kernels_test" > "$build/gpu_tests.log" 2>&1
 rc=$?
 grep -vE '^\[ *(RUN|OK) *\]' "$build/gpu_tests.log" | grep -vE '^$' | tail -60
 summary=$(grep -E '^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?' "$build/gpu_tests.log" | sed 's/, listed below://' | tr '\n' ' ')
@@ -96,7 +100,7 @@ train() {  # train <label> <device flags...>
   local log="$build/train_${label//[^a-z0-9]/_}.log"
   rm -f "$log.result"
   # No progress bar (not a terminal); 75 s is ten times what 2 LeNet epochs should take on one GPU.
-  timeout 75 "$build/graphrun" train "$model" "$@" --data "$data" --epochs 2 --batch-size 256 --lr 0.2 > "$log" 2>&1
+  timeout 75 "${linebuf[@]}" "$build/graphrun" train "$model" "$@" --data "$data" --epochs 2 --batch-size 256 --lr 0.2 > "$log" 2>&1
   local rc=$?
   tail -5 "$log"
   if [ $rc -eq 124 ]; then echo "check: training on $label timed out (75 s)"; failed+=("training $label timed out"); return; fi
