@@ -163,7 +163,9 @@ EvalStats Trainer::evaluate_stats() {
     Shape s = test_.images.shape();
     s[0] = n;
     Tensor x = Tensor::view(DType::F32, s, test_.images.data<float>() + i * per);
-    const Tensor out = eval_->run({{graphs_.image, x}}).at(graphs_.logits);
+    // On a GPU the logits live on the device: read them on the host.
+    const Tensor logits = eval_->run({{graphs_.image, x}}).at(graphs_.logits);
+    const Tensor out = logits.device().is_cpu() ? logits : to_host(logits);
     const int64_t c = out.dim(1);
     const int64_t* lab = test_.labels.data<int64_t>() + i;
     for (int64_t k = 0; k < n; ++k) {
