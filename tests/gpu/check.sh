@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The CUDA backend's device check (issue 5), for a machine with an NVIDIA GPU, in under five minutes:
-# build (or take a packed build), run the GPU tests, then train LeNet for 2 epochs on --gpus 1 and on
-# --devices cuda:0,cuda:0, printing sec/epoch and test accuracy of each and one PASS/FAIL line.
+# build (or take a packed build), run the GPU tests, then train LeNet for 2 epochs on --gpus 1 (and
+# evaluate the saved model again with --eval-only) and on --devices cuda:0,cuda:0, printing sec/epoch
+# and test accuracy of each and one PASS/FAIL line.
 #
 #   tests/gpu/check.sh [BUILD_DIR]        run from anywhere; BUILD_DIR defaults to <repo>/build-gpu
 #   SKIP_BUILD=1                          use BUILD_DIR as it is (built elsewhere and carried); implied
@@ -16,8 +17,9 @@
 # packed elsewhere: tests/gpu/pack.sh there (binaries, their non-CUDA shared libraries, the data),
 # then this script here with that folder. It needs the CUDA toolkit's libraries (cuDNN, cuBLAS,
 # NCCL) and the driver.
-# Exit status: 0 (the last line says "check: PASS") when the GPU tests pass and both trainings
-# finish; 1 ("check: FAIL: <what failed>") otherwise.
+# Exit status: 0 (the last line says "check: PASS") when the GPU tests pass, both trainings finish
+# and the saved model scores on --eval-only what training printed; 1 ("check: FAIL: <what failed>")
+# otherwise. Timeouts add up to under five minutes (120 + 70 + 30 + 70 s).
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -99,11 +101,11 @@ train() {  # train <label> <device flags...>
   step "train LeNet, 2 epochs, $label"
   local log="$build/train_${label//[^a-z0-9]/_}.log"
   rm -f "$log.result"
-  # No progress bar (not a terminal); 75 s is ten times what 2 LeNet epochs should take on one GPU.
-  timeout 75 "${linebuf[@]}" "$build/graphrun" train "$model" "$@" --data "$data" --epochs 2 --batch-size 256 --lr 0.2 > "$log" 2>&1
+  # No progress bar (not a terminal); 70 s is ten times what 2 LeNet epochs should take on one GPU.
+  timeout 70 "${linebuf[@]}" "$build/graphrun" train "$model" "$@" --data "$data" --epochs 2 --batch-size 256 --lr 0.2 > "$log" 2>&1
   local rc=$?
   tail -5 "$log"
-  if [ $rc -eq 124 ]; then echo "check: training on $label timed out (75 s)"; failed+=("training $label timed out"); return; fi
+  if [ $rc -eq 124 ]; then echo "check: training on $label timed out (70 s)"; failed+=("training $label timed out"); return; fi
   if [ $rc -ne 0 ]; then echo "check: training on $label failed (exit $rc)"; failed+=("training $label (exit $rc)"); return; fi
   # The closing line: "test acc: 0.84, 5.1 sec/epoch on [cuda:0]".
   local closing
@@ -115,7 +117,26 @@ if [ ! -f "$model" ]; then
 elif [ ! -d "$data" ]; then
   echo "check: no Fashion-MNIST at $data (set GRAPHRUN_DATA): training skipped"; failed+=("no data")
 else
-  train "gpus-1" --gpus 1
+  saved="$build/lenet_gpus1.onnx"
+  rm -f "$saved"
+  train "gpus-1" --gpus 1 --save "$saved"
+  if [ -f "$saved" ]; then
+    # The saved model evaluated again on the GPU (--eval-only) must score what the last epoch printed.
+    step "evaluate the saved model on the GPU (--eval-only)"
+    ev=$(timeout 30 "$build/graphrun" train "$saved" --eval-only --gpus 1 --data "$data" 2>&1)
+    rc=$?
+    echo "$ev" | tail -3
+    acc_eval=$(echo "$ev" | sed -n 's/^test acc: \([0-9.e-]*\),.*/\1/p' | tail -1)
+    acc_train=$(grep -oE "test acc [0-9.]+" "$build/train_gpus_1.log" | tail -1 | cut -d' ' -f3)
+    if [ $rc -ne 0 ] || [ -z "$acc_eval" ] || [ -z "$acc_train" ]; then
+      failed+=("eval-only (exit $rc)")
+    elif ! awk -v a="$acc_eval" -v b="$acc_train" 'BEGIN { d = a - b; exit !(d < 0.0015 && d > -0.0015) }'; then
+      echo "check: the saved model scores $acc_eval on --eval-only, the last epoch printed $acc_train"
+      failed+=("eval-only accuracy $acc_eval != $acc_train")
+    else
+      echo "RESULT eval-only: test acc $acc_eval (the last epoch printed $acc_train)" | tee "$build/train_eval_only.log.result"
+    fi
+  fi
   train "cuda0x2" --devices cuda:0,cuda:0
 fi
 finish
