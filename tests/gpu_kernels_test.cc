@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "graph/onnx_io.h"
+#include "graph/passes/remove_noops.h"
 #include "graph/passes/train_mode.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/device.h"
@@ -98,6 +99,20 @@ void expect_parity(const std::string& op, const std::vector<Tensor>& inputs, con
 
 std::map<std::string, Attribute> ints(const std::string& k, std::vector<int64_t> v) { return {{k, Attribute::Ints(std::move(v))}}; }
 
+// Bad input on the GPU is an Error naming the node and saying why (never a crash, never silence).
+void expect_gpu_error(const std::string& op, const std::vector<Tensor>& inputs, const std::map<std::string, Attribute>& attrs,
+                      const std::string& want, int num_outputs = 1, int64_t opset = 17, const std::string& domain = "") {
+  OneNode t = one_node(op, inputs, attrs, num_outputs, opset, domain);
+  try {
+    run_on(t.graph, t.feeds, kGpu, 1);
+    ADD_FAILURE() << op << ": expected an error containing '" << want << "'";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find(want), std::string::npos) << m;
+    EXPECT_NE(m.find(t.graph.nodes[0].name), std::string::npos) << m;
+  }
+}
+
 // ---- what a machine without a GPU says ----
 
 TEST(CudaAvailability, ReasonIsOneClearLine) {
@@ -151,6 +166,24 @@ TEST(GpuKernels, UnaryMath) {
   for (const char* op : {"Log", "Sqrt", "Reciprocal"}) expect_parity(op, {pos});
 }
 
+// NaN must survive Relu, Max and Min as on the CPU (a diverging run shows a NaN loss, not zeros);
+// Max and Min take one or more inputs.
+TEST(GpuKernels, NaNPropagatesAndMaxMinAreVariadic) {
+  REQUIRE_GPU();
+  Tensor x = random_tensor({3, 4}, 16, -2.f, 2.f), y = random_tensor({4}, 17, -2.f, 2.f);
+  x.data<float>()[1] = NAN;
+  x.data<float>()[6] = -NAN;
+  y.data<float>()[3] = NAN;
+  expect_parity("Relu", {x});
+  for (const char* op : {"Max", "Min"}) {
+    expect_parity(op, {x, y});
+    expect_parity(op, {y, x});
+    expect_parity(op, {x});
+    expect_parity(op, {x, y, random_tensor({3, 1}, 18)});
+    expect_parity(op, {i64({3}, {1, -5, 7}), i64({1}, {2})});
+  }
+}
+
 TEST(GpuKernels, ComparisonsWhereCast) {
   REQUIRE_GPU();
   Tensor a = random_tensor({4, 5}, 9), b = random_tensor({5}, 10);
@@ -182,6 +215,9 @@ TEST(GpuKernels, ShapeOps) {
   expect_parity("Squeeze", {random_tensor({2, 1, 3, 1}, 22), i64({1}, {1})}, {}, 1, 0, 13);
   expect_parity("Slice", {x, i64({2}, {0, 3}), i64({2}, {2, 0}), i64({2}, {1, 2}), i64({2}, {1, -1})});
   expect_parity("Slice", {x, i64({1}, {1}), i64({1}, {100}), i64({1}, {-1}), Tensor()});
+  // Negative steps, ends past the front (INT64_MIN as exporters write it), clamped starts.
+  expect_parity("Slice", {x, i64({2}, {-1, 100}), i64({2}, {INT64_MIN, 0}), i64({2}, {2, 1}), i64({2}, {-1, -2})});
+  expect_parity("Slice", {x, i64({1}, {2}), i64({1}, {0}), i64({1}, {0}), i64({1}, {-1})});
   for (const char* mode : {"constant", "edge", "reflect"})
     expect_parity("Pad", {x, i64({6}, {0, 1, 2, 1, -1, 1}), Tensor::scalar<float>(0.5f)}, {{"mode", Attribute::Str(mode)}}, 1,
                   0, 13);
@@ -201,6 +237,9 @@ TEST(GpuKernels, Reductions) {
   expect_parity("ReduceSum", {x, i64({2}, {0, 2})}, {{"keepdims", Attribute::Int(0)}}, 1, 1e-5, 13);
   expect_parity("ReduceSum", {x, Tensor()}, {}, 1, 1e-5, 13);
   expect_parity("ReduceMean", {x}, ints("axes", {1}), 1, 1e-5, 17);
+  expect_parity("ReduceMean", {x}, {{"axes", Attribute::Ints({-1, 0})}, {"keepdims", Attribute::Int(0)}}, 1, 1e-5, 17);
+  expect_parity("ReduceMean", {x}, {}, 1, 1e-5, 17);
+  expect_parity("ReduceSum", {x, Tensor()}, {{"noop_with_empty_axes", Attribute::Int(1)}}, 1, 1e-5, 13);
   expect_parity("SumToShape", {x, i64({2}, {3, 1})}, {}, 1, 1e-5, 17, kGraphrunDomain);
   // Long reductions take the block-per-output path.
   expect_parity("SumToShape", {random_tensor({64, 6, 28, 28}, 31), i64({3}, {6, 1, 1})}, {}, 1, 1e-4, 17, kGraphrunDomain);
@@ -239,6 +278,15 @@ TEST(GpuKernels, SoftmaxCrossEntropyLossAndGrad) {
   Tensor s3 = random_tensor({4, 5, 3}, 54), l3 = random_int_tensor({4, 3}, 55, 0, 5), w = random_tensor({5}, 56, 0.5f, 2.f);
   std::map<std::string, Attribute> a{{"ignore_index", Attribute::Int(2)}};
   expect_parity("SoftmaxCrossEntropyLoss", {s3, l3, w}, a, 2, 1e-5, 13);
+  Tensor lp3 = testing::run_node("LogSoftmax", {s3}, {{"axis", Attribute::Int(1)}}, 1, 13)[0];
+  for (const char* red : {"mean", "sum", "none"}) {
+    std::map<std::string, Attribute> ar{{"ignore_index", Attribute::Int(2)}, {"reduction", Attribute::Str(red)}};
+    expect_parity("SoftmaxCrossEntropyLoss", {s3, l3, w}, ar, 2, 1e-5, 13);
+    Tensor dl = std::string(red) == "none" ? random_tensor({4, 3}, 57) : random_tensor({}, 58);
+    expect_parity("SoftmaxCrossEntropyLossGrad", {dl, lp3, l3, w}, ar, 1, 1e-5, 13, kGraphrunDomain);
+  }
+  // log_prob is an optional output: a loss-only node must work too.
+  expect_parity("SoftmaxCrossEntropyLoss", {scores, labels}, {}, 1, 1e-5, 13);
 }
 
 // ---- conv, pool, norm ----
@@ -252,6 +300,25 @@ TEST(GpuKernels, ConvAndConvGrad) {
   expect_parity("Conv", {x, random_tensor({6, 4, 5, 5}, 64)}, {{"auto_pad", Attribute::Str("SAME_UPPER")}}, 1, 1e-5);
   Tensor dy = random_tensor({2, 6, 5, 5}, 65);
   expect_parity("ConvGrad", {dy, x, w}, a, 3, 1e-5, 17, kGraphrunDomain);
+  // Dilations; groups with strides and pads in the gradient; a ConvGrad without dX (a first layer's).
+  expect_parity("Conv", {x, w}, {{"dilations", Attribute::Ints({2, 2})}, {"pads", Attribute::Ints({2, 2, 2, 2})}}, 1, 1e-5);
+  std::map<std::string, Attribute> ga{{"group", Attribute::Int(2)}, {"strides", Attribute::Ints({2, 1})},
+                                      {"pads", Attribute::Ints({1, 0, 1, 0})}};
+  Tensor wg = random_tensor({6, 2, 3, 3}, 66);
+  auto yg = testing::run_node("Conv", {x, wg}, ga, 1, 17)[0];
+  expect_parity("ConvGrad", {random_tensor(yg.shape(), 67), x, wg}, ga, 3, 1e-5, 17, kGraphrunDomain);
+  {
+    OneNode t = one_node("ConvGrad", {dy, x, w}, a, 3, 17, kGraphrunDomain);
+    t.graph.nodes[0].outputs[0] = "";
+    t.graph.outputs.erase(t.graph.outputs.begin());
+    auto cpu = run_on(t.graph, t.feeds, kCpu, 1)[0];
+    auto gpu = run_on(t.graph, t.feeds, kGpu, 2);
+    for (int run = 0; run < 2; ++run)
+      for (size_t i = 0; i < cpu.size(); ++i) EXPECT_LE(diff(gpu[run][i], cpu[i]), 1e-5) << "ConvGrad without dX, output " << i;
+  }
+  // What cuDNN cannot do, and nonsense, are clear errors.
+  expect_gpu_error("Conv", {x, w}, {{"pads", Attribute::Ints({1, 1, 0, 0})}}, "symmetric padding");
+  expect_gpu_error("Conv", {x, w}, {{"strides", Attribute::Ints({0, 1})}}, "strides must be >= 1");
 }
 
 TEST(GpuKernels, Pooling) {
@@ -274,6 +341,39 @@ TEST(GpuKernels, Pooling) {
   expect_parity("MaxPoolGrad", {random_tensor(fwd[0].shape(), 71), fwd[1], x}, {}, 1, 1e-5, 17, kGraphrunDomain);
   expect_parity("AveragePoolGrad", {random_tensor({2, 3, 4, 4}, 72), x}, ap, 1, 1e-5, 17, kGraphrunDomain);
   expect_parity("AveragePoolGrad", {random_tensor({2, 3, 5, 5}, 73), x}, ap_pad, 1, 1e-5, 17, kGraphrunDomain);
+  // ceil_mode with pads (a last window partly outside; one starting in the end padding is dropped),
+  // asymmetric pads, count_include_pad both ways, MaxPool dilations.
+  Tensor x8 = random_tensor({2, 3, 8, 8}, 74);
+  // kernel 2, end pad 1 on 8: ceil gives 5 windows, the fifth would start in the padding and is dropped.
+  for (auto [kernel, pads] : {std::pair<int64_t, std::vector<int64_t>>{3, {1, 0, 1, 1}}, {2, {0, 0, 1, 1}}})
+  for (int include : {0, 1}) {
+    std::map<std::string, Attribute> c{{"kernel_shape", Attribute::Ints({kernel, kernel})}, {"strides", Attribute::Ints({2, 2})},
+                                       {"pads", Attribute::Ints(pads)}, {"ceil_mode", Attribute::Int(1)},
+                                       {"count_include_pad", Attribute::Int(include)}};
+    expect_parity("AveragePool", {x8}, c);
+    auto y = testing::run_node("AveragePool", {x8}, c, 1, 17)[0];
+    expect_parity("AveragePoolGrad", {random_tensor(y.shape(), 75), x8}, c, 1, 1e-5, 17, kGraphrunDomain);
+    c.erase("count_include_pad");
+    expect_parity("MaxPool", {x8}, c, 2);
+    auto m = testing::run_node("MaxPool", {x8}, c, 2, 17);
+    expect_parity("MaxPoolGrad", {random_tensor(m[0].shape(), 76), m[1], x8}, {}, 1, 1e-5, 17, kGraphrunDomain);
+  }
+  expect_parity("MaxPool", {x8}, {{"kernel_shape", Attribute::Ints({2, 2})}, {"dilations", Attribute::Ints({2, 2})}}, 2);
+  {
+    // --deterministic: MaxPoolGrad over overlapping windows (ResNet's 3x3 stride 2) sums in a fixed order.
+    Tensor ties = random_int_tensor({2, 3, 9, 9}, 77, 0, 3);  // few values: many windows share a maximum
+    Tensor xt = random_tensor({2, 3, 9, 9}, 78);
+    for (int64_t i = 0; i < xt.numel(); ++i) xt.data<float>()[i] = static_cast<float>(ties.data<int64_t>()[i]);
+    auto m = testing::run_node("MaxPool", {xt}, mp, 2, 17);
+    runtime::cuda_backend()->set_deterministic(true);
+    expect_parity("MaxPoolGrad", {random_tensor(m[0].shape(), 79), m[1], xt}, {}, 1, 1e-5, 17, kGraphrunDomain);
+    OneNode t = one_node("MaxPoolGrad", {random_tensor(m[0].shape(), 79), m[1], xt}, {}, 1, 17, kGraphrunDomain);
+    auto a = run_on(t.graph, t.feeds, kGpu, 1)[0], b = run_on(t.graph, t.feeds, kGpu, 1)[0];
+    runtime::cuda_backend()->set_deterministic(false);
+    EXPECT_EQ(testing::max_abs_diff(a[0], b[0]), 0) << "deterministic MaxPoolGrad differs between runs";
+  }
+  expect_gpu_error("AveragePool", {x8}, {{"kernel_shape", Attribute::Ints({2, 2})}, {"strides", Attribute::Ints({0, 0})}},
+                   "strides must be >= 1");
 }
 
 TEST(GpuKernels, BatchNormalization) {
@@ -284,6 +384,13 @@ TEST(GpuKernels, BatchNormalization) {
   expect_parity("BatchNormalization", {x, scale, bias, mean, var}, train, 3, 1e-5, 15);
   expect_parity("BatchNormalization", {x, scale, bias, mean, var}, {}, 1, 1e-5, 15);
   expect_parity("BatchNormalizationGrad", {random_tensor({4, 3, 5, 5}, 85), x, scale}, {}, 3, 1e-4, 17, kGraphrunDomain);
+  // Running variance takes the unbiased batch variance (as the CPU and PyTorch), momentum as ONNX's
+  // (running = running * momentum + batch * (1 - momentum)); a 2-D input; opset 9's saved mean/var.
+  std::map<std::string, Attribute> m3{{"training_mode", Attribute::Int(1)}, {"momentum", Attribute::Float(0.3f)},
+                                      {"epsilon", Attribute::Float(1e-3f)}};
+  expect_parity("BatchNormalization", {random_tensor({6, 3}, 86), scale, bias, mean, var}, m3, 3, 1e-5, 15);
+  expect_parity("BatchNormalization", {x, scale, bias, mean, var}, {{"momentum", Attribute::Float(0.8f)}}, 5, 1e-5, 9);
+  expect_gpu_error("BatchNormalization", {x, scale, bias, mean, var}, {}, "training_mode=1", 3, 15);
 }
 
 // ---- linalg, optimizer, collective ----
@@ -296,6 +403,16 @@ TEST(GpuKernels, GemmAndMatMul) {
   expect_parity("MatMul", {random_tensor({2, 3, 4, 5}, 95), random_tensor({5, 6}, 96)}, {}, 1, 1e-5);
   expect_parity("MatMul", {random_tensor({2, 1, 4, 5}, 97), random_tensor({3, 5, 6}, 98)}, {}, 1, 1e-5);
   expect_parity("MatMul", {random_tensor({5}, 99), random_tensor({5, 6}, 100)}, {}, 1, 1e-5);
+  // C as a column, a scalar, a full matrix with beta; beta 0 ignores C; both transposed.
+  expect_parity("Gemm", {a, b, random_tensor({8, 1}, 101)}, {{"transB", Attribute::Int(1)}, {"beta", Attribute::Float(0.25f)}}, 1, 1e-5);
+  expect_parity("Gemm", {a, b, random_tensor({}, 102)}, {{"transB", Attribute::Int(1)}}, 1, 1e-5);
+  expect_parity("Gemm", {random_tensor({5, 8}, 103), b, random_tensor({8, 7}, 104)},
+                {{"transA", Attribute::Int(1)}, {"transB", Attribute::Int(1)}, {"beta", Attribute::Float(-2.f)}}, 1, 1e-5);
+  expect_parity("Gemm", {a, b, random_tensor({8, 7}, 105)}, {{"transB", Attribute::Int(1)}, {"beta", Attribute::Float(0.f)}}, 1, 1e-5);
+  // Batch axes broadcast on both sides (the per-matrix loop), both full (one strided batched call), 1-D B.
+  expect_parity("MatMul", {random_tensor({2, 1, 4, 5}, 106), random_tensor({1, 3, 5, 6}, 107)}, {}, 1, 1e-5);
+  expect_parity("MatMul", {random_tensor({3, 4, 5}, 108), random_tensor({3, 5, 6}, 109)}, {}, 1, 1e-5);
+  expect_parity("MatMul", {random_tensor({3, 4, 5}, 110), random_tensor({5}, 111)}, {}, 1, 1e-5);
 }
 
 TEST(GpuKernels, MomentumUpdate) {
@@ -307,6 +424,29 @@ TEST(GpuKernels, MomentumUpdate) {
     std::map<std::string, Attribute> a{{"alpha", Attribute::Float(0.9f)}, {"beta", Attribute::Float(1.f)},
                                        {"norm_coefficient", Attribute::Float(1e-3f)}, {"mode", Attribute::Str(mode)}};
     expect_parity("Momentum", in, a, 4, 1e-6, 17, kTrainingDomain);
+    // T = 0: the first update uses beta = 1 (the buffer starts as the gradient).
+    std::vector<Tensor> first = in;
+    first[1] = Tensor::scalar<int64_t>(0);
+    a["beta"] = Attribute::Float(0.5f);
+    expect_parity("Momentum", first, a, 4, 1e-6, 17, kTrainingDomain);
+  }
+}
+
+TEST(GpuKernels, AdamUpdate) {
+  REQUIRE_GPU();
+  std::vector<Tensor> in{Tensor::scalar<float>(1e-2f), Tensor::scalar<int64_t>(1), random_tensor({10}, 116),
+                         random_tensor({2, 3}, 117), random_tensor({10}, 118), random_tensor({2, 3}, 119),
+                         random_tensor({10}, 120), random_tensor({2, 3}, 121), random_tensor({10}, 122, 0.f, 1.f),
+                         random_tensor({2, 3}, 123, 0.f, 1.f)};
+  // train's Adam (T counts from 1, epsilon 1e-8) and AdamW's node; then L2 and a post factor, at a later step and T = 0.
+  std::map<std::string, Attribute> a{{"alpha", Attribute::Float(0.9f)}, {"beta", Attribute::Float(0.999f)},
+                                     {"epsilon", Attribute::Float(1e-8f)}};
+  expect_parity("Adam", in, a, 6, 1e-6, 17, kTrainingDomain);
+  a["norm_coefficient"] = Attribute::Float(1e-2f);
+  a["norm_coefficient_post"] = Attribute::Float(1e-3f);
+  for (int64_t t : {7, 0}) {
+    in[1] = Tensor::scalar<int64_t>(t);
+    expect_parity("Adam", in, a, 6, 1e-6, 17, kTrainingDomain);
   }
 }
 
@@ -392,7 +532,8 @@ Graph small_cnn_step() {
   add("ConvGrad", {"dc1", "x", "w1"}, {"", "dw1", "db1"}, conv, kGraphrunDomain);
   add("Momentum", {"lr", "step", "w1", "b1", "w2", "b2", "dw1", "db1", "dw2", "db2", "v_w1", "v_b1", "v_w2", "v_b2"},
       {"w1_new", "b1_new", "w2_new", "b2_new", "v_w1_new", "v_b1_new", "v_w2_new", "v_b2_new"},
-      {{"alpha", Attribute::Float(0.9f)}, {"beta", Attribute::Float(1.f)}, {"mode", Attribute::Str("standard")}},
+      {{"alpha", Attribute::Float(0.9f)}, {"beta", Attribute::Float(1.f)}, {"norm_coefficient", Attribute::Float(0.f)},
+       {"mode", Attribute::Str("standard")}},
       kTrainingDomain);
   g.outputs = {"loss"};
   return g;
@@ -495,18 +636,41 @@ TEST(CudaKernelTable, CoversWhatTheModelsTrainWith) {
   for (const ModelFile& m : model_files()) {
     if (!std::filesystem::exists(m.path)) continue;
     Graph model = load_onnx(m.path);
-    for (bool momentum : {false, true}) {
-      runtime::PipelineOptions po;
-      po.devices = {kGpu, kGpu};
-      if (momentum) po.optimizer.momentum = 0.9f;
-      runtime::TrainingGraphs tg = runtime::build_training_graphs(model, po);
-      try {
-        runtime::check_supported(tg.replicas[0].graph, backend->kernels(), m.name + " training replica");
-        runtime::check_supported(passes::to_inference(model), backend->kernels(), m.name + " inference");
-      } catch (const Error& e) {
-        ADD_FAILURE() << e.what();
-      }
+    // Every optimizer train offers (plain SGD, momentum, nesterov, L2 weight decay, Adam, AdamW), on
+    // one GPU and on two replicas, and the evaluation graph the trainer runs on the device.
+    std::vector<std::pair<std::string, runtime::OptimizerOptions>> optimizers;
+    runtime::OptimizerOptions o;
+    optimizers.push_back({"sgd", o});
+    o.weight_decay = 1e-4f;
+    optimizers.push_back({"sgd+wd", o});
+    o.momentum = 0.9f;
+    optimizers.push_back({"momentum+wd", o});
+    o.nesterov = true;
+    optimizers.push_back({"nesterov+wd", o});
+    for (const char* kind : {"adam", "adamw"}) {
+      runtime::OptimizerOptions a;
+      a.kind = kind;
+      optimizers.push_back({kind, a});
+      a.weight_decay = 1e-2f;
+      optimizers.push_back({std::string(kind) + "+wd", a});
     }
+    for (const auto& [oname, opt] : optimizers)
+      for (int replicas : {1, 2}) {
+        runtime::PipelineOptions po;
+        po.devices.assign(replicas, kGpu);
+        po.optimizer = opt;
+        std::string what = m.name + " " + oname + " on " + std::to_string(replicas) + " replica(s)";
+        try {
+          runtime::TrainingGraphs tg = runtime::build_training_graphs(model, po);
+          for (const auto& r : tg.replicas) runtime::check_supported(r.graph, backend->kernels(), what + ": training replica");
+          runtime::check_supported(tg.training, backend->kernels(), what + ": training graph");
+          runtime::check_supported(passes::remove_noops(passes::to_inference(tg.forward)), backend->kernels(),
+                                   what + ": evaluation");
+        } catch (const Error& e) {
+          ADD_FAILURE() << what << ": " << e.what();
+        }
+      }
+    runtime::check_supported(passes::to_inference(model), backend->kernels(), m.name + " inference");
     ++checked;
   }
   if (!checked) GTEST_SKIP() << "no model files (models/*.onnx) found";

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 
@@ -87,10 +88,16 @@ double max_rel_diff(const Tensor& a, const Tensor& b) {
   return max_abs_diff(a, b) / scale;
 }
 
-std::string source_dir() { return GRAPHRUN_SOURCE_DIR; }
-std::string binary_dir() { return GRAPHRUN_BINARY_DIR; }
+// The environment may override the folders compiled in: test binaries built on one machine and run
+// on another (tests/gpu/check.sh with a carried build) find the repository and build there.
+static std::string dir_from_env(const char* name, const char* built) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : built;
+}
+std::string source_dir() { return dir_from_env("GRAPHRUN_SOURCE_DIR", GRAPHRUN_SOURCE_DIR); }
+std::string binary_dir() { return dir_from_env("GRAPHRUN_BINARY_DIR", GRAPHRUN_BINARY_DIR); }
 std::string python() { return GRAPHRUN_PYTHON; }
-std::string graphrun_cli() { return std::string(GRAPHRUN_BINARY_DIR) + "/graphrun"; }
+std::string graphrun_cli() { return binary_dir() + "/graphrun"; }
 
 CommandResult run_command(const std::string& cmd) {
   std::string full = cmd + " 2>&1";

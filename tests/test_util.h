@@ -30,8 +30,8 @@ double max_abs_diff(const Tensor& a, const Tensor& b);  // shapes and dtypes mus
 // Max |a-b| / max(1, max|b|): the error "relative to the output scale".
 double max_rel_diff(const Tensor& a, const Tensor& b);
 
-std::string source_dir();   // the repository root
-std::string binary_dir();   // the CMake build folder
+std::string source_dir();   // the repository root ($GRAPHRUN_SOURCE_DIR when set)
+std::string binary_dir();   // the CMake build folder ($GRAPHRUN_BINARY_DIR when set)
 std::string python();       // /usr/bin/python3 by default (Debian's torch, onnx, numpy)
 std::string graphrun_cli(); // path of the built graphrun binary
 

@@ -38,6 +38,11 @@ ConvGeom conv_geom(const Node& node, const Tensor& X, const Tensor& W) {
   std::vector<int64_t> st = node.attr_ints("strides", {1, 1}), dl = node.attr_ints("dilations", {1, 1});
   std::vector<int64_t> pads = node.attr_ints("pads", {0, 0, 0, 0});
   GR_CHECK(st.size() == 2 && dl.size() == 2 && pads.size() == 4, "Conv: strides, dilations or pads of the wrong length");
+  // Checked here, not by cuDNN: a zero stride would divide by zero below (a crash, not an error).
+  for (int64_t v : st) GR_CHECK(v >= 1, "Conv: strides must be >= 1, got " << shape_str(st));
+  for (int64_t v : dl) GR_CHECK(v >= 1, "Conv: dilations must be >= 1, got " << shape_str(dl));
+  for (int64_t v : pads) GR_CHECK(v >= 0, "Conv: pads must be >= 0, got " << shape_str(pads));
+  GR_CHECK(g.kh >= 1 && g.kw >= 1, "Conv: W " << shape_str(W.shape()) << " has an empty kernel");
   g.stride_h = st[0]; g.stride_w = st[1]; g.dil_h = dl[0]; g.dil_w = dl[1];
   std::string ap = node.attr_s("auto_pad", "NOTSET");
   if (ap == "VALID") {
@@ -60,6 +65,10 @@ ConvGeom conv_geom(const Node& node, const Tensor& X, const Tensor& W) {
   g.oh = (g.h + 2 * g.pad_h - (g.kh - 1) * g.dil_h - 1) / g.stride_h + 1;
   g.ow = (g.w + 2 * g.pad_w - (g.kw - 1) * g.dil_w - 1) / g.stride_w + 1;
   GR_CHECK(g.oh > 0 && g.ow > 0, "Conv: output would be empty for X " << shape_str(X.shape()) << " and W " << shape_str(W.shape()));
+  // cuDNN's descriptors take int dimensions and at most 2^31 - 1 elements per tensor.
+  for (int64_t numel : {X.numel(), W.numel(), g.n * g.m * g.oh * g.ow})
+    GR_CHECK(numel <= INT32_MAX, "Conv on CUDA: a tensor of " << numel << " elements exceeds cuDNN's 2^31 - 1 (X "
+                                                               << shape_str(X.shape()) << "); use a smaller batch");
   return g;
 }
 
@@ -101,12 +110,17 @@ void make_descriptors(ConvEntry& e, const ConvGeom& g) {
   GR_CUDNN_CHECK(cudnnSetTensor4dDescriptor(e.b, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, c, 1, 1));
 }
 
-// Picks the fastest successful algorithm of a Find result, deterministic ones only when asked.
+// Picks the fastest successful algorithm of a Find result, deterministic ones only when asked, and
+// never a tensor-op (TF32) one: the descriptor asks for CUDNN_FMA_MATH (true fp32) and keeps it.
+// Entries labelled FMA come first; ones labelled DEFAULT only when no FMA entry qualifies.
 template <class Perf>
 const Perf& pick(const Perf* perf, int n, const char* what) {
   bool det = deterministic();
-  for (int k = 0; k < n; ++k)
-    if (perf[k].status == CUDNN_STATUS_SUCCESS && (!det || perf[k].determinism == CUDNN_DETERMINISTIC)) return perf[k];
+  for (cudnnMathType_t math : {CUDNN_FMA_MATH, CUDNN_DEFAULT_MATH})
+    for (int k = 0; k < n; ++k)
+      if (perf[k].status == CUDNN_STATUS_SUCCESS && perf[k].mathType == math &&
+          (!det || perf[k].determinism == CUDNN_DETERMINISTIC))
+        return perf[k];
   GR_FAIL("cuDNN found no " << (det ? "deterministic " : "") << what << " algorithm for this convolution");
 }
 
@@ -168,9 +182,20 @@ void conv_grad_op(KernelContext& ctx) {
   ConvGeom g = conv_geom(ctx.node(), X, W);
   Shape yshape{g.n, g.m, g.oh, g.ow};
   GR_CHECK(dY.shape() == yshape, "ConvGrad: dY is " << shape_str(dY.shape()) << ", the convolution gives " << shape_str(yshape));
+  GR_CHECK(dY.dtype() == DType::F32, "ConvGrad on CUDA takes f32");
   DeviceContext& dc = ctx_device(ctx);
-  ConvEntry& e = conv_entry(ctx, g, true);
   bool want_dx = ctx.has_output(0), want_dw = ctx.has_output(1), want_db = ctx.has_output(2);
+  if (g.n == 0) {
+    // An empty batch: no descriptors (cuDNN refuses zero dimensions); dX is empty, dW and dB are zero.
+    if (want_dx) ctx.output(0, X.shape(), DType::F32);
+    for (int i : {1, 2}) {
+      if (!ctx.has_output(i)) continue;
+      Tensor& t = ctx.output(i, i == 1 ? W.shape() : Shape{g.m}, DType::F32);
+      if (t.nbytes()) GR_CUDA_CHECK(cudaMemsetAsync(t.raw(), 0, t.nbytes(), dc.stream));
+    }
+    return;
+  }
+  ConvEntry& e = conv_entry(ctx, g, true);
   size_t ws_bytes = std::max(want_dx ? e.data_ws : 0, want_dw ? e.filter_ws : 0);
   // One scratch request per kernel call (the planned scratch is one block).
   void* ws = ws_bytes ? ctx.scratch(ws_bytes) : nullptr;

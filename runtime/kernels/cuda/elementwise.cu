@@ -1,6 +1,7 @@
 // CUDA kernels: elementwise family (the CPU's elementwise.cc op set): arithmetic and comparisons with
 // numpy broadcasting, unary math, Where, Cast, Identity, Expand, Sum.
 #include <cmath>
+#include <type_traits>
 
 #include "runtime/kernels/cuda/common.cuh"
 
@@ -12,8 +13,19 @@ struct AddOp { template <class T> __device__ T operator()(T a, T b) const { retu
 struct SubOp { template <class T> __device__ T operator()(T a, T b) const { return a - b; } };
 struct MulOp { template <class T> __device__ T operator()(T a, T b) const { return a * b; } };
 struct DivOp { template <class T> __device__ T operator()(T a, T b) const { return a / b; } };
-struct MaxOp { template <class T> __device__ T operator()(T a, T b) const { return a > b ? a : b; } };
-struct MinOp { template <class T> __device__ T operator()(T a, T b) const { return a < b ? a : b; } };
+// NaN propagates through Max and Min (a + b is NaN when either is), as in the CPU kernels and numpy.
+struct MaxOp {
+  template <class T> __device__ T operator()(T a, T b) const {
+    if (a != a || b != b) return a + b;
+    return a < b ? b : a;
+  }
+};
+struct MinOp {
+  template <class T> __device__ T operator()(T a, T b) const {
+    if (a != a || b != b) return a + b;
+    return b < a ? b : a;
+  }
+};
 struct GreaterOp { template <class T> __device__ uint8_t operator()(T a, T b) const { return a > b; } };
 struct LessOp { template <class T> __device__ uint8_t operator()(T a, T b) const { return a < b; } };
 struct GreaterEqOp { template <class T> __device__ uint8_t operator()(T a, T b) const { return a >= b; } };
@@ -61,7 +73,9 @@ void run_binary(KernelContext& ctx, Op op) {
   auto go = [&](auto tag) {
     using T = decltype(tag);
     using R = ResultOf<Op, T>;
-    Tensor& Y = ctx.output(0, out, dtype_of<R>());
+    // Comparisons compute a byte per element; their ONNX type is bool (Where's condition), not uint8.
+    constexpr DType kOut = std::is_same_v<R, uint8_t> ? DType::Bool : dtype_of<R>();
+    Tensor& Y = ctx.output(0, out, kOut);
     launch_binary<T>(ctx, A, B, Y, op);
   };
   switch (A.dtype()) {
@@ -73,7 +87,10 @@ void run_binary(KernelContext& ctx, Op op) {
   }
 }
 
-template <class Op> void binary_kernel(KernelContext& ctx) { run_binary(ctx, Op{}); }
+template <class Op> void binary_kernel(KernelContext& ctx) {
+  GR_CHECK(ctx.num_inputs() == 2, ctx.node().op_type << " takes 2 inputs, got " << ctx.num_inputs());
+  run_binary(ctx, Op{});
+}
 
 // Pow: the exponent may have another numeric type than the base.
 template <class T, class E>
@@ -114,7 +131,8 @@ void pow_kernel_host(KernelContext& ctx) {
 }
 
 // ---- unary ----
-struct ReluOp { template <class T> __device__ T operator()(T x) const { return x > T(0) ? x : T(0); } };
+// NaN stays NaN (as on the CPU and in PyTorch): a diverging run must show a NaN loss, not zeros.
+struct ReluOp { template <class T> __device__ T operator()(T x) const { return x < T(0) ? T(0) : x; } };
 struct NegOp { template <class T> __device__ T operator()(T x) const { return -x; } };
 struct AbsOp { template <class T> __device__ T operator()(T x) const { return x < T(0) ? -x : x; } };
 struct ExpOp { template <class T> __device__ T operator()(T x) const { return exp(x); } };
@@ -206,6 +224,7 @@ __global__ void cast_to_bool_kernel(const S* x, uint8_t* y, int64_t n) {
 
 void cast_op(KernelContext& ctx) {
   const Tensor& X = ctx.input(0);
+  GR_CHECK(ctx.node().has_attr("to"), "Cast: attribute 'to' is required");
   DType to = static_cast<DType>(ctx.node().attr_i("to", 0));
   Tensor& Y = ctx.output(0, X.shape(), to);
   int64_t n = X.numel();
@@ -293,6 +312,42 @@ void sum_op(KernelContext& ctx) {
   }
 }
 
+// Max and Min are variadic (one or more inputs, all broadcast together), like Sum.
+template <class Op>
+void variadic_kernel(KernelContext& ctx) {
+  const int k = ctx.num_inputs();
+  GR_CHECK(k >= 1, ctx.node().op_type << " needs at least one input");
+  if (k == 2) {
+    run_binary(ctx, Op{});
+    return;
+  }
+  std::vector<Shape> shapes;
+  for (int i = 0; i < k; ++i) {
+    GR_CHECK(ctx.input(i).dtype() == ctx.input(0).dtype(), ctx.node().op_type << " inputs differ in type");
+    shapes.push_back(ctx.input(i).shape());
+  }
+  Shape out = broadcast_shapes(shapes);
+  Tensor& Y = ctx.output(0, out, ctx.input(0).dtype());
+  broadcast_copy(ctx, ctx.input(0), Y);
+  const int64_t n = Y.numel();
+  auto go = [&](auto tag) {
+    using T = decltype(tag);
+    for (int i = 1; i < k && n; ++i) {
+      IndexMap m = make_index_map(out, {out, ctx.input(i).shape()});
+      binary_broadcast<T, T, Op><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dptr<T>(Y), dptr<T>(ctx.input(i)),
+                                                                               dptr<T>(Y), m, n, Op{});
+      GR_LAUNCH_CHECK("variadic");
+    }
+  };
+  switch (Y.dtype()) {
+    case DType::F32: go(float{}); break;
+    case DType::F64: go(double{}); break;
+    case DType::I64: go(int64_t{}); break;
+    case DType::I32: go(int32_t{}); break;
+    default: GR_FAIL(ctx.node().op_type << " on " << dtype_name(Y.dtype()) << " is not supported on CUDA");
+  }
+}
+
 }  // namespace
 
 void register_elementwise_kernels(KernelTable& t) {
@@ -300,8 +355,8 @@ void register_elementwise_kernels(KernelTable& t) {
   t.add("Sub", locked<binary_kernel<SubOp>>);
   t.add("Mul", locked<binary_kernel<MulOp>>);
   t.add("Div", locked<binary_kernel<DivOp>>);
-  t.add("Max", locked<binary_kernel<MaxOp>>);
-  t.add("Min", locked<binary_kernel<MinOp>>);
+  t.add("Max", locked<variadic_kernel<MaxOp>>);
+  t.add("Min", locked<variadic_kernel<MinOp>>);
   t.add("Greater", locked<binary_kernel<GreaterOp>>);
   t.add("Less", locked<binary_kernel<LessOp>>);
   t.add("GreaterOrEqual", locked<binary_kernel<GreaterEqOp>>);

@@ -41,17 +41,22 @@ void gemm_op(KernelContext& ctx) {
                                                       << shape_str(B.shape()) << (tb ? "^T" : ""));
   Tensor& Y = ctx.output(0, {m, n}, DType::F32);
   bool has_c = ctx.has_input(2) && beta != 0.f;
-  if (has_c) {
+  if (ctx.has_input(2)) {
+    // C is checked as on the CPU (rank 0 to 2, unidirectional broadcast) even when beta = 0 ignores it.
     const Tensor& C = ctx.input(2);
     GR_CHECK(C.dtype() == DType::F32, "Gemm: C must be f32");
+    GR_CHECK(C.rank() <= 2, "Gemm: C " << shape_str(C.shape()) << " must have rank 0 to 2");
     Shape bc = broadcast_shapes({C.shape(), Y.shape()});
     GR_CHECK(bc == Y.shape(), "Gemm: C " << shape_str(C.shape()) << " does not broadcast to " << shape_str(Y.shape()));
-    broadcast_copy(ctx, C, Y);
   }
+  if (has_c) broadcast_copy(ctx, ctx.input(2), Y);
   if (m == 0 || n == 0) return;
   if (k == 0) {
     if (!has_c) GR_CUDA_CHECK(cudaMemsetAsync(Y.raw(), 0, Y.nbytes(), stream_of(ctx)));
-    else if (beta != 1.f) GR_CUBLAS_CHECK(cublasSscal(ctx_device(ctx).cublas, static_cast<int>(m * n), &beta, dptr<float>(Y), 1));
+    else if (beta != 1.f) {
+      GR_CHECK(m * n <= INT32_MAX, "Gemm: output too large for cuBLAS");
+      GR_CUBLAS_CHECK(cublasSscal(ctx_device(ctx).cublas, static_cast<int>(m * n), &beta, dptr<float>(Y), 1));
+    }
     return;
   }
   gemm_row_major(ctx_device(ctx).cublas, ta, tb, m, n, k, alpha, dptr<float>(A), dptr<float>(B), has_c ? beta : 0.f,

@@ -115,22 +115,27 @@ void sce_loss_op(KernelContext& ctx) {
   int64_t ignore = ctx.node().attr_i("ignore_index", 0);
   Shape loss_shape_none = Lb.shape();
   Tensor& loss = ctx.output(0, red == Reduction::None ? loss_shape_none : Shape{}, DType::F32);
-  Tensor& logp = ctx.output(1, X.shape(), DType::F32);
   int64_t rows = s.n * s.d;
   cudaStream_t st = stream_of(ctx);
+  // One scratch request per call (the planned scratch is one block): the per-row losses and weights
+  // of a reduction, and log_prob when the node has no output for it (optional in ONNX).
+  const bool logp_out = ctx.num_outputs() > 1;
+  const int64_t row_floats = red == Reduction::None ? 0 : 2 * std::max<int64_t>(rows, 1);
+  const int64_t floats = row_floats + (logp_out ? 0 : X.numel());
+  float* scratch = floats ? static_cast<float*>(ctx.scratch(floats * sizeof(float))) : nullptr;
+  float* logp = logp_out ? dptr<float>(ctx.output(1, X.shape(), DType::F32)) : scratch + row_floats;
   float* row_loss = nullptr;
   float* row_w = nullptr;
   if (red == Reduction::None) {
     row_loss = dptr<float>(loss);
   } else {
-    float* scratch = static_cast<float*>(ctx.scratch(2 * std::max<int64_t>(rows, 1) * sizeof(float)));
     row_loss = scratch;
     row_w = scratch + std::max<int64_t>(rows, 1);
   }
   if (rows > 0) {
     dispatch_label(Lb, [&](auto tag) {
       using L = decltype(tag);
-      sce_forward_rows<L><<<grid_for(rows), kThreads, 0, st>>>(dptr<float>(X), dptr<L>(Lb), weights, dptr<float>(logp),
+      sce_forward_rows<L><<<grid_for(rows), kThreads, 0, st>>>(dptr<float>(X), dptr<L>(Lb), weights, logp,
                                                                row_loss, row_w, s, has_ignore, ignore);
     });
     GR_LAUNCH_CHECK("sce_forward_rows");

@@ -90,10 +90,14 @@ void batchnorm_op(KernelContext& ctx) {
   check_channel_param(in_mean, s.c, "input_mean");
   check_channel_param(in_var, s.c, "input_var");
   const Node& n = ctx.node();
+  GR_CHECK(ctx.opset() >= 9 || n.attr_i("spatial", 1) != 0, "BatchNormalization on CUDA supports spatial=1 only");
   float eps = n.attr_f("epsilon", 1e-5f), momentum = n.attr_f("momentum", 0.9f);
   // Opset 14 made the mode an attribute; before it, asking for any statistics output meant training.
   bool training = ctx.opset() >= 14 ? n.attr_i("training_mode", 0) != 0
                                     : ctx.has_output(1) || ctx.has_output(2) || ctx.has_output(3) || ctx.has_output(4);
+  if (ctx.opset() >= 14)
+    GR_CHECK(training || (!ctx.has_output(1) && !ctx.has_output(2)),
+             "running_mean/running_var outputs need training_mode=1");
   Tensor& Y = ctx.output(0, X.shape(), DType::F32);
   cudaStream_t st = stream_of(ctx);
   int64_t total = X.numel();
@@ -107,16 +111,10 @@ void batchnorm_op(KernelContext& ctx) {
   GR_CHECK(s.n * s.hw > 0, "BatchNormalization in training needs a non-empty batch, got " << shape_str(X.shape()));
   float* run_mean = ctx.has_output(1) ? dptr<float>(ctx.output(1, {s.c}, DType::F32)) : nullptr;
   float* run_var = ctx.has_output(2) ? dptr<float>(ctx.output(2, {s.c}, DType::F32)) : nullptr;
-  // Before opset 14, outputs 3 and 4 are the batch mean and variance; else they live in scratch.
-  float* batch_mean;
-  float* batch_var;
-  if (ctx.opset() < 14 && ctx.has_output(3) && ctx.has_output(4)) {
-    batch_mean = dptr<float>(ctx.output(3, {s.c}, DType::F32));
-    batch_var = dptr<float>(ctx.output(4, {s.c}, DType::F32));
-  } else {
-    batch_mean = static_cast<float*>(ctx.scratch(2 * s.c * sizeof(float)));
-    batch_var = batch_mean + s.c;
-  }
+  // The batch mean and (biased) variance: scratch; before opset 14 also outputs 3 and 4 (saved_mean,
+  // saved_var), each written when the node has it.
+  float* batch_mean = static_cast<float*>(ctx.scratch(2 * s.c * sizeof(float)));
+  float* batch_var = batch_mean + s.c;
   unsigned blocks = static_cast<unsigned>(std::min<int64_t>(s.c, 65535));
   bn_train_stats_kernel<<<blocks, kThreads, 0, st>>>(dptr<float>(X), s, dptr<float>(in_mean), dptr<float>(in_var), momentum,
                                                      batch_mean, batch_var, run_mean, run_var);
@@ -124,6 +122,10 @@ void batchnorm_op(KernelContext& ctx) {
   bn_apply_kernel<<<grid_for(total), kThreads, 0, st>>>(dptr<float>(X), dptr<float>(scale), dptr<float>(B), batch_mean,
                                                         batch_var, eps, dptr<float>(Y), s);
   GR_LAUNCH_CHECK("bn_apply");
+  for (int i : {3, 4})
+    if (ctx.opset() < 14 && ctx.has_output(i))
+      GR_CUDA_CHECK(cudaMemcpyAsync(ctx.output(i, {s.c}, DType::F32).raw(), i == 3 ? batch_mean : batch_var,
+                                    s.c * sizeof(float), cudaMemcpyDeviceToDevice, st));
 }
 
 // Gradients of training-mode BatchNormalization, one block per channel:
@@ -190,7 +192,14 @@ __global__ void dropout_kernel(const float* x, float* y, uint8_t* mask, int64_t 
   float ratio = ratio_p ? *ratio_p : ratio_attr;
   bool training = training_p ? *training_p != 0 : training_attr;
   float scale = ratio < 1.f ? 1.f / (1.f - ratio) : 0.f;
+  // A ratio outside [0, 1] (the CPU kernel's error) cannot raise here: it poisons Y visibly instead.
+  bool bad_ratio = training && !(ratio >= 0.f && ratio <= 1.f);
   GR_GRID_STRIDE(i, n) {
+    if (bad_ratio) {
+      y[i] = NAN;
+      if (mask) mask[i] = 0;
+      continue;
+    }
     bool keep = true;
     if (training && ratio > 0.f) {
       float u = static_cast<float>(splitmix64(seed ^ (static_cast<uint64_t>(i) * 0xd1b54a32d192ed03ULL)) >> 40) * (1.f / 16777216.f);
@@ -220,6 +229,9 @@ void dropout_op(KernelContext& ctx) {
   } else {
     ratio_attr = ctx.node().attr_f("ratio", 0.5f);
   }
+  GR_CHECK(ctx.opset() >= 10 || !ctx.has_output(1), "Dropout on CUDA: the float mask of opsets before 10 is not supported");
+  if (ctx.opset() < 12)
+    GR_CHECK(ratio_attr >= 0.f && ratio_attr <= 1.f, "Dropout: ratio must be in [0, 1], got " << ratio_attr);
   Tensor& Y = ctx.output(0, X.shape(), DType::F32);
   uint8_t* mask = ctx.has_output(1) ? dptr<uint8_t>(ctx.output(1, X.shape(), DType::Bool)) : nullptr;
   uint64_t seed = ctx.rng()();

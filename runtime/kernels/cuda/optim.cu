@@ -29,7 +29,11 @@ void momentum_op(KernelContext& ctx) {
   int k = ctx.num_inputs() - 2;
   GR_CHECK(k > 0 && k % 3 == 0, "Momentum takes R, T, then X..., G..., V... (got " << ctx.num_inputs() << " inputs)");
   int n = k / 3;
+  GR_CHECK(ctx.num_outputs() == 2 * n, "Momentum has " << ctx.num_outputs() << " outputs for " << n << " tensors (expected " << 2 * n << ")");
   const Node& node = ctx.node();
+  // Required attributes, as on the CPU: a default here would silently train with another rule.
+  for (const char* a : {"alpha", "beta", "norm_coefficient", "mode"})
+    GR_CHECK(node.has_attr(a), "Momentum: attribute '" << a << "' is required");
   float alpha = node.attr_f("alpha", 0.f), beta = node.attr_f("beta", 0.f), norm = node.attr_f("norm_coefficient", 0.f);
   std::string mode = node.attr_s("mode", "standard");
   GR_CHECK(mode == "standard" || mode == "nesterov", "Momentum mode must be standard or nesterov, got '" << mode << "'");
@@ -75,6 +79,7 @@ void adam_op(KernelContext& ctx) {
   int k = ctx.num_inputs() - 2;
   GR_CHECK(k > 0 && k % 4 == 0, "Adam takes R, T, then X..., G..., V..., H... (got " << ctx.num_inputs() << " inputs)");
   int n = k / 4;
+  GR_CHECK(ctx.num_outputs() == 3 * n, "Adam has " << ctx.num_outputs() << " outputs for " << n << " tensors (expected " << 3 * n << ")");
   const Node& node = ctx.node();
   float alpha = node.attr_f("alpha", 0.9f), beta = node.attr_f("beta", 0.999f), eps = node.attr_f("epsilon", 1e-6f);
   float norm = node.attr_f("norm_coefficient", 0.f), norm_post = node.attr_f("norm_coefficient_post", 0.f);
@@ -83,7 +88,8 @@ void adam_op(KernelContext& ctx) {
     const Tensor& G = ctx.input(2 + n + i);
     const Tensor& V = ctx.input(2 + 2 * n + i);
     const Tensor& H = ctx.input(2 + 3 * n + i);
-    GR_CHECK(X.dtype() == DType::F32 && G.shape() == X.shape() && V.shape() == X.shape() && H.shape() == X.shape(),
+    GR_CHECK(X.dtype() == DType::F32 && G.dtype() == DType::F32 && V.dtype() == DType::F32 && H.dtype() == DType::F32 &&
+                 G.shape() == X.shape() && V.shape() == X.shape() && H.shape() == X.shape(),
              "Adam: X, G, V and H of tensor " << i << " must be f32 of one shape");
     Tensor& Xn = ctx.output(i, X.shape(), DType::F32);
     Tensor& Vn = ctx.output(n + i, X.shape(), DType::F32);

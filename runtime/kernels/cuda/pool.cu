@@ -35,6 +35,11 @@ PoolGeom pool_geom(const Node& node, const Tensor& X, bool dilations_allowed) {
   std::vector<int64_t> s = node.attr_ints("strides", {1, 1}), d = node.attr_ints("dilations", {1, 1});
   std::vector<int64_t> p = node.attr_ints("pads", {0, 0, 0, 0});
   GR_CHECK(s.size() == 2 && d.size() == 2 && p.size() == 4, node.op_type << ": strides, dilations or pads of the wrong length");
+  // Checked here: a zero stride would divide by zero in pool_out (a crash, not an error).
+  for (int64_t v : k) GR_CHECK(v >= 1, node.op_type << ": kernel_shape must be >= 1, got " << shape_str(k));
+  for (int64_t v : s) GR_CHECK(v >= 1, node.op_type << ": strides must be >= 1, got " << shape_str(s));
+  for (int64_t v : d) GR_CHECK(v >= 1, node.op_type << ": dilations must be >= 1, got " << shape_str(d));
+  for (int64_t v : p) GR_CHECK(v >= 0, node.op_type << ": pads must be >= 0, got " << shape_str(p));
   GR_CHECK(dilations_allowed || (d[0] == 1 && d[1] == 1), node.op_type << " on CUDA supports dilations 1 only");
   GR_CHECK(node.attr_i("storage_order", 0) == 0, node.op_type << " on CUDA supports storage_order 0 only");
   bool ceil_mode = node.attr_i("ceil_mode", 0) != 0;
@@ -106,20 +111,40 @@ __global__ void scatter_add_kernel(const float* dy, const int64_t* idx, float* d
   }
 }
 
+// Deterministic form: one thread per (n, c) plane adds that plane's dY into dX in output order (a
+// window's argmax lies in its own plane), so overlapping windows sum in a fixed order.
+__global__ void scatter_add_planes_kernel(const float* dy, const int64_t* idx, float* dx, int64_t planes,
+                                          int64_t per_plane, int64_t nx) {
+  GR_GRID_STRIDE(p, planes) {
+    for (int64_t j = p * per_plane; j < (p + 1) * per_plane; ++j) {
+      int64_t k = idx[j];
+      if (k >= 0 && k < nx) dx[k] += dy[j];
+    }
+  }
+}
+
 // dX = 0, then each dY adds into its argmax. Overlapping windows that share a maximum add through
-// atomics, so the order of those (rare) sums may vary from run to run.
+// atomics, so the order of those (rare) sums may vary from run to run; with --deterministic the
+// per-plane form keeps it fixed (bitwise repeatable, as the flag promises).
 void maxpool_grad_op(KernelContext& ctx) {
   const Tensor& dY = ctx.input(0);
   const Tensor& I = ctx.input(1);
   const Tensor& X = ctx.input(2);
   GR_CHECK(I.dtype() == DType::I64 && I.shape() == dY.shape(), "MaxPoolGrad: Indices must be i64 of dY's shape "
                                                                    << shape_str(dY.shape()));
+  GR_CHECK(dY.dtype() == DType::F32, "MaxPoolGrad on CUDA takes f32");
   Tensor& dX = ctx.output(0, X.shape(), DType::F32);
   cudaStream_t s = stream_of(ctx);
   if (dX.nbytes()) GR_CUDA_CHECK(cudaMemsetAsync(dX.raw(), 0, dX.nbytes(), s));
   int64_t n = dY.numel();
   if (n == 0) return;
-  scatter_add_kernel<<<grid_for(n), kThreads, 0, s>>>(dptr<float>(dY), dptr<int64_t>(I), dptr<float>(dX), n, dX.numel());
+  const int64_t planes = X.rank() >= 2 ? X.dim(0) * X.dim(1) : 0;
+  if (deterministic() && planes > 0 && dY.rank() >= 2 && dY.dim(0) * dY.dim(1) == planes) {
+    scatter_add_planes_kernel<<<grid_for(planes), kThreads, 0, s>>>(dptr<float>(dY), dptr<int64_t>(I), dptr<float>(dX),
+                                                                   planes, n / planes, dX.numel());
+  } else {
+    scatter_add_kernel<<<grid_for(n), kThreads, 0, s>>>(dptr<float>(dY), dptr<int64_t>(I), dptr<float>(dX), n, dX.numel());
+  }
   GR_LAUNCH_CHECK("maxpool_grad");
 }
 

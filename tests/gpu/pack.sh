@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Prepares the device check on a machine without a GPU: builds graphrun and gpu_kernels_test (Release,
+# CUDA on) and packs what tests/gpu/check.sh needs into one folder that can travel to a GPU machine
+# lacking graphrun's build dependencies: the two binaries, the shared libraries they need that are
+# neither CUDA's nor the C/C++ runtime's (ONNX, protobuf, OpenMP, zlib), and Fashion-MNIST.
+#
+#   tests/gpu/pack.sh [OUT]     OUT defaults to <repo>/build-gpu (ignored by git); prints its size
+#   BUILD_DIR=DIR               where to build (default <repo>/build); JOBS=N parallel jobs (default 2)
+#   GRAPHRUN_DATA=DIR           Fashion-MNIST to pack (default /usr/share/datasets/fashion-mnist); NO_DATA=1 packs none
+# On the GPU machine: SKIP_BUILD=1 tests/gpu/check.sh OUT (check.sh also skips the build by itself
+# when OUT holds the PACKED marker this script writes).
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+out=${1:-$root/build-gpu}
+build=${BUILD_DIR:-$root/build}
+jobs=${JOBS:-2}
+
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGRAPHRUN_CUDA=ON > /dev/null
+cmake --build "$build" -j "$jobs" --target graphrun gpu_kernels_test > /dev/null
+
+rm -rf "$out"
+mkdir -p "$out/tests" "$out/lib"
+cp "$build/graphrun" "$out/graphrun"
+cp "$build/tests/gpu_kernels_test" "$out/tests/gpu_kernels_test"
+strip --strip-unneeded "$out/graphrun" "$out/tests/gpu_kernels_test"
+
+# Shared libraries to carry: everything ldd resolves except CUDA's (the GPU machine has its own
+# toolkit and driver) and the C/C++ runtime (glibc, libstdc++, libgcc: the machine's own).
+for bin in "$out/graphrun" "$out/tests/gpu_kernels_test"; do
+  ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
+done | sort -u | while read -r name path; do
+  case "$name" in
+    libcuda*|libcublas*|libcudnn*|libnccl*|libnvrtc*|libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|\
+    libstdc++.so*|libgcc_s.so*|ld-linux*) ;;
+    *) cp -L "$path" "$out/lib/$name" ;;
+  esac
+done
+
+data=${GRAPHRUN_DATA:-/usr/share/datasets/fashion-mnist}
+if [ "${NO_DATA:-0}" != 1 ] && [ -d "$data" ]; then
+  mkdir -p "$out/fashion-mnist"
+  cp "$data"/*-ubyte* "$out/fashion-mnist/"
+fi
+
+{
+  echo "packed by tests/gpu/pack.sh from $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')"
+  echo "libraries: $(ls "$out/lib" | tr '\n' ' ')"
+} > "$out/PACKED"
+echo "pack: $out holds $(du -sh "$out" | cut -f1) ($(du -sb "$out" | cut -f1) bytes): $(ls "$out/lib" | tr '\n' ' ')"
