@@ -22,7 +22,8 @@ struct SimCounters {
   // A kernel given a device tensor at an input its table reads on the host (a shape, axes, pads...):
   // on a GPU, a copy back and a stream synchronization.
   int64_t host_reads_of_device_values = 0;
-  int64_t kernels = 0;         // kernel launches
+  int64_t host_read_inputs = 0;  // inputs at those positions, wherever they were
+  int64_t kernels = 0;           // kernel launches
 };
 SimCounters operator-(const SimCounters& a, const SimCounters& b);
 
