@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <iostream>
 
 #include "graph/onnx_io.h"
 #include "runtime/device.h"
@@ -120,6 +121,11 @@ TEST(SimDevice, LeNetTrainingStepsEqualTheCpuExecutor) {
         EXPECT_EQ(testing::max_abs_diff(runtime::to_host(got.at(f)), want.at(f)), 0)
             << f << " at step " << step << ", momentum " << momentum;
       }
+      if (step == 1)
+        std::cout << "LeNet training step on sim cuda:0 (momentum " << momentum << "): " << used.kernels
+                  << " device kernels, " << used.host_read_inputs << " host-read inputs, "
+                  << used.host_reads_of_device_values << " of them device values, " << used.allocations
+                  << " allocations, " << used.host_to_device << " host->device copies\n";
       if (step == 1 || step == 2) {
         EXPECT_EQ(used.allocations, 0) << "step " << step << ": the steady state allocates nothing";
         EXPECT_EQ(used.host_to_device, static_cast<int64_t>(dg.graph.inputs.size())) << "step " << step;
@@ -282,6 +288,14 @@ TEST(SimDevice, TrainerOnCudaEqualsCpuReplicas) {
       Graph tc = cpu.trained_model(), td = dev.trained_model();
       for (const auto& [name, t] : tc.initializers)
         EXPECT_EQ(testing::max_abs_diff(td.initializers.at(name), t), 0) << what << ": " << name;
+      // Another epoch of the same shapes (training and evaluation): no device allocation, no host
+      // read of a device value.
+      const SimCounters before = sim.counters();
+      dev.train_epoch(1);
+      const SimCounters used = sim.counters() - before;
+      EXPECT_EQ(used.allocations, 0) << what;
+      EXPECT_EQ(used.host_reads_of_device_values, 0) << what;
+      EXPECT_EQ(used.synchronizations, 0) << what;
     }
   }
 }
