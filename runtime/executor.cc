@@ -71,6 +71,7 @@ struct Executor::Plan {
   std::shared_ptr<void> arena;
   size_t arena_bytes = 0;
   std::vector<Tensor> input_copies;          // device executors: per graph input, its device buffer
+  std::vector<std::vector<char>> host_scratch;  // device executors: per host-placed step, its scratch
   PlanStats stats;
 };
 
@@ -80,13 +81,20 @@ struct Executor::Layout {
   std::vector<std::vector<int>> in_slots, out_slots;  // per step; -1 for absent inputs
   std::vector<int> last_use;                          // per slot, step; n = live to the end
   std::vector<int> def_step;                          // per slot; -1 = not produced by a node
+  // Device executors: values kept in host memory and the nodes that compute them there (with the CPU
+  // kernels); see place_shape_computations. Empty for CPU executors.
+  std::vector<bool> host_slot, host_step;
+  bool on_host(int step) const { return !host_step.empty() && host_step[step]; }
+  bool is_host(int slot) const { return !host_slot.empty() && host_slot[slot]; }
 };
 
 class RunContext final : public KernelContext {
  public:
   RunContext(const Node& n, int64_t opset, int threads, Device dev, Communicator* comm, std::mt19937_64* rng,
-             Executor::Plan& plan, const std::vector<int>& out_slots, int step, DeviceBackend* backend)
-      : plan_(plan), out_slots_(out_slots), step_(step), backend_(backend) {
+             Executor::Plan& plan, const std::vector<int>& out_slots, int step, DeviceBackend* backend,
+             bool host_step = false)
+      : plan_(plan), out_slots_(out_slots), step_(step), backend_(host_step ? nullptr : backend), host_step_(host_step) {
+    if (host_step) dev = Device{};
     node_ = &n;
     opset_ = opset;
     threads_ = threads;
@@ -116,6 +124,7 @@ class RunContext final : public KernelContext {
   }
 
   void* scratch(size_t bytes) override {
+    if (host_step_) return host_scratch(bytes);
     if (plan_.planned) {
       GR_CHECK(bytes <= plan_.scratch_bytes[step_], "scratch of " << bytes << " bytes exceeds the planned "
                                                                   << plan_.scratch_bytes[step_]);
@@ -138,6 +147,16 @@ class RunContext final : public KernelContext {
   std::vector<std::unique_ptr<char[]>> temps_;
   DeviceBackend* backend_;
   std::vector<Tensor> device_temps_;
+  bool host_step_;
+
+  // A host-placed step of a device executor: host memory of its own, kept by the plan (the arena is device memory).
+  void* host_scratch(size_t bytes) {
+    if (plan_.host_scratch.empty()) plan_.host_scratch.resize(plan_.scratch_bytes.size());
+    std::vector<char>& buf = plan_.host_scratch[step_];
+    if (buf.size() < bytes + kAlign) buf.resize(bytes + kAlign);
+    char* p = buf.data();
+    return p + (kAlign - reinterpret_cast<uintptr_t>(p) % kAlign) % kAlign;
+  }
 };
 
 // nullptr on the CPU: every device branch below is guarded by it, so the CPU path is unchanged.
@@ -158,14 +177,77 @@ static const KernelTable& table_for(const ExecOptions& o) {
   return cpu_kernels();
 }
 
+// Host placement of shape computations (device executors). A device kernel reads some inputs on the
+// host (KernelTable host_inputs: a Reshape's shape, Slice's starts...); a device value there costs a
+// copy back and a stream synchronization per step. So a value stays in host memory when every
+// consumer reads it on the host or is itself a host-placed node; host-placed nodes are small integer
+// computations (Shape, Size, Constant, Gather, Concat, Unsqueeze, Cast, Add, ...) whose inputs are
+// host values (small int initializers, Constant and Shape/Size outputs), run with the CPU kernels.
+// Shape and Size read only their input's metadata, so their input may be on the device. Values that
+// are fetched or persist as state stay where they were. The greatest fixpoint: start from every
+// candidate and drop what a device consumer needs until nothing changes.
+static void place_shape_computations(const Graph& g, const ExecOptions& o, const KernelTable& device_table,
+                                     Executor::Layout& L) {
+  constexpr int64_t kMaxHostElems = 4096;
+  static const std::set<std::string> kHostOps = {
+      "Shape", "Size", "Constant", "Identity", "Gather", "Concat", "Unsqueeze", "Squeeze", "Slice", "Reshape",
+      "Expand", "Cast", "Add", "Sub", "Mul", "Div", "Mod", "Neg", "Abs", "Min", "Max", "Equal", "Less", "Greater",
+      "Not", "Where", "ReduceProd", "ReduceSum", "ReduceMax", "ReduceMin", "ConstantOfShape", "Range"};
+  auto small_int = [&](const Tensor& t) {
+    return (t.dtype() == DType::I64 || t.dtype() == DType::I32) && t.numel() <= kMaxHostElems;
+  };
+  auto metadata_only = [](const Node& n) { return n.domain.empty() && (n.op_type == "Shape" || n.op_type == "Size"); };
+  const int n = static_cast<int>(g.nodes.size());
+  std::vector<bool> pinned(L.nslots, false);  // fetched values and state: never host-placed
+  for (const auto& f : o.fetch) pinned[L.slot_of.at(f)] = true;
+  for (const auto& [v, init] : o.state_updates) pinned[L.slot_of.at(v)] = pinned[L.slot_of.at(init)] = true;
+  std::vector<std::vector<std::pair<int, int>>> consumers(L.nslots);  // (step, input position)
+  for (int s = 0; s < n; ++s)
+    for (size_t k = 0; k < L.in_slots[s].size(); ++k)
+      if (L.in_slots[s][k] >= 0) consumers[L.in_slots[s][k]].emplace_back(s, static_cast<int>(k));
+
+  L.host_step.assign(n, false);
+  L.host_slot.assign(L.nslots, false);
+  for (int s = 0; s < n; ++s) {
+    const Node& node = g.nodes[s];
+    bool ok = (node.domain.empty() || node.domain == "ai.onnx") && kHostOps.count(node.op_type) &&
+              cpu_kernels().find(node) != nullptr;
+    if (ok && node.op_type == "Constant") {
+      auto it = node.attrs.find("value");
+      ok = it != node.attrs.end() ? it->second.kind == Attribute::Kind::Tensor && small_int(it->second.t)
+                                  : node.has_attr("value_int") || node.has_attr("value_ints");
+    }
+    L.host_step[s] = ok;
+  }
+  for (const auto& [name, t] : g.initializers) L.host_slot[L.slot_of.at(name)] = small_int(t);
+  for (int sl = 0; sl < L.nslots; ++sl)
+    if (L.def_step[sl] >= 0) L.host_slot[sl] = L.host_step[L.def_step[sl]];
+
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int sl = 0; sl < L.nslots; ++sl) {
+      if (!L.host_slot[sl]) continue;
+      bool ok = !pinned[sl] && (L.def_step[sl] < 0 || L.host_step[L.def_step[sl]]);
+      for (auto [s, k] : consumers[sl])
+        ok = ok && (L.host_step[s] || device_table.reads_on_host(g.nodes[s], k));
+      if (!ok) L.host_slot[sl] = false, changed = true;
+    }
+    for (int s = 0; s < n; ++s) {
+      if (!L.host_step[s]) continue;
+      bool ok = true;
+      for (int out : L.out_slots[s]) ok = ok && L.host_slot[out];
+      if (!metadata_only(g.nodes[s]))
+        for (int in : L.in_slots[s]) ok = ok && (in < 0 || L.host_slot[in]);
+      if (!ok) L.host_step[s] = false, changed = true;
+    }
+  }
+}
+
 Executor::Executor(const Graph& graph, ExecOptions opts)
     : graph_(graph), opts_(std::move(opts)), kernels_(&table_for(opts_)), rng_(opts_.seed) {
   GR_CHECK(opts_.threads >= 1, "threads must be at least 1");
   check_supported(graph_, *kernels_, "graph '" + graph_.name + "'");
   for (const Node& n : graph_.nodes) fns_.push_back(kernels_->find(n));
-  // On a device, the state lives there from now on (runtime::to_host copies it back on request).
-  for (const auto& [name, t] : graph_.initializers)
-    state_[name] = opts_.device.is_cpu() ? t.clone() : to_device(t, opts_.device);
   if (opts_.fetch.empty()) opts_.fetch = graph_.outputs;
 
   Layout L;
@@ -208,9 +290,18 @@ Executor::Executor(const Graph& graph, ExecOptions opts)
   for (const auto& [v, init] : opts_.state_updates) {
     GR_CHECK(L.slot_of.count(v) && L.def_step[L.slot_of[v]] >= 0,
              "state update: value '" << v << "' is not produced by a node");
-    GR_CHECK(state_.count(init), "state update: '" << init << "' is not an initializer");
+    GR_CHECK(graph_.initializers.count(init), "state update: '" << init << "' is not an initializer");
     L.last_use[L.slot_of[v]] = n;
   }
+  if (!opts_.device.is_cpu()) {
+    place_shape_computations(graph_, opts_, *kernels_, L);
+    for (int s = 0; s < n; ++s)
+      if (L.on_host(s)) fns_[s] = cpu_kernels().find(graph_.nodes[s]);
+  }
+  // On a device, the state lives there from now on (runtime::to_host copies it back on request),
+  // except host-placed shape values.
+  for (const auto& [name, t] : graph_.initializers)
+    state_[name] = opts_.device.is_cpu() || L.is_host(L.slot_of.at(name)) ? t.clone() : to_device(t, opts_.device);
   layout_ = std::make_unique<Layout>(std::move(L));
 }
 
@@ -315,7 +406,7 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>&
   const int64_t opset = graph_.opset("");
   for (int s = 0; s < n; ++s) {
     const Node& node = graph_.nodes[s];
-    RunContext ctx(node, opset, opts_.threads, opts_.device, opts_.comm, &rng_, P, L.out_slots[s], s, backend);
+    RunContext ctx(node, opset, opts_.threads, opts_.device, opts_.comm, &rng_, P, L.out_slots[s], s, backend, L.on_host(s));
     auto& ins = ctx.inputs();
     ins.reserve(L.in_slots[s].size());
     for (int i : L.in_slots[s]) {
@@ -336,13 +427,14 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>&
     }
     if (!P.planned) {
       // Free what is dead so the planning run's peak stays close to the planned one.
+      // Host-placed values keep their buffers (they stay out of the device arena).
       for (int i : L.in_slots[s])
-        if (i >= 0 && !fixed[i] && L.last_use[i] == s) P.slot_tensor[i] = Tensor();
+        if (i >= 0 && !fixed[i] && L.last_use[i] == s && !L.is_host(i)) P.slot_tensor[i] = Tensor();
       for (size_t k = 0; k < L.out_slots[s].size(); ++k) {
         int o = L.out_slots[s][k];
         GR_CHECK(P.slot_seen[o] || !node.has_output(k),
                  node.describe() << ": kernel did not write output '" << node.outputs[k] << "'");
-        if (L.last_use[o] == s) P.slot_tensor[o] = Tensor();
+        if (L.last_use[o] == s && !L.is_host(o)) P.slot_tensor[o] = Tensor();
       }
     }
   }
@@ -362,14 +454,14 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>&
     size_t total = 0;
     int planned_values = 0;
     for (int sl = 0; sl < L.nslots; ++sl) {
-      if (L.def_step[sl] < 0 || !P.slot_seen[sl] || own.count(sl)) continue;
+      if (L.def_step[sl] < 0 || !P.slot_seen[sl] || own.count(sl) || L.is_host(sl)) continue;
       size_t bytes = align_up(std::max<size_t>(1, shape_numel(P.slot_shape[sl]) * dtype_size(P.slot_dtype[sl])));
       items.push_back({L.def_step[sl], std::max(L.last_use[sl], L.def_step[sl]), bytes, 0, sl});
       total += bytes;
       ++planned_values;
     }
     for (int s = 0; s < n; ++s)
-      if (P.scratch_bytes[s]) {
+      if (P.scratch_bytes[s] && !L.on_host(s)) {
         items.push_back({s, s, align_up(P.scratch_bytes[s]), 0, -1 - s});
         total += align_up(P.scratch_bytes[s]);
       }

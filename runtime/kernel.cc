@@ -12,8 +12,24 @@ static std::string key_of(const std::string& domain, const std::string& op) {
   return domain + "::" + op;
 }
 
-void KernelTable::add(const std::string& domain, const std::string& op, KernelFn fn) {
-  fns_[key_of(domain, op)] = fn;
+void KernelTable::add(const std::string& domain, const std::string& op, KernelFn fn, std::vector<int> host_inputs) {
+  const std::string key = key_of(domain, op);
+  fns_[key] = fn;
+  if (host_inputs.empty())
+    host_inputs_.erase(key);
+  else
+    host_inputs_[key] = std::move(host_inputs);
+}
+
+const std::vector<int>& KernelTable::host_inputs(const std::string& op_key) const {
+  static const std::vector<int> none;
+  auto it = host_inputs_.find(op_key);
+  return it == host_inputs_.end() ? none : it->second;
+}
+
+bool KernelTable::reads_on_host(const Node& n, int input) const {
+  const std::vector<int>& h = host_inputs(n.op_key());
+  return std::find(h.begin(), h.end(), input) != h.end();
 }
 
 KernelFn KernelTable::find(const Node& n) const {

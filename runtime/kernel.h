@@ -20,15 +20,24 @@ using KernelFn = void (*)(KernelContext&);
 
 class KernelTable {
  public:
-  // domain "" (or "ai.onnx") is the default ONNX domain.
-  void add(const std::string& domain, const std::string& op, KernelFn fn);
-  void add(const std::string& op, KernelFn fn) { add("", op, fn); }
+  // domain "" (or "ai.onnx") is the default ONNX domain. host_inputs: the input positions whose values
+  // the kernel reads on the host (shape-like: a shape, axes, pads, starts, repeats...), which a device
+  // kernel must copy back and wait for unless they are host tensors already; a device executor keeps
+  // such values in host memory where it can (runtime/executor.cc). Every table declares the same ones.
+  void add(const std::string& domain, const std::string& op, KernelFn fn, std::vector<int> host_inputs = {});
+  void add(const std::string& op, KernelFn fn, std::vector<int> host_inputs = {}) {
+    add("", op, fn, std::move(host_inputs));
+  }
   KernelFn find(const Node& n) const;  // nullptr when missing
   bool has(const std::string& op_key) const { return fns_.count(op_key) != 0; }
   std::vector<std::string> ops() const;  // sorted op keys
+  // The declared host-read input positions of an op (empty when none or when the op is missing).
+  const std::vector<int>& host_inputs(const std::string& op_key) const;
+  bool reads_on_host(const Node& n, int input) const;
 
  private:
   std::unordered_map<std::string, KernelFn> fns_;
+  std::unordered_map<std::string, std::vector<int>> host_inputs_;
 };
 
 // The dispatch table of the CPU device (runtime/kernels/cpu/registry.cc).

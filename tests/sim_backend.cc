@@ -25,6 +25,7 @@ SimCounters operator-(const SimCounters& a, const SimCounters& b) {
   r.device_to_host = a.device_to_host - b.device_to_host;
   r.synchronizations = a.synchronizations - b.synchronizations;
   r.host_reads_of_device_values = a.host_reads_of_device_values - b.host_reads_of_device_values;
+  r.host_read_inputs = a.host_read_inputs - b.host_read_inputs;
   r.kernels = a.kernels - b.kernels;
   r.async_device_to_host = a.async_device_to_host - b.async_device_to_host;
   r.event_waits = a.event_waits - b.event_waits;
@@ -244,7 +245,8 @@ SimBackend::SimBackend(int devices, size_t pool_bytes) : devices_(devices) {
     const size_t sep = key.find("::");
     const std::string domain = sep == std::string::npos ? "" : key.substr(0, sep);
     const std::string op = sep == std::string::npos ? key : key.substr(sep + 2);
-    table_.add(domain, op, op == "AllReduce" && domain == kGraphrunDomain ? sim_allreduce : sim_kernel);
+    table_.add(domain, op, op == "AllReduce" && domain == kGraphrunDomain ? sim_allreduce : sim_kernel,
+               runtime::cpu_kernels().host_inputs(key));
   }
 }
 
@@ -456,6 +458,11 @@ SimCounters SimBackend::counters() const {
 void SimBackend::count_kernel(const KernelContext& ctx) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   ++counters_.kernels;
+  for (int i : table_.host_inputs(ctx.node().op_key()))
+    if (ctx.has_input(i)) {
+      ++counters_.host_read_inputs;
+      if (!ctx.input(i).device().is_cpu()) ++counters_.host_reads_of_device_values;
+    }
 }
 
 std::vector<std::unique_ptr<Communicator>> SimBackend::make_communicators(const std::vector<Device>& replicas) {

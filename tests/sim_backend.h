@@ -22,7 +22,8 @@ struct SimCounters {
   // A kernel given a device tensor at an input its table reads on the host (a shape, axes, pads...):
   // on a GPU, a copy back and a stream synchronization.
   int64_t host_reads_of_device_values = 0;
-  int64_t kernels = 0;         // kernel launches
+  int64_t host_read_inputs = 0;  // inputs at those positions, wherever they were
+  int64_t kernels = 0;           // kernel launches
   // Asynchronous reads (DeviceBackend::copy_device_to_host_async into pinned memory, then events).
   // The simulated device runs everything at once, so a copy lands at once; what is counted is what a
   // GPU would do: an async copy does not wait; an event wait is the host's one synchronisation, and it

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <iostream>
 
 #include "graph/onnx_io.h"
 #include "runtime/device.h"
@@ -83,6 +84,14 @@ std::map<std::string, Tensor> step_inputs(const runtime::TrainingGraphs& tg, con
   return in;
 }
 
+// How many inputs of g's nodes `table` reads on the host.
+int64_t host_read_inputs(const Graph& g, const runtime::KernelTable& table) {
+  int64_t r = 0;
+  for (const Node& n : g.nodes)
+    for (int i : table.host_inputs(n.op_key())) r += n.has_input(static_cast<size_t>(i));
+  return r;
+}
+
 TEST(SimDevice, LeNetTrainingStepsEqualTheCpuExecutor) {
   if (!std::filesystem::exists(testing::lenet_path())) GTEST_SKIP() << "models/lenet.onnx is missing";
   ScopedSimDevice sim;
@@ -97,6 +106,7 @@ TEST(SimDevice, LeNetTrainingStepsEqualTheCpuExecutor) {
     Executor cpu(dg.graph, co);
     Executor dev(dg.graph, so);
     for (const auto& [name, t] : dev.states()) EXPECT_EQ(t.device(), kSim) << name;
+    EXPECT_GE(host_read_inputs(dg.graph, sim.backend().kernels()), 4);  // 2 Pads, a Reshape, ReduceSums...
 
     SimCounters after_planning;
     for (int step = 0; step < 4; ++step) {
@@ -111,10 +121,21 @@ TEST(SimDevice, LeNetTrainingStepsEqualTheCpuExecutor) {
         EXPECT_EQ(testing::max_abs_diff(runtime::to_host(got.at(f)), want.at(f)), 0)
             << f << " at step " << step << ", momentum " << momentum;
       }
+      if (step == 1)
+        std::cout << "LeNet training step on sim cuda:0 (momentum " << momentum << "): " << used.kernels
+                  << " device kernels, " << used.host_read_inputs << " host-read inputs, "
+                  << used.host_reads_of_device_values << " of them device values, " << used.allocations
+                  << " allocations, " << used.host_to_device << " host->device copies\n";
       if (step == 1 || step == 2) {
         EXPECT_EQ(used.allocations, 0) << "step " << step << ": the steady state allocates nothing";
         EXPECT_EQ(used.host_to_device, static_cast<int64_t>(dg.graph.inputs.size())) << "step " << step;
         EXPECT_EQ(used.device_to_host, 0) << "step " << step << ": fetched values stay on the device";
+        // Shapes, pads and axes (Reshape, Pad, ReduceSum, SumToShape...) are host values: no copy back, no wait.
+        // (The two Pads' pads and the forward Reshape's shape at least; host-placed nodes such as the
+        // Unsqueezes of the shape chain run with the CPU kernels, not on the device.)
+        EXPECT_GE(used.host_read_inputs, 3) << "step " << step;
+        EXPECT_EQ(used.host_reads_of_device_values, 0) << "step " << step;
+        EXPECT_EQ(used.synchronizations, 0) << "step " << step;
       }
     }
     EXPECT_GT(sim.counters().kernels - after_planning.kernels, 0);
@@ -128,6 +149,95 @@ TEST(SimDevice, LeNetTrainingStepsEqualTheCpuExecutor) {
     EXPECT_EQ(testing::max_abs_diff(runtime::to_host(dev.state("fc1.weight")), w), 0);
     dev.set_state("fc1.weight", runtime::to_device(cpu.state("fc1.weight"), kSim));
     EXPECT_EQ(testing::max_abs_diff(runtime::to_host(dev.state("fc1.weight")), cpu.state("fc1.weight")), 0);
+  }
+}
+
+// A PyTorch-style shape chain built by hand: Shape -> Gather -> Unsqueeze -> Concat -> Reshape, an
+// int initializer as a Reshape shape and a ReduceSum's axes, an int initializer used as Gather
+// indices of data (a device value), and a shape that also feeds data (so it must live on the device).
+Graph shape_chain_graph() {
+  Graph g;
+  g.name = "shape_chain";
+  g.opsets[""] = 17;
+  g.inputs = {"x"};
+  g.values["x"].dtype = DType::F32;
+  auto i64 = [](std::vector<int64_t> v, Shape s) { return Tensor::from_vector<int64_t>(std::move(s), v); };
+  g.initializers["zero"] = i64({0}, {});
+  g.initializers["axes0"] = i64({0}, {1});
+  g.initializers["minus1"] = i64({-1}, {1});
+  g.initializers["shape_2d"] = i64({-1, 12}, {2});
+  g.initializers["rows"] = i64({1, 0}, {2});  // Gather indices into data: the device needs it
+  g.initializers["scale"] = Tensor::from_vector<float>({}, {0.5f});
+  auto node = [&](const std::string& op, std::vector<std::string> in, std::string out,
+                  std::map<std::string, Attribute> attrs = {}) {
+    Node n;
+    n.name = out + "_node";
+    n.op_type = op;
+    n.inputs = std::move(in);
+    n.outputs = {std::move(out)};
+    n.attrs = std::move(attrs);
+    g.nodes.push_back(n);
+  };
+  node("Mul", {"x", "scale"}, "xs");
+  node("Shape", {"xs"}, "shape");
+  node("Gather", {"shape", "zero"}, "batch", {{"axis", Attribute::Int(0)}});
+  node("Unsqueeze", {"batch", "axes0"}, "batch1");
+  node("Concat", {"batch1", "minus1"}, "flat_shape", {{"axis", Attribute::Int(0)}});
+  node("Reshape", {"xs", "flat_shape"}, "flat");              // [N, 12]
+  node("Reshape", {"xs", "shape_2d"}, "flat2");               // the same, from an initializer
+  node("Gather", {"flat2", "rows"}, "picked", {{"axis", Attribute::Int(0)}});
+  node("ReduceSum", {"flat", "axes0"}, "colsum", {{"keepdims", Attribute::Int(0)}});
+  node("Shape", {"x"}, "x_shape");                            // feeds a Reshape and a float computation
+  node("Reshape", {"flat", "x_shape"}, "back");
+  node("Cast", {"x_shape"}, "x_shape_f", {{"to", Attribute::Int(static_cast<int64_t>(DType::F32))}});
+  node("ReduceSum", {"x_shape_f"}, "numel_ish", {{"keepdims", Attribute::Int(0)}});
+  g.outputs = {"flat", "picked", "colsum", "back", "numel_ish"};
+  return g;
+}
+
+TEST(SimDevice, ShapeComputationsRunOnTheHost) {
+  ScopedSimDevice sim;
+  Graph g = shape_chain_graph();
+  runtime::ExecOptions so;
+  so.device = kSim;
+  Executor cpu(g);
+  Executor dev(g, so);
+  // Shape-only int initializers stay on the host; the Gather indices of data go to the device.
+  for (const char* name : {"zero", "axes0", "minus1", "shape_2d"}) EXPECT_TRUE(dev.state(name).device().is_cpu()) << name;
+  EXPECT_EQ(dev.state("rows").device(), kSim);
+  EXPECT_EQ(dev.state("scale").device(), kSim);
+  for (int step = 0; step < 3; ++step) {
+    Tensor x = testing::random_tensor({step == 2 ? 5 : 2, 3, 4}, 20 + step);
+    const SimCounters before = sim.counters();
+    auto want = cpu.run({{"x", x}});
+    auto got = dev.run({{"x", x}});
+    const SimCounters used = sim.counters() - before;
+    for (const auto& [name, t] : want) {
+      EXPECT_EQ(got.at(name).device(), kSim) << name;
+      EXPECT_EQ(testing::max_abs_diff(runtime::to_host(got.at(name)), t), 0) << name << ", step " << step;
+    }
+    // Host reads: the shapes of three Reshapes and a ReduceSum's axes; only x_shape, which a device
+    // Cast also reads, is a device value there.
+    EXPECT_EQ(used.host_read_inputs, 4) << "step " << step;
+    EXPECT_EQ(used.host_reads_of_device_values, 1) << "step " << step;
+    if (step == 1) EXPECT_EQ(used.allocations, 0);
+  }
+}
+
+// The CPU and CUDA tables declare the same host-read inputs for every op both have (the simulated
+// device's table is the CPU's).
+TEST(SimDevice, KernelTablesDeclareTheSameHostInputs) {
+  const runtime::KernelTable& cpu = runtime::cpu_kernels();
+  ScopedSimDevice sim;
+  for (const std::string& op : cpu.ops()) EXPECT_EQ(sim.backend().kernels().host_inputs(op), cpu.host_inputs(op)) << op;
+  EXPECT_EQ(cpu.host_inputs("Reshape"), std::vector<int>{1});
+  EXPECT_EQ(cpu.host_inputs("Slice"), (std::vector<int>{1, 2, 3, 4}));
+  EXPECT_TRUE(cpu.host_inputs("Add").empty());
+  runtime::DeviceBackend* cuda = runtime::cuda_backend();
+  if (!cuda) GTEST_SKIP() << "built without CUDA: no CUDA table to compare";
+  for (const std::string& op : cuda->kernels().ops()) {
+    EXPECT_TRUE(cpu.has(op)) << op;
+    EXPECT_EQ(cuda->kernels().host_inputs(op), cpu.host_inputs(op)) << op;
   }
 }
 
@@ -179,6 +289,14 @@ TEST(SimDevice, TrainerOnCudaEqualsCpuReplicas) {
       Graph tc = cpu.trained_model(), td = dev.trained_model();
       for (const auto& [name, t] : tc.initializers)
         EXPECT_EQ(testing::max_abs_diff(td.initializers.at(name), t), 0) << what << ": " << name;
+      // Another epoch of the same shapes (training and evaluation): no device allocation, no host
+      // read of a device value.
+      const SimCounters before = sim.counters();
+      dev.train_epoch(1);
+      const SimCounters used = sim.counters() - before;
+      EXPECT_EQ(used.allocations, 0) << what;
+      EXPECT_EQ(used.host_reads_of_device_values, 0) << what;
+      EXPECT_EQ(used.synchronizations, 0) << what;
     }
   }
 }

@@ -321,22 +321,22 @@ void topk_kernel(KernelContext& ctx) {
 }  // namespace
 
 void register_reduce_kernels(KernelTable& t) {
-  t.add("ReduceSum", reduce_kernel<Red::Sum>);
-  t.add("ReduceMean", reduce_kernel<Red::Mean>);
-  t.add("ReduceMax", reduce_kernel<Red::Max>);
-  t.add("ReduceMin", reduce_kernel<Red::Min>);
-  t.add("ReduceProd", reduce_kernel<Red::Prod>);
-  t.add("ReduceSumSquare", reduce_kernel<Red::SumSquare>);
-  t.add("ReduceL1", reduce_kernel<Red::L1>);
-  t.add("ReduceL2", reduce_kernel<Red::L2>);
-  t.add("ReduceLogSum", reduce_kernel<Red::LogSum>);
-  t.add("ReduceLogSumExp", reduce_kernel<Red::LogSumExp>);
+  t.add("ReduceSum", reduce_kernel<Red::Sum>, {1});
+  t.add("ReduceMean", reduce_kernel<Red::Mean>, {1});
+  t.add("ReduceMax", reduce_kernel<Red::Max>, {1});
+  t.add("ReduceMin", reduce_kernel<Red::Min>, {1});
+  t.add("ReduceProd", reduce_kernel<Red::Prod>, {1});
+  t.add("ReduceSumSquare", reduce_kernel<Red::SumSquare>, {1});
+  t.add("ReduceL1", reduce_kernel<Red::L1>, {1});
+  t.add("ReduceL2", reduce_kernel<Red::L2>, {1});
+  t.add("ReduceLogSum", reduce_kernel<Red::LogSum>, {1});
+  t.add("ReduceLogSumExp", reduce_kernel<Red::LogSumExp>, {1});
   t.add("ArgMax", arg_kernel<true>);
   t.add("ArgMin", arg_kernel<false>);
   t.add("Softmax", softmax_kernel<false>);
   t.add("LogSoftmax", softmax_kernel<true>);
-  t.add("CumSum", cumsum_kernel);
-  t.add("TopK", topk_kernel);
+  t.add("CumSum", cumsum_kernel, {1});
+  t.add("TopK", topk_kernel, {1});
 }
 
 }  // namespace graphrun::runtime::cpu

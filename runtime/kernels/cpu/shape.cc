@@ -954,36 +954,36 @@ void sum_to_shape_kernel(KernelContext& ctx) {
 
 void register_shape_kernels(KernelTable& t) {
   t.add("Flatten", flatten_kernel);
-  t.add("Reshape", reshape_kernel);
-  t.add("Squeeze", squeeze_kernel);
-  t.add("Unsqueeze", unsqueeze_kernel);
+  t.add("Reshape", reshape_kernel, {1});
+  t.add("Squeeze", squeeze_kernel, {1});
+  t.add("Unsqueeze", unsqueeze_kernel, {1});
   t.add("Transpose", transpose_kernel);
   t.add("Concat", concat_kernel);
-  t.add("Split", split_kernel);
-  t.add("Slice", slice_kernel);
-  t.add("Pad", pad_kernel);
+  t.add("Split", split_kernel, {1});
+  t.add("Slice", slice_kernel, {1, 2, 3, 4});
+  t.add("Pad", pad_kernel, {1, 3});
   t.add("Constant", constant_kernel);
   t.add("Shape", shape_kernel);
   t.add("Size", size_kernel);
-  t.add("ConstantOfShape", constant_of_shape_kernel);
-  t.add("Range", range_kernel);
+  t.add("ConstantOfShape", constant_of_shape_kernel, {0});
+  t.add("Range", range_kernel, {0, 1, 2});
   t.add("Gather", gather_kernel);
   t.add("GatherElements", gather_elements_kernel);
   t.add("ScatterElements", scatter_elements_kernel);
   t.add("Scatter", scatter_elements_kernel);
-  t.add("OneHot", onehot_kernel);
-  t.add("Expand", expand_kernel);
-  t.add("Tile", tile_kernel);
+  t.add("OneHot", onehot_kernel, {1});
+  t.add("Expand", expand_kernel, {1});
+  t.add("Tile", tile_kernel, {1});
   t.add("Compress", compress_kernel);
   t.add("NonZero", nonzero_kernel);
   t.add("ReverseSequence", reverse_sequence_kernel);
   t.add("GatherND", gather_nd_kernel);
   t.add("ScatterND", scatter_nd_kernel);
-  t.add("Trilu", trilu_kernel);
+  t.add("Trilu", trilu_kernel, {1});
   t.add("EyeLike", eye_like_kernel);
   t.add("DepthToSpace", depth_to_space_kernel);
   t.add("SpaceToDepth", space_to_depth_kernel);
-  t.add(kGraphrunDomain, "SumToShape", sum_to_shape_kernel);
+  t.add(kGraphrunDomain, "SumToShape", sum_to_shape_kernel, {1});
 }
 
 }  // namespace graphrun::runtime::cpu

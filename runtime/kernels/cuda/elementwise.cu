@@ -377,7 +377,7 @@ void register_elementwise_kernels(KernelTable& t) {
   t.add("Where", locked<where_op>);
   t.add("Cast", locked<cast_op>);
   t.add("Identity", locked<identity_op>);
-  t.add("Expand", locked<expand_op>);
+  t.add("Expand", locked<expand_op>, {1});
   t.add("Sum", locked<sum_op>);
 }
 

@@ -215,9 +215,9 @@ void arg_op(KernelContext& ctx) {
 void register_reduce_kernels(KernelTable& t) {
   t.add("ArgMax", locked<arg_op<true>>);
   t.add("ArgMin", locked<arg_op<false>>);
-  t.add("ReduceSum", locked<reduce_op<false>>);
-  t.add("ReduceMean", locked<reduce_op<true>>);
-  t.add(kGraphrunDomain, "SumToShape", locked<sum_to_shape_op>);
+  t.add("ReduceSum", locked<reduce_op<false>>, {1});
+  t.add("ReduceMean", locked<reduce_op<true>>, {1});
+  t.add(kGraphrunDomain, "SumToShape", locked<sum_to_shape_op>, {1});
   t.add("Softmax", locked<softmax_op<false>>);
   t.add("LogSoftmax", locked<softmax_op<true>>);
 }

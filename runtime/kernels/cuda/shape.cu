@@ -432,17 +432,17 @@ void pad_op(KernelContext& ctx) {
 }  // namespace
 
 void register_shape_kernels(KernelTable& t) {
-  t.add("Pad", locked<pad_op>);
-  t.add("Reshape", locked<reshape_op>);
+  t.add("Pad", locked<pad_op>, {1, 3});
+  t.add("Reshape", locked<reshape_op>, {1});
   t.add("Flatten", locked<flatten_op>);
   t.add("Transpose", locked<transpose_op>);
   t.add("Shape", locked<shape_op>);
   t.add("Constant", locked<constant_op>);
   t.add("Gather", locked<gather_op>);
   t.add("Concat", locked<concat_op>);
-  t.add("Unsqueeze", locked<unsqueeze_op>);
-  t.add("Squeeze", locked<squeeze_op>);
-  t.add("Slice", locked<slice_op>);
+  t.add("Unsqueeze", locked<unsqueeze_op>, {1});
+  t.add("Squeeze", locked<squeeze_op>, {1});
+  t.add("Slice", locked<slice_op>, {1, 2, 3, 4});
 }
 
 }  // namespace graphrun::runtime::cuda
