@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The CUDA backend's device check (issue 5), for a machine with an NVIDIA GPU, in under five minutes:
 # configure and build (Release, CUDA on), run the GPU tests, then train LeNet for 2 epochs on
-# --gpus 1 and on --devices cuda:0,cuda:0, printing sec/epoch and test accuracy of each.
+# --gpus 1 and on --devices cuda:0,cuda:0 (and with two GPUs on --gpus 2, AllReduce overlap on and
+# off), printing sec/epoch and test accuracy of each.
 #
 #   tests/gpu/check.sh [BUILD_DIR]        run from anywhere; BUILD_DIR defaults to <repo>/build-gpu
 #   GRAPHRUN_DATA=DIR                     Fashion-MNIST (IDX files, gzipped or not); default
@@ -62,6 +63,11 @@ elif [ ! -d "$data" ]; then
 else
   train "gpus-1" --gpus 1
   train "cuda0x2" --devices cuda:0,cuda:0
+  # NCCL with AllReduce overlapping the backward pass (the default on GPUs) and without, when there are two GPUs.
+  if [ "$(nvidia-smi --list-gpus 2>/dev/null | wc -l)" -ge 2 ]; then
+    train "gpus-2-overlap-on" --gpus 2 --overlap-allreduce on
+    train "gpus-2-overlap-off" --gpus 2 --overlap-allreduce off
+  fi
 fi
 
 step "done"
