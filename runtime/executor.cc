@@ -135,11 +135,13 @@ void finish_pending(std::vector<Pending>& pending, int s, const Node& node) {
 struct DrainOnUnwind {
   std::vector<Pending>& pending;
   ~DrainOnUnwind() {
-    for (Pending& p : pending)
-      if (p.done) try {
-          p.done();
-        } catch (...) {
-        }
+    for (Pending& p : pending) {
+      if (!p.done) continue;
+      try {
+        p.done();
+      } catch (...) {
+      }
+    }
   }
 };
 
@@ -393,8 +395,9 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>&
   for (int s = 0; s < n; ++s) {
     const Node& node = graph_.nodes[s];
     for (int a : L.finishing_before[s]) finish_pending(pending, a, graph_.nodes[a]);
+    // A node whose first reader comes right after it has nothing to overlap: it runs synchronously.
     RunContext ctx(node, opset, opts_.threads, opts_.device, opts_.comm, &rng_, P, L.out_slots[s], s, backend,
-                   opts_.async_kernels);
+                   opts_.async_kernels && L.complete_at[s] > s + 1);
     auto& ins = ctx.inputs();
     ins.reserve(L.in_slots[s].size());
     for (int i : L.in_slots[s]) {

@@ -25,7 +25,8 @@ struct ExecOptions {
   uint64_t seed = 0;             // seeds the RNG of random ops (Dropout)
   const KernelTable* kernels = nullptr;  // default: the table of `device`
   // Lets kernels finish asynchronously (KernelContext::async_allowed): AllReduce then overlaps the
-  // nodes after it up to the first one that reads its result.
+  // nodes after it up to the first one that reads its result (a node read right after it stays
+  // synchronous: nothing to overlap).
   bool async_kernels = false;
 };
 

@@ -64,7 +64,8 @@ class KernelContext {
   std::mt19937_64& rng() const { return *rng_; }
 
   // Asynchronous kernels (an AllReduce handed to a communication thread or stream). Only when
-  // async_allowed() may a kernel return before its work is done, registering with defer() how to
+  // async_allowed() (the executor's async_kernels, and some node runs between this one and its
+  // first reader) may a kernel return before its work is done, registering with defer() how to
   // finish it. The executor calls that completion exactly once (on the executor's thread): right
   // before the first node that reads any output of this node, else at the end of run(); an Error
   // it throws is reported naming this node. Until then the node's inputs, outputs and scratch keep

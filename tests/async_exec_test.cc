@@ -191,6 +191,22 @@ TEST(AsyncExec, UnreadOutputsCompleteAtTheEndAndAreFetched) {
   }
 }
 
+TEST(AsyncExec, ANodeReadRightAfterItStaysSynchronous) {
+  Graph g = reuse_graph();
+  std::swap(g.nodes[1], g.nodes[2]);  // t1, t2, copy, t3, out
+  std::swap(g.nodes[3], g.nodes[4]);  // ..., copy, out, t3: out reads y right after the copy
+  g.nodes[3].inputs = {"y", "t2"};
+  Executor ex(g, opts(true));
+  Tensor x = testing::random_tensor({4, 8}, 6);
+  for (int run = 0; run < 2; ++run) {
+    events.clear();
+    Tensor out = ex.run({{"x", x}}).at("out");
+    EXPECT_EQ(events, (std::vector<std::string>{"t1", "t2", "start copy", "complete copy", "out", "t3"}));
+    EXPECT_EQ(out.data<float>()[3], 3.f * x.data<float>()[3] + 1.f);
+  }
+  EXPECT_EQ(ex.plan_stats().async_nodes, 0);
+}
+
 TEST(AsyncExec, CompletionErrorsNameTheNode) {
   Graph g;
   g.opsets[""] = 17;

@@ -142,6 +142,9 @@ TEST(CpuComm, BackgroundErrorsSurfaceInTheWaitAndNameTheAllReduceNode) {
     Graph g = testing::single_node_graph("AllReduce", {testing::random_tensor({10 + r}, 7)},
                                          {{"reduction", Attribute::Str("sum")}}, 1, 17, kGraphrunDomain, feeds);
     g.nodes[0].name = "allreduce_0";
+    // A node to overlap with (without one the AllReduce runs synchronously).
+    g.nodes.push_back(Node{"after", "Relu", "", {"in0"}, {"r"}, {}});
+    g.outputs.push_back("r");
     ExecOptions o;
     o.comm = group->rank(r);
     o.async_kernels = true;
