@@ -84,7 +84,15 @@ struct TrainOptions {
   int64_t checkpoint_every = 0;
   int keep_checkpoints = 3;
   bool resume = false;
+  // AllReduce finishes asynchronously, overlapping the rest of the backward pass
+  // (ExecOptions::async_kernels): 1 on, 0 off, -1 the default of the devices (see overlap_default).
+  int overlap_allreduce = -1;
 };
+
+// Whether AllReduce overlaps the backward pass by default on these replicas: on for GPUs (NCCL on
+// its own stream), off for CPU replicas (measured in README: the communication threads compete
+// with the replicas for the cores).
+bool overlap_default(const std::vector<Device>& devices);
 
 // A NaN or Inf training loss: training stopped at `step` (1-based global step); checkpoints on disk
 // are those written before it. graphrun train exits with code 3.
