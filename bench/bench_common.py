@@ -23,3 +23,18 @@ def run(name, cmd):
         print(p.stdout[-2000:], file=sys.stderr)
         sys.exit(f'{name} failed (exit {p.returncode})')
     return float(m.group(1)), float(m.group(2))
+
+
+def overlap_ab(name, cmd, pairs):
+    """Runs `cmd` (a graphrun train command) with --overlap-allreduce off and on, alternating, `pairs`
+    times each; prints both medians and returns them as (sec off, sec on)."""
+    import statistics
+    secs = {'off': [], 'on': []}
+    for i in range(pairs):
+        for mode in ('off', 'on'):
+            secs[mode].append(run(f'{name}, --overlap-allreduce {mode} ({i + 1}/{pairs})',
+                                  cmd + ['--overlap-allreduce', mode])[1])
+    off, on = statistics.median(secs['off']), statistics.median(secs['on'])
+    print(f'{name}: AllReduce overlap off {off:.2f}, on {on:.2f} sec/epoch (medians of {pairs}): '
+          f'on takes {100 * (on / off - 1):+.0f}% time')
+    return off, on

@@ -6,6 +6,7 @@ yardstick in the same run, at equal threads; prints sec/epoch, their ratios and 
 
 Rows: graphrun cpu:1 --threads 1 vs torch --threads 1; graphrun cpu:2 --threads 1 (one replica per
 core) vs torch --threads 2 and vs graphrun cpu:1; and graphrun cpu:1 --threads 2 for reference.
+Then cpu:2 with --overlap-allreduce off and on, alternating (--overlap-pairs N times each; medians).
 sec/epoch counts the training steps only on both sides (d2l's timer). Paths are relative to the
 repository root. --epochs 10 is the d2l accuracy check (test acc >= 0.83 expected).
 """
@@ -14,7 +15,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import run  # noqa: E402
+from bench_common import overlap_ab, run  # noqa: E402
 
 
 def main():
@@ -25,12 +26,16 @@ def main():
     ap.add_argument('--torch-ref', default='../shared/ref/torch_reference.py')
     ap.add_argument('--python', default='/usr/bin/python3', help='Python with torch (Debian python3-torch)')
     ap.add_argument('--skip-torch', action='store_true')
+    ap.add_argument('--overlap-pairs', type=int, default=1,
+                    help='also time cpu:2 with AllReduce overlap off and on, alternating, this many times each (0: skip)')
+    ap.add_argument('--bucket-mb', help='graphrun --bucket-mb (gradients per AllReduce node; default 4)')
     ap.add_argument('--max-steps', type=int, default=0,
                     help='time only this many steps of each epoch (quick comparisons; accuracy is then meaningless)')
     a = ap.parse_args()
     common = ['train', a.model, '--batch-size', '256', '--lr', '0.2', '--epochs', str(a.epochs)]
     steps = ['--max-steps', str(a.max_steps)] if a.max_steps else []
-    gr = lambda dev, t: [a.graphrun] + common + steps + ['--devices', dev, '--threads', str(t)]
+    bucket = ['--bucket-mb', a.bucket_mb] if a.bucket_mb else []
+    gr = lambda dev, t: [a.graphrun] + common + steps + bucket + ['--devices', dev, '--threads', str(t)]
     torch = lambda t: [a.python, a.torch_ref, '--model', 'lenet', '--threads', str(t), '--epochs', str(a.epochs)] + steps
     r = {}
     r['gr cpu:1 x1'] = run('graphrun cpu:1, 1 thread', gr('cpu:1', 1))
@@ -56,6 +61,10 @@ def main():
         print(f'2 threads: graphrun cpu:2 / pytorch = {sec["gr cpu:2 x1"] / sec["torch 2"]:.2f}')
     red = 100 * (1 - sec['gr cpu:2 x1'] / sec['gr cpu:1 x1'])
     print(f'cpu:2 vs cpu:1 (1 thread each): {red:.0f}% less time per epoch (aim: >= 40%)')
+
+    if a.overlap_pairs > 0:
+        print()
+        overlap_ab('graphrun cpu:2', gr('cpu:2', 1), a.overlap_pairs)
 
 
 if __name__ == '__main__':

@@ -6,6 +6,7 @@ the PyTorch yardstick (../shared/ref/torch_reference.py --model simplecnn) at 1 
 
   bench/bench_simplecnn.py [--epochs 1] [--graphrun build/graphrun] [--torch-ref ../shared/ref/torch_reference.py]
 
+Then cpu:2 with --overlap-allreduce off and on, alternating (--overlap-pairs N times each; medians).
 Paths are relative to the repository root. sec/epoch counts the training steps only (d2l's timer).
 Expected: test accuracy well above 0.75 on both, cpu:2 at least 40% less time per epoch.
 """
@@ -14,7 +15,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import run  # noqa: E402
+from bench_common import overlap_ab, run  # noqa: E402
 
 
 def main():
@@ -25,6 +26,8 @@ def main():
     ap.add_argument('--torch-ref', default='../shared/ref/torch_reference.py')
     ap.add_argument('--python', default='/usr/bin/python3', help='Python with torch (Debian python3-torch)')
     ap.add_argument('--skip-torch', action='store_true')
+    ap.add_argument('--overlap-pairs', type=int, default=1,
+                    help='also time cpu:2 with AllReduce overlap off and on, alternating, this many times each (0: skip)')
     ap.add_argument('--max-steps', type=int, default=0,
                     help='time only this many steps of each epoch (quick comparisons; accuracy is then meaningless)')
     a = ap.parse_args()
@@ -50,6 +53,10 @@ def main():
     if not a.skip_torch:
         print(f'graphrun cpu:1 / pytorch 1 thread = {one / r["pytorch 1 thread"][1]:.2f}; '
               f'graphrun cpu:2 / pytorch 2 threads = {two / r["pytorch 2 threads"][1]:.2f}')
+
+    if a.overlap_pairs > 0:
+        print()
+        overlap_ab('graphrun cpu:2', [a.graphrun] + common + ['--devices', 'cpu:2'], a.overlap_pairs)
 
 
 if __name__ == '__main__':

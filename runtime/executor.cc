@@ -72,6 +72,7 @@ struct Executor::Plan {
   size_t arena_bytes = 0;
   std::vector<Tensor> input_copies;          // device executors: per graph input, its device buffer
   std::vector<std::vector<char>> host_scratch;  // device executors: per host-placed step, its scratch
+  std::vector<bool> async_step;              // per step: its kernel deferred a completion in the planning run
   PlanStats stats;
 };
 
@@ -86,13 +87,77 @@ struct Executor::Layout {
   std::vector<bool> host_slot, host_step;
   bool on_host(int step) const { return !host_step.empty() && host_step[step]; }
   bool is_host(int slot) const { return !host_slot.empty() && host_slot[slot]; }
+  // Asynchronous nodes: the completion of step s runs right before step complete_at[s], the first
+  // that reads an output of s (n: at the end of the run); finishing_before[t] lists those s.
+  std::vector<int> complete_at;
+  std::vector<std::vector<int>> finishing_before;  // n + 1 entries
 };
+
+namespace {
+
+// A node's asynchronous work not yet finished, with the planning run's scratch it may still use.
+struct Pending {
+  Completion done;
+  std::vector<std::unique_ptr<char[]>> host_temps;
+  std::vector<Tensor> device_temps;
+};
+
+// Runs f, reporting its Error (or allocation failure) as one of `node`.
+template <class F>
+void naming_node(const Node& node, F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    if (msg.rfind("node '", 0) == 0) throw;
+    throw Error(node.describe() + ": " + msg);
+  } catch (const std::bad_alloc&) {
+    throw Error(node.describe() + ": out of memory");
+  }
+}
+
+void completion_points(Executor::Layout& L, int n) {
+  std::vector<int> first_read(L.nslots, n);
+  for (int s = n - 1; s >= 0; --s)
+    for (int i : L.in_slots[s])
+      if (i >= 0) first_read[i] = s;
+  L.complete_at.assign(n, n);
+  L.finishing_before.assign(n + 1, {});
+  for (int s = 0; s < n; ++s) {
+    for (int o : L.out_slots[s]) L.complete_at[s] = std::min(L.complete_at[s], first_read[o]);
+    L.finishing_before[L.complete_at[s]].push_back(s);
+  }
+}
+
+// Finishes step s's asynchronous work, if any; its scratch is released only afterwards.
+void finish_pending(std::vector<Pending>& pending, int s, const Node& node) {
+  Pending w = std::move(pending[s]);
+  pending[s] = Pending{};
+  if (w.done) naming_node(node, w.done);
+}
+
+// When run() throws, work still in flight may be writing the plan's memory: wait for it first
+// (its own errors are dropped; the first error is the one reported).
+struct DrainOnUnwind {
+  std::vector<Pending>& pending;
+  ~DrainOnUnwind() {
+    for (Pending& p : pending) {
+      if (!p.done) continue;
+      try {
+        p.done();
+      } catch (...) {
+      }
+    }
+  }
+};
+
+}  // namespace
 
 class RunContext final : public KernelContext {
  public:
   RunContext(const Node& n, int64_t opset, int threads, Device dev, Communicator* comm, std::mt19937_64* rng,
              Executor::Plan& plan, const std::vector<int>& out_slots, int step, DeviceBackend* backend,
-             bool host_step = false)
+             bool host_step, bool async_allowed)
       : plan_(plan), out_slots_(out_slots), step_(step), backend_(host_step ? nullptr : backend), host_step_(host_step) {
     if (host_step) dev = Device{};
     node_ = &n;
@@ -101,8 +166,17 @@ class RunContext final : public KernelContext {
     device_ = dev;
     comm_ = comm;
     rng_ = rng;
+    async_allowed_ = async_allowed;
   }
   std::vector<const Tensor*>& inputs() { return inputs_; }
+
+  void defer(Completion done) override {
+    GR_CHECK(async_allowed_, "kernel deferred its work but this executor runs kernels synchronously");
+    GR_CHECK(!work_.done, "kernel deferred its work twice");
+    work_.done = std::move(done);
+  }
+  bool deferred() const { return static_cast<bool>(work_.done); }
+  Pending take_work() { return std::move(work_); }
 
   Tensor& output(int i, const Shape& shape, DType dtype) override {
     GR_CHECK(i >= 0 && i < static_cast<int>(out_slots_.size()),
@@ -132,11 +206,11 @@ class RunContext final : public KernelContext {
     }
     plan_.scratch_bytes[step_] = std::max(plan_.scratch_bytes[step_], bytes);
     if (backend_) {
-      device_temps_.push_back(backend_->empty(device_, DType::U8, {static_cast<int64_t>(bytes)}));
-      return device_temps_.back().raw();
+      work_.device_temps.push_back(backend_->empty(device_, DType::U8, {static_cast<int64_t>(bytes)}));
+      return work_.device_temps.back().raw();
     }
-    temps_.emplace_back(new char[bytes + kAlign]);
-    char* p = temps_.back().get();
+    work_.host_temps.emplace_back(new char[bytes + kAlign]);
+    char* p = work_.host_temps.back().get();
     return p + (kAlign - reinterpret_cast<uintptr_t>(p) % kAlign) % kAlign;
   }
 
@@ -144,9 +218,7 @@ class RunContext final : public KernelContext {
   Executor::Plan& plan_;
   const std::vector<int>& out_slots_;
   int step_;
-  std::vector<std::unique_ptr<char[]>> temps_;
   DeviceBackend* backend_;
-  std::vector<Tensor> device_temps_;
   bool host_step_;
 
   // A host-placed step of a device executor: host memory of its own, kept by the plan (the arena is device memory).
@@ -157,6 +229,7 @@ class RunContext final : public KernelContext {
     char* p = buf.data();
     return p + (kAlign - reinterpret_cast<uintptr_t>(p) % kAlign) % kAlign;
   }
+  Pending work_;  // the planning run's scratch, and the completion if the kernel deferred one
 };
 
 // nullptr on the CPU: every device branch below is guarded by it, so the CPU path is unchanged.
@@ -302,6 +375,7 @@ Executor::Executor(const Graph& graph, ExecOptions opts)
   // except host-placed shape values.
   for (const auto& [name, t] : graph_.initializers)
     state_[name] = opts_.device.is_cpu() || L.is_host(L.slot_of.at(name)) ? t.clone() : to_device(t, opts_.device);
+  completion_points(L, n);
   layout_ = std::make_unique<Layout>(std::move(L));
 }
 
@@ -371,6 +445,7 @@ Executor::Plan& Executor::plan_for(const std::map<std::string, Tensor>& inputs) 
   p->slot_seen.resize(L.nslots, false);
   p->scratch_bytes.resize(graph_.nodes.size(), 0);
   p->scratch_offset.resize(graph_.nodes.size(), 0);
+  p->async_step.resize(graph_.nodes.size(), false);
   plans_.push_back(std::move(p));
   return *plans_.back();
 }
@@ -404,9 +479,15 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>&
   for (auto& [name, t] : state_) fixed[L.slot_of.at(name)] = &t;
 
   const int64_t opset = graph_.opset("");
+  std::vector<Pending> pending(n);
+  DrainOnUnwind drain{pending};
+  std::vector<bool> held(P.planned ? 0 : L.nslots, false);  // planning run: buffers async work may still use
   for (int s = 0; s < n; ++s) {
     const Node& node = graph_.nodes[s];
-    RunContext ctx(node, opset, opts_.threads, opts_.device, opts_.comm, &rng_, P, L.out_slots[s], s, backend, L.on_host(s));
+    for (int a : L.finishing_before[s]) finish_pending(pending, a, graph_.nodes[a]);
+    // A node whose first reader comes right after it has nothing to overlap: it runs synchronously.
+    RunContext ctx(node, opset, opts_.threads, opts_.device, opts_.comm, &rng_, P, L.out_slots[s], s, backend, L.on_host(s),
+                   opts_.async_kernels && L.complete_at[s] > s + 1);
     auto& ins = ctx.inputs();
     ins.reserve(L.in_slots[s].size());
     for (int i : L.in_slots[s]) {
@@ -416,28 +497,27 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>&
                                                           << "' has no value (its producer did not write it)");
       ins.push_back(t);
     }
-    try {
-      fns_[s](ctx);
-    } catch (const Error& e) {
-      std::string msg = e.what();
-      if (msg.rfind("node '", 0) == 0) throw;
-      throw Error(node.describe() + ": " + msg);
-    } catch (const std::bad_alloc&) {
-      throw Error(node.describe() + ": out of memory");
+    naming_node(node, [&] { fns_[s](ctx); });
+    if (ctx.deferred()) {
+      pending[s] = ctx.take_work();
+      if (!P.planned) hold_async_buffers(s, P, held);
+      // A node planned as synchronous has no extended lifetimes: finish it now.
+      else if (!P.async_step[s]) finish_pending(pending, s, node);
     }
     if (!P.planned) {
       // Free what is dead so the planning run's peak stays close to the planned one.
       // Host-placed values keep their buffers (they stay out of the device arena).
       for (int i : L.in_slots[s])
-        if (i >= 0 && !fixed[i] && L.last_use[i] == s && !L.is_host(i)) P.slot_tensor[i] = Tensor();
+        if (i >= 0 && !fixed[i] && !held[i] && L.last_use[i] == s && !L.is_host(i)) P.slot_tensor[i] = Tensor();
       for (size_t k = 0; k < L.out_slots[s].size(); ++k) {
         int o = L.out_slots[s][k];
         GR_CHECK(P.slot_seen[o] || !node.has_output(k),
                  node.describe() << ": kernel did not write output '" << node.outputs[k] << "'");
-        if (L.last_use[o] == s && !L.is_host(o)) P.slot_tensor[o] = Tensor();
+        if (!held[o] && L.last_use[o] == s && !L.is_host(o)) P.slot_tensor[o] = Tensor();
       }
     }
   }
+  for (int a : L.finishing_before[n]) finish_pending(pending, a, graph_.nodes[a]);
 
   std::map<std::string, Tensor> result;
   for (const auto& f : opts_.fetch) {
@@ -453,16 +533,18 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>&
     std::vector<Interval> items;
     size_t total = 0;
     int planned_values = 0;
+    std::vector<int> last_use = L.last_use, scratch_end(n);
+    extend_for_async(P, last_use, scratch_end);
     for (int sl = 0; sl < L.nslots; ++sl) {
       if (L.def_step[sl] < 0 || !P.slot_seen[sl] || own.count(sl) || L.is_host(sl)) continue;
       size_t bytes = align_up(std::max<size_t>(1, shape_numel(P.slot_shape[sl]) * dtype_size(P.slot_dtype[sl])));
-      items.push_back({L.def_step[sl], std::max(L.last_use[sl], L.def_step[sl]), bytes, 0, sl});
+      items.push_back({L.def_step[sl], std::max(last_use[sl], L.def_step[sl]), bytes, 0, sl});
       total += bytes;
       ++planned_values;
     }
     for (int s = 0; s < n; ++s)
       if (P.scratch_bytes[s] && !L.on_host(s)) {
-        items.push_back({s, s, align_up(P.scratch_bytes[s]), 0, -1 - s});
+        items.push_back({s, scratch_end[s], align_up(P.scratch_bytes[s]), 0, -1 - s});
         total += align_up(P.scratch_bytes[s]);
       }
     size_t arena_bytes = pack(items);
@@ -488,6 +570,7 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>&
     P.stats.arena_bytes = arena_bytes;
     P.stats.intermediate_bytes = total;
     P.stats.values = planned_values;
+    P.stats.async_nodes = static_cast<int>(std::count(P.async_step.begin(), P.async_step.end(), true));
     size_t pers = 0;
     for (const auto& [_, t] : state_) pers += t.nbytes();
     P.stats.persistent_bytes = pers;
@@ -509,6 +592,31 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>&
     produced = produced.reshaped(pr_shape);
   }
   return result;
+}
+
+void Executor::hold_async_buffers(int s, Plan& P, std::vector<bool>& held) const {
+  const Layout& L = *layout_;
+  P.async_step[s] = true;
+  for (int i : L.in_slots[s])
+    if (i >= 0) held[i] = true;
+  for (int o : L.out_slots[s]) held[o] = true;
+}
+
+// The inputs, outputs and scratch of an asynchronous step s stay live until its completion, which
+// runs before step complete_at[s]: so through step complete_at[s] - 1 (the outputs of the step
+// that reads the result may take their memory; the completion ran before it).
+void Executor::extend_for_async(const Plan& P, std::vector<int>& last_use, std::vector<int>& scratch_end) const {
+  const Layout& L = *layout_;
+  const int n = static_cast<int>(scratch_end.size());
+  for (int s = 0; s < n; ++s) {
+    scratch_end[s] = s;
+    if (!P.async_step[s]) continue;
+    const int until = std::max(s, L.complete_at[s] - 1);
+    scratch_end[s] = until;
+    for (int i : L.in_slots[s])
+      if (i >= 0) last_use[i] = std::max(last_use[i], until);
+    for (int o : L.out_slots[s]) last_use[o] = std::max(last_use[o], until);
+  }
 }
 
 PlanStats Executor::plan_stats() const { return last_ ? last_->stats : PlanStats{}; }

@@ -24,6 +24,10 @@ struct ExecOptions {
   Communicator* comm = nullptr;  // what AllReduce nodes reduce over
   uint64_t seed = 0;             // seeds the RNG of random ops (Dropout)
   const KernelTable* kernels = nullptr;  // default: the table of `device`
+  // Lets kernels finish asynchronously (KernelContext::async_allowed): AllReduce then overlaps the
+  // nodes after it up to the first one that reads its result (a node read right after it stays
+  // synchronous: nothing to overlap).
+  bool async_kernels = false;
 };
 
 // What the memory planner decided for one input signature.
@@ -32,6 +36,7 @@ struct PlanStats {
   size_t intermediate_bytes = 0;   // sum of the sizes of all those values, were each kept separately
   size_t persistent_bytes = 0;     // initializers / state
   int values = 0;                  // intermediate values planned
+  int async_nodes = 0;             // nodes that finished asynchronously in the planning run
 };
 
 class Executor {
@@ -69,6 +74,10 @@ class Executor {
  private:
   Plan& plan_for(const std::map<std::string, Tensor>& inputs);
   void validate_inputs(const std::map<std::string, Tensor>& inputs) const;
+  // Asynchronous nodes (KernelContext::defer): keep their buffers through the planning run, and
+  // extend their lifetimes in the plan to their completion point.
+  void hold_async_buffers(int step, Plan& plan, std::vector<bool>& held) const;
+  void extend_for_async(const Plan& plan, std::vector<int>& last_use, std::vector<int>& scratch_end) const;
 
   Graph graph_;
   ExecOptions opts_;

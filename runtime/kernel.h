@@ -1,6 +1,7 @@
 // The kernel interface: what a kernel sees of its node, its inputs and outputs, and the per-device dispatch table.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <unordered_map>
@@ -17,6 +18,9 @@ class KernelContext;
 // Kernels compute their own output shapes; the executor records them on the first run and plans memory.
 // Bad input (shapes, attributes) is reported with GR_FAIL; the executor prefixes the node's name.
 using KernelFn = void (*)(KernelContext&);
+
+// The rest of an asynchronous kernel's work (see KernelContext::defer): waits for it, throws Error on failure.
+using Completion = std::function<void()>;
 
 class KernelTable {
  public:
@@ -68,6 +72,17 @@ class KernelContext {
   Communicator* comm() const { return comm_; }
   std::mt19937_64& rng() const { return *rng_; }
 
+  // Asynchronous kernels (an AllReduce handed to a communication thread or stream). Only when
+  // async_allowed() (the executor's async_kernels, and some node runs between this one and its
+  // first reader) may a kernel return before its work is done, registering with defer() how to
+  // finish it. The executor calls that completion exactly once (on the executor's thread): right
+  // before the first node that reads any output of this node, else at the end of run(); an Error
+  // it throws is reported naming this node. Until then the node's inputs, outputs and scratch keep
+  // their memory (the planner extends their lifetimes) and no other node writes them. Otherwise a
+  // kernel finishes its work before returning. At most one completion per node.
+  bool async_allowed() const { return async_allowed_; }
+  virtual void defer(Completion done) = 0;
+
  protected:
   const Node* node_ = nullptr;
   int64_t opset_ = 0;
@@ -76,6 +91,7 @@ class KernelContext {
   std::vector<const Tensor*> inputs_;
   Communicator* comm_ = nullptr;
   std::mt19937_64* rng_ = nullptr;
+  bool async_allowed_ = false;
 };
 
 }  // namespace graphrun::runtime

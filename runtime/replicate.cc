@@ -101,6 +101,9 @@ std::vector<DeviceGraph> replicate(const Graph& training, const ReplicateOptions
   std::vector<std::string> new_outputs;
   // Nodes to insert after original node i (key -1: before the first node).
   std::map<int, std::vector<Node>> inserts;
+  // The optimizer nodes come after the whole backward pass (as DDP steps after backward), so that
+  // each AllReduce can overlap the backward work after it: nothing reads its sums until then.
+  std::vector<Node> optimizer_nodes;
   auto add_value = [&](const std::string& base, const ValueInfo& vi) {
     std::string n = g.unique_name(base);
     g.values[n] = vi;
@@ -112,7 +115,7 @@ std::vector<DeviceGraph> replicate(const Graph& training, const ReplicateOptions
     const auto& bucket = buckets[b];
     int at = -1;
     for (const Param& p : bucket) at = std::max(at, p.producer);
-    std::vector<Node>& out = inserts[at];
+    std::vector<Node>& out = optimizer_nodes;
 
     Node ar;
     ar.name = g.unique_name("allreduce_" + std::to_string(b));
@@ -125,7 +128,7 @@ std::vector<DeviceGraph> replicate(const Graph& training, const ReplicateOptions
       summed.push_back(add_value(p.grad + ".sum", info_of(g.initializers.at(p.name))));
       ar.outputs.push_back(summed.back());
     }
-    out.push_back(ar);
+    inserts[at].push_back(ar);
 
     if (!stateful) {
       // Plain SGD as standard ops: X_new = X - lr * (G + wd * X).
@@ -242,6 +245,7 @@ std::vector<DeviceGraph> replicate(const Graph& training, const ReplicateOptions
     nodes.push_back(g.nodes[i]);
     flush(i);
   }
+  nodes.insert(nodes.end(), optimizer_nodes.begin(), optimizer_nodes.end());
   g.nodes = std::move(nodes);
 
   for (const auto& u : passes::batchnorm_state_updates(g)) updates.push_back(u);

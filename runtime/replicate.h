@@ -32,7 +32,8 @@ struct ReplicateOptions {
   std::vector<std::string> params;
   std::string grad_suffix = "_grad";
   // Gradients are reduced in buckets of about this many bytes, in the order the backward pass
-  // produces them; each bucket's AllReduce sits right after its last gradient's producer.
+  // produces them; each bucket's AllReduce sits right after its last gradient's producer, and all
+  // optimizer nodes after the whole backward pass (so an asynchronous AllReduce overlaps the rest).
   size_t bucket_bytes = size_t(4) << 20;
   OptimizerOptions optimizer;
   std::string lr_input = "lr";      // new f32 scalar input: the learning rate of this step

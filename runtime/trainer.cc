@@ -178,6 +178,8 @@ TrainingGraphs build_training_graphs(const Graph& model, const PipelineOptions& 
   return tg;
 }
 
+bool overlap_default(const std::vector<Device>& devices) { return !devices.empty() && !devices[0].is_cpu(); }
+
 Trainer::Trainer(const Graph& model, TrainOptions opts) : opts_(std::move(opts)) {
   const auto& devs = opts_.pipeline.devices;
   GR_CHECK(!devs.empty(), "no devices to train on");
@@ -269,6 +271,7 @@ Trainer::Trainer(const Graph& model, TrainOptions opts) : opts_(std::move(opts))
     ro.state_updates = graphs_.replicas[d].state_updates;
     ro.comm = device_comms_.empty() ? group_->rank(d) : device_comms_[d].get();
     ro.seed = opts_.seed * 1000003 + d;  // dropout masks differ between replicas, as between DDP ranks
+    ro.async_kernels = opts_.overlap_allreduce < 0 ? overlap_default(devs) : opts_.overlap_allreduce > 0;
     w->exec = std::make_unique<Executor>(g, ro);
     if (!devs[d].is_cpu()) setup_device_worker(*w, d);
     workers_.push_back(std::move(w));

@@ -93,7 +93,15 @@ struct TrainOptions {
   // GPU replicas keep the training and test data resident on each device (one copy per GPU) when it
   // takes at most this many bytes; otherwise each batch is gathered on the host and copied.
   int64_t device_data_budget = int64_t(4) << 30;
+  // AllReduce finishes asynchronously, overlapping the rest of the backward pass
+  // (ExecOptions::async_kernels): 1 on, 0 off, -1 the default of the devices (see overlap_default).
+  int overlap_allreduce = -1;
 };
+
+// Whether AllReduce overlaps the backward pass by default on these replicas: on for GPUs (NCCL on
+// its own stream), off for CPU replicas (measured in README: the communication threads compete
+// with the replicas for the cores).
+bool overlap_default(const std::vector<Device>& devices);
 
 // A NaN or Inf training loss: training stopped at `step` (1-based global step); checkpoints on disk
 // are those written before it. graphrun train exits with code 3.

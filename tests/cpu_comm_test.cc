@@ -1,16 +1,20 @@
-// The in-process CPU communicator: allreduce, broadcast and barrier with 1-4 threads, determinism, abort.
+// The in-process CPU communicator: allreduce, broadcast and barrier with 1-4 threads, determinism, abort;
+// allreduce_sum_async (bitwise the blocking result) and its errors reaching the AllReduce node.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <thread>
 
 #include "runtime/comm/cpu_comm.h"
+#include "runtime/executor.h"
 #include "tests/test_util.h"
 
 namespace graphrun {
 namespace {
 
 using runtime::CpuCommGroup;
+using runtime::Executor;
+using runtime::ExecOptions;
 
 // Runs f(rank) on `n` threads and joins them.
 template <class F>
@@ -98,6 +102,64 @@ TEST(CpuComm, MismatchedCountsAreAnError) {
     }
   });
   EXPECT_EQ(failed.load(), 2);
+}
+
+TEST(CpuComm, AsyncAllreducesEqualTheBlockingOnesBitwise) {
+  const int n = 3;
+  const std::vector<int64_t> counts = {4099, 1, 700, 33};
+  std::vector<std::vector<Tensor>> blocking(n), async(n);
+  for (int r = 0; r < n; ++r)
+    for (size_t k = 0; k < counts.size(); ++k) {
+      blocking[r].push_back(testing::random_tensor({counts[k]}, 100 * r + k, -1e3f, 1e3f));
+      async[r].push_back(blocking[r].back().clone());
+    }
+  auto g1 = runtime::CpuCommGroup::create(n);
+  on_ranks(n, [&](int r) {
+    for (auto& t : blocking[r]) g1->rank(r)->allreduce_sum(t.data<float>(), t.numel());
+  });
+  auto g2 = runtime::CpuCommGroup::create(n);
+  on_ranks(n, [&](int r) {
+    // All four in flight at once, then a blocking broadcast (which must come after them), then the waits.
+    std::vector<std::function<void()>> waits;
+    for (auto& t : async[r]) waits.push_back(g2->rank(r)->allreduce_sum_async(t.data<float>(), t.numel()));
+    float token = float(r);
+    g2->rank(r)->broadcast(&token, 1, 0);
+    EXPECT_EQ(token, 0.f);
+    for (auto& w : waits) w();
+  });
+  for (int r = 0; r < n; ++r)
+    for (size_t k = 0; k < counts.size(); ++k)
+      EXPECT_EQ(0, std::memcmp(blocking[r][k].raw(), async[r][k].raw(), blocking[r][k].nbytes())) << r << " " << k;
+}
+
+TEST(CpuComm, BackgroundErrorsSurfaceInTheWaitAndNameTheAllReduceNode) {
+  // Two ranks whose AllReduce nodes disagree on the bucket size: the communication threads fail,
+  // and each executor reports it as an error of its AllReduce node.
+  auto group = runtime::CpuCommGroup::create(2);
+  std::vector<std::string> errors(2);
+  on_ranks(2, [&](int r) {
+    std::map<std::string, Tensor> feeds;
+    Graph g = testing::single_node_graph("AllReduce", {testing::random_tensor({10 + r}, 7)},
+                                         {{"reduction", Attribute::Str("sum")}}, 1, 17, kGraphrunDomain, feeds);
+    g.nodes[0].name = "allreduce_0";
+    // A node to overlap with (without one the AllReduce runs synchronously).
+    g.nodes.push_back(Node{"after", "Relu", "", {"in0"}, {"r"}, {}});
+    g.outputs.push_back("r");
+    ExecOptions o;
+    o.comm = group->rank(r);
+    o.async_kernels = true;
+    Executor ex(g, o);
+    try {
+      ex.run(feeds);
+    } catch (const Error& e) {
+      errors[r] = e.what();
+    }
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(errors[r].rfind("node 'allreduce_0' (ai.graphrun.AllReduce): allreduce: rank", 0), 0u) << errors[r];
+    EXPECT_NE(errors[r].find(r == 0 ? "reduces 10 values but rank 1 reduces 11" : "reduces 11 values but rank 0 reduces 10"),
+              std::string::npos) << errors[r];
+  }
 }
 
 }  // namespace

@@ -109,6 +109,15 @@ TEST(Replicate, InsertsAllReduceAfterGradientsAndOptimizerNodes) {
   EXPECT_EQ(r.nodes[ar[0] - 1].name, "gb");
   EXPECT_EQ(r.nodes[ar[1]].inputs, std::vector<std::string>{"W_grad"});
   EXPECT_EQ(r.nodes[ar[0]].domain, kGraphrunDomain);
+  // The optimizer nodes follow the whole backward pass (gw is its last node): nothing reads a sum
+  // right after its AllReduce, so an asynchronous AllReduce overlaps the backward work after it.
+  int last_backward = -1, first_update = static_cast<int>(r.nodes.size());
+  for (int i = 0; i < (int)r.nodes.size(); ++i) {
+    if (r.nodes[i].name == "gw") last_backward = i;
+    if (r.nodes[i].name.rfind("sgd_", 0) == 0) first_update = std::min(first_update, i);
+  }
+  EXPECT_EQ(last_backward, ar[1] - 1);
+  EXPECT_EQ(first_update, ar[1] + 1);
   EXPECT_TRUE(r.is_input("lr"));
   EXPECT_FALSE(r.is_output("W_grad"));
   EXPECT_TRUE(r.is_output("pred"));

@@ -80,6 +80,8 @@ class HostViewContext final : public KernelContext {
     return out_views_[i];
   }
   void* scratch(size_t bytes) override { return real_.scratch(bytes); }
+  // Simulated kernels finish inside their Access scope: none may defer (async_allowed() is false here).
+  void defer(runtime::Completion) override { GR_FAIL("a simulated kernel cannot finish asynchronously"); }
 
  private:
   static Tensor host_view(const Tensor& t) {

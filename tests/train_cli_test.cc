@@ -41,6 +41,8 @@ TEST(TrainCli, NonsenseFlagsAreUsageErrors) {
   expect_usage_error(m + " --nesterov", "--nesterov");
   expect_usage_error(m + " --loss mse", "cross-entropy");
   expect_usage_error(m + " --bogus", "unknown option --bogus");
+  expect_usage_error(m + " --overlap-allreduce maybe", "--overlap-allreduce takes on or off");
+  expect_usage_error(m + " --bucket-mb 0", "--bucket-mb");
   expect_usage_error("", "no model");
 }
 

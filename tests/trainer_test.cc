@@ -2,6 +2,7 @@
 // loss of a BatchNorm model falls on cpu:2, the saved model reproduces the printed accuracy, bad input.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -59,6 +60,42 @@ TEST(Trainer, OneTwoAndThreeReplicasHoldTheSameParameters) {
         EXPECT_LE(testing::max_rel_diff(many.at(name), t), 1e-5) << name << ", " << D << " replicas, variant " << variant;
     }
   }
+}
+
+// AllReduce overlapping the backward pass (a communication thread per replica) sums in the same
+// order as the blocking path: bitwise the same parameters on every replica, with one bucket
+// (LeNet's 4 MB default) and with many in flight at once (16 KB buckets, momentum).
+TEST(Trainer, OverlappedAllReduceGivesBitwiseTheBlockingParameters) {
+  REQUIRE_LENET_AND_DATA();
+  Graph model = load_onnx(lenet_path());
+  for (int D : {2, 3})
+    for (size_t bucket : {size_t(4) << 20, size_t(16) << 10}) {
+      std::vector<std::map<std::string, Tensor>> runs;
+      for (int overlap : {0, 1}) {
+        TrainOptions o = quick(D, 48, 12);
+        o.lr = 0.1;
+        o.pipeline.bucket_bytes = bucket;
+        if (bucket < (size_t(1) << 20)) o.pipeline.optimizer.momentum = 0.9f;
+        o.overlap_allreduce = overlap;
+        Trainer t(model, o);
+        t.train_epoch(0);
+        // One bucket is read by the optimizer right after its AllReduce: nothing to overlap, it stays
+        // synchronous. 16 KB buckets overlap the backward work after them.
+        const int async_nodes = t.replica(0).plan_stats().async_nodes;
+        if (overlap && bucket < (size_t(1) << 20))
+          EXPECT_GT(async_nodes, 2) << D << " replicas";
+        else
+          EXPECT_EQ(async_nodes, 0) << D << " replicas, bucket " << bucket << ", overlap " << overlap;
+        std::map<std::string, Tensor> r;
+        for (const auto& p : t.graphs().params)
+          for (int d = 0; d < D; ++d) r[p + "@" + std::to_string(d)] = t.replica(d).state(p).clone();
+        runs.push_back(std::move(r));
+      }
+      for (const auto& [name, t] : runs[0]) {
+        const Tensor& u = runs[1].at(name);
+        EXPECT_EQ(0, std::memcmp(t.raw(), u.raw(), t.nbytes())) << name << ", " << D << " replicas, bucket " << bucket;
+      }
+    }
 }
 
 // A few hundred steps on two replicas: well above chance; the saved model (reloaded from ONNX and

@@ -1,4 +1,5 @@
 // graphrun train: data-parallel training of an ONNX model on Fashion-MNIST (or any MNIST-format data).
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <thread>
@@ -24,6 +25,9 @@ const Command& train_command() {
           {"deterministic", "", "GPU: deterministic cuDNN algorithms (bitwise repeatable, somewhat slower)"},
           {"device-data-mb", "MB", "GPU: keep the training and test data on each GPU when it takes at most MB\n"
                                    "                            (default 4096); larger data is copied batch by batch"},
+          {"bucket-mb", "MB", "gradients per AllReduce node, in MB (default 4; as DDP's bucket_cap_mb)"},
+          {"overlap-allreduce", "on|off", "AllReduce runs while the rest of the backward pass does (default: on\n"
+                                          "                            for GPUs, off for CPU replicas, where it does not pay)"},
           {"batch-size", "B", "global batch, split over the replicas (default 256)"},
           {"lr", "RATE", "learning rate (default 0.2)"},
           {"epochs", "E", "epochs (default 10)"},
@@ -114,6 +118,16 @@ int cmd_train(const std::vector<std::string>& argv) {
     for (int i = 0; i < std::min(cores, 4); ++i) devices.push_back(Device{Device::Kind::CPU, i});
   }
   o.pipeline.devices = devices;
+  if (args.has("bucket-mb")) {
+    const double mb = args.get_double("bucket-mb", 4);
+    if (!(mb > 0 && mb <= 1e6)) throw bad("--bucket-mb must be a positive number, got " + args.get("bucket-mb"));
+    o.pipeline.bucket_bytes = std::max<size_t>(1, static_cast<size_t>(mb * (1 << 20)));
+  }
+  if (args.has("overlap-allreduce")) {
+    const std::string v = args.get("overlap-allreduce");
+    if (v != "on" && v != "off") throw bad("--overlap-allreduce takes on or off, got '" + v + "'");
+    o.overlap_allreduce = v == "on";
+  }
   if (args.has("deterministic")) {
     if (!devices.empty() && !devices[0].is_cpu() && runtime::backend_available(devices[0].kind))
       runtime::backend_for(devices[0].kind)->set_deterministic(true);  // CPU kernels are deterministic already

@@ -1,6 +1,7 @@
 // The communicator interface AllReduce nodes run on: one object per replica (its rank's view of the group).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace graphrun::runtime {
@@ -12,6 +13,14 @@ class Communicator {
   virtual int size() const = 0;
   // In place, blocking: every rank ends with the elementwise sum over ranks of `data`.
   virtual void allreduce_sum(float* data, int64_t count) = 0;
+  // Starts allreduce_sum(data, count) and returns; the returned callable waits for it (throwing its
+  // Error) and must be called exactly once. `data` belongs to the operation until then. A rank's
+  // operations run in the order it started them, and before any later blocking call of that rank;
+  // every rank starts the same sequence. By default the sum is done before this returns.
+  virtual std::function<void()> allreduce_sum_async(float* data, int64_t count) {
+    allreduce_sum(data, count);
+    return [] {};
+  }
   // In place, blocking: every rank ends with root's `data`.
   virtual void broadcast(float* data, int64_t count, int root) = 0;
   virtual void barrier() = 0;

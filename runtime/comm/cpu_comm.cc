@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <string>
 #include <thread>
 
@@ -17,16 +18,94 @@ namespace {
 class CpuCommunicator final : public Communicator {
  public:
   CpuCommunicator(CpuCommGroup* group, int rank) : group_(group), rank_(rank) {}
+  ~CpuCommunicator() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      quit_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
   int rank() const override { return rank_; }
   int size() const override { return group_->size(); }
-  void allreduce_sum(float* data, int64_t count) override { group_->allreduce_sum(rank_, data, count); }
-  void broadcast(float* data, int64_t count, int root) override { group_->broadcast(rank_, data, count, root); }
-  void barrier() override { group_->barrier(); }
+  // Blocking calls come after every operation this rank started (the order every rank shares).
+  void allreduce_sum(float* data, int64_t count) override {
+    drain();
+    group_->allreduce_sum(rank_, data, count);
+  }
+  void broadcast(float* data, int64_t count, int root) override {
+    drain();
+    group_->broadcast(rank_, data, count, root);
+  }
+  void barrier() override {
+    drain();
+    group_->barrier();
+  }
   std::string name() const override { return "cpu-shared-memory"; }
 
+  std::function<void()> allreduce_sum_async(float* data, int64_t count) override {
+    if (group_->size() == 1) return [] {};
+    auto job = std::make_shared<Job>();
+    job->data = data;
+    job->count = count;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!thread_.joinable()) thread_ = std::thread([this] { serve(); });
+      queue_.push_back(job);
+    }
+    cv_.notify_all();
+    return [this, job] {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return job->done; });
+      if (!job->error.empty()) throw Error(job->error);
+    };
+  }
+
  private:
+  struct Job {
+    float* data = nullptr;
+    int64_t count = 0;
+    bool done = false;
+    std::string error;
+  };
+
+  // The communication thread: this rank's started allreduces, one at a time, in order. A job
+  // leaves the queue only when done, so drain() also waits for the one in progress.
+  void serve() {
+    for (;;) {
+      std::shared_ptr<Job> job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return quit_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        job = queue_.front();
+      }
+      try {
+        group_->allreduce_sum(rank_, job->data, job->count, /*spin=*/false);
+      } catch (const std::exception& e) {
+        job->error = e.what();
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        job->done = true;
+        queue_.pop_front();
+      }
+      cv_.notify_all();
+    }
+  }
+
+  void drain() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return queue_.empty(); });
+  }
+
   CpuCommGroup* group_;
   int rank_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  bool quit_ = false;
+  std::thread thread_;
 };
 
 }  // namespace
@@ -40,6 +119,12 @@ CpuCommGroup::CpuCommGroup(int size) : size_(size), ptrs_(size, nullptr), counts
   for (int r = 0; r < size; ++r) ranks_.push_back(std::make_unique<CpuCommunicator>(this, r));
 }
 
+// Communication threads may be waiting in a collective: release them before the state they use goes.
+CpuCommGroup::~CpuCommGroup() {
+  abort();
+  ranks_.clear();
+}
+
 Communicator* CpuCommGroup::rank(int r) {
   GR_CHECK(r >= 0 && r < size_, "rank " << r << " outside a group of " << size_);
   return ranks_[r].get();
@@ -51,7 +136,7 @@ void CpuCommGroup::abort() {
   cv_.notify_all();
 }
 
-void CpuCommGroup::barrier() {
+void CpuCommGroup::barrier(bool spin) {
   if (size_ == 1) return;
   std::unique_lock<std::mutex> lock(mu_);
   GR_CHECK(!aborted_, "another replica failed; stopping");
@@ -67,7 +152,7 @@ void CpuCommGroup::barrier() {
   // Only when every replica has a core of its own: otherwise the spinner would take the core the
   // last replica needs to arrive.
   static const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (size_ <= cores) {
+  if (spin && size_ <= cores) {
     lock.unlock();
     for (int i = 0; i < 20000 && generation_.load(std::memory_order_acquire) == gen && !aborted_; ++i) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -82,11 +167,11 @@ void CpuCommGroup::barrier() {
   GR_CHECK(generation_.load() != gen, "another replica failed; stopping");
 }
 
-void CpuCommGroup::allreduce_sum(int rank, float* data, int64_t count) {
+void CpuCommGroup::allreduce_sum(int rank, float* data, int64_t count, bool spin) {
   if (size_ == 1) return;
   ptrs_[rank] = data;
   counts_[rank] = count;
-  barrier();
+  barrier(spin);
   for (int r = 0; r < size_; ++r)
     GR_CHECK(counts_[r] == count, "allreduce: rank " << rank << " reduces " << count << " values but rank " << r
                                                      << " reduces " << counts_[r]);
@@ -105,7 +190,7 @@ void CpuCommGroup::allreduce_sum(int rank, float* data, int64_t count) {
     for (int r = 1; r < size_; ++r) std::memcpy(ptrs_[r] + begin, sum, n * sizeof(float));
   }
   // Nobody may leave (and reuse its buffer or ptrs_) before every slice is written.
-  barrier();
+  barrier(spin);
 }
 
 void CpuCommGroup::broadcast(int rank, float* data, int64_t count, int root) {

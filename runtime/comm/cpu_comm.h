@@ -11,10 +11,13 @@
 namespace graphrun::runtime {
 
 // The state all ranks of one group share. Create one group, then one communicator per rank
-// (group->rank(r)); each rank's thread calls the collectives in the same order.
+// (group->rank(r)); each rank's thread calls the collectives in the same order. A rank's
+// allreduce_sum_async runs on a communication thread of that rank (started on first use), which
+// performs the same reduction as the blocking call: results are bitwise the same.
 class CpuCommGroup : public std::enable_shared_from_this<CpuCommGroup> {
  public:
   static std::shared_ptr<CpuCommGroup> create(int size);
+  ~CpuCommGroup();
   int size() const { return size_; }
   // The communicator of rank r (owned by the group; valid while the group lives).
   Communicator* rank(int r);
@@ -23,9 +26,10 @@ class CpuCommGroup : public std::enable_shared_from_this<CpuCommGroup> {
   void abort();
   bool aborted() const { return aborted_.load(); }
 
-  // Internals used by the per-rank communicators.
-  void barrier();
-  void allreduce_sum(int rank, float* data, int64_t count);
+  // Internals used by the per-rank communicators. spin: wait briefly before sleeping in barriers
+  // (off for the communication threads of allreduce_sum_async, which would take compute cores).
+  void barrier(bool spin = true);
+  void allreduce_sum(int rank, float* data, int64_t count, bool spin = true);
   void broadcast(int rank, float* data, int64_t count, int root);
 
  private:

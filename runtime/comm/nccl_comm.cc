@@ -85,6 +85,7 @@ class NcclCommunicator final : public DeviceCommunicator {
     cudaSetDevice(dev_.index);
     cudaEventDestroy(ready_);
     cudaEventDestroy(done_);
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
     ncclCommDestroy(comm_);
   }
   int rank() const override { return rank_; }
@@ -93,9 +94,25 @@ class NcclCommunicator final : public DeviceCommunicator {
   std::string name() const override { return "nccl"; }
   void barrier() override { barrier_->wait(); }
 
+  // Blocking-style: the compute stream waits for the result before anything enqueued after this call.
   void allreduce_sum_group(const std::vector<Buffer>& buffers) override {
-    // The communication stream waits for the gradients, reduces, and the compute stream waits for
-    // the result before anything enqueued after this node.
+    std::function<void()> done = allreduce_sum_group_async(buffers);
+    done();
+  }
+
+  // Stream ordering, per bucket:
+  //   compute: ... gradients ... [record ready] ... later backward work ... [wait done_k] readers of the sums
+  //   comm:                      [wait ready] ncclAllReduce(send -> recv) [record done_k]
+  // The comm stream starts after every kernel enqueued on the compute stream so far: the gradients,
+  // and every earlier user of the send/recv memory. Compute work enqueued between this call and
+  // the completion runs concurrently with NCCL; it never touches send or recv, because the
+  // executor keeps an asynchronous node's buffers out of the arena's reuse until its completion.
+  // The completion enqueues the compute stream's wait for done_k, so the sums' readers, and every
+  // later reuse of the buffers' memory, come after the reduction. Each bucket in flight has an
+  // event of its own: a completion must wait for its bucket, not for a later one's record
+  // (one shared event would make the first reader wait for every bucket enqueued since). The
+  // `ready_` event may be shared: cudaStreamWaitEvent captures the record current at the call.
+  std::function<void()> allreduce_sum_group_async(const std::vector<Buffer>& buffers) override {
     cuda::DeviceContext& dc = cuda::device_context(dev_.index);
     GR_CUDA_CHECK(cudaEventRecord(ready_, dc.stream));
     GR_CUDA_CHECK(cudaStreamWaitEvent(dc.comm_stream, ready_, 0));
@@ -103,8 +120,19 @@ class NcclCommunicator final : public DeviceCommunicator {
     for (const Buffer& b : buffers)
       GR_NCCL_CHECK(ncclAllReduce(b.send, b.recv, static_cast<size_t>(b.count), ncclFloat, ncclSum, comm_, dc.comm_stream));
     GR_NCCL_CHECK(ncclGroupEnd());
-    GR_CUDA_CHECK(cudaEventRecord(done_, dc.comm_stream));
-    GR_CUDA_CHECK(cudaStreamWaitEvent(dc.stream, done_, 0));
+    cudaEvent_t done = acquire_event();
+    if (cudaError_t e = cudaEventRecord(done, dc.comm_stream); e != cudaSuccess) {
+      release_event(done);
+      GR_FAIL("cudaEventRecord(done, comm_stream) failed: " << cudaGetErrorString(e));
+    }
+    cudaStream_t compute = dc.stream;
+    return [this, done, compute] {
+      // Once the wait is enqueued the event may be recorded again for another bucket: the wait
+      // keeps referring to this record.
+      cudaError_t e = cudaStreamWaitEvent(compute, done, 0);
+      release_event(done);
+      if (e != cudaSuccess) GR_FAIL("cudaStreamWaitEvent(compute, done) failed: " << cudaGetErrorString(e));
+    };
   }
 
  protected:
@@ -121,13 +149,37 @@ class NcclCommunicator final : public DeviceCommunicator {
   ncclComm_t comm_;
   int rank_, size_;
   Device dev_;
+  // A free event for one bucket in flight (created on this communicator's device on demand; the
+  // pool grows to the number of buckets in flight at once, then stays).
+  cudaEvent_t acquire_event() {
+    std::lock_guard<std::mutex> lock(events_mu_);
+    if (!free_events_.empty()) {
+      cudaEvent_t e = free_events_.back();
+      free_events_.pop_back();
+      return e;
+    }
+    cuda::device_context(dev_.index);
+    cudaEvent_t e = nullptr;
+    GR_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    events_.push_back(e);
+    return e;
+  }
+  void release_event(cudaEvent_t e) {
+    std::lock_guard<std::mutex> lock(events_mu_);
+    free_events_.push_back(e);
+  }
+
   std::shared_ptr<HostBarrier> barrier_;
-  cudaEvent_t ready_ = nullptr, done_ = nullptr;
+  cudaEvent_t ready_ = nullptr, done_ = nullptr;  // done_: broadcasts (blocking-style)
+  std::mutex events_mu_;
+  std::vector<cudaEvent_t> events_, free_events_;  // every pooled event; those not in flight
 };
 
 // ---- Replicas on one GPU: the last rank to arrive enqueues one summing kernel per buffer ----
 // All ranks share the GPU's compute stream, so each rank's gradients were enqueued before it arrived,
-// and whatever any rank enqueues after returning runs after the reduction.
+// and whatever any rank enqueues after returning runs after the reduction. It keeps the default
+// allreduce_sum_group_async (ordered on the compute stream, nothing to wait for): replicas of one
+// GPU share its compute stream, so there is no other stream to overlap with.
 
 struct SameDeviceGroup {
   explicit SameDeviceGroup(int n, Device d) : size(n), dev(d), pending(n, nullptr), roots(n, nullptr) {}

@@ -1,6 +1,7 @@
 // Communicators for CUDA replicas (built only with GRAPHRUN_CUDA): NCCL across the GPUs of one process
 // (ncclCommInitAll), and a device-local reduction for replicas sharing one GPU (cuda:0,cuda:0).
 #pragma once
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -22,6 +23,17 @@ class DeviceCommunicator : public Communicator {
   };
   // One grouped collective: recv[k] = sum over ranks of send[k], for every buffer k.
   virtual void allreduce_sum_group(const std::vector<Buffer>& buffers) = 0;
+  // The same, overlapping the compute stream: starts the collective (after everything enqueued on
+  // the compute stream so far) and returns a completion that, called once, makes work enqueued
+  // afterwards on the compute stream wait for the result; calling it does not block the host.
+  // Until it is called, work enqueued on the compute stream must neither read the recv buffers
+  // nor write the send or recv buffers (the executor's planner guarantees this for AllReduce
+  // nodes). An empty result means the work is already ordered on the compute stream (the default:
+  // allreduce_sum_group; the device-local reduction runs on the compute stream anyway).
+  virtual std::function<void()> allreduce_sum_group_async(const std::vector<Buffer>& buffers) {
+    allreduce_sum_group(buffers);
+    return {};
+  }
   virtual Device device() const = 0;
 
   void allreduce_sum(float* data, int64_t count) override;

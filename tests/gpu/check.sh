@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The CUDA backend's device check (issue 5), for a machine with an NVIDIA GPU, in under five minutes:
 # build (or take a packed build), run the GPU tests, then train LeNet for 2 epochs on --gpus 1 (and
-# evaluate the saved model again with --eval-only) and on --devices cuda:0,cuda:0, printing sec/epoch
-# and test accuracy of each and one PASS/FAIL line.
+# evaluate the saved model again with --eval-only), on --devices cuda:0,cuda:0 and, with two GPUs, on
+# --gpus 2 with the AllReduce overlap on and off, printing sec/epoch and test accuracy of each and one
+# PASS/FAIL line.
 #
 #   tests/gpu/check.sh [BUILD_DIR]        run from anywhere; BUILD_DIR defaults to <repo>/build-gpu
 #   SKIP_BUILD=1                          use BUILD_DIR as it is (built elsewhere and carried); implied
@@ -138,5 +139,10 @@ else
     fi
   fi
   train "cuda0x2" --devices cuda:0,cuda:0
+  # NCCL with AllReduce overlapping the backward pass (the default on GPUs) and without, when there are two GPUs.
+  if [ "$(nvidia-smi --list-gpus 2>/dev/null | wc -l)" -ge 2 ]; then
+    train "gpus-2-overlap-on" --gpus 2 --overlap-allreduce on
+    train "gpus-2-overlap-off" --gpus 2 --overlap-allreduce off
+  fi
 fi
 finish

@@ -1,6 +1,10 @@
 // CPU kernels: collective family. AllReduce (ai.graphrun, docs/ops.md) packs its bucket of
-// gradients into one buffer so the whole bucket costs one allreduce over the executor's communicator.
+// gradients into one buffer so the whole bucket costs one allreduce over the executor's communicator;
+// where the executor allows it, the allreduce finishes asynchronously (overlapping later nodes).
 #include <cstring>
+#include <functional>
+#include <utility>
+#include <vector>
 
 #include "runtime/comm/communicator.h"
 #include "runtime/kernel.h"
@@ -39,14 +43,31 @@ void all_reduce(KernelContext& ctx) {
     std::memcpy(buf + off, g.raw(), g.nbytes());
     off += g.numel();
   }
-  comm->allreduce_sum(buf, total);
-  off = 0;
+  // Where each output's values sit in the bucket; copied out once the sum is done.
+  std::vector<std::pair<void*, size_t>> outs;
   for (int i = 0; i < ctx.num_inputs(); ++i) {
     const Tensor& g = ctx.input(i);
-    Tensor& r = ctx.output(i, g.shape(), DType::F32);
-    std::memcpy(r.raw(), buf + off, g.nbytes());
-    off += g.numel();
+    outs.emplace_back(ctx.output(i, g.shape(), DType::F32).raw(), g.nbytes());
   }
+  auto unpack = [buf, outs] {
+    const char* p = reinterpret_cast<const char*>(buf);
+    for (const auto& [dst, bytes] : outs) {
+      std::memcpy(dst, p, bytes);
+      p += bytes;
+    }
+  };
+  if (!ctx.async_allowed()) {
+    comm->allreduce_sum(buf, total);
+    unpack();
+    return;
+  }
+  // The communicator's thread sums the bucket while later nodes run; the executor keeps the
+  // scratch bucket and the outputs untouched until this completion has copied the sums out.
+  std::function<void()> wait = comm->allreduce_sum_async(buf, total);
+  ctx.defer([wait = std::move(wait), unpack] {
+    wait();
+    unpack();
+  });
 }
 
 }  // namespace

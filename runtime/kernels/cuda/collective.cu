@@ -45,6 +45,12 @@ void allreduce_op(KernelContext& ctx) {
   GR_CHECK(dcomm, "AllReduce on " << ctx.device().str() << " needs a CUDA communicator, got '" << comm->name() << "'");
   GR_CHECK(dcomm->device() == ctx.device(), "AllReduce on " << ctx.device().str() << " given the communicator of "
                                                             << dcomm->device().str());
+  // With async kernels the reduction overlaps the compute stream until the executor calls the
+  // completion before the first reader of the sums (see NcclCommunicator::allreduce_sum_group_async).
+  if (ctx.async_allowed()) {
+    if (std::function<void()> done = dcomm->allreduce_sum_group_async(bufs)) ctx.defer(std::move(done));
+    return;
+  }
   dcomm->allreduce_sum_group(bufs);
 }
 
