@@ -199,8 +199,9 @@ TEST(Trainer, BadSettingsAreErrors) {
   EXPECT_NE(error_of(o).find("does not exist"), std::string::npos);
   o = quick(1, 32, 1);
   o.pipeline.devices = {Device{Device::Kind::CUDA, 0}};
-  if (std::string why; !runtime::cuda_available(&why))
+  if (std::string why; !runtime::cuda_available(&why)) {
     EXPECT_NE(error_of(o).find("cannot train on cuda:0: " + why), std::string::npos);
+  }
   o.pipeline.devices = {Device{Device::Kind::CPU, 0}, Device{Device::Kind::CUDA, 0}};
   EXPECT_NE(error_of(o).find("cuda:0"), std::string::npos);
   o = quick(1, 32, 1);

@@ -5,7 +5,9 @@
 # neither CUDA's nor the C/C++ runtime's (ONNX, protobuf, OpenMP, zlib), and Fashion-MNIST.
 #
 #   tests/gpu/pack.sh [OUT]     OUT defaults to <repo>/build-gpu (ignored by git); prints its size
-#   BUILD_DIR=DIR               where to build (default <repo>/build); JOBS=N parallel jobs (default 2)
+#   BUILD_DIR=DIR               where to build (default <repo>/build-pack); JOBS=N parallel jobs (default 2)
+#   PACK_MARCH=ARCH             the CPU the binaries may assume (default x86-64-v3: AVX2 and FMA). The
+#                               GPU machine's CPU is not this one, so the packed build is never -march=native
 #   GRAPHRUN_DATA=DIR           Fashion-MNIST to pack (default /usr/share/datasets/fashion-mnist); NO_DATA=1 packs none
 # On the GPU machine: SKIP_BUILD=1 tests/gpu/check.sh OUT (check.sh also skips the build by itself
 # when OUT holds the PACKED marker this script writes).
@@ -13,10 +15,12 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out=${1:-$root/build-gpu}
-build=${BUILD_DIR:-$root/build}
+build=${BUILD_DIR:-$root/build-pack}
+march=${PACK_MARCH:-x86-64-v3}
 jobs=${JOBS:-2}
 
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGRAPHRUN_CUDA=ON > /dev/null
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGRAPHRUN_CUDA=ON -DGRAPHRUN_NATIVE=OFF \
+      -DCMAKE_CXX_FLAGS="-march=$march" > /dev/null
 cmake --build "$build" -j "$jobs" --target graphrun gpu_kernels_test > /dev/null
 
 rm -rf "$out"
@@ -44,7 +48,7 @@ if [ "${NO_DATA:-0}" != 1 ] && [ -d "$data" ]; then
 fi
 
 {
-  echo "packed by tests/gpu/pack.sh from $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')"
+  echo "packed by tests/gpu/pack.sh from $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?') for -march=$march"
   echo "libraries: $(ls "$out/lib" | tr '\n' ' ')"
 } > "$out/PACKED"
 echo "pack: $out holds $(du -sh "$out" | cut -f1) ($(du -sb "$out" | cut -f1) bytes): $(ls "$out/lib" | tr '\n' ' ')"

@@ -128,7 +128,7 @@ bool im2col_rows(const float* x, int64_t image_stride, int64_t nb, const ConvSha
   const Window& w = cs.w;
   const int64_t OW = w.out[2], KW = w.k[2], d = w.d[2], s = w.s[2], pb = w.pb[2], IW = w.in[2];
   if ((OW - 1) * s + (KW - 1) * d >= 16) return false;
-  const int64_t OHW = w.out[1] * OW, P = cs.P();
+  const int64_t P = cs.P();
   uint32_t span = 0;  // lanes that are real input pixels
   for (int64_t j = 0; j < 16; ++j)
     if (j - pb >= 0 && j - pb < IW) span |= 1u << j;
