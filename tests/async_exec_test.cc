@@ -118,12 +118,7 @@ const KernelTable& table() {
 }
 
 Node node(const std::string& name, const std::string& op, std::vector<std::string> in, std::vector<std::string> out) {
-  Node n;
-  n.name = name;
-  n.op_type = op;
-  n.inputs = std::move(in);
-  n.outputs = std::move(out);
-  return n;
+  return testing::make_node(name, op, std::move(in), std::move(out));
 }
 
 // t1 = x + 1; y = slow copy of t1; t2 = 2x; t3 = t2 + 1; out = y + t3 = 3x + 2.

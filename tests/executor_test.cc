@@ -47,12 +47,7 @@ const KernelTable& test_table() {
 }
 
 Node node(const std::string& name, const std::string& op, std::vector<std::string> in, std::vector<std::string> out) {
-  Node n;
-  n.name = name;
-  n.op_type = op;
-  n.inputs = std::move(in);
-  n.outputs = std::move(out);
-  return n;
+  return testing::make_node(name, op, std::move(in), std::move(out));
 }
 
 // x -> a1 -> a2 -> ... -> a{n}: a chain where each intermediate dies right after use.

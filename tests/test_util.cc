@@ -29,6 +29,16 @@ Tensor random_int_tensor(const Shape& shape, uint64_t seed, int64_t lo, int64_t 
   return t;
 }
 
+Node make_node(const std::string& name, const std::string& op, std::vector<std::string> inputs,
+               std::vector<std::string> outputs) {
+  Node n;
+  n.name = name;
+  n.op_type = op;
+  n.inputs = std::move(inputs);
+  n.outputs = std::move(outputs);
+  return n;
+}
+
 Graph single_node_graph(const std::string& op, const std::vector<Tensor>& inputs,
                         const std::map<std::string, Attribute>& attrs, int num_outputs, int64_t opset,
                         const std::string& domain, std::map<std::string, Tensor>& feeds) {

@@ -19,6 +19,10 @@ Graph single_node_graph(const std::string& op, const std::vector<Tensor>& inputs
                         const std::map<std::string, Attribute>& attrs, int num_outputs, int64_t opset,
                         const std::string& domain, std::map<std::string, Tensor>& feeds);
 
+// A node named `name` of the default domain, without attributes.
+Node make_node(const std::string& name, const std::string& op, std::vector<std::string> inputs,
+               std::vector<std::string> outputs);
+
 // Builds a graph of one node (inputs named in0.., outputs out0..), runs it on the CPU, returns its outputs.
 // Inputs with an empty (undefined) Tensor are passed as absent optional inputs.
 // `initializers` names inputs (by index) that become initializers rather than graph inputs.
