@@ -325,6 +325,7 @@ void Trainer::worker_loop(int d) {
     } catch (const std::exception& e) {
       w.error = e.what();
       group_->abort();
+      for (auto& c : device_comms_) c->abort();
       if (!w.diverged_step) {
         std::lock_guard<std::mutex> l(peers_mu_);
         failed_ = true;

@@ -12,6 +12,7 @@
 #include <deque>
 
 #include "runtime/comm/communicator.h"
+#include "runtime/comm/round_group.h"
 
 namespace graphrun::testing {
 
@@ -112,36 +113,19 @@ struct SimBuffer {
 // rank order with device memory accessible (the CUDA device-local group's contract); the others wait
 // without holding the device lock, so their kernels can still run meanwhile.
 struct SimGroup {
-  SimGroup(SimBackend* b, int n) : sim(b), size(n), pending(n, nullptr), roots(n, nullptr) {}
+  SimGroup(SimBackend* b, int n) : sim(b), rounds(n), pending(n, nullptr), roots(n, nullptr) {}
   SimBackend* sim;
-  int size;
-  std::mutex mu;
-  std::condition_variable cv;
-  int arrived = 0;
-  uint64_t generation = 0;
+  runtime::RoundGroup rounds;
   std::vector<const std::vector<SimBuffer>*> pending;
   std::vector<float*> roots;
-  std::string error;
 
+  // The last rank's work runs with device memory accessible.
   template <class F>
   void round(F work) {
-    std::unique_lock<std::mutex> lock(mu);
-    const uint64_t gen = generation;
-    if (++arrived == size) {
-      error.clear();
-      try {
-        SimBackend::Access access(*sim);
-        work();
-      } catch (const std::exception& e) {
-        error = e.what();
-      }
-      arrived = 0;
-      ++generation;
-      cv.notify_all();
-    } else {
-      cv.wait(lock, [&] { return generation != gen; });
-    }
-    if (!error.empty()) throw Error(error);
+    rounds.round([&] {
+      SimBackend::Access access(*sim);
+      work();
+    });
   }
 };
 
@@ -149,36 +133,37 @@ class SimCommunicator final : public Communicator {
  public:
   SimCommunicator(std::shared_ptr<SimGroup> g, int rank) : g_(std::move(g)), rank_(rank) {}
   int rank() const override { return rank_; }
-  int size() const override { return g_->size; }
+  int size() const override { return g_->rounds.size(); }
   std::string name() const override { return "sim-device-local"; }
   void barrier() override { g_->round([] {}); }
+  void abort() override { g_->rounds.abort(); }
 
   void allreduce_group(const std::vector<SimBuffer>& buffers) {
     SimGroup& g = *g_;
     {
-      std::lock_guard<std::mutex> lock(g.mu);
+      std::lock_guard<std::mutex> lock(g.rounds.mutex());
       g.pending[rank_] = &buffers;
     }
     g.round([&] {
       const size_t nbuf = g.pending[0]->size();
-      for (int r = 1; r < g.size; ++r)
+      for (int r = 1; r < g.rounds.size(); ++r)
         GR_CHECK(g.pending[r]->size() == nbuf, "AllReduce: rank " << r << " reduces " << g.pending[r]->size()
                                                                    << " buffers, rank 0 reduces " << nbuf);
       std::vector<float> acc;
       for (size_t k = 0; k < nbuf; ++k) {
         const int64_t count = (*g.pending[0])[k].count;
-        for (int r = 1; r < g.size; ++r)
+        for (int r = 1; r < g.rounds.size(); ++r)
           GR_CHECK((*g.pending[r])[k].count == count, "AllReduce: buffer " << k << " has " << (*g.pending[r])[k].count
                                                                            << " values on rank " << r << ", " << count
                                                                            << " on rank 0");
         // Read every send before writing any recv (recv may alias send); sum in rank order.
         const float* s0 = (*g.pending[0])[k].send;
         acc.assign(s0, s0 + count);
-        for (int r = 1; r < g.size; ++r) {
+        for (int r = 1; r < g.rounds.size(); ++r) {
           const float* s = (*g.pending[r])[k].send;
           for (int64_t i = 0; i < count; ++i) acc[i] += s[i];
         }
-        for (int r = 0; r < g.size; ++r) std::memcpy((*g.pending[r])[k].recv, acc.data(), count * sizeof(float));
+        for (int r = 0; r < g.rounds.size(); ++r) std::memcpy((*g.pending[r])[k].recv, acc.data(), count * sizeof(float));
       }
     });
   }
@@ -191,11 +176,11 @@ class SimCommunicator final : public Communicator {
     GR_CHECK(root >= 0 && root < size(), "broadcast: root " << root << " of " << size() << " ranks");
     SimGroup& g = *g_;
     {
-      std::lock_guard<std::mutex> lock(g.mu);
+      std::lock_guard<std::mutex> lock(g.rounds.mutex());
       g.roots[rank_] = data;
     }
     g.round([&] {
-      for (int r = 0; r < g.size; ++r)
+      for (int r = 0; r < g.rounds.size(); ++r)
         if (r != root && g.roots[r] != g.roots[root])
           std::memcpy(g.roots[r], g.roots[root], static_cast<size_t>(count) * sizeof(float));
     });

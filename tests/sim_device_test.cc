@@ -3,8 +3,10 @@
 // allocates nothing, the Trainer on cuda:0 and cuda:0,cuda:0 equals cpu:1 and cpu:2, checkpoints.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <iostream>
+#include <thread>
 
 #include "graph/onnx_io.h"
 #include "runtime/device.h"
@@ -259,6 +261,30 @@ void expect_same_states(Trainer& a, Trainer& b, const std::string& what) {
 TrainOptions on(TrainOptions o, const std::vector<Device>& devices) {
   o.pipeline.devices = devices;
   return o;
+}
+
+// A replica that fails must not leave the others waiting forever in a reduction (the trainer aborts
+// every device communicator of the group when one replica throws).
+TEST(SimDevice, AbortWakesReplicasWaitingInAReduction) {
+  ScopedSimDevice sim;
+  auto comms = runtime::backend_for(Device::Kind::CUDA)->make_communicators({kSim, kSim, kSim});
+  ASSERT_EQ(comms.size(), 3u);
+  std::string errors[2];
+  std::vector<std::thread> waiting;
+  for (int r = 0; r < 2; ++r)
+    waiting.emplace_back([&, r] {
+      float x = 1.f;
+      try {
+        comms[r]->allreduce_sum(&x, 1);
+      } catch (const Error& e) {
+        errors[r] = e.what();
+      }
+    });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // both in the round (or about to enter it)
+  comms[2]->abort();
+  for (auto& t : waiting) t.join();
+  for (const std::string& e : errors) EXPECT_NE(e.find("another replica failed"), std::string::npos) << e;
+  EXPECT_THROW(comms[2]->barrier(), Error);  // the group stays unusable
 }
 
 TEST(SimDevice, TrainerOnCudaEqualsCpuReplicas) {

@@ -24,6 +24,9 @@ class Communicator {
   // In place, blocking: every rank ends with root's `data`.
   virtual void broadcast(float* data, int64_t count, int root) = 0;
   virtual void barrier() = 0;
+  // Another replica failed: ranks waiting in this group's operations (now or later) stop with an
+  // error instead of waiting forever. The group is unusable afterwards. Any rank's object may call it.
+  virtual void abort() {}
   virtual std::string name() const = 0;  // "cpu-shared-memory", "nccl", "mpi"
 };
 

@@ -4,11 +4,13 @@
 
 #include <nccl.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <set>
 #include <string>
 
+#include "runtime/comm/round_group.h"
 #include "runtime/cuda/cuda_context.h"
 
 #define GR_NCCL_CHECK(call)                                                                     \
@@ -29,29 +31,6 @@ bool is_device_pointer(const void* p) {
   }
   return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
-
-// A reusable host barrier for the ranks of one group (all in this process).
-class HostBarrier {
- public:
-  explicit HostBarrier(int n) : n_(n) {}
-  void wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    uint64_t gen = generation_;
-    if (++arrived_ == n_) {
-      arrived_ = 0;
-      ++generation_;
-      cv_.notify_all();
-      return;
-    }
-    cv_.wait(lock, [&] { return generation_ != gen; });
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int n_, arrived_ = 0;
-  uint64_t generation_ = 0;
-};
 
 // Runs `body` with device memory standing in for host memory `data` (count floats), then copies back and waits.
 template <class F>
@@ -75,7 +54,7 @@ void through_device(Device dev, float* data, int64_t count, F body) {
 
 class NcclCommunicator final : public DeviceCommunicator {
  public:
-  NcclCommunicator(ncclComm_t comm, int rank, int size, Device dev, std::shared_ptr<HostBarrier> barrier)
+  NcclCommunicator(ncclComm_t comm, int rank, int size, Device dev, std::shared_ptr<RoundGroup> barrier)
       : comm_(comm), rank_(rank), size_(size), dev_(dev), barrier_(std::move(barrier)) {
     cuda::device_context(dev_.index);
     GR_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
@@ -86,13 +65,25 @@ class NcclCommunicator final : public DeviceCommunicator {
     cudaEventDestroy(ready_);
     cudaEventDestroy(done_);
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
-    ncclCommDestroy(comm_);
+    if (!aborted_.exchange(true)) ncclCommDestroy(comm_);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   Device device() const override { return dev_; }
   std::string name() const override { return "nccl"; }
-  void barrier() override { barrier_->wait(); }
+  void barrier() override {
+    barrier_->round([] {});
+  }
+  // Another replica failed: wake the ranks in the host barrier, and end this rank's NCCL operations
+  // (ncclCommAbort is what a watchdog thread calls on a communicator another thread may be blocked
+  // on: kernels waiting for a peer that will never send return, and later calls fail).
+  void abort() override {
+    barrier_->abort();
+    if (!aborted_.exchange(true)) {
+      cudaSetDevice(dev_.index);
+      ncclCommAbort(comm_);
+    }
+  }
 
   // Blocking-style: the compute stream waits for the result before anything enqueued after this call.
   void allreduce_sum_group(const std::vector<Buffer>& buffers) override {
@@ -113,6 +104,7 @@ class NcclCommunicator final : public DeviceCommunicator {
   // (one shared event would make the first reader wait for every bucket enqueued since). The
   // `ready_` event may be shared: cudaStreamWaitEvent captures the record current at the call.
   std::function<void()> allreduce_sum_group_async(const std::vector<Buffer>& buffers) override {
+    GR_CHECK(!aborted_, "another replica failed; stopping");
     cuda::DeviceContext& dc = cuda::device_context(dev_.index);
     GR_CUDA_CHECK(cudaEventRecord(ready_, dc.stream));
     GR_CUDA_CHECK(cudaStreamWaitEvent(dc.comm_stream, ready_, 0));
@@ -137,6 +129,7 @@ class NcclCommunicator final : public DeviceCommunicator {
 
  protected:
   void broadcast_device(float* data, int64_t count, int root) override {
+    GR_CHECK(!aborted_, "another replica failed; stopping");
     cuda::DeviceContext& dc = cuda::device_context(dev_.index);
     GR_CUDA_CHECK(cudaEventRecord(ready_, dc.stream));
     GR_CUDA_CHECK(cudaStreamWaitEvent(dc.comm_stream, ready_, 0));
@@ -169,7 +162,8 @@ class NcclCommunicator final : public DeviceCommunicator {
     free_events_.push_back(e);
   }
 
-  std::shared_ptr<HostBarrier> barrier_;
+  std::shared_ptr<RoundGroup> barrier_;
+  std::atomic<bool> aborted_{false};  // ncclCommAbort called: the communicator is gone
   cudaEvent_t ready_ = nullptr, done_ = nullptr;  // done_: broadcasts (blocking-style)
   std::mutex events_mu_;
   std::vector<cudaEvent_t> events_, free_events_;  // every pooled event; those not in flight
@@ -182,74 +176,49 @@ class NcclCommunicator final : public DeviceCommunicator {
 // GPU share its compute stream, so there is no other stream to overlap with.
 
 struct SameDeviceGroup {
-  explicit SameDeviceGroup(int n, Device d) : size(n), dev(d), pending(n, nullptr), roots(n, nullptr) {}
-  int size;
+  SameDeviceGroup(int n, Device d) : rounds(n), dev(d), pending(n, nullptr), roots(n, nullptr) {}
+  RoundGroup rounds;
   Device dev;
-  std::mutex mu;
-  std::condition_variable cv;
-  int arrived = 0;
-  uint64_t generation = 0;
   std::vector<const std::vector<DeviceCommunicator::Buffer>*> pending;  // per rank, this round's buffers
   std::vector<float*> roots;                                            // per rank, broadcast buffer
-  std::string error;                                                    // set when a round failed
-
-  // Every rank calls this; `work` runs once, on the last rank to arrive, while the others wait.
-  template <class F>
-  void round(F work) {
-    std::unique_lock<std::mutex> lock(mu);
-    uint64_t gen = generation;
-    if (++arrived == size) {
-      error.clear();
-      try {
-        work();
-      } catch (const std::exception& e) {
-        error = e.what();
-      }
-      arrived = 0;
-      ++generation;
-      cv.notify_all();
-    } else {
-      cv.wait(lock, [&] { return generation != gen; });
-    }
-    if (!error.empty()) throw Error(error);
-  }
 };
 
 class SameDeviceCommunicator final : public DeviceCommunicator {
  public:
   SameDeviceCommunicator(std::shared_ptr<SameDeviceGroup> g, int rank) : g_(std::move(g)), rank_(rank) {}
   int rank() const override { return rank_; }
-  int size() const override { return g_->size; }
+  int size() const override { return g_->rounds.size(); }
   Device device() const override { return g_->dev; }
   std::string name() const override { return "cuda-device-local"; }
   void barrier() override {
-    g_->round([] {});
+    g_->rounds.round([] {});
   }
+  void abort() override { g_->rounds.abort(); }
 
   void allreduce_sum_group(const std::vector<Buffer>& buffers) override {
     SameDeviceGroup& g = *g_;
     {
-      std::lock_guard<std::mutex> lock(g.mu);
+      std::lock_guard<std::mutex> lock(g.rounds.mutex());
       g.pending[rank_] = &buffers;
     }
-    g.round([&] {
+    g.rounds.round([&] {
       const size_t nbuf = g.pending[0]->size();
-      for (int r = 1; r < g.size; ++r)
+      for (int r = 1; r < g.rounds.size(); ++r)
         GR_CHECK(g.pending[r]->size() == nbuf, "AllReduce: rank " << r << " reduces " << g.pending[r]->size()
                                                                    << " buffers, rank 0 reduces " << nbuf);
       cuda::DeviceContext& dc = cuda::device_context(g.dev.index);
       for (size_t k = 0; k < nbuf; ++k) {
-        std::vector<const float*> sends(g.size);
-        std::vector<float*> recvs(g.size);
+        std::vector<const float*> sends(g.rounds.size());
+        std::vector<float*> recvs(g.rounds.size());
         int64_t count = (*g.pending[0])[k].count;
-        for (int r = 0; r < g.size; ++r) {
+        for (int r = 0; r < g.rounds.size(); ++r) {
           const Buffer& b = (*g.pending[r])[k];
           GR_CHECK(b.count == count, "AllReduce: buffer " << k << " has " << b.count << " values on rank " << r
                                                           << ", " << count << " on rank 0");
           sends[r] = b.send;
           recvs[r] = b.recv;
         }
-        cuda::launch_sum_replicas(sends.data(), recvs.data(), g.size, count, dc.stream);
+        cuda::launch_sum_replicas(sends.data(), recvs.data(), g.rounds.size(), count, dc.stream);
       }
     });
   }
@@ -258,12 +227,12 @@ class SameDeviceCommunicator final : public DeviceCommunicator {
   void broadcast_device(float* data, int64_t count, int root) override {
     SameDeviceGroup& g = *g_;
     {
-      std::lock_guard<std::mutex> lock(g.mu);
+      std::lock_guard<std::mutex> lock(g.rounds.mutex());
       g.roots[rank_] = data;
     }
-    g.round([&] {
+    g.rounds.round([&] {
       cuda::DeviceContext& dc = cuda::device_context(g.dev.index);
-      for (int r = 0; r < g.size; ++r)
+      for (int r = 0; r < g.rounds.size(); ++r)
         if (r != root && g.roots[r] != g.roots[root])
           GR_CUDA_CHECK(cudaMemcpyAsync(g.roots[r], g.roots[root], static_cast<size_t>(count) * sizeof(float),
                                         cudaMemcpyDeviceToDevice, dc.stream));
@@ -318,7 +287,7 @@ std::vector<std::unique_ptr<Communicator>> make_cuda_communicators(const std::ve
   for (const Device& d : replicas) devs.push_back(d.index);
   std::vector<ncclComm_t> comms(n);
   GR_NCCL_CHECK(ncclCommInitAll(comms.data(), n, devs.data()));
-  auto barrier = std::make_shared<HostBarrier>(n);
+  auto barrier = std::make_shared<RoundGroup>(n);
   for (int i = 0; i < n; ++i) r.push_back(std::make_unique<NcclCommunicator>(comms[i], i, n, replicas[i], barrier));
   return r;
 }
