@@ -31,21 +31,6 @@ int64_t parse_index(const std::string& s, const std::string& spec) {
   return std::stoll(s);
 }
 
-// A host view of a value a replica produced (GPU replicas' values are copied back).
-Tensor on_host(const Tensor& t) { return t.device().is_cpu() ? t : to_host(t); }
-
-// Index of the largest value in each row of a [n, c] f32 tensor.
-void argmax_rows(const Tensor& logits_any, std::vector<int64_t>& out) {
-  const Tensor logits = on_host(logits_any);
-  const int64_t n = logits.dim(0), c = logits.dim(1);
-  const float* p = logits.data<float>();
-  out.resize(n);
-  for (int64_t i = 0; i < n; ++i) {
-    const float* row = p + i * c;
-    out[i] = std::max_element(row, row + c) - row;
-  }
-}
-
 std::string fmt(double v, int prec) {
   std::ostringstream os;
   os << std::fixed << std::setprecision(prec) << v;
@@ -346,30 +331,39 @@ void Trainer::run_replica_epoch(int d) {
   const int D = replicas();
   const int64_t B = opts_.batch_size, N = train_.size();
   const bool stateful = graphs_.replicas[d].graph.is_input("step");
-  std::map<int64_t, std::pair<Tensor, Tensor>> buffers;  // by shard size: images, labels
+  ShardBuffers buffers;
   for (int64_t s = seg_begin_; s < seg_end_; ++s) {
-    Tensor lr = Tensor::scalar<float>(static_cast<float>(learning_rate(opts_.schedule, step_base_ + s)));
     const int64_t b = std::min(B, N - s * B);
     const data::Shards sh = data::shard(b, D);
     const int64_t n = sh.size[d];
-    auto& buf = buffers[n];
-    if (!buf.first.defined()) {
-      Shape is = train_.images.shape();
-      is[0] = n;
-      buf = {Tensor(DType::F32, is), Tensor(DType::I64, {n})};
-    }
-    data::gather(train_, order_.data() + s * B + sh.begin[d], n, buf.first, buf.second);
-    std::map<std::string, Tensor> in{{graphs_.image, buf.first},
-                                     {graphs_.labels, buf.second},
-                                     {graphs_.loss_scale, Tensor::scalar<float>(float(n) / float(b))},
-                                     {"lr", lr}};
-    if (stateful) in["step"] = Tensor::scalar<int64_t>(step_base_ + s);
+    std::map<std::string, Tensor> in = step_inputs(s, n, b, stateful);
+    gather_host_shard(buffers, s * B + sh.begin[d], n, in);
     auto out = w.exec->run(in);
     const double lv = out.at(graphs_.loss).as_doubles().at(0);
     if (!record_step(w, d, s, lv, out.at(correct_).as_doubles().at(0), n))
       GR_FAIL("the training loss is " << lv << " at step " << w.diverged_step << " (epoch " << cur_epoch_ + 1
                                       << "): training diverged; lower --lr");
   }
+}
+
+std::map<std::string, Tensor> Trainer::step_inputs(int64_t s, int64_t n, int64_t b, bool stateful) const {
+  std::map<std::string, Tensor> in{
+      {graphs_.loss_scale, Tensor::scalar<float>(float(n) / float(b))},
+      {"lr", Tensor::scalar<float>(static_cast<float>(learning_rate(opts_.schedule, step_base_ + s)))}};
+  if (stateful) in["step"] = Tensor::scalar<int64_t>(step_base_ + s);
+  return in;
+}
+
+void Trainer::gather_host_shard(ShardBuffers& buffers, int64_t first, int64_t n, std::map<std::string, Tensor>& in) const {
+  auto& buf = buffers[n];
+  if (!buf.first.defined()) {
+    Shape is = train_.images.shape();
+    is[0] = n;
+    buf = {Tensor(DType::F32, is), Tensor(DType::I64, {n})};
+  }
+  data::gather(train_, order_.data() + first, n, buf.first, buf.second);
+  in[graphs_.image] = buf.first;
+  in[graphs_.labels] = buf.second;
 }
 
 // One step's figures, once known: false (and the step noted) when its loss is not finite.
@@ -543,25 +537,7 @@ EpochStats Trainer::train_epoch(int epoch) {
   return st;
 }
 
-double Trainer::evaluate() {
-  if (!opts_.pipeline.devices[0].is_cpu()) return evaluate_device().accuracy;
-  for (const auto& [name, _] : eval_->graph().initializers)
-    if (replica(0).states().count(name)) eval_->set_state(name, replica(0).state(name));
-  const int64_t N = test_.size();
-  const int64_t per = test_.images.numel() / N;
-  int64_t correct = 0;
-  std::vector<int64_t> pred;
-  for (int64_t i = 0; i < N; i += opts_.eval_batch) {
-    const int64_t n = std::min(opts_.eval_batch, N - i);
-    Shape s = test_.images.shape();
-    s[0] = n;
-    Tensor x = Tensor::view(DType::F32, s, test_.images.data<float>() + i * per);
-    argmax_rows(eval_->run({{graphs_.image, x}}).at(graphs_.logits), pred);
-    const int64_t* lab = test_.labels.data<int64_t>() + i;
-    for (int64_t k = 0; k < n; ++k) correct += pred[k] == lab[k];
-  }
-  return N ? double(correct) / N : 0;
-}
+double Trainer::evaluate() { return evaluate_stats().accuracy; }
 
 Graph Trainer::trained_model() const {
   // The inference form: what evaluation ran, so `graphrun run` on the saved file reproduces the

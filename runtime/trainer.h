@@ -191,6 +191,13 @@ class Trainer {
   void run_device_steps(int d);
   bool peers_allow(int d, int64_t s);
   bool record_step(Worker& w, int d, int64_t s, double loss, double correct, int64_t n);
+  // Step s's inputs besides the batch: the loss scale of an n-image shard of a b-image batch, the
+  // learning rate, and the step when the graph takes it.
+  std::map<std::string, Tensor> step_inputs(int64_t s, int64_t n, int64_t b, bool stateful) const;
+  // Gathers images order_[first, first + n) and their labels on the host into `in`, through a buffer
+  // kept per shard size in `buffers`.
+  using ShardBuffers = std::map<int64_t, std::pair<Tensor, Tensor>>;
+  void gather_host_shard(ShardBuffers& buffers, int64_t first, int64_t n, std::map<std::string, Tensor>& in) const;
   EvalStats evaluate_device();
   void free_device_metrics();
   void run_segment(int epoch, int64_t begin, int64_t end, bool bar, double& seconds);

@@ -165,7 +165,6 @@ EvalStats Trainer::evaluate_stats() {
     s[0] = n;
     Tensor x = Tensor::view(DType::F32, s, test_.images.data<float>() + i * per);
     Tensor out = eval_->run({{graphs_.image, x}}).at(graphs_.logits);
-    if (!out.device().is_cpu()) out = to_host(out);  // device logits: read a host copy
     const int64_t c = out.dim(1);
     const int64_t* lab = test_.labels.data<int64_t>() + i;
     for (int64_t k = 0; k < n; ++k) {

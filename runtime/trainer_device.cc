@@ -134,7 +134,7 @@ void Trainer::run_device_steps(int d) {
     be->copy_host_to_device(dev, w.order.raw(), order_.data(), order_.size() * sizeof(int64_t));
     w.order_gen = order_gen_;
   }
-  std::map<int64_t, std::pair<Tensor, Tensor>> host_buffers;  // data not resident: by shard size
+  ShardBuffers host_buffers;  // data not resident
   auto shard_size = [&](int64_t s) { return data::shard(std::min(B, N - s * B), D).size[d]; };
   // Reads step s's figures: its copies into slot s % 2 were enqueued after it, its event after them.
   auto finish = [&](int64_t s) {
@@ -161,24 +161,14 @@ void Trainer::run_device_steps(int d) {
     const int64_t b = std::min(B, N - s * B);
     const data::Shards sh = data::shard(b, D);
     const int64_t n = sh.size[d];
-    std::map<std::string, Tensor> in{{graphs_.loss_scale, Tensor::scalar<float>(float(n) / float(b))},
-                                     {"lr", Tensor::scalar<float>(static_cast<float>(learning_rate(opts_.schedule, step_base_ + s)))}};
-    if (stateful) in["step"] = Tensor::scalar<int64_t>(step_base_ + s);
+    std::map<std::string, Tensor> in = step_inputs(s, n, b, stateful);
     if (rd) {
       Tensor idx = Tensor::view(DType::I64, {n}, static_cast<int64_t*>(w.order.raw()) + s * B + sh.begin[d], dev);
       auto shard = w.gather->run({{"images", rd->train_images}, {"labels", rd->train_labels}, {"indices", idx}});
       in[graphs_.image] = shard.at("images.shard");
       in[graphs_.labels] = shard.at("labels.shard");
     } else {
-      auto& buf = host_buffers[n];
-      if (!buf.first.defined()) {
-        Shape is = train_.images.shape();
-        is[0] = n;
-        buf = {Tensor(DType::F32, is), Tensor(DType::I64, {n})};
-      }
-      data::gather(train_, order_.data() + s * B + sh.begin[d], n, buf.first, buf.second);
-      in[graphs_.image] = buf.first;
-      in[graphs_.labels] = buf.second;
+      gather_host_shard(host_buffers, s * B + sh.begin[d], n, in);
     }
     auto out = w.exec->run(in);
     // Slot s % 2 was last written by step s-2, whose figures were read in the previous iteration.

@@ -346,9 +346,7 @@ TEST(SimDevice, TrainerCheckpointsSaveAndResumeFromTheDevice) {
   }
   // Checkpoints at global steps 3, 4 (end of epoch 1), 6, 8 (end of 2); resume from step 6.
   namespace fs = std::filesystem;
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(o.checkpoint_dir)) names.push_back(e.path().filename().string());
-  std::sort(names.begin(), names.end());
+  const std::vector<std::string> names = testing::checkpoint_files(o.checkpoint_dir);
   ASSERT_EQ(names.size(), 4u);
   fs::remove(o.checkpoint_dir + "/" + names[3]);
   TrainOptions r = o;

@@ -232,9 +232,7 @@ TEST(Trainer2, ResumeFromCheckpointIsBitwiseTheUninterruptedRun) {
   }
   // Checkpoints at global steps 3 (epoch 1), 5 (end of 1), 6 (epoch 2), 9, 10 (end of 2).
   namespace fs = std::filesystem;
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(o.checkpoint_dir)) names.push_back(e.path().filename().string());
-  std::sort(names.begin(), names.end());
+  const std::vector<std::string> names = testing::checkpoint_files(o.checkpoint_dir);
   ASSERT_EQ(names.size(), 5u);
   EXPECT_EQ(names[0], runtime::checkpoint_name(0, 3));
   // "Kill" after step 6: only the checkpoints up to it exist.
@@ -301,9 +299,7 @@ TEST(Trainer2, ResumeKeepsPerReplicaRunningStatisticsAndDropoutRng) {
     full = params_of(t);
   }
   // Lost: everything after the checkpoint at step 6 (mid-epoch 2, replicas' statistics differ).
-  namespace fs = std::filesystem;
-  for (const auto& e : fs::directory_iterator(o.checkpoint_dir))
-    if (e.path().filename().string() > runtime::checkpoint_name(1, 6)) fs::remove(e.path());
+  testing::remove_checkpoints_after(o.checkpoint_dir, runtime::checkpoint_name(1, 6));
   auto ck = runtime::load_checkpoint(runtime::latest_checkpoint(o.checkpoint_dir));
   EXPECT_EQ(ck.meta.at("global_step"), "6");
   EXPECT_TRUE(ck.tensors.count("replica1/bn.mean")) << "the replicas' running statistics should differ mid-epoch";
@@ -327,9 +323,7 @@ TEST(Trainer2, CliResumeSavesTheSameModelAsAnUninterruptedRun) {
                           " --lr 1e-3 --lr-schedule cosine --checkpoint-every 2 --keep-checkpoints 10";
   auto r = testing::run_command(run + " --checkpoint-dir " + dir + "/ck --save " + dir + "/full.onnx");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  namespace fs = std::filesystem;
-  for (const auto& e : fs::directory_iterator(dir + "/ck"))
-    if (e.path().filename().string() > runtime::checkpoint_name(1, 4)) fs::remove(e.path());
+  testing::remove_checkpoints_after(dir + "/ck", runtime::checkpoint_name(1, 4));
   ASSERT_EQ(runtime::latest_checkpoint(dir + "/ck"), dir + "/ck/" + runtime::checkpoint_name(1, 4));
   r = testing::run_command(run + " --checkpoint-dir " + dir + "/ck --resume --save " + dir + "/resumed.onnx");
   ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -2,8 +2,10 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "runtime/data/idx.h"
 #include "runtime/trainer.h"
@@ -31,6 +33,20 @@ inline runtime::TrainOptions quick(int replicas, int64_t batch, int64_t steps, i
   o.test_limit = test_limit;
   o.progress = 0;
   return o;
+}
+
+// The names of the files in a checkpoint folder, sorted (checkpoint names sort by epoch and step).
+inline std::vector<std::string> checkpoint_files(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// "Kills" a run after checkpoint `name`: removes the checkpoints of `dir` written after it.
+inline void remove_checkpoints_after(const std::string& dir, const std::string& name) {
+  for (const std::string& f : checkpoint_files(dir))
+    if (f > name) std::filesystem::remove(dir + "/" + f);
 }
 
 }  // namespace graphrun::testing
