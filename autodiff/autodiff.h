@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "graph/ir.h"
+#include "graph/passes/pass.h"
 
 namespace graphrun::autodiff {
 
@@ -19,6 +20,7 @@ struct LossOptions {
 
 // Adds the loss node(s), the labels input and the scalar `loss` output. The model's outputs stay outputs.
 Graph attach_loss(const Graph& forward, const LossOptions& opts = {});
+passes::Pass attach_loss_pass(const LossOptions& opts);
 
 struct BackwardOptions {
   std::string loss = "loss";
@@ -36,9 +38,16 @@ struct BackwardOptions {
 // parameter. Throws Error naming op and node when an op on the path has no gradient rule,
 // and naming the parameters when a frozen name is unknown.
 Graph backward(const Graph& with_loss, const BackwardOptions& opts = {});
+passes::Pass backward_pass(const BackwardOptions& opts);
 
-// The trainable parameters of a graph: float initializers minus `freeze` (which must all exist), minus
-// state and settings (BatchNormalization's running mean/var, Dropout's ratio).
+// The one rule for what is trained (grad, show and train all reach it through the backward pass):
+// every initializer of a float type (f16, bf16, f32, f64), in name order, except
+//   - BatchNormalization's running mean and variance (inputs 3 and 4: state the forward pass updates),
+//   - Dropout's ratio and training_mode (inputs 1 and 2: settings),
+//   - the names in `freeze` (each must be an initializer: an unknown one is an error listing the
+//     parameters).
+// Integer and bool initializers (shapes, axes, masks) are constants. The optimizer trains f32 only
+// (bucket_allreduce refuses another float parameter, naming it for --freeze).
 std::vector<std::string> trainable_params(const Graph& g, const std::set<std::string>& freeze);
 
 }  // namespace graphrun::autodiff

@@ -12,6 +12,9 @@ namespace graphrun::autodiff {
 
 namespace {
 
+const passes::PassInfo& kInfo = passes::register_pass(
+    "backward", "appends the gradient nodes and one <param>_grad output per trainable parameter");
+
 std::string emit(Graph& g, const std::string& op, const std::vector<std::string>& inputs, const std::string& out,
                  std::map<std::string, Attribute> attrs = {}) {
   Node n;
@@ -190,6 +193,15 @@ Graph backward(const Graph& with_loss, const BackwardOptions& opts) {
   }
   g.topo_sort();
   return eliminate_dead_nodes(g);
+}
+
+passes::Pass backward_pass(const BackwardOptions& opts) {
+  std::string freeze;
+  for (const auto& f : opts.freeze) freeze += (freeze.empty() ? "" : ",") + f;
+  return passes::make_pass(
+      kInfo,
+      passes::format_options({{"seed", opts.loss_grad_input.empty() ? "1" : opts.loss_grad_input}, {"freeze", freeze}}),
+      [opts](const Graph& g) { return backward(g, opts); });
 }
 
 }  // namespace graphrun::autodiff

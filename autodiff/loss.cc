@@ -4,6 +4,11 @@
 
 namespace graphrun::autodiff {
 
+namespace {
+const passes::PassInfo& kInfo =
+    passes::register_pass("attach_loss", "adds the labels input, the loss node(s) and the scalar loss output");
+}  // namespace
+
 Graph attach_loss(const Graph& forward, const LossOptions& opts) {
   Graph g = forward;
   GR_CHECK(!g.outputs.empty(), "attach_loss: the model has no outputs");
@@ -60,6 +65,14 @@ Graph attach_loss(const Graph& forward, const LossOptions& opts) {
   g.values[opts.loss] = ValueInfo{t, true, {}};
   g.outputs.push_back(opts.loss);
   return g;
+}
+
+passes::Pass attach_loss_pass(const LossOptions& opts) {
+  return passes::make_pass(kInfo,
+                           passes::format_options({{"loss", opts.kind == LossKind::MSE ? "mse" : "cross-entropy"},
+                                                   {"output", opts.output},
+                                                   {"labels", opts.labels}}),
+                           [opts](const Graph& g) { return attach_loss(g, opts); });
 }
 
 }  // namespace graphrun::autodiff

@@ -172,47 +172,74 @@ std::unordered_map<std::string, std::vector<int>> Graph::consumers() const {
   return r;
 }
 
-void Graph::topo_sort() {
+TopoOrder topological_order(size_t n, const std::function<std::vector<std::string>(size_t)>& inputs,
+                            const std::function<std::vector<std::string>(size_t)>& outputs,
+                            const std::set<std::string>& available) {
+  TopoOrder r;
   std::unordered_map<std::string, int> prod;
-  for (size_t i = 0; i < nodes.size(); ++i)
-    for (const auto& o : nodes[i].outputs)
+  for (size_t i = 0; i < n; ++i)
+    for (const auto& o : outputs(i))
       if (!o.empty()) prod[o] = static_cast<int>(i);
-  std::set<std::string> available(inputs.begin(), inputs.end());
-  for (const auto& [k, _] : initializers) available.insert(k);
-  std::vector<int> indeg(nodes.size(), 0);
-  std::vector<std::vector<int>> users(nodes.size());
-  for (size_t i = 0; i < nodes.size(); ++i) {
+  std::vector<int> indeg(n, 0);
+  std::vector<std::vector<int>> users(n);
+  r.already_sorted = true;
+  for (size_t i = 0; i < n; ++i) {
     std::set<int> deps;
-    for (const auto& in : nodes[i].inputs) {
+    for (const auto& in : inputs(i)) {
       if (in.empty() || available.count(in)) continue;
       auto it = prod.find(in);
-      GR_CHECK(it != prod.end(), nodes[i].describe() << ": input '" << in
-                                                     << "' is not produced by any node, input or initializer");
+      if (it == prod.end()) {
+        r.undefined_node = static_cast<int>(i);
+        r.undefined_input = in;
+        r.already_sorted = false;
+        return r;
+      }
       deps.insert(it->second);
+      r.already_sorted &= it->second < static_cast<int>(i);
     }
     indeg[i] = static_cast<int>(deps.size());
     for (int d : deps) users[d].push_back(static_cast<int>(i));
   }
-  // Stable: always take the lowest-index ready node.
   std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
-  for (size_t i = 0; i < nodes.size(); ++i)
+  for (size_t i = 0; i < n; ++i)
     if (indeg[i] == 0) ready.push(static_cast<int>(i));
-  std::vector<int> order;
   while (!ready.empty()) {
     int i = ready.top();
     ready.pop();
-    order.push_back(i);
+    r.order.push_back(i);
     for (int u : users[i])
       if (--indeg[u] == 0) ready.push(u);
   }
-  if (order.size() != nodes.size()) {
-    for (size_t i = 0; i < nodes.size(); ++i)
-      if (indeg[i] > 0) GR_FAIL("graph has a cycle through " << nodes[i].describe());
+  if (r.order.size() != n) {
+    for (size_t i = 0; i < n && r.cycle_node < 0; ++i)
+      if (indeg[i] > 0) r.cycle_node = static_cast<int>(i);
+    r.already_sorted = false;
   }
+  return r;
+}
+
+void Graph::topo_sort() {
+  std::set<std::string> available(inputs.begin(), inputs.end());
+  for (const auto& [k, _] : initializers) available.insert(k);
+  const TopoOrder t = topological_order(
+      nodes.size(), [&](size_t i) { return nodes[i].inputs; }, [&](size_t i) { return nodes[i].outputs; }, available);
+  if (t.undefined_node >= 0)
+    GR_FAIL(nodes[t.undefined_node].describe() << ": input '" << t.undefined_input
+                                                << "' is not produced by any node, input or initializer");
+  if (t.cycle_node >= 0) GR_FAIL("graph has a cycle through " << nodes[t.cycle_node].describe());
+  if (t.already_sorted) return;
   std::vector<Node> sorted;
   sorted.reserve(nodes.size());
-  for (int i : order) sorted.push_back(std::move(nodes[i]));
+  for (int i : t.order) sorted.push_back(std::move(nodes[i]));
   nodes = std::move(sorted);
+}
+
+ValueInfo value_info_of(const Tensor& t) {
+  ValueInfo v;
+  v.dtype = t.dtype();
+  v.has_shape = true;
+  for (int64_t d : t.shape()) v.shape.push_back(Dim(d));
+  return v;
 }
 
 }  // namespace graphrun

@@ -1,9 +1,12 @@
 // graphrun's graph IR: values by name (as in ONNX), nodes in topological order, initializers as parameters.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "graph/tensor.h"
@@ -31,6 +34,8 @@ struct ValueInfo {
   bool fully_known() const;
   Shape concrete() const;  // throws unless fully_known()
 };
+// The dtype and (fully known) shape of a tensor.
+ValueInfo value_info_of(const Tensor& t);
 
 struct Attribute {
   enum class Kind { Undefined, Float, Int, String, Tensor, Floats, Ints, Strings };
@@ -90,6 +95,11 @@ struct Graph {
   int64_t ir_version = 8;
   std::string producer_name = "graphrun";
   std::string doc;
+  // What a training step persists: (produced value, initializer) pairs, the value becoming the
+  // initializer's state after each run (ONNX's TrainingInfoProto update_binding). The passes
+  // add_optimizer and state_updates fill it; the executor takes it as ExecOptions::state_updates.
+  // Not written to ONNX files.
+  std::vector<std::pair<std::string, std::string>> state_updates;
 
   int64_t opset(const std::string& domain = "") const;  // 0 when not imported
   const ValueInfo* info(const std::string& value) const;  // nullptr when unknown
@@ -102,7 +112,8 @@ struct Graph {
   int producer(const std::string& value) const;
   // value name -> indices of the nodes reading it.
   std::unordered_map<std::string, std::vector<int>> consumers() const;
-  // Reorders nodes topologically (stable); throws Error naming a node on a cycle or an undefined input.
+  // Reorders nodes topologically (stable, topological_order); throws Error naming a node on a cycle
+  // or an undefined input.
   void topo_sort();
   // Appends a node; returns a reference valid until the next insertion.
   Node& add_node(Node n);
@@ -110,5 +121,20 @@ struct Graph {
  private:
   std::unordered_map<std::string, int> name_counter_;
 };
+
+// The one topological sort (of Graph::topo_sort and of the ONNX loader's node lists): the stable
+// order of n nodes, the lowest-index ready node first, where node i reads inputs(i) and writes
+// outputs(i) and the values in `available` (graph inputs, initializers) need no producer. A value
+// several nodes write counts as the last one's.
+struct TopoOrder {
+  std::vector<int> order;        // all n nodes, unless one of the problems below
+  int undefined_node = -1;       // the first node reading a value nothing defines
+  std::string undefined_input;   // ... and that value
+  int cycle_node = -1;           // the first node on (or behind) a cycle
+  bool already_sorted = false;   // every node comes after the producers of its inputs
+};
+TopoOrder topological_order(size_t n, const std::function<std::vector<std::string>(size_t)>& inputs,
+                            const std::function<std::vector<std::string>(size_t)>& outputs,
+                            const std::set<std::string>& available);
 
 }  // namespace graphrun

@@ -14,6 +14,7 @@
 
 #include "graph/graphrun_schemas.h"
 #include "graph/onnx_tensor.h"
+#include "graph/passes/fill_reshape_dims.h"
 
 namespace graphrun {
 
@@ -43,44 +44,18 @@ void sort_nodes(onnx::GraphProto* gp, const std::string& what) {
   std::set<std::string> available;
   for (const auto& v : gp->input()) available.insert(v.name());
   for (const auto& t : gp->initializer()) available.insert(t.name());
-  const int n = gp->node_size();
-  std::map<std::string, int> producer;
-  for (int i = 0; i < n; ++i)
-    for (const auto& o : gp->node(i).output())
-      if (!o.empty()) producer[o] = i;
-  std::vector<std::vector<int>> users(n);
-  std::vector<int> pending(n, 0);
-  bool sorted = true;
-  for (int i = 0; i < n; ++i) {
-    std::set<int> deps;
-    for (const auto& in : gp->node(i).input()) {
-      if (in.empty() || available.count(in)) continue;
-      auto it = producer.find(in);
-      if (it == producer.end())
-        GR_FAIL(what << ": " << proto_node_desc(gp->node(i), i) << ": input '" << in
-                     << "' is not produced by any node, graph input or initializer");
-      deps.insert(it->second);
-      sorted &= it->second < i;
-    }
-    pending[i] = static_cast<int>(deps.size());
-    for (int d : deps) users[d].push_back(i);
-  }
-  if (sorted) return;
-  std::set<int> ready;
-  for (int i = 0; i < n; ++i)
-    if (!pending[i]) ready.insert(i);
-  std::vector<int> order;
-  while (!ready.empty()) {
-    int i = *ready.begin();
-    ready.erase(ready.begin());
-    order.push_back(i);
-    for (int u : users[i])
-      if (--pending[u] == 0) ready.insert(u);
-  }
-  for (int i = 0; i < n; ++i)
-    if (pending[i]) GR_FAIL(what << ": the graph has a cycle through " << proto_node_desc(gp->node(i), i));
+  auto strings = [](const auto& field) { return std::vector<std::string>(field.begin(), field.end()); };
+  const TopoOrder t = topological_order(
+      gp->node_size(), [&](size_t i) { return strings(gp->node(i).input()); },
+      [&](size_t i) { return strings(gp->node(i).output()); }, available);
+  if (t.undefined_node >= 0)
+    GR_FAIL(what << ": " << proto_node_desc(gp->node(t.undefined_node), t.undefined_node) << ": input '"
+                 << t.undefined_input << "' is not produced by any node, graph input or initializer");
+  if (t.cycle_node >= 0)
+    GR_FAIL(what << ": the graph has a cycle through " << proto_node_desc(gp->node(t.cycle_node), t.cycle_node));
+  if (t.already_sorted) return;
   google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
-  for (int i : order) *nodes.Add() = gp->node(i);
+  for (int i : t.order) *nodes.Add() = gp->node(i);
   gp->mutable_node()->Swap(&nodes);
 }
 
@@ -360,96 +335,8 @@ onnx::ModelProto model_from_graph(const Graph& g) {
   return m;
 }
 
-// Runs ONNX shape inference on `m` in place; graphrun's schemas make its own ops inferable.
-// Where ONNX falls short: Reshape(x[N,50,4,4], [N,-1]) (torch's flatten: the target shape computed by
-// Shape/Gather/Concat) comes out as [N,?] or, before opset 14, untyped: ONNX does not divide out
-// symbols. `shape_data` holds what ONNX's data propagation found for such shape tensors. When input
-// and output hold the same symbols, the -1 dimension is the quotient of the known sizes (800 here).
-// Returns whether it filled anything.
-bool fill_reshape_dims(onnx::ModelProto& m,
-                       const std::unordered_map<std::string, onnx::TensorShapeProto>& shape_data) {
-  auto* g = m.mutable_graph();
-  std::map<std::string, onnx::TypeProto*> types;
-  for (auto* list : {g->mutable_input(), g->mutable_value_info(), g->mutable_output()})
-    for (auto& v : *list)
-      if (v.type().has_tensor_type()) types[v.name()] = v.mutable_type();
-  bool filled = false;
-  for (const auto& n : g->node()) {
-    if (n.op_type() != "Reshape" || !normal_domain(n.domain()).empty() || n.input_size() < 2 || n.output_size() < 1)
-      continue;
-    auto in = types.find(n.input(0));
-    auto target = shape_data.find(n.input(1));
-    if (in == types.end() || !in->second->tensor_type().has_shape() || target == shape_data.end()) continue;
-    const auto& in_shape = in->second->tensor_type().shape();
-    bool allowzero = false;
-    for (const auto& a : n.attribute())
-      if (a.name() == "allowzero") allowzero = a.i() != 0;
-    // The output as far as the target says: sizes, symbols, and one dimension to solve for.
-    std::multiset<std::string> in_symbols, out_symbols;
-    int64_t in_known = 1, out_known = 1;
-    bool ok = true;
-    for (const auto& d : in_shape.dim()) {
-      if (d.has_dim_value()) in_known *= d.dim_value();
-      else if (d.has_dim_param() && !d.dim_param().empty()) in_symbols.insert(d.dim_param());
-      else ok = false;
-    }
-    onnx::TensorShapeProto out;
-    int solve = -1;
-    for (int i = 0; i < target->second.dim_size() && ok; ++i) {
-      const auto& t = target->second.dim(i);
-      auto* d = out.add_dim();
-      if (t.has_dim_value() && t.dim_value() == 0 && !allowzero) {
-        if (i >= in_shape.dim_size()) ok = false;
-        else *d = in_shape.dim(i);
-      } else if (t.has_dim_value() && t.dim_value() == -1) {
-        if (solve >= 0) ok = false;
-        solve = i;
-        continue;
-      } else if (t.has_dim_value() && t.dim_value() >= 0) {
-        d->set_dim_value(t.dim_value());
-      } else if (t.has_dim_param() && !t.dim_param().empty()) {
-        d->set_dim_param(t.dim_param());
-      } else {
-        ok = false;
-      }
-      if (d->has_dim_value()) out_known *= d->dim_value();
-      else if (d->has_dim_param()) out_symbols.insert(d->dim_param());
-    }
-    if (!ok) continue;
-    if (solve >= 0) {
-      if (in_symbols != out_symbols || out_known <= 0 || in_known % out_known != 0) continue;
-      out.mutable_dim(solve)->set_dim_value(in_known / out_known);
-    }
-    // Fill the output's type where it is unknown; keep what is known.
-    onnx::TypeProto* type;
-    auto it = types.find(n.output(0));
-    if (it != types.end()) {
-      type = it->second;
-    } else {
-      auto* v = g->add_value_info();
-      v->set_name(n.output(0));
-      type = v->mutable_type();
-      types[n.output(0)] = type;
-    }
-    auto* tt = type->mutable_tensor_type();
-    if (!tt->elem_type()) tt->set_elem_type(in->second->tensor_type().elem_type());
-    if (!tt->has_shape()) {
-      *tt->mutable_shape() = out;
-      filled = true;
-    } else if (tt->shape().dim_size() == out.dim_size()) {
-      for (int i = 0; i < out.dim_size(); ++i) {
-        auto* d = tt->mutable_shape()->mutable_dim(i);
-        if (!d->has_dim_value() && (!d->has_dim_param() || d->dim_param().empty()) &&
-            (out.dim(i).has_dim_value() || out.dim(i).has_dim_param())) {
-          *d = out.dim(i);
-          filled = true;
-        }
-      }
-    }
-  }
-  return filled;
-}
-
+// Runs ONNX shape inference on `m` in place; graphrun's schemas make its own ops inferable, and
+// passes::fill_reshape_dims fills in the Reshapes ONNX leaves unknown (torch's flatten).
 // ONNX names the unknown dimensions it creates "unk__0", "unk__1", ...; graphrun shows those as "?"
 // (symbols the model itself uses, such as "N", stay).
 void run_inference(onnx::ModelProto& m, bool strict) {
@@ -477,7 +364,7 @@ void run_inference(onnx::ModelProto& m, bool strict) {
   };
   forget_generated();
   // A second pass carries what graphrun's own rules found to the nodes downstream.
-  if (fill_reshape_dims(m, shape_data)) {
+  if (passes::fill_reshape_dims(m, shape_data)) {
     onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(), opts);
     forget_generated();
   }

@@ -113,56 +113,6 @@ void check_devices_available(const std::vector<Device>& ds) {
   GR_CHECK(!(cpu && gpu), "cannot mix CPU and GPU replicas in one run (" << devices_str(ds) << ")");
 }
 
-TrainingGraphs build_training_graphs(const Graph& model, const PipelineOptions& opts) {
-  TrainingGraphs tg;
-  tg.forward = model;
-  GR_CHECK(model.inputs.size() == 1, "model '" << model.name << "' has " << model.inputs.size()
-                                               << " inputs; graphrun train feeds exactly one (the images)");
-  GR_CHECK(!model.outputs.empty(), "model '" << model.name << "' has no outputs");
-  tg.image = model.inputs[0];
-  tg.logits = opts.output.empty() ? model.outputs[0] : opts.output;
-  GR_CHECK(model.is_output(tg.logits), "model '" << model.name << "' has no output named '" << tg.logits << "'");
-  Graph m = passes::to_training(passes::remove_noops(model));
-  // The batch dimension varies (shards, the last batch): never fixed.
-  auto it = m.values.find(tg.image);
-  if (it != m.values.end() && it->second.has_shape && !it->second.shape.empty()) it->second.shape[0] = Dim("N");
-
-  std::set<std::string> not_params = opts.freeze;
-  for (const Node& n : m.nodes) {
-    if (!n.domain.empty()) continue;
-    if (n.op_type == "BatchNormalization")
-      for (size_t k = 3; k < n.inputs.size(); ++k) not_params.insert(n.inputs[k]);
-    if (n.op_type == "Dropout")
-      for (size_t k = 1; k < n.inputs.size(); ++k) not_params.insert(n.inputs[k]);
-  }
-  for (const auto& [name, t] : m.initializers)
-    if (t.dtype() == DType::F32 && !not_params.count(name)) tg.params.push_back(name);
-  for (const auto& f : opts.freeze)
-    GR_CHECK(m.initializers.count(f), "no parameter named '" << f << "' to freeze");
-  GR_CHECK(!tg.params.empty(), "model '" << model.name << "' has no trainable f32 parameters");
-
-  autodiff::LossOptions lo;
-  lo.kind = opts.loss;
-  lo.output = tg.logits;
-  lo.labels = tg.labels;
-  lo.loss = tg.loss;
-  Graph with_loss = autodiff::attach_loss(m, lo);
-  autodiff::BackwardOptions bo;
-  bo.loss = tg.loss;
-  bo.freeze = opts.freeze;
-  bo.params = tg.params;
-  bo.loss_grad_input = tg.loss_scale;
-  tg.training = autodiff::backward(with_loss, bo);
-
-  ReplicateOptions ro;
-  ro.devices = opts.devices;
-  ro.params = tg.params;
-  ro.optimizer = opts.optimizer;
-  ro.bucket_bytes = opts.bucket_bytes;
-  tg.replicas = replicate(tg.training, ro);
-  return tg;
-}
-
 bool overlap_default(const std::vector<Device>& devices) { return !devices.empty() && !devices[0].is_cpu(); }
 
 Trainer::Trainer(const Graph& model, TrainOptions opts) : opts_(std::move(opts)) {

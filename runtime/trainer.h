@@ -19,7 +19,7 @@
 #include "runtime/data/idx.h"
 #include "runtime/executor.h"
 #include "runtime/optim/schedule.h"
-#include "runtime/replicate.h"
+#include "runtime/pipeline.h"
 
 namespace graphrun::runtime {
 
@@ -36,30 +36,6 @@ void check_devices_available(const std::vector<Device>& ds);
 // ReduceSum takes f32) to g, so a step reports its accuracy without the logits leaving the device.
 // Returns the count's value name.
 std::string add_correct_count(Graph& g, const std::string& logits, const std::string& labels);
-
-// Everything derived from a forward model for data-parallel training.
-struct TrainingGraphs {
-  Graph forward;    // the model as given
-  Graph training;   // training form + loss + backward (one replica's loss scaled to the global batch)
-  std::vector<DeviceGraph> replicas;
-  std::vector<std::string> params;  // trained parameters
-  std::string image, logits, labels = "labels", loss = "loss", loss_scale = "loss_scale";
-};
-
-struct PipelineOptions {
-  std::vector<Device> devices{Device{}};
-  autodiff::LossKind loss = autodiff::LossKind::CrossEntropy;
-  std::string output;  // the model output the loss reads; default the first
-  std::set<std::string> freeze;
-  OptimizerOptions optimizer;
-  size_t bucket_bytes = size_t(4) << 20;
-};
-
-// remove_noops -> to_training -> attach_loss -> backward (seed gradient from the `loss_scale` input) -> replicate.
-// The one model input is the images (its batch dimension made symbolic).
-// The trained parameters are the float initializers minus BatchNorm running statistics, Dropout
-// ratios and `freeze`.
-TrainingGraphs build_training_graphs(const Graph& model, const PipelineOptions& opts);
 
 struct TrainOptions {
   PipelineOptions pipeline;

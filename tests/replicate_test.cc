@@ -1,12 +1,12 @@
-// replicate and the optimizer kernels: bucketing and placement of AllReduce nodes, state updates,
-// torch.optim.SGD semantics of Momentum, and the data-parallel equivalence on a hand-built model.
+// replicate (the passes bucket_allreduce, add_optimizer and state_updates, then one copy per device)
+// and the optimizer kernels: AllReduce and optimizer nodes in place, state updates, torch.optim.SGD
+// semantics of Momentum, and the data-parallel equivalence on a hand-built model. Each pass alone:
+// tests/passes_test.cc.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <thread>
 
-#include "graph/passes/remove_noops.h"
-#include "graph/passes/train_mode.h"
 #include "runtime/comm/cpu_comm.h"
 #include "runtime/data/idx.h"
 #include "runtime/executor.h"
@@ -263,54 +263,6 @@ TEST(Replicate, ReplicasComputeWhatOneDeviceComputes) {
       EXPECT_LE(testing::max_rel_diff(many[1], one[1]), 1e-5) << D << " replicas";
     }
   }
-}
-
-TEST(TrainMode, BatchNormAndDropoutForms) {
-  Graph g;
-  g.opsets[""] = 13;
-  g.inputs = {"x"};
-  g.outputs = {"z"};
-  for (const char* p : {"s", "bb", "m", "v"}) g.initializers[p] = Tensor(DType::F32, {4});
-  g.nodes = {Node{"bn", "BatchNormalization", "", {"x", "s", "bb", "m", "v"}, {"y"}, {}},
-             Node{"drop", "Dropout", "", {"y"}, {"z"}, {}}};
-  Graph t = passes::to_training(g);
-  EXPECT_EQ(t.opset(""), 15);
-  EXPECT_EQ(t.nodes[0].attr_i("training_mode", 0), 1);
-  ASSERT_EQ(t.nodes[0].outputs.size(), 3u);
-  auto ups = passes::batchnorm_state_updates(t);
-  ASSERT_EQ(ups.size(), 2u);
-  EXPECT_EQ(ups[0].second, "m");
-  EXPECT_EQ(ups[1].second, "v");
-  ASSERT_EQ(t.nodes[1].inputs.size(), 3u);
-  EXPECT_TRUE(t.initializers.at(t.nodes[1].inputs[2]).data<bool>()[0]);
-  Graph e = passes::to_inference(t);
-  EXPECT_EQ(e.nodes[0].attr_i("training_mode", 1), 0);
-  EXPECT_EQ(e.nodes[0].outputs.size(), 1u);
-  EXPECT_EQ(e.nodes[1].op_type, "Dropout");
-  EXPECT_EQ(e.nodes[1].inputs.size(), 1u);
-  EXPECT_TRUE(passes::batchnorm_state_updates(e).empty());
-}
-
-TEST(RemoveNoops, DropsZeroPadsAndIdentitiesOnly) {
-  Graph g;
-  g.opsets[""] = 17;
-  g.inputs = {"x"};
-  g.outputs = {"out", "kept"};
-  g.initializers["nonzero"] = Tensor::from_vector<int64_t>({4}, {0, 1, 0, 1});
-  Node zeros{"zeros", "Constant", "", {}, {"z"}, {}};
-  zeros.attrs["value"] = Attribute::Tens(Tensor::from_vector<int64_t>({4}, {0, 0, 0, 0}));
-  g.nodes = {zeros,
-             Node{"pad0", "Pad", "", {"x", "z"}, {"p0"}, {}},
-             Node{"id", "Identity", "", {"p0"}, {"i0"}, {}},
-             Node{"relu", "Relu", "", {"i0"}, {"r"}, {}},
-             Node{"pad1", "Pad", "", {"r", "nonzero"}, {"out"}, {}},
-             Node{"keep", "Identity", "", {"r"}, {"kept"}, {}}};
-  Graph r = passes::remove_noops(g);
-  std::vector<std::string> names;
-  for (const Node& n : r.nodes) names.push_back(n.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"relu", "pad1", "keep"}));  // the zero Constant is dead too
-  EXPECT_EQ(r.nodes[0].inputs[0], "x");
-  EXPECT_EQ(r.outputs, g.outputs);
 }
 
 }  // namespace

@@ -1,5 +1,8 @@
-// Options shared by `graphrun grad` and `graphrun show --backward`, turned into the training graph.
+// The pipeline options `grad` and `show` share, read into runtime::PipelineOptions.
 #include "tools/backward_options.h"
+
+#include "runtime/trainer.h"
+#include "tools/optimizer_options.h"
 
 namespace graphrun::cli {
 
@@ -11,19 +14,40 @@ std::vector<Option> backward_options() {
   };
 }
 
-BackwardRequest parse_backward_options(const Args& args) {
-  BackwardRequest r;
-  const std::string loss = args.get("loss", "cross-entropy");
-  if (loss == "cross-entropy") r.loss.kind = autodiff::LossKind::CrossEntropy;
-  else if (loss == "mse") r.loss.kind = autodiff::LossKind::MSE;
-  else throw Error(args.usage_error("--loss must be cross-entropy or mse, got '" + loss + "'"));
-  r.loss.output = args.get("loss-output");
-  for (const auto& f : args.all("freeze")) r.backward.freeze.insert(f);
-  return r;
+Option dump_after_option() {
+  return {"dump-after", "PASS", "print the graph after pass PASS of the pipeline, as text (the names:\n"
+                                "                            graphrun show MODEL --passes)"};
 }
 
-Graph build_backward_graph(const Graph& model, const BackwardRequest& req) {
-  return autodiff::backward(autodiff::attach_loss(model, req.loss), req.backward);
+void check_dump_after_option(const Args& args) {
+  if (!args.has("dump-after")) return;
+  try {
+    passes::check_dump_after(args.get("dump-after"));
+  } catch (const Error& e) {
+    throw Error(args.usage_error(e.what()));
+  }
+}
+
+runtime::PipelineOptions parse_pipeline_options(const Args& args, bool data_parallel) {
+  runtime::PipelineOptions po;
+  po.data_parallel = data_parallel;
+  const std::string loss = args.get("loss", "cross-entropy");
+  if (loss == "cross-entropy") po.loss = autodiff::LossKind::CrossEntropy;
+  else if (loss == "mse") po.loss = autodiff::LossKind::MSE;
+  else throw Error(args.usage_error("--loss must be cross-entropy or mse, got '" + loss + "'"));
+  po.output = args.get("loss-output");
+  for (const auto& f : args.all("freeze")) po.freeze.insert(f);
+  if (args.has("devices")) {
+    try {
+      po.devices = runtime::parse_devices(args.get("devices"));
+    } catch (const Error& e) {
+      throw Error(args.usage_error(std::string("--devices: ") + e.what()));
+    }
+  }
+  po.optimizer = parse_optimizer_options(args, data_parallel);
+  check_dump_after_option(args);
+  po.dump_after = args.get("dump-after");
+  return po;
 }
 
 }  // namespace graphrun::cli

@@ -1,23 +1,25 @@
-// The options `grad` and `show --backward` share (--loss, --freeze, --loss-output) and the graph they
-// describe: the model with its loss attached and its backward graph built.
+// The options that shape the pipeline of `grad` and `show` (--loss, --freeze, --loss-output, --devices,
+// the optimizer flags, --dump-after) and their reading into runtime::PipelineOptions.
 #pragma once
 #include <vector>
 
-#include "autodiff/autodiff.h"
-#include "graph/ir.h"
+#include "runtime/pipeline.h"
 #include "tools/cli.h"
 
 namespace graphrun::cli {
 
+// --loss, --freeze, --loss-output.
 std::vector<Option> backward_options();
+// --dump-after PASS (show, grad and train).
+Option dump_after_option();
 
-struct BackwardRequest {
-  autodiff::LossOptions loss;
-  autodiff::BackwardOptions backward;
-};
-// Reads the options (before any file is loaded); bad values are usage errors (exit 2).
-BackwardRequest parse_backward_options(const Args& args);
-// attach_loss + backward as requested.
-Graph build_backward_graph(const Graph& model, const BackwardRequest& req);
+// Reads the options above, --devices and the optimizer flags (before any file is loaded; bad values
+// are usage errors, exit 2). `data_parallel`: the data-parallel pipeline (grad/show --devices N);
+// its devices are --devices' (one CPU replica when not given). Otherwise the pipeline stops after
+// the backward pass and the optimizer flags are errors.
+runtime::PipelineOptions parse_pipeline_options(const Args& args, bool data_parallel);
+
+// --dump-after: a usage error unless it names a registered pass (exit 2 before any work).
+void check_dump_after_option(const Args& args);
 
 }  // namespace graphrun::cli

@@ -3,7 +3,7 @@
 #include <iostream>
 
 #include "graph/onnx_io.h"
-#include "runtime/trainer.h"
+#include "runtime/pipeline.h"
 #include "tools/backward_options.h"
 #include "tools/cli.h"
 #include "tools/optimizer_options.h"
@@ -21,7 +21,9 @@ const Command& grad_command() {
               "per trainable parameter (every float initializer but --freeze'd ones and BatchNorm statistics).",
               {{"output", "FILE", "where to write the model (also -o FILE; default: MODEL.grad.onnx here)"}},
               "The gradient model passes onnx.checker (full check) and runs with graphrun run; graphrun's own\n"
-              "ops (ConvGrad, MaxPoolGrad, ...) are in the domain ai.graphrun, see docs/ops.md.\n"
+              "ops (ConvGrad, MaxPoolGrad, ...) are in the domain ai.graphrun, see docs/ops.md. The graph is what\n"
+              "the pipeline of `graphrun train` makes of the model up to its backward pass (with --devices: all\n"
+              "of it); `graphrun show MODEL --backward --passes` lists those passes.\n"
               "\n"
               "examples:\n"
               "  graphrun grad models/lenet.onnx -o lenet.grad.onnx\n"
@@ -32,6 +34,7 @@ const Command& grad_command() {
                                          "                            0's graph (all replicas run the same one), with its\n"
                                          "                            AllReduce and SGD update nodes; inputs add lr and loss_scale"});
     for (const auto& o : optimizer_options()) c.options.push_back(o);
+    c.options.push_back(dump_after_option());
     return c;
   }();
   return cmd;
@@ -57,24 +60,10 @@ int cmd_grad(const std::vector<std::string>& argv) {
                                                            : "expected one model file, got " +
                                                                  std::to_string(args.positional().size())));
   const std::string model = args.positional()[0];
-  const BackwardRequest req = parse_backward_options(args);
-  const runtime::OptimizerOptions optimizer = parse_optimizer_options(args);
-  Graph g;
-  if (args.has("devices")) {
-    runtime::PipelineOptions po;
-    try {
-      po.devices = runtime::parse_devices(args.get("devices"));
-    } catch (const Error& e) {
-      throw Error(args.usage_error(std::string("--devices: ") + e.what()));
-    }
-    po.loss = req.loss.kind;
-    po.output = req.loss.output;
-    po.freeze = req.backward.freeze;
-    po.optimizer = optimizer;
-    g = runtime::build_training_graphs(load_onnx(model), po).replicas[0].graph;
-  } else {
-    g = build_backward_graph(load_onnx(model), req);
-  }
+  runtime::PipelineOptions po = parse_pipeline_options(args, args.has("devices"));
+  po.dump = &std::cout;
+  const runtime::TrainingGraphs tg = runtime::build_training_graphs(load_onnx(model), po);
+  const Graph& g = po.data_parallel ? tg.replicas[0].graph : tg.training;
   const std::string out = args.get("output", default_output(model));
   save_onnx(g, out, true);
   int grads = 0;

@@ -1,9 +1,12 @@
-// graphrun show: prints a model (or a graph derived from it) as text, one node a line, or as Graphviz dot.
+// graphrun show: prints a model (or a graph derived from it) as text, one node a line, or as Graphviz
+// dot; or the pipeline of passes that derives it.
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "graph/onnx_io.h"
 #include "graph/printer.h"
+#include "runtime/pipeline.h"
 #include "runtime/trainer.h"
 #include "tools/backward_options.h"
 #include "tools/cli.h"
@@ -13,8 +16,8 @@ namespace graphrun::cli {
 
 namespace {
 
-// The options of `show`. Graph transforms (--backward, --devices) add theirs here and handle them
-// in graph_to_show.
+// The options of `show`. The graph transforms (--backward, --devices) choose the pipeline in
+// pipeline_of; the options that shape it are backward_options and optimizer_options.
 std::vector<Option> show_options() {
   std::vector<Option> r = {
       {"format", "FMT", "text (default) or dot (Graphviz)"},
@@ -22,6 +25,9 @@ std::vector<Option> show_options() {
       {"backward", "", "show forward + loss + backward (the graph `graphrun grad` writes)"},
       {"devices", "N", "the per-device training graph of N CPU replicas (or cpu:0,cpu:1): forward, loss,\n"
                        "                            backward, AllReduce and SGD nodes (every replica runs the same graph)"},
+      {"passes", "", "print the pipeline instead of a graph: one line per pass (name, options, what it\n"
+                     "                            does); that of graphrun train, or with --backward that of graphrun grad"},
+      dump_after_option(),
   };
   for (const auto& o : backward_options()) r.push_back(o);
   for (const auto& o : optimizer_options()) r.push_back(o);
@@ -31,37 +37,31 @@ std::vector<Option> show_options() {
 const Command& show_command() {
   static const Command cmd{
       "show",
-      "graphrun show MODEL.onnx [--format text|dot] [-o FILE] [--backward [--loss KIND] [--freeze NAMES]]",
+      "graphrun show MODEL.onnx [--format text|dot] [-o FILE] [--backward | --devices N] [--passes | --dump-after PASS]",
       "Prints a model: its inputs, parameters, one node a line with dtypes and shapes, and its outputs.",
       show_options(),
+      "--backward and --devices print what the pipeline of passes makes of the model (the graph of\n"
+      "graphrun grad, and of grad/train --devices N); --passes lists that pipeline, and --dump-after PASS\n"
+      "prints the graph after one of its passes instead of the last. Without --backward or --devices,\n"
+      "--passes and --dump-after refer to the pipeline of graphrun train.\n"
+      "\n"
       "examples:\n"
       "  graphrun show models/lenet.onnx\n"
       "  graphrun show models/lenet.onnx --backward --freeze conv1.weight\n"
-      "  graphrun show models/lenet.onnx --format dot -o lenet.dot && dot -Tsvg lenet.dot > lenet.svg"};
+      "  graphrun show models/lenet.onnx --format dot -o lenet.dot && dot -Tsvg lenet.dot > lenet.svg\n"
+      "  graphrun show models/lenet.onnx --passes --devices 2 --optimizer adam\n"
+      "  graphrun show models/lenet.onnx --backward --dump-after attach_loss"};
   return cmd;
 }
 
-// The graph to print: the model as loaded, or what the transform options make of it. Each transform
-// is a Graph -> Graph step applied here, in order (e.g. --backward, then --devices).
-Graph graph_to_show(const Args& args, Graph g) {
-  if (args.has("devices")) {
-    runtime::PipelineOptions po;
-    try {
-      po.devices = runtime::parse_devices(args.get("devices"));
-    } catch (const Error& e) {
-      throw Error(args.usage_error(std::string("--devices: ") + e.what()));
-    }
-    po.output = args.get("loss-output");
-    if (args.get("loss", "cross-entropy") == "mse") po.loss = autodiff::LossKind::MSE;
-    for (const auto& f : args.all("freeze")) po.freeze.insert(f);
-    po.optimizer = parse_optimizer_options(args);
-    g = runtime::build_training_graphs(g, po).replicas[0].graph;
-  } else if (args.has("backward")) {
-    g = build_backward_graph(g, parse_backward_options(args));
-  }
-  // Values a transform added get their dtypes and shapes for printing.
-  infer_shapes(g);
-  return g;
+bool transforms(const Args& args) {
+  return args.has("backward") || args.has("devices") || args.has("passes") || args.has("dump-after");
+}
+
+// The pipeline options of the graph to show: grad's pipeline with --backward alone, otherwise the
+// data-parallel one (show --devices N, and train's for --passes / --dump-after).
+runtime::PipelineOptions pipeline_of(const Args& args) {
+  return parse_pipeline_options(args, args.has("devices") || !args.has("backward"));
 }
 
 }  // namespace
@@ -79,18 +79,44 @@ int cmd_show(const std::vector<std::string>& argv) {
   const std::string format = args.get("format", "text");
   if (format != "text" && format != "dot")
     throw Error(args.usage_error("--format must be text or dot, got '" + format + "'"));
-
+  if (args.has("passes") && (args.has("dump-after") || format != "text"))
+    throw Error(args.usage_error("--passes prints the pipeline as text; it takes no --dump-after or --format dot"));
   for (const char* o : {"loss", "freeze", "loss-output"})
-    if (args.has(o) && !args.has("backward") && !args.has("devices"))
-      throw Error(args.usage_error("--" + std::string(o) + " needs --backward or --devices"));
-  if (args.has("backward") || args.has("devices")) parse_backward_options(args);  // bad values fail before the model loads
-  parse_optimizer_options(args);
+    if (args.has(o) && !transforms(args))
+      throw Error(args.usage_error("--" + std::string(o) + " needs --backward, --devices, --passes or --dump-after"));
+  // Bad values fail before the model loads.
+  runtime::PipelineOptions po;
+  if (transforms(args)) po = pipeline_of(args);
+  else parse_optimizer_options(args, false);
 
-  Graph g = graph_to_show(args, load_onnx(args.positional()[0]));
-  std::string text = format == "dot" ? print_dot(g) : print_text(g);
-  if (args.has("devices") && format == "text")
-    text = "# device graph of replica 0 of " + runtime::devices_str(runtime::parse_devices(args.get("devices"))) +
-           "; every replica runs this same graph, its AllReduce nodes summing over all of them\n" + text;
+  Graph g = load_onnx(args.positional()[0]);
+  std::string text;
+  if (args.has("passes")) {
+    text = "# the passes of graphrun " +
+           std::string(po.data_parallel ? "train (and of grad/show --devices N)" : "grad (and of show --backward)") +
+           ", in order" + (po.data_parallel ? "; then one copy of the graph per replica" : "") + "\n" +
+           runtime::training_pipeline(g, po).listing();
+  } else if (args.has("dump-after")) {
+    g = runtime::training_pipeline(g, po).until(po.dump_after).run(g);
+    std::ostringstream os;
+    if (format == "dot") {
+      infer_shapes(g);
+      os << print_dot(g);
+    } else {
+      passes::dump_graph(os, po.dump_after, g);
+    }
+    text = os.str();
+  } else {
+    if (transforms(args)) {
+      const runtime::TrainingGraphs tg = runtime::build_training_graphs(g, po);
+      g = po.data_parallel ? tg.replicas[0].graph : tg.training;
+    }
+    infer_shapes(g);  // values the passes added get their dtypes and shapes for printing
+    text = format == "dot" ? print_dot(g) : print_text(g);
+    if (args.has("devices") && format == "text")
+      text = "# device graph of replica 0 of " + runtime::devices_str(po.devices) +
+             "; every replica runs this same graph, its AllReduce nodes summing over all of them\n" + text;
+  }
 
   if (!args.has("output")) {
     std::cout << text;

@@ -7,6 +7,7 @@
 #include "graph/onnx_io.h"
 #include "runtime/trainer.h"
 #include "runtime/device.h"
+#include "tools/backward_options.h"
 #include "tools/cli.h"
 
 namespace graphrun::cli {
@@ -65,6 +66,7 @@ const Command& train_command() {
           {"keep-checkpoints", "K", "keep the newest K checkpoints (default 3)"},
           {"resume", "", "continue from the newest checkpoint in --checkpoint-dir (same model and\n"
                          "                            settings): the same weights as an uninterrupted run"},
+          dump_after_option(),
       },
       "The model takes images f32[N,1,28,28] (pixels / 255) and returns class scores f32[N,classes].\n"
       "Output: a progress bar (on a terminal), one line per epoch, and `test acc: 0.84, 5.1 sec/epoch on [...]`;\n"
@@ -203,6 +205,9 @@ int cmd_train(const std::vector<std::string>& argv) {
   if ((args.has("lr-step-size") || args.has("lr-gamma")) && o.schedule.kind != runtime::LrSchedule::Kind::Step)
     throw bad("--lr-step-size/--lr-gamma need --lr-schedule step");
   for (const auto& f : args.all("freeze")) o.pipeline.freeze.insert(f);
+  check_dump_after_option(args);
+  o.pipeline.dump_after = args.get("dump-after");
+  o.pipeline.dump = &std::cout;
   if (args.has("normalize")) {
     const auto ms = args.all("normalize");
     double mean = 0, sd = 0;

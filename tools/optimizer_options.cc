@@ -17,10 +17,10 @@ std::vector<Option> optimizer_options() {
   };
 }
 
-runtime::OptimizerOptions parse_optimizer_options(const Args& args) {
+runtime::OptimizerOptions parse_optimizer_options(const Args& args, bool data_parallel) {
   auto bad = [&](const std::string& msg) { return Error(args.usage_error(msg)); };
   for (const auto& o : optimizer_options())
-    if (args.has(o.name) && !args.has("devices")) throw bad("--" + o.name + " needs --devices");
+    if (args.has(o.name) && !data_parallel) throw bad("--" + o.name + " needs --devices");
   runtime::OptimizerOptions opt;
   opt.kind = args.get("optimizer", "sgd");
   if (opt.kind != "sgd" && opt.kind != "adam" && opt.kind != "adamw")

@@ -9,7 +9,8 @@
 namespace graphrun::cli {
 
 std::vector<Option> optimizer_options();
-// Reads the flags above (usage errors for bad values); torch's defaults where not given.
-runtime::OptimizerOptions parse_optimizer_options(const Args& args);
+// Reads the flags above (usage errors for bad values, and for any of them when the pipeline has no
+// optimizer, !data_parallel: "needs --devices"); torch's defaults where not given.
+runtime::OptimizerOptions parse_optimizer_options(const Args& args, bool data_parallel);
 
 }  // namespace graphrun::cli

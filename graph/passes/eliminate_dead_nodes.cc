@@ -5,6 +5,11 @@
 
 namespace graphrun {
 
+namespace {
+const passes::PassInfo& kInfo =
+    passes::register_pass("eliminate_dead_nodes", "removes the nodes no graph output depends on");
+}  // namespace
+
 Graph eliminate_dead_nodes(const Graph& g) {
   std::unordered_set<std::string> live(g.outputs.begin(), g.outputs.end());
   std::vector<bool> keep(g.nodes.size(), false);
@@ -27,5 +32,7 @@ Graph eliminate_dead_nodes(const Graph& g) {
   for (const auto& v : dropped) r.values.erase(v);
   return r;
 }
+
+passes::Pass eliminate_dead_nodes_pass() { return passes::make_pass(kInfo, "", eliminate_dead_nodes); }
 
 }  // namespace graphrun

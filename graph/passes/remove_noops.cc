@@ -7,6 +7,9 @@ namespace graphrun::passes {
 
 namespace {
 
+const PassInfo& kInfo =
+    register_pass("remove_noops", "drops Identity nodes and all-zero Pads (PyTorch exports them), readers rewired");
+
 // The constant value of `v` if an initializer or a Constant node (value attribute) defines it.
 const Tensor* constant_of(const Graph& g, const std::string& v) {
   auto it = g.initializers.find(v);
@@ -70,5 +73,7 @@ Graph remove_noops(const Graph& g) {
   r.nodes = std::move(live);
   return r;
 }
+
+Pass remove_noops_pass() { return make_pass(kInfo, "", remove_noops); }
 
 }  // namespace graphrun::passes

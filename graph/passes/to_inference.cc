@@ -3,6 +3,11 @@
 
 namespace graphrun::passes {
 
+namespace {
+const PassInfo& kInfo =
+    register_pass("to_inference", "the evaluation form: BatchNorm on running statistics, Dropout passing through");
+}  // namespace
+
 Graph to_inference(const Graph& g) {
   Graph r = g;
   for (Node& n : r.nodes) {
@@ -18,5 +23,7 @@ Graph to_inference(const Graph& g) {
   }
   return r;
 }
+
+Pass to_inference_pass() { return make_pass(kInfo, "", to_inference); }
 
 }  // namespace graphrun::passes

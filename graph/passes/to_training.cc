@@ -4,6 +4,11 @@
 
 namespace graphrun::passes {
 
+namespace {
+const PassInfo& kInfo = register_pass(
+    "to_training", "the training form: BatchNorm on batch statistics (running-stat outputs), Dropout drawing masks");
+}  // namespace
+
 Graph to_training(const Graph& g) {
   Graph r = g;
   bool has_bn = false;
@@ -46,6 +51,8 @@ Graph to_training(const Graph& g) {
   if (has_bn && r.opset("") < 14) r.opsets[""] = 15;
   return r;
 }
+
+Pass to_training_pass() { return make_pass(kInfo, "", to_training); }
 
 std::vector<std::pair<std::string, std::string>> batchnorm_state_updates(const Graph& g) {
   std::vector<std::pair<std::string, std::string>> r;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "graph/ir.h"
+#include "graph/passes/pass.h"
 
 namespace graphrun::passes {
 
@@ -13,6 +14,7 @@ namespace graphrun::passes {
 // and only its Y output; every Dropout loses its training_mode input and mask output (so it passes
 // its input through). Other nodes are unchanged.
 Graph to_inference(const Graph& g);
+Pass to_inference_pass();
 
 // Training form (graph/passes/to_training.cc): every BatchNormalization whose running mean and
 // variance are initializers gets training_mode = 1 and outputs running_mean/running_var (named
@@ -21,6 +23,7 @@ Graph to_inference(const Graph& g);
 // for BatchNormalization's training_mode (raises the opset from 9..13 to 15, the earliest whose
 // BatchNormalization schema both forms share).
 Graph to_training(const Graph& g);
+Pass to_training_pass();
 
 // The (running statistic output, initializer) pairs of a training-form graph: what the executor's
 // state_updates must persist after each step.

@@ -1,0 +1,93 @@
+// Load-time pass fill_reshape_dims: Reshape output shapes ONNX's inference leaves unknown.
+#include "graph/passes/fill_reshape_dims.h"
+
+#include <map>
+#include <set>
+
+namespace graphrun::passes {
+
+bool fill_reshape_dims(onnx::ModelProto& m,
+                       const std::unordered_map<std::string, onnx::TensorShapeProto>& shape_data) {
+  auto* g = m.mutable_graph();
+  std::map<std::string, onnx::TypeProto*> types;
+  for (auto* list : {g->mutable_input(), g->mutable_value_info(), g->mutable_output()})
+    for (auto& v : *list)
+      if (v.type().has_tensor_type()) types[v.name()] = v.mutable_type();
+  bool filled = false;
+  for (const auto& n : g->node()) {
+    const bool onnx_domain = n.domain().empty() || n.domain() == "ai.onnx";
+    if (n.op_type() != "Reshape" || !onnx_domain || n.input_size() < 2 || n.output_size() < 1) continue;
+    auto in = types.find(n.input(0));
+    auto target = shape_data.find(n.input(1));
+    if (in == types.end() || !in->second->tensor_type().has_shape() || target == shape_data.end()) continue;
+    const auto& in_shape = in->second->tensor_type().shape();
+    bool allowzero = false;
+    for (const auto& a : n.attribute())
+      if (a.name() == "allowzero") allowzero = a.i() != 0;
+    // The output as far as the target says: sizes, symbols, and one dimension to solve for.
+    std::multiset<std::string> in_symbols, out_symbols;
+    int64_t in_known = 1, out_known = 1;
+    bool ok = true;
+    for (const auto& d : in_shape.dim()) {
+      if (d.has_dim_value()) in_known *= d.dim_value();
+      else if (d.has_dim_param() && !d.dim_param().empty()) in_symbols.insert(d.dim_param());
+      else ok = false;
+    }
+    onnx::TensorShapeProto out;
+    int solve = -1;
+    for (int i = 0; i < target->second.dim_size() && ok; ++i) {
+      const auto& t = target->second.dim(i);
+      auto* d = out.add_dim();
+      if (t.has_dim_value() && t.dim_value() == 0 && !allowzero) {
+        if (i >= in_shape.dim_size()) ok = false;
+        else *d = in_shape.dim(i);
+      } else if (t.has_dim_value() && t.dim_value() == -1) {
+        if (solve >= 0) ok = false;
+        solve = i;
+        continue;
+      } else if (t.has_dim_value() && t.dim_value() >= 0) {
+        d->set_dim_value(t.dim_value());
+      } else if (t.has_dim_param() && !t.dim_param().empty()) {
+        d->set_dim_param(t.dim_param());
+      } else {
+        ok = false;
+      }
+      if (d->has_dim_value()) out_known *= d->dim_value();
+      else if (d->has_dim_param()) out_symbols.insert(d->dim_param());
+    }
+    if (!ok) continue;
+    if (solve >= 0) {
+      if (in_symbols != out_symbols || out_known <= 0 || in_known % out_known != 0) continue;
+      out.mutable_dim(solve)->set_dim_value(in_known / out_known);
+    }
+    // Fill the output's type where it is unknown; keep what is known.
+    onnx::TypeProto* type;
+    auto it = types.find(n.output(0));
+    if (it != types.end()) {
+      type = it->second;
+    } else {
+      auto* v = g->add_value_info();
+      v->set_name(n.output(0));
+      type = v->mutable_type();
+      types[n.output(0)] = type;
+    }
+    auto* tt = type->mutable_tensor_type();
+    if (!tt->elem_type()) tt->set_elem_type(in->second->tensor_type().elem_type());
+    if (!tt->has_shape()) {
+      *tt->mutable_shape() = out;
+      filled = true;
+    } else if (tt->shape().dim_size() == out.dim_size()) {
+      for (int i = 0; i < out.dim_size(); ++i) {
+        auto* d = tt->mutable_shape()->mutable_dim(i);
+        if (!d->has_dim_value() && (!d->has_dim_param() || d->dim_param().empty()) &&
+            (out.dim(i).has_dim_value() || out.dim(i).has_dim_param())) {
+          *d = out.dim(i);
+          filled = true;
+        }
+      }
+    }
+  }
+  return filled;
+}
+
+}  // namespace graphrun::passes

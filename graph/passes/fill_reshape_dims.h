@@ -1,0 +1,19 @@
+// Load-time pass fill_reshape_dims: the output shapes of Reshapes whose target ONNX shape inference
+// computed but could not divide out (torch's flatten), filled in before a second inference round.
+// It rewrites the ONNX proto during graph::load_onnx's shape inference, so it is not a Graph pass.
+#pragma once
+#include <onnx/onnx_pb.h>
+
+#include <string>
+#include <unordered_map>
+
+namespace graphrun::passes {
+
+// Reshape(x[N,50,4,4], [N,-1]) (the target computed by Shape/Gather/Concat) comes out of ONNX shape
+// inference as [N,?] or, before opset 14, untyped: ONNX does not divide out symbols. `shape_data`
+// holds what ONNX's data propagation found for such shape tensors. When input and output hold the
+// same symbols, the -1 dimension is the quotient of the known sizes (800 here). Fills the output
+// types of `m` where they are unknown (keeping what is known); returns whether it filled anything.
+bool fill_reshape_dims(onnx::ModelProto& m, const std::unordered_map<std::string, onnx::TensorShapeProto>& shape_data);
+
+}  // namespace graphrun::passes

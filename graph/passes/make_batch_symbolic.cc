@@ -1,0 +1,26 @@
+// Pass make_batch_symbolic: an input's batch dimension made symbolic.
+#include "graph/passes/make_batch_symbolic.h"
+
+namespace graphrun::passes {
+
+namespace {
+const PassInfo& kInfo = register_pass(
+    "make_batch_symbolic", "the input's batch dimension becomes a symbol: shards and the last batch vary in size");
+}  // namespace
+
+Graph make_batch_symbolic(const Graph& g, const std::string& input, const std::string& symbol) {
+  GR_CHECK(!g.inputs.empty() || !input.empty(), "graph '" << g.name << "' has no input to batch");
+  const std::string name = input.empty() ? g.inputs[0] : input;
+  GR_CHECK(g.is_input(name), "graph '" << g.name << "' has no input named '" << name << "'");
+  Graph r = g;
+  auto it = r.values.find(name);
+  if (it != r.values.end() && it->second.has_shape && !it->second.shape.empty()) it->second.shape[0] = Dim(symbol);
+  return r;
+}
+
+Pass make_batch_symbolic_pass(const std::string& input, const std::string& symbol) {
+  return make_pass(kInfo, format_options({{"input", input}, {"dim", symbol}}),
+                   [input, symbol](const Graph& g) { return make_batch_symbolic(g, input, symbol); });
+}
+
+}  // namespace graphrun::passes

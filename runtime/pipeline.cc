@@ -1,0 +1,68 @@
+// training_pipeline: the command's options -> the list of passes; build_training_graphs runs it.
+#include "runtime/pipeline.h"
+
+#include "graph/passes/bucket_allreduce.h"
+#include "graph/passes/make_batch_symbolic.h"
+#include "graph/passes/remove_noops.h"
+#include "graph/passes/train_mode.h"
+
+namespace graphrun::runtime {
+
+passes::Pipeline training_pipeline(const Graph& model, const PipelineOptions& opts) {
+  const TrainingGraphs names;
+  std::string image;
+  if (opts.data_parallel) {
+    GR_CHECK(model.inputs.size() == 1, "model '" << model.name << "' has " << model.inputs.size()
+                                                 << " inputs; graphrun train feeds exactly one (the images)");
+    GR_CHECK(!model.outputs.empty(), "model '" << model.name << "' has no outputs");
+    image = model.inputs[0];
+    const std::string logits = opts.output.empty() ? model.outputs[0] : opts.output;
+    GR_CHECK(model.is_output(logits), "model '" << model.name << "' has no output named '" << logits << "'");
+  }
+  passes::Pipeline p;
+  p.add(passes::remove_noops_pass()).add(passes::to_training_pass());
+  // The batch dimension varies (shards, the last batch): never fixed.
+  if (opts.data_parallel) p.add(passes::make_batch_symbolic_pass(image));
+
+  autodiff::LossOptions lo;
+  lo.kind = opts.loss;
+  lo.output = opts.output.empty() && !model.outputs.empty() ? model.outputs[0] : opts.output;
+  lo.labels = names.labels;
+  lo.loss = names.loss;
+  p.add(autodiff::attach_loss_pass(lo));
+
+  autodiff::BackwardOptions bo;
+  bo.loss = names.loss;
+  bo.freeze = opts.freeze;
+  // Each replica's loss is its shard's, scaled to the global batch by the seed it is fed.
+  if (opts.data_parallel) bo.loss_grad_input = names.loss_scale;
+  p.add(autodiff::backward_pass(bo));
+
+  if (opts.data_parallel) {
+    ReplicateOptions ro;
+    ro.devices = opts.devices;
+    ro.optimizer = opts.optimizer;
+    ro.bucket_bytes = opts.bucket_bytes;
+    const passes::Pipeline replication = replication_passes(ro);
+    for (const passes::Pass& pass : replication.passes()) p.add(pass);
+  }
+  return p;
+}
+
+TrainingGraphs build_training_graphs(const Graph& model, const PipelineOptions& opts) {
+  const passes::Pipeline pipeline = training_pipeline(model, opts);
+  if (!opts.dump_after.empty()) passes::check_dump_after(opts.dump_after, &pipeline);
+  TrainingGraphs tg;
+  tg.forward = model;
+  tg.image = opts.data_parallel ? model.inputs[0] : "";
+  tg.logits = opts.output.empty() && !model.outputs.empty() ? model.outputs[0] : opts.output;
+  const Graph last = pipeline.run(model, [&](const passes::Pass& pass, const Graph& g) {
+    if (pass.name() == "backward") tg.training = g;
+    if (opts.dump && pass.name() == opts.dump_after) passes::dump_graph(*opts.dump, pass.name(), g);
+  });
+  tg.params = passes::gradient_params(tg.training);
+  if (opts.data_parallel) tg.replicas = device_copies(last, opts.devices);
+  return tg;
+}
+
+}  // namespace graphrun::runtime

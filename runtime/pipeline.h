@@ -1,0 +1,55 @@
+// The pipeline of named passes that turns a forward model into the graphs graphrun grad, show and
+// train work on, built from a command's options by one function (training_pipeline).
+#pragma once
+#include <cstddef>
+#include <iosfwd>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "autodiff/autodiff.h"
+#include "graph/ir.h"
+#include "graph/passes/pass.h"
+#include "runtime/replicate.h"
+
+namespace graphrun::runtime {
+
+// Everything derived from a forward model for data-parallel training.
+struct TrainingGraphs {
+  Graph forward;    // the model as given
+  Graph training;   // training form + loss + backward (one replica's loss scaled to the global batch)
+  std::vector<DeviceGraph> replicas;
+  std::vector<std::string> params;  // trained parameters
+  std::string image, logits, labels = "labels", loss = "loss", loss_scale = "loss_scale";
+};
+
+struct PipelineOptions {
+  std::vector<Device> devices{Device{}};
+  autodiff::LossKind loss = autodiff::LossKind::CrossEntropy;
+  std::string output;  // the model output the loss reads; default the first
+  std::set<std::string> freeze;
+  OptimizerOptions optimizer;
+  size_t bucket_bytes = size_t(4) << 20;
+  // false: stop after the backward pass (graphrun grad and show --backward without --devices): the
+  // loss gradient is seeded with 1, the inputs keep their shapes, no AllReduce, no optimizer, no
+  // replicas; the model may have several inputs.
+  bool data_parallel = true;
+  // --dump-after: the graph after the pass of this name is written as text to *dump.
+  std::string dump_after;
+  std::ostream* dump = nullptr;
+};
+
+// The passes a command runs on `model`, with their options: the one place that decides them.
+//   remove_noops -> to_training -> [make_batch_symbolic] -> attach_loss -> backward
+//     -> [bucket_allreduce -> add_optimizer -> state_updates]            ([...]: data_parallel only)
+// data_parallel checks what training feeds: exactly one model input (the images, whose batch
+// dimension becomes the symbol N) and the output the loss reads. What is trained is
+// autodiff::trainable_params's rule.
+passes::Pipeline training_pipeline(const Graph& model, const PipelineOptions& opts);
+
+// Runs training_pipeline(model, opts) (dumping as opts say; an unknown --dump-after pass is an
+// Error listing the passes): `training` is the graph after backward, `replicas` one copy of the final
+// graph per device (none without data_parallel), `params` the parameters with a gradient.
+TrainingGraphs build_training_graphs(const Graph& model, const PipelineOptions& opts);
+
+}  // namespace graphrun::runtime
