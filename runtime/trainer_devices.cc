@@ -123,7 +123,6 @@ void Trainer::setup_replicas() {
   for (int d = 0; d < D; ++d) {
     auto r = std::make_unique<Replica>();
     r->rank = d;
-    r->device = devs[d];
     r->data = data[d];
     ExecOptions ro;
     ro.device = devs[d];

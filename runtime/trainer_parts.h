@@ -44,7 +44,6 @@ std::unique_ptr<Feed> make_feed(const data::Dataset& train, const DeviceData& da
 
 struct Trainer::Replica {
   int rank = 0;
-  Device device;
   std::shared_ptr<const DeviceData> data;
   std::unique_ptr<Executor> exec;
   std::unique_ptr<Feed> feed;

@@ -20,13 +20,6 @@ using testing::have_data;
 using testing::lenet_path;
 using testing::quick;
 
-std::map<std::string, Tensor> params_of(Trainer& t) {
-  std::map<std::string, Tensor> r;
-  for (int d = 0; d < t.replicas(); ++d)
-    for (const auto& [name, v] : t.replica(d).states()) r["r" + std::to_string(d) + "/" + name] = v.clone();
-  return r;
-}
-
 // Resume equivalence: a run killed after a mid-epoch checkpoint and resumed by a new Trainer ends
 // with bitwise the same state (weights, Adam moments) as the uninterrupted run, on two replicas.
 TEST(TrainerResume, ResumeFromCheckpointIsBitwiseTheUninterruptedRun) {
@@ -42,12 +35,7 @@ TEST(TrainerResume, ResumeFromCheckpointIsBitwiseTheUninterruptedRun) {
   o.checkpoint_dir = testing::temp_dir("trainer_resume");
   o.checkpoint_every = 3;
   o.keep_checkpoints = 10;
-  std::map<std::string, Tensor> full;
-  {
-    Trainer t(model, o);
-    t.fit();
-    full = params_of(t);
-  }
+  const auto full = testing::states_after_fit(model, o);
   // Checkpoints at global steps 3 (epoch 1), 5 (end of 1), 6 (epoch 2), 9, 10 (end of 2).
   namespace fs = std::filesystem;
   const std::vector<std::string> names = testing::checkpoint_files(o.checkpoint_dir);
@@ -55,14 +43,7 @@ TEST(TrainerResume, ResumeFromCheckpointIsBitwiseTheUninterruptedRun) {
   EXPECT_EQ(names[0], runtime::checkpoint_name(0, 3));
   // "Kill" after step 6: only the checkpoints up to it exist.
   for (size_t i = 3; i < names.size(); ++i) fs::remove(o.checkpoint_dir + "/" + names[i]);
-  TrainOptions r = o;
-  r.resume = true;
-  Trainer t(model, r);
-  t.fit();
-  auto resumed = params_of(t);
-  ASSERT_EQ(resumed.size(), full.size());
-  for (const auto& [name, v] : full) EXPECT_EQ(testing::max_abs_diff(resumed.at(name), v), 0) << name;
-  EXPECT_EQ(t.global_step(), 10);
+  EXPECT_EQ(testing::expect_resume_ends_with(model, o, full), 10);
 
   // Keep only the newest few.
   TrainOptions k = o;
@@ -110,24 +91,13 @@ TEST(TrainerResume, ResumeKeepsPerReplicaRunningStatisticsAndDropoutRng) {
   o.checkpoint_dir = dir + "/ck";
   o.checkpoint_every = 3;
   o.keep_checkpoints = 10;
-  std::map<std::string, Tensor> full;
-  {
-    Trainer t(model, o);
-    t.fit();
-    full = params_of(t);
-  }
+  const auto full = testing::states_after_fit(model, o);
   // Lost: everything after the checkpoint at step 6 (mid-epoch 2, replicas' statistics differ).
   testing::remove_checkpoints_after(o.checkpoint_dir, runtime::checkpoint_name(1, 6));
   auto ck = runtime::load_checkpoint(runtime::latest_checkpoint(o.checkpoint_dir));
   EXPECT_EQ(ck.meta.at("global_step"), "6");
   EXPECT_TRUE(ck.tensors.count("replica1/bn.mean")) << "the replicas' running statistics should differ mid-epoch";
-  TrainOptions re = o;
-  re.resume = true;
-  Trainer t(model, re);
-  t.fit();
-  auto resumed = params_of(t);
-  ASSERT_EQ(resumed.size(), full.size());
-  for (const auto& [name, v] : full) EXPECT_EQ(testing::max_abs_diff(resumed.at(name), v), 0) << name;
+  testing::expect_resume_ends_with(model, o, full);
   EXPECT_GT(testing::max_abs_diff(full.at("r0/bn.mean"), model.initializers.at("bn.mean")), 0);
 }
 
