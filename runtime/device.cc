@@ -1,4 +1,4 @@
-// The device registry and host<->device tensor copies shared by every backend.
+// The device registry, host<->device tensor copies and asynchronous readback shared by every backend.
 #include "runtime/device.h"
 
 #include <algorithm>
@@ -38,12 +38,13 @@ std::atomic<DeviceBackend*>& override_slot(Device::Kind kind) { return g_overrid
 }  // namespace
 
 void override_backend(Device::Kind kind, DeviceBackend* backend) {
-  GR_CHECK(kind != Device::Kind::CPU, "the CPU has no device backend to override");
+  // The CPU kernels are every other device's reference: they stay the CPU's.
+  GR_CHECK(kind != Device::Kind::CPU, "the CPU backend cannot be overridden");
   override_slot(kind).store(backend);
 }
 
 DeviceBackend* backend_for(Device::Kind kind) {
-  if (kind == Device::Kind::CPU) return nullptr;
+  if (kind == Device::Kind::CPU) return cpu_backend();
   if (DeviceBackend* o = override_slot(kind).load()) return o;
   if (kind == Device::Kind::CUDA) return cuda_backend();
   return nullptr;
@@ -64,6 +65,9 @@ bool backend_available(Device::Kind kind, std::string* why) {
 }
 
 bool cuda_available(std::string* why) { return backend_available(Device::Kind::CUDA, why); }
+
+// Device kinds below are memory kinds: a CPU tensor is host memory, any other kind's is not.
+bool shares_memory(Device a, Device b) { return a == b || (a.is_cpu() && b.is_cpu()); }
 
 Tensor to_device(const Tensor& t, Device d) {
   if (!t.defined() || t.device() == d) return t;
@@ -91,6 +95,35 @@ Tensor to_host(const Tensor& t) {
   Tensor r(t.dtype(), t.shape());
   if (t.nbytes()) b->copy_device_to_host(t.device(), r.raw(), t.raw(), t.nbytes());
   return r;
+}
+
+Tensor host_readable(const Tensor& t) { return !t.defined() || t.device().is_cpu() ? t : to_host(t); }
+
+HostReadback::HostReadback(DeviceBackend* backend, Device device, int slots, int values)
+    : backend_(backend), device_(device), values_(values) {
+  pinned_ = static_cast<float*>(backend_->allocate_pinned(device_, sizeof(float) * slots * values));
+  for (int k = 0; k < slots; ++k) events_.push_back(backend_->create_event(device_));
+}
+
+HostReadback::~HostReadback() {
+  for (void* e : events_) backend_->destroy_event(device_, e);
+  backend_->free_pinned(device_, pinned_);
+}
+
+void HostReadback::post(int slot, const std::vector<const Tensor*>& values) {
+  GR_CHECK(static_cast<int>(values.size()) == values_, "readback of " << values.size() << " values into rows of " << values_);
+  for (int i = 0; i < values_; ++i) {
+    const Tensor& t = *values[i];
+    GR_CHECK(t.dtype() == DType::F32 && t.numel() == 1, "readback of a " << dtype_name(t.dtype()) << shape_str(t.shape())
+                                                                         << " value (expected one f32)");
+    backend_->copy_device_to_host_async(device_, pinned_ + slot * values_ + i, t.raw(), sizeof(float));
+  }
+  backend_->record_event(device_, events_.at(slot));
+}
+
+const float* HostReadback::read(int slot) {
+  backend_->wait_event(device_, events_.at(slot));
+  return pinned_ + slot * values_;
 }
 
 }  // namespace graphrun::runtime

@@ -1,5 +1,5 @@
-// The device hook: memory, copies and the kernel table of a non-CPU device (CUDA), behind one interface
-// the executor and the trainer use. The CPU needs none of it; backend_for(CPU) is nullptr.
+// The device hook: memory, copies, events, the kernel table and the communicators of a device kind
+// (the CPU, CUDA, a test's simulated device), behind the one interface the executor and the trainer use.
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -7,14 +7,16 @@
 #include <vector>
 
 #include "graph/tensor.h"
+#include "runtime/comm/communicator.h"  // make_communicators hands out owners: callers need the type
 #include "runtime/kernel.h"
 
 namespace graphrun::runtime {
 
-class Communicator;
-
 // Work a backend enqueues is ordered on the device's compute stream; copies to the host and
 // synchronize() wait for it. Every call takes the device it acts on (a backend serves all its devices).
+// The CPU's backend (runtime/cpu_backend.cc) is the synchronous case: its memory is the host's, a copy
+// is a memcpy, every call has finished when it returns, and cpu:0, cpu:1, ... are logical devices (one
+// per replica) that share the host's memory.
 class DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
@@ -22,7 +24,7 @@ class DeviceBackend {
   virtual int device_count() const = 0;                // 0 when unavailable
   virtual std::string unavailable_reason() const = 0;  // "" when at least one device is usable
 
-  // Device memory: from a caching allocator (no driver allocation in the steady state).
+  // Device memory: from a caching allocator (no driver allocation in the steady state); 64-byte aligned.
   virtual void* allocate(Device d, size_t bytes) = 0;
   virtual void deallocate(Device d, void* p) = 0;
   virtual void copy_host_to_device(Device d, void* dst, const void* src, size_t bytes) = 0;
@@ -51,12 +53,16 @@ class DeviceBackend {
   virtual std::vector<std::unique_ptr<Communicator>> make_communicators(const std::vector<Device>& replicas) = 0;
   // Deterministic algorithms (cuDNN) from now on, at some cost in speed.
   virtual void set_deterministic(bool on) = 0;
+  // Whether AllReduce should overlap the backward pass unless told otherwise (ExecOptions::
+  // async_kernels): it pays where collectives run on a stream of their own (GPUs); on the CPU the
+  // communication threads compete with the replicas for the cores (README, "Measured").
+  virtual bool overlap_allreduce_by_default() const { return true; }
 
   // An owning tensor in device memory; contents undefined.
   Tensor empty(Device d, DType dtype, Shape shape);
 };
 
-// The backend of a device kind, or nullptr (CPU, or a kind this build does not include).
+// The backend of a device kind, or nullptr (a kind this build does not include).
 DeviceBackend* backend_for(Device::Kind kind);
 // True when kernels of `kind` can run here; otherwise *why (if given) says why in one line.
 bool backend_available(Device::Kind kind, std::string* why = nullptr);
@@ -67,6 +73,8 @@ bool backend_available(Device::Kind kind, std::string* why = nullptr);
 // Install it before creating executors on that kind and keep it alive while they exist.
 void override_backend(Device::Kind kind, DeviceBackend* backend);
 
+// The CPU's backend (runtime/cpu_backend.cc): always there.
+DeviceBackend* cpu_backend();
 // The built-in CUDA backend, or nullptr when graphrun was built without CUDA (runtime/cuda/).
 DeviceBackend* cuda_backend();
 // True when CUDA kernels can run here (through an override_backend too); otherwise *why (if given)
@@ -75,8 +83,36 @@ bool cuda_available(std::string* why = nullptr);
 // The built-in CUDA backend's own answer, overrides aside (runtime/cuda/).
 bool builtin_cuda_available(std::string* why);
 
+// True when memory of device `a` can be read as memory of device `b` without a copy: the same device,
+// or two CPU devices (both are the host's memory).
+bool shares_memory(Device a, Device b);
+
 // Copies between host and devices.
 Tensor to_device(const Tensor& t, Device d);  // t itself when already on d; else an owning copy on d
 Tensor to_host(const Tensor& t);              // an owning host copy (clone() for host tensors)
+Tensor host_readable(const Tensor& t);        // t itself when in host memory; else to_host(t)
+
+// Small f32 results of a device read without stalling it (the trainer's per-step loss and correct
+// count, an evaluation's totals): `slots` rows of `values` floats in pinned host memory. post() enqueues
+// a row's copies after the work enqueued so far and marks them with the row's event; read() waits for
+// that event only. On a synchronous backend (the CPU) the copies have landed when post() returns.
+class HostReadback {
+ public:
+  HostReadback(DeviceBackend* backend, Device device, int slots, int values);
+  ~HostReadback();
+  HostReadback(const HostReadback&) = delete;
+  HostReadback& operator=(const HostReadback&) = delete;
+  // Each of `values` (one f32 on the device) goes to row `slot`; the row must not be posted again
+  // before it was read.
+  void post(int slot, const std::vector<const Tensor*>& values);
+  const float* read(int slot);
+
+ private:
+  DeviceBackend* backend_;
+  Device device_;
+  int values_;
+  float* pinned_ = nullptr;
+  std::vector<void*> events_;
+};
 
 }  // namespace graphrun::runtime

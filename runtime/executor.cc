@@ -232,9 +232,9 @@ class RunContext final : public KernelContext {
   Pending work_;  // the planning run's scratch, and the completion if the kernel deferred one
 };
 
-// nullptr on the CPU: every device branch below is guarded by it, so the CPU path is unchanged.
+// The backend of the executor's device (the CPU's too). Where the code below still asks whether the
+// device is a CPU, it asks whether its memory is the host's, nothing else.
 static DeviceBackend* device_backend(const ExecOptions& o) {
-  if (o.device.is_cpu()) return nullptr;
   DeviceBackend* b = backend_for(o.device.kind);
   std::string why;
   const bool available = backend_available(o.device.kind, &why);  // first: it fills `why` also when b is null
@@ -246,8 +246,7 @@ static DeviceBackend* device_backend(const ExecOptions& o) {
 
 static const KernelTable& table_for(const ExecOptions& o) {
   if (o.kernels) return *o.kernels;
-  if (DeviceBackend* b = device_backend(o)) return b->kernels();
-  return cpu_kernels();
+  return device_backend(o)->kernels();
 }
 
 // Host placement of shape computations (device executors). A device kernel reads some inputs on the
@@ -366,13 +365,13 @@ Executor::Executor(const Graph& graph, ExecOptions opts)
     GR_CHECK(graph_.initializers.count(init), "state update: '" << init << "' is not an initializer");
     L.last_use[L.slot_of[v]] = n;
   }
-  if (!opts_.device.is_cpu()) {
+  if (!opts_.device.is_cpu()) {  // on the host every value is in host memory already
     place_shape_computations(graph_, opts_, *kernels_, L);
     for (int s = 0; s < n; ++s)
       if (L.on_host(s)) fns_[s] = cpu_kernels().find(graph_.nodes[s]);
   }
   // On a device, the state lives there from now on (runtime::to_host copies it back on request),
-  // except host-placed shape values.
+  // except host-placed shape values; in host memory it is a copy of its own.
   for (const auto& [name, t] : graph_.initializers)
     state_[name] = opts_.device.is_cpu() || L.is_host(L.slot_of.at(name)) ? t.clone() : to_device(t, opts_.device);
   completion_points(L, n);
@@ -461,11 +460,11 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>&
 
   // Bind inputs and state to their slots. A device executor copies host inputs into buffers of the plan.
   std::vector<const Tensor*> fixed(L.nslots, nullptr);
-  if (backend && P.input_copies.empty()) P.input_copies.resize(graph_.inputs.size());
+  if (P.input_copies.empty()) P.input_copies.resize(graph_.inputs.size());
   for (size_t k = 0; k < graph_.inputs.size(); ++k) {
     const std::string& name = graph_.inputs[k];
     const Tensor* given = &inputs.at(name);
-    if (backend && given->device() != opts_.device) {
+    if (!shares_memory(given->device(), opts_.device)) {
       GR_CHECK(given->device().is_cpu(), "input '" << name << "' is on " << given->device().str()
                                                    << ", this executor runs on " << opts_.device.str());
       Tensor& buf = P.input_copies[k];
@@ -548,16 +547,9 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>&
         total += align_up(P.scratch_bytes[s]);
       }
     size_t arena_bytes = pack(items);
-    void* mem;
-    if (backend) {
-      Device dev = opts_.device;
-      mem = backend->allocate(dev, std::max<size_t>(kAlign, arena_bytes));
-      P.arena = std::shared_ptr<void>(mem, [backend, dev](void* p) { backend->deallocate(dev, p); });
-    } else {
-      mem = std::aligned_alloc(kAlign, std::max<size_t>(kAlign, arena_bytes));
-      GR_CHECK(mem, "out of memory planning " << arena_bytes << " bytes for graph '" << graph_.name << "'");
-      P.arena = std::shared_ptr<void>(mem, std::free);
-    }
+    const Device dev = opts_.device;
+    void* mem = backend->allocate(dev, std::max<size_t>(kAlign, arena_bytes));
+    P.arena = std::shared_ptr<void>(mem, [backend, dev](void* p) { backend->deallocate(dev, p); });
     char* base = static_cast<char*>(mem);
     // This first run's fetched values stay owning tensors; later runs return arena views.
     // State-update sources keep the owning buffers they got (swapped with the state below).

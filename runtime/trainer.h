@@ -1,21 +1,29 @@
-// The data-parallel trainer: Fashion-MNIST (or any MNIST-format data) through replicated training
-// graphs, one executor per replica on its own persistent thread, evaluation, metrics, saving.
+// The data-parallel trainer, written as d2l's `train`: set up one replica per device; then for each
+// epoch, for each batch: shard, step, read the figures; evaluate; report. Its files, by concern:
+//   trainer.cc             the training pipeline: the graphs every replica runs
+//   trainer_devices.cc     device lists, and setting up the replicas (executor, feed, communicator)
+//   trainer_feed.cc        feeding data: the data sets, shards gathered on the host or on the device
+//   trainer_step_loop.cc   the step loop every replica runs on its thread, and how replicas stop together
+//   trainer_evaluate.cc    evaluation: the metric graph (correct count, summed loss) on the first device
+//   trainer_report.cc      reporting: progress bar, --log-every lines, epoch lines, --metrics JSON
+//   trainer_checkpoint.cc  checkpoints: save, prune, restore
+//   trainer_fit.cc         fit() and train_epoch(): the loop above
+// runtime/trainer_parts.h declares what those files share; nothing in them depends on the device kind.
 #pragma once
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <iosfwd>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "autodiff/autodiff.h"
 #include "graph/ir.h"
-#include "runtime/comm/cpu_comm.h"
 #include "runtime/data/idx.h"
 #include "runtime/executor.h"
 #include "runtime/optim/schedule.h"
@@ -28,14 +36,9 @@ namespace graphrun::runtime {
 // Throws Error for anything else. Does not check that the devices exist.
 std::vector<Device> parse_devices(const std::string& spec);
 std::string devices_str(const std::vector<Device>& ds);  // "[cpu:0, cpu:1]"
-// Fails with one clear line (naming the reason, e.g. built without CUDA, no GPU) unless every
-// device is a CPU: the trainer runs CPU replicas.
+// Fails with one clear line (naming the reason, e.g. built without CUDA, no GPU) unless every device
+// is usable here and all are of one kind.
 void check_devices_available(const std::vector<Device>& ds);
-
-// Appends ArgMax(logits, axis 1) == labels counted as an f32 scalar (exact up to 2^24 examples; CUDA's
-// ReduceSum takes f32) to g, so a step reports its accuracy without the logits leaving the device.
-// Returns the count's value name.
-std::string add_correct_count(Graph& g, const std::string& logits, const std::string& labels);
 
 struct TrainOptions {
   PipelineOptions pipeline;
@@ -70,14 +73,10 @@ struct TrainOptions {
   // takes at most this many bytes; otherwise each batch is gathered on the host and copied.
   int64_t device_data_budget = int64_t(4) << 30;
   // AllReduce finishes asynchronously, overlapping the rest of the backward pass
-  // (ExecOptions::async_kernels): 1 on, 0 off, -1 the default of the devices (see overlap_default).
+  // (ExecOptions::async_kernels): 1 on, 0 off, -1 the default of the devices
+  // (DeviceBackend::overlap_allreduce_by_default: on for GPUs, off for CPU replicas).
   int overlap_allreduce = -1;
 };
-
-// Whether AllReduce overlaps the backward pass by default on these replicas: on for GPUs (NCCL on
-// its own stream), off for CPU replicas (measured in README: the communication threads compete
-// with the replicas for the cores).
-bool overlap_default(const std::vector<Device>& devices);
 
 // A NaN or Inf training loss: training stopped at `step` (1-based global step); checkpoints on disk
 // are those written before it. graphrun train exits with code 3.
@@ -86,8 +85,15 @@ struct DivergedError : Error {
   int64_t step;
 };
 
+// What a replica throws when it stops because another replica failed: the trainer reports the error
+// of the replica that failed first, never this one.
+struct ReplicaFailedError : Error {
+  using Error::Error;
+};
+
 struct EvalStats {
-  double accuracy = 0, loss = 0;  // over the test set; loss: mean cross-entropy of the model output
+  // Over the test set; loss: mean cross-entropy of the model output (summed in f32 on every device).
+  double accuracy = 0, loss = 0;
   int64_t images = 0;
 };
 
@@ -100,6 +106,9 @@ struct EpochStats {
   double seconds = 0;    // training steps only (not evaluation), as d2l's timer
   double lr = 0;
 };
+
+class Communicator;
+class DeviceBackend;
 
 class Trainer {
  public:
@@ -130,94 +139,81 @@ class Trainer {
   void save(const std::string& path) const;
 
   const TrainingGraphs& graphs() const { return graphs_; }
-  Executor& replica(int d) { return *workers_.at(d)->exec; }
-  int replicas() const { return static_cast<int>(workers_.size()); }
+  Executor& replica(int d);
+  int replicas() const { return static_cast<int>(replicas_.size()); }
   int threads_per_replica() const { return threads_; }
   const data::Dataset& train_data() const { return train_; }
   const data::Dataset& test_data() const { return test_; }
 
  private:
-  struct Worker {
-    std::unique_ptr<Executor> exec;
-    std::thread thread;
-    double loss_sum = 0;  // sum over examples of the per-example loss
-    int64_t correct = 0, images = 0;
-    std::string error;
-    int64_t diverged_step = 0;       // global 1-based step of a non-finite loss, 0: none
-    std::vector<double> step_loss;   // loss * examples per step of this epoch (for --log-every)
-    std::atomic<int64_t> steps_done{0};
-    // GPU replicas (run_device_steps): the shard is gathered on the device from the resident data
-    // by `gather` through `order` (the epoch's order, uploaded once per epoch); each step's loss and
-    // correct count land in pinned[2*(s%2)], marked by events[s%2], and are read a step later.
-    std::unique_ptr<Executor> gather;
-    Tensor order;
-    int64_t order_gen = -1;
-    float* pinned = nullptr;
-    void* events[2] = {nullptr, nullptr};
-    std::atomic<int64_t> read{0};  // the steps of this epoch before `read` have had their metrics read
-  };
-  // The data uploaded to one device (GPU replicas when it fits device_data_budget).
-  struct ResidentData {
-    Tensor train_images, train_labels, test_images, test_labels;
-  };
-  void upload_resident_data();
-  const ResidentData* resident(Device dev) const;
-  void setup_device_worker(Worker& w, int d);
-  void setup_device_eval();
-  void run_device_steps(int d);
-  bool peers_allow(int d, int64_t s);
-  bool record_step(Worker& w, int d, int64_t s, double loss, double correct, int64_t n);
-  // Step s's inputs besides the batch: the loss scale of an n-image shard of a b-image batch, the
-  // learning rate, and the step when the graph takes it.
-  std::map<std::string, Tensor> step_inputs(int64_t s, int64_t n, int64_t b, bool stateful) const;
-  // Gathers images order_[first, first + n) and their labels on the host into `in`, through a buffer
-  // kept per shard size in `buffers`.
-  using ShardBuffers = std::map<int64_t, std::pair<Tensor, Tensor>>;
-  void gather_host_shard(ShardBuffers& buffers, int64_t first, int64_t n, std::map<std::string, Tensor>& in) const;
-  EvalStats evaluate_device();
-  void free_device_metrics();
-  void run_segment(int epoch, int64_t begin, int64_t end, bool bar, double& seconds);
-  void log_steps(int64_t upto);
+  struct Replica;     // runtime/trainer_parts.h
+  struct Evaluation;
+
+  // Setting up (trainer_devices.cc, trainer_feed.cc, trainer_evaluate.cc).
+  void check_options();
+  void load_data();
+  void set_schedule();
+  void check_images_fit(const Graph& model) const;
+  void setup_evaluation();
+  void setup_replicas();
+  // The step loop (trainer_step_loop.cc).
   void worker_loop(int d);
-  void run_replica_epoch(int d);
-  void check_model_fits_labels();
+  void run_steps(Replica& r);
+  std::map<std::string, Tensor> step_inputs(int64_t s, int64_t n, int64_t b, bool stateful) const;
+  bool read_figures(Replica& r, int64_t s);
+  bool peers_allow(int d, int64_t s);
+  void replica_failed(std::exception_ptr error);
+  void run_segment(int epoch, int64_t begin, int64_t end, double& seconds);
   void sync_running_stats();
+  // The epoch (trainer_fit.cc).
+  int64_t begin_epoch(int epoch);
+  EpochStats epoch_stats(int epoch, double seconds) const;
+  int resume();
+  // Reporting (trainer_report.cc).
+  void report_start() const;
+  void report_epoch(const EpochStats& st) const;
+  void report_end(const std::vector<EpochStats>& all) const;
+  void write_metrics(std::ostream& os, const EpochStats& st) const;
+  void draw_progress(int epoch, int64_t done, double seconds) const;
+  void clear_progress() const;
+  void log_steps(int64_t upto);
 
   TrainOptions opts_;
   TrainingGraphs graphs_;
   data::Dataset train_, test_;
   int threads_ = 1;
-  std::shared_ptr<CpuCommGroup> group_;
-  std::vector<std::unique_ptr<Communicator>> device_comms_;  // GPU replicas only
-  std::vector<std::unique_ptr<Worker>> workers_;
-  std::unique_ptr<Executor> eval_;
+  DeviceBackend* backend_ = nullptr;  // the devices' (one kind per run)
+  std::vector<std::unique_ptr<Communicator>> comms_;
+  std::vector<std::unique_ptr<Replica>> replicas_;
+  std::unique_ptr<Evaluation> eval_;
   std::vector<std::pair<std::string, std::string>> bn_updates_;
-  std::string correct_;                     // the training graph's count of correct predictions (f32 scalar)
-  std::map<int, ResidentData> resident_;    // by CUDA device index; empty: per-batch copies
-  std::string eval_correct_, eval_loss_;    // GPU evaluation: accumulators (states of eval_)
-  float* eval_pinned_ = nullptr;
-  void* eval_event_ = nullptr;
-  int64_t order_gen_ = 0;                   // bumped with each epoch's order
-  // GPU replicas agree on where to stop after a divergence (peers_allow).
+  std::string correct_;  // the training graph's count of correct predictions (f32 scalar)
+
+  // The epoch the replicas run: its order, its steps, the segment [seg_begin_, seg_end_) they run next.
+  std::vector<int64_t> order_;
+  int64_t order_gen_ = 0;  // bumped with each epoch's order
+  int cur_epoch_ = 0;
+  int64_t steps_ = 0, step_base_ = 0;
+  int64_t seg_begin_ = 0, seg_end_ = 0;
+  std::atomic<int64_t> progress_{0};  // steps replica 0 has read
+  int64_t logged_ = 0;                // steps of this epoch already reported by --log-every
+  int64_t global_step_ = 0;
+  int resume_epoch_ = -1;  // after load_checkpoint: the epoch to continue, at resume_step_
+  int64_t resume_step_ = 0;
+
+  // Segment hand-off between the main thread and the replicas' threads.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t generation_ = 0;  // bumped to start a segment
+  int done_ = 0;
+  bool quit_ = false;
+
+  // Replicas read their figures a step late, so they agree where to stop (peers_allow).
   std::mutex peers_mu_;
   std::condition_variable peers_cv_;
   std::atomic<int64_t> diverged_at_{INT64_MAX};  // 0-based step of this epoch, or INT64_MAX
   std::atomic<bool> failed_{false};
-  // Epoch hand-off between the main thread and the workers.
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int64_t generation_ = 0;  // bumped to start an epoch
-  int done_ = 0;
-  bool quit_ = false;
-  std::vector<int64_t> order_;
-  int64_t steps_ = 0, step_base_ = 0;
-  std::atomic<int64_t> progress_{0};
-  int64_t global_step_ = 0;
-  int64_t seg_begin_ = 0, seg_end_ = 0;  // the steps of the epoch the workers run next
-  int resume_epoch_ = -1;                // after load_checkpoint: the epoch to continue, at resume_step_
-  int64_t resume_step_ = 0;
-  int64_t logged_ = 0;                   // steps of this epoch already reported by --log-every
-  int cur_epoch_ = 0;
+  std::exception_ptr failure_;  // the first replica's error; the others' follow from it
 };
 
 }  // namespace graphrun::runtime

@@ -1,5 +1,5 @@
-// Trainer checkpoints (save, prune, restore: every replica's state and RNG, epoch and step) and the
-// test-set loss of --eval-only; the file format itself is runtime/checkpoint.h's.
+// Trainer checkpoints (save, prune, restore: every replica's state and RNG, epoch and step); the file
+// format itself is runtime/checkpoint.h's.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -51,10 +51,10 @@ std::string Trainer::save_checkpoint(int epoch, int64_t step) {
   ck.meta["global_step"] = std::to_string(global_step_);
   // Weights, optimizer buffers and running statistics of replica 0; another replica's tensor only
   // where it differs (BatchNorm statistics between the epoch-end broadcasts).
-  // (GPU replicas' state is copied to the host first.)
+  // (State in device memory is copied to the host first.)
   auto host_states = [&](int d) {
     std::map<std::string, Tensor> r;
-    for (const auto& [name, t] : replica(d).states()) r[name] = t.device().is_cpu() ? t : to_host(t);
+    for (const auto& [name, t] : replica(d).states()) r[name] = host_readable(t);
     return r;
   };
   const std::map<std::string, Tensor> base = host_states(0);
@@ -148,38 +148,6 @@ void Trainer::load_checkpoint(const std::string& path) {
     GR_FAIL(path << ": checkpoint is corrupt (bad epoch/step)");
   }
   GR_CHECK(global_step_ >= 0 && resume_epoch_ >= 0 && resume_step_ >= 0, path << ": checkpoint is corrupt (negative step)");
-}
-
-EvalStats Trainer::evaluate_stats() {
-  if (!opts_.pipeline.devices[0].is_cpu()) return evaluate_device();
-  for (const auto& [name, _] : eval_->graph().initializers)
-    if (replica(0).states().count(name)) eval_->set_state(name, replica(0).state(name));
-  EvalStats st;
-  const int64_t N = test_.size();
-  const int64_t per = N ? test_.images.numel() / N : 0;
-  int64_t correct = 0;
-  double loss = 0;
-  for (int64_t i = 0; i < N; i += opts_.eval_batch) {
-    const int64_t n = std::min(opts_.eval_batch, N - i);
-    Shape s = test_.images.shape();
-    s[0] = n;
-    Tensor x = Tensor::view(DType::F32, s, test_.images.data<float>() + i * per);
-    Tensor out = eval_->run({{graphs_.image, x}}).at(graphs_.logits);
-    const int64_t c = out.dim(1);
-    const int64_t* lab = test_.labels.data<int64_t>() + i;
-    for (int64_t k = 0; k < n; ++k) {
-      const float* row = out.data<float>() + k * c;
-      const int64_t arg = std::max_element(row, row + c) - row;
-      correct += arg == lab[k];
-      double sum = 0;
-      for (int64_t j = 0; j < c; ++j) sum += std::exp(double(row[j]) - row[arg]);
-      loss += std::log(sum) + row[arg] - row[lab[k]];
-    }
-  }
-  st.images = N;
-  st.accuracy = N ? double(correct) / N : 0;
-  st.loss = N ? loss / N : 0;
-  return st;
 }
 
 }  // namespace graphrun::runtime

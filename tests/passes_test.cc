@@ -9,6 +9,7 @@
 
 #include "autodiff/autodiff.h"
 #include "graph/onnx_io.h"
+#include "graph/printer.h"
 #include "graph/passes/add_optimizer.h"
 #include "graph/passes/bucket_allreduce.h"
 #include "graph/passes/eliminate_dead_nodes.h"

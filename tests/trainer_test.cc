@@ -209,6 +209,41 @@ TEST(Trainer, BadSettingsAreErrors) {
   EXPECT_NE(error_of(o).find("learning rate"), std::string::npos);
 }
 
+// A replica that fails releases the others (they stop with "another replica failed"); the trainer
+// reports the first replica's own error. Here replica 1's shard of one example cannot be reshaped to
+// the model's fixed batch of two.
+TEST(Trainer, ReportsTheFailingReplicasErrorNotItsPeers) {
+  if (!have_data()) GTEST_SKIP() << "Fashion-MNIST is not installed";
+  Graph g;
+  g.name = "fixed_batch";
+  g.opsets[""] = 17;
+  g.inputs = {"image"};
+  ValueInfo vi;
+  vi.dtype = DType::F32;
+  vi.has_shape = true;
+  vi.shape = {Dim("N"), Dim(1), Dim(28), Dim(28)};
+  g.values["image"] = vi;
+  g.initializers["shape"] = Tensor::from_vector<int64_t>({2}, {2, 784});
+  g.initializers["W"] = testing::random_tensor({784, 10}, 3, -0.01f, 0.01f);
+  g.initializers["b"] = Tensor(DType::F32, {10});
+  g.nodes.push_back(testing::make_node("flatten_to_two", "Reshape", {"image", "shape"}, {"flat"}));
+  g.nodes.push_back(testing::make_node("fc", "Gemm", {"flat", "W", "b"}, {"logits"}));
+  g.outputs = {"logits"};
+  TrainOptions o = quick(2, 3, 1, 2);  // shards of 2 and 1
+  o.eval_batch = 2;
+  Trainer t(g, o);
+  try {
+    t.train_epoch(0);
+    FAIL() << "expected replica 1 to fail";
+  } catch (const runtime::DivergedError& e) {
+    FAIL() << e.what();
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("flatten_to_two"), std::string::npos) << m;
+    EXPECT_EQ(m.find("another replica failed"), std::string::npos) << m;
+  }
+}
+
 TEST(Trainer, ParsesDeviceLists) {
   using runtime::parse_devices;
   EXPECT_EQ(runtime::devices_str(parse_devices("cpu:2")), "[cpu:0, cpu:1]");

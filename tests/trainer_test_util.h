@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "runtime/data/idx.h"
+#include "runtime/device.h"
 #include "runtime/trainer.h"
 #include "tests/test_util.h"
 
@@ -47,6 +48,41 @@ inline std::vector<std::string> checkpoint_files(const std::string& dir) {
 inline void remove_checkpoints_after(const std::string& dir, const std::string& name) {
   for (const std::string& f : checkpoint_files(dir))
     if (f > name) std::filesystem::remove(dir + "/" + f);
+}
+
+// Every replica's state ("r<replica>/<name>"), copied to the host.
+inline std::map<std::string, Tensor> replica_states(runtime::Trainer& t) {
+  std::map<std::string, Tensor> r;
+  for (int d = 0; d < t.replicas(); ++d)
+    for (const auto& [name, v] : t.replica(d).states()) r["r" + std::to_string(d) + "/" + name] = runtime::to_host(v);
+  return r;
+}
+
+// The states a whole fit() with `o` ends with.
+inline std::map<std::string, Tensor> states_after_fit(const Graph& model, const runtime::TrainOptions& o) {
+  runtime::Trainer t(model, o);
+  t.fit();
+  return replica_states(t);
+}
+
+// Resumes `o`'s run from the newest checkpoint in its folder; expects bitwise the states `want` of the
+// uninterrupted run. Returns the global step it ended at.
+inline int64_t expect_resume_ends_with(const Graph& model, runtime::TrainOptions o,
+                                       const std::map<std::string, Tensor>& want) {
+  o.resume = true;
+  runtime::Trainer t(model, o);
+  t.fit();
+  const auto got = replica_states(t);
+  EXPECT_EQ(got.size(), want.size());
+  for (const auto& [name, v] : want) {
+    auto it = got.find(name);
+    if (it == got.end()) {
+      ADD_FAILURE() << "resumed run has no " << name;
+      continue;
+    }
+    EXPECT_EQ(max_abs_diff(it->second, v), 0) << name;
+  }
+  return t.global_step();
 }
 
 }  // namespace graphrun::testing

@@ -1,0 +1,53 @@
+// Pass add_metrics: the correct count (ArgMax, Equal, Cast, ReduceSum), the summed cross-entropy and
+// their accumulators (Add into an initializer the executor updates as state).
+#include "graph/passes/add_metrics.h"
+
+namespace graphrun::passes {
+
+namespace {
+
+// Appends one node; its output is named after `out` (made unique), the node after its output.
+std::string append(Graph& g, const char* op, std::vector<std::string> inputs, const std::string& out,
+                   std::map<std::string, Attribute> attrs = {}) {
+  Node n;
+  n.op_type = op;
+  n.outputs = {g.unique_name(out)};
+  n.name = g.unique_name(n.outputs[0] + "/" + op);
+  n.inputs = std::move(inputs);
+  n.attrs = std::move(attrs);
+  return g.add_node(std::move(n)).outputs[0];
+}
+
+}  // namespace
+
+std::string append_correct_count(Graph& g, const std::string& scores, const std::string& labels) {
+  const std::string predicted =
+      append(g, "ArgMax", {scores}, "graphrun.predicted", {{"axis", Attribute::Int(1)}, {"keepdims", Attribute::Int(0)}});
+  const std::string hit = append(g, "Equal", {predicted, labels}, "graphrun.hit");
+  const std::string hit_f32 = append(g, "Cast", {hit}, "graphrun.hit_f32", {{"to", Attribute::Int(static_cast<int64_t>(DType::F32))}});
+  return append(g, "ReduceSum", {hit_f32}, "graphrun.correct", {{"keepdims", Attribute::Int(0)}});
+}
+
+Graph add_metrics(const Graph& graph, const std::string& scores, Metrics* m) {
+  Graph g = graph;
+  GR_CHECK(g.is_output(scores), "add_metrics: graph '" << g.name << "' has no output named '" << scores << "'");
+  m->labels = g.unique_name("graphrun.labels");
+  g.inputs.push_back(m->labels);
+  ValueInfo vi;
+  vi.dtype = DType::I64;
+  vi.has_shape = true;
+  vi.shape = {Dim("N")};
+  g.values[m->labels] = vi;
+  const std::string correct = append_correct_count(g, scores, m->labels);
+  const std::string loss = append(g, "SoftmaxCrossEntropyLoss", {scores, m->labels}, "graphrun.loss_sum",
+                                  {{"reduction", Attribute::Str("sum")}});
+  m->state_updates.clear();
+  for (auto [value, total] : {std::pair<std::string, std::string*>{correct, &m->correct_total}, {loss, &m->loss_total}}) {
+    *total = g.unique_name(value + ".total");
+    g.initializers[*total] = Tensor::scalar<float>(0.f);
+    m->state_updates.emplace_back(append(g, "Add", {*total, value}, *total + ".next"), *total);
+  }
+  return g;
+}
+
+}  // namespace graphrun::passes

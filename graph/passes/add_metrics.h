@@ -1,0 +1,28 @@
+// Pass add_metrics: appends to an inference graph what its evaluation sums over a test set — the
+// number of correct predictions and the summed cross-entropy — each added into an accumulator that
+// the executor keeps as state from run to run, so the totals are read once, after the last batch.
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "graph/ir.h"
+
+namespace graphrun::passes {
+
+struct Metrics {
+  std::string labels;         // the input added: int64 [N] class labels
+  std::string correct_total;  // accumulators: f32 scalar initializers (zero), the totals so far
+  std::string loss_total;
+  // (value, accumulator) pairs for ExecOptions::state_updates: each run adds its batch's figures.
+  std::vector<std::pair<std::string, std::string>> state_updates;
+};
+
+// `scores` is the graph's output of class scores f32 [N, classes]. The count is f32 (exact up to
+// 2^24 examples; the devices' ReduceSum takes f32); the loss is SoftmaxCrossEntropyLoss, reduction sum.
+Graph add_metrics(const Graph& g, const std::string& scores, Metrics* metrics);
+
+// ArgMax(scores, axis 1) == labels, counted as an f32 scalar, appended to g; returns the count's name.
+std::string append_correct_count(Graph& g, const std::string& scores, const std::string& labels);
+
+}  // namespace graphrun::passes

@@ -1,0 +1,81 @@
+// The CPU as a DeviceBackend: host memory, memcpy copies, the synchronous defaults for events and
+// pinned memory, the CPU kernel table and the in-process communicator (runtime/comm/cpu_comm.h).
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+
+#include "runtime/comm/cpu_comm.h"
+#include "runtime/device.h"
+
+namespace graphrun::runtime {
+
+namespace {
+
+constexpr size_t kAlign = 64;  // what kernels may assume of a buffer (KernelContext::scratch)
+
+// One rank of a CpuCommGroup, keeping the group alive: make_communicators hands out owners, the
+// group owns its ranks.
+class CpuRank final : public Communicator {
+ public:
+  CpuRank(std::shared_ptr<CpuCommGroup> group, int rank) : group_(std::move(group)), rank_(group_->rank(rank)) {}
+  int rank() const override { return rank_->rank(); }
+  int size() const override { return rank_->size(); }
+  void allreduce_sum(float* data, int64_t count) override { rank_->allreduce_sum(data, count); }
+  std::function<void()> allreduce_sum_async(float* data, int64_t count) override {
+    return rank_->allreduce_sum_async(data, count);
+  }
+  void broadcast(float* data, int64_t count, int root) override { rank_->broadcast(data, count, root); }
+  void barrier() override { rank_->barrier(); }
+  void abort() override { group_->abort(); }
+  std::string name() const override { return rank_->name(); }
+
+ private:
+  std::shared_ptr<CpuCommGroup> group_;
+  Communicator* rank_;
+};
+
+class CpuBackend final : public DeviceBackend {
+ public:
+  Device::Kind kind() const override { return Device::Kind::CPU; }
+  // CPU devices are logical (one per replica, all sharing the host's cores and memory): any index.
+  int device_count() const override { return INT_MAX; }
+  std::string unavailable_reason() const override { return ""; }
+
+  // Zeroed, as host tensors are (Tensor(dtype, shape)): a kernel that reads what it did not write is
+  // at least deterministic.
+  void* allocate(Device, size_t bytes) override {
+    const size_t n = (std::max<size_t>(1, bytes) + kAlign - 1) / kAlign * kAlign;
+    void* p = std::aligned_alloc(kAlign, n);
+    GR_CHECK(p, "out of host memory allocating " << bytes << " bytes");
+    std::memset(p, 0, n);
+    return p;
+  }
+  void deallocate(Device, void* p) override { std::free(p); }
+  void copy_host_to_device(Device, void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void copy_device_to_host(Device, void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void copy_device_to_device(Device, void* dst, const void* src, size_t bytes) override {
+    std::memmove(dst, src, bytes);
+  }
+  void memset(Device, void* dst, int value, size_t bytes) override { std::memset(dst, value, bytes); }
+  void synchronize(Device) override {}
+
+  const KernelTable& kernels() const override { return cpu_kernels(); }
+  std::vector<std::unique_ptr<Communicator>> make_communicators(const std::vector<Device>& replicas) override {
+    auto group = CpuCommGroup::create(static_cast<int>(replicas.size()));
+    std::vector<std::unique_ptr<Communicator>> r;
+    for (int d = 0; d < static_cast<int>(replicas.size()); ++d) r.push_back(std::make_unique<CpuRank>(group, d));
+    return r;
+  }
+  void set_deterministic(bool) override {}  // the CPU kernels are deterministic already
+  bool overlap_allreduce_by_default() const override { return false; }
+};
+
+}  // namespace
+
+DeviceBackend* cpu_backend() {
+  static CpuBackend backend;
+  return &backend;
+}
+
+}  // namespace graphrun::runtime

@@ -1,0 +1,159 @@
+// Devices: the lists users write (cpu:2, cuda:0,1), whether they can be used here, and setting up one
+// replica per device — its executor, feed, figures and communicator — on a thread of its own.
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <thread>
+
+#include "graph/passes/add_metrics.h"
+#include "graph/passes/train_mode.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/trainer_parts.h"
+
+namespace graphrun::runtime {
+
+namespace {
+
+int64_t parse_index(const std::string& s, const std::string& spec) {
+  GR_CHECK(!s.empty() && s.size() < 6 && std::all_of(s.begin(), s.end(), ::isdigit),
+           "bad device list '" << spec << "' (expected cpu:N, cpu:0,cpu:1, cuda:0,1 or N)");
+  return std::stoll(s);
+}
+
+}  // namespace
+
+std::vector<Device> parse_devices(const std::string& spec) {
+  std::vector<Device> r;
+  GR_CHECK(!spec.empty(), "empty device list");
+  if (std::all_of(spec.begin(), spec.end(), ::isdigit)) {
+    int64_t n = parse_index(spec, spec);
+    GR_CHECK(n >= 1 && n <= 256, "device count " << n << " must be between 1 and 256");
+    for (int i = 0; i < n; ++i) r.push_back(Device{Device::Kind::CPU, i});
+    return r;
+  }
+  // cpu:N alone means N replicas; otherwise a comma-separated list whose bare numbers reuse the last kind.
+  if (spec.rfind("cpu:", 0) == 0 && spec.find(',') == std::string::npos) {
+    int64_t n = parse_index(spec.substr(4), spec);
+    if (n == 0) n = 1;  // "cpu:0" alone: the one device cpu:0
+    GR_CHECK(n >= 1 && n <= 256, "'" << spec << "': the number of CPU replicas must be between 1 and 256");
+    for (int i = 0; i < n; ++i) r.push_back(Device{Device::Kind::CPU, i});
+    return r;
+  }
+  Device::Kind kind = Device::Kind::CPU;
+  bool have_kind = false;
+  std::stringstream ss(spec);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    std::string idx = item;
+    if (item.rfind("cpu:", 0) == 0) { kind = Device::Kind::CPU; have_kind = true; idx = item.substr(4); }
+    else if (item.rfind("cuda:", 0) == 0) { kind = Device::Kind::CUDA; have_kind = true; idx = item.substr(5); }
+    else if (item == "cuda" || item == "gpu") GR_FAIL("bad device '" << item << "' in '" << spec << "' (write cuda:0)");
+    GR_CHECK(have_kind, "bad device '" << item << "' in '" << spec << "' (expected cpu:N or cuda:N)");
+    r.push_back(Device{kind, static_cast<int>(parse_index(idx, spec))});
+  }
+  GR_CHECK(!r.empty(), "empty device list '" << spec << "'");
+  return r;
+}
+
+std::string devices_str(const std::vector<Device>& ds) {
+  std::string s = "[";
+  for (size_t i = 0; i < ds.size(); ++i) s += (i ? ", " : "") + ds[i].str();
+  return s + "]";
+}
+
+void check_devices_available(const std::vector<Device>& ds) {
+  for (const Device& d : ds) {
+    std::string why;
+    if (!backend_available(d.kind, &why))
+      GR_FAIL("cannot train on " << d.str() << ": " << why << "; train on CPU replicas with --devices cpu:N");
+    const int count = backend_for(d.kind)->device_count();
+    GR_CHECK(d.index >= 0 && d.index < count,
+             "cannot train on " << d.str() << ": this machine has " << count << " CUDA device(s)");
+  }
+  for (const Device& d : ds)
+    GR_CHECK(d.kind == ds[0].kind, "cannot mix CPU and GPU replicas in one run (" << devices_str(ds) << ")");
+}
+
+Trainer::Trainer(const Graph& model, TrainOptions opts) : opts_(std::move(opts)) {
+  check_options();
+  load_data();
+  set_schedule();
+  check_images_fit(model);
+  graphs_ = build_training_graphs(model, opts_.pipeline);
+  bn_updates_ = passes::batchnorm_state_updates(graphs_.replicas[0].graph);
+  setup_evaluation();
+  setup_replicas();
+}
+
+void Trainer::check_options() {
+  const auto& devs = opts_.pipeline.devices;
+  GR_CHECK(!devs.empty(), "no devices to train on");
+  check_devices_available(devs);
+  backend_ = backend_for(devs[0].kind);
+  const int D = static_cast<int>(devs.size());
+  GR_CHECK(opts_.batch_size >= D, "batch size " << opts_.batch_size << " is smaller than the number of replicas ("
+                                                << D << "): each replica needs at least one example");
+  GR_CHECK(opts_.epochs >= 1, "epochs must be at least 1, got " << opts_.epochs);
+  GR_CHECK(opts_.lr > 0 && std::isfinite(opts_.lr), "learning rate must be a positive number, got " << opts_.lr);
+  GR_CHECK(opts_.threads >= 0, "threads must be at least 1");
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  threads_ = opts_.threads > 0 ? opts_.threads : std::max(1, cores / D);
+}
+
+// The schedule's base rate and, for cosine, the length of the whole run.
+void Trainer::set_schedule() {
+  const int64_t N = train_.size(), B = opts_.batch_size, D = static_cast<int64_t>(opts_.pipeline.devices.size());
+  int64_t per_epoch = (N + B - 1) / B;
+  if (N - (per_epoch - 1) * B < D) --per_epoch;
+  if (opts_.max_steps > 0) per_epoch = std::min(per_epoch, opts_.max_steps);
+  opts_.schedule.base_lr = opts_.lr;
+  opts_.schedule.total_steps = per_epoch * opts_.epochs;
+  GR_CHECK(opts_.schedule.warmup_steps >= 0, "warmup steps must be >= 0");
+  GR_CHECK(opts_.schedule.kind != LrSchedule::Kind::Step || opts_.schedule.step_size > 0,
+           "the step schedule needs a step size > 0 (--lr-step-size)");
+  if (opts_.resume) GR_CHECK(!opts_.checkpoint_dir.empty(), "resume needs a checkpoint directory (--checkpoint-dir)");
+}
+
+// One executor per replica on its device, fed by its own feed, reducing through the backend's
+// communicators (the CPU's in-process group, NCCL across GPUs, a device-local sum on one GPU).
+void Trainer::setup_replicas() {
+  const auto& devs = opts_.pipeline.devices;
+  const int D = static_cast<int>(devs.size());
+  const auto data = place_data(train_, test_, devs, opts_.device_data_budget, opts_.log);
+  comms_ = backend_->make_communicators(devs);
+  for (int d = 0; d < D; ++d) {
+    auto r = std::make_unique<Replica>();
+    r->rank = d;
+    r->data = data[d];
+    ExecOptions ro;
+    ro.device = devs[d];
+    ro.threads = threads_;
+    Graph g = graphs_.replicas[d].graph;
+    correct_ = passes::append_correct_count(g, graphs_.logits, graphs_.labels);
+    ro.fetch = {graphs_.loss, correct_};
+    ro.state_updates = graphs_.replicas[d].state_updates;
+    ro.comm = comms_[d].get();
+    ro.seed = opts_.seed * 1000003 + d;  // dropout masks differ between replicas, as between DDP ranks
+    ro.async_kernels =
+        opts_.overlap_allreduce < 0 ? backend_->overlap_allreduce_by_default() : opts_.overlap_allreduce > 0;
+    r->exec = std::make_unique<Executor>(g, ro);
+    r->feed = make_feed(train_, *r->data, devs[d]);
+    r->figures = std::make_unique<HostReadback>(backend_, devs[d], 2, 2);
+    replicas_.push_back(std::move(r));
+  }
+  for (int d = 0; d < D; ++d) replicas_[d]->thread = std::thread([this, d] { worker_loop(d); });
+}
+
+Trainer::~Trainer() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    quit_ = true;
+  }
+  cv_.notify_all();
+  for (auto& r : replicas_)
+    if (r->thread.joinable()) r->thread.join();
+}
+
+Executor& Trainer::replica(int d) { return *replicas_.at(d)->exec; }
+
+}  // namespace graphrun::runtime

@@ -1,0 +1,138 @@
+// fit() and train_epoch(), as d2l's `train`: for each epoch, for each batch (on every replica, in
+// segments between checkpoints): shard, step, read the figures; then evaluate, report, checkpoint.
+#include <fstream>
+
+#include "graph/onnx_io.h"
+#include "graph/passes/train_mode.h"
+#include "runtime/checkpoint.h"
+#include "runtime/trainer_parts.h"
+
+namespace graphrun::runtime {
+
+std::vector<EpochStats> Trainer::fit() {
+  std::ofstream metrics;
+  if (!opts_.metrics_path.empty()) {
+    metrics.open(opts_.metrics_path, std::ios::trunc);
+    GR_CHECK(metrics, "--metrics: cannot open '" << opts_.metrics_path << "' for writing");
+  }
+  report_start();
+  const int first_epoch = resume();
+  std::vector<EpochStats> all;
+  if (first_epoch >= opts_.epochs) {
+    if (opts_.log) *opts_.log << "nothing left to train: all " << opts_.epochs << " epochs are done" << std::endl;
+    if (!opts_.save_path.empty()) save(opts_.save_path);
+    return all;
+  }
+  for (int e = first_epoch; e < opts_.epochs; ++e) {
+    EpochStats st = train_epoch(e);
+    if (!opts_.checkpoint_dir.empty()) save_checkpoint(e + 1, 0);
+    all.push_back(st);
+    report_epoch(st);
+    if (metrics.is_open()) write_metrics(metrics, st);
+  }
+  report_end(all);
+  if (!opts_.save_path.empty()) {
+    save(opts_.save_path);
+    if (opts_.log) *opts_.log << "saved the trained model to " << opts_.save_path << std::endl;
+  }
+  return all;
+}
+
+EpochStats Trainer::train_epoch(int epoch) {
+  const int64_t first = begin_epoch(epoch);
+  double seconds = 0;
+  // With --checkpoint-every the epoch runs in segments that end on multiples of it (global steps).
+  for (int64_t begin = first; begin < steps_;) {
+    int64_t end = steps_;
+    if (opts_.checkpoint_every > 0 && !opts_.checkpoint_dir.empty()) {
+      const int64_t g = step_base_ + begin, k = opts_.checkpoint_every;
+      end = std::min(steps_, begin + (k - g % k));
+    }
+    run_segment(epoch, begin, end, seconds);
+    global_step_ = step_base_ + end;
+    if (end < steps_) save_checkpoint(epoch, end);
+    begin = end;
+  }
+  global_step_ = step_base_ + steps_;
+  sync_running_stats();
+  EpochStats st = epoch_stats(epoch, seconds);
+  st.test_acc = evaluate();
+  return st;
+}
+
+// The epoch's order and steps; returns the step it starts at (after a checkpoint in its middle, the
+// steps before it are done).
+int64_t Trainer::begin_epoch(int epoch) {
+  const int64_t N = train_.size(), B = opts_.batch_size;
+  order_ = data::epoch_order(N, opts_.seed, epoch);
+  ++order_gen_;
+  int64_t steps = (N + B - 1) / B;
+  if (N - (steps - 1) * B < replicas()) --steps;  // a last batch too small to give every replica an example
+  if (opts_.max_steps > 0) steps = std::min(steps, opts_.max_steps);
+  steps_ = steps;
+  int64_t first = 0;
+  if (epoch == resume_epoch_) first = std::min(resume_step_, steps);
+  resume_epoch_ = -1;
+  step_base_ = global_step_ - first;
+  cur_epoch_ = epoch;
+  progress_ = first;
+  logged_ = first;
+  for (auto& r : replicas_) {
+    r->loss_sum = 0;
+    r->correct = r->images = 0;
+    r->diverged_step = 0;
+    r->step_loss.assign(steps, 0.0);
+    r->steps_done = first;
+  }
+  return first;
+}
+
+EpochStats Trainer::epoch_stats(int epoch, double seconds) const {
+  EpochStats st;
+  st.epoch = epoch + 1;
+  st.steps = steps_;
+  st.seconds = seconds;
+  st.lr = learning_rate(opts_.schedule, std::max<int64_t>(0, global_step_ - 1));  // the epoch's last step's
+  double loss = 0;
+  int64_t correct = 0;
+  for (const auto& r : replicas_) {
+    loss += r->loss_sum;
+    correct += r->correct;
+    st.images += r->images;
+  }
+  st.loss = st.images ? loss / st.images : 0;
+  st.train_acc = st.images ? double(correct) / st.images : 0;
+  return st;
+}
+
+// With --resume: restores the newest checkpoint; returns the epoch to continue in (0 without one).
+int Trainer::resume() {
+  if (!opts_.resume) return 0;
+  const std::string ck = latest_checkpoint(opts_.checkpoint_dir);
+  if (ck.empty()) {
+    if (opts_.log) *opts_.log << "no checkpoint in " << opts_.checkpoint_dir << ": starting from the beginning" << std::endl;
+    return 0;
+  }
+  load_checkpoint(ck);
+  const int first = resume_epoch_ < 0 ? opts_.epochs : resume_epoch_;
+  if (opts_.log) *opts_.log << "resumed from " << ck << " (epoch " << first + 1 << ", step " << global_step_ << ")" << std::endl;
+  return first;
+}
+
+Graph Trainer::trained_model() const {
+  // The inference form: what evaluation ran, so `graphrun run` on the saved file reproduces the
+  // printed test accuracy (a model exported in training mode differs only in BatchNormalization's
+  // training_mode and Dropout's; graphrun train turns it back into the training form).
+  Graph g = passes::to_inference(graphs_.forward);
+  const auto& st = replicas_.at(0)->exec->states();
+  for (auto& [name, t] : g.initializers) {
+    auto it = st.find(name);
+    if (it != st.end() && it->second.dtype() == t.dtype() && it->second.numel() == t.numel())
+      t = to_host(it->second).reshaped(t.shape());
+  }
+  return g;
+}
+
+void Trainer::save(const std::string& path) const { save_onnx(trained_model(), path); }
+
+}  // namespace graphrun::runtime

@@ -1,0 +1,71 @@
+// What the trainer's files share (see runtime/trainer.h): a replica, the data as a device reads it,
+// the feed that hands a replica its shards, and the evaluation. Not part of the public interface.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "runtime/device.h"
+#include "runtime/trainer.h"
+
+namespace graphrun::runtime {
+
+// The training and test sets as one device reads them: its own copies (`resident`, uploaded once),
+// or views of the host's sets.
+struct DeviceData {
+  Tensor train_images, train_labels, test_images, test_labels;
+  bool resident = false;
+};
+
+// Per device of `devices`, its DeviceData (devices that repeat share one): a copy on each device whose
+// memory is not the host's when all four tensors fit in `budget` bytes, else the host's sets (saying so
+// on `log`, once).
+std::vector<std::shared_ptr<const DeviceData>> place_data(const data::Dataset& train, const data::Dataset& test,
+                                                          const std::vector<Device>& devices, int64_t budget,
+                                                          std::ostream* log);
+
+// Hands one replica its shards: the images and labels of examples order[first, first + n).
+class Feed {
+ public:
+  virtual ~Feed() = default;
+  // The epoch's order; `generation` changes whenever the order does.
+  virtual void begin_epoch(const std::vector<int64_t>& order, int64_t generation) = 0;
+  // Valid until the next call; on the replica's device or on the host (the executor copies those).
+  virtual std::pair<Tensor, Tensor> shard(int64_t first, int64_t n) = 0;
+};
+
+// A gather on the device from resident data (the order uploaded once per epoch), or a gather on the
+// host into buffers kept per shard size.
+std::unique_ptr<Feed> make_feed(const data::Dataset& train, const DeviceData& data, Device device);
+
+struct Trainer::Replica {
+  int rank = 0;
+  std::shared_ptr<const DeviceData> data;
+  std::unique_ptr<Executor> exec;
+  std::unique_ptr<Feed> feed;
+  // Row s % 2 holds step s's loss and correct count until they are read, a step later.
+  std::unique_ptr<HostReadback> figures;
+  std::thread thread;
+
+  // This epoch's figures, as read.
+  double loss_sum = 0;  // sum over examples of the per-example loss
+  int64_t correct = 0, images = 0;
+  std::vector<double> step_loss;  // loss * examples per step (for --log-every)
+  int64_t diverged_step = 0;      // global 1-based step of a non-finite loss, 0: none
+  std::atomic<int64_t> steps_done{0};
+  std::atomic<int64_t> read{0};  // the steps of this epoch before `read` have had their figures read
+};
+
+// The metric graph on the first device: the inference graph plus the test set's correct count and
+// summed cross-entropy, accumulated as state over the batches and read once at the end.
+struct Trainer::Evaluation {
+  std::unique_ptr<Executor> exec;
+  std::string labels, correct_total, loss_total;
+  std::unique_ptr<HostReadback> totals;
+};
+
+}  // namespace graphrun::runtime

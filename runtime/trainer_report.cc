@@ -1,0 +1,118 @@
+// Reporting: the progress bar (stderr, on a terminal), the --log-every lines, one line per epoch and
+// d2l's closing line (TrainOptions::log), and the --metrics file (one JSON object per epoch).
+#include <unistd.h>
+
+#include <cstdio>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/trainer_parts.h"
+
+namespace graphrun::runtime {
+
+namespace {
+
+std::string fmt(double v, int prec) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(prec) << v;
+  return os.str();
+}
+
+// The metrics hold the digits the file has always held: `decimals` after the point, or (-1) the six
+// significant digits of an ostream's default format.
+double rounded(double v, int decimals) {
+  std::ostringstream os;
+  if (decimals >= 0) os << std::fixed << std::setprecision(decimals);
+  os << v;
+  return std::stod(os.str());
+}
+
+bool progress_bar_on(int progress) { return progress == 1 || (progress == -1 && isatty(2)); }
+
+}  // namespace
+
+void Trainer::report_start() const {
+  if (!opts_.log) return;
+  *opts_.log << "training '" << graphs_.forward.name << "' on " << devices_str(opts_.pipeline.devices) << " ("
+             << threads_ << " thread" << (threads_ > 1 ? "s" : "") << " per replica): " << train_.size()
+             << " training, " << test_.size() << " test images, batch " << opts_.batch_size << ", lr " << opts_.lr
+             << std::endl;
+}
+
+void Trainer::report_epoch(const EpochStats& st) const {
+  if (!opts_.log) return;
+  const double ips = st.seconds > 0 ? st.images / st.seconds : 0;
+  *opts_.log << "epoch " << st.epoch << "/" << opts_.epochs << "  loss " << fmt(st.loss, 4) << "  train acc "
+             << fmt(st.train_acc, 3) << "  test acc " << fmt(st.test_acc, 3) << "  " << fmt(st.seconds, 1) << " sec  "
+             << fmt(ips, 0) << " img/s" << std::endl;
+}
+
+void Trainer::report_end(const std::vector<EpochStats>& all) const {
+  if (!opts_.log || all.empty()) return;
+  double sec = 0;
+  for (const auto& st : all) sec += st.seconds;
+  *opts_.log << "test acc: " << fmt(all.back().test_acc, 2) << ", " << fmt(sec / all.size(), 1) << " sec/epoch on "
+             << devices_str(opts_.pipeline.devices) << std::endl;
+}
+
+void Trainer::write_metrics(std::ostream& os, const EpochStats& st) const {
+  const double ips = st.seconds > 0 ? st.images / st.seconds : 0;
+  nlohmann::ordered_json j;
+  j["epoch"] = st.epoch;
+  j["steps"] = st.steps;
+  j["loss"] = rounded(st.loss, 6);
+  j["train_acc"] = rounded(st.train_acc, 6);
+  j["test_acc"] = rounded(st.test_acc, 6);
+  j["seconds"] = rounded(st.seconds, 3);
+  j["images_per_sec"] = rounded(ips, 1);
+  j["lr"] = rounded(st.lr, -1);
+  j["devices"] = devices_str(opts_.pipeline.devices);
+  j["threads"] = threads_;
+  os << j.dump() << std::endl;
+  GR_CHECK(os, "--metrics: cannot write '" << opts_.metrics_path << "'");
+}
+
+void Trainer::draw_progress(int epoch, int64_t done, double seconds) const {
+  if (!progress_bar_on(opts_.progress)) return;
+  const int width = 30, fill = static_cast<int>(width * done / std::max<int64_t>(1, steps_));
+  std::fprintf(stderr, "\repoch %d/%d [%s%s] %lld/%lld  %.1f s  %.0f img/s", epoch + 1, opts_.epochs,
+               std::string(fill, '=').c_str(), std::string(width - fill, ' ').c_str(), (long long)done,
+               (long long)steps_, seconds, seconds > 0 ? done * opts_.batch_size / seconds : 0.0);
+  std::fflush(stderr);
+}
+
+void Trainer::clear_progress() const {
+  if (progress_bar_on(opts_.progress)) std::fprintf(stderr, "\r\033[K");
+}
+
+void Trainer::log_steps(int64_t upto) {
+  // Steps every replica has finished; lines cover whole blocks of log_every steps (and the end).
+  int64_t done = steps_;
+  for (auto& r : replicas_) done = std::min<int64_t>(done, r->steps_done.load(std::memory_order_acquire));
+  if (upto >= 0) done = std::min(done, upto);
+  const int64_t k = opts_.log_every;
+  while (logged_ < done) {
+    int64_t next = (logged_ / k + 1) * k;
+    if (next > done) {
+      if (done != upto || upto < steps_) break;  // report a partial block only at the epoch's end
+      next = done;
+    }
+    double loss = 0;
+    int64_t images = 0;
+    for (int64_t s = logged_; s < next; ++s) {
+      const int64_t b = std::min(opts_.batch_size, train_.size() - s * opts_.batch_size);
+      images += b;
+      for (auto& r : replicas_) loss += r->step_loss[s];
+    }
+    if (opts_.log)
+      *opts_.log << "step " << step_base_ + next << "  epoch " << cur_epoch_ + 1 << "  loss "
+                 << fmt(images ? loss / images : 0, 4) << "  lr " << learning_rate(opts_.schedule, step_base_ + next - 1)
+                 << std::endl;
+    logged_ = next;
+  }
+}
+
+}  // namespace graphrun::runtime

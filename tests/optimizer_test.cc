@@ -1,0 +1,192 @@
+// The optimizer nodes replicate() appends: Adam and AdamW equal torch.optim, AdamW's graph is standard
+// ONNX, grad/show --devices carry the chosen optimizer, schedules feed the rate per step, bad flags.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "graph/onnx_io.h"
+#include "runtime/executor.h"
+#include "runtime/optim/schedule.h"
+#include "runtime/replicate.h"
+#include "tests/test_util.h"
+#include "tests/trainer_test_util.h"
+
+namespace graphrun {
+namespace {
+
+using testing::lenet_path;
+
+// A graph whose "gradient" of W is its input G: replicate() appends the optimizer nodes, so running
+// it applies exactly the optimizer the trainer uses to gradients we choose.
+Graph gradient_feed_graph(const Tensor& w) {
+  Graph g;
+  g.name = "feed";
+  g.opsets[""] = 17;
+  g.initializers["W"] = w.clone();
+  ValueInfo vi;
+  vi.dtype = DType::F32;
+  vi.has_shape = true;
+  for (int64_t d : w.shape()) vi.shape.push_back(Dim(d));
+  g.values["W"] = vi;
+  g.values["G"] = vi;
+  g.values["W_grad"] = vi;
+  g.inputs = {"G"};
+  g.nodes.push_back(Node{"feed_grad", "Identity", "", {"G"}, {"W_grad"}, {}});
+  g.outputs = {"W_grad"};
+  return g;
+}
+
+void write_tensor(std::ostream& os, const Tensor& t) {
+  os.precision(9);
+  for (int64_t i = 0; i < t.numel(); ++i) os << t.data<float>()[i] << (i + 1 < t.numel() ? " " : "\n");
+}
+
+// Applies `steps` updates through replicate's optimizer nodes and through torch.optim; returns the
+// largest difference of the weights after each step.
+double optimizer_vs_torch(const std::string& kind, float wd, const std::string& torch_ctor) {
+  const Shape shape{3, 5};
+  const int steps = 6;
+  Tensor w0 = testing::random_tensor(shape, 7);
+  std::vector<Tensor> grads;
+  std::vector<double> lrs;
+  for (int s = 0; s < steps; ++s) {
+    grads.push_back(testing::random_tensor(shape, 100 + s, -0.5f, 0.5f));
+    lrs.push_back(0.01 * (s + 1) / steps + 0.002);  // a changing rate, as schedules feed it
+  }
+  runtime::ReplicateOptions ro;
+  ro.params = {"W"};
+  ro.optimizer.kind = kind;
+  ro.optimizer.beta1 = 0.8f;
+  ro.optimizer.beta2 = 0.95f;
+  ro.optimizer.eps = 1e-8f;
+  ro.optimizer.weight_decay = wd;
+  auto reps = runtime::replicate(gradient_feed_graph(w0), ro);
+  runtime::ExecOptions eo;
+  eo.state_updates = reps[0].state_updates;
+  eo.fetch = {};
+  runtime::Executor ex(reps[0].graph, eo);
+
+  const std::string dir = testing::temp_dir("optim_vs_torch_" + kind);
+  {
+    std::ofstream f(dir + "/in.txt");
+    write_tensor(f, w0);
+    for (int s = 0; s < steps; ++s) {
+      f << lrs[s] << "\n";
+      write_tensor(f, grads[s]);
+    }
+  }
+  {
+    std::ofstream py(dir + "/ref.py");
+    py << "import torch\n"
+          "lines = open('" << dir << "/in.txt').read().split('\\n')\n"
+          "vec = lambda s: torch.tensor([float(x) for x in s.split()], dtype=torch.float32).reshape(3, 5)\n"
+          "w = torch.nn.Parameter(vec(lines[0]))\n"
+          "opt = " << torch_ctor << "\n"
+          "out = open('" << dir << "/out.txt', 'w')\n"
+          "for s in range(" << steps << "):\n"
+          "    for group in opt.param_groups: group['lr'] = float(lines[1 + 2 * s])\n"
+          "    w.grad = vec(lines[2 + 2 * s])\n"
+          "    opt.step()\n"
+          "    out.write(' '.join('%.9g' % v for v in w.detach().reshape(-1).tolist()) + '\\n')\n";
+  }
+  auto r = testing::run_command(testing::python() + " " + dir + "/ref.py");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream ref(dir + "/out.txt");
+  double worst = 0, moved = 0;
+  for (int s = 0; s < steps; ++s) {
+    ex.run({{"G", grads[s]}, {"lr", Tensor::scalar<float>(float(lrs[s]))}, {"step", Tensor::scalar<int64_t>(s)}});
+    const Tensor& w = ex.state("W");
+    for (int64_t i = 0; i < w.numel(); ++i) {
+      double v = std::nan("");
+      ref >> v;
+      worst = std::max(worst, std::isfinite(v) ? std::abs(v - w.data<float>()[i]) : 1e9);
+      moved = std::max(moved, std::abs(double(w.data<float>()[i]) - w0.data<float>()[i]));
+    }
+  }
+  EXPECT_GT(moved, 1e-3) << "the optimizer did not move the weights";
+  return worst;
+}
+
+TEST(Optimizer, AdamEqualsTorchOptimAdam) {
+  EXPECT_LE(optimizer_vs_torch("adam", 0.f, "torch.optim.Adam([w], lr=0.01, betas=(0.8, 0.95), eps=1e-8)"), 1e-6);
+  EXPECT_LE(optimizer_vs_torch("adam", 0.05f,
+                               "torch.optim.Adam([w], lr=0.01, betas=(0.8, 0.95), eps=1e-8, weight_decay=0.05)"),
+            1e-6);
+}
+
+TEST(Optimizer, AdamWEqualsTorchOptimAdamW) {
+  EXPECT_LE(optimizer_vs_torch("adamw", 0.5f,
+                               "torch.optim.AdamW([w], lr=0.01, betas=(0.8, 0.95), eps=1e-8, weight_decay=0.5)"),
+            1e-6);
+}
+
+TEST(Optimizer, AdamWGraphUsesStandardAdamAndExportsCheckerValid) {
+  auto reps = [] {
+    runtime::ReplicateOptions ro;
+    ro.params = {"W"};
+    ro.optimizer.kind = "adamw";
+    ro.optimizer.weight_decay = 0.01f;
+    return runtime::replicate(gradient_feed_graph(testing::random_tensor({2, 2}, 1)), ro);
+  }();
+  int adam = 0;
+  for (const Node& n : reps[0].graph.nodes)
+    if (n.op_type == "Adam" && n.domain == kTrainingDomain) {
+      ++adam;
+      EXPECT_EQ(n.attr_f("norm_coefficient", -1), 0.f);  // the decay is decoupled, not L2
+    }
+  EXPECT_EQ(adam, 1);
+  const std::string path = testing::temp_dir("adamw_export") + "/adamw.onnx";
+  save_onnx(reps[0].graph, path, true);
+  auto r = testing::run_command(testing::python() + " -c \"import onnx; onnx.checker.check_model(onnx.load('" + path +
+                                "'), full_check=True)\"");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+TEST(Optimizer, GradAndShowWithDevicesCarryTheChosenOptimizer) {
+  if (!std::filesystem::exists(lenet_path())) GTEST_SKIP() << "models/lenet.onnx is missing";
+  const std::string out = testing::temp_dir("optimizer_grad") + "/lenet.dp.onnx";
+  auto r = testing::run_command(testing::graphrun_cli() + " grad " + lenet_path() +
+                                " --devices 2 --optimizer adamw --weight-decay 0.01 -o " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  Graph g = load_onnx(out);
+  int adam = 0;
+  for (const Node& n : g.nodes) adam += n.op_type == "Adam" && n.domain == kTrainingDomain;
+  EXPECT_GE(adam, 1);
+  r = testing::run_command(testing::python() + " -c \"import onnx; onnx.checker.check_model(onnx.load('" + out +
+                           "'), full_check=True)\"");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = testing::run_command(testing::graphrun_cli() + " show " + lenet_path() + " --devices 2 --optimizer adam");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("Adam"), std::string::npos);
+  r = testing::run_command(testing::graphrun_cli() + " grad " + lenet_path() + " --optimizer adam");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--optimizer needs --devices"), std::string::npos) << r.output;
+}
+
+TEST(Optimizer, ScheduleFeedsTheLearningRatePerStep) {
+  runtime::LrSchedule s;
+  s.kind = runtime::LrSchedule::Kind::Step;
+  s.base_lr = 1.0;
+  s.warmup_steps = 2;
+  s.step_size = 3;
+  s.gamma = 0.5;
+  EXPECT_DOUBLE_EQ(runtime::learning_rate(s, 0), 0.5);
+  EXPECT_DOUBLE_EQ(runtime::learning_rate(s, 2), 1.0);
+  EXPECT_DOUBLE_EQ(runtime::learning_rate(s, 5), 0.5);
+}
+
+
+// Contradictory optimizer and schedule flags: one line, exit code 2.
+TEST(Optimizer, CliRefusesContradictoryOptimizerAndScheduleFlags) {
+  if (!std::filesystem::exists(lenet_path())) GTEST_SKIP() << "models/lenet.onnx is missing";
+  for (const char* bad : {" --optimizer rmsprop", " --optimizer adam --momentum 0.9", " --beta1 0.9",
+                          " --lr-schedule step", " --lr-schedule wavy", " --lr-gamma 0.5"}) {
+    auto r = testing::run_command(testing::graphrun_cli() + " train " + lenet_path() + bad);
+    EXPECT_EQ(r.exit_code, 2) << bad << "\n" << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace graphrun

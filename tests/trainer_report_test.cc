@@ -1,0 +1,80 @@
+// What the trainer reports: the --metrics JSON (keys, order, values), --log-every lines, --eval-only.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "graph/onnx_io.h"
+#include "runtime/trainer.h"
+#include "tests/test_util.h"
+#include "tests/trainer_test_util.h"
+
+namespace graphrun {
+namespace {
+
+using runtime::TrainOptions;
+using runtime::Trainer;
+using testing::lenet_path;
+
+// The --metrics file: one JSON object per epoch, its keys in this order, its values the epoch's
+// figures at the precision the file has always had.
+TEST(TrainerReport, MetricsHoldOneJsonObjectPerEpochWithItsFigures) {
+  REQUIRE_LENET_AND_DATA();
+  TrainOptions o = testing::quick(2, 32, 3, 100);
+  o.epochs = 2;
+  o.lr = 0.05;
+  o.metrics_path = testing::temp_dir("trainer_report_metrics") + "/m.jsonl";
+  std::vector<runtime::EpochStats> all = Trainer(load_onnx(testing::lenet_path()), o).fit();
+  ASSERT_EQ(all.size(), 2u);
+  std::ifstream f(o.metrics_path);
+  std::string line;
+  size_t e = 0;
+  for (; std::getline(f, line); ++e) {
+    ASSERT_LT(e, all.size()) << line;
+    const auto j = nlohmann::ordered_json::parse(line);
+    std::vector<std::string> keys;
+    for (const auto& [k, _] : j.items()) keys.push_back(k);
+    EXPECT_EQ(keys, (std::vector<std::string>{"epoch", "steps", "loss", "train_acc", "test_acc", "seconds",
+                                              "images_per_sec", "lr", "devices", "threads"}));
+    const runtime::EpochStats& st = all[e];
+    EXPECT_EQ(j["epoch"].get<int>(), st.epoch);
+    EXPECT_EQ(j["steps"].get<int64_t>(), st.steps);
+    EXPECT_NEAR(j["loss"].get<double>(), st.loss, 5e-7);
+    EXPECT_NEAR(j["train_acc"].get<double>(), st.train_acc, 5e-7);
+    EXPECT_NEAR(j["test_acc"].get<double>(), st.test_acc, 5e-7);
+    EXPECT_NEAR(j["seconds"].get<double>(), st.seconds, 5e-4);
+    EXPECT_DOUBLE_EQ(j["lr"].get<double>(), 0.05);
+    EXPECT_EQ(j["devices"].get<std::string>(), "[cpu:0, cpu:1]");
+    EXPECT_EQ(j["threads"].get<int>(), 1);
+  }
+  EXPECT_EQ(e, all.size());
+}
+
+// --log-every: the mean loss of each block of steps and the rate the schedule gave its last step.
+TEST(TrainerReport, CliLogEveryPrintsTheMeanLossAndTheScheduledRate) {
+  REQUIRE_LENET_AND_DATA();
+  auto r = testing::run_command(testing::graphrun_cli() + " train " + lenet_path() +
+                                " --devices cpu:2 --batch-size 32 --max-steps 5 --threads 1 --epochs 1 --log-every 2"
+                                " --optimizer adam --lr 1e-3 --lr-schedule step --lr-step-size 2 --lr-gamma 0.5"
+                                " --normalize 0.1307,0.3081 --freeze conv1.weight");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (const char* line : {"step 2  epoch 1  loss ", "step 4  epoch 1  loss ", "step 5  epoch 1  loss "})
+    EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
+  EXPECT_NE(r.output.find("lr 0.00025\n"), std::string::npos) << r.output;  // step 5: 1e-3 * 0.5^2
+  for (const char* bad : {" --normalize 0.1", " --normalize 0.1,0", " --log-every -1"}) {
+    r = testing::run_command(testing::graphrun_cli() + " train " + lenet_path() + bad);
+    EXPECT_EQ(r.exit_code, 2) << bad << "\n" << r.output;
+  }
+}
+
+// --eval-only: the model as given, scored on the test set (the loss summed in f32 on every device).
+TEST(TrainerReport, CliEvalOnlyPrintsTestAccuracyAndLoss) {
+  REQUIRE_LENET_AND_DATA();
+  auto r = testing::run_command(testing::graphrun_cli() + " train " + lenet_path() + " --eval-only --threads 1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("test acc: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("test loss: 2.30"), std::string::npos) << r.output;  // d2l's untrained LeNet: ln 10
+}
+
+}  // namespace
+}  // namespace graphrun

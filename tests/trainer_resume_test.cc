@@ -1,0 +1,162 @@
+// Checkpoints and --resume: a resumed run ends bitwise where the uninterrupted one does (Adam moments,
+// per-replica BatchNorm statistics and dropout RNG included); corrupt and foreign checkpoints are refused.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "graph/onnx_io.h"
+#include "runtime/checkpoint.h"
+#include "runtime/trainer.h"
+#include "tests/test_util.h"
+#include "tests/trainer_test_util.h"
+
+namespace graphrun {
+namespace {
+
+using runtime::TrainOptions;
+using runtime::Trainer;
+using testing::have_data;
+using testing::lenet_path;
+using testing::quick;
+
+// Resume equivalence: a run killed after a mid-epoch checkpoint and resumed by a new Trainer ends
+// with bitwise the same state (weights, Adam moments) as the uninterrupted run, on two replicas.
+TEST(TrainerResume, ResumeFromCheckpointIsBitwiseTheUninterruptedRun) {
+  REQUIRE_LENET_AND_DATA();
+  Graph model = load_onnx(lenet_path());
+  TrainOptions o = quick(2, 32, 5, 200);
+  o.epochs = 2;
+  o.lr = 2e-3;
+  o.pipeline.optimizer.kind = "adamw";
+  o.pipeline.optimizer.weight_decay = 0.01f;
+  o.schedule.kind = runtime::LrSchedule::Kind::Cosine;
+  o.schedule.warmup_steps = 2;
+  o.checkpoint_dir = testing::temp_dir("trainer_resume");
+  o.checkpoint_every = 3;
+  o.keep_checkpoints = 10;
+  const auto full = testing::states_after_fit(model, o);
+  // Checkpoints at global steps 3 (epoch 1), 5 (end of 1), 6 (epoch 2), 9, 10 (end of 2).
+  namespace fs = std::filesystem;
+  const std::vector<std::string> names = testing::checkpoint_files(o.checkpoint_dir);
+  ASSERT_EQ(names.size(), 5u);
+  EXPECT_EQ(names[0], runtime::checkpoint_name(0, 3));
+  // "Kill" after step 6: only the checkpoints up to it exist.
+  for (size_t i = 3; i < names.size(); ++i) fs::remove(o.checkpoint_dir + "/" + names[i]);
+  EXPECT_EQ(testing::expect_resume_ends_with(model, o, full), 10);
+
+  // Keep only the newest few.
+  TrainOptions k = o;
+  k.keep_checkpoints = 2;
+  k.checkpoint_dir = testing::temp_dir("trainer_resume_keep");
+  Trainer(model, k).fit();
+  int count = 0;
+  for (const auto& e : fs::directory_iterator(k.checkpoint_dir)) count += e.path().extension() == ".grck";
+  EXPECT_EQ(count, 2);
+}
+
+// BatchNorm and Dropout: between the epoch-end broadcasts each replica has its own running
+// statistics, and each its own dropout RNG; a mid-epoch checkpoint keeps both, so resuming is still
+// bitwise the uninterrupted run. The model is written with onnx.helper at test time.
+TEST(TrainerResume, ResumeKeepsPerReplicaRunningStatisticsAndDropoutRng) {
+  if (!have_data()) GTEST_SKIP() << "Fashion-MNIST is not installed";
+  const std::string dir = testing::temp_dir("trainer_resume_bn_dropout");
+  {
+    std::ofstream py(dir + "/make.py");
+    py << "import numpy as np, onnx\n"
+          "from onnx import helper as h, TensorProto as T, numpy_helper as nh\n"
+          "r = np.random.RandomState(0)\n"
+          "f = lambda n, a: nh.from_array(a.astype(np.float32), n)\n"
+          "inits = [f('conv.w', r.randn(4, 1, 3, 3) * 0.3), f('conv.b', np.zeros(4)), f('bn.scale', np.ones(4)),\n"
+          "         f('bn.bias', np.zeros(4)), f('bn.mean', np.zeros(4)), f('bn.var', np.ones(4)),\n"
+          "         f('fc.w', r.randn(10, 4 * 13 * 13) * 0.02), f('fc.b', np.zeros(10)),\n"
+          "         f('drop.ratio', np.array(0.3))]\n"
+          "nodes = [h.make_node('Conv', ['image', 'conv.w', 'conv.b'], ['c'], strides=[2, 2]),\n"
+          "         h.make_node('BatchNormalization', ['c', 'bn.scale', 'bn.bias', 'bn.mean', 'bn.var'], ['n']),\n"
+          "         h.make_node('Relu', ['n'], ['a']), h.make_node('Dropout', ['a', 'drop.ratio'], ['d']),\n"
+          "         h.make_node('Flatten', ['d'], ['flat']), h.make_node('Gemm', ['flat', 'fc.w', 'fc.b'], ['logits'], transB=1)]\n"
+          "g = h.make_graph(nodes, 'bn_dropout', [h.make_tensor_value_info('image', T.FLOAT, ['N', 1, 28, 28])],\n"
+          "                 [h.make_tensor_value_info('logits', T.FLOAT, ['N', 10])], inits)\n"
+          "m = h.make_model(g, opset_imports=[h.make_opsetid('', 15)])\n"
+          "onnx.checker.check_model(m)\n"
+          "onnx.save(m, '" << dir << "/bn_dropout.onnx')\n";
+  }
+  auto r = testing::run_command(testing::python() + " " + dir + "/make.py");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  Graph model = load_onnx(dir + "/bn_dropout.onnx");
+  TrainOptions o = quick(2, 32, 5, 200);
+  o.epochs = 2;
+  o.lr = 0.05;
+  o.pipeline.optimizer.momentum = 0.9f;
+  o.checkpoint_dir = dir + "/ck";
+  o.checkpoint_every = 3;
+  o.keep_checkpoints = 10;
+  const auto full = testing::states_after_fit(model, o);
+  // Lost: everything after the checkpoint at step 6 (mid-epoch 2, replicas' statistics differ).
+  testing::remove_checkpoints_after(o.checkpoint_dir, runtime::checkpoint_name(1, 6));
+  auto ck = runtime::load_checkpoint(runtime::latest_checkpoint(o.checkpoint_dir));
+  EXPECT_EQ(ck.meta.at("global_step"), "6");
+  EXPECT_TRUE(ck.tensors.count("replica1/bn.mean")) << "the replicas' running statistics should differ mid-epoch";
+  testing::expect_resume_ends_with(model, o, full);
+  EXPECT_GT(testing::max_abs_diff(full.at("r0/bn.mean"), model.initializers.at("bn.mean")), 0);
+}
+
+// The same through the command line: a run whose newest checkpoints are lost (killed after step 4)
+// and resumed with --resume saves the same model, bit for bit, as an uninterrupted run.
+TEST(TrainerResume, CliResumeSavesTheSameModelAsAnUninterruptedRun) {
+  REQUIRE_LENET_AND_DATA();
+  const std::string dir = testing::temp_dir("trainer_resume_cli_run");
+  const std::string run = testing::graphrun_cli() + " train " + lenet_path() +
+                          " --devices cpu:2 --threads 1 --batch-size 32 --max-steps 3 --epochs 2 --optimizer adam"
+                          " --lr 1e-3 --lr-schedule cosine --checkpoint-every 2 --keep-checkpoints 10";
+  auto r = testing::run_command(run + " --checkpoint-dir " + dir + "/ck --save " + dir + "/full.onnx");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  testing::remove_checkpoints_after(dir + "/ck", runtime::checkpoint_name(1, 4));
+  ASSERT_EQ(runtime::latest_checkpoint(dir + "/ck"), dir + "/ck/" + runtime::checkpoint_name(1, 4));
+  r = testing::run_command(run + " --checkpoint-dir " + dir + "/ck --resume --save " + dir + "/resumed.onnx");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
+  Graph a = load_onnx(dir + "/full.onnx"), b = load_onnx(dir + "/resumed.onnx");
+  for (const auto& [name, t] : a.initializers) EXPECT_EQ(testing::max_abs_diff(b.initializers.at(name), t), 0) << name;
+}
+
+
+TEST(TrainerResume, CliRefusesCorruptAndForeignCheckpoints) {
+  REQUIRE_LENET_AND_DATA();
+  const std::string simplecnn = testing::source_dir() + "/models/simplecnn.onnx";
+  const std::string dir = testing::temp_dir("trainer_resume_cli");
+  const std::string cli = testing::graphrun_cli() + " train ";
+  const std::string common = " --devices cpu:1 --batch-size 32 --max-steps 2 --threads 1 --checkpoint-dir ";
+  auto r = testing::run_command(cli + lenet_path() + common + dir + "/a --epochs 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string ck = runtime::latest_checkpoint(dir + "/a");
+  ASSERT_FALSE(ck.empty());
+  if (std::filesystem::exists(simplecnn)) {
+    r = testing::run_command(cli + simplecnn + common + dir + "/a --resume --epochs 2");
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find("checkpoint of another model"), std::string::npos) << r.output;
+  }
+  // Flip one byte in the middle: the CRC catches it.
+  {
+    std::fstream f(ck, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(0, std::ios::end);
+    const auto size = static_cast<std::streamoff>(f.tellg());
+    f.seekg(size / 2);
+    char c = 0;
+    f.get(c);
+    f.seekp(size / 2);
+    f.put(static_cast<char>(c ^ 0x5a));
+  }
+  r = testing::run_command(cli + lenet_path() + common + dir + "/a --resume --epochs 2");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("corrupt"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(ck), std::string::npos) << r.output;
+  for (const char* bad : {" --resume", " --checkpoint-every 5", " --keep-checkpoints 2"}) {
+    r = testing::run_command(cli + lenet_path() + bad);
+    EXPECT_EQ(r.exit_code, 2) << bad << "\n" << r.output;
+    EXPECT_NE(r.output.find("--checkpoint-dir"), std::string::npos) << bad << "\n" << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace graphrun
