@@ -1,6 +1,6 @@
 // NCCL communicators (one process, one GPU per replica) and the device-local reduction for replicas
 // sharing a GPU. Both enqueue on the GPU's streams; see nccl_comm.h for the ordering contract.
-#include "runtime/comm/nccl_comm.h"
+#include "runtime/cuda/nccl_comm.h"
 
 #include <nccl.h>
 
@@ -12,6 +12,7 @@
 
 #include "runtime/comm/round_group.h"
 #include "runtime/cuda/cuda_context.h"
+#include "runtime/cuda/sum_replicas.h"
 
 #define GR_NCCL_CHECK(call)                                                                     \
   do {                                                                                          \
