@@ -255,6 +255,7 @@ Trainer::Trainer(const Graph& model, TrainOptions opts) : opts_(std::move(opts))
     ro.fetch = {graphs_.loss, correct_};
     ro.state_updates = graphs_.replicas[d].state_updates;
     ro.comm = device_comms_.empty() ? group_->rank(d) : device_comms_[d].get();
+    ro.comm->set_timeout(opts_.comm_timeout);
     ro.seed = opts_.seed * 1000003 + d;  // dropout masks differ between replicas, as between DDP ranks
     ro.async_kernels = opts_.overlap_allreduce < 0 ? overlap_default(devs) : opts_.overlap_allreduce > 0;
     w->exec = std::make_unique<Executor>(g, ro);

@@ -96,6 +96,9 @@ struct TrainOptions {
   // AllReduce finishes asynchronously, overlapping the rest of the backward pass
   // (ExecOptions::async_kernels): 1 on, 0 off, -1 the default of the devices (see overlap_default).
   int overlap_allreduce = -1;
+  // Seconds a replica waits in a collective for the others before training fails naming the missing
+  // ones (a replica that hung or died): Communicator::set_timeout.
+  double comm_timeout = kDefaultCommTimeout;
 };
 
 // Whether AllReduce overlaps the backward pass by default on these replicas: on for GPUs (NCCL on
