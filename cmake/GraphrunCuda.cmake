@@ -57,11 +57,12 @@ enable_language(CUDA)
 message(STATUS "graphrun: CUDA backend on (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, sm_${CMAKE_CUDA_ARCHITECTURES}, "
                "cuDNN ${GRAPHRUN_CUDNN_LIBRARY}, NCCL ${GRAPHRUN_NCCL_LIBRARY})")
 
+# runtime/cuda/ holds everything that needs the CUDA toolkit outside the kernels: the device, the
+# NCCL and device-local communicators (runtime/comm/ stays free of CUDA).
 file(GLOB GRAPHRUN_CUDA_SRC CONFIGURE_DEPENDS
-     ${CMAKE_SOURCE_DIR}/runtime/cuda/*.cc ${CMAKE_SOURCE_DIR}/runtime/kernels/cuda/*.cu
-     ${CMAKE_SOURCE_DIR}/runtime/kernels/cuda/*.cc)
+     ${CMAKE_SOURCE_DIR}/runtime/cuda/*.cc ${CMAKE_SOURCE_DIR}/runtime/cuda/*.cu
+     ${CMAKE_SOURCE_DIR}/runtime/kernels/cuda/*.cu ${CMAKE_SOURCE_DIR}/runtime/kernels/cuda/*.cc)
 list(FILTER GRAPHRUN_CUDA_SRC EXCLUDE REGEX "/runtime/cuda/no_cuda\\.cc$")
-list(APPEND GRAPHRUN_CUDA_SRC ${CMAKE_SOURCE_DIR}/runtime/comm/nccl_comm.cc)
 add_library(graphrun_cuda OBJECT ${GRAPHRUN_CUDA_SRC})
 target_include_directories(graphrun_cuda PUBLIC ${CMAKE_SOURCE_DIR} ${GRAPHRUN_CUDNN_INCLUDE} ${GRAPHRUN_NCCL_INCLUDE})
 target_link_libraries(graphrun_cuda PUBLIC graphrun_graph CUDA::cudart CUDA::cublas

@@ -28,6 +28,7 @@ class CpuRank final : public Communicator {
   void broadcast(float* data, int64_t count, int root) override { rank_->broadcast(data, count, root); }
   void barrier() override { rank_->barrier(); }
   void abort() override { group_->abort(); }
+  void set_timeout(double seconds) override { rank_->set_timeout(seconds); }
   std::string name() const override { return rank_->name(); }
 
  private:

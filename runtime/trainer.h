@@ -24,6 +24,7 @@
 
 #include "autodiff/autodiff.h"
 #include "graph/ir.h"
+#include "runtime/comm/wait.h"
 #include "runtime/data/idx.h"
 #include "runtime/executor.h"
 #include "runtime/optim/schedule.h"
@@ -76,6 +77,9 @@ struct TrainOptions {
   // (ExecOptions::async_kernels): 1 on, 0 off, -1 the default of the devices
   // (DeviceBackend::overlap_allreduce_by_default: on for GPUs, off for CPU replicas).
   int overlap_allreduce = -1;
+  // Seconds a replica waits in a collective for the others before training fails naming the missing
+  // ones (a replica that hung or died): Communicator::set_timeout.
+  double comm_timeout = kDefaultCommTimeout;
 };
 
 // A NaN or Inf training loss: training stopped at `step` (1-based global step); checkpoints on disk

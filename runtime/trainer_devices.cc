@@ -133,6 +133,7 @@ void Trainer::setup_replicas() {
     ro.fetch = {graphs_.loss, correct_};
     ro.state_updates = graphs_.replicas[d].state_updates;
     ro.comm = comms_[d].get();
+    ro.comm->set_timeout(opts_.comm_timeout);
     ro.seed = opts_.seed * 1000003 + d;  // dropout masks differ between replicas, as between DDP ranks
     ro.async_kernels =
         opts_.overlap_allreduce < 0 ? backend_->overlap_allreduce_by_default() : opts_.overlap_allreduce > 0;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <sstream>
 
 #include "tests/test_util.h"
 
@@ -77,6 +78,62 @@ TEST(Cli, HelpForRunAndShow) {
   }
   EXPECT_NE(graphrun("run --help").output.find("--output-dir"), std::string::npos);
   EXPECT_NE(graphrun("show --help").output.find("--format"), std::string::npos);
+}
+
+// Every command's help: exit 0, its usage first, every option in the two-column layout (name and
+// metavariable, description from column 28; continuation lines indented to it), --help last; -h is
+// the same; the top level lists the commands.
+TEST(Cli, HelpOfEveryCommandIsLaidOutInTwoColumns) {
+  for (const std::string cmd : {"run", "show", "grad", "train"}) {
+    SCOPED_TRACE(cmd);
+    CommandResult r = graphrun(cmd + " --help");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(r.output.rfind("usage: graphrun " + cmd + " ", 0), 0u) << r.output;
+    EXPECT_EQ(graphrun(cmd + " -h").output, r.output);
+    EXPECT_EQ(graphrun(cmd + " model.onnx --bogus --help").output, r.output);  // help wins over the rest
+    const size_t begin = r.output.find("\noptions:\n"), end = r.output.find("\n\n", begin + 1);
+    ASSERT_NE(begin, std::string::npos) << r.output;
+    std::istringstream options(r.output.substr(begin + 10, end - begin - 10));
+    std::string line, last;
+    int n = 0;
+    while (std::getline(options, line)) {
+      if (line.rfind("  --", 0) == 0) {
+        ++n;
+        last = line;
+        const size_t gap = line.find("  ", 4);
+        if (gap != std::string::npos) {
+          EXPECT_EQ(line.find_first_not_of(' ', gap), 28u) << line;
+        }
+      } else {
+        EXPECT_EQ(line.find_first_not_of(' '), 28u) << "not a continuation line: '" << line << "'";
+      }
+    }
+    EXPECT_GE(n, 4);
+    EXPECT_EQ(last, "  --help                    show this help");
+  }
+  CommandResult top = graphrun("--help");
+  EXPECT_EQ(top.exit_code, 0);
+  for (const char* cmd : {"  run ", "  show ", "  grad ", "  train "}) EXPECT_NE(top.output.find(cmd), std::string::npos);
+  CommandResult unknown = graphrun("frobnicate");
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_EQ(unknown.output, "graphrun: unknown command 'frobnicate' (commands: run, show, grad, train; see graphrun --help)\n");
+}
+
+// The forms a flag takes on the real command line, and one line with exit 2 for each misuse.
+TEST(Cli, FlagFormsAndTheirErrors) {
+  CommandResult a = graphrun("show relu.onnx --format dot"), b = graphrun("show relu.onnx --format=dot");
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_EQ(a.output, b.output);
+  EXPECT_EQ(graphrun("show --format=dot -- relu.onnx").output, a.output);
+  expect_one_line_error("show relu.onnx --format", {"graphrun show: error: --format needs a value (FMT)"});
+  expect_one_line_error("show relu.onnx --format text --format dot", {"--format given twice"});
+  expect_one_line_error("show relu.onnx -o a.txt --output b.txt", {"--output given twice"});
+  expect_one_line_error("show relu.onnx --backward=yes", {"--backward takes no value"});
+  expect_one_line_error("show relu.onnx --fromat dot", {"unknown option --fromat", "see graphrun show --help"});
+  expect_one_line_error("run relu.onnx -o x.npy", {"unknown option -o"});  // run has no --output
+  expect_one_line_error("run relu.onnx --input x.npy --threads 1e3", {"--threads must be an integer, got '1e3'"});
+  expect_one_line_error("run relu.onnx --input x.npy --threads 99999999999999999999", {"--threads is out of range"});
+  expect_one_line_error("run relu.onnx relu.onnx --input x.npy", {"expected one model file, got 2"});
 }
 
 TEST(Cli, RunWritesEachOutputAsNpy) {

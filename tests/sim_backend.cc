@@ -6,10 +6,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <thread>
 
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/round_group.h"
@@ -113,16 +115,25 @@ struct SimBuffer {
 // rank order with device memory accessible (the CUDA device-local group's contract); the others wait
 // without holding the device lock, so their kernels can still run meanwhile.
 struct SimGroup {
-  SimGroup(SimBackend* b, int n) : sim(b), rounds(n), pending(n, nullptr), roots(n, nullptr) {}
+  SimGroup(SimBackend* b, int n, int stall_rank, int64_t stall_after)
+      : sim(b), rounds(n), pending(n, nullptr), roots(n, nullptr), stall_rank(stall_rank), stall_after(stall_after) {}
   SimBackend* sim;
   runtime::RoundGroup rounds;
   std::vector<const std::vector<SimBuffer>*> pending;
   std::vector<float*> roots;
+  int stall_rank;       // SimBackend::stall_replica
+  int64_t stall_after;
+  int64_t stall_rank_calls = 0;  // touched by that rank's thread only
 
   // The last rank's work runs with device memory accessible.
   template <class F>
-  void round(F work) {
-    rounds.round([&] {
+  void round(int rank, const char* what, F work) {
+    if (rank == stall_rank && stall_rank_calls++ >= stall_after) {
+      // A hung replica: never arrives; released only when the group is aborted.
+      while (!rounds.aborted()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      throw Error(runtime::kAnotherReplicaFailed);
+    }
+    rounds.round(rank, what, [&] {
       SimBackend::Access access(*sim);
       work();
     });
@@ -135,8 +146,9 @@ class SimCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return g_->rounds.size(); }
   std::string name() const override { return "sim-device-local"; }
-  void barrier() override { g_->round([] {}); }
+  void barrier() override { g_->round(rank_, "barrier", [] {}); }
   void abort() override { g_->rounds.abort(); }
+  void set_timeout(double seconds) override { g_->rounds.set_timeout(seconds); }
 
   void allreduce_group(const std::vector<SimBuffer>& buffers) {
     SimGroup& g = *g_;
@@ -144,7 +156,7 @@ class SimCommunicator final : public Communicator {
       std::lock_guard<std::mutex> lock(g.rounds.mutex());
       g.pending[rank_] = &buffers;
     }
-    g.round([&] {
+    g.round(rank_, "allreduce", [&] {
       const size_t nbuf = g.pending[0]->size();
       for (int r = 1; r < g.rounds.size(); ++r)
         GR_CHECK(g.pending[r]->size() == nbuf, "AllReduce: rank " << r << " reduces " << g.pending[r]->size()
@@ -179,7 +191,7 @@ class SimCommunicator final : public Communicator {
       std::lock_guard<std::mutex> lock(g.rounds.mutex());
       g.roots[rank_] = data;
     }
-    g.round([&] {
+    g.round(rank_, "broadcast", [&] {
       for (int r = 0; r < g.rounds.size(); ++r)
         if (r != root && g.roots[r] != g.roots[root])
           std::memcpy(g.roots[r], g.roots[root], static_cast<size_t>(count) * sizeof(float));
@@ -455,10 +467,23 @@ void SimBackend::count_kernel(const KernelContext& ctx) {
 std::vector<std::unique_ptr<Communicator>> SimBackend::make_communicators(const std::vector<Device>& replicas) {
   GR_CHECK(!replicas.empty(), "no replicas to connect");
   for (const Device& d : replicas) check_device(d, "make_communicators");
-  auto g = std::make_shared<SimGroup>(this, static_cast<int>(replicas.size()));
+  int stall_rank;
+  int64_t stall_after;
+  {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    stall_rank = stall_rank_;
+    stall_after = stall_after_;
+  }
+  auto g = std::make_shared<SimGroup>(this, static_cast<int>(replicas.size()), stall_rank, stall_after);
   std::vector<std::unique_ptr<Communicator>> r;
   for (int i = 0; i < static_cast<int>(replicas.size()); ++i) r.push_back(std::make_unique<SimCommunicator>(g, i));
   return r;
+}
+
+void SimBackend::stall_replica(int rank, int64_t after_collectives) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  stall_rank_ = rank;
+  stall_after_ = after_collectives;
 }
 
 // ---- ScopedSimDevice ----

@@ -69,6 +69,10 @@ class SimBackend final : public runtime::DeviceBackend {
   void set_deterministic(bool on) override {}
 
   SimCounters counters() const;
+  // Rank `rank` of the communicator groups made from now on hangs at its collective number
+  // `after_collectives` + 1: it never arrives there (so the others' timeout must end their wait)
+  // and fails only once the group is aborted. rank -1: none.
+  void stall_replica(int rank, int64_t after_collectives);
   bool is_device_memory(const void* p) const;  // inside the pool
   size_t bytes_in_use() const;
 
@@ -106,6 +110,8 @@ class SimBackend final : public runtime::DeviceBackend {
   mutable std::recursive_mutex mu_;
   SimCounters counters_;
   runtime::KernelTable table_;
+  int stall_rank_ = -1;
+  int64_t stall_after_ = 0;
 };
 
 // Installs a SimBackend as the backend of Device::Kind::CUDA for its lifetime: cuda:0.. run on it.

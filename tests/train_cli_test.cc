@@ -43,6 +43,9 @@ TEST(TrainCli, NonsenseFlagsAreUsageErrors) {
   expect_usage_error(m + " --bogus", "unknown option --bogus");
   expect_usage_error(m + " --overlap-allreduce maybe", "--overlap-allreduce takes on or off");
   expect_usage_error(m + " --bucket-mb 0", "--bucket-mb");
+  expect_usage_error(m + " --comm-timeout 0", "--comm-timeout must be a positive number of seconds");
+  expect_usage_error(m + " --comm-timeout=inf", "--comm-timeout must be a positive number of seconds");
+  expect_usage_error(m + " --comm-timeout", "--comm-timeout needs a value (S)");
   expect_usage_error("", "no model");
 }
 

@@ -1,62 +1,119 @@
-// Option parsing and help text for the graphrun subcommands.
+// Option parsing and help text for the graphrun subcommands, on CLI11: a Command's table becomes a
+// CLI::App, which splits the command line and lays out the help; Args checks what was given.
 #include "tools/cli.h"
 
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <sstream>
 
 namespace graphrun::cli {
 
-std::string Command::help() const {
-  std::ostringstream os;
-  os << "usage: " << usage << "\n\n" << summary << "\n";
-  if (!options.empty()) {
-    os << "\noptions:\n";
-    for (const auto& o : options) {
-      std::string left = "  --" + o.name + (o.value.empty() ? "" : " " + o.value);
-      if (left.size() < 28) left += std::string(28 - left.size(), ' '); else left += "\n" + std::string(28, ' ');
-      os << left << o.help << "\n";
+namespace {
+
+constexpr size_t kHelpColumn = 28;  // where an option's description starts in --help
+
+// graphrun's help layout: usage, summary, the options (name and metavariable, then the description,
+// whose continuation lines CLI11 indents to the same column), then the details.
+class HelpFormatter final : public CLI::Formatter {
+ public:
+  explicit HelpFormatter(const Command& cmd) : cmd_(cmd) { column_width(kHelpColumn); }
+
+  std::string make_help(const CLI::App* app, std::string, CLI::AppFormatMode) const override {
+    std::ostringstream os;
+    os << "usage: " << cmd_.usage << "\n\n" << cmd_.summary << "\n";
+    if (!cmd_.options.empty()) {
+      os << "\noptions:\n";
+      for (const CLI::Option* o : app->get_options([](const CLI::Option* o) { return o->nonpositional(); }))
+        os << make_option(o, false);
     }
-    os << "  --help                    show this help\n";
+    if (!cmd_.details.empty()) os << "\n" << cmd_.details << "\n";
+    return os.str();
   }
-  if (!details.empty()) os << "\n" << details << "\n";
-  return os.str();
+  // "--output FILE", not "-o,--output FILE": the description mentions the short form.
+  std::string make_option_name(const CLI::Option* o, bool) const override { return "--" + o->get_lnames().at(0); }
+  std::string make_option_opts(const CLI::Option* o) const override {
+    return o->get_type_name().empty() ? "" : " " + o->get_type_name();
+  }
+
+ private:
+  const Command& cmd_;
+};
+
+// Tables written before the help went through CLI11 indent continuation lines by hand; CLI11 indents
+// them itself, so that indentation (up to the help column) is dropped.
+std::string unindent(const std::string& help) {
+  std::string r;
+  for (size_t i = 0; i < help.size(); ++i) {
+    r += help[i];
+    if (help[i] != '\n') continue;
+    size_t k = 0;
+    while (k < kHelpColumn && i + 1 < help.size() && help[i + 1] == ' ') ++i, ++k;
+  }
+  return r;
 }
 
-Args::Args(const Command& cmd, const std::vector<std::string>& argv) : cmd_(cmd) {
-  for (size_t i = 0; i < argv.size(); ++i) {
-    const std::string& a = argv[i];
-    if (a == "--help" || a == "-h") { help_ = true; continue; }
-    if (a.size() > 2 && a.rfind("--", 0) == 0) {
-      std::string name = a.substr(2), val;
-      bool inline_val = false;
-      auto eq = name.find('=');
-      if (eq != std::string::npos) { val = name.substr(eq + 1); name = name.substr(0, eq); inline_val = true; }
-      const Option* opt = nullptr;
-      for (const auto& o : cmd_.options)
-        if (o.name == name) opt = &o;
-      if (!opt) throw Error(usage_error("unknown option --" + name));
-      if (opt->value.empty()) {
-        if (inline_val) throw Error(usage_error("--" + name + " takes no value"));
-        val = "1";
-      } else if (!inline_val) {
-        if (i + 1 >= argv.size()) throw Error(usage_error("--" + name + " needs a value (" + opt->value + ")"));
-        val = argv[++i];
-      }
-      if (values_.count(name) && !opt->repeatable) throw Error(usage_error("--" + name + " given twice"));
-      values_[name].push_back(val);
-    } else if (a == "-o") {
-      // -o is the short form of --output where a command has it.
-      bool has_output = false;
-      for (const auto& o : cmd_.options) has_output |= o.name == "output";
-      if (!has_output || i + 1 >= argv.size()) throw Error(usage_error("-o needs a file name"));
-      if (values_.count("output")) throw Error(usage_error("--output given twice"));
-      values_["output"].push_back(argv[++i]);
-    } else if (a.size() > 1 && a[0] == '-' && !(a[1] >= '0' && a[1] <= '9')) {
-      throw Error(usage_error("unknown option " + a));
-    } else {
-      positional_.push_back(a);
+// A Command as a CLI::App. Every option takes at most one value per occurrence (a switch none) and
+// may occur any number of times: what CLI11 collects is checked by Args, which words the errors. A
+// value option given no value (last on the line, or followed by another option) collects "".
+struct App {
+  std::unique_ptr<CLI::App> app = std::make_unique<CLI::App>();
+  std::vector<CLI::Option*> options;  // of the Command's options, in its order
+  CLI::Option* positional = nullptr;
+  CLI::Option* help = nullptr;
+
+  explicit App(const Command& cmd) {
+    app->name("graphrun " + cmd.name);
+    app->set_help_flag();  // CLI11's own help flag would be listed first and exit by exception
+    app->allow_extras();   // unknown options are left for Args to name
+    app->formatter(std::make_shared<HelpFormatter>(cmd));
+    positional = app->add_option("positional")->expected(0, -1)->allow_extra_args()->group("");
+    for (const Option& o : cmd.options) {
+      CLI::Option* opt = app->add_option(o.name == "output" ? "-o,--output" : "--" + o.name);
+      opt->description(unindent(o.help))->type_name(o.value)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+      if (o.value.empty()) opt->expected(0, 0);
+      else opt->expected(0, 1);
+      options.push_back(opt);
     }
+    help = app->add_option("-h,--help")->description("show this help")->expected(0, 0);
+    help->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   }
+};
+
+}  // namespace
+
+std::string Command::help() const { return App(*this).app->help(); }
+
+Args::Args(const Command& cmd, const std::vector<std::string>& argv) : cmd_(cmd) {
+  // What follows "--" is positional. CLI11 knows "--" too, but after an option's value it takes it
+  // for the end of that option's list and goes on parsing options, so it never sees it.
+  const auto mark = std::find(argv.begin(), argv.end(), "--");
+  App a(cmd_);
+  try {
+    a.app->parse(std::vector<std::string>(std::make_reverse_iterator(mark), argv.rend()));  // last first
+  } catch (const CLI::Error& e) {
+    throw Error(usage_error(e.what()));
+  }
+  help_ = a.help->count() > 0;
+  if (help_) return;  // asked for help: the rest of the line does not matter
+  for (const std::string& arg : a.app->remaining())
+    throw Error(usage_error("unknown option " + arg.substr(0, arg.find('='))));
+  for (size_t i = 0; i < cmd_.options.size(); ++i) {
+    const Option& o = cmd_.options[i];
+    const std::vector<std::string>& given = a.options[i]->results();
+    if (given.empty()) continue;
+    for (const std::string& v : given) {
+      if (o.value.empty() && !v.empty()) throw Error(usage_error("--" + o.name + " takes no value"));
+      if (!o.value.empty() && v.empty()) throw Error(usage_error("--" + o.name + " needs a value (" + o.value + ")"));
+    }
+    if (given.size() > 1 && !o.repeatable) throw Error(usage_error("--" + o.name + " given twice"));
+    values_[o.name] = o.value.empty() ? std::vector<std::string>(given.size(), "1") : given;
+  }
+  positional_ = a.positional->results();
+  if (mark != argv.end()) positional_.insert(positional_.end(), mark + 1, argv.end());
 }
 
 std::string Args::get(const std::string& name, const std::string& def) const {
@@ -79,19 +136,24 @@ std::vector<std::string> Args::all(const std::string& name) const {
 
 int64_t Args::get_int(const std::string& name, int64_t def) const {
   if (!has(name)) return def;
-  std::string v = get(name);
+  const std::string v = get(name);
   char* end = nullptr;
-  long long x = std::strtoll(v.c_str(), &end, 10);
+  errno = 0;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
   if (v.empty() || *end) throw Error(usage_error("--" + name + " must be an integer, got '" + v + "'"));
+  if (errno == ERANGE) throw Error(usage_error("--" + name + " is out of range, got '" + v + "'"));
   return x;
 }
 
 double Args::get_double(const std::string& name, double def) const {
   if (!has(name)) return def;
-  std::string v = get(name);
+  const std::string v = get(name);
   char* end = nullptr;
-  double x = std::strtod(v.c_str(), &end);
+  errno = 0;
+  const double x = std::strtod(v.c_str(), &end);
   if (v.empty() || *end) throw Error(usage_error("--" + name + " must be a number, got '" + v + "'"));
+  if (errno == ERANGE && (x == HUGE_VAL || x == -HUGE_VAL))
+    throw Error(usage_error("--" + name + " is out of range, got '" + v + "'"));
   return x;
 }
 

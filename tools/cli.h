@@ -1,4 +1,4 @@
-// Command-line plumbing shared by the graphrun subcommands: option specs, parsing, help text.
+// Command-line plumbing shared by the graphrun subcommands: option tables, parsing (on CLI11), help text.
 #pragma once
 #include <map>
 #include <string>
@@ -9,9 +9,9 @@
 namespace graphrun::cli {
 
 struct Option {
-  std::string name;       // "lr" for --lr
+  std::string name;       // "lr" for --lr; "output" also answers to -o
   std::string value;      // "" for a switch; else the metavariable shown in help ("RATE")
-  std::string help;
+  std::string help;       // lines after the first may be indented to the help column or not
   bool repeatable = false;
 };
 
@@ -24,8 +24,10 @@ struct Command {
   std::string help() const;
 };
 
-// Parsed arguments. Accepts --flag VALUE and --flag=VALUE; unknown flags, missing values and a
-// repeated non-repeatable flag are usage errors (graphrun::Error, exit 2).
+// Parsed arguments (split by CLI11). Accepts --flag VALUE and --flag=VALUE; what follows "--" is
+// positional. Unknown flags, a value option without its value (at the end, or followed by another
+// option), a switch given a value and a repeated non-repeatable flag are usage errors
+// (graphrun::Error, exit 2). With --help or -h anywhere, help() is true and nothing else is checked.
 class Args {
  public:
   Args(const Command& cmd, const std::vector<std::string>& argv);

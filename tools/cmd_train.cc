@@ -29,6 +29,8 @@ const Command& train_command() {
           {"bucket-mb", "MB", "gradients per AllReduce node, in MB (default 4; as DDP's bucket_cap_mb)"},
           {"overlap-allreduce", "on|off", "AllReduce runs while the rest of the backward pass does (default: on\n"
                                           "                            for GPUs, off for CPU replicas, where it does not pay)"},
+          {"comm-timeout", "S", "seconds a replica waits for the others in an AllReduce (default 60); then\n"
+                                "                            every replica stops, naming the missing ones (hung or dead)"},
           {"batch-size", "B", "global batch, split over the replicas (default 256)"},
           {"lr", "RATE", "learning rate (default 0.2)"},
           {"epochs", "E", "epochs (default 10)"},
@@ -135,6 +137,9 @@ int cmd_train(const std::vector<std::string>& argv) {
       runtime::backend_for(devices[0].kind)->set_deterministic(true);  // CPU kernels are deterministic already
   }
 
+  o.comm_timeout = args.get_double("comm-timeout", runtime::kDefaultCommTimeout);
+  if (!(o.comm_timeout > 0) || !std::isfinite(o.comm_timeout))
+    throw bad("--comm-timeout must be a positive number of seconds, got " + args.get("comm-timeout"));
   o.batch_size = args.get_int("batch-size", 256);
   if (o.batch_size < 1) throw bad("--batch-size must be at least 1, got " + args.get("batch-size"));
   if (o.batch_size < static_cast<int64_t>(devices.size()))

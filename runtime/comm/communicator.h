@@ -4,6 +4,8 @@
 #include <functional>
 #include <string>
 
+#include "runtime/comm/wait.h"
+
 namespace graphrun::runtime {
 
 class Communicator {
@@ -27,6 +29,11 @@ class Communicator {
   // Another replica failed: ranks waiting in this group's operations (now or later) stop with an
   // error instead of waiting forever. The group is unusable afterwards. Any rank's object may call it.
   virtual void abort() {}
+  // How long a collective waits for the other ranks (default kDefaultCommTimeout, runtime/comm/wait.h).
+  // A rank that waits longer fails with an error naming the ranks that did not arrive, and aborts the
+  // group, so that the others fail too instead of hanging. A setting of the group: any rank's object
+  // sets it for all.
+  virtual void set_timeout(double seconds) = 0;
   virtual std::string name() const = 0;  // "cpu-shared-memory", "nccl", "mpi"
 };
 

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "graph/error.h"
+#include "runtime/comm/wait.h"
 
 namespace graphrun::runtime {
 
@@ -39,8 +40,9 @@ class CpuCommunicator final : public Communicator {
   }
   void barrier() override {
     drain();
-    group_->barrier();
+    group_->barrier(rank_);
   }
+  void set_timeout(double seconds) override { group_->set_timeout(seconds); }
   std::string name() const override { return "cpu-shared-memory"; }
 
   std::function<void()> allreduce_sum_async(float* data, int64_t count) override {
@@ -115,7 +117,9 @@ std::shared_ptr<CpuCommGroup> CpuCommGroup::create(int size) {
   return std::shared_ptr<CpuCommGroup>(new CpuCommGroup(size));
 }
 
-CpuCommGroup::CpuCommGroup(int size) : size_(size), ptrs_(size, nullptr), counts_(size, 0) {
+CpuCommGroup::CpuCommGroup(int size)
+    : size_(size), ptrs_(size, nullptr), counts_(size, 0), here_(size, false), abort_reason_(kAnotherReplicaFailed),
+      timeout_s_(kDefaultCommTimeout) {
   for (int r = 0; r < size; ++r) ranks_.push_back(std::make_unique<CpuCommunicator>(this, r));
 }
 
@@ -136,13 +140,20 @@ void CpuCommGroup::abort() {
   cv_.notify_all();
 }
 
-void CpuCommGroup::barrier(bool spin) {
+void CpuCommGroup::set_timeout(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  timeout_s_ = seconds;
+}
+
+void CpuCommGroup::barrier(int rank, const char* what, bool spin) {
   if (size_ == 1) return;
   std::unique_lock<std::mutex> lock(mu_);
-  GR_CHECK(!aborted_, "another replica failed; stopping");
+  GR_CHECK(!aborted_, abort_reason_);
   const uint64_t gen = generation_.load();
+  here_[rank] = true;
   if (++arrived_ == size_) {
     arrived_ = 0;
+    here_.assign(size_, false);
     generation_.fetch_add(1);
     cv_.notify_all();
     return;
@@ -152,6 +163,7 @@ void CpuCommGroup::barrier(bool spin) {
   // Only when every replica has a core of its own: otherwise the spinner would take the core the
   // last replica needs to arrive.
   static const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const auto deadline = comm_deadline(timeout_s_);
   if (spin && size_ <= cores) {
     lock.unlock();
     for (int i = 0; i < 20000 && generation_.load(std::memory_order_acquire) == gen && !aborted_; ++i) {
@@ -163,15 +175,21 @@ void CpuCommGroup::barrier(bool spin) {
     }
     lock.lock();
   }
-  cv_.wait(lock, [&] { return generation_.load() != gen || aborted_; });
-  GR_CHECK(generation_.load() != gen, "another replica failed; stopping");
+  if (!cv_.wait_until(lock, deadline, [&] { return generation_.load() != gen || aborted_; })) {
+    // The ranks still missing are named once, by the first to give up; every waiting rank, and
+    // every later collective, fails with it.
+    abort_reason_ = missing_ranks_message(what, here_, timeout_s_);
+    aborted_ = true;
+    cv_.notify_all();
+  }
+  GR_CHECK(generation_.load() != gen, abort_reason_);
 }
 
 void CpuCommGroup::allreduce_sum(int rank, float* data, int64_t count, bool spin) {
   if (size_ == 1) return;
   ptrs_[rank] = data;
   counts_[rank] = count;
-  barrier(spin);
+  barrier(rank, "allreduce", spin);
   for (int r = 0; r < size_; ++r)
     GR_CHECK(counts_[r] == count, "allreduce: rank " << rank << " reduces " << count << " values but rank " << r
                                                      << " reduces " << counts_[r]);
@@ -190,7 +208,7 @@ void CpuCommGroup::allreduce_sum(int rank, float* data, int64_t count, bool spin
     for (int r = 1; r < size_; ++r) std::memcpy(ptrs_[r] + begin, sum, n * sizeof(float));
   }
   // Nobody may leave (and reuse its buffer or ptrs_) before every slice is written.
-  barrier(spin);
+  barrier(rank, "allreduce", spin);
 }
 
 void CpuCommGroup::broadcast(int rank, float* data, int64_t count, int root) {
@@ -198,11 +216,11 @@ void CpuCommGroup::broadcast(int rank, float* data, int64_t count, int root) {
   if (size_ == 1) return;
   ptrs_[rank] = data;
   counts_[rank] = count;
-  barrier();
+  barrier(rank, "broadcast");
   GR_CHECK(counts_[root] == count, "broadcast: rank " << rank << " expects " << count << " values but root "
                                                       << root << " sends " << counts_[root]);
   if (rank != root) std::memcpy(data, ptrs_[root], count * sizeof(float));
-  barrier();
+  barrier(rank, "broadcast");
 }
 
 }  // namespace graphrun::runtime

@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "runtime/comm/communicator.h"
@@ -25,10 +26,12 @@ class CpuCommGroup : public std::enable_shared_from_this<CpuCommGroup> {
   // that failed releases the others instead of leaving them waiting forever.
   void abort();
   bool aborted() const { return aborted_.load(); }
+  void set_timeout(double seconds);  // see Communicator::set_timeout
 
   // Internals used by the per-rank communicators. spin: wait briefly before sleeping in barriers
   // (off for the communication threads of allreduce_sum_async, which would take compute cores).
-  void barrier(bool spin = true);
+  // `what` names the collective in a timeout's error.
+  void barrier(int rank, const char* what = "barrier", bool spin = true);
   void allreduce_sum(int rank, float* data, int64_t count, bool spin = true);
   void broadcast(int rank, float* data, int64_t count, int root);
 
@@ -41,8 +44,11 @@ class CpuCommGroup : public std::enable_shared_from_this<CpuCommGroup> {
   std::mutex mu_;
   std::condition_variable cv_;
   int arrived_ = 0;
+  std::vector<bool> here_;  // who has arrived at the current barrier
   std::atomic<uint64_t> generation_{0};
   std::atomic<bool> aborted_{false};
+  std::string abort_reason_;  // what aborted collectives throw
+  double timeout_s_;
 };
 
 }  // namespace graphrun::runtime

@@ -5,26 +5,35 @@
 #include <exception>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "graph/error.h"
+#include "runtime/comm/wait.h"
 
 namespace graphrun::runtime {
 
 class RoundGroup {
  public:
-  explicit RoundGroup(int size) : size_(size) {}
+  explicit RoundGroup(int size) : size_(size), here_(size, false) {}
   int size() const { return size_; }
   // Guards what ranks hand in before calling round() (their buffers for the last rank to use).
   std::mutex& mutex() { return mu_; }
+  // How long a rank waits in round() for the others (Communicator::set_timeout).
+  void set_timeout(double seconds) {
+    std::lock_guard<std::mutex> lock(mu_);
+    timeout_s_ = seconds;
+  }
 
   // Every rank calls this; `work` runs once, on the last rank to arrive, under the group's lock, while
-  // the others wait. An Error from `work` is thrown on every rank. After abort(), every waiting and
+  // the others wait. An Error from `work` is thrown on every rank. A rank that waits longer than the
+  // timeout aborts the group, naming the ranks that did not arrive. After abort(), every waiting and
   // every later call throws.
   template <class F>
-  void round(F work) {
+  void round(int rank, const char* what, F work) {
     std::unique_lock<std::mutex> lock(mu_);
-    GR_CHECK(!aborted_, "another replica failed; stopping");
+    GR_CHECK(!aborted_, abort_reason_);
     const unsigned long long gen = generation_;
+    here_[rank] = true;
     if (++arrived_ == size_) {
       error_.clear();
       try {
@@ -33,11 +42,17 @@ class RoundGroup {
         error_ = e.what();
       }
       arrived_ = 0;
+      here_.assign(size_, false);
       ++generation_;
       cv_.notify_all();
     } else {
-      cv_.wait(lock, [&] { return generation_ != gen || aborted_; });
-      GR_CHECK(generation_ != gen, "another replica failed; stopping");
+      const auto deadline = comm_deadline(timeout_s_);
+      if (!cv_.wait_until(lock, deadline, [&] { return generation_ != gen || aborted_; })) {
+        abort_reason_ = missing_ranks_message(what, here_, timeout_s_);
+        aborted_ = true;
+        cv_.notify_all();
+      }
+      GR_CHECK(generation_ != gen, abort_reason_);
     }
     if (!error_.empty()) throw Error(error_);
   }
@@ -48,15 +63,22 @@ class RoundGroup {
     aborted_ = true;
     cv_.notify_all();
   }
+  bool aborted() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return aborted_;
+  }
 
  private:
   std::mutex mu_;
   std::condition_variable cv_;
   int size_;
   int arrived_ = 0;
+  std::vector<bool> here_;  // who has arrived in this round
   unsigned long long generation_ = 0;
   bool aborted_ = false;
+  std::string abort_reason_ = kAnotherReplicaFailed;
   std::string error_;
+  double timeout_s_ = kDefaultCommTimeout;
 };
 
 }  // namespace graphrun::runtime

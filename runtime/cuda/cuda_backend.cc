@@ -5,8 +5,8 @@
 #include <atomic>
 #include <mutex>
 
-#include "runtime/comm/nccl_comm.h"
 #include "runtime/cuda/cuda_context.h"
+#include "runtime/cuda/nccl_comm.h"
 #include "runtime/device.h"
 
 namespace graphrun::runtime {

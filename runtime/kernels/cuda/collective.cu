@@ -1,26 +1,11 @@
 // CUDA kernels: collective family (the CPU's collective.cc op set): ai.graphrun AllReduce over a
 // DeviceCommunicator (NCCL, or the device-local reduction of replicas sharing a GPU).
-#include "runtime/comm/nccl_comm.h"
+#include "runtime/cuda/nccl_comm.h"
 #include "runtime/kernels/cuda/common.cuh"
 
 namespace graphrun::runtime {
 namespace cuda {
 namespace {
-
-constexpr int kMaxReplicas = 16;
-struct ReplicaPtrs {
-  const float* send[kMaxReplicas];
-  float* recv[kMaxReplicas];
-};
-
-// Every thread reads all sends of its element before writing any recv, so recv may alias send.
-__global__ void sum_replicas_kernel(ReplicaPtrs p, int nranks, int64_t n) {
-  GR_GRID_STRIDE(i, n) {
-    float acc = 0.f;
-    for (int r = 0; r < nranks; ++r) acc += p.send[r][i];
-    for (int r = 0; r < nranks; ++r) p.recv[r][i] = acc;
-  }
-}
 
 // Not locked: a rank waits here for the others, and they must be able to launch meanwhile.
 void allreduce_op(KernelContext& ctx) {
@@ -55,18 +40,6 @@ void allreduce_op(KernelContext& ctx) {
 }
 
 }  // namespace
-
-void launch_sum_replicas(const float* const* sends, float* const* recvs, int nranks, int64_t count, void* stream) {
-  GR_CHECK(nranks >= 1 && nranks <= kMaxReplicas, "device-local reduction of " << nranks << " replicas (at most " << kMaxReplicas << ")");
-  if (count <= 0) return;
-  ReplicaPtrs p{};
-  for (int r = 0; r < nranks; ++r) {
-    p.send[r] = sends[r];
-    p.recv[r] = recvs[r];
-  }
-  sum_replicas_kernel<<<grid_for(count), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(p, nranks, count);
-  GR_LAUNCH_CHECK("sum_replicas");
-}
 
 void register_collective_kernels(KernelTable& t) { t.add(kGraphrunDomain, "AllReduce", allreduce_op); }
 

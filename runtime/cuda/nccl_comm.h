@@ -47,9 +47,4 @@ class DeviceCommunicator : public Communicator {
 // the device-local reduction. A mix of both is refused with a clear error.
 std::vector<std::unique_ptr<Communicator>> make_cuda_communicators(const std::vector<Device>& replicas);
 
-namespace cuda {
-// runtime/kernels/cuda/collective.cu: recvs[r][i] = sum over r' of sends[r'][i], for r < nranks (<= 16).
-void launch_sum_replicas(const float* const* sends, float* const* recvs, int nranks, int64_t count, void* stream);
-}  // namespace cuda
-
 }  // namespace graphrun::runtime

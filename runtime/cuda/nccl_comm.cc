@@ -1,6 +1,6 @@
 // NCCL communicators (one process, one GPU per replica) and the device-local reduction for replicas
 // sharing a GPU. Both enqueue on the GPU's streams; see nccl_comm.h for the ordering contract.
-#include "runtime/comm/nccl_comm.h"
+#include "runtime/cuda/nccl_comm.h"
 
 #include <nccl.h>
 
@@ -12,6 +12,7 @@
 
 #include "runtime/comm/round_group.h"
 #include "runtime/cuda/cuda_context.h"
+#include "runtime/cuda/sum_replicas.h"
 
 #define GR_NCCL_CHECK(call)                                                                     \
   do {                                                                                          \
@@ -72,8 +73,10 @@ class NcclCommunicator final : public DeviceCommunicator {
   Device device() const override { return dev_; }
   std::string name() const override { return "nccl"; }
   void barrier() override {
-    barrier_->round([] {});
+    barrier_->round(rank_, "barrier", [] {});
   }
+  // The host barrier's: NCCL's own waits are on the device, ended by abort().
+  void set_timeout(double seconds) override { barrier_->set_timeout(seconds); }
   // Another replica failed: wake the ranks in the host barrier, and end this rank's NCCL operations
   // (ncclCommAbort is what a watchdog thread calls on a communicator another thread may be blocked
   // on: kernels waiting for a peer that will never send return, and later calls fail).
@@ -191,9 +194,10 @@ class SameDeviceCommunicator final : public DeviceCommunicator {
   Device device() const override { return g_->dev; }
   std::string name() const override { return "cuda-device-local"; }
   void barrier() override {
-    g_->rounds.round([] {});
+    g_->rounds.round(rank_, "barrier", [] {});
   }
   void abort() override { g_->rounds.abort(); }
+  void set_timeout(double seconds) override { g_->rounds.set_timeout(seconds); }
 
   void allreduce_sum_group(const std::vector<Buffer>& buffers) override {
     SameDeviceGroup& g = *g_;
@@ -201,7 +205,7 @@ class SameDeviceCommunicator final : public DeviceCommunicator {
       std::lock_guard<std::mutex> lock(g.rounds.mutex());
       g.pending[rank_] = &buffers;
     }
-    g.rounds.round([&] {
+    g.rounds.round(rank_, "allreduce", [&] {
       const size_t nbuf = g.pending[0]->size();
       for (int r = 1; r < g.rounds.size(); ++r)
         GR_CHECK(g.pending[r]->size() == nbuf, "AllReduce: rank " << r << " reduces " << g.pending[r]->size()
@@ -230,7 +234,7 @@ class SameDeviceCommunicator final : public DeviceCommunicator {
       std::lock_guard<std::mutex> lock(g.rounds.mutex());
       g.roots[rank_] = data;
     }
-    g.rounds.round([&] {
+    g.rounds.round(rank_, "broadcast", [&] {
       cuda::DeviceContext& dc = cuda::device_context(g.dev.index);
       for (int r = 0; r < g.rounds.size(); ++r)
         if (r != root && g.roots[r] != g.roots[root])

@@ -1,0 +1,173 @@
+// Hangs become errors: a replica that stops arriving at the collectives (hung or dead, not failed)
+// makes every other replica fail once the communicator's timeout has passed, with an error naming
+// the missing one — in the CPU group (blocking and asynchronous allreduce, broadcast, barrier), in
+// the round group that the device-local and NCCL communicators share, and in the trainer.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "graph/onnx_io.h"
+#include "runtime/comm/cpu_comm.h"
+#include "runtime/comm/round_group.h"
+#include "runtime/trainer.h"
+#include "tests/sim_backend.h"
+#include "tests/test_util.h"
+#include "tests/trainer_test_util.h"
+
+namespace graphrun {
+namespace {
+
+using runtime::Communicator;
+using runtime::CpuCommGroup;
+
+constexpr double kShort = 0.2;  // seconds: short enough for a test, long enough for live ranks to meet
+
+// Runs f(rank) on `n` threads, joins them, and returns what each threw ("" for none).
+template <class F>
+std::vector<std::string> errors_on_ranks(int n, F f) {
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r)
+    ts.emplace_back([&, r] {
+      try {
+        f(r);
+      } catch (const Error& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : ts) t.join();
+  return errors;
+}
+
+void expect_contains(const std::string& s, const std::string& part) {
+  EXPECT_NE(s.find(part), std::string::npos) << "'" << part << "' not in: " << s;
+}
+
+TEST(CommTimeout, CpuAllreduceFailsOnEveryRankNamingTheOneThatStopped) {
+  const int n = 3, stopped = 1, before = 2;  // replica 1 takes part in two allreduces, then never again
+  auto group = CpuCommGroup::create(n);
+  group->rank(2)->set_timeout(kShort);  // a setting of the group, from any rank
+  std::vector<std::vector<float>> data(n, std::vector<float>(37, 1.f));
+  std::vector<int> done(n, 0);
+  auto errors = errors_on_ranks(n, [&](int r) {
+    for (int k = 0; k < (r == stopped ? before : 5); ++k) {
+      group->rank(r)->allreduce_sum(data[r].data(), 37);
+      ++done[r];
+    }
+  });
+  EXPECT_EQ(errors[stopped], "");
+  for (int r : {0, 2}) {
+    EXPECT_EQ(done[r], before) << "rank " << r;
+    EXPECT_EQ(errors[r], "allreduce: replica 1 of 3 did not arrive within 0.2 s: it hung or stopped "
+                         "(raise --comm-timeout if it is only slow)");
+    EXPECT_EQ(data[r][0], 9.f);  // the two allreduces that every rank joined summed correctly
+  }
+  EXPECT_TRUE(group->aborted());
+  // The replica that stopped, coming back, finds the group closed with the same reason.
+  std::vector<float> late(37, 1.f);
+  try {
+    group->rank(stopped)->allreduce_sum(late.data(), 37);
+    ADD_FAILURE() << "a collective of an aborted group returned";
+  } catch (const Error& e) {
+    expect_contains(e.what(), "replica 1 of 3 did not arrive");
+  }
+}
+
+TEST(CommTimeout, AsyncAllreduceFailsInItsWait) {
+  const int n = 2;
+  auto group = CpuCommGroup::create(n);
+  group->set_timeout(kShort);
+  std::vector<std::vector<float>> data(n, std::vector<float>(100, 1.f));
+  auto errors = errors_on_ranks(n, [&](int r) {
+    if (r == 0) return;  // never arrives
+    std::function<void()> wait = group->rank(r)->allreduce_sum_async(data[r].data(), 100);
+    wait();
+  });
+  EXPECT_EQ(errors[0], "");
+  expect_contains(errors[1], "allreduce: replica 0 of 2 did not arrive within 0.2 s");
+}
+
+TEST(CommTimeout, BroadcastAndBarrierNameTheMissingReplicas) {
+  {
+    auto group = CpuCommGroup::create(4);
+    group->set_timeout(kShort);
+    auto errors = errors_on_ranks(4, [&](int r) {
+      if (r == 1 || r == 3) return;
+      float x = float(r);
+      group->rank(r)->broadcast(&x, 1, 0);
+    });
+    for (int r : {0, 2}) EXPECT_EQ(errors[r].rfind("broadcast: replicas 1, 3 of 4 did not arrive within 0.2 s: they", 0), 0u) << errors[r];
+  }
+  {
+    auto group = CpuCommGroup::create(2);
+    group->set_timeout(kShort);
+    auto errors = errors_on_ranks(2, [&](int r) {
+      if (r == 1) group->rank(r)->barrier();
+    });
+    expect_contains(errors[1], "barrier: replica 0 of 2 did not arrive");
+  }
+}
+
+TEST(CommTimeout, RanksThatMeetInTimeAreNotDisturbed) {
+  // Every rank arrives, one of them well after the others but within the timeout.
+  auto group = CpuCommGroup::create(2);
+  group->set_timeout(30);
+  std::vector<std::vector<float>> data(2, std::vector<float>(5, 2.f));
+  auto errors = errors_on_ranks(2, [&](int r) {
+    if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    group->rank(r)->allreduce_sum(data[r].data(), 5);
+  });
+  EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
+  EXPECT_EQ(data[1][4], 4.f);
+}
+
+TEST(CommTimeout, RoundGroupTimesOutWithoutRunningTheRound) {
+  // The round group under the device-local (same GPU) and NCCL host-barrier communicators.
+  runtime::RoundGroup g(3);
+  g.set_timeout(kShort);
+  std::atomic<int> rounds{0};
+  auto errors = errors_on_ranks(3, [&](int r) {
+    g.round(r, "allreduce", [&] { ++rounds; });  // every rank: one round together
+    if (r != 0) g.round(r, "allreduce", [&] { ++rounds; });  // rank 0 never comes to the second
+  });
+  EXPECT_EQ(rounds.load(), 1);
+  EXPECT_EQ(errors[0], "");
+  for (int r : {1, 2}) expect_contains(errors[r], "allreduce: replica 0 of 3 did not arrive within 0.2 s");
+  EXPECT_TRUE(g.aborted());
+}
+
+TEST(CommTimeout, DeviceCommunicatorsOfTheSimulatedDeviceTimeOut) {
+  testing::ScopedSimDevice sim;
+  sim.backend().stall_replica(2, 1);  // replica 2 hangs at its second collective
+  const Device dev{Device::Kind::CUDA, 0};
+  auto comms = runtime::backend_for(Device::Kind::CUDA)->make_communicators({dev, dev, dev});
+  comms[0]->set_timeout(kShort);
+  auto errors = errors_on_ranks(3, [&](int r) {
+    comms[r]->barrier();
+    comms[r]->barrier();
+  });
+  for (int r : {0, 1}) expect_contains(errors[r], "barrier: replica 2 of 3 did not arrive within 0.2 s");
+  expect_contains(errors[2], "another replica failed");  // released once the others gave up
+}
+
+TEST(CommTimeout, TrainingStopsNamingTheReplicaThatHung) {
+  REQUIRE_LENET_AND_DATA();
+  testing::ScopedSimDevice sim;
+  sim.backend().stall_replica(1, 2);  // replica 1 hangs in the third step's AllReduce
+  runtime::TrainOptions o = testing::quick(2, 32, 6, 100);
+  o.pipeline.devices = {Device{Device::Kind::CUDA, 0}, Device{Device::Kind::CUDA, 0}};
+  o.comm_timeout = 0.5;
+  runtime::Trainer t(load_onnx(testing::lenet_path()), o);
+  try {
+    t.train_epoch(0);
+    ADD_FAILURE() << "training went on with a replica that hung";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(m.rfind("training failed in epoch 1: ", 0), 0u) << m;
+    expect_contains(m, "replica 1 of 2 did not arrive within 0.5 s");
+  }
+}
+
+}  // namespace
+}  // namespace graphrun
