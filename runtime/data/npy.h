@@ -1,0 +1,62 @@
+// numpy .npy headers parsed strictly (the payload size must be exactly what the header declares) and
+// read-only memory-mapped files, for the .npy-folder and .npz sources.
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "graph/tensor.h"
+
+namespace graphrun::runtime::data {
+
+// What a .npy header declares: element type, shape, and where the payload starts.
+struct NpyHeader {
+  DType dtype = DType::Undefined;
+  Shape shape;
+  size_t data_offset = 0;   // bytes from the start of the file to the first element
+  size_t data_bytes = 0;    // numel * element size
+};
+
+// Parses the header at the start of `bytes` (which holds `size` bytes: the whole file, or an npz
+// entry). `payload_size` is the number of bytes the container holds in total; the header must
+// account for exactly that (a header that lies about its payload size is an error, so nothing is
+// ever allocated beyond what the file justifies). `what` names the file in errors.
+NpyHeader parse_npy_header(const unsigned char* bytes, size_t size, uint64_t payload_size, const std::string& what);
+
+// A whole file mapped read-only. Reads of a mapping larger than memory work (the kernel pages it in
+// and out); `release_pages` drops this process's resident copy so RSS stays small while an epoch
+// sweeps through a file larger than memory.
+class MappedFile {
+ public:
+  MappedFile() = default;
+  explicit MappedFile(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const unsigned char* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+  void release_pages() const;
+
+ private:
+  std::string path_;
+  unsigned char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Counts bytes copied out of mappings and releases their pages every `budget` bytes: what keeps RSS
+// bounded by about `budget` however large the mapped files are. Thread-safe.
+class PageBudget {
+ public:
+  explicit PageBudget(size_t budget = size_t{64} << 20) : budget_(budget) {}
+  // True when the caller should release the pages of its mappings now.
+  bool spend(size_t bytes);
+
+ private:
+  size_t budget_;
+  std::atomic<size_t> spent_{0};
+};
+
+}  // namespace graphrun::runtime::data
