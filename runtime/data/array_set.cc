@@ -5,10 +5,6 @@
 
 namespace graphrun::runtime::data {
 
-namespace {
-constexpr size_t kFaultAround = size_t{64} << 10;
-}  // namespace
-
 void ArraySetSource::add(const std::string& name, const std::string& origin, const NpyHeader& h,
                          const unsigned char* rows_at) {
   GR_CHECK(!h.shape.empty(), origin << " holds a single value (a 0-d array); an array of examples has their "
@@ -43,7 +39,6 @@ void ArraySetSource::read(const int64_t* indices, int64_t n, const std::map<std:
   check_read_buffers(*this, n, out);
   for (int64_t i = 0; i < n; ++i)
     GR_CHECK(indices[i] >= 0 && indices[i] < n_, describe() << ": example index " << indices[i] << " out of range");
-  size_t from_memory = 0;
   for (const auto& [name, t] : out) {
     size_t k = 0;
     while (specs_[k].name != name) ++k;
@@ -55,17 +50,15 @@ void ArraySetSource::read(const int64_t* indices, int64_t n, const std::map<std:
       while (j < n && indices[j] == indices[j - 1] + 1) ++j;
       const size_t bytes = static_cast<size_t>(j - i) * a.row_bytes;
       if (a.rows_at) {
-        std::memcpy(dst + i * a.row_bytes, a.rows_at + indices[i] * a.row_bytes, bytes);
-        // A fault on a mapped file maps the pages around it too (the kernel's fault-around, 64 KiB):
-        // what a scattered read makes resident is more than it copies.
-        from_memory += bytes + kFaultAround;
+        const unsigned char* src = a.rows_at + indices[i] * a.row_bytes;
+        std::memcpy(dst + i * a.row_bytes, src, bytes);
+        copied(k, src, bytes);
       } else {
         read_rows(k, indices[i], j - i, dst + i * a.row_bytes);
       }
       i = j;
     }
   }
-  if (from_memory) copied(from_memory);
 }
 
 }  // namespace graphrun::runtime::data

@@ -30,8 +30,9 @@ class ArraySetSource : public Source {
   void finish();
   // Rows not in memory (stored npz entries) are read here; count consecutive rows from `first`.
   virtual void read_rows(size_t array, int64_t first, int64_t count, unsigned char* dst) const;
-  // Called after `bytes` were copied out of mapped memory (lets mapped sources bound their RSS).
-  virtual void copied(size_t bytes) const {}
+  // Called after rows [p, p + n) of array `array` were copied out of memory (lets mapped sources
+  // bound their resident memory).
+  virtual void copied(size_t array, const unsigned char* p, size_t n) const {}
 
   std::string path_;
   std::vector<ArraySpec> specs_;

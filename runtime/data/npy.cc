@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <set>
@@ -211,15 +212,15 @@ MappedFile::~MappedFile() {
   if (data_) ::munmap(data_, size_);
 }
 
-void MappedFile::release_pages() const {
-  // The mapping is shared and read-only: dropping our page-table entries loses nothing (the page
-  // cache keeps what memory allows) and a concurrent reader simply faults the page back in.
-  if (data_) ::madvise(data_, size_, MADV_DONTNEED);
-}
-
-bool PageBudget::spend(size_t bytes) {
-  size_t before = spent_.fetch_add(bytes);
-  return (before + bytes) / budget_ != before / budget_;
+void MappedFile::release(const unsigned char* p, size_t n) const {
+  // The mapping is shared and read-only: dropping our page-table entries loses nothing, and a
+  // concurrent reader of the same page simply faults it back in. Whole pages only, and the kernel
+  // may have mapped more around a fault than was read, so the range is widened to a 2 MiB grain.
+  if (!data_ || n == 0) return;
+  constexpr size_t kGrain = size_t{2} << 20;
+  const size_t lo = static_cast<size_t>(p - data_) / kGrain * kGrain;
+  const size_t hi = std::min(size_, (static_cast<size_t>(p - data_) + n + kGrain - 1) / kGrain * kGrain);
+  ::madvise(data_ + lo, hi - lo, MADV_DONTNEED);
 }
 
 }  // namespace graphrun::runtime::data

@@ -1,7 +1,6 @@
 // numpy .npy headers parsed strictly (the payload size must be exactly what the header declares) and
 // read-only memory-mapped files, for the .npy-folder and .npz sources.
 #pragma once
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -24,9 +23,13 @@ struct NpyHeader {
 // ever allocated beyond what the file justifies). `what` names the file in errors.
 NpyHeader parse_npy_header(const unsigned char* bytes, size_t size, uint64_t payload_size, const std::string& what);
 
+// Mapped data sets up to this size stay resident once read; larger ones drop the pages of each read
+// right after it, so resident memory stays about one batch whatever the file's size.
+constexpr size_t kResidentLimit = size_t{128} << 20;
+
 // A whole file mapped read-only. Reads of a mapping larger than memory work (the kernel pages it in
-// and out); `release_pages` drops this process's resident copy so RSS stays small while an epoch
-// sweeps through a file larger than memory.
+// and out); `release` drops this process's resident copy of a range (the page cache keeps what
+// memory allows), so RSS stays small while an epoch sweeps through a file larger than memory.
 class MappedFile {
  public:
   MappedFile() = default;
@@ -38,25 +41,12 @@ class MappedFile {
   const unsigned char* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
-  void release_pages() const;
+  void release(const unsigned char* p, size_t n) const;
 
  private:
   std::string path_;
   unsigned char* data_ = nullptr;
   size_t size_ = 0;
-};
-
-// Counts bytes copied out of mappings and releases their pages every `budget` bytes: what keeps RSS
-// bounded by about `budget` however large the mapped files are. Thread-safe.
-class PageBudget {
- public:
-  explicit PageBudget(size_t budget = size_t{64} << 20) : budget_(budget) {}
-  // True when the caller should release the pages of its mappings now.
-  bool spend(size_t bytes);
-
- private:
-  size_t budget_;
-  std::atomic<size_t> spent_{0};
 };
 
 }  // namespace graphrun::runtime::data

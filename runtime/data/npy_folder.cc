@@ -1,5 +1,5 @@
 // A folder of .npy files as a Source: each file memory-mapped, so data larger than memory trains and
-// resident memory stays bounded (pages are released every PageBudget of bytes read).
+// resident memory stays bounded (past kResidentLimit, the pages of each read are released after it).
 #include <algorithm>
 #include <filesystem>
 
@@ -20,25 +20,27 @@ class NpyFolderSource : public ArraySetSource {
     GR_CHECK(!ec, "cannot list data folder '" << dir << "': " << ec.message());
     std::sort(files.begin(), files.end());
     GR_CHECK(!files.empty(), "data folder '" << dir << "' holds no .npy files");
+    size_t total = 0;
     for (const auto& p : files) {
       auto m = std::make_unique<MappedFile>(p.string());
       const std::string origin = "'" + p.string() + "'";
       NpyHeader h = parse_npy_header(m->data(), m->size(), m->size(), origin);
       add(p.stem().string(), origin, h, m->data() + h.data_offset);
+      total += m->size();
       maps_.push_back(std::move(m));
     }
     finish();
+    release_ = total > kResidentLimit;
   }
 
  protected:
-  void copied(size_t bytes) const override {
-    if (budget_.spend(bytes))
-      for (const auto& m : maps_) m->release_pages();
+  void copied(size_t array, const unsigned char* p, size_t n) const override {
+    if (release_) maps_[array]->release(p, n);
   }
 
  private:
-  std::vector<std::unique_ptr<MappedFile>> maps_;
-  mutable PageBudget budget_;
+  std::vector<std::unique_ptr<MappedFile>> maps_;  // parallel to arrays_
+  bool release_ = false;
 };
 
 }  // namespace
