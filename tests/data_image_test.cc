@@ -9,6 +9,7 @@
 
 #include "graph/tensor_io.h"
 #include "runtime/data/image.h"
+#include "runtime/data/loader.h"
 #include "runtime/data/source.h"
 #include "tests/data_test_util.h"
 
@@ -239,6 +240,26 @@ TEST(FashionMnist, PngClassFoldersGiveTheIdxTensors) {
       ++k;
     }
   EXPECT_EQ(k, n);
+  // Decoded and augmented on 1 or 3 loader threads: the same batches, byte for byte.
+  auto batches = [&](int threads) {
+    LoaderOptions o;
+    o.batch = 64;
+    o.threads = threads;
+    o.seed = 9;
+    o.augment = true;
+    Loader loader(s, o);
+    loader.start(0);
+    std::string all_bytes;
+    for (int64_t step = 0; step < 2 * loader.steps_per_epoch(); ++step) {
+      const Batch& b = loader.next();
+      all_bytes.append(static_cast<const char*>(b.arrays.at("image").raw()), b.size * 784 * sizeof(float));
+      all_bytes.append(static_cast<const char*>(b.arrays.at(kLabels).raw()), b.size * sizeof(int64_t));
+    }
+    return all_bytes;
+  };
+  const std::string one = batches(1);
+  EXPECT_EQ(one.size(), 2 * n * (784 * sizeof(float) + sizeof(int64_t)));
+  EXPECT_TRUE(one == batches(3));
 }
 
 }  // namespace
