@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "graph/tensor_io.h"
+#include "runtime/data/fit.h"
 #include "runtime/data/image.h"
 #include "runtime/data/loader.h"
 #include "runtime/data/source.h"
@@ -207,6 +208,27 @@ TEST(ImageFolder, BadImagesAreOneLineNamingTheImage) {
   write_png(r + "/lonely.png", pattern(2, 2, 1, 0));
   expect_error([&] { open_image_folder(r, 1, 2, 2); }, r, "no class subfolders");
   expect_error([&] { open_image_folder(tree("shape"), 2, 6, 6); }, "shape", "1 or 3 channels");
+}
+
+TEST(ImageFolder, TrainAndTestFoldersMustHaveTheSameClasses) {
+  std::string d = testing::temp_dir("imgf_splits");
+  for (const char* c : {"train/cat", "train/dog", "val/cat", "val/dog", "odd/cat", "odd/emu"}) {
+    fs::create_directories(d + "/" + c);
+    write_png(d + "/" + c + "/1.png", pattern(5, 5, 3, 0));
+    write_png(d + "/" + c + "/2.png", pattern(5, 5, 3, 1));
+  }
+  auto fit = [](SourcePtr s) { return fit_to_model(s, {{"input", DType::F32, {3, 8, 8}}}, FitOptions{}); };
+  DataSplits ok = open_splits(d + "/train", d + "/val", -1, 0, {3, 8, 8}, fit);
+  EXPECT_EQ(ok.test->classes(), (std::vector<std::string>{"cat", "dog"}));
+  EXPECT_EQ(ok.train->spec("input").shape, (Shape{3, 8, 8}));
+  EXPECT_EQ(num_classes(*ok.train), 2);
+  std::string e = error_of([&] { open_splits(d + "/train", d + "/odd", -1, 0, {3, 8, 8}, fit); });
+  EXPECT_NE(e.find("class folders of '" + d + "/odd' differ"), std::string::npos) << e;
+  // No test folder: 10% held out (at least one image).
+  DataSplits held = open_splits(d + "/train", "", -1, 0, {3, 8, 8}, fit);
+  EXPECT_EQ(held.test->size(), 1);
+  EXPECT_EQ(held.train->size(), 3);
+  EXPECT_TRUE(held.train->decode_heavy());
 }
 
 // The first 300 Fashion-MNIST test images written as class folders of PNGs read back exactly as the

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <sstream>
 
 namespace graphrun::runtime::data {
@@ -108,6 +109,23 @@ std::string want_str(const Shape& s) {
   for (size_t i = 0; i < s.size(); ++i) o << (i ? "," : "") << (s[i] < 0 ? std::string("?") : std::to_string(s[i]));
   o << "]";
   return o.str();
+}
+
+// Calls f(values, first, n) over array `name` of `src` in chunks of about 1 MB of examples.
+void for_each_chunk(const Source& src, const std::string& name,
+                    const std::function<void(const Tensor&, int64_t, int64_t)>& f) {
+  const ArraySpec& a = src.spec(name);
+  const int64_t per = std::max<int64_t>(a.numel(), 1), N = src.size();
+  const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 20) / per);
+  std::vector<int64_t> idx;
+  Tensor buf(a.dtype, {std::min(chunk, N) * a.numel()});
+  for (int64_t first = 0; first < N; first += chunk) {
+    const int64_t n = std::min(chunk, N - first);
+    idx.resize(n);
+    for (int64_t i = 0; i < n; ++i) idx[i] = first + i;
+    src.read(idx.data(), n, {{name, &buf}});
+    f(buf, first, n);
+  }
 }
 
 std::string names_of(const Source& s) {
@@ -240,14 +258,8 @@ class FittedSource : public Source {
   void check_targets(const FitOptions& opts) const {
     const Feed& f = feeds_.back();
     const ArraySpec& raw = src_->spec(f.source_name);
-    const int64_t per = f.numel, N = src_->size(), chunk = std::max<int64_t>(1, (int64_t{1} << 20) / std::max<int64_t>(per, 1));
-    std::vector<int64_t> idx;
-    Tensor buf(raw.dtype, {std::min(chunk, N) * per});
-    for (int64_t first = 0; first < N; first += chunk) {
-      const int64_t n = std::min(chunk, N - first);
-      idx.resize(n);
-      for (int64_t i = 0; i < n; ++i) idx[i] = first + i;
-      src_->read(idx.data(), n, {{f.source_name, &buf}});
+    const int64_t per = f.numel;
+    for_each_chunk(*src_, f.source_name, [&](const Tensor& buf, int64_t first, int64_t n) {
       for (int64_t j = 0; j < n * per; ++j) {
         const int64_t example = first + j / per;
         if (dtype_is_float(raw.dtype)) {
@@ -263,7 +275,7 @@ class FittedSource : public Source {
                                                     " classes"));
         }
       }
-    }
+    });
   }
 
   SourcePtr src_;
@@ -301,6 +313,18 @@ Normalize parse_normalize(const std::string& text) {
            "--normalize '" << text << "': " << n.mean.size() << " means but " << n.std.size() << " stds");
   for (float s : n.std) GR_CHECK(s > 0, "--normalize '" << text << "': a std must be positive");
   return n;
+}
+
+int64_t num_classes(const Source& src, const std::string& labels) {
+  if (!src.classes().empty()) return static_cast<int64_t>(src.classes().size());
+  const ArraySpec& a = src.spec(labels);
+  GR_CHECK(is_int(a.dtype), src.describe() << " array '" << labels << "' is " << dtype_name(a.dtype)
+                                           << ", not integer class ids");
+  int64_t m = -1;
+  for_each_chunk(src, labels, [&](const Tensor& buf, int64_t, int64_t n) {
+    for (int64_t j = 0; j < n * a.numel(); ++j) m = std::max(m, int_at(a.dtype, buf.raw(), j));
+  });
+  return m + 1;
 }
 
 SourcePtr fit_to_model(SourcePtr src, const std::vector<InputSpec>& inputs, const FitOptions& opts) {

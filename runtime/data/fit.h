@@ -42,4 +42,8 @@ struct FitOptions {
 // are errors naming the source and the example.
 SourcePtr fit_to_model(SourcePtr src, const std::vector<InputSpec>& inputs, const FitOptions& opts);
 
+// The largest class id in the integer array `labels` of `src`, plus one (an image folder: its class
+// count, without reading a file): what Dataset::num_classes() is for the MNIST reader.
+int64_t num_classes(const Source& src, const std::string& labels = kLabels);
+
 }  // namespace graphrun::runtime::data
