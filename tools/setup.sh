@@ -5,6 +5,8 @@ cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ccache libonnx-dev libprotobuf-dev protobuf-compiler libeigen3-dev
           libgtest-dev zlib1g-dev libcli11-dev nlohmann-json3-dev python3-numpy python3-torch python3-onnx dataset-fashion-mnist graphviz)
+# The data sources: .npz (libzip), PNG and JPEG image folders.
+packages+=(libzip-dev libpng-dev libjpeg-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,299 @@
+// PNG/JPEG decoding through libpng and libjpeg(-turbo), whose errors arrive by longjmp and leave here
+// as graphrun errors naming the file; PIL-compatible channel conversion and bilinear resizing.
+#include "runtime/data/image.h"
+
+#include <jpeglib.h>
+#include <png.h>
+
+#include <algorithm>
+#include <cmath>
+#include <csetjmp>
+#include <cstdio>
+#include <cstring>
+
+#include "graph/error.h"
+
+namespace graphrun::runtime::data {
+
+namespace {
+
+// Larger images are refused rather than decoded (a few bytes of PNG can claim gigapixels).
+constexpr int64_t kMaxPixels = int64_t{1} << 26;
+
+// ---- PNG ----
+
+struct PngErr {
+  std::jmp_buf jmp;
+  char msg[256];
+};
+
+void png_on_error(png_structp png, png_const_charp m) {
+  auto* e = static_cast<PngErr*>(png_get_error_ptr(png));
+  std::snprintf(e->msg, sizeof e->msg, "%s", m);
+  std::longjmp(e->jmp, 1);
+}
+void png_on_warning(png_structp, png_const_charp) {}  // benign (an odd colour profile): PIL ignores them too
+
+struct MemReader {
+  const unsigned char* p;
+  size_t n, off;
+};
+void png_read_mem(png_structp png, png_bytep dst, png_size_t len) {
+  auto* r = static_cast<MemReader*>(png_get_io_ptr(png));
+  if (len > r->n - r->off) png_error(png, "file ends early (truncated)");
+  std::memcpy(dst, r->p + r->off, len);
+  r->off += len;
+}
+
+void decode_png(const unsigned char* bytes, size_t n, const std::string& what, Image& out) {
+  PngErr err;
+  err.msg[0] = 0;
+  MemReader rd{bytes, n, 0};
+  thread_local std::vector<png_bytep> rows;
+  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &err, png_on_error, png_on_warning);
+  GR_CHECK(png, what << ": out of memory decoding PNG");
+  png_infop info = png_create_info_struct(png);
+  if (!info || setjmp(err.jmp)) {
+    png_destroy_read_struct(&png, &info, nullptr);
+    GR_FAIL(what << ": corrupt or truncated PNG image (" << err.msg << ")");
+  }
+  png_set_read_fn(png, &rd, png_read_mem);
+  png_set_user_limits(png, 1 << 16, 1 << 16);
+  png_read_info(png, info);
+  const png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
+  if (int64_t{w} * h > kMaxPixels) png_error(png, "image too large");
+  const int color = png_get_color_type(png, info), depth = png_get_bit_depth(png, info);
+  if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+  if (color == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(png);
+  if (png_get_valid(png, info, PNG_INFO_tRNS)) png_set_tRNS_to_alpha(png);
+  if (depth == 16) png_set_scale_16(png);
+  png_set_strip_alpha(png);  // as PIL's convert("RGB") / convert("L"): alpha is dropped, not composited
+  png_set_interlace_handling(png);
+  png_read_update_info(png, info);
+  const int channels = png_get_channels(png, info);
+  if (channels != 1 && channels != 3) png_error(png, "unexpected channel count");
+  out.width = w;
+  out.height = h;
+  out.channels = channels;
+  out.pixels.resize(static_cast<size_t>(w) * h * channels);
+  rows.resize(h);
+  for (png_uint_32 y = 0; y < h; ++y) rows[y] = out.pixels.data() + static_cast<size_t>(y) * w * channels;
+  png_read_image(png, rows.data());
+  png_read_end(png, nullptr);  // the chunks after the pixels, up to IEND: a cut file fails here
+  png_destroy_read_struct(&png, &info, nullptr);
+}
+
+// ---- JPEG ----
+
+struct JpegErr {
+  jpeg_error_mgr mgr;
+  std::jmp_buf jmp;
+  char msg[JMSG_LENGTH_MAX];
+};
+
+[[noreturn]] void jpeg_on_error(j_common_ptr c) {
+  auto* e = reinterpret_cast<JpegErr*>(c->err);
+  (*c->err->format_message)(c, e->msg);
+  std::longjmp(e->jmp, 1);
+}
+void jpeg_on_message(j_common_ptr c, int level) {
+  // level -1 is a warning about corrupt data ("premature end of data segment"): libjpeg would fill
+  // the missing part with grey and go on; a silently wrong image is worse than an error.
+  if (level < 0) jpeg_on_error(c);
+}
+
+void decode_jpeg(const unsigned char* bytes, size_t n, const std::string& what, Image& out) {
+  jpeg_decompress_struct cinfo;
+  JpegErr err;
+  err.msg[0] = 0;
+  cinfo.err = jpeg_std_error(&err.mgr);
+  err.mgr.error_exit = jpeg_on_error;
+  err.mgr.emit_message = jpeg_on_message;
+  if (setjmp(err.jmp)) {
+    jpeg_destroy_decompress(&cinfo);
+    GR_FAIL(what << ": corrupt or truncated JPEG image (" << err.msg << ")");
+  }
+  jpeg_create_decompress(&cinfo);
+  jpeg_mem_src(&cinfo, const_cast<unsigned char*>(bytes), static_cast<unsigned long>(n));
+  jpeg_read_header(&cinfo, TRUE);
+  if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
+    std::snprintf(err.msg, sizeof err.msg, "CMYK JPEG images are not supported; save it as RGB");
+    std::longjmp(err.jmp, 1);
+  }
+  cinfo.out_color_space = cinfo.jpeg_color_space == JCS_GRAYSCALE ? JCS_GRAYSCALE : JCS_RGB;
+  if (int64_t{cinfo.image_width} * cinfo.image_height > kMaxPixels) {
+    std::snprintf(err.msg, sizeof err.msg, "image too large");
+    std::longjmp(err.jmp, 1);
+  }
+  jpeg_start_decompress(&cinfo);
+  out.width = cinfo.output_width;
+  out.height = cinfo.output_height;
+  out.channels = cinfo.output_components;
+  out.pixels.resize(static_cast<size_t>(out.width) * out.height * out.channels);
+  while (cinfo.output_scanline < cinfo.output_height) {
+    JSAMPROW row = out.pixels.data() + static_cast<size_t>(cinfo.output_scanline) * out.width * out.channels;
+    jpeg_read_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_decompress(&cinfo);
+  jpeg_destroy_decompress(&cinfo);
+}
+
+// ---- resizing ----
+
+// PIL's bilinear resampling along one axis: output position i reads inputs first[i] .. first[i] +
+// count[i] - 1 with weights w[i * ksize + k]; the filter widens with the shrink factor (antialiasing).
+struct Axis {
+  std::vector<int64_t> first, count;
+  std::vector<float> w;
+  int64_t ksize = 0;
+};
+
+void axis_coeffs(int64_t in, int64_t out, Axis& a) {
+  const double scale = static_cast<double>(in) / static_cast<double>(out);
+  const double filterscale = std::max(scale, 1.0), support = filterscale;
+  a.ksize = static_cast<int64_t>(std::ceil(support)) * 2 + 1;
+  a.first.assign(out, 0);
+  a.count.assign(out, 0);
+  a.w.assign(static_cast<size_t>(out * a.ksize), 0.f);
+  for (int64_t i = 0; i < out; ++i) {
+    const double center = (static_cast<double>(i) + 0.5) * scale;
+    int64_t lo = std::max<int64_t>(static_cast<int64_t>(center - support + 0.5), 0);
+    int64_t hi = std::min<int64_t>(static_cast<int64_t>(center + support + 0.5), in);
+    const int64_t cnt = std::min<int64_t>(hi - lo, a.ksize);
+    float* w = a.w.data() + i * a.ksize;
+    double sum = 0;
+    for (int64_t k = 0; k < cnt; ++k) {
+      double x = (static_cast<double>(k + lo) - center + 0.5) / filterscale;
+      w[k] = static_cast<float>(std::max(0.0, 1.0 - std::fabs(x)));
+      sum += w[k];
+    }
+    for (int64_t k = 0; k < cnt; ++k) w[k] = sum > 0 ? static_cast<float>(w[k] / sum) : 0.f;
+    a.first[i] = lo;
+    a.count[i] = cnt;
+  }
+}
+
+}  // namespace
+
+std::string image_format(const unsigned char* b, size_t n) {
+  static const unsigned char kPng[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  if (n >= 8 && std::memcmp(b, kPng, 8) == 0) return "png";
+  if (n >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF) return "jpeg";
+  return "";
+}
+
+void decode_image(const unsigned char* bytes, size_t n, const std::string& what, Image& out) {
+  const std::string fmt = image_format(bytes, n);
+  if (fmt == "png") return decode_png(bytes, n, what, out);
+  if (fmt == "jpeg") return decode_jpeg(bytes, n, what, out);
+  GR_FAIL(what << ": not a PNG or JPEG image (" << (n == 0 ? "empty file" : "unknown signature") << ")");
+}
+
+void image_to_chw(const Image& img, int64_t channels, int64_t height, int64_t width, float* dst) {
+  const int64_t H = img.height, W = img.width, C = img.channels;
+  const uint8_t* px = img.pixels.data();
+  // Channel conversion first, as torchvision's loader converts before its transforms.
+  thread_local std::vector<float> planes, tmp;
+  planes.resize(static_cast<size_t>(channels * H * W));
+  for (int64_t y = 0; y < H; ++y)
+    for (int64_t x = 0; x < W; ++x) {
+      const uint8_t* p = px + (y * W + x) * C;
+      for (int64_t c = 0; c < channels; ++c) {
+        float v;
+        if (C == channels) v = p[c];
+        else if (C == 1) v = p[0];
+        else v = static_cast<float>((p[0] * 19595 + p[1] * 38470 + p[2] * 7471 + 0x8000) >> 16);  // PIL's L
+        planes[(c * H + y) * W + x] = v;
+      }
+    }
+  // Divided (not multiplied by 1/255): bit for bit what the MNIST reader gives for the same byte.
+  if (H == height && W == width) {
+    for (int64_t i = 0; i < channels * H * W; ++i) dst[i] = planes[i] / 255.0f;
+    return;
+  }
+  thread_local Axis ax, ay;
+  axis_coeffs(W, width, ax);
+  axis_coeffs(H, height, ay);
+  tmp.resize(static_cast<size_t>(channels * H * width));
+  for (int64_t c = 0; c < channels; ++c)
+    for (int64_t y = 0; y < H; ++y) {
+      const float* row = planes.data() + (c * H + y) * W;
+      float* o = tmp.data() + (c * H + y) * width;
+      for (int64_t i = 0; i < width; ++i) {
+        const float* w = ax.w.data() + i * ax.ksize;
+        float s = 0;
+        for (int64_t k = 0; k < ax.count[i]; ++k) s += w[k] * row[ax.first[i] + k];
+        o[i] = s;
+      }
+    }
+  for (int64_t c = 0; c < channels; ++c)
+    for (int64_t j = 0; j < height; ++j) {
+      const float* w = ay.w.data() + j * ay.ksize;
+      float* o = dst + (c * height + j) * width;
+      for (int64_t i = 0; i < width; ++i) o[i] = 0;
+      for (int64_t k = 0; k < ay.count[j]; ++k) {
+        const float* row = tmp.data() + (c * H + ay.first[j] + k) * width;
+        for (int64_t i = 0; i < width; ++i) o[i] += w[k] * row[i];
+      }
+      for (int64_t i = 0; i < width; ++i) o[i] /= 255.0f;
+    }
+}
+
+void write_png(const std::string& path, const Image& img) {
+  GR_CHECK(img.channels == 1 || img.channels == 3, "write_png: 1 or 3 channels");
+  FILE* f = std::fopen(path.c_str(), "wb");
+  GR_CHECK(f, "cannot write '" << path << "'");
+  PngErr err;
+  err.msg[0] = 0;
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &err, png_on_error, png_on_warning);
+  png_infop info = png ? png_create_info_struct(png) : nullptr;
+  if (!png || !info || setjmp(err.jmp)) {
+    png_destroy_write_struct(&png, &info);
+    std::fclose(f);
+    GR_FAIL("cannot write PNG '" << path << "' (" << err.msg << ")");
+  }
+  png_init_io(png, f);
+  png_set_IHDR(png, info, static_cast<png_uint_32>(img.width), static_cast<png_uint_32>(img.height), 8,
+               img.channels == 1 ? PNG_COLOR_TYPE_GRAY : PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE,
+               PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+  png_write_info(png, info);
+  for (int64_t y = 0; y < img.height; ++y)
+    png_write_row(png, img.pixels.data() + y * img.width * img.channels);
+  png_write_end(png, nullptr);
+  png_destroy_write_struct(&png, &info);
+  GR_CHECK(std::fclose(f) == 0, "cannot write '" << path << "'");
+}
+
+void write_jpeg(const std::string& path, const Image& img, int quality) {
+  GR_CHECK(img.channels == 1 || img.channels == 3, "write_jpeg: 1 or 3 channels");
+  FILE* f = std::fopen(path.c_str(), "wb");
+  GR_CHECK(f, "cannot write '" << path << "'");
+  jpeg_compress_struct cinfo;
+  JpegErr err;
+  err.msg[0] = 0;
+  cinfo.err = jpeg_std_error(&err.mgr);
+  err.mgr.error_exit = jpeg_on_error;
+  if (setjmp(err.jmp)) {
+    jpeg_destroy_compress(&cinfo);
+    std::fclose(f);
+    GR_FAIL("cannot write JPEG '" << path << "' (" << err.msg << ")");
+  }
+  jpeg_create_compress(&cinfo);
+  jpeg_stdio_dest(&cinfo, f);
+  cinfo.image_width = static_cast<JDIMENSION>(img.width);
+  cinfo.image_height = static_cast<JDIMENSION>(img.height);
+  cinfo.input_components = static_cast<int>(img.channels);
+  cinfo.in_color_space = img.channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  jpeg_set_defaults(&cinfo);
+  jpeg_set_quality(&cinfo, quality, TRUE);
+  jpeg_start_compress(&cinfo, TRUE);
+  while (cinfo.next_scanline < cinfo.image_height) {
+    JSAMPROW row = const_cast<uint8_t*>(img.pixels.data()) + static_cast<size_t>(cinfo.next_scanline) * img.width * img.channels;
+    jpeg_write_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  jpeg_destroy_compress(&cinfo);
+  GR_CHECK(std::fclose(f) == 0, "cannot write '" << path << "'");
+}
+
+}  // namespace graphrun::runtime::data

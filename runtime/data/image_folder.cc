@@ -1,0 +1,168 @@
+// Class-folder image data sets (torchvision's ImageFolder layout) as a Source: the file list and
+// cheap per-file checks at open, decoding on read() (on loader threads).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "runtime/data/image.h"
+#include "runtime/data/source.h"
+
+namespace graphrun::runtime::data {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Extensions torchvision's ImageFolder takes: the ones decoded here, and the others, which are refused
+// (skipping them would silently train on a different data set than torchvision's).
+bool decoded_ext(const std::string& e) { return e == ".png" || e == ".jpg" || e == ".jpeg"; }
+bool other_image_ext(const std::string& e) {
+  return e == ".ppm" || e == ".bmp" || e == ".pgm" || e == ".tif" || e == ".tiff" || e == ".webp";
+}
+
+// Reads the whole file into `buf` (reusing its capacity); errors name it.
+void read_file(const std::string& path, std::vector<unsigned char>& buf) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  GR_CHECK(fd >= 0, "image '" << path << "' cannot be read: " << std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    GR_FAIL("image '" << path << "' cannot be read");
+  }
+  buf.resize(static_cast<size_t>(st.st_size));
+  size_t got = 0;
+  while (got < buf.size()) {
+    ssize_t k = ::read(fd, buf.data() + got, buf.size() - got);
+    if (k <= 0) {
+      ::close(fd);
+      GR_FAIL("image '" << path << "' cannot be read" << (k < 0 ? std::string(": ") + std::strerror(errno) : ""));
+    }
+    got += static_cast<size_t>(k);
+  }
+  ::close(fd);
+}
+
+// The first and last bytes of an image: its signature, and for PNG the IEND chunk that ends every
+// complete file. Catches the common broken downloads without decoding anything.
+void check_image_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  GR_CHECK(fd >= 0, "image '" << path << "' cannot be read: " << std::strerror(errno));
+  unsigned char head[8] = {}, tail[256] = {};
+  struct stat st;
+  const bool ok = ::fstat(fd, &st) == 0;
+  const ssize_t nh = ok ? ::pread(fd, head, sizeof head, 0) : -1;
+  const off_t tail_at = ok ? std::max<off_t>(0, st.st_size - static_cast<off_t>(sizeof tail)) : 0;
+  const ssize_t nt = ok ? ::pread(fd, tail, sizeof tail, tail_at) : -1;
+  ::close(fd);
+  GR_CHECK(ok && nh >= 0 && nt >= 0, "image '" << path << "' cannot be read");
+  const std::string fmt = image_format(head, static_cast<size_t>(nh));
+  GR_CHECK(!fmt.empty(), "image '" << path << "' is not a PNG or JPEG image ("
+                                   << (st.st_size == 0 ? "empty file" : "unknown signature") << ")");
+  if (fmt == "png") {
+    bool iend = false;
+    for (ssize_t i = 0; i + 4 <= nt && !iend; ++i) iend = std::memcmp(tail + i, "IEND", 4) == 0;
+    GR_CHECK(iend, "image '" << path << "' is a truncated PNG (no IEND chunk at its end)");
+  }
+}
+
+class ImageFolderSource : public Source {
+ public:
+  ImageFolderSource(const std::string& dir, int64_t channels, int64_t height, int64_t width) : dir_(dir) {
+    GR_CHECK((channels == 1 || channels == 3) && height > 0 && width > 0,
+             "image folder '" << dir << "' needs the model's image shape (1 or 3 channels, H, W); the model's input is "
+                              << channels << "x" << height << "x" << width);
+    std::error_code ec;
+    std::vector<fs::path> class_dirs;
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.is_directory(ec)) class_dirs.push_back(e.path());
+    GR_CHECK(!ec, "cannot list image folder '" << dir << "': " << ec.message());
+    GR_CHECK(!class_dirs.empty(), "image folder '" << dir << "' has no class subfolders (one folder per class)");
+    std::sort(class_dirs.begin(), class_dirs.end(),
+              [](const fs::path& a, const fs::path& b) { return a.filename().string() < b.filename().string(); });
+    for (const auto& cd : class_dirs) {
+      const int64_t label = static_cast<int64_t>(classes_.size());
+      classes_.push_back(cd.filename().string());
+      const size_t before = files_.size();
+      add_class_files(cd, label);
+      GR_CHECK(files_.size() > before, "class folder '" << cd.string() << "' holds no PNG or JPEG images");
+    }
+    specs_ = {{"image", DType::F32, {channels, height, width}}, {kLabels, DType::I64, {}}};
+  }
+
+  std::string describe() const override { return "'" + dir_ + "'"; }
+  int64_t size() const override { return static_cast<int64_t>(files_.size()); }
+  const std::vector<ArraySpec>& arrays() const override { return specs_; }
+  bool decode_heavy() const override { return true; }
+  std::vector<std::string> classes() const override { return classes_; }
+
+  void read(const int64_t* indices, int64_t n, const std::map<std::string, Tensor*>& out) const override {
+    check_read_buffers(*this, n, out);
+    for (int64_t i = 0; i < n; ++i)
+      GR_CHECK(indices[i] >= 0 && indices[i] < size(), describe() << ": example index " << indices[i] << " out of range");
+    auto lab = out.find(kLabels);
+    if (lab != out.end())
+      for (int64_t i = 0; i < n; ++i) lab->second->data<int64_t>()[i] = labels_[indices[i]];
+    auto img = out.find("image");
+    if (img == out.end()) return;
+    const Shape& s = specs_[0].shape;
+    const int64_t per = specs_[0].numel();
+    thread_local std::vector<unsigned char> bytes;
+    thread_local Image decoded;
+    for (int64_t i = 0; i < n; ++i) {
+      const std::string& path = files_[indices[i]];
+      read_file(path, bytes);
+      decode_image(bytes.data(), bytes.size(), "image '" + path + "'", decoded);
+      image_to_chw(decoded, s[0], s[1], s[2], img->second->data<float>() + i * per);
+    }
+  }
+
+ private:
+  // torchvision walks a class folder recursively, folders in sorted order and files sorted within each.
+  void add_class_files(const fs::path& class_dir, int64_t label) {
+    std::error_code ec;
+    std::vector<fs::path> dirs{class_dir};
+    for (fs::recursive_directory_iterator it(class_dir, ec), end; !ec && it != end; it.increment(ec))
+      if (it->is_directory(ec)) dirs.push_back(it->path());
+    GR_CHECK(!ec, "cannot list class folder '" << class_dir.string() << "': " << ec.message());
+    std::sort(dirs.begin(), dirs.end(), [](const fs::path& a, const fs::path& b) { return a.string() < b.string(); });
+    for (const auto& d : dirs) {
+      std::vector<std::string> names;
+      for (const auto& e : fs::directory_iterator(d, ec))
+        if (!e.is_directory(ec)) names.push_back(e.path().filename().string());
+      std::sort(names.begin(), names.end());
+      for (const auto& name : names) {
+        const std::string path = (d / name).string();
+        const std::string ext = lower(fs::path(name).extension().string());
+        if (other_image_ext(ext))
+          GR_FAIL("image '" << path << "': only PNG and JPEG images are read; convert it (or remove it)");
+        if (!decoded_ext(ext)) continue;
+        check_image_file(path);
+        files_.push_back(path);
+        labels_.push_back(label);
+      }
+    }
+  }
+
+  std::string dir_;
+  std::vector<std::string> classes_, files_;
+  std::vector<int64_t> labels_;
+  std::vector<ArraySpec> specs_;
+};
+
+}  // namespace
+
+SourcePtr open_image_folder(const std::string& dir, int64_t channels, int64_t height, int64_t width) {
+  return std::make_shared<ImageFolderSource>(dir, channels, height, width);
+}
+
+}  // namespace graphrun::runtime::data

@@ -1,0 +1,172 @@
+// numpy .npz files as a Source, read with libzip: stored entries (np.savez) are read in place on
+// demand; deflated ones (np.savez_compressed) are inflated once, to the size the zip justifies.
+#include <zip.h>
+
+#include <cstring>
+#include <mutex>
+
+#include "runtime/data/array_set.h"
+
+namespace graphrun::runtime::data {
+
+namespace {
+
+std::string zip_message(int code) {
+  zip_error_t e;
+  zip_error_init_with_code(&e, code);
+  std::string s = zip_error_strerror(&e);
+  zip_error_fini(&e);
+  return s;
+}
+
+// Deflate cannot expand data more than about 1032:1; a larger claim is a lie (or a zip bomb).
+constexpr uint64_t kMaxInflateRatio = 1032;
+
+class NpzSource : public ArraySetSource {
+ public:
+  explicit NpzSource(const std::string& path) : ArraySetSource(path) {
+    int err = 0;
+    zip_ = zip_open(path.c_str(), ZIP_RDONLY | ZIP_CHECKCONS, &err);
+    if (!zip_) {
+      if (err == ZIP_ER_NOZIP)
+        GR_FAIL("'" << path << "' is not a zip file, or one cut short (an .npz is numpy's zip of .npy files: numpy.savez)");
+      GR_FAIL("'" << path << "' is not a readable .npz (" << zip_message(err) << ")");
+    }
+    try {
+      load_entries();
+      finish();
+    } catch (...) {
+      close();
+      throw;
+    }
+  }
+  ~NpzSource() override { close(); }
+
+ protected:
+  void read_rows(size_t array, int64_t first, int64_t count, unsigned char* dst) const override {
+    const Stored& s = stored_[array];
+    const size_t bytes = static_cast<size_t>(count) * arrays_[array].row_bytes;
+    // One zip handle per archive: libzip's handles are not safe to share between threads.
+    std::lock_guard<std::mutex> lock(mu_);
+    GR_CHECK(zip_fseek(s.file, static_cast<zip_int64_t>(s.data_offset + first * arrays_[array].row_bytes), SEEK_SET) == 0,
+             arrays_[array].origin << ": cannot seek (" << zip_error_strerror(zip_file_get_error(s.file)) << ")");
+    size_t got = 0;
+    while (got < bytes) {
+      zip_int64_t k = zip_fread(s.file, dst + got, bytes - got);
+      GR_CHECK(k > 0, arrays_[array].origin << ": read failed ("
+                                            << (k < 0 ? zip_error_strerror(zip_file_get_error(s.file)) : "unexpected end")
+                                            << ")");
+      got += static_cast<size_t>(k);
+    }
+  }
+
+ private:
+  struct Stored {
+    zip_file_t* file = nullptr;  // open entry, for stored arrays
+    size_t data_offset = 0;
+  };
+
+  void load_entries() {
+    const zip_int64_t n = zip_get_num_entries(zip_, 0);
+    GR_CHECK(n > 0, describe() << " holds no arrays (an empty zip)");
+    for (zip_int64_t i = 0; i < n; ++i) {
+      zip_stat_t st;
+      zip_stat_init(&st);
+      GR_CHECK(zip_stat_index(zip_, i, 0, &st) == 0 && (st.valid & ZIP_STAT_NAME) && (st.valid & ZIP_STAT_SIZE) &&
+                   (st.valid & ZIP_STAT_COMP_SIZE) && (st.valid & ZIP_STAT_COMP_METHOD),
+               describe() << ": cannot read zip entry " << i << " (" << zip_strerror(zip_) << ")");
+      const std::string name = st.name;
+      const std::string origin = describe() + " entry '" + name + "'";
+      GR_CHECK(name.size() > 4 && name.compare(name.size() - 4, 4, ".npy") == 0,
+               describe() << " is a zip but not an npz: its entry '" << name
+                          << "' is not a .npy array (numpy.savez writes one NAME.npy per array)");
+      GR_CHECK(!(st.valid & ZIP_STAT_ENCRYPTION_METHOD) || st.encryption_method == ZIP_EM_NONE,
+               origin << " is encrypted; save the arrays without a password");
+      const std::string array = name.substr(0, name.size() - 4);
+      zip_file_t* f = zip_fopen_index(zip_, i, 0);
+      GR_CHECK(f, origin << ": cannot open (" << zip_strerror(zip_) << ")");
+      stored_.emplace_back();
+      if (st.comp_method == ZIP_CM_STORE) {
+        stored_.back().file = f;  // closed by close()
+        std::vector<unsigned char> head = read_head(f, st.size, origin);
+        NpyHeader h = parse_npy_header(head.data(), head.size(), st.size, origin);
+        stored_.back().data_offset = h.data_offset;
+        add(array, origin, h, nullptr);
+      } else {
+        if (st.size > kMaxInflateRatio * st.comp_size + 4096) {
+          zip_fclose(f);
+          GR_FAIL(origin << " claims " << st.size << " bytes from " << st.comp_size
+                         << " compressed: more than deflate can expand (a corrupt or hostile zip)");
+        }
+        inflated_.emplace_back(static_cast<size_t>(st.size));
+        std::vector<unsigned char>& buf = inflated_.back();
+        std::string problem = read_all(f, buf);
+        zip_fclose(f);
+        GR_CHECK(problem.empty(), origin << ": " << problem);
+        NpyHeader h = parse_npy_header(buf.data(), buf.size(), buf.size(), origin);
+        add(array, origin, h, buf.data() + h.data_offset);
+      }
+    }
+  }
+
+  // The first bytes of a stored entry: enough for its .npy header (whose length is in them).
+  static std::vector<unsigned char> read_head(zip_file_t* f, uint64_t size, const std::string& origin) {
+    std::vector<unsigned char> head(static_cast<size_t>(std::min<uint64_t>(size, 12)));
+    read_exact(f, head.data(), head.size(), origin);
+    if (head.size() < 10) return head;
+    size_t len = head[6] == 1 ? 10 + (head[8] | (size_t{head[9]} << 8))
+                              : 12 + (head[8] | (size_t{head[9]} << 8) | (size_t{head[10]} << 16) |
+                                      (size_t{head[11]} << 24));
+    len = static_cast<size_t>(std::min<uint64_t>({len, size, uint64_t{1} << 21}));
+    if (len > head.size()) {
+      const size_t have = head.size();
+      head.resize(len);
+      read_exact(f, head.data() + have, len - have, origin);
+    }
+    return head;
+  }
+
+  static void read_exact(zip_file_t* f, unsigned char* dst, size_t n, const std::string& origin) {
+    size_t got = 0;
+    while (got < n) {
+      zip_int64_t k = zip_fread(f, dst + got, n - got);
+      GR_CHECK(k > 0, origin << ": read failed ("
+                             << (k < 0 ? zip_error_strerror(zip_file_get_error(f)) : "entry shorter than it claims") << ")");
+      got += static_cast<size_t>(k);
+    }
+  }
+
+  // Inflates the whole entry into `buf` (sized from the zip's claim); "" or what went wrong.
+  static std::string read_all(zip_file_t* f, std::vector<unsigned char>& buf) {
+    size_t got = 0;
+    while (got < buf.size()) {
+      zip_int64_t k = zip_fread(f, buf.data() + got, buf.size() - got);
+      if (k < 0) return std::string("corrupt compressed data (") + zip_error_strerror(zip_file_get_error(f)) + ")";
+      if (k == 0) return "compressed data ends after " + std::to_string(got) + " of " + std::to_string(buf.size()) + " bytes";
+      got += static_cast<size_t>(k);
+    }
+    unsigned char extra;
+    zip_int64_t k = zip_fread(f, &extra, 1);
+    if (k != 0) return k < 0 ? "corrupt compressed data (checksum)" : "more data than the zip entry claims";
+    return "";
+  }
+
+  void close() {
+    for (auto& s : stored_)
+      if (s.file) zip_fclose(s.file);
+    stored_.clear();
+    if (zip_) zip_discard(zip_);
+    zip_ = nullptr;
+  }
+
+  zip_t* zip_ = nullptr;
+  std::vector<Stored> stored_;                        // parallel to arrays_
+  std::vector<std::vector<unsigned char>> inflated_;  // rows_at points into these (moves keep buffers)
+  mutable std::mutex mu_;
+};
+
+}  // namespace
+
+SourcePtr open_npz(const std::string& path) { return std::make_shared<NpzSource>(path); }
+
+}  // namespace graphrun::runtime::data

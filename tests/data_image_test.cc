@@ -1,0 +1,288 @@
+// Image folders: PNG/JPEG decoding of every colour type, PIL-compatible channel conversion and resize
+// (checked against torch's antialiased bilinear), torchvision's ImageFolder order, the bad-image
+// errors, and Fashion-MNIST as a PNG class-folder tree giving exactly the IDX tensors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "graph/tensor_io.h"
+#include "runtime/data/fit.h"
+#include "runtime/data/image.h"
+#include "runtime/data/loader.h"
+#include "runtime/data/source.h"
+#include "tests/data_test_util.h"
+
+namespace graphrun {
+namespace {
+
+using namespace runtime::data;
+using testing::error_of;
+using testing::run_python;
+namespace fs = std::filesystem;
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), {});
+}
+
+Image decode_file(const std::string& path) {
+  std::string b = file_bytes(path);
+  Image img;
+  decode_image(reinterpret_cast<const unsigned char*>(b.data()), b.size(), "'" + path + "'", img);
+  return img;
+}
+
+Image pattern(int64_t w, int64_t h, int64_t c, int seed) {
+  Image img{w, h, c, std::vector<uint8_t>(static_cast<size_t>(w * h * c))};
+  for (size_t i = 0; i < img.pixels.size(); ++i) img.pixels[i] = static_cast<uint8_t>((i * 37 + seed * 101) % 256);
+  return img;
+}
+
+const char* kPngWriter = R"(
+import zlib, struct
+def png(path, w, h, ctype, depth, rows, plte=None, trns=None):
+    def chunk(t, d): return struct.pack('>I', len(d)) + t + d + struct.pack('>I', zlib.crc32(t + d) & 0xffffffff)
+    out = b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', w, h, depth, ctype, 0, 0, 0))
+    if plte: out += chunk(b'PLTE', plte)
+    if trns: out += chunk(b'tRNS', trns)
+    out += chunk(b'IDAT', zlib.compress(b''.join(b'\0' + r for r in rows))) + chunk(b'IEND', b'')
+    open(path, 'wb').write(out)
+)";
+
+TEST(ImageDecode, EveryPngColourTypeBecomesGreyOrRgb) {
+  std::string d = testing::temp_dir("img_png");
+  run_python(d, std::string(kPngWriter) + R"(
+png('rgba.png', 2, 1, 6, 8, [bytes([10, 20, 30, 0, 40, 50, 60, 255])])
+png('grey16.png', 2, 1, 0, 16, [struct.pack('>HH', 0x1234, 0xFFFF)])
+png('palette.png', 3, 1, 3, 8, [bytes([1, 0, 1])], plte=bytes([255, 0, 0, 0, 0, 255]))
+png('bits.png', 8, 1, 0, 1, [bytes([0b10100000])])
+png('greyalpha.png', 1, 1, 4, 8, [bytes([77, 9])])
+)");
+  Image a = decode_file(d + "/rgba.png");
+  EXPECT_EQ(a.channels, 3);  // alpha dropped, as PIL's convert("RGB")
+  EXPECT_EQ(a.pixels, (std::vector<uint8_t>{10, 20, 30, 40, 50, 60}));
+  Image g = decode_file(d + "/grey16.png");
+  EXPECT_EQ(g.channels, 1);
+  EXPECT_EQ(g.pixels, (std::vector<uint8_t>{18, 255}));
+  Image p = decode_file(d + "/palette.png");
+  EXPECT_EQ(p.pixels, (std::vector<uint8_t>{0, 0, 255, 255, 0, 0, 0, 0, 255}));
+  Image b = decode_file(d + "/bits.png");
+  EXPECT_EQ(b.pixels, (std::vector<uint8_t>{255, 0, 255, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(decode_file(d + "/greyalpha.png").pixels, (std::vector<uint8_t>{77}));
+}
+
+TEST(ImageDecode, JpegRoundTripsWithinCompressionError) {
+  std::string d = testing::temp_dir("img_jpeg");
+  Image smooth{16, 16, 3, {}};
+  for (int y = 0; y < 16; ++y)
+    for (int x = 0; x < 16; ++x)
+      for (int c = 0; c < 3; ++c) smooth.pixels.push_back(static_cast<uint8_t>(20 + 6 * x + 3 * y + 20 * c));
+  write_jpeg(d + "/s.jpg", smooth, 95);
+  Image back = decode_file(d + "/s.jpg");
+  ASSERT_EQ(back.channels, 3);
+  ASSERT_EQ(back.pixels.size(), smooth.pixels.size());
+  int worst = 0;
+  for (size_t i = 0; i < back.pixels.size(); ++i) worst = std::max(worst, std::abs(back.pixels[i] - smooth.pixels[i]));
+  EXPECT_LE(worst, 6);
+  Image grey = pattern(8, 8, 1, 0);
+  write_jpeg(d + "/g.jpg", grey, 90);
+  EXPECT_EQ(decode_file(d + "/g.jpg").channels, 1);
+}
+
+TEST(ImageConvert, ChannelsAsPilConvert) {
+  Image rgb{1, 1, 3, {10, 200, 30}};
+  float out[3];
+  image_to_chw(rgb, 1, 1, 1, out);
+  EXPECT_FLOAT_EQ(out[0], 124.f / 255.f);  // ITU-R 601 luma, PIL's integer rounding
+  Image grey{1, 1, 1, {51}};
+  image_to_chw(grey, 3, 1, 1, out);
+  for (float v : out) EXPECT_FLOAT_EQ(v, 51.f / 255.f);
+}
+
+// Our resize against torch's bilinear with antialias=True (built to match PIL), up and down.
+TEST(ImageConvert, ResizeMatchesTorchAntialiasedBilinear) {
+  std::string d = testing::temp_dir("img_resize");
+  const int64_t sizes[][4] = {{13, 17, 28, 28}, {64, 48, 20, 30}, {7, 40, 9, 5}};  // in H, W -> out H, W
+  for (const auto& s : sizes) {
+    Image img = pattern(s[1], s[0], 3, static_cast<int>(s[2]));
+    Tensor chw(DType::F32, {3, s[0], s[1]});
+    image_to_chw(img, 3, s[0], s[1], chw.data<float>());  // same size: a copy
+    write_npy(d + "/in.npy", chw);
+    Tensor ours(DType::F32, {3, s[2], s[3]});
+    image_to_chw(img, 3, s[2], s[3], ours.data<float>());
+    testing::CommandResult r = testing::run_command(
+        testing::python() + " -c \"import numpy as np, torch; x = torch.from_numpy(np.load('" + d +
+        "/in.npy'))[None]; y = torch.nn.functional.interpolate(x, size=(" + std::to_string(s[2]) + "," +
+        std::to_string(s[3]) + "), mode='bilinear', align_corners=False, antialias=True); np.save('" + d +
+        "/out.npy', y[0].numpy())\"");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    Tensor theirs = read_npy(d + "/out.npy");
+    EXPECT_LT(testing::max_abs_diff(ours, theirs), 2e-5) << s[0] << "x" << s[1] << " -> " << s[2] << "x" << s[3];
+  }
+}
+
+TEST(ImageFolder, ClassesAndFilesInTorchvisionOrder) {
+  std::string d = testing::temp_dir("imgf_order");
+  fs::create_directories(d + "/b_dog/sub");
+  fs::create_directories(d + "/a_cat");
+  write_png(d + "/a_cat/2.png", pattern(4, 4, 1, 1));
+  write_png(d + "/a_cat/10.PNG", pattern(4, 4, 3, 2));
+  std::ofstream(d + "/a_cat/notes.txt") << "not an image: skipped, as torchvision does";
+  write_png(d + "/b_dog/x.png", pattern(4, 4, 1, 3));
+  write_jpeg(d + "/b_dog/sub/y.jpg", pattern(4, 4, 3, 4), 90);
+  std::ofstream(d + "/README") << "a file beside the class folders";
+  SourcePtr s = open_source(d, {3, 4, 4});
+  EXPECT_EQ(source_kind(d), "image-folder");
+  EXPECT_EQ(s->classes(), (std::vector<std::string>{"a_cat", "b_dog"}));
+  ASSERT_EQ(s->size(), 4);
+  EXPECT_TRUE(s->decode_heavy());
+  auto all = testing::read_all(*s);
+  EXPECT_EQ(all.at("labels").to_vector<int64_t>(), (std::vector<int64_t>{0, 0, 1, 1}));
+  Tensor want(DType::F32, {3, 4, 4});
+  image_to_chw(pattern(4, 4, 3, 2), 3, 4, 4, want.data<float>());  // "10.PNG" sorts before "2.png"
+  EXPECT_EQ(std::memcmp(all.at("image").raw(), want.raw(), want.nbytes()), 0);
+  image_to_chw(pattern(4, 4, 1, 3), 3, 4, 4, want.data<float>());  // b_dog/x.png before b_dog/sub/y.jpg
+  EXPECT_EQ(std::memcmp(static_cast<char*>(all.at("image").raw()) + 2 * want.nbytes(), want.raw(), want.nbytes()), 0);
+  // Resized on read to whatever the model takes.
+  SourcePtr small = open_source(d, {1, 2, 3});
+  EXPECT_EQ(small->spec("image").shape, (Shape{1, 2, 3}));
+  EXPECT_EQ(testing::read_all(*small).at("image").numel(), 4 * 6);
+}
+
+TEST(ImageFolder, BadImagesAreOneLineNamingTheImage) {
+  std::string d = testing::temp_dir("imgf_bad");
+  auto tree = [&](const std::string& name) {
+    std::string r = d + "/" + name;
+    fs::create_directories(r + "/a");
+    fs::create_directories(r + "/b");
+    write_png(r + "/a/ok.png", pattern(6, 6, 1, 0));
+    write_png(r + "/b/ok.png", pattern(6, 6, 1, 1));
+    return r;
+  };
+  auto expect_error = [](const std::function<void()>& f, const std::string& file, const std::string& says) {
+    std::string e = error_of(f);
+    std::printf("%s\n", e.c_str());
+    EXPECT_NE(e.find(file), std::string::npos) << e;
+    EXPECT_NE(e.find(says), std::string::npos) << e;
+  };
+  std::string r = tree("empty");
+  fs::create_directories(r + "/c");
+  expect_error([&] { open_source(r, {1, 6, 6}); }, r + "/c", "holds no PNG or JPEG images");
+
+  r = tree("bmp");
+  std::ofstream(r + "/a/old.bmp") << "BM";
+  expect_error([&] { open_source(r, {1, 6, 6}); }, "old.bmp", "only PNG and JPEG");
+
+  r = tree("cut_png");
+  std::string png = file_bytes(r + "/a/ok.png");
+  std::ofstream(r + "/a/cut.png", std::ios::binary) << png.substr(0, png.size() / 2);
+  expect_error([&] { open_source(r, {1, 6, 6}); }, "cut.png", "truncated PNG");
+
+  r = tree("fake");
+  std::ofstream(r + "/b/fake.jpg") << "<html>not found</html>";
+  expect_error([&] { open_source(r, {1, 6, 6}); }, "fake.jpg", "not a PNG or JPEG image");
+
+  // Damage that only decoding finds: a truncated JPEG, a PNG whose pixel data is garbage.
+  r = tree("cut_jpeg");
+  write_jpeg(r + "/a/big.jpg", pattern(64, 64, 3, 5), 90);
+  std::string jpg = file_bytes(r + "/a/big.jpg");
+  std::ofstream(r + "/a/big.jpg", std::ios::binary | std::ios::trunc) << jpg.substr(0, jpg.size() * 2 / 3);
+  SourcePtr s = open_source(r, {1, 6, 6});
+  Tensor img(DType::F32, {1, 1, 6, 6});
+  int64_t i = 0;  // a/big.jpg sorts first
+  expect_error([&] { s->read(&i, 1, {{"image", &img}}); }, r + "/a/big.jpg", "corrupt or truncated JPEG");
+
+  r = tree("garbled");
+  std::string g = file_bytes(r + "/a/ok.png");
+  const size_t idat = g.find("IDAT");
+  for (size_t k = idat + 6; k < idat + 20; ++k) g[k] = static_cast<char>(g[k] ^ 0x5A);
+  std::ofstream(r + "/a/ok.png", std::ios::binary | std::ios::trunc) << g;
+  s = open_source(r, {1, 6, 6});
+  i = 0;
+  expect_error([&] { s->read(&i, 1, {{"image", &img}}); }, r + "/a/ok.png", "corrupt or truncated PNG");
+
+  r = d + "/flat";
+  fs::create_directories(r);
+  write_png(r + "/lonely.png", pattern(2, 2, 1, 0));
+  expect_error([&] { open_image_folder(r, 1, 2, 2); }, r, "no class subfolders");
+  expect_error([&] { open_image_folder(tree("shape"), 2, 6, 6); }, "shape", "1 or 3 channels");
+}
+
+TEST(ImageFolder, TrainAndTestFoldersMustHaveTheSameClasses) {
+  std::string d = testing::temp_dir("imgf_splits");
+  for (const char* c : {"train/cat", "train/dog", "val/cat", "val/dog", "odd/cat", "odd/emu"}) {
+    fs::create_directories(d + "/" + c);
+    write_png(d + "/" + c + "/1.png", pattern(5, 5, 3, 0));
+    write_png(d + "/" + c + "/2.png", pattern(5, 5, 3, 1));
+  }
+  auto fit = [](SourcePtr s) { return fit_to_model(s, {{"input", DType::F32, {3, 8, 8}}}, FitOptions{}); };
+  DataSplits ok = open_splits(d + "/train", d + "/val", -1, 0, {3, 8, 8}, fit);
+  EXPECT_EQ(ok.test->classes(), (std::vector<std::string>{"cat", "dog"}));
+  EXPECT_EQ(ok.train->spec("input").shape, (Shape{3, 8, 8}));
+  EXPECT_EQ(num_classes(*ok.train), 2);
+  std::string e = error_of([&] { open_splits(d + "/train", d + "/odd", -1, 0, {3, 8, 8}, fit); });
+  EXPECT_NE(e.find("class folders of '" + d + "/odd' differ"), std::string::npos) << e;
+  // No test folder: 10% held out (at least one image).
+  DataSplits held = open_splits(d + "/train", "", -1, 0, {3, 8, 8}, fit);
+  EXPECT_EQ(held.test->size(), 1);
+  EXPECT_EQ(held.train->size(), 3);
+  EXPECT_TRUE(held.train->decode_heavy());
+}
+
+// The first 300 Fashion-MNIST test images written as class folders of PNGs read back exactly as the
+// IDX reader gives them.
+TEST(FashionMnist, PngClassFoldersGiveTheIdxTensors) {
+  if (!testing::have_fashion_mnist()) GTEST_SKIP() << "Fashion-MNIST is not installed (dataset-fashion-mnist)";
+  Dataset ds = load_split(kDefaultDataDir, "t10k");
+  std::string d = testing::temp_dir("fashion_png");
+  const int64_t n = 300;
+  const float* px = ds.images.data<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    Image img{28, 28, 1, std::vector<uint8_t>(784)};
+    for (int k = 0; k < 784; ++k) img.pixels[k] = static_cast<uint8_t>(std::lround(px[i * 784 + k] * 255.f));
+    char name[32];
+    std::snprintf(name, sizeof name, "%05lld.png", static_cast<long long>(i));
+    std::string cls = d + "/class" + std::to_string(ds.labels.data<int64_t>()[i]);
+    fs::create_directories(cls);
+    write_png(cls + "/" + name, img);
+  }
+  SourcePtr s = open_source(d, {1, 28, 28});
+  ASSERT_EQ(s->size(), n);
+  EXPECT_EQ(s->classes().size(), 10u);
+  auto all = testing::read_all(*s);
+  // Folder order is by class, then file name: map each back to its IDX index.
+  int64_t k = 0;
+  for (int c = 0; c < 10; ++c)
+    for (int64_t i = 0; i < n; ++i) {
+      if (ds.labels.data<int64_t>()[i] != c) continue;
+      EXPECT_EQ(all.at("labels").data<int64_t>()[k], c);
+      EXPECT_EQ(std::memcmp(all.at("image").data<float>() + k * 784, px + i * 784, 784 * sizeof(float)), 0) << i;
+      ++k;
+    }
+  EXPECT_EQ(k, n);
+  // Decoded and augmented on 1 or 3 loader threads: the same batches, byte for byte.
+  auto batches = [&](int threads) {
+    LoaderOptions o;
+    o.batch = 64;
+    o.threads = threads;
+    o.seed = 9;
+    o.augment = true;
+    Loader loader(s, o);
+    loader.start(0);
+    std::string all_bytes;
+    for (int64_t step = 0; step < 2 * loader.steps_per_epoch(); ++step) {
+      const Batch& b = loader.next();
+      all_bytes.append(static_cast<const char*>(b.arrays.at("image").raw()), b.size * 784 * sizeof(float));
+      all_bytes.append(static_cast<const char*>(b.arrays.at(kLabels).raw()), b.size * sizeof(int64_t));
+    }
+    return all_bytes;
+  };
+  const std::string one = batches(1);
+  EXPECT_EQ(one.size(), 2 * n * (784 * sizeof(float) + sizeof(int64_t)));
+  EXPECT_TRUE(one == batches(3));
+}
+
+}  // namespace
+}  // namespace graphrun
