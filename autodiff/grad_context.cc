@@ -6,24 +6,11 @@
 #include <climits>
 #include <sstream>
 
+#include "graph/op_table.h"
+
 namespace graphrun::autodiff {
 
 namespace {
-
-bool is_bool_op(const std::string& op) {
-  static const char* ops[] = {"Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Not", "And",
-                              "Or",    "Xor",     "IsNaN",          "IsInf"};
-  for (const char* o : ops)
-    if (op == o) return true;
-  return false;
-}
-
-bool is_index_op(const std::string& op) {
-  static const char* ops[] = {"Shape", "Size", "ArgMax", "ArgMin", "NonZero", "TopK_indices"};
-  for (const char* o : ops)
-    if (op == o) return true;
-  return false;
-}
 
 Tensor scalar_tensor(double v, DType t, bool one_d) {
   Shape s = one_d ? Shape{1} : Shape{};
@@ -56,14 +43,17 @@ DType ValueTypes::dtype(const std::string& v) {
   const Node n = g_.nodes[p->second];  // a copy: recursion below may not grow the graph, but be safe
   size_t out_index = std::find(n.outputs.begin(), n.outputs.end(), v) - n.outputs.begin();
   DType t = DType::Undefined;
+  // Outputs of a fixed type (comparisons, Shape, MaxPool's Indices...) are op table facts.
+  DType fixed = DType::Undefined;
+  if (const OpFacts* f = op_table().find(n)) {
+    auto it = f->output_dtypes.find(static_cast<int>(out_index));
+    if (it != f->output_dtypes.end()) fixed = it->second;
+  }
   if (n.op_type == "Cast") t = static_cast<DType>(n.attr_i("to", 1));
-  else if (is_index_op(n.op_type)) t = DType::I64;
-  else if (is_bool_op(n.op_type)) t = DType::Bool;
+  else if (fixed != DType::Undefined) t = fixed;
   else if (n.op_type == "Constant" && n.attr("value")) t = n.attr("value")->t.dtype();
   else if (n.op_type == "Constant") t = n.has_attr("value_float") || n.has_attr("value_floats") ? DType::F32 : DType::I64;
   else if (n.op_type == "ConstantOfShape") t = n.attr("value") ? n.attr("value")->t.dtype() : DType::F32;
-  else if (n.op_type == "MaxPool" && out_index == 1) t = DType::I64;
-  else if (n.op_type == "Dropout" && out_index == 1) t = DType::Bool;
   else if (n.op_type == "Where") t = dtype(n.inputs.at(1));
   else {
     for (const auto& in : n.inputs) {

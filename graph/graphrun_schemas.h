@@ -1,5 +1,5 @@
-// ONNX op schemas for graphrun's own ops (domain ai.graphrun, docs/ops.md), so that onnx::checker and
-// onnx::shape_inference in C++ accept and type graphs that use them.
+// ONNX op schemas for graphrun's own ops (domain ai.graphrun, docs/ops.md), from the op table's specs,
+// so that onnx::checker and onnx::shape_inference in C++ accept and type graphs that use them.
 #pragma once
 
 namespace graphrun {

@@ -15,6 +15,7 @@
 #include "graph/graphrun_schemas.h"
 #include "graph/onnx_tensor.h"
 #include "graph/passes/fill_reshape_dims.h"
+#include "graph/validate.h"
 
 namespace graphrun {
 
@@ -28,14 +29,6 @@ std::string first_line(const std::string& s) {
   std::string r = s.substr(0, s.find('\n'));
   while (!r.empty() && (r.back() == ' ' || r.back() == '\r' || r.back() == ':')) r.pop_back();
   return r.empty() ? s : r;
-}
-
-std::string proto_node_desc(const onnx::NodeProto& np, int index) {
-  Node n;
-  n.name = np.name().empty() ? "#" + std::to_string(index) : np.name();
-  n.op_type = np.op_type();
-  n.domain = np.domain();
-  return n.describe();
 }
 
 // ONNX wants nodes in topological order, but not every writer obeys; sort (stably) before checking,
@@ -441,17 +434,21 @@ Graph load_model(const std::string& bytes, const std::string& what) {
                  << kMaxIrVersion << ")");
   check_opsets(m, what);
   check_supported_features(m, what);
+  // A model file is untrusted: ONNX's checker and inference see only what graph/validate.h passed.
+  validate_model(m, what);
   sort_nodes(m.mutable_graph(), what);
   try {
     onnx::checker::check_model(m);
   } catch (const std::exception& e) {
     GR_FAIL(what << ": invalid ONNX model: " << first_line(e.what()));
   }
+  validate_before_inference(m, what, [](onnx::ModelProto& prefix) { run_inference(prefix, false); });
   try {
     run_inference(m, false);
   } catch (const std::exception& e) {
     GR_FAIL(what << ": shape inference failed: " << first_line(e.what()));
   }
+  validate_inferred(m, what);
   return graph_from_proto(m, what);
 }
 

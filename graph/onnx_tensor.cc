@@ -2,7 +2,6 @@
 #include "graph/onnx_tensor.h"
 
 #include <cstring>
-#include <limits>
 
 namespace graphrun {
 
@@ -14,13 +13,15 @@ std::string onnx_dtype_name(int32_t t) {
 
 namespace {
 
-// Copies `n` values of a typed repeated field into the tensor, narrowing to the tensor's element type.
-template <class Field, class Get>
-void copy_typed(const Field& field, Tensor& t, const std::string& what, const char* field_name, Get) {
-  const int64_t n = t.numel();
+// A tensor of `dt` x `shape` from a typed repeated field, narrowing to the element type; the field must
+// hold exactly the values the shape promises (checked before allocating).
+template <class Field>
+Tensor copy_typed(const Field& field, DType dt, const Shape& shape, const std::string& what, const char* field_name) {
+  const int64_t n = shape_numel(shape);
   GR_CHECK(static_cast<int64_t>(field.size()) == n,
-           what << ": " << field_name << " holds " << field.size() << " values, but shape "
-                << shape_str(t.shape()) << " needs " << n);
+           what << ": " << field_name << " holds " << field.size() << " values, but shape " << shape_str(shape)
+                << " needs " << n);
+  Tensor t(dt, shape);
   auto* out = static_cast<unsigned char*>(t.raw());
   const size_t es = dtype_size(t.dtype());
   for (int64_t i = 0; i < n; ++i) {
@@ -43,6 +44,7 @@ void copy_typed(const Field& field, Tensor& t, const std::string& what, const ch
       default: GR_FAIL(what << ": cannot read element type " << dtype_name(t.dtype()));
     }
   }
+  return t;
 }
 
 }  // namespace
@@ -56,15 +58,11 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& what) {
   if (dt == DType::String || dtype_size(dt) == 0)
     GR_FAIL(what << ": element type " << onnx_dtype_name(p.data_type()) << " is not supported");
   GR_CHECK(!p.has_segment(), what << ": segmented tensors are not supported");
-  Shape shape;
-  int64_t numel = 1;
-  for (int64_t d : p.dims()) {
-    GR_CHECK(d >= 0, what << ": negative dimension " << d);
-    GR_CHECK(d == 0 || numel <= std::numeric_limits<int64_t>::max() / 8 / d, what << ": shape too large");
-    numel *= d;
-    shape.push_back(d);
-  }
+  Shape shape(p.dims().begin(), p.dims().end());
+  for (int64_t d : shape) GR_CHECK(d >= 0, what << ": negative dimension " << d << " in shape " << shape_str(shape));
+  const int64_t numel = checked_numel(dt, shape, what);
   const size_t bytes = static_cast<size_t>(numel) * dtype_size(dt);
+  // The file must hold the data the shape promises before anything is allocated for it.
   if (p.has_raw_data()) {
     GR_CHECK(p.raw_data().size() == bytes, what << ": raw_data holds " << p.raw_data().size() << " bytes, but "
                                                 << dtype_name(dt) << shape_str(shape) << " needs " << bytes);
@@ -72,15 +70,13 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& what) {
     if (bytes) std::memcpy(t.raw(), p.raw_data().data(), bytes);
     return t;
   }
-  Tensor t(dt, shape);
   switch (dt) {
-    case DType::F32: copy_typed(p.float_data(), t, what, "float_data", 0); break;
-    case DType::F64: copy_typed(p.double_data(), t, what, "double_data", 0); break;
-    case DType::I64: copy_typed(p.int64_data(), t, what, "int64_data", 0); break;
-    case DType::U32: case DType::U64: copy_typed(p.uint64_data(), t, what, "uint64_data", 0); break;
-    default: copy_typed(p.int32_data(), t, what, "int32_data", 0); break;
+    case DType::F32: return copy_typed(p.float_data(), dt, shape, what, "float_data");
+    case DType::F64: return copy_typed(p.double_data(), dt, shape, what, "double_data");
+    case DType::I64: return copy_typed(p.int64_data(), dt, shape, what, "int64_data");
+    case DType::U32: case DType::U64: return copy_typed(p.uint64_data(), dt, shape, what, "uint64_data");
+    default: return copy_typed(p.int32_data(), dt, shape, what, "int32_data");
   }
-  return t;
 }
 
 void tensor_to_proto(const Tensor& t, const std::string& name, onnx::TensorProto* p) {

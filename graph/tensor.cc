@@ -1,6 +1,7 @@
 // Tensor storage, dtype tables and small conversions.
 #include "graph/tensor.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -36,7 +37,59 @@ std::string Device::str() const { return std::string(is_cpu() ? "cpu:" : "cuda:"
 
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
-  for (int64_t d : s) n *= d;
+  for (int64_t d : s)
+    if (__builtin_mul_overflow(n, d, &n)) GR_FAIL("shape " << shape_str(s) << " has more than 2^63 elements");
+  return n;
+}
+
+namespace {
+size_t& tensor_limit() {
+  static size_t limit = [] {
+    size_t bytes = size_t{16} << 30;
+    if (const char* mb = std::getenv("GRAPHRUN_MAX_TENSOR_MB")) {
+      char* end = nullptr;
+      unsigned long long v = std::strtoull(mb, &end, 10);
+      if (end != mb && *end == 0 && v > 0 && v < (1ull << 40)) bytes = static_cast<size_t>(v) << 20;
+    }
+    return bytes;
+  }();
+  return limit;
+}
+
+std::string human_bytes(double b) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  while (b >= 1024 && u < 6) b /= 1024, ++u;
+  std::ostringstream os;
+  os.precision(u ? 3 : 20);
+  os << b << " " << units[u];
+  return os.str();
+}
+}  // namespace
+
+size_t max_tensor_bytes() { return tensor_limit(); }
+void set_max_tensor_bytes(size_t bytes) { tensor_limit() = bytes; }
+
+int64_t checked_numel(DType dtype, const Shape& shape, const std::string& what) {
+  int64_t n = 1;
+  bool overflow = false;
+  long double exact = 1;  // the size to report when int64 cannot hold it
+  for (int64_t d : shape) {
+    GR_CHECK(d >= 0, what << ": negative dimension in shape " << shape_str(shape));
+    exact *= d;
+    overflow |= __builtin_mul_overflow(n, d, &n);
+  }
+  const size_t es = std::max<size_t>(1, dtype_size(dtype));
+  const long double bytes = exact * es;
+  if (overflow || bytes > static_cast<long double>(max_tensor_bytes())) {
+    std::ostringstream os;
+    os.precision(3);
+    os << static_cast<double>(exact);
+    GR_FAIL(what << ": " << dtype_name(dtype) << shape_str(shape) << " has " << os.str() << " elements ("
+                 << human_bytes(static_cast<double>(bytes)) << "), more than the limit of "
+                 << human_bytes(static_cast<double>(max_tensor_bytes()))
+                 << " for one tensor (GRAPHRUN_MAX_TENSOR_MB raises it)");
+  }
   return n;
 }
 
@@ -49,6 +102,7 @@ std::string shape_str(const Shape& s) {
 Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
   for (int64_t d : shape_) GR_CHECK(d >= 0, "negative dimension in tensor shape " << shape_str(shape_));
   GR_CHECK(dtype_size(dtype) > 0, "unsupported tensor element type " << dtype_name(dtype));
+  checked_numel(dtype, shape_, "tensor");
   size_t bytes = nbytes();
   size_t alloc = ((bytes + 63) / 64) * 64;
   if (alloc == 0) alloc = 64;

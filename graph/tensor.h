@@ -39,8 +39,17 @@ struct Device {
 };
 
 using Shape = std::vector<int64_t>;
+// Elements of a shape; an Error when the count overflows int64 (a hostile file can ask for that).
 int64_t shape_numel(const Shape& s);
 std::string shape_str(const Shape& s);  // "[2,3,4]"
+
+// The largest single tensor graphrun allocates or accepts from a file, in bytes: 16 GiB, or
+// GRAPHRUN_MAX_TENSOR_MB from the environment. A size a file asks for beyond it is refused, not tried.
+size_t max_tensor_bytes();
+void set_max_tensor_bytes(size_t bytes);  // for tests and fuzzers
+// Checks that `dtype` x `shape` has non-negative dimensions, an element count that fits int64 and at
+// most max_tensor_bytes() bytes; returns the element count. The Error names `what` and the size.
+int64_t checked_numel(DType dtype, const Shape& shape, const std::string& what);
 
 // Owning (shared storage) or non-owning view. Copies share storage; clone() copies data.
 class Tensor {

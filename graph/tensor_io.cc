@@ -41,35 +41,115 @@ const NpyType kNpyTypes[] = {{"f4", DType::F32}, {"f8", DType::F64}, {"f2", DTyp
                              {"i4", DType::I32}, {"i2", DType::I16}, {"i1", DType::I8},  {"u1", DType::U8},
                              {"u2", DType::U16}, {"u4", DType::U32}, {"u8", DType::U64}, {"b1", DType::Bool}};
 
-// Value of `key` in numpy's header dict, e.g. 'descr' -> "'<f4'", 'shape' -> "(2, 3)".
-std::string header_field(const std::string& header, const std::string& key, const std::string& path) {
-  size_t k = header.find("'" + key + "'");
-  if (k == std::string::npos) k = header.find("\"" + key + "\"");
-  GR_CHECK(k != std::string::npos, path << ": not a valid .npy file (header has no '" << key << "')");
-  size_t colon = header.find(':', k);
-  GR_CHECK(colon != std::string::npos, path << ": not a valid .npy file (malformed header)");
-  size_t b = header.find_first_not_of(' ', colon + 1);
-  GR_CHECK(b != std::string::npos, path << ": not a valid .npy file (malformed header)");
-  size_t e;
-  if (header[b] == '(') {
-    e = header.find(')', b);
-    GR_CHECK(e != std::string::npos, path << ": not a valid .npy file (malformed shape)");
-    ++e;
-  } else if (header[b] == '\'' || header[b] == '"') {
-    e = header.find(header[b], b + 1);
-    GR_CHECK(e != std::string::npos, path << ": not a valid .npy file (malformed header)");
-    ++e;
-  } else {
-    e = header.find_first_of(",}", b);
-    GR_CHECK(e != std::string::npos, path << ": not a valid .npy file (malformed header)");
+// numpy's header: a Python dict literal {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
+// padded with spaces and ended by a newline. Parsed strictly: exactly those three keys, a string, a
+// boolean and a tuple of decimal integers; anything else is a corrupt file, not a guess.
+struct NpyHeader {
+  std::string descr;
+  bool fortran = false;
+  Shape shape;
+};
+
+class NpyHeaderParser {
+ public:
+  NpyHeaderParser(const std::string& h, const std::string& path) : h_(h), path_(path) {}
+
+  NpyHeader parse() {
+    NpyHeader r;
+    bool seen_descr = false, seen_fortran = false, seen_shape = false;
+    expect('{');
+    for (;;) {
+      skip_spaces();
+      if (peek() == '}') break;
+      const std::string key = string_literal("a key");
+      expect(':');
+      skip_spaces();
+      if (key == "descr" && !seen_descr) {
+        r.descr = string_literal("'descr'");
+        seen_descr = true;
+      } else if (key == "fortran_order" && !seen_fortran) {
+        r.fortran = boolean();
+        seen_fortran = true;
+      } else if (key == "shape" && !seen_shape) {
+        r.shape = tuple();
+        seen_shape = true;
+      } else {
+        fail("unexpected or repeated key '" + key + "'");
+      }
+      skip_spaces();
+      if (peek() == ',') ++pos_;
+      else if (peek() != '}') fail("expected ',' or '}' after '" + key + "'");
+    }
+    ++pos_;
+    if (!seen_descr || !seen_fortran || !seen_shape)
+      fail(std::string("no '") + (!seen_descr ? "descr" : !seen_fortran ? "fortran_order" : "shape") + "'");
+    while (pos_ < h_.size() && h_[pos_] == ' ') ++pos_;
+    if (pos_ + 1 != h_.size() || h_[pos_] != '\n') fail("the header does not end with a newline after the dict");
+    return r;
   }
-  return header.substr(b, e - b);
-}
+
+ private:
+  [[noreturn]] void fail(const std::string& why) const {
+    GR_FAIL(path_ << ": not a valid .npy file (header: " << why << ")");
+  }
+  char peek() const { return pos_ < h_.size() ? h_[pos_] : '\0'; }
+  void skip_spaces() {
+    while (pos_ < h_.size() && h_[pos_] == ' ') ++pos_;
+  }
+  void expect(char c) {
+    skip_spaces();
+    if (peek() != c) fail(std::string("expected '") + c + "'");
+    ++pos_;
+  }
+  std::string string_literal(const std::string& what) {
+    skip_spaces();
+    const char q = peek();
+    if (q != '\'' && q != '"') fail("expected a quoted string for " + what);
+    size_t e = h_.find(q, pos_ + 1);
+    if (e == std::string::npos) fail("unterminated string");
+    std::string v = h_.substr(pos_ + 1, e - pos_ - 1);
+    pos_ = e + 1;
+    return v;
+  }
+  bool boolean() {
+    if (h_.compare(pos_, 4, "True") == 0) return pos_ += 4, true;
+    if (h_.compare(pos_, 5, "False") == 0) return pos_ += 5, false;
+    fail("fortran_order is neither True nor False");
+  }
+  // (), (5,), (2, 3) or (2, 3,): decimal integers, each followed by at most one comma.
+  Shape tuple() {
+    Shape s;
+    expect('(');
+    for (;;) {
+      skip_spaces();
+      if (peek() == ')') break;
+      if (peek() < '0' || peek() > '9') fail("shape entries must be non-negative decimal integers");
+      int64_t d = 0;
+      while (peek() >= '0' && peek() <= '9') {
+        if (__builtin_mul_overflow(d, 10, &d) || __builtin_add_overflow(d, peek() - '0', &d))
+          fail("a shape entry does not fit int64");
+        ++pos_;
+      }
+      if (peek() == 'L') ++pos_;  // Python 2 longs
+      s.push_back(d);
+      skip_spaces();
+      if (peek() == ',') ++pos_;
+      else if (peek() != ')') fail("expected ',' or ')' in the shape");
+    }
+    ++pos_;
+    return s;
+  }
+
+  const std::string& h_;
+  const std::string& path_;
+  size_t pos_ = 0;
+};
 
 }  // namespace
 
-Tensor read_npy(const std::string& path) {
-  std::string bytes = read_whole(path);
+Tensor read_npy(const std::string& path) { return parse_npy(read_whole(path), path); }
+
+Tensor parse_npy(const std::string& bytes, const std::string& path) {
   static const char kMagic[] = "\x93NUMPY";
   if (bytes.size() < 10 || bytes.compare(0, 6, kMagic, 6) != 0)
     GR_FAIL(path << ": not a .npy file (no numpy magic" << (bytes.size() < 10 ? "; file too short" : "") << ")");
@@ -89,10 +169,10 @@ Tensor read_npy(const std::string& path) {
   GR_CHECK(header_start + header_len <= bytes.size(), path << ": truncated .npy file (header cut short)");
   const std::string header = bytes.substr(header_start, header_len);
 
-  std::string descr = header_field(header, "descr", path);
-  GR_CHECK(descr.size() >= 4 && (descr[0] == '\'' || descr[0] == '"'),
-           path << ": .npy element type " << descr << " is not supported (structured arrays are not)");
-  descr = descr.substr(1, descr.size() - 2);
+  const NpyHeader h = NpyHeaderParser(header, path).parse();
+  const std::string& descr = h.descr;
+  GR_CHECK(descr.size() >= 2,
+           path << ": .npy element type '" << descr << "' is not supported (structured arrays are not)");
   const char order = descr[0];
   const std::string code = descr.substr(1);
   DType dt = DType::Undefined;
@@ -105,32 +185,10 @@ Tensor read_npy(const std::string& path) {
     GR_FAIL(path << ": big-endian .npy data ('" << descr << "') is not supported; save it little-endian");
   GR_CHECK(order == '<' || order == '|' || order == '=' || order == '>',
            path << ": .npy element type '" << descr << "' is not supported");
+  if (h.fortran) GR_FAIL(path << ": .npy array is in Fortran order; save it in C order (numpy.ascontiguousarray)");
 
-  std::string fortran = header_field(header, "fortran_order", path);
-  if (fortran == "True")
-    GR_FAIL(path << ": .npy array is in Fortran order; save it in C order (numpy.ascontiguousarray)");
-  GR_CHECK(fortran == "False", path << ": not a valid .npy file (fortran_order is " << fortran << ")");
-
-  std::string shape_s = header_field(header, "shape", path);
-  GR_CHECK(shape_s.size() >= 2 && shape_s.front() == '(' && shape_s.back() == ')',
-           path << ": not a valid .npy file (shape " << shape_s << ")");
-  Shape shape;
-  std::stringstream ss(shape_s.substr(1, shape_s.size() - 2));
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    size_t b = item.find_first_not_of(" L"), e = item.find_last_not_of(" L");
-    if (b == std::string::npos) continue;
-    item = item.substr(b, e - b + 1);
-    char* end = nullptr;
-    long long d = std::strtoll(item.c_str(), &end, 10);
-    GR_CHECK(*end == 0 && d >= 0, path << ": not a valid .npy file (shape " << shape_s << ")");
-    shape.push_back(d);
-  }
-  int64_t numel = 1;
-  for (int64_t d : shape) {
-    GR_CHECK(d == 0 || numel <= (int64_t{1} << 50) / d, path << ": .npy shape " << shape_s << " is too large");
-    numel *= d;
-  }
+  const Shape& shape = h.shape;
+  const int64_t numel = checked_numel(dt, shape, path + ": .npy array");
   const size_t need = static_cast<size_t>(numel) * dtype_size(dt);
   const size_t have = bytes.size() - header_start - header_len;
   if (have < need)
@@ -173,13 +231,19 @@ void write_npy(const std::string& path, const Tensor& t) {
   write_whole(path, head, t.raw(), t.nbytes());
 }
 
-Tensor read_tensor_pb(const std::string& path) {
-  std::string bytes = read_whole(path);
+Tensor read_tensor_pb(const std::string& path, const std::string& expected_name) {
+  return parse_tensor_pb(read_whole(path), path, expected_name);
+}
+
+Tensor parse_tensor_pb(const std::string& bytes, const std::string& path, const std::string& expected_name) {
   onnx::TensorProto p;
   if (bytes.empty() || !p.ParseFromString(bytes))
     GR_FAIL(path << ": not an ONNX TensorProto file (truncated, corrupt or another format)");
   if (!p.has_data_type() || p.data_type() == onnx::TensorProto::UNDEFINED)
     GR_FAIL(path << ": not an ONNX TensorProto file (no element type)");
+  if (!expected_name.empty() && p.has_name() && !p.name().empty() && p.name() != expected_name)
+    GR_FAIL(path << ": holds the tensor '" << p.name() << "', not '" << expected_name
+                 << "' (is the file meant for another input?)");
   return tensor_from_proto(p, path);
 }
 
@@ -191,13 +255,13 @@ void write_tensor_pb(const std::string& path, const Tensor& t, const std::string
   write_whole(path, out, nullptr, 0);
 }
 
-Tensor read_tensor_file(const std::string& path) {
+Tensor read_tensor_file(const std::string& path, const std::string& expected_name) {
   auto ends_with = [&](const char* ext) {
     size_t n = std::strlen(ext);
     return path.size() >= n && path.compare(path.size() - n, n, ext) == 0;
   };
   if (ends_with(".npy")) return read_npy(path);
-  if (ends_with(".pb")) return read_tensor_pb(path);
+  if (ends_with(".pb")) return read_tensor_pb(path, expected_name);
   GR_FAIL(path << ": unknown tensor file type (expected a .npy or .pb file)");
 }
 

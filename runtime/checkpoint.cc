@@ -8,9 +8,11 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <ostream>
 #include <sstream>
 
 namespace graphrun::runtime {
@@ -54,6 +56,7 @@ class Reader {
     pos_ += n;
   }
   bool done() const { return pos_ == d_.size(); }
+  size_t remaining() const { return d_.size() - pos_; }
 
  private:
   void need(size_t n) { GR_CHECK(pos_ + n <= d_.size(), path_ << ": checkpoint is truncated or corrupt"); }
@@ -70,6 +73,35 @@ void write_all(int fd, const char* p, size_t n, const std::string& path) {
     p += k;
     n -= static_cast<size_t>(k);
   }
+}
+
+bool is_checkpoint_name(const std::string& n, const char* suffix) {
+  const size_t k = std::strlen(suffix);
+  return n.rfind("ckpt-", 0) == 0 && n.size() > 5 + k && n.compare(n.size() - k, k, suffix) == 0;
+}
+
+// Checkpoint files in `dir`, newest first (names are zero-padded: lexical order is (epoch, step) order).
+std::vector<std::string> checkpoints_newest_first(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<std::string> names;
+  if (!fs::is_directory(dir, ec)) return names;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::string n = e.path().filename().string();
+    if (is_checkpoint_name(n, ".grck")) names.push_back(n);
+  }
+  std::sort(names.rbegin(), names.rend());
+  for (auto& n : names) n = (fs::path(dir) / n).string();
+  return names;
+}
+
+// A process killed between creating its temporary file and the rename leaves ckpt-*.grck.tmp behind;
+// only the one process that writes into `dir` calls this, after its own rename.
+void remove_stale_temporaries(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir.empty() ? "." : dir, ec))
+    if (is_checkpoint_name(e.path().filename().string(), ".grck.tmp")) fs::remove(e.path(), ec);
 }
 
 }  // namespace
@@ -113,6 +145,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& ck) {
                                                           << std::strerror(errno));
   // Make the rename itself durable.
   std::string dir = std::filesystem::path(path).parent_path().string();
+  remove_stale_temporaries(dir);
   int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
   if (dfd >= 0) {
     ::fsync(dfd);
@@ -125,7 +158,10 @@ Checkpoint load_checkpoint(const std::string& path) {
   GR_CHECK(f, path << ": cannot open checkpoint");
   std::stringstream ss;
   ss << f.rdbuf();
-  std::string all = ss.str();
+  return parse_checkpoint(ss.str(), path);
+}
+
+Checkpoint parse_checkpoint(const std::string& all, const std::string& path) {
   GR_CHECK(all.size() >= 20 && std::memcmp(all.data(), kMagic, 4) == 0,
            path << ": not a graphrun checkpoint (bad magic)");
   uint32_t version;
@@ -145,27 +181,70 @@ Checkpoint load_checkpoint(const std::string& path) {
   uint32_t nmeta = r.pod<uint32_t>();
   for (uint32_t i = 0; i < nmeta; ++i) {
     std::string k = r.str();
-    ck.meta[k] = r.str();
+    GR_CHECK(ck.meta.emplace(k, r.str()).second, path << ": checkpoint is corrupt (key '" << k << "' twice)");
   }
   uint32_t nt = r.pod<uint32_t>();
   for (uint32_t i = 0; i < nt; ++i) {
     std::string name = r.str();
-    auto dtype = static_cast<DType>(r.pod<int32_t>());
+    const int32_t code = r.pod<int32_t>();
+    const auto dtype = static_cast<DType>(code);
     uint32_t rank = r.pod<uint32_t>();
-    GR_CHECK(rank <= 16 && dtype_size(dtype) > 0, path << ": checkpoint is corrupt (tensor '" << name << "')");
+    GR_CHECK(rank <= 16 && dtype_size(dtype) > 0 && dtype != DType::String,
+             path << ": checkpoint is corrupt (tensor '" << name << "': rank " << rank << ", element type " << code
+                  << ")");
     Shape shape(rank);
     for (auto& d : shape) {
       d = r.pod<int64_t>();
-      GR_CHECK(d >= 0, path << ": checkpoint is corrupt (tensor '" << name << "')");
+      GR_CHECK(d >= 0, path << ": checkpoint is corrupt (tensor '" << name << "' has shape with " << d << ")");
     }
-    uint64_t bytes = r.pod<uint64_t>();
+    // The sizes must agree with each other and with the bytes the file holds before anything is allocated.
+    const int64_t n = checked_numel(dtype, shape, path + ": checkpoint tensor '" + name + "'");
+    const uint64_t bytes = r.pod<uint64_t>();
+    GR_CHECK(bytes == static_cast<uint64_t>(n) * dtype_size(dtype) && bytes <= r.remaining(),
+             path << ": checkpoint is corrupt (tensor '" << name << "' " << dtype_name(dtype) << shape_str(shape)
+                  << " claims " << bytes << " bytes; " << r.remaining() << " remain)");
     Tensor t(dtype, shape);
-    GR_CHECK(bytes == t.nbytes(), path << ": checkpoint is corrupt (tensor '" << name << "' size)");
     r.bytes(t.raw(), bytes);
-    ck.tensors[name] = t;
+    // Training never saves a diverged state, so a non-finite value is damage.
+    bool finite = true;
+    if (dtype == DType::F32)
+      for (const float* p = t.data<float>(), *e = p + n; p < e; ++p) finite &= std::isfinite(*p);
+    if (dtype == DType::F64)
+      for (const double* p = t.data<double>(), *e = p + n; p < e; ++p) finite &= std::isfinite(*p);
+    GR_CHECK(finite, path << ": checkpoint is corrupt (tensor '" << name << "' holds NaN or Inf)");
+    GR_CHECK(ck.tensors.emplace(name, t).second, path << ": checkpoint is corrupt (tensor '" << name << "' twice)");
   }
   GR_CHECK(r.done(), path << ": checkpoint is corrupt (trailing bytes)");
   return ck;
+}
+
+std::string newest_good_checkpoint(const std::string& dir, std::ostream& warn) {
+  const std::vector<std::string> all = checkpoints_newest_first(dir);
+  std::vector<std::string> skipped;  // said only when a good one follows: else the error says it all
+  for (const std::string& path : all) {
+    try {
+      load_checkpoint(path);
+      for (const auto& why : skipped)
+        warn << "warning: skipping checkpoint " << why << "; resuming from an older one" << std::endl;
+      return path;
+    } catch (const Error& e) {
+      skipped.push_back(e.what());
+    }
+  }
+  const std::string newest_error = skipped.empty() ? "" : skipped.front();
+  GR_CHECK(all.empty(), dir << ": none of its " << all.size() << " checkpoints verifies (newest: " << newest_error
+                            << "); remove them to start from the beginning");
+  return "";
+}
+
+void check_resume_position(const std::string& path, int64_t epoch, int64_t step, int64_t global_step,
+                           int64_t steps_per_epoch) {
+  // Every finished epoch took at least one step and at most steps_per_epoch.
+  const bool ok = epoch >= 0 && step >= 0 && steps_per_epoch > 0 && epoch <= (int64_t{1} << 30) &&
+                  step <= steps_per_epoch && global_step >= epoch + step &&
+                  global_step <= epoch * steps_per_epoch + step;
+  GR_CHECK(ok, path << ": checkpoint is corrupt (epoch " << epoch << ", step " << step << ", global step "
+                    << global_step << " cannot happen with " << steps_per_epoch << " steps per epoch)");
 }
 
 std::string checkpoint_name(int64_t epoch, int64_t step) {
@@ -175,17 +254,8 @@ std::string checkpoint_name(int64_t epoch, int64_t step) {
 }
 
 std::string latest_checkpoint(const std::string& dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return "";
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    std::string n = e.path().filename().string();
-    if (n.rfind("ckpt-", 0) == 0 && n.size() > 5 && n.substr(n.size() - 5) == ".grck") names.push_back(n);
-  }
-  if (names.empty()) return "";
-  std::sort(names.begin(), names.end());  // zero-padded: lexical order is (epoch, step) order
-  return (fs::path(dir) / names.back()).string();
+  const std::vector<std::string> all = checkpoints_newest_first(dir);
+  return all.empty() ? "" : all.front();
 }
 
 std::string shapes_signature(const std::map<std::string, Tensor>& tensors) {

@@ -2,6 +2,7 @@
 // a liveness-based planner then packs all intermediates into one arena that later runs reuse.
 #include "runtime/executor.h"
 
+#include "graph/passes/place_shape_computations.h"
 #include "runtime/device.h"
 
 #include <omp.h>
@@ -83,7 +84,7 @@ struct Executor::Layout {
   std::vector<int> last_use;                          // per slot, step; n = live to the end
   std::vector<int> def_step;                          // per slot; -1 = not produced by a node
   // Device executors: values kept in host memory and the nodes that compute them there (with the CPU
-  // kernels); see place_shape_computations. Empty for CPU executors.
+  // kernels); see graph/passes/place_shape_computations.h. Empty for CPU executors.
   std::vector<bool> host_slot, host_step;
   bool on_host(int step) const { return !host_step.empty() && host_step[step]; }
   bool is_host(int slot) const { return !host_slot.empty() && host_slot[slot]; }
@@ -190,6 +191,7 @@ class RunContext final : public KernelContext {
                         << " for the same input shapes (data-dependent shapes are not supported)");
     }
     for (int64_t d : shape) GR_CHECK(d >= 0, "output " << i << " would have negative dimension " << shape_str(shape));
+    checked_numel(dtype, shape, "output " + std::to_string(i));  // device buffers too, not only host tensors
     plan_.slot_tensor[s] = backend_ ? backend_->empty(device_, dtype, shape) : Tensor(dtype, shape);
     plan_.slot_dtype[s] = dtype;
     plan_.slot_shape[s] = shape;
@@ -249,72 +251,6 @@ static const KernelTable& table_for(const ExecOptions& o) {
   return device_backend(o)->kernels();
 }
 
-// Host placement of shape computations (device executors). A device kernel reads some inputs on the
-// host (KernelTable host_inputs: a Reshape's shape, Slice's starts...); a device value there costs a
-// copy back and a stream synchronization per step. So a value stays in host memory when every
-// consumer reads it on the host or is itself a host-placed node; host-placed nodes are small integer
-// computations (Shape, Size, Constant, Gather, Concat, Unsqueeze, Cast, Add, ...) whose inputs are
-// host values (small int initializers, Constant and Shape/Size outputs), run with the CPU kernels.
-// Shape and Size read only their input's metadata, so their input may be on the device. Values that
-// are fetched or persist as state stay where they were. The greatest fixpoint: start from every
-// candidate and drop what a device consumer needs until nothing changes.
-static void place_shape_computations(const Graph& g, const ExecOptions& o, const KernelTable& device_table,
-                                     Executor::Layout& L) {
-  constexpr int64_t kMaxHostElems = 4096;
-  static const std::set<std::string> kHostOps = {
-      "Shape", "Size", "Constant", "Identity", "Gather", "Concat", "Unsqueeze", "Squeeze", "Slice", "Reshape",
-      "Expand", "Cast", "Add", "Sub", "Mul", "Div", "Mod", "Neg", "Abs", "Min", "Max", "Equal", "Less", "Greater",
-      "Not", "Where", "ReduceProd", "ReduceSum", "ReduceMax", "ReduceMin", "ConstantOfShape", "Range"};
-  auto small_int = [&](const Tensor& t) {
-    return (t.dtype() == DType::I64 || t.dtype() == DType::I32) && t.numel() <= kMaxHostElems;
-  };
-  auto metadata_only = [](const Node& n) { return n.domain.empty() && (n.op_type == "Shape" || n.op_type == "Size"); };
-  const int n = static_cast<int>(g.nodes.size());
-  std::vector<bool> pinned(L.nslots, false);  // fetched values and state: never host-placed
-  for (const auto& f : o.fetch) pinned[L.slot_of.at(f)] = true;
-  for (const auto& [v, init] : o.state_updates) pinned[L.slot_of.at(v)] = pinned[L.slot_of.at(init)] = true;
-  std::vector<std::vector<std::pair<int, int>>> consumers(L.nslots);  // (step, input position)
-  for (int s = 0; s < n; ++s)
-    for (size_t k = 0; k < L.in_slots[s].size(); ++k)
-      if (L.in_slots[s][k] >= 0) consumers[L.in_slots[s][k]].emplace_back(s, static_cast<int>(k));
-
-  L.host_step.assign(n, false);
-  L.host_slot.assign(L.nslots, false);
-  for (int s = 0; s < n; ++s) {
-    const Node& node = g.nodes[s];
-    bool ok = (node.domain.empty() || node.domain == "ai.onnx") && kHostOps.count(node.op_type) &&
-              cpu_kernels().find(node) != nullptr;
-    if (ok && node.op_type == "Constant") {
-      auto it = node.attrs.find("value");
-      ok = it != node.attrs.end() ? it->second.kind == Attribute::Kind::Tensor && small_int(it->second.t)
-                                  : node.has_attr("value_int") || node.has_attr("value_ints");
-    }
-    L.host_step[s] = ok;
-  }
-  for (const auto& [name, t] : g.initializers) L.host_slot[L.slot_of.at(name)] = small_int(t);
-  for (int sl = 0; sl < L.nslots; ++sl)
-    if (L.def_step[sl] >= 0) L.host_slot[sl] = L.host_step[L.def_step[sl]];
-
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (int sl = 0; sl < L.nslots; ++sl) {
-      if (!L.host_slot[sl]) continue;
-      bool ok = !pinned[sl] && (L.def_step[sl] < 0 || L.host_step[L.def_step[sl]]);
-      for (auto [s, k] : consumers[sl])
-        ok = ok && (L.host_step[s] || device_table.reads_on_host(g.nodes[s], k));
-      if (!ok) L.host_slot[sl] = false, changed = true;
-    }
-    for (int s = 0; s < n; ++s) {
-      if (!L.host_step[s]) continue;
-      bool ok = true;
-      for (int out : L.out_slots[s]) ok = ok && L.host_slot[out];
-      if (!metadata_only(g.nodes[s]))
-        for (int in : L.in_slots[s]) ok = ok && (in < 0 || L.host_slot[in]);
-      if (!ok) L.host_step[s] = false, changed = true;
-    }
-  }
-}
-
 Executor::Executor(const Graph& graph, ExecOptions opts)
     : graph_(graph), opts_(std::move(opts)), kernels_(&table_for(opts_)), rng_(opts_.seed) {
   GR_CHECK(opts_.threads >= 1, "threads must be at least 1");
@@ -365,10 +301,18 @@ Executor::Executor(const Graph& graph, ExecOptions opts)
     GR_CHECK(graph_.initializers.count(init), "state update: '" << init << "' is not an initializer");
     L.last_use[L.slot_of[v]] = n;
   }
-  if (!opts_.device.is_cpu()) {  // on the host every value is in host memory already
-    place_shape_computations(graph_, opts_, *kernels_, L);
-    for (int s = 0; s < n; ++s)
+  if (!opts_.device.is_cpu()) {
+    std::set<std::string> pinned(opts_.fetch.begin(), opts_.fetch.end());  // fetched values and state stay put
+    for (const auto& [v, init] : opts_.state_updates) pinned.insert({v, init});
+    passes::HostPlacement host = passes::place_shape_computations(graph_, pinned);
+    L.host_step = std::move(host.host_nodes);
+    L.host_slot.assign(L.nslots, false);
+    for (const auto& [v, sl] : L.slot_of) L.host_slot[sl] = host.host_values.count(v) != 0;
+    for (int s = 0; s < n; ++s) {
+      for (size_t k = 0; k < graph_.nodes[s].outputs.size(); ++k)
+        if (graph_.nodes[s].outputs[k].empty()) L.host_slot[L.out_slots[s][k]] = L.host_step[s];  // unused outputs
       if (L.on_host(s)) fns_[s] = cpu_kernels().find(graph_.nodes[s]);
+    }
   }
   // On a device, the state lives there from now on (runtime::to_host copies it back on request),
   // except host-placed shape values; in host memory it is a copy of its own.

@@ -1,4 +1,4 @@
-// Kernel table lookups and the unsupported-op check every executor runs before planning.
+// Kernel tables (views of the op table) and the unsupported-op check every executor runs before planning.
 #include "runtime/kernel.h"
 
 #include <algorithm>
@@ -12,24 +12,29 @@ static std::string key_of(const std::string& domain, const std::string& op) {
   return domain + "::" + op;
 }
 
-void KernelTable::add(const std::string& domain, const std::string& op, KernelFn fn, std::vector<int> host_inputs) {
-  const std::string key = key_of(domain, op);
-  fns_[key] = fn;
-  if (host_inputs.empty())
-    host_inputs_.erase(key);
-  else
-    host_inputs_[key] = std::move(host_inputs);
+KernelTable KernelTable::of_device(Device::Kind kind) {
+  KernelTable t;
+  for (const auto& [key, f] : op_table().ops())
+    if (KernelFn fn = f.kernel(kind)) t.fns_[key] = fn;
+  return t;
 }
+
+const KernelTable& cpu_kernels() {
+  static const KernelTable table = KernelTable::of_device(Device::Kind::CPU);
+  return table;
+}
+
+void KernelTable::add(const std::string& domain, const std::string& op, KernelFn fn) { fns_[key_of(domain, op)] = fn; }
 
 const std::vector<int>& KernelTable::host_inputs(const std::string& op_key) const {
   static const std::vector<int> none;
-  auto it = host_inputs_.find(op_key);
-  return it == host_inputs_.end() ? none : it->second;
+  const OpFacts* f = op_table().find(op_key);
+  return f ? f->host_inputs : none;
 }
 
 bool KernelTable::reads_on_host(const Node& n, int input) const {
-  const std::vector<int>& h = host_inputs(n.op_key());
-  return std::find(h.begin(), h.end(), input) != h.end();
+  const OpFacts* f = op_table().find(n);
+  return f && f->reads_on_host(input);
 }
 
 KernelFn KernelTable::find(const Node& n) const {

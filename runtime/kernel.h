@@ -1,4 +1,5 @@
-// The kernel interface: what a kernel sees of its node, its inputs and outputs, and the per-device dispatch table.
+// The kernel interface: what a kernel sees of its node, its inputs and outputs, and the per-device dispatch
+// table (a view of the op table, graph/op_table.h).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "graph/ir.h"
+#include "graph/op_table.h"
 
 namespace graphrun::runtime {
 
@@ -17,34 +19,33 @@ class KernelContext;
 // A kernel reads ctx.input(i), asks for each output with ctx.output(i, shape, dtype) and fills it.
 // Kernels compute their own output shapes; the executor records them on the first run and plans memory.
 // Bad input (shapes, attributes) is reported with GR_FAIL; the executor prefixes the node's name.
-using KernelFn = void (*)(KernelContext&);
+// Kernels are registered in the op table (graph/op_table.h) by their family files, runtime/kernels/<device>/.
+using KernelFn = graphrun::KernelFn;
 
 // The rest of an asynchronous kernel's work (see KernelContext::defer): waits for it, throws Error on failure.
 using Completion = std::function<void()>;
 
+// The kernels of one device: a view of the op table's column for that device (or, in tests, any set
+// of kernels). The inputs an op reads on the host are the op table's, one declaration for every device.
 class KernelTable {
  public:
-  // domain "" (or "ai.onnx") is the default ONNX domain. host_inputs: the input positions whose values
-  // the kernel reads on the host (shape-like: a shape, axes, pads, starts, repeats...), which a device
-  // kernel must copy back and wait for unless they are host tensors already; a device executor keeps
-  // such values in host memory where it can (runtime/executor.cc). Every table declares the same ones.
-  void add(const std::string& domain, const std::string& op, KernelFn fn, std::vector<int> host_inputs = {});
-  void add(const std::string& op, KernelFn fn, std::vector<int> host_inputs = {}) {
-    add("", op, fn, std::move(host_inputs));
-  }
+  KernelTable() = default;
+  static KernelTable of_device(Device::Kind kind);  // the op table's kernels for `kind`
+  // domain "" (or "ai.onnx") is the default ONNX domain.
+  void add(const std::string& domain, const std::string& op, KernelFn fn);
+  void add(const std::string& op, KernelFn fn) { add("", op, fn); }
   KernelFn find(const Node& n) const;  // nullptr when missing
   bool has(const std::string& op_key) const { return fns_.count(op_key) != 0; }
   std::vector<std::string> ops() const;  // sorted op keys
-  // The declared host-read input positions of an op (empty when none or when the op is missing).
+  // The op's declared host-read input positions (op table), empty when none or when the op is unknown.
   const std::vector<int>& host_inputs(const std::string& op_key) const;
   bool reads_on_host(const Node& n, int input) const;
 
  private:
   std::unordered_map<std::string, KernelFn> fns_;
-  std::unordered_map<std::string, std::vector<int>> host_inputs_;
 };
 
-// The dispatch table of the CPU device (runtime/kernels/cpu/registry.cc).
+// The dispatch table of the CPU device: KernelTable::of_device(CPU), built once.
 const KernelTable& cpu_kernels();
 
 // Lists every node of `g` that `table` has no kernel for; throws one Error naming each op and node.

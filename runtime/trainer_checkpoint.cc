@@ -140,8 +140,11 @@ void Trainer::load_checkpoint(const std::string& path) {
       ex.set_rng_state(meta_of(ck, "rng." + std::to_string(d), path));
     }
     global_step_ = std::stoll(meta_of(ck, "global_step", path));
-    resume_epoch_ = static_cast<int>(std::stoll(meta_of(ck, "epoch", path)));
+    const int64_t epoch = std::stoll(meta_of(ck, "epoch", path));
     resume_step_ = std::stoll(meta_of(ck, "step", path));
+    check_resume_position(path, epoch, resume_step_, global_step_,
+                          (train_.size() + opts_.batch_size - 1) / opts_.batch_size);
+    resume_epoch_ = static_cast<int>(epoch);
   } catch (const std::invalid_argument&) {
     GR_FAIL(path << ": checkpoint is corrupt (bad epoch/step)");
   } catch (const std::out_of_range&) {

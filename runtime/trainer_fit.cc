@@ -1,6 +1,7 @@
 // fit() and train_epoch(), as d2l's `train`: for each epoch, for each batch (on every replica, in
 // segments between checkpoints): shard, step, read the figures; then evaluate, report, checkpoint.
 #include <fstream>
+#include <iostream>
 
 #include "graph/onnx_io.h"
 #include "graph/passes/train_mode.h"
@@ -108,7 +109,7 @@ EpochStats Trainer::epoch_stats(int epoch, double seconds) const {
 // With --resume: restores the newest checkpoint; returns the epoch to continue in (0 without one).
 int Trainer::resume() {
   if (!opts_.resume) return 0;
-  const std::string ck = latest_checkpoint(opts_.checkpoint_dir);
+  const std::string ck = newest_good_checkpoint(opts_.checkpoint_dir, std::cerr);
   if (ck.empty()) {
     if (opts_.log) *opts_.log << "no checkpoint in " << opts_.checkpoint_dir << ": starting from the beginning" << std::endl;
     return 0;

@@ -1,20 +1,25 @@
-// CUDA backend: every CUDA kernel against the CPU kernel on random data, a hand-built training step on
-// cuda:0 against the CPU, the device-local reduction of replicas sharing a GPU, and the clear errors of
-// machines without one. GPU tests skip, saying why, where graphrun has no usable GPU.
+// CUDA backend: every CUDA kernel against the CPU kernel on random data (the same cases also run on the
+// simulated device, and every op with a CUDA kernel must have a CPU reference and a case), a hand-built
+// training step on cuda:0 against the CPU, the device-local reduction of replicas sharing a GPU, and the
+// clear errors of machines without one. GPU tests skip, saying why, where graphrun has no usable GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <set>
 #include <thread>
 
 #include "graph/onnx_io.h"
+#include "graph/op_table.h"
 #include "graph/passes/remove_noops.h"
 #include "graph/passes/train_mode.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/device.h"
 #include "runtime/executor.h"
 #include "runtime/trainer.h"
+#include "tests/sim_backend.h"
 #include "tests/test_util.h"
 
 namespace graphrun {
@@ -45,6 +50,12 @@ Tensor bool_tensor(const Shape& shape, uint64_t seed) {
 }
 
 Tensor i64(Shape shape, std::vector<int64_t> v) { return Tensor::from_vector<int64_t>(std::move(shape), v); }
+
+Tensor bool_scalar(bool v) {
+  Tensor b(DType::Bool, {});
+  *static_cast<uint8_t*>(b.raw()) = v ? 1 : 0;
+  return b;
+}
 
 struct OneNode {
   Graph graph;
@@ -81,21 +92,62 @@ double diff(const Tensor& gpu, const Tensor& cpu) {
   return testing::max_rel_diff(gpu, cpu);
 }
 
-// The CUDA kernel of `op` against the CPU kernel: both runs of the GPU (planning and planned) must
-// match the CPU within `tol` (relative to the output's scale).
-void expect_parity(const std::string& op, const std::vector<Tensor>& inputs, const std::map<std::string, Attribute>& attrs = {},
-                   int num_outputs = 1, double tol = 1e-5, int64_t opset = 17, const std::string& domain = "") {
-  OneNode t = one_node(op, inputs, attrs, num_outputs, opset, domain);
-  if (!runtime::cpu_kernels().find(t.graph.nodes[0]))
-    GTEST_SKIP() << "the CPU reference kernel of " << t.graph.nodes[0].op_key() << " is not registered (yet)";
+bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
+         std::memcmp(a.raw(), b.raw(), static_cast<size_t>(a.numel()) * dtype_size(a.dtype())) == 0;
+}
+
+// ---- kernel cases: one node on the CPU and on cuda:0 ----
+
+// One node: op, inputs, attributes, and how close the device must come to the CPU (relative to the
+// output's scale).
+struct KernelCase {
+  std::string op;
+  std::vector<Tensor> inputs;
+  std::map<std::string, Attribute> attrs;
+  int num_outputs = 1;
+  double tol = 1e-5;
+  int64_t opset = 17;
+  std::string domain;
+  std::string key() const { return domain.empty() ? op : domain + "::" + op; }
+};
+
+// A group of cases (the GpuKernels test of that name runs it).
+struct Cases {
+  std::vector<KernelCase> all;
+  void add(const std::string& op, const std::vector<Tensor>& inputs, const std::map<std::string, Attribute>& attrs = {},
+           int num_outputs = 1, double tol = 1e-5, int64_t opset = 17, const std::string& domain = "") {
+    all.push_back({op, inputs, attrs, num_outputs, tol, opset, domain});
+  }
+};
+using CaseGroup = void (*)(Cases&);
+
+// The CUDA kernel of the case's op against the CPU kernel: both runs on the device (planning and
+// planned) must match the CPU within the case's tolerance, or bit for bit. A missing CPU reference
+// is a failure: the CPU kernels are the reference of every device.
+void expect_parity(const KernelCase& c, bool bitwise = false) {
+  OneNode t = one_node(c.op, c.inputs, c.attrs, c.num_outputs, c.opset, c.domain);
+  if (!runtime::cpu_kernels().find(t.graph.nodes[0])) {
+    ADD_FAILURE() << c.key() << " has no CPU reference kernel (runtime/kernels/cpu/): nothing to compare its CUDA kernel with";
+    return;
+  }
   auto cpu = run_on(t.graph, t.feeds, kCpu, 1)[0];
-  auto gpu = run_on(t.graph, t.feeds, kGpu, 2);
+  auto dev = run_on(t.graph, t.feeds, kGpu, 2);
   for (int run = 0; run < 2; ++run)
-    for (int i = 0; i < num_outputs; ++i) {
-      double d = diff(gpu[run][i], cpu[i]);
-      EXPECT_LE(d, tol) << op << " output " << i << " (run " << run << "): gpu " << gpu[run][i].str() << " vs cpu "
-                        << cpu[i].str();
+    for (int i = 0; i < c.num_outputs; ++i) {
+      const std::string what = c.key() + " output " + std::to_string(i) + " (run " + std::to_string(run) + "): device " +
+                               dev[run][i].str() + " vs cpu " + cpu[i].str();
+      if (bitwise) EXPECT_TRUE(bitwise_equal(dev[run][i], cpu[i])) << what;
+      else EXPECT_LE(diff(dev[run][i], cpu[i]), c.tol) << what;
     }
+}
+
+void expect_group_on_gpu(CaseGroup group) {
+  std::string why;
+  if (!runtime::cuda_available(&why)) GTEST_SKIP() << "needs a CUDA GPU: " << why;
+  Cases cs;
+  group(cs);
+  for (const KernelCase& c : cs.all) expect_parity(c);
 }
 
 std::map<std::string, Attribute> ints(const std::string& k, std::vector<int64_t> v) { return {{k, Attribute::Ints(std::move(v))}}; }
@@ -147,201 +199,220 @@ TEST(CudaAvailability, ExecutorOnCudaFailsClearlyWithoutGpu) {
 
 // ---- elementwise ----
 
-TEST(GpuKernels, BinaryArithmeticBroadcasts) {
-  REQUIRE_GPU();
+void binary_arithmetic_cases(Cases& cs) {
   Tensor a = random_tensor({4, 3, 5}, 1), b = random_tensor({3, 1}, 2), pos = random_tensor({3, 1}, 3, 0.5f, 2.f);
-  expect_parity("Add", {a, b});
-  expect_parity("Sub", {b, a});
-  expect_parity("Mul", {a, b});
-  expect_parity("Div", {a, pos});
-  expect_parity("Add", {a, random_tensor({4, 3, 5}, 4)});
-  expect_parity("Add", {i64({3}, {1, 2, 3}), i64({1}, {10})});
-  expect_parity("Mul", {i64({2}, {4, 5}), i64({2}, {3, -1})});
-  expect_parity("Pow", {random_tensor({4, 5}, 5, 0.5f, 2.f), random_tensor({5}, 6, -2.f, 2.f)}, {}, 1, 1e-5);
+  cs.add("Add", {a, b});
+  cs.add("Sub", {b, a});
+  cs.add("Mul", {a, b});
+  cs.add("Div", {a, pos});
+  cs.add("Add", {a, random_tensor({4, 3, 5}, 4)});
+  cs.add("Add", {i64({3}, {1, 2, 3}), i64({1}, {10})});
+  cs.add("Mul", {i64({2}, {4, 5}), i64({2}, {3, -1})});
+  cs.add("Pow", {random_tensor({4, 5}, 5, 0.5f, 2.f), random_tensor({5}, 6, -2.f, 2.f)}, {}, 1, 1e-5);
 }
+TEST(GpuKernels, BinaryArithmeticBroadcasts) { expect_group_on_gpu(binary_arithmetic_cases); }
 
-TEST(GpuKernels, UnaryMath) {
-  REQUIRE_GPU();
+void unary_math_cases(Cases& cs) {
   Tensor x = random_tensor({7, 33}, 7, -3.f, 3.f), pos = random_tensor({7, 33}, 8, 0.1f, 4.f);
-  for (const char* op : {"Relu", "Neg", "Exp", "Sigmoid", "Tanh", "Abs"}) expect_parity(op, {x});
-  for (const char* op : {"Log", "Sqrt", "Reciprocal"}) expect_parity(op, {pos});
+  for (const char* op : {"Relu", "Neg", "Exp", "Sigmoid", "Tanh", "Abs"}) cs.add(op, {x});
+  for (const char* op : {"Log", "Sqrt", "Reciprocal"}) cs.add(op, {pos});
+  // Floor and Ceil on halves, whole numbers, signed zeros and random values.
+  Tensor steps = Tensor::from_vector<float>({10}, {-2.5f, -1.f, -0.5f, -0.f, 0.f, 0.5f, 1.5f, 2.f, 3.7f, -3.7f});
+  for (const char* op : {"Floor", "Ceil"}) {
+    cs.add(op, {steps});
+    cs.add(op, {x});
+  }
 }
+TEST(GpuKernels, UnaryMath) { expect_group_on_gpu(unary_math_cases); }
 
 // NaN must survive Relu, Max and Min as on the CPU (a diverging run shows a NaN loss, not zeros);
 // Max and Min take one or more inputs.
-TEST(GpuKernels, NaNPropagatesAndMaxMinAreVariadic) {
-  REQUIRE_GPU();
+void nan_and_variadic_max_min_cases(Cases& cs) {
   Tensor x = random_tensor({3, 4}, 16, -2.f, 2.f), y = random_tensor({4}, 17, -2.f, 2.f);
   x.data<float>()[1] = NAN;
   x.data<float>()[6] = -NAN;
   y.data<float>()[3] = NAN;
-  expect_parity("Relu", {x});
+  cs.add("Relu", {x});
   for (const char* op : {"Max", "Min"}) {
-    expect_parity(op, {x, y});
-    expect_parity(op, {y, x});
-    expect_parity(op, {x});
-    expect_parity(op, {x, y, random_tensor({3, 1}, 18)});
-    expect_parity(op, {i64({3}, {1, -5, 7}), i64({1}, {2})});
+    cs.add(op, {x, y});
+    cs.add(op, {y, x});
+    cs.add(op, {x});
+    cs.add(op, {x, y, random_tensor({3, 1}, 18)});
+    cs.add(op, {i64({3}, {1, -5, 7}), i64({1}, {2})});
   }
 }
+TEST(GpuKernels, NaNPropagatesAndMaxMinAreVariadic) { expect_group_on_gpu(nan_and_variadic_max_min_cases); }
 
-TEST(GpuKernels, ComparisonsWhereCast) {
-  REQUIRE_GPU();
+void comparison_where_cast_cases(Cases& cs) {
   Tensor a = random_tensor({4, 5}, 9), b = random_tensor({5}, 10);
-  expect_parity("Greater", {a, b});
-  expect_parity("Less", {a, b});
-  expect_parity("Where", {bool_tensor({4, 5}, 11), a, b});
-  expect_parity("Cast", {random_tensor({6}, 12, -5.f, 5.f)}, {{"to", Attribute::Int(7)}});
-  expect_parity("Cast", {random_int_tensor({6}, 13, -5, 5)}, {{"to", Attribute::Int(1)}});
-  expect_parity("Identity", {a});
-  expect_parity("Expand", {random_tensor({3, 1}, 14), i64({3}, {2, 3, 4})});
-  expect_parity("Sum", {a, b, random_tensor({1, 5}, 15)});
+  // b2 ties with a at two places (row 0 column 0, row 1 column 2): the "or equal" comparisons differ there.
+  Tensor b2 = b.clone();
+  b2.data<float>()[0] = a.data<float>()[0];
+  b2.data<float>()[2] = a.data<float>()[7];
+  for (const char* op : {"Greater", "Less", "Equal", "GreaterOrEqual", "LessOrEqual"}) {
+    cs.add(op, {a, b});
+    cs.add(op, {a, b2});
+    cs.add(op, {i64({4}, {1, 2, 3, 4}), i64({4}, {1, 0, 3, 5})});
+  }
+  cs.add("Where", {bool_tensor({4, 5}, 11), a, b});
+  cs.add("Cast", {random_tensor({6}, 12, -5.f, 5.f)}, {{"to", Attribute::Int(7)}});
+  cs.add("Cast", {random_int_tensor({6}, 13, -5, 5)}, {{"to", Attribute::Int(1)}});
+  cs.add("Identity", {a});
+  cs.add("Expand", {random_tensor({3, 1}, 14), i64({3}, {2, 3, 4})});
+  cs.add("Sum", {a, b, random_tensor({1, 5}, 15)});
 }
+TEST(GpuKernels, ComparisonsWhereCast) { expect_group_on_gpu(comparison_where_cast_cases); }
 
 // ---- shape ----
 
-TEST(GpuKernels, ShapeOps) {
-  REQUIRE_GPU();
+void shape_cases(Cases& cs) {
   Tensor x = random_tensor({2, 3, 4}, 20);
-  expect_parity("Reshape", {x, i64({2}, {4, -1})});
-  expect_parity("Reshape", {x, i64({3}, {0, 4, 3})});
-  expect_parity("Flatten", {x}, {{"axis", Attribute::Int(2)}});
-  expect_parity("Transpose", {x}, ints("perm", {2, 0, 1}));
-  expect_parity("Transpose", {x});
-  expect_parity("Shape", {x});
-  expect_parity("Gather", {x, i64({2}, {2, -3})}, {{"axis", Attribute::Int(1)}});
-  expect_parity("Gather", {i64({4}, {7, 8, 9, 10}), i64({}, {1})});
-  expect_parity("Concat", {x, random_tensor({2, 1, 4}, 21)}, {{"axis", Attribute::Int(1)}});
-  expect_parity("Unsqueeze", {x, i64({2}, {0, -1})}, {}, 1, 0, 13);
-  expect_parity("Squeeze", {random_tensor({2, 1, 3, 1}, 22), i64({1}, {1})}, {}, 1, 0, 13);
-  expect_parity("Slice", {x, i64({2}, {0, 3}), i64({2}, {2, 0}), i64({2}, {1, 2}), i64({2}, {1, -1})});
-  expect_parity("Slice", {x, i64({1}, {1}), i64({1}, {100}), i64({1}, {-1}), Tensor()});
+  cs.add("Reshape", {x, i64({2}, {4, -1})});
+  cs.add("Reshape", {x, i64({3}, {0, 4, 3})});
+  cs.add("Flatten", {x}, {{"axis", Attribute::Int(2)}});
+  cs.add("Transpose", {x}, ints("perm", {2, 0, 1}));
+  cs.add("Transpose", {x});
+  cs.add("Shape", {x});
+  cs.add("Gather", {x, i64({2}, {2, -3})}, {{"axis", Attribute::Int(1)}});
+  cs.add("Gather", {i64({4}, {7, 8, 9, 10}), i64({}, {1})});
+  cs.add("Concat", {x, random_tensor({2, 1, 4}, 21)}, {{"axis", Attribute::Int(1)}});
+  cs.add("Unsqueeze", {x, i64({2}, {0, -1})}, {}, 1, 0, 13);
+  cs.add("Squeeze", {random_tensor({2, 1, 3, 1}, 22), i64({1}, {1})}, {}, 1, 0, 13);
+  cs.add("Slice", {x, i64({2}, {0, 3}), i64({2}, {2, 0}), i64({2}, {1, 2}), i64({2}, {1, -1})});
+  cs.add("Slice", {x, i64({1}, {1}), i64({1}, {100}), i64({1}, {-1}), Tensor()});
   // Negative steps, ends past the front (INT64_MIN as exporters write it), clamped starts.
-  expect_parity("Slice", {x, i64({2}, {-1, 100}), i64({2}, {INT64_MIN, 0}), i64({2}, {2, 1}), i64({2}, {-1, -2})});
-  expect_parity("Slice", {x, i64({1}, {2}), i64({1}, {0}), i64({1}, {0}), i64({1}, {-1})});
+  cs.add("Slice", {x, i64({2}, {-1, 100}), i64({2}, {INT64_MIN, 0}), i64({2}, {2, 1}), i64({2}, {-1, -2})});
+  cs.add("Slice", {x, i64({1}, {2}), i64({1}, {0}), i64({1}, {0}), i64({1}, {-1})});
   for (const char* mode : {"constant", "edge", "reflect"})
-    expect_parity("Pad", {x, i64({6}, {0, 1, 2, 1, -1, 1}), Tensor::scalar<float>(0.5f)}, {{"mode", Attribute::Str(mode)}}, 1,
+    cs.add("Pad", {x, i64({6}, {0, 1, 2, 1, -1, 1}), Tensor::scalar<float>(0.5f)}, {{"mode", Attribute::Str(mode)}}, 1,
                   0, 13);
 }
+TEST(GpuKernels, ShapeOps) { expect_group_on_gpu(shape_cases); }
 
-TEST(GpuKernels, Constant) {
-  REQUIRE_GPU();
-  expect_parity("Constant", {}, {{"value", Attribute::Tens(random_tensor({3, 2}, 23))}});
-  expect_parity("Constant", {}, {{"value_ints", Attribute::Ints({4, 5, 6})}});
+void constant_cases(Cases& cs) {
+  cs.add("Constant", {}, {{"value", Attribute::Tens(random_tensor({3, 2}, 23))}});
+  cs.add("Constant", {}, {{"value_ints", Attribute::Ints({4, 5, 6})}});
 }
+TEST(GpuKernels, Constant) { expect_group_on_gpu(constant_cases); }
 
 // ---- reductions, softmax, loss ----
 
-TEST(GpuKernels, Reductions) {
-  REQUIRE_GPU();
+void reduction_cases(Cases& cs) {
   Tensor x = random_tensor({4, 3, 5}, 30);
-  expect_parity("ReduceSum", {x, i64({2}, {0, 2})}, {{"keepdims", Attribute::Int(0)}}, 1, 1e-5, 13);
-  expect_parity("ReduceSum", {x, Tensor()}, {}, 1, 1e-5, 13);
-  expect_parity("ReduceMean", {x}, ints("axes", {1}), 1, 1e-5, 17);
-  expect_parity("ReduceMean", {x}, {{"axes", Attribute::Ints({-1, 0})}, {"keepdims", Attribute::Int(0)}}, 1, 1e-5, 17);
-  expect_parity("ReduceMean", {x}, {}, 1, 1e-5, 17);
-  expect_parity("ReduceSum", {x, Tensor()}, {{"noop_with_empty_axes", Attribute::Int(1)}}, 1, 1e-5, 13);
-  expect_parity("SumToShape", {x, i64({2}, {3, 1})}, {}, 1, 1e-5, 17, kGraphrunDomain);
+  cs.add("ReduceSum", {x, i64({2}, {0, 2})}, {{"keepdims", Attribute::Int(0)}}, 1, 1e-5, 13);
+  cs.add("ReduceSum", {x, Tensor()}, {}, 1, 1e-5, 13);
+  cs.add("ReduceMean", {x}, ints("axes", {1}), 1, 1e-5, 17);
+  cs.add("ReduceMean", {x}, {{"axes", Attribute::Ints({-1, 0})}, {"keepdims", Attribute::Int(0)}}, 1, 1e-5, 17);
+  cs.add("ReduceMean", {x}, {}, 1, 1e-5, 17);
+  cs.add("ReduceSum", {x, Tensor()}, {{"noop_with_empty_axes", Attribute::Int(1)}}, 1, 1e-5, 13);
+  cs.add("SumToShape", {x, i64({2}, {3, 1})}, {}, 1, 1e-5, 17, kGraphrunDomain);
   // Long reductions take the block-per-output path.
-  expect_parity("SumToShape", {random_tensor({64, 6, 28, 28}, 31), i64({3}, {6, 1, 1})}, {}, 1, 1e-4, 17, kGraphrunDomain);
+  cs.add("SumToShape", {random_tensor({64, 6, 28, 28}, 31), i64({3}, {6, 1, 1})}, {}, 1, 1e-4, 17, kGraphrunDomain);
 }
+TEST(GpuKernels, Reductions) { expect_group_on_gpu(reduction_cases); }
 
-TEST(GpuKernels, Softmax) {
-  REQUIRE_GPU();
+void softmax_cases(Cases& cs) {
   Tensor x = random_tensor({16, 10}, 40, -4.f, 4.f);
-  expect_parity("Softmax", {x}, {}, 1, 1e-5, 13);
-  expect_parity("LogSoftmax", {x}, {}, 1, 1e-5, 13);
-  expect_parity("Softmax", {random_tensor({4, 3, 5}, 41)}, {{"axis", Attribute::Int(1)}}, 1, 1e-5, 13);
-  expect_parity("LogSoftmax", {random_tensor({4, 3, 5}, 42)}, {{"axis", Attribute::Int(1)}}, 1, 1e-5, 11);
+  cs.add("Softmax", {x}, {}, 1, 1e-5, 13);
+  cs.add("LogSoftmax", {x}, {}, 1, 1e-5, 13);
+  cs.add("Softmax", {random_tensor({4, 3, 5}, 41)}, {{"axis", Attribute::Int(1)}}, 1, 1e-5, 13);
+  cs.add("LogSoftmax", {random_tensor({4, 3, 5}, 42)}, {{"axis", Attribute::Int(1)}}, 1, 1e-5, 11);
 }
+TEST(GpuKernels, Softmax) { expect_group_on_gpu(softmax_cases); }
 
 // The trainer's on-device accuracy (ArgMax -> Equal -> Cast -> ReduceSum): ties pick the first index.
-TEST(GpuKernels, ArgMaxArgMin) {
-  REQUIRE_GPU();
+void arg_max_min_cases(Cases& cs) {
   Tensor x = random_tensor({64, 10}, 43);
   x.data<float>()[5] = x.data<float>()[7] = 9.f;  // a tie in row 0
-  expect_parity("ArgMax", {x}, {{"axis", Attribute::Int(1)}, {"keepdims", Attribute::Int(0)}}, 1, 0, 13);
-  expect_parity("ArgMax", {x}, {{"axis", Attribute::Int(1)}, {"select_last_index", Attribute::Int(1)}}, 1, 0, 13);
-  expect_parity("ArgMin", {random_tensor({4, 3, 5}, 44)}, {{"axis", Attribute::Int(1)}}, 1, 0, 13);
+  cs.add("ArgMax", {x}, {{"axis", Attribute::Int(1)}, {"keepdims", Attribute::Int(0)}}, 1, 0, 13);
+  cs.add("ArgMax", {x}, {{"axis", Attribute::Int(1)}, {"select_last_index", Attribute::Int(1)}}, 1, 0, 13);
+  cs.add("ArgMin", {random_tensor({4, 3, 5}, 44)}, {{"axis", Attribute::Int(1)}}, 1, 0, 13);
 }
+TEST(GpuKernels, ArgMaxArgMin) { expect_group_on_gpu(arg_max_min_cases); }
 
-TEST(GpuKernels, SoftmaxCrossEntropyLossAndGrad) {
-  REQUIRE_GPU();
+void loss_cases(Cases& cs) {
   Tensor scores = random_tensor({16, 10}, 50, -3.f, 3.f), labels = random_int_tensor({16}, 51, 0, 10);
   for (const char* red : {"mean", "sum", "none"}) {
     std::map<std::string, Attribute> a{{"reduction", Attribute::Str(red)}};
-    expect_parity("SoftmaxCrossEntropyLoss", {scores, labels}, a, 2, 1e-5, 13);
+    cs.add("SoftmaxCrossEntropyLoss", {scores, labels}, a, 2, 1e-5, 13);
     Tensor logp = testing::run_node("LogSoftmax", {scores}, {}, 1, 13)[0];
     Tensor dloss = std::string(red) == "none" ? random_tensor({16}, 52) : random_tensor({}, 53);
-    expect_parity("SoftmaxCrossEntropyLossGrad", {dloss, logp, labels}, a, 1, 1e-5, 13, kGraphrunDomain);
+    cs.add("SoftmaxCrossEntropyLossGrad", {dloss, logp, labels}, a, 1, 1e-5, 13, kGraphrunDomain);
   }
   // Weights, ignore_index and a spatial dimension.
   Tensor s3 = random_tensor({4, 5, 3}, 54), l3 = random_int_tensor({4, 3}, 55, 0, 5), w = random_tensor({5}, 56, 0.5f, 2.f);
   std::map<std::string, Attribute> a{{"ignore_index", Attribute::Int(2)}};
-  expect_parity("SoftmaxCrossEntropyLoss", {s3, l3, w}, a, 2, 1e-5, 13);
+  cs.add("SoftmaxCrossEntropyLoss", {s3, l3, w}, a, 2, 1e-5, 13);
   Tensor lp3 = testing::run_node("LogSoftmax", {s3}, {{"axis", Attribute::Int(1)}}, 1, 13)[0];
   for (const char* red : {"mean", "sum", "none"}) {
     std::map<std::string, Attribute> ar{{"ignore_index", Attribute::Int(2)}, {"reduction", Attribute::Str(red)}};
-    expect_parity("SoftmaxCrossEntropyLoss", {s3, l3, w}, ar, 2, 1e-5, 13);
+    cs.add("SoftmaxCrossEntropyLoss", {s3, l3, w}, ar, 2, 1e-5, 13);
     Tensor dl = std::string(red) == "none" ? random_tensor({4, 3}, 57) : random_tensor({}, 58);
-    expect_parity("SoftmaxCrossEntropyLossGrad", {dl, lp3, l3, w}, ar, 1, 1e-5, 13, kGraphrunDomain);
+    cs.add("SoftmaxCrossEntropyLossGrad", {dl, lp3, l3, w}, ar, 1, 1e-5, 13, kGraphrunDomain);
   }
   // log_prob is an optional output: a loss-only node must work too.
-  expect_parity("SoftmaxCrossEntropyLoss", {scores, labels}, {}, 1, 1e-5, 13);
+  cs.add("SoftmaxCrossEntropyLoss", {scores, labels}, {}, 1, 1e-5, 13);
 }
+TEST(GpuKernels, SoftmaxCrossEntropyLossAndGrad) { expect_group_on_gpu(loss_cases); }
 
 // ---- conv, pool, norm ----
 
-TEST(GpuKernels, ConvAndConvGrad) {
-  REQUIRE_GPU();
+void conv_cases(Cases& cs) {
   Tensor x = random_tensor({2, 4, 9, 9}, 60), w = random_tensor({6, 4, 3, 3}, 61), b = random_tensor({6}, 62);
   std::map<std::string, Attribute> a{{"pads", Attribute::Ints({1, 1, 1, 1})}, {"strides", Attribute::Ints({2, 2})}};
-  expect_parity("Conv", {x, w, b}, a, 1, 1e-5);
-  expect_parity("Conv", {x, random_tensor({6, 2, 3, 3}, 63)}, {{"group", Attribute::Int(2)}}, 1, 1e-5);
-  expect_parity("Conv", {x, random_tensor({6, 4, 5, 5}, 64)}, {{"auto_pad", Attribute::Str("SAME_UPPER")}}, 1, 1e-5);
+  cs.add("Conv", {x, w, b}, a, 1, 1e-5);
+  cs.add("Conv", {x, random_tensor({6, 2, 3, 3}, 63)}, {{"group", Attribute::Int(2)}}, 1, 1e-5);
+  cs.add("Conv", {x, random_tensor({6, 4, 5, 5}, 64)}, {{"auto_pad", Attribute::Str("SAME_UPPER")}}, 1, 1e-5);
   Tensor dy = random_tensor({2, 6, 5, 5}, 65);
-  expect_parity("ConvGrad", {dy, x, w}, a, 3, 1e-5, 17, kGraphrunDomain);
-  // Dilations; groups with strides and pads in the gradient; a ConvGrad without dX (a first layer's).
-  expect_parity("Conv", {x, w}, {{"dilations", Attribute::Ints({2, 2})}, {"pads", Attribute::Ints({2, 2, 2, 2})}}, 1, 1e-5);
+  cs.add("ConvGrad", {dy, x, w}, a, 3, 1e-5, 17, kGraphrunDomain);
+  // Dilations; groups with strides and pads in the gradient.
+  cs.add("Conv", {x, w}, {{"dilations", Attribute::Ints({2, 2})}, {"pads", Attribute::Ints({2, 2, 2, 2})}}, 1, 1e-5);
   std::map<std::string, Attribute> ga{{"group", Attribute::Int(2)}, {"strides", Attribute::Ints({2, 1})},
                                       {"pads", Attribute::Ints({1, 0, 1, 0})}};
   Tensor wg = random_tensor({6, 2, 3, 3}, 66);
   auto yg = testing::run_node("Conv", {x, wg}, ga, 1, 17)[0];
-  expect_parity("ConvGrad", {random_tensor(yg.shape(), 67), x, wg}, ga, 3, 1e-5, 17, kGraphrunDomain);
-  {
-    OneNode t = one_node("ConvGrad", {dy, x, w}, a, 3, 17, kGraphrunDomain);
-    t.graph.nodes[0].outputs[0] = "";
-    t.graph.outputs.erase(t.graph.outputs.begin());
-    auto cpu = run_on(t.graph, t.feeds, kCpu, 1)[0];
-    auto gpu = run_on(t.graph, t.feeds, kGpu, 2);
-    for (int run = 0; run < 2; ++run)
-      for (size_t i = 0; i < cpu.size(); ++i) EXPECT_LE(diff(gpu[run][i], cpu[i]), 1e-5) << "ConvGrad without dX, output " << i;
-  }
-  // What cuDNN cannot do, and nonsense, are clear errors.
+  cs.add("ConvGrad", {random_tensor(yg.shape(), 67), x, wg}, ga, 3, 1e-5, 17, kGraphrunDomain);
+}
+TEST(GpuKernels, ConvAndConvGrad) { expect_group_on_gpu(conv_cases); }
+
+// A ConvGrad without dX (a first layer's); what cuDNN cannot do, and nonsense, are clear errors.
+TEST(GpuKernels, ConvGradWithoutDxAndConvErrors) {
+  REQUIRE_GPU();
+  Tensor x = random_tensor({2, 4, 9, 9}, 60), w = random_tensor({6, 4, 3, 3}, 61), dy = random_tensor({2, 6, 5, 5}, 65);
+  std::map<std::string, Attribute> a{{"pads", Attribute::Ints({1, 1, 1, 1})}, {"strides", Attribute::Ints({2, 2})}};
+  OneNode t = one_node("ConvGrad", {dy, x, w}, a, 3, 17, kGraphrunDomain);
+  t.graph.nodes[0].outputs[0] = "";
+  t.graph.outputs.erase(t.graph.outputs.begin());
+  auto cpu = run_on(t.graph, t.feeds, kCpu, 1)[0];
+  auto gpu = run_on(t.graph, t.feeds, kGpu, 2);
+  for (int run = 0; run < 2; ++run)
+    for (size_t i = 0; i < cpu.size(); ++i) EXPECT_LE(diff(gpu[run][i], cpu[i]), 1e-5) << "ConvGrad without dX, output " << i;
   expect_gpu_error("Conv", {x, w}, {{"pads", Attribute::Ints({1, 1, 0, 0})}}, "symmetric padding");
   expect_gpu_error("Conv", {x, w}, {{"strides", Attribute::Ints({0, 1})}}, "strides must be >= 1");
 }
 
-TEST(GpuKernels, Pooling) {
-  REQUIRE_GPU();
+const std::map<std::string, Attribute> kMaxPool3x3{{"kernel_shape", Attribute::Ints({3, 3})},
+                                                   {"strides", Attribute::Ints({2, 2})},
+                                                   {"pads", Attribute::Ints({1, 1, 1, 1})}};
+
+void pooling_cases(Cases& cs) {
   Tensor x = random_tensor({2, 3, 9, 9}, 70);
-  std::map<std::string, Attribute> mp{{"kernel_shape", Attribute::Ints({3, 3})}, {"strides", Attribute::Ints({2, 2})},
-                                      {"pads", Attribute::Ints({1, 1, 1, 1})}};
-  expect_parity("MaxPool", {x}, mp, 2);
+  const auto& mp = kMaxPool3x3;
+  cs.add("MaxPool", {x}, mp, 2);
   std::map<std::string, Attribute> ap{{"kernel_shape", Attribute::Ints({2, 2})}, {"strides", Attribute::Ints({2, 2})}};
-  expect_parity("AveragePool", {x}, ap);
+  cs.add("AveragePool", {x}, ap);
   auto ap_pad = mp;
   ap_pad["count_include_pad"] = Attribute::Int(1);
-  expect_parity("AveragePool", {x}, ap_pad);
+  cs.add("AveragePool", {x}, ap_pad);
   auto ap_ceil = ap;
   ap_ceil["ceil_mode"] = Attribute::Int(1);
-  expect_parity("AveragePool", {x}, ap_ceil);
-  expect_parity("GlobalAveragePool", {x});
+  cs.add("AveragePool", {x}, ap_ceil);
+  cs.add("GlobalAveragePool", {x});
   // Gradients take the forward's outputs computed by the CPU.
   auto fwd = testing::run_node("MaxPool", {x}, mp, 2);
-  expect_parity("MaxPoolGrad", {random_tensor(fwd[0].shape(), 71), fwd[1], x}, {}, 1, 1e-5, 17, kGraphrunDomain);
-  expect_parity("AveragePoolGrad", {random_tensor({2, 3, 4, 4}, 72), x}, ap, 1, 1e-5, 17, kGraphrunDomain);
-  expect_parity("AveragePoolGrad", {random_tensor({2, 3, 5, 5}, 73), x}, ap_pad, 1, 1e-5, 17, kGraphrunDomain);
+  cs.add("MaxPoolGrad", {random_tensor(fwd[0].shape(), 71), fwd[1], x}, {}, 1, 1e-5, 17, kGraphrunDomain);
+  cs.add("AveragePoolGrad", {random_tensor({2, 3, 4, 4}, 72), x}, ap, 1, 1e-5, 17, kGraphrunDomain);
+  cs.add("AveragePoolGrad", {random_tensor({2, 3, 5, 5}, 73), x}, ap_pad, 1, 1e-5, 17, kGraphrunDomain);
   // ceil_mode with pads (a last window partly outside; one starting in the end padding is dropped),
   // asymmetric pads, count_include_pad both ways, MaxPool dilations.
   Tensor x8 = random_tensor({2, 3, 8, 8}, 74);
@@ -351,90 +422,111 @@ TEST(GpuKernels, Pooling) {
     std::map<std::string, Attribute> c{{"kernel_shape", Attribute::Ints({kernel, kernel})}, {"strides", Attribute::Ints({2, 2})},
                                        {"pads", Attribute::Ints(pads)}, {"ceil_mode", Attribute::Int(1)},
                                        {"count_include_pad", Attribute::Int(include)}};
-    expect_parity("AveragePool", {x8}, c);
+    cs.add("AveragePool", {x8}, c);
     auto y = testing::run_node("AveragePool", {x8}, c, 1, 17)[0];
-    expect_parity("AveragePoolGrad", {random_tensor(y.shape(), 75), x8}, c, 1, 1e-5, 17, kGraphrunDomain);
+    cs.add("AveragePoolGrad", {random_tensor(y.shape(), 75), x8}, c, 1, 1e-5, 17, kGraphrunDomain);
     c.erase("count_include_pad");
-    expect_parity("MaxPool", {x8}, c, 2);
+    cs.add("MaxPool", {x8}, c, 2);
     auto m = testing::run_node("MaxPool", {x8}, c, 2, 17);
-    expect_parity("MaxPoolGrad", {random_tensor(m[0].shape(), 76), m[1], x8}, {}, 1, 1e-5, 17, kGraphrunDomain);
+    cs.add("MaxPoolGrad", {random_tensor(m[0].shape(), 76), m[1], x8}, {}, 1, 1e-5, 17, kGraphrunDomain);
   }
-  expect_parity("MaxPool", {x8}, {{"kernel_shape", Attribute::Ints({2, 2})}, {"dilations", Attribute::Ints({2, 2})}}, 2);
+  cs.add("MaxPool", {x8}, {{"kernel_shape", Attribute::Ints({2, 2})}, {"dilations", Attribute::Ints({2, 2})}}, 2);
+}
+TEST(GpuKernels, Pooling) { expect_group_on_gpu(pooling_cases); }
+
+TEST(GpuKernels, DeterministicMaxPoolGradAndPoolErrors) {
+  REQUIRE_GPU();
   {
     // --deterministic: MaxPoolGrad over overlapping windows (ResNet's 3x3 stride 2) sums in a fixed order.
     Tensor ties = random_int_tensor({2, 3, 9, 9}, 77, 0, 3);  // few values: many windows share a maximum
     Tensor xt = random_tensor({2, 3, 9, 9}, 78);
     for (int64_t i = 0; i < xt.numel(); ++i) xt.data<float>()[i] = static_cast<float>(ties.data<int64_t>()[i]);
-    auto m = testing::run_node("MaxPool", {xt}, mp, 2, 17);
+    auto m = testing::run_node("MaxPool", {xt}, kMaxPool3x3, 2, 17);
     runtime::cuda_backend()->set_deterministic(true);
-    expect_parity("MaxPoolGrad", {random_tensor(m[0].shape(), 79), m[1], xt}, {}, 1, 1e-5, 17, kGraphrunDomain);
+    expect_parity({"MaxPoolGrad", {random_tensor(m[0].shape(), 79), m[1], xt}, {}, 1, 1e-5, 17, kGraphrunDomain});
     OneNode t = one_node("MaxPoolGrad", {random_tensor(m[0].shape(), 79), m[1], xt}, {}, 1, 17, kGraphrunDomain);
     auto a = run_on(t.graph, t.feeds, kGpu, 1)[0], b = run_on(t.graph, t.feeds, kGpu, 1)[0];
     runtime::cuda_backend()->set_deterministic(false);
     EXPECT_EQ(testing::max_abs_diff(a[0], b[0]), 0) << "deterministic MaxPoolGrad differs between runs";
   }
-  expect_gpu_error("AveragePool", {x8}, {{"kernel_shape", Attribute::Ints({2, 2})}, {"strides", Attribute::Ints({0, 0})}},
-                   "strides must be >= 1");
+  expect_gpu_error("AveragePool", {random_tensor({2, 3, 8, 8}, 74)},
+                   {{"kernel_shape", Attribute::Ints({2, 2})}, {"strides", Attribute::Ints({0, 0})}}, "strides must be >= 1");
 }
 
-TEST(GpuKernels, BatchNormalization) {
-  REQUIRE_GPU();
-  Tensor x = random_tensor({4, 3, 5, 5}, 80), scale = random_tensor({3}, 81, 0.5f, 2.f), bias = random_tensor({3}, 82);
-  Tensor mean = random_tensor({3}, 83), var = random_tensor({3}, 84, 0.5f, 2.f);
+Tensor bn_x() { return random_tensor({4, 3, 5, 5}, 80); }
+std::vector<Tensor> bn_params() {
+  return {random_tensor({3}, 81, 0.5f, 2.f), random_tensor({3}, 82), random_tensor({3}, 83), random_tensor({3}, 84, 0.5f, 2.f)};
+}
+
+void batch_norm_cases(Cases& cs) {
+  Tensor x = bn_x();
+  auto p = bn_params();
+  const Tensor &scale = p[0], &bias = p[1], &mean = p[2], &var = p[3];
   std::map<std::string, Attribute> train{{"training_mode", Attribute::Int(1)}, {"momentum", Attribute::Float(0.9f)}};
-  expect_parity("BatchNormalization", {x, scale, bias, mean, var}, train, 3, 1e-5, 15);
-  expect_parity("BatchNormalization", {x, scale, bias, mean, var}, {}, 1, 1e-5, 15);
-  expect_parity("BatchNormalizationGrad", {random_tensor({4, 3, 5, 5}, 85), x, scale}, {}, 3, 1e-4, 17, kGraphrunDomain);
+  cs.add("BatchNormalization", {x, scale, bias, mean, var}, train, 3, 1e-5, 15);
+  cs.add("BatchNormalization", {x, scale, bias, mean, var}, {}, 1, 1e-5, 15);
+  cs.add("BatchNormalizationGrad", {random_tensor({4, 3, 5, 5}, 85), x, scale}, {}, 3, 1e-4, 17, kGraphrunDomain);
   // Running variance takes the unbiased batch variance (as the CPU and PyTorch), momentum as ONNX's
   // (running = running * momentum + batch * (1 - momentum)); a 2-D input; opset 9's saved mean/var.
   std::map<std::string, Attribute> m3{{"training_mode", Attribute::Int(1)}, {"momentum", Attribute::Float(0.3f)},
                                       {"epsilon", Attribute::Float(1e-3f)}};
-  expect_parity("BatchNormalization", {random_tensor({6, 3}, 86), scale, bias, mean, var}, m3, 3, 1e-5, 15);
-  expect_parity("BatchNormalization", {x, scale, bias, mean, var}, {{"momentum", Attribute::Float(0.8f)}}, 5, 1e-5, 9);
-  expect_gpu_error("BatchNormalization", {x, scale, bias, mean, var}, {}, "training_mode=1", 3, 15);
+  cs.add("BatchNormalization", {random_tensor({6, 3}, 86), scale, bias, mean, var}, m3, 3, 1e-5, 15);
+  cs.add("BatchNormalization", {x, scale, bias, mean, var}, {{"momentum", Attribute::Float(0.8f)}}, 5, 1e-5, 9);
+  // Dropout outside training passes its input through (with an all-true mask), as it does with ratio 0:
+  // the one form every device computes alike (a training mask is drawn on the device).
+  Tensor ratio = Tensor::scalar<float>(0.3f);
+  cs.add("Dropout", {x, ratio, bool_scalar(false)}, {}, 2, 0, 13);
+  cs.add("Dropout", {x}, {}, 2, 0, 13);
+  cs.add("Dropout", {x, Tensor::scalar<float>(0.f), bool_scalar(true)}, {}, 2, 0, 13);
+}
+TEST(GpuKernels, BatchNormalizationAndDropout) { expect_group_on_gpu(batch_norm_cases); }
+
+TEST(GpuKernels, BatchNormalizationErrors) {
+  REQUIRE_GPU();
+  auto p = bn_params();
+  expect_gpu_error("BatchNormalization", {bn_x(), p[0], p[1], p[2], p[3]}, {}, "training_mode=1", 3, 15);
 }
 
 // ---- linalg, optimizer, collective ----
 
-TEST(GpuKernels, GemmAndMatMul) {
-  REQUIRE_GPU();
+void gemm_matmul_cases(Cases& cs) {
   Tensor a = random_tensor({8, 5}, 90), b = random_tensor({7, 5}, 91), c = random_tensor({7}, 92);
-  expect_parity("Gemm", {a, b, c}, {{"transB", Attribute::Int(1)}, {"alpha", Attribute::Float(0.5f)}}, 1, 1e-5);
-  expect_parity("Gemm", {random_tensor({5, 8}, 93), random_tensor({5, 7}, 94)}, {{"transA", Attribute::Int(1)}}, 1, 1e-5);
-  expect_parity("MatMul", {random_tensor({2, 3, 4, 5}, 95), random_tensor({5, 6}, 96)}, {}, 1, 1e-5);
-  expect_parity("MatMul", {random_tensor({2, 1, 4, 5}, 97), random_tensor({3, 5, 6}, 98)}, {}, 1, 1e-5);
-  expect_parity("MatMul", {random_tensor({5}, 99), random_tensor({5, 6}, 100)}, {}, 1, 1e-5);
+  cs.add("Gemm", {a, b, c}, {{"transB", Attribute::Int(1)}, {"alpha", Attribute::Float(0.5f)}}, 1, 1e-5);
+  cs.add("Gemm", {random_tensor({5, 8}, 93), random_tensor({5, 7}, 94)}, {{"transA", Attribute::Int(1)}}, 1, 1e-5);
+  cs.add("MatMul", {random_tensor({2, 3, 4, 5}, 95), random_tensor({5, 6}, 96)}, {}, 1, 1e-5);
+  cs.add("MatMul", {random_tensor({2, 1, 4, 5}, 97), random_tensor({3, 5, 6}, 98)}, {}, 1, 1e-5);
+  cs.add("MatMul", {random_tensor({5}, 99), random_tensor({5, 6}, 100)}, {}, 1, 1e-5);
   // C as a column, a scalar, a full matrix with beta; beta 0 ignores C; both transposed.
-  expect_parity("Gemm", {a, b, random_tensor({8, 1}, 101)}, {{"transB", Attribute::Int(1)}, {"beta", Attribute::Float(0.25f)}}, 1, 1e-5);
-  expect_parity("Gemm", {a, b, random_tensor({}, 102)}, {{"transB", Attribute::Int(1)}}, 1, 1e-5);
-  expect_parity("Gemm", {random_tensor({5, 8}, 103), b, random_tensor({8, 7}, 104)},
+  cs.add("Gemm", {a, b, random_tensor({8, 1}, 101)}, {{"transB", Attribute::Int(1)}, {"beta", Attribute::Float(0.25f)}}, 1, 1e-5);
+  cs.add("Gemm", {a, b, random_tensor({}, 102)}, {{"transB", Attribute::Int(1)}}, 1, 1e-5);
+  cs.add("Gemm", {random_tensor({5, 8}, 103), b, random_tensor({8, 7}, 104)},
                 {{"transA", Attribute::Int(1)}, {"transB", Attribute::Int(1)}, {"beta", Attribute::Float(-2.f)}}, 1, 1e-5);
-  expect_parity("Gemm", {a, b, random_tensor({8, 7}, 105)}, {{"transB", Attribute::Int(1)}, {"beta", Attribute::Float(0.f)}}, 1, 1e-5);
+  cs.add("Gemm", {a, b, random_tensor({8, 7}, 105)}, {{"transB", Attribute::Int(1)}, {"beta", Attribute::Float(0.f)}}, 1, 1e-5);
   // Batch axes broadcast on both sides (the per-matrix loop), both full (one strided batched call), 1-D B.
-  expect_parity("MatMul", {random_tensor({2, 1, 4, 5}, 106), random_tensor({1, 3, 5, 6}, 107)}, {}, 1, 1e-5);
-  expect_parity("MatMul", {random_tensor({3, 4, 5}, 108), random_tensor({3, 5, 6}, 109)}, {}, 1, 1e-5);
-  expect_parity("MatMul", {random_tensor({3, 4, 5}, 110), random_tensor({5}, 111)}, {}, 1, 1e-5);
+  cs.add("MatMul", {random_tensor({2, 1, 4, 5}, 106), random_tensor({1, 3, 5, 6}, 107)}, {}, 1, 1e-5);
+  cs.add("MatMul", {random_tensor({3, 4, 5}, 108), random_tensor({3, 5, 6}, 109)}, {}, 1, 1e-5);
+  cs.add("MatMul", {random_tensor({3, 4, 5}, 110), random_tensor({5}, 111)}, {}, 1, 1e-5);
 }
+TEST(GpuKernels, GemmAndMatMul) { expect_group_on_gpu(gemm_matmul_cases); }
 
-TEST(GpuKernels, MomentumUpdate) {
-  REQUIRE_GPU();
+void momentum_cases(Cases& cs) {
   Tensor r = Tensor::scalar<float>(0.1f), t = Tensor::scalar<int64_t>(3);
   std::vector<Tensor> in{r, t, random_tensor({10}, 110), random_tensor({2, 3}, 111), random_tensor({10}, 112),
                          random_tensor({2, 3}, 113), random_tensor({10}, 114), random_tensor({2, 3}, 115)};
   for (const char* mode : {"standard", "nesterov"}) {
     std::map<std::string, Attribute> a{{"alpha", Attribute::Float(0.9f)}, {"beta", Attribute::Float(1.f)},
                                        {"norm_coefficient", Attribute::Float(1e-3f)}, {"mode", Attribute::Str(mode)}};
-    expect_parity("Momentum", in, a, 4, 1e-6, 17, kTrainingDomain);
+    cs.add("Momentum", in, a, 4, 1e-6, 17, kTrainingDomain);
     // T = 0: the first update uses beta = 1 (the buffer starts as the gradient).
     std::vector<Tensor> first = in;
     first[1] = Tensor::scalar<int64_t>(0);
     a["beta"] = Attribute::Float(0.5f);
-    expect_parity("Momentum", first, a, 4, 1e-6, 17, kTrainingDomain);
+    cs.add("Momentum", first, a, 4, 1e-6, 17, kTrainingDomain);
   }
 }
+TEST(GpuKernels, MomentumUpdate) { expect_group_on_gpu(momentum_cases); }
 
-TEST(GpuKernels, AdamUpdate) {
-  REQUIRE_GPU();
+void adam_cases(Cases& cs) {
   std::vector<Tensor> in{Tensor::scalar<float>(1e-2f), Tensor::scalar<int64_t>(1), random_tensor({10}, 116),
                          random_tensor({2, 3}, 117), random_tensor({10}, 118), random_tensor({2, 3}, 119),
                          random_tensor({10}, 120), random_tensor({2, 3}, 121), random_tensor({10}, 122, 0.f, 1.f),
@@ -442,14 +534,21 @@ TEST(GpuKernels, AdamUpdate) {
   // train's Adam (T counts from 1, epsilon 1e-8) and AdamW's node; then L2 and a post factor, at a later step and T = 0.
   std::map<std::string, Attribute> a{{"alpha", Attribute::Float(0.9f)}, {"beta", Attribute::Float(0.999f)},
                                      {"epsilon", Attribute::Float(1e-8f)}};
-  expect_parity("Adam", in, a, 6, 1e-6, 17, kTrainingDomain);
+  cs.add("Adam", in, a, 6, 1e-6, 17, kTrainingDomain);
   a["norm_coefficient"] = Attribute::Float(1e-2f);
   a["norm_coefficient_post"] = Attribute::Float(1e-3f);
   for (int64_t t : {7, 0}) {
     in[1] = Tensor::scalar<int64_t>(t);
-    expect_parity("Adam", in, a, 6, 1e-6, 17, kTrainingDomain);
+    cs.add("Adam", in, a, 6, 1e-6, 17, kTrainingDomain);
   }
 }
+TEST(GpuKernels, AdamUpdate) { expect_group_on_gpu(adam_cases); }
+
+// Without a communicator AllReduce runs in a group of one: its outputs are its inputs.
+void all_reduce_cases(Cases& cs) {
+  cs.add("AllReduce", {random_tensor({5}, 120), random_tensor({2, 2}, 121)}, {}, 2, 0, 17, kGraphrunDomain);
+}
+TEST(GpuKernels, AllReduceAlone) { expect_group_on_gpu(all_reduce_cases); }
 
 TEST(GpuKernels, AllReduceWithoutCommunicatorIsIdentity) {
   REQUIRE_GPU();
@@ -482,6 +581,68 @@ TEST(GpuKernels, DropoutKeepsItsRatioAndScales) {
   }
   // Each run draws a fresh mask.
   EXPECT_GT(testing::max_abs_diff(out[0][0], out[1][0]), 0);
+}
+
+// ---- the op table: every CUDA kernel has a CPU reference and cases ----
+
+// Every case group, by the name of the GpuKernels test that runs it on a GPU.
+const std::vector<std::pair<const char*, CaseGroup>>& case_groups() {
+  static const std::vector<std::pair<const char*, CaseGroup>> groups = {
+      {"BinaryArithmeticBroadcasts", binary_arithmetic_cases},
+      {"UnaryMath", unary_math_cases},
+      {"NaNPropagatesAndMaxMinAreVariadic", nan_and_variadic_max_min_cases},
+      {"ComparisonsWhereCast", comparison_where_cast_cases},
+      {"ShapeOps", shape_cases},
+      {"Constant", constant_cases},
+      {"Reductions", reduction_cases},
+      {"Softmax", softmax_cases},
+      {"ArgMaxArgMin", arg_max_min_cases},
+      {"SoftmaxCrossEntropyLossAndGrad", loss_cases},
+      {"ConvAndConvGrad", conv_cases},
+      {"Pooling", pooling_cases},
+      {"BatchNormalizationAndDropout", batch_norm_cases},
+      {"GemmAndMatMul", gemm_matmul_cases},
+      {"MomentumUpdate", momentum_cases},
+      {"AdamUpdate", adam_cases},
+      {"AllReduceAlone", all_reduce_cases},
+  };
+  return groups;
+}
+
+std::vector<KernelCase> all_cases() {
+  Cases cs;
+  for (const auto& [name, group] : case_groups()) group(cs);
+  return cs.all;
+}
+
+// Runs without a GPU: every op the op table gives a CUDA kernel has a CPU kernel (the reference) and
+// at least one case above, so that the GPU parity tests cover it.
+TEST(CudaKernelTable, EveryCudaKernelHasACpuReferenceAndAParityCase) {
+  std::set<std::string> covered;
+  for (const KernelCase& c : all_cases()) covered.insert(c.key());
+  int cuda_ops = 0;
+  for (const auto& [key, f] : op_table().ops()) {
+    if (!f.kernel(Device::Kind::CUDA)) continue;
+    ++cuda_ops;
+    EXPECT_TRUE(f.kernel(Device::Kind::CPU)) << key << " has a CUDA kernel (" << f.family_of("CUDA kernel")
+                                             << ".cu) but no CPU reference kernel in runtime/kernels/cpu/";
+    EXPECT_TRUE(covered.count(key)) << key << " has a CUDA kernel but no parity case in tests/gpu_kernels_test.cc";
+  }
+  if (!cuda_ops) GTEST_SKIP() << "graphrun was built without CUDA: the op table holds no CUDA kernels";
+}
+
+// Every case on the simulated device (tests/sim_backend.h: the CPU kernels behind the device interface,
+// over device memory the host cannot touch) equals the CPU bit for bit. The real CUDA kernels run in
+// GpuKernels.*; here the device path itself is checked for every op: host-read inputs, shape computations
+// placed on the host, copies, the plan of the second run.
+TEST(CudaKernelTable, EveryCaseMatchesTheCpuOnTheSimulatedDevice) {
+  testing::ScopedSimDevice sim;
+  int n = 0;
+  for (const KernelCase& c : all_cases()) {
+    expect_parity(c, /*bitwise=*/true);
+    ++n;
+  }
+  EXPECT_GT(n, 100);
 }
 
 // ---- a hand-built training step (forward, loss, backward, update) on cuda:0 against the CPU ----
@@ -544,7 +705,7 @@ TEST(GpuTraining, HandBuiltStepMatchesCpu) {
   REQUIRE_GPU();
   Graph g = small_cnn_step();
   for (const Node& n : g.nodes)
-    if (!runtime::cpu_kernels().find(n)) GTEST_SKIP() << "the CPU reference kernel of " << n.op_key() << " is not registered (yet)";
+    ASSERT_TRUE(runtime::cpu_kernels().find(n)) << n.op_key() << " has no CPU reference kernel (runtime/kernels/cpu/)";
   std::vector<std::pair<std::string, std::string>> updates;
   for (const char* p : {"w1", "b1", "w2", "b2"}) {
     updates.push_back({std::string(p) + "_new", p});
@@ -771,8 +932,9 @@ std::map<std::string, Tensor> lenet_replica_params(const Graph& model, const std
       if (!errors[d].empty()) return {};
     }
   }
-  if (async && D > 1 && !devs[0].is_cpu() && devs[0] != devs[1])
+  if (async && D > 1 && !devs[0].is_cpu() && devs[0] != devs[1]) {
     EXPECT_GT(ex[0]->plan_stats().async_nodes, 0) << "NCCL AllReduce did not run asynchronously";
+  }
   std::map<std::string, Tensor> params;
   for (const auto& p : tg.params) params[p] = runtime::to_host(ex[0]->state(p));
   return params;

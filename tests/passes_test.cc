@@ -3,6 +3,7 @@
 // from the command line.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -117,7 +118,8 @@ TEST(Pipeline, ListingNamesEachPassWithItsOptionsAndDescription) {
   EXPECT_NE(got[4].find("seed=loss_scale freeze=conv1.bias"), std::string::npos) << got[4];
   EXPECT_NE(got[5].find("bucket_bytes=4194304"), std::string::npos) << got[5];
   EXPECT_NE(got[6].find("optimizer=adam beta1=0.9 beta2=0.999 eps=1e-08"), std::string::npos) << got[6];
-  for (const auto& l : got) EXPECT_NE(l.find(passes::find_pass(l.substr(0, l.find(' ')))->description), std::string::npos);
+  for (const auto& l : got)
+    EXPECT_NE(l.find(passes::find_pass(l.substr(0, l.find(' ')))->description), std::string::npos) << l;
 }
 
 TEST(Pipeline, RunShowsTheGraphAfterEachPassAndBuildGraphsDumpsOne) {

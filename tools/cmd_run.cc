@@ -113,7 +113,7 @@ int cmd_run(const std::vector<std::string>& argv) {
   std::map<std::string, std::string> files = input_files(args, g, model);
   std::map<std::string, Tensor> feeds;
   for (const auto& [name, file] : files) {
-    Tensor t = read_tensor_file(file);
+    Tensor t = read_tensor_file(file, name);
     check_input(g, name, file, t);
     feeds[name] = std::move(t);
   }

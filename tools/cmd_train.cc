@@ -67,7 +67,9 @@ const Command& train_command() {
           {"checkpoint-every", "N", "also write one every N steps (needs --checkpoint-dir)"},
           {"keep-checkpoints", "K", "keep the newest K checkpoints (default 3)"},
           {"resume", "", "continue from the newest checkpoint in --checkpoint-dir (same model and\n"
-                         "                            settings): the same weights as an uninterrupted run"},
+                         "                            settings): the same weights as an uninterrupted run. A corrupt\n"
+                         "                            newest one (bad CRC or contents) is skipped with a warning for\n"
+                         "                            the newest good one; none good: an error"},
           dump_after_option(),
       },
       "The model takes images f32[N,1,28,28] (pixels / 255) and returns class scores f32[N,classes].\n"

@@ -44,6 +44,9 @@ int main(int argc, char** argv) {
     // Usage errors already start with "graphrun <cmd>: " (Args::usage_error); say it once.
     std::string msg = e.what(), prefix = "graphrun " + cmd + ": ";
     if (msg.rfind(prefix, 0) == 0) msg = msg.substr(prefix.size());
+    // Names from a damaged file can hold any bytes: the error stays one printable line.
+    for (char& c : msg)
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
     std::cerr << "graphrun " << cmd << ": error: " << msg << "\n";
     return 2;
   } catch (const std::bad_alloc&) {

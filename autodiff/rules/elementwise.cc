@@ -277,4 +277,70 @@ void prelu_grad(GradContext& ctx) {
   if (ctx.needs(1)) set_reduced(ctx, 1, ctx.op("Where", {pos, c(ctx, 0), mul(ctx, ctx.dy(), x)}));
 }
 
+GR_REGISTER_OPS(elementwise) {
+  ops.op("Add").gradient(add_grad);
+  ops.op("Sub").gradient(sub_grad);
+  ops.op("Mul").gradient(mul_grad);
+  ops.op("Div").gradient(div_grad);
+  ops.op("Pow").gradient(pow_grad);
+  ops.op("Neg").gradient(neg_grad);
+  ops.op("Relu").gradient(relu_grad);
+  ops.op("LeakyRelu").gradient(leaky_relu_grad);
+  ops.op("Sigmoid").gradient(sigmoid_grad);
+  ops.op("Tanh").gradient(tanh_grad);
+  ops.op("Exp").gradient(exp_grad);
+  ops.op("Log").gradient(log_grad);
+  ops.op("Sqrt").gradient(sqrt_grad);
+  ops.op("Reciprocal").gradient(reciprocal_grad);
+  ops.op("Abs").gradient(abs_grad);
+  ops.op("Identity").gradient(identity_grad);
+  ops.op("Cast").gradient(cast_grad);
+  ops.op("Where").gradient(where_grad);
+  ops.op("Sum").gradient(sum_grad);
+  ops.op("Mean").gradient(mean_grad);
+  ops.op("Clip").gradient(clip_grad);
+  ops.op("Max").gradient(max_min_grad);
+  ops.op("Min").gradient(max_min_grad);
+  ops.op("Erf").gradient(erf_grad);
+  ops.op("Softplus").gradient(softplus_grad);
+  ops.op("Elu").gradient(elu_grad);
+  ops.op("Sin").gradient(sin_grad);
+  ops.op("Cos").gradient(cos_grad);
+  ops.op("Tan").gradient(tan_grad);
+  ops.op("Asin").gradient(asin_grad);
+  ops.op("Acos").gradient(acos_grad);
+  ops.op("Atan").gradient(atan_grad);
+  ops.op("Sinh").gradient(sinh_grad);
+  ops.op("Cosh").gradient(cosh_grad);
+  ops.op("Asinh").gradient(asinh_grad);
+  ops.op("Acosh").gradient(acosh_grad);
+  ops.op("Atanh").gradient(atanh_grad);
+  ops.op("Softsign").gradient(softsign_grad);
+  ops.op("HardSigmoid").gradient(hard_sigmoid_grad);
+  ops.op("HardSwish").gradient(hard_swish_grad);
+  ops.op("Selu").gradient(selu_grad);
+  ops.op("Celu").gradient(celu_grad);
+  ops.op("ThresholdedRelu").gradient(thresholded_relu_grad);
+  ops.op("Shrink").gradient(shrink_grad);
+  ops.op("PRelu").gradient(prelu_grad);
+  ops.op("CastLike").gradient(cast_grad);
+  // Comparisons and logic give booleans; Sign, Floor, Ceil and Round are piecewise constant.
+  ops.op("Equal").no_gradient().output_dtype(0, DType::Bool);
+  ops.op("Greater").no_gradient().output_dtype(0, DType::Bool);
+  ops.op("GreaterOrEqual").no_gradient().output_dtype(0, DType::Bool);
+  ops.op("Less").no_gradient().output_dtype(0, DType::Bool);
+  ops.op("LessOrEqual").no_gradient().output_dtype(0, DType::Bool);
+  ops.op("Not").no_gradient().output_dtype(0, DType::Bool);
+  ops.op("And").no_gradient().output_dtype(0, DType::Bool);
+  ops.op("Or").no_gradient().output_dtype(0, DType::Bool);
+  ops.op("Xor").no_gradient().output_dtype(0, DType::Bool);
+  ops.op("IsNaN").no_gradient().output_dtype(0, DType::Bool);
+  ops.op("IsInf").no_gradient().output_dtype(0, DType::Bool);
+  ops.op("Sign").no_gradient();
+  ops.op("Floor").no_gradient();
+  ops.op("Ceil").no_gradient();
+  ops.op("Round").no_gradient();
+  ops.op("BitShift").no_gradient();
+}
+
 }  // namespace graphrun::autodiff

@@ -133,4 +133,9 @@ void matmul_grad(GradContext& ctx) {
   if (ctx.needs(1)) back_to(1, ctx.op("MatMul", {transpose_last2(ctx, a2, ra2), dy2}), rb, b, b2);
 }
 
+GR_REGISTER_OPS(linalg) {
+  ops.op("Gemm").gradient(gemm_grad);
+  ops.op("MatMul").gradient(matmul_grad);
+}
+
 }  // namespace graphrun::autodiff

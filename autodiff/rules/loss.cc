@@ -26,4 +26,8 @@ void softmax_cross_entropy_loss_grad(GradContext& ctx) {
   ctx.set_dx(0, grad);
 }
 
+GR_REGISTER_OPS(loss) {
+  ops.op("SoftmaxCrossEntropyLoss").gradient(softmax_cross_entropy_loss_grad);
+}
+
 }  // namespace graphrun::autodiff

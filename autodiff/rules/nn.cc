@@ -173,4 +173,20 @@ void global_max_pool_grad(GradContext& ctx) {
   ctx.set_dx(0, ctx.op("Where", {hit, dy, ctx.scalar(0, ctx.dtype(x))}));
 }
 
+GR_REGISTER_OPS(nn) {
+  ops.op("Conv").gradient(conv_grad);
+  ops.op("ConvTranspose").gradient(conv_transpose_grad);
+  ops.op("MaxPool").gradient(max_pool_grad).output_dtype(1, DType::I64);
+  ops.op("AveragePool").gradient(average_pool_grad);
+  ops.op("GlobalAveragePool").gradient(global_average_pool_grad);
+  ops.op("GlobalMaxPool").gradient(global_max_pool_grad);
+  ops.op("BatchNormalization").gradient(batch_norm_grad);
+  ops.op("Dropout").gradient(dropout_grad).output_dtype(1, DType::Bool);
+  // Random values do not depend on their inputs' values.
+  ops.op("RandomNormal").no_gradient();
+  ops.op("RandomUniform").no_gradient();
+  ops.op("RandomNormalLike").no_gradient();
+  ops.op("RandomUniformLike").no_gradient();
+}
+
 }  // namespace graphrun::autodiff

@@ -193,4 +193,23 @@ void cumsum_grad(GradContext& ctx) {
   ctx.set_dx(0, ctx.op("CumSum", {ctx.dy(), ctx.in(1)}, a));
 }
 
+GR_REGISTER_OPS(reduce) {
+  ops.op("ReduceSum").gradient(reduce_sum_grad);
+  ops.op("ReduceMean").gradient(reduce_mean_grad);
+  ops.op("Softmax").gradient(softmax_grad);
+  ops.op("LogSoftmax").gradient(log_softmax_grad);
+  ops.op("ReduceMax").gradient(reduce_max_min_grad);
+  ops.op("ReduceMin").gradient(reduce_max_min_grad);
+  ops.op("ReduceSumSquare").gradient(reduce_sum_square_grad);
+  ops.op("ReduceL1").gradient(reduce_l1_grad);
+  ops.op("ReduceL2").gradient(reduce_l2_grad);
+  ops.op("ReduceLogSumExp").gradient(reduce_log_sum_exp_grad);
+  ops.op("ReduceLogSum").gradient(reduce_log_sum_grad);
+  ops.op("CumSum").gradient(cumsum_grad);
+  // Indices and one-hot maxima carry no gradient.
+  ops.op("ArgMax").no_gradient().output_dtype(0, DType::I64);
+  ops.op("ArgMin").no_gradient().output_dtype(0, DType::I64);
+  ops.op("Hardmax").no_gradient();
+}
+
 }  // namespace graphrun::autodiff

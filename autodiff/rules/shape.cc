@@ -282,4 +282,29 @@ void tile_grad(GradContext& ctx) {
   ctx.set_dx(0, xs.empty() ? ctx.dy() : ctx.reduce_sum(v, axes, false));
 }
 
+GR_REGISTER_OPS(shape) {
+  ops.op("Reshape").gradient(reshape_grad);
+  ops.op("Flatten").gradient(reshape_grad);
+  ops.op("Squeeze").gradient(reshape_grad);
+  ops.op("Unsqueeze").gradient(reshape_grad);
+  ops.op("Transpose").gradient(transpose_grad);
+  ops.op("Expand").gradient(expand_grad);
+  ops.op("Concat").gradient(concat_grad);
+  ops.op("Split").gradient(split_grad);
+  ops.op("Slice").gradient(slice_grad);
+  ops.op("Pad").gradient(pad_grad);
+  ops.op("Gather").gradient(gather_grad);
+  ops.op("Trilu").gradient(trilu_grad);
+  ops.op("Tile").gradient(tile_grad);
+  // Shapes, sizes, indices and constants carry no gradient.
+  ops.op("Shape").no_gradient().output_dtype(0, DType::I64);
+  ops.op("Size").no_gradient().output_dtype(0, DType::I64);
+  ops.op("Constant").no_gradient();
+  ops.op("ConstantOfShape").no_gradient();
+  ops.op("Range").no_gradient();
+  ops.op("NonZero").no_gradient().output_dtype(0, DType::I64);
+  ops.op("OneHot").no_gradient();
+  ops.op("EyeLike").no_gradient();
+}
+
 }  // namespace graphrun::autodiff

@@ -29,7 +29,8 @@ Graph add_optimizer(const Graph& in, const AddOptimizerOptions& opts) {
   GR_CHECK(opt.momentum >= 0 && opt.weight_decay >= 0, "momentum and weight decay must be >= 0");
   GR_CHECK(!opt.nesterov || opt.momentum > 0, "nesterov needs a momentum > 0");
   const auto buckets = reduced_gradients(in, opts.grad_suffix);
-  GR_CHECK(!buckets.empty(), "add_optimizer: graph '" << in.name << "' has no AllReduce node (run bucket_allreduce first)");
+  GR_CHECK(!buckets.empty(),
+           "add_optimizer: graph '" << in.name << "' has no AllReduce node (run bucket_allreduce first)");
 
   Graph g = in;
   const bool stateful = adam_like || opt.momentum > 0;
@@ -155,8 +156,8 @@ Graph add_optimizer(const Graph& in, const AddOptimizerOptions& opts) {
         const std::string& p = bucket[i].param;
         std::string decay = add_value(p + ".decay", value_info_of(g.initializers.at(p)));
         out.push_back(Node{g.unique_name("adamw_decay_" + p), "Mul", "", {decay_const, p}, {decay}, {}});
-        out.push_back(
-            Node{g.unique_name("adamw_update_" + p), "Sub", "", {adam_outs[i].first, decay}, {adam_outs[i].second}, {}});
+        const auto& [adam_out, final_out] = adam_outs[i];
+        out.push_back(Node{g.unique_name("adamw_update_" + p), "Sub", "", {adam_out, decay}, {final_out}, {}});
       }
     }
   }

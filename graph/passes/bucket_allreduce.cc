@@ -24,7 +24,8 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }  // namespace
 
 Graph bucket_allreduce(const Graph& training, const BucketAllReduceOptions& opts) {
-  const std::vector<std::string> names = opts.params.empty() ? gradient_params(training, opts.grad_suffix) : opts.params;
+  const std::vector<std::string> names =
+      opts.params.empty() ? gradient_params(training, opts.grad_suffix) : opts.params;
   GR_CHECK(!names.empty(), "bucket_allreduce: graph '" << training.name
                                                        << "' has no parameter gradients (outputs named <param>"
                                                        << opts.grad_suffix << ")");
@@ -43,7 +44,8 @@ Graph bucket_allreduce(const Graph& training, const BucketAllReduceOptions& opts
              "bucket_allreduce: graph '" << training.name << "' has no gradient output '" << g << "'");
     params.push_back({p, g, training.producer(g), t.nbytes()});
   }
-  std::stable_sort(params.begin(), params.end(), [](const Param& a, const Param& b) { return a.producer < b.producer; });
+  std::stable_sort(params.begin(), params.end(),
+                   [](const Param& a, const Param& b) { return a.producer < b.producer; });
 
   std::vector<std::vector<Param>> buckets(1);
   size_t bytes = 0;

@@ -29,7 +29,7 @@ bool fill_reshape_dims(onnx::ModelProto& m,
     int64_t in_known = 1, out_known = 1;
     bool ok = true;
     for (const auto& d : in_shape.dim()) {
-      if (d.has_dim_value()) in_known *= d.dim_value();
+      if (d.has_dim_value()) ok &= !__builtin_mul_overflow(in_known, d.dim_value(), &in_known);
       else if (d.has_dim_param() && !d.dim_param().empty()) in_symbols.insert(d.dim_param());
       else ok = false;
     }
@@ -52,7 +52,7 @@ bool fill_reshape_dims(onnx::ModelProto& m,
       } else {
         ok = false;
       }
-      if (d->has_dim_value()) out_known *= d->dim_value();
+      if (d->has_dim_value()) ok &= !__builtin_mul_overflow(out_known, d->dim_value(), &out_known);
       else if (d->has_dim_param()) out_symbols.insert(d->dim_param());
     }
     if (!ok) continue;

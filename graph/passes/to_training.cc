@@ -25,14 +25,8 @@ Graph to_training(const Graph& g) {
         if (!n.outputs[k].empty()) continue;
         const std::string stat = n.inputs[2 + k];
         n.outputs[k] = r.unique_name(stat + ".updated");
-        if (const ValueInfo* vi = r.info(stat)) r.values[n.outputs[k]] = *vi;
-        else {
-          ValueInfo v;
-          v.dtype = r.initializers.at(stat).dtype();
-          v.has_shape = true;
-          for (int64_t d : r.initializers.at(stat).shape()) v.shape.push_back(Dim(d));
-          r.values[n.outputs[k]] = v;
-        }
+        const ValueInfo* vi = r.info(stat);
+        r.values[n.outputs[k]] = vi ? *vi : value_info_of(r.initializers.at(stat));
       }
     } else if (n.op_type == "Dropout" && r.opset("") >= 12) {
       if (n.has_input(2)) continue;  // training_mode already given

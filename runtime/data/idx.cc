@@ -5,42 +5,92 @@
 
 #include <algorithm>
 #include <cstring>
+#include <climits>
+#include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 namespace graphrun::runtime::data {
 
 namespace {
 
-// Whole file contents, decompressed when it is gzip (gzread passes raw files through unchanged).
-std::string read_file_maybe_gz(const std::string& path) {
+uint32_t be32(const unsigned char* p) {
+  return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | uint32_t(p[3]);
+}
+
+std::string read_raw(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   GR_CHECK(fs::exists(path, ec), "data file '" << path << "' does not exist");
   GR_CHECK(fs::is_regular_file(path, ec), "data file '" << path << "' is not a regular file");
-  gzFile f = gzopen(path.c_str(), "rb");
+  std::ifstream f(path, std::ios::binary);
   GR_CHECK(f, "cannot open data file '" << path << "': " << std::strerror(errno));
-  gzbuffer(f, 1 << 17);
-  std::string out;
-  char buf[1 << 16];
-  for (;;) {
-    int k = gzread(f, buf, sizeof buf);
-    if (k < 0) {
-      int err = 0;
-      std::string msg = gzerror(f, &err);
-      gzclose(f);
-      GR_FAIL("data file '" << path << "' is corrupt (" << msg << ")");
-    }
-    if (k == 0) break;
-    out.append(buf, static_cast<size_t>(k));
-  }
-  // A truncated gzip stream can end without an error from gzread; gzclose reports it (Z_BUF_ERROR).
-  int rc = gzclose(f);
-  GR_CHECK(rc == Z_OK, "data file '" << path << "' is corrupt (truncated gzip stream)");
-  return out;
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  GR_CHECK(!f.bad(), "cannot read data file '" << path << "'");
+  return ss.str();
 }
 
-uint32_t be32(const unsigned char* p) {
-  return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | uint32_t(p[3]);
+// Bytes an IDX file needs once its header is known (0 while the header is incomplete): decompression
+// stops as soon as it would produce more, and a size beyond the tensor limit stops it at the header.
+size_t idx_size_from_header(const std::string& b, const std::string& path) {
+  if (b.size() < 4) return 0;
+  const size_t header = 4 + 4 * static_cast<size_t>(static_cast<unsigned char>(b[3]));
+  if (b.size() < header) return 0;
+  Shape dims;
+  for (size_t i = 4; i < header; i += 4) dims.push_back(be32(reinterpret_cast<const unsigned char*>(b.data()) + i));
+  // Loaded images become f32: that is the size that must fit.
+  return header + static_cast<size_t>(checked_numel(DType::F32, dims, "data file '" + path + "'"));
+}
+
+bool is_gzip(const std::string& b) {
+  return b.size() >= 2 && static_cast<unsigned char>(b[0]) == 0x1f && static_cast<unsigned char>(b[1]) == 0x8b;
+}
+
+// Decompresses gzip data (concatenated members allowed, as gzip writes them); bytes after the last
+// member that are not another member, or more data than the IDX header declares, make the file corrupt.
+std::string gunzip(const std::string& in, const std::string& path) {
+  z_stream zs{};
+  GR_CHECK(inflateInit2(&zs, 16 + MAX_WBITS) == Z_OK, "data file '" << path << "': cannot start zlib");
+  std::string out;
+  size_t pos = 0;
+  char buf[1 << 16];
+  int rc = Z_OK;
+  try {
+    for (;;) {
+      const size_t left = in.size() - pos;
+      zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data() + pos));
+      zs.avail_in = static_cast<uInt>(std::min<size_t>(left, 1u << 30));
+      const size_t offered = zs.avail_in;
+      zs.next_out = reinterpret_cast<Bytef*>(buf);
+      zs.avail_out = sizeof buf;
+      rc = inflate(&zs, Z_NO_FLUSH);
+      const size_t consumed = offered - zs.avail_in, produced = sizeof buf - zs.avail_out;
+      pos += consumed;
+      out.append(buf, produced);
+      if (rc == Z_NEED_DICT || rc == Z_DATA_ERROR || rc == Z_MEM_ERROR || rc == Z_STREAM_ERROR)
+        GR_FAIL("data file '" << path << "' is corrupt (" << (zs.msg ? zs.msg : "bad gzip data") << ")");
+      const size_t want = idx_size_from_header(out, path);
+      if (want && out.size() > want)
+        GR_FAIL("data file '" << path << "' is corrupt (it decompresses to more data than its IDX header declares)");
+      if (rc == Z_STREAM_END) {
+        if (pos == in.size()) break;
+        GR_CHECK(is_gzip(in.substr(pos, 2)),
+                 "data file '" << path << "' is corrupt (" << in.size() - pos
+                               << " bytes of trailing garbage after the gzip data)");
+        inflateReset(&zs);
+      } else if (consumed == 0 && produced == 0) {
+        break;  // the input ends inside a gzip member
+      }
+    }
+  } catch (...) {
+    inflateEnd(&zs);
+    throw;
+  }
+  inflateEnd(&zs);
+  GR_CHECK(rc == Z_STREAM_END, "data file '" << path << "' is corrupt (truncated gzip stream)");
+  return out;
 }
 
 std::string find_file(const std::string& dir, const std::string& stem) {
@@ -65,8 +115,10 @@ int64_t Dataset::num_classes() const {
   return m + 1;
 }
 
-Tensor read_idx_u8(const std::string& path) {
-  std::string bytes = read_file_maybe_gz(path);
+Tensor read_idx_u8(const std::string& path) { return parse_idx_u8(read_raw(path), path); }
+
+Tensor parse_idx_u8(const std::string& file, const std::string& path) {
+  const std::string bytes = is_gzip(file) ? gunzip(file, path) : file;
   GR_CHECK(bytes.size() >= 4, "data file '" << path << "' is too short for an IDX header (" << bytes.size()
                                             << " bytes)");
   const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
@@ -84,9 +136,10 @@ Tensor read_idx_u8(const std::string& path) {
     uint32_t d = be32(p + 4 + 4 * i);
     GR_CHECK(d < (1u << 31), "data file '" << path << "' has an absurd dimension " << d);
     dims.push_back(d);
-    count *= d;
-    GR_CHECK(count < (uint64_t(1) << 40), "data file '" << path << "' declares an absurd size");
+    GR_CHECK(!__builtin_mul_overflow(count, d, &count) && count < (uint64_t(1) << 40),
+             "data file '" << path << "' declares an absurd size " << shape_str(dims));
   }
+  checked_numel(DType::F32, {static_cast<int64_t>(count)}, "data file '" + path + "'");  // as f32 after loading
   GR_CHECK(bytes.size() - header == count,
            "data file '" << path << "' has " << bytes.size() - header << " bytes of data but its header ("
                          << shape_str(dims) << ") needs " << count << (bytes.size() - header < count ? " (truncated)" : ""));

@@ -25,6 +25,9 @@ struct Dataset {
 // or raw files (detected by content). Errors name the file: missing, truncated, bad magic, wrong
 // size, not unsigned bytes.
 Tensor read_idx_u8(const std::string& path);
+// The same over a file's bytes (`path` names it in errors): gzip data is decompressed, and must end
+// where its last gzip member ends.
+Tensor parse_idx_u8(const std::string& file, const std::string& path);
 
 // Reads an images file (rank 3: N,H,W) and a labels file (rank 1: N) and checks they agree.
 Dataset load_idx_pair(const std::string& images_path, const std::string& labels_path);

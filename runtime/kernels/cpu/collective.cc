@@ -72,6 +72,16 @@ void all_reduce(KernelContext& ctx) {
 
 }  // namespace
 
-void register_collective_kernels(KernelTable& t) { t.add(kGraphrunDomain, "AllReduce", all_reduce); }
+GR_REGISTER_OPS(collective) {
+  const auto variadic = OpSchemaSpec::Arity::Variadic;
+  ops.op(kGraphrunDomain, "AllReduce")
+      .cpu(all_reduce)
+      .schema(OpSchemaSpec("each Ri is the sum over all replicas of Gi; one node carries a bucket of gradients")
+                  .attr("reduction", "only \"sum\"", Attribute::Str("sum"))
+                  .input("G", "gradients of this replica", "T", variadic)
+                  .output("R", "sums over the replicas", "T", variadic)
+                  .type("T", numeric_tensor_types(), "numeric tensors")
+                  .outputs_like_inputs());
+}
 
 }  // namespace graphrun::runtime::cpu

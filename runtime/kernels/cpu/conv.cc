@@ -623,14 +623,34 @@ void by_float(KernelContext& ctx) {
   else F64(ctx);
 }
 
+// ConvGrad(dY, X, W) -> dX, dW, dB and ConvTransposeGrad: the attributes of their forward op.
+OpSchemaSpec conv_grad_schema(bool transpose) {
+  OpSchemaSpec s(transpose ? "gradients of `Y = ConvTranspose(X, W, B)`" : "gradients of `Y = Conv(X, W, B)`");
+  s.attr("auto_pad", "as Conv", Attribute::Str("NOTSET"))
+      .attr("dilations", "as Conv", Attribute::Kind::Ints)
+      .attr("group", "as Conv", Attribute::Int(1))
+      .attr("kernel_shape", "as Conv", Attribute::Kind::Ints)
+      .attr("pads", "as Conv", Attribute::Kind::Ints)
+      .attr("strides", "as Conv", Attribute::Kind::Ints);
+  if (transpose)
+    s.attr("output_padding", "as ConvTranspose", Attribute::Kind::Ints)
+        .attr("output_shape", "as ConvTranspose", Attribute::Kind::Ints);
+  // ConvTranspose's weight holds C_out/group on axis 1.
+  s.layer_gradient("W").output_bias_of(2, 2, transpose ? 1 : 0, transpose ? "group" : "");
+  return s;
+}
+
 }  // namespace
 
-void register_conv_kernels(KernelTable& t) {
-  t.add("Conv", by_float<0, conv_kernel<float>, conv_kernel<double>>);
-  t.add("ConvTranspose", by_float<0, conv_transpose_kernel<float>, conv_transpose_kernel<double>>);
-  t.add(kGraphrunDomain, "ConvGrad", by_float<1, conv_grad_kernel<float>, conv_grad_kernel<double>>);
-  t.add(kGraphrunDomain, "ConvTransposeGrad",
-        by_float<1, conv_transpose_grad_kernel<float>, conv_transpose_grad_kernel<double>>);
+GR_REGISTER_OPS(conv) {
+  ops.op("Conv").cpu(by_float<0, conv_kernel<float>, conv_kernel<double>>);
+  ops.op("ConvTranspose").cpu(by_float<0, conv_transpose_kernel<float>, conv_transpose_kernel<double>>);
+  ops.op(kGraphrunDomain, "ConvGrad")
+      .cpu(by_float<1, conv_grad_kernel<float>, conv_grad_kernel<double>>)
+      .schema(conv_grad_schema(false));
+  ops.op(kGraphrunDomain, "ConvTransposeGrad")
+      .cpu(by_float<1, conv_transpose_grad_kernel<float>, conv_transpose_grad_kernel<double>>)
+      .schema(conv_grad_schema(true));
 }
 
 }  // namespace graphrun::runtime::cpu

@@ -151,9 +151,9 @@ template <class T> struct MatMul { static void run(KernelContext& c) { matmul_ke
 
 }  // namespace
 
-void register_linalg_kernels(KernelTable& t) {
-  t.add("Gemm", by_dtype<Gemm>);
-  t.add("MatMul", by_dtype<MatMul>);
+GR_REGISTER_OPS(linalg) {
+  ops.op("Gemm").cpu(by_dtype<Gemm>);
+  ops.op("MatMul").cpu(by_dtype<MatMul>);
 }
 
 }  // namespace graphrun::runtime::cpu

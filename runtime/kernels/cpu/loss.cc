@@ -190,10 +190,22 @@ void softmax_cross_entropy_grad_kernel(KernelContext& ctx) {
 
 }  // namespace
 
-void register_loss_kernels(KernelTable& t) {
-  t.add("SoftmaxCrossEntropyLoss", softmax_cross_entropy_kernel);
-  t.add("NegativeLogLikelihoodLoss", nll_loss_kernel);
-  t.add(kGraphrunDomain, "SoftmaxCrossEntropyLossGrad", softmax_cross_entropy_grad_kernel);
+GR_REGISTER_OPS(loss) {
+  ops.op("SoftmaxCrossEntropyLoss").cpu(softmax_cross_entropy_kernel);
+  ops.op("NegativeLogLikelihoodLoss").cpu(nll_loss_kernel);
+  ops.op(kGraphrunDomain, "SoftmaxCrossEntropyLossGrad")
+      .cpu(softmax_cross_entropy_grad_kernel)
+      .schema(OpSchemaSpec("gradient of `SoftmaxCrossEntropyLoss` w.r.t. its scores, from the forward's log_prob output")
+                  .attr("reduction", "as SoftmaxCrossEntropyLoss", Attribute::Str("mean"))
+                  .attr("ignore_index", "as SoftmaxCrossEntropyLoss", Attribute::Kind::Int)
+                  .input("dloss", "gradient of the loss", "T")
+                  .input("log_prob", "the forward's log_prob output", "T")
+                  .input("labels", "class indices", "Tind")
+                  .input("weights", "class weights", "T", OpSchemaSpec::Arity::Optional)
+                  .output("dscores", "gradient of the scores", "T")
+                  .type("T", float_tensor_types(), "float tensors")
+                  .type("Tind", {"tensor(int32)", "tensor(int64)"}, "label tensors")
+                  .output_like(0, 1));
 }
 
 }  // namespace graphrun::runtime::cpu

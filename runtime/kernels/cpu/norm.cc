@@ -208,11 +208,16 @@ void by_float(KernelContext& ctx) {
 
 }  // namespace
 
-void register_norm_kernels(KernelTable& t) {
-  t.add("BatchNormalization", by_float<0, batch_norm_kernel<float>, batch_norm_kernel<double>>);
-  t.add("Dropout", by_float<0, dropout_kernel<float>, dropout_kernel<double>>);
-  t.add(kGraphrunDomain, "BatchNormalizationGrad",
-        by_float<1, batch_norm_grad_kernel<float>, batch_norm_grad_kernel<double>>);
+GR_REGISTER_OPS(norm) {
+  ops.op("BatchNormalization").cpu(by_float<0, batch_norm_kernel<float>, batch_norm_kernel<double>>);
+  ops.op("Dropout").cpu(by_float<0, dropout_kernel<float>, dropout_kernel<double>>);
+  ops.op(kGraphrunDomain, "BatchNormalizationGrad")
+      .cpu(by_float<1, batch_norm_grad_kernel<float>, batch_norm_grad_kernel<double>>)
+      .schema(OpSchemaSpec("gradients of training-mode BatchNormalization (batch statistics over all axes but 1, "
+                           "recomputed from X: one pass, cheaper than keeping them)")
+                  .attr("epsilon", "as BatchNormalization", Attribute::Float(1e-5f))
+                  .layer_gradient("scale")
+                  .output_like(2, 2));
 }
 
 }  // namespace graphrun::runtime::cpu

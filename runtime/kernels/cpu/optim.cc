@@ -109,9 +109,9 @@ void adam(KernelContext& ctx) {
 
 }  // namespace
 
-void register_optim_kernels(KernelTable& t) {
-  t.add(kTrainingDomain, "Momentum", momentum);
-  t.add(kTrainingDomain, "Adam", adam);
+GR_REGISTER_OPS(optim) {
+  ops.op(kTrainingDomain, "Momentum").cpu(momentum);
+  ops.op(kTrainingDomain, "Adam").cpu(adam);
 }
 
 }  // namespace graphrun::runtime::cpu

@@ -335,20 +335,43 @@ void by_float(KernelContext& ctx) {
 
 }  // namespace
 
-void register_pool_kernels(KernelTable& t) {
-  t.add("MaxPool", [](KernelContext& ctx) {
+GR_REGISTER_OPS(pool) {
+  ops.op("MaxPool").cpu([](KernelContext& ctx) {
     switch (ctx.input(0).dtype()) {  // opset 12 adds u8/i8
       case DType::U8: return max_pool_kernel<uint8_t>(ctx);
       case DType::I8: return max_pool_kernel<int8_t>(ctx);
       default: return by_float<0, max_pool_kernel<float>, max_pool_kernel<double>>(ctx);
     }
   });
-  t.add("AveragePool", by_float<0, average_pool_kernel<float>, average_pool_kernel<double>>);
-  t.add("GlobalAveragePool", by_float<0, global_pool_kernel<float, false>, global_pool_kernel<double, false>>);
-  t.add("GlobalMaxPool", by_float<0, global_pool_kernel<float, true>, global_pool_kernel<double, true>>);
-  t.add(kGraphrunDomain, "MaxPoolGrad", by_float<2, max_pool_grad_kernel<float>, max_pool_grad_kernel<double>>);
-  t.add(kGraphrunDomain, "AveragePoolGrad",
-        by_float<1, average_pool_grad_kernel<float>, average_pool_grad_kernel<double>>);
+  ops.op("AveragePool").cpu(by_float<0, average_pool_kernel<float>, average_pool_kernel<double>>);
+  ops.op("GlobalAveragePool").cpu(by_float<0, global_pool_kernel<float, false>, global_pool_kernel<double, false>>);
+  ops.op("GlobalMaxPool").cpu(by_float<0, global_pool_kernel<float, true>, global_pool_kernel<double, true>>);
+  ops.op(kGraphrunDomain, "MaxPoolGrad")
+      .cpu(by_float<2, max_pool_grad_kernel<float>, max_pool_grad_kernel<double>>)
+      .schema(OpSchemaSpec("scatters dY to the argmax positions; Indices is MaxPool's second output (flat index "
+                           "into X, `storage_order` 0); X gives the shape")
+                  .input("dY", "gradient of Y", "T")
+                  .input("Indices", "MaxPool's second output", "I")
+                  .input("X", "forward input (gives the shape)", "T")
+                  .output("dX", "gradient of X", "T")
+                  .type("T", float_tensor_types(), "float tensors")
+                  .type("I", {"tensor(int64)"}, "flat indices")
+                  .output_like(0, 2));
+  ops.op(kGraphrunDomain, "AveragePoolGrad")
+      .cpu(by_float<1, average_pool_grad_kernel<float>, average_pool_grad_kernel<double>>)
+      .schema(OpSchemaSpec("spreads dY evenly over each AveragePool window (honouring `count_include_pad`, pads, "
+                           "`ceil_mode`)")
+                  .attr("auto_pad", "as AveragePool", Attribute::Str("NOTSET"))
+                  .attr("ceil_mode", "as AveragePool", Attribute::Int(0))
+                  .attr("count_include_pad", "as AveragePool", Attribute::Int(0))
+                  .attr("kernel_shape", "as AveragePool", Attribute::Kind::Ints)
+                  .attr("pads", "as AveragePool", Attribute::Kind::Ints)
+                  .attr("strides", "as AveragePool", Attribute::Kind::Ints)
+                  .input("dY", "gradient of Y", "T")
+                  .input("X", "forward input (gives the shape)", "T")
+                  .output("dX", "gradient of X", "T")
+                  .type("T", float_tensor_types(), "float tensors")
+                  .output_like(0, 1));
 }
 
 }  // namespace graphrun::runtime::cpu

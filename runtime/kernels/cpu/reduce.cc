@@ -251,6 +251,7 @@ template <bool kLog> void softmax_kernel(KernelContext& ctx) {
 void cumsum_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   GR_CHECK(ctx.input(1).numel() == 1, "CumSum: axis must be a scalar");
+  GR_CHECK(x.rank() >= 1, "CumSum: the input must have rank 1 or more, got a scalar");
   const int axis = norm_axis(ctx.input(1).as_int64s()[0], x.rank(), "CumSum");
   const bool exclusive = ctx.node().attr_i("exclusive", 0) != 0, reverse = ctx.node().attr_i("reverse", 0) != 0;
   Tensor& y = ctx.output(0, x.shape(), x.dtype());
@@ -320,23 +321,23 @@ void topk_kernel(KernelContext& ctx) {
 
 }  // namespace
 
-void register_reduce_kernels(KernelTable& t) {
-  t.add("ReduceSum", reduce_kernel<Red::Sum>, {1});
-  t.add("ReduceMean", reduce_kernel<Red::Mean>, {1});
-  t.add("ReduceMax", reduce_kernel<Red::Max>, {1});
-  t.add("ReduceMin", reduce_kernel<Red::Min>, {1});
-  t.add("ReduceProd", reduce_kernel<Red::Prod>, {1});
-  t.add("ReduceSumSquare", reduce_kernel<Red::SumSquare>, {1});
-  t.add("ReduceL1", reduce_kernel<Red::L1>, {1});
-  t.add("ReduceL2", reduce_kernel<Red::L2>, {1});
-  t.add("ReduceLogSum", reduce_kernel<Red::LogSum>, {1});
-  t.add("ReduceLogSumExp", reduce_kernel<Red::LogSumExp>, {1});
-  t.add("ArgMax", arg_kernel<true>);
-  t.add("ArgMin", arg_kernel<false>);
-  t.add("Softmax", softmax_kernel<false>);
-  t.add("LogSoftmax", softmax_kernel<true>);
-  t.add("CumSum", cumsum_kernel, {1});
-  t.add("TopK", topk_kernel, {1});
+GR_REGISTER_OPS(reduce) {
+  ops.op("ReduceSum").cpu(reduce_kernel<Red::Sum>).host_inputs({1}).host_shapes();
+  ops.op("ReduceMean").cpu(reduce_kernel<Red::Mean>).host_inputs({1});
+  ops.op("ReduceMax").cpu(reduce_kernel<Red::Max>).host_inputs({1}).host_shapes();
+  ops.op("ReduceMin").cpu(reduce_kernel<Red::Min>).host_inputs({1}).host_shapes();
+  ops.op("ReduceProd").cpu(reduce_kernel<Red::Prod>).host_inputs({1}).host_shapes();
+  ops.op("ReduceSumSquare").cpu(reduce_kernel<Red::SumSquare>).host_inputs({1});
+  ops.op("ReduceL1").cpu(reduce_kernel<Red::L1>).host_inputs({1});
+  ops.op("ReduceL2").cpu(reduce_kernel<Red::L2>).host_inputs({1});
+  ops.op("ReduceLogSum").cpu(reduce_kernel<Red::LogSum>).host_inputs({1});
+  ops.op("ReduceLogSumExp").cpu(reduce_kernel<Red::LogSumExp>).host_inputs({1});
+  ops.op("ArgMax").cpu(arg_kernel<true>);
+  ops.op("ArgMin").cpu(arg_kernel<false>);
+  ops.op("Softmax").cpu(softmax_kernel<false>);
+  ops.op("LogSoftmax").cpu(softmax_kernel<true>);
+  ops.op("CumSum").cpu(cumsum_kernel).host_inputs({1});
+  ops.op("TopK").cpu(topk_kernel).host_inputs({1});
 }
 
 }  // namespace graphrun::runtime::cpu

@@ -354,9 +354,15 @@ void pad_kernel(KernelContext& ctx) {
   std::vector<std::vector<int64_t>> src(r);
   for (int k = 0; k < r; ++k) {
     const int64_t dim = x.shape()[k], before = full[k], after = full[k + r];
-    out[k] = dim + before + after;
+    GR_CHECK(!__builtin_add_overflow(dim, before, &out[k]) && !__builtin_add_overflow(out[k], after, &out[k]),
+             "Pad: pads " << shape_str(full) << " overflow axis " << k << " of " << shape_str(x.shape()));
     GR_CHECK(out[k] >= 0, "Pad: pads " << shape_str(full) << " remove more than axis " << k << " of "
                                        << shape_str(x.shape()) << " holds");
+    checked_numel(DType::I64, {out[k]}, "Pad: output axis " + std::to_string(k));  // its index table below
+  }
+  checked_numel(x.dtype(), out, "Pad: output");
+  for (int k = 0; k < r; ++k) {
+    const int64_t dim = x.shape()[k], before = full[k];
     if (mode != "constant" && out[k] > 0)
       GR_CHECK(dim > 0, "Pad: mode '" << mode << "' cannot pad the empty axis " << k);
     src[k].resize(out[k]);
@@ -952,38 +958,47 @@ void sum_to_shape_kernel(KernelContext& ctx) {
 
 }  // namespace
 
-void register_shape_kernels(KernelTable& t) {
-  t.add("Flatten", flatten_kernel);
-  t.add("Reshape", reshape_kernel, {1});
-  t.add("Squeeze", squeeze_kernel, {1});
-  t.add("Unsqueeze", unsqueeze_kernel, {1});
-  t.add("Transpose", transpose_kernel);
-  t.add("Concat", concat_kernel);
-  t.add("Split", split_kernel, {1});
-  t.add("Slice", slice_kernel, {1, 2, 3, 4});
-  t.add("Pad", pad_kernel, {1, 3});
-  t.add("Constant", constant_kernel);
-  t.add("Shape", shape_kernel);
-  t.add("Size", size_kernel);
-  t.add("ConstantOfShape", constant_of_shape_kernel, {0});
-  t.add("Range", range_kernel, {0, 1, 2});
-  t.add("Gather", gather_kernel);
-  t.add("GatherElements", gather_elements_kernel);
-  t.add("ScatterElements", scatter_elements_kernel);
-  t.add("Scatter", scatter_elements_kernel);
-  t.add("OneHot", onehot_kernel, {1});
-  t.add("Expand", expand_kernel, {1});
-  t.add("Tile", tile_kernel, {1});
-  t.add("Compress", compress_kernel);
-  t.add("NonZero", nonzero_kernel);
-  t.add("ReverseSequence", reverse_sequence_kernel);
-  t.add("GatherND", gather_nd_kernel);
-  t.add("ScatterND", scatter_nd_kernel);
-  t.add("Trilu", trilu_kernel, {1});
-  t.add("EyeLike", eye_like_kernel);
-  t.add("DepthToSpace", depth_to_space_kernel);
-  t.add("SpaceToDepth", space_to_depth_kernel);
-  t.add(kGraphrunDomain, "SumToShape", sum_to_shape_kernel, {1});
+GR_REGISTER_OPS(shape) {
+  ops.op("Flatten").cpu(flatten_kernel);
+  ops.op("Reshape").cpu(reshape_kernel).host_inputs({1}).host_shapes();
+  ops.op("Squeeze").cpu(squeeze_kernel).host_inputs({1}).host_shapes();
+  ops.op("Unsqueeze").cpu(unsqueeze_kernel).host_inputs({1}).host_shapes();
+  ops.op("Transpose").cpu(transpose_kernel);
+  ops.op("Concat").cpu(concat_kernel).host_shapes();
+  ops.op("Split").cpu(split_kernel).host_inputs({1});
+  ops.op("Slice").cpu(slice_kernel).host_inputs({1, 2, 3, 4}).host_shapes();
+  ops.op("Pad").cpu(pad_kernel).host_inputs({1, 3});
+  ops.op("Constant").cpu(constant_kernel).host_shapes();
+  ops.op("Shape").cpu(shape_kernel).host_shapes(true);
+  ops.op("Size").cpu(size_kernel).host_shapes(true);
+  ops.op("ConstantOfShape").cpu(constant_of_shape_kernel).host_inputs({0}).host_shapes();
+  ops.op("Range").cpu(range_kernel).host_inputs({0, 1, 2}).host_shapes();
+  ops.op("Gather").cpu(gather_kernel).host_shapes();
+  ops.op("GatherElements").cpu(gather_elements_kernel);
+  ops.op("ScatterElements").cpu(scatter_elements_kernel);
+  ops.op("Scatter").cpu(scatter_elements_kernel);
+  ops.op("OneHot").cpu(onehot_kernel).host_inputs({1});
+  ops.op("Expand").cpu(expand_kernel).host_inputs({1}).host_shapes();
+  ops.op("Tile").cpu(tile_kernel).host_inputs({1});
+  ops.op("Compress").cpu(compress_kernel);
+  ops.op("NonZero").cpu(nonzero_kernel);
+  ops.op("ReverseSequence").cpu(reverse_sequence_kernel);
+  ops.op("GatherND").cpu(gather_nd_kernel);
+  ops.op("ScatterND").cpu(scatter_nd_kernel);
+  ops.op("Trilu").cpu(trilu_kernel).host_inputs({1});
+  ops.op("EyeLike").cpu(eye_like_kernel);
+  ops.op("DepthToSpace").cpu(depth_to_space_kernel);
+  ops.op("SpaceToDepth").cpu(space_to_depth_kernel);
+  ops.op(kGraphrunDomain, "SumToShape")
+      .cpu(sum_to_shape_kernel)
+      .host_inputs({1})
+      .schema(OpSchemaSpec("sums X over broadcast axes so that Y has `shape`: the reverse of broadcasting, for "
+                           "gradients of broadcasting ops")
+                  .input("X", "tensor to reduce", "T")
+                  .input("shape", "target shape (i64 1-D)", "tensor(int64)")
+                  .output("Y", "reduced tensor", "T")
+                  .type("T", numeric_tensor_types(), "numeric tensors")
+                  .output_shape_from(0, 1));
 }
 
 }  // namespace graphrun::runtime::cpu

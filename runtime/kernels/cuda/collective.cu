@@ -41,7 +41,7 @@ void allreduce_op(KernelContext& ctx) {
 
 }  // namespace
 
-void register_collective_kernels(KernelTable& t) { t.add(kGraphrunDomain, "AllReduce", allreduce_op); }
+GR_REGISTER_OPS(collective) { ops.op(kGraphrunDomain, "AllReduce").cuda(allreduce_op); }
 
 }  // namespace cuda
 }  // namespace graphrun::runtime

@@ -225,9 +225,9 @@ void conv_grad_op(KernelContext& ctx) {
 
 }  // namespace
 
-void register_conv_kernels(KernelTable& t) {
-  t.add("Conv", locked<conv_op>);
-  t.add(kGraphrunDomain, "ConvGrad", locked<conv_grad_op>);
+GR_REGISTER_OPS(conv) {
+  ops.op("Conv").cuda(locked<conv_op>);
+  ops.op(kGraphrunDomain, "ConvGrad").cuda(locked<conv_grad_op>);
 }
 
 }  // namespace graphrun::runtime::cuda

@@ -350,35 +350,35 @@ void variadic_kernel(KernelContext& ctx) {
 
 }  // namespace
 
-void register_elementwise_kernels(KernelTable& t) {
-  t.add("Add", locked<binary_kernel<AddOp>>);
-  t.add("Sub", locked<binary_kernel<SubOp>>);
-  t.add("Mul", locked<binary_kernel<MulOp>>);
-  t.add("Div", locked<binary_kernel<DivOp>>);
-  t.add("Max", locked<variadic_kernel<MaxOp>>);
-  t.add("Min", locked<variadic_kernel<MinOp>>);
-  t.add("Greater", locked<binary_kernel<GreaterOp>>);
-  t.add("Less", locked<binary_kernel<LessOp>>);
-  t.add("GreaterOrEqual", locked<binary_kernel<GreaterEqOp>>);
-  t.add("LessOrEqual", locked<binary_kernel<LessEqOp>>);
-  t.add("Equal", locked<binary_kernel<EqualOp>>);
-  t.add("Pow", locked<pow_kernel_host>);
-  t.add("Relu", locked<unary<ReluOp, true>>);
-  t.add("Neg", locked<unary<NegOp, true>>);
-  t.add("Abs", locked<unary<AbsOp, true>>);
-  t.add("Exp", locked<unary<ExpOp, false>>);
-  t.add("Log", locked<unary<LogOp, false>>);
-  t.add("Sqrt", locked<unary<SqrtOp, false>>);
-  t.add("Tanh", locked<unary<TanhOp, false>>);
-  t.add("Sigmoid", locked<unary<SigmoidOp, false>>);
-  t.add("Reciprocal", locked<unary<ReciprocalOp, false>>);
-  t.add("Floor", locked<unary<FloorOp, false>>);
-  t.add("Ceil", locked<unary<CeilOp, false>>);
-  t.add("Where", locked<where_op>);
-  t.add("Cast", locked<cast_op>);
-  t.add("Identity", locked<identity_op>);
-  t.add("Expand", locked<expand_op>, {1});
-  t.add("Sum", locked<sum_op>);
+GR_REGISTER_OPS(elementwise) {
+  ops.op("Add").cuda(locked<binary_kernel<AddOp>>);
+  ops.op("Sub").cuda(locked<binary_kernel<SubOp>>);
+  ops.op("Mul").cuda(locked<binary_kernel<MulOp>>);
+  ops.op("Div").cuda(locked<binary_kernel<DivOp>>);
+  ops.op("Max").cuda(locked<variadic_kernel<MaxOp>>);
+  ops.op("Min").cuda(locked<variadic_kernel<MinOp>>);
+  ops.op("Greater").cuda(locked<binary_kernel<GreaterOp>>);
+  ops.op("Less").cuda(locked<binary_kernel<LessOp>>);
+  ops.op("GreaterOrEqual").cuda(locked<binary_kernel<GreaterEqOp>>);
+  ops.op("LessOrEqual").cuda(locked<binary_kernel<LessEqOp>>);
+  ops.op("Equal").cuda(locked<binary_kernel<EqualOp>>);
+  ops.op("Pow").cuda(locked<pow_kernel_host>);
+  ops.op("Relu").cuda(locked<unary<ReluOp, true>>);
+  ops.op("Neg").cuda(locked<unary<NegOp, true>>);
+  ops.op("Abs").cuda(locked<unary<AbsOp, true>>);
+  ops.op("Exp").cuda(locked<unary<ExpOp, false>>);
+  ops.op("Log").cuda(locked<unary<LogOp, false>>);
+  ops.op("Sqrt").cuda(locked<unary<SqrtOp, false>>);
+  ops.op("Tanh").cuda(locked<unary<TanhOp, false>>);
+  ops.op("Sigmoid").cuda(locked<unary<SigmoidOp, false>>);
+  ops.op("Reciprocal").cuda(locked<unary<ReciprocalOp, false>>);
+  ops.op("Floor").cuda(locked<unary<FloorOp, false>>);
+  ops.op("Ceil").cuda(locked<unary<CeilOp, false>>);
+  ops.op("Where").cuda(locked<where_op>);
+  ops.op("Cast").cuda(locked<cast_op>);
+  ops.op("Identity").cuda(locked<identity_op>);
+  ops.op("Expand").cuda(locked<expand_op>);
+  ops.op("Sum").cuda(locked<sum_op>);
 }
 
 }  // namespace graphrun::runtime::cuda

@@ -115,9 +115,9 @@ void matmul_op(KernelContext& ctx) {
 
 }  // namespace
 
-void register_linalg_kernels(KernelTable& t) {
-  t.add("Gemm", locked<gemm_op>);
-  t.add("MatMul", locked<matmul_op>);
+GR_REGISTER_OPS(linalg) {
+  ops.op("Gemm").cuda(locked<gemm_op>);
+  ops.op("MatMul").cuda(locked<matmul_op>);
 }
 
 }  // namespace graphrun::runtime::cuda

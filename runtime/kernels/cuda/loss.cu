@@ -221,9 +221,9 @@ void sce_grad_op(KernelContext& ctx) {
 
 }  // namespace
 
-void register_loss_kernels(KernelTable& t) {
-  t.add("SoftmaxCrossEntropyLoss", locked<sce_loss_op>);
-  t.add(kGraphrunDomain, "SoftmaxCrossEntropyLossGrad", locked<sce_grad_op>);
+GR_REGISTER_OPS(loss) {
+  ops.op("SoftmaxCrossEntropyLoss").cuda(locked<sce_loss_op>);
+  ops.op(kGraphrunDomain, "SoftmaxCrossEntropyLossGrad").cuda(locked<sce_grad_op>);
 }
 
 }  // namespace graphrun::runtime::cuda

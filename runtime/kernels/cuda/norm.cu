@@ -244,10 +244,10 @@ void dropout_op(KernelContext& ctx) {
 
 }  // namespace
 
-void register_norm_kernels(KernelTable& t) {
-  t.add("BatchNormalization", locked<batchnorm_op>);
-  t.add(kGraphrunDomain, "BatchNormalizationGrad", locked<batchnorm_grad_op>);
-  t.add("Dropout", locked<dropout_op>);
+GR_REGISTER_OPS(norm) {
+  ops.op("BatchNormalization").cuda(locked<batchnorm_op>);
+  ops.op(kGraphrunDomain, "BatchNormalizationGrad").cuda(locked<batchnorm_grad_op>);
+  ops.op("Dropout").cuda(locked<dropout_op>);
 }
 
 }  // namespace graphrun::runtime::cuda

@@ -106,9 +106,9 @@ void adam_op(KernelContext& ctx) {
 
 }  // namespace
 
-void register_optim_kernels(KernelTable& t) {
-  t.add(kTrainingDomain, "Momentum", locked<momentum_op>);
-  t.add(kTrainingDomain, "Adam", locked<adam_op>);
+GR_REGISTER_OPS(optim) {
+  ops.op(kTrainingDomain, "Momentum").cuda(locked<momentum_op>);
+  ops.op(kTrainingDomain, "Adam").cuda(locked<adam_op>);
 }
 
 }  // namespace graphrun::runtime::cuda

@@ -239,12 +239,12 @@ void global_avgpool_op(KernelContext& ctx) {
 
 }  // namespace
 
-void register_pool_kernels(KernelTable& t) {
-  t.add("MaxPool", locked<maxpool_op>);
-  t.add("AveragePool", locked<avgpool_op>);
-  t.add("GlobalAveragePool", locked<global_avgpool_op>);
-  t.add(kGraphrunDomain, "MaxPoolGrad", locked<maxpool_grad_op>);
-  t.add(kGraphrunDomain, "AveragePoolGrad", locked<avgpool_grad_op>);
+GR_REGISTER_OPS(pool) {
+  ops.op("MaxPool").cuda(locked<maxpool_op>);
+  ops.op("AveragePool").cuda(locked<avgpool_op>);
+  ops.op("GlobalAveragePool").cuda(locked<global_avgpool_op>);
+  ops.op(kGraphrunDomain, "MaxPoolGrad").cuda(locked<maxpool_grad_op>);
+  ops.op(kGraphrunDomain, "AveragePoolGrad").cuda(locked<avgpool_grad_op>);
 }
 
 }  // namespace graphrun::runtime::cuda

@@ -212,14 +212,14 @@ void arg_op(KernelContext& ctx) {
 
 }  // namespace
 
-void register_reduce_kernels(KernelTable& t) {
-  t.add("ArgMax", locked<arg_op<true>>);
-  t.add("ArgMin", locked<arg_op<false>>);
-  t.add("ReduceSum", locked<reduce_op<false>>, {1});
-  t.add("ReduceMean", locked<reduce_op<true>>, {1});
-  t.add(kGraphrunDomain, "SumToShape", locked<sum_to_shape_op>, {1});
-  t.add("Softmax", locked<softmax_op<false>>);
-  t.add("LogSoftmax", locked<softmax_op<true>>);
+GR_REGISTER_OPS(reduce) {
+  ops.op("ArgMax").cuda(locked<arg_op<true>>);
+  ops.op("ArgMin").cuda(locked<arg_op<false>>);
+  ops.op("ReduceSum").cuda(locked<reduce_op<false>>);
+  ops.op("ReduceMean").cuda(locked<reduce_op<true>>);
+  ops.op(kGraphrunDomain, "SumToShape").cuda(locked<sum_to_shape_op>);
+  ops.op("Softmax").cuda(locked<softmax_op<false>>);
+  ops.op("LogSoftmax").cuda(locked<softmax_op<true>>);
 }
 
 }  // namespace graphrun::runtime::cuda

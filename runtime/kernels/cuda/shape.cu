@@ -431,18 +431,18 @@ void pad_op(KernelContext& ctx) {
 
 }  // namespace
 
-void register_shape_kernels(KernelTable& t) {
-  t.add("Pad", locked<pad_op>, {1, 3});
-  t.add("Reshape", locked<reshape_op>, {1});
-  t.add("Flatten", locked<flatten_op>);
-  t.add("Transpose", locked<transpose_op>);
-  t.add("Shape", locked<shape_op>);
-  t.add("Constant", locked<constant_op>);
-  t.add("Gather", locked<gather_op>);
-  t.add("Concat", locked<concat_op>);
-  t.add("Unsqueeze", locked<unsqueeze_op>, {1});
-  t.add("Squeeze", locked<squeeze_op>, {1});
-  t.add("Slice", locked<slice_op>, {1, 2, 3, 4});
+GR_REGISTER_OPS(shape) {
+  ops.op("Pad").cuda(locked<pad_op>);
+  ops.op("Reshape").cuda(locked<reshape_op>);
+  ops.op("Flatten").cuda(locked<flatten_op>);
+  ops.op("Transpose").cuda(locked<transpose_op>);
+  ops.op("Shape").cuda(locked<shape_op>);
+  ops.op("Constant").cuda(locked<constant_op>);
+  ops.op("Gather").cuda(locked<gather_op>);
+  ops.op("Concat").cuda(locked<concat_op>);
+  ops.op("Unsqueeze").cuda(locked<unsqueeze_op>);
+  ops.op("Squeeze").cuda(locked<squeeze_op>);
+  ops.op("Slice").cuda(locked<slice_op>);
 }
 
 }  // namespace graphrun::runtime::cuda

@@ -1,0 +1,313 @@
+#!/usr/bin/python3
+# Writes the fuzz seed corpus (tests/fuzz/corpus/<reader>/): small valid files ("good_*") and one file
+# per class of hostile input that crashed or fooled a reader ("bad_*"; the reliability table of issue
+# 11 plus what the fuzzers found). tests/hostile_input_test.cc runs every file through the CLI.
+# Deterministic: rerunning it rewrites the same bytes.
+import gzip
+import os
+import struct
+import sys
+import zlib
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hostile_models import model_of  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "corpus")
+F32 = TensorProto.FLOAT
+
+
+def write(reader, name, data):
+    os.makedirs(os.path.join(OUT, reader), exist_ok=True)
+    if isinstance(data, onnx.ModelProto):
+        data = data.SerializeToString()
+    with open(os.path.join(OUT, reader, name), "wb") as f:
+        f.write(data)
+
+
+def vi(name, shape, dtype=F32):
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def init(name, arr):
+    return numpy_helper.from_array(np.asarray(arr), name)
+
+
+def weights(shape, seed=0):
+    return (np.random.RandomState(seed).randn(*shape) * 0.1).astype(np.float32)
+
+
+# ---- ONNX models ----
+
+def lenet_like(conv_attrs=None, x_shape=("N", 1, 8, 8), w_shape=(2, 1, 3, 3), pool_attrs=None, extra=None):
+    """A tiny LeNet: Conv, Relu, MaxPool, Flatten, Gemm (8x8 input, 2 channels, 3 classes)."""
+    ca = {"kernel_shape": [3, 3], "pads": [0, 0, 0, 0], "strides": [1, 1]}
+    ca.update(conv_attrs or {})
+    ca = {k: v for k, v in ca.items() if v is not None}
+    pa = {"kernel_shape": [2, 2], "strides": [2, 2]}
+    pa.update(pool_attrs or {})
+    nodes = [helper.make_node("Conv", ["image", "conv.w", "conv.b"], ["c"], name="conv", **ca),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("MaxPool", ["r"], ["p"], name="pool", **pa),
+             helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
+             helper.make_node("Gemm", ["f", "fc.w", "fc.b"], ["logits"], name="fc", transB=1)]
+    inits = [init("conv.w", weights(w_shape)), init("conv.b", np.zeros(w_shape[0], np.float32)),
+             init("fc.w", weights((3, 18), 1)), init("fc.b", np.zeros(3, np.float32))]
+    m = model_of(nodes, [vi("image", list(x_shape))], [vi("logits", ["N", 3])], inits, opset=13, name="tiny_lenet")
+    if extra:
+        extra(m)
+    return m
+
+
+def mlp_reshape(shape_const):
+    """Reshape(x[N,2,3], const) -> MatMul -> output: the Reshape constant is the hostile part."""
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["flat"], name="reshape"),
+             helper.make_node("MatMul", ["flat", "w"], ["y"], name="matmul")]
+    inits = [init("shape", np.array(shape_const, dtype=np.int64)), init("w", weights((6, 2)))]
+    return model_of(nodes, [vi("x", ["N", 2, 3])], [vi("y", ["N", 2])], inits, opset=13, name="mlp")
+
+
+def node_attr(m, node_name, attr, value):
+    for n in m.graph.node:
+        if n.name == node_name:
+            for a in list(n.attribute):
+                if a.name == attr:
+                    n.attribute.remove(a)
+            if value is not None:
+                n.attribute.append(helper.make_attribute(attr, value))
+
+
+def set_input_shape(m, shape):
+    t = m.graph.input[0].type.tensor_type
+    t.ClearField("shape")
+    for d in shape:
+        dim = t.shape.dim.add()
+        if isinstance(d, str):
+            dim.dim_param = d
+        else:
+            dim.dim_value = d
+
+
+def replace_init(m, name, arr):
+    for i, t in enumerate(m.graph.initializer):
+        if t.name == name:
+            m.graph.initializer[i].CopyFrom(numpy_helper.from_array(np.asarray(arr), name))
+
+
+def single(op, inputs, attrs=None, inits=(), opset=13, out_rank=4):
+    """One node of `op` over typed inputs [(name, shape, dtype)] and initializers."""
+    ins = [vi(n, s, d) for n, s, d in inputs]
+    names = [n for n, _, _ in inputs] + [t.name for t in inits]
+    node = helper.make_node(op, names, ["y"], name=op.lower(), **(attrs or {}))
+    return model_of([node], ins, [vi("y", [None] * out_rank)], list(inits), opset=opset, name=op.lower())
+
+
+def onnx_cases():
+    yield "good_tiny_lenet.onnx", lenet_like()
+    yield "good_mlp_reshape.onnx", mlp_reshape([-1, 6])
+    yield "good_pad.onnx", single("Pad", [("x", ["N", 3], F32)], inits=[init("pads", np.array([0, 1, 0, 2], np.int64))],
+                                 out_rank=2)
+    # The reliability table: each class once.
+    yield "bad_conv_strides_0.onnx", lenet_like({"strides": [0, 1]})
+    yield "bad_pool_strides_0.onnx", lenet_like(pool_attrs={"strides": [2, 0]})
+    yield "bad_conv_dilations_0.onnx", lenet_like({"dilations": [1, 0]})
+    yield "bad_conv_kernel_0.onnx", lenet_like({"kernel_shape": [0, 3]})
+    yield "bad_conv_pads_length.onnx", lenet_like({"pads": [1, 1]})
+    yield "bad_conv_pads_3_spatial.onnx", lenet_like({"pads": [0] * 6, "strides": [1, 1, 1], "kernel_shape": [3, 3, 3]})
+    yield "bad_conv_negative_pads.onnx", lenet_like({"pads": [0, -2, 0, 0]})
+    yield "bad_conv_float_pads.onnx", lenet_like({"pads": [0.5, 0.0, 0.0, 0.0]})
+    yield "bad_conv_no_kernel_weight_rank_5.onnx", lenet_like({"kernel_shape": None, "pads": None, "strides": None},
+                                                              w_shape=(2, 1, 3, 3, 3))
+    yield "bad_conv_rank0_image.onnx", lenet_like(x_shape=())
+    yield "bad_conv_rank2_image.onnx", lenet_like(x_shape=("N", 64))
+    yield "bad_conv_scalar_weight.onnx", lenet_like(extra=lambda m: replace_init(m, "conv.w", np.float32(0.5)))
+    yield "bad_conv_int64_weight.onnx", lenet_like(extra=lambda m: replace_init(m, "conv.w", np.ones((2, 1, 3, 3), np.int64)))
+    yield "bad_conv_group_0.onnx", lenet_like({"group": 0})
+    yield "bad_conv_auto_pad_bogus.onnx", lenet_like({"auto_pad": "BOGUS", "pads": None})
+    yield "bad_flatten_axis_99.onnx", lenet_like(extra=lambda m: node_attr(m, "flatten", "axis", 99))
+    yield "bad_softmax_axis_99.onnx", single("Softmax", [("x", ["N", 3], F32)], {"axis": 99}, out_rank=2)
+    yield "bad_concat_axis_99.onnx", single("Concat", [("a", ["N", 3], F32), ("b", ["N", 3], F32)], {"axis": 99},
+                                             out_rank=2)
+    yield "bad_transpose_perm.onnx", single("Transpose", [("x", ["N", 3, 4], F32)], {"perm": [0, 0, 7]}, out_rank=3)
+    yield "bad_output_is_input.onnx", lenet_like(extra=lambda m: m.graph.output[0].CopyFrom(m.graph.input[0]))
+    yield "bad_output_is_initializer.onnx", lenet_like(extra=lambda m: m.graph.output.append(vi("fc.b", [3])))
+    yield "bad_reshape_huge.onnx", mlp_reshape([2**40, 2**40])
+    yield "bad_reshape_zero.onnx", mlp_reshape([0, 0, 0, 0])
+    yield "bad_reshape_minus_7.onnx", mlp_reshape([-7, 6])
+    yield "bad_reshape_two_minus_1.onnx", mlp_reshape([-1, -1])
+    yield "bad_matmul_as_conv.onnx", lenet_like(extra=lambda m: setattr(m.graph.node[4], "op_type", "Conv") or
+                                                m.graph.node[4].ClearField("attribute"))
+    yield "bad_pad_huge.onnx", single("Pad", [("x", ["N", 3], F32)],
+                                      inits=[init("pads", np.array([0, 7400000000000000000, 0, 0], np.int64))], out_rank=2)
+    yield "bad_pad_length.onnx", single("Pad", [("x", ["N", 3], F32)], inits=[init("pads", np.array([1, 1], np.int64))],
+                                        out_rank=2)
+    yield "bad_expand_huge.onnx", single("Expand", [("x", [1, 1], F32)],
+                                         inits=[init("shape", np.array([2**31, 2**31], np.int64))], out_rank=2)
+    yield "bad_constant_of_shape_huge.onnx", single("ConstantOfShape", [],
+                                                    inits=[init("shape", np.array([10**6, 10**6, 10], np.int64))],
+                                                    out_rank=3)
+    yield "bad_tile_repeats.onnx", single("Tile", [("x", ["N", 3], F32)], inits=[init("repeats", np.array([2], np.int64))],
+                                          out_rank=2)
+    yield "bad_unsqueeze_axis.onnx", single("Unsqueeze", [("x", ["N", 3], F32)],
+                                            inits=[init("axes", np.array([9], np.int64))], out_rank=3)
+    yield "bad_slice_step_0.onnx", single("Slice", [("x", ["N", 3], F32)],
+                                          inits=[init("starts", np.array([0], np.int64)), init("ends", np.array([2], np.int64)),
+                                                 init("axes", np.array([1], np.int64)), init("steps", np.array([0], np.int64))],
+                                          out_rank=2)
+    yield "bad_gemm_rank3.onnx", single("Gemm", [("a", [2, 3, 4], F32), ("b", [4, 5], F32)], out_rank=2)
+    yield "bad_batchnorm_rank0.onnx", single("BatchNormalization", [("x", [], F32), ("s", [1], F32), ("b", [1], F32),
+                                                                   ("m", [1], F32), ("v", [1], F32)], out_rank=0)
+
+    def optional_input(m):
+        inner = onnx.TypeProto()
+        inner.CopyFrom(m.graph.input[0].type)
+        m.graph.input[0].type.Clear()
+        m.graph.input[0].type.optional_type.elem_type.CopyFrom(inner)
+
+    def sequence_input(m):
+        inner = onnx.TypeProto()
+        inner.CopyFrom(m.graph.input[0].type)
+        m.graph.input[0].type.Clear()
+        m.graph.input[0].type.sequence_type.elem_type.CopyFrom(inner)
+
+    yield "bad_optional_input.onnx", lenet_like(extra=optional_input)
+    yield "bad_sequence_input.onnx", lenet_like(extra=sequence_input)
+    yield "bad_input_dim_minus_7.onnx", lenet_like(x_shape=("N", 1, -7, 8))
+    yield "bad_input_huge_dims.onnx", lenet_like(x_shape=("N", 1, 2**40, 2**40))
+    yield "bad_duplicate_output_names.onnx", lenet_like(extra=lambda m: m.graph.output.append(m.graph.output[0]))
+    yield "bad_initializer_truncated.onnx", lenet_like(
+        extra=lambda m: setattr(m.graph.initializer[0], "raw_data", m.graph.initializer[0].raw_data[:7]))
+    yield "bad_initializer_dims_overflow.onnx", lenet_like(
+        extra=lambda m: m.graph.initializer[1].dims.extend([2**32, 2**32]))
+
+    def typed_huge(m):  # float_data with dims promising a trillion values
+        t = m.graph.initializer[1]
+        t.ClearField("raw_data")
+        t.ClearField("dims")
+        t.dims.extend([10**6, 10**6])
+        t.float_data.extend([0.0, 0.0])
+    yield "bad_initializer_typed_huge.onnx", lenet_like(extra=typed_huge)
+    yield "bad_weight_rank_mismatch_convtranspose.onnx", single(
+        "ConvTranspose", [("x", ["N", 2, 5, 5], F32)], inits=[init("w", weights((2,)))], out_rank=4)
+    # Inputs a random fuzzer found crashing ONNX 1.12's inference (kept as found).
+    probe = os.path.join(HERE, "corpus", "onnx")
+    for name in sorted(os.listdir(probe)) if os.path.isdir(probe) else []:
+        if name.startswith("bad_found_"):
+            yield name, open(os.path.join(probe, name), "rb").read()
+
+
+# ---- .npy ----
+
+def npy(header, payload):
+    header = header + " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode("latin1") + payload
+
+
+def npy_cases():
+    f = np.arange(6, dtype=np.float32).tobytes()
+    yield "good_f32_2x3.npy", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", f)
+    yield "good_scalar.npy", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (), }", f[:4])
+    yield "good_u8_6.npy", npy("{'descr': '|u1', 'fortran_order': False, 'shape': (6,), }", bytes(6))
+    yield "bad_double_comma.npy", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 1, 28, 28,,), }", bytes(6272))
+    yield "bad_plus_sign.npy", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (+2, 3), }", f)
+    yield "bad_unterminated.npy", b"\x93NUMPY\x01\x00" + struct.pack("<H", 40) + b"{'descr': '<f4', 'fortran_order': Fals"
+    yield "bad_no_newline.npy", b"\x93NUMPY\x01\x00" + struct.pack("<H", 54) + \
+        b"{'descr': '<f4', 'fortran_order': False, 'shape': (2,)}" + f[:8]
+    yield "bad_huge_shape.npy", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (1000000, 1000000), }", f)
+    yield "bad_overflow_shape.npy", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }", f)
+    yield "bad_extra_key.npy", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'x': 1, }", f)
+    yield "bad_truncated_payload.npy", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", f[:10])
+
+
+# ---- TensorProto .pb ----
+
+def pb_cases():
+    x = numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3), "x")
+    yield "good_x.pb", x.SerializeToString()
+    yield "good_unnamed.pb", numpy_helper.from_array(np.ones(3, np.int64)).SerializeToString()
+    yield "bad_name_mismatch.pb", numpy_helper.from_array(np.ones((2, 3), np.float32), "labels").SerializeToString()
+    t = TensorProto(name="x", data_type=F32, dims=[10**6, 10**6])
+    t.float_data.extend([1.0, 2.0])
+    yield "bad_typed_huge.pb", t.SerializeToString()
+    t = TensorProto(name="x", data_type=F32, dims=[2**33, 2**33], raw_data=b"\0" * 8)
+    yield "bad_raw_overflow.pb", t.SerializeToString()
+    # An optional (OptionalProto) or a sequence file given where a tensor is expected.
+    opt = onnx.OptionalProto(name="x", elem_type=onnx.OptionalProto.TENSOR, tensor_value=x)
+    yield "bad_optional.pb", opt.SerializeToString()
+    seq = onnx.SequenceProto(name="x", elem_type=onnx.SequenceProto.TENSOR, tensor_values=[x, x])
+    yield "bad_sequence.pb", seq.SerializeToString()
+
+
+# ---- IDX ----
+
+def idx(dims, payload, type_byte=0x08):
+    return bytes([0, 0, type_byte, len(dims)]) + b"".join(struct.pack(">I", d) for d in dims) + payload
+
+
+def gz(data):
+    return gzip.compress(data, mtime=0)
+
+
+def idx_cases():
+    images = idx([2, 4, 4], bytes(range(32)))
+    yield "good_images.idx", images
+    yield "good_labels.idx", idx([2], bytes([1, 7]))
+    yield "good_images.idx.gz", gz(images)
+    yield "good_two_members.idx.gz", gz(images[:10]) + gz(images[10:])
+    yield "bad_gzip_trailing_garbage.idx.gz", gz(images) + b"garbage!"
+    yield "bad_gzip_truncated.idx.gz", gz(images)[:-6]
+    yield "bad_huge_dims.idx", idx([2**31 - 1, 2**31 - 1, 2**31 - 1], bytes(16))
+    yield "bad_more_data.idx.gz", gz(idx([1, 2, 2], bytes(4)) + bytes(1 << 20))
+    yield "bad_rank_9.idx", idx([1] * 9, bytes(1))
+    yield "bad_int_type.idx", idx([2], bytes(8), type_byte=0x0C)
+
+
+# ---- checkpoints ----
+
+def ckpt_payload(meta, tensors):
+    def s(b):
+        b = b.encode() if isinstance(b, str) else b
+        return struct.pack("<I", len(b)) + b
+    p = struct.pack("<I", len(meta)) + b"".join(s(k) + s(v) for k, v in sorted(meta.items()))
+    p += struct.pack("<I", len(tensors))
+    for name, dtype, dims, data in tensors:
+        p += s(name) + struct.pack("<iI", dtype, len(dims)) + b"".join(struct.pack("<q", d) for d in dims)
+        p += struct.pack("<Q", len(data)) + data
+    return p
+
+
+def ckpt(payload):
+    return b"GRCK" + struct.pack("<IQ", 1, len(payload)) + payload + struct.pack("<I", zlib.crc32(payload))
+
+
+META = {"format": "graphrun-train/1", "epoch": "1", "step": "0", "global_step": "2"}
+
+
+def ckpt_cases():
+    w = np.arange(6, dtype=np.float32).tobytes()
+    good = ckpt_payload(META, [("w", 1, [2, 3], w)])
+    yield "good_small.grck", ckpt(good)
+    yield "good_payload_for_wrap", b"P" + good  # the target wraps it with a valid header and CRC
+    flipped = bytearray(ckpt(good))
+    flipped[40] ^= 0xFF
+    yield "bad_crc.grck", bytes(flipped)
+    nan = np.array([1, np.nan, 3, 4, 5, 6], np.float32).tobytes()
+    yield "bad_nan_weights.grck", ckpt(ckpt_payload(META, [("w", 1, [2, 3], nan)]))
+    yield "bad_dims_wrap.grck", ckpt(ckpt_payload(META, [("w", 1, [2**32, 2**32], b"")]))
+    yield "bad_bytes_claim.grck", ckpt(ckpt_payload(META, [("w", 1, [2**20, 2**20], w)]))
+    yield "bad_truncated.grck", ckpt(good)[:-9]
+
+
+def main():
+    for reader, cases in [("onnx", onnx_cases), ("npy", npy_cases), ("pb", pb_cases), ("idx", idx_cases),
+                          ("checkpoint", ckpt_cases)]:
+        for name, data in cases():
+            write(reader, name, data)
+
+
+if __name__ == "__main__":
+    main()
