@@ -16,6 +16,8 @@ std::vector<std::string> trainable_params(const Graph& g, const std::set<std::st
     if (n.op_type == "Dropout")
       for (size_t i = 1; i < n.inputs.size(); ++i) state.insert(n.inputs[i]);
   }
+  // So is what a pass already made state (sync_batchnorm's running statistics).
+  for (const auto& [next, init] : g.state_updates) state.insert(init);
   std::vector<std::string> r;
   for (const auto& [name, t] : g.initializers)
     if (dtype_is_float(t.dtype()) && !state.count(name)) r.push_back(name);

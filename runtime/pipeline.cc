@@ -4,6 +4,7 @@
 #include "graph/passes/bucket_allreduce.h"
 #include "graph/passes/make_batch_symbolic.h"
 #include "graph/passes/remove_noops.h"
+#include "graph/passes/sync_batchnorm.h"
 #include "graph/passes/train_mode.h"
 
 namespace graphrun::runtime {
@@ -23,6 +24,7 @@ passes::Pipeline training_pipeline(const Graph& model, const PipelineOptions& op
   p.add(passes::remove_noops_pass()).add(passes::to_training_pass());
   // The batch dimension varies (shards, the last batch): never fixed.
   if (opts.data_parallel) p.add(passes::make_batch_symbolic_pass(image));
+  if (opts.data_parallel && opts.sync_bn) p.add(passes::sync_batchnorm_pass());
 
   autodiff::LossOptions lo;
   lo.kind = opts.loss;

@@ -30,6 +30,8 @@ struct PipelineOptions {
   std::set<std::string> freeze;
   OptimizerOptions optimizer;
   size_t bucket_bytes = size_t(4) << 20;
+  // --sync-bn: BatchNormalization over the global batch (pass sync_batchnorm; data_parallel only).
+  bool sync_bn = false;
   // false: stop after the backward pass (graphrun grad and show --backward without --devices): the
   // loss gradient is seeded with 1, the inputs keep their shapes, no AllReduce, no optimizer, no
   // replicas; the model may have several inputs.
@@ -40,7 +42,7 @@ struct PipelineOptions {
 };
 
 // The passes a command runs on `model`, with their options: the one place that decides them.
-//   remove_noops -> to_training -> [make_batch_symbolic] -> attach_loss -> backward
+//   remove_noops -> to_training -> [make_batch_symbolic -> (sync_batchnorm)] -> attach_loss -> backward
 //     -> [bucket_allreduce -> add_optimizer -> state_updates]            ([...]: data_parallel only)
 // data_parallel checks what training feeds: exactly one model input (the images, whose batch
 // dimension becomes the symbol N) and the output the loss reads. What is trained is

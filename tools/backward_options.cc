@@ -28,6 +28,11 @@ void check_dump_after_option(const Args& args) {
   }
 }
 
+Option sync_bn_option() {
+  return {"sync-bn", "", "BatchNorm normalises over the global batch of all replicas (SyncBatchNorm: the\n"
+                         "                            statistics summed by ReplicaSum nodes, running statistics alike)"};
+}
+
 runtime::PipelineOptions parse_pipeline_options(const Args& args, bool data_parallel) {
   runtime::PipelineOptions po;
   po.data_parallel = data_parallel;
@@ -45,6 +50,8 @@ runtime::PipelineOptions parse_pipeline_options(const Args& args, bool data_para
     }
   }
   po.optimizer = parse_optimizer_options(args, data_parallel);
+  if (args.has("sync-bn") && !data_parallel) throw Error(args.usage_error("--sync-bn needs --devices"));
+  po.sync_bn = args.has("sync-bn");
   check_dump_after_option(args);
   po.dump_after = args.get("dump-after");
   return po;

@@ -12,6 +12,8 @@ namespace graphrun::cli {
 std::vector<Option> backward_options();
 // --dump-after PASS (show, grad and train).
 Option dump_after_option();
+// --sync-bn (show, grad and train with replicas).
+Option sync_bn_option();
 
 // Reads the options above, --devices and the optimizer flags (before any file is loaded; bad values
 // are usage errors, exit 2). `data_parallel`: the data-parallel pipeline (grad/show --devices N);

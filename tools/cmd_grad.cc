@@ -35,6 +35,7 @@ const Command& grad_command() {
                                          "                            AllReduce and SGD update nodes; inputs add lr and loss_scale"});
     for (const auto& o : optimizer_options()) c.options.push_back(o);
     c.options.push_back(dump_after_option());
+    c.options.push_back(sync_bn_option());
     return c;
   }();
   return cmd;

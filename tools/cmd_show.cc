@@ -28,6 +28,7 @@ std::vector<Option> show_options() {
       {"passes", "", "print the pipeline instead of a graph: one line per pass (name, options, what it\n"
                      "                            does); that of graphrun train, or with --backward that of graphrun grad"},
       dump_after_option(),
+      sync_bn_option(),
   };
   for (const auto& o : backward_options()) r.push_back(o);
   for (const auto& o : optimizer_options()) r.push_back(o);
@@ -81,7 +82,7 @@ int cmd_show(const std::vector<std::string>& argv) {
     throw Error(args.usage_error("--format must be text or dot, got '" + format + "'"));
   if (args.has("passes") && (args.has("dump-after") || format != "text"))
     throw Error(args.usage_error("--passes prints the pipeline as text; it takes no --dump-after or --format dot"));
-  for (const char* o : {"loss", "freeze", "loss-output"})
+  for (const char* o : {"loss", "freeze", "loss-output", "sync-bn"})
     if (args.has(o) && !transforms(args))
       throw Error(args.usage_error("--" + std::string(o) + " needs --backward, --devices, --passes or --dump-after"));
   // Bad values fail before the model loads.

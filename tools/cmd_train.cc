@@ -71,6 +71,7 @@ const Command& train_command() {
                          "                            newest one (bad CRC or contents) is skipped with a warning for\n"
                          "                            the newest good one; none good: an error"},
           dump_after_option(),
+          sync_bn_option(),
       },
       "The model takes images f32[N,1,28,28] (pixels / 255) and returns class scores f32[N,classes].\n"
       "Output: a progress bar (on a terminal), one line per epoch, and `test acc: 0.84, 5.1 sec/epoch on [...]`;\n"
@@ -212,6 +213,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   if ((args.has("lr-step-size") || args.has("lr-gamma")) && o.schedule.kind != runtime::LrSchedule::Kind::Step)
     throw bad("--lr-step-size/--lr-gamma need --lr-schedule step");
   for (const auto& f : args.all("freeze")) o.pipeline.freeze.insert(f);
+  o.pipeline.sync_bn = args.has("sync-bn");
   check_dump_after_option(args);
   o.pipeline.dump_after = args.get("dump-after");
   o.pipeline.dump = &std::cout;

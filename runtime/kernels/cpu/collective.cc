@@ -82,6 +82,16 @@ GR_REGISTER_OPS(collective) {
                   .output("R", "sums over the replicas", "T", variadic)
                   .type("T", numeric_tensor_types(), "numeric tensors")
                   .outputs_like_inputs());
+  // The same sum, in the forward pass (graph/passes/sync_batchnorm.cc): its own op, because the
+  // trainer's gradient buckets are the AllReduce nodes, and because it has a gradient.
+  ops.op(kGraphrunDomain, "ReplicaSum")
+      .cpu(all_reduce)
+      .schema(OpSchemaSpec("each Ri is the sum over all replicas of Xi (SyncBatchNorm's statistics); the identity "
+                           "on one replica")
+                  .input("X", "this replica's values", "T", variadic)
+                  .output("R", "sums over the replicas", "T", variadic)
+                  .type("T", float_tensor_types(), "float tensors")
+                  .outputs_like_inputs());
 }
 
 }  // namespace graphrun::runtime::cpu

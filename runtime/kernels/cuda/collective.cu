@@ -41,7 +41,10 @@ void allreduce_op(KernelContext& ctx) {
 
 }  // namespace
 
-GR_REGISTER_OPS(collective) { ops.op(kGraphrunDomain, "AllReduce").cuda(allreduce_op); }
+GR_REGISTER_OPS(collective) {
+  ops.op(kGraphrunDomain, "AllReduce").cuda(allreduce_op);
+  ops.op(kGraphrunDomain, "ReplicaSum").cuda(allreduce_op);  // the forward-pass sum of --sync-bn
+}
 
 }  // namespace cuda
 }  // namespace graphrun::runtime

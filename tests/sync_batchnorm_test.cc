@@ -1,0 +1,142 @@
+// --sync-bn (pass sync_batchnorm, ReplicaSum): BatchNorm over the global batch. 2 and 3 replicas,
+// shards of unequal size, equal one replica on the whole batch (parameters and running statistics);
+// without --sync-bn they do not; the graph says what it does.
+#include <gtest/gtest.h>
+
+#include <iostream>
+#include <map>
+
+#include "graph/onnx_io.h"
+#include "graph/passes/sync_batchnorm.h"
+#include "runtime/pipeline.h"
+#include "runtime/trainer.h"
+#include "tests/test_util.h"
+#include "tests/trainer_test_util.h"
+
+namespace graphrun {
+namespace {
+
+using runtime::TrainOptions;
+
+// A small BatchNorm CNN for Fashion-MNIST: Conv 5x5 (4 channels) -> BatchNorm -> Relu -> MaxPool ->
+// Gemm, written and saved the way a user's onnx.helper model would be (then loaded back, inferred).
+std::string bn_model_path() {
+  static const std::string path = [] {
+    Graph g;
+    g.name = "bncnn";
+    g.opsets[""] = 17;
+    g.inputs = {"image"};
+    g.outputs = {"logits"};
+    ValueInfo in;
+    in.dtype = DType::F32;
+    in.has_shape = true;
+    in.shape = {Dim("N"), Dim(1), Dim(28), Dim(28)};
+    g.values["image"] = in;
+    g.initializers["conv.w"] = testing::random_tensor({4, 1, 5, 5}, 1, -0.3f, 0.3f);
+    g.initializers["conv.b"] = testing::random_tensor({4}, 2, -0.1f, 0.1f);
+    g.initializers["bn.scale"] = testing::random_tensor({4}, 3, 0.5f, 1.5f);
+    g.initializers["bn.bias"] = testing::random_tensor({4}, 4, -0.1f, 0.1f);
+    g.initializers["bn.mean"] = Tensor::from_vector<float>({4}, {0, 0, 0, 0});
+    g.initializers["bn.var"] = Tensor::from_vector<float>({4}, {1, 1, 1, 1});
+    g.initializers["fc.w"] = testing::random_tensor({10, 576}, 5, -0.05f, 0.05f);
+    g.initializers["fc.b"] = testing::random_tensor({10}, 6, -0.05f, 0.05f);
+    g.initializers["pool.shape"] = Tensor::from_vector<int64_t>({2}, {0, -1});
+    g.nodes = {Node{"conv", "Conv", "", {"image", "conv.w", "conv.b"}, {"c"}, {}},
+               Node{"bn", "BatchNormalization", "", {"c", "bn.scale", "bn.bias", "bn.mean", "bn.var"}, {"n"}, {}},
+               Node{"relu", "Relu", "", {"n"}, {"r"}, {}},
+               Node{"pool", "MaxPool", "", {"r"}, {"p"},
+                    {{"kernel_shape", Attribute::Ints({2, 2})}, {"strides", Attribute::Ints({2, 2})}}},
+               Node{"flat", "Reshape", "", {"p", "pool.shape"}, {"f"}, {}},
+               Node{"fc", "Gemm", "", {"f", "fc.w", "fc.b"}, {"logits"}, {{"transB", Attribute::Int(1)}}}};
+    const std::string file = testing::temp_dir("sync_bn") + "/bncnn.onnx";
+    save_onnx(g, file);
+    return file;
+  }();
+  return path;
+}
+
+int count_ops(const Graph& g, const std::string& op) {
+  int n = 0;
+  for (const Node& node : g.nodes) n += node.op_type == op;
+  return n;
+}
+
+TEST(SyncBatchNorm, RewritesEveryTrainingBatchNormIntoReplicaSums) {
+  const Graph model = load_onnx(bn_model_path());
+  const int bns = count_ops(model, "BatchNormalization");
+  ASSERT_GT(bns, 0);
+  runtime::PipelineOptions po;
+  po.devices = testing::quick(2, 8, 1).pipeline.devices;
+  const runtime::TrainingGraphs plain = runtime::build_training_graphs(model, po);
+  po.sync_bn = true;
+  const runtime::TrainingGraphs synced = runtime::build_training_graphs(model, po);
+  const Graph& g = synced.replicas[0].graph;
+  EXPECT_EQ(count_ops(g, "BatchNormalization"), 0);
+  EXPECT_EQ(count_ops(g, "BatchNormalizationGrad"), 0);
+  // Forward: (sum, count) and the centred squares per BatchNorm; backward: their two gradients.
+  EXPECT_EQ(count_ops(g, "ReplicaSum"), 4 * bns);
+  // The same parameters are trained; the running statistics stay state, updated every step.
+  EXPECT_EQ(synced.params, plain.params);
+  int running = 0;
+  for (const auto& [next, init] : synced.replicas[0].state_updates)
+    for (const Node& n : model.nodes)
+      if (n.op_type == "BatchNormalization" && (init == n.inputs[3] || init == n.inputs[4])) ++running;
+  EXPECT_EQ(running, 2 * bns);
+  // Outside data parallelism there is nothing to synchronise: a usage error in the CLI, not a pass.
+  const auto r = testing::run_command(testing::graphrun_cli() + " show " + bn_model_path() + " --backward --sync-bn");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--sync-bn needs --devices"), std::string::npos) << r.output;
+  const auto shown = testing::run_command(testing::graphrun_cli() + " show " + bn_model_path() + " --devices 2 --sync-bn");
+  EXPECT_EQ(shown.exit_code, 0) << shown.output;
+  EXPECT_NE(shown.output.find("ReplicaSum"), std::string::npos);
+}
+
+// After `steps` steps: every replica's parameters and running statistics (of replica `d`).
+std::map<std::string, Tensor> states_of(const Graph& model, const TrainOptions& o, int d) {
+  runtime::Trainer t(model, o);
+  t.train_epoch(0);
+  std::map<std::string, Tensor> r;
+  for (const auto& [name, v] : t.replica(d).states())
+    if (model.initializers.count(name)) r[name] = runtime::to_host(v);
+  return r;
+}
+
+double worst(const std::map<std::string, Tensor>& a, const std::map<std::string, Tensor>& b, std::string* where) {
+  double w = 0;
+  for (const auto& [name, t] : b) {
+    const double d = testing::max_rel_diff(a.at(name), t);
+    if (d > w) w = d, *where = name;
+  }
+  return w;
+}
+
+// Batch 10: shards of 5+5 and 4+3+3. 20 SGD steps with momentum. One replica without --sync-bn is
+// the reference (BatchNorm over the whole batch); 2 and 3 replicas with --sync-bn equal it, on every
+// replica, and differ from it without --sync-bn (each shard's own statistics).
+TEST(SyncBatchNorm, TwoAndThreeReplicasEqualOneOnTheWholeBatch) {
+  if (!testing::have_data()) GTEST_SKIP() << "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)";
+  const Graph model = load_onnx(bn_model_path());
+  TrainOptions o = testing::quick(1, 10, 20, 100);
+  o.lr = 0.05;
+  o.pipeline.optimizer.momentum = 0.9f;
+  const auto whole = states_of(model, o, 0);
+  std::string where;
+  for (int D : {2, 3}) {
+    TrainOptions od = o;
+    od.pipeline.devices = testing::quick(D, 10, 20).pipeline.devices;
+    od.pipeline.sync_bn = true;
+    for (int d = 0; d < D; ++d) {
+      const double w = worst(states_of(model, od, d), whole, &where);
+      EXPECT_LE(w, 1e-5) << D << " replicas with --sync-bn, replica " << d << ": " << where;
+      std::cout << D << " replicas, --sync-bn, replica " << d << ": max relative difference " << w << " (" << where
+                << ")\n";
+    }
+    od.pipeline.sync_bn = false;
+    const double w = worst(states_of(model, od, 0), whole, &where);
+    EXPECT_GT(w, 1e-3) << D << " replicas without --sync-bn should differ (per-shard statistics)";
+    std::cout << D << " replicas, without --sync-bn: max relative difference " << w << " (" << where << ")\n";
+  }
+}
+
+}  // namespace
+}  // namespace graphrun
