@@ -544,9 +544,11 @@ void adam_cases(Cases& cs) {
 }
 TEST(GpuKernels, AdamUpdate) { expect_group_on_gpu(adam_cases); }
 
-// Without a communicator AllReduce runs in a group of one: its outputs are its inputs.
+// Without a communicator AllReduce (and --sync-bn's ReplicaSum) runs in a group of one: its outputs
+// are its inputs.
 void all_reduce_cases(Cases& cs) {
   cs.add("AllReduce", {random_tensor({5}, 120), random_tensor({2, 2}, 121)}, {}, 2, 0, 17, kGraphrunDomain);
+  cs.add("ReplicaSum", {random_tensor({1, 3, 1}, 122), random_tensor({}, 123)}, {}, 2, 0, 17, kGraphrunDomain);
 }
 TEST(GpuKernels, AllReduceAlone) { expect_group_on_gpu(all_reduce_cases); }
 
