@@ -92,6 +92,7 @@ std::string GradContext::fwd_output(size_t i) {
   if (fwd_.op_type == "MaxPool" && i == 1) base = fwd_.outputs.at(0) + "_indices";
   if (fwd_.op_type == "Dropout" && i == 1) base = fwd_.outputs.at(0) + "_mask";
   if (fwd_.op_type == "SoftmaxCrossEntropyLoss" && i == 1) base = fwd_.outputs.at(0) + "_log_prob";
+  if (fwd_.op_type == "LayerNormalization" && (i == 1 || i == 2)) base = fwd_.outputs.at(0) + (i == 1 ? "_mean" : "_invstd");
   std::string name = g_.unique_name(base);
   if (fwd_.outputs.size() <= i) fwd_.outputs.resize(i + 1);
   fwd_.outputs[i] = name;

@@ -15,6 +15,7 @@
 #include "graph/graphrun_schemas.h"
 #include "graph/onnx_tensor.h"
 #include "graph/passes/fill_reshape_dims.h"
+#include "graph/passes/fill_slice_ranks.h"
 #include "graph/validate.h"
 
 namespace graphrun {
@@ -329,7 +330,8 @@ onnx::ModelProto model_from_graph(const Graph& g) {
 }
 
 // Runs ONNX shape inference on `m` in place; graphrun's schemas make its own ops inferable, and
-// passes::fill_reshape_dims fills in the Reshapes ONNX leaves unknown (torch's flatten).
+// passes::fill_reshape_dims and fill_slice_ranks fill in the Reshapes and Slices ONNX leaves unknown
+// (torch's flatten and chunk).
 // ONNX names the unknown dimensions it creates "unk__0", "unk__1", ...; graphrun shows those as "?"
 // (symbols the model itself uses, such as "N", stay).
 void run_inference(onnx::ModelProto& m, bool strict) {
@@ -356,9 +358,14 @@ void run_inference(onnx::ModelProto& m, bool strict) {
     });
   };
   forget_generated();
-  // A second pass carries what graphrun's own rules found to the nodes downstream.
-  if (passes::fill_reshape_dims(m, shape_data)) {
-    onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(), opts);
+  // More passes carry what graphrun's own rules found to the nodes downstream (a filled Slice can make
+  // a later Reshape's target computable); a few rounds reach every model seen so far.
+  for (int round = 0; round < 4; ++round) {
+    const bool reshaped = passes::fill_reshape_dims(m, shape_data);
+    const bool sliced = passes::fill_slice_ranks(m, shape_data);
+    if (!reshaped && !sliced) break;
+    shape_data.clear();
+    onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(), opts, &shape_data);
     forget_generated();
   }
 }

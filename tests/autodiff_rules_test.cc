@@ -292,6 +292,29 @@ TEST(GradRules, BatchNormalizationInference) {
   check_gradients(t, t.node("BatchNormalization", {x, s, b, "mean", "var"}), wrt({"x", "scale", "bias"}));
 }
 
+TEST(GradRules, LayerNormalizationReusesTheForwardStatistics) {
+  for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly, ShapeInfo::None})
+    for (int64_t axis : {-1, 1}) {
+      TestGraph t(17);
+      std::string x = t.param("x", {2, 3, 4}, 1, -2, 2);
+      const Shape ps = axis == -1 ? Shape{4} : Shape{3, 4};
+      std::string s = t.param("scale", ps, 2, 0.5, 1.5);
+      std::string b = t.param("bias", ps, 3);
+      std::string y = t.node("LayerNormalization", {x, s, b},
+                             {{"axis", A::Int(axis)}, {"epsilon", A::Float(1e-3f)}, {"stash_type", A::Int(11)}});
+      CheckOptions o = shapes(si);
+      Graph bg = check_gradients(t, y, o);
+      EXPECT_EQ(count_ops(bg, "LayerNormalizationGrad"), 1);
+      EXPECT_EQ(count_ops(bg, "LayerNormalization"), 1) << "the statistics are computed once";
+    }
+  // Without B, and with only X needing a gradient.
+  TestGraph t(17);
+  std::string x = t.param("x", {3, 5}, 4);
+  t.g.initializers["scale"] = random_f64({5}, 5);
+  std::string y = t.node("LayerNormalization", {x, "scale"}, {{"stash_type", A::Int(11)}});
+  check_gradients(t, y, wrt({"x"}));
+}
+
 TEST(GradRules, DropoutUsesTheForwardMask) {
   TestGraph t(13);
   std::string x = t.param("x", {4, 6}, 1);
@@ -402,6 +425,44 @@ TEST(GradRules, SliceStepsAndNegativeIndices) {
     t.g.initializers["ax"] = i64s(c.axes);
     t.g.initializers["sp"] = i64s(c.steps);
     check_gradients(t, t.node("Slice", {x, "st", "en", "ax", "sp"}));
+  }
+}
+
+// torch's chunk: bounds computed from Shape at run time; the gradient pads by run-time amounts, and
+// Concat's gradient slices by run-time sizes when the sliced sizes are symbolic.
+TEST(GradRules, SliceWithBoundsComputedAtRunTimeAndConcatOfThem) {
+  for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly}) {
+    TestGraph t(17);
+    std::string y = t.node("Neg", {t.param("x", {2, 6, 3}, 1)});
+    t.g.initializers["one"] = i64s({1});
+    t.g.initializers["two"] = i64s({2});
+    t.g.initializers["zero"] = i64s({0});
+    t.g.initializers["big"] = i64s({INT64_MAX});
+    std::string half = t.node("Div", {t.node("Gather", {t.node("Shape", {y}), "one"}, {{"axis", A::Int(0)}}), "two"});
+    std::string first = t.node("Slice", {y, "zero", half, "one"});
+    std::string second = t.node("Slice", {y, half, t.node("Mul", {half, "two"}), "one"});
+    std::string tail = t.node("Slice", {y, t.node("Neg", {half}), "big", "one"});  // negative start: the last half
+    std::string cat = t.node("Concat", {second, tail, first}, {{"axis", A::Int(1)}});
+    Graph bg = check_gradients(t, t.node("Mul", {cat, cat}), shapes(si));
+    EXPECT_GE(count_ops(bg, "Pad"), 3);
+  }
+}
+
+// Gather on a value of symbolic shape (ViT's x[:, 0]): the one-hot product built from Shape and Range.
+TEST(GradRules, GatherOnSymbolicShapes) {
+  struct Case { Tensor idx; int64_t axis; };
+  std::vector<Case> cases = {{Tensor::scalar<int64_t>(0), 1},
+                             {i64s({0, -1, 2, 2}, {2, 2}), 1},
+                             {i64s({3, 0}), 0},
+                             {i64s({-1}), 2}};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE("case " + std::to_string(i));
+    TestGraph t(17);
+    std::string data = t.node("Neg", {t.param("x", {4, 3, 5}, 1)});
+    t.g.initializers["idx"] = cases[i].idx;
+    std::string y = t.node("Gather", {data, "idx"}, {{"axis", A::Int(cases[i].axis)}});
+    Graph bg = check_gradients(t, y, shapes(ShapeInfo::RankOnly));
+    EXPECT_EQ(count_ops(bg, "Range"), 1);
   }
 }
 

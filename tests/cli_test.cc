@@ -116,7 +116,7 @@ TEST(Cli, HelpOfEveryCommandIsLaidOutInTwoColumns) {
   for (const char* cmd : {"  run ", "  show ", "  grad ", "  train "}) EXPECT_NE(top.output.find(cmd), std::string::npos);
   CommandResult unknown = graphrun("frobnicate");
   EXPECT_EQ(unknown.exit_code, 2);
-  EXPECT_EQ(unknown.output, "graphrun: unknown command 'frobnicate' (commands: run, show, grad, train; see graphrun --help)\n");
+  EXPECT_EQ(unknown.output, "graphrun: unknown command 'frobnicate' (commands: run, show, grad, train, check; see graphrun --help)\n");
 }
 
 // The forms a flag takes on the real command line, and one line with exit 2 for each misuse.

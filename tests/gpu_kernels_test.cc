@@ -478,6 +478,14 @@ void batch_norm_cases(Cases& cs) {
   cs.add("Dropout", {x, ratio, bool_scalar(false)}, {}, 2, 0, 13);
   cs.add("Dropout", {x}, {}, 2, 0, 13);
   cs.add("Dropout", {x, Tensor::scalar<float>(0.f), bool_scalar(true)}, {}, 2, 0, 13);
+  // LayerNormalization over the last axis and over the last two, with and without B; its gradient from
+  // the forward's statistics.
+  Tensor lx = random_tensor({3, 4, 70}, 87, -2.f, 2.f), ls = random_tensor({70}, 88), lb = random_tensor({70}, 89);
+  cs.add("LayerNormalization", {lx, ls, lb}, {{"epsilon", Attribute::Float(1e-3f)}}, 3, 1e-5, 17);
+  cs.add("LayerNormalization", {lx, random_tensor({4, 70}, 90)}, {{"axis", Attribute::Int(1)}}, 1, 1e-5, 17);
+  auto stats = testing::run_node("LayerNormalization", {lx, ls, lb}, {}, 3, 17);
+  cs.add("LayerNormalizationGrad", {random_tensor({3, 4, 70}, 91), lx, ls, stats[1], stats[2]}, {}, 3, 1e-4, 17,
+         kGraphrunDomain);
 }
 TEST(GpuKernels, BatchNormalizationAndDropout) { expect_group_on_gpu(batch_norm_cases); }
 

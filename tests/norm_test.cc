@@ -1,6 +1,6 @@
-// BatchNormalization (inference, training in opsets 9 and 15, opset 7's spatial=0), Dropout and
-// BatchNormalizationGrad on the CPU: against formulas in double, PyTorch's training-mode running
-// statistics, and central differences of training-mode BatchNormalization.
+// BatchNormalization (inference, training in opsets 9 and 15, opset 7's spatial=0), LayerNormalization,
+// Dropout, BatchNormalizationGrad and LayerNormalizationGrad on the CPU: against formulas in double,
+// PyTorch's training-mode running statistics, and central differences of the forward ops.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -163,6 +163,75 @@ TEST(Norm, BatchNormalizationGradMatchesCentralDifferences) {
   }
 }
 
+// LayerNormalization in double: Y, and the per-row mean and inverse standard deviation.
+struct LnRef {
+  Tensor y;
+  std::vector<double> mean, invstd;
+};
+LnRef ref_ln(const Tensor& X, const Tensor& scale, const Tensor& B, int axis, double eps) {
+  auto x = X.as_doubles(), sc = scale.as_doubles();
+  std::vector<double> b = B.defined() ? B.as_doubles() : std::vector<double>(sc.size(), 0.0);
+  int64_t inner = 1;
+  for (int i = axis; i < X.rank(); ++i) inner *= X.dim(i);
+  const int64_t outer = X.numel() / inner;
+  LnRef r{Tensor(DType::F64, X.shape()), {}, {}};
+  for (int64_t o = 0; o < outer; ++o) {
+    double m = 0, v = 0;
+    for (int64_t j = 0; j < inner; ++j) m += x[o * inner + j] / inner;
+    for (int64_t j = 0; j < inner; ++j) v += std::pow(x[o * inner + j] - m, 2) / inner;
+    r.mean.push_back(m);
+    r.invstd.push_back(1 / std::sqrt(v + eps));
+    for (int64_t j = 0; j < inner; ++j)
+      r.y.data<double>()[o * inner + j] = (x[o * inner + j] - m) * r.invstd.back() * sc[j] + b[j];
+  }
+  return r;
+}
+
+TEST_P(Norm, LayerNormMatchesTheDefinitionOnEveryAxis) {
+  const DType dt = GetParam();
+  const Shape s{2, 3, 4};
+  Tensor x = as_dtype(random_tensor(s, 41, -3, 3), dt);
+  for (int64_t axis : {-1, -2, 0, 1, 2}) {
+    const int a = static_cast<int>(axis < 0 ? axis + 3 : axis);
+    const Shape ps(s.begin() + a, s.end());
+    Tensor scale = as_dtype(random_tensor(ps, 42), dt), b = as_dtype(random_tensor(ps, 43), dt);
+    for (bool with_b : {true, false}) {
+      const double eps = static_cast<double>(1e-3f);
+      LnRef want = ref_ln(x, scale, with_b ? b : Tensor(), a, eps);
+      std::vector<Tensor> in{x, scale};
+      if (with_b) in.push_back(b);
+      auto got = run_node("LayerNormalization", in, {{"axis", int1(axis)}, {"epsilon", flt(1e-3f)}}, 3, 17);
+      const double tol = dt == DType::F64 ? 1e-12 : 1e-5;
+      EXPECT_LT(max_rel_diff(got[0], want.y), tol) << "axis " << axis;
+      Shape stats = s;
+      for (int i = a; i < 3; ++i) stats[i] = 1;
+      ASSERT_EQ(shape_str(got[1].shape()), shape_str(stats));
+      EXPECT_EQ(got[1].dtype(), DType::F32) << "stash_type 1 keeps float statistics";
+      EXPECT_LT(max_rel_diff(got[1], Tensor::from_vector<double>(stats, want.mean)), 1e-6);
+      EXPECT_LT(max_rel_diff(got[2], Tensor::from_vector<double>(stats, want.invstd)), 1e-6);
+    }
+  }
+}
+
+TEST(Norm, LayerNormalizationGradMatchesCentralDifferences) {
+  for (auto [s, axis] : std::vector<std::pair<Shape, int>>{{{4, 5}, -1}, {{2, 3, 4}, 1}, {{3, 2, 2}, 0}}) {
+    const Shape ps(s.begin() + (axis < 0 ? axis + (int)s.size() : axis), s.end());
+    Tensor x = random_f64(s, 51, -2, 2), scale = random_f64(ps, 52), b = random_f64(ps, 53), dy = random_f64(s, 54);
+    const Attrs at{{"axis", int1(axis)}, {"epsilon", flt(1e-3f)}, {"stash_type", int1(11)}};
+    auto ln = [&](const std::vector<Tensor>& in) { return run_node("LayerNormalization", in, at, 1, 17)[0]; };
+    auto fwd = run_node("LayerNormalization", {x, scale, b}, at, 3, 17);
+    ASSERT_EQ(fwd[1].dtype(), DType::F64);
+    for (int threads : {1, 2}) {
+      auto g = run_node_ex("LayerNormalizationGrad", {dy, x, scale, fwd[1], fwd[2]}, {{"axis", int1(axis)}},
+                           {true, true, true}, threads, 17, "ai.graphrun");
+      const std::vector<Tensor> in{x, scale, b};
+      EXPECT_LT(max_rel_diff(g[0], numeric_gradient(ln, in, 0, dy)), 1e-7) << shape_str(s) << " dX";
+      EXPECT_LT(max_rel_diff(g[1], numeric_gradient(ln, in, 1, dy)), 1e-7) << shape_str(s) << " dScale";
+      EXPECT_LT(max_rel_diff(g[2], numeric_gradient(ln, in, 2, dy)), 1e-7) << shape_str(s) << " dB";
+    }
+  }
+}
+
 Tensor bool_scalar(bool v) {
   Tensor t(DType::Bool, {});
   *static_cast<uint8_t*>(t.raw()) = v;
@@ -220,6 +289,10 @@ TEST(Norm, BadInputGivesClearErrors) {
   expect_error("BatchNormalization", {x, p3, p3, p3, to_f64(p3)}, {}, "input_var");
   expect_error("BatchNormalization", {random_tensor({3}, 1), p3, p3, p3, p3}, {}, "rank");
   expect_error("Dropout", {x, Tensor::scalar<float>(1.5f), bool_scalar(true)}, {}, "ratio");
+  expect_error("LayerNormalization", {x, p3}, {}, "Scale", 17);
+  expect_error("LayerNormalization", {x, p4, p3}, {}, "B", 17);
+  expect_error("LayerNormalization", {x, p4}, {{"axis", int1(3)}}, "axis", 17);
+  expect_error("LayerNormalization", {x, p4}, {{"stash_type", int1(10)}}, "stash_type", 17);
 }
 
 }  // namespace

@@ -52,5 +52,6 @@ int cmd_run(const std::vector<std::string>& argv);
 int cmd_show(const std::vector<std::string>& argv);
 int cmd_grad(const std::vector<std::string>& argv);
 int cmd_train(const std::vector<std::string>& argv);
+int cmd_check(const std::vector<std::string>& argv);
 
 }  // namespace graphrun::cli

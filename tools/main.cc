@@ -19,6 +19,7 @@ const char* kHelp =
     "  show   print a model, its backward graph or its per-device graphs (text or Graphviz)\n"
     "  grad   write forward + loss + backward as an ONNX model\n"
     "  train  train a model on Fashion-MNIST (or any MNIST-format data), data-parallel\n"
+    "  check  can the model be trained? missing kernels and gradients, a numeric gradient check\n"
     "\n"
     "'graphrun <command> --help' describes each command.\n";
 
@@ -37,7 +38,8 @@ int main(int argc, char** argv) {
     if (cmd == "show") return graphrun::cli::cmd_show(args);
     if (cmd == "grad") return graphrun::cli::cmd_grad(args);
     if (cmd == "train") return graphrun::cli::cmd_train(args);
-    std::cerr << "graphrun: unknown command '" << cmd << "' (commands: run, show, grad, train; see graphrun --help)\n";
+    if (cmd == "check") return graphrun::cli::cmd_check(args);
+    std::cerr << "graphrun: unknown command '" << cmd << "' (commands: run, show, grad, train, check; see graphrun --help)\n";
     return 2;
   } catch (const graphrun::Error& e) {
     std::cout.flush();

@@ -1,6 +1,7 @@
 // Gradient rules of neural-network ops: Conv/ConvTranspose (ai.graphrun ConvGrad), pooling (MaxPoolGrad
-// from the forward's Indices, AveragePoolGrad; GlobalAveragePool with standard ops), BatchNormalization
-// and Dropout (the mask saved by the forward pass).
+// from the forward's Indices, AveragePoolGrad; GlobalAveragePool with standard ops), BatchNormalization,
+// LayerNormalization (LayerNormalizationGrad from the forward's saved Mean and InvStdDev) and Dropout
+// (the mask saved by the forward pass).
 #include <climits>
 
 #include "autodiff/rules/rules.h"
@@ -119,6 +120,18 @@ void batch_norm_grad(GradContext& ctx) {
   if (ctx.needs(2)) ctx.set_dx(2, ctx.reduce_sum(ctx.dy(), all_but_channel(r), false));
 }
 
+// The forward's Mean and InvStdDev outputs (added to the node when the model did not ask for them) feed
+// LayerNormalizationGrad, as ONNX Runtime's gradient does: the statistics are computed once.
+void layer_norm_grad(GradContext& ctx) {
+  const bool want_b = ctx.fwd().has_input(2) && ctx.needs(2);
+  if (ctx.dy().empty() || (!ctx.needs(0) && !ctx.needs(1) && !want_b)) return;
+  std::string mean = ctx.fwd_output(1), invstd = ctx.fwd_output(2);
+  auto d = ctx.op_n("LayerNormalizationGrad", {ctx.dy(), ctx.in(0), ctx.in(1), mean, invstd},
+                    {ctx.needs(0), ctx.needs(1), want_b}, copy_attrs(ctx.fwd(), {"axis"}), kGraphrunDomain);
+  for (size_t i = 0; i < 3; ++i)
+    if (!d[i].empty()) ctx.set_dx(i, d[i]);
+}
+
 // Training: Y = X * mask / (1 - ratio), so dX = dY * mask / (1 - ratio); inference: dX = dY.
 void dropout_grad(GradContext& ctx) {
   const Node& n = ctx.fwd();
@@ -181,6 +194,7 @@ GR_REGISTER_OPS(nn) {
   ops.op("GlobalAveragePool").gradient(global_average_pool_grad);
   ops.op("GlobalMaxPool").gradient(global_max_pool_grad);
   ops.op("BatchNormalization").gradient(batch_norm_grad);
+  ops.op("LayerNormalization").gradient(layer_norm_grad);
   ops.op("Dropout").gradient(dropout_grad).output_dtype(1, DType::Bool);
   // Random values do not depend on their inputs' values.
   ops.op("RandomNormal").no_gradient();

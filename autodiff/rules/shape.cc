@@ -74,6 +74,41 @@ std::string unslice_axis(GradContext& ctx, const std::string& g, int rank, int64
   return ctx.transpose(r, inv);
 }
 
+// ---- shape computations for symbolic shapes (ONNX Runtime's dynamic path): i64 [1] values ----
+
+// The size of `axis` of v at run time.
+std::string runtime_dim(GradContext& ctx, const std::string& v, int64_t axis) {
+  return ctx.slice(ctx.op("Shape", {v}), {axis}, {axis + 1}, {0});
+}
+
+// Element i of a 1-D integer input (starts, ends), as i64 [1]; a Constant when the input is one.
+std::string element_i64(GradContext& ctx, const std::string& v, int64_t i) {
+  Tensor t = ctx.constant_value(v);
+  if (t.defined()) return ctx.ints({t.as_int64s().at(i)});
+  std::string e = ctx.slice(v, {i}, {i + 1}, {0});
+  if (ctx.dtype(v) != DType::I64) e = ctx.op("Cast", {e}, {{"to", Attribute::Int(static_cast<int64_t>(DType::I64))}});
+  return e;
+}
+
+// A Slice bound clamped to [0, d] as Slice does for step 1 (negative: from the end). Min first, so that
+// INT64_MAX ("to the end") never overflows the Add.
+std::string clamp_bound(GradContext& ctx, const std::string& b, const std::string& d) {
+  std::string v = ctx.op("Min", {b, d});
+  std::string zero = ctx.ints({0});
+  v = ctx.op("Where", {ctx.op("Less", {v, zero}), ctx.op("Add", {v, d}), v});
+  return ctx.op("Max", {v, zero});
+}
+
+// Zero Pad of g with `before`/`after` (i64 [1], computed at run time) on one axis.
+std::string pad_axis_runtime(GradContext& ctx, const std::string& g, int rank, int64_t axis, const std::string& before,
+                             const std::string& after) {
+  GR_CHECK(ctx.opset() >= 11, ctx.fwd().describe() << ": its gradient with sizes known only at run time needs opset >= 11");
+  std::vector<std::string> parts;
+  for (int i = 0; i < 2 * rank; ++i)
+    parts.push_back(i == axis ? before : i == rank + axis ? after : ctx.ints({0}));
+  return ctx.op("Pad", {g, ctx.op("Concat", parts, {{"axis", Attribute::Int(0)}})});
+}
+
 }  // namespace
 
 // Reshape, Flatten, Squeeze, Unsqueeze: the gradient takes the input's shape back.
@@ -98,15 +133,28 @@ void concat_grad(GradContext& ctx) {
   int r = ctx.rank(ctx.out(0));
   if (r < 0) r = ctx.rank(ctx.in(0));
   int64_t axis = norm_axis(n.attr_i("axis", 0), r, n);
+  // The slabs' bounds: constants while every size before is known, then shape computations.
   int64_t offset = 0;
+  std::string offset_rt;  // the offset at run time, once a size is symbolic
   for (size_t i = 0; i < ctx.num_inputs(); ++i) {
     bool need = ctx.needs(i);
     bool later_need = false;
     for (size_t j = i + 1; j < ctx.num_inputs(); ++j) later_need |= ctx.needs(j);
     if (!need && !later_need) break;
-    int64_t size = static_dim(ctx, ctx.in(i), axis, "Concat");
-    if (need) ctx.set_dx(i, ctx.slice(ctx.dy(), {offset}, {offset + size}, {axis}));
-    offset += size;
+    const ValueInfo vi = ctx.type_of(ctx.in(i));
+    const bool known = vi.has_shape && axis < static_cast<int64_t>(vi.shape.size()) && vi.shape[axis].known();
+    if (known && offset_rt.empty()) {
+      int64_t size = vi.shape[axis].size;
+      if (need) ctx.set_dx(i, ctx.slice(ctx.dy(), {offset}, {offset + size}, {axis}));
+      offset += size;
+      continue;
+    }
+    GR_CHECK(ctx.opset() >= 10, n.describe() << ": the Concat gradient with symbolic sizes needs opset >= 10");
+    if (offset_rt.empty()) offset_rt = ctx.ints({offset});
+    std::string size = known ? ctx.ints({vi.shape[axis].size}) : runtime_dim(ctx, ctx.in(i), axis);
+    std::string end = ctx.op("Add", {offset_rt, size});
+    if (need) ctx.set_dx(i, ctx.op("Slice", {ctx.dy(), offset_rt, end, ctx.ints({axis})}));
+    offset_rt = end;
   }
 }
 
@@ -120,6 +168,33 @@ void split_grad(GradContext& ctx) {
   ctx.set_dx(0, ctx.op("Concat", parts, {{"axis", Attribute::Int(axis)}}));
 }
 
+// Slice with starts or ends known only at run time: step 1 on every axis, dX = Pad(dY) by the clamped
+// bounds, computed in the graph.
+void slice_grad_runtime(GradContext& ctx) {
+  const Node& n = ctx.fwd();
+  const std::string& x = ctx.in(0);
+  const int r = ctx.rank(x);
+  bool has_axes = false, has_steps = false;
+  std::vector<int64_t> axes = const_ints(ctx, 3, "", &has_axes), steps = const_ints(ctx, 4, "", &has_steps);
+  if (!has_axes) {
+    const ValueInfo si = ctx.type_of(ctx.in(1));
+    GR_CHECK(si.has_shape && si.shape.size() == 1 && si.shape[0].known(),
+             n.describe() << ": the Slice gradient needs the number of its starts");
+    for (int64_t i = 0; i < si.shape[0].size; ++i) axes.push_back(i);
+  }
+  std::string g = ctx.dy();
+  for (size_t i = 0; i < axes.size(); ++i) {
+    GR_CHECK(!has_steps || steps.at(i) == 1,
+             n.describe() << ": the gradient of a strided Slice needs constant starts and ends");
+    const int64_t a = norm_axis(axes[i], r, n);
+    std::string dim = runtime_dim(ctx, x, a);
+    std::string cs = clamp_bound(ctx, element_i64(ctx, ctx.in(1), static_cast<int64_t>(i)), dim);
+    std::string ce = clamp_bound(ctx, element_i64(ctx, ctx.in(2), static_cast<int64_t>(i)), dim);
+    g = pad_axis_runtime(ctx, g, r, a, cs, ctx.op("Sub", {dim, ctx.op("Max", {ce, cs})}));
+  }
+  ctx.set_dx(0, g);
+}
+
 void slice_grad(GradContext& ctx) {
   const Node& n = ctx.fwd();
   const std::string& x = ctx.in(0);
@@ -127,6 +202,10 @@ void slice_grad(GradContext& ctx) {
   GR_CHECK(r >= 0, n.describe() << ": the Slice gradient needs the rank of its input");
   std::vector<int64_t> starts, ends, axes, steps;
   bool has_axes = false, has_steps = false;
+  // Bounds computed at run time (torch's chunk) or axes of symbolic size: a Pad by run-time amounts.
+  const bool runtime_bounds = ctx.opset() >= 10 && (!ctx.constant_value(ctx.in(1)).defined() ||
+                                                    !ctx.constant_value(ctx.in(2)).defined());
+  if (runtime_bounds) return slice_grad_runtime(ctx);
   if (ctx.opset() >= 10) {
     starts = const_ints(ctx, 1, "", nullptr);
     ends = const_ints(ctx, 2, "", nullptr);
@@ -151,6 +230,13 @@ void slice_grad(GradContext& ctx) {
     // x[s:] with step 1 needs no size: nothing is cut after the slice.
     if (k == 1 && s >= 0 && e >= (int64_t{1} << 31)) {
       if (s > 0) g = ctx.pad(g, pads_on_axis(r, a, s, 0));
+      continue;
+    }
+    const ValueInfo xi = ctx.type_of(x);
+    if (k == 1 && !(xi.has_shape && xi.shape.at(a).known())) {
+      std::string dim = runtime_dim(ctx, x, a);
+      std::string cs = clamp_bound(ctx, ctx.ints({s}), dim), ce = clamp_bound(ctx, ctx.ints({e}), dim);
+      g = pad_axis_runtime(ctx, g, r, a, cs, ctx.op("Sub", {dim, ctx.op("Max", {ce, cs})}));
       continue;
     }
     int64_t d = static_dim(ctx, x, a, "Slice");
@@ -223,14 +309,49 @@ void pad_grad(GradContext& ctx) {
   ctx.set_dx(0, g);
 }
 
+// The Gather gradient when data's shape is symbolic: dY viewed with the index axes flattened to one,
+// that axis moved last, times the one-hot [P, V] of the indices (V = Range(size of the axis) at run
+// time), moved back: data's shape without a constant in sight.
+void gather_grad_runtime(GradContext& ctx) {
+  const Node& n = ctx.fwd();
+  const std::string &data = ctx.in(0), &indices = ctx.in(1);
+  const int r = ctx.rank(data);
+  GR_CHECK(r >= 1, n.describe() << ": the Gather gradient needs the rank of '" << data << "'");
+  GR_CHECK(ctx.opset() >= 11, n.describe() << ": the Gather gradient with a symbolic shape needs opset >= 11");
+  const int64_t axis = norm_axis(n.attr_i("axis", 0), r, n);
+  const DType t = ctx.dtype(data);
+  std::string shp = ctx.op("Shape", {data});
+  std::vector<std::string> view;
+  if (axis > 0) view.push_back(ctx.slice(shp, {0}, {axis}, {0}));
+  view.push_back(ctx.ints({-1}));
+  if (axis + 1 < r) view.push_back(ctx.slice(shp, {axis + 1}, {r}, {0}));
+  std::string dyv = ctx.reshape(ctx.dy(), view.size() == 1 ? view[0] : ctx.op("Concat", view, {{"axis", Attribute::Int(0)}}));
+  std::vector<int64_t> perm, inv(r);
+  for (int i = 0; i < r; ++i)
+    if (i != axis) perm.push_back(i);
+  perm.push_back(axis);
+  for (int i = 0; i < r; ++i) inv[perm[i]] = i;
+  std::string dim = runtime_dim(ctx, data, axis);  // [1]
+  std::string idx = indices;
+  if (ctx.dtype(idx) != DType::I64) idx = ctx.op("Cast", {idx}, {{"to", Attribute::Int(static_cast<int64_t>(DType::I64))}});
+  idx = ctx.reshape(idx, ctx.ints({-1, 1}));
+  idx = ctx.op("Where", {ctx.op("Less", {idx, ctx.ints({0})}), ctx.op("Add", {idx, dim}), idx});
+  std::string range = ctx.op("Range", {ctx.op("Constant", {}, {{"value", Attribute::Tens(Tensor::scalar<int64_t>(0))}}),
+                                       ctx.squeeze(dim, {0}),
+                                       ctx.op("Constant", {}, {{"value", Attribute::Tens(Tensor::scalar<int64_t>(1))}})});
+  std::string onehot = ctx.op("Cast", {ctx.op("Equal", {idx, range})}, {{"to", Attribute::Int(static_cast<int64_t>(t))}});
+  std::string moved = axis == r - 1 ? dyv : ctx.transpose(dyv, perm);  // [..., P]
+  std::string d = ctx.op("MatMul", {moved, onehot});                       // [..., V]
+  ctx.set_dx(0, axis == r - 1 ? d : ctx.transpose(d, inv));
+}
+
 // dData[.., v, ..] = sum of dY over the positions whose index is v: a product with the one-hot matrix
 // of the indices (Equal against 0..V-1), in standard ops.
 void gather_grad(GradContext& ctx) {
   const Node& n = ctx.fwd();
   const std::string &data = ctx.in(0), &indices = ctx.in(1);
   Shape ds;
-  GR_CHECK(ctx.static_shape(data, ds), n.describe() << ": the Gather gradient needs the static shape of '" << data
-                                                     << "'");
+  if (!ctx.static_shape(data, ds)) return gather_grad_runtime(ctx);
   const int r = static_cast<int>(ds.size());
   const int64_t axis = norm_axis(n.attr_i("axis", 0), r, n);
   int64_t before = 1, after = 1, v = ds[axis];

@@ -1,5 +1,6 @@
 // CPU kernels of the normalisation family: BatchNormalization (inference and training, opsets 7-17),
-// Dropout (opsets 7-17) and graphrun's BatchNormalizationGrad.
+// LayerNormalization (opset 17), Dropout (opsets 7-17) and graphrun's BatchNormalizationGrad and
+// LayerNormalizationGrad.
 //
 // BatchNormalization in training mode normalises with the biased batch variance but updates the
 // running variance with the unbiased one (times n/(n-1)), as PyTorch's BatchNorm does: graphrun
@@ -12,6 +13,7 @@
 #include <random>
 
 #include "runtime/kernel.h"
+#include "runtime/kernels/cpu/math_common.h"
 
 namespace graphrun::runtime::cpu {
 namespace {
@@ -152,6 +154,139 @@ void batch_norm_grad_kernel(KernelContext& ctx) {
   }
 }
 
+// X seen as [outer, inner]: LayerNormalization normalises each row over the axes [axis, rank).
+struct LnShape {
+  int64_t outer = 1, inner = 1;
+  Shape stats;  // the shape of Mean and InvStdDev: X's with 1 from axis on
+};
+
+LnShape ln_shape(const Tensor& x, int64_t axis_attr) {
+  GR_CHECK(x.rank() >= 1, "X must have rank >= 1");
+  const int axis = norm_axis(axis_attr, x.rank(), "LayerNormalization");
+  LnShape s;
+  s.stats = x.shape();
+  for (int i = 0; i < x.rank(); ++i) {
+    (i < axis ? s.outer : s.inner) *= x.dim(i);
+    if (i >= axis) s.stats[i] = 1;
+  }
+  return s;
+}
+
+void check_ln_param(const Tensor& t, const Tensor& x, const LnShape& s, const char* what) {
+  GR_CHECK(t.dtype() == x.dtype(), what << " is " << dtype_name(t.dtype()) << " but X is " << dtype_name(x.dtype()));
+  GR_CHECK(t.numel() == s.inner, what << " " << shape_str(t.shape()) << " must hold the " << s.inner
+                                      << " values of X's normalised axes (X " << shape_str(x.shape()) << ")");
+}
+
+// The element type of Mean and InvStdDev. The statistics are computed in double whatever X is.
+DType ln_stash_type(const Node& n) {
+  const int64_t st = n.attr_i("stash_type", 1);
+  GR_CHECK(st == 1 || st == 11, "stash_type " << st << " is not supported (1: float, 11: double)");
+  return st == 1 ? DType::F32 : DType::F64;
+}
+
+template <class T, class U>
+void ln_forward(const T* x, const T* scale, const T* bias, double eps, const LnShape& s, T* y, U* mean_out,
+                U* invstd_out, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t r = 0; r < s.outer; ++r) {
+    const T* p = x + r * s.inner;
+    double sum = 0, sq = 0;
+    for (int64_t j = 0; j < s.inner; ++j) sum += p[j];
+    const double m = s.inner ? sum / s.inner : 0;
+    for (int64_t j = 0; j < s.inner; ++j) sq += (p[j] - m) * (p[j] - m);
+    const double invstd = 1.0 / std::sqrt((s.inner ? sq / s.inner : 0) + eps);
+    if (mean_out) mean_out[r] = static_cast<U>(m);
+    if (invstd_out) invstd_out[r] = static_cast<U>(invstd);
+    T* q = y + r * s.inner;
+    for (int64_t j = 0; j < s.inner; ++j)
+      q[j] = static_cast<T>((p[j] - m) * invstd * scale[j] + (bias ? static_cast<double>(bias[j]) : 0.0));
+  }
+}
+
+template <class T>
+void layer_norm_kernel(KernelContext& ctx) {
+  const Node& node = ctx.node();
+  const Tensor& x = ctx.input(0);
+  const LnShape s = ln_shape(x, node.attr_i("axis", -1));
+  check_ln_param(ctx.input(1), x, s, "Scale");
+  if (ctx.has_input(2)) check_ln_param(ctx.input(2), x, s, "B");
+  const DType u = ln_stash_type(node);
+  const double eps = node.attr_f("epsilon", 1e-5f);
+  const T* bias = ctx.has_input(2) ? ctx.input(2).data<T>() : nullptr;
+  T* y = ctx.output(0, x.shape(), x.dtype()).data<T>();
+  void* mean = ctx.has_output(1) ? ctx.output(1, s.stats, u).raw() : nullptr;
+  void* invstd = ctx.has_output(2) ? ctx.output(2, s.stats, u).raw() : nullptr;
+  if (u == DType::F32)
+    ln_forward(x.data<T>(), ctx.input(1).data<T>(), bias, eps, s, y, static_cast<float*>(mean),
+               static_cast<float*>(invstd), ctx.threads());
+  else
+    ln_forward(x.data<T>(), ctx.input(1).data<T>(), bias, eps, s, y, static_cast<double*>(mean),
+               static_cast<double*>(invstd), ctx.threads());
+}
+
+// LayerNormalizationGrad(dY, X, Scale, Mean, InvStdDev) -> (dX, dScale, dB), from the forward's statistics:
+// with xhat = (X - Mean) * InvStdDev and g = dY * Scale, per row
+// dX = InvStdDev * (g - mean(g) - xhat * mean(g * xhat)); over the rows dScale = sum(dY * xhat), dB = sum(dY).
+template <class T, class U>
+void ln_backward(const T* dy, const T* x, const T* scale, const U* mean, const U* invstd, const LnShape& s, T* dx,
+                 T* dscale, T* db, int threads) {
+  if (dx) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t r = 0; r < s.outer; ++r) {
+      const T *g = dy + r * s.inner, *p = x + r * s.inner;
+      const double m = mean[r], is = invstd[r];
+      double sum_g = 0, sum_gx = 0;
+      for (int64_t j = 0; j < s.inner; ++j) {
+        const double gj = static_cast<double>(g[j]) * scale[j];
+        sum_g += gj;
+        sum_gx += gj * (p[j] - m) * is;
+      }
+      const double mg = sum_g / s.inner, mgx = sum_gx / s.inner;
+      T* q = dx + r * s.inner;
+      for (int64_t j = 0; j < s.inner; ++j)
+        q[j] = static_cast<T>(is * (static_cast<double>(g[j]) * scale[j] - mg - (p[j] - m) * is * mgx));
+    }
+  }
+  if (!dscale && !db) return;
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t j = 0; j < s.inner; ++j) {
+    double a = 0, b = 0;
+    for (int64_t r = 0; r < s.outer; ++r) {
+      const double gj = dy[r * s.inner + j];
+      a += gj * (x[r * s.inner + j] - static_cast<double>(mean[r])) * invstd[r];
+      b += gj;
+    }
+    if (dscale) dscale[j] = static_cast<T>(a);
+    if (db) db[j] = static_cast<T>(b);
+  }
+}
+
+template <class T>
+void layer_norm_grad_kernel(KernelContext& ctx) {
+  const Tensor &dy = ctx.input(0), &x = ctx.input(1), &scale = ctx.input(2), &mean = ctx.input(3),
+               &invstd = ctx.input(4);
+  const LnShape s = ln_shape(x, ctx.node().attr_i("axis", -1));
+  GR_CHECK(dy.shape() == x.shape() && dy.dtype() == x.dtype(),
+           "dY " << dtype_name(dy.dtype()) << shape_str(dy.shape()) << " must match X " << dtype_name(x.dtype())
+                 << shape_str(x.shape()));
+  check_ln_param(scale, x, s, "Scale");
+  for (const Tensor* t : {&mean, &invstd})
+    GR_CHECK(t->numel() == s.outer && t->dtype() == mean.dtype() &&
+                 (t->dtype() == DType::F32 || t->dtype() == DType::F64),
+             "Mean and InvStdDev must be f32 or f64 " << shape_str(s.stats) << ", got " << dtype_name(t->dtype())
+                                                      << shape_str(t->shape()));
+  T* dx = ctx.has_output(0) ? ctx.output(0, x.shape(), x.dtype()).data<T>() : nullptr;
+  T* dscale = ctx.has_output(1) ? ctx.output(1, scale.shape(), x.dtype()).data<T>() : nullptr;
+  T* db = ctx.has_output(2) ? ctx.output(2, scale.shape(), x.dtype()).data<T>() : nullptr;
+  if (mean.dtype() == DType::F32)
+    ln_backward(dy.data<T>(), x.data<T>(), scale.data<T>(), mean.data<float>(), invstd.data<float>(), s, dx, dscale,
+                db, ctx.threads());
+  else
+    ln_backward(dy.data<T>(), x.data<T>(), scale.data<T>(), mean.data<double>(), invstd.data<double>(), s, dx,
+                dscale, db, ctx.threads());
+}
+
 bool scalar_true(const Tensor& t, const char* what) {
   GR_CHECK(t.numel() == 1, what << " must hold one value, got " << shape_str(t.shape()));
   if (t.dtype() == DType::Bool) return *static_cast<const uint8_t*>(t.raw()) != 0;
@@ -211,6 +346,25 @@ void by_float(KernelContext& ctx) {
 GR_REGISTER_OPS(norm) {
   ops.op("BatchNormalization").cpu(by_float<0, batch_norm_kernel<float>, batch_norm_kernel<double>>);
   ops.op("Dropout").cpu(by_float<0, dropout_kernel<float>, dropout_kernel<double>>);
+  ops.op("LayerNormalization").cpu(by_float<0, layer_norm_kernel<float>, layer_norm_kernel<double>>);
+  ops.op(kGraphrunDomain, "LayerNormalizationGrad")
+      .cpu(by_float<1, layer_norm_grad_kernel<float>, layer_norm_grad_kernel<double>>)
+      .schema(OpSchemaSpec("gradients of LayerNormalization from the forward's saved Mean and InvStdDev (the "
+                           "statistics are not recomputed)")
+                  .attr("axis", "as LayerNormalization", Attribute::Int(-1))
+                  .input("dY", "gradient of Y", "T")
+                  .input("X", "the forward's input", "T")
+                  .input("Scale", "the forward's Scale", "T")
+                  .input("Mean", "the forward's Mean output", "U")
+                  .input("InvStdDev", "the forward's InvStdDev output", "U")
+                  .output("dX", "gradient of X", "T", OpSchemaSpec::Arity::Optional)
+                  .output("dScale", "gradient of Scale", "T", OpSchemaSpec::Arity::Optional)
+                  .output("dB", "gradient of B (shaped like Scale)", "T", OpSchemaSpec::Arity::Optional)
+                  .type("T", float_tensor_types(), "X and its gradients")
+                  .type("U", {"tensor(float)", "tensor(double)"}, "the saved statistics")
+                  .output_like(0, 1)
+                  .output_like(1, 2)
+                  .output_like(2, 2));
   ops.op(kGraphrunDomain, "BatchNormalizationGrad")
       .cpu(by_float<1, batch_norm_grad_kernel<float>, batch_norm_grad_kernel<double>>)
       .schema(OpSchemaSpec("gradients of training-mode BatchNormalization (batch statistics over all axes but 1, "

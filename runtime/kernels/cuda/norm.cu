@@ -1,5 +1,6 @@
 // CUDA kernels: norm family (the CPU's norm.cc op set): BatchNormalization (training and inference),
-// ai.graphrun BatchNormalizationGrad, Dropout. Own kernels: one block per channel for the statistics.
+// LayerNormalization, ai.graphrun BatchNormalizationGrad and LayerNormalizationGrad, Dropout. Own
+// kernels: one block per channel (BatchNormalization) or per row (LayerNormalization) for the statistics.
 #include "runtime/kernels/cuda/common.cuh"
 
 namespace graphrun::runtime::cuda {
@@ -179,6 +180,135 @@ void batchnorm_grad_op(KernelContext& ctx) {
   GR_LAUNCH_CHECK("bn_grad");
 }
 
+// ---- LayerNormalization: X as [outer, inner] rows, one block per row; f32 X and statistics ----
+struct RowShape {
+  int64_t outer = 1, inner = 1;
+  Shape stats;
+};
+
+RowShape row_shape(const Tensor& X, int64_t axis_attr, const char* what) {
+  GR_CHECK(X.rank() >= 1 && X.dtype() == DType::F32, what << " on CUDA takes f32 X of rank >= 1, got "
+                                                          << dtype_name(X.dtype()) << shape_str(X.shape()));
+  const int64_t axis = normalize_axis(axis_attr, X.rank(), what);
+  RowShape s;
+  s.stats = X.shape();
+  for (int64_t i = 0; i < X.rank(); ++i) {
+    (i < axis ? s.outer : s.inner) *= X.dim(static_cast<int>(i));
+    if (i >= axis) s.stats[i] = 1;
+  }
+  return s;
+}
+
+void check_row_param(const Tensor& t, const RowShape& s, const char* what) {
+  GR_CHECK(t.dtype() == DType::F32 && t.numel() == s.inner,
+           what << " must be f32 with " << s.inner << " values, got " << dtype_name(t.dtype()) << shape_str(t.shape()));
+}
+
+__global__ void ln_forward_kernel(const float* x, const float* scale, const float* bias, float eps, int64_t outer,
+                                  int64_t inner, float* y, float* mean_out, float* invstd_out) {
+  __shared__ float sh[kThreads];
+  for (int64_t r = blockIdx.x; r < outer; r += gridDim.x) {
+    const float* p = x + r * inner;
+    float acc = 0.f;
+    for (int64_t j = threadIdx.x; j < inner; j += blockDim.x) acc += p[j];
+    const float mu = block_sum(acc, sh) / static_cast<float>(inner);
+    acc = 0.f;
+    for (int64_t j = threadIdx.x; j < inner; j += blockDim.x) acc += (p[j] - mu) * (p[j] - mu);
+    const float is = rsqrtf(block_sum(acc, sh) / static_cast<float>(inner) + eps);
+    if (threadIdx.x == 0) {
+      if (mean_out) mean_out[r] = mu;
+      if (invstd_out) invstd_out[r] = is;
+    }
+    for (int64_t j = threadIdx.x; j < inner; j += blockDim.x)
+      y[r * inner + j] = (p[j] - mu) * is * scale[j] + (bias ? bias[j] : 0.f);
+  }
+}
+
+void layernorm_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  RowShape s = row_shape(X, ctx.node().attr_i("axis", -1), "LayerNormalization");
+  check_row_param(ctx.input(1), s, "LayerNormalization: Scale");
+  if (ctx.has_input(2)) check_row_param(ctx.input(2), s, "LayerNormalization: B");
+  GR_CHECK(ctx.node().attr_i("stash_type", 1) == 1, "LayerNormalization on CUDA supports stash_type=1 (float) only");
+  float eps = ctx.node().attr_f("epsilon", 1e-5f);
+  Tensor& Y = ctx.output(0, X.shape(), DType::F32);
+  float* mean = ctx.has_output(1) ? dptr<float>(ctx.output(1, s.stats, DType::F32)) : nullptr;
+  float* invstd = ctx.has_output(2) ? dptr<float>(ctx.output(2, s.stats, DType::F32)) : nullptr;
+  if (s.outer == 0) return;
+  GR_CHECK(s.inner > 0, "LayerNormalization: the normalised axes are empty");
+  unsigned blocks = static_cast<unsigned>(std::min<int64_t>(s.outer, 65535));
+  ln_forward_kernel<<<blocks, kThreads, 0, stream_of(ctx)>>>(
+      dptr<float>(X), dptr<float>(ctx.input(1)), ctx.has_input(2) ? dptr<float>(ctx.input(2)) : nullptr, eps, s.outer,
+      s.inner, dptr<float>(Y), mean, invstd);
+  GR_LAUNCH_CHECK("layernorm_forward");
+}
+
+// dX per row (one block each): InvStdDev * (g - mean(g) - xhat * mean(g * xhat)), g = dY * Scale.
+__global__ void ln_grad_x_kernel(const float* dy, const float* x, const float* scale, const float* mean,
+                                 const float* invstd, int64_t outer, int64_t inner, float* dx) {
+  __shared__ float sh[kThreads];
+  for (int64_t r = blockIdx.x; r < outer; r += gridDim.x) {
+    const float mu = mean[r], is = invstd[r];
+    float a = 0.f, b = 0.f;
+    for (int64_t j = threadIdx.x; j < inner; j += blockDim.x) {
+      const float g = dy[r * inner + j] * scale[j];
+      a += g;
+      b += g * (x[r * inner + j] - mu) * is;
+    }
+    const float mg = block_sum(a, sh) / static_cast<float>(inner), mgx = block_sum(b, sh) / static_cast<float>(inner);
+    for (int64_t j = threadIdx.x; j < inner; j += blockDim.x) {
+      const int64_t k = r * inner + j;
+      dx[k] = is * (dy[k] * scale[j] - mg - (x[k] - mu) * is * mgx);
+    }
+  }
+}
+
+// dScale and dB per column (one block each), summed over the rows.
+__global__ void ln_grad_params_kernel(const float* dy, const float* x, const float* mean, const float* invstd,
+                                      int64_t outer, int64_t inner, float* dscale, float* dbias) {
+  __shared__ float sh[kThreads];
+  for (int64_t j = blockIdx.x; j < inner; j += gridDim.x) {
+    float a = 0.f, b = 0.f;
+    for (int64_t r = threadIdx.x; r < outer; r += blockDim.x) {
+      const float g = dy[r * inner + j];
+      a += g * (x[r * inner + j] - mean[r]) * invstd[r];
+      b += g;
+    }
+    a = block_sum(a, sh);
+    b = block_sum(b, sh);
+    if (threadIdx.x == 0) {
+      if (dscale) dscale[j] = a;
+      if (dbias) dbias[j] = b;
+    }
+  }
+}
+
+void layernorm_grad_op(KernelContext& ctx) {
+  const Tensor &dY = ctx.input(0), &X = ctx.input(1), &scale = ctx.input(2), &mean = ctx.input(3),
+               &invstd = ctx.input(4);
+  RowShape s = row_shape(X, ctx.node().attr_i("axis", -1), "LayerNormalizationGrad");
+  GR_CHECK(dY.shape() == X.shape() && dY.dtype() == DType::F32, "LayerNormalizationGrad: dY must be f32 " << shape_str(X.shape()));
+  check_row_param(scale, s, "LayerNormalizationGrad: Scale");
+  for (const Tensor* t : {&mean, &invstd})
+    GR_CHECK(t->dtype() == DType::F32 && t->numel() == s.outer,
+             "LayerNormalizationGrad: Mean and InvStdDev must be f32 " << shape_str(s.stats) << ", got "
+                                                                       << dtype_name(t->dtype()) << shape_str(t->shape()));
+  float* dx = ctx.has_output(0) ? dptr<float>(ctx.output(0, X.shape(), DType::F32)) : nullptr;
+  float* dscale = ctx.has_output(1) ? dptr<float>(ctx.output(1, scale.shape(), DType::F32)) : nullptr;
+  float* dbias = ctx.has_output(2) ? dptr<float>(ctx.output(2, scale.shape(), DType::F32)) : nullptr;
+  cudaStream_t st = stream_of(ctx);
+  if (dx && s.outer > 0 && s.inner > 0) {
+    ln_grad_x_kernel<<<static_cast<unsigned>(std::min<int64_t>(s.outer, 65535)), kThreads, 0, st>>>(
+        dptr<float>(dY), dptr<float>(X), dptr<float>(scale), dptr<float>(mean), dptr<float>(invstd), s.outer, s.inner, dx);
+    GR_LAUNCH_CHECK("layernorm_grad_x");
+  }
+  if ((dscale || dbias) && s.inner > 0) {
+    ln_grad_params_kernel<<<static_cast<unsigned>(std::min<int64_t>(s.inner, 65535)), kThreads, 0, st>>>(
+        dptr<float>(dY), dptr<float>(X), dptr<float>(mean), dptr<float>(invstd), s.outer, s.inner, dscale, dbias);
+    GR_LAUNCH_CHECK("layernorm_grad_params");
+  }
+}
+
 // ---- Dropout: a counter-based hash of (seed, element) draws the mask; seed from the executor's RNG ----
 __device__ inline uint64_t splitmix64(uint64_t z) {
   z += 0x9e3779b97f4a7c15ULL;
@@ -248,6 +378,8 @@ GR_REGISTER_OPS(norm) {
   ops.op("BatchNormalization").cuda(locked<batchnorm_op>);
   ops.op(kGraphrunDomain, "BatchNormalizationGrad").cuda(locked<batchnorm_grad_op>);
   ops.op("Dropout").cuda(locked<dropout_op>);
+  ops.op("LayerNormalization").cuda(locked<layernorm_op>);
+  ops.op(kGraphrunDomain, "LayerNormalizationGrad").cuda(locked<layernorm_grad_op>);
 }
 
 }  // namespace graphrun::runtime::cuda

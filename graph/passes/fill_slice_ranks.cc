@@ -1,0 +1,94 @@
+// Load-time pass fill_slice_ranks: Slice output ranks (and unsliced sizes) ONNX's inference leaves unknown.
+#include "graph/passes/fill_slice_ranks.h"
+
+#include <cstring>
+#include <map>
+#include <optional>
+#include <set>
+#include <vector>
+
+namespace graphrun::passes {
+namespace {
+
+// The int64 values of `name` when it is an initializer, a Constant's output or found by data propagation.
+std::optional<std::vector<int64_t>> constant_ints(const onnx::GraphProto& g, const std::string& name,
+                                                  const std::unordered_map<std::string, onnx::TensorShapeProto>& data) {
+  auto from_tensor = [](const onnx::TensorProto& t) -> std::optional<std::vector<int64_t>> {
+    if (t.data_type() != onnx::TensorProto::INT64) return std::nullopt;
+    std::vector<int64_t> v(t.int64_data().begin(), t.int64_data().end());
+    if (v.empty() && !t.raw_data().empty()) {
+      v.resize(t.raw_data().size() / sizeof(int64_t));
+      std::memcpy(v.data(), t.raw_data().data(), v.size() * sizeof(int64_t));
+    }
+    return v;
+  };
+  for (const auto& t : g.initializer())
+    if (t.name() == name) return from_tensor(t);
+  for (const auto& n : g.node())
+    if (n.op_type() == "Constant" && n.output_size() == 1 && n.output(0) == name)
+      for (const auto& a : n.attribute())
+        if (a.name() == "value" && a.has_t()) return from_tensor(a.t());
+  auto it = data.find(name);
+  if (it == data.end()) return std::nullopt;
+  std::vector<int64_t> v;
+  for (const auto& d : it->second.dim()) {
+    if (!d.has_dim_value()) return std::nullopt;
+    v.push_back(d.dim_value());
+  }
+  return v;
+}
+
+}  // namespace
+
+bool fill_slice_ranks(onnx::ModelProto& m, const std::unordered_map<std::string, onnx::TensorShapeProto>& shape_data) {
+  auto* g = m.mutable_graph();
+  std::map<std::string, onnx::TypeProto*> types;
+  for (auto* list : {g->mutable_input(), g->mutable_value_info(), g->mutable_output()})
+    for (auto& v : *list)
+      if (v.type().has_tensor_type()) types[v.name()] = v.mutable_type();
+  bool filled = false;
+  for (const auto& n : g->node()) {
+    const bool onnx_domain = n.domain().empty() || n.domain() == "ai.onnx";
+    if (n.op_type() != "Slice" || !onnx_domain || n.input_size() < 3 || n.output_size() < 1) continue;
+    auto in = types.find(n.input(0));
+    if (in == types.end() || !in->second->tensor_type().has_shape()) continue;
+    auto out = types.find(n.output(0));
+    if (out != types.end() && out->second->tensor_type().has_shape()) continue;
+    const auto& in_shape = in->second->tensor_type().shape();
+    const int rank = in_shape.dim_size();
+    // The axes that may change size: every axis unless `axes` is known.
+    std::set<int64_t> sliced;
+    std::optional<std::vector<int64_t>> axes;
+    if (n.input_size() >= 4 && !n.input(3).empty()) axes = constant_ints(*g, n.input(3), shape_data);
+    else if (auto starts = constant_ints(*g, n.input(1), shape_data)) {
+      axes.emplace();
+      for (size_t i = 0; i < starts->size(); ++i) axes->push_back(static_cast<int64_t>(i));
+    }
+    bool axes_ok = axes.has_value();
+    if (axes_ok)
+      for (int64_t a : *axes) {
+        if (a < -rank || a >= rank) axes_ok = false;
+        else sliced.insert(a < 0 ? a + rank : a);
+      }
+    onnx::TypeProto* type;
+    if (out != types.end()) {
+      type = out->second;
+    } else {
+      auto* v = g->add_value_info();
+      v->set_name(n.output(0));
+      type = v->mutable_type();
+      types[n.output(0)] = type;
+    }
+    auto* tt = type->mutable_tensor_type();
+    if (!tt->elem_type()) tt->set_elem_type(in->second->tensor_type().elem_type());
+    auto* shape = tt->mutable_shape();
+    for (int i = 0; i < rank; ++i) {
+      auto* d = shape->add_dim();
+      if (axes_ok && !sliced.count(i)) *d = in_shape.dim(i);
+    }
+    filled = true;
+  }
+  return filled;
+}
+
+}  // namespace graphrun::passes

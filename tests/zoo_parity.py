@@ -1,0 +1,109 @@
+#!/usr/bin/python3
+"""Small torchvision models (random weights) exported the way users export them, with PyTorch's answers:
+the reference of tests/zoo_test.cc and of a by-hand check of the zoo.
+
+usage: zoo_parity.py MODEL OUT_DIR [--opset N] [--size S] [--batch N] [--seed S]
+MODEL: vit (a 2-layer VisionTransformer), convnext (a 2-stage ConvNeXt), shufflenet (shufflenet_v2_x0_5),
+or any torchvision.models builder name (random weights). Writes OUT_DIR/train.onnx (training-mode export,
+no constant folding), eval.onnx (eval mode), image.npy (f32 [N,3,S,S]), labels.npy (i64 [N]),
+logits.npy (eval-mode output), train_logits.npy and loss.npy (training mode: the output and its mean cross-entropy), one <parameter>.npy per
+trainable parameter (its gradient), params.txt listing them and float32_errors.txt (each gradient's
+error in torch's own float32, relative to its scale floored at 1e-3 of the largest). Torch computes in float64 from the
+float32 weights and batch; results are stored as f32.
+"""
+import argparse
+import copy
+import os
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import torchvision
+from torchvision.models.convnext import CNBlockConfig, ConvNeXt
+from torchvision.models.vision_transformer import VisionTransformer
+
+
+def build(name, size):
+    if name == 'vit':
+        return VisionTransformer(image_size=size, patch_size=8, num_layers=2, num_heads=2, hidden_dim=16,
+                                 mlp_dim=32, num_classes=10)
+    if name == 'convnext':
+        return ConvNeXt([CNBlockConfig(8, 16, 1), CNBlockConfig(16, None, 1)], stochastic_depth_prob=0.0,
+                        num_classes=10)
+    if name == 'shufflenet':
+        return torchvision.models.shufflenet_v2_x0_5(num_classes=10)
+    return getattr(torchvision.models, name)(num_classes=10)
+
+
+def randomize(model, seed):
+    """Zero-initialised weights (heads, class tokens) get small random values, so every gradient flows;
+    Dropout and stochastic depth are off, so training-mode outputs are deterministic."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if torch.count_nonzero(p) == 0:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+        if hasattr(m, 'stochastic_depth_prob'):
+            m.stochastic_depth_prob = 0.0
+        if type(m).__name__ == 'StochasticDepth':
+            m.p = 0.0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('model')
+    ap.add_argument('out_dir')
+    ap.add_argument('--opset', type=int, default=17)
+    ap.add_argument('--size', type=int, default=32)
+    ap.add_argument('--batch', type=int, default=2)
+    ap.add_argument('--seed', type=int, default=1)
+    a = ap.parse_args()
+    torch.manual_seed(a.seed)
+    model = build(a.model, a.size)
+    randomize(model, a.seed)
+    os.makedirs(a.out_dir, exist_ok=True)
+
+    rng = np.random.default_rng(a.seed)
+    image = rng.standard_normal((a.batch, 3, a.size, a.size)).astype(np.float32)
+    labels = rng.integers(0, 10, size=a.batch).astype(np.int64)
+    x = torch.from_numpy(image)
+    common = dict(opset_version=a.opset, input_names=['image'], output_names=['logits'], do_constant_folding=False)
+    model.train()
+    torch.onnx.export(model, x, os.path.join(a.out_dir, 'train.onnx'), training=torch.onnx.TrainingMode.TRAINING,
+                      **common)
+    model.eval()
+    torch.onnx.export(model, x, os.path.join(a.out_dir, 'eval.onnx'), **common)
+
+    model32 = copy.deepcopy(model)  # torch's own float32 error sets the tolerance of each gradient
+    model = model.double()
+    with torch.no_grad():
+        np.save(os.path.join(a.out_dir, 'logits.npy'), model(x.double()).numpy().astype(np.float32))
+    model.train()
+    train_logits = model(x.double())
+    np.save(os.path.join(a.out_dir, 'train_logits.npy'), train_logits.detach().numpy().astype(np.float32))
+    loss = F.cross_entropy(train_logits, torch.from_numpy(labels))
+    loss.backward()
+    np.save(os.path.join(a.out_dir, 'image.npy'), image)
+    np.save(os.path.join(a.out_dir, 'labels.npy'), labels)
+    np.save(os.path.join(a.out_dir, 'loss.npy'), np.array(loss.item(), dtype=np.float32))
+    names = []
+    for pname, p in model.named_parameters():
+        np.save(os.path.join(a.out_dir, pname + '.npy'), p.grad.numpy().astype(np.float32))
+        names.append(pname)
+    with open(os.path.join(a.out_dir, 'params.txt'), 'w') as f:
+        f.write('\n'.join(names) + '\n')
+    model32.train()
+    F.cross_entropy(model32(x), torch.from_numpy(labels)).backward()
+    g64 = {n: p.grad for n, p in model.named_parameters()}
+    top = max(float(g.abs().max()) for g in g64.values())
+    with open(os.path.join(a.out_dir, 'float32_errors.txt'), 'w') as f:
+        for n, p in model32.named_parameters():
+            scale = max(float(g64[n].abs().max()), 1e-3 * top)
+            f.write(f'{n} {float((p.grad.double() - g64[n]).abs().max()) / scale:.6g}\n')
+
+
+if __name__ == '__main__':
+    main()

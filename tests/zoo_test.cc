@@ -1,0 +1,136 @@
+// Models nobody here wrote, as users export them: small torchvision ViT, ConvNeXt and ShuffleNet V2
+// (random weights, tests/zoo_parity.py), forward (eval export) and gradients (training export through
+// attach_loss + backward) against PyTorch in float64, at opsets 15 and 17.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "autodiff/autodiff.h"
+#include "graph/onnx_io.h"
+#include "graph/tensor_io.h"
+#include "runtime/executor.h"
+#include "tests/test_util.h"
+
+namespace graphrun::testing {
+namespace {
+
+double scale_of(const Tensor& t) {
+  double s = 0;
+  for (double v : t.as_doubles()) s = std::max(s, std::fabs(v));
+  return s;
+}
+
+// The worst errors found, each relative to its tolerance (<= 1 passes).
+struct ZooResult {
+  double logits = 0, loss = 0, grads = 0;
+  std::string worst_param;
+  bool ran = false;  // the export and both runs happened
+};
+
+ZooResult check_zoo_model(const std::string& name, int opset, int size = 32) {
+  ZooResult res;
+  const std::string dir = temp_dir("zoo_" + name + "_" + std::to_string(opset));
+  auto py = run_command(python() + " " + source_dir() + "/tests/zoo_parity.py " + name + " " + dir + " --opset " +
+                        std::to_string(opset) + " --size " + std::to_string(size) + " 2>&1");
+  if (py.exit_code != 0 && py.output.find("No module named 'torchvision'") != std::string::npos) {
+    ADD_FAILURE() << python() << " lacks torchvision (python3-torchvision)";
+    return res;
+  }
+  EXPECT_EQ(py.exit_code, 0) << py.output;
+  if (py.exit_code != 0) return res;
+  Tensor image = read_npy(dir + "/image.npy"), labels = read_npy(dir + "/labels.npy");
+
+  // Forward: the eval-mode export against model.eval().
+  {
+    runtime::Executor ex(load_onnx(dir + "/eval.onnx"));
+    Tensor logits = ex.run({{"image", image}}).at("logits");
+    Tensor want = read_npy(dir + "/logits.npy");
+    res.logits = max_abs_diff(logits, want) / (1e-4 * std::max(1.0, scale_of(want)));
+    EXPECT_LE(res.logits, 1) << name << " opset " << opset << " logits";
+  }
+  // Gradients: the training-mode export with graphrun's loss against torch autograd.
+  Graph bg = autodiff::backward(autodiff::attach_loss(load_onnx(dir + "/train.onnx")));
+  runtime::Executor ex(bg);
+  auto out = ex.run({{"image", image}, {"labels", labels}});
+  const double loss = read_npy(dir + "/loss.npy").as_doubles()[0];
+  res.loss = std::fabs(out.at("loss").as_doubles()[0] - loss) / (1e-4 * std::max(1.0, std::fabs(loss)));
+  EXPECT_LE(res.loss, 1) << name << " loss";
+  std::map<std::string, Tensor> grads;
+  std::ifstream names(dir + "/params.txt");
+  for (std::string p; std::getline(names, p);)
+    if (!p.empty()) grads[p] = read_npy(dir + "/" + p + ".npy");
+  EXPECT_FALSE(grads.empty());
+  std::map<std::string, double> f32_error;  // torch float32's own error per gradient
+  std::ifstream errors(dir + "/float32_errors.txt");
+  for (std::string p; errors >> p;) errors >> f32_error[p];
+  double model_scale = 0;
+  for (const auto& [p, g] : grads) model_scale = std::max(model_scale, scale_of(g));
+  for (const auto& [p, g] : grads) {
+    // Each gradient relative to its own scale, floored at 1e-3 of the model's largest (a bias before
+    // a training-mode BatchNorm has an exact-zero gradient: float noise on both sides).
+    const double scale = std::max(scale_of(g), 1e-3 * model_scale);
+    EXPECT_TRUE(out.count(p + "_grad")) << name << ": no gradient output for " << p;
+    if (!out.count(p + "_grad")) continue;
+    const Tensor& got = out.at(p + "_grad");
+    EXPECT_EQ(shape_str(got.shape()), shape_str(g.shape())) << p;
+    if (got.shape() != g.shape()) continue;
+    // Within max(1e-4, 10x torch float32's own error): graphrun computes in float32 too.
+    const double tol = std::max(1e-4, 10 * f32_error[p]);
+    const double e = max_abs_diff(got, g) / scale / tol;
+    EXPECT_LE(e, 1) << name << " opset " << opset << ": gradient of " << p;
+    if (e > res.grads) res.grads = e, res.worst_param = p;
+  }
+  EXPECT_EQ(grads.size(), autodiff::trainable_params(bg, {}).size()) << name;
+  res.ran = true;
+  return res;
+}
+
+void skip_without_torchvision() {
+  if (run_command(python() + " -c 'import torchvision' 2>&1").exit_code != 0)
+    GTEST_SKIP() << python() << " lacks torchvision (python3-torchvision)";
+}
+
+TEST(Zoo, VisionTransformerOpset17) { skip_without_torchvision(); check_zoo_model("vit", 17); }
+TEST(Zoo, VisionTransformerOpset15) { skip_without_torchvision(); check_zoo_model("vit", 15); }  // LayerNorm decomposed by torch
+TEST(Zoo, ConvNeXtOpset17) { skip_without_torchvision(); check_zoo_model("convnext", 17); }
+// 64x64: at 32x32 stage 4 is 1x1, and training-mode BatchNorm over 2 values is so ill-conditioned that
+// torch's own float32 and float64 outputs differ by 0.7.
+TEST(Zoo, ShuffleNetV2Opset17) { skip_without_torchvision(); check_zoo_model("shufflenet", 17, 64); }
+
+// The zoo by hand: GRAPHRUN_ZOO="resnet18:17:64 mobilenet_v2:13:64 ..." (torchvision builder, opset,
+// input size) prints one line per model with its worst errors relative to their tolerances.
+TEST(Zoo, ModelsNamedInTheEnvironment) {
+  const char* list = std::getenv("GRAPHRUN_ZOO");
+  if (!list) GTEST_SKIP() << "set GRAPHRUN_ZOO to check more torchvision models";
+  skip_without_torchvision();
+  std::istringstream in(list);
+  for (std::string entry; in >> entry;) {
+    std::string name = entry.substr(0, entry.find(':'));
+    int opset = 17, size = 64;
+    std::sscanf(entry.c_str() + name.size(), ":%d:%d", &opset, &size);
+    ZooResult r;
+    try {
+      r = check_zoo_model(name, opset, size);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << name << ": " << e.what();
+      std::printf("zoo %-22s opset %d size %3d: ERROR %s\n", name.c_str(), opset, size, e.what());
+      std::fflush(stdout);
+      continue;
+    }
+    if (!r.ran) {
+      std::printf("zoo %-22s opset %d size %3d: ERROR the export failed\n", name.c_str(), opset, size);
+      continue;
+    }
+    const bool ok = r.logits <= 1 && r.loss <= 1 && r.grads <= 1;
+    std::printf("zoo %-22s opset %d size %3d: %s (worst/tolerance: logits %.2g, loss %.2g, gradients %.2g%s%s)\n",
+                name.c_str(), opset, size, ok ? "match" : "MISMATCH", r.logits, r.loss, r.grads,
+                r.worst_param.empty() ? "" : " at ", r.worst_param.c_str());
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace
+}  // namespace graphrun::testing
