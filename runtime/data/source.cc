@@ -120,13 +120,13 @@ Split split_holdout(SourcePtr src, double fraction, uint64_t seed) {
 
 // ---- telling sources apart ----
 
-namespace {
-
 bool has_idx(const std::string& dir, const std::string& prefix) {
   std::error_code ec;
   const std::string stem = (fs::path(dir) / (prefix + "-images-idx3-ubyte")).string();
   return fs::exists(stem, ec) || fs::exists(stem + ".gz", ec);
 }
+
+namespace {
 
 std::string lower_ext(const fs::path& p) {
   std::string e = p.extension().string();
