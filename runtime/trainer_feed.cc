@@ -225,6 +225,11 @@ void Trainer::load_data(const Graph& model) {
   if (!whole) fo.normalize = norm;
   // (An MNIST folder feeds the first input; a model with more is refused by the pipeline, naming them.)
   auto fit = [&](data::SourcePtr s) {
+    const data::ArraySpec* t = s->find(opts_.labels);
+    GR_CHECK(!mse() || !t || t->dtype == DType::F32 || t->dtype == DType::F64,
+             "--loss mse trains on float targets, but " << s->describe() << " array '" << opts_.labels << "' is "
+                                                        << dtype_name(t->dtype)
+                                                        << " (class ids train with --loss cross-entropy)");
     return data::fit_to_model(std::move(s), whole ? std::vector<data::InputSpec>{inputs[0]} : inputs, fo);
   };
   if (!whole) {

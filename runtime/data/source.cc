@@ -163,7 +163,8 @@ std::string source_kind(const std::string& path) {
   }
   if (any_npy) return "npy-folder";
   if (any_dir) return "image-folder";
-  GR_FAIL("data folder '" << path << "' holds no MNIST-format files, no .npy files and no class folders");
+  GR_FAIL("data folder '" << path << "' holds no MNIST-format files (train-images-idx3-ubyte[.gz], ...), no .npy "
+                               "files and no class folders");
 }
 
 SourcePtr open_source(const std::string& path, const OpenOptions& opts) {
