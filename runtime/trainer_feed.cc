@@ -210,11 +210,13 @@ void Trainer::load_data(const Graph& model) {
     fo.label_dtype = DType::F32;
     fo.check_label_shape = ov && ov->has_shape;
     if (fo.check_label_shape) fo.label_shape = input_spec(model, out).shape;
-  } else if (ov && ov->has_shape && ov->shape.size() == 2 && ov->shape[1].known()) {
-    fo.num_classes = ov->shape[1].size;  // labels out of range are an error naming the example
   }
   const std::string kind = data::source_kind(opts_.data_dir);
   const bool whole = kind == "idx" && opts_.test_data.empty() && opts_.val_split < 0 && data::has_idx(opts_.data_dir, "t10k");
+  // A user's labels out of range are an error naming the example; MNIST's are right, so there the
+  // model is wrong, and setup_evaluation says how many classes each has.
+  if (!mse() && !whole && ov && ov->has_shape && ov->shape.size() == 2 && ov->shape[1].known())
+    fo.num_classes = ov->shape[1].size;
   data::Normalize norm = opts_.channel_norm;
   if (opts_.normalize && whole) {
     GR_CHECK(norm.empty(), "--normalize given twice");

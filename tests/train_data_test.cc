@@ -167,6 +167,33 @@ onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), 'bag.onnx')
   EXPECT_GT(closing(out, "test acc"), 0.9) << out;
 }
 
+// More than 10 classes: the class is the largest of 20 features (a linear model learns it); the
+// closing line and --metrics add top-5 accuracy, which is above top-1 and near 1.
+TEST(TrainData, TopFiveAccuracyAboveTenClasses) {
+  const std::string d = testing::temp_dir("train_data_top5");
+  run_python(d, R"(
+import onnx
+from onnx import helper as h, TensorProto as T, numpy_helper as nh
+r = np.random.RandomState(0)
+x = r.randn(4000, 20).astype(np.float32)
+np.savez('wide.npz', x=x, labels=x.argmax(1).astype(np.int64))
+g = h.make_graph([h.make_node('Gemm', ['x', 'w', 'b'], ['logits'], transB=1)], 'wide',
+                 [h.make_tensor_value_info('x', T.FLOAT, ['N', 20])], [h.make_tensor_value_info('logits', T.FLOAT, ['N', 20])],
+                 [nh.from_array(np.zeros((20, 20), np.float32), 'w'), nh.from_array(np.zeros(20, np.float32), 'b')])
+onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), 'wide.onnx')
+)");
+  const std::string out = train(d + "/wide.onnx", "--data " + d + "/wide.npz --devices cpu:2 --threads 1 --epochs 3 "
+                                                     "--batch-size 32 --lr 0.5 --metrics " + d + "/m.jsonl");
+  const double acc = closing(out, "test acc"), top5 = closing(out, "top-5");
+  EXPECT_GT(acc, 0.5) << out;
+  EXPECT_GT(top5, acc) << out;
+  EXPECT_GT(top5, 0.95) << out;
+  std::ifstream f(d + "/m.jsonl");
+  std::string line;
+  std::getline(f, line);
+  EXPECT_NE(line.find("\"test_top5\""), std::string::npos) << line;
+}
+
 runtime::TrainOptions data_run(const std::string& data, const std::string& test) {
   runtime::TrainOptions o;
   o.pipeline.devices = {Device{Device::Kind::CPU, 0}, Device{Device::Kind::CPU, 1}};
