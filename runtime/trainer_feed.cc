@@ -301,7 +301,7 @@ FeedOptions Trainer::feed_options(int d) const {
   if (f.loader_threads < 0) {
     // Decoding pays for threads of its own: those the replicas' intra-op threads leave over, at least 1.
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    f.loader_threads = train_src_->decode_heavy() ? std::max(1, (cores - f.replicas * threads_) / f.replicas) : 0;
+    f.loader_threads = train_src_->decode_heavy() || opts_.augment ? std::max(1, (cores - f.replicas * threads_) / f.replicas) : 0;
   }
   return f;
 }

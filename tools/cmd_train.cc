@@ -19,7 +19,7 @@ const Command& train_command() {
   static const Command cmd{
       "train",
       "graphrun train MODEL.onnx [--devices cpu:N] [--batch-size 256] [--lr 0.2] [--epochs 10] [options]",
-      "Trains a classifier data-parallel: the training graph is replicated once per device, gradients are summed\n"
+      "Trains a classifier (or, with --loss mse, a regressor) data-parallel: the training graph is replicated once per device, gradients are summed\n"
       "by AllReduce nodes, and every replica applies the same optimizer update (SGD, Adam or AdamW).",
       {
           {"devices", "LIST", "cpu:N (N CPU replicas), cpu:0,cpu:1, or cuda:0,1 (default: cpu:R, R = min(cores, 4))"},
@@ -52,8 +52,8 @@ const Command& train_command() {
           {"labels", "NAME", "the array of targets in .npz/.npy data (default labels)"},
           {"augment", "", "image inputs: random crop with 4-pixel padding and horizontal flip, seeded by\n"
                           "                            --seed, on the loader threads"},
-          {"loader-threads", "N", "threads per replica reading batches ahead (default: images and --augment\n"
-                                  "                            the cores the replicas leave over, at least 1; arrays 0)"},
+          {"loader-threads", "N", "threads per replica reading batches ahead (default, for images or --augment:\n"
+                                  "                            the cores the replicas leave over, at least 1; else 0)"},
           {"save", "FILE", "write the trained model as ONNX: the input's graph in inference form (BatchNorm\n"
                            "                            on running statistics, Dropout off) with the trained weights"},
           {"metrics", "FILE", "write one JSON object per epoch"},
@@ -297,8 +297,11 @@ int cmd_train(const std::vector<std::string>& argv) {
   runtime::Trainer trainer(model, o);
   if (eval_only) {
     const runtime::EvalStats st = trainer.evaluate_stats();
-    std::cout << "test acc: " << st.accuracy << ", test loss: " << st.loss << " (" << st.images << " images, "
-              << model.name << ")" << std::endl;
+    if (trainer.mse())
+      std::cout << "test mse: " << st.loss << " (" << st.images << " examples, " << model.name << ")" << std::endl;
+    else
+      std::cout << "test acc: " << st.accuracy << ", test loss: " << st.loss << " (" << st.images << " images, "
+                << model.name << ")" << std::endl;
     return 0;
   }
   try {
