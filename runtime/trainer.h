@@ -25,6 +25,7 @@
 #include "autodiff/autodiff.h"
 #include "graph/ir.h"
 #include "runtime/comm/wait.h"
+#include "runtime/data/fit.h"
 #include "runtime/data/idx.h"
 #include "runtime/executor.h"
 #include "runtime/optim/schedule.h"
@@ -80,6 +81,17 @@ struct TrainOptions {
   // Seconds a replica waits in a collective for the others before training fails naming the missing
   // ones (a replica that hung or died): Communicator::set_timeout.
   double comm_timeout = kDefaultCommTimeout;
+  // Data other than an MNIST folder (runtime/data/source.h: --data is recognised from what it points
+  // at): test_data, or else a held-out val_split of the training data (< 0: an MNIST folder's t10k
+  // split, 0.1 for other sources); the targets array; per-channel normalisation (on top of the
+  // single normalize above); --augment's crop and flip on f32 [C,H,W] inputs; loader threads for
+  // decode-heavy sources and augmentation (-1: chosen from the cores the replicas leave over).
+  std::string test_data;
+  double val_split = -1;
+  std::string labels = data::kLabels;
+  data::Normalize channel_norm;
+  bool augment = false;
+  int loader_threads = -1;
 };
 
 // A NaN or Inf training loss: training stopped at `step` (1-based global step); checkpoints on disk
@@ -97,7 +109,9 @@ struct ReplicaFailedError : Error {
 
 struct EvalStats {
   // Over the test set; loss: mean cross-entropy of the model output (summed in f32 on every device).
-  double accuracy = 0, loss = 0;
+  // --loss mse: accuracy is 0 and loss the mean squared error per target element. top5: the share of
+  // examples whose label is among the 5 highest scores, when there are more than 10 classes (else -1).
+  double accuracy = 0, loss = 0, top5 = -1;
   int64_t images = 0;
 };
 
@@ -107,12 +121,15 @@ struct EpochStats {
   double loss = 0;       // mean training loss over the epoch's examples
   double train_acc = 0;  // from the logits of the training forward passes
   double test_acc = 0;
+  double test_top5 = -1;  // more than 10 classes only
+  double test_mse = -1;   // --loss mse only (test_acc and train_acc are then 0)
   double seconds = 0;    // training steps only (not evaluation), as d2l's timer
   double lr = 0;
 };
 
 class Communicator;
 class DeviceBackend;
+struct FeedOptions;
 
 class Trainer {
  public:
@@ -146,8 +163,12 @@ class Trainer {
   Executor& replica(int d);
   int replicas() const { return static_cast<int>(replicas_.size()); }
   int threads_per_replica() const { return threads_; }
+  // An MNIST folder's sets as loaded (empty for other sources); every source as the replicas read it.
   const data::Dataset& train_data() const { return train_; }
   const data::Dataset& test_data() const { return test_; }
+  const data::SourcePtr& train_source() const { return train_src_; }
+  const data::SourcePtr& test_source() const { return test_src_; }
+  bool mse() const { return opts_.pipeline.loss == autodiff::LossKind::MSE; }
 
  private:
   struct Replica;     // runtime/trainer_parts.h
@@ -155,9 +176,10 @@ class Trainer {
 
   // Setting up (trainer_devices.cc, trainer_feed.cc, trainer_evaluate.cc).
   void check_options();
-  void load_data();
+  void load_data(const Graph& model);
   void set_schedule();
   void check_images_fit(const Graph& model) const;
+  FeedOptions feed_options(int d) const;
   void setup_evaluation();
   void setup_replicas();
   // The step loop (trainer_step_loop.cc).
@@ -185,6 +207,8 @@ class Trainer {
   TrainOptions opts_;
   TrainingGraphs graphs_;
   data::Dataset train_, test_;
+  data::SourcePtr train_src_, test_src_;  // fitted to the model (runtime/data/fit.h)
+  std::string test_from_;                 // where the test figures come from, in words
   int threads_ = 1;
   DeviceBackend* backend_ = nullptr;  // the devices' (one kind per run)
   std::vector<std::unique_ptr<Communicator>> comms_;
@@ -198,6 +222,7 @@ class Trainer {
   int64_t order_gen_ = 0;  // bumped with each epoch's order
   int cur_epoch_ = 0;
   int64_t steps_ = 0, step_base_ = 0;
+  int64_t steps_per_epoch_ = 0;  // every epoch's steps (set_schedule)
   int64_t seg_begin_ = 0, seg_end_ = 0;
   std::atomic<int64_t> progress_{0};  // steps replica 0 has read
   int64_t logged_ = 0;                // steps of this epoch already reported by --log-every

@@ -45,7 +45,8 @@ std::string Trainer::save_checkpoint(int epoch, int64_t step) {
   ck.meta["batch_size"] = std::to_string(opts_.batch_size);
   ck.meta["seed"] = std::to_string(opts_.seed);
   // The data order is regenerated from (seed, epoch) over the same training set: data::epoch_order.
-  ck.meta["train_size"] = std::to_string(train_.size());
+  ck.meta["train_size"] = std::to_string(train_src_->size());
+  ck.meta["augment"] = opts_.augment ? "on" : "off";  // its draws follow from (seed, epoch, example)
   ck.meta["epoch"] = std::to_string(epoch);
   ck.meta["step"] = std::to_string(step);
   ck.meta["global_step"] = std::to_string(global_step_);
@@ -113,7 +114,8 @@ void Trainer::load_checkpoint(const std::string& path) {
   expect("replicas", std::to_string(replicas()), "replicas:");
   expect("batch_size", std::to_string(opts_.batch_size), "--batch-size");
   expect("seed", std::to_string(opts_.seed), "--seed");
-  expect("train_size", std::to_string(train_.size()), "training images:");
+  expect("train_size", std::to_string(train_src_->size()), "training images:");
+  if (ck.meta.count("augment")) expect("augment", opts_.augment ? "on" : "off", "--augment");
   for (int d = 0; d < replicas(); ++d) {
     Executor& ex = replica(d);
     for (const auto& [name, t] : ex.states()) {
@@ -143,7 +145,7 @@ void Trainer::load_checkpoint(const std::string& path) {
     const int64_t epoch = std::stoll(meta_of(ck, "epoch", path));
     resume_step_ = std::stoll(meta_of(ck, "step", path));
     check_resume_position(path, epoch, resume_step_, global_step_,
-                          (train_.size() + opts_.batch_size - 1) / opts_.batch_size);
+                          (train_src_->size() + opts_.batch_size - 1) / opts_.batch_size);
     resume_epoch_ = static_cast<int>(epoch);
   } catch (const std::invalid_argument&) {
     GR_FAIL(path << ": checkpoint is corrupt (bad epoch/step)");

@@ -76,9 +76,8 @@ void check_devices_available(const std::vector<Device>& ds) {
 
 Trainer::Trainer(const Graph& model, TrainOptions opts) : opts_(std::move(opts)) {
   check_options();
-  load_data();
+  load_data(model);
   set_schedule();
-  check_images_fit(model);
   graphs_ = build_training_graphs(model, opts_.pipeline);
   bn_updates_ = passes::batchnorm_state_updates(graphs_.replicas[0].graph);
   setup_evaluation();
@@ -102,12 +101,13 @@ void Trainer::check_options() {
 
 // The schedule's base rate and, for cosine, the length of the whole run.
 void Trainer::set_schedule() {
-  const int64_t N = train_.size(), B = opts_.batch_size, D = static_cast<int64_t>(opts_.pipeline.devices.size());
+  const int64_t N = train_src_->size(), B = opts_.batch_size, D = static_cast<int64_t>(opts_.pipeline.devices.size());
   int64_t per_epoch = (N + B - 1) / B;
   if (N - (per_epoch - 1) * B < D) --per_epoch;
   if (opts_.max_steps > 0) per_epoch = std::min(per_epoch, opts_.max_steps);
   opts_.schedule.base_lr = opts_.lr;
   opts_.schedule.total_steps = per_epoch * opts_.epochs;
+  steps_per_epoch_ = per_epoch;
   GR_CHECK(opts_.schedule.warmup_steps >= 0, "warmup steps must be >= 0");
   GR_CHECK(opts_.schedule.kind != LrSchedule::Kind::Step || opts_.schedule.step_size > 0,
            "the step schedule needs a step size > 0 (--lr-step-size)");
@@ -129,8 +129,9 @@ void Trainer::setup_replicas() {
     ro.device = devs[d];
     ro.threads = threads_;
     Graph g = graphs_.replicas[d].graph;
-    correct_ = passes::append_correct_count(g, graphs_.logits, graphs_.labels);
-    ro.fetch = {graphs_.loss, correct_};
+    // --loss mse counts nothing correct: the loss stands in for the count, which is ignored.
+    correct_ = mse() ? graphs_.loss : passes::append_correct_count(g, graphs_.logits, graphs_.labels);
+    ro.fetch = mse() ? std::vector<std::string>{graphs_.loss} : std::vector<std::string>{graphs_.loss, correct_};
     ro.state_updates = graphs_.replicas[d].state_updates;
     ro.comm = comms_[d].get();
     ro.comm->set_timeout(opts_.comm_timeout);
@@ -138,7 +139,7 @@ void Trainer::setup_replicas() {
     ro.async_kernels =
         opts_.overlap_allreduce < 0 ? backend_->overlap_allreduce_by_default() : opts_.overlap_allreduce > 0;
     r->exec = std::make_unique<Executor>(g, ro);
-    r->feed = make_feed(train_, *r->data, devs[d]);
+    r->feed = make_feed(train_src_, *r->data, devs[d], feed_options(d));
     r->figures = std::make_unique<HostReadback>(backend_, devs[d], 2, 2);
     replicas_.push_back(std::move(r));
   }

@@ -1,6 +1,7 @@
 // Evaluation: the model's inference form plus the metric graph (graph/passes/add_metrics.h) on the
 // first device, the same on every device: correct count and summed cross-entropy accumulated over the
-// test batches as executor state, read once at the end.
+// test batches as executor state, read once at the end. The host adds top-5 hits (more than 10 classes)
+// and, with --loss mse, the squared errors.
 #include "graph/passes/add_metrics.h"
 #include "graph/passes/remove_noops.h"
 #include "graph/passes/train_mode.h"
@@ -8,40 +9,89 @@
 
 namespace graphrun::runtime {
 
-// Before any training: the model must map the images to one score per class of the labels.
+namespace {
+
+// Examples whose label is among the 5 highest of their scores (fewer than 5 classes score above it).
+int64_t top5_count(const Tensor& scores, const Tensor& labels) {
+  const int64_t n = scores.dim(0), c = scores.dim(1);
+  const float* p = scores.data<float>();
+  const int64_t* y = labels.data<int64_t>();
+  int64_t hits = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* row = p + i * c;
+    const float mine = row[y[i]];
+    int64_t above = 0;
+    for (int64_t k = 0; k < c; ++k) above += row[k] > mine;
+    hits += above < 5;
+  }
+  return hits;
+}
+
+// `n` examples from `first` of `src`'s array `name`, into `buf` (grown to hold them): a view of them.
+Tensor read_rows(const data::Source& src, const std::string& name, int64_t first, int64_t n, Tensor& buf) {
+  const data::ArraySpec& a = src.spec(name);
+  Shape s{n};
+  s.insert(s.end(), a.shape.begin(), a.shape.end());
+  if (!buf.defined() || buf.numel() < shape_numel(s)) buf = Tensor(a.dtype, s);
+  Tensor v = Tensor::view(a.dtype, s, buf.raw());
+  std::vector<int64_t> idx(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) idx[i] = first + i;
+  src.read(idx.data(), n, {{name, &v}});
+  return v;
+}
+
+}  // namespace
+
+// Before any training: the model must map the inputs to one score per class of the labels (or, with
+// --loss mse, to one value per target).
 void Trainer::setup_evaluation() {
   const Graph inference = passes::remove_noops(passes::to_inference(graphs_.forward));
   ExecOptions eo;
   eo.device = opts_.pipeline.devices[0];
   eo.threads = threads_ * static_cast<int>(opts_.pipeline.devices.size());
   eo.seed = opts_.seed;
+  eval_ = std::make_unique<Evaluation>();
   {
     ExecOptions co = eo;
     co.fetch = {graphs_.logits};
     Executor check(inference, co);
-    const int64_t classes = std::max(train_.num_classes(), test_.num_classes());
-    const int64_t n = std::min<int64_t>(2, test_.size());
-    Shape s = test_.images.shape();
-    s[0] = n;
-    Tensor x = Tensor::view(DType::F32, s, test_.images.raw());
+    const int64_t n = std::min<int64_t>(2, test_src_->size());
+    Tensor buf;
+    Tensor x = read_rows(*test_src_, graphs_.image, 0, n, buf);
     Tensor out;
     try {
       out = check.run({{graphs_.image, x}}).at(graphs_.logits);  // only its shape is read
     } catch (const Error& e) {
-      GR_FAIL("model '" << graphs_.forward.name << "' cannot run on the images of '" << opts_.data_dir << "': " << e.what());
+      GR_FAIL("model '" << graphs_.forward.name << "' cannot run on the " << (train_.size() ? "images" : "data")
+                        << " of '" << opts_.data_dir << "': " << e.what());
     }
-    GR_CHECK(out.dtype() == DType::F32 && out.rank() == 2 && out.dim(0) == n,
-             "model output '" << graphs_.logits << "' is " << dtype_name(out.dtype()) << shape_str(out.shape())
-                              << " for " << n << " images; training needs class scores f32[N,classes]");
-    GR_CHECK(out.dim(1) >= classes, "model output '" << graphs_.logits << "' has " << out.dim(1)
-                                                     << " classes but the labels in '" << opts_.data_dir
-                                                     << "' go up to " << classes - 1 << " (" << classes << " classes)");
+    if (mse()) {
+      const data::ArraySpec& t = test_src_->spec(data::kLabels);
+      GR_CHECK(out.dtype() == DType::F32 && out.rank() >= 1 && out.dim(0) == n && out.numel() == n * t.numel(),
+               "model output '" << graphs_.logits << "' is " << dtype_name(out.dtype()) << shape_str(out.shape())
+                                << " for " << n << " examples but the targets of " << test_src_->describe() << " are "
+                                << dtype_name(t.dtype) << shape_str(t.shape) << " per example");
+    } else {
+      const int64_t classes = std::max(data::num_classes(*train_src_), data::num_classes(*test_src_));
+      GR_CHECK(out.dtype() == DType::F32 && out.rank() == 2 && out.dim(0) == n,
+               "model output '" << graphs_.logits << "' is " << dtype_name(out.dtype()) << shape_str(out.shape())
+                                << " for " << n << " images; training needs class scores f32[N,classes]");
+      GR_CHECK(out.dim(1) >= classes, "model output '" << graphs_.logits << "' has " << out.dim(1)
+                                                       << " classes but the labels in '" << opts_.data_dir
+                                                       << "' go up to " << classes - 1 << " (" << classes << " classes)");
+      eval_->classes = out.dim(1);
+    }
+  }
+  if (mse()) {
+    eo.fetch = {graphs_.logits};
+    eval_->exec = std::make_unique<Executor>(inference, eo);
+    return;
   }
   passes::Metrics m;
   const Graph g = passes::add_metrics(inference, graphs_.logits, &m);
   eo.state_updates = m.state_updates;
   for (const auto& [next, _] : m.state_updates) eo.fetch.push_back(next);
-  eval_ = std::make_unique<Evaluation>();
+  if (eval_->classes > 10) eo.fetch.push_back(graphs_.logits);
   eval_->exec = std::make_unique<Executor>(g, eo);
   eval_->labels = m.labels;
   eval_->correct_total = m.correct_total;
@@ -56,29 +106,52 @@ EvalStats Trainer::evaluate_stats() {
   for (const auto& [name, _] : ex.graph().initializers)
     if (replica(0).states().count(name)) ex.set_state(name, replica(0).state(name));
   const Tensor zero = Tensor::scalar<float>(0.f);
-  ex.set_state(eval_->correct_total, zero);
-  ex.set_state(eval_->loss_total, zero);
+  if (!mse()) {
+    ex.set_state(eval_->correct_total, zero);
+    ex.set_state(eval_->loss_total, zero);
+  }
   EvalStats st;
-  const int64_t N = test_.size();
+  const int64_t N = test_src_->size();
   st.images = N;
   if (!N) return st;
-  // Batches are contiguous: views into the test set where the first device reads it.
+  // Batches are contiguous: views into the test set where the first device keeps it resident, else
+  // read from the source on the host.
   DeviceData data = *replicas_.at(0)->data;  // (shares the tensors' memory)
-  const int64_t per = test_.images.numel() / N;
+  const int64_t per = data.resident ? test_.images.numel() / N : 0;
+  Tensor xbuf, ybuf;
+  double sq = 0;       // --loss mse: the summed squared error
+  int64_t top5 = 0;    // more than 10 classes: examples whose label is among the 5 highest scores
   for (int64_t i = 0; i < N; i += opts_.eval_batch) {
     const int64_t n = std::min(opts_.eval_batch, N - i);
-    Shape s = test_.images.shape();
-    s[0] = n;
-    Tensor x = Tensor::view(DType::F32, s, static_cast<float*>(data.test_images.raw()) + i * per,
-                            data.test_images.device());
-    Tensor y = Tensor::view(DType::I64, {n}, static_cast<int64_t*>(data.test_labels.raw()) + i,
-                            data.test_labels.device());
-    ex.run({{graphs_.image, x}, {eval_->labels, y}});
+    Tensor x, y;
+    if (data.resident) {
+      Shape s = test_.images.shape();
+      s[0] = n;
+      x = Tensor::view(DType::F32, s, static_cast<float*>(data.test_images.raw()) + i * per, data.test_images.device());
+      y = Tensor::view(DType::I64, {n}, static_cast<int64_t*>(data.test_labels.raw()) + i, data.test_labels.device());
+    } else {
+      x = read_rows(*test_src_, graphs_.image, i, n, xbuf);
+      y = read_rows(*test_src_, data::kLabels, i, n, ybuf);
+    }
+    if (mse()) {
+      const Tensor out = to_host(ex.run({{graphs_.image, x}}).at(graphs_.logits));
+      const float* p = out.data<float>();
+      const float* t = y.data<float>();
+      for (int64_t j = 0, m = out.numel(); j < m; ++j) sq += double(p[j] - t[j]) * double(p[j] - t[j]);
+      continue;
+    }
+    auto out = ex.run({{graphs_.image, x}, {eval_->labels, y}});
+    if (eval_->classes > 10) top5 += top5_count(to_host(out.at(graphs_.logits)), to_host(y));
+  }
+  if (mse()) {
+    st.loss = sq / double(N * test_src_->spec(data::kLabels).numel());
+    return st;
   }
   eval_->totals->post(0, {&ex.state(eval_->correct_total), &ex.state(eval_->loss_total)});
   const float* totals = eval_->totals->read(0);
   st.accuracy = double(totals[0]) / N;
   st.loss = double(totals[1]) / N;
+  if (eval_->classes > 10) st.top5 = double(top5) / N;
   return st;
 }
 

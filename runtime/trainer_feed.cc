@@ -4,34 +4,76 @@
 #include <cstring>
 #include <map>
 #include <ostream>
+#include <thread>
 
+#include "runtime/data/loader.h"
 #include "runtime/trainer_parts.h"
 
 namespace graphrun::runtime {
 
 namespace {
 
-// A replica's shard gathered on the host, into a buffer kept per shard size (the executor copies it
-// to the device when the device's memory is not the host's).
+// A replica's shard read through Source::read into a buffer kept per shard size (a memory-mapped
+// .npy copies just these rows; the executor copies the buffer to the device when the device's memory
+// is not the host's).
 class HostFeed final : public Feed {
  public:
-  explicit HostFeed(const data::Dataset& train) : train_(train) {}
-  void begin_epoch(const std::vector<int64_t>& order, int64_t) override { order_ = &order; }
+  HostFeed(data::SourcePtr train, std::string input) : train_(std::move(train)), input_(std::move(input)) {}
+  void begin_epoch(const std::vector<int64_t>& order, int64_t, int64_t, int64_t) override { order_ = &order; }
   std::pair<Tensor, Tensor> shard(int64_t first, int64_t n) override {
     auto& buf = buffers_[n];
-    if (!buf.first.defined()) {
-      Shape is = train_.images.shape();
-      is[0] = n;
-      buf = {Tensor(DType::F32, is), Tensor(DType::I64, {n})};
-    }
-    data::gather(train_, order_->data() + first, n, buf.first, buf.second);
+    if (!buf.first.defined()) buf = {batch_tensor(train_->spec(input_), n), batch_tensor(train_->spec(data::kLabels), n)};
+    train_->read(order_->data() + first, n, {{input_, &buf.first}, {data::kLabels, &buf.second}});
     return buf;
   }
 
  private:
-  const data::Dataset& train_;
+  static Tensor batch_tensor(const data::ArraySpec& a, int64_t n) {
+    Shape s{n};
+    s.insert(s.end(), a.shape.begin(), a.shape.end());
+    return Tensor(a.dtype, s);
+  }
+  data::SourcePtr train_;
+  std::string input_;
   const std::vector<int64_t>* order_ = nullptr;
   std::map<int64_t, std::pair<Tensor, Tensor>> buffers_;
+};
+
+// A replica's shards assembled ahead by a data::Loader (its own threads decode images and augment),
+// in the trainer's order: both are data::epoch_order(N, seed, epoch).
+class LoaderFeed final : public Feed {
+ public:
+  LoaderFeed(data::SourcePtr train, const FeedOptions& o) : input_(o.input), steps_(o.steps_per_epoch) {
+    data::LoaderOptions lo;
+    lo.batch = o.batch;
+    lo.steps_per_epoch = o.steps_per_epoch;
+    lo.threads = o.loader_threads;
+    lo.seed = o.seed;
+    lo.augment = o.augment;
+    lo.fill = o.fill;
+    lo.arrays = {o.input, data::kLabels};
+    lo.shard_rank = o.rank;
+    lo.shard_count = o.replicas;
+    loader_ = std::make_unique<data::Loader>(std::move(train), lo);
+  }
+  void begin_epoch(const std::vector<int64_t>&, int64_t, int64_t epoch, int64_t step) override {
+    if (epoch != epoch_ || step != step_) loader_->start(epoch, step);  // a resumed run starts mid-epoch
+    epoch_ = epoch;
+    step_ = step;
+  }
+  std::pair<Tensor, Tensor> shard(int64_t, int64_t n) override {
+    const data::Batch& b = loader_->next();
+    GR_CHECK(b.epoch == epoch_ && b.step == step_ && b.size == n,
+             "loader out of step: batch " << b.step << " of epoch " << b.epoch << " for step " << step_);
+    if (++step_ == steps_) step_ = 0, ++epoch_;
+    return {b.slice(input_, 0, n), b.slice(data::kLabels, 0, n)};
+  }
+
+ private:
+  std::string input_;
+  int64_t steps_;
+  std::unique_ptr<data::Loader> loader_;
+  int64_t epoch_ = -1, step_ = -1;  // the batch next() hands out next
 };
 
 // A replica's shard gathered on its device: rows of the resident images and labels picked by a view
@@ -45,7 +87,7 @@ class DeviceFeed final : public Feed {
     gather_ = std::make_unique<Executor>(gather_graph(), go);
     order_ = backend_for(device.kind)->empty(device, DType::I64, {std::max<int64_t>(1, data.train_labels.numel())});
   }
-  void begin_epoch(const std::vector<int64_t>& order, int64_t generation) override {
+  void begin_epoch(const std::vector<int64_t>& order, int64_t generation, int64_t, int64_t) override {
     if (generation == generation_) return;
     // (A pageable source: the copy has consumed `order` when it returns.)
     backend_for(device_.kind)->copy_host_to_device(device_, order_.raw(), order.data(), order.size() * sizeof(int64_t));
@@ -85,9 +127,11 @@ class DeviceFeed final : public Feed {
 
 }  // namespace
 
-std::unique_ptr<Feed> make_feed(const data::Dataset& train, const DeviceData& data, Device device) {
+std::unique_ptr<Feed> make_feed(const data::SourcePtr& train, const DeviceData& data, Device device,
+                                const FeedOptions& opts) {
   if (data.resident) return std::make_unique<DeviceFeed>(data, device);
-  return std::make_unique<HostFeed>(train);
+  if (opts.loader_threads > 0 || opts.augment) return std::make_unique<LoaderFeed>(train, opts);
+  return std::make_unique<HostFeed>(train, opts.input);
 }
 
 std::vector<std::shared_ptr<const DeviceData>> place_data(const data::Dataset& train, const data::Dataset& test,
@@ -104,7 +148,12 @@ std::vector<std::shared_ptr<const DeviceData>> place_data(const data::Dataset& t
   std::map<std::string, std::shared_ptr<const DeviceData>> copies;  // by device: replicas on one device share it
   bool told = false;
   for (const Device& dev : devices) {
-    // A device that reads host memory reads the host's sets; nothing to upload.
+    // A device that reads host memory reads the host's sets; nothing to upload. Sources other than an
+    // MNIST folder (no Dataset) are read batch by batch.
+    if (!train.images.defined()) {
+      r.push_back(host);
+      continue;
+    }
     if (shares_memory(dev, train.images.device()) || bytes > budget) {
       if (!shares_memory(dev, train.images.device()) && !told && log) {
         *log << "the data (" << (bytes >> 20) << " MiB) exceeds the device data budget of " << (budget >> 20)
@@ -130,8 +179,72 @@ std::vector<std::shared_ptr<const DeviceData>> place_data(const data::Dataset& t
   return r;
 }
 
-// Data first: a missing dataset is the most likely mistake and the cheapest to report.
-void Trainer::load_data() {
+namespace {
+
+// What the model's input `name` takes per example: its dtype and shape without N (-1: any size).
+data::InputSpec input_spec(const Graph& model, const std::string& name) {
+  data::InputSpec in{name, DType::F32, {}};
+  if (const ValueInfo* vi = model.info(name)) {
+    if (vi->dtype != DType::Undefined) in.dtype = vi->dtype;
+    if (vi->has_shape)
+      for (size_t k = 1; k < vi->shape.size(); ++k) in.shape.push_back(vi->shape[k].known() ? vi->shape[k].size : -1);
+  }
+  return in;
+}
+
+}  // namespace
+
+// Data first: a missing dataset is the most likely mistake and the cheapest to report. An MNIST folder
+// with its own test split is loaded whole (GPU replicas may keep it resident); every other source is
+// opened (memory-mapped where it can be) and read batch by batch. Either way the replicas read it
+// through a source fitted to the model: every check fit_to_model makes happens here, before training.
+void Trainer::load_data(const Graph& model) {
+  GR_CHECK(!model.inputs.empty(), "model '" << model.name << "' has no inputs to feed");
+  std::vector<data::InputSpec> inputs;
+  for (const auto& name : model.inputs) inputs.push_back(input_spec(model, name));
+  data::FitOptions fo;
+  fo.labels = opts_.labels;
+  const std::string out = opts_.pipeline.output.empty() && !model.outputs.empty() ? model.outputs[0] : opts_.pipeline.output;
+  const ValueInfo* ov = model.info(out);
+  if (mse()) {
+    fo.label_dtype = DType::F32;
+    fo.check_label_shape = ov && ov->has_shape;
+    if (fo.check_label_shape) fo.label_shape = input_spec(model, out).shape;
+  }
+  const std::string kind = data::source_kind(opts_.data_dir);
+  const bool whole = kind == "idx" && opts_.test_data.empty() && opts_.val_split < 0 && data::has_idx(opts_.data_dir, "t10k");
+  // A user's labels out of range are an error naming the example; MNIST's are right, so there the
+  // model is wrong, and setup_evaluation says how many classes each has.
+  if (!mse() && !whole && ov && ov->has_shape && ov->shape.size() == 2 && ov->shape[1].known())
+    fo.num_classes = ov->shape[1].size;
+  data::Normalize norm = opts_.channel_norm;
+  if (opts_.normalize && whole) {
+    GR_CHECK(norm.empty(), "--normalize given twice");
+  } else if (opts_.normalize) {
+    norm.mean = {opts_.norm_mean};
+    norm.std = {opts_.norm_std};
+  }
+  if (!whole) fo.normalize = norm;
+  // (An MNIST folder feeds the first input; a model with more is refused by the pipeline, naming them.)
+  auto fit = [&](data::SourcePtr s) {
+    const data::ArraySpec* t = s->find(opts_.labels);
+    GR_CHECK(!mse() || !t || t->dtype == DType::F32 || t->dtype == DType::F64,
+             "--loss mse trains on float targets, but " << s->describe() << " array '" << opts_.labels << "' is "
+                                                        << dtype_name(t->dtype)
+                                                        << " (class ids train with --loss cross-entropy)");
+    return data::fit_to_model(std::move(s), whole ? std::vector<data::InputSpec>{inputs[0]} : inputs, fo);
+  };
+  if (!whole) {
+    data::OpenOptions oo;
+    const data::InputSpec& in = inputs[0];
+    if (in.shape.size() == 3) oo.channels = in.shape[0], oo.height = in.shape[1], oo.width = in.shape[2];
+    data::DataSplits d = data::open_splits(opts_.data_dir, opts_.test_data, opts_.val_split, opts_.seed, oo, fit);
+    train_src_ = opts_.train_limit > 0 ? data::head(d.train, opts_.train_limit) : d.train;
+    test_src_ = opts_.test_limit > 0 ? data::head(d.test, opts_.test_limit) : d.test;
+    test_from_ = d.test_from;
+    GR_CHECK(train_src_->size() > 0 && test_src_->size() > 0, "no examples to train or test on in '" << opts_.data_dir << "'");
+    return;
+  }
   train_ = data::load_split(opts_.data_dir, "train");
   test_ = data::load_split(opts_.data_dir, "t10k");
   auto limit = [](data::Dataset& ds, int64_t n) {
@@ -147,15 +260,50 @@ void Trainer::load_data() {
   };
   limit(train_, opts_.train_limit);
   limit(test_, opts_.test_limit);
-  if (opts_.normalize) {
-    GR_CHECK(opts_.norm_std > 0 && std::isfinite(opts_.norm_std) && std::isfinite(opts_.norm_mean),
-             "normalize: the standard deviation must be a positive number, got " << opts_.norm_std);
+  if (!norm.empty()) {
+    // In place, once, before the sets may be copied to the devices: x = (x - mean) / std on the one channel.
+    GR_CHECK(norm.mean.size() == 1, "--normalize gives " << norm.mean.size() << " means but the images of '"
+                                                         << opts_.data_dir << "' have 1 channel");
+    GR_CHECK(norm.std[0] > 0 && std::isfinite(norm.std[0]) && std::isfinite(norm.mean[0]),
+             "normalize: the standard deviation must be a positive number, got " << norm.std[0]);
     for (data::Dataset* ds : {&train_, &test_}) {
       float* p = ds->images.data<float>();
-      const float mean = opts_.norm_mean, inv = 1.0f / opts_.norm_std;
+      const float mean = norm.mean[0], inv = 1.0f / norm.std[0];
       for (int64_t i = 0, n = ds->images.numel(); i < n; ++i) p[i] = (p[i] - mean) * inv;
     }
   }
+  check_images_fit(model);
+  train_src_ = fit(std::make_shared<data::IdxSource>(train_, "the train split of '" + opts_.data_dir + "'"));
+  test_src_ = fit(std::make_shared<data::IdxSource>(test_, "the t10k split of '" + opts_.data_dir + "'"));
+  test_from_ = test_src_->describe();
+}
+
+FeedOptions Trainer::feed_options(int d) const {
+  FeedOptions f;
+  f.input = graphs_.image;
+  f.rank = d;
+  f.replicas = static_cast<int>(opts_.pipeline.devices.size());
+  f.batch = opts_.batch_size;
+  f.steps_per_epoch = steps_per_epoch_;
+  f.seed = opts_.seed;
+  f.augment = opts_.augment;
+  if (opts_.augment) {
+    const data::ArraySpec& a = train_src_->spec(f.input);
+    GR_CHECK(a.dtype == DType::F32 && a.shape.size() == 3,
+             "--augment crops and flips images, but model input '" << f.input << "' is " << dtype_name(a.dtype)
+                                                                    << shape_str(a.shape) << " per example");
+  }
+  // The crop's padding is black, as torchvision pads before it normalises: (0 - mean) / std.
+  data::Normalize nz = opts_.channel_norm;
+  if (opts_.normalize) nz.mean = {opts_.norm_mean}, nz.std = {opts_.norm_std};
+  for (size_t c = 0; c < nz.mean.size(); ++c) f.fill.push_back((0.f - nz.mean[c]) * (1.0f / nz.std[c]));
+  f.loader_threads = opts_.loader_threads;
+  if (f.loader_threads < 0) {
+    // Decoding pays for threads of its own: those the replicas' intra-op threads leave over, at least 1.
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    f.loader_threads = train_src_->decode_heavy() || opts_.augment ? std::max(1, (cores - f.replicas * threads_) / f.replicas) : 0;
+  }
+  return f;
 }
 
 void Trainer::check_images_fit(const Graph& model) const {

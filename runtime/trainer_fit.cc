@@ -57,14 +57,17 @@ EpochStats Trainer::train_epoch(int epoch) {
   global_step_ = step_base_ + steps_;
   sync_running_stats();
   EpochStats st = epoch_stats(epoch, seconds);
-  st.test_acc = evaluate();
+  const EvalStats ev = evaluate_stats();
+  st.test_acc = ev.accuracy;
+  st.test_top5 = ev.top5;
+  if (mse()) st.test_mse = ev.loss, st.train_acc = 0;
   return st;
 }
 
 // The epoch's order and steps; returns the step it starts at (after a checkpoint in its middle, the
 // steps before it are done).
 int64_t Trainer::begin_epoch(int epoch) {
-  const int64_t N = train_.size(), B = opts_.batch_size;
+  const int64_t N = train_src_->size(), B = opts_.batch_size;
   order_ = data::epoch_order(N, opts_.seed, epoch);
   ++order_gen_;
   int64_t steps = (N + B - 1) / B;

@@ -28,19 +28,32 @@ std::vector<std::shared_ptr<const DeviceData>> place_data(const data::Dataset& t
                                                           const std::vector<Device>& devices, int64_t budget,
                                                           std::ostream* log);
 
-// Hands one replica its shards: the images and labels of examples order[first, first + n).
+// Hands one replica its shards: the inputs and labels of examples order[first, first + n).
 class Feed {
  public:
   virtual ~Feed() = default;
-  // The epoch's order; `generation` changes whenever the order does.
-  virtual void begin_epoch(const std::vector<int64_t>& order, int64_t generation) = 0;
+  // The epoch's order (`generation` changes whenever the order does), before step `step` of 0-based
+  // `epoch`: the steps then follow in order.
+  virtual void begin_epoch(const std::vector<int64_t>& order, int64_t generation, int64_t epoch, int64_t step) = 0;
   // Valid until the next call; on the replica's device or on the host (the executor copies those).
   virtual std::pair<Tensor, Tensor> shard(int64_t first, int64_t n) = 0;
 };
 
-// A gather on the device from resident data (the order uploaded once per epoch), or a gather on the
-// host into buffers kept per shard size.
-std::unique_ptr<Feed> make_feed(const data::Dataset& train, const DeviceData& data, Device device);
+// How a replica's feed reads a source that is not resident on its device.
+struct FeedOptions {
+  std::string input;          // the model input's array in the source
+  int rank = 0, replicas = 1;
+  int64_t batch = 0, steps_per_epoch = 0;
+  uint64_t seed = 0;
+  bool augment = false;
+  std::vector<float> fill;    // augment: the padding's value per channel (normalised black)
+  int loader_threads = 0;     // > 0 or augment: through a data::Loader (prefetching the replica's shards)
+};
+
+// A gather on the device from resident data (the order uploaded once per epoch); a gather on the host
+// through Source::read into buffers kept per shard size; or a data::Loader filling the shards ahead.
+std::unique_ptr<Feed> make_feed(const data::SourcePtr& train, const DeviceData& data, Device device,
+                                const FeedOptions& opts);
 
 struct Trainer::Replica {
   int rank = 0;
@@ -64,7 +77,8 @@ struct Trainer::Replica {
 // summed cross-entropy, accumulated as state over the batches and read once at the end.
 struct Trainer::Evaluation {
   std::unique_ptr<Executor> exec;
-  std::string labels, correct_total, loss_total;
+  std::string labels, correct_total, loss_total;  // empty with --loss mse: the host sums the errors
+  int64_t classes = 0;                            // > 10: top-5 counted on the host from the scores
   std::unique_ptr<HostReadback> totals;
 };
 

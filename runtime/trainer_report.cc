@@ -36,26 +36,37 @@ bool progress_bar_on(int progress) { return progress == 1 || (progress == -1 && 
 
 void Trainer::report_start() const {
   if (!opts_.log) return;
+  const bool idx = !train_.images.defined();
   *opts_.log << "training '" << graphs_.forward.name << "' on " << devices_str(opts_.pipeline.devices) << " ("
-             << threads_ << " thread" << (threads_ > 1 ? "s" : "") << " per replica): " << train_.size()
-             << " training, " << test_.size() << " test images, batch " << opts_.batch_size << ", lr " << opts_.lr
-             << std::endl;
+             << threads_ << " thread" << (threads_ > 1 ? "s" : "") << " per replica): " << train_src_->size()
+             << " training, " << test_src_->size() << (idx ? " test examples" : " test images") << ", batch "
+             << opts_.batch_size << ", lr " << opts_.lr << std::endl;
+  // Sources other than an MNIST folder with its own test split say where the figures come from.
+  if (idx) *opts_.log << "data: " << train_src_->describe() << "; test: " << test_from_ << std::endl;
 }
 
 void Trainer::report_epoch(const EpochStats& st) const {
   if (!opts_.log) return;
   const double ips = st.seconds > 0 ? st.images / st.seconds : 0;
-  *opts_.log << "epoch " << st.epoch << "/" << opts_.epochs << "  loss " << fmt(st.loss, 4) << "  train acc "
-             << fmt(st.train_acc, 3) << "  test acc " << fmt(st.test_acc, 3) << "  " << fmt(st.seconds, 1) << " sec  "
-             << fmt(ips, 0) << " img/s" << std::endl;
+  *opts_.log << "epoch " << st.epoch << "/" << opts_.epochs << "  loss " << fmt(st.loss, 4);
+  if (mse())
+    *opts_.log << "  test mse " << fmt(st.test_mse, 4);
+  else
+    *opts_.log << "  train acc " << fmt(st.train_acc, 3) << "  test acc " << fmt(st.test_acc, 3);
+  if (st.test_top5 >= 0) *opts_.log << "  top-5 " << fmt(st.test_top5, 3);
+  *opts_.log << "  " << fmt(st.seconds, 1) << " sec  " << fmt(ips, 0) << " img/s" << std::endl;
 }
 
 void Trainer::report_end(const std::vector<EpochStats>& all) const {
   if (!opts_.log || all.empty()) return;
   double sec = 0;
   for (const auto& st : all) sec += st.seconds;
-  *opts_.log << "test acc: " << fmt(all.back().test_acc, 2) << ", " << fmt(sec / all.size(), 1) << " sec/epoch on "
-             << devices_str(opts_.pipeline.devices) << std::endl;
+  if (mse())
+    *opts_.log << "test mse: " << fmt(all.back().test_mse, 4);
+  else
+    *opts_.log << "test acc: " << fmt(all.back().test_acc, 2);
+  if (all.back().test_top5 >= 0) *opts_.log << ", top-5: " << fmt(all.back().test_top5, 2);
+  *opts_.log << ", " << fmt(sec / all.size(), 1) << " sec/epoch on " << devices_str(opts_.pipeline.devices) << std::endl;
 }
 
 void Trainer::write_metrics(std::ostream& os, const EpochStats& st) const {
@@ -66,6 +77,9 @@ void Trainer::write_metrics(std::ostream& os, const EpochStats& st) const {
   j["loss"] = rounded(st.loss, 6);
   j["train_acc"] = rounded(st.train_acc, 6);
   j["test_acc"] = rounded(st.test_acc, 6);
+  if (st.test_top5 >= 0) j["test_top5"] = rounded(st.test_top5, 6);
+  if (mse()) j["test_mse"] = rounded(st.test_mse, -1);
+  if (!train_.images.defined()) j["test_data"] = test_from_;
   j["seconds"] = rounded(st.seconds, 3);
   j["images_per_sec"] = rounded(ips, 1);
   j["lr"] = rounded(st.lr, -1);
@@ -103,7 +117,7 @@ void Trainer::log_steps(int64_t upto) {
     double loss = 0;
     int64_t images = 0;
     for (int64_t s = logged_; s < next; ++s) {
-      const int64_t b = std::min(opts_.batch_size, train_.size() - s * opts_.batch_size);
+      const int64_t b = std::min(opts_.batch_size, train_src_->size() - s * opts_.batch_size);
       images += b;
       for (auto& r : replicas_) loss += r->step_loss[s];
     }

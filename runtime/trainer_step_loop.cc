@@ -49,9 +49,9 @@ void Trainer::replica_failed(std::exception_ptr error) {
 
 void Trainer::run_steps(Replica& r) {
   const int D = replicas();
-  const int64_t B = opts_.batch_size, N = train_.size();
+  const int64_t B = opts_.batch_size, N = train_src_->size();
   const bool stateful = graphs_.replicas[r.rank].graph.is_input("step");
-  r.feed->begin_epoch(order_, order_gen_);
+  r.feed->begin_epoch(order_, order_gen_, cur_epoch_, seg_begin_);
   int64_t pending = -1;  // the step whose figures are in flight
   for (int64_t s = seg_begin_; s < seg_end_; ++s) {
     if (!peers_allow(r.rank, s)) break;
@@ -85,7 +85,7 @@ bool Trainer::read_figures(Replica& r, int64_t s) {
   const double loss = row[0], correct = row[1];
   const bool ok = std::isfinite(loss);
   if (ok) {
-    const int64_t n = data::shard(std::min(opts_.batch_size, train_.size() - s * opts_.batch_size), replicas()).size[r.rank];
+    const int64_t n = data::shard(std::min(opts_.batch_size, train_src_->size() - s * opts_.batch_size), replicas()).size[r.rank];
     r.loss_sum += loss * n;
     if (s < static_cast<int64_t>(r.step_loss.size())) r.step_loss[s] = loss * n;
     r.correct += static_cast<int64_t>(correct);

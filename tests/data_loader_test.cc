@@ -104,6 +104,37 @@ TEST(Loader, ResumingMidEpochGivesTheBatchesOfTheRunThatWentOn) {
   EXPECT_NE(error_of([] { run(1, false, 0, 7, 1); }).find("no batch 7"), std::string::npos);
 }
 
+// A replica's loader (shard_rank of shard_count) holds exactly its data::shard of each global batch,
+// augmented as the whole batch's loader augments those examples.
+TEST(Loader, ShardsAreTheReplicasPartsOfTheGlobalBatch) {
+  LoaderOptions o;
+  o.batch = 8;
+  o.seed = 42;
+  o.augment = true;
+  o.threads = 2;
+  Loader whole(std::make_shared<JitterySource>(), o);
+  std::vector<std::unique_ptr<Loader>> parts;
+  for (int r = 0; r < 3; ++r) {
+    LoaderOptions p = o;
+    p.shard_rank = r;
+    p.shard_count = 3;
+    parts.push_back(std::make_unique<Loader>(std::make_shared<JitterySource>(), p));
+    parts.back()->start(0);
+  }
+  whole.start(0);
+  for (int s = 0; s < 9; ++s) {  // into the second epoch; the last batch of 2 leaves shard 2 empty
+    const Batch& w = whole.next();
+    const Shards sh = shard(w.size, 3);
+    for (int r = 0; r < 3; ++r) {
+      const Batch& b = parts[r]->next();
+      ASSERT_EQ(b.size, sh.size[r]) << s;
+      for (int64_t i = 0; i < b.size; ++i) EXPECT_EQ(b.indices[i], w.indices[sh.begin[r] + i]);
+      EXPECT_EQ(0, std::memcmp(b.arrays.at("image").raw(), w.slice("image", sh.begin[r], b.size).raw(),
+                               static_cast<size_t>(b.size) * 60 * sizeof(float)));
+    }
+  }
+}
+
 TEST(Loader, FewerStepsPerEpochDropTheLastBatches) {
   LoaderOptions o;
   o.batch = 8;

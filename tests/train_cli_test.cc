@@ -39,7 +39,8 @@ TEST(TrainCli, NonsenseFlagsAreUsageErrors) {
   expect_usage_error(m + " --threads 0", "--threads");
   expect_usage_error(m + " --momentum 1.5", "--momentum");
   expect_usage_error(m + " --nesterov", "--nesterov");
-  expect_usage_error(m + " --loss mse", "cross-entropy");
+  expect_usage_error(m + " --loss mse", "class ids train with --loss cross-entropy");
+  expect_usage_error(m + " --loss hinge", "choose cross-entropy");
   expect_usage_error(m + " --bogus", "unknown option --bogus");
   expect_usage_error(m + " --overlap-allreduce maybe", "--overlap-allreduce takes on or off");
   expect_usage_error(m + " --bucket-mb 0", "--bucket-mb");

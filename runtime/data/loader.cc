@@ -66,6 +66,8 @@ Loader::Loader(SourcePtr src, LoaderOptions opts) : src_(std::move(src)), opts_(
   GR_CHECK(n > 0, src_->describe() << " holds no examples");
   steps_ = (n + opts_.batch - 1) / opts_.batch;
   GR_CHECK(opts_.steps_per_epoch >= 0, "loader: negative steps per epoch");
+  GR_CHECK(opts_.shard_count >= 1 && opts_.shard_rank >= 0 && opts_.shard_rank < opts_.shard_count,
+           "loader: shard " << opts_.shard_rank << " of " << opts_.shard_count);
   if (opts_.steps_per_epoch > 0) steps_ = std::min(steps_, opts_.steps_per_epoch);
   if (opts_.arrays.empty())
     specs_ = src_->arrays();
@@ -125,8 +127,13 @@ void Loader::fill(Slot& slot, int64_t seq) {
   Batch& b = slot.batch;
   b.epoch = epoch;
   b.step = step;
-  const int64_t begin = step * opts_.batch;
+  int64_t begin = step * opts_.batch;
   b.size = std::min(opts_.batch, src_->size() - begin);
+  if (opts_.shard_count > 1) {
+    const Shards sh = shard(b.size, opts_.shard_count);
+    begin += sh.begin[opts_.shard_rank];
+    b.size = sh.size[opts_.shard_rank];
+  }
   std::copy(order->begin() + begin, order->begin() + begin + b.size, b.indices.begin());
   slot.error = nullptr;
   try {

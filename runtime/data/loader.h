@@ -30,6 +30,9 @@ struct LoaderOptions {
   int64_t pad = 4;
   std::vector<float> fill;
   std::vector<std::string> arrays;  // the arrays to read; empty: all of the source's
+  // Each batch holds only shard `shard_rank` of `shard_count` (data::shard) of the global batch: a
+  // replica's loader reads only its examples. Augmentation depends on the example, not the shard.
+  int shard_rank = 0, shard_count = 1;
 };
 
 // One global batch. Its buffers hold `batch` examples; the first `size` are this batch's (the last

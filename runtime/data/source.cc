@@ -120,13 +120,13 @@ Split split_holdout(SourcePtr src, double fraction, uint64_t seed) {
 
 // ---- telling sources apart ----
 
-namespace {
-
 bool has_idx(const std::string& dir, const std::string& prefix) {
   std::error_code ec;
   const std::string stem = (fs::path(dir) / (prefix + "-images-idx3-ubyte")).string();
   return fs::exists(stem, ec) || fs::exists(stem + ".gz", ec);
 }
+
+namespace {
 
 std::string lower_ext(const fs::path& p) {
   std::string e = p.extension().string();
@@ -163,7 +163,8 @@ std::string source_kind(const std::string& path) {
   }
   if (any_npy) return "npy-folder";
   if (any_dir) return "image-folder";
-  GR_FAIL("data folder '" << path << "' holds no MNIST-format files, no .npy files and no class folders");
+  GR_FAIL("data folder '" << path << "' holds no MNIST-format files (train-images-idx3-ubyte[.gz], ...), no .npy "
+                               "files and no class folders");
 }
 
 SourcePtr open_source(const std::string& path, const OpenOptions& opts) {

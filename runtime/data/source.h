@@ -123,6 +123,8 @@ struct OpenOptions {
 // What a path holds, judged by what it points at: "idx", "npz", "npy-folder", "image-folder".
 // Errors name the path when it is none of these.
 std::string source_kind(const std::string& path);
+// Whether MNIST folder `dir` has the images of split `prefix` ("train", "t10k").
+bool has_idx(const std::string& dir, const std::string& prefix);
 // Opens `path` as the kind source_kind() names.
 SourcePtr open_source(const std::string& path, const OpenOptions& opts = {});
 

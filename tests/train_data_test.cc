@@ -1,0 +1,306 @@
+// graphrun train on the user's own data: Fashion-MNIST re-exported (by the test) as .npz, as a .npy
+// folder and as a PNG class-folder tree trains LeNet bitwise as the MNIST folder does; a regression
+// with --loss mse, an int64-token model, resume with .npz and with --augment; bad data, case by case.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "graph/onnx_io.h"
+#include "runtime/trainer.h"
+#include "tests/data_test_util.h"
+#include "tests/test_util.h"
+#include "tests/trainer_test_util.h"
+
+namespace graphrun {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::run_python;
+
+// Fashion-MNIST's first `ntr` training and `nte` test examples as an MNIST folder (idx/), .npz files
+// (train.npz stored, test.npz deflated), .npy folders (npy/, npyt/), PNG class trees (png/train,
+// png/test: classes "0".."9") and .npz files in the PNG trees' order (class, then file).
+const char* kExport = R"(
+import gzip, struct, zlib
+D = '/usr/share/datasets/fashion-mnist'
+def load(p, off): return np.frombuffer(gzip.open(os.path.join(D, p)).read(), np.uint8, offset=off)
+NTR, NTE = int(sys.argv[1]), int(sys.argv[2])
+xi = load('train-images-idx3-ubyte.gz', 16).reshape(-1, 28, 28)[:NTR]; yi = load('train-labels-idx1-ubyte.gz', 8)[:NTR]
+xt = load('t10k-images-idx3-ubyte.gz', 16).reshape(-1, 28, 28)[:NTE]; yt = load('t10k-labels-idx1-ubyte.gz', 8)[:NTE]
+os.makedirs('idx', exist_ok=True)
+def idx(path, a, magic):
+    with gzip.open(path, 'wb') as f: f.write(struct.pack('>I', magic) + b''.join(struct.pack('>I', d) for d in a.shape) + a.tobytes())
+idx('idx/train-images-idx3-ubyte.gz', xi, 0x803); idx('idx/train-labels-idx1-ubyte.gz', yi, 0x801)
+idx('idx/t10k-images-idx3-ubyte.gz', xt, 0x803); idx('idx/t10k-labels-idx1-ubyte.gz', yt, 0x801)
+np.savez('train.npz', image=xi, labels=yi); np.savez_compressed('test.npz', image=xt, labels=yt)
+for d, x, y in (('npy', xi, yi), ('npyt', xt, yt)):
+    os.makedirs(d, exist_ok=True); np.save(d + '/pixels.npy', x); np.save(d + '/labels.npy', y.astype(np.int64))
+def chunk(t, d): c = t + d; return struct.pack('>I', len(d)) + c + struct.pack('>I', zlib.crc32(c) & 0xffffffff)
+def png(path, a):
+    raw = b''.join(b'\0' + a[r].tobytes() for r in range(a.shape[0]))
+    open(path, 'wb').write(b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', a.shape[1], a.shape[0], 8, 0, 0, 0, 0))
+                           + chunk(b'IDAT', zlib.compress(raw)) + chunk(b'IEND', b''))
+for split, x, y in (('train', xi, yi), ('test', xt, yt)):
+    for c in range(10): os.makedirs('png/%s/%d' % (split, c), exist_ok=True)
+    for i in range(len(x)): png('png/%s/%d/%05d.png' % (split, y[i], i), x[i])
+    o = np.argsort(y, kind='stable'); np.savez('png_%s.npz' % split, image=x[o], labels=y[o])
+)";
+
+std::string export_dir(int ntr, int nte) {
+  const std::string dir = testing::temp_dir("train_data_fm_" + std::to_string(ntr));
+  if (!fs::exists(dir + "/png_test.npz")) {
+    std::ofstream(dir + "/export.py") << "import numpy as np, os, sys\nos.chdir(sys.argv[3])\n" << kExport;
+    auto r = testing::run_command(testing::python() + " " + dir + "/export.py " + std::to_string(ntr) + " " +
+                                  std::to_string(nte) + " " + dir);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+  }
+  return dir;
+}
+
+// Runs graphrun train on `model` with `args`; expects success; returns its output.
+std::string train(const std::string& model, const std::string& args) {
+  auto r = testing::run_command(testing::graphrun_cli() + " train " + model + " " + args);
+  EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.output;
+  return r.output;
+}
+
+// The saved model's initializers, by name.
+std::map<std::string, Tensor> weights(const std::string& path) { return load_onnx(path).initializers; }
+
+void expect_same_weights(const std::string& a, const std::string& b) {
+  const auto wa = weights(a), wb = weights(b);
+  ASSERT_EQ(wa.size(), wb.size());
+  for (const auto& [name, t] : wa) EXPECT_TRUE(testing::bytes_equal(t, wb.at(name))) << name << ": " << a << " vs " << b;
+}
+
+// The figure after `key` in the closing line ("test acc: 0.71, ..." / "test mse: 0.012, ...").
+double closing(const std::string& out, const std::string& key) {
+  std::smatch m;
+  EXPECT_TRUE(std::regex_search(out, m, std::regex(key + ": ([0-9.e+-]+)"))) << out;
+  return m.empty() ? -1 : std::stod(m[1]);
+}
+
+// A grey PNG writer for the scripts below: png(uint8 [H, W]) -> bytes.
+const char* kPng = R"(
+import struct, zlib
+def chunk(t, d): c = t + d; return struct.pack('>I', len(d)) + c + struct.pack('>I', zlib.crc32(c) & 0xffffffff)
+def png(a):
+    raw = b''.join(b'\0' + a[r].tobytes() for r in range(a.shape[0]))
+    return (b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', a.shape[1], a.shape[0], 8, 0, 0, 0, 0))
+            + chunk(b'IDAT', zlib.compress(raw)) + chunk(b'IEND', b''))
+)";
+
+const std::string kQuick = " --devices cpu:2 --threads 1 --epochs 1 --max-steps 8 --batch-size 64 --seed 3 --lr 0.1";
+
+TEST(TrainData, NpzAndNpyFolderTrainBitwiseAsTheMnistFolder) {
+  if (!testing::have_fashion_mnist()) GTEST_SKIP() << "Fashion-MNIST is not installed";
+  const std::string d = export_dir(2000, 500), m = testing::source_dir() + "/models/lenet.onnx";
+  train(m, "--data " + d + "/idx --save " + d + "/idx.onnx" + kQuick);
+  const std::string npz = train(m, "--data " + d + "/train.npz --test-data " + d + "/test.npz --save " + d + "/npz.onnx" + kQuick);
+  EXPECT_NE(npz.find("test: '" + d + "/test.npz'"), std::string::npos) << npz;
+  train(m, "--data " + d + "/npy --test-data " + d + "/npyt --save " + d + "/npy.onnx" + kQuick);
+  expect_same_weights(d + "/idx.onnx", d + "/npz.onnx");
+  expect_same_weights(d + "/idx.onnx", d + "/npy.onnx");
+}
+
+// The PNG tree is decoded on loader threads; the same examples in the same order from an .npz (read
+// on the replica's thread) give bitwise the same weights and the same test accuracy.
+TEST(TrainData, PngTreeTrainsBitwiseAsTheSameArrays) {
+  if (!testing::have_fashion_mnist()) GTEST_SKIP() << "Fashion-MNIST is not installed";
+  const std::string d = export_dir(2000, 500), m = testing::source_dir() + "/models/lenet.onnx";
+  const std::string a = train(m, "--data " + d + "/png/train --test-data " + d + "/png/test --loader-threads 2 --save " +
+                                     d + "/png.onnx" + kQuick);
+  const std::string b = train(m, "--data " + d + "/png_train.npz --test-data " + d + "/png_test.npz --save " + d +
+                                     "/pngnpz.onnx" + kQuick);
+  expect_same_weights(d + "/png.onnx", d + "/pngnpz.onnx");
+  EXPECT_EQ(closing(a, "test acc"), closing(b, "test acc"));
+}
+
+// Float targets: y = x . w + noise; a linear model trained with --loss mse reaches about the noise.
+TEST(TrainData, RegressionWithMseLoss) {
+  const std::string d = testing::temp_dir("train_data_mse");
+  run_python(d, R"(
+import onnx
+from onnx import helper as h, TensorProto as T, numpy_helper as nh
+r = np.random.RandomState(0)
+x = r.randn(2000, 8).astype(np.float32); w = r.randn(8).astype(np.float32)
+np.savez('houses.npz', features=x, price=(x @ w + 0.1 * r.randn(2000)).astype(np.float32))
+g = h.make_graph([h.make_node('Gemm', ['x', 'w', 'b'], ['y'])], 'regressor',
+                 [h.make_tensor_value_info('x', T.FLOAT, ['N', 8])], [h.make_tensor_value_info('y', T.FLOAT, ['N', 1])],
+                 [nh.from_array(np.zeros((8, 1), np.float32), 'w'), nh.from_array(np.zeros(1, np.float32), 'b')])
+onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), 'regressor.onnx')
+)");
+  const std::string out = train(d + "/regressor.onnx", "--data " + d + "/houses.npz --labels price --loss mse "
+                                "--val-split 0.2 --devices cpu:2 --threads 1 --epochs 4 --batch-size 32 --lr 0.05 "
+                                "--metrics " + d + "/m.jsonl");
+  const double mse = closing(out, "test mse");
+  EXPECT_GT(mse, 0.0);
+  EXPECT_LT(mse, 0.02) << out;  // the noise's variance is 0.01; y's about 8
+  EXPECT_NE(out.find("(seed 0)"), std::string::npos) << out;
+  std::ifstream f(d + "/m.jsonl");
+  std::string line;
+  std::getline(f, line);
+  EXPECT_NE(line.find("\"test_mse\""), std::string::npos) << line;
+}
+
+// int64 token ids [N, T]: the class is whether most tokens are below 8; a bag-of-embeddings model
+// (Gather, ReduceMean, Gemm) learns it.
+TEST(TrainData, TokenIdsModelTrains) {
+  const std::string d = testing::temp_dir("train_data_tokens");
+  run_python(d, R"(
+import onnx
+from onnx import helper as h, TensorProto as T, numpy_helper as nh
+r = np.random.RandomState(0)
+tok = r.randint(0, 16, size=(3000, 11)).astype(np.int64)
+np.savez('tokens.npz', tokens=tok, labels=((tok < 8).sum(1) > 5).astype(np.int64))
+g = h.make_graph([h.make_node('Gather', ['emb', 'tokens'], ['e']), h.make_node('ReduceMean', ['e'], ['m'], axes=[1], keepdims=0),
+                  h.make_node('Gemm', ['m', 'w', 'b'], ['logits'], transB=1)], 'bag',
+                 [h.make_tensor_value_info('tokens', T.INT64, ['N', 11])], [h.make_tensor_value_info('logits', T.FLOAT, ['N', 2])],
+                 [nh.from_array((0.1 * r.randn(16, 8)).astype(np.float32), 'emb'),
+                  nh.from_array((0.1 * r.randn(2, 8)).astype(np.float32), 'w'), nh.from_array(np.zeros(2, np.float32), 'b')])
+onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), 'bag.onnx')
+)");
+  const std::string out = train(d + "/bag.onnx", "--data " + d + "/tokens.npz --devices cpu:2 --threads 1 --epochs 6 "
+                                                    "--batch-size 32 --lr 0.5 --momentum 0.9");
+  EXPECT_GT(closing(out, "test acc"), 0.9) << out;
+}
+
+// More than 10 classes: the class is the largest of 20 features (a linear model learns it); the
+// closing line and --metrics add top-5 accuracy, which is above top-1 and near 1.
+TEST(TrainData, TopFiveAccuracyAboveTenClasses) {
+  const std::string d = testing::temp_dir("train_data_top5");
+  run_python(d, R"(
+import onnx
+from onnx import helper as h, TensorProto as T, numpy_helper as nh
+r = np.random.RandomState(0)
+x = r.randn(4000, 20).astype(np.float32)
+np.savez('wide.npz', x=x, labels=x.argmax(1).astype(np.int64))
+g = h.make_graph([h.make_node('Gemm', ['x', 'w', 'b'], ['logits'], transB=1)], 'wide',
+                 [h.make_tensor_value_info('x', T.FLOAT, ['N', 20])], [h.make_tensor_value_info('logits', T.FLOAT, ['N', 20])],
+                 [nh.from_array(np.zeros((20, 20), np.float32), 'w'), nh.from_array(np.zeros(20, np.float32), 'b')])
+onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), 'wide.onnx')
+)");
+  const std::string out = train(d + "/wide.onnx", "--data " + d + "/wide.npz --devices cpu:2 --threads 1 --epochs 3 "
+                                                     "--batch-size 32 --lr 0.5 --metrics " + d + "/m.jsonl");
+  const double acc = closing(out, "test acc"), top5 = closing(out, "top-5");
+  EXPECT_GT(acc, 0.5) << out;
+  EXPECT_GT(top5, acc) << out;
+  EXPECT_GT(top5, 0.95) << out;
+  std::ifstream f(d + "/m.jsonl");
+  std::string line;
+  std::getline(f, line);
+  EXPECT_NE(line.find("\"test_top5\""), std::string::npos) << line;
+}
+
+runtime::TrainOptions data_run(const std::string& data, const std::string& test) {
+  runtime::TrainOptions o;
+  o.pipeline.devices = {Device{Device::Kind::CPU, 0}, Device{Device::Kind::CPU, 1}};
+  o.data_dir = data;
+  o.test_data = test;
+  o.batch_size = 32;
+  o.epochs = 2;
+  o.threads = 1;
+  o.max_steps = 5;
+  o.lr = 0.05;
+  o.progress = 0;
+  o.checkpoint_every = 3;
+  o.keep_checkpoints = 10;
+  return o;
+}
+
+// Killed after step 6 (epoch 2, step 1) and resumed: bitwise the uninterrupted run's states.
+void expect_resume_bitwise(runtime::TrainOptions o, const std::string& name) {
+  const Graph model = load_onnx(testing::source_dir() + "/models/lenet.onnx");
+  o.checkpoint_dir = testing::temp_dir(name);
+  const auto full = testing::states_after_fit(model, o);
+  const auto names = testing::checkpoint_files(o.checkpoint_dir);
+  ASSERT_EQ(names.size(), 5u);
+  for (size_t i = 3; i < names.size(); ++i) fs::remove(o.checkpoint_dir + "/" + names[i]);
+  EXPECT_EQ(testing::expect_resume_ends_with(model, o, full), 10);
+}
+
+TEST(TrainData, ResumeIsBitwiseWithNpz) {
+  if (!testing::have_fashion_mnist()) GTEST_SKIP() << "Fashion-MNIST is not installed";
+  const std::string d = export_dir(2000, 500);
+  expect_resume_bitwise(data_run(d + "/train.npz", d + "/test.npz"), "train_data_resume_npz");
+}
+
+// --augment on two loader threads per replica: the draws follow from (seed, epoch, example), so the
+// resumed run crops and flips exactly as the uninterrupted one; and augmenting changes the weights.
+TEST(TrainData, ResumeIsBitwiseWithAugment) {
+  if (!testing::have_fashion_mnist()) GTEST_SKIP() << "Fashion-MNIST is not installed";
+  const std::string d = export_dir(2000, 500);
+  runtime::TrainOptions o = data_run(d + "/png/train", d + "/png/test");
+  o.augment = true;
+  o.loader_threads = 2;
+  expect_resume_bitwise(o, "train_data_resume_augment");
+  const Graph model = load_onnx(testing::source_dir() + "/models/lenet.onnx");
+  runtime::TrainOptions plain = o;
+  plain.augment = false;
+  plain.checkpoint_dir.clear();
+  plain.checkpoint_every = 0;
+  o.checkpoint_dir.clear();
+  o.checkpoint_every = 0;
+  runtime::Trainer a(model, o), b(model, plain);
+  a.fit();
+  b.fit();
+  const Graph ga = a.trained_model(), gb = b.trained_model();
+  bool differ = false;
+  for (const auto& [name, t] : ga.initializers) differ |= !testing::bytes_equal(t, gb.initializers.at(name));
+  EXPECT_TRUE(differ);
+}
+
+// ---- bad data: one line naming the file (and the example), exit 2 ----
+
+void expect_bad(const std::string& model, const std::string& args, const std::vector<std::string>& what) {
+  auto r = testing::run_command(testing::graphrun_cli() + " train " + model + " --devices cpu:1 " + args);
+  EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+  std::string out = r.output;
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  EXPECT_EQ(out.find('\n'), std::string::npos) << "more than one line for: " << args << "\n" << r.output;
+  for (const auto& w : what) EXPECT_NE(out.find(w), std::string::npos) << "no '" << w << "' in: " << r.output;
+}
+
+TEST(TrainData, BadDataIsOneLineAndExitTwo) {
+  const std::string d = testing::temp_dir("train_data_bad"), m = testing::source_dir() + "/models/lenet.onnx";
+  run_python(d, std::string(kPng) + R"(
+import zipfile
+r = np.random.RandomState(0)
+x = r.randint(0, 255, size=(20, 28, 28)).astype(np.uint8); y = (np.arange(20) % 10).astype(np.int64)
+np.savez('lengths.npz', image=x, labels=y[:19])
+np.savez('shape.npz', image=x[:, :5, :5], labels=y)
+np.savez('float_labels.npz', image=x, labels=y.astype(np.float32))
+np.savez('missing.npz', pixels=x, more=x, labels=y)
+y12 = y.copy(); y12[7] = 12; np.savez('range.npz', image=x, labels=y12)
+t = np.zeros((20, 10), np.float32); t[4, 3] = np.nan; np.savez('nan.npz', image=x, labels=t)
+with zipfile.ZipFile('notnpz.npz', 'w') as z: z.writestr('readme.txt', 'hello')
+os.makedirs('empty/a'); os.makedirs('empty/b')
+open('empty/a/x.png', 'wb').write(png(x[0]))
+)");
+  expect_bad(m, "--data " + d + "/lengths.npz", {"lengths.npz", "20", "19"});
+  expect_bad(m, "--data " + d + "/shape.npz", {"shape.npz", "'image'"});
+  expect_bad(m, "--data " + d + "/float_labels.npz", {"float_labels.npz", "integers"});
+  expect_bad(m, "--data " + d + "/missing.npz", {"missing.npz", "no array 'image'"});
+  expect_bad(m, "--data " + d + "/range.npz", {"range.npz", "12", "7"});
+  expect_bad(m, "--data " + d + "/nan.npz --loss mse", {"nan.npz", "4"});
+  expect_bad(m, "--data " + d + "/notnpz.npz", {"notnpz.npz"});
+  expect_bad(m, "--data " + d + "/empty", {"empty/b"});
+}
+
+// A PNG cut short is found when it is decoded: the run stops with one line naming the file.
+TEST(TrainData, TruncatedImageNamesTheFile) {
+  const std::string d = testing::temp_dir("train_data_png_bad"), m = testing::source_dir() + "/models/lenet.onnx";
+  run_python(d, std::string(kPng) + R"(
+r = np.random.RandomState(0)
+for c in range(2):
+    os.makedirs('tree/%d' % c)
+    for i in range(16): open('tree/%d/%02d.png' % (c, i), 'wb').write(png(r.randint(0, 255, (28, 28)).astype(np.uint8)))
+b = open('tree/1/05.png', 'rb').read(); open('tree/1/05.png', 'wb').write(b[:len(b) // 2])
+)");
+  expect_bad(m, "--data " + d + "/tree --batch-size 8 --epochs 1", {"tree/1/05.png"});
+}
+
+}  // namespace
+}  // namespace graphrun
