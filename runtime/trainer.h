@@ -92,6 +92,9 @@ struct TrainOptions {
   data::Normalize channel_norm;
   bool augment = false;
   int loader_threads = -1;
+  // --profile: one track per replica (kernels, waits, data, optimizer, steps) and one for the main
+  // thread (evaluation) on this profiler, which the caller owns and writes out; nullptr: off.
+  Profiler* profiler = nullptr;
 };
 
 // A NaN or Inf training loss: training stopped at `step` (1-based global step); checkpoints on disk
