@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "graph/onnx_io.h"
+#include "runtime/comm/mpi.h"
 #include "runtime/trainer.h"
 #include "runtime/device.h"
 #include "tools/backward_options.h"
@@ -113,7 +114,9 @@ int cmd_train(const std::vector<std::string>& argv) {
   if (args.has("gpus")) {
     const int64_t n = args.get_int("gpus", 0);
     if (n < 1 || n > 64) throw bad("--gpus must be between 1 and 64, got " + args.get("gpus"));
-    for (int i = 0; i < n; ++i) devices.push_back(Device{Device::Kind::CUDA, i});
+    // Under MPI a rank takes the N GPUs from local_rank * N (Horovod's one GPU per rank: --gpus 1).
+    const int first = static_cast<int>(n) * runtime::mpi::local_rank();
+    for (int i = 0; i < n; ++i) devices.push_back(Device{Device::Kind::CUDA, first + i});
   } else if (args.has("devices")) {
     try {
       devices = runtime::parse_devices(args.get("devices"));
@@ -121,7 +124,8 @@ int cmd_train(const std::vector<std::string>& argv) {
       throw bad(std::string("--devices: ") + e.what());
     }
   } else {
-    for (int i = 0; i < std::min(cores, 4); ++i) devices.push_back(Device{Device::Kind::CPU, i});
+    const int n = std::max(1, std::min(cores, 4) / runtime::mpi::local_size());  // ranks of a machine share it
+    for (int i = 0; i < n; ++i) devices.push_back(Device{Device::Kind::CPU, i});
   }
   o.pipeline.devices = devices;
   if (args.has("bucket-mb")) {
@@ -250,14 +254,18 @@ int cmd_train(const std::vector<std::string>& argv) {
   o.data_dir = args.get("data", runtime::data::kDefaultDataDir);
   o.save_path = args.get("save");
   o.metrics_path = args.get("metrics");
-  o.log = &std::cout;
+  // Under MPI rank 0 alone speaks (runtime/comm/mpi.h); the trainer writes files only there.
+  const bool speaks = runtime::mpi::rank() == 0;
+  o.log = speaks ? &std::cout : nullptr;
+  if (!speaks) o.progress = 0;
   runtime::check_devices_available(devices);
 
   Graph model = load_onnx(args.positional()[0]);
   runtime::Trainer trainer(model, o);
   if (eval_only) {
     const runtime::EvalStats st = trainer.evaluate_stats();
-    std::cout << "test acc: " << st.accuracy << ", test loss: " << st.loss << " (" << st.images << " images, "
+    if (speaks)
+      std::cout << "test acc: " << st.accuracy << ", test loss: " << st.loss << " (" << st.images << " images, "
               << model.name << ")" << std::endl;
     return 0;
   }
