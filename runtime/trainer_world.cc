@@ -40,8 +40,8 @@ void Trainer::setup_world() {
 std::vector<std::unique_ptr<Communicator>> Trainer::world_communicators() {
   const auto& devs = opts_.pipeline.devices;
   if (total_replicas_ == static_cast<int>(devs.size())) return backend_->make_communicators(devs);
-  GR_CHECK(devs[0].is_cpu(), "training on GPUs over several MPI ranks needs the CUDA build's NCCL bootstrap");
-  return mpi::make_cpu_communicators(static_cast<int>(devs.size()), first_replica_, total_replicas_);
+  return backend_->make_world_communicators(devs, first_replica_, total_replicas_,
+                                            [](void* p, size_t n) { mpi::broadcast_bytes(p, n, 0); });
 }
 
 // DDP's rule: every replica starts from rank 0's state (bytes, so any dtype).

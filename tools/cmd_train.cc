@@ -31,7 +31,8 @@ const Command& train_command() {
           {"overlap-allreduce", "on|off", "AllReduce runs while the rest of the backward pass does (default: on\n"
                                           "                            for GPUs, off for CPU replicas, where it does not pay)"},
           {"comm-timeout", "S", "seconds a replica waits for the others in an AllReduce (default 60); then\n"
-                                "                            every replica stops, naming the missing ones (hung or dead)"},
+                                "                            every replica stops, naming the missing ones (hung or dead);\n"
+                                "                            under MPI, every collective between ranks too"},
           {"batch-size", "B", "global batch, split over the replicas (default 256)"},
           {"lr", "RATE", "learning rate (default 0.2)"},
           {"epochs", "E", "epochs (default 10)"},
@@ -88,7 +89,13 @@ const Command& train_command() {
       "  graphrun train models/lenet.onnx --save lenet.trained.onnx --metrics run.jsonl\n"
       "  graphrun train models/simplecnn.onnx --optimizer adam --lr 1e-3 --batch-size 64 \\\n"
       "      --normalize 0.1307,0.3081 --epochs 1 --devices cpu:2\n"
-      "  graphrun train models/lenet.onnx --checkpoint-dir ck --epochs 10   # killed? rerun with --resume"};
+      "  graphrun train models/lenet.onnx --checkpoint-dir ck --epochs 10   # killed? rerun with --resume\n"
+      "\n"
+      "Under MPI (mpirun -np K graphrun train ...) each rank trains its --devices (or --gpus N: the GPUs from\n"
+      "local rank x N); the batch splits over the replicas of all ranks as in one process, and the CPU sums in\n"
+      "global replica order (-np K --devices cpu:1 equals --devices cpu:K bitwise). Rank 0 alone prints and\n"
+      "writes --metrics, --save and checkpoints; a failed rank ends the job, a hung one within --comm-timeout.\n"
+      "  mpirun -np 2 graphrun train models/lenet.onnx --devices cpu:1"};
   return cmd;
 }
 

@@ -74,9 +74,14 @@ void on_sigterm(int) {
   const char a[] = "graphrun: rank ";
   std::memcpy(p, a, sizeof a - 1), p += sizeof a - 1;
   put_int(p, g_rank);
-  const char b[] = ": stopped at step ";
-  std::memcpy(p, b, sizeof b - 1), p += sizeof b - 1;
-  put_int(p, g_step.load());
+  const int64_t step = g_step.load();
+  const char b[] = ": stopped at step ", b0[] = ": stopped before the first step";
+  if (step > 0) {
+    std::memcpy(p, b, sizeof b - 1), p += sizeof b - 1;
+    put_int(p, step);
+  } else {
+    std::memcpy(p, b0, sizeof b0 - 1), p += sizeof b0 - 1;
+  }
   const char c[] = ": the launcher ended the job because another rank failed (see its message)\n";
   std::memcpy(p, c, sizeof c - 1), p += sizeof c - 1;
   ssize_t w = write(2, buf, p - buf);
@@ -94,7 +99,7 @@ void wait_request(MPI_Request* req, const char* what, int peer) {
     if (done) return;
     if (std::chrono::steady_clock::now() > deadline) {
       std::ostringstream os;
-      os << "rank " << g_rank << ": " << what << " at step " << g_step.load() << ": ";
+      os << what << " at step " << g_step.load() << ": ";
       if (peer >= 0) os << "rank " << peer << " did not answer";
       else os << "not every rank arrived";
       os << " within " << seconds << " s: it failed, died or hung (raise --comm-timeout if it is only slow)";
