@@ -2,6 +2,7 @@
 # The MPI suite (ctest runs each case under mpirun with a TIMEOUT, so a hang fails):
 #   mpi_test.sh GRAPHRUN MPIRUN MODEL CASE   with CASE one of
 #   equal2 / equal3  -np K --devices cpu:1 saves the same weights, bitwise, as --devices cpu:K
+#   uneven           rank 0 with cpu:1 and rank 1 with cpu:2 saves bitwise the weights of cpu:3
 #   voice            only rank 0 prints and writes --metrics; the closing line lists every replica
 #   killed           kill -9 of rank 1 mid-epoch: mpirun exits non-zero, rank 0 names its step
 #   hung             a stopped rank 1: rank 0 fails after --comm-timeout, naming rank 1 and the step
@@ -55,6 +56,14 @@ case "$CASE" in
     "$G" "${T[@]}" --devices cpu:$K --max-steps 50 --save local.onnx > local.out 2>&1 || fail "cpu:$K failed"
     cmp mpi.onnx local.onnx || fail "-np $K --devices cpu:1 and --devices cpu:$K saved different weights"
     echo "-np $K x cpu:1 == cpu:$K bitwise after 50 steps"
+    ;;
+  uneven)
+    "${M[@]}" -np 1 "$G" "${T[@]}" --devices cpu:1 --max-steps 20 --save mpi.onnx : -np 1 "$G" "${T[@]}" --devices cpu:2 \
+      --max-steps 20 > mpi.out 2>&1 || fail "mpirun failed"
+    grep -q 'on \[rank0:cpu:0, rank1:cpu:0, rank1:cpu:1\]$' mpi.out || fail "the closing line does not list the 3 replicas"
+    "$G" "${T[@]}" --devices cpu:3 --max-steps 20 --save local.onnx > local.out 2>&1 || fail "cpu:3 failed"
+    cmp mpi.onnx local.onnx || fail "1 + 2 replicas over 2 ranks and cpu:3 saved different weights"
+    echo "rank0 cpu:1 + rank1 cpu:2 == cpu:3 bitwise after 20 steps"
     ;;
   voice)
     "${M[@]}" -np 2 "$G" "${T[@]}" --devices cpu:1 --max-steps 5 --metrics run.jsonl --save m.onnx \
