@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "runtime/comm/cpu_comm.h"
+#include "runtime/comm/mpi.h"
 #include "runtime/device.h"
 
 namespace graphrun::runtime {
@@ -67,6 +68,11 @@ class CpuBackend final : public DeviceBackend {
     std::vector<std::unique_ptr<Communicator>> r;
     for (int d = 0; d < static_cast<int>(replicas.size()); ++d) r.push_back(std::make_unique<CpuRank>(group, d));
     return r;
+  }
+  // Across MPI ranks: hierarchical, summing in global replica order (runtime/comm/mpi.h).
+  std::vector<std::unique_ptr<Communicator>> make_world_communicators(
+      const std::vector<Device>& replicas, int first, int total, const std::function<void(void*, size_t)>&) override {
+    return mpi::make_cpu_communicators(static_cast<int>(replicas.size()), first, total);
   }
   void set_deterministic(bool) override {}  // the CPU kernels are deterministic already
   bool overlap_allreduce_by_default() const override { return false; }

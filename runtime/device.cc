@@ -126,4 +126,10 @@ const float* HostReadback::read(int slot) {
   return pinned_ + slot * values_;
 }
 
+std::vector<std::unique_ptr<Communicator>> DeviceBackend::make_world_communicators(
+    const std::vector<Device>& replicas, int, int, const std::function<void(void*, size_t)>&) {
+  GR_FAIL("replicas on " << (replicas.empty() ? std::string("this device") : replicas[0].str())
+                         << " cannot train across MPI ranks in this build");
+}
+
 }  // namespace graphrun::runtime

@@ -2,6 +2,7 @@
 // (the CPU, CUDA, a test's simulated device), behind the one interface the executor and the trainer use.
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,6 +52,11 @@ class DeviceBackend {
   // One communicator per replica for AllReduce nodes (replicas: the devices, in rank order;
   // the same device may repeat, which reduces within that device).
   virtual std::vector<std::unique_ptr<Communicator>> make_communicators(const std::vector<Device>& replicas) = 0;
+  // The same for this process's replicas as part of a job of several processes (MPI ranks): replica l
+  // is global replica first + l of total; bcast(data, bytes) broadcasts bytes from the rank holding
+  // global replica 0 to every rank (how NCCL's unique id travels). By default: an error.
+  virtual std::vector<std::unique_ptr<Communicator>> make_world_communicators(
+      const std::vector<Device>& replicas, int first, int total, const std::function<void(void*, size_t)>& bcast);
   // Deterministic algorithms (cuDNN) from now on, at some cost in speed.
   virtual void set_deterministic(bool on) = 0;
   // Whether AllReduce should overlap the backward pass unless told otherwise (ExecOptions::

@@ -220,6 +220,17 @@ class Trainer {
   std::vector<std::pair<std::string, std::string>> bn_updates_;
   std::string correct_;  // the training graph's count of correct predictions (f32 scalar)
 
+  // Under MPI (runtime/trainer_world.cc) this rank's replicas are the global replicas
+  // [first_replica_, first_replica_ + replicas()) of total_replicas_; alone, 0 and replicas().
+  int first_replica_ = 0, total_replicas_ = 1;
+  bool speaks() const;  // rank 0 (or no MPI): prints, writes --metrics, --save and checkpoints
+  void setup_world();
+  std::vector<std::unique_ptr<Communicator>> world_communicators();
+  void broadcast_states(const std::vector<std::string>& names);  // replica 0's on rank 0 to all replicas
+  void sum_over_ranks(double& loss, int64_t& correct, int64_t& images) const;  // the epoch's figures
+  std::string world_devices_str() const;  // "[cpu:0, cpu:1]", or "[rank0:cpu:0, rank1:cpu:0]" under MPI
+  std::string world_devices_;
+
   // The epoch the replicas run: its order, its steps, the segment [seg_begin_, seg_end_) they run next.
   std::vector<int64_t> order_;
   int64_t order_gen_ = 0;  // bumped with each epoch's order

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "runtime/checkpoint.h"
+#include "runtime/comm/mpi.h"
 #include "runtime/device.h"
 #include "runtime/trainer.h"
 
@@ -41,7 +42,7 @@ std::string Trainer::save_checkpoint(int epoch, int64_t step) {
   ck.meta["model"] = graphs_.forward.name;
   ck.meta["signature"] = shapes_signature(graphs_.forward.initializers);
   ck.meta["optimizer"] = opts_.pipeline.optimizer.kind;
-  ck.meta["replicas"] = std::to_string(replicas());
+  ck.meta["replicas"] = std::to_string(total_replicas_);
   ck.meta["batch_size"] = std::to_string(opts_.batch_size);
   ck.meta["seed"] = std::to_string(opts_.seed);
   // The data order is regenerated from (seed, epoch) over the same training set: data::epoch_order.
@@ -75,13 +76,27 @@ std::string Trainer::save_checkpoint(int epoch, int64_t step) {
     }
     ck.tensors[name] = t;
   }
+  // Every replica's RNG, from every rank (a collective: all ranks save); the per-replica tensors of
+  // this rank's replicas only: those of other ranks are BatchNorm statistics that the epoch-end
+  // broadcast overwrites before anything reads them.
+  std::string rngs;
   for (int d = 0; d < replicas(); ++d) {
-    ck.meta["rng." + std::to_string(d)] = replica(d).rng_state();
-    if (d == 0) continue;
-    for (const auto& [name, t] : host_states(d))
-      if (!same_bits(t, base.at(name))) ck.tensors[replica_key(d, name)] = t;
+    const std::string st = replica(d).rng_state();
+    rngs += std::to_string(st.size()) + ":" + st;
   }
+  const std::vector<std::string> all_rngs = mpi::allgather(rngs);
+  for (int r = 0, g = 0; r < static_cast<int>(all_rngs.size()); ++r)
+    for (size_t at = 0; at < all_rngs[r].size(); ++g) {
+      const size_t colon = all_rngs[r].find(':', at);
+      const size_t n = std::stoull(all_rngs[r].substr(at, colon - at));
+      ck.meta["rng." + std::to_string(g)] = all_rngs[r].substr(colon + 1, n);
+      at = colon + 1 + n;
+    }
+  for (int d = 1; d < replicas(); ++d)
+    for (const auto& [name, t] : host_states(d))
+      if (!same_bits(t, base.at(name))) ck.tensors[replica_key(first_replica_ + d, name)] = t;
   const std::string path = (fs::path(opts_.checkpoint_dir) / checkpoint_name(epoch, global_step_)).string();
+  if (!speaks()) return path;  // rank 0 writes
   runtime::save_checkpoint(path, ck);
 
   // Keep the newest few (names sort in (epoch, step) order).
@@ -111,7 +126,9 @@ void Trainer::load_checkpoint(const std::string& path) {
                                   << mine << "; resume with the same settings");
   };
   expect("optimizer", opts_.pipeline.optimizer.kind, "--optimizer");
-  expect("replicas", std::to_string(replicas()), "replicas:");
+  // Another number of replicas (in-process or over MPI ranks) takes replica 0's state for all; a
+  // replica without its RNG in the checkpoint keeps its fresh one (only Dropout's masks use it).
+  const bool same_world = meta_of(ck, "replicas", path) == std::to_string(total_replicas_);
   expect("batch_size", std::to_string(opts_.batch_size), "--batch-size");
   expect("seed", std::to_string(opts_.seed), "--seed");
   expect("train_size", std::to_string(train_src_->size()), "training images:");
@@ -119,7 +136,7 @@ void Trainer::load_checkpoint(const std::string& path) {
   for (int d = 0; d < replicas(); ++d) {
     Executor& ex = replica(d);
     for (const auto& [name, t] : ex.states()) {
-      auto it = ck.tensors.find(replica_key(d, name));
+      auto it = same_world ? ck.tensors.find(replica_key(first_replica_ + d, name)) : ck.tensors.end();
       if (it == ck.tensors.end()) it = ck.tensors.find(name);
       GR_CHECK(it != ck.tensors.end(), path << ": checkpoint has no tensor '" << name
                                             << "' (written for another model or optimizer?)");
@@ -135,11 +152,12 @@ void Trainer::load_checkpoint(const std::string& path) {
       std::vector<std::string> names;
       for (const auto& [name, _] : ex.states()) names.push_back(name);
       for (const auto& name : names) {
-        auto it = ck.tensors.find(replica_key(d, name));
+        auto it = same_world ? ck.tensors.find(replica_key(first_replica_ + d, name)) : ck.tensors.end();
         if (it == ck.tensors.end()) it = ck.tensors.find(name);
         ex.set_state(name, it->second);
       }
-      ex.set_rng_state(meta_of(ck, "rng." + std::to_string(d), path));
+      const std::string rng = "rng." + std::to_string(first_replica_ + d);
+      if (same_world || ck.meta.count(rng)) ex.set_rng_state(meta_of(ck, rng, path));
     }
     global_step_ = std::stoll(meta_of(ck, "global_step", path));
     const int64_t epoch = std::stoll(meta_of(ck, "epoch", path));

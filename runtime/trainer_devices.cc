@@ -8,6 +8,7 @@
 #include "graph/passes/add_metrics.h"
 #include "graph/passes/train_mode.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/comm/mpi.h"
 #include "runtime/trainer_parts.h"
 
 namespace graphrun::runtime {
@@ -82,6 +83,9 @@ Trainer::Trainer(const Graph& model, TrainOptions opts) : opts_(std::move(opts))
   bn_updates_ = passes::batchnorm_state_updates(graphs_.replicas[0].graph);
   setup_evaluation();
   setup_replicas();
+  std::vector<std::string> names;
+  for (const auto& [name, _] : replica(0).states()) names.push_back(name);
+  broadcast_states(names);
 }
 
 void Trainer::check_options() {
@@ -89,19 +93,21 @@ void Trainer::check_options() {
   GR_CHECK(!devs.empty(), "no devices to train on");
   check_devices_available(devs);
   backend_ = backend_for(devs[0].kind);
-  const int D = static_cast<int>(devs.size());
+  setup_world();
+  const int D = total_replicas_;
   GR_CHECK(opts_.batch_size >= D, "batch size " << opts_.batch_size << " is smaller than the number of replicas ("
                                                 << D << "): each replica needs at least one example");
   GR_CHECK(opts_.epochs >= 1, "epochs must be at least 1, got " << opts_.epochs);
   GR_CHECK(opts_.lr > 0 && std::isfinite(opts_.lr), "learning rate must be a positive number, got " << opts_.lr);
   GR_CHECK(opts_.threads >= 0, "threads must be at least 1");
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  threads_ = opts_.threads > 0 ? opts_.threads : std::max(1, cores / D);
+  // Ranks on one machine share its cores.
+  threads_ = opts_.threads > 0 ? opts_.threads : std::max(1, cores / (int(devs.size()) * mpi::local_size()));
 }
 
 // The schedule's base rate and, for cosine, the length of the whole run.
 void Trainer::set_schedule() {
-  const int64_t N = train_src_->size(), B = opts_.batch_size, D = static_cast<int64_t>(opts_.pipeline.devices.size());
+  const int64_t N = train_src_->size(), B = opts_.batch_size, D = total_replicas_;
   int64_t per_epoch = (N + B - 1) / B;
   if (N - (per_epoch - 1) * B < D) --per_epoch;
   if (opts_.max_steps > 0) per_epoch = std::min(per_epoch, opts_.max_steps);
@@ -120,7 +126,7 @@ void Trainer::setup_replicas() {
   const auto& devs = opts_.pipeline.devices;
   const int D = static_cast<int>(devs.size());
   const auto data = place_data(train_, test_, devs, opts_.device_data_budget, opts_.log);
-  comms_ = backend_->make_communicators(devs);
+  comms_ = world_communicators();
   for (int d = 0; d < D; ++d) {
     auto r = std::make_unique<Replica>();
     r->rank = d;
@@ -135,7 +141,7 @@ void Trainer::setup_replicas() {
     ro.state_updates = graphs_.replicas[d].state_updates;
     ro.comm = comms_[d].get();
     ro.comm->set_timeout(opts_.comm_timeout);
-    ro.seed = opts_.seed * 1000003 + d;  // dropout masks differ between replicas, as between DDP ranks
+    ro.seed = opts_.seed * 1000003 + first_replica_ + d;  // dropout masks differ between replicas, as between DDP ranks
     ro.async_kernels =
         opts_.overlap_allreduce < 0 ? backend_->overlap_allreduce_by_default() : opts_.overlap_allreduce > 0;
     if (opts_.profiler) {

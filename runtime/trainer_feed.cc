@@ -281,8 +281,9 @@ void Trainer::load_data(const Graph& model) {
 FeedOptions Trainer::feed_options(int d) const {
   FeedOptions f;
   f.input = graphs_.image;
-  f.rank = d;
-  f.replicas = static_cast<int>(opts_.pipeline.devices.size());
+  // A replica's loader fills its part of the global batch: its place among every rank's replicas.
+  f.rank = first_replica_ + d;
+  f.replicas = total_replicas_;
   f.batch = opts_.batch_size;
   f.steps_per_epoch = steps_per_epoch_;
   f.seed = opts_.seed;
@@ -301,7 +302,8 @@ FeedOptions Trainer::feed_options(int d) const {
   if (f.loader_threads < 0) {
     // Decoding pays for threads of its own: those the replicas' intra-op threads leave over, at least 1.
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    f.loader_threads = train_src_->decode_heavy() || opts_.augment ? std::max(1, (cores - f.replicas * threads_) / f.replicas) : 0;
+    const int local = static_cast<int>(opts_.pipeline.devices.size());  // this process's replicas
+    f.loader_threads = train_src_->decode_heavy() || opts_.augment ? std::max(1, (cores - local * threads_) / local) : 0;
   }
   return f;
 }

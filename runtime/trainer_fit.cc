@@ -12,7 +12,7 @@ namespace graphrun::runtime {
 
 std::vector<EpochStats> Trainer::fit() {
   std::ofstream metrics;
-  if (!opts_.metrics_path.empty()) {
+  if (!opts_.metrics_path.empty() && speaks()) {
     metrics.open(opts_.metrics_path, std::ios::trunc);
     GR_CHECK(metrics, "--metrics: cannot open '" << opts_.metrics_path << "' for writing");
   }
@@ -21,7 +21,7 @@ std::vector<EpochStats> Trainer::fit() {
   std::vector<EpochStats> all;
   if (first_epoch >= opts_.epochs) {
     if (opts_.log) *opts_.log << "nothing left to train: all " << opts_.epochs << " epochs are done" << std::endl;
-    if (!opts_.save_path.empty()) save(opts_.save_path);
+    if (!opts_.save_path.empty() && speaks()) save(opts_.save_path);
     return all;
   }
   for (int e = first_epoch; e < opts_.epochs; ++e) {
@@ -32,7 +32,7 @@ std::vector<EpochStats> Trainer::fit() {
     if (metrics.is_open()) write_metrics(metrics, st);
   }
   report_end(all);
-  if (!opts_.save_path.empty()) {
+  if (!opts_.save_path.empty() && speaks()) {
     save(opts_.save_path);
     if (opts_.log) *opts_.log << "saved the trained model to " << opts_.save_path << std::endl;
   }
@@ -71,7 +71,7 @@ int64_t Trainer::begin_epoch(int epoch) {
   order_ = data::epoch_order(N, opts_.seed, epoch);
   ++order_gen_;
   int64_t steps = (N + B - 1) / B;
-  if (N - (steps - 1) * B < replicas()) --steps;  // a last batch too small to give every replica an example
+  if (N - (steps - 1) * B < total_replicas_) --steps;  // a last batch too small to give every replica an example
   if (opts_.max_steps > 0) steps = std::min(steps, opts_.max_steps);
   steps_ = steps;
   int64_t first = 0;
@@ -104,6 +104,7 @@ EpochStats Trainer::epoch_stats(int epoch, double seconds) const {
     correct += r->correct;
     st.images += r->images;
   }
+  sum_over_ranks(loss, correct, st.images);
   st.loss = st.images ? loss / st.images : 0;
   st.train_acc = st.images ? double(correct) / st.images : 0;
   return st;

@@ -37,7 +37,7 @@ bool progress_bar_on(int progress) { return progress == 1 || (progress == -1 && 
 void Trainer::report_start() const {
   if (!opts_.log) return;
   const bool idx = !train_.images.defined();
-  *opts_.log << "training '" << graphs_.forward.name << "' on " << devices_str(opts_.pipeline.devices) << " ("
+  *opts_.log << "training '" << graphs_.forward.name << "' on " << world_devices_str() << " ("
              << threads_ << " thread" << (threads_ > 1 ? "s" : "") << " per replica): " << train_src_->size()
              << " training, " << test_src_->size() << (idx ? " test examples" : " test images") << ", batch "
              << opts_.batch_size << ", lr " << opts_.lr << std::endl;
@@ -66,7 +66,7 @@ void Trainer::report_end(const std::vector<EpochStats>& all) const {
   else
     *opts_.log << "test acc: " << fmt(all.back().test_acc, 2);
   if (all.back().test_top5 >= 0) *opts_.log << ", top-5: " << fmt(all.back().test_top5, 2);
-  *opts_.log << ", " << fmt(sec / all.size(), 1) << " sec/epoch on " << devices_str(opts_.pipeline.devices) << std::endl;
+  *opts_.log << ", " << fmt(sec / all.size(), 1) << " sec/epoch on " << world_devices_str() << std::endl;
 }
 
 void Trainer::write_metrics(std::ostream& os, const EpochStats& st) const {
@@ -83,7 +83,7 @@ void Trainer::write_metrics(std::ostream& os, const EpochStats& st) const {
   j["seconds"] = rounded(st.seconds, 3);
   j["images_per_sec"] = rounded(ips, 1);
   j["lr"] = rounded(st.lr, -1);
-  j["devices"] = devices_str(opts_.pipeline.devices);
+  j["devices"] = world_devices_str();
   j["threads"] = threads_;
   os << j.dump() << std::endl;
   GR_CHECK(os, "--metrics: cannot write '" << opts_.metrics_path << "'");

@@ -7,6 +7,7 @@
 
 #include "runtime/checkpoint.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/comm/mpi.h"
 #include "runtime/trainer_parts.h"
 
 namespace graphrun::runtime {
@@ -48,7 +49,6 @@ void Trainer::replica_failed(std::exception_ptr error) {
 }
 
 void Trainer::run_steps(Replica& r) {
-  const int D = replicas();
   const int64_t B = opts_.batch_size, N = train_src_->size();
   const bool stateful = graphs_.replicas[r.rank].graph.is_input("step");
   r.feed->begin_epoch(order_, order_gen_, cur_epoch_, seg_begin_);
@@ -60,12 +60,14 @@ void Trainer::run_steps(Replica& r) {
     }
     ProfileScope step(r.profile, "step", "phase");
     const int64_t b = std::min(B, N - s * B);
-    const data::Shards sh = data::shard(b, D);
-    const int64_t n = sh.size[r.rank];
+    const data::Shards sh = data::shard(b, total_replicas_);
+    const int g = first_replica_ + r.rank;  // this replica's shard among all ranks' replicas
+    const int64_t n = sh.size[g];
+    if (r.rank == 0) mpi::note_step(step_base_ + s + 1);
     std::map<std::string, Tensor> in = step_inputs(s, n, b, stateful);
     {
       ProfileScope feeding(r.profile, "data", "data");
-      std::tie(in[graphs_.image], in[graphs_.labels]) = r.feed->shard(s * B + sh.begin[r.rank], n);
+      std::tie(in[graphs_.image], in[graphs_.labels]) = r.feed->shard(s * B + sh.begin[g], n);
     }
     auto out = r.exec->run(in);
     // Row s % 2 was last written by step s-2, whose figures were read in the previous iteration.
@@ -92,7 +94,7 @@ bool Trainer::read_figures(Replica& r, int64_t s) {
   const double loss = row[0], correct = row[1];
   const bool ok = std::isfinite(loss);
   if (ok) {
-    const int64_t n = data::shard(std::min(opts_.batch_size, train_src_->size() - s * opts_.batch_size), replicas()).size[r.rank];
+    const int64_t n = data::shard(std::min(opts_.batch_size, train_src_->size() - s * opts_.batch_size), total_replicas_).size[first_replica_ + r.rank];
     r.loss_sum += loss * n;
     if (s < static_cast<int64_t>(r.step_loss.size())) r.step_loss[s] = loss * n;
     r.correct += static_cast<int64_t>(correct);
@@ -192,6 +194,9 @@ void Trainer::sync_running_stats() {
   // ones evaluated and saved either way).
   for (const auto& [_, init] : bn_updates_)
     for (int d = 1; d < replicas(); ++d) replica(d).set_state(init, replica(0).state(init));
+  std::vector<std::string> names;
+  for (const auto& [_, init] : bn_updates_) names.push_back(init);
+  broadcast_states(names);  // and from rank 0 to the other ranks
 }
 
 }  // namespace graphrun::runtime

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "graph/onnx_io.h"
+#include "runtime/comm/mpi.h"
 #include "runtime/trainer.h"
 #include "runtime/device.h"
 #include "tools/backward_options.h"
@@ -32,7 +33,8 @@ const Command& train_command() {
           {"overlap-allreduce", "on|off", "AllReduce runs while the rest of the backward pass does (default: on\n"
                                           "                            for GPUs, off for CPU replicas, where it does not pay)"},
           {"comm-timeout", "S", "seconds a replica waits for the others in an AllReduce (default 60); then\n"
-                                "                            every replica stops, naming the missing ones (hung or dead)"},
+                                "                            every replica stops, naming the missing ones (hung or dead);\n"
+                                "                            under MPI, every collective between ranks too"},
           {"batch-size", "B", "global batch, split over the replicas (default 256)"},
           {"lr", "RATE", "learning rate (default 0.2)"},
           {"epochs", "E", "epochs (default 10)"},
@@ -112,7 +114,13 @@ const Command& train_command() {
       "  graphrun train models/lenet.onnx --checkpoint-dir ck --epochs 10   # killed? rerun with --resume\n"
       "  graphrun train model.onnx --data train.npz --test-data test.npz\n"
       "  graphrun train resnet18.onnx --data images/train --test-data images/val --augment\n"
-      "  graphrun train regressor.onnx --data houses.npz --loss mse --val-split 0.2"};
+      "  graphrun train regressor.onnx --data houses.npz --loss mse --val-split 0.2\n"
+      "\n"
+      "Under MPI (mpirun -np K graphrun train ...) each rank trains its --devices (or --gpus N: the GPUs from\n"
+      "local rank x N); the batch splits over the replicas of all ranks as in one process, and the CPU sums in\n"
+      "global replica order (-np K --devices cpu:1 equals --devices cpu:K bitwise). Rank 0 alone prints and\n"
+      "writes --metrics, --save and checkpoints; a failed rank ends the job, a hung one within --comm-timeout.\n"
+      "  mpirun -np 2 graphrun train models/lenet.onnx --devices cpu:1"};
   return cmd;
 }
 
@@ -138,7 +146,9 @@ int cmd_train(const std::vector<std::string>& argv) {
   if (args.has("gpus")) {
     const int64_t n = args.get_int("gpus", 0);
     if (n < 1 || n > 64) throw bad("--gpus must be between 1 and 64, got " + args.get("gpus"));
-    for (int i = 0; i < n; ++i) devices.push_back(Device{Device::Kind::CUDA, i});
+    // Under MPI a rank takes the N GPUs from local_rank * N (Horovod's one GPU per rank: --gpus 1).
+    const int first = static_cast<int>(n) * runtime::mpi::local_rank();
+    for (int i = 0; i < n; ++i) devices.push_back(Device{Device::Kind::CUDA, first + i});
   } else if (args.has("devices")) {
     try {
       devices = runtime::parse_devices(args.get("devices"));
@@ -146,7 +156,8 @@ int cmd_train(const std::vector<std::string>& argv) {
       throw bad(std::string("--devices: ") + e.what());
     }
   } else {
-    for (int i = 0; i < std::min(cores, 4); ++i) devices.push_back(Device{Device::Kind::CPU, i});
+    const int n = std::max(1, std::min(cores, 4) / runtime::mpi::local_size());  // ranks of a machine share it
+    for (int i = 0; i < n; ++i) devices.push_back(Device{Device::Kind::CPU, i});
   }
   o.pipeline.devices = devices;
   if (args.has("bucket-mb")) {
@@ -296,10 +307,13 @@ int cmd_train(const std::vector<std::string>& argv) {
   }
   o.save_path = args.get("save");
   o.metrics_path = args.get("metrics");
-  o.log = &std::cout;
+  // Under MPI rank 0 alone speaks (runtime/comm/mpi.h); the trainer writes files only there.
+  const bool speaks = runtime::mpi::rank() == 0;
+  o.log = speaks ? &std::cout : nullptr;
+  if (!speaks) o.progress = 0;
   const std::string profile_path = args.get("profile");
   std::unique_ptr<runtime::Profiler> profiler;
-  if (!profile_path.empty()) {
+  if (!profile_path.empty() && speaks) {  // rank 0 traces its own replicas
     profiler = std::make_unique<runtime::Profiler>();
     profiler->write_trace(profile_path);  // an unwritable path fails now, not after training
     o.profiler = profiler.get();
@@ -313,11 +327,13 @@ int cmd_train(const std::vector<std::string>& argv) {
   runtime::Trainer trainer(model, o);
   if (eval_only) {
     const runtime::EvalStats st = trainer.evaluate_stats();
-    if (trainer.mse())
-      std::cout << "test mse: " << st.loss << " (" << st.images << " examples, " << model.name << ")" << std::endl;
-    else
-      std::cout << "test acc: " << st.accuracy << ", test loss: " << st.loss << " (" << st.images << " images, "
-                << model.name << ")" << std::endl;
+    if (speaks) {
+      if (trainer.mse())
+        std::cout << "test mse: " << st.loss << " (" << st.images << " examples, " << model.name << ")" << std::endl;
+      else
+        std::cout << "test acc: " << st.accuracy << ", test loss: " << st.loss << " (" << st.images << " images, "
+                  << model.name << ")" << std::endl;
+    }
     finish_profile();
     return 0;
   }

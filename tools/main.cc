@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/comm/mpi.h"
 #include "tools/cli.h"
 
 namespace {
@@ -23,17 +24,17 @@ const char* kHelp =
     "\n"
     "'graphrun <command> --help' describes each command.\n";
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
-    std::cout << kHelp;
-    return args.empty() ? 2 : 0;
-  }
-  std::string cmd = args[0];
-  args.erase(args.begin());
+// One subcommand; every Error becomes one line and exit 2. Under MPI the line names the rank, and only
+// rank 0 prints what show, grad and run print.
+int run_command(const std::string& cmd, const std::vector<std::string>& args) {
+  namespace mpi = graphrun::runtime::mpi;
+  std::string where;
   try {
+    mpi::init();
+    if (mpi::active() && mpi::size() > 1) {
+      where = "rank " + std::to_string(mpi::rank()) + ": ";
+      if (mpi::rank() != 0 && cmd != "train" && !std::freopen("/dev/null", "w", stdout)) return 1;
+    }
     if (cmd == "run") return graphrun::cli::cmd_run(args);
     if (cmd == "show") return graphrun::cli::cmd_show(args);
     if (cmd == "grad") return graphrun::cli::cmd_grad(args);
@@ -49,7 +50,7 @@ int main(int argc, char** argv) {
     // Names from a damaged file can hold any bytes: the error stays one printable line.
     for (char& c : msg)
       if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-    std::cerr << "graphrun " << cmd << ": error: " << msg << "\n";
+    std::cerr << "graphrun " << cmd << ": error: " << where << msg << "\n";
     return 2;
   } catch (const std::bad_alloc&) {
     std::cerr << "graphrun " << cmd << ": error: out of memory\n";
@@ -58,4 +59,22 @@ int main(int argc, char** argv) {
     std::cerr << "graphrun " << cmd << ": internal error: " << e.what() << "\n";
     return 1;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    std::cout << kHelp;
+    return args.empty() ? 2 : 0;
+  }
+  std::string cmd = args[0];
+  args.erase(args.begin());
+  const int rc = run_command(cmd, args);
+  namespace mpi = graphrun::runtime::mpi;
+  // Under MPI a rank that fails takes the job down (the others may be waiting for it in a collective).
+  if (rc != 0 && mpi::active() && mpi::size() > 1) mpi::abort_job(rc);
+  mpi::finalize();
+  return rc;
 }

@@ -9,6 +9,8 @@ packages=(build-essential cmake ccache libonnx-dev libprotobuf-dev protobuf-comp
           clang libclang-rt-14-dev)
 # The data sources: .npz (libzip), PNG and JPEG image folders.
 packages+=(libzip-dev libpng-dev libjpeg-dev)
+# MPI (mpirun -np K graphrun train; optional at build time, the MPI tests need it).
+packages+=(openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

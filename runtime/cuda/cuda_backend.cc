@@ -250,6 +250,10 @@ class CudaBackend final : public DeviceBackend {
   std::vector<std::unique_ptr<Communicator>> make_communicators(const std::vector<Device>& replicas) override {
     return make_cuda_communicators(replicas);
   }
+  std::vector<std::unique_ptr<Communicator>> make_world_communicators(
+      const std::vector<Device>& replicas, int first, int total, const std::function<void(void*, size_t)>& bcast) override {
+    return make_cuda_world_communicators(replicas, first, total, bcast);
+  }
   void set_deterministic(bool on) override { cuda::set_deterministic(on); }
 };
 

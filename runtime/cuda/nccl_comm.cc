@@ -55,8 +55,9 @@ void through_device(Device dev, float* data, int64_t count, F body) {
 
 class NcclCommunicator final : public DeviceCommunicator {
  public:
-  NcclCommunicator(ncclComm_t comm, int rank, int size, Device dev, std::shared_ptr<RoundGroup> barrier)
-      : comm_(comm), rank_(rank), size_(size), dev_(dev), barrier_(std::move(barrier)) {
+  // rank: the NCCL rank (over every process's GPUs); local: this process's index in `barrier`.
+  NcclCommunicator(ncclComm_t comm, int rank, int size, int local, Device dev, std::shared_ptr<RoundGroup> barrier)
+      : comm_(comm), rank_(rank), size_(size), local_(local), dev_(dev), barrier_(std::move(barrier)) {
     cuda::device_context(dev_.index);
     GR_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
     GR_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
@@ -73,7 +74,7 @@ class NcclCommunicator final : public DeviceCommunicator {
   Device device() const override { return dev_; }
   std::string name() const override { return "nccl"; }
   void barrier() override {
-    barrier_->round(rank_, "barrier", [] {});
+    barrier_->round(local_, "barrier", [] {});
   }
   // The host barrier's: NCCL's own waits are on the device, ended by abort().
   void set_timeout(double seconds) override { barrier_->set_timeout(seconds); }
@@ -143,7 +144,7 @@ class NcclCommunicator final : public DeviceCommunicator {
 
  private:
   ncclComm_t comm_;
-  int rank_, size_;
+  int rank_, size_, local_;
   Device dev_;
   // A free event for one bucket in flight (created on this communicator's device on demand; the
   // pool grows to the number of buckets in flight at once, then stays).
@@ -292,7 +293,40 @@ std::vector<std::unique_ptr<Communicator>> make_cuda_communicators(const std::ve
   std::vector<ncclComm_t> comms(n);
   GR_NCCL_CHECK(ncclCommInitAll(comms.data(), n, devs.data()));
   auto barrier = std::make_shared<RoundGroup>(n);
-  for (int i = 0; i < n; ++i) r.push_back(std::make_unique<NcclCommunicator>(comms[i], i, n, replicas[i], barrier));
+  for (int i = 0; i < n; ++i) r.push_back(std::make_unique<NcclCommunicator>(comms[i], i, n, i, replicas[i], barrier));
+  return r;
+}
+
+std::vector<std::unique_ptr<Communicator>> make_cuda_world_communicators(const std::vector<Device>& replicas,
+                                                                         int first, int total,
+                                                                         const std::function<void(void*, size_t)>& bcast) {
+  GR_CHECK(!replicas.empty(), "no replicas to connect");
+  const int n = static_cast<int>(replicas.size());
+  GR_CHECK(first >= 0 && first + n <= total, "replicas " << first << ".." << first + n - 1 << " outside " << total);
+  std::set<int> distinct;
+  for (const Device& d : replicas) {
+    GR_CHECK(d.kind == Device::Kind::CUDA, "cannot mix " << d.str() << " into CUDA replicas");
+    cuda::device_context(d.index);  // checks that the device exists
+    distinct.insert(d.index);
+  }
+  // NCCL refuses two ranks on one GPU; so do we, with the reason.
+  GR_CHECK(static_cast<int>(distinct.size()) == n,
+           "across MPI ranks every CUDA replica needs a GPU of its own (NCCL: one rank per GPU)");
+  ncclUniqueId id{};
+  if (first == 0) GR_NCCL_CHECK(ncclGetUniqueId(&id));
+  bcast(&id, sizeof id);
+  std::vector<ncclComm_t> comms(n);
+  // Several GPUs of one process join in one group (ncclCommInitRank per GPU would wait for the others).
+  GR_NCCL_CHECK(ncclGroupStart());
+  for (int i = 0; i < n; ++i) {
+    GR_CUDA_CHECK(cudaSetDevice(replicas[i].index));
+    GR_NCCL_CHECK(ncclCommInitRank(&comms[i], total, id, first + i));
+  }
+  GR_NCCL_CHECK(ncclGroupEnd());
+  auto barrier = std::make_shared<RoundGroup>(n);
+  std::vector<std::unique_ptr<Communicator>> r;
+  for (int i = 0; i < n; ++i)
+    r.push_back(std::make_unique<NcclCommunicator>(comms[i], first + i, total, i, replicas[i], barrier));
   return r;
 }
 

@@ -47,4 +47,11 @@ class DeviceCommunicator : public Communicator {
 // the device-local reduction. A mix of both is refused with a clear error.
 std::vector<std::unique_ptr<Communicator>> make_cuda_communicators(const std::vector<Device>& replicas);
 
+// This process's GPUs as part of one NCCL communicator over every GPU of an MPI job: replica l is NCCL
+// rank first + l of total. The rank holding replica 0 makes the unique id (ncclGetUniqueId), bcast
+// hands it to every rank, and each process joins with ncclCommInitRank. One GPU per replica.
+std::vector<std::unique_ptr<Communicator>> make_cuda_world_communicators(const std::vector<Device>& replicas,
+                                                                         int first, int total,
+                                                                         const std::function<void(void*, size_t)>& bcast);
+
 }  // namespace graphrun::runtime

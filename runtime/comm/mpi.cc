@@ -1,0 +1,341 @@
+// graphrun under MPI: initialisation only when a launcher started us, host collectives that poll with
+// a deadline (so a dead or hung rank becomes an error naming it, never a hang), and the hierarchical
+// CPU communicator (local replicas meet in a RoundGroup; ranks chain the partial sum in rank order).
+#include "runtime/comm/mpi.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "graph/error.h"
+#include "runtime/comm/round_group.h"
+#include "runtime/comm/wait.h"
+
+#ifdef GRAPHRUN_HAVE_MPI
+#include <mpi.h>
+#endif
+
+namespace graphrun::runtime::mpi {
+
+namespace {
+
+std::atomic<int64_t> g_step{0};
+std::atomic<double> g_timeout{kDefaultCommTimeout};
+
+int env_int(const char* name, int dflt) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return dflt;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  return end && *end == 0 && x >= 0 && x < (1 << 24) ? static_cast<int>(x) : dflt;
+}
+
+}  // namespace
+
+bool launched_by_mpi() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") || std::getenv("PMI_SIZE");
+}
+
+void note_step(int64_t step) { g_step.store(step, std::memory_order_relaxed); }
+int64_t noted_step() { return g_step.load(std::memory_order_relaxed); }
+void set_timeout(double seconds) { g_timeout.store(seconds); }
+
+#ifdef GRAPHRUN_HAVE_MPI
+
+namespace {
+
+bool g_initialised = false;
+int g_rank = 0, g_size = 1;
+// One thread at a time talks to MPI (MPI_THREAD_SERIALIZED); a whole collective holds it, so every
+// rank's operations stay in the order it issued them.
+std::mutex g_mu;
+
+// Async-signal-safe decimal.
+void put_int(char*& p, int64_t v) {
+  char tmp[24];
+  int n = 0;
+  if (v < 0) *p++ = '-', v = -v;
+  do tmp[n++] = static_cast<char>('0' + v % 10), v /= 10;
+  while (v && n < 23);
+  while (n) *p++ = tmp[--n];
+}
+
+// The launcher stops the surviving ranks with SIGTERM when one rank died or failed: say where this
+// rank was (mpirun's own message names the rank that failed), then go.
+void on_sigterm(int) {
+  char buf[200], *p = buf;
+  const char a[] = "graphrun: rank ";
+  std::memcpy(p, a, sizeof a - 1), p += sizeof a - 1;
+  put_int(p, g_rank);
+  const int64_t step = g_step.load();
+  const char b[] = ": stopped at step ", b0[] = ": stopped before the first step";
+  if (step > 0) {
+    std::memcpy(p, b, sizeof b - 1), p += sizeof b - 1;
+    put_int(p, step);
+  } else {
+    std::memcpy(p, b0, sizeof b0 - 1), p += sizeof b0 - 1;
+  }
+  const char c[] = ": the launcher ended the job because another rank failed (see its message)\n";
+  std::memcpy(p, c, sizeof c - 1), p += sizeof c - 1;
+  ssize_t w = write(2, buf, p - buf);
+  (void)w;
+  _exit(143);
+}
+
+// Waits for `req` until the timeout: an Error naming the rank that did not answer (peer < 0: some rank).
+void wait_request(MPI_Request* req, const char* what, int peer) {
+  const double seconds = g_timeout.load();
+  const auto deadline = comm_deadline(seconds);
+  for (int i = 0;; ++i) {
+    int done = 0;
+    MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    if (done) return;
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::ostringstream os;
+      os << what << " at step " << g_step.load() << ": ";
+      if (peer >= 0) os << "rank " << peer << " did not answer";
+      else os << "not every rank arrived";
+      os << " within " << seconds << " s: it failed, died or hung (raise --comm-timeout if it is only slow)";
+      GR_FAIL(os.str());
+    }
+    if (i > 2000) std::this_thread::sleep_for(std::chrono::microseconds(i > 20000 ? 500 : 20));
+  }
+}
+
+void check_count(int64_t n) {
+  GR_CHECK(n >= 0 && n < (int64_t(1) << 31), "MPI transfer of " << n << " elements is too large for one message");
+}
+
+void bcast_locked(void* data, int64_t bytes, int root, const char* what) {
+  check_count(bytes);
+  MPI_Request req;
+  MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, root, MPI_COMM_WORLD, &req);
+  wait_request(&req, what, root == g_rank ? -1 : root);
+}
+
+}  // namespace
+
+bool built_with_mpi() { return true; }
+
+void init() {
+  if (g_initialised || !launched_by_mpi()) return;
+  int provided = 0;
+  MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+  g_initialised = true;
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+  // Errors come back as codes (a failed request is reported, not a crash inside MPI).
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  GR_CHECK(provided >= MPI_THREAD_SERIALIZED, "MPI does not provide MPI_THREAD_SERIALIZED, which graphrun needs");
+  if (g_size > 1) std::signal(SIGTERM, on_sigterm);
+}
+
+void finalize() {
+  if (!g_initialised) return;
+  MPI_Finalize();
+  g_initialised = false;
+}
+
+bool active() { return g_initialised; }
+int rank() { return g_rank; }
+int size() { return g_size; }
+int local_rank() { return g_initialised ? env_int("OMPI_COMM_WORLD_LOCAL_RANK", env_int("MPI_LOCALRANKID", 0)) : 0; }
+int local_size() { return g_initialised ? env_int("OMPI_COMM_WORLD_LOCAL_SIZE", env_int("MPI_LOCALNRANKS", 1)) : 1; }
+
+void abort_job(int code) {
+  if (g_initialised && g_size > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  finalize();
+  std::exit(code);
+}
+
+void broadcast_bytes(void* data, size_t bytes, int root) {
+  if (!g_initialised || g_size == 1) return;
+  std::lock_guard<std::mutex> lock(g_mu);
+  bcast_locked(data, static_cast<int64_t>(bytes), root, "broadcast");
+}
+
+std::vector<std::string> allgather(const std::string& mine) {
+  if (!g_initialised || g_size == 1) return {mine};
+  std::lock_guard<std::mutex> lock(g_mu);
+  int n = static_cast<int>(mine.size());
+  std::vector<int> sizes(g_size);
+  MPI_Request req;
+  MPI_Iallgather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, MPI_COMM_WORLD, &req);
+  wait_request(&req, "allgather", -1);
+  std::vector<int> offs(g_size, 0);
+  for (int r = 1; r < g_size; ++r) offs[r] = offs[r - 1] + sizes[r - 1];
+  std::string all(static_cast<size_t>(offs.back() + sizes.back()), '\0');
+  MPI_Iallgatherv(mine.data(), n, MPI_CHAR, all.data(), sizes.data(), offs.data(), MPI_CHAR, MPI_COMM_WORLD, &req);
+  wait_request(&req, "allgather", -1);
+  std::vector<std::string> r;
+  for (int i = 0; i < g_size; ++i) r.push_back(all.substr(offs[i], sizes[i]));
+  return r;
+}
+
+void sum_in_rank_order(double* values, int count) {
+  if (!g_initialised || g_size == 1) return;
+  std::vector<double> all(static_cast<size_t>(count) * g_size);
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    MPI_Request req;
+    MPI_Iallgather(values, count, MPI_DOUBLE, all.data(), count, MPI_DOUBLE, MPI_COMM_WORLD, &req);
+    wait_request(&req, "allgather", -1);
+  }
+  for (int i = 0; i < count; ++i) {
+    double s = all[i];
+    for (int r = 1; r < g_size; ++r) s += all[static_cast<size_t>(r) * count + i];
+    values[i] = s;
+  }
+}
+
+namespace {
+
+// The replicas of this rank: they hand in their buffers, the last to arrive does the rank's part.
+struct CpuGroup {
+  CpuGroup(int local, int first, int total) : round(local), ptrs(local), counts(local), local(local), first(first), total(total) {}
+  RoundGroup round;
+  std::vector<float*> ptrs;
+  std::vector<int64_t> counts;
+  std::vector<float> incoming;
+  std::vector<int> firsts;  // the first global replica of every rank
+  int local, first, total;
+
+  int owner(int replica) const {
+    int r = 0;
+    while (r + 1 < static_cast<int>(firsts.size()) && firsts[r + 1] <= replica) ++r;
+    return r;
+  }
+  void check_counts(const char* what) const {
+    for (int l = 1; l < local; ++l)
+      GR_CHECK(counts[l] == counts[0], what << ": replica " << first + l << " has " << counts[l]
+                                            << " values but replica " << first << " has " << counts[0]);
+    check_count(counts[0]);
+  }
+  void copy_out(int from) {
+    for (int l = 0; l < local; ++l)
+      if (l != from && ptrs[l] != ptrs[from]) std::memcpy(ptrs[l], ptrs[from], counts[from] * sizeof(float));
+  }
+
+  // Partial sums travel rank 0 -> 1 -> ... -> last, each rank adding its replicas in order; the last
+  // rank broadcasts the total. Element i is ((p0 + p1) + p2) + ... over global replicas, as in-process.
+  void allreduce() {
+    check_counts("allreduce");
+    const int64_t n = counts[0];
+    float* acc = ptrs[0];
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (g_rank > 0) {
+      incoming.resize(n);
+      MPI_Request req;
+      MPI_Irecv(incoming.data(), static_cast<int>(n), MPI_FLOAT, g_rank - 1, 1, MPI_COMM_WORLD, &req);
+      wait_request(&req, "allreduce", g_rank - 1);
+      for (int64_t i = 0; i < n; ++i) acc[i] = incoming[i] + acc[i];
+    }
+    for (int l = 1; l < local; ++l) {
+      const float* p = ptrs[l];
+      for (int64_t i = 0; i < n; ++i) acc[i] += p[i];
+    }
+    if (g_rank + 1 < g_size) {
+      MPI_Request req;
+      MPI_Isend(acc, static_cast<int>(n), MPI_FLOAT, g_rank + 1, 1, MPI_COMM_WORLD, &req);
+      wait_request(&req, "allreduce", g_rank + 1);
+    }
+    bcast_locked(acc, n * static_cast<int64_t>(sizeof(float)), g_size - 1, "allreduce");
+    copy_out(0);
+  }
+
+  void broadcast(int root) {
+    check_counts("broadcast");
+    const int from_rank = owner(root);
+    int from = 0;
+    if (from_rank == g_rank) {
+      from = root - first;
+      GR_CHECK(from >= 0 && from < local, "broadcast: root " << root << " is not a replica of rank " << g_rank);
+    }
+    std::lock_guard<std::mutex> lock(g_mu);
+    bcast_locked(ptrs[from], counts[from] * static_cast<int64_t>(sizeof(float)), from_rank, "broadcast");
+    copy_out(from);
+  }
+
+  void barrier() {
+    std::lock_guard<std::mutex> lock(g_mu);
+    MPI_Request req;
+    MPI_Ibarrier(MPI_COMM_WORLD, &req);
+    wait_request(&req, "barrier", -1);
+  }
+};
+
+class MpiCpuRank final : public Communicator {
+ public:
+  MpiCpuRank(std::shared_ptr<CpuGroup> g, int l) : g_(std::move(g)), l_(l) {}
+  int rank() const override { return g_->first + l_; }
+  int size() const override { return g_->total; }
+  void allreduce_sum(float* data, int64_t count) override {
+    hand_in(data, count);
+    g_->round.round(l_, "allreduce", [this] { g_->allreduce(); });
+  }
+  void broadcast(float* data, int64_t count, int root) override {
+    hand_in(data, count);
+    g_->round.round(l_, "broadcast", [this, root] { g_->broadcast(root); });
+  }
+  void barrier() override {
+    g_->round.round(l_, "barrier", [this] { g_->barrier(); });
+  }
+  void abort() override { g_->round.abort(); }
+  void set_timeout(double seconds) override {
+    g_->round.set_timeout(seconds);
+    mpi::set_timeout(seconds);
+  }
+  std::string name() const override { return "mpi"; }
+
+ private:
+  void hand_in(float* data, int64_t count) {
+    std::lock_guard<std::mutex> lock(g_->round.mutex());
+    g_->ptrs[l_] = data;
+    g_->counts[l_] = count;
+  }
+  std::shared_ptr<CpuGroup> g_;
+  int l_;
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<Communicator>> make_cpu_communicators(int local, int first, int total) {
+  auto g = std::make_shared<CpuGroup>(local, first, total);
+  for (const std::string& s : allgather(std::to_string(first))) g->firsts.push_back(std::stoi(s));
+  std::vector<std::unique_ptr<Communicator>> r;
+  for (int l = 0; l < local; ++l) r.push_back(std::make_unique<MpiCpuRank>(g, l));
+  return r;
+}
+
+#else  // built without MPI: one process is the whole job.
+
+bool built_with_mpi() { return false; }
+void init() {
+  GR_CHECK(!launched_by_mpi() || env_int("OMPI_COMM_WORLD_SIZE", env_int("PMI_SIZE", 1)) <= 1,
+           "started by an MPI launcher with several ranks, but this graphrun was built without MPI support "
+           "(install libopenmpi-dev and rebuild)");
+}
+void finalize() {}
+bool active() { return false; }
+int rank() { return 0; }
+int size() { return 1; }
+int local_rank() { return 0; }
+int local_size() { return 1; }
+void abort_job(int code) { std::exit(code); }
+void broadcast_bytes(void*, size_t, int) {}
+std::vector<std::string> allgather(const std::string& mine) { return {mine}; }
+void sum_in_rank_order(double*, int) {}
+std::vector<std::unique_ptr<Communicator>> make_cpu_communicators(int, int, int) {
+  GR_FAIL("graphrun was built without MPI support");
+}
+
+#endif
+
+}  // namespace graphrun::runtime::mpi

@@ -1,0 +1,123 @@
+#!/bin/bash
+# The MPI suite (ctest runs each case under mpirun with a TIMEOUT, so a hang fails):
+#   mpi_test.sh GRAPHRUN MPIRUN MODEL CASE   with CASE one of
+#   equal2 / equal3  -np K --devices cpu:1 saves the same weights, bitwise, as --devices cpu:K
+#   uneven           rank 0 with cpu:1 and rank 1 with cpu:2 saves bitwise the weights of cpu:3
+#   voice            only rank 0 prints and writes --metrics; the closing line lists every replica
+#   killed           kill -9 of rank 1 mid-epoch: mpirun exits non-zero, rank 0 names its step
+#   hung             a stopped rank 1: rank 0 fails after --comm-timeout, naming rank 1 and the step
+#   badinput         a bad --data on rank 1 only: the job exits 2 with rank 1's one-line error
+#   resume           a checkpoint of -np 2 resumes on -np 3 (and on cpu:3): the weights of cpu:2's run
+set -u
+G=$1 MPIRUN=$2 MODEL=$3 CASE=$4
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+cd "$W"
+# As root, more ranks than cores, shared memory that works in containers.
+M=("$MPIRUN" --allow-run-as-root --oversubscribe --mca btl self,vader --mca btl_vader_single_copy_mechanism none)
+T=(train "$MODEL" --epochs 1 --threads 1)
+fail() { echo "FAIL ($CASE): $*"; for f in *.out; do [ -f "$f" ] && { echo "--- $f"; cat "$f"; }; done; exit 1; }
+
+# The pid of rank R among mpirun's children.
+rank_pid() {
+  local p
+  for p in $(pgrep -P "$1"); do
+    if tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then echo "$p"; return; fi
+  done
+}
+
+# Starts a long run, lets it train, then does $1 to rank 1; the job must end within $2 seconds.
+fault() {
+  "${M[@]}" -np 2 "$G" "${T[@]}" --devices cpu:1 --max-steps 100000 --comm-timeout 5 > job.out 2>&1 &
+  local mp=$! p=""
+  for _ in $(seq 100); do
+    sleep 0.5
+    grep -q '^training' job.out 2>/dev/null && p=$(rank_pid $mp 1) && [ -n "$p" ] && break
+  done
+  [ -n "$p" ] || { kill $mp; fail "rank 1 did not start"; }
+  sleep 4  # some steps
+  local t0=$SECONDS
+  kill -"$1" "$p"
+  local waited=0
+  while kill -0 $mp 2>/dev/null; do
+    sleep 1
+    waited=$((waited + 1))
+    [ $waited -le "$2" ] || { kill -9 $mp; fail "the job still runs $2 s after the fault"; }
+  done
+  wait $mp
+  RC=$?
+  echo "job ended $((SECONDS - t0)) s after the fault, exit $RC"
+}
+
+case "$CASE" in
+  equal2|equal3)
+    K=${CASE#equal}
+    "${M[@]}" -np "$K" "$G" "${T[@]}" --devices cpu:1 --max-steps 50 --save mpi.onnx > mpi.out 2>&1 || fail "mpirun failed"
+    "$G" "${T[@]}" --devices cpu:$K --max-steps 50 --save local.onnx > local.out 2>&1 || fail "cpu:$K failed"
+    cmp mpi.onnx local.onnx || fail "-np $K --devices cpu:1 and --devices cpu:$K saved different weights"
+    echo "-np $K x cpu:1 == cpu:$K bitwise after 50 steps"
+    ;;
+  uneven)
+    "${M[@]}" -np 1 "$G" "${T[@]}" --devices cpu:1 --max-steps 20 --save mpi.onnx : -np 1 "$G" "${T[@]}" --devices cpu:2 \
+      --max-steps 20 > mpi.out 2>&1 || fail "mpirun failed"
+    grep -q 'on \[rank0:cpu:0, rank1:cpu:0, rank1:cpu:1\]$' mpi.out || fail "the closing line does not list the 3 replicas"
+    "$G" "${T[@]}" --devices cpu:3 --max-steps 20 --save local.onnx > local.out 2>&1 || fail "cpu:3 failed"
+    cmp mpi.onnx local.onnx || fail "1 + 2 replicas over 2 ranks and cpu:3 saved different weights"
+    echo "rank0 cpu:1 + rank1 cpu:2 == cpu:3 bitwise after 20 steps"
+    ;;
+  voice)
+    "${M[@]}" -np 2 "$G" "${T[@]}" --devices cpu:1 --max-steps 5 --metrics run.jsonl --save m.onnx \
+      --checkpoint-dir ck > voice.out 2>&1 || fail "mpirun failed"
+    [ "$(grep -c '^training ' voice.out)" = 1 ] || fail "the start line is not printed once"
+    [ "$(grep -c '^epoch 1/1' voice.out)" = 1 ] || fail "the epoch line is not printed once"
+    grep -q 'sec/epoch on \[rank0:cpu:0, rank1:cpu:0\]$' voice.out || fail "the closing line does not list every replica"
+    [ "$(wc -l < run.jsonl)" = 1 ] || fail "--metrics has not one line"
+    grep -q '"devices":"\[rank0:cpu:0, rank1:cpu:0\]"' run.jsonl || fail "--metrics does not name every replica"
+    [ "$(ls ck | wc -l)" = 1 ] && [ -s m.onnx ] || fail "expected one checkpoint and the saved model"
+    "${M[@]}" -np 2 "$G" show "$MODEL" > show.out 2>&1 || fail "show failed"
+    "$G" show "$MODEL" > show1.out 2>&1
+    cmp show.out show1.out || fail "-np 2 show prints other than one show"
+    echo "one voice: rank 0 printed and wrote once"
+    ;;
+  killed)
+    fault 9 30
+    [ "$RC" != 0 ] || fail "exit code 0 after a rank was killed"
+    grep -q 'rank 1 .*exited on signal 9' job.out || fail "mpirun does not name rank 1"
+    grep -Eq '^graphrun: rank 0: stopped at step [0-9]+' job.out || fail "rank 0 does not name its step"
+    ;;
+  hung)
+    fault STOP 30
+    [ "$RC" != 0 ] || fail "exit code 0 after a rank hung"
+    grep -Eq 'rank 0: .*allreduce at step [0-9]+: rank 1 did not answer within 5 s' job.out || fail "rank 0 does not name rank 1 and the step"
+    ;;
+  badinput)
+    "${M[@]}" -np 1 "$G" "${T[@]}" --devices cpu:1 --max-steps 5 : -np 1 "$G" "${T[@]}" --devices cpu:1 --max-steps 5 \
+      --data "$W/none" > bad.out 2>&1
+    RC=$?
+    [ "$RC" = 2 ] || fail "exit $RC, not 2"
+    grep -q "^graphrun train: error: rank 1: data directory '.*none' does not exist" bad.out || fail "no one-line error from rank 1"
+    ;;
+  resume)
+    "${M[@]}" -np 2 "$G" "${T[@]}" --devices cpu:1 --max-steps 20 --checkpoint-dir ck --checkpoint-every 10 \
+      --keep-checkpoints 5 > a.out 2>&1 || fail "the -np 2 run failed"
+    # Keep the mid-epoch checkpoint only: the next runs resume at step 10.
+    ls ck | sort | tail -n +2 | while read -r f; do rm "ck/$f"; done
+    cp -r ck ck3
+    "${M[@]}" -np 3 "$G" "${T[@]}" --devices cpu:1 --max-steps 20 --checkpoint-dir ck --resume --save np3.onnx > b.out 2>&1 ||
+      fail "resuming on -np 3 failed"
+    grep -q 'resumed from .*step 10' b.out || fail "-np 3 did not resume at step 10"
+    "$G" "${T[@]}" --devices cpu:3 --max-steps 20 --checkpoint-dir ck3 --resume --save cpu3.onnx > c.out 2>&1 || fail "resuming on cpu:3 failed"
+    cmp np3.onnx cpu3.onnx || fail "resumed on -np 3 and on cpu:3: different weights"
+    "$G" "${T[@]}" --devices cpu:2 --max-steps 20 --save cpu2.onnx > d.out 2>&1 || fail "cpu:2 failed"
+    /usr/bin/python3 - np3.onnx cpu2.onnx <<'PY' || fail "resumed weights differ from an uninterrupted cpu:2 run"
+import sys, onnx, numpy as np
+from onnx import numpy_helper as nh
+a, b = ({t.name: nh.to_array(t) for t in onnx.load(f).graph.initializer} for f in sys.argv[1:])
+worst = max(float(np.max(np.abs(a[k] - b[k])) / max(1e-30, float(np.max(np.abs(b[k]))))) for k in b)
+print("max relative difference, resumed on 3 replicas vs uninterrupted on 2: %.2e" % worst)
+sys.exit(0 if worst <= 1e-4 else 1)
+PY
+    ;;
+  *) fail "unknown case" ;;
+esac
+echo "PASS ($CASE)"
