@@ -48,9 +48,12 @@ for split, x, y in (('train', xi, yi), ('test', xt, yt)):
     o = np.argsort(y, kind='stable'); np.savez('png_%s.npz' % split, image=x[o], labels=y[o])
 )";
 
+// One folder per test: ctest runs the tests of this file in parallel processes, and temp_dir empties
+// the folder it returns.
 std::string export_dir(int ntr, int nte) {
-  const std::string dir = testing::temp_dir("train_data_fm_" + std::to_string(ntr));
-  if (!fs::exists(dir + "/png_test.npz")) {
+  const std::string dir = testing::temp_dir(std::string("train_data_fm_") +
+                                            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  {
     std::ofstream(dir + "/export.py") << "import numpy as np, os, sys\nos.chdir(sys.argv[3])\n" << kExport;
     auto r = testing::run_command(testing::python() + " " + dir + "/export.py " + std::to_string(ntr) + " " +
                                   std::to_string(nte) + " " + dir);

@@ -19,7 +19,7 @@ const char* kHelp =
     "  run    run a model (or a gradient model) on inputs from .npy/.pb files\n"
     "  show   print a model, its backward graph or its per-device graphs (text or Graphviz)\n"
     "  grad   write forward + loss + backward as an ONNX model\n"
-    "  train  train a model on Fashion-MNIST (or any MNIST-format data), data-parallel\n"
+    "  train  train a model data-parallel (CPU threads, GPUs, MPI ranks) on Fashion-MNIST or your own data\n"
     "  check  can the model be trained? missing kernels and gradients, a numeric gradient check\n"
     "\n"
     "'graphrun <command> --help' describes each command.\n";

@@ -95,7 +95,7 @@ case "$CASE" in
       --data "$W/none" > bad.out 2>&1
     RC=$?
     [ "$RC" = 2 ] || fail "exit $RC, not 2"
-    grep -q "^graphrun train: error: rank 1: data directory '.*none' does not exist" bad.out || fail "no one-line error from rank 1"
+    grep -q "^graphrun train: error: rank 1: data '.*none' does not exist" bad.out || fail "no one-line error from rank 1"
     ;;
   resume)
     "${M[@]}" -np 2 "$G" "${T[@]}" --devices cpu:1 --max-steps 20 --checkpoint-dir ck --checkpoint-every 10 \
