@@ -8,6 +8,8 @@
 #   hung             a stopped rank 1: rank 0 fails after --comm-timeout, naming rank 1 and the step
 #   badinput         a bad --data on rank 1 only: the job exits 2 with rank 1's one-line error
 #   resume           a checkpoint of -np 2 resumes on -np 3 (and on cpu:3): the weights of cpu:2's run
+#   syncbn           --sync-bn on a BatchNorm CNN across ranks (1 + 2 replicas, batch 10: shards 4+3+3) saves bitwise
+#                    the weights and running statistics of --sync-bn on cpu:3
 set -u
 G=$1 MPIRUN=$2 MODEL=$3 CASE=$4
 W=$(mktemp -d)
@@ -56,6 +58,31 @@ case "$CASE" in
     "$G" "${T[@]}" --devices cpu:$K --max-steps 50 --save local.onnx > local.out 2>&1 || fail "cpu:$K failed"
     cmp mpi.onnx local.onnx || fail "-np $K --devices cpu:1 and --devices cpu:$K saved different weights"
     echo "-np $K x cpu:1 == cpu:$K bitwise after 50 steps"
+    ;;
+  syncbn)
+    # A small BatchNorm CNN, written with onnx.helper as a user would.
+    /usr/bin/python3 - <<'PY' || fail "could not write the BatchNorm model"
+import numpy as np, onnx
+from onnx import helper as h, numpy_helper as nh, TensorProto as T
+r = np.random.default_rng(0)
+w = lambda n, *s: nh.from_array((r.standard_normal(s) * 0.1).astype(np.float32), n)
+inits = [w('conv.w', 4, 1, 5, 5), w('conv.b', 4), nh.from_array(np.ones(4, np.float32), 'bn.scale'), w('bn.bias', 4),
+         nh.from_array(np.zeros(4, np.float32), 'bn.mean'), nh.from_array(np.ones(4, np.float32), 'bn.var'),
+         w('fc.w', 10, 576), w('fc.b', 10), nh.from_array(np.array([0, -1], np.int64), 'flat')]
+nodes = [h.make_node('Conv', ['image', 'conv.w', 'conv.b'], ['c']),
+         h.make_node('BatchNormalization', ['c', 'bn.scale', 'bn.bias', 'bn.mean', 'bn.var'], ['n']),
+         h.make_node('Relu', ['n'], ['r']), h.make_node('MaxPool', ['r'], ['p'], kernel_shape=[2, 2], strides=[2, 2]),
+         h.make_node('Reshape', ['p', 'flat'], ['f']), h.make_node('Gemm', ['f', 'fc.w', 'fc.b'], ['logits'], transB=1)]
+g = h.make_graph(nodes, 'bncnn', [h.make_tensor_value_info('image', T.FLOAT, ['N', 1, 28, 28])],
+                 [h.make_tensor_value_info('logits', T.FLOAT, ['N', 10])], inits)
+onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 17)]), 'bncnn.onnx')
+PY
+    S=(train bncnn.onnx --epochs 1 --threads 1 --max-steps 20 --batch-size 10 --lr 0.05 --sync-bn)
+    "${M[@]}" -np 1 "$G" "${S[@]}" --devices cpu:1 --save mpi.onnx : -np 1 "$G" "${S[@]}" --devices cpu:2 \
+      > mpi.out 2>&1 || fail "mpirun failed"
+    "$G" "${S[@]}" --devices cpu:3 --save local.onnx > local.out 2>&1 || fail "cpu:3 failed"
+    cmp mpi.onnx local.onnx || fail "--sync-bn over 2 ranks and on cpu:3 saved different weights"
+    echo "--sync-bn: rank0 cpu:1 + rank1 cpu:2 == cpu:3 bitwise after 20 steps"
     ;;
   uneven)
     "${M[@]}" -np 1 "$G" "${T[@]}" --devices cpu:1 --max-steps 20 --save mpi.onnx : -np 1 "$G" "${T[@]}" --devices cpu:2 \
