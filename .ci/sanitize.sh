@@ -13,11 +13,12 @@ cd "$(dirname "$0")/.."
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
 JOBS="${JOBS:-$(nproc)}"
 FUZZ_SECONDS="${FUZZ_SECONDS:-30}"
-# Left out of the ASan job: the mpirun tests (Open MPI's own allocations at MPI_Init are reported as
-# leaks by LeakSanitizer; the MPI code they reach runs unsanitized in the normal job), and, for time (together a third of the normal suite's test time): ResNet-18
-# end to end and the simulated-device trainer comparisons. They run unsanitized in the normal job, and
-# the code they reach is covered by the tests that remain (LeNet/SimpleCNN training, the simulated
-# device's own suite, conformance, the hostile-input corpus through the sanitized CLI).
+# Left out of the ASan job: the mpirun tests (LeakSanitizer reports Open MPI's own allocations at
+# MPI_Init as leaks; the MPI code runs unsanitized in the normal job) and, for time (together a third
+# of the normal suite's test time), ResNet-18 end to end and the simulated-device trainer comparisons.
+# They run unsanitized in the normal job, and the code they reach is covered by the tests that remain
+# (LeNet/SimpleCNN training, the simulated device's own suite, conformance, the hostile-input corpus
+# through the sanitized CLI).
 ASAN_EXCLUDE='^mpi_|ResNet18|resnet18|^SimDevice\.TrainerOnCudaEqualsCpuReplicas$|^SimTrainer\.(SteadyState|EqualsCpuReplicas)'
 TSAN_TESTS='^(CpuComm|AsyncExec)\.|^Trainer\.(OneTwoAndThreeReplicasHoldTheSameParameters|OverlappedAllReduceGivesBitwiseTheBlockingParameters)$'
 
