@@ -64,8 +64,9 @@ tsan() {
   configure build-tsan "-fsanitize=thread"
   cmake --build build-tsan -j"$JOBS" --target sanitizer_canary cpu_comm_test async_exec_test trainer_test
   expect_caught build-tsan/tests/sanitizer_canary race "ThreadSanitizer: data race"
-  # libgomp is not instrumented: one OpenMP thread, so every thread TSan sees is graphrun's own.
-  ( cd build-tsan && OMP_NUM_THREADS=1 ctest -j"$JOBS" --timeout 1800 --output-on-failure -R "$TSAN_TESTS" )
+  # libgomp is not instrumented: one OpenMP thread (OMP_THREAD_LIMIT also caps the kernels that ask
+  # for several with num_threads), so every thread TSan sees is graphrun's own.
+  ( cd build-tsan && OMP_NUM_THREADS=1 OMP_THREAD_LIMIT=1 ctest -j"$JOBS" --timeout 1800 --output-on-failure -R "$TSAN_TESTS" )
   elapsed tsan "$t0"
 }
 
