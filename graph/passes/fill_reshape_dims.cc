@@ -6,13 +6,18 @@
 
 namespace graphrun::passes {
 
+std::map<std::string, onnx::TypeProto*> tensor_types(onnx::GraphProto& g) {
+  std::map<std::string, onnx::TypeProto*> types;
+  for (auto* list : {g.mutable_input(), g.mutable_value_info(), g.mutable_output()})
+    for (auto& v : *list)
+      if (v.type().has_tensor_type()) types[v.name()] = v.mutable_type();
+  return types;
+}
+
 bool fill_reshape_dims(onnx::ModelProto& m,
                        const std::unordered_map<std::string, onnx::TensorShapeProto>& shape_data) {
   auto* g = m.mutable_graph();
-  std::map<std::string, onnx::TypeProto*> types;
-  for (auto* list : {g->mutable_input(), g->mutable_value_info(), g->mutable_output()})
-    for (auto& v : *list)
-      if (v.type().has_tensor_type()) types[v.name()] = v.mutable_type();
+  std::map<std::string, onnx::TypeProto*> types = tensor_types(*g);
   bool filled = false;
   for (const auto& n : g->node()) {
     const bool onnx_domain = n.domain().empty() || n.domain() == "ai.onnx";

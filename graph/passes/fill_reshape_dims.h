@@ -4,6 +4,7 @@
 #pragma once
 #include <onnx/onnx_pb.h>
 
+#include <map>
 #include <string>
 #include <unordered_map>
 
@@ -14,6 +15,10 @@ namespace graphrun::passes {
 // holds what ONNX's data propagation found for such shape tensors. When input and output hold the
 // same symbols, the -1 dimension is the quotient of the known sizes (800 here). Fills the output
 // types of `m` where they are unknown (keeping what is known); returns whether it filled anything.
+// The tensor types of the graph's inputs, value infos and outputs, by value name, to fill in place
+// (shared by the load-time fill passes).
+std::map<std::string, onnx::TypeProto*> tensor_types(onnx::GraphProto& g);
+
 bool fill_reshape_dims(onnx::ModelProto& m, const std::unordered_map<std::string, onnx::TensorShapeProto>& shape_data);
 
 }  // namespace graphrun::passes

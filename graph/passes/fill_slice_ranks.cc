@@ -1,6 +1,8 @@
 // Load-time pass fill_slice_ranks: Slice output ranks (and unsliced sizes) ONNX's inference leaves unknown.
 #include "graph/passes/fill_slice_ranks.h"
 
+#include "graph/passes/fill_reshape_dims.h"
+
 #include <cstring>
 #include <map>
 #include <optional>
@@ -42,10 +44,7 @@ std::optional<std::vector<int64_t>> constant_ints(const onnx::GraphProto& g, con
 
 bool fill_slice_ranks(onnx::ModelProto& m, const std::unordered_map<std::string, onnx::TensorShapeProto>& shape_data) {
   auto* g = m.mutable_graph();
-  std::map<std::string, onnx::TypeProto*> types;
-  for (auto* list : {g->mutable_input(), g->mutable_value_info(), g->mutable_output()})
-    for (auto& v : *list)
-      if (v.type().has_tensor_type()) types[v.name()] = v.mutable_type();
+  std::map<std::string, onnx::TypeProto*> types = tensor_types(*g);
   bool filled = false;
   for (const auto& n : g->node()) {
     const bool onnx_domain = n.domain().empty() || n.domain() == "ai.onnx";
