@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ccache libonnx-dev libprotobuf-dev protobuf-compiler libeigen3-dev
-          libgtest-dev zlib1g-dev python3-numpy python3-torch python3-onnx dataset-fashion-mnist graphviz)
+          libgtest-dev zlib1g-dev libdnnl-dev python3-numpy python3-torch python3-onnx dataset-fashion-mnist graphviz)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
