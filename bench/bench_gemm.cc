@@ -283,11 +283,12 @@ struct Buffers {
   }
 };
 
-// CPU seconds of the cheapest call (of as many as fit in `seconds`, at least 3; -1 where the
-// library cannot run the shape). CPU time, not wall time: on a machine shared with other work a
-// call that spans a scheduler time slice would otherwise count the other processes' turns. "1" and
-// "2x1" count the calling thread's time (in "2x1" two threads each run their own GEMM at once, the
-// dearer of each pair counts); "1x2" counts the process's time over both cores (spin-waits too).
+// Seconds of the cheapest call (of as many as fit in `seconds`, at least 3; -1 where the library
+// cannot run the shape). "1" and "2x1" count the calling thread's CPU time, not wall time: on a
+// machine shared with other work a call that spans a scheduler time slice would otherwise count the
+// other processes' turns (in "2x1" two threads each run their own GEMM at once, the dearer of each
+// pair counts). "1x2" counts wall time (the library's worker threads, and every other library's
+// spinning ones, would count in the process's CPU time): on a busy machine it reads low.
 double time_gemm(const Lib& lib, const Gemm& g, const std::string& mode, double seconds) {
   const int copies = mode == "2x1" ? 2 : 1;
   lib.set_threads(mode == "1x2" ? 2 : 1);
@@ -297,7 +298,7 @@ double time_gemm(const Lib& lib, const Gemm& g, const std::string& mode, double 
     return lib.run(g, bufs[i].a.data(), bufs[i].lda, bufs[i].b.data(), bufs[i].ldb, bufs[i].c.data(), bufs[i].ldc);
   };
   if (!once(0)) return -1;
-  const clockid_t clock = mode == "1x2" ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_THREAD_CPUTIME_ID;
+  const clockid_t clock = mode == "1x2" ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID;
   double best = 1e30;
   const auto end = Clock::now() + std::chrono::duration<double>(seconds);
   for (int r = 0; r < 3 || Clock::now() < end; ++r) {
@@ -375,7 +376,7 @@ int main(int argc, char** argv) {
           std::printf(" %9s", "-");
           continue;
         }
-        const double per_core = c.g.flops() / s * 1e-9;  // "1x2": s is the CPU time of both cores
+        const double per_core = c.g.flops() / s * 1e-9 / (mode == "1x2" ? 2 : 1);
         best = std::max(best, per_core);
         std::printf(" %9.1f", per_core);
         std::fflush(stdout);

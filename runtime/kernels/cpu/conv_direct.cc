@@ -92,7 +92,7 @@ void pad_plane(const Geometry& g, const float* src, float* dst) {
 // are slow on some cores, AMD's among them). wk: the MB channels' weights, `taps` apart; out: the
 // first channel's row, the others P apart.
 template <int NV, int MB, int KWc>
-void forward_block(const Geometry& g, const float* rows, const float* wk, const float* bias, float* out, int64_t P,
+__attribute__((always_inline)) inline void forward_block(const Geometry& g, const float* rows, const float* wk, const float* bias, float* out, int64_t P,
                    int64_t ow0, int64_t room) {
   const int64_t KW = KWc ? KWc : g.KW, taps = g.KH * KW;
   V acc[MB][NV];
