@@ -1,10 +1,12 @@
-// GEMM for the CPU kernels: float on oneDNN's dnnl_sgemm (80-97% of the FMA peak at the conv and
-// fully connected shapes of LeNet, SimpleCNN and ResNet-18, against Eigen's 50-65%; bench/bench_gemm),
+// GEMM for the CPU kernels: float on oneDNN's dnnl_sgemm (up to 97% of the FMA peak at the conv and
+// fully connected shapes of LeNet, SimpleCNN and ResNet-18, where Eigen reaches 50-65%; docs/kernels.md),
 // double on Eigen. Threads split C's columns, never the reduction, so results do not depend on timing.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // false positives inside Eigen's AVX-512 code
 #include "runtime/kernels/cpu/gemm.h"
 
+#ifdef GRAPHRUN_ONEDNN
 #include <oneapi/dnnl/dnnl.h>
+#endif
 #include <omp.h>
 
 #include <Eigen/Core>
@@ -17,21 +19,6 @@ namespace {
 
 // Below this many multiply-adds a second thread costs more than it saves.
 constexpr int64_t kParallelMacs = int64_t{1} << 21;
-
-// dnnl_sgemm on the calling thread alone: outside a parallel region oneDNN would use
-// omp_get_max_threads() threads (inside one it stays on the caller).
-void sgemm_1(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-             const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  const bool outer = !omp_in_parallel();
-  const int before = outer ? omp_get_max_threads() : 1;
-  if (outer && before != 1) omp_set_num_threads(1);
-  // oneDNN's GEMM is row-major: column-major C = op(A) op(B) is row-major C^T = op(B)^T op(A)^T.
-  const dnnl_status_t st =
-      dnnl_sgemm(tb ? 'T' : 'N', ta ? 'T' : 'N', n, m, k, alpha, b, ldb, a, lda, beta, c, ldc);
-  if (outer && before != 1) omp_set_num_threads(before);
-  GR_CHECK(st == dnnl_success, "oneDNN sgemm failed (status " << static_cast<int>(st) << ") for m=" << m
-                                                               << " n=" << n << " k=" << k);
-}
 
 template <class T>
 void eigen_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
@@ -47,6 +34,31 @@ void eigen_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, cons
   else if (ta && !tb) C.noalias() += alpha * (A.transpose() * B);
   else if (!ta) C.noalias() += alpha * (A * B.transpose());
   else C.noalias() += alpha * (A.transpose() * B.transpose());
+}
+
+// Runs f with OpenMP's thread count for new parallel regions at 1: outside a parallel region
+// oneDNN and Eigen would start omp_get_max_threads() threads of their own (inside one they stay on
+// the caller), and the threads here are split_columns' to deal.
+template <class F>
+void on_this_thread(F&& f) {
+  const bool outer = !omp_in_parallel();
+  const int before = outer ? omp_get_max_threads() : 1;
+  if (before != 1) omp_set_num_threads(1);
+  f();
+  if (before != 1) omp_set_num_threads(before);
+}
+
+void sgemm_1(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+             const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+#ifdef GRAPHRUN_ONEDNN
+  // oneDNN's GEMM is row-major: column-major C = op(A) op(B) is row-major C^T = op(B)^T op(A)^T.
+  dnnl_status_t st = dnnl_success;
+  on_this_thread([&] { st = dnnl_sgemm(tb ? 'T' : 'N', ta ? 'T' : 'N', n, m, k, alpha, b, ldb, a, lda, beta, c, ldc); });
+  GR_CHECK(st == dnnl_success, "oneDNN sgemm failed (status " << static_cast<int>(st) << ") for m=" << m
+                                                               << " n=" << n << " k=" << k);
+#else  // built with GRAPHRUN_ONEDNN=OFF
+  on_this_thread([&] { eigen_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); });
+#endif
 }
 
 // Splits C's n columns into `threads` blocks of whole columns and runs f(j0, nj) on each.
@@ -85,7 +97,7 @@ void dgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, cons
   if (m <= 0 || n <= 0) return;
   split_columns(m, n, k, threads, [&](int64_t j0, int64_t nj) {
     const double* bj = tb ? b + j0 : b + j0 * ldb;
-    eigen_gemm(ta, tb, m, nj, k, alpha, a, lda, bj, ldb, beta, c + j0 * ldc, ldc);
+    on_this_thread([&] { eigen_gemm(ta, tb, m, nj, k, alpha, a, lda, bj, ldb, beta, c + j0 * ldc, ldc); });
   });
 }
 

@@ -1,6 +1,6 @@
 // The GEMM the CPU conv and linear-algebra kernels call (column-major, BLAS conventions): float on
-// oneDNN's GEMM, which measured fastest at the shapes graphrun runs (bench/bench_gemm, README
-// "Measured"); double on Eigen's.
+// oneDNN's GEMM, which measured fastest at the shapes graphrun runs (bench/bench_gemm,
+// docs/kernels.md), or on Eigen's in a build with GRAPHRUN_ONEDNN=OFF; double on Eigen's.
 #pragma once
 #include <cstdint>
 
