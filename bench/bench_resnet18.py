@@ -16,6 +16,7 @@ so that evaluation does not dominate the run. Paths are relative to the reposito
 import argparse
 import gzip
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -57,7 +58,15 @@ def main():
         sys.exit(f'{a.model}: not found (the build exports it when /usr/bin/python3 has torch and onnx)')
 
     data = tempfile.mkdtemp(prefix='bench_resnet18_')
-    small_test_set(a.test_limit, data)
+    try:
+        small_test_set(a.test_limit, data)
+        measure(a, data)
+    finally:
+        shutil.rmtree(data)
+
+
+def measure(a, data):
+    """Runs the rows (alternating the binaries) and prints the table and the ratios."""
     binaries = {'new': a.graphrun}
     if a.baseline:
         binaries = {'old': a.baseline, 'new': a.graphrun}
