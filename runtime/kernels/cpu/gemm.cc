@@ -101,4 +101,12 @@ void dgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, cons
   });
 }
 
+const char* sgemm_library() {
+#ifdef GRAPHRUN_ONEDNN
+  return "oneDNN";
+#else
+  return "Eigen";
+#endif
+}
+
 }  // namespace graphrun::runtime::cpu
