@@ -131,10 +131,14 @@ void completion_points(Executor::Layout& L, int n) {
 }
 
 // Finishes step s's asynchronous work, if any; its scratch is released only afterwards.
-void finish_pending(std::vector<Pending>& pending, int s, const Node& node) {
+// Profiling records the wait as "<op> wait".
+void finish_pending(std::vector<Pending>& pending, int s, const Node& node, ProfileTrack* prof) {
   Pending w = std::move(pending[s]);
   pending[s] = Pending{};
-  if (w.done) naming_node(node, w.done);
+  if (!w.done) return;
+  const int64_t t0 = prof ? prof->now() : 0;
+  naming_node(node, w.done);
+  if (prof) prof->add({node.op_type + " wait", "wait", node.name, t0, prof->now() - t0, 0});
 }
 
 // When run() throws, work still in flight may be writing the plan's memory: wait for it first
@@ -425,9 +429,11 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>&
   std::vector<Pending> pending(n);
   DrainOnUnwind drain{pending};
   std::vector<bool> held(P.planned ? 0 : L.nslots, false);  // planning run: buffers async work may still use
+  ProfileTrack* prof = opts_.profile;
+  std::vector<int64_t> span_begin;
   for (int s = 0; s < n; ++s) {
     const Node& node = graph_.nodes[s];
-    for (int a : L.finishing_before[s]) finish_pending(pending, a, graph_.nodes[a]);
+    for (int a : L.finishing_before[s]) finish_pending(pending, a, graph_.nodes[a], prof);
     // A node whose first reader comes right after it has nothing to overlap: it runs synchronously.
     RunContext ctx(node, opset, opts_.threads, opts_.device, opts_.comm, &rng_, P, L.out_slots[s], s, backend, L.on_host(s),
                    opts_.async_kernels && L.complete_at[s] > s + 1);
@@ -440,12 +446,17 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>&
                                                           << "' has no value (its producer did not write it)");
       ins.push_back(t);
     }
+    const int64_t t0 = prof ? prof->now() : 0;
     naming_node(node, [&] { fns_[s](ctx); });
+    if (prof) {
+      const Tensor* out0 = L.out_slots[s].empty() ? nullptr : &P.slot_tensor[L.out_slots[s][0]];
+      record_node(*prof, opts_.profile_spans, span_begin, s, node, ins, out0, t0);
+    }
     if (ctx.deferred()) {
       pending[s] = ctx.take_work();
       if (!P.planned) hold_async_buffers(s, P, held);
       // A node planned as synchronous has no extended lifetimes: finish it now.
-      else if (!P.async_step[s]) finish_pending(pending, s, node);
+      else if (!P.async_step[s]) finish_pending(pending, s, node, prof);
     }
     if (!P.planned) {
       // Free what is dead so the planning run's peak stays close to the planned one.
@@ -460,7 +471,7 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>&
       }
     }
   }
-  for (int a : L.finishing_before[n]) finish_pending(pending, a, graph_.nodes[a]);
+  for (int a : L.finishing_before[n]) finish_pending(pending, a, graph_.nodes[a], prof);
 
   std::map<std::string, Tensor> result;
   for (const auto& f : opts_.fetch) {

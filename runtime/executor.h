@@ -10,6 +10,7 @@
 
 #include "graph/ir.h"
 #include "runtime/kernel.h"
+#include "runtime/profile.h"
 
 namespace graphrun::runtime {
 
@@ -28,6 +29,10 @@ struct ExecOptions {
   // nodes after it up to the first one that reads its result (a node read right after it stays
   // synchronous: nothing to overlap).
   bool async_kernels = false;
+  // --profile: every node's kernel and every wait for an asynchronous one is recorded on this track,
+  // and each span of nodes as one event (nullptr: nothing is timed).
+  ProfileTrack* profile = nullptr;
+  std::vector<ProfileSpan> profile_spans;
 };
 
 // What the memory planner decided for one input signature.

@@ -80,6 +80,9 @@ struct TrainOptions {
   // Seconds a replica waits in a collective for the others before training fails naming the missing
   // ones (a replica that hung or died): Communicator::set_timeout.
   double comm_timeout = kDefaultCommTimeout;
+  // --profile: one track per replica (kernels, waits, data, optimizer, steps) and one for the main
+  // thread (evaluation) on this profiler, which the caller owns and writes out; nullptr: off.
+  Profiler* profiler = nullptr;
 };
 
 // A NaN or Inf training loss: training stopped at `step` (1-based global step); checkpoints on disk

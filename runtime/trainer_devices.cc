@@ -137,6 +137,11 @@ void Trainer::setup_replicas() {
     ro.seed = opts_.seed * 1000003 + d;  // dropout masks differ between replicas, as between DDP ranks
     ro.async_kernels =
         opts_.overlap_allreduce < 0 ? backend_->overlap_allreduce_by_default() : opts_.overlap_allreduce > 0;
+    if (opts_.profiler) {
+      r->profile = ro.profile = &opts_.profiler->track("replica " + std::to_string(d) + " (" + devs[d].str() + ")");
+      ro.profile_spans = {optimizer_span(graphs_.replicas[d].graph)};  // before the correct count appended above
+      if (d == D - 1) eval_->profile = &opts_.profiler->track("main (evaluation)");  // after the replicas' tracks
+    }
     r->exec = std::make_unique<Executor>(g, ro);
     r->feed = make_feed(train_, *r->data, devs[d]);
     r->figures = std::make_unique<HostReadback>(backend_, devs[d], 2, 2);

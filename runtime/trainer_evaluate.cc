@@ -52,6 +52,7 @@ void Trainer::setup_evaluation() {
 double Trainer::evaluate() { return evaluate_stats().accuracy; }
 
 EvalStats Trainer::evaluate_stats() {
+  ProfileScope scope(eval_->profile, "evaluate", "phase");
   Executor& ex = *eval_->exec;
   for (const auto& [name, _] : ex.graph().initializers)
     if (replica(0).states().count(name)) ex.set_state(name, replica(0).state(name));

@@ -58,6 +58,7 @@ struct Trainer::Replica {
   int64_t diverged_step = 0;      // global 1-based step of a non-finite loss, 0: none
   std::atomic<int64_t> steps_done{0};
   std::atomic<int64_t> read{0};  // the steps of this epoch before `read` have had their figures read
+  ProfileTrack* profile = nullptr;  // --profile: this replica's track
 };
 
 // The metric graph on the first device: the inference graph plus the test set's correct count and
@@ -66,6 +67,7 @@ struct Trainer::Evaluation {
   std::unique_ptr<Executor> exec;
   std::string labels, correct_total, loss_total;
   std::unique_ptr<HostReadback> totals;
+  ProfileTrack* profile = nullptr;  // --profile: the main thread's track
 };
 
 }  // namespace graphrun::runtime

@@ -54,12 +54,19 @@ void Trainer::run_steps(Replica& r) {
   r.feed->begin_epoch(order_, order_gen_);
   int64_t pending = -1;  // the step whose figures are in flight
   for (int64_t s = seg_begin_; s < seg_end_; ++s) {
-    if (!peers_allow(r.rank, s)) break;
+    {
+      ProfileScope wait(r.profile, "wait for peers", "wait");
+      if (!peers_allow(r.rank, s)) break;
+    }
+    ProfileScope step(r.profile, "step", "phase");
     const int64_t b = std::min(B, N - s * B);
     const data::Shards sh = data::shard(b, D);
     const int64_t n = sh.size[r.rank];
     std::map<std::string, Tensor> in = step_inputs(s, n, b, stateful);
-    std::tie(in[graphs_.image], in[graphs_.labels]) = r.feed->shard(s * B + sh.begin[r.rank], n);
+    {
+      ProfileScope feeding(r.profile, "data", "data");
+      std::tie(in[graphs_.image], in[graphs_.labels]) = r.feed->shard(s * B + sh.begin[r.rank], n);
+    }
     auto out = r.exec->run(in);
     // Row s % 2 was last written by step s-2, whose figures were read in the previous iteration.
     r.figures->post(static_cast<int>(s % 2), {&out.at(graphs_.loss), &out.at(correct_)});

@@ -22,6 +22,8 @@ const Command& run_command() {
                                  "(a model with one input also takes --input FILE)", true},
           {"output-dir", "DIR", "write each output to DIR/<output>.npy (created if missing)"},
           {"threads", "N", "intra-op threads (default 1)"},
+          {"profile", "FILE", "write a Chrome trace of the run (every node's kernel) to FILE and print the\n"
+                              "                            ops by total time (README: Profiling)"},
       },
       "Inputs must have the dtype the model declares and a shape that matches its known dimensions.\n"
       "Output names are made safe as file names: characters other than letters, digits, '.', '-' and\n"
@@ -120,13 +122,24 @@ int cmd_run(const std::vector<std::string>& argv) {
 
   runtime::ExecOptions opts;
   opts.threads = static_cast<int>(threads);
+  const std::string profile_path = args.get("profile");
+  runtime::Profiler profiler;
+  if (!profile_path.empty()) {
+    profiler.write_trace(profile_path);  // an unwritable path fails before the run
+    opts.profile = &profiler.track("run (cpu:0)");
+  }
   std::unique_ptr<runtime::Executor> ex;
   try {
     ex = std::make_unique<runtime::Executor>(g, opts);
   } catch (const Error& e) {
     GR_FAIL(model << ": " << e.what());
   }
-  std::map<std::string, Tensor> out = ex->run(feeds);
+  std::map<std::string, Tensor> out;
+  {
+    runtime::ProfileScope scope(opts.profile, "run", "phase");
+    out = ex->run(feeds);
+  }
+  if (opts.profile) profiler.finish(profile_path, "run", std::cout);
 
   std::string dir = args.get("output-dir");
   if (!dir.empty()) {

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <memory>
 #include <thread>
 
 #include "graph/onnx_io.h"
@@ -70,6 +71,9 @@ const Command& train_command() {
                          "                            settings): the same weights as an uninterrupted run. A corrupt\n"
                          "                            newest one (bad CRC or contents) is skipped with a warning for\n"
                          "                            the newest good one; none good: an error"},
+          {"profile", "FILE", "write a Chrome trace of the run to FILE (one track per replica: every node's\n"
+                              "                            kernel, AllReduce waits, data, optimizer, steps; evaluation) and\n"
+                              "                            print the ops by total time at the end (README: Profiling)"},
           dump_after_option(),
       },
       "The model takes images f32[N,1,28,28] (pixels / 255) and returns class scores f32[N,classes].\n"
@@ -251,6 +255,16 @@ int cmd_train(const std::vector<std::string>& argv) {
   o.save_path = args.get("save");
   o.metrics_path = args.get("metrics");
   o.log = &std::cout;
+  const std::string profile_path = args.get("profile");
+  std::unique_ptr<runtime::Profiler> profiler;
+  if (!profile_path.empty()) {
+    profiler = std::make_unique<runtime::Profiler>();
+    profiler->write_trace(profile_path);  // an unwritable path fails now, not after training
+    o.profiler = profiler.get();
+  }
+  auto finish_profile = [&] {
+    if (profiler) profiler->finish(profile_path, "step", std::cout);
+  };
   runtime::check_devices_available(devices);
 
   Graph model = load_onnx(args.positional()[0]);
@@ -259,14 +273,17 @@ int cmd_train(const std::vector<std::string>& argv) {
     const runtime::EvalStats st = trainer.evaluate_stats();
     std::cout << "test acc: " << st.accuracy << ", test loss: " << st.loss << " (" << st.images << " images, "
               << model.name << ")" << std::endl;
+    finish_profile();
     return 0;
   }
   try {
     trainer.fit();
   } catch (const runtime::DivergedError& e) {
+    finish_profile();
     std::cerr << "graphrun train: error: " << e.what() << std::endl;
     return 3;
   }
+  finish_profile();
   return 0;
 }
 

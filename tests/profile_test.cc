@@ -1,0 +1,157 @@
+// --profile (runtime/profile.h): the Chrome trace of a small training run, the table's counts against
+// the graphs' nodes, FLOPs from shapes, and that profiling leaves every trained bit as it was.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "graph/onnx_io.h"
+#include "graph/tensor_io.h"
+#include "runtime/profile.h"
+#include "tests/trainer_test_util.h"
+
+namespace graphrun {
+namespace {
+
+using runtime::Profiler;
+
+// Two CPU replicas, 3 steps of 32, so every track has kernels, AllReduce, data and optimizer events.
+runtime::TrainOptions small_run() { return testing::quick(2, 32, 3, 64); }
+runtime::TrainOptions profiled(Profiler& prof) {
+  runtime::TrainOptions o = small_run();
+  o.profiler = &prof;
+  return o;
+}
+
+std::map<std::string, int64_t> node_counts(const Graph& g) {
+  std::map<std::string, int64_t> c;
+  for (const Node& n : g.nodes) ++c[n.op_type];
+  return c;
+}
+
+TEST(Profile, TraceIsChromeJsonWithOneTrackPerReplicaAndTheExpectedEvents) {
+  REQUIRE_LENET_AND_DATA();
+  Profiler prof;
+  runtime::Trainer t(load_onnx(testing::lenet_path()), profiled(prof));
+  t.fit();
+  const std::string path = testing::temp_dir("profile_trace") + "/trace.json";
+  prof.write_trace(path);
+
+  std::ifstream f(path);
+  const nlohmann::json doc = nlohmann::json::parse(f);  // throws on invalid JSON
+  ASSERT_TRUE(doc.contains("traceEvents"));
+  std::map<int, std::string> track_name;
+  std::map<std::string, std::set<std::string>> names_on;  // track name -> event names
+  for (const auto& e : doc["traceEvents"])
+    if (e["ph"] == "M" && e["name"] == "thread_name") track_name[e["tid"].get<int>()] = e["args"]["name"];
+  for (const auto& e : doc["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    ASSERT_TRUE(track_name.count(e["tid"].get<int>())) << e.dump();
+    EXPECT_GE(e["ts"].get<double>(), 0);
+    EXPECT_GE(e["dur"].get<double>(), 0);
+    names_on[track_name[e["tid"].get<int>()]].insert(e["name"].get<std::string>());
+  }
+  const std::set<std::string> tracks{"replica 0 (cpu:0)", "replica 1 (cpu:1)", "main (evaluation)"};
+  std::set<std::string> got;
+  for (const auto& [_, n] : track_name) got.insert(n);
+  EXPECT_EQ(got, tracks);
+  for (const char* r : {"replica 0 (cpu:0)", "replica 1 (cpu:1)"})
+    for (const char* name : {"Conv", "ConvGrad", "Gemm", "AllReduce", "step", "data", "optimizer", "wait for peers"})
+      EXPECT_TRUE(names_on[r].count(name)) << r << " has no '" << name << "' event";
+  EXPECT_EQ(names_on["main (evaluation)"], std::set<std::string>{"evaluate"});
+}
+
+TEST(Profile, TableCountsAreTheNodeCountsTimesStepsAndConvFlopsAreKnown) {
+  REQUIRE_LENET_AND_DATA();
+  Profiler prof;
+  runtime::Trainer t(load_onnx(testing::lenet_path()), profiled(prof));
+  const runtime::EpochStats st = t.train_epoch(0);
+  ASSERT_EQ(st.steps, 3);
+  std::map<std::string, int64_t> want;
+  for (int d = 0; d < t.replicas(); ++d)
+    for (const auto& [op, c] : node_counts(t.replica(d).graph())) want[op] += c * st.steps;
+  const auto totals = prof.op_totals();
+  std::map<std::string, int64_t> counts;
+  for (const auto& [op, tot] : totals) counts[op] = tot.count;
+  EXPECT_EQ(counts, want);
+
+  // models/lenet.onnx's first convolution: 20 filters of 1x3x3 giving 26x26 per image; the second: 50
+  // of 20x5x5 giving 9x9. Forward FLOPs: 2 * taps * outputs, over the 32 images of each step.
+  // Their gradients: conv1 only dW (the images take no gradient), conv2 dX and dW, each a forward's FLOPs.
+  const double conv1 = 2.0 * 20 * 26 * 26 * 9, conv2 = 2.0 * 50 * 9 * 9 * 20 * 25;
+  EXPECT_DOUBLE_EQ(totals.at("Conv").flops, (conv1 + conv2) * 32 * st.steps);
+  EXPECT_DOUBLE_EQ(totals.at("ConvGrad").flops, (conv1 + 2 * conv2) * 32 * st.steps);
+  EXPECT_GT(totals.at("Gemm").flops, 0);
+  EXPECT_EQ(totals.at("Relu").flops, 0);
+
+  std::ostringstream table;
+  prof.print_table(table, "step");
+  EXPECT_NE(table.str().find("ConvGrad"), std::string::npos) << table.str();
+  EXPECT_NE(table.str().find("all kernels"), std::string::npos) << table.str();
+  EXPECT_GT(prof.phase_ns("step"), 0);
+}
+
+TEST(Profile, ProfilingChangesNoTrainedBit) {
+  REQUIRE_LENET_AND_DATA();
+  const Graph model = load_onnx(testing::lenet_path());
+  const auto off = testing::states_after_fit(model, small_run());
+  Profiler prof;
+  const auto on = testing::states_after_fit(model, profiled(prof));
+  ASSERT_EQ(on.size(), off.size());
+  for (const auto& [name, v] : off) {
+    ASSERT_TRUE(on.count(name)) << name;
+    EXPECT_EQ(v.nbytes(), on.at(name).nbytes()) << name;
+    EXPECT_EQ(std::memcmp(v.raw(), on.at(name).raw(), v.nbytes()), 0) << name << " differs with profiling on";
+  }
+}
+
+TEST(Profile, FlopsFromShapes) {
+  Tensor x(DType::F32, {2, 4, 9, 9}), w(DType::F32, {8, 2, 3, 3}), y(DType::F32, {2, 8, 7, 7});
+  Node conv{"c", "Conv", "", {"x", "w"}, {"y"}, {}};
+  EXPECT_DOUBLE_EQ(runtime::kernel_flops(conv, {&x, &w}, &y), 2.0 * 2 * 8 * 49 * (2 * 9));
+  Node grad{"g", "ConvGrad", "ai.graphrun", {"dy", "x", "w"}, {"dx", "dw", ""}, {}};
+  EXPECT_DOUBLE_EQ(runtime::kernel_flops(grad, {&y, &x, &w}, nullptr), 2 * 2.0 * 2 * 8 * 49 * (2 * 9));
+  grad.outputs = {"", "dw", ""};
+  EXPECT_DOUBLE_EQ(runtime::kernel_flops(grad, {&y, &x, &w}, nullptr), 2.0 * 2 * 8 * 49 * (2 * 9));
+  Tensor a(DType::F32, {5, 3}), b(DType::F32, {3, 7}), c(DType::F32, {5, 7});
+  Node mm{"m", "MatMul", "", {"a", "b"}, {"c"}, {}};
+  EXPECT_DOUBLE_EQ(runtime::kernel_flops(mm, {&a, &b}, &c), 2.0 * 5 * 7 * 3);
+  Node gemm{"g", "Gemm", "", {"at", "b"}, {"c"}, {}};
+  gemm.attrs["transA"] = Attribute::Int(1);
+  Tensor at(DType::F32, {3, 5});
+  EXPECT_DOUBLE_EQ(runtime::kernel_flops(gemm, {&at, &b}, &c), 2.0 * 5 * 7 * 3);
+  Node relu{"r", "Relu", "", {"x"}, {"y"}, {}};
+  EXPECT_EQ(runtime::kernel_flops(relu, {&x}, &x), 0);
+}
+
+// graphrun run --profile: the trace holds one kernel event per node, the table prints.
+TEST(Profile, RunCommandWritesTraceAndTable) {
+  if (!std::filesystem::exists(testing::lenet_path())) GTEST_SKIP() << "models/lenet.onnx is missing";
+  const std::string dir = testing::temp_dir("profile_run");
+  write_npy(dir + "/x.npy", Tensor(DType::F32, {2, 1, 28, 28}));
+  const auto r = testing::run_command(testing::graphrun_cli() + " run " + testing::lenet_path() + " --input " + dir +
+                                      "/x.npy --profile " + dir + "/trace.json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("all kernels"), std::string::npos) << r.output;
+  std::ifstream f(dir + "/trace.json");
+  const nlohmann::json doc = nlohmann::json::parse(f);
+  int64_t kernels = 0, runs = 0;
+  for (const auto& e : doc["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    kernels += e["cat"] == "kernel";
+    runs += e["name"] == "run";
+  }
+  EXPECT_EQ(kernels, static_cast<int64_t>(load_onnx(testing::lenet_path()).nodes.size()));
+  EXPECT_EQ(runs, 1);
+
+  const auto bad = testing::run_command(testing::graphrun_cli() + " run " + testing::lenet_path() + " --input " + dir +
+                                        "/x.npy --profile " + dir + "/no/such/dir/trace.json");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--profile"), std::string::npos) << bad.output;
+}
+
+}  // namespace
+}  // namespace graphrun
