@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "tests/nn_test_util.h"
 
@@ -173,6 +174,17 @@ const std::vector<ConvCase>& conv_cases() {
       {"conv3d", {1, 2, 4, 5, 5}, {3, 2, 2, 3, 3}, 1, {1, 2, 1}, {1, 0, 1, 0, 1, 1}},
       {"lenet_conv2", {3, 20, 13, 13}, {50, 20, 5, 5}},
       {"large_image_group", {2, 4, 20, 20}, {6, 2, 3, 3}, 2, {1, 1}, {1, 1, 1, 1}},  // >= 256 pixels: per-image GEMMs
+      // One input channel per group and <= 25 taps: the direct kernels (f32).
+      {"lenet_conv1", {3, 1, 28, 28}, {20, 1, 3, 3}},
+      {"simplecnn_conv", {2, 1, 28, 28}, {10, 1, 5, 5}, 1, {}, {}, {}, "", false},
+      {"resnet_stem", {2, 1, 28, 28}, {8, 1, 3, 3}, 1, {}, {1, 1, 1, 1}},
+      {"one_channel_row_stride_pads_dilations", {2, 1, 11, 9}, {3, 1, 3, 3}, 1, {2, 1}, {2, 1, 0, 3}, {2, 2}},
+      {"one_channel_wide_rows", {1, 1, 5, 70}, {2, 1, 2, 3}, 1, {}, {0, 1, 0, 0}},  // 68-pixel rows: several blocks
+      {"one_channel_narrow", {2, 1, 6, 3}, {2, 1, 1, 3}},                           // 1-pixel rows
+      {"one_channel_1x1", {2, 1, 5, 17}, {3, 1, 1, 1}},
+      {"depthwise_stride1", {2, 3, 9, 17}, {6, 1, 5, 5}, 3, {}, {2, 1, 2, 3}},
+      {"conv1d_one_channel", {2, 1, 37}, {3, 1, 5}, 1, {}, {2, 2}},
+      {"one_channel_36_taps", {1, 1, 9, 9}, {2, 1, 6, 6}},  // over the direct kernels' limit: GEMM
   };
   return cases;
 }
@@ -234,6 +246,10 @@ TEST(ConvGrad, MatchesCentralDifferencesOfConv) {
       {"same_lower", {1, 2, 6, 5}, {2, 2, 4, 3}, 1, {2, 2}, {}, {}, "SAME_LOWER"},
       {"conv1d", {2, 2, 9}, {3, 2, 3}, 1, {2}, {2, 1}, {2}},
       {"large_image", {2, 1, 18, 18}, {2, 1, 3, 3}},  // 256 output pixels: per-image GEMMs
+      // One input channel per group: dW from the direct kernel (f32), dX from the GEMM path.
+      {"one_channel_pads_dilations", {2, 1, 9, 11}, {3, 1, 3, 3}, 1, {2, 1}, {1, 2, 0, 1}, {1, 2}},
+      {"one_channel_wide_rows", {1, 1, 3, 41}, {2, 1, 2, 5}},
+      {"depthwise", {2, 3, 6, 7}, {3, 1, 3, 3}, 3, {}, {1, 1, 1, 1}},
   };
   int seed = 200;
   for (const ConvCase& c : cases) {
@@ -267,6 +283,21 @@ TEST(ConvGrad, AbsentOutputsAndThreadsGiveTheSameNumbers) {
   EXPECT_LT(max_rel_diff(only_dw[1], all[1]), 1e-5);
   auto only_dx = run_node_ex("ConvGrad", {dy, x, w}, {}, {true, false, false}, 1, 17, "ai.graphrun");
   EXPECT_LT(max_rel_diff(only_dx[0], all[0]), 1e-6);
+}
+
+// The direct kernels (one input channel, few taps) reduce every output and weight on one thread in a
+// fixed order: the bits do not depend on the thread count, and repeat from call to call.
+TEST(ConvGrad, DirectKernelsGiveTheSameBitsOnAnyThreadCount) {
+  Tensor x = random_tensor({37, 1, 28, 28}, 1), w = random_tensor({20, 1, 3, 3}, 2), b = random_tensor({20}, 3);
+  Tensor dy = random_tensor({37, 20, 26, 26}, 4);
+  auto same = [](const Tensor& a, const Tensor& b) { return std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0; };
+  const Tensor y1 = run_node_ex("Conv", {x, w, b}, {}, {true}, 1)[0];
+  const Tensor dw1 = run_node_ex("ConvGrad", {dy, x, w}, {}, {false, true, false}, 1, 17, "ai.graphrun")[1];
+  for (int threads : {1, 2, 3}) {
+    EXPECT_TRUE(same(y1, run_node_ex("Conv", {x, w, b}, {}, {true}, threads)[0])) << threads;
+    EXPECT_TRUE(same(dw1, run_node_ex("ConvGrad", {dy, x, w}, {}, {false, true, false}, threads, 17, "ai.graphrun")[1]))
+        << threads;
+  }
 }
 
 TEST(ConvTransposeGrad, MatchesCentralDifferencesOfConvTranspose) {

@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 
 # clang and its runtime libraries (libFuzzer, sanitizers) serve CI's sanitizer jobs (.ci/sanitize.sh).
 packages=(build-essential cmake ccache libonnx-dev libprotobuf-dev protobuf-compiler libeigen3-dev
-          libgtest-dev zlib1g-dev libcli11-dev nlohmann-json3-dev python3-numpy python3-torch python3-torchvision python3-onnx dataset-fashion-mnist graphviz
+          libgtest-dev zlib1g-dev libcli11-dev nlohmann-json3-dev libdnnl-dev python3-numpy python3-torch python3-torchvision python3-onnx dataset-fashion-mnist graphviz
           clang libclang-rt-14-dev)
 # The data sources: .npz (libzip), PNG and JPEG image folders.
 packages+=(libzip-dev libpng-dev libjpeg-dev)

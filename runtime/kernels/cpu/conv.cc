@@ -1,6 +1,7 @@
 // CPU kernels of the conv family: Conv, ConvTranspose and graphrun's ConvGrad / ConvTransposeGrad.
 // One engine serves all four: im2col of a chunk of images into a pixel-major matrix (pixels are the
-// rows of a column-major matrix, the layout Eigen's GEMM runs fastest on) and one GEMM per chunk.
+// rows of a column-major matrix) and one GEMM per chunk (gemm.h); float convolutions with one input
+// channel per group and few taps run the direct kernels of conv_direct.h instead.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // false positives inside Eigen's AVX-512 code
 #include <immintrin.h>
 #include <omp.h>
@@ -11,14 +12,12 @@
 #include <type_traits>
 
 #include "runtime/kernel.h"
+#include "runtime/kernels/cpu/conv_direct.h"
+#include "runtime/kernels/cpu/gemm.h"
 #include "runtime/kernels/cpu/window.h"
 
 namespace graphrun::runtime::cpu {
 namespace {
-
-template <class T> using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>;  // column-major
-template <class T> using MapM = Eigen::Map<Mat<T>>;
-template <class T> using MapCM = Eigen::Map<const Mat<T>>;
 
 // A convolution in forward terms: input [N, C, w.in], weight [M, C/group, w.k], output [N, M, w.out].
 // ConvTranspose is the data gradient of the convolution whose output is its input.
@@ -118,6 +117,41 @@ inline void add_short<double>(double* __restrict dst, const double* __restrict s
 }
 #endif
 
+// Row copies for im2col / col2im that may touch up to kRowSlack elements past the row's end:
+// AVX2's masked stores are slow on some cores (AMD microcodes them), so with AVX2 alone a row is
+// moved in whole vectors. im2col's stores may run past the row into what it writes next (or the
+// slack after the matrix); loads never pass `src_end`, the end of the plane being read (masked
+// there). col2im's read-modify-write adds zeros past the row, up to `dst_end` (masked beyond).
+constexpr int64_t kRowSlack = 16;
+template <class T>
+inline void copy_row_over(T* __restrict dst, const T* __restrict src, int64_t n, const T* src_end) {
+  copy_short(dst, src, n);
+}
+template <class T>
+inline void add_row_over(T* __restrict dst, const T* __restrict src, int64_t n, const T* dst_end) {
+  add_short(dst, src, n);
+}
+#if defined(__AVX2__) && !defined(__AVX512F__)
+template <>
+inline void copy_row_over<float>(float* __restrict dst, const float* __restrict src, int64_t n, const float* src_end) {
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256 v = src + i + 8 <= src_end ? _mm256_loadu_ps(src + i) : _mm256_maskload_ps(src + i, first_lanes32(n - i));
+    _mm256_storeu_ps(dst + i, v);
+  }
+}
+template <>
+inline void add_row_over<float>(float* __restrict dst, const float* __restrict src, int64_t n, const float* dst_end) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_add_ps(_mm256_loadu_ps(dst + i), _mm256_loadu_ps(src + i)));
+  if (i == n) return;
+  const __m256i m = first_lanes32(n - i);
+  if (dst + i + 8 <= dst_end)
+    _mm256_storeu_ps(dst + i, _mm256_add_ps(_mm256_loadu_ps(dst + i), _mm256_maskload_ps(src + i, m)));
+  else
+    _mm256_maskstore_ps(dst + i, m, _mm256_add_ps(_mm256_maskload_ps(dst + i, m), _mm256_maskload_ps(src + i, m)));
+}
+#endif
+
 #ifdef __AVX512F__
 // im2col for float rows whose input span fits one register ((out - 1) * s + (k - 1) * d < 16; LeNet's
 // conv2: 8 + 4): each input row is loaded once (padding lanes load as zeros) and every kernel
@@ -167,7 +201,8 @@ bool im2col_rows(const float* x, int64_t image_stride, int64_t nb, const ConvSha
 #endif
 
 // Writes the im2col matrix of `nb` images' group (Cg planes of I pixels each; image b starts at
-// x + b * image_stride) into `col`: element (image b, pixel p; tap k) at col[k * ld + b * P + p],
+// x + b * image_stride) into `col`, which has kRowSlack elements of room after the matrix: element
+// (image b, pixel p; tap k) at col[k * ld + b * P + p],
 // k running over (channel, kernel position). Images are the inner loop so that each row of `col`
 // is written front to back: written image by image, rows ld apart, the stores miss the cache.
 template <class T>
@@ -201,7 +236,7 @@ void im2col(const T* x, int64_t image_stride, int64_t nb, const ConvShape& cs, T
                 const T* __restrict src = xc + (id * w.in[1] + ih) * w.in[2] + offw;
                 for (int64_t ow = 0; ow < lo; ++ow) row[ow] = T(0);
                 if (s == 1) {
-                  copy_short(row + lo, src + lo, hi - lo);
+                  copy_row_over(row + lo, src + lo, hi - lo, xc + cs.I());
                 } else {
                   for (int64_t ow = lo; ow < hi; ++ow) row[ow] = src[ow * s];
                 }
@@ -283,7 +318,7 @@ void col2im_add(const T* col, int64_t ld, const ConvShape& cs, T* x, int64_t ima
                 const T* __restrict row = src + od * OHW + oh * OW;
                 T* __restrict dst = xc + (id * w.in[1] + ih) * w.in[2] + offw;
                 if (s == 1) {
-                  add_short(dst + lo, row + lo, hi - lo);
+                  add_row_over(dst + lo, row + lo, hi - lo, xc + cs.I());
                 } else {
                   for (int64_t ow = lo; ow < hi; ++ow) dst[ow * s] += row[ow];
                 }
@@ -329,7 +364,8 @@ Chunking plan_chunks(int threads, int64_t N, int64_t P, int64_t col_bytes_per_im
 // Runs begin(thread) once per thread, then body(thread, chunk) for every chunk. Chunks are handed
 // out dynamically: on a busy machine a thread that is descheduled for a while does not hold the
 // others up (with a static deal they would wait at the end for its share).
-// With one thread no parallel region is opened, so Eigen may parallelise the GEMM itself.
+// With one chunk thread no parallel region is opened and the GEMM may use the threads itself
+// (gemm_threads).
 template <class Begin, class F>
 void for_chunks(const Chunking& ch, Begin&& begin, F&& body) {
   if (ch.threads <= 1) {
@@ -346,29 +382,50 @@ void for_chunks(const Chunking& ch, Begin&& begin, F&& body) {
   }
 }
 
+int gemm_threads(const KernelContext& ctx, const Chunking& ch) { return ch.threads > 1 ? 1 : ctx.threads(); }
+
+template <class T> constexpr bool kDirectType = std::is_same_v<T, float>;
+
+DirectConv direct_of(const ConvShape& cs) {
+  DirectConv dc;
+  dc.N = cs.N;
+  dc.M = cs.M;
+  dc.group = cs.group;
+  dc.w = cs.w;
+  return dc;
+}
+
 // y[N, M, P] = conv(x, wt) (+ bias). wt is the weight [M, Cg, k...] as stored.
 template <class T>
 void conv_forward(KernelContext& ctx, const ConvShape& cs, const T* x, const T* wt, const T* bias, T* y) {
+  if constexpr (kDirectType<T>)
+    if (direct_conv_applies(cs.w, cs.Cg())) {
+      const DirectConv dc = direct_of(cs);
+      float* scratch = static_cast<float*>(ctx.scratch(sizeof(float) * direct_conv_scratch(dc, ctx.threads())));
+      direct_conv_forward(dc, x, wt, bias, y, scratch, ctx.threads());
+      return;
+    }
   const int64_t P = cs.P(), K = cs.K(), Mg = cs.Mg(), Cg = cs.Cg(), I = cs.I(), M = cs.M, C = cs.C;
   const Chunking ch = plan_chunks(ctx.threads(), cs.N, P, P * K * static_cast<int64_t>(sizeof(T)));
+  const int gt = gemm_threads(ctx, ch);
   const int64_t B = ch.per_chunk;
-  const int64_t per_thread = B * P * K + B * P * Mg;
+  const int64_t per_thread = B * P * K + kRowSlack + B * P * Mg;
   T* scratch = static_cast<T*>(ctx.scratch(sizeof(T) * per_thread * ch.threads));
   for_chunks(ch, [](int) {}, [&](int t, int64_t chunk) {
     T* col = scratch + t * per_thread;
-    T* yc = col + B * P * K;
+    T* yc = col + B * P * K + kRowSlack;
     const int64_t n0 = chunk * B, nb = std::min(B, cs.N - n0), ld = nb * P;
     for (int64_t g = 0; g < cs.group; ++g) {
       im2col(x + (n0 * C + g * Cg) * I, C * I, nb, cs, col, ld);
       if (B == 1) {
-        // Starting from the bias and adding the product passes over the output twice; "=" and
-        // then adding the bias would pass three times (Eigen zeroes the destination of "=").
+        // The GEMM writes the image's NCHW output block directly, starting from the bias.
         T* out = y + (n0 * M + g * Mg) * P;
-        for (int64_t m = 0; m < Mg; ++m) std::fill(out + m * P, out + (m + 1) * P, bias ? bias[g * Mg + m] : T(0));
-        MapM<T>(out, P, Mg).noalias() += MapCM<T>(col, P, K) * MapCM<T>(wt + g * Mg * K, K, Mg);
+        if (bias)
+          for (int64_t m = 0; m < Mg; ++m) std::fill(out + m * P, out + (m + 1) * P, bias[g * Mg + m]);
+        gemm(false, false, P, Mg, K, T(1), col, P, wt + g * Mg * K, K, bias ? T(1) : T(0), out, P, gt);
         continue;
       }
-      MapM<T>(yc, ld, Mg).noalias() = MapCM<T>(col, ld, K) * MapCM<T>(wt + g * Mg * K, K, Mg);
+      gemm(false, false, ld, Mg, K, T(1), col, ld, wt + g * Mg * K, K, T(0), yc, ld, gt);
       for (int64_t b = 0; b < nb; ++b)
         for (int64_t m = 0; m < Mg; ++m) {
           const T* src = yc + m * ld + b * P;
@@ -385,22 +442,30 @@ void conv_forward(KernelContext& ctx, const ConvShape& cs, const T* x, const T* 
 template <class T>
 void conv_backward(KernelContext& ctx, const ConvShape& cs, const T* dy, const T* x, const T* wt, T* dx, T* dw) {
   const int64_t P = cs.P(), K = cs.K(), Mg = cs.Mg(), Cg = cs.Cg(), I = cs.I(), M = cs.M, C = cs.C;
+  if constexpr (kDirectType<T>)
+    if (dw && cs.N > 0 && direct_conv_applies(cs.w, Cg)) {
+      const DirectConv dc = direct_of(cs);
+      float* scratch = static_cast<float*>(ctx.scratch(sizeof(float) * direct_conv_scratch(dc, ctx.threads())));
+      direct_conv_weight_grad(dc, x, dy, dw, scratch, ctx.threads());
+      dw = nullptr;  // done; the GEMM path below computes dx, if asked for
+    }
   if (dx) std::fill(dx, dx + cs.N * C * I, T(0));
   if (dw) std::fill(dw, dw + M * K, T(0));
   if (cs.N == 0 || (!dx && !dw)) return;
   const Chunking ch = plan_chunks(ctx.threads(), cs.N, P, P * K * static_cast<int64_t>(sizeof(T)));
+  const int gt = gemm_threads(ctx, ch);
   const int64_t B = ch.per_chunk;
   // Threads other than the first accumulate dw privately; the sums are added at the end.
   const int64_t acc = (dw && ch.threads > 1) ? M * K : 0;
-  const int64_t per_thread = B * P * K + B * P * Mg + acc;
+  const int64_t per_thread = B * P * K + kRowSlack + B * P * Mg + acc;
   T* scratch = static_cast<T*>(ctx.scratch(sizeof(T) * per_thread * ch.threads));
-  auto dw_acc_of = [&](int t) { return (t == 0 || !dw) ? dw : scratch + t * per_thread + B * P * K + B * P * Mg; };
+  auto dw_acc_of = [&](int t) { return (t == 0 || !dw) ? dw : scratch + t * per_thread + per_thread - acc; };
   auto zero_acc = [&](int t) {
     if (t > 0 && dw) std::fill(dw_acc_of(t), dw_acc_of(t) + M * K, T(0));
   };
   for_chunks(ch, zero_acc, [&](int t, int64_t chunk) {
     T* col = scratch + t * per_thread;
-    T* dyc = col + B * P * K;
+    T* dyc = col + B * P * K + kRowSlack;
     T* dw_acc = dw_acc_of(t);
     const int64_t n0 = chunk * B, nb = std::min(B, cs.N - n0), ld = nb * P;
     for (int64_t g = 0; g < cs.group; ++g) {
@@ -408,20 +473,20 @@ void conv_backward(KernelContext& ctx, const ConvShape& cs, const T* dy, const T
         for (int64_t m = 0; m < Mg; ++m)
           for (int64_t b = 0; b < nb; ++b)
             std::memcpy(dyc + m * ld + b * P, dy + ((n0 + b) * M + g * Mg + m) * P, sizeof(T) * P);
-      MapCM<T> dY(B > 1 ? dyc : dy + (n0 * M + g * Mg) * P, ld, Mg);
+      const T* dY = B > 1 ? dyc : dy + (n0 * M + g * Mg) * P;  // [ld, Mg], column-major
       if (dw) {
         im2col(x + (n0 * C + g * Cg) * I, C * I, nb, cs, col, ld);
-        MapM<T>(dw_acc + g * Mg * K, K, Mg).noalias() += MapCM<T>(col, ld, K).transpose() * dY;
+        gemm(true, false, K, Mg, ld, T(1), col, ld, dY, ld, T(1), dw_acc + g * Mg * K, K, gt);
       }
       if (dx) {
-        MapM<T>(col, ld, K).noalias() = dY * MapCM<T>(wt + g * Mg * K, K, Mg).transpose();
+        gemm(false, true, ld, K, Mg, T(1), dY, ld, wt + g * Mg * K, K, T(0), col, ld, gt);
         col2im_add(col, ld, cs, dx + (n0 * C + g * Cg) * I, C * I, nb);
       }
     }
   });
   if (acc)
     for (int t = 1; t < ch.threads; ++t) {
-      const T* a = scratch + t * per_thread + B * P * K + B * P * Mg;
+      const T* a = dw_acc_of(t);
       for (int64_t i = 0; i < M * K; ++i) dw[i] += a[i];
     }
 }

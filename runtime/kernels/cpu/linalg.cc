@@ -1,17 +1,39 @@
-// CPU kernels of the linear-algebra family: Gemm and MatMul (numpy broadcasting of batch axes) on
-// Eigen's GEMM, which parallelises itself over omp_get_max_threads() (set per executor).
+// CPU kernels of the linear-algebra family: Gemm and MatMul (numpy broadcasting of batch axes): float
+// and double on gemm.h (oneDNN for float), integers on Eigen's GEMM.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // false positives inside Eigen's AVX-512 code
 #include <Eigen/Core>
 #include <algorithm>
+#include <type_traits>
 
 #include "runtime/kernel.h"
+#include "runtime/kernels/cpu/gemm.h"
 
 namespace graphrun::runtime::cpu {
 namespace {
 
 template <class T> using RMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using Stride = Eigen::OuterStride<>;
 template <class T> using MapR = Eigen::Map<RMat<T>>;
-template <class T> using MapCR = Eigen::Map<const RMat<T>>;
+template <class T> using MapCR = Eigen::Map<const RMat<T>, 0, Stride>;
+
+// Row-major Y[M, N] = alpha * op(A) op(B) + beta * Y, A and B stored row-major with lda, ldb elements
+// per row: column-major, that is Y^T = alpha * op(B)^T op(A)^T.
+template <class T>
+void row_major_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* a, int64_t lda, const T* b,
+                    int64_t ldb, T beta, T* y, int threads) {
+  if constexpr (std::is_floating_point_v<T>) {
+    gemm(tb, ta, N, M, K, alpha, b, ldb, a, lda, beta, y, N, threads);
+  } else {
+    MapR<T> Y(y, M, N);
+    MapCR<T> A(a, ta ? K : M, ta ? M : K, Stride(lda)), B(b, tb ? N : K, tb ? K : N, Stride(ldb));
+    if (beta == T(0)) Y.setZero();
+    auto run = [&](const auto& opA, const auto& opB) { Y.noalias() += alpha * (opA * opB); };
+    if (!ta && !tb) run(A, B);
+    else if (ta && !tb) run(A.transpose(), B);
+    else if (!ta && tb) run(A, B.transpose());
+    else run(A.transpose(), B.transpose());
+  }
+}
 
 bool gemm_dtype_ok(DType t) { return t == DType::F32 || t == DType::F64 || t == DType::I32 || t == DType::I64; }
 
@@ -45,21 +67,13 @@ void gemm_kernel(KernelContext& ctx) {
         for (int64_t j = 0; j < N; ++j) yp[i * N + j] = beta * cp[i * sm + j * sn];
     }
   }
-  MapR<T> Y(yp, M, N);
-  MapCR<T> A(a.data<T>(), a.dim(0), a.dim(1)), B(b.data<T>(), b.dim(0), b.dim(1));
-  auto run = [&](const auto& opA, const auto& opB) {
-    if (use_c) Y.noalias() += alpha * (opA * opB);
-    else Y.noalias() = alpha * (opA * opB);
-  };
   if (M == 0 || N == 0) return;
   if (K == 0) {
-    if (!use_c) Y.setZero();
+    if (!use_c) std::fill(yp, yp + M * N, T(0));
     return;
   }
-  if (!ta && !tb) run(A, B);
-  else if (ta && !tb) run(A.transpose(), B);
-  else if (!ta && tb) run(A, B.transpose());
-  else run(A.transpose(), B.transpose());
+  row_major_gemm(ta, tb, M, N, K, alpha, a.data<T>(), a.dim(1), b.data<T>(), b.dim(1), use_c ? T(1) : T(0), yp,
+                 ctx.threads());
 }
 
 // Row-major strides of `shape` right-aligned into `rank` axes, 0 where the axis is broadcast (size 1).
@@ -109,11 +123,11 @@ void matmul_kernel(KernelContext& ctx) {
   }
   // B shared by every batch and A's batches contiguous: one GEMM with the batch folded into M.
   if (shape_numel(bbatch) == 1 && shape_numel(abatch) == nbatch) {
-    MapR<T>(yp, nbatch * M, N).noalias() = MapCR<T>(ap, nbatch * M, K) * MapCR<T>(bp, K, N);
+    row_major_gemm(false, false, nbatch * M, N, K, T(1), ap, K, bp, N, T(0), yp, ctx.threads());
     return;
   }
   const std::vector<int64_t> sa = broadcast_strides(abatch, rank, batch), sb = broadcast_strides(bbatch, rank, batch);
-  auto one = [&](int64_t i) {
+  auto one = [&](int64_t i, int threads) {
     int64_t oa = 0, ob = 0, rem = i;
     for (int j = rank - 1; j >= 0; --j) {
       const int64_t idx = rem % batch[j];
@@ -121,15 +135,15 @@ void matmul_kernel(KernelContext& ctx) {
       oa += idx * sa[j];
       ob += idx * sb[j];
     }
-    MapR<T>(yp + i * M * N, M, N).noalias() = MapCR<T>(ap + oa * M * K, M, K) * MapCR<T>(bp + ob * K * N, K, N);
+    row_major_gemm(false, false, M, N, K, T(1), ap + oa * M * K, K, bp + ob * K * N, N, T(0), yp + i * M * N, threads);
   };
-  // Many small products: one per thread (Eigen stays sequential inside a parallel region).
+  // Many small products: one per thread.
   const int threads = static_cast<int>(std::min<int64_t>(ctx.threads(), nbatch));
   if (threads > 1 && M * N * K < (int64_t{1} << 21)) {
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 16)
-    for (int64_t i = 0; i < nbatch; ++i) one(i);
+    for (int64_t i = 0; i < nbatch; ++i) one(i, 1);
   } else {
-    for (int64_t i = 0; i < nbatch; ++i) one(i);
+    for (int64_t i = 0; i < nbatch; ++i) one(i, ctx.threads());
   }
 }
 

@@ -1,0 +1,259 @@
+// Direct float convolution for one input channel per group and few taps (see conv_direct.h). Each
+// input plane is first copied into a zero-padded plane whose rows are long enough for whole vector
+// loads, so the inner loops have no bounds checks: the forward pass keeps up to four vectors of an
+// output row of several channels in registers across all taps; the weight gradient keeps one
+// accumulator per tap (up to ten taps per pass over dY).
+#include "runtime/kernels/cpu/conv_direct.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace graphrun::runtime::cpu {
+
+#if defined(__AVX512F__) || defined(__AVX2__)
+namespace {
+
+#ifdef __AVX512F__
+struct Simd {
+  using V = __m512;
+  using Mask = __mmask16;
+  static constexpr int kWidth = 16;
+  static V set1(float x) { return _mm512_set1_ps(x); }
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static Mask first(int64_t n) { return static_cast<Mask>((1u << n) - 1); }  // 0 < n < 16
+  static V load(const float* p, Mask m) { return _mm512_maskz_loadu_ps(m, p); }
+  static void store(float* p, Mask m, V v) { _mm512_mask_storeu_ps(p, m, v); }
+  static float sum(V v) { return _mm512_reduce_add_ps(v); }
+};
+#else
+struct Simd {
+  using V = __m256;
+  using Mask = __m256i;
+  static constexpr int kWidth = 8;
+  static V set1(float x) { return _mm256_set1_ps(x); }
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static Mask first(int64_t n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+  static V load(const float* p, Mask m) { return _mm256_maskload_ps(p, m); }
+  static void store(float* p, Mask m, V v) { _mm256_maskstore_ps(p, m, v); }
+  static float sum(V v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+};
+#endif
+using V = Simd::V;
+constexpr int kW = Simd::kWidth;
+constexpr int kRowVectors = 4;  // output vectors of one row kept in registers by the forward pass
+
+// The 2-D view of the window (axis 0 of Window is the unused depth) and the padded plane's size.
+struct Geometry {
+  int64_t IH, IW, OH, OW, KH, KW, sh, dh, dw, ph, pw;
+  int64_t Hp, Wr;  // padded plane: rows read by the kernels, and a row length covering whole vectors
+  explicit Geometry(const Window& w)
+      : IH(w.in[1]), IW(w.in[2]), OH(w.out[1]), OW(w.out[2]), KH(w.k[1]), KW(w.k[2]), sh(w.s[1]), dh(w.d[1]),
+        dw(w.d[2]), ph(w.pb[1]), pw(w.pb[2]) {
+    Hp = (OH - 1) * sh + (KH - 1) * dh + 1;
+    Wr = (OW + kW - 1) / kW * kW + (KW - 1) * dw;
+  }
+  int64_t plane() const { return Hp * Wr; }
+};
+
+// dst (Hp x Wr) = the input plane src (IH x IW) shifted by the leading pads, zero elsewhere.
+void pad_plane(const Geometry& g, const float* src, float* dst) {
+  for (int64_t r = 0; r < g.Hp; ++r) {
+    float* row = dst + r * g.Wr;
+    const int64_t ir = r - g.ph;
+    if (ir < 0 || ir >= g.IH) {
+      std::fill(row, row + g.Wr, 0.f);
+      continue;
+    }
+    const int64_t c1 = std::min(g.Wr, g.pw + g.IW);
+    std::fill(row, row + std::min(g.pw, g.Wr), 0.f);
+    if (c1 > g.pw) std::memcpy(row + g.pw, src + ir * g.IW, sizeof(float) * (c1 - g.pw));
+    std::fill(row + std::max(c1, g.pw), row + g.Wr, 0.f);
+  }
+}
+
+// NV vectors of one output row from ow0 on, for MB output channels at once (they share the input
+// loads; MB * NV independent accumulators cover the FMA latency): bias plus every tap, then stored
+// (the last vector may run past the row's end into the plane's next rows, written after this one,
+// when the plane has `room` floats from the row's start; else it is masked: AVX2's masked stores
+// are slow on some cores, AMD's among them). wk: the MB channels' weights, `taps` apart; out: the
+// first channel's row, the others P apart.
+template <int NV, int MB, int KWc>
+__attribute__((always_inline)) inline void forward_block(const Geometry& g, const float* rows, const float* wk, const float* bias, float* out, int64_t P,
+                   int64_t ow0, int64_t room) {
+  const int64_t KW = KWc ? KWc : g.KW, taps = g.KH * KW;
+  V acc[MB][NV];
+#pragma GCC unroll 8
+  for (int i = 0; i < MB; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) acc[i][j] = Simd::set1(bias ? bias[i] : 0.f);
+  for (int64_t kh = 0; kh < g.KH; ++kh) {
+    const float* r = rows + kh * g.dh * g.Wr + ow0;
+#pragma GCC unroll 5
+    for (int64_t kw = 0; kw < KW; ++kw) {
+      const float* p = r + kw * g.dw;
+      V xv[NV];
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; ++j) xv[j] = Simd::load(p + j * kW);
+#pragma GCC unroll 8
+      for (int i = 0; i < MB; ++i) {
+        const V wv = Simd::set1(wk[i * taps + kh * KW + kw]);
+#pragma GCC unroll 4
+        for (int j = 0; j < NV; ++j) acc[i][j] = Simd::fma(wv, xv[j], acc[i][j]);
+      }
+    }
+  }
+  const int64_t last = ow0 + (NV - 1) * kW, rest = g.OW - last;
+#pragma GCC unroll 8
+  for (int i = 0; i < MB; ++i) {
+    float* o = out + i * P;
+#pragma GCC unroll 4
+    for (int j = 0; j + 1 < NV; ++j) Simd::store(o + ow0 + j * kW, acc[i][j]);
+    if (rest >= kW || last + kW <= room) Simd::store(o + last, acc[i][NV - 1]);
+    else Simd::store(o + last, Simd::first(rest), acc[i][NV - 1]);
+  }
+}
+
+// One output row (oh) of the Mg channels reading one plane, from ow0 on: NV vectors of it.
+template <int NV, int KWc>
+void forward_channels(const Geometry& g, const float* rows, const float* wk, const float* bias, float* out, int64_t P,
+                      int64_t Mg, int64_t ow0, int64_t room) {
+  constexpr int MB = NV >= 3 ? 2 : 8 / NV;  // accumulators + NV inputs + a weight fit 16 registers
+  const int64_t taps = g.KH * g.KW;
+  int64_t m = 0;
+  for (; m + MB <= Mg; m += MB) forward_block<NV, MB, KWc>(g, rows, wk + m * taps, bias ? bias + m : nullptr, out + m * P, P, ow0, room);
+  for (; m < Mg; ++m) forward_block<NV, 1, KWc>(g, rows, wk + m * taps, bias ? bias + m : nullptr, out + m * P, P, ow0, room);
+}
+
+// The kernel width as a constant where it is one of the common ones (KWc = 0: any width).
+template <int KWc>
+void forward_row_part(int64_t nv, const Geometry& g, const float* rows, const float* wk, const float* bias, float* out,
+                      int64_t P, int64_t Mg, int64_t ow0, int64_t room) {
+  switch (nv) {
+    case 1: forward_channels<1, KWc>(g, rows, wk, bias, out, P, Mg, ow0, room); break;
+    case 2: forward_channels<2, KWc>(g, rows, wk, bias, out, P, Mg, ow0, room); break;
+    case 3: forward_channels<3, KWc>(g, rows, wk, bias, out, P, Mg, ow0, room); break;
+    default: forward_channels<4, KWc>(g, rows, wk, bias, out, P, Mg, ow0, room); break;
+  }
+}
+
+// Sums over images and output rows (in that order) of dY row x padded input row at NA taps, whose
+// offsets into the plane are off[0..NA); lanes past the row's end are masked off on both sides, so
+// padding never meets a NaN. out[a]: the weight gradient of tap a.
+template <int NA>
+void grad_taps(const Geometry& g, const DirectConv& dc, const float* planes, const float* dy, int64_t m,
+               const int64_t* off, float* out) {
+  V acc[NA];
+#pragma GCC unroll 16
+  for (int a = 0; a < NA; ++a) acc[a] = Simd::set1(0.f);
+  const int64_t grp = m / (dc.M / dc.group), P = g.OH * g.OW, full = g.OW / kW * kW;
+  const Simd::Mask tail = Simd::first(g.OW - full > 0 ? g.OW - full : 1);
+  for (int64_t n = 0; n < dc.N; ++n) {
+    const float* plane = planes + (n * dc.group + grp) * g.plane();
+    const float* dyp = dy + (n * dc.M + m) * P;
+    for (int64_t oh = 0; oh < g.OH; ++oh) {
+      const float* x = plane + oh * g.sh * g.Wr;
+      const float* d = dyp + oh * g.OW;
+      for (int64_t ow0 = 0; ow0 < full; ow0 += kW) {
+        const V dv = Simd::load(d + ow0);
+#pragma GCC unroll 16
+        for (int a = 0; a < NA; ++a) acc[a] = Simd::fma(dv, Simd::load(x + off[a] + ow0), acc[a]);
+      }
+      if (full < g.OW) {
+        const V dv = Simd::load(d + full, tail);
+#pragma GCC unroll 16
+        for (int a = 0; a < NA; ++a) acc[a] = Simd::fma(dv, Simd::load(x + off[a] + full, tail), acc[a]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int a = 0; a < NA; ++a) out[a] = Simd::sum(acc[a]);
+}
+
+constexpr int kGradTaps = 10;  // accumulators of the weight gradient: + dY + an input in 16 registers
+using GradTaps = void (*)(const Geometry&, const DirectConv&, const float*, const float*, int64_t, const int64_t*,
+                          float*);
+constexpr GradTaps kGradTapsFn[kGradTaps] = {grad_taps<1>, grad_taps<2>, grad_taps<3>, grad_taps<4>, grad_taps<5>,
+                                             grad_taps<6>, grad_taps<7>, grad_taps<8>, grad_taps<9>, grad_taps<10>};
+
+}  // namespace
+
+bool direct_conv_applies(const Window& w, int64_t channels_per_group) {
+  return channels_per_group == 1 && w.nd <= 2 && w.k[0] == 1 && w.in[0] == 1 && w.out[0] == 1 && w.s[2] == 1 &&
+         w.k_size() <= kDirectMaxTaps && w.out_size() > 0;
+}
+
+int64_t direct_conv_scratch(const DirectConv& dc, int threads) {
+  const Geometry g(dc.w);
+  return std::max<int64_t>(threads, dc.N * dc.group) * g.plane();
+}
+
+void direct_conv_forward(const DirectConv& dc, const float* x, const float* wt, const float* bias, float* y,
+                         float* scratch, int threads) {
+  const Geometry g(dc.w);
+  const int64_t Mg = dc.M / dc.group, I = g.IH * g.IW, P = g.OH * g.OW, items = dc.N * dc.group;
+  const int nt = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, items)));
+  // One item is one input plane (image n, group grp) and the Mg output channels that read it.
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+  for (int64_t item = 0; item < items; ++item) {
+    const int64_t n = item / dc.group, grp = item % dc.group;
+    float* plane = scratch + omp_get_thread_num() * g.plane();
+    pad_plane(g, x + item * I, plane);
+    const int64_t m0 = grp * Mg;
+    const float* wk = wt + m0 * g.KH * g.KW;
+    const float* b = bias ? bias + m0 : nullptr;
+    for (int64_t oh = 0; oh < g.OH; ++oh) {
+      const float* rows = plane + oh * g.sh * g.Wr;
+      float* out = y + (n * dc.M + m0) * P + oh * g.OW;
+      for (int64_t ow0 = 0; ow0 < g.OW; ow0 += kRowVectors * kW) {
+        const int64_t nv = std::min<int64_t>(kRowVectors, (g.OW - ow0 + kW - 1) / kW);
+        if (g.KW == 3) forward_row_part<3>(nv, g, rows, wk, b, out, P, Mg, ow0, P - oh * g.OW);
+        else if (g.KW == 5) forward_row_part<5>(nv, g, rows, wk, b, out, P, Mg, ow0, P - oh * g.OW);
+        else forward_row_part<0>(nv, g, rows, wk, b, out, P, Mg, ow0, P - oh * g.OW);
+      }
+    }
+  }
+}
+
+void direct_conv_weight_grad(const DirectConv& dc, const float* x, const float* dy, float* dw, float* scratch,
+                             int threads) {
+  const Geometry g(dc.w);
+  const int64_t I = g.IH * g.IW, planes = dc.N * dc.group, taps = g.KH * g.KW;
+  const int nt = static_cast<int>(std::max<int64_t>(1, threads));
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+#pragma omp for schedule(static)
+    for (int64_t p = 0; p < planes; ++p) pad_plane(g, x + p * I, scratch + p * g.plane());
+    // Whole output channels per thread: each weight's sum runs on one thread in a fixed order.
+    int64_t off[kDirectMaxTaps];
+    for (int64_t t = 0; t < taps; ++t) off[t] = t / g.KW * g.dh * g.Wr + t % g.KW * g.dw;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t m = 0; m < dc.M; ++m)
+      for (int64_t t0 = 0; t0 < taps; t0 += kGradTaps)
+        kGradTapsFn[std::min<int64_t>(kGradTaps, taps - t0) - 1](g, dc, scratch, dy, m, off + t0, dw + m * taps + t0);
+  }
+}
+
+#else  // neither AVX2 nor AVX-512: the GEMM path serves every convolution
+
+bool direct_conv_applies(const Window&, int64_t) { return false; }
+int64_t direct_conv_scratch(const DirectConv&, int) { return 0; }
+void direct_conv_forward(const DirectConv&, const float*, const float*, const float*, float*, float*, int) {}
+void direct_conv_weight_grad(const DirectConv&, const float*, const float*, float*, float*, int) {}
+
+#endif
+
+}  // namespace graphrun::runtime::cpu

@@ -1,0 +1,32 @@
+// The GEMM the CPU conv and linear-algebra kernels call (column-major, BLAS conventions): float on
+// oneDNN's GEMM, which measured fastest at the shapes graphrun runs (bench/bench_gemm,
+// docs/kernels.md), or on Eigen's in a build with GRAPHRUN_ONEDNN=OFF; double on Eigen's.
+#pragma once
+#include <cstdint>
+
+namespace graphrun::runtime::cpu {
+
+// C[m, n] = alpha * op(A) op(B) + beta * C, column-major with leading dimensions lda, ldb, ldc;
+// op(X) is X, or its transpose where trans_X. beta == 0 overwrites C (NaNs in it do not survive).
+// `threads` > 1 splits C's columns over that many OpenMP threads (when the product is big enough
+// and the caller is not already inside a parallel region); every element is reduced over k on one
+// thread in an order fixed by the shape, so the same inputs give the same bits on every call.
+void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+           const float* b, int64_t ldb, float beta, float* c, int64_t ldc, int threads = 1);
+void dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
+           const double* b, int64_t ldb, double beta, double* c, int64_t ldc, int threads = 1);
+
+// "oneDNN" or "Eigen": which library this build's sgemm runs on (their roundings differ: tests that
+// pin trained bits pin one value per library).
+const char* sgemm_library();
+
+inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc, int threads = 1) {
+  sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, threads);
+}
+inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
+                 const double* b, int64_t ldb, double beta, double* c, int64_t ldc, int threads = 1) {
+  dgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, threads);
+}
+
+}  // namespace graphrun::runtime::cpu
