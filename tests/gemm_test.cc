@@ -67,7 +67,9 @@ void check(const Problem& p, int threads, double tol) {
   // Rows of C beyond m (padding of ldc) are not C's: they keep what they held.
   for (int64_t j = 0; j < p.n; ++j)
     for (int64_t i = p.m; i < p.ldc; ++i)
-      if (p.beta != 0) ASSERT_EQ(static_cast<double>(cf[j * p.ldc + i]), static_cast<double>(static_cast<T>(c0[j * p.ldc + i])));
+      if (p.beta != 0) {
+        ASSERT_EQ(static_cast<double>(cf[j * p.ldc + i]), static_cast<double>(static_cast<T>(c0[j * p.ldc + i])));
+      }
   EXPECT_LT(worst / scale, tol) << "ta " << p.ta << " tb " << p.tb << " m " << p.m << " n " << p.n << " k " << p.k
                                 << " alpha " << p.alpha << " beta " << p.beta << " threads " << threads;
 }

@@ -109,4 +109,32 @@ const char* sgemm_library() {
 #endif
 }
 
+const char* compiled_isa() {
+#if defined(__AVX512F__)
+  return "avx512";
+#elif defined(__AVX2__) && defined(__FMA__)
+  return "avx2";
+#elif defined(__AVX__)
+  return "avx";
+#else
+  return "sse2";
+#endif
+}
+
+const char* sgemm_isa() {
+#ifdef GRAPHRUN_ONEDNN
+  // oneDNN's ISA values are bit supersets of the ones below them.
+  const unsigned isa = dnnl_get_effective_cpu_isa();
+  const auto has = [isa](dnnl_cpu_isa_t bits) { return (isa & bits) == static_cast<unsigned>(bits); };
+  if (has(dnnl_cpu_isa_avx512_core_amx)) return "avx512+amx";
+  if (has(dnnl_cpu_isa_avx512_core)) return "avx512";
+  if (has(dnnl_cpu_isa_avx512_mic)) return "avx512_mic";
+  if (has(dnnl_cpu_isa_avx2)) return "avx2";
+  if (has(dnnl_cpu_isa_avx)) return "avx";
+  return "sse41";
+#else
+  return compiled_isa();
+#endif
+}
+
 }  // namespace graphrun::runtime::cpu

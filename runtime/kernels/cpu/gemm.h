@@ -19,6 +19,13 @@ void dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double a
 // "oneDNN" or "Eigen": which library this build's sgemm runs on (their roundings differ: tests that
 // pin trained bits pin one value per library).
 const char* sgemm_library();
+// The instruction-set class sgemm runs on: "avx2", "avx512", "avx512+amx" (also "avx", "sse41",
+// "sse2", "avx512_mic"). oneDNN picks its kernels when it runs, by the CPU (dnnl_get_effective_cpu_isa);
+// Eigen's are fixed when compiled, so for Eigen this is compiled_isa(). Rounding follows the kernels.
+const char* sgemm_isa();
+// The class the CPU kernels were compiled for (GRAPHRUN_NATIVE: the build machine's, -march=native):
+// the im2col rows, the direct convolution and every a * b + c the compiler fuses into an FMA.
+const char* compiled_isa();
 
 inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                  const float* b, int64_t ldb, float beta, float* c, int64_t ldc, int threads = 1) {
