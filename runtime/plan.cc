@@ -13,6 +13,7 @@
 #include <random>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "graph/passes/add_metrics.h"
 #include "graph/passes/bucket_allreduce.h"
@@ -97,22 +98,29 @@ struct Measured {
 
 // Runs the replica graph as the trainer's executor would (the same graph with the correct count, the
 // same fetches and state updates) at shard n: once to plan, then `timed` times, timing every node.
+// `copies` > 1: that many replicas run the timed steps at once on their own threads, as graphrun
+// train's in-process replicas do (they share this machine's cores); the times are replica 0's.
 Measured run_replica(const TrainingGraphs& tg, const DeviceGraph& dg, int64_t n, int64_t B, int threads, int timed,
-                     bool mse) {
+                     bool mse, int copies = 1) {
   Graph g = dg.graph;
   const std::string correct = mse ? tg.loss : passes::append_correct_count(g, tg.logits, tg.labels);
-  auto comms = backend_for(Device::Kind::CPU)->make_communicators({Device{}});
   Profiler prof;
-  ProfileTrack& track = prof.track("plan");
-  ExecOptions eo;
-  eo.threads = threads;
-  eo.fetch = mse ? std::vector<std::string>{tg.loss} : std::vector<std::string>{tg.loss, correct};
-  eo.state_updates = dg.state_updates;
-  eo.comm = comms[0].get();
-  eo.profile = &track;
-  Executor exec(g, eo);
+  std::vector<std::unique_ptr<Communicator>> comms;
+  std::vector<std::unique_ptr<Executor>> execs;
+  for (int c = 0; c < copies; ++c) {
+    for (auto& comm : backend_for(Device::Kind::CPU)->make_communicators({Device{}})) comms.push_back(std::move(comm));
+    ExecOptions eo;
+    eo.threads = threads;
+    eo.fetch = mse ? std::vector<std::string>{tg.loss} : std::vector<std::string>{tg.loss, correct};
+    eo.state_updates = dg.state_updates;
+    eo.comm = comms.back().get();
+    eo.profile = &prof.track("plan " + std::to_string(c));
+    execs.push_back(std::make_unique<Executor>(g, eo));
+  }
+  Executor& exec = *execs[0];
+  const ProfileTrack& track = *exec.options().profile;
   const auto in = shard_inputs(g, tg, n, B);
-  exec.run(in);
+  for (auto& e : execs) e->run(in);
   Measured m;
   m.stats = exec.plan_stats();
   for (const auto& [name, t] : exec.states()) m.state_bytes[name] = t.nbytes();
@@ -124,7 +132,23 @@ Measured run_replica(const TrainingGraphs& tg, const DeviceGraph& dg, int64_t n,
     index[e.node] = static_cast<int>(m.nodes.size());
     m.nodes.push_back({e.node, e.name, e.flops, 0, -1, {}});
   }
-  for (int s = 0; s < timed; ++s) exec.run(in);
+  if (copies == 1) {
+    for (int s = 0; s < timed; ++s) exec.run(in);
+  } else {
+    std::vector<std::thread> threads_of;
+    std::vector<std::exception_ptr> errors(copies);
+    for (int c = 0; c < copies; ++c)
+      threads_of.emplace_back([&, c] {
+        try {
+          for (int s = 0; s < timed; ++s) execs[c]->run(in);
+        } catch (...) {
+          errors[c] = std::current_exception();
+        }
+      });
+    for (auto& t : threads_of) t.join();
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+  }
   for (size_t i = per_run; i < track.events().size(); ++i) {
     const ProfileEvent& e = track.events()[i];
     auto it = index.find(e.node);
@@ -204,7 +228,7 @@ Plan make_plan(const Graph& model, const PlanOptions& options) {
   plan.shard = data::shard(B, options.devices).size[0];
   const bool measure = options.predict && options.device_tflops <= 0;
   const int timed = measure ? std::max(1, options.measure_steps) : 0;
-  Measured m = run_replica(tg, dg, plan.shard, B, options.threads, timed, mse);
+  Measured m = run_replica(tg, dg, plan.shard, B, options.threads, timed, mse, measure ? std::max(1, options.concurrent) : 1);
 
   // Memory, from the executor's plan and its state.
   const std::set<std::string> params(tg.params.begin(), tg.params.end());
@@ -263,7 +287,8 @@ Plan make_plan(const Graph& model, const PlanOptions& options) {
     plan.compute_1 = plan.shard == B ? compute_seconds(plan.nodes)
                                      : compute_seconds(run_replica(tg, dg, B, B, options.threads, timed, mse).nodes);
     plan.timing = "node times measured on this machine's CPU (" + std::to_string(options.threads) + " thread" +
-                  (options.threads > 1 ? "s" : "") + ", mean of " + std::to_string(timed) + " steps)";
+                  (options.threads > 1 ? "s" : "") + ", mean of " + std::to_string(timed) + " steps" +
+                  (options.concurrent > 1 ? ", " + std::to_string(options.concurrent) + " replicas at once" : "") + ")";
   } else {
     const double rate = options.device_tflops * 1e12, launch = options.kernel_us * 1e-6;
     plan.compute_1 = 0;

@@ -37,6 +37,9 @@ struct PlanOptions {
   double device_tflops = 0;
   double kernel_us = 5;
   int measure_steps = 3;  // timed steps after the planning run
+  // Measured replicas at their shard run this many at once (in-process CPU replicas share the cores,
+  // as in graphrun train --devices cpu:N); 1: alone, as on a device of its own.
+  int concurrent = 1;
   bool overlap = false;   // an AllReduce runs while the backward pass goes on (the executor's async mode)
   bool predict = true;    // false: the static part alone (one planning run, no timing)
 };

@@ -19,7 +19,9 @@ std::vector<Option> plan_options() {
       {"devices", "N|LIST", "the replicas to plan for: N, cpu:N or a list as graphrun train takes (default 1)"},
       {"gpus", "N", "plan for N GPUs (on paper: none need be here; the link defaults to nvlink)"},
       {"link", "KIND", "nvlink, pcie, ib, ethernet, shm (in-process CPU replicas), or a bandwidth in GB/s\n"
-                       "                            (default: shm for cpu devices, nvlink for GPUs; README: graphrun plan)"},
+                       "                            (default: shm for cpu devices, nvlink for GPUs; README: graphrun plan);\n"
+                       "                            with shm the N replicas are timed running at once on this\n"
+                       "                            machine, sharing its cores as graphrun train's replicas do"},
       {"device-tflops", "X", "model each node as FLOPs / X TFLOP/s + --kernel-us instead of timing the replica\n"
                              "                            on this machine's CPU"},
       {"kernel-us", "US", "with --device-tflops: fixed cost of each node (launch, memory-bound ops; default 5)"},
@@ -131,6 +133,8 @@ int cmd_plan(const std::vector<std::string>& argv) {
   if (loss == "mse") o.pipeline.loss = autodiff::LossKind::MSE;
   else if (loss != "cross-entropy") throw bad("--loss must be cross-entropy or mse, got '" + loss + "'");
   o.pipeline.optimizer = parse_optimizer_options(args, true);
+  // In-process CPU replicas share this machine's cores: timed running at once, as train runs them.
+  if (!gpus && o.link.name == "shm") o.concurrent = o.devices;
 
   const Graph model = load_onnx(args.positional()[0]);
   const runtime::Plan plan = runtime::make_plan(model, o);
