@@ -34,7 +34,12 @@ std::vector<Option> plan_options() {
       {"loss", "KIND", "cross-entropy (default) or mse, as graphrun train"},
       {"json", "", "print the plan as one JSON object"},
   };
-  for (const auto& o : optimizer_options()) r.push_back(o);
+  // The plan always has the optimizer: grad/show's "with --devices: " does not apply.
+  for (Option o : optimizer_options()) {
+    const std::string with = "with --devices: ";
+    if (o.help.rfind(with, 0) == 0) o.help = o.help.substr(with.size());
+    r.push_back(o);
+  }
   return r;
 }
 
