@@ -84,7 +84,7 @@ TEST(Cli, HelpForRunAndShow) {
 // metavariable, description from column 28; continuation lines indented to it), --help last; -h is
 // the same; the top level lists the commands.
 TEST(Cli, HelpOfEveryCommandIsLaidOutInTwoColumns) {
-  for (const std::string cmd : {"run", "show", "grad", "train"}) {
+  for (const std::string cmd : {"run", "show", "grad", "train", "plan"}) {
     SCOPED_TRACE(cmd);
     CommandResult r = graphrun(cmd + " --help");
     ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -113,10 +113,10 @@ TEST(Cli, HelpOfEveryCommandIsLaidOutInTwoColumns) {
   }
   CommandResult top = graphrun("--help");
   EXPECT_EQ(top.exit_code, 0);
-  for (const char* cmd : {"  run ", "  show ", "  grad ", "  train "}) EXPECT_NE(top.output.find(cmd), std::string::npos);
+  for (const char* cmd : {"  run ", "  show ", "  grad ", "  train ", "  plan "}) EXPECT_NE(top.output.find(cmd), std::string::npos);
   CommandResult unknown = graphrun("frobnicate");
   EXPECT_EQ(unknown.exit_code, 2);
-  EXPECT_EQ(unknown.output, "graphrun: unknown command 'frobnicate' (commands: run, show, grad, train, check; see graphrun --help)\n");
+  EXPECT_EQ(unknown.output, "graphrun: unknown command 'frobnicate' (commands: run, show, grad, train, check, plan; see graphrun --help)\n");
 }
 
 // The forms a flag takes on the real command line, and one line with exit 2 for each misuse.

@@ -53,5 +53,6 @@ int cmd_show(const std::vector<std::string>& argv);
 int cmd_grad(const std::vector<std::string>& argv);
 int cmd_train(const std::vector<std::string>& argv);
 int cmd_check(const std::vector<std::string>& argv);
+int cmd_plan(const std::vector<std::string>& argv);
 
 }  // namespace graphrun::cli

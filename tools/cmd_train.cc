@@ -8,6 +8,7 @@
 
 #include "graph/onnx_io.h"
 #include "runtime/comm/mpi.h"
+#include "runtime/plan.h"
 #include "runtime/trainer.h"
 #include "runtime/device.h"
 #include "tools/backward_options.h"
@@ -90,6 +91,8 @@ const Command& train_command() {
           {"profile", "FILE", "write a Chrome trace of the run to FILE (one track per replica: every node's\n"
                               "                            kernel, AllReduce waits, data, optimizer, steps; evaluation) and\n"
                               "                            print the ops by total time at the end (README: Profiling)"},
+          {"plan", "", "first print the plan of the run (graphrun plan, without its prediction): FLOPs per\n"
+                       "                            step, memory per replica, AllReduce buckets; costs one extra step"},
           dump_after_option(),
           sync_bn_option(),
       },
@@ -324,6 +327,16 @@ int cmd_train(const std::vector<std::string>& argv) {
   runtime::check_devices_available(devices);
 
   Graph model = load_onnx(args.positional()[0]);
+  if (args.has("plan") && speaks) {
+    runtime::PlanOptions po;
+    po.pipeline = o.pipeline;
+    po.devices = static_cast<int>(devices.size()) * runtime::mpi::size();
+    po.batch_size = o.batch_size;
+    po.threads = o.threads > 0 ? o.threads
+                               : std::max(1, cores / (static_cast<int>(devices.size()) * runtime::mpi::local_size()));
+    po.predict = false;
+    runtime::print_plan_brief(std::cout, runtime::make_plan(model, po));
+  }
   runtime::Trainer trainer(model, o);
   if (eval_only) {
     const runtime::EvalStats st = trainer.evaluate_stats();

@@ -21,6 +21,7 @@ const char* kHelp =
     "  grad   write forward + loss + backward as an ONNX model\n"
     "  train  train a model data-parallel (CPU threads, GPUs, MPI ranks) on Fashion-MNIST or your own data\n"
     "  check  can the model be trained? missing kernels and gradients, a numeric gradient check\n"
+    "  plan   FLOPs, memory per replica, AllReduce buckets, predicted step time and scaling at N devices\n"
     "\n"
     "'graphrun <command> --help' describes each command.\n";
 
@@ -40,7 +41,8 @@ int run_command(const std::string& cmd, const std::vector<std::string>& args) {
     if (cmd == "grad") return graphrun::cli::cmd_grad(args);
     if (cmd == "train") return graphrun::cli::cmd_train(args);
     if (cmd == "check") return graphrun::cli::cmd_check(args);
-    std::cerr << "graphrun: unknown command '" << cmd << "' (commands: run, show, grad, train, check; see graphrun --help)\n";
+    if (cmd == "plan") return graphrun::cli::cmd_plan(args);
+    std::cerr << "graphrun: unknown command '" << cmd << "' (commands: run, show, grad, train, check, plan; see graphrun --help)\n";
     return 2;
   } catch (const graphrun::Error& e) {
     std::cout.flush();

@@ -1,0 +1,406 @@
+// graphrun plan: the replica graph built and run as graphrun train would, its profile (FLOPs, node
+// times), its memory plan and buckets, and the ring-allreduce schedule that predicts a step at N devices.
+#include "runtime/plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <random>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "graph/passes/add_metrics.h"
+#include "graph/passes/bucket_allreduce.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/data/idx.h"
+#include "runtime/device.h"
+#include "runtime/executor.h"
+#include "runtime/profile.h"
+
+namespace graphrun::runtime {
+
+namespace {
+
+// Link presets: sustained per-device bandwidth of a ring's one direction (what NCCL's bus bandwidth
+// reaches, not the data sheet's peak), and the latency of one message.
+struct Preset {
+  const char* name;
+  double gbytes_per_s, latency_us;
+  const char* what;
+};
+const Preset kPresets[] = {
+    {"nvlink", 150, 5, "NVLink 3 (A100 class), one node"},
+    {"pcie", 12, 10, "PCIe 4.0 x16 through the host, peer-to-peer off"},
+    {"ib", 12, 5, "InfiniBand EDR 100 Gb/s, one NIC per device"},
+    {"ethernet", 1.25, 50, "10 Gb/s Ethernet, TCP"},
+    {"shm", 5, 2, "in-process replicas of graphrun train --devices cpu:N (shared memory)"},
+};
+
+std::string mb(double bytes) {
+  char b[32];
+  if (bytes < 1024) std::snprintf(b, sizeof b, "%.0f B", bytes);
+  else if (bytes < 1024.0 * 1024) std::snprintf(b, sizeof b, "%.1f KiB", bytes / 1024);
+  else if (bytes < 1024.0 * 1024 * 1024) std::snprintf(b, sizeof b, "%.1f MiB", bytes / (1024.0 * 1024));
+  else std::snprintf(b, sizeof b, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
+  return b;
+}
+
+std::string num(double v, int prec) {
+  char b[48];
+  std::snprintf(b, sizeof b, "%.*f", prec, v);
+  return b;
+}
+
+// The inputs graphrun train feeds one replica for a shard of n examples of a global batch of B; the
+// model's input gets seeded uniform [0, 1) values, labels class 0 (their values do not change the work).
+std::map<std::string, Tensor> shard_inputs(const Graph& g, const TrainingGraphs& tg, int64_t n, int64_t B) {
+  std::map<std::string, Tensor> in;
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(0, 1);
+  for (const std::string& name : g.inputs) {
+    if (name == tg.loss_scale) {
+      in[name] = Tensor::scalar<float>(float(n) / float(B));
+      continue;
+    }
+    if (name == "lr") {  // 0: the weights stay as they are over the timed steps
+      in[name] = Tensor::scalar<float>(0.f);
+      continue;
+    }
+    if (name == "step") {
+      in[name] = Tensor::scalar<int64_t>(1);
+      continue;
+    }
+    const ValueInfo& vi = g.values.at(name);
+    GR_CHECK(vi.has_shape, "plan: input '" << name << "' of graph '" << g.name << "' has no known rank");
+    Shape s;
+    for (const Dim& d : vi.shape) s.push_back(d.known() ? d.size : n);
+    Tensor t(vi.dtype, s);
+    if (vi.dtype == DType::F32) {
+      float* p = t.data<float>();
+      for (int64_t i = 0; i < t.numel(); ++i) p[i] = u(rng);
+    }
+    in[name] = std::move(t);
+  }
+  return in;
+}
+
+struct Measured {
+  std::vector<PlannedNode> nodes;
+  PlanStats stats;
+  std::map<std::string, size_t> state_bytes;
+};
+
+// Runs the replica graph as the trainer's executor would (the same graph with the correct count, the
+// same fetches and state updates) at shard n: once to plan, then `timed` times, timing every node.
+// `copies` > 1: that many replicas run the timed steps at once on their own threads, as graphrun
+// train's in-process replicas do (they share this machine's cores); the times are replica 0's.
+Measured run_replica(const TrainingGraphs& tg, const DeviceGraph& dg, int64_t n, int64_t B, int threads, int timed,
+                     bool mse, int copies = 1) {
+  Graph g = dg.graph;
+  const std::string correct = mse ? tg.loss : passes::append_correct_count(g, tg.logits, tg.labels);
+  Profiler prof;
+  std::vector<std::unique_ptr<Communicator>> comms;
+  std::vector<std::unique_ptr<Executor>> execs;
+  for (int c = 0; c < copies; ++c) {
+    for (auto& comm : backend_for(Device::Kind::CPU)->make_communicators({Device{}})) comms.push_back(std::move(comm));
+    ExecOptions eo;
+    eo.threads = threads;
+    eo.fetch = mse ? std::vector<std::string>{tg.loss} : std::vector<std::string>{tg.loss, correct};
+    eo.state_updates = dg.state_updates;
+    eo.comm = comms.back().get();
+    eo.profile = &prof.track("plan " + std::to_string(c));
+    execs.push_back(std::make_unique<Executor>(g, eo));
+  }
+  Executor& exec = *execs[0];
+  const ProfileTrack& track = *exec.options().profile;
+  const auto in = shard_inputs(g, tg, n, B);
+  for (auto& e : execs) e->run(in);
+  Measured m;
+  m.stats = exec.plan_stats();
+  for (const auto& [name, t] : exec.states()) m.state_bytes[name] = t.nbytes();
+  const size_t per_run = track.events().size();
+  std::map<std::string, int> index;
+  for (size_t i = 0; i < per_run; ++i) {
+    const ProfileEvent& e = track.events()[i];
+    if (e.cat != "kernel") continue;
+    index[e.node] = static_cast<int>(m.nodes.size());
+    m.nodes.push_back({e.node, e.name, e.flops, 0, -1, {}});
+  }
+  if (copies == 1) {
+    for (int s = 0; s < timed; ++s) exec.run(in);
+  } else {
+    std::vector<std::thread> threads_of;
+    std::vector<std::exception_ptr> errors(copies);
+    for (int c = 0; c < copies; ++c)
+      threads_of.emplace_back([&, c] {
+        try {
+          for (int s = 0; s < timed; ++s) execs[c]->run(in);
+        } catch (...) {
+          errors[c] = std::current_exception();
+        }
+      });
+    for (auto& t : threads_of) t.join();
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+  }
+  for (size_t i = per_run; i < track.events().size(); ++i) {
+    const ProfileEvent& e = track.events()[i];
+    auto it = index.find(e.node);
+    if (e.cat == "kernel" && it != index.end()) m.nodes[it->second].seconds += e.dur_ns / 1e9 / timed;
+  }
+  return m;
+}
+
+double compute_seconds(const std::vector<PlannedNode>& nodes) {
+  double s = 0;
+  for (const PlannedNode& n : nodes)
+    if (n.bucket < 0) s += n.seconds;
+  return s;
+}
+
+}  // namespace
+
+std::string LinkModel::describe() const {
+  return name + " (" + num(gbytes_per_s, gbytes_per_s < 10 ? 2 : 0) + " GB/s, " + num(latency_us, 0) +
+         " us per message)";
+}
+
+LinkModel parse_link(const std::string& spec) {
+  for (const Preset& p : kPresets)
+    if (spec == p.name) return {p.name, p.gbytes_per_s, p.latency_us};
+  char* end = nullptr;
+  const double v = std::strtod(spec.c_str(), &end);
+  GR_CHECK(!spec.empty() && *end == 0 && v > 0 && std::isfinite(v),
+           "--link '" << spec << "': give nvlink, pcie, ib, ethernet, shm or a bandwidth in GB/s (e.g. 25)");
+  return {spec + " GB/s", v, 10};
+}
+
+double ring_allreduce_seconds(size_t bytes, int p, const LinkModel& link) {
+  if (p <= 1) return 0;
+  const double steps = 2.0 * (p - 1);
+  return steps * link.latency_us * 1e-6 + steps / p * static_cast<double>(bytes) / (link.gbytes_per_s * 1e9);
+}
+
+void predict_step(Plan& plan, int p) {
+  const PlanOptions& o = plan.options;
+  double clock = 0, comm_free = 0;
+  std::vector<double> done(plan.buckets.size(), 0);
+  plan.comm_n = 0;
+  for (PlannedNode& n : plan.nodes) {
+    if (n.bucket >= 0) {
+      PlannedBucket& b = plan.buckets[n.bucket];
+      n.seconds = ring_allreduce_seconds(b.bytes, p, o.link);
+      b.ready_s = clock;
+      b.start_s = std::max(clock, comm_free);  // one link: buckets go in order
+      b.end_s = comm_free = done[n.bucket] = b.start_s + n.seconds;
+      plan.comm_n += n.seconds;
+      if (!o.overlap) clock = b.end_s;
+      continue;
+    }
+    for (int b : n.reads_buckets) clock = std::max(clock, done[b]);
+    clock += n.seconds;
+  }
+  plan.compute_n = compute_seconds(plan.nodes);
+  plan.step_n = std::max(clock, comm_free);
+  plan.exposed_comm = plan.step_n - plan.compute_n;
+}
+
+Plan make_plan(const Graph& model, const PlanOptions& options) {
+  GR_CHECK(options.devices >= 1, "plan: devices must be at least 1, got " << options.devices);
+  GR_CHECK(options.batch_size >= options.devices, "plan: batch size " << options.batch_size
+                                                                       << " is smaller than the number of replicas ("
+                                                                       << options.devices << ")");
+  Plan plan;
+  plan.model = model.name;
+  plan.options = options;
+  PipelineOptions po = options.pipeline;
+  po.devices = {Device{}};  // every replica runs the same graph: one copy is enough
+  const TrainingGraphs tg = build_training_graphs(model, po);
+  const DeviceGraph& dg = tg.replicas.at(0);
+  const bool mse = po.loss == autodiff::LossKind::MSE;
+  const int64_t B = options.batch_size;
+  plan.shard = data::shard(B, options.devices).size[0];
+  const bool measure = options.predict && options.device_tflops <= 0;
+  const int timed = measure ? std::max(1, options.measure_steps) : 0;
+  Measured m = run_replica(tg, dg, plan.shard, B, options.threads, timed, mse, measure ? std::max(1, options.concurrent) : 1);
+
+  // Memory, from the executor's plan and its state.
+  const std::set<std::string> params(tg.params.begin(), tg.params.end());
+  plan.memory.arena = m.stats.arena_bytes;
+  for (const auto& [name, bytes] : m.state_bytes) {
+    if (params.count(name)) plan.memory.params += bytes;
+    else if (!tg.training.is_initializer(name)) plan.memory.optimizer += bytes;  // added by add_optimizer
+    else plan.memory.other_state += bytes;
+  }
+  plan.memory.grads = plan.memory.params;
+
+  // Buckets, as bucket_allreduce cut them.
+  const Graph& g = dg.graph;
+  std::map<std::string, int> bucket_of_node, bucket_of_sum;
+  int b = 0;
+  for (const auto& bucket : passes::reduced_gradients(g)) {
+    PlannedBucket pb;
+    int last = -1;
+    for (const auto& rg : bucket) {
+      pb.bytes += g.initializers.at(rg.param).nbytes();
+      ++pb.grads;
+      bucket_of_sum[rg.sum] = b;
+      const int at = g.producer(rg.grad);
+      if (at >= last) last = at, pb.last_grad = rg.grad;
+    }
+    plan.allreduce_bytes += pb.bytes;
+    plan.buckets.push_back(pb);
+    ++b;
+  }
+  b = 0;
+  for (const Node& n : g.nodes)
+    if (n.op_type == "AllReduce" && n.domain == kGraphrunDomain) {
+      plan.buckets.at(b).node = n.name;
+      bucket_of_node[n.name] = b++;
+    }
+  std::map<std::string, const Node*> node_by_name;
+  for (const Node& n : g.nodes) node_by_name[n.name] = &n;
+  for (PlannedNode& n : m.nodes) {
+    auto it = bucket_of_node.find(n.name);
+    if (it != bucket_of_node.end()) n.bucket = it->second;
+    auto nd = node_by_name.find(n.name);
+    if (nd == node_by_name.end()) continue;
+    std::set<int> reads;
+    for (const std::string& v : nd->second->inputs)
+      if (bucket_of_sum.count(v)) reads.insert(bucket_of_sum.at(v));
+    n.reads_buckets.assign(reads.begin(), reads.end());
+  }
+  for (const PlannedNode& n : m.nodes) plan.flops_replica += n.flops;
+  // Conv, ConvGrad, Gemm and MatMul FLOPs grow linearly in the batch.
+  plan.flops_step = plan.flops_replica / static_cast<double>(plan.shard) * static_cast<double>(B);
+  plan.nodes = std::move(m.nodes);
+  if (!options.predict) return plan;
+
+  if (measure) {
+    // One device on the whole batch is timed too: per-node overheads do not shrink with the shard.
+    plan.compute_1 = plan.shard == B ? compute_seconds(plan.nodes)
+                                     : compute_seconds(run_replica(tg, dg, B, B, options.threads, timed, mse).nodes);
+    plan.timing = "node times measured on this machine's CPU (" + std::to_string(options.threads) + " thread" +
+                  (options.threads > 1 ? "s" : "") + ", mean of " + std::to_string(timed) + " steps" +
+                  (options.concurrent > 1 ? ", " + std::to_string(options.concurrent) + " replicas at once" : "") + ")";
+  } else {
+    const double rate = options.device_tflops * 1e12, launch = options.kernel_us * 1e-6;
+    plan.compute_1 = 0;
+    for (PlannedNode& n : plan.nodes) {
+      if (n.bucket >= 0) continue;
+      n.seconds = n.flops / rate + launch;
+      plan.compute_1 += n.flops * static_cast<double>(B) / static_cast<double>(plan.shard) / rate + launch;
+    }
+    plan.timing = "node times modelled: FLOPs / " + num(options.device_tflops, 1) + " TFLOP/s + " +
+                  num(options.kernel_us, 0) + " us per node";
+  }
+  predict_step(plan, options.devices);
+  return plan;
+}
+
+void print_plan_brief(std::ostream& os, const Plan& p) {
+  const PlannedMemory& m = p.memory;
+  os << "plan: " << num(p.flops_step / 1e9, 2) << " GFLOP per step; per replica (shard " << p.shard
+     << "): arena " << mb(double(m.arena)) << " + parameters " << mb(double(m.params)) << " + optimizer state "
+     << mb(double(m.optimizer)) << " + other state " << mb(double(m.other_state)) << " = " << mb(double(m.peak()))
+     << "; " << p.buckets.size() << " AllReduce bucket" << (p.buckets.size() == 1 ? "" : "s") << ", "
+     << mb(double(p.allreduce_bytes)) << " per step" << std::endl;
+}
+
+void print_plan(std::ostream& os, const Plan& p) {
+  const PlanOptions& o = p.options;
+  const PlannedMemory& m = p.memory;
+  char line[256];
+  os << "plan for '" << p.model << "': " << o.devices << " replica" << (o.devices > 1 ? "s" : "") << ", global batch "
+     << o.batch_size << " (shard " << p.shard << "), optimizer " << o.pipeline.optimizer.kind << ", buckets of "
+     << mb(double(o.pipeline.bucket_bytes)) << "\n\n";
+  os << "FLOPs per step (forward + backward; Conv, ConvGrad, Gemm, MatMul)\n";
+  std::snprintf(line, sizeof line, "  %-28s %14s\n  %-28s %14s\n", "global batch", (num(p.flops_step / 1e9, 3) + " GFLOP").c_str(),
+                "one replica's shard", (num(p.flops_replica / 1e9, 3) + " GFLOP").c_str());
+  os << line << "\n";
+  os << "memory per replica (the executor's plan for the shard)\n";
+  const std::pair<const char*, size_t> rows[] = {{"activations arena", m.arena},
+                                                  {"parameters", m.params},
+                                                  {"optimizer state", m.optimizer},
+                                                  {"other state", m.other_state},
+                                                  {"peak", m.peak()}};
+  for (const auto& [what, bytes] : rows) {
+    std::snprintf(line, sizeof line, "  %-28s %14s\n", what, mb(double(bytes)).c_str());
+    os << line;
+  }
+  os << "  (gradients, " << mb(double(m.grads)) << ", live in the arena; other state: BatchNorm running statistics,\n"
+     << "  frozen parameters)\n\n";
+  os << "AllReduce buckets, in the order the backward pass closes them: " << p.buckets.size() << ", "
+     << mb(double(p.allreduce_bytes)) << " per step\n";
+  std::snprintf(line, sizeof line, "  %-16s %6s %12s  %-30s", "node", "grads", "bytes", "closed by");
+  os << line << (o.predict ? "  ready ms  start ms    end ms" : "") << "\n";
+  for (const PlannedBucket& b : p.buckets) {
+    std::snprintf(line, sizeof line, "  %-16s %6d %12zu  %-30s", b.node.c_str(), b.grads, b.bytes, b.last_grad.c_str());
+    os << line;
+    if (o.predict) {
+      std::snprintf(line, sizeof line, "  %8.3f  %8.3f  %8.3f", b.ready_s * 1e3, b.start_s * 1e3, b.end_s * 1e3);
+      os << line;
+    }
+    os << "\n";
+  }
+  if (!o.predict) return;
+  os << "\npredicted step at " << o.devices << " device" << (o.devices > 1 ? "s" : "") << ", link "
+     << o.link.describe() << ", ring allreduce, overlap " << (o.overlap ? "on" : "off") << "\n  " << p.timing << "\n";
+  const std::pair<std::string, double> t[] = {
+      {"compute, 1 device, batch " + std::to_string(o.batch_size), p.compute_1},
+      {"compute, 1 replica, shard " + std::to_string(p.shard), p.compute_n},
+      {"allreduce, all buckets", p.comm_n},
+      {"allreduce not hidden", p.exposed_comm},
+      {"step at " + std::to_string(o.devices) + " devices", p.step_n}};
+  for (const auto& [what, s] : t) {
+    std::snprintf(line, sizeof line, "  %-34s %12.3f ms\n", what.c_str(), s * 1e3);
+    os << line;
+  }
+  std::snprintf(line, sizeof line, "  %-34s %12.2fx\n  %-34s %11.0f %%\n", "speedup over 1 device", p.speedup(),
+                "scaling efficiency", 100 * p.efficiency());
+  os << line;
+}
+
+std::string plan_json(const Plan& p) {
+  const PlanOptions& o = p.options;
+  nlohmann::json buckets = nlohmann::json::array();
+  for (const PlannedBucket& b : p.buckets)
+    buckets.push_back({{"node", b.node}, {"grads", b.grads}, {"bytes", b.bytes}, {"closed_by", b.last_grad},
+                       {"ready_s", b.ready_s}, {"start_s", b.start_s}, {"end_s", b.end_s}});
+  nlohmann::json j{
+      {"model", p.model},
+      {"devices", o.devices},
+      {"batch_size", o.batch_size},
+      {"shard", p.shard},
+      {"optimizer", o.pipeline.optimizer.kind},
+      {"bucket_bytes", o.pipeline.bucket_bytes},
+      {"flops_per_step", p.flops_step},
+      {"flops_per_replica", p.flops_replica},
+      {"memory",
+       {{"arena", p.memory.arena}, {"params", p.memory.params}, {"grads", p.memory.grads},
+        {"optimizer", p.memory.optimizer}, {"other_state", p.memory.other_state}, {"peak", p.memory.peak()}}},
+      {"allreduce_bytes", p.allreduce_bytes},
+      {"buckets", buckets}};
+  if (o.predict)
+    j["prediction"] = {{"link", o.link.name},
+                       {"gbytes_per_s", o.link.gbytes_per_s},
+                       {"latency_us", o.link.latency_us},
+                       {"overlap", o.overlap},
+                       {"timing", p.timing},
+                       {"compute_1_s", p.compute_1},
+                       {"compute_n_s", p.compute_n},
+                       {"allreduce_s", p.comm_n},
+                       {"exposed_allreduce_s", p.exposed_comm},
+                       {"step_s", p.step_n},
+                       {"speedup", p.speedup()},
+                       {"efficiency", p.efficiency()}};
+  return j.dump(2);
+}
+
+}  // namespace graphrun::runtime

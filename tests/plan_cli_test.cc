@@ -1,0 +1,101 @@
+// graphrun plan from the command line: the table, --json's figures, train --plan's block, and one line
+// with exit code 2 for every kind of bad input.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "runtime/data/idx.h"
+#include "tests/test_util.h"
+
+namespace graphrun {
+namespace {
+
+std::string lenet() { return testing::source_dir() + "/models/lenet.onnx"; }
+
+testing::CommandResult plan(const std::string& args) {
+  return testing::run_command(testing::graphrun_cli() + " plan " + args);
+}
+
+void expect_usage_error(const std::string& args, const std::string& what) {
+  auto r = plan(args);
+  EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+  std::string out = r.output;
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  EXPECT_EQ(out.find('\n'), std::string::npos) << "more than one line for: " << args << "\n" << r.output;
+  EXPECT_EQ(out.rfind("graphrun plan: error: ", 0), 0u) << r.output;
+  EXPECT_NE(out.find(what), std::string::npos) << args << "\n" << r.output;
+}
+
+TEST(PlanCli, BadInputIsOneLineAndExit2) {
+  const std::string m = lenet();
+  expect_usage_error("", "no model given");
+  expect_usage_error("no/such/model.onnx --devices 2", "no/such/model.onnx");
+  expect_usage_error(m + " --devices 2 --link wifi", "--link 'wifi'");
+  expect_usage_error(m + " --devices 2 --link 0", "--link");
+  expect_usage_error(m + " --devices 0", "--devices");
+  expect_usage_error(m + " --devices cpu:x", "--devices");
+  expect_usage_error(m + " --gpus 0", "--gpus");
+  expect_usage_error(m + " --gpus -3", "--gpus");
+  expect_usage_error(m + " --gpus 2 --devices 2", "not both");
+  expect_usage_error(m + " --devices 8 --batch-size 4", "smaller than the number of replicas");
+  expect_usage_error(m + " --device-tflops 0", "--device-tflops");
+  expect_usage_error(m + " --kernel-us 3", "--kernel-us needs --device-tflops");
+  expect_usage_error(m + " --bucket-mb -1", "--bucket-mb");
+  expect_usage_error(m + " --overlap-allreduce maybe", "--overlap-allreduce");
+  expect_usage_error(m + " --optimizer lion", "--optimizer");
+  expect_usage_error(m + " --bogus", "unknown option --bogus");
+}
+
+TEST(PlanCli, HelpExplainsTheModel) {
+  auto r = plan("--help");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.rfind("usage: graphrun plan MODEL.onnx", 0), 0u) << r.output;
+  for (const char* w : {"--link", "--device-tflops", "2(p-1)/p", "nvlink", "ethernet"})
+    EXPECT_NE(r.output.find(w), std::string::npos) << w;
+  auto top = testing::run_command(testing::graphrun_cli() + " --help");
+  EXPECT_NE(top.output.find("  plan "), std::string::npos) << top.output;
+}
+
+// --json on paper (--device-tflops: nothing timed): LeNet's FLOPs (13258800 per image, the hand count
+// of plan_test), its one bucket of every parameter, and a prediction that is the same on every run.
+TEST(PlanCli, JsonHoldsTheFiguresOfTheTable) {
+  const std::string args = lenet() + " --gpus 4 --batch-size 64 --link ethernet --device-tflops 2 --json";
+  auto r = plan(args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["devices"].get<int>(), 4);
+  EXPECT_EQ(j["shard"].get<int>(), 16);
+  EXPECT_DOUBLE_EQ(j["flops_per_step"].get<double>(), 64 * 13258800.0);
+  EXPECT_EQ(j["buckets"].size(), 1u);
+  EXPECT_EQ(j["allreduce_bytes"].get<size_t>(), 129068u * 4);
+  EXPECT_EQ(j["memory"]["params"].get<size_t>(), 129068u * 4);
+  EXPECT_GT(j["memory"]["arena"].get<size_t>(), 0u);
+  const auto& p = j["prediction"];
+  EXPECT_EQ(p["link"].get<std::string>(), "ethernet");
+  EXPECT_TRUE(p["overlap"].get<bool>());  // GPUs overlap by default, as train does
+  EXPECT_GT(p["step_s"].get<double>(), p["compute_n_s"].get<double>());
+  EXPECT_EQ(plan(args).output, r.output) << "a modelled plan is deterministic";
+
+  auto table = plan(lenet() + " --gpus 4 --batch-size 64 --link ethernet --device-tflops 2");
+  ASSERT_EQ(table.exit_code, 0) << table.output;
+  for (const char* w : {"FLOPs per step", "activations arena", "allreduce_0", "scaling efficiency", "ethernet"})
+    EXPECT_NE(table.output.find(w), std::string::npos) << w << "\n" << table.output;
+}
+
+// train --plan prints the static plan (one line) before training; without it the output is as before.
+TEST(PlanCli, TrainPlanPrintsOneLineFirst) {
+  if (!std::filesystem::exists(std::string(runtime::data::kDefaultDataDir) + "/t10k-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << "Fashion-MNIST is not installed";
+  const std::string base = testing::graphrun_cli() + " train " + lenet() +
+                           " --devices cpu:2 --batch-size 32 --max-steps 2 --epochs 1 --threads 1";
+  auto with = testing::run_command(base + " --plan");
+  ASSERT_EQ(with.exit_code, 0) << with.output;
+  EXPECT_EQ(with.output.rfind("plan: 0.42 GFLOP per step; per replica (shard 16): arena ", 0), 0u) << with.output;
+  auto without = testing::run_command(base);
+  ASSERT_EQ(without.exit_code, 0) << without.output;
+  EXPECT_EQ(without.output.find("plan:"), std::string::npos) << without.output;
+}
+
+}  // namespace
+}  // namespace graphrun
