@@ -315,6 +315,40 @@ TEST(GradRules, LayerNormalizationReusesTheForwardStatistics) {
   check_gradients(t, y, wrt({"x"}));
 }
 
+TEST(GradRules, InstanceNormalization) {
+  for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly, ShapeInfo::None}) {
+    TestGraph t(17);
+    std::string x = t.param("x", {2, 3, 4}, 1, -2, 2);
+    std::string s = t.param("scale", {3}, 2, 0.5, 1.5);
+    std::string b = t.param("bias", {3}, 3);
+    std::string y = t.node("InstanceNormalization", {x, s, b}, {{"epsilon", A::Float(1e-3f)}});
+    Graph bg = check_gradients(t, y, shapes(si));
+    EXPECT_EQ(count_ops(bg, "InstanceNormalizationGrad"), 1);
+  }
+}
+
+// nn.GroupNorm as torch 1.13 exports it (opsets 13-17): Reshape to [N, G, -1], InstanceNormalization with
+// constant unit scale and zero bias, Reshape back to Shape(x), then the affine Mul and Add per channel.
+TEST(GradRules, GroupNormAsTorchExportsIt) {
+  for (int64_t opset : {13, 17})
+    for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly}) {
+      TestGraph t(opset);
+      std::string x = t.param("x", {2, 4, 3, 3}, 1, -2, 2);
+      std::string w = t.param("weight", {4, 1, 1}, 2, 0.5, 1.5);
+      std::string b = t.param("bias", {4, 1, 1}, 3);
+      t.g.initializers["groups"] = i64s({0, 2, -1});
+      t.g.initializers["ones"] = Tensor::from_vector<double>({2}, {1, 1});
+      t.g.initializers["zeros"] = Tensor::from_vector<double>({2}, {0, 0});
+      std::string r = t.node("Reshape", {x, "groups"});
+      std::string in = t.node("InstanceNormalization", {r, "ones", "zeros"}, {{"epsilon", A::Float(1e-5f)}});
+      std::string back = t.node("Reshape", {in, t.node("Shape", {x})});
+      std::string y = t.node("Add", {t.node("Mul", {back, w}), b});
+      CheckOptions o = shapes(si);
+      o.wrt = {"x", "weight", "bias"};
+      check_gradients(t, y, o);
+    }
+}
+
 TEST(GradRules, DropoutUsesTheForwardMask) {
   TestGraph t(13);
   std::string x = t.param("x", {4, 6}, 1);
