@@ -349,6 +349,60 @@ TEST(GradRules, GroupNormAsTorchExportsIt) {
     }
 }
 
+// Resize as F.interpolate / nn.Upsample export it (scales or sizes; nearest with torch's floor, linear with
+// half_pixel / align_corners / pytorch_half_pixel), and the other modes ONNX defines, up and down.
+TEST(GradRules, ResizeEveryModeWithScalesOrSizes) {
+  struct Case { const char* mode; const char* coord; const char* nearest; };
+  const std::vector<Case> cases = {
+      {"nearest", "asymmetric", "floor"},          {"nearest", "half_pixel", "round_prefer_floor"},
+      {"nearest", "align_corners", "round_prefer_ceil"}, {"nearest", "pytorch_half_pixel", "ceil"},
+      {"nearest", "tf_half_pixel_for_nn", "floor"}, {"linear", "half_pixel", ""},
+      {"linear", "align_corners", ""},             {"linear", "pytorch_half_pixel", ""},
+      {"linear", "asymmetric", ""},                {"cubic", "half_pixel", ""}};
+  for (const Case& c : cases)
+    for (bool by_sizes : {false, true})
+      for (bool up : {true, false})
+        for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly, ShapeInfo::None}) {
+          SCOPED_TRACE(std::string(c.mode) + " " + c.coord + " " + c.nearest + (by_sizes ? " sizes" : " scales") +
+                       (up ? " up" : " down") + " shapes " + std::to_string(static_cast<int>(si)));
+          TestGraph t(13);
+          std::string x = t.param("x", {1, 2, 4, 5}, 1, -2, 2);
+          std::map<std::string, A> attrs{{"mode", A::Str(c.mode)}, {"coordinate_transformation_mode", A::Str(c.coord)}};
+          if (*c.nearest) attrs["nearest_mode"] = A::Str(c.nearest);
+          std::vector<std::string> ins{x, ""};
+          if (by_sizes) {
+            t.g.initializers["sizes"] = up ? i64s({1, 2, 7, 10}) : i64s({1, 2, 3, 2});
+            ins.insert(ins.end(), {"", "sizes"});
+          } else {
+            Tensor s(DType::F32, {4});
+            const std::vector<float> v = up ? std::vector<float>{1, 1, 2, 1.5f} : std::vector<float>{1, 1, 0.5f, 0.6f};
+            std::copy(v.begin(), v.end(), s.data<float>());
+            t.g.initializers["scales"] = s;
+            ins.push_back("scales");
+          }
+          Graph bg = check_gradients(t, t.node("Resize", ins, attrs), shapes(si));
+          EXPECT_EQ(count_ops(bg, "ResizeGrad"), 1);
+        }
+}
+
+TEST(GradRules, ResizeOpset10AndUpsample) {
+  for (const char* mode : {"nearest", "linear"}) {
+    SCOPED_TRACE(mode);
+    Tensor s(DType::F32, {4});
+    const std::vector<float> v{1, 1, 2, 3};
+    std::copy(v.begin(), v.end(), s.data<float>());
+    TestGraph t10(10);
+    t10.g.initializers["scales"] = s;
+    check_gradients(t10, t10.node("Resize", {t10.param("x", {1, 2, 3, 2}, 1), "scales"}, {{"mode", A::Str(mode)}}));
+    TestGraph t9(9);
+    t9.g.initializers["scales"] = s;
+    check_gradients(t9, t9.node("Upsample", {t9.param("x", {1, 2, 3, 2}, 1), "scales"}, {{"mode", A::Str(mode)}}));
+    TestGraph t7(7);
+    check_gradients(t7, t7.node("Upsample", {t7.param("x", {1, 2, 3, 2}, 1)},
+                                {{"mode", A::Str(mode)}, {"scales", A::Floats(v)}}));
+  }
+}
+
 TEST(GradRules, DropoutUsesTheForwardMask) {
   TestGraph t(13);
   std::string x = t.param("x", {4, 6}, 1);
