@@ -403,6 +403,56 @@ TEST(GradRules, ResizeOpset10AndUpsample) {
   }
 }
 
+// Duplicate and negative indices: the gradient adds every gathered copy back (ScatterElements with reduction
+// add from opset 16, GatherElementsGrad before).
+TEST(GradRules, GatherElementsAddsDuplicates) {
+  for (int64_t opset : {13, 16})
+    for (int64_t axis : {0, 1, -1})
+      for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly, ShapeInfo::None}) {
+        SCOPED_TRACE("opset " + std::to_string(opset) + " axis " + std::to_string(axis));
+        TestGraph t(opset);
+        std::string x = t.param("x", {3, 4}, 1);
+        t.g.initializers["idx"] = axis == 0 ? i64s({0, 2, 2, -1, 1, 1, 0, 0}, {2, 4}) : i64s({3, 3, -1, 0, 1, 1}, {3, 2});
+        Graph bg = check_gradients(t, t.node("GatherElements", {x, "idx"}, {{"axis", A::Int(axis)}}), shapes(si));
+        EXPECT_EQ(count_ops(bg, opset >= 16 ? "ScatterElements" : "GatherElementsGrad"), 1);
+      }
+}
+
+TEST(GradRules, ScatterElementsAndScatterND) {
+  for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly, ShapeInfo::None}) {
+    for (int64_t opset : {13, 16}) {
+      // reduction none: unique indices (duplicates leave the result undefined).
+      TestGraph t(opset);
+      std::string d = t.param("data", {3, 4}, 1), u = t.param("upd", {2, 4}, 2);
+      t.g.initializers["idx"] = i64s({1, 0, 2, -3, 2, 2, 1, 1}, {2, 4});
+      check_gradients(t, t.node("ScatterElements", {d, "idx", u}, {{"axis", A::Int(0)}}), shapes(si));
+      TestGraph nd(opset);
+      std::string d2 = nd.param("data", {4, 3}, 3), u2 = nd.param("upd", {2, 3}, 4);
+      nd.g.initializers["idx"] = i64s({2, -1}, {2, 1});
+      check_gradients(nd, nd.node("ScatterND", {d2, "idx", u2}), shapes(si));
+    }
+    // reduction add (opset 16): duplicates add up.
+    TestGraph t(16);
+    std::string d = t.param("data", {3, 4}, 1), u = t.param("upd", {3, 2}, 2);
+    t.g.initializers["idx"] = i64s({1, 1, 0, 3, 2, 2}, {3, 2});
+    check_gradients(t, t.node("ScatterElements", {d, "idx", u}, {{"axis", A::Int(1)}, {"reduction", A::Str("add")}}),
+                    shapes(si));
+    TestGraph nd(16);
+    std::string d2 = nd.param("data", {2, 3, 2}, 3), u2 = nd.param("upd", {3, 2}, 4);
+    nd.g.initializers["idx"] = i64s({0, 1, 0, 1, 1, 2}, {3, 2});
+    check_gradients(nd, nd.node("ScatterND", {d2, "idx", u2}, {{"reduction", A::Str("add")}}), shapes(si));
+  }
+  TestGraph t(16);
+  std::string d = t.param("data", {3}, 1), u = t.param("upd", {1}, 2);
+  t.g.initializers["idx"] = i64s({1});
+  try {
+    check_gradients(t, t.node("ScatterElements", {d, "idx", u}, {{"reduction", A::Str("mul")}}));
+    ADD_FAILURE() << "expected an error for reduction mul";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("reduction 'mul'"), std::string::npos) << e.what();
+  }
+}
+
 TEST(GradRules, DropoutUsesTheForwardMask) {
   TestGraph t(13);
   std::string x = t.param("x", {4, 6}, 1);

@@ -265,6 +265,7 @@ GR_REGISTER_OPS(resize) {
   ops.op("Upsample").cpu(resize_kernel);
   ops.op(kGraphrunDomain, "ResizeGrad")
       .cpu(resize_grad_kernel)
+      .host_inputs({1})
       .schema(OpSchemaSpec("gradient of `Resize` w.r.t. X: dY added back along the forward's interpolation taps "
                            "(Upsample and Resize-10 as Resize with asymmetric coordinates, nearest_mode floor)")
                   .attr("mode", "as Resize", Attribute::Str("nearest"))
