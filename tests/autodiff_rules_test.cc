@@ -695,6 +695,29 @@ TEST(GradRules, SoftmaxCrossEntropyLoss) {
   }
 }
 
+// Every reduction, with and without class weights and ignore_index (a label equal to it is skipped, even
+// when out of range), on [N, C] and per-position [N, C, d1, d2] inputs, after LogSoftmax as torch writes it.
+TEST(GradRules, NegativeLogLikelihoodLoss) {
+  for (const char* red : {"mean", "sum", "none"})
+    for (bool weighted : {false, true})
+      for (bool spatial : {false, true})
+        for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly, ShapeInfo::None}) {
+          SCOPED_TRACE(std::string(red) + (weighted ? " weighted" : "") + (spatial ? " spatial" : ""));
+          TestGraph t(13);
+          std::string x = t.param("x", spatial ? Shape{2, 3, 2, 2} : Shape{5, 3}, 1, -2, 2);
+          t.g.initializers["labels"] = spatial ? i64s({0, 2, -100, 1, 1, 1, 2, 0}, {2, 2, 2}) : i64s({0, 2, 1, -100, 2});
+          t.g.initializers["weight"] = Tensor::from_vector<double>({3}, {0.5, 2.0, 1.5});
+          std::vector<std::string> ins{t.node("LogSoftmax", {x}, {{"axis", A::Int(1)}}), "labels"};
+          if (weighted) ins.push_back("weight");
+          std::string y = t.node("NegativeLogLikelihoodLoss", ins,
+                                 {{"reduction", A::Str(red)}, {"ignore_index", A::Int(-100)}});
+          CheckOptions o = shapes(si);
+          o.wrt = {"x"};
+          Graph bg = check_gradients(t, y, o);
+          EXPECT_EQ(count_ops(bg, "NegativeLogLikelihoodLossGrad"), 1);
+        }
+}
+
 TEST(GradRules, MseLossMatchesDefinition) {
   // attach_loss(mse) then backward: d/dy mean((y - t)^2) = 2 (y - t) / n.
   TestGraph t;
