@@ -453,6 +453,39 @@ TEST(GradRules, ScatterElementsAndScatterND) {
   }
 }
 
+// The contractions torch models write (attention scores and their weighted sum, bilinear forms, batched
+// matmul with "..." broadcast), a transpose, and a label summed away by the forward.
+TEST(GradRules, EinsumContractions) {
+  struct Case { const char* eq; std::vector<Shape> shapes; };
+  const std::vector<Case> cases = {
+      {"bhid,bhjd->bhij", {{2, 2, 3, 4}, {2, 2, 5, 4}}},
+      {"bhij,bhjd->bhid", {{2, 2, 3, 5}, {2, 2, 5, 4}}},
+      {"ij,jk", {{3, 4}, {4, 2}}},
+      {"bi,ij,bj->b", {{2, 3}, {3, 4}, {2, 4}}},
+      {"...ij,...jk->...ik", {{2, 3, 4}, {4, 5}}},
+      {"...ij,...jk->...ik", {{1, 3, 4}, {2, 4, 5}}},
+      {"ij->ji", {{3, 4}}},
+      {"ijk,k->i", {{2, 3, 4}, {4}}},
+      {"i,j->ij", {{3}, {4}}}};
+  for (const Case& c : cases)
+    for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly, ShapeInfo::None}) {
+      SCOPED_TRACE(c.eq);
+      TestGraph t(13);
+      std::vector<std::string> ins;
+      for (size_t i = 0; i < c.shapes.size(); ++i)
+        ins.push_back(t.param("x" + std::to_string(i), c.shapes[i], 10 + i));
+      check_gradients(t, t.node("Einsum", ins, {{"equation", A::Str(c.eq)}}), shapes(si));
+    }
+  TestGraph t(13);
+  std::string x = t.param("x", {3, 3}, 1);
+  try {
+    check_gradients(t, t.node("Einsum", {x}, {{"equation", A::Str("ii->i")}}));
+    ADD_FAILURE() << "expected an error for a diagonal";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("repeats"), std::string::npos) << e.what();
+  }
+}
+
 TEST(GradRules, DropoutUsesTheForwardMask) {
   TestGraph t(13);
   std::string x = t.param("x", {4, 6}, 1);
