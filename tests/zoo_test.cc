@@ -101,7 +101,14 @@ TEST(Zoo, ConvNeXtOpset17) { skip_without_torchvision(); check_zoo_model("convne
 TEST(Zoo, ShuffleNetV2Opset17) { skip_without_torchvision(); check_zoo_model("shufflenet", 17, 64); }
 // A segmentation UNet (tests/zoo_parity.py): GroupNorm and InstanceNorm, Resize in nearest, half_pixel bilinear and
 // align_corners bilinear to a size, Concat skips, cross-entropy per pixel.
-TEST(Zoo, UNetOpset17) { skip_without_torchvision(); check_zoo_model("unet", 17); }
+// `graphrun check` gives it the passing verdict.
+TEST(Zoo, UNetOpset17) {
+  skip_without_torchvision();
+  if (!check_zoo_model("unet", 17).ran) return;
+  auto r = run_command(graphrun_cli() + " check " + binary_dir() + "/test_tmp/zoo_unet_17/train.onnx 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("\nverdict: trainable"), std::string::npos) << r.output;
+}
 TEST(Zoo, UNetOpset13) { skip_without_torchvision(); check_zoo_model("unet", 13); }
 
 // The zoo by hand: GRAPHRUN_ZOO="resnet18:17:64 mobilenet_v2:13:64 ..." (torchvision builder, opset,
