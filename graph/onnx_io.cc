@@ -15,6 +15,7 @@
 #include "graph/graphrun_schemas.h"
 #include "graph/onnx_tensor.h"
 #include "graph/passes/fill_reshape_dims.h"
+#include "graph/passes/fill_resize_ranks.h"
 #include "graph/passes/fill_slice_ranks.h"
 #include "graph/validate.h"
 
@@ -330,8 +331,8 @@ onnx::ModelProto model_from_graph(const Graph& g) {
 }
 
 // Runs ONNX shape inference on `m` in place; graphrun's schemas make its own ops inferable, and
-// passes::fill_reshape_dims and fill_slice_ranks fill in the Reshapes and Slices ONNX leaves unknown
-// (torch's flatten and chunk).
+// passes::fill_reshape_dims, fill_slice_ranks and fill_resize_ranks fill in the Reshapes, Slices and Resizes
+// ONNX leaves unknown (torch's flatten, chunk and interpolate to a computed size).
 // ONNX names the unknown dimensions it creates "unk__0", "unk__1", ...; graphrun shows those as "?"
 // (symbols the model itself uses, such as "N", stay).
 void run_inference(onnx::ModelProto& m, bool strict) {
@@ -359,11 +360,13 @@ void run_inference(onnx::ModelProto& m, bool strict) {
   };
   forget_generated();
   // More passes carry what graphrun's own rules found to the nodes downstream (a filled Slice can make
-  // a later Reshape's target computable); a few rounds reach every model seen so far.
-  for (int round = 0; round < 4; ++round) {
+  // a later Reshape's target computable): each round may reach one more Resize or Reshape of a chain (a
+  // UNet's decoder has several), so rounds go on while something is filled, within a bound.
+  for (int round = 0; round < 32; ++round) {
     const bool reshaped = passes::fill_reshape_dims(m, shape_data);
     const bool sliced = passes::fill_slice_ranks(m, shape_data);
-    if (!reshaped && !sliced) break;
+    const bool resized = passes::fill_resize_ranks(m, shape_data);
+    if (!reshaped && !sliced && !resized) break;
     shape_data.clear();
     onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(), opts, &shape_data);
     forget_generated();

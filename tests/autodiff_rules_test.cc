@@ -315,6 +315,177 @@ TEST(GradRules, LayerNormalizationReusesTheForwardStatistics) {
   check_gradients(t, y, wrt({"x"}));
 }
 
+TEST(GradRules, InstanceNormalization) {
+  for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly, ShapeInfo::None}) {
+    TestGraph t(17);
+    std::string x = t.param("x", {2, 3, 4}, 1, -2, 2);
+    std::string s = t.param("scale", {3}, 2, 0.5, 1.5);
+    std::string b = t.param("bias", {3}, 3);
+    std::string y = t.node("InstanceNormalization", {x, s, b}, {{"epsilon", A::Float(1e-3f)}});
+    Graph bg = check_gradients(t, y, shapes(si));
+    EXPECT_EQ(count_ops(bg, "InstanceNormalizationGrad"), 1);
+  }
+}
+
+// nn.GroupNorm as torch 1.13 exports it (opsets 13-17): Reshape to [N, G, -1], InstanceNormalization with
+// constant unit scale and zero bias, Reshape back to Shape(x), then the affine Mul and Add per channel.
+TEST(GradRules, GroupNormAsTorchExportsIt) {
+  for (int64_t opset : {13, 17})
+    for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly}) {
+      TestGraph t(opset);
+      std::string x = t.param("x", {2, 4, 3, 3}, 1, -2, 2);
+      std::string w = t.param("weight", {4, 1, 1}, 2, 0.5, 1.5);
+      std::string b = t.param("bias", {4, 1, 1}, 3);
+      t.g.initializers["groups"] = i64s({0, 2, -1});
+      t.g.initializers["ones"] = Tensor::from_vector<double>({2}, {1, 1});
+      t.g.initializers["zeros"] = Tensor::from_vector<double>({2}, {0, 0});
+      std::string r = t.node("Reshape", {x, "groups"});
+      std::string in = t.node("InstanceNormalization", {r, "ones", "zeros"}, {{"epsilon", A::Float(1e-5f)}});
+      std::string back = t.node("Reshape", {in, t.node("Shape", {x})});
+      std::string y = t.node("Add", {t.node("Mul", {back, w}), b});
+      CheckOptions o = shapes(si);
+      o.wrt = {"x", "weight", "bias"};
+      check_gradients(t, y, o);
+    }
+}
+
+// Resize as F.interpolate / nn.Upsample export it (scales or sizes; nearest with torch's floor, linear with
+// half_pixel / align_corners / pytorch_half_pixel), and the other modes ONNX defines, up and down.
+TEST(GradRules, ResizeEveryModeWithScalesOrSizes) {
+  struct Case { const char* mode; const char* coord; const char* nearest; };
+  const std::vector<Case> cases = {
+      {"nearest", "asymmetric", "floor"},          {"nearest", "half_pixel", "round_prefer_floor"},
+      {"nearest", "align_corners", "round_prefer_ceil"}, {"nearest", "pytorch_half_pixel", "ceil"},
+      {"nearest", "tf_half_pixel_for_nn", "floor"}, {"linear", "half_pixel", ""},
+      {"linear", "align_corners", ""},             {"linear", "pytorch_half_pixel", ""},
+      {"linear", "asymmetric", ""},                {"cubic", "half_pixel", ""}};
+  for (const Case& c : cases)
+    for (bool by_sizes : {false, true})
+      for (bool up : {true, false})
+        for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly, ShapeInfo::None}) {
+          SCOPED_TRACE(std::string(c.mode) + " " + c.coord + " " + c.nearest + (by_sizes ? " sizes" : " scales") +
+                       (up ? " up" : " down") + " shapes " + std::to_string(static_cast<int>(si)));
+          TestGraph t(13);
+          std::string x = t.param("x", {1, 2, 4, 5}, 1, -2, 2);
+          std::map<std::string, A> attrs{{"mode", A::Str(c.mode)}, {"coordinate_transformation_mode", A::Str(c.coord)}};
+          if (*c.nearest) attrs["nearest_mode"] = A::Str(c.nearest);
+          std::vector<std::string> ins{x, ""};
+          if (by_sizes) {
+            t.g.initializers["sizes"] = up ? i64s({1, 2, 7, 10}) : i64s({1, 2, 3, 2});
+            ins.insert(ins.end(), {"", "sizes"});
+          } else {
+            Tensor s(DType::F32, {4});
+            const std::vector<float> v = up ? std::vector<float>{1, 1, 2, 1.5f} : std::vector<float>{1, 1, 0.5f, 0.6f};
+            std::copy(v.begin(), v.end(), s.data<float>());
+            t.g.initializers["scales"] = s;
+            ins.push_back("scales");
+          }
+          Graph bg = check_gradients(t, t.node("Resize", ins, attrs), shapes(si));
+          EXPECT_EQ(count_ops(bg, "ResizeGrad"), 1);
+        }
+}
+
+TEST(GradRules, ResizeOpset10AndUpsample) {
+  for (const char* mode : {"nearest", "linear"}) {
+    SCOPED_TRACE(mode);
+    Tensor s(DType::F32, {4});
+    const std::vector<float> v{1, 1, 2, 3};
+    std::copy(v.begin(), v.end(), s.data<float>());
+    TestGraph t10(10);
+    t10.g.initializers["scales"] = s;
+    check_gradients(t10, t10.node("Resize", {t10.param("x", {1, 2, 3, 2}, 1), "scales"}, {{"mode", A::Str(mode)}}));
+    TestGraph t9(9);
+    t9.g.initializers["scales"] = s;
+    check_gradients(t9, t9.node("Upsample", {t9.param("x", {1, 2, 3, 2}, 1), "scales"}, {{"mode", A::Str(mode)}}));
+    TestGraph t7(7);
+    check_gradients(t7, t7.node("Upsample", {t7.param("x", {1, 2, 3, 2}, 1)},
+                                {{"mode", A::Str(mode)}, {"scales", A::Floats(v)}}));
+  }
+}
+
+// Duplicate and negative indices: the gradient adds every gathered copy back (ScatterElements with reduction
+// add from opset 16, GatherElementsGrad before).
+TEST(GradRules, GatherElementsAddsDuplicates) {
+  for (int64_t opset : {13, 16})
+    for (int64_t axis : {0, 1, -1})
+      for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly, ShapeInfo::None}) {
+        SCOPED_TRACE("opset " + std::to_string(opset) + " axis " + std::to_string(axis));
+        TestGraph t(opset);
+        std::string x = t.param("x", {3, 4}, 1);
+        t.g.initializers["idx"] = axis == 0 ? i64s({0, 2, 2, -1, 1, 1, 0, 0}, {2, 4}) : i64s({3, 3, -1, 0, 1, 1}, {3, 2});
+        Graph bg = check_gradients(t, t.node("GatherElements", {x, "idx"}, {{"axis", A::Int(axis)}}), shapes(si));
+        EXPECT_EQ(count_ops(bg, opset >= 16 ? "ScatterElements" : "GatherElementsGrad"), 1);
+      }
+}
+
+TEST(GradRules, ScatterElementsAndScatterND) {
+  for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly, ShapeInfo::None}) {
+    for (int64_t opset : {13, 16}) {
+      // reduction none: unique indices (duplicates leave the result undefined).
+      TestGraph t(opset);
+      std::string d = t.param("data", {3, 4}, 1), u = t.param("upd", {2, 4}, 2);
+      t.g.initializers["idx"] = i64s({1, 0, 2, -3, 2, 2, 1, 1}, {2, 4});
+      check_gradients(t, t.node("ScatterElements", {d, "idx", u}, {{"axis", A::Int(0)}}), shapes(si));
+      TestGraph nd(opset);
+      std::string d2 = nd.param("data", {4, 3}, 3), u2 = nd.param("upd", {2, 3}, 4);
+      nd.g.initializers["idx"] = i64s({2, -1}, {2, 1});
+      check_gradients(nd, nd.node("ScatterND", {d2, "idx", u2}), shapes(si));
+    }
+    // reduction add (opset 16): duplicates add up.
+    TestGraph t(16);
+    std::string d = t.param("data", {3, 4}, 1), u = t.param("upd", {3, 2}, 2);
+    t.g.initializers["idx"] = i64s({1, 1, 0, 3, 2, 2}, {3, 2});
+    check_gradients(t, t.node("ScatterElements", {d, "idx", u}, {{"axis", A::Int(1)}, {"reduction", A::Str("add")}}),
+                    shapes(si));
+    TestGraph nd(16);
+    std::string d2 = nd.param("data", {2, 3, 2}, 3), u2 = nd.param("upd", {3, 2}, 4);
+    nd.g.initializers["idx"] = i64s({0, 1, 0, 1, 1, 2}, {3, 2});
+    check_gradients(nd, nd.node("ScatterND", {d2, "idx", u2}, {{"reduction", A::Str("add")}}), shapes(si));
+  }
+  TestGraph t(16);
+  std::string d = t.param("data", {3}, 1), u = t.param("upd", {1}, 2);
+  t.g.initializers["idx"] = i64s({1});
+  try {
+    check_gradients(t, t.node("ScatterElements", {d, "idx", u}, {{"reduction", A::Str("mul")}}));
+    ADD_FAILURE() << "expected an error for reduction mul";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("reduction 'mul'"), std::string::npos) << e.what();
+  }
+}
+
+// The contractions torch models write (attention scores and their weighted sum, bilinear forms, batched
+// matmul with "..." broadcast), a transpose, and a label summed away by the forward.
+TEST(GradRules, EinsumContractions) {
+  struct Case { const char* eq; std::vector<Shape> shapes; };
+  const std::vector<Case> cases = {
+      {"bhid,bhjd->bhij", {{2, 2, 3, 4}, {2, 2, 5, 4}}},
+      {"bhij,bhjd->bhid", {{2, 2, 3, 5}, {2, 2, 5, 4}}},
+      {"ij,jk", {{3, 4}, {4, 2}}},
+      {"bi,ij,bj->b", {{2, 3}, {3, 4}, {2, 4}}},
+      {"...ij,...jk->...ik", {{2, 3, 4}, {4, 5}}},
+      {"...ij,...jk->...ik", {{1, 3, 4}, {2, 4, 5}}},
+      {"ij->ji", {{3, 4}}},
+      {"ijk,k->i", {{2, 3, 4}, {4}}},
+      {"i,j->ij", {{3}, {4}}}};
+  for (const Case& c : cases)
+    for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly, ShapeInfo::None}) {
+      SCOPED_TRACE(c.eq);
+      TestGraph t(13);
+      std::vector<std::string> ins;
+      for (size_t i = 0; i < c.shapes.size(); ++i)
+        ins.push_back(t.param("x" + std::to_string(i), c.shapes[i], 10 + i));
+      check_gradients(t, t.node("Einsum", ins, {{"equation", A::Str(c.eq)}}), shapes(si));
+    }
+  TestGraph t(13);
+  std::string x = t.param("x", {3, 3}, 1);
+  try {
+    check_gradients(t, t.node("Einsum", {x}, {{"equation", A::Str("ii->i")}}));
+    ADD_FAILURE() << "expected an error for a diagonal";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("repeats"), std::string::npos) << e.what();
+  }
+}
+
 TEST(GradRules, DropoutUsesTheForwardMask) {
   TestGraph t(13);
   std::string x = t.param("x", {4, 6}, 1);
@@ -555,6 +726,29 @@ TEST(GradRules, SoftmaxCrossEntropyLoss) {
     Graph bg = check_gradients(t, outs[0]);
     EXPECT_EQ(count_ops(bg, "SoftmaxCrossEntropyLossGrad"), 1);
   }
+}
+
+// Every reduction, with and without class weights and ignore_index (a label equal to it is skipped, even
+// when out of range), on [N, C] and per-position [N, C, d1, d2] inputs, after LogSoftmax as torch writes it.
+TEST(GradRules, NegativeLogLikelihoodLoss) {
+  for (const char* red : {"mean", "sum", "none"})
+    for (bool weighted : {false, true})
+      for (bool spatial : {false, true})
+        for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly, ShapeInfo::None}) {
+          SCOPED_TRACE(std::string(red) + (weighted ? " weighted" : "") + (spatial ? " spatial" : ""));
+          TestGraph t(13);
+          std::string x = t.param("x", spatial ? Shape{2, 3, 2, 2} : Shape{5, 3}, 1, -2, 2);
+          t.g.initializers["labels"] = spatial ? i64s({0, 2, -100, 1, 1, 1, 2, 0}, {2, 2, 2}) : i64s({0, 2, 1, -100, 2});
+          t.g.initializers["weight"] = Tensor::from_vector<double>({3}, {0.5, 2.0, 1.5});
+          std::vector<std::string> ins{t.node("LogSoftmax", {x}, {{"axis", A::Int(1)}}), "labels"};
+          if (weighted) ins.push_back("weight");
+          std::string y = t.node("NegativeLogLikelihoodLoss", ins,
+                                 {{"reduction", A::Str(red)}, {"ignore_index", A::Int(-100)}});
+          CheckOptions o = shapes(si);
+          o.wrt = {"x"};
+          Graph bg = check_gradients(t, y, o);
+          EXPECT_EQ(count_ops(bg, "NegativeLogLikelihoodLossGrad"), 1);
+        }
 }
 
 TEST(GradRules, MseLossMatchesDefinition) {

@@ -1,5 +1,5 @@
 // BatchNormalization (inference, training in opsets 9 and 15, opset 7's spatial=0), LayerNormalization,
-// Dropout, BatchNormalizationGrad and LayerNormalizationGrad on the CPU: against formulas in double,
+// InstanceNormalization, Dropout and the Grad ops of the three norms on the CPU: against formulas in double,
 // PyTorch's training-mode running statistics, and central differences of the forward ops.
 #include <gtest/gtest.h>
 
@@ -232,6 +232,46 @@ TEST(Norm, LayerNormalizationGradMatchesCentralDifferences) {
   }
 }
 
+// InstanceNormalization is LayerNormalization of each (n, c) row over the spatial axes, then scale[c] and B[c].
+TEST_P(Norm, InstanceNormMatchesLayerNormOfEachRow) {
+  const DType dt = GetParam();
+  for (Shape s : {Shape{2, 3, 4}, Shape{1, 2, 3, 5}}) {
+    Tensor x = as_dtype(random_tensor(s, 61, -3, 3), dt), scale = as_dtype(random_tensor({s[1]}, 62), dt),
+           b = as_dtype(random_tensor({s[1]}, 63), dt);
+    const int64_t S = x.numel() / (s[0] * s[1]);
+    LnRef rows = ref_ln(Tensor::from_vector<double>({s[0] * s[1], S}, x.as_doubles()),
+                        Tensor::from_vector<double>({S}, std::vector<double>(S, 1.0)), Tensor(), 1, 1e-3f);
+    std::vector<double> want = rows.y.as_doubles(), sc = scale.as_doubles(), bb = b.as_doubles();
+    for (size_t i = 0; i < want.size(); ++i) {
+      const int64_t c = static_cast<int64_t>(i / S) % s[1];
+      want[i] = want[i] * sc[c] + bb[c];
+    }
+    auto got = run_node("InstanceNormalization", {x, scale, b}, {{"epsilon", flt(1e-3f)}}, 1, 17);
+    EXPECT_LT(max_rel_diff(got[0], Tensor::from_vector<double>(s, want)), dt == DType::F64 ? 1e-12 : 1e-5)
+        << shape_str(s);
+  }
+}
+
+TEST(Norm, InstanceNormalizationGradMatchesCentralDifferences) {
+  for (Shape s : {Shape{2, 3, 4}, Shape{3, 2, 2, 3}, Shape{1, 1, 1}}) {
+    Tensor x = random_f64(s, 71, -2, 2), scale = random_f64({s[1]}, 72), b = random_f64({s[1]}, 73),
+           dy = random_f64(s, 74);
+    const Attrs at{{"epsilon", flt(1e-3f)}};
+    auto in_norm = [&](const std::vector<Tensor>& in) { return run_node("InstanceNormalization", in, at, 1, 17)[0]; };
+    for (int threads : {1, 2}) {
+      auto g = run_node_ex("InstanceNormalizationGrad", {dy, x, scale}, at, {true, true, true}, threads, 17,
+                           "ai.graphrun");
+      const std::vector<Tensor> in{x, scale, b};
+      EXPECT_LT(max_rel_diff(g[0], numeric_gradient(in_norm, in, 0, dy)), 1e-7) << shape_str(s) << " dX";
+      EXPECT_LT(max_rel_diff(g[1], numeric_gradient(in_norm, in, 1, dy)), 1e-7) << shape_str(s) << " dscale";
+      EXPECT_LT(max_rel_diff(g[2], numeric_gradient(in_norm, in, 2, dy)), 1e-7) << shape_str(s) << " dB";
+    }
+    auto only_dx = run_node_ex("InstanceNormalizationGrad", {dy, x, scale}, at, {true, false, false}, 1, 17,
+                               "ai.graphrun");
+    EXPECT_LT(max_rel_diff(only_dx[0], numeric_gradient(in_norm, {x, scale, b}, 0, dy)), 1e-7);
+  }
+}
+
 Tensor bool_scalar(bool v) {
   Tensor t(DType::Bool, {});
   *static_cast<uint8_t*>(t.raw()) = v;
@@ -293,6 +333,9 @@ TEST(Norm, BadInputGivesClearErrors) {
   expect_error("LayerNormalization", {x, p4, p3}, {}, "B", 17);
   expect_error("LayerNormalization", {x, p4}, {{"axis", int1(3)}}, "axis", 17);
   expect_error("LayerNormalization", {x, p4}, {{"stash_type", int1(10)}}, "stash_type", 17);
+  expect_error("InstanceNormalization", {x, p4, p3}, {}, "scale", 17);
+  expect_error("InstanceNormalization", {x, p3, p4}, {}, "B", 17);
+  expect_error("InstanceNormalization", {random_tensor({2, 3}, 1), p3, p3}, {}, "rank >= 3", 17);
 }
 
 }  // namespace

@@ -531,5 +531,41 @@ TEST(OnnxIo, DamagedBytesNeverCrash) {
   SUCCEED() << errors << " errors, " << loaded << " loaded";
 }
 
+// Resize as torch exports F.interpolate: scales from Concat(Constant, Constant), sizes from Shape + Slice +
+// Concat. ONNX 1.12's inference leaves both outputs without a rank; the load-time fill gives rank and dims,
+// and carries them on to a Reshape(Shape(...)) downstream (GroupNorm's), round after round.
+TEST(OnnxIo, ResizeOutputsGetRankAndDimsAtLoad) {
+  const std::string dir = temp_dir("onnx_resize_ranks");
+  run_python(dir, R"(
+f = lambda name, v: helper.make_node('Constant', [], [name], value=numpy_helper.from_array(np.array(v, np.float32)))
+i = lambda name, v: helper.make_node('Constant', [], [name], value=numpy_helper.from_array(np.array(v, np.int64)))
+nodes = [f('s01', [1, 1]), f('s23', [2, 2]), helper.make_node('Concat', ['s01', 's23'], ['scales'], axis=0),
+         helper.make_node('Resize', ['x', '', 'scales'], ['up'], mode='nearest'),
+         helper.make_node('Shape', ['up'], ['shp']), i('zero', [0]), i('two', [2]),
+         helper.make_node('Slice', ['shp', 'zero', 'two'], ['nc']), i('hw', [5, 7]),
+         helper.make_node('Concat', ['nc', 'hw'], ['sizes'], axis=0),
+         helper.make_node('Resize', ['up', '', '', 'sizes'], ['sized'], mode='linear'),
+         helper.make_node('Resize', ['sized', '', 'scales'], ['up2'], mode='nearest'),
+         i('g', [0, 2, -1]), helper.make_node('Reshape', ['up2', 'g'], ['grouped']),
+         helper.make_node('Shape', ['up2'], ['shp2']), helper.make_node('Reshape', ['grouped', 'shp2'], ['back']),
+         helper.make_node('Identity', ['back'], ['y'])]
+g = helper.make_graph(nodes, 'resize', [helper.make_tensor_value_info('x', TensorProto.FLOAT, [2, 4, 3, 3])],
+                      [helper.make_tensor_value_info('y', TensorProto.FLOAT, ['a', 'b', 'c', 'd'])])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 13)]), 'm.onnx')
+)");
+  Graph g = load_onnx(dir + "/m.onnx");
+  auto shape_of = [&](const std::string& v) {
+    const ValueInfo* vi = g.info(v);
+    if (!vi || !vi->has_shape) return std::string("none");
+    std::string s;
+    for (const Dim& d : vi->shape) s += (s.empty() ? "" : ",") + (d.known() ? std::to_string(d.size) : "?");
+    return s;
+  };
+  EXPECT_EQ(shape_of("up"), "2,4,6,6");
+  EXPECT_EQ(shape_of("sized"), "2,4,5,7");
+  EXPECT_EQ(shape_of("up2"), "2,4,10,14");
+  EXPECT_EQ(shape_of("back"), "2,4,10,14");
+}
+
 }  // namespace
 }  // namespace graphrun

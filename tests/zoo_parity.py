@@ -4,7 +4,7 @@ the reference of tests/zoo_test.cc and of a by-hand check of the zoo.
 
 usage: zoo_parity.py MODEL OUT_DIR [--opset N] [--size S] [--batch N] [--seed S]
 MODEL: vit (a 2-layer VisionTransformer), convnext (a 2-stage ConvNeXt), shufflenet (shufflenet_v2_x0_5),
-or any torchvision.models builder name (random weights). Writes OUT_DIR/train.onnx (training-mode export,
+unet (a small segmentation UNet, per-pixel labels [N,S,S]), or any torchvision.models builder name (random weights). Writes OUT_DIR/train.onnx (training-mode export,
 no constant folding), eval.onnx (eval mode), image.npy (f32 [N,3,S,S]), labels.npy (i64 [N]),
 logits.npy (eval-mode output), train_logits.npy and loss.npy (training mode: the output and its mean cross-entropy), one <parameter>.npy per
 trainable parameter (its gradient), params.txt listing them and float32_errors.txt (each gradient's
@@ -23,7 +23,38 @@ from torchvision.models.convnext import CNBlockConfig, ConvNeXt
 from torchvision.models.vision_transformer import VisionTransformer
 
 
+class UNet(torch.nn.Module):
+    """A small UNet as users write one: Conv + GroupNorm (InstanceNorm in the middle) + ReLU blocks, MaxPool down,
+    up by every interpolation torch exports (nearest x2, nn.Upsample bilinear x2, bilinear to a size with
+    align_corners), Concat skips, a 1x1 head: 10 classes per pixel."""
+
+    def __init__(self, c=4, classes=10):
+        super().__init__()
+        nn = torch.nn
+
+        def block(i, o, norm=None):
+            return nn.Sequential(nn.Conv2d(i, o, 3, padding=1), norm or nn.GroupNorm(2, o), nn.ReLU())
+        self.d1, self.d2, self.d3 = block(3, c), block(c, 2 * c), block(2 * c, 2 * c)
+        self.mid = block(2 * c, 2 * c, nn.InstanceNorm2d(2 * c, affine=True))
+        self.pool = nn.MaxPool2d(2)
+        self.up = nn.Upsample(scale_factor=2, mode='bilinear')
+        self.u3, self.u2, self.u1 = block(4 * c, 2 * c), block(4 * c, c), block(2 * c, c)
+        self.head = nn.Conv2d(c, classes, 1)
+
+    def forward(self, x):
+        a = self.d1(x)
+        b = self.d2(self.pool(a))
+        d = self.d3(self.pool(b))
+        m = self.mid(self.pool(d))
+        u = self.u3(torch.cat([F.interpolate(m, scale_factor=2, mode='nearest'), d], 1))
+        u = self.u2(torch.cat([self.up(u), b], 1))
+        u = self.u1(torch.cat([F.interpolate(u, size=a.shape[2:], mode='bilinear', align_corners=True), a], 1))
+        return self.head(u)
+
+
 def build(name, size):
+    if name == 'unet':
+        return UNet()
     if name == 'vit':
         return VisionTransformer(image_size=size, patch_size=8, num_layers=2, num_heads=2, hidden_dim=16,
                                  mlp_dim=32, num_classes=10)
@@ -68,7 +99,8 @@ def main():
 
     rng = np.random.default_rng(a.seed)
     image = rng.standard_normal((a.batch, 3, a.size, a.size)).astype(np.float32)
-    labels = rng.integers(0, 10, size=a.batch).astype(np.int64)
+    per_pixel = (a.size, a.size) if a.model == 'unet' else ()
+    labels = rng.integers(0, 10, size=(a.batch,) + per_pixel).astype(np.int64)
     x = torch.from_numpy(image)
     common = dict(opset_version=a.opset, input_names=['image'], output_names=['logits'], do_constant_folding=False)
     model.train()

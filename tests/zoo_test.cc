@@ -1,5 +1,5 @@
-// Models nobody here wrote, as users export them: small torchvision ViT, ConvNeXt and ShuffleNet V2
-// (random weights, tests/zoo_parity.py), forward (eval export) and gradients (training export through
+// Models nobody here wrote, as users export them: small torchvision ViT, ConvNeXt and ShuffleNet V2 and a
+// segmentation UNet (random weights, tests/zoo_parity.py), forward (eval export) and gradients (training export through
 // attach_loss + backward) against PyTorch in float64, at opsets 15 and 17.
 #include <gtest/gtest.h>
 
@@ -99,6 +99,17 @@ TEST(Zoo, ConvNeXtOpset17) { skip_without_torchvision(); check_zoo_model("convne
 // 64x64: at 32x32 stage 4 is 1x1, and training-mode BatchNorm over 2 values is so ill-conditioned that
 // torch's own float32 and float64 outputs differ by 0.7.
 TEST(Zoo, ShuffleNetV2Opset17) { skip_without_torchvision(); check_zoo_model("shufflenet", 17, 64); }
+// A segmentation UNet (tests/zoo_parity.py): GroupNorm and InstanceNorm, Resize in nearest, half_pixel bilinear and
+// align_corners bilinear to a size, Concat skips, cross-entropy per pixel.
+// `graphrun check` gives it the passing verdict.
+TEST(Zoo, UNetOpset17) {
+  skip_without_torchvision();
+  if (!check_zoo_model("unet", 17).ran) return;
+  auto r = run_command(graphrun_cli() + " check " + binary_dir() + "/test_tmp/zoo_unet_17/train.onnx 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("\nverdict: trainable"), std::string::npos) << r.output;
+}
+TEST(Zoo, UNetOpset13) { skip_without_torchvision(); check_zoo_model("unet", 13); }
 
 // The zoo by hand: GRAPHRUN_ZOO="resnet18:17:64 mobilenet_v2:13:64 ..." (torchvision builder, opset,
 // input size) prints one line per model with its worst errors relative to their tolerances.

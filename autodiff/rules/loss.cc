@@ -1,5 +1,6 @@
-// Gradient rule of SoftmaxCrossEntropyLoss: ai.graphrun.SoftmaxCrossEntropyLossGrad from the forward's
-// log_prob output (added to the forward node when the model did not ask for it).
+// Gradient rules of the losses: SoftmaxCrossEntropyLoss (ai.graphrun.SoftmaxCrossEntropyLossGrad from the
+// forward's log_prob output, added to the forward node when the model did not ask for it) and
+// NegativeLogLikelihoodLoss (ai.graphrun.NegativeLogLikelihoodLossGrad). Labels and weights get none.
 #include "autodiff/rules/rules.h"
 
 namespace graphrun::autodiff {
@@ -26,7 +27,18 @@ void softmax_cross_entropy_loss_grad(GradContext& ctx) {
   ctx.set_dx(0, grad);
 }
 
+void nll_loss_grad(GradContext& ctx) {
+  if (!ctx.needs(0) || ctx.dy().empty()) return;
+  const Node& n = ctx.fwd();
+  std::map<std::string, Attribute> attrs{{"reduction", Attribute::Str(n.attr_s("reduction", "mean"))}};
+  if (const Attribute* a = n.attr("ignore_index")) attrs["ignore_index"] = *a;
+  std::vector<std::string> ins{ctx.dy(), ctx.in(0), ctx.in(1)};
+  if (n.has_input(2)) ins.push_back(ctx.in(2));
+  ctx.set_dx(0, ctx.op("NegativeLogLikelihoodLossGrad", ins, attrs, kGraphrunDomain));
+}
+
 GR_REGISTER_OPS(loss) {
+  ops.op("NegativeLogLikelihoodLoss").gradient(nll_loss_grad);
   ops.op("SoftmaxCrossEntropyLoss").gradient(softmax_cross_entropy_loss_grad);
 }
 

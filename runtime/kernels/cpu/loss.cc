@@ -1,5 +1,6 @@
 // CPU kernels: loss family — SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss and, side by side,
-// ai.graphrun SoftmaxCrossEntropyLossGrad, which reuses the forward's log_prob output.
+// ai.graphrun SoftmaxCrossEntropyLossGrad, which reuses the forward's log_prob output, and
+// NegativeLogLikelihoodLossGrad.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -146,14 +147,11 @@ void nll_loss_kernel(KernelContext& ctx) {
   });
 }
 
-// dscores = (softmax - onehot(label)) * weight[label] * dloss, divided by the weight sum for mean.
-void softmax_cross_entropy_grad_kernel(KernelContext& ctx) {
-  const char* what = "SoftmaxCrossEntropyLossGrad";
-  const Tensor &dloss = ctx.input(0), &log_prob = ctx.input(1), &labels = ctx.input(2);
-  const ClassLayout L = class_layout(ctx, log_prob, labels, 3, what);
-  const Reduction red = reduction_of(ctx.node(), what);
-  GR_CHECK(dloss.dtype() == log_prob.dtype(), what << ": dloss is " << dtype_name(dloss.dtype())
-                                                   << " but log_prob is " << dtype_name(log_prob.dtype()));
+// The gradient ops' dloss: the scores' element type; the labels' shape for reduction none, else one value.
+void check_dloss(const KernelContext& ctx, Reduction red, const Tensor& dloss, const Tensor& scores,
+                 const Tensor& labels, const char* what) {
+  GR_CHECK(dloss.dtype() == scores.dtype(), what << ": dloss is " << dtype_name(dloss.dtype()) << " but the scores are "
+                                                 << dtype_name(scores.dtype()));
   if (red == Reduction::None)
     GR_CHECK(dloss.shape() == labels.shape(), what << ": with reduction 'none' dloss must have the labels' shape "
                                                    << shape_str(labels.shape()) << ", got " << shape_str(dloss.shape()));
@@ -161,6 +159,15 @@ void softmax_cross_entropy_grad_kernel(KernelContext& ctx) {
     GR_CHECK(dloss.numel() == 1, what << ": dloss must be a scalar for reduction '"
                                       << ctx.node().attr_s("reduction", "mean") << "', got shape "
                                       << shape_str(dloss.shape()));
+}
+
+// dscores = (softmax - onehot(label)) * weight[label] * dloss, divided by the weight sum for mean.
+void softmax_cross_entropy_grad_kernel(KernelContext& ctx) {
+  const char* what = "SoftmaxCrossEntropyLossGrad";
+  const Tensor &dloss = ctx.input(0), &log_prob = ctx.input(1), &labels = ctx.input(2);
+  const ClassLayout L = class_layout(ctx, log_prob, labels, 3, what);
+  const Reduction red = reduction_of(ctx.node(), what);
+  check_dloss(ctx, red, dloss, log_prob, labels, what);
   Tensor& dx = ctx.output(0, log_prob.shape(), log_prob.dtype());
   dispatch_float(log_prob.dtype(), what, [&](auto tag) {
     using T = decltype(tag);
@@ -188,11 +195,53 @@ void softmax_cross_entropy_grad_kernel(KernelContext& ctx) {
   });
 }
 
+// dinput = -weight[label] * dloss at the label's position (0 elsewhere and where ignored), divided by the
+// weight sum for mean. The forward's input gives the shape only.
+void nll_loss_grad_kernel(KernelContext& ctx) {
+  const char* what = "NegativeLogLikelihoodLossGrad";
+  const Tensor &dloss = ctx.input(0), &input = ctx.input(1), &labels = ctx.input(2);
+  const ClassLayout L = class_layout(ctx, input, labels, 3, what);
+  const Reduction red = reduction_of(ctx.node(), what);
+  check_dloss(ctx, red, dloss, input, labels, what);
+  Tensor& dx = ctx.output(0, input.shape(), input.dtype());
+  dispatch_float(input.dtype(), what, [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<int64_t> lab;
+    std::vector<double> w;
+    double ws = 0;
+    labels_and_weights<T>(L, labels, what, lab, w, &ws);
+    const T* g = ptr<T>(dloss);
+    T* out = ptr<T>(dx);
+    std::fill(out, out + dx.numel(), T(0));
+    const double scale = red == Reduction::Mean ? 1.0 / ws : 1.0;
+    for (int64_t n = 0; n < L.n; ++n)
+      for (int64_t d = 0; d < L.d; ++d) {
+        const int64_t i = n * L.d + d;
+        if (lab[i] < 0) continue;
+        const double gi = static_cast<double>(red == Reduction::None ? g[i] : g[0]);
+        out[(n * L.c + lab[i]) * L.d + d] = static_cast<T>(-gi * w[i] * scale);
+      }
+  });
+}
+
 }  // namespace
 
 GR_REGISTER_OPS(loss) {
   ops.op("SoftmaxCrossEntropyLoss").cpu(softmax_cross_entropy_kernel);
   ops.op("NegativeLogLikelihoodLoss").cpu(nll_loss_kernel);
+  ops.op(kGraphrunDomain, "NegativeLogLikelihoodLossGrad")
+      .cpu(nll_loss_grad_kernel)
+      .schema(OpSchemaSpec("gradient of `NegativeLogLikelihoodLoss` w.r.t. its input (the input gives the shape)")
+                  .attr("reduction", "as NegativeLogLikelihoodLoss", Attribute::Str("mean"))
+                  .attr("ignore_index", "as NegativeLogLikelihoodLoss", Attribute::Kind::Int)
+                  .input("dloss", "gradient of the loss", "T")
+                  .input("input", "the forward's input", "T")
+                  .input("target", "class indices", "Tind")
+                  .input("weight", "class weights", "T", OpSchemaSpec::Arity::Optional)
+                  .output("dinput", "gradient of the input", "T")
+                  .type("T", float_tensor_types(), "float tensors")
+                  .type("Tind", {"tensor(int32)", "tensor(int64)"}, "target tensors")
+                  .output_like(0, 1));
   ops.op(kGraphrunDomain, "SoftmaxCrossEntropyLossGrad")
       .cpu(softmax_cross_entropy_grad_kernel)
       .schema(OpSchemaSpec("gradient of `SoftmaxCrossEntropyLoss` w.r.t. its scores, from the forward's log_prob output")

@@ -1,5 +1,5 @@
 // CPU kernels: shape family — ops that move, select or create elements without arithmetic
-// (Reshape, Transpose, Concat, Split, Slice, Pad, Gather, ...), plus ai.graphrun SumToShape.
+// (Reshape, Transpose, Concat, Split, Slice, Pad, Gather, ...), plus ai.graphrun SumToShape and GatherElementsGrad.
 // Movement kernels work on raw elements of 1, 2, 4 or 8 bytes, so they serve every dtype.
 #include <algorithm>
 #include <cmath>
@@ -611,6 +611,28 @@ void scatter_elements_kernel(KernelContext& ctx) {
   });
 }
 
+// GatherElementsGrad(dY, indices, shape): zeros of `shape` with dY added at the gathered positions, for
+// opsets before 16 (whose ScatterElements cannot add).
+void gather_elements_grad_kernel(KernelContext& ctx) {
+  const Tensor &dy = ctx.input(0), &ind = ctx.input(1);
+  const std::vector<int64_t> sv = ctx.input(2).as_int64s();
+  const Shape xs(sv.begin(), sv.end());
+  GR_CHECK(dy.shape() == ind.shape(), "GatherElementsGrad: dY " << shape_str(dy.shape()) << " and indices "
+                                                                << shape_str(ind.shape()) << " differ in shape");
+  for (int64_t d : xs) GR_CHECK(d >= 0, "GatherElementsGrad: bad shape " << shape_str(xs));
+  Tensor& dx = ctx.output(0, xs, dy.dtype());
+  const int axis = norm_axis(ctx.node().attr_i("axis", 0), dx.rank(), "GatherElementsGrad");
+  check_element_shapes(dx, ind, axis, "GatherElementsGrad");
+  std::vector<int64_t> idx = read_indices(ind, xs[axis], "GatherElementsGrad", xs, axis);
+  dispatch_float(dy.dtype(), "GatherElementsGrad", [&](auto tag) {
+    using T = decltype(tag);
+    const T* g = ptr<T>(dy);
+    T* p = ptr<T>(dx);
+    std::fill(p, p + dx.numel(), T(0));
+    for_each_element_index(ind.shape(), xs, axis, idx, [&](int64_t i, int64_t off) { p[off] += g[i]; });
+  });
+}
+
 void onehot_kernel(KernelContext& ctx) {
   const Tensor &ind = ctx.input(0), &depth_t = ctx.input(1), &vals = ctx.input(2);
   GR_CHECK(depth_t.numel() == 1, "OneHot: depth must be a scalar");
@@ -975,6 +997,19 @@ GR_REGISTER_OPS(shape) {
   ops.op("Range").cpu(range_kernel).host_inputs({0, 1, 2}).host_shapes();
   ops.op("Gather").cpu(gather_kernel).host_shapes();
   ops.op("GatherElements").cpu(gather_elements_kernel);
+  ops.op(kGraphrunDomain, "GatherElementsGrad")
+      .cpu(gather_elements_grad_kernel)
+      .host_inputs({2})
+      .schema(OpSchemaSpec("gradient of `GatherElements` w.r.t. its data before opset 16 (from 16 on, ScatterElements "
+                           "with reduction add): zeros of `shape` with dY added at the gathered positions")
+                  .attr("axis", "as GatherElements", Attribute::Int(0))
+                  .input("dY", "gradient of the output", "T")
+                  .input("indices", "the forward's indices", "Tind")
+                  .input("shape", "the shape of data (i64 1-D)", "tensor(int64)")
+                  .output("dX", "gradient of data", "T")
+                  .type("T", float_tensor_types(), "float tensors")
+                  .type("Tind", {"tensor(int32)", "tensor(int64)"}, "index tensors")
+                  .output_shape_from(0, 2));
   ops.op("ScatterElements").cpu(scatter_elements_kernel);
   ops.op("Scatter").cpu(scatter_elements_kernel);
   ops.op("OneHot").cpu(onehot_kernel).host_inputs({1});

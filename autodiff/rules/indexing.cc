@@ -1,0 +1,51 @@
+// Gradient rules of the element-indexing ops: GatherElements (scatter-add of dY: ScatterElements with
+// reduction add from opset 16, ai.graphrun GatherElementsGrad before), ScatterElements and ScatterND
+// (reduction none or add: data's gradient is dY with the overwritten positions zeroed, the
+// updates' the gather of dY at the indices). Indices carry no gradient.
+#include "autodiff/rules/rules.h"
+
+namespace graphrun::autodiff {
+namespace {
+
+void gather_elements_grad(GradContext& ctx) {
+  if (!ctx.needs(0) || ctx.dy().empty()) return;
+  const Attribute axis = Attribute::Int(ctx.fwd().attr_i("axis", 0));
+  if (ctx.opset() >= 16) {
+    ctx.set_dx(0, ctx.op("ScatterElements", {ctx.zeros_like(ctx.in(0)), ctx.in(1), ctx.dy()},
+                         {{"axis", axis}, {"reduction", Attribute::Str("add")}}));
+    return;
+  }
+  ctx.set_dx(0, ctx.op("GatherElementsGrad", {ctx.dy(), ctx.in(1), ctx.shape_of(ctx.in(0))}, {{"axis", axis}},
+                       kGraphrunDomain));
+}
+
+// Shared by ScatterElements (elements = true) and ScatterND: Y = data with updates written (or added) at indices.
+void scatter_grad(GradContext& ctx, bool elements) {
+  const Node& n = ctx.fwd();
+  if (ctx.dy().empty() || (!ctx.needs(0) && !ctx.needs(2))) return;
+  const std::string red = n.attr_s("reduction", "none");
+  GR_CHECK(red == "none" || red == "add", n.describe() << ": no gradient for " << n.op_type << " with reduction '"
+                                                       << red << "' (none and add have one)");
+  std::map<std::string, Attribute> axis;
+  if (elements) axis["axis"] = Attribute::Int(n.attr_i("axis", 0));
+  if (ctx.needs(0)) {
+    // Positions the updates overwrote do not reach Y; with add, every position of data does.
+    ctx.set_dx(0, red == "add" ? ctx.dy()
+                               : ctx.op(elements ? "ScatterElements" : "ScatterND",
+                                        {ctx.dy(), ctx.in(1), ctx.zeros_like(ctx.in(2))}, axis));
+  }
+  if (ctx.needs(2)) ctx.set_dx(2, ctx.op(elements ? "GatherElements" : "GatherND", {ctx.dy(), ctx.in(1)}, axis));
+}
+
+void scatter_elements_grad(GradContext& ctx) { scatter_grad(ctx, true); }
+void scatter_nd_grad(GradContext& ctx) { scatter_grad(ctx, false); }
+
+}  // namespace
+
+GR_REGISTER_OPS(indexing) {
+  ops.op("GatherElements").gradient(gather_elements_grad);
+  ops.op("ScatterElements").gradient(scatter_elements_grad);
+  ops.op("ScatterND").gradient(scatter_nd_grad);
+}
+
+}  // namespace graphrun::autodiff
