@@ -20,6 +20,9 @@ struct TrainingGraphs {
   Graph training;   // training form + loss + backward (one replica's loss scaled to the global batch)
   std::vector<DeviceGraph> replicas;
   std::vector<std::string> params;  // trained parameters
+  // The model inputs fed from the data, in the model's order (image: the first, what an MNIST folder
+  // feeds).
+  std::vector<std::string> inputs;
   std::string image, logits, labels = "labels", loss = "loss", loss_scale = "loss_scale";
 };
 

@@ -2,6 +2,8 @@
 // first device, the same on every device: correct count and summed cross-entropy accumulated over the
 // test batches as executor state, read once at the end. The host adds top-5 hits (more than 10 classes)
 // and, with --loss mse, the squared errors.
+#include <map>
+
 #include "graph/passes/add_metrics.h"
 #include "graph/passes/remove_noops.h"
 #include "graph/passes/train_mode.h"
@@ -40,6 +42,14 @@ Tensor read_rows(const data::Source& src, const std::string& name, int64_t first
   return v;
 }
 
+// `n` examples from `first` of every array of `names`, each into its buffer of `bufs`.
+std::map<std::string, Tensor> read_inputs(const data::Source& src, const std::vector<std::string>& names, int64_t first,
+                                          int64_t n, std::map<std::string, Tensor>& bufs) {
+  std::map<std::string, Tensor> in;
+  for (const auto& name : names) in[name] = read_rows(src, name, first, n, bufs[name]);
+  return in;
+}
+
 }  // namespace
 
 // Before any training: the model must map the inputs to one score per class of the labels (or, with
@@ -56,11 +66,10 @@ void Trainer::setup_evaluation() {
     co.fetch = {graphs_.logits};
     Executor check(inference, co);
     const int64_t n = std::min<int64_t>(2, test_src_->size());
-    Tensor buf;
-    Tensor x = read_rows(*test_src_, graphs_.image, 0, n, buf);
+    std::map<std::string, Tensor> bufs;
     Tensor out;
     try {
-      out = check.run({{graphs_.image, x}}).at(graphs_.logits);  // only its shape is read
+      out = check.run(read_inputs(*test_src_, graphs_.inputs, 0, n, bufs)).at(graphs_.logits);  // only its shape is read
     } catch (const Error& e) {
       GR_FAIL("model '" << graphs_.forward.name << "' cannot run on the " << (train_.size() ? "images" : "data")
                         << " of '" << opts_.data_dir << "': " << e.what());
@@ -119,29 +128,33 @@ EvalStats Trainer::evaluate_stats() {
   // read from the source on the host.
   DeviceData data = *replicas_.at(0)->data;  // (shares the tensors' memory)
   const int64_t per = data.resident ? test_.images.numel() / N : 0;
-  Tensor xbuf, ybuf;
+  std::map<std::string, Tensor> xbufs;
+  Tensor ybuf;
   double sq = 0;       // --loss mse: the summed squared error
   int64_t top5 = 0;    // more than 10 classes: examples whose label is among the 5 highest scores
   for (int64_t i = 0; i < N; i += opts_.eval_batch) {
     const int64_t n = std::min(opts_.eval_batch, N - i);
-    Tensor x, y;
+    std::map<std::string, Tensor> in;
+    Tensor y;
     if (data.resident) {
       Shape s = test_.images.shape();
       s[0] = n;
-      x = Tensor::view(DType::F32, s, static_cast<float*>(data.test_images.raw()) + i * per, data.test_images.device());
+      in[graphs_.image] =
+          Tensor::view(DType::F32, s, static_cast<float*>(data.test_images.raw()) + i * per, data.test_images.device());
       y = Tensor::view(DType::I64, {n}, static_cast<int64_t*>(data.test_labels.raw()) + i, data.test_labels.device());
     } else {
-      x = read_rows(*test_src_, graphs_.image, i, n, xbuf);
+      in = read_inputs(*test_src_, graphs_.inputs, i, n, xbufs);
       y = read_rows(*test_src_, data::kLabels, i, n, ybuf);
     }
     if (mse()) {
-      const Tensor out = to_host(ex.run({{graphs_.image, x}}).at(graphs_.logits));
+      const Tensor out = to_host(ex.run(in).at(graphs_.logits));
       const float* p = out.data<float>();
       const float* t = y.data<float>();
       for (int64_t j = 0, m = out.numel(); j < m; ++j) sq += double(p[j] - t[j]) * double(p[j] - t[j]);
       continue;
     }
-    auto out = ex.run({{graphs_.image, x}, {eval_->labels, y}});
+    in[eval_->labels] = y;
+    auto out = ex.run(in);
     if (eval_->classes > 10) top5 += top5_count(to_host(out.at(graphs_.logits)), to_host(y));
   }
   if (mse()) {

@@ -227,11 +227,16 @@ TEST(EliminateDeadNodes, KeepsWhatTheOutputsReadAndTheInterface) {
 TEST(MakeBatchSymbolic, TheFirstDimensionOfTheInputBecomesN) {
   Graph g = linear_gradients();
   g.values["x"] = f32({64, 3});
-  Graph r = passes::make_batch_symbolic_pass("x").run(g);
+  Graph r = passes::make_batch_symbolic_pass({"x"}).run(g);
   EXPECT_EQ(r.values.at("x").str(), "f32[N,3]");
   EXPECT_EQ(r.values.at("xT").str(), "f32[3,N]");  // other inputs are left alone
   EXPECT_EQ(passes::make_batch_symbolic(g).values.at("x").str(), "f32[N,3]");  // default: the first input
   EXPECT_THROW(passes::make_batch_symbolic(g, "nope"), Error);
+  // A model of several inputs (tokens and their mask): each one's batch dimension.
+  g.values["xT"] = f32({64, 5});
+  r = passes::make_batch_symbolic_pass({"x", "xT"}).run(g);
+  EXPECT_EQ(r.values.at("x").str(), "f32[N,3]");
+  EXPECT_EQ(r.values.at("xT").str(), "f32[N,5]");
 }
 
 // ---- attach_loss and backward as passes ----

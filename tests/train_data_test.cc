@@ -1,6 +1,7 @@
 // graphrun train on the user's own data: Fashion-MNIST re-exported (by the test) as .npz, as a .npy
 // folder and as a PNG class-folder tree trains LeNet bitwise as the MNIST folder does; a regression
-// with --loss mse, an int64-token model, resume with .npz and with --augment; bad data, case by case.
+// with --loss mse, an int64-token model, models of two inputs (one a torch transformer with its padding
+// mask), resume with .npz and with --augment; bad data, case by case.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -168,6 +169,81 @@ onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), 'bag.onnx')
   const std::string out = train(d + "/bag.onnx", "--data " + d + "/tokens.npz --devices cpu:2 --threads 1 --epochs 6 "
                                                     "--batch-size 32 --lr 0.5 --momentum 0.9");
   EXPECT_GT(closing(out, "test acc"), 0.9) << out;
+}
+
+// Two inputs, matched to the arrays by name: token ids [N, T] and float features [N, F]. The class has
+// one bit from each (whether most tokens are below 8; the sign of the first feature), so the model
+// must read both to learn it. Read on the replica's thread or assembled ahead on loader threads, the
+// shards are the same: bitwise the same weights.
+TEST(TrainData, TwoInputModelTrainsOnBothArrays) {
+  const std::string d = testing::temp_dir("train_data_two_inputs");
+  run_python(d, R"(
+import onnx
+from onnx import helper as h, TensorProto as T, numpy_helper as nh
+r = np.random.RandomState(0)
+tok = r.randint(0, 16, size=(3000, 11)).astype(np.int64)
+f = r.randn(3000, 3).astype(np.float32)
+y = ((tok < 8).sum(1) > 5).astype(np.int64) + 2 * (f[:, 0] > 0)
+np.savez('train.npz', feats=f[:2500], tokens=tok[:2500], labels=y[:2500])
+np.savez('test.npz', tokens=tok[2500:], feats=f[2500:], labels=y[2500:])
+g = h.make_graph([h.make_node('Gather', ['emb', 'tokens'], ['e']), h.make_node('ReduceMean', ['e'], ['m'], axes=[1], keepdims=0),
+                  h.make_node('Concat', ['m', 'feats'], ['c'], axis=1), h.make_node('Gemm', ['c', 'w', 'b'], ['logits'], transB=1)],
+                 'two', [h.make_tensor_value_info('tokens', T.INT64, ['N', 11]), h.make_tensor_value_info('feats', T.FLOAT, ['N', 3])],
+                 [h.make_tensor_value_info('logits', T.FLOAT, ['N', 4])],
+                 [nh.from_array((0.1 * r.randn(16, 8)).astype(np.float32), 'emb'),
+                  nh.from_array((0.1 * r.randn(4, 11)).astype(np.float32), 'w'), nh.from_array(np.zeros(4, np.float32), 'b')])
+onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), 'two.onnx')
+)");
+  const std::string args = "--data " + d + "/train.npz --test-data " + d + "/test.npz --devices cpu:2 --threads 1 "
+                           "--epochs 6 --batch-size 32 --lr 0.5 --momentum 0.9 --save ";
+  const std::string out = train(d + "/two.onnx", args + d + "/a.onnx");
+  EXPECT_GT(closing(out, "test acc"), 0.9) << out;  // one input alone gives at most 0.5
+  train(d + "/two.onnx", args + d + "/b.onnx --loader-threads 2");
+  expect_same_weights(d + "/a.onnx", d + "/b.onnx");
+}
+
+// The way users write a text classifier: torch's nn.TransformerEncoder over token embeddings, the
+// padding mask as a second input (1 for a token, 0 for padding), mean pooling over the tokens. The
+// class is whether token 3 occurs among the real tokens; padding (id 3 never pads) must be masked out.
+TEST(TrainData, TransformerTextClassifierWithPaddingMaskTrains) {
+  if (testing::run_command(testing::python() + " -c 'import torch' 2>&1").exit_code != 0)
+    GTEST_SKIP() << testing::python() << " lacks torch (python3-torch)";
+  const std::string d = testing::temp_dir("train_data_text");
+  run_python(d, R"(
+import torch
+torch.manual_seed(0)
+V, T, D = 16, 12, 16
+class TextClassifier(torch.nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.emb = torch.nn.Embedding(V, D)
+        s.pos = torch.nn.Parameter(0.1 * torch.randn(1, T, D))
+        s.enc = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(D, 2, 32, dropout=0.0, batch_first=True), 2)
+        s.head = torch.nn.Linear(D, 2)
+    def forward(s, tokens, mask):
+        h = s.enc(s.emb(tokens) + s.pos, src_key_padding_mask=mask < 0.5)
+        m = mask.unsqueeze(-1)
+        return s.head((h * m).sum(1) / m.sum(1))
+r = np.random.RandomState(0)
+N = 1200
+lens = r.randint(3, T + 1, size=N)
+tok = r.randint(1, V, size=(N, T)).astype(np.int64)
+mask = (np.arange(T)[None, :] < lens[:, None]).astype(np.float32)
+tok[mask == 0] = 3
+y = ((tok == 3) & (mask == 1)).any(1).astype(np.int64)
+np.savez('train.npz', tokens=tok[:1000], mask=mask[:1000], labels=y[:1000])
+np.savez('test.npz', tokens=tok[1000:], mask=mask[1000:], labels=y[1000:])
+torch.onnx.export(TextClassifier(), (torch.from_numpy(tok[:2]), torch.from_numpy(mask[:2])), 'text.onnx',
+                  input_names=['tokens', 'mask'], output_names=['logits'],
+                  dynamic_axes={'tokens': {0: 'N'}, 'mask': {0: 'N'}, 'logits': {0: 'N'}}, opset_version=17,
+                  training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+)");
+  auto check = testing::run_command(testing::graphrun_cli() + " check " + d + "/text.onnx");
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+  const std::string out = train(d + "/text.onnx", "--data " + d + "/train.npz --test-data " + d +
+                                                      "/test.npz --devices cpu:2 --threads 1 --epochs 2 --batch-size 32 "
+                                                      "--lr 0.1 --momentum 0.9 --metrics " + d + "/m.jsonl");
+  EXPECT_GT(closing(out, "test acc"), 0.95) << out;
 }
 
 // More than 10 classes: the class is the largest of 20 features (a linear model learns it); the
