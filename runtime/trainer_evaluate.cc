@@ -82,13 +82,24 @@ void Trainer::setup_evaluation() {
                                 << dtype_name(t.dtype) << shape_str(t.shape) << " per example");
     } else {
       const int64_t classes = std::max(data::num_classes(*train_src_), data::num_classes(*test_src_));
-      GR_CHECK(out.dtype() == DType::F32 && out.rank() == 2 && out.dim(0) == n,
+      // The scores: [N, classes] for one label per example, else [N, classes, d..] or [N, d.., classes]
+      // around the labels' per-example shape (load_data chose which).
+      const Shape& per = test_src_->spec(data::kLabels).shape;
+      Shape want{n};
+      want.insert(want.end(), per.begin(), per.end());
+      Shape got = out.shape();
+      const int axis = opts_.pipeline.classes_last ? static_cast<int>(got.size()) - 1 : 1;
+      const int64_t c = out.rank() >= 2 ? got[axis] : 0;
+      if (out.rank() >= 2) got.erase(got.begin() + axis);
+      GR_CHECK(out.dtype() == DType::F32 && out.rank() >= 2 && got == want,
                "model output '" << graphs_.logits << "' is " << dtype_name(out.dtype()) << shape_str(out.shape())
-                                << " for " << n << " images; training needs class scores f32[N,classes]");
-      GR_CHECK(out.dim(1) >= classes, "model output '" << graphs_.logits << "' has " << out.dim(1)
+                                << " for " << n << " examples; training needs class scores f32[N,classes"
+                                << (per.empty() ? "" : opts_.pipeline.classes_last ? ",...] per label, [N,...,classes" : ",...] per label")
+                                << "] for labels " << shape_str(want));
+      GR_CHECK(c >= classes, "model output '" << graphs_.logits << "' has " << c
                                                        << " classes but the labels in '" << opts_.data_dir
                                                        << "' go up to " << classes - 1 << " (" << classes << " classes)");
-      eval_->classes = out.dim(1);
+      eval_->classes = per.empty() ? c : 0;  // (top-5 is for one label per example)
     }
   }
   if (mse()) {
@@ -97,7 +108,7 @@ void Trainer::setup_evaluation() {
     return;
   }
   passes::Metrics m;
-  const Graph g = passes::add_metrics(inference, graphs_.logits, &m);
+  const Graph g = passes::add_metrics(inference, graphs_.logits, &m, opts_.pipeline.classes_last);
   eo.state_updates = m.state_updates;
   for (const auto& [next, _] : m.state_updates) eo.fetch.push_back(next);
   if (eval_->classes > 10) eo.fetch.push_back(graphs_.logits);
@@ -163,8 +174,8 @@ EvalStats Trainer::evaluate_stats() {
   }
   eval_->totals->post(0, {&ex.state(eval_->correct_total), &ex.state(eval_->loss_total)});
   const float* totals = eval_->totals->read(0);
-  st.accuracy = double(totals[0]) / N;
-  st.loss = double(totals[1]) / N;
+  st.accuracy = double(totals[0]) / (double(N) * positions_);
+  st.loss = double(totals[1]) / (double(N) * positions_);
   if (eval_->classes > 10) st.top5 = double(top5) / N;
   return st;
 }

@@ -201,6 +201,23 @@ data::InputSpec input_spec(const Graph& model, const std::string& name) {
   return in;
 }
 
+// Per-position class ids (labels of `labels` per example, the output `scores` per example: -1 for a
+// size unknown): whether the classes are the scores' last axis ([T] tokens of [T, V] scores: a
+// language model) rather than ONNX's first ([H, W] pixels of [C, H, W]: a segmentation); the first
+// when both fit. Error when neither fits.
+bool classes_last(const Shape& scores, const Shape& labels, const std::string& what) {
+  auto fits = [&](size_t from) {
+    for (size_t i = 0; i < labels.size(); ++i)
+      if (scores[from + i] >= 0 && scores[from + i] != labels[i]) return false;
+    return true;
+  };
+  const bool ranks = scores.size() == labels.size() + 1;
+  if (ranks && fits(1)) return false;
+  if (ranks && fits(0)) return true;
+  GR_FAIL(what << " per example, but class ids per position need scores [classes," << shape_str(labels).substr(1)
+               << " or [" << shape_str(labels).substr(1, shape_str(labels).size() - 2) << ",classes]");
+}
+
 }  // namespace
 
 // Data first: a missing dataset is the most likely mistake and the cheapest to report. An MNIST folder
@@ -242,6 +259,16 @@ void Trainer::load_data(const Graph& model) {
              "--loss mse trains on float targets, but " << s->describe() << " array '" << opts_.labels << "' is "
                                                         << dtype_name(t->dtype)
                                                         << " (class ids train with --loss cross-entropy)");
+    // Scores with more than a class axis: one class id per position ([T] for [T,V], [H,W] for [C,H,W]).
+    const Shape scores = ov && ov->has_shape ? input_spec(model, out).shape : Shape{};
+    if (!mse() && t && scores.size() >= 2) {
+      const bool last = classes_last(scores, t->shape, "model output '" + out + "' is " + ov->str() + " and " +
+                                                           s->describe() + " has labels " + dtype_name(t->dtype) +
+                                                           shape_str(t->shape));
+      opts_.pipeline.classes_last = last;
+      const int64_t c = last ? scores.back() : scores[0];
+      if (c > 0) fo.num_classes = c;
+    }
     return data::fit_to_model(std::move(s), inputs, fo);
   };
   if (!whole) {
@@ -253,6 +280,7 @@ void Trainer::load_data(const Graph& model) {
     test_src_ = opts_.test_limit > 0 ? data::head(d.test, opts_.test_limit) : d.test;
     test_from_ = d.test_from;
     GR_CHECK(train_src_->size() > 0 && test_src_->size() > 0, "no examples to train or test on in '" << opts_.data_dir << "'");
+    if (!mse()) positions_ = std::max<int64_t>(1, train_src_->spec(data::kLabels).numel());
     return;
   }
   train_ = data::load_split(opts_.data_dir, "train");

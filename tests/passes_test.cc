@@ -256,7 +256,7 @@ TEST(AutodiffPasses, AttachLossAndBackwardAreThePassesOfTheirFunctions) {
 }
 
 // What is trained: every float initializer (any width) but BatchNorm running statistics, Dropout's
-// ratio and training_mode, and the frozen ones.
+// ratio and training_mode, tensors holding -inf or NaN, and the frozen ones.
 TEST(TrainableParams, EveryFloatInitializerButStateSettingsAndFrozen) {
   Graph g;
   g.opsets[""] = 15;
@@ -271,6 +271,12 @@ TEST(TrainableParams, EveryFloatInitializerButStateSettingsAndFrozen) {
              Node{"drop", "Dropout", "", {"y", "ratio", "mode"}, {"z"}, {}}};
   EXPECT_EQ(autodiff::trainable_params(g, {}), (std::vector<std::string>{"bias", "scale", "w64"}));
   EXPECT_EQ(autodiff::trainable_params(g, {"w64"}), (std::vector<std::string>{"bias", "scale"}));
+  // A buffer of -inf (torch's causal mask, exported as an initializer like the weights) is a constant.
+  g.initializers["causal"] = Tensor::from_vector<float>({2}, {0.f, -INFINITY});
+  g.initializers["nan64"] = Tensor::from_vector<double>({1}, {NAN});
+  EXPECT_EQ(autodiff::trainable_params(g, {}), (std::vector<std::string>{"bias", "scale", "w64"}));
+  g.initializers.erase("causal");
+  g.initializers.erase("nan64");
   try {
     autodiff::trainable_params(g, {"nope"});
     FAIL() << "expected an error";
