@@ -1,6 +1,8 @@
 // Autodiff entry points shared by losses and the backward builder: which initializers are trainable.
 #include "autodiff/autodiff.h"
 
+#include <algorithm>
+#include <cmath>
 #include <unordered_set>
 
 namespace graphrun::autodiff {
@@ -18,9 +20,22 @@ std::vector<std::string> trainable_params(const Graph& g, const std::set<std::st
   }
   // So is what a pass already made state (sync_batchnorm's running statistics).
   for (const auto& [next, init] : g.state_updates) state.insert(init);
+  // A tensor holding -inf or NaN is a constant, not a parameter: torch exports its buffers (a causal
+  // attention mask of -inf) as initializers like the weights, and no step could train one.
+  auto finite = [](const Tensor& t) {
+    if (t.dtype() == DType::F32) {
+      const float* p = t.data<float>();
+      return std::all_of(p, p + t.numel(), [](float v) { return std::isfinite(v); });
+    }
+    if (t.dtype() == DType::F64) {
+      const double* p = t.data<double>();
+      return std::all_of(p, p + t.numel(), [](double v) { return std::isfinite(v); });
+    }
+    return true;
+  };
   std::vector<std::string> r;
   for (const auto& [name, t] : g.initializers)
-    if (dtype_is_float(t.dtype()) && !state.count(name)) r.push_back(name);
+    if (dtype_is_float(t.dtype()) && !state.count(name) && finite(t)) r.push_back(name);
   for (const auto& f : freeze) {
     if (g.initializers.count(f)) continue;
     std::string names;

@@ -14,8 +14,11 @@ enum class LossKind { CrossEntropy, MSE };
 struct LossOptions {
   LossKind kind = LossKind::CrossEntropy;
   std::string output;             // which model output the loss reads; default the first
-  std::string labels = "labels";  // name of the new input: int64 [N] for cross-entropy, float (output's shape) for mse
+  std::string labels = "labels";  // name of the new input: int64 [N, d1..] for cross-entropy, float (output's shape) for mse
   std::string loss = "loss";      // name of the scalar loss output (mean over the batch)
+  // Cross-entropy on scores [N, d1.., classes] with labels [N, d1..]: transposed to ONNX's
+  // [N, classes, d1..] for SoftmaxCrossEntropyLoss (a language model's per-token loss).
+  bool classes_last = false;
 };
 
 // Adds the loss node(s), the labels input and the scalar `loss` output. The model's outputs stay outputs.
@@ -44,6 +47,8 @@ passes::Pass backward_pass(const BackwardOptions& opts);
 // every initializer of a float type (f16, bf16, f32, f64), in name order, except
 //   - BatchNormalization's running mean and variance (inputs 3 and 4: state the forward pass updates),
 //   - Dropout's ratio and training_mode (inputs 1 and 2: settings),
+//   - f32/f64 tensors holding a NaN or an infinity (torch's buffers, e.g. a causal mask of -inf:
+//     no step can train them),
 //   - the names in `freeze` (each must be an initializer: an unknown one is an error listing the
 //     parameters).
 // Integer and bool initializers (shapes, axes, masks) are constants. The optimizer trains f32 only

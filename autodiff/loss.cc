@@ -35,21 +35,40 @@ Graph attach_loss(const Graph& forward, const LossOptions& opts) {
     GR_CHECK(!oi || !oi->has_shape || oi->shape.size() >= 2,
              "attach_loss: cross-entropy needs logits of shape [N, classes, ...]; output '" << out << "' is "
                                                                                           << oi->str());
+    GR_CHECK(!opts.classes_last || !oi || !oi->has_shape || oi->shape.size() >= 3,
+             "attach_loss: per-position classes need scores [N, positions.., classes]; output '" << out << "' is "
+                                                                                              << oi->str());
     ValueInfo labels{DType::I64, false, {}};
     if (oi && oi->has_shape) {
       labels.has_shape = true;
       labels.shape.push_back(oi->shape[0]);
-      for (size_t i = 2; i < oi->shape.size(); ++i) labels.shape.push_back(oi->shape[i]);
+      const size_t r = oi->shape.size();
+      for (size_t i = opts.classes_last ? 1 : 2; i < (opts.classes_last ? r - 1 : r); ++i) labels.shape.push_back(oi->shape[i]);
     }
     g.values[opts.labels] = labels;
+    std::string scores = out;
+    if (opts.classes_last) {
+      // [N, d1.., C] -> [N, C, d1..]: the layout SoftmaxCrossEntropyLoss reads. (Needs the rank.)
+      GR_CHECK(oi && oi->has_shape, "attach_loss: per-position classes need the rank of output '" << out << "'");
+      const int64_t r = static_cast<int64_t>(oi->shape.size());
+      std::vector<int64_t> perm{0, r - 1};
+      for (int64_t i = 1; i < r - 1; ++i) perm.push_back(i);
+      scores = g.unique_name(out + "_classes_first");
+      Node tr{scores, "Transpose", "", {out}, {scores}, {}};
+      tr.attrs["perm"] = Attribute::Ints(perm);
+      g.add_node(std::move(tr));
+      ValueInfo tv{t, true, {oi->shape[0], oi->shape[r - 1]}};
+      for (int64_t i = 1; i < r - 1; ++i) tv.shape.push_back(oi->shape[i]);
+      g.values[scores] = tv;
+    }
     loss.op_type = "SoftmaxCrossEntropyLoss";
     loss.name = g.unique_name(opts.loss + "_xent");
-    loss.inputs = {out, opts.labels};
+    loss.inputs = {scores, opts.labels};
     // log_prob is what the backward reads (SoftmaxCrossEntropyLossGrad): the forward keeps it.
     std::string log_prob = g.unique_name(out + "_log_prob");
     loss.outputs = {opts.loss, log_prob};
     loss.attrs["reduction"] = Attribute::Str("mean");
-    if (oi) g.values[log_prob] = ValueInfo{t, oi->has_shape, oi->shape};
+    if (const ValueInfo* si = g.info(scores)) g.values[log_prob] = *si;
     g.add_node(std::move(loss));
   } else {
     g.values[opts.labels] = oi ? *oi : ValueInfo{t, false, {}};
@@ -68,11 +87,10 @@ Graph attach_loss(const Graph& forward, const LossOptions& opts) {
 }
 
 passes::Pass attach_loss_pass(const LossOptions& opts) {
-  return passes::make_pass(kInfo,
-                           passes::format_options({{"loss", opts.kind == LossKind::MSE ? "mse" : "cross-entropy"},
-                                                   {"output", opts.output},
-                                                   {"labels", opts.labels}}),
-                           [opts](const Graph& g) { return attach_loss(g, opts); });
+  std::vector<std::pair<std::string, std::string>> kv{
+      {"loss", opts.kind == LossKind::MSE ? "mse" : "cross-entropy"}, {"output", opts.output}, {"labels", opts.labels}};
+  if (opts.classes_last) kv.emplace_back("classes", "last axis");
+  return passes::make_pass(kInfo, passes::format_options(kv), [opts](const Graph& g) { return attach_loss(g, opts); });
 }
 
 }  // namespace graphrun::autodiff

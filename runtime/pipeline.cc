@@ -11,25 +11,23 @@ namespace graphrun::runtime {
 
 passes::Pipeline training_pipeline(const Graph& model, const PipelineOptions& opts) {
   const TrainingGraphs names;
-  std::string image;
   if (opts.data_parallel) {
-    GR_CHECK(model.inputs.size() == 1, "model '" << model.name << "' has " << model.inputs.size()
-                                                 << " inputs; graphrun train feeds exactly one (the images)");
+    GR_CHECK(!model.inputs.empty(), "model '" << model.name << "' has no inputs to feed");
     GR_CHECK(!model.outputs.empty(), "model '" << model.name << "' has no outputs");
-    image = model.inputs[0];
     const std::string logits = opts.output.empty() ? model.outputs[0] : opts.output;
     GR_CHECK(model.is_output(logits), "model '" << model.name << "' has no output named '" << logits << "'");
   }
   passes::Pipeline p;
   p.add(passes::remove_noops_pass()).add(passes::to_training_pass());
   // The batch dimension varies (shards, the last batch): never fixed.
-  if (opts.data_parallel) p.add(passes::make_batch_symbolic_pass(image));
+  if (opts.data_parallel) p.add(passes::make_batch_symbolic_pass(model.inputs));
   if (opts.data_parallel && opts.sync_bn) p.add(passes::sync_batchnorm_pass());
 
   autodiff::LossOptions lo;
   lo.kind = opts.loss;
   lo.output = opts.output.empty() && !model.outputs.empty() ? model.outputs[0] : opts.output;
   lo.labels = names.labels;
+  lo.classes_last = opts.classes_last;
   lo.loss = names.loss;
   p.add(autodiff::attach_loss_pass(lo));
 
@@ -56,7 +54,7 @@ TrainingGraphs build_training_graphs(const Graph& model, const PipelineOptions& 
   if (!opts.dump_after.empty()) passes::check_dump_after(opts.dump_after, &pipeline);
   TrainingGraphs tg;
   tg.forward = model;
-  tg.image = opts.data_parallel ? model.inputs[0] : "";
+  if (opts.data_parallel) tg.inputs = model.inputs, tg.image = model.inputs[0];
   tg.logits = opts.output.empty() && !model.outputs.empty() ? model.outputs[0] : opts.output;
   const Graph last = pipeline.run(model, [&](const passes::Pass& pass, const Graph& g) {
     if (pass.name() == "backward") tg.training = g;

@@ -20,6 +20,9 @@ struct TrainingGraphs {
   Graph training;   // training form + loss + backward (one replica's loss scaled to the global batch)
   std::vector<DeviceGraph> replicas;
   std::vector<std::string> params;  // trained parameters
+  // The model inputs fed from the data, in the model's order (image: the first, what an MNIST folder
+  // feeds).
+  std::vector<std::string> inputs;
   std::string image, logits, labels = "labels", loss = "loss", loss_scale = "loss_scale";
 };
 
@@ -32,6 +35,9 @@ struct PipelineOptions {
   size_t bucket_bytes = size_t(4) << 20;
   // --sync-bn: BatchNormalization over the global batch (pass sync_batchnorm; data_parallel only).
   bool sync_bn = false;
+  // Cross-entropy over per-position scores [N, ..., classes] (a language model's [N,T,V]) rather
+  // than ONNX's [N, classes, ...]: the loss and the correct count read the last axis.
+  bool classes_last = false;
   // false: stop after the backward pass (graphrun grad and show --backward without --devices): the
   // loss gradient is seeded with 1, the inputs keep their shapes, no AllReduce, no optimizer, no
   // replicas; the model may have several inputs.
@@ -44,8 +50,8 @@ struct PipelineOptions {
 // The passes a command runs on `model`, with their options: the one place that decides them.
 //   remove_noops -> to_training -> [make_batch_symbolic -> (sync_batchnorm)] -> attach_loss -> backward
 //     -> [bucket_allreduce -> add_optimizer -> state_updates]            ([...]: data_parallel only)
-// data_parallel checks what training feeds: exactly one model input (the images, whose batch
-// dimension becomes the symbol N) and the output the loss reads. What is trained is
+// data_parallel checks what training feeds: the model's inputs (each one's batch dimension becomes
+// the symbol N) and the output the loss reads. What is trained is
 // autodiff::trainable_params's rule.
 passes::Pipeline training_pipeline(const Graph& model, const PipelineOptions& opts);
 

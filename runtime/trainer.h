@@ -219,6 +219,9 @@ class Trainer {
   std::unique_ptr<Evaluation> eval_;
   std::vector<std::pair<std::string, std::string>> bn_updates_;
   std::string correct_;  // the training graph's count of correct predictions (f32 scalar)
+  // Class labels per example: 1, or the positions of per-position labels ([T] tokens, [H,W] pixels);
+  // accuracy is over labels, not examples.
+  int64_t positions_ = 1;
 
   // Under MPI (runtime/trainer_world.cc) this rank's replicas are the global replicas
   // [first_replica_, first_replica_ + replicas()) of total_replicas_; alone, 0 and replicas().

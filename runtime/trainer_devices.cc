@@ -136,7 +136,7 @@ void Trainer::setup_replicas() {
     ro.threads = threads_;
     Graph g = graphs_.replicas[d].graph;
     // --loss mse counts nothing correct: the loss stands in for the count, which is ignored.
-    correct_ = mse() ? graphs_.loss : passes::append_correct_count(g, graphs_.logits, graphs_.labels);
+    correct_ = mse() ? graphs_.loss : passes::append_correct_count(g, graphs_.logits, graphs_.labels, opts_.pipeline.classes_last);
     ro.fetch = mse() ? std::vector<std::string>{graphs_.loss} : std::vector<std::string>{graphs_.loss, correct_};
     ro.state_updates = graphs_.replicas[d].state_updates;
     ro.comm = comms_[d].get();

@@ -2,6 +2,8 @@
 // first device, the same on every device: correct count and summed cross-entropy accumulated over the
 // test batches as executor state, read once at the end. The host adds top-5 hits (more than 10 classes)
 // and, with --loss mse, the squared errors.
+#include <map>
+
 #include "graph/passes/add_metrics.h"
 #include "graph/passes/remove_noops.h"
 #include "graph/passes/train_mode.h"
@@ -40,6 +42,14 @@ Tensor read_rows(const data::Source& src, const std::string& name, int64_t first
   return v;
 }
 
+// `n` examples from `first` of every array of `names`, each into its buffer of `bufs`.
+std::map<std::string, Tensor> read_inputs(const data::Source& src, const std::vector<std::string>& names, int64_t first,
+                                          int64_t n, std::map<std::string, Tensor>& bufs) {
+  std::map<std::string, Tensor> in;
+  for (const auto& name : names) in[name] = read_rows(src, name, first, n, bufs[name]);
+  return in;
+}
+
 }  // namespace
 
 // Before any training: the model must map the inputs to one score per class of the labels (or, with
@@ -56,11 +66,10 @@ void Trainer::setup_evaluation() {
     co.fetch = {graphs_.logits};
     Executor check(inference, co);
     const int64_t n = std::min<int64_t>(2, test_src_->size());
-    Tensor buf;
-    Tensor x = read_rows(*test_src_, graphs_.image, 0, n, buf);
+    std::map<std::string, Tensor> bufs;
     Tensor out;
     try {
-      out = check.run({{graphs_.image, x}}).at(graphs_.logits);  // only its shape is read
+      out = check.run(read_inputs(*test_src_, graphs_.inputs, 0, n, bufs)).at(graphs_.logits);  // only its shape is read
     } catch (const Error& e) {
       GR_FAIL("model '" << graphs_.forward.name << "' cannot run on the " << (train_.size() ? "images" : "data")
                         << " of '" << opts_.data_dir << "': " << e.what());
@@ -73,13 +82,24 @@ void Trainer::setup_evaluation() {
                                 << dtype_name(t.dtype) << shape_str(t.shape) << " per example");
     } else {
       const int64_t classes = std::max(data::num_classes(*train_src_), data::num_classes(*test_src_));
-      GR_CHECK(out.dtype() == DType::F32 && out.rank() == 2 && out.dim(0) == n,
+      // The scores: [N, classes] for one label per example, else [N, classes, d..] or [N, d.., classes]
+      // around the labels' per-example shape (load_data chose which).
+      const Shape& per = test_src_->spec(data::kLabels).shape;
+      Shape want{n};
+      want.insert(want.end(), per.begin(), per.end());
+      Shape got = out.shape();
+      const int axis = opts_.pipeline.classes_last ? static_cast<int>(got.size()) - 1 : 1;
+      const int64_t c = out.rank() >= 2 ? got[axis] : 0;
+      if (out.rank() >= 2) got.erase(got.begin() + axis);
+      GR_CHECK(out.dtype() == DType::F32 && out.rank() >= 2 && got == want,
                "model output '" << graphs_.logits << "' is " << dtype_name(out.dtype()) << shape_str(out.shape())
-                                << " for " << n << " images; training needs class scores f32[N,classes]");
-      GR_CHECK(out.dim(1) >= classes, "model output '" << graphs_.logits << "' has " << out.dim(1)
+                                << " for " << n << " examples; training needs class scores f32[N,classes"
+                                << (per.empty() ? "" : opts_.pipeline.classes_last ? ",...] per label, [N,...,classes" : ",...] per label")
+                                << "] for labels " << shape_str(want));
+      GR_CHECK(c >= classes, "model output '" << graphs_.logits << "' has " << c
                                                        << " classes but the labels in '" << opts_.data_dir
                                                        << "' go up to " << classes - 1 << " (" << classes << " classes)");
-      eval_->classes = out.dim(1);
+      eval_->classes = per.empty() ? c : 0;  // (top-5 is for one label per example)
     }
   }
   if (mse()) {
@@ -88,7 +108,7 @@ void Trainer::setup_evaluation() {
     return;
   }
   passes::Metrics m;
-  const Graph g = passes::add_metrics(inference, graphs_.logits, &m);
+  const Graph g = passes::add_metrics(inference, graphs_.logits, &m, opts_.pipeline.classes_last);
   eo.state_updates = m.state_updates;
   for (const auto& [next, _] : m.state_updates) eo.fetch.push_back(next);
   if (eval_->classes > 10) eo.fetch.push_back(graphs_.logits);
@@ -119,29 +139,33 @@ EvalStats Trainer::evaluate_stats() {
   // read from the source on the host.
   DeviceData data = *replicas_.at(0)->data;  // (shares the tensors' memory)
   const int64_t per = data.resident ? test_.images.numel() / N : 0;
-  Tensor xbuf, ybuf;
+  std::map<std::string, Tensor> xbufs;
+  Tensor ybuf;
   double sq = 0;       // --loss mse: the summed squared error
   int64_t top5 = 0;    // more than 10 classes: examples whose label is among the 5 highest scores
   for (int64_t i = 0; i < N; i += opts_.eval_batch) {
     const int64_t n = std::min(opts_.eval_batch, N - i);
-    Tensor x, y;
+    std::map<std::string, Tensor> in;
+    Tensor y;
     if (data.resident) {
       Shape s = test_.images.shape();
       s[0] = n;
-      x = Tensor::view(DType::F32, s, static_cast<float*>(data.test_images.raw()) + i * per, data.test_images.device());
+      in[graphs_.image] =
+          Tensor::view(DType::F32, s, static_cast<float*>(data.test_images.raw()) + i * per, data.test_images.device());
       y = Tensor::view(DType::I64, {n}, static_cast<int64_t*>(data.test_labels.raw()) + i, data.test_labels.device());
     } else {
-      x = read_rows(*test_src_, graphs_.image, i, n, xbuf);
+      in = read_inputs(*test_src_, graphs_.inputs, i, n, xbufs);
       y = read_rows(*test_src_, data::kLabels, i, n, ybuf);
     }
     if (mse()) {
-      const Tensor out = to_host(ex.run({{graphs_.image, x}}).at(graphs_.logits));
+      const Tensor out = to_host(ex.run(in).at(graphs_.logits));
       const float* p = out.data<float>();
       const float* t = y.data<float>();
       for (int64_t j = 0, m = out.numel(); j < m; ++j) sq += double(p[j] - t[j]) * double(p[j] - t[j]);
       continue;
     }
-    auto out = ex.run({{graphs_.image, x}, {eval_->labels, y}});
+    in[eval_->labels] = y;
+    auto out = ex.run(in);
     if (eval_->classes > 10) top5 += top5_count(to_host(out.at(graphs_.logits)), to_host(y));
   }
   if (mse()) {
@@ -150,8 +174,8 @@ EvalStats Trainer::evaluate_stats() {
   }
   eval_->totals->post(0, {&ex.state(eval_->correct_total), &ex.state(eval_->loss_total)});
   const float* totals = eval_->totals->read(0);
-  st.accuracy = double(totals[0]) / N;
-  st.loss = double(totals[1]) / N;
+  st.accuracy = double(totals[0]) / (double(N) * positions_);
+  st.loss = double(totals[1]) / (double(N) * positions_);
   if (eval_->classes > 10) st.top5 = double(top5) / N;
   return st;
 }

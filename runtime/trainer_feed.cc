@@ -18,13 +18,19 @@ namespace {
 // is not the host's).
 class HostFeed final : public Feed {
  public:
-  HostFeed(data::SourcePtr train, std::string input) : train_(std::move(train)), input_(std::move(input)) {}
+  HostFeed(data::SourcePtr train, std::vector<std::string> inputs) : train_(std::move(train)) {
+    names_ = std::move(inputs);
+    names_.push_back(data::kLabels);
+  }
   void begin_epoch(const std::vector<int64_t>& order, int64_t, int64_t, int64_t) override { order_ = &order; }
-  std::pair<Tensor, Tensor> shard(int64_t first, int64_t n) override {
-    auto& buf = buffers_[n];
-    if (!buf.first.defined()) buf = {batch_tensor(train_->spec(input_), n), batch_tensor(train_->spec(data::kLabels), n)};
-    train_->read(order_->data() + first, n, {{input_, &buf.first}, {data::kLabels, &buf.second}});
-    return buf;
+  void shard(int64_t first, int64_t n, std::map<std::string, Tensor>& in) override {
+    auto& bufs = buffers_[n];
+    if (bufs.empty())
+      for (const auto& name : names_) bufs[name] = batch_tensor(train_->spec(name), n);
+    std::map<std::string, Tensor*> out;
+    for (auto& [name, t] : bufs) out[name] = &t;
+    train_->read(order_->data() + first, n, out);
+    for (const auto& [name, t] : bufs) in[name] = t;
   }
 
  private:
@@ -34,16 +40,17 @@ class HostFeed final : public Feed {
     return Tensor(a.dtype, s);
   }
   data::SourcePtr train_;
-  std::string input_;
+  std::vector<std::string> names_;  // the inputs, then the labels
   const std::vector<int64_t>* order_ = nullptr;
-  std::map<int64_t, std::pair<Tensor, Tensor>> buffers_;
+  std::map<int64_t, std::map<std::string, Tensor>> buffers_;  // by shard size
 };
 
 // A replica's shards assembled ahead by a data::Loader (its own threads decode images and augment),
 // in the trainer's order: both are data::epoch_order(N, seed, epoch).
 class LoaderFeed final : public Feed {
  public:
-  LoaderFeed(data::SourcePtr train, const FeedOptions& o) : input_(o.input), steps_(o.steps_per_epoch) {
+  LoaderFeed(data::SourcePtr train, const FeedOptions& o) : names_(o.inputs), steps_(o.steps_per_epoch) {
+    names_.push_back(data::kLabels);
     data::LoaderOptions lo;
     lo.batch = o.batch;
     lo.steps_per_epoch = o.steps_per_epoch;
@@ -51,7 +58,7 @@ class LoaderFeed final : public Feed {
     lo.seed = o.seed;
     lo.augment = o.augment;
     lo.fill = o.fill;
-    lo.arrays = {o.input, data::kLabels};
+    lo.arrays = names_;
     lo.shard_rank = o.rank;
     lo.shard_count = o.replicas;
     loader_ = std::make_unique<data::Loader>(std::move(train), lo);
@@ -61,16 +68,16 @@ class LoaderFeed final : public Feed {
     epoch_ = epoch;
     step_ = step;
   }
-  std::pair<Tensor, Tensor> shard(int64_t, int64_t n) override {
+  void shard(int64_t, int64_t n, std::map<std::string, Tensor>& in) override {
     const data::Batch& b = loader_->next();
     GR_CHECK(b.epoch == epoch_ && b.step == step_ && b.size == n,
              "loader out of step: batch " << b.step << " of epoch " << b.epoch << " for step " << step_);
     if (++step_ == steps_) step_ = 0, ++epoch_;
-    return {b.slice(input_, 0, n), b.slice(data::kLabels, 0, n)};
+    for (const auto& name : names_) in[name] = b.slice(name, 0, n);
   }
 
  private:
-  std::string input_;
+  std::vector<std::string> names_;  // the inputs, then the labels
   int64_t steps_;
   std::unique_ptr<data::Loader> loader_;
   int64_t epoch_ = -1, step_ = -1;  // the batch next() hands out next
@@ -80,7 +87,7 @@ class LoaderFeed final : public Feed {
 // into the epoch's order, which is uploaded once per epoch. No image crosses to the device per step.
 class DeviceFeed final : public Feed {
  public:
-  DeviceFeed(const DeviceData& data, Device device) : data_(data), device_(device) {
+  DeviceFeed(const DeviceData& data, Device device, std::string input) : data_(data), device_(device), input_(std::move(input)) {
     ExecOptions go;
     go.device = device;
     go.fetch = {"images.shard", "labels.shard"};
@@ -93,10 +100,11 @@ class DeviceFeed final : public Feed {
     backend_for(device_.kind)->copy_host_to_device(device_, order_.raw(), order.data(), order.size() * sizeof(int64_t));
     generation_ = generation;
   }
-  std::pair<Tensor, Tensor> shard(int64_t first, int64_t n) override {
+  void shard(int64_t first, int64_t n, std::map<std::string, Tensor>& in) override {
     Tensor idx = Tensor::view(DType::I64, {n}, static_cast<int64_t*>(order_.raw()) + first, device_);
     auto out = gather_->run({{"images", data_.train_images}, {"labels", data_.train_labels}, {"indices", idx}});
-    return {out.at("images.shard"), out.at("labels.shard")};
+    in[input_] = out.at("images.shard");
+    in[data::kLabels] = out.at("labels.shard");
   }
 
  private:
@@ -120,6 +128,7 @@ class DeviceFeed final : public Feed {
 
   const DeviceData& data_;
   Device device_;
+  std::string input_;  // the model's (one) image input
   std::unique_ptr<Executor> gather_;
   Tensor order_;
   int64_t generation_ = -1;
@@ -129,9 +138,9 @@ class DeviceFeed final : public Feed {
 
 std::unique_ptr<Feed> make_feed(const data::SourcePtr& train, const DeviceData& data, Device device,
                                 const FeedOptions& opts) {
-  if (data.resident) return std::make_unique<DeviceFeed>(data, device);
+  if (data.resident) return std::make_unique<DeviceFeed>(data, device, opts.inputs.at(0));
   if (opts.loader_threads > 0 || opts.augment) return std::make_unique<LoaderFeed>(train, opts);
-  return std::make_unique<HostFeed>(train, opts.input);
+  return std::make_unique<HostFeed>(train, opts.inputs);
 }
 
 std::vector<std::shared_ptr<const DeviceData>> place_data(const data::Dataset& train, const data::Dataset& test,
@@ -192,6 +201,23 @@ data::InputSpec input_spec(const Graph& model, const std::string& name) {
   return in;
 }
 
+// Per-position class ids (labels of `labels` per example, the output `scores` per example: -1 for a
+// size unknown): whether the classes are the scores' last axis ([T] tokens of [T, V] scores: a
+// language model) rather than ONNX's first ([H, W] pixels of [C, H, W]: a segmentation); the first
+// when both fit. Error when neither fits.
+bool classes_last(const Shape& scores, const Shape& labels, const std::string& what) {
+  auto fits = [&](size_t from) {
+    for (size_t i = 0; i < labels.size(); ++i)
+      if (scores[from + i] >= 0 && scores[from + i] != labels[i]) return false;
+    return true;
+  };
+  const bool ranks = scores.size() == labels.size() + 1;
+  if (ranks && fits(1)) return false;
+  if (ranks && fits(0)) return true;
+  GR_FAIL(what << " per example, but class ids per position need scores [classes," << shape_str(labels).substr(1)
+               << " or [" << shape_str(labels).substr(1, shape_str(labels).size() - 2) << ",classes]");
+}
+
 }  // namespace
 
 // Data first: a missing dataset is the most likely mistake and the cheapest to report. An MNIST folder
@@ -225,14 +251,25 @@ void Trainer::load_data(const Graph& model) {
     norm.std = {opts_.norm_std};
   }
   if (!whole) fo.normalize = norm;
-  // (An MNIST folder feeds the first input; a model with more is refused by the pipeline, naming them.)
+  // (An MNIST folder has one array of images: a model with more inputs is refused by fit_to_model,
+  // naming the array it lacks.)
   auto fit = [&](data::SourcePtr s) {
     const data::ArraySpec* t = s->find(opts_.labels);
     GR_CHECK(!mse() || !t || t->dtype == DType::F32 || t->dtype == DType::F64,
              "--loss mse trains on float targets, but " << s->describe() << " array '" << opts_.labels << "' is "
                                                         << dtype_name(t->dtype)
                                                         << " (class ids train with --loss cross-entropy)");
-    return data::fit_to_model(std::move(s), whole ? std::vector<data::InputSpec>{inputs[0]} : inputs, fo);
+    // Scores with more than a class axis: one class id per position ([T] for [T,V], [H,W] for [C,H,W]).
+    const Shape scores = ov && ov->has_shape ? input_spec(model, out).shape : Shape{};
+    if (!mse() && t && scores.size() >= 2) {
+      const bool last = classes_last(scores, t->shape, "model output '" + out + "' is " + ov->str() + " and " +
+                                                           s->describe() + " has labels " + dtype_name(t->dtype) +
+                                                           shape_str(t->shape));
+      opts_.pipeline.classes_last = last;
+      const int64_t c = last ? scores.back() : scores[0];
+      if (c > 0) fo.num_classes = c;
+    }
+    return data::fit_to_model(std::move(s), inputs, fo);
   };
   if (!whole) {
     data::OpenOptions oo;
@@ -243,6 +280,7 @@ void Trainer::load_data(const Graph& model) {
     test_src_ = opts_.test_limit > 0 ? data::head(d.test, opts_.test_limit) : d.test;
     test_from_ = d.test_from;
     GR_CHECK(train_src_->size() > 0 && test_src_->size() > 0, "no examples to train or test on in '" << opts_.data_dir << "'");
+    if (!mse()) positions_ = std::max<int64_t>(1, train_src_->spec(data::kLabels).numel());
     return;
   }
   train_ = data::load_split(opts_.data_dir, "train");
@@ -280,7 +318,7 @@ void Trainer::load_data(const Graph& model) {
 
 FeedOptions Trainer::feed_options(int d) const {
   FeedOptions f;
-  f.input = graphs_.image;
+  f.inputs = graphs_.inputs;
   // A replica's loader fills its part of the global batch: its place among every rank's replicas.
   f.rank = first_replica_ + d;
   f.replicas = total_replicas_;
@@ -289,10 +327,16 @@ FeedOptions Trainer::feed_options(int d) const {
   f.seed = opts_.seed;
   f.augment = opts_.augment;
   if (opts_.augment) {
-    const data::ArraySpec& a = train_src_->spec(f.input);
-    GR_CHECK(a.dtype == DType::F32 && a.shape.size() == 3,
-             "--augment crops and flips images, but model input '" << f.input << "' is " << dtype_name(a.dtype)
-                                                                    << shape_str(a.shape) << " per example");
+    // The loader augments every f32 [C,H,W] array; a model none of whose inputs is an image has none.
+    bool image = false;
+    std::string what;
+    for (const auto& name : f.inputs) {
+      const data::ArraySpec& a = train_src_->spec(name);
+      image = image || (a.dtype == DType::F32 && a.shape.size() == 3);
+      what += (what.empty() ? "'" : ", '") + name + "' " + dtype_name(a.dtype) + shape_str(a.shape);
+    }
+    GR_CHECK(image, "--augment crops and flips images, but the model's input" << (f.inputs.size() > 1 ? "s are " : " is ")
+                                                                              << what << " per example, no f32 [C,H,W] image");
   }
   // The crop's padding is black, as torchvision pads before it normalises: (0 - mean) / std.
   data::Normalize nz = opts_.channel_norm;

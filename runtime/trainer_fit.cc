@@ -106,7 +106,7 @@ EpochStats Trainer::epoch_stats(int epoch, double seconds) const {
   }
   sum_over_ranks(loss, correct, st.images);
   st.loss = st.images ? loss / st.images : 0;
-  st.train_acc = st.images ? double(correct) / st.images : 0;
+  st.train_acc = st.images ? double(correct) / (double(st.images) * positions_) : 0;
   return st;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -35,13 +36,14 @@ class Feed {
   // The epoch's order (`generation` changes whenever the order does), before step `step` of 0-based
   // `epoch`: the steps then follow in order.
   virtual void begin_epoch(const std::vector<int64_t>& order, int64_t generation, int64_t epoch, int64_t step) = 0;
-  // Valid until the next call; on the replica's device or on the host (the executor copies those).
-  virtual std::pair<Tensor, Tensor> shard(int64_t first, int64_t n) = 0;
+  // Sets in[name] for every model input it feeds and in["labels"]: valid until the next call; on the
+  // replica's device or on the host (the executor copies those).
+  virtual void shard(int64_t first, int64_t n, std::map<std::string, Tensor>& in) = 0;
 };
 
 // How a replica's feed reads a source that is not resident on its device.
 struct FeedOptions {
-  std::string input;          // the model input's array in the source
+  std::vector<std::string> inputs;  // the model inputs' arrays in the source
   int rank = 0, replicas = 1;
   int64_t batch = 0, steps_per_epoch = 0;
   uint64_t seed = 0;

@@ -67,7 +67,7 @@ void Trainer::run_steps(Replica& r) {
     std::map<std::string, Tensor> in = step_inputs(s, n, b, stateful);
     {
       ProfileScope feeding(r.profile, "data", "data");
-      std::tie(in[graphs_.image], in[graphs_.labels]) = r.feed->shard(s * B + sh.begin[g], n);
+      r.feed->shard(s * B + sh.begin[g], n, in);
     }
     auto out = r.exec->run(in);
     // Row s % 2 was last written by step s-2, whose figures were read in the previous iteration.

@@ -435,6 +435,31 @@ ValueInfo typed(DType t, std::vector<Dim> dims) {
   return v;
 }
 
+// torch's attention reshapes to [T, N * heads, head_dim] with a target computed from Shape: ONNX cannot
+// multiply the symbol N, so it knows neither the target's values nor the output's rank. The target's
+// length is in its type: graphrun gives the output that rank, and the MatMuls behind it their ranks
+// (their gradient rules need them).
+TEST(OnnxIo, ReshapeToAComputedTargetKeepsItsRank) {
+  std::string dir = temp_dir("onnx_io_reshape_rank");
+  run_python(dir, R"(
+import onnx, numpy as np
+from onnx import helper as h, TensorProto as T, numpy_helper as nh
+c = lambda name, v: h.make_node('Constant', [], [name], value=nh.from_array(np.array(v, np.int64)))
+g = h.make_graph([h.make_node('Shape', ['x'], ['s']), c('i0', 0), c('two', 2), c('ax', [0]), c('rest', [-1, 4]),
+                  h.make_node('Gather', ['s', 'i0'], ['n']), h.make_node('Mul', ['n', 'two'], ['n2']),
+                  h.make_node('Unsqueeze', ['n2', 'ax'], ['n2u']), h.make_node('Concat', ['n2u', 'rest'], ['target'], axis=0),
+                  h.make_node('Reshape', ['x', 'target'], ['r']), h.make_node('Transpose', ['r'], ['t'], perm=[0, 2, 1]),
+                  h.make_node('MatMul', ['r', 't'], ['y']), h.make_node('ReduceSum', ['y'], ['sum'], keepdims=0)], 'attn',
+                 [h.make_tensor_value_info('x', T.FLOAT, ['N', 3, 8])], [h.make_tensor_value_info('sum', T.FLOAT, [])])
+onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), 'attn.onnx')
+)");
+  Graph g = load_onnx(dir + "/attn.onnx");
+  for (const char* v : {"r", "t", "y"}) {
+    ASSERT_TRUE(g.info(v) && g.info(v)->has_shape) << v;
+    EXPECT_EQ(g.info(v)->shape.size(), 3u) << v << ": " << g.info(v)->str();
+  }
+}
+
 // Every ai.graphrun schema types its outputs (docs/ops.md), and a graph of all of them exports checker-valid.
 TEST(OnnxIo, EveryGraphrunOpIsTypedAndExportable) {
   Graph g;

@@ -227,11 +227,16 @@ TEST(EliminateDeadNodes, KeepsWhatTheOutputsReadAndTheInterface) {
 TEST(MakeBatchSymbolic, TheFirstDimensionOfTheInputBecomesN) {
   Graph g = linear_gradients();
   g.values["x"] = f32({64, 3});
-  Graph r = passes::make_batch_symbolic_pass("x").run(g);
+  Graph r = passes::make_batch_symbolic_pass({"x"}).run(g);
   EXPECT_EQ(r.values.at("x").str(), "f32[N,3]");
   EXPECT_EQ(r.values.at("xT").str(), "f32[3,N]");  // other inputs are left alone
   EXPECT_EQ(passes::make_batch_symbolic(g).values.at("x").str(), "f32[N,3]");  // default: the first input
   EXPECT_THROW(passes::make_batch_symbolic(g, "nope"), Error);
+  // A model of several inputs (tokens and their mask): each one's batch dimension.
+  g.values["xT"] = f32({64, 5});
+  r = passes::make_batch_symbolic_pass({"x", "xT"}).run(g);
+  EXPECT_EQ(r.values.at("x").str(), "f32[N,3]");
+  EXPECT_EQ(r.values.at("xT").str(), "f32[N,5]");
 }
 
 // ---- attach_loss and backward as passes ----
@@ -251,7 +256,7 @@ TEST(AutodiffPasses, AttachLossAndBackwardAreThePassesOfTheirFunctions) {
 }
 
 // What is trained: every float initializer (any width) but BatchNorm running statistics, Dropout's
-// ratio and training_mode, and the frozen ones.
+// ratio and training_mode, tensors holding -inf or NaN, and the frozen ones.
 TEST(TrainableParams, EveryFloatInitializerButStateSettingsAndFrozen) {
   Graph g;
   g.opsets[""] = 15;
@@ -266,6 +271,12 @@ TEST(TrainableParams, EveryFloatInitializerButStateSettingsAndFrozen) {
              Node{"drop", "Dropout", "", {"y", "ratio", "mode"}, {"z"}, {}}};
   EXPECT_EQ(autodiff::trainable_params(g, {}), (std::vector<std::string>{"bias", "scale", "w64"}));
   EXPECT_EQ(autodiff::trainable_params(g, {"w64"}), (std::vector<std::string>{"bias", "scale"}));
+  // A buffer of -inf (torch's causal mask, exported as an initializer like the weights) is a constant.
+  g.initializers["causal"] = Tensor::from_vector<float>({2}, {0.f, -INFINITY});
+  g.initializers["nan64"] = Tensor::from_vector<double>({1}, {NAN});
+  EXPECT_EQ(autodiff::trainable_params(g, {}), (std::vector<std::string>{"bias", "scale", "w64"}));
+  g.initializers.erase("causal");
+  g.initializers.erase("nan64");
   try {
     autodiff::trainable_params(g, {"nope"});
     FAIL() << "expected an error";

@@ -1,6 +1,7 @@
 // graphrun train on the user's own data: Fashion-MNIST re-exported (by the test) as .npz, as a .npy
 // folder and as a PNG class-folder tree trains LeNet bitwise as the MNIST folder does; a regression
-// with --loss mse, an int64-token model, resume with .npz and with --augment; bad data, case by case.
+// with --loss mse, an int64-token model, models of two inputs (one a torch transformer with its padding
+// mask), resume with .npz and with --augment; bad data, case by case.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -170,6 +171,170 @@ onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), 'bag.onnx')
   EXPECT_GT(closing(out, "test acc"), 0.9) << out;
 }
 
+// Two inputs, matched to the arrays by name: token ids [N, T] and float features [N, F]. The class has
+// one bit from each (whether most tokens are below 8; the sign of the first feature), so the model
+// must read both to learn it. Read on the replica's thread or assembled ahead on loader threads, the
+// shards are the same: bitwise the same weights.
+TEST(TrainData, TwoInputModelTrainsOnBothArrays) {
+  const std::string d = testing::temp_dir("train_data_two_inputs");
+  run_python(d, R"(
+import onnx
+from onnx import helper as h, TensorProto as T, numpy_helper as nh
+r = np.random.RandomState(0)
+tok = r.randint(0, 16, size=(3000, 11)).astype(np.int64)
+f = r.randn(3000, 3).astype(np.float32)
+y = ((tok < 8).sum(1) > 5).astype(np.int64) + 2 * (f[:, 0] > 0)
+np.savez('train.npz', feats=f[:2500], tokens=tok[:2500], labels=y[:2500])
+np.savez('test.npz', tokens=tok[2500:], feats=f[2500:], labels=y[2500:])
+g = h.make_graph([h.make_node('Gather', ['emb', 'tokens'], ['e']), h.make_node('ReduceMean', ['e'], ['m'], axes=[1], keepdims=0),
+                  h.make_node('Concat', ['m', 'feats'], ['c'], axis=1), h.make_node('Gemm', ['c', 'w', 'b'], ['logits'], transB=1)],
+                 'two', [h.make_tensor_value_info('tokens', T.INT64, ['N', 11]), h.make_tensor_value_info('feats', T.FLOAT, ['N', 3])],
+                 [h.make_tensor_value_info('logits', T.FLOAT, ['N', 4])],
+                 [nh.from_array((0.1 * r.randn(16, 8)).astype(np.float32), 'emb'),
+                  nh.from_array((0.1 * r.randn(4, 11)).astype(np.float32), 'w'), nh.from_array(np.zeros(4, np.float32), 'b')])
+onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), 'two.onnx')
+)");
+  const std::string args = "--data " + d + "/train.npz --test-data " + d + "/test.npz --devices cpu:2 --threads 1 "
+                           "--epochs 6 --batch-size 32 --lr 0.5 --momentum 0.9 --save ";
+  const std::string out = train(d + "/two.onnx", args + d + "/a.onnx");
+  EXPECT_GT(closing(out, "test acc"), 0.9) << out;  // one input alone gives at most 0.5
+  train(d + "/two.onnx", args + d + "/b.onnx --loader-threads 2");
+  expect_same_weights(d + "/a.onnx", d + "/b.onnx");
+}
+
+// The way users write a text classifier: torch's nn.TransformerEncoder over token embeddings, the
+// padding mask as a second input (1 for a token, 0 for padding), mean pooling over the tokens. The
+// class is whether token 3 occurs among the real tokens; padding (id 3 never pads) must be masked out.
+TEST(TrainData, TransformerTextClassifierWithPaddingMaskTrains) {
+  if (testing::run_command(testing::python() + " -c 'import torch' 2>&1").exit_code != 0)
+    GTEST_SKIP() << testing::python() << " lacks torch (python3-torch)";
+  const std::string d = testing::temp_dir("train_data_text");
+  run_python(d, R"(
+import torch
+torch.manual_seed(0)
+V, T, D = 16, 12, 16
+class TextClassifier(torch.nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.emb = torch.nn.Embedding(V, D)
+        s.pos = torch.nn.Parameter(0.1 * torch.randn(1, T, D))
+        s.enc = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(D, 2, 32, dropout=0.0, batch_first=True), 2)
+        s.head = torch.nn.Linear(D, 2)
+    def forward(s, tokens, mask):
+        h = s.enc(s.emb(tokens) + s.pos, src_key_padding_mask=mask < 0.5)
+        m = mask.unsqueeze(-1)
+        return s.head((h * m).sum(1) / m.sum(1))
+r = np.random.RandomState(0)
+N = 1200
+lens = r.randint(3, T + 1, size=N)
+tok = r.randint(1, V, size=(N, T)).astype(np.int64)
+mask = (np.arange(T)[None, :] < lens[:, None]).astype(np.float32)
+tok[mask == 0] = 3
+y = ((tok == 3) & (mask == 1)).any(1).astype(np.int64)
+np.savez('train.npz', tokens=tok[:1000], mask=mask[:1000], labels=y[:1000])
+np.savez('test.npz', tokens=tok[1000:], mask=mask[1000:], labels=y[1000:])
+torch.onnx.export(TextClassifier(), (torch.from_numpy(tok[:2]), torch.from_numpy(mask[:2])), 'text.onnx',
+                  input_names=['tokens', 'mask'], output_names=['logits'],
+                  dynamic_axes={'tokens': {0: 'N'}, 'mask': {0: 'N'}, 'logits': {0: 'N'}}, opset_version=17,
+                  training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+)");
+  auto check = testing::run_command(testing::graphrun_cli() + " check " + d + "/text.onnx");
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+  const std::string out = train(d + "/text.onnx", "--data " + d + "/train.npz --test-data " + d +
+                                                      "/test.npz --devices cpu:2 --threads 1 --epochs 2 --batch-size 32 "
+                                                      "--lr 0.1 --momentum 0.9 --metrics " + d + "/m.jsonl");
+  EXPECT_GT(closing(out, "test acc"), 0.95) << out;
+}
+
+// Runs graphrun train expecting bad input: exit 2, one line, naming each of `what`.
+void expect_bad(const std::string& model, const std::string& args, const std::vector<std::string>& what) {
+  auto r = testing::run_command(testing::graphrun_cli() + " train " + model + " --devices cpu:1 " + args);
+  EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+  std::string out = r.output;
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  EXPECT_EQ(out.find('\n'), std::string::npos) << "more than one line for: " << args << "\n" << r.output;
+  for (const auto& w : what) EXPECT_NE(out.find(w), std::string::npos) << "no '" << w << "' in: " << r.output;
+}
+
+// A class id per position, the loss and the accuracies over every one: a tagger's [N, T] tags for
+// scores [N, T, classes] (the classes last, as a language model's logits) and a segmentation's
+// [N, H, W] pixels for scores [N, classes, H, W] (ONNX's layout). Each tag is a function of its token
+// or pixel, so both reach about 1; labels that fit neither layout are one line, exit 2.
+TEST(TrainData, PerPositionClassIdsTrainTaggersAndSegmentations) {
+  const std::string d = testing::temp_dir("train_data_per_position");
+  run_python(d, R"(
+import onnx
+from onnx import helper as h, TensorProto as T, numpy_helper as nh
+r = np.random.RandomState(0)
+tok = r.randint(0, 16, size=(2000, 10)).astype(np.int64)
+np.savez('tags.npz', tokens=tok, labels=tok % 4)
+np.savez('short.npz', tokens=tok, labels=tok[:, :7] % 4)
+g = h.make_graph([h.make_node('Gather', ['emb', 'tokens'], ['e']), h.make_node('MatMul', ['e', 'w'], ['m']),
+                  h.make_node('Add', ['m', 'b'], ['logits'])], 'tagger',
+                 [h.make_tensor_value_info('tokens', T.INT64, ['N', 10])], [h.make_tensor_value_info('logits', T.FLOAT, ['N', 10, 4])],
+                 [nh.from_array((0.1 * r.randn(16, 8)).astype(np.float32), 'emb'),
+                  nh.from_array((0.1 * r.randn(8, 4)).astype(np.float32), 'w'), nh.from_array(np.zeros(4, np.float32), 'b')])
+onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), 'tagger.onnx')
+x = r.rand(2000, 1, 8, 8).astype(np.float32)
+np.savez('seg.npz', image=x, labels=(x[:, 0] > 0.5).astype(np.int64))
+g = h.make_graph([h.make_node('Conv', ['image', 'w', 'b'], ['logits'], kernel_shape=[3, 3], pads=[1, 1, 1, 1])], 'seg',
+                 [h.make_tensor_value_info('image', T.FLOAT, ['N', 1, 8, 8])], [h.make_tensor_value_info('logits', T.FLOAT, ['N', 2, 8, 8])],
+                 [nh.from_array((0.1 * r.randn(2, 1, 3, 3)).astype(np.float32), 'w'), nh.from_array(np.zeros(2, np.float32), 'b')])
+onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), 'seg.onnx')
+)");
+  const std::string args = " --devices cpu:2 --threads 1 --epochs 3 --batch-size 32 --lr 0.5 --momentum 0.9";
+  for (const char* m : {"tagger", "seg"}) {
+    const std::string out = train(d + "/" + m + ".onnx", "--data " + d + "/" + (m == std::string("seg") ? "seg" : "tags") + ".npz" + args);
+    const double acc = closing(out, "test acc");
+    EXPECT_GT(acc, 0.95) << m << "\n" << out;
+    EXPECT_LE(acc, 1.0) << m << "\n" << out;  // a fraction of the labels, not of the examples
+  }
+  expect_bad(d + "/tagger.onnx", "--data " + d + "/short.npz", {"short.npz", "'logits'", "[7]"});
+}
+
+// A GPT-style causal language model as users write it: token and position embeddings, pre-norm
+// transformer blocks under a causal mask (a registered buffer of -inf, which is not trained), the
+// output projection tied to the input embedding, per-token cross-entropy on logits [N, T, V]. Each
+// sequence counts up from a random start by a random step (1-3) mod V: every next token but the
+// first follows from the two before it (at most 7/8 + 1/24 = 0.917 of them are predictable).
+TEST(TrainData, GptStyleCausalLanguageModelTrains) {
+  if (testing::run_command(testing::python() + " -c 'import torch' 2>&1").exit_code != 0)
+    GTEST_SKIP() << testing::python() << " lacks torch (python3-torch)";
+  const std::string d = testing::temp_dir("train_data_gpt");
+  run_python(d, R"(
+import torch
+torch.manual_seed(0)
+V, T, D = 16, 8, 32
+class TinyGPT(torch.nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.emb = torch.nn.Embedding(V, D)
+        s.pos = torch.nn.Parameter(0.1 * torch.randn(1, T, D))
+        s.blocks = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(D, 2, 64, dropout=0.0, batch_first=True,
+                                                                                norm_first=True), 2)
+        s.ln = torch.nn.LayerNorm(D)
+        s.register_buffer('causal', torch.triu(torch.full((T, T), float('-inf')), 1))
+    def forward(s, tokens):
+        return s.ln(s.blocks(s.emb(tokens) + s.pos, mask=s.causal)) @ s.emb.weight.t()
+r = np.random.RandomState(0)
+N = 3000
+seq = (r.randint(0, V, size=(N, 1)) + r.randint(1, 4, size=(N, 1)) * np.arange(T + 1)[None, :]) % V
+np.savez('train.npz', tokens=seq[:2500, :T], labels=seq[:2500, 1:])
+np.savez('test.npz', tokens=seq[2500:, :T], labels=seq[2500:, 1:])
+torch.onnx.export(TinyGPT(), torch.from_numpy(seq[:2, :T]), 'gpt.onnx', input_names=['tokens'], output_names=['logits'],
+                  dynamic_axes={'tokens': {0: 'N'}, 'logits': {0: 'N'}}, opset_version=17,
+                  training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+)");
+  auto check = testing::run_command(testing::graphrun_cli() + " check " + d + "/gpt.onnx");
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+  const std::string out = train(d + "/gpt.onnx", "--data " + d + "/train.npz --test-data " + d +
+                                                     "/test.npz --devices cpu:2 --threads 1 --epochs 3 --batch-size 32 "
+                                                     "--optimizer adam --lr 3e-3");
+  const double acc = closing(out, "test acc");
+  EXPECT_GT(acc, 0.85) << out;
+  EXPECT_LE(acc, 0.92) << out;  // the first token of each sequence cannot be known
+}
+
 // More than 10 classes: the class is the largest of 20 features (a linear model learns it); the
 // closing line and --metrics add top-5 accuracy, which is above top-1 and near 1.
 TEST(TrainData, TopFiveAccuracyAboveTenClasses) {
@@ -256,15 +421,6 @@ TEST(TrainData, ResumeIsBitwiseWithAugment) {
 }
 
 // ---- bad data: one line naming the file (and the example), exit 2 ----
-
-void expect_bad(const std::string& model, const std::string& args, const std::vector<std::string>& what) {
-  auto r = testing::run_command(testing::graphrun_cli() + " train " + model + " --devices cpu:1 " + args);
-  EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
-  std::string out = r.output;
-  while (!out.empty() && out.back() == '\n') out.pop_back();
-  EXPECT_EQ(out.find('\n'), std::string::npos) << "more than one line for: " << args << "\n" << r.output;
-  for (const auto& w : what) EXPECT_NE(out.find(w), std::string::npos) << "no '" << w << "' in: " << r.output;
-}
 
 TEST(TrainData, BadDataIsOneLineAndExitTwo) {
   const std::string d = testing::temp_dir("train_data_bad"), m = testing::source_dir() + "/models/lenet.onnx";

@@ -96,8 +96,8 @@ const Command& train_command() {
           dump_after_option(),
           sync_bn_option(),
       },
-      "The model takes one input of any shape (f32 images [N,C,H,W], int64 tokens [N,T], tabular [N,F]; uint8\n"
-      "data becomes f32 / 255) and returns class scores f32[N,classes] (top-5 accuracy too above 10 classes)\n"
+      "The model takes inputs of any shape (f32 images [N,C,H,W], int64 tokens [N,T], tabular [N,F]; several\n"
+      "are fed from the data's arrays of their names; uint8 data becomes f32 / 255) and returns class scores f32[N,classes] (top-5 accuracy too above 10 classes)\n"
       "or, with --loss mse, values of the targets' shape. Bad data (arrays of different lengths, a shape or\n"
       "dtype the input cannot take, labels out of range, NaN targets, unreadable images) is one line, exit 2.\n"
       "Output: a progress bar (on a terminal), one line per epoch, and `test acc: 0.84, 5.1 sec/epoch on [...]`;\n"

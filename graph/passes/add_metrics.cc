@@ -20,26 +20,39 @@ std::string append(Graph& g, const char* op, std::vector<std::string> inputs, co
 
 }  // namespace
 
-std::string append_correct_count(Graph& g, const std::string& scores, const std::string& labels) {
-  const std::string predicted =
-      append(g, "ArgMax", {scores}, "graphrun.predicted", {{"axis", Attribute::Int(1)}, {"keepdims", Attribute::Int(0)}});
+std::string append_correct_count(Graph& g, const std::string& scores, const std::string& labels, bool classes_last) {
+  const std::string predicted = append(g, "ArgMax", {scores}, "graphrun.predicted",
+                                       {{"axis", Attribute::Int(classes_last ? -1 : 1)}, {"keepdims", Attribute::Int(0)}});
   const std::string hit = append(g, "Equal", {predicted, labels}, "graphrun.hit");
   const std::string hit_f32 = append(g, "Cast", {hit}, "graphrun.hit_f32", {{"to", Attribute::Int(static_cast<int64_t>(DType::F32))}});
   return append(g, "ReduceSum", {hit_f32}, "graphrun.correct", {{"keepdims", Attribute::Int(0)}});
 }
 
-Graph add_metrics(const Graph& graph, const std::string& scores, Metrics* m) {
+Graph add_metrics(const Graph& graph, const std::string& scores, Metrics* m, bool classes_last) {
   Graph g = graph;
   GR_CHECK(g.is_output(scores), "add_metrics: graph '" << g.name << "' has no output named '" << scores << "'");
   m->labels = g.unique_name("graphrun.labels");
   g.inputs.push_back(m->labels);
-  ValueInfo vi;
-  vi.dtype = DType::I64;
-  vi.has_shape = true;
-  vi.shape = {Dim("N")};
+  // The labels: the scores' shape without the class axis, batch N.
+  ValueInfo vi{DType::I64, true, {Dim("N")}};
+  const ValueInfo* si = g.info(scores);
+  if (si && si->has_shape && si->shape.size() >= 2) {
+    const size_t r = si->shape.size();
+    for (size_t i = classes_last ? 1 : 2; i < (classes_last ? r - 1 : r); ++i) vi.shape.push_back(si->shape[i]);
+  } else if (classes_last) {
+    vi.has_shape = false;
+  }
   g.values[m->labels] = vi;
-  const std::string correct = append_correct_count(g, scores, m->labels);
-  const std::string loss = append(g, "SoftmaxCrossEntropyLoss", {scores, m->labels}, "graphrun.loss_sum",
+  const std::string correct = append_correct_count(g, scores, m->labels, classes_last);
+  std::string onnx_scores = scores;  // [N, classes, d1..]
+  if (classes_last) {
+    GR_CHECK(si && si->has_shape, "add_metrics: per-position classes need the rank of '" << scores << "'");
+    const int64_t r = static_cast<int64_t>(si->shape.size());
+    std::vector<int64_t> perm{0, r - 1};
+    for (int64_t i = 1; i < r - 1; ++i) perm.push_back(i);
+    onnx_scores = append(g, "Transpose", {scores}, "graphrun.scores_classes_first", {{"perm", Attribute::Ints(perm)}});
+  }
+  const std::string loss = append(g, "SoftmaxCrossEntropyLoss", {onnx_scores, m->labels}, "graphrun.loss_sum",
                                   {{"reduction", Attribute::Str("sum")}});
   m->state_updates.clear();
   for (auto [value, total] : {std::pair<std::string, std::string*>{correct, &m->correct_total}, {loss, &m->loss_total}}) {

@@ -11,18 +11,22 @@
 namespace graphrun::passes {
 
 struct Metrics {
-  std::string labels;         // the input added: int64 [N] class labels
+  std::string labels;         // the input added: int64 [N, d1..] class labels
   std::string correct_total;  // accumulators: f32 scalar initializers (zero), the totals so far
   std::string loss_total;
   // (value, accumulator) pairs for ExecOptions::state_updates: each run adds its batch's figures.
   std::vector<std::pair<std::string, std::string>> state_updates;
 };
 
-// `scores` is the graph's output of class scores f32 [N, classes]. The count is f32 (exact up to
-// 2^24 examples; the devices' ReduceSum takes f32); the loss is SoftmaxCrossEntropyLoss, reduction sum.
-Graph add_metrics(const Graph& g, const std::string& scores, Metrics* metrics);
+// `scores` is the graph's output of class scores f32 [N, classes, d1..] (ONNX's layout; labels
+// [N, d1..]) or, with `classes_last`, [N, d1.., classes]. The count is f32 (exact up to 2^24 labels;
+// the devices' ReduceSum takes f32) over every position; the loss is SoftmaxCrossEntropyLoss,
+// reduction sum (over positions too).
+Graph add_metrics(const Graph& g, const std::string& scores, Metrics* metrics, bool classes_last = false);
 
-// ArgMax(scores, axis 1) == labels, counted as an f32 scalar, appended to g; returns the count's name.
-std::string append_correct_count(Graph& g, const std::string& scores, const std::string& labels);
+// ArgMax(scores, the class axis) == labels, counted as an f32 scalar, appended to g; returns the
+// count's name.
+std::string append_correct_count(Graph& g, const std::string& scores, const std::string& labels,
+                                 bool classes_last = false);
 
 }  // namespace graphrun::passes

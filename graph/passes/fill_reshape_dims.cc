@@ -24,7 +24,33 @@ bool fill_reshape_dims(onnx::ModelProto& m,
     if (n.op_type() != "Reshape" || !onnx_domain || n.input_size() < 2 || n.output_size() < 1) continue;
     auto in = types.find(n.input(0));
     auto target = shape_data.find(n.input(1));
-    if (in == types.end() || !in->second->tensor_type().has_shape() || target == shape_data.end()) continue;
+    if (target == shape_data.end()) {
+      // The target's values are unknown (torch's attention computes them as N * heads) but its length
+      // is in its type: the output's rank, which is what the gradient rules need (MatMul's).
+      auto t = types.find(n.input(1));
+      auto out = types.find(n.output(0));
+      if (t == types.end() || !t->second->tensor_type().has_shape() ||
+          t->second->tensor_type().shape().dim_size() != 1 || !t->second->tensor_type().shape().dim(0).has_dim_value())
+        continue;
+      const int64_t rank = t->second->tensor_type().shape().dim(0).dim_value();
+      if (rank < 0 || rank > 64 || (out != types.end() && out->second->tensor_type().has_shape())) continue;
+      onnx::TypeProto* type;
+      if (out != types.end()) {
+        type = out->second;
+      } else {
+        auto* v = g->add_value_info();
+        v->set_name(n.output(0));
+        type = v->mutable_type();
+        types[n.output(0)] = type;
+      }
+      auto* tt = type->mutable_tensor_type();
+      if (!tt->elem_type() && in != types.end()) tt->set_elem_type(in->second->tensor_type().elem_type());
+      if (!tt->elem_type()) continue;  // (a value_info needs a type; inference fills the rest)
+      for (int64_t i = 0; i < rank; ++i) tt->mutable_shape()->add_dim();
+      filled = true;
+      continue;
+    }
+    if (in == types.end() || !in->second->tensor_type().has_shape()) continue;
     const auto& in_shape = in->second->tensor_type().shape();
     bool allowzero = false;
     for (const auto& a : n.attribute())

@@ -10,15 +10,16 @@
 
 namespace graphrun::passes {
 
+// The tensor types of the graph's inputs, value infos and outputs, by value name, to fill in place
+// (shared by the load-time fill passes).
+std::map<std::string, onnx::TypeProto*> tensor_types(onnx::GraphProto& g);
+
 // Reshape(x[N,50,4,4], [N,-1]) (the target computed by Shape/Gather/Concat) comes out of ONNX shape
 // inference as [N,?] or, before opset 14, untyped: ONNX does not divide out symbols. `shape_data`
 // holds what ONNX's data propagation found for such shape tensors. When input and output hold the
 // same symbols, the -1 dimension is the quotient of the known sizes (800 here). Fills the output
 // types of `m` where they are unknown (keeping what is known); returns whether it filled anything.
-// The tensor types of the graph's inputs, value infos and outputs, by value name, to fill in place
-// (shared by the load-time fill passes).
-std::map<std::string, onnx::TypeProto*> tensor_types(onnx::GraphProto& g);
-
+// A target whose values are unknown but whose length k is known still gives the output its rank k.
 bool fill_reshape_dims(onnx::ModelProto& m, const std::unordered_map<std::string, onnx::TensorShapeProto>& shape_data);
 
 }  // namespace graphrun::passes

@@ -5,7 +5,7 @@ namespace graphrun::passes {
 
 namespace {
 const PassInfo& kInfo = register_pass(
-    "make_batch_symbolic", "the input's batch dimension becomes a symbol: shards and the last batch vary in size");
+    "make_batch_symbolic", "the inputs' batch dimension becomes a symbol: shards and the last batch vary in size");
 }  // namespace
 
 Graph make_batch_symbolic(const Graph& g, const std::string& input, const std::string& symbol) {
@@ -18,9 +18,14 @@ Graph make_batch_symbolic(const Graph& g, const std::string& input, const std::s
   return r;
 }
 
-Pass make_batch_symbolic_pass(const std::string& input, const std::string& symbol) {
-  return make_pass(kInfo, format_options({{"input", input}, {"dim", symbol}}),
-                   [input, symbol](const Graph& g) { return make_batch_symbolic(g, input, symbol); });
+Pass make_batch_symbolic_pass(const std::vector<std::string>& inputs, const std::string& symbol) {
+  std::string names;
+  for (const auto& n : inputs) names += (names.empty() ? "" : ",") + n;
+  return make_pass(kInfo, format_options({{"input", names}, {"dim", symbol}}), [inputs, symbol](const Graph& g) {
+    Graph r = g;
+    for (const auto& n : inputs) r = make_batch_symbolic(r, n, symbol);
+    return r;
+  });
 }
 
 }  // namespace graphrun::passes
