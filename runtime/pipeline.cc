@@ -2,7 +2,9 @@
 #include "runtime/pipeline.h"
 
 #include "graph/passes/bucket_allreduce.h"
+#include "graph/passes/fuse_relu_grad.h"
 #include "graph/passes/make_batch_symbolic.h"
+#include "graph/passes/remove_internal_noops.h"
 #include "graph/passes/remove_noops.h"
 #include "graph/passes/sync_batchnorm.h"
 #include "graph/passes/train_mode.h"
@@ -47,6 +49,7 @@ passes::Pipeline training_pipeline(const Graph& model, const PipelineOptions& op
     ro.bucket_bytes = opts.bucket_bytes;
     const passes::Pipeline replication = replication_passes(ro);
     for (const passes::Pass& pass : replication.passes()) p.add(pass);
+    if (opts.executor_passes) p.add(passes::remove_internal_noops_pass()).add(passes::fuse_relu_grad_pass());
   }
   return p;
 }

@@ -36,6 +36,10 @@ struct PipelineOptions {
   // loss gradient is seeded with 1, the inputs keep their shapes, no AllReduce, no optimizer, no
   // replicas; the model may have several inputs.
   bool data_parallel = true;
+  // The executor's passes after the last standard one (data_parallel only): they rewrite the graph
+  // for speed into one that is not standard ONNX (ai.graphrun ReluGrad), so graphrun train sets this
+  // (and show's --passes and --dump-after, which show train's pipeline); exported graphs never.
+  bool executor_passes = false;
   // --dump-after: the graph after the pass of this name is written as text to *dump.
   std::string dump_after;
   std::ostream* dump = nullptr;
@@ -44,6 +48,7 @@ struct PipelineOptions {
 // The passes a command runs on `model`, with their options: the one place that decides them.
 //   remove_noops -> to_training -> [make_batch_symbolic -> (sync_batchnorm)] -> attach_loss -> backward
 //     -> [bucket_allreduce -> add_optimizer -> state_updates]            ([...]: data_parallel only)
+//     -> [remove_internal_noops -> fuse_relu_grad]                       (executor_passes only)
 // data_parallel checks what training feeds: exactly one model input (the images, whose batch
 // dimension becomes the symbol N) and the output the loss reads. What is trained is
 // autodiff::trainable_params's rule.

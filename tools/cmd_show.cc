@@ -62,7 +62,10 @@ bool transforms(const Args& args) {
 // The pipeline options of the graph to show: grad's pipeline with --backward alone, otherwise the
 // data-parallel one (show --devices N, and train's for --passes / --dump-after).
 runtime::PipelineOptions pipeline_of(const Args& args) {
-  return parse_pipeline_options(args, args.has("devices") || !args.has("backward"));
+  runtime::PipelineOptions po = parse_pipeline_options(args, args.has("devices") || !args.has("backward"));
+  // train's pipeline ends with the executor's passes; the graph `show --devices N` prints is the exported one.
+  po.executor_passes = po.data_parallel && (args.has("passes") || args.has("dump-after"));
+  return po;
 }
 
 }  // namespace
@@ -94,7 +97,8 @@ int cmd_show(const std::vector<std::string>& argv) {
   std::string text;
   if (args.has("passes")) {
     text = "# the passes of graphrun " +
-           std::string(po.data_parallel ? "train (and of grad/show --devices N)" : "grad (and of show --backward)") +
+           std::string(po.data_parallel ? "train (grad/show --devices N stop before its executor-only passes)"
+                                           : "grad (and of show --backward)") +
            ", in order" + (po.data_parallel ? "; then one copy of the graph per replica" : "") + "\n" +
            runtime::training_pipeline(g, po).listing();
   } else if (args.has("dump-after")) {
