@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "graph/onnx_io.h"
+#include "graph/passes/fold_constants.h"
 #include "graph/passes/fuse_relu_grad.h"
 #include "graph/passes/remove_internal_noops.h"
 #include "runtime/executor.h"
@@ -117,6 +118,50 @@ TEST(RemoveInternalNoops, KeepsWhatItCannotProveIsANoop) {
   EXPECT_EQ(count_op(passes::remove_internal_noops(training), "Dropout"), 1);
 }
 
+// ---- fold_constants ----
+
+// The pass as train's pipeline binds it (the CPU kernels evaluate).
+passes::Pass bound_fold_constants() {
+  runtime::PipelineOptions po;
+  po.executor_passes = true;
+  const passes::Pipeline train = runtime::training_pipeline(load_onnx(testing::source_dir() + "/models/lenet.onnx"), po);
+  for (const passes::Pass& p : train.passes())
+    if (p.name() == "fold_constants") return p;
+  ADD_FAILURE() << "fold_constants is not in train's pipeline";
+  return passes::fold_constants_pass({});
+}
+
+Graph fold_graph() {
+  Graph g;
+  g.name = "fold";
+  g.opsets[""] = 17;
+  g.inputs = {"x"};
+  g.initializers["axes"] = Tensor::from_vector<int64_t>({1}, {0});
+  g.initializers["w"] = random_tensor({4}, 6);        // a float initializer: a parameter, never folded
+  g.initializers["count"] = Tensor::scalar<int64_t>(3);  // a state update's target: changes every step
+  g.initializers["big"] = Tensor::from_vector<int64_t>({1}, {100000});
+  g.state_updates = {{"count_next", "count"}};
+  g.nodes = {constant("minus1", Tensor::scalar<int64_t>(-1)),
+             Node{"unsq", "Unsqueeze", "", {"minus1", "axes"}, {"m1"}, {}},         // folds
+             Node{"cat", "Concat", "", {"axes", "m1"}, {"shape"}, {{"axis", Attribute::Int(0)}}},  // folds next
+             Node{"reshape", "Reshape", "", {"x", "shape"}, {"y"}, {}},               // reads x: stays
+             Node{"scale", "Mul", "", {"w", "w"}, {"w2"}, {}},                        // a parameter: stays
+             Node{"next", "Add", "", {"count", "minus1"}, {"count_next"}, {}},        // state: stays
+             Node{"fill", "ConstantOfShape", "", {"big"}, {"zeros"}, {}}};            // 800 KB: stays
+  g.outputs = {"y", "w2", "count_next", "zeros"};
+  return g;
+}
+
+TEST(FoldConstants, ComputesAllConstantChainsOnceAndLeavesWhatMayChange) {
+  const Graph g = fold_graph();
+  const Graph r = bound_fold_constants().run(g);
+  EXPECT_EQ(ops_of(r), (std::vector<std::string>{"Constant", "Constant", "Reshape", "Mul", "Add", "ConstantOfShape"}));
+  EXPECT_EQ(r.nodes[1].outputs[0], "shape");
+  EXPECT_EQ(r.nodes[1].attr("value")->t.as_int64s(), (std::vector<int64_t>{0, -1}));
+  std::map<std::string, Tensor> feeds{{"x", random_tensor({3, 2, 2}, 7)}};
+  expect_same_numbers(g, r, feeds);
+}
+
 // ---- fuse_relu_grad ----
 
 Graph relu_grad_graph(bool mask_read_twice) {
@@ -199,6 +244,12 @@ TEST(ExecutorPasses, TrainRunsThemAndTheExportedGraphsStayStandard) {
   runtime::PipelineOptions po;
   const runtime::TrainingGraphs exported = runtime::build_training_graphs(model, po);
   po.executor_passes = true;
+  const std::vector<passes::Pass> train = runtime::training_pipeline(model, po).passes();
+  ASSERT_GE(train.size(), 3u);
+  EXPECT_EQ(train[train.size() - 4].name(), "state_updates");  // after every standard pass
+  EXPECT_EQ(train[train.size() - 3].name(), "fold_constants");
+  EXPECT_EQ(train[train.size() - 2].name(), "remove_internal_noops");
+  EXPECT_EQ(train.back().name(), "fuse_relu_grad");
   const runtime::TrainingGraphs internal = runtime::build_training_graphs(model, po);
   const Graph &e = exported.replicas[0].graph, &i = internal.replicas[0].graph;
   EXPECT_EQ(count_op(e, "ReluGrad"), 0);
