@@ -44,14 +44,17 @@ const Command& show_command() {
       "--backward and --devices print what the pipeline of passes makes of the model (the graph of\n"
       "graphrun grad, and of grad/train --devices N); --passes lists that pipeline, and --dump-after PASS\n"
       "prints the graph after one of its passes instead of the last. Without --backward or --devices,\n"
-      "--passes and --dump-after refer to the pipeline of graphrun train.\n"
+      "--passes and --dump-after refer to the pipeline of graphrun train, which ends with the executor's\n"
+      "own passes (fold_constants, remove_internal_noops, fuse_relu_grad: the graph train's replicas run;\n"
+      "--devices N prints and grad exports the standard graph before them).\n"
       "\n"
       "examples:\n"
       "  graphrun show models/lenet.onnx\n"
       "  graphrun show models/lenet.onnx --backward --freeze conv1.weight\n"
       "  graphrun show models/lenet.onnx --format dot -o lenet.dot && dot -Tsvg lenet.dot > lenet.svg\n"
       "  graphrun show models/lenet.onnx --passes --devices 2 --optimizer adam\n"
-      "  graphrun show models/lenet.onnx --backward --dump-after attach_loss"};
+      "  graphrun show models/lenet.onnx --backward --dump-after attach_loss\n"
+      "  graphrun show models/lenet.onnx --dump-after fuse_relu_grad"};
   return cmd;
 }
 
