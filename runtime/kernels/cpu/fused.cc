@@ -18,11 +18,19 @@ void relu_grad_kernel(KernelContext& ctx) {
     using T = decltype(tag);
     const T *pd = ptr<T>(dy), *py = ptr<T>(y);
     T* px = ptr<T>(dx);
-#pragma omp parallel for simd num_threads(threads_for(ctx, n)) schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      const T d = pd[i];
-      px[i] = py[i] > T(0) ? d : T(0);
-    }
+    // Both loaded unconditionally: a select the loop vectorises. One thread opens no OpenMP region, as
+    // in the other elementwise kernels.
+    auto range = [&](int64_t b, int64_t e) {
+#pragma omp simd
+      for (int64_t i = b; i < e; ++i) {
+        const T d = pd[i], v = py[i];
+        px[i] = v > T(0) ? d : T(0);
+      }
+    };
+    const int th = threads_for(ctx, n);
+    if (th <= 1) return range(0, n);
+#pragma omp parallel for num_threads(th) schedule(static)
+    for (int t = 0; t < th; ++t) range(n * t / th, n * (t + 1) / th);
   });
 }
 
