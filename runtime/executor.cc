@@ -83,6 +83,7 @@ struct Executor::Layout {
   std::vector<std::vector<int>> in_slots, out_slots;  // per step; -1 for absent inputs
   std::vector<int> last_use;                          // per slot, step; n = live to the end
   std::vector<int> def_step;                          // per slot; -1 = not produced by a node
+  std::vector<bool> view_step;                        // per step: its output may share its input's buffer
   // Device executors: values kept in host memory and the nodes that compute them there (with the CPU
   // kernels); see graph/passes/place_shape_computations.h. Empty for CPU executors.
   std::vector<bool> host_slot, host_step;
@@ -290,6 +291,13 @@ Executor::Executor(const Graph& graph, ExecOptions opts)
   }
   L.last_use.assign(L.nslots, -1);
   L.def_step.assign(L.nslots, -1);
+  L.view_step.assign(n, false);
+  for (int s = 0; s < n; ++s) {
+    const Node& node = graph_.nodes[s];
+    static const std::set<std::string> kViews = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"};
+    L.view_step[s] = opts_.views && node.domain.empty() && kViews.count(node.op_type) && !node.inputs.empty() &&
+                     L.in_slots[s][0] >= 0 && node.outputs.size() == 1 && !node.outputs[0].empty();
+  }
   for (int s = 0; s < n; ++s) {
     for (int o : L.out_slots[s]) { L.def_step[o] = s; L.last_use[o] = s; }
     for (int i : L.in_slots[s])
@@ -489,12 +497,29 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>&
     int planned_values = 0;
     std::vector<int> last_use = L.last_use, scratch_end(n);
     extend_for_async(P, last_use, scratch_end);
+    auto packed = [&](int sl) { return L.def_step[sl] >= 0 && P.slot_seen[sl] && !own.count(sl) && !L.is_host(sl); };
+    auto bytes_of = [&](int sl) { return shape_numel(P.slot_shape[sl]) * dtype_size(P.slot_dtype[sl]); };
+    // Views: the output of a view step shares the buffer of its input's root (the first value of a chain
+    // of views), which then stays alive until the last use of every view of it.
+    std::vector<int> root(L.nslots, -1), end(L.nslots, -1);
+    for (int sl = 0; sl < L.nslots; ++sl) end[sl] = std::max(last_use[sl], L.def_step[sl]);
+    for (int s = 0; s < n; ++s) {
+      if (!L.view_step[s] || L.on_host(s)) continue;
+      const int in = L.in_slots[s][0], out = L.out_slots[s][0];
+      if (!packed(in) || !packed(out)) continue;
+      const int base = root[in] >= 0 ? root[in] : in;
+      if (bytes_of(base) != bytes_of(out) || P.slot_dtype[base] != P.slot_dtype[out]) continue;
+      root[out] = base;
+    }
+    for (int sl = 0; sl < L.nslots; ++sl)
+      if (root[sl] >= 0) end[root[sl]] = std::max(end[root[sl]], end[sl]);
     for (int sl = 0; sl < L.nslots; ++sl) {
-      if (L.def_step[sl] < 0 || !P.slot_seen[sl] || own.count(sl) || L.is_host(sl)) continue;
-      size_t bytes = align_up(std::max<size_t>(1, shape_numel(P.slot_shape[sl]) * dtype_size(P.slot_dtype[sl])));
-      items.push_back({L.def_step[sl], std::max(last_use[sl], L.def_step[sl]), bytes, 0, sl});
+      if (!packed(sl)) continue;
+      size_t bytes = align_up(std::max<size_t>(1, bytes_of(sl)));
       total += bytes;
       ++planned_values;
+      if (root[sl] >= 0) continue;
+      items.push_back({L.def_step[sl], end[sl], bytes, 0, sl});
     }
     for (int s = 0; s < n; ++s)
       if (P.scratch_bytes[s] && !L.on_host(s)) {
@@ -508,15 +533,25 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>&
     char* base = static_cast<char*>(mem);
     // This first run's fetched values stay owning tensors; later runs return arena views.
     // State-update sources keep the owning buffers they got (swapped with the state below).
+    std::vector<size_t> offset(L.nslots, 0);
     for (const Interval& it : items) {
-      if (it.slot >= 0)
+      if (it.slot >= 0) {
         P.slot_tensor[it.slot] = Tensor::view(P.slot_dtype[it.slot], P.slot_shape[it.slot], base + it.offset, opts_.device);
-      else
+        offset[it.slot] = it.offset;
+      } else {
         P.scratch_offset[-1 - it.slot] = it.offset;
+      }
     }
+    int views = 0;
+    for (int sl = 0; sl < L.nslots; ++sl)
+      if (root[sl] >= 0) {
+        P.slot_tensor[sl] = Tensor::view(P.slot_dtype[sl], P.slot_shape[sl], base + offset[root[sl]], opts_.device);
+        ++views;
+      }
     P.stats.arena_bytes = arena_bytes;
     P.stats.intermediate_bytes = total;
     P.stats.values = planned_values;
+    P.stats.views = views;
     P.stats.async_nodes = static_cast<int>(std::count(P.async_step.begin(), P.async_step.end(), true));
     size_t pers = 0;
     for (const auto& [_, t] : state_) pers += t.nbytes();

@@ -33,6 +33,9 @@ struct ExecOptions {
   // and each span of nodes as one event (nullptr: nothing is timed).
   ProfileTrack* profile = nullptr;
   std::vector<ProfileSpan> profile_spans;
+  // Planned runs give a Reshape's, Flatten's, Squeeze's or Unsqueeze's output its input's buffer (a
+  // view: the kernel checks the shapes and skips the copy onto itself); false: a buffer of its own.
+  bool views = true;
 };
 
 // What the memory planner decided for one input signature.
@@ -41,6 +44,7 @@ struct PlanStats {
   size_t intermediate_bytes = 0;   // sum of the sizes of all those values, were each kept separately
   size_t persistent_bytes = 0;     // initializers / state
   int values = 0;                  // intermediate values planned
+  int views = 0;                   // of those, the ones sharing another's buffer (ExecOptions::views)
   int async_nodes = 0;             // nodes that finished asynchronously in the planning run
 };
 

@@ -2,12 +2,36 @@
 #include "runtime/pipeline.h"
 
 #include "graph/passes/bucket_allreduce.h"
+#include "graph/passes/fold_constants.h"
+#include "graph/passes/fuse_relu_grad.h"
 #include "graph/passes/make_batch_symbolic.h"
+#include "graph/passes/remove_internal_noops.h"
 #include "graph/passes/remove_noops.h"
 #include "graph/passes/sync_batchnorm.h"
 #include "graph/passes/train_mode.h"
+#include "runtime/executor.h"
 
 namespace graphrun::runtime {
+
+namespace {
+
+// fold_constants' evaluator: the node alone, on the CPU kernels, its constant inputs as initializers.
+std::vector<Tensor> evaluate_on_cpu(const Graph& g, const Node& n, const std::vector<const Tensor*>& ins) {
+  Graph one;
+  one.name = "fold_constants." + n.name;
+  one.opsets = g.opsets;
+  one.nodes = {n};
+  for (size_t i = 0; i < ins.size(); ++i)
+    if (ins[i]) one.initializers[n.inputs[i]] = *ins[i];
+  one.outputs = n.outputs;
+  Executor ex(one);
+  auto out = ex.run({});
+  std::vector<Tensor> r;
+  for (const auto& o : n.outputs) r.push_back(out.at(o).clone());
+  return r;
+}
+
+}  // namespace
 
 passes::Pipeline training_pipeline(const Graph& model, const PipelineOptions& opts) {
   const TrainingGraphs names;
@@ -45,6 +69,11 @@ passes::Pipeline training_pipeline(const Graph& model, const PipelineOptions& op
     ro.bucket_bytes = opts.bucket_bytes;
     const passes::Pipeline replication = replication_passes(ro);
     for (const passes::Pass& pass : replication.passes()) p.add(pass);
+    if (opts.executor_passes) {
+      passes::FoldConstantsOptions fo;
+      fo.evaluate = evaluate_on_cpu;
+      p.add(passes::fold_constants_pass(fo)).add(passes::remove_internal_noops_pass()).add(passes::fuse_relu_grad_pass());
+    }
   }
   return p;
 }

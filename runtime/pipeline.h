@@ -42,6 +42,11 @@ struct PipelineOptions {
   // loss gradient is seeded with 1, the inputs keep their shapes, no AllReduce, no optimizer, no
   // replicas; the model may have several inputs.
   bool data_parallel = true;
+  // The executor's passes after the last standard one (data_parallel only): they rewrite the graph
+  // for speed into one that is no longer the standard, exported one (ai.graphrun ReluGrad, computed
+  // values become Constants), so graphrun train sets this (and show's --passes and --dump-after,
+  // which show train's pipeline); exported graphs never.
+  bool executor_passes = false;
   // --dump-after: the graph after the pass of this name is written as text to *dump.
   std::string dump_after;
   std::ostream* dump = nullptr;
@@ -50,6 +55,7 @@ struct PipelineOptions {
 // The passes a command runs on `model`, with their options: the one place that decides them.
 //   remove_noops -> to_training -> [make_batch_symbolic -> (sync_batchnorm)] -> attach_loss -> backward
 //     -> [bucket_allreduce -> add_optimizer -> state_updates]            ([...]: data_parallel only)
+//     -> [fold_constants -> remove_internal_noops -> fuse_relu_grad]     (executor_passes only)
 // data_parallel checks what training feeds: the model's inputs (each one's batch dimension becomes
 // the symbol N) and the output the loss reads. What is trained is
 // autodiff::trainable_params's rule.

@@ -79,7 +79,9 @@ Trainer::Trainer(const Graph& model, TrainOptions opts) : opts_(std::move(opts))
   check_options();
   load_data(model);
   set_schedule();
-  graphs_ = build_training_graphs(model, opts_.pipeline);
+  PipelineOptions po = opts_.pipeline;
+  po.executor_passes = true;  // the replicas run the executor's graph; nothing here is exported
+  graphs_ = build_training_graphs(model, po);
   bn_updates_ = passes::batchnorm_state_updates(graphs_.replicas[0].graph);
   setup_evaluation();
   setup_replicas();

@@ -255,6 +255,7 @@ void comparison_where_cast_cases(Cases& cs) {
     cs.add(op, {i64({4}, {1, 2, 3, 4}), i64({4}, {1, 0, 3, 5})});
   }
   cs.add("Where", {bool_tensor({4, 5}, 11), a, b});
+  cs.add("ReluGrad", {random_tensor({4, 5}, 16), a}, {}, 1, 0, 17, kGraphrunDomain);  // a select: exact
   cs.add("Cast", {random_tensor({6}, 12, -5.f, 5.f)}, {{"to", Attribute::Int(7)}});
   cs.add("Cast", {random_int_tensor({6}, 13, -5, 5)}, {{"to", Attribute::Int(1)}});
   cs.add("Identity", {a});

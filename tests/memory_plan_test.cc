@@ -63,5 +63,40 @@ TEST(MemoryPlan, SteadyStateRunsReuseTheArena) {
   EXPECT_TRUE(same_bytes(back, first));
 }
 
+// Views: a reshaped value shares its input's buffer, and that buffer lives as long as the view does.
+// Here `a` is last read by the Reshape (step 1), but its view `v` is read at step 4: were `a`'s buffer
+// free after step 1, Neg's output would take it and overwrite `v`.
+Graph view_graph() {
+  Graph g;
+  g.name = "views";
+  g.opsets[""] = 17;
+  g.inputs = {"x"};
+  g.initializers["sq"] = Tensor::from_vector<int64_t>({2}, {8, 8});
+  g.initializers["axes"] = Tensor::from_vector<int64_t>({1}, {0});
+  g.nodes = {Node{"relu", "Relu", "", {"x"}, {"a"}, {}},
+             Node{"view", "Reshape", "", {"a", "sq"}, {"v"}, {}},
+             Node{"neg", "Neg", "", {"x"}, {"c"}, {}},
+             Node{"view2", "Reshape", "", {"c", "sq"}, {"c2"}, {}},
+             Node{"unsq", "Unsqueeze", "", {"v", "axes"}, {"v3"}, {}},   // a view of a view
+             Node{"add", "Add", "", {"v3", "c2"}, {"out"}, {}}};
+  g.outputs = {"out"};
+  return g;
+}
+
+TEST(MemoryPlan, ReshapesAreViewsThatKeepTheirBaseAlive) {
+  const std::map<std::string, Tensor> feeds{{"x", testing::random_tensor({64}, 13)}};
+  runtime::ExecOptions copies;
+  copies.views = false;
+  runtime::Executor with(view_graph()), without(view_graph(), copies);
+  Tensor want = without.run(feeds).at("out").clone();
+  for (int run = 0; run < 3; ++run) {  // the planning run copies; planned runs are views
+    Tensor got = with.run(feeds).at("out");
+    EXPECT_TRUE(same_bytes(got, want)) << "run " << run << ": " << got.str() << " vs " << want.str();
+  }
+  without.run(feeds);
+  EXPECT_EQ(with.plan_stats().views, 3);
+  EXPECT_EQ(without.plan_stats().views, 0);
+}
+
 }  // namespace
 }  // namespace graphrun

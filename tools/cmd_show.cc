@@ -44,14 +44,17 @@ const Command& show_command() {
       "--backward and --devices print what the pipeline of passes makes of the model (the graph of\n"
       "graphrun grad, and of grad/train --devices N); --passes lists that pipeline, and --dump-after PASS\n"
       "prints the graph after one of its passes instead of the last. Without --backward or --devices,\n"
-      "--passes and --dump-after refer to the pipeline of graphrun train.\n"
+      "--passes and --dump-after refer to the pipeline of graphrun train, which ends with the executor's\n"
+      "own passes (fold_constants, remove_internal_noops, fuse_relu_grad: the graph train's replicas run;\n"
+      "--devices N prints and grad exports the standard graph before them).\n"
       "\n"
       "examples:\n"
       "  graphrun show models/lenet.onnx\n"
       "  graphrun show models/lenet.onnx --backward --freeze conv1.weight\n"
       "  graphrun show models/lenet.onnx --format dot -o lenet.dot && dot -Tsvg lenet.dot > lenet.svg\n"
       "  graphrun show models/lenet.onnx --passes --devices 2 --optimizer adam\n"
-      "  graphrun show models/lenet.onnx --backward --dump-after attach_loss"};
+      "  graphrun show models/lenet.onnx --backward --dump-after attach_loss\n"
+      "  graphrun show models/lenet.onnx --dump-after fuse_relu_grad"};
   return cmd;
 }
 
@@ -62,7 +65,10 @@ bool transforms(const Args& args) {
 // The pipeline options of the graph to show: grad's pipeline with --backward alone, otherwise the
 // data-parallel one (show --devices N, and train's for --passes / --dump-after).
 runtime::PipelineOptions pipeline_of(const Args& args) {
-  return parse_pipeline_options(args, args.has("devices") || !args.has("backward"));
+  runtime::PipelineOptions po = parse_pipeline_options(args, args.has("devices") || !args.has("backward"));
+  // train's pipeline ends with the executor's passes; the graph `show --devices N` prints is the exported one.
+  po.executor_passes = po.data_parallel && (args.has("passes") || args.has("dump-after"));
+  return po;
 }
 
 }  // namespace
@@ -94,7 +100,8 @@ int cmd_show(const std::vector<std::string>& argv) {
   std::string text;
   if (args.has("passes")) {
     text = "# the passes of graphrun " +
-           std::string(po.data_parallel ? "train (and of grad/show --devices N)" : "grad (and of show --backward)") +
+           std::string(po.data_parallel ? "train (grad/show --devices N stop before its executor-only passes)"
+                                           : "grad (and of show --backward)") +
            ", in order" + (po.data_parallel ? "; then one copy of the graph per replica" : "") + "\n" +
            runtime::training_pipeline(g, po).listing();
   } else if (args.has("dump-after")) {

@@ -10,7 +10,34 @@ namespace {
 const PassInfo& kInfo =
     register_pass("remove_noops", "drops Identity nodes and all-zero Pads (PyTorch exports them), readers rewired");
 
-// The constant value of `v` if an initializer or a Constant node (value attribute) defines it.
+bool all_zero(const Tensor* t) {
+  if (!t || !t->defined()) return false;
+  for (int64_t v : t->as_int64s())
+    if (v != 0) return false;
+  return true;
+}
+
+}  // namespace
+
+bool is_identity_or_zero_pad(const Graph& g, const Node& n) {
+  if (n.op_type == "Identity") return true;
+  if (n.op_type != "Pad") return false;
+  if (g.opset("") < 11) return n.attr_ints("pads") == std::vector<int64_t>(n.attr_ints("pads").size(), 0);
+  return n.has_input(1) && all_zero(constant_of(g, n.inputs[1]));
+}
+
+namespace {
+
+// A node remove_noops_if may drop at all: one used output, input 0 given, no graph output.
+bool removable(const Graph& g, const Node& n) {
+  if (!n.domain.empty() || n.outputs.empty() || n.inputs.empty() || n.inputs[0].empty()) return false;
+  for (size_t k = 1; k < n.outputs.size(); ++k)
+    if (!n.outputs[k].empty()) return false;
+  return !g.is_output(n.outputs[0]);
+}
+
+}  // namespace
+
 const Tensor* constant_of(const Graph& g, const std::string& v) {
   auto it = g.initializers.find(v);
   if (it != g.initializers.end()) return &it->second;
@@ -21,30 +48,28 @@ const Tensor* constant_of(const Graph& g, const std::string& v) {
   return nullptr;
 }
 
-bool all_zero(const Tensor* t) {
-  if (!t || !t->defined()) return false;
-  for (int64_t v : t->as_int64s())
-    if (v != 0) return false;
-  return true;
+void drop_unread_constants(Graph& r) {
+  std::unordered_map<std::string, int> reads;
+  for (const Node& n : r.nodes)
+    for (const auto& in : n.inputs) ++reads[in];
+  std::vector<Node> live;
+  for (const Node& n : r.nodes) {
+    bool dead = n.domain.empty() && n.op_type == "Constant" && n.outputs.size() == 1 && !reads.count(n.outputs[0]) &&
+                !r.is_output(n.outputs[0]);
+    if (dead) r.values.erase(n.outputs[0]);
+    else live.push_back(n);
+  }
+  r.nodes = std::move(live);
 }
 
-bool is_noop(const Graph& g, const Node& n) {
-  if (!n.domain.empty() || n.outputs.size() != 1 || n.inputs.empty() || n.inputs[0].empty()) return false;
-  if (g.is_output(n.outputs[0])) return false;
-  if (n.op_type == "Identity") return true;
-  if (n.op_type != "Pad") return false;
-  if (g.opset("") < 11) return n.attr_ints("pads") == std::vector<int64_t>(n.attr_ints("pads").size(), 0);
-  return n.has_input(1) && all_zero(constant_of(g, n.inputs[1]));
-}
+Graph remove_noops(const Graph& g) { return remove_noops_if(g, is_identity_or_zero_pad); }
 
-}  // namespace
-
-Graph remove_noops(const Graph& g) {
+Graph remove_noops_if(const Graph& g, const std::function<bool(const Graph&, const Node&)>& is_noop) {
   Graph r = g;
   std::unordered_map<std::string, std::string> alias;
   std::vector<Node> kept;
   for (const Node& n : g.nodes) {
-    if (is_noop(g, n)) {
+    if (removable(g, n) && is_noop(g, n)) {
       auto it = alias.find(n.inputs[0]);
       alias[n.outputs[0]] = it == alias.end() ? n.inputs[0] : it->second;
       continue;
@@ -60,17 +85,7 @@ Graph remove_noops(const Graph& g) {
   r.nodes = std::move(kept);
   for (const auto& [v, _] : alias) r.values.erase(v);
   // Constants only the removed Pads read are dead now.
-  std::unordered_map<std::string, int> reads;
-  for (const Node& n : r.nodes)
-    for (const auto& in : n.inputs) ++reads[in];
-  std::vector<Node> live;
-  for (const Node& n : r.nodes) {
-    bool dead = n.domain.empty() && n.op_type == "Constant" && n.outputs.size() == 1 && !reads.count(n.outputs[0]) &&
-                !r.is_output(n.outputs[0]);
-    if (dead) r.values.erase(n.outputs[0]);
-    else live.push_back(n);
-  }
-  r.nodes = std::move(live);
+  drop_unread_constants(r);
   return r;
 }
 

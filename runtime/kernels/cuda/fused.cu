@@ -1,0 +1,36 @@
+// CUDA kernels of the fused ops of the executor's internal graph (the CPU's fused.cc op set):
+// ai.graphrun ReluGrad.
+#include "runtime/kernels/cuda/common.cuh"
+
+namespace graphrun::runtime::cuda {
+namespace {
+
+// A select, as on the CPU: bit for bit Where(Greater(Y, 0), dY, 0).
+template <class T>
+__global__ void relu_grad_kernel(const T* dy, const T* y, T* dx, int64_t n) {
+  GR_GRID_STRIDE(i, n) dx[i] = y[i] > T(0) ? dy[i] : T(0);
+}
+
+void relu_grad_op(KernelContext& ctx) {
+  const Tensor& dY = ctx.input(0);
+  const Tensor& Y = ctx.input(1);
+  GR_CHECK(dY.dtype() == Y.dtype(), "ReluGrad: dY is " << dtype_name(dY.dtype()) << ", Y is " << dtype_name(Y.dtype()));
+  GR_CHECK(dY.shape() == Y.shape(),
+           "ReluGrad: dY " << shape_str(dY.shape()) << " and Y " << shape_str(Y.shape()) << " differ in shape");
+  GR_CHECK(Y.dtype() == DType::F32 || Y.dtype() == DType::F64,
+           "ReluGrad: element type " << dtype_name(Y.dtype()) << " is not supported (f32, f64)");
+  Tensor& dX = ctx.output(0, Y.shape(), Y.dtype());
+  const int64_t n = dX.numel();
+  if (n == 0) return;
+  dispatch_any(Y.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    relu_grad_kernel<T><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dptr<T>(dY), dptr<T>(Y), dptr<T>(dX), n);
+  });
+  GR_LAUNCH_CHECK("relu_grad");
+}
+
+}  // namespace
+
+GR_REGISTER_OPS(fused) { ops.op(kGraphrunDomain, "ReluGrad").cuda(locked<relu_grad_op>); }
+
+}  // namespace graphrun::runtime::cuda
