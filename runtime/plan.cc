@@ -221,6 +221,7 @@ Plan make_plan(const Graph& model, const PlanOptions& options) {
   plan.options = options;
   PipelineOptions po = options.pipeline;
   po.devices = {Device{}};  // every replica runs the same graph: one copy is enough
+  po.executor_passes = true;  // train's replicas run the executor's graph (folded, fused, views)
   const TrainingGraphs tg = build_training_graphs(model, po);
   const DeviceGraph& dg = tg.replicas.at(0);
   const bool mse = po.loss == autodiff::LossKind::MSE;
