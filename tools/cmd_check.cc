@@ -213,7 +213,10 @@ GradCheck gradient_check(const Graph& model, int directions, uint64_t seed) {
     for (const auto& p : bo.params) {
       auto& v = dir[p];
       v.resize(g.initializers.at(p).numel());
-      for (double& x : v) norm2 += (x = normal(rng)) * x;
+      for (double& x : v) {
+        x = normal(rng);
+        norm2 += x * x;
+      }
     }
     const double inv = 1 / std::sqrt(std::max(norm2, 1e-300));
     for (const auto& p : bo.params) {
