@@ -14,6 +14,15 @@ std::map<std::string, onnx::TypeProto*> tensor_types(onnx::GraphProto& g) {
   return types;
 }
 
+onnx::TypeProto* output_type(onnx::GraphProto& g, std::map<std::string, onnx::TypeProto*>& types,
+                             const std::string& name) {
+  auto it = types.find(name);
+  if (it != types.end()) return it->second;
+  auto* v = g.add_value_info();
+  v->set_name(name);
+  return types[name] = v->mutable_type();
+}
+
 bool fill_reshape_dims(onnx::ModelProto& m,
                        const std::unordered_map<std::string, onnx::TensorShapeProto>& shape_data) {
   auto* g = m.mutable_graph();
@@ -34,15 +43,7 @@ bool fill_reshape_dims(onnx::ModelProto& m,
         continue;
       const int64_t rank = t->second->tensor_type().shape().dim(0).dim_value();
       if (rank < 0 || rank > 64 || (out != types.end() && out->second->tensor_type().has_shape())) continue;
-      onnx::TypeProto* type;
-      if (out != types.end()) {
-        type = out->second;
-      } else {
-        auto* v = g->add_value_info();
-        v->set_name(n.output(0));
-        type = v->mutable_type();
-        types[n.output(0)] = type;
-      }
+      onnx::TypeProto* type = output_type(*g, types, n.output(0));
       auto* tt = type->mutable_tensor_type();
       if (!tt->elem_type() && in != types.end()) tt->set_elem_type(in->second->tensor_type().elem_type());
       if (!tt->elem_type()) continue;  // (a value_info needs a type; inference fills the rest)
@@ -92,16 +93,7 @@ bool fill_reshape_dims(onnx::ModelProto& m,
       out.mutable_dim(solve)->set_dim_value(in_known / out_known);
     }
     // Fill the output's type where it is unknown; keep what is known.
-    onnx::TypeProto* type;
-    auto it = types.find(n.output(0));
-    if (it != types.end()) {
-      type = it->second;
-    } else {
-      auto* v = g->add_value_info();
-      v->set_name(n.output(0));
-      type = v->mutable_type();
-      types[n.output(0)] = type;
-    }
+    onnx::TypeProto* type = output_type(*g, types, n.output(0));
     auto* tt = type->mutable_tensor_type();
     if (!tt->elem_type()) tt->set_elem_type(in->second->tensor_type().elem_type());
     if (!tt->has_shape()) {

@@ -13,6 +13,9 @@ namespace graphrun::passes {
 // The tensor types of the graph's inputs, value infos and outputs, by value name, to fill in place
 // (shared by the load-time fill passes).
 std::map<std::string, onnx::TypeProto*> tensor_types(onnx::GraphProto& g);
+// The type of value `name` in `types`, or of a value_info added to `g` (and to `types`) for it.
+onnx::TypeProto* output_type(onnx::GraphProto& g, std::map<std::string, onnx::TypeProto*>& types,
+                             const std::string& name);
 
 // Reshape(x[N,50,4,4], [N,-1]) (the target computed by Shape/Gather/Concat) comes out of ONNX shape
 // inference as [N,?] or, before opset 14, untyped: ONNX does not divide out symbols. `shape_data`

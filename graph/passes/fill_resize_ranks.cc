@@ -61,7 +61,6 @@ bool fill_resize_ranks(onnx::ModelProto& m, const std::unordered_map<std::string
       continue;
     auto in = types.find(n.input(0));
     if (in == types.end() || !in->second->tensor_type().has_shape()) continue;
-    auto out = types.find(n.output(0));
     const int rank = in->second->tensor_type().shape().dim_size();
     const auto& in_shape = in->second->tensor_type().shape();
     // Resize-11+'s sizes (input 3), when data propagation computed it; else constant scales (input 1 of
@@ -81,15 +80,7 @@ bool fill_resize_ranks(onnx::ModelProto& m, const std::unordered_map<std::string
     if (!sizes && coord != "tf_crop_and_resize" && n.input_size() > at && !n.input(at).empty())
       if (auto v = constant_floats(*g, n.input(at))) scales = *v;
     if (static_cast<int>(scales.size()) != rank) scales.clear();
-    onnx::TypeProto* type;
-    if (out != types.end()) {
-      type = out->second;
-    } else {
-      auto* v = g->add_value_info();
-      v->set_name(n.output(0));
-      type = v->mutable_type();
-      types[n.output(0)] = type;
-    }
+    onnx::TypeProto* type = output_type(*g, types, n.output(0));
     auto* tt = type->mutable_tensor_type();
     if (!tt->elem_type()) tt->set_elem_type(in->second->tensor_type().elem_type());
     onnx::TensorShapeProto want;

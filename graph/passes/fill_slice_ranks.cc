@@ -69,15 +69,7 @@ bool fill_slice_ranks(onnx::ModelProto& m, const std::unordered_map<std::string,
         if (a < -rank || a >= rank) axes_ok = false;
         else sliced.insert(a < 0 ? a + rank : a);
       }
-    onnx::TypeProto* type;
-    if (out != types.end()) {
-      type = out->second;
-    } else {
-      auto* v = g->add_value_info();
-      v->set_name(n.output(0));
-      type = v->mutable_type();
-      types[n.output(0)] = type;
-    }
+    onnx::TypeProto* type = output_type(*g, types, n.output(0));
     auto* tt = type->mutable_tensor_type();
     if (!tt->elem_type()) tt->set_elem_type(in->second->tensor_type().elem_type());
     auto* shape = tt->mutable_shape();
