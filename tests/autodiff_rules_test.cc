@@ -799,5 +799,116 @@ TEST(GradRules, LossGradInputScalesEveryGradient) {
   }
 }
 
+// ---- gradients of ops that only move or select elements, and ReduceProd through zeros
+
+// GatherND: duplicate and negative index tuples add up (ScatterND with reduction add into zeros).
+TEST(GradRules, GatherNDAddsDuplicates) {
+  struct Case { Shape idx_shape; std::vector<int64_t> idx; };
+  std::vector<Case> cases = {{{4, 1}, {2, 0, 2, -1}},                 // whole [4, 2] slices, row 2 twice
+                             {{2, 3, 2}, {0, 1, 2, 3, 0, 1, -1, -4, 1, 2, 0, 1}},  // [2] rows, (0, 1) three times
+                             {{5, 3}, {0, 0, 0, 1, 2, 1, 0, 0, 0, 2, 3, 1, -1, -1, -1}}};  // single elements
+  for (int64_t opset : {16, 18})
+    for (const Case& c : cases)
+      for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly, ShapeInfo::None}) {
+        SCOPED_TRACE("opset " + std::to_string(opset) + " k " + std::to_string(c.idx_shape.back()));
+        TestGraph t(opset);
+        std::string x = t.param("x", {3, 4, 2}, 1);
+        t.g.initializers["idx"] = i64s(c.idx, c.idx_shape);
+        Graph bg = check_gradients(t, t.node("GatherND", {x, "idx"}), shapes(si));
+        EXPECT_EQ(count_ops(bg, "ScatterND"), 1);
+      }
+  TestGraph old(13);
+  std::string x = old.param("x", {3, 2}, 1);
+  old.g.initializers["idx"] = i64s({1, 0}, {2, 1});
+  try {
+    check_gradients(old, old.node("GatherND", {x, "idx"}));
+    ADD_FAILURE() << "expected an error below opset 16";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("needs opset >= 16"), std::string::npos) << e.what();
+  }
+}
+
+TEST(GradRules, DepthToSpaceAndSpaceToDepthBothModes) {
+  for (int64_t opset : {11, 13})
+    for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly, ShapeInfo::None}) {
+      for (const char* mode : {"DCR", "CRD"}) {
+        SCOPED_TRACE(std::string(mode) + " opset " + std::to_string(opset));
+        TestGraph t(opset);
+        std::string x = t.param("x", {2, 12, 2, 3}, 1);  // C = 3, blocksize 2
+        check_gradients(t, t.node("DepthToSpace", {x}, {{"blocksize", A::Int(2)}, {"mode", A::Str(mode)}}), shapes(si));
+      }
+      TestGraph t(opset);
+      std::string x = t.param("x", {2, 3, 4, 6}, 2);
+      Graph bg = check_gradients(t, t.node("SpaceToDepth", {x}, {{"blocksize", A::Int(2)}}), shapes(si));
+      EXPECT_EQ(count_ops(bg, "DepthToSpace"), 1);
+    }
+  TestGraph t9(9);  // no mode attribute before opset 11 (DCR)
+  check_gradients(t9, t9.node("DepthToSpace", {t9.param("x", {1, 8, 2, 2}, 3)}, {{"blocksize", A::Int(2)}}));
+}
+
+// TopK: dY lands at the selected positions; the indices output carries no gradient.
+TEST(GradRules, TopKValues) {
+  for (int64_t opset : {10, 11, 17})
+    for (int64_t axis : {0, -1})
+      for (int largest = 0; largest < 2; ++largest)
+        for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly, ShapeInfo::None}) {
+          if (opset < 11 && !largest) continue;  // largest arrived in opset 11
+          SCOPED_TRACE("opset " + std::to_string(opset) + " axis " + std::to_string(axis) + " largest " +
+                       std::to_string(largest));
+          TestGraph t(opset);
+          std::string x = t.param("x", {4, 5}, 1);
+          t.g.initializers["k"] = i64s({3});
+          std::map<std::string, A> attrs{{"axis", A::Int(axis)}};
+          if (opset >= 11) attrs["largest"] = A::Int(largest);
+          std::vector<std::string> y = t.node_n("TopK", {x, "k"}, 2, attrs);
+          Graph bg = check_gradients(t, y[0], shapes(si));
+          EXPECT_EQ(count_ops(bg, opset >= 11 ? "ScatterElements" : "Scatter"), 1);
+        }
+}
+
+// ReduceProd with no, one and two zeros in a group: the product of the others, never 0/0.
+TEST(GradRules, ReduceProdThroughZeros) {
+  Tensor x0 = random_f64({2, 3, 4}, 1, 0.5, 1.5);
+  double* v = x0.data<double>();
+  v[0 * 12 + 0 * 4 + 1] = 0;                                // one zero in group (n 0, w 1) over axis 1
+  v[1 * 12 + 0 * 4 + 2] = 0, v[1 * 12 + 2 * 4 + 2] = 0;    // two zeros in group (n 1, w 2)
+  v[1 * 12 + 1 * 4 + 3] = -v[1 * 12 + 1 * 4 + 3];           // a negative
+  for (int64_t opset : {13, 18})
+    for (int keep = 0; keep < 2; ++keep)
+      for (std::vector<int64_t> axes : {std::vector<int64_t>{1}, std::vector<int64_t>{0, -1}, std::vector<int64_t>{}})
+        for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly}) {
+          SCOPED_TRACE("opset " + std::to_string(opset) + " keepdims " + std::to_string(keep) + " axes " +
+                       std::to_string(axes.size()));
+          TestGraph t(opset);
+          std::string x = t.param("x", x0.clone());
+          std::map<std::string, A> attrs{{"keepdims", A::Int(keep)}};
+          std::vector<std::string> ins{x};
+          if (!axes.empty() && opset >= 18) {
+            t.g.initializers["axes"] = i64s(axes);
+            ins.push_back("axes");
+          } else if (!axes.empty()) {
+            attrs["axes"] = A::Ints(axes);
+          }
+          Graph bg = check_gradients(t, t.node("ReduceProd", ins, attrs), shapes(si));
+          EXPECT_EQ(count_ops(bg, "Div"), 1);
+        }
+  // The gradient at zeros by hand: x = (2, 0, 3) -> d/dx = (0, 6, 0); x = (0, 0, 5) -> 0 everywhere.
+  for (auto [in, want] : {std::pair<std::vector<double>, std::vector<double>>{{2, 0, 3}, {0, 6, 0}},
+                          {{0, 0, 5}, {0, 0, 0}}, {{2, 4, 3}, {12, 6, 8}}}) {
+    TestGraph t;
+    t.param("x", Tensor::from_vector<double>({3}, in));
+    Graph g = t.g;
+    g.nodes.push_back(Node{"p", "ReduceProd", "", {"x"}, {"loss"}, {{"keepdims", A::Int(0)}}});
+    g.outputs = {"loss"};
+    autodiff::BackwardOptions o;
+    o.params = {"x"};
+    runtime::ExecOptions eo;
+    eo.fetch = {"x_grad"};
+    runtime::Executor ex(autodiff::backward(g, o), eo);
+    Tensor got = ex.run({}).at("x_grad");
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(got.data<double>()[i], want[i]) << i;
+  }
+}
+
 }  // namespace
 }  // namespace graphrun::testing

@@ -1,7 +1,8 @@
 // Gradient rules of the element-indexing ops: GatherElements (scatter-add of dY: ScatterElements with
 // reduction add from opset 16, ai.graphrun GatherElementsGrad before), ScatterElements and ScatterND
 // (reduction none or add: data's gradient is dY with the overwritten positions zeroed, the
-// updates' the gather of dY at the indices). Indices carry no gradient.
+// updates' the gather of dY at the indices), GatherND (ScatterND with reduction add from opset 16) and
+// TopK's values (dY written back at the indices along the axis). Indices carry no gradient.
 #include "autodiff/rules/rules.h"
 
 namespace graphrun::autodiff {
@@ -37,6 +38,29 @@ void scatter_grad(GradContext& ctx, bool elements) {
   if (ctx.needs(2)) ctx.set_dx(2, ctx.op(elements ? "GatherElements" : "GatherND", {ctx.dy(), ctx.in(1)}, axis));
 }
 
+// dData = zeros of data's shape with dY added at every gathered position: ScatterND with reduction add
+// sums duplicate index tuples, which reduction none would leave undefined.
+void gather_nd_grad(GradContext& ctx) {
+  if (!ctx.needs(0) || ctx.dy().empty()) return;
+  const Node& n = ctx.fwd();
+  GR_CHECK(n.attr_i("batch_dims", 0) == 0,
+           n.describe() << ": no gradient for GatherND with batch_dims != 0 (batch_dims = 0 has one)");
+  GR_CHECK(ctx.opset() >= 16, n.describe() << ": the GatherND gradient needs opset >= 16 (ScatterND with reduction "
+                                              "add); this model has opset "
+                                           << ctx.opset());
+  ctx.set_dx(0, ctx.op("ScatterND", {ctx.zeros_like(ctx.in(0)), ctx.in(1), ctx.dy()},
+                       {{"reduction", Attribute::Str("add")}}));
+}
+
+// TopK's values are data gathered at its indices along the axis; the indices within one slice are
+// distinct, so writing dY there (no reduction) is exact. Scatter before opset 11.
+void topk_grad(GradContext& ctx) {
+  if (!ctx.needs(0) || ctx.dy(0).empty()) return;
+  const std::string indices = ctx.fwd_output(1);
+  ctx.set_dx(0, ctx.op(ctx.opset() >= 11 ? "ScatterElements" : "Scatter", {ctx.zeros_like(ctx.in(0)), indices, ctx.dy(0)},
+                       {{"axis", Attribute::Int(ctx.fwd().attr_i("axis", -1))}}));
+}
+
 void scatter_elements_grad(GradContext& ctx) { scatter_grad(ctx, true); }
 void scatter_nd_grad(GradContext& ctx) { scatter_grad(ctx, false); }
 
@@ -46,6 +70,8 @@ GR_REGISTER_OPS(indexing) {
   ops.op("GatherElements").gradient(gather_elements_grad);
   ops.op("ScatterElements").gradient(scatter_elements_grad);
   ops.op("ScatterND").gradient(scatter_nd_grad);
+  ops.op("GatherND").gradient(gather_nd_grad);
+  ops.op("TopK").gradient(topk_grad).output_dtype(1, DType::I64);
 }
 
 }  // namespace graphrun::autodiff

@@ -1,5 +1,6 @@
 // Gradient rules of reductions and normalizations over an axis: ReduceSum, ReduceMean (the gradient
-// broadcast back over the reduced axes), Softmax and LogSoftmax (from their forward outputs).
+// broadcast back over the reduced axes), Softmax and LogSoftmax (from their forward outputs), the other
+// reductions (ReduceProd right where an element is zero) and CumSum.
 #include <algorithm>
 
 #include "autodiff/rules/rules.h"
@@ -185,6 +186,33 @@ void reduce_log_sum_grad(GradContext& ctx) {  // dY / sum(x) = dY / exp(y)
   ctx.set_dx(0, ctx.op("Expand", {d, ctx.shape_of(ctx.in(0))}));
 }
 
+// ReduceProd: dX_i = dY * (product of the other elements of its group). Dividing Y by x_i is wrong where
+// x_i is zero, so the product is taken over the non-zero elements (zeros replaced by 1) with the zeros
+// counted: no zero: P / x_i; one zero: P at the zero, 0 elsewhere; more: 0. Only non-zero x_i divide.
+void reduce_prod_grad(GradContext& ctx) {
+  ReduceAxes r = reduce_axes(ctx);
+  if (r.identity) return ctx.set_dx(0, ctx.dy());
+  const std::string& x = ctx.in(0);
+  const std::string zero = cst(ctx, 0), one = cst(ctx, 1);
+  std::map<std::string, Attribute> keep{{"keepdims", Attribute::Int(1)}};
+  if (!r.all && ctx.opset() < 18) keep["axes"] = Attribute::Ints(r.axes);
+  std::string is_zero = ctx.op("Equal", {x, zero});
+  std::string nonzero = ctx.op("Where", {is_zero, one, x});
+  std::string zeros_as_one = ctx.op("Where", {is_zero, one, zero});
+  std::string p, count;
+  if (r.all) {
+    p = ctx.op("ReduceProd", {nonzero}, keep);
+    count = ctx.op("ReduceSum", {zeros_as_one}, {{"keepdims", Attribute::Int(1)}});
+  } else {
+    p = ctx.opset() >= 18 ? ctx.op("ReduceProd", {nonzero, ctx.ints(r.axes)}, keep) : ctx.op("ReduceProd", {nonzero}, keep);
+    count = ctx.reduce_sum(zeros_as_one, r.axes, true);
+  }
+  std::string at_zero = ctx.op("Where", {ctx.op("Equal", {count, one}), p, zero});
+  std::string elsewhere = ctx.op("Where", {ctx.op("Equal", {count, zero}), ctx.op("Div", {p, nonzero}), zero});
+  std::string others = ctx.op("Where", {is_zero, at_zero, elsewhere});
+  ctx.set_dx(0, ctx.op("Mul", {others, unreduced(ctx, r, ctx.dy())}));
+}
+
 // CumSum: the gradient is the cumulative sum in the other direction.
 void cumsum_grad(GradContext& ctx) {
   const Node& n = ctx.fwd();
@@ -206,6 +234,7 @@ GR_REGISTER_OPS(reduce) {
   ops.op("ReduceLogSumExp").gradient(reduce_log_sum_exp_grad);
   ops.op("ReduceLogSum").gradient(reduce_log_sum_grad);
   ops.op("CumSum").gradient(cumsum_grad);
+  ops.op("ReduceProd").gradient(reduce_prod_grad);
   // Indices and one-hot maxima carry no gradient.
   ops.op("ArgMax").no_gradient().output_dtype(0, DType::I64);
   ops.op("ArgMin").no_gradient().output_dtype(0, DType::I64);

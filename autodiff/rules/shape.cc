@@ -1,5 +1,6 @@
 // Gradient rules of data-movement ops: Reshape-like ops (Reshape, Flatten, Squeeze, Unsqueeze), Transpose,
-// Expand, Concat/Split, Slice (any steps), Pad (constant, edge, reflect) and Gather, with standard ops.
+// Expand, Concat/Split, Slice (any steps), Pad (constant, edge, reflect), Gather,
+// DepthToSpace and SpaceToDepth, with standard ops.
 #include <algorithm>
 #include <climits>
 
@@ -377,6 +378,36 @@ void gather_grad(GradContext& ctx) {
 
 namespace graphrun::autodiff {
 
+// DepthToSpace and SpaceToDepth move elements without arithmetic: the gradient is the inverse permutation.
+// SpaceToDepth inverts DepthToSpace in DCR mode exactly; CRD orders channels (C, block) where SpaceToDepth
+// gives (block, C), so a Reshape/Transpose/Reshape swaps the two after it.
+void depth_to_space_grad(GradContext& ctx) {
+  if (!ctx.needs(0) || ctx.dy().empty()) return;
+  const Node& n = ctx.fwd();
+  const int64_t b = n.attr_i("blocksize", 0);
+  std::string g = ctx.op("SpaceToDepth", {ctx.dy()}, {{"blocksize", Attribute::Int(b)}});
+  if (n.attr_s("mode", "DCR") == "CRD") {
+    const std::string& x = ctx.in(0);
+    const ValueInfo* xi = ctx.info(x);
+    std::string view;
+    if (xi && xi->has_shape && xi->shape.size() == 4 && xi->shape[1].known()) {
+      view = ctx.ints({0, b * b, xi->shape[1].size / (b * b), -1});
+    } else {
+      std::string c = ctx.op("Div", {runtime_dim(ctx, x, 1), ctx.ints({b * b})});
+      view = ctx.op("Concat", {ctx.ints({0, b * b}), c, ctx.ints({-1})}, {{"axis", Attribute::Int(0)}});
+    }
+    g = ctx.reshape(ctx.transpose(ctx.reshape(g, view), {0, 2, 1, 3}), ctx.reshape_target(x));
+  }
+  ctx.set_dx(0, g);
+}
+
+void space_to_depth_grad(GradContext& ctx) {
+  if (!ctx.needs(0) || ctx.dy().empty()) return;
+  std::map<std::string, Attribute> a{{"blocksize", Attribute::Int(ctx.fwd().attr_i("blocksize", 0))}};
+  if (ctx.opset() >= 11) a["mode"] = Attribute::Str("DCR");
+  ctx.set_dx(0, ctx.op("DepthToSpace", {ctx.dy()}, a));
+}
+
 // Trilu keeps a triangle: its gradient keeps the same one.
 void trilu_grad(GradContext& ctx) {
   std::vector<std::string> ins{ctx.dy()};
@@ -417,6 +448,8 @@ GR_REGISTER_OPS(shape) {
   ops.op("Gather").gradient(gather_grad);
   ops.op("Trilu").gradient(trilu_grad);
   ops.op("Tile").gradient(tile_grad);
+  ops.op("DepthToSpace").gradient(depth_to_space_grad);
+  ops.op("SpaceToDepth").gradient(space_to_depth_grad);
   // Shapes, sizes, indices and constants carry no gradient.
   ops.op("Shape").no_gradient().output_dtype(0, DType::I64);
   ops.op("Size").no_gradient().output_dtype(0, DType::I64);
