@@ -1,12 +1,31 @@
 // Gradient rule of Einsum: operand k's gradient is the Einsum of dY with the other operands onto k's term
 // ("bhid,bhjd->bhij": dA = "bhij,bhjd->bhid"), for any number of operands. Labels only operand k has (summed
-// away by the forward) come back by Unsqueeze + Expand; broadcast "..." dims by SumToShape. Repeated labels
-// within one operand (diagonals) have no rule.
+// away by the forward) come back by Unsqueeze + Expand; broadcast "..." dims by SumToShape. An operand with a
+// repeated label ("ii->i", "bii->bi") enters only through its diagonal: the gradient of that diagonal (the
+// term with each label once), laid back onto the diagonal by an Einsum with identity matrices.
 #include "autodiff/rules/rules.h"
 #include "graph/einsum_equation.h"
 
 namespace graphrun::autodiff {
 namespace {
+
+// The identity [d, d] of axis `axis` of x (Range and Equal at run time: symbolic sizes need no constant).
+std::string identity_of_axis(GradContext& ctx, const std::string& x, int64_t axis, DType t) {
+  std::string d = ctx.op("Gather", {ctx.op("Shape", {x}), ctx.op("Constant", {}, {{"value", Attribute::Tens(Tensor::scalar<int64_t>(axis))}})},
+                         {{"axis", Attribute::Int(0)}});
+  std::string r = ctx.op("Range", {ctx.op("Constant", {}, {{"value", Attribute::Tens(Tensor::scalar<int64_t>(0))}}), d,
+                                   ctx.op("Constant", {}, {{"value", Attribute::Tens(Tensor::scalar<int64_t>(1))}})});
+  return ctx.op("Cast", {ctx.op("Equal", {ctx.unsqueeze(r, {1}), r})}, {{"to", Attribute::Int(static_cast<int64_t>(t))}});
+}
+
+// Labels no operand or output uses, for the second and later copies of a repeated label.
+char unused_label(const EinsumEquation& eq, const std::string& taken) {
+  std::string all = eq.output + taken;
+  for (const auto& t : eq.inputs) all += t;
+  for (char c = 'A'; c <= 'z'; ++c)
+    if (std::isalpha(static_cast<unsigned char>(c)) && all.find(c) == std::string::npos) return c;
+  GR_FAIL("no free Einsum label left for a diagonal's gradient");
+}
 
 void einsum_grad(GradContext& ctx) {
   const Node& n = ctx.fwd();
@@ -19,12 +38,20 @@ void einsum_grad(GradContext& ctx) {
   for (const auto& t : eq.inputs) with_ellipsis += einsum_has_ellipsis(t);
   for (size_t k = 0; k < ops; ++k) {
     if (!ctx.needs(k)) continue;
-    const std::string& term = eq.inputs[k];
-    const std::string letters = einsum_letters(term);
-    for (char c : letters)
-      GR_CHECK(std::count(letters.begin(), letters.end(), c) == 1,
-               n.describe() << ": no gradient for Einsum operand " << k << " ('" << term << "'): label '" << c
-                            << "' repeats (a diagonal)");
+    const std::string& full = eq.inputs[k];
+    // The diagonal's term (each label once) and where each label first stands in the operand.
+    std::string term;
+    std::vector<int64_t> firsts;
+    for (size_t i = 0; i < full.size(); ++i)
+      if (full[i] != '.' && term.find(full[i]) == std::string::npos) {
+        term += full[i];
+        firsts.push_back(static_cast<int64_t>(i));
+      }
+    const bool diagonal = term.size() < einsum_letters(full).size();
+    GR_CHECK(!diagonal || !einsum_has_ellipsis(full),
+             n.describe() << ": no gradient for Einsum operand " << k << " ('" << full
+                          << "'): a label repeats in a term with '...'");
+    if (!diagonal) term = full;
     GR_CHECK(!einsum_has_ellipsis(term) || einsum_has_ellipsis(eq.output),
              n.describe() << ": no gradient for Einsum operand " << k << " ('" << term
                           << "'): its '...' dims are summed away");
@@ -63,7 +90,31 @@ void einsum_grad(GradContext& ctx) {
       }
     geq += "->" + kept;
     std::string g = ctx.op("Einsum", ins, {{"equation", Attribute::Str(geq)}});
-    if (!dropped_axes.empty()) g = ctx.op("Expand", {ctx.unsqueeze(g, dropped_axes), ctx.shape_of(ctx.in(k))});
+    if (!dropped_axes.empty()) {
+      std::string shape = ctx.shape_of(ctx.in(k));
+      if (diagonal) shape = ctx.op("Gather", {ctx.op("Shape", {ctx.in(k)}), ctx.ints(firsts)}, {{"axis", Attribute::Int(0)}});
+      g = ctx.op("Expand", {ctx.unsqueeze(g, dropped_axes), shape});
+    }
+    if (diagonal) {
+      // dX = dDiag(i) * I(i, i') for each further copy i' of a label i: "bi,ij->bij" for "bii".
+      std::string out, eqn = term;
+      std::vector<std::string> eins{g};
+      std::string taken;
+      for (size_t i = 0; i < full.size(); ++i) {
+        const char c = full[i];
+        const size_t first = full.find(c);
+        if (first == i) {
+          out += c;
+          continue;
+        }
+        const char fresh = unused_label(eq, taken);
+        taken += fresh;
+        out += fresh;
+        eqn += std::string(",") + c + fresh;
+        eins.push_back(identity_of_axis(ctx, ctx.in(k), static_cast<int64_t>(i), ctx.dtype(ctx.in(k))));
+      }
+      g = ctx.op("Einsum", eins, {{"equation", Attribute::Str(eqn + "->" + out)}});
+    }
     if (einsum_has_ellipsis(term) && with_ellipsis > 1)
       g = ctx.op("SumToShape", {g, ctx.op("Shape", {ctx.in(k)})}, {}, kGraphrunDomain);
     ctx.set_dx(k, g);
