@@ -140,6 +140,29 @@ TEST(HostileInput, BadTensorFilesAreOneLineAndExit2) {
   }
 }
 
+// Optional- and sequence-typed graph outputs (inputs: MessagesNameTheNodeTheAttributeAndTheRange) are
+// refused with one line naming the value, before any op or allocation.
+TEST(HostileInput, OptionalAndSequenceOutputsAreOneLineAndExit2) {
+  const std::string d = testing::temp_dir("hostile_seq_outputs");
+  auto r = testing::run_command(
+      "cd '" + d + "' && " + testing::python() + " -c \"" +
+      "import onnx; from onnx import helper as h, TensorProto as T; "
+      "x = h.make_tensor_value_info('x', T.FLOAT, [4]); "
+      "t = h.make_tensor_type_proto(T.FLOAT, [2]); "
+      "onnx.save(h.make_model(h.make_graph([h.make_node('SplitToSequence', ['x'], ['pieces'])], 'g', [x], "
+      "[h.make_value_info('pieces', h.make_sequence_type_proto(t))]), "
+      "opset_imports=[h.make_opsetid('', 15)]), 'seq.onnx'); "
+      "onnx.save(h.make_model(h.make_graph([h.make_node('Optional', ['x'], ['maybe'])], 'g', [x], "
+      "[h.make_value_info('maybe', h.make_optional_type_proto(h.make_tensor_type_proto(T.FLOAT, [4])))]), "
+      "opset_imports=[h.make_opsetid('', 15)]), 'opt.onnx'); "
+      "import numpy as np; np.save('x.npy', np.zeros(4, np.float32))\"");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_refused("run", d + "/seq.onnx --input " + d + "/x.npy",
+                 "output 'pieces' has a sequence type: optional/sequence types are not supported");
+  expect_refused("run", d + "/opt.onnx --input " + d + "/x.npy",
+                 "output 'maybe' has an optional type: optional/sequence types are not supported");
+}
+
 // A folder of MNIST-format data: 8 training and 4 test images of 28x28, gzipped.
 void write_idx(const std::string& path, const std::string& header_and_data) {
   gzFile f = gzopen(path.c_str(), "wb");
