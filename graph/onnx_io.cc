@@ -4,9 +4,11 @@
 #include <onnx/checker.h>
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
+#include <onnx/version_converter/convert.h>
 
 #include <cstdio>
 #include <fstream>
+#include <iostream>
 #include <set>
 #include <unordered_map>
 #include <sstream>
@@ -148,13 +150,33 @@ void check_opsets(const onnx::ModelProto& m, const std::string& what) {
   for (const auto& op : m.opset_import()) {
     if (!normal_domain(op.domain()).empty()) continue;
     has_default = true;
-    if (op.version() < kMinOpset || op.version() > kMaxOpset)
-      GR_FAIL(what << ": ONNX opset " << op.version() << " is not supported (graphrun reads opsets " << kMinOpset
-                   << " to " << kMaxOpset << "; convert with onnx.version_converter)");
+    if (op.version() < 1 || op.version() > kMaxOpset)
+      GR_FAIL(what << ": ONNX opset " << op.version() << " is not supported (graphrun reads opsets 1 to "
+                   << kMaxOpset << "; below " << kMinOpset << " it converts on load)");
   }
   // A model of only custom-domain ops needs no default opset, but most do.
   if (!has_default && m.opset_import_size() == 0)
     GR_FAIL(what << ": not a valid ONNX model: no opset_import");
+}
+
+// Opsets 1 to 6 are brought to opset 7 by onnx's own version converter (its adapters know each op's
+// schema changes); graphrun's kernels and rules know opsets 7 and up. Says so once per model on stderr.
+void convert_old_opset(onnx::ModelProto& m, const std::string& what) {
+  int64_t from = 0;
+  for (const auto& op : m.opset_import())
+    if (normal_domain(op.domain()).empty()) from = op.version();
+  if (from == 0 || from >= kMinOpset) return;
+  try {
+    onnx::checker::check_model(m);  // the converter assumes a well-formed model
+    m = onnx::version_conversion::ConvertVersion(m, static_cast<int>(kMinOpset));
+  } catch (const std::exception& e) {
+    GR_FAIL(what << ": ONNX opset " << from << " could not be converted to opset " << kMinOpset
+                 << " (onnx's version converter: " << first_line(e.what()) << ")");
+  }
+  static std::set<std::string> said;
+  if (said.insert(what).second)
+    std::cerr << "graphrun: " << what << ": opset " << from << " converted to opset " << kMinOpset
+              << " on load (onnx's version converter)\n";
 }
 
 Graph graph_from_proto(onnx::ModelProto& m, const std::string& what) {
@@ -444,6 +466,7 @@ Graph load_model(const std::string& bytes, const std::string& what) {
                  << kMaxIrVersion << ")");
   check_opsets(m, what);
   check_supported_features(m, what);
+  convert_old_opset(m, what);
   // A model file is untrusted: ONNX's checker and inference see only what graph/validate.h passed.
   validate_model(m, what);
   sort_nodes(m.mutable_graph(), what);

@@ -343,7 +343,7 @@ open('corrupt.onnx', 'wb').write(bytes(corrupt))
 open('text.onnx', 'w').write('this is not a model, just some text\n' * 10)
 open('empty.onnx', 'wb').write(b'')
 m18 = onnx.load('tiny.onnx'); m18.opset_import[0].version = 18; onnx.save(m18, 'opset18.onnx')
-m6 = onnx.load('tiny.onnx'); m6.opset_import[0].version = 6; onnx.save(m6, 'opset6.onnx')
+m0 = onnx.load('tiny.onnx'); m0.opset_import[0].version = 0; onnx.save(m0, 'opset0.onnx')
 onnx.save(onnx.load('tiny.onnx'), 'external.onnx', save_as_external_data=True, all_tensors_to_one_file=True,
           location='external.data', size_threshold=0)
 X = helper.make_tensor_value_info('c', TensorProto.BOOL, [])
@@ -367,7 +367,7 @@ cyc = onnx.load('tiny.onnx'); cyc.graph.node[0].input[0] = 'relu1'; onnx.save(cy
   expect_load_error(dir + "/corrupt.onnx", "");
   expect_load_error(dir + "/text.onnx", "not");
   expect_load_error(dir + "/opset18.onnx", "opset 18 is not supported");
-  expect_load_error(dir + "/opset6.onnx", "opset 6 is not supported");
+  expect_load_error(dir + "/opset0.onnx", "opset 0 is not supported");
   expect_load_error(dir + "/external.onnx", "external data");
   expect_load_error(dir + "/if.onnx", "node 'branch' (If) has a subgraph");
   expect_load_error(dir + "/dangling.onnx", "node 'relu1' (Relu): input 'nowhere' is not produced");
@@ -377,6 +377,44 @@ cyc = onnx.load('tiny.onnx'); cyc.graph.node[0].input[0] = 'relu1'; onnx.save(cy
   ASSERT_EQ(g.nodes.size(), 3u);
   EXPECT_EQ(g.nodes[0].op_type, "Conv");
   EXPECT_EQ(g.nodes[2].op_type, "Flatten");
+}
+
+// Opsets below 7 are converted on load by onnx's version converter, with one line on stderr: Add-6's
+// explicit broadcast (broadcast=1) becomes opset 7's numpy broadcasting with the same numbers, and
+// opset-6 BatchNormalization drops is_test/spatial; the converted model runs like the original.
+TEST(OnnxIo, OldOpsetsAreConvertedOnLoad) {
+  std::string dir = temp_dir("onnx_io_old_opset");
+  run_python(dir, R"(
+X = helper.make_tensor_value_info('x', TensorProto.FLOAT, [2, 3, 2, 2])
+Y = helper.make_tensor_value_info('y', TensorProto.FLOAT, [2, 3, 2, 2])
+inits = [numpy_helper.from_array(np.array([1, -2, 3], np.float32), n) for n in ('s', 'bias', 'mean')]
+inits.append(numpy_helper.from_array(np.array([1, 4, 0.25], np.float32), 'var'))
+inits.append(numpy_helper.from_array(np.array([0.5, -1], np.float32), 'b'))
+nodes = [helper.make_node('Add', ['x', 'b'], ['a'], broadcast=1),
+         helper.make_node('BatchNormalization', ['a', 's', 'bias', 'mean', 'var'], ['y'], is_test=1, epsilon=0.0)]
+m = helper.make_model(helper.make_graph(nodes, 'g', [X], [Y], inits), opset_imports=[helper.make_opsetid('', 6)])
+onnx.save(m, 'old.onnx')
+x = np.arange(24, dtype=np.float32).reshape(2, 3, 2, 2)
+c = lambda v: np.array(v, np.float32).reshape(1, 3, 1, 1)
+a = x + np.array([0.5, -1], np.float32)
+np.save('x.npy', x)
+np.save('want.npy', c([1, -2, 3]) * (a - c([1, -2, 3])) / np.sqrt(c([1, 4, 0.25])) + c([1, -2, 3]))
+)");
+  Graph g = load_onnx(dir + "/old.onnx");
+  EXPECT_EQ(g.opset(""), 7);
+  for (const Node& n : g.nodes) {
+    EXPECT_FALSE(n.attr("broadcast")) << n.describe();
+    EXPECT_FALSE(n.attr("is_test")) << n.describe();
+  }
+  auto r = run_command("cd '" + dir + "' && '" + testing::graphrun_cli() +
+                       "' run old.onnx --input x.npy --output-dir out 2>err.txt && " + python() +
+                       " -c \"import numpy as np; d = np.abs(np.load('out/y.npy') - np.load('want.npy')).max(); "
+                       "print('maxdiff', d); assert d < 1e-5\" && cat err.txt");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("old.onnx: opset 6 converted to opset 7 on load (onnx's version converter)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("converted"), r.output.rfind("converted")) << "said more than once: " << r.output;
 }
 
 }  // namespace
