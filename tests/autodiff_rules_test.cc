@@ -823,31 +823,28 @@ TEST(GradRules, LossGradInputScalesEveryGradient) {
 
 // ---- gradients of ops that only move or select elements, and ReduceProd through zeros
 
-// GatherND: duplicate and negative index tuples add up (ScatterND with reduction add into zeros).
+// GatherND: duplicate and negative index tuples add up (ScatterND with reduction add into zeros from opset
+// 16; GatherNDGrad before, and with batch_dims at any opset).
 TEST(GradRules, GatherNDAddsDuplicates) {
-  struct Case { Shape idx_shape; std::vector<int64_t> idx; };
-  std::vector<Case> cases = {{{4, 1}, {2, 0, 2, -1}},                 // whole [4, 2] slices, row 2 twice
-                             {{2, 3, 2}, {0, 1, 2, 3, 0, 1, -1, -4, 1, 2, 0, 1}},  // [2] rows, (0, 1) three times
-                             {{5, 3}, {0, 0, 0, 1, 2, 1, 0, 0, 0, 2, 3, 1, -1, -1, -1}}};  // single elements
-  for (int64_t opset : {16, 18})
+  struct Case { Shape idx_shape; std::vector<int64_t> idx; int64_t batch_dims; };
+  std::vector<Case> cases = {{{4, 1}, {2, 0, 2, -1}, 0},                 // whole [4, 2] slices, row 2 twice
+                             {{2, 3, 2}, {0, 1, 2, 3, 0, 1, -1, -4, 1, 2, 0, 1}, 0},  // [2] rows, (0, 1) thrice
+                             {{5, 3}, {0, 0, 0, 1, 2, 1, 0, 0, 0, 2, 3, 1, -1, -1, -1}, 0},  // single elements
+                             {{3, 2, 1}, {1, 1, 0, 3, -1, 2}, 1},         // per batch row, one twice
+                             {{3, 2, 2}, {0, 1, 0, 1, 3, 0, 2, 1, 2, 1, 1, 1}, 1}};
+  for (int64_t opset : {13, 16, 18})
     for (const Case& c : cases)
       for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly, ShapeInfo::None}) {
-        SCOPED_TRACE("opset " + std::to_string(opset) + " k " + std::to_string(c.idx_shape.back()));
+        SCOPED_TRACE("opset " + std::to_string(opset) + " k " + std::to_string(c.idx_shape.back()) + " batch_dims " +
+                     std::to_string(c.batch_dims));
         TestGraph t(opset);
         std::string x = t.param("x", {3, 4, 2}, 1);
         t.g.initializers["idx"] = i64s(c.idx, c.idx_shape);
-        Graph bg = check_gradients(t, t.node("GatherND", {x, "idx"}), shapes(si));
-        EXPECT_EQ(count_ops(bg, "ScatterND"), 1);
+        Graph bg = check_gradients(t, t.node("GatherND", {x, "idx"}, {{"batch_dims", A::Int(c.batch_dims)}}), shapes(si));
+        const bool standard = opset >= 16 && c.batch_dims == 0;
+        EXPECT_EQ(count_ops(bg, "ScatterND"), standard ? 1 : 0);
+        EXPECT_EQ(count_ops(bg, "GatherNDGrad"), standard ? 0 : 1);
       }
-  TestGraph old(13);
-  std::string x = old.param("x", {3, 2}, 1);
-  old.g.initializers["idx"] = i64s({1, 0}, {2, 1});
-  try {
-    check_gradients(old, old.node("GatherND", {x, "idx"}));
-    ADD_FAILURE() << "expected an error below opset 16";
-  } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("needs opset >= 16"), std::string::npos) << e.what();
-  }
 }
 
 TEST(GradRules, DepthToSpaceAndSpaceToDepthBothModes) {

@@ -1,8 +1,8 @@
 // Gradient rules of the element-indexing ops: GatherElements (scatter-add of dY: ScatterElements with
 // reduction add from opset 16, ai.graphrun GatherElementsGrad before), ScatterElements and ScatterND
 // (reduction none or add: data's gradient is dY with the overwritten positions zeroed, the
-// updates' the gather of dY at the indices), GatherND (ScatterND with reduction add from opset 16) and
-// TopK's values (dY written back at the indices along the axis). Indices carry no gradient.
+// updates' the gather of dY at the indices), GatherND (ScatterND with reduction add from opset 16,
+// ai.graphrun GatherNDGrad before) and TopK's values (dY written back at the indices along the axis). Indices carry no gradient.
 #include "autodiff/rules/rules.h"
 
 namespace graphrun::autodiff {
@@ -39,17 +39,18 @@ void scatter_grad(GradContext& ctx, bool elements) {
 }
 
 // dData = zeros of data's shape with dY added at every gathered position: ScatterND with reduction add
-// sums duplicate index tuples, which reduction none would leave undefined.
+// (opset 16) sums duplicate index tuples, which reduction none would leave undefined; below opset 16, or
+// with batch_dims (which ScatterND lacks), ai.graphrun GatherNDGrad does the same.
 void gather_nd_grad(GradContext& ctx) {
   if (!ctx.needs(0) || ctx.dy().empty()) return;
-  const Node& n = ctx.fwd();
-  GR_CHECK(n.attr_i("batch_dims", 0) == 0,
-           n.describe() << ": no gradient for GatherND with batch_dims != 0 (batch_dims = 0 has one)");
-  GR_CHECK(ctx.opset() >= 16, n.describe() << ": the GatherND gradient needs opset >= 16 (ScatterND with reduction "
-                                              "add); this model has opset "
-                                           << ctx.opset());
-  ctx.set_dx(0, ctx.op("ScatterND", {ctx.zeros_like(ctx.in(0)), ctx.in(1), ctx.dy()},
-                       {{"reduction", Attribute::Str("add")}}));
+  const int64_t batch_dims = ctx.fwd().attr_i("batch_dims", 0);
+  if (ctx.opset() >= 16 && batch_dims == 0) {
+    ctx.set_dx(0, ctx.op("ScatterND", {ctx.zeros_like(ctx.in(0)), ctx.in(1), ctx.dy()},
+                         {{"reduction", Attribute::Str("add")}}));
+    return;
+  }
+  ctx.set_dx(0, ctx.op("GatherNDGrad", {ctx.dy(), ctx.in(1), ctx.shape_of(ctx.in(0))},
+                       {{"batch_dims", Attribute::Int(batch_dims)}}, kGraphrunDomain));
 }
 
 // TopK's values are data gathered at its indices along the axis; the indices within one slice are

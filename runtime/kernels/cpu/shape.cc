@@ -1,5 +1,6 @@
 // CPU kernels: shape family — ops that move, select or create elements without arithmetic
-// (Reshape, Transpose, Concat, Split, Slice, Pad, Gather, ...), plus ai.graphrun SumToShape and GatherElementsGrad.
+// (Reshape, Transpose, Concat, Split, Slice, Pad, Gather, ...), plus ai.graphrun SumToShape, GatherElementsGrad and
+// GatherNDGrad.
 // Movement kernels work on raw elements of 1, 2, 4 or 8 bytes, so they serve every dtype.
 #include <algorithm>
 #include <cmath>
@@ -740,6 +741,27 @@ void scatter_nd_kernel(KernelContext& ctx) {
   });
 }
 
+// GatherNDGrad(dY, indices, shape): zeros of `shape` with dY added at every gathered slice (duplicate
+// tuples add up), for GatherND below opset 16 or with batch_dims, where ScatterND cannot add.
+void gather_nd_grad_kernel(KernelContext& ctx) {
+  const Tensor &dy = ctx.input(0), &ind = ctx.input(1);
+  const std::vector<int64_t> sv = ctx.input(2).as_int64s();
+  const Shape xs(sv.begin(), sv.end());
+  for (int64_t d : xs) GR_CHECK(d >= 0, "GatherNDGrad: bad shape " << shape_str(xs));
+  Tensor& dx = ctx.output(0, xs, dy.dtype());
+  NdIndex nd = nd_index(dx, ind, ctx.node().attr_i("batch_dims", 0), "GatherNDGrad");
+  GR_CHECK(dy.shape() == nd.out, "GatherNDGrad: dY has shape " << shape_str(dy.shape()) << ", expected "
+                                                               << shape_str(nd.out));
+  dispatch_float(dy.dtype(), "GatherNDGrad", [&](auto tag) {
+    using T = decltype(tag);
+    const T* g = ptr<T>(dy);
+    T* p = ptr<T>(dx);
+    std::fill(p, p + dx.numel(), T(0));
+    for (size_t t = 0; t < nd.offsets.size(); ++t)
+      for (int64_t i = 0; i < nd.slice; ++i) p[nd.offsets[t] + i] += g[t * nd.slice + i];
+  });
+}
+
 // Trilu(x[, k]): keeps the upper (j - i >= k) or lower (j - i <= k) triangle of the last two axes.
 void trilu_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
@@ -1020,6 +1042,18 @@ GR_REGISTER_OPS(shape) {
   ops.op("ReverseSequence").cpu(reverse_sequence_kernel);
   ops.op("GatherND").cpu(gather_nd_kernel);
   ops.op("ScatterND").cpu(scatter_nd_kernel);
+  ops.op(kGraphrunDomain, "GatherNDGrad")
+      .cpu(gather_nd_grad_kernel)
+      .host_inputs({2})
+      .schema(OpSchemaSpec("gradient of `GatherND` w.r.t. its data below opset 16 or with batch_dims (else "
+                           "ScatterND with reduction add): zeros of `shape` with dY added at every gathered slice")
+                  .attr("batch_dims", "as GatherND", Attribute::Int(0))
+                  .input("dY", "gradient of the output", "T")
+                  .input("indices", "the forward's indices", "tensor(int64)")
+                  .input("shape", "the shape of data (i64 1-D)", "tensor(int64)")
+                  .output("dX", "gradient of data", "T")
+                  .type("T", float_tensor_types(), "float tensors")
+                  .output_shape_from(0, 2));
   ops.op("Trilu").cpu(trilu_kernel).host_inputs({1});
   ops.op("EyeLike").cpu(eye_like_kernel);
   ops.op("DepthToSpace").cpu(depth_to_space_kernel);
