@@ -453,11 +453,25 @@ TEST(GradRules, ScatterElementsAndScatterND) {
   }
 }
 
+struct EinsumCase { const char* eq; std::vector<Shape> shapes; };
+
+// Each equation's numeric check with static, rank-only and unknown shapes.
+void check_einsum_gradients(const std::vector<EinsumCase>& cases) {
+  for (const EinsumCase& c : cases)
+    for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly, ShapeInfo::None}) {
+      SCOPED_TRACE(c.eq);
+      TestGraph t(13);
+      std::vector<std::string> ins;
+      for (size_t i = 0; i < c.shapes.size(); ++i)
+        ins.push_back(t.param("x" + std::to_string(i), c.shapes[i], 10 + i));
+      check_gradients(t, t.node("Einsum", ins, {{"equation", A::Str(c.eq)}}), shapes(si));
+    }
+}
+
 // The contractions torch models write (attention scores and their weighted sum, bilinear forms, batched
 // matmul with "..." broadcast), a transpose, and a label summed away by the forward.
 TEST(GradRules, EinsumContractions) {
-  struct Case { const char* eq; std::vector<Shape> shapes; };
-  const std::vector<Case> cases = {
+  const std::vector<EinsumCase> cases = {
       {"bhid,bhjd->bhij", {{2, 2, 3, 4}, {2, 2, 5, 4}}},
       {"bhij,bhjd->bhid", {{2, 2, 3, 5}, {2, 2, 5, 4}}},
       {"ij,jk", {{3, 4}, {4, 2}}},
@@ -467,15 +481,7 @@ TEST(GradRules, EinsumContractions) {
       {"ij->ji", {{3, 4}}},
       {"ijk,k->i", {{2, 3, 4}, {4}}},
       {"i,j->ij", {{3}, {4}}}};
-  for (const Case& c : cases)
-    for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly, ShapeInfo::None}) {
-      SCOPED_TRACE(c.eq);
-      TestGraph t(13);
-      std::vector<std::string> ins;
-      for (size_t i = 0; i < c.shapes.size(); ++i)
-        ins.push_back(t.param("x" + std::to_string(i), c.shapes[i], 10 + i));
-      check_gradients(t, t.node("Einsum", ins, {{"equation", A::Str(c.eq)}}), shapes(si));
-    }
+  check_einsum_gradients(cases);
   TestGraph t(13);
   std::string x = t.param("x", {2, 3, 3}, 1);
   try {
@@ -489,23 +495,14 @@ TEST(GradRules, EinsumContractions) {
 // Operands with a repeated label reach the output only through their diagonal: the gradient is zero
 // off it (a numeric check perturbs those elements too).
 TEST(GradRules, EinsumDiagonals) {
-  struct Case { const char* eq; std::vector<Shape> shapes; };
-  const std::vector<Case> cases = {{"ii->i", {{3, 3}}},
-                                   {"bii->bi", {{2, 3, 3}}},
-                                   {"ii->", {{3, 3}}},                    // the trace: i summed away
-                                   {"iii->i", {{2, 2, 2}}},
-                                   {"bii,bij->bj", {{2, 3, 3}, {2, 3, 4}}},
-                                   {"ij,jj->i", {{3, 4}, {4, 4}}},
-                                   {"iji->j", {{3, 2, 3}}}};
-  for (const Case& c : cases)
-    for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly, ShapeInfo::None}) {
-      SCOPED_TRACE(c.eq);
-      TestGraph t(13);
-      std::vector<std::string> ins;
-      for (size_t i = 0; i < c.shapes.size(); ++i)
-        ins.push_back(t.param("x" + std::to_string(i), c.shapes[i], 10 + i));
-      check_gradients(t, t.node("Einsum", ins, {{"equation", A::Str(c.eq)}}), shapes(si));
-    }
+  const std::vector<EinsumCase> cases = {{"ii->i", {{3, 3}}},
+                                         {"bii->bi", {{2, 3, 3}}},
+                                         {"ii->", {{3, 3}}},                    // the trace: i summed away
+                                         {"iii->i", {{2, 2, 2}}},
+                                         {"bii,bij->bj", {{2, 3, 3}, {2, 3, 4}}},
+                                         {"ij,jj->i", {{3, 4}, {4, 4}}},
+                                         {"iji->j", {{3, 2, 3}}}};
+  check_einsum_gradients(cases);
 }
 
 TEST(GradRules, DropoutUsesTheForwardMask) {

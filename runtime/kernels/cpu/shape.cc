@@ -762,6 +762,20 @@ void gather_nd_grad_kernel(KernelContext& ctx) {
   });
 }
 
+// The schema the index-gradient ops share: (dY, indices, shape) -> dX of `shape`, one int attribute.
+OpSchemaSpec index_grad_schema(const char* doc, const char* attr, const char* attr_doc,
+                               std::vector<std::string> index_types) {
+  return OpSchemaSpec(doc)
+      .attr(attr, attr_doc, Attribute::Int(0))
+      .input("dY", "gradient of the output", "T")
+      .input("indices", "the forward's indices", "Tind")
+      .input("shape", "the shape of data (i64 1-D)", "tensor(int64)")
+      .output("dX", "gradient of data", "T")
+      .type("T", float_tensor_types(), "float tensors")
+      .type("Tind", std::move(index_types), "index tensors")
+      .output_shape_from(0, 2);
+}
+
 // Trilu(x[, k]): keeps the upper (j - i >= k) or lower (j - i <= k) triangle of the last two axes.
 void trilu_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
@@ -1022,16 +1036,10 @@ GR_REGISTER_OPS(shape) {
   ops.op(kGraphrunDomain, "GatherElementsGrad")
       .cpu(gather_elements_grad_kernel)
       .host_inputs({2})
-      .schema(OpSchemaSpec("gradient of `GatherElements` w.r.t. its data before opset 16 (from 16 on, ScatterElements "
-                           "with reduction add): zeros of `shape` with dY added at the gathered positions")
-                  .attr("axis", "as GatherElements", Attribute::Int(0))
-                  .input("dY", "gradient of the output", "T")
-                  .input("indices", "the forward's indices", "Tind")
-                  .input("shape", "the shape of data (i64 1-D)", "tensor(int64)")
-                  .output("dX", "gradient of data", "T")
-                  .type("T", float_tensor_types(), "float tensors")
-                  .type("Tind", {"tensor(int32)", "tensor(int64)"}, "index tensors")
-                  .output_shape_from(0, 2));
+      .schema(index_grad_schema("gradient of `GatherElements` w.r.t. its data before opset 16 (from 16 on, "
+                                "ScatterElements with reduction add): zeros of `shape` with dY added at the gathered "
+                                "positions",
+                                "axis", "as GatherElements", {"tensor(int32)", "tensor(int64)"}));
   ops.op("ScatterElements").cpu(scatter_elements_kernel);
   ops.op("Scatter").cpu(scatter_elements_kernel);
   ops.op("OneHot").cpu(onehot_kernel).host_inputs({1});
@@ -1045,15 +1053,9 @@ GR_REGISTER_OPS(shape) {
   ops.op(kGraphrunDomain, "GatherNDGrad")
       .cpu(gather_nd_grad_kernel)
       .host_inputs({2})
-      .schema(OpSchemaSpec("gradient of `GatherND` w.r.t. its data below opset 16 or with batch_dims (else "
-                           "ScatterND with reduction add): zeros of `shape` with dY added at every gathered slice")
-                  .attr("batch_dims", "as GatherND", Attribute::Int(0))
-                  .input("dY", "gradient of the output", "T")
-                  .input("indices", "the forward's indices", "tensor(int64)")
-                  .input("shape", "the shape of data (i64 1-D)", "tensor(int64)")
-                  .output("dX", "gradient of data", "T")
-                  .type("T", float_tensor_types(), "float tensors")
-                  .output_shape_from(0, 2));
+      .schema(index_grad_schema("gradient of `GatherND` w.r.t. its data below opset 16 or with batch_dims (else "
+                                "ScatterND with reduction add): zeros of `shape` with dY added at every gathered slice",
+                                "batch_dims", "as GatherND", {"tensor(int64)"}));
   ops.op("Trilu").cpu(trilu_kernel).host_inputs({1});
   ops.op("EyeLike").cpu(eye_like_kernel);
   ops.op("DepthToSpace").cpu(depth_to_space_kernel);
