@@ -68,19 +68,20 @@ TEST(CheckCli, BrokenGradientRuleFailsTheNumericCheck) {
 
 TEST(CheckCli, ListsEveryNodeWithoutAGradientRuleOrKernel) {
   const std::string dir = temp_dir("check_cli_missing");
-  // ReduceProd has a kernel but no rule (twice); Det has neither (twice).
+  // Mod has a kernel but no rule (twice); Det has neither (twice).
   const std::string norule = make_model(
       dir, "norule",
       "[h.make_node('MatMul', ['x', 'w'], ['m'], name='mm'),"
-      " h.make_node('ReduceProd', ['m'], ['p1'], name='prod_a', axes=[1], keepdims=1),"
-      " h.make_node('ReduceProd', ['m'], ['p2'], name='prod_b', axes=[1], keepdims=1),"
-      " h.make_node('Add', ['p1', 'p2'], ['y'], name='add')]",
+      " h.make_node('Mod', ['m', 'x'], ['p1'], name='mod_a', fmod=1),"
+      " h.make_node('Mod', ['x', 'm'], ['p2'], name='mod_b', fmod=1),"
+      " h.make_node('Add', ['p1', 'p2'], ['msum'], name='add'),"
+      " h.make_node('ReduceMean', ['msum'], ['y'], name='mean', axes=[1], keepdims=1)]",
       "['N', 1]");
   auto r = run_command(graphrun_cli() + " check " + norule);
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("ops without a gradient rule on the path to the outputs: 2\n"
-                          "  no gradient rule for op 'ReduceProd' (node 'prod_a')\n"
-                          "  no gradient rule for op 'ReduceProd' (node 'prod_b')\n"),
+                          "  no gradient rule for op 'Mod' (node 'mod_a')\n"
+                          "  no gradient rule for op 'Mod' (node 'mod_b')\n"),
             std::string::npos) << r.output;
   EXPECT_NE(r.output.find("verdict: not trainable: gradient rules are missing"), std::string::npos) << r.output;
 
