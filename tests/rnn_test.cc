@@ -1,8 +1,9 @@
 // LSTM and GRU: numeric gradient checks of LSTMGrad / GRUGrad (float64, static and symbolic shapes, every
 // direction, both layouts, with biases, initial states, peepholes, sequence_lens and clip or without), and the
-// clear refusals.
+// clear refusals; `graphrun run` on torch's nn.LSTM / nn.GRU exports against torch.
 #include <gtest/gtest.h>
 
+#include "graph/tensor_io.h"
 #include "tests/grad_check.h"
 
 namespace graphrun::testing {
@@ -104,6 +105,28 @@ TEST(Rnn, RefusesWhatItLacks) {
       EXPECT_NE(std::string(e.what()).find("'" + attr + "'"), std::string::npos) << e.what();
       EXPECT_NE(std::string(e.what()).find("LSTM"), std::string::npos) << e.what();
     }
+  }
+}
+
+// torch's nn.LSTM (2 bidirectional layers, batch_first) and nn.GRU (2 bidirectional layers, time first; torch
+// exports linear_before_reset = 1) through `graphrun run`: the eval export's logits against torch in float64.
+TEST(Rnn, GraphrunRunMatchesTorchExports) {
+  if (run_command(python() + " -c 'import torchvision' 2>&1").exit_code != 0)
+    GTEST_SKIP() << python() << " lacks torchvision (python3-torchvision)";
+  for (const char* model : {"lstm", "gru"}) {
+    SCOPED_TRACE(model);
+    const std::string dir = temp_dir(std::string("rnn_run_") + model);
+    auto py = run_command(python() + " " + source_dir() + "/tests/zoo_parity.py " + model + " " + dir +
+                          " --opset 14 --size 8 --batch 3 2>&1");
+    ASSERT_EQ(py.exit_code, 0) << py.output;
+    auto r = run_command(graphrun_cli() + " run " + dir + "/eval.onnx --input image=" + dir + "/image.npy --output-dir " +
+                         dir + "/out 2>&1");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const Tensor got = read_npy(dir + "/out/logits.npy"), want = read_npy(dir + "/logits.npy");
+    ASSERT_EQ(shape_str(got.shape()), shape_str(want.shape()));
+    double scale = 1;
+    for (double v : want.as_doubles()) scale = std::max(scale, std::fabs(v));
+    EXPECT_LE(max_abs_diff(got, want), 1e-5 * scale);
   }
 }
 
