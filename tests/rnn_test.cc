@@ -64,7 +64,8 @@ TEST(Rnn, LstmGradientsMatchNumeric) {
   cases.push_back({true, "forward", 1, true, true, false, false, false, 0, 2});
   cases.push_back({true, "forward", 0, true, true, false, false, false, 0, 4});
   for (const Case& c : cases)
-    for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly}) {
+    for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly, ShapeInfo::None}) {
+      if (si == ShapeInfo::None && (c.used & (c.used - 1))) continue;  // the test's Concat needs ranks
       SCOPED_TRACE(name_of(c) + " shapes " + std::to_string(static_cast<int>(si)));
       Graph bg = check_case(c, si);
       EXPECT_EQ(count_ops(bg, "LSTMGrad"), 1);
@@ -82,7 +83,8 @@ TEST(Rnn, GruGradientsMatchNumeric) {
     cases.push_back({false, "reverse", 1, true, false, false, true, false, lbr, 2});
   }
   for (const Case& c : cases)
-    for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly}) {
+    for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly, ShapeInfo::None}) {
+      if (si == ShapeInfo::None && (c.used & (c.used - 1))) continue;  // the test's Concat needs ranks
       SCOPED_TRACE(name_of(c) + " shapes " + std::to_string(static_cast<int>(si)));
       Graph bg = check_case(c, si);
       EXPECT_EQ(count_ops(bg, "GRUGrad"), 1);

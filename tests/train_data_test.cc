@@ -278,6 +278,8 @@ torch.onnx.export(SeqClassifier(), torch.from_numpy(tok[:2]), 'seq.onnx', input_
                   output_names=['logits'], dynamic_axes={'tokens': {0: 'N'}, 'logits': {0: 'N'}}, opset_version=14,
                   training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
 )");
+  auto check = testing::run_command(testing::graphrun_cli() + " check " + d + "/seq.onnx");
+  EXPECT_EQ(check.exit_code, 0) << check.output;
   const std::string out = train(d + "/seq.onnx", "--data " + d + "/train.npz --test-data " + d +
                                                      "/test.npz --devices cpu:2 --threads 1 --epochs 4 --batch-size 32 "
                                                      "--lr 0.1 --momentum 0.9 --metrics " + d + "/m.jsonl");
