@@ -8,6 +8,8 @@
 #include <fstream>
 #include <regex>
 
+#include <nlohmann/json.hpp>
+
 #include "graph/onnx_io.h"
 #include "runtime/trainer.h"
 #include "tests/data_test_util.h"
@@ -244,6 +246,50 @@ torch.onnx.export(TextClassifier(), (torch.from_numpy(tok[:2]), torch.from_numpy
                                                       "/test.npz --devices cpu:2 --threads 1 --epochs 2 --batch-size 32 "
                                                       "--lr 0.1 --momentum 0.9 --metrics " + d + "/m.jsonl");
   EXPECT_GT(closing(out, "test acc"), 0.95) << out;
+}
+
+// A recurrent sequence classifier as users write one: nn.Embedding, nn.LSTM (batch_first), the last step, a
+// Linear head. The class is whether token 3 occurs, so the state must carry it to the last step; the loss of
+// the last epoch is below the first's.
+TEST(TrainData, LstmSequenceClassifierTrains) {
+  if (testing::run_command(testing::python() + " -c 'import torch' 2>&1").exit_code != 0)
+    GTEST_SKIP() << testing::python() << " lacks torch (python3-torch)";
+  const std::string d = testing::temp_dir("train_data_lstm");
+  run_python(d, R"(
+import torch
+torch.manual_seed(0)
+V, T = 12, 10
+class SeqClassifier(torch.nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.emb = torch.nn.Embedding(V, 8)
+        s.rnn = torch.nn.LSTM(8, 16, batch_first=True)
+        s.head = torch.nn.Linear(16, 2)
+    def forward(s, tokens):
+        y, _ = s.rnn(s.emb(tokens))
+        return s.head(y[:, -1])
+r = np.random.RandomState(0)
+tok = r.randint(0, V, size=(1200, T)).astype(np.int64)
+tok[r.rand(1200) < 0.5] %= 3  # about half hold no 3 at all
+y = (tok == 3).any(1).astype(np.int64)
+np.savez('train.npz', tokens=tok[:1000], labels=y[:1000])
+np.savez('test.npz', tokens=tok[1000:], labels=y[1000:])
+torch.onnx.export(SeqClassifier(), torch.from_numpy(tok[:2]), 'seq.onnx', input_names=['tokens'],
+                  output_names=['logits'], dynamic_axes={'tokens': {0: 'N'}, 'logits': {0: 'N'}}, opset_version=14,
+                  training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+)");
+  auto check = testing::run_command(testing::graphrun_cli() + " check " + d + "/seq.onnx");
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+  const std::string out = train(d + "/seq.onnx", "--data " + d + "/train.npz --test-data " + d +
+                                                     "/test.npz --devices cpu:2 --threads 1 --epochs 4 --batch-size 32 "
+                                                     "--lr 0.1 --momentum 0.9 --metrics " + d + "/m.jsonl");
+  std::ifstream metrics(d + "/m.jsonl");
+  std::vector<double> losses;
+  for (std::string line; std::getline(metrics, line);)
+    losses.push_back(nlohmann::json::parse(line).at("loss").get<double>());
+  ASSERT_EQ(losses.size(), 4u) << out;
+  EXPECT_LT(losses.back(), 0.7 * losses.front()) << out;
+  EXPECT_GT(closing(out, "test acc"), 0.8) << out;
 }
 
 // Runs graphrun train expecting bad input: exit 2, one line, naming each of `what`.

@@ -4,7 +4,8 @@ the reference of tests/zoo_test.cc and of a by-hand check of the zoo.
 
 usage: zoo_parity.py MODEL OUT_DIR [--opset N] [--size S] [--batch N] [--seed S]
 MODEL: vit (a 2-layer VisionTransformer), convnext (a 2-stage ConvNeXt), shufflenet (shufflenet_v2_x0_5),
-unet (a small segmentation UNet, per-pixel labels [N,S,S]), or any torchvision.models builder name (random weights). Writes OUT_DIR/train.onnx (training-mode export,
+unet (a small segmentation UNet, per-pixel labels [N,S,S]), lstm / gru / lstm1 / gru1 (recurrent classifiers
+reading the image row by row, see RowSequence), or any torchvision.models builder name (random weights). Writes OUT_DIR/train.onnx (training-mode export,
 no constant folding), eval.onnx (eval mode), image.npy (f32 [N,3,S,S]), labels.npy (i64 [N]),
 logits.npy (eval-mode output), train_logits.npy and loss.npy (training mode: the output and its mean cross-entropy), one <parameter>.npy per
 trainable parameter (its gradient), params.txt listing them and float32_errors.txt (each gradient's
@@ -52,7 +53,33 @@ class UNet(torch.nn.Module):
         return self.head(u)
 
 
+class RowSequence(torch.nn.Module):
+    """A sequence classifier reading an image row by row (time = rows, features = channels x columns), as
+    users try recurrent nets on MNIST: nn.LSTM or nn.GRU, the last step, a Linear head."""
+
+    def __init__(self, cell, size, hidden=8, layers=2, bidirectional=True, batch_first=True, classes=10):
+        super().__init__()
+        self.batch_first = batch_first
+        self.rnn = cell(3 * size, hidden, num_layers=layers, bidirectional=bidirectional, batch_first=batch_first)
+        self.head = torch.nn.Linear(hidden * (2 if bidirectional else 1), classes)
+
+    def forward(self, x):
+        seq = x.permute(0, 2, 1, 3).flatten(2)  # [N, rows, 3 * columns]
+        if not self.batch_first:
+            seq = seq.transpose(0, 1)
+        y, _ = self.rnn(seq)
+        return self.head(y[:, -1] if self.batch_first else y[-1])
+
+
 def build(name, size):
+    if name == 'lstm':  # 2 layers, bidirectional, batch_first
+        return RowSequence(torch.nn.LSTM, size)
+    if name == 'gru':  # 2 layers, bidirectional, time first
+        return RowSequence(torch.nn.GRU, size, batch_first=False)
+    if name == 'lstm1':  # 1 layer, one direction, time first
+        return RowSequence(torch.nn.LSTM, size, layers=1, bidirectional=False, batch_first=False)
+    if name == 'gru1':  # 1 layer, one direction, batch_first
+        return RowSequence(torch.nn.GRU, size, layers=1, bidirectional=False)
     if name == 'unet':
         return UNet()
     if name == 'vit':
