@@ -5,6 +5,9 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
+
+#include <onnx/onnx_pb.h>
 
 #include "graph/half.h"
 #include "graph/tensor_io.h"
@@ -241,6 +244,88 @@ TEST(Half, FilesAndPrinting) {
   }
   EXPECT_EQ(h.str(), "f16[2,2] {1, -2.5, inf, 5.96046e-08}");
   EXPECT_EQ(half_bits(DType::BF16, {2}, {0x3f80, 0x4049}).str(), "bf16[2] {1, 3.14062}");
+}
+
+}  // namespace
+}  // namespace graphrun
+
+namespace graphrun {
+namespace {
+
+std::string error_text(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A hostile file asks for more float16 elements than it holds: refused before anything is allocated.
+TEST(Half, FilesSizedFromTheirBytes) {
+  onnx::TensorProto p;
+  p.set_name("x");
+  p.set_data_type(onnx::TensorProto::FLOAT16);
+  p.add_dims(int64_t{1} << 40);
+  p.set_raw_data(std::string(4, '\0'));
+  std::string e = error_text([&] { parse_tensor_pb(p.SerializeAsString(), "x.pb"); });
+  EXPECT_NE(e.find("x.pb"), std::string::npos) << e;
+  p.clear_dims();
+  p.add_dims(3);
+  p.clear_raw_data();
+  p.add_int32_data(0x3c00);  // float16 in int32_data: one value each, as the ONNX spec says
+  e = error_text([&] { parse_tensor_pb(p.SerializeAsString(), "x.pb"); });
+  EXPECT_NE(e.find("int32_data holds 1 values"), std::string::npos) << e;
+  p.add_int32_data(0x4000);
+  p.add_int32_data(0xbc00);
+  Tensor t = parse_tensor_pb(p.SerializeAsString(), "x.pb");
+  EXPECT_EQ(t.dtype(), DType::F16);
+  EXPECT_EQ(t.as_doubles(), (std::vector<double>{1, 2, -1}));
+
+  std::string h = "{'descr': '<f2', 'fortran_order': False, 'shape': (1000000, 1000000), }";
+  while ((10 + h.size() + 1) % 64) h += ' ';
+  h += '\n';
+  std::string npy = std::string("\x93NUMPY\x01\x00", 8) + char(h.size()) + char(h.size() >> 8) + h + std::string(8, '\0');
+  e = error_text([&] { parse_npy(npy, "big.npy"); });
+  EXPECT_NE(e.find("big.npy"), std::string::npos) << e;
+}
+
+// graphrun run prints half outputs as numbers and writes bfloat16 as .pb; graphrun train refuses f16
+// parameters with one line and exit 2.
+TEST(Half, RunPrintsAndTrainRefuses) {
+  const std::string dir = testing::temp_dir("half_cli");
+  auto py = testing::run_command("cd '" + dir + "' && " + testing::python() + " -c \"\n"
+      "import onnx, numpy as np\n"
+      "from onnx import helper, TensorProto as T, numpy_helper\n"
+      "W = numpy_helper.from_array((np.arange(12, dtype=np.float16) / 8).reshape(3, 4), 'W')\n"
+      "b = helper.make_tensor('b', T.FLOAT16, [4], np.array([0.5, -1, 2, 0], np.float16))\n"
+      "n = [helper.make_node('MatMul', ['x', 'W'], ['m']), helper.make_node('Add', ['m', 'b'], ['a']),\n"
+      "     helper.make_node('Relu', ['a'], ['y']), helper.make_node('Cast', ['y'], ['ybf'], to=T.BFLOAT16)]\n"
+      "g = helper.make_graph(n, 'g', [helper.make_tensor_value_info('x', T.FLOAT16, [2, 3])],\n"
+      "    [helper.make_tensor_value_info('y', T.FLOAT16, [2, 4]), helper.make_tensor_value_info('ybf', T.BFLOAT16, [2, 4])], [W, b])\n"
+      "onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), 'f16.onnx')\n"
+      "np.save('x.npy', np.array([[1, 2, 3], [-1, 0.5, 0.25]], np.float16))\n"
+      "W = numpy_helper.from_array(np.zeros((784, 10), np.float16), 'W')\n"
+      "n = [helper.make_node('Flatten', ['image'], ['f']), helper.make_node('Cast', ['f'], ['h'], to=T.FLOAT16),\n"
+      "     helper.make_node('MatMul', ['h', 'W'], ['m']), helper.make_node('Cast', ['m'], ['logits'], to=T.FLOAT)]\n"
+      "g = helper.make_graph(n, 'g', [helper.make_tensor_value_info('image', T.FLOAT, ['N', 1, 28, 28])],\n"
+      "    [helper.make_tensor_value_info('logits', T.FLOAT, ['N', 10])], [W])\n"
+      "onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), 'train16.onnx')\n\"");
+  ASSERT_EQ(py.exit_code, 0) << py.output;
+  auto run = testing::run_command("cd '" + dir + "' && '" + testing::graphrun_cli() +
+                                  "' run f16.onnx --input x=x.npy --output-dir out");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  // numpy: relu(float16(x @ W) + b) = [[4.5, 3.75, 7.5, 6.25], [1, 0, 2.438, 0.4062]]
+  EXPECT_NE(run.output.find("y: f16[2,4] {4.5, 3.75, 7.5, 6.25, 1, 0, ...}  -> out/y.npy"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("ybf: bf16[2,4] {4.5, 3.75, 7.5, 6.25, 1, 0, ...}  -> out/ybf.pb"), std::string::npos) << run.output;
+  Tensor y = read_npy(dir + "/out/y.npy"), ybf = read_tensor_pb(dir + "/out/ybf.pb", "ybf");
+  EXPECT_EQ(bits_of(y), (std::vector<uint16_t>{0x4480, 0x4380, 0x4780, 0x4640, 0x3c00, 0x0000, 0x40e0, 0x3680}));
+  EXPECT_EQ(ybf.dtype(), DType::BF16);
+  EXPECT_EQ(ybf.as_doubles(), y.as_doubles());
+  auto train = testing::run_command("cd '" + dir + "' && '" + testing::graphrun_cli() +
+                                    "' train train16.onnx --max-steps 1 --devices cpu:1");
+  EXPECT_EQ(train.exit_code, 2) << train.output;
+  EXPECT_NE(train.output.find("parameter 'W' is f16; graphrun trains f32 parameters only"), std::string::npos) << train.output;
 }
 
 }  // namespace
