@@ -373,8 +373,7 @@ void Executor::validate_inputs(const std::map<std::string, Tensor>& inputs) cons
     const ValueInfo* vi = graph_.info(name);
     if (!vi) continue;
     GR_CHECK(vi->dtype == DType::Undefined || vi->dtype == t.dtype(),
-             "input '" << name << "' must be " << dtype_name(vi->dtype) << ", got " << dtype_name(t.dtype())
-                       << (vi->dtype == DType::BF16 ? " (numpy has no bfloat16: give a .pb TensorProto of data_type BFLOAT16)" : ""));
+             "input '" << name << "' must be " << dtype_name(vi->dtype) << ", got " << dtype_name(t.dtype()));
     if (!vi->has_shape) continue;
     bool ok = static_cast<int>(vi->shape.size()) == t.rank();
     for (int d = 0; ok && d < t.rank(); ++d)

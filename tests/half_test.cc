@@ -310,7 +310,11 @@ TEST(Half, RunPrintsAndTrainRefuses) {
       "     helper.make_node('MatMul', ['h', 'W'], ['m']), helper.make_node('Cast', ['m'], ['logits'], to=T.FLOAT)]\n"
       "g = helper.make_graph(n, 'g', [helper.make_tensor_value_info('image', T.FLOAT, ['N', 1, 28, 28])],\n"
       "    [helper.make_tensor_value_info('logits', T.FLOAT, ['N', 10])], [W])\n"
-      "onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), 'train16.onnx')\n\"");
+      "onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), 'train16.onnx')\n"
+      "g = helper.make_graph([helper.make_node('Cast', ['ybf'], ['f'], to=T.FLOAT)], 'g',\n"
+      "    [helper.make_tensor_value_info('ybf', T.BFLOAT16, [2, 4])], [helper.make_tensor_value_info('f', T.FLOAT, [2, 4])])\n"
+      "onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), 'bf16in.onnx')\n"
+      "np.save('u2.npy', np.zeros((2, 4), np.uint16))\n\"");
   ASSERT_EQ(py.exit_code, 0) << py.output;
   auto run = testing::run_command("cd '" + dir + "' && '" + testing::graphrun_cli() +
                                   "' run f16.onnx --input x=x.npy --output-dir out");
@@ -322,6 +326,16 @@ TEST(Half, RunPrintsAndTrainRefuses) {
   EXPECT_EQ(bits_of(y), (std::vector<uint16_t>{0x4480, 0x4380, 0x4780, 0x4640, 0x3c00, 0x0000, 0x40e0, 0x3680}));
   EXPECT_EQ(ybf.dtype(), DType::BF16);
   EXPECT_EQ(ybf.as_doubles(), y.as_doubles());
+  // The .pb written for a bfloat16 output is a bfloat16 input of another model; a .npy cannot be one.
+  auto back = testing::run_command("cd '" + dir + "' && '" + testing::graphrun_cli() +
+                                   "' run bf16in.onnx --input ybf=out/ybf.pb");
+  ASSERT_EQ(back.exit_code, 0) << back.output;
+  EXPECT_NE(back.output.find("f: f32[2,4] {4.5, 3.75, 7.5, 6.25, 1, 0, ...}"), std::string::npos) << back.output;
+  auto npy = testing::run_command("cd '" + dir + "' && '" + testing::graphrun_cli() +
+                                  "' run bf16in.onnx --input ybf=u2.npy");
+  EXPECT_EQ(npy.exit_code, 2) << npy.output;
+  EXPECT_NE(npy.output.find("input 'ybf' from u2.npy is u16[2,4], but the model expects bf16[2,4] (numpy has no bfloat16: give a .pb"), std::string::npos)
+      << npy.output;
   auto train = testing::run_command("cd '" + dir + "' && '" + testing::graphrun_cli() +
                                     "' train train16.onnx --max-steps 1 --devices cpu:1");
   EXPECT_EQ(train.exit_code, 2) << train.output;

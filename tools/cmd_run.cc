@@ -83,7 +83,10 @@ void check_input(const Graph& g, const std::string& name, const std::string& fil
     for (int d = 0; ok && d < t.rank(); ++d) ok = !vi->shape[d].known() || vi->shape[d].size == t.dim(d);
   }
   GR_CHECK(ok, "input '" << name << "' from " << file << " is " << dtype_name(t.dtype()) << shape_str(t.shape())
-                         << ", but the model expects " << vi->str());
+                         << ", but the model expects " << vi->str()
+                         << (vi->dtype == DType::BF16 && t.dtype() != DType::BF16
+                                 ? " (numpy has no bfloat16: give a .pb TensorProto of data_type BFLOAT16)"
+                                 : ""));
 }
 
 // An output name as a safe file name: "/fc2/Gemm_output_0" -> "_fc2_Gemm_output_0".
