@@ -1,6 +1,8 @@
 // Tensor storage, dtype tables and small conversions.
 #include "graph/tensor.h"
 
+#include "graph/half.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -146,6 +148,8 @@ static void for_each_as(const Tensor& t, F f) {
     case DType::I16: for (int64_t i = 0; i < n; ++i) f(static_cast<const int16_t*>(p)[i]); break;
     case DType::U16: for (int64_t i = 0; i < n; ++i) f(static_cast<const uint16_t*>(p)[i]); break;
     case DType::I8: for (int64_t i = 0; i < n; ++i) f(static_cast<const int8_t*>(p)[i]); break;
+    case DType::F16: for (int64_t i = 0; i < n; ++i) f(half_to_float(static_cast<const uint16_t*>(p)[i])); break;
+    case DType::BF16: for (int64_t i = 0; i < n; ++i) f(bf16_to_float(static_cast<const uint16_t*>(p)[i])); break;
     case DType::U8: case DType::Bool:
       for (int64_t i = 0; i < n; ++i) f(static_cast<const uint8_t*>(p)[i]);
       break;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/half.h"
 #include "runtime/executor.h"
 #include "tests/test_util.h"
 
@@ -59,6 +60,8 @@ inline Tensor make(DType dt, const Shape& shape, const std::vector<double>& v) {
       case DType::U32: static_cast<uint32_t*>(p)[i] = static_cast<uint32_t>(v[i]); break;
       case DType::U64: static_cast<uint64_t*>(p)[i] = static_cast<uint64_t>(v[i]); break;
       case DType::Bool: static_cast<uint8_t*>(p)[i] = v[i] != 0; break;
+      case DType::F16: static_cast<uint16_t*>(p)[i] = wide_to_half(v[i]); break;
+      case DType::BF16: static_cast<uint16_t*>(p)[i] = wide_to_bf16(v[i]); break;
       default: ADD_FAILURE() << "make: unsupported dtype";
     }
   }

@@ -20,12 +20,15 @@ const Command& run_command() {
       {
           {"input", "NAME=FILE", "a model input from a .npy or .pb file; repeat for each input "
                                  "(a model with one input also takes --input FILE)", true},
-          {"output-dir", "DIR", "write each output to DIR/<output>.npy (created if missing)"},
+          {"output-dir", "DIR", "write each output to DIR/<output>.npy (created if missing); a bfloat16\n"
+                                "                            output, which numpy has no type for, to DIR/<output>.pb"},
           {"threads", "N", "intra-op threads (default 1)"},
           {"profile", "FILE", "write a Chrome trace of the run (every node's kernel) to FILE and print the\n"
                               "                            ops by total time (README: Profiling)"},
       },
       "Inputs must have the dtype the model declares and a shape that matches its known dimensions.\n"
+      "float16 inputs come as .npy ('<f2') or .pb; bfloat16 inputs as .pb (an ONNX TensorProto of\n"
+      "data_type BFLOAT16, the bits in raw_data or in int32_data).\n"
       "Output names are made safe as file names: characters other than letters, digits, '.', '-' and\n"
       "'_' become '_'.\n"
       "\nexample:\n  graphrun run models/lenet.onnx --input image=x.npy --output-dir out/   # writes out/logits.npy"};
@@ -80,7 +83,10 @@ void check_input(const Graph& g, const std::string& name, const std::string& fil
     for (int d = 0; ok && d < t.rank(); ++d) ok = !vi->shape[d].known() || vi->shape[d].size == t.dim(d);
   }
   GR_CHECK(ok, "input '" << name << "' from " << file << " is " << dtype_name(t.dtype()) << shape_str(t.shape())
-                         << ", but the model expects " << vi->str());
+                         << ", but the model expects " << vi->str()
+                         << (vi->dtype == DType::BF16 && t.dtype() != DType::BF16
+                                 ? " (numpy has no bfloat16: give a .pb TensorProto of data_type BFLOAT16)"
+                                 : ""));
 }
 
 // An output name as a safe file name: "/fc2/Gemm_output_0" -> "_fc2_Gemm_output_0".
@@ -156,8 +162,10 @@ int cmd_run(const std::vector<std::string>& argv) {
       std::string base = safe_file_name(name), file = base;
       for (int k = 2; used.count(file); ++k) file = base + "_" + std::to_string(k);
       used.insert(file);
-      std::string path = (std::filesystem::path(dir) / (file + ".npy")).string();
-      write_npy(path, t);
+      const bool pb = t.dtype() == DType::BF16;  // numpy has no bfloat16
+      std::string path = (std::filesystem::path(dir) / (file + (pb ? ".pb" : ".npy"))).string();
+      if (pb) write_tensor_pb(path, t, name);
+      else write_npy(path, t);
       std::cout << "  -> " << path;
     }
     std::cout << "\n";

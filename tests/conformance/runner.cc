@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -42,6 +43,16 @@ const std::map<std::string, std::string> kKnownUnsupported = {
     {"test_adam_multiple",
      "broken test data: onnx 1.12 computes the expected output with epsilon=1e-2 but leaves the node's "
      "epsilon at the schema default 1e-6"},
+    {"test_cast_FLOAT_to_BFLOAT16",
+     "onnx 1.12's expected output truncates float to bfloat16; graphrun rounds to nearest even, as PyTorch "
+     "and later onnx references do (tests/half_test.cc checks the bits against torch.bfloat16)"},
+    {"test_castlike_BFLOAT16_to_FLOAT", "broken test data: the model declares 'like' as [3,4], onnx 1.12 stores [1]"},
+    {"test_castlike_BFLOAT16_to_FLOAT_expanded",
+     "broken test data: the model declares 'like' as [3,4], onnx 1.12 stores [1]"},
+    {"test_castlike_FLOAT_to_BFLOAT16",
+     "broken test data: the model declares 'like' as [3,4], onnx 1.12 stores [1]; its output also truncates"},
+    {"test_castlike_FLOAT_to_BFLOAT16_expanded",
+     "broken test data: the model declares 'like' as [3,4], onnx 1.12 stores [1]; its output also truncates"},
 };
 
 // BatchNormalization in training mode: graphrun updates the running variance with the unbiased batch
@@ -65,8 +76,6 @@ std::string op_key(const onnx::NodeProto& n) {
 
 const char* unsupported_dtype(int32_t elem_type) {
   switch (elem_type) {
-    case onnx::TensorProto::FLOAT16: return "float16";
-    case onnx::TensorProto::BFLOAT16: return "bfloat16";
     case onnx::TensorProto::STRING: return "string";
     case onnx::TensorProto::COMPLEX64: return "complex64";
     case onnx::TensorProto::COMPLEX128: return "complex128";
@@ -238,7 +247,19 @@ Tensor unbiased_running_var(const Tensor& onnx_expected, const onnx::NodeProto& 
   return out;
 }
 
+// onnx 1.12 writes bfloat16 test data as uint16 tensors holding the bit patterns (numpy has no bfloat16); a
+// uint16 tensor read for a value the model declares bfloat16 is taken as those bits.
+Tensor as_declared(Tensor t, const onnx::ValueInfoProto& v, bool* reinterpreted) {
+  if (v.type().tensor_type().elem_type() != onnx::TensorProto::BFLOAT16 || t.dtype() != DType::U16) return t;
+  Tensor r(DType::BF16, t.shape());
+  if (t.nbytes()) std::memcpy(r.raw(), t.raw(), t.nbytes());
+  *reinterpreted = true;
+  return r;
+}
+
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+std::set<std::string> g_bf16_as_uint16;  // tests whose bfloat16 data came as uint16 (reported in notes)
 
 Verdict run_test(const fs::path& dir, const runtime::KernelTable& kernels) {
   const std::string name = dir.filename().string();
@@ -255,9 +276,17 @@ Verdict run_test(const fs::path& dir, const runtime::KernelTable& kernels) {
   std::set<std::string> initializer_names;
   for (const auto& t : m.graph().initializer()) initializer_names.insert(t.name());
   std::vector<std::string> input_names, output_names;
+  std::vector<const onnx::ValueInfoProto*> input_infos, output_infos;
   for (const auto& i : m.graph().input())
-    if (!initializer_names.count(i.name())) input_names.push_back(i.name());
-  for (const auto& o : m.graph().output()) output_names.push_back(o.name());
+    if (!initializer_names.count(i.name())) {
+      input_names.push_back(i.name());
+      input_infos.push_back(&i);
+    }
+  for (const auto& o : m.graph().output()) {
+    output_names.push_back(o.name());
+    output_infos.push_back(&o);
+  }
+  bool reinterpreted = false;
 
   std::vector<fs::path> data_sets;
   for (const auto& e : fs::directory_iterator(dir))
@@ -277,7 +306,7 @@ Verdict run_test(const fs::path& dir, const runtime::KernelTable& kernels) {
       for (size_t j = 0; j < input_names.size(); ++j) {
         fs::path p = ds / ("input_" + std::to_string(j) + ".pb");
         if (!fs::exists(p)) return {Verdict::Fail, ds.filename().string() + ": missing " + p.filename().string()};
-        feeds[input_names[j]] = read_tensor_pb(p.string());
+        feeds[input_names[j]] = as_declared(read_tensor_pb(p.string()), *input_infos[j], &reinterpreted);
       }
       auto out = ex.run(feeds);
       if (kRandomDropoutTests.count(name)) {
@@ -288,7 +317,7 @@ Verdict run_test(const fs::path& dir, const runtime::KernelTable& kernels) {
       for (size_t j = 0; j < output_names.size(); ++j) {
         fs::path p = ds / ("output_" + std::to_string(j) + ".pb");
         if (!fs::exists(p)) continue;
-        Tensor want = read_tensor_pb(p.string());
+        Tensor want = as_declared(read_tensor_pb(p.string()), *output_infos[j], &reinterpreted);
         if (kUnbiasedRunningVarTests.count(name) && j == 2)
           want = unbiased_running_var(want, m.graph().node(0), feeds.at(input_names.at(0)), feeds.at(input_names.at(4)));
         std::string diff = compare(out.at(output_names[j]), want, output_names[j]);
@@ -298,6 +327,7 @@ Verdict run_test(const fs::path& dir, const runtime::KernelTable& kernels) {
   } catch (const std::exception& e) {
     return {Verdict::Fail, "error: " + first_line(e.what())};
   }
+  if (reinterpreted) g_bf16_as_uint16.insert(name);
   return {};
 }
 
@@ -343,6 +373,8 @@ int main(int argc, char** argv) {
       std::cout << "note " << name << ": running_var compared with the unbiased batch variance (PyTorch's "
               << "convention, graphrun's choice); ONNX's reference uses the biased one\n";
   }
+  for (const auto& name : g_bf16_as_uint16)
+    std::cout << "note " << name << ": bfloat16 data stored as uint16 bit patterns (onnx 1.12's writer) read as bfloat16\n";
   std::cout << "conformance: " << passed << " passed, " << failures.size() << " failed, " << skips.size()
             << " skipped\n";
   return failures.empty() ? 0 : 1;

@@ -5,6 +5,8 @@
 #include <limits>
 #include <type_traits>
 
+#include "graph/half.h"
+#include "runtime/kernels/cpu/half_compute.h"
 #include "runtime/kernels/cpu/math_common.h"
 
 namespace graphrun::runtime::cpu {
@@ -115,9 +117,6 @@ template <Arith K> void arith_kernel(KernelContext& ctx) {
   });
 }
 
-float half_to_float(uint16_t h);
-uint16_t float_to_half(float f);
-
 // Sum, Mean, Max, Min over one or more inputs, all broadcast together; y has the broadcast shape.
 template <Arith K, bool kMean>
 void variadic_into(const KernelContext& ctx, const std::vector<const Tensor*>& xs, Tensor& y) {
@@ -164,22 +163,7 @@ template <Arith K, bool kMean> void variadic_kernel(KernelContext& ctx) {
   Shape out = broadcast_shapes(shapes, op_name(ctx));
   Tensor& y = ctx.output(0, out, xs[0]->dtype());
   if (y.numel() == 0) return;
-  if (xs[0]->dtype() != DType::F16) {
-    variadic_into<K, kMean>(ctx, xs, y);
-    return;
-  }
-  // float16 (ONNX tests Max/Min in it): compute in float. Allocates; not a training-path type.
-  std::vector<Tensor> wide;
-  for (const Tensor* x : xs) {
-    Tensor w(DType::F32, x->shape());
-    for (int64_t i = 0; i < x->numel(); ++i) ptr<float>(w)[i] = half_to_float(ptr<uint16_t>(*x)[i]);
-    wide.push_back(w);
-  }
-  std::vector<const Tensor*> wp;
-  for (const Tensor& w : wide) wp.push_back(&w);
-  Tensor y32(DType::F32, out);
-  variadic_into<K, kMean>(ctx, wp, y32);
-  for (int64_t i = 0; i < y.numel(); ++i) ptr<uint16_t>(y)[i] = float_to_half(ptr<float>(y32)[i]);
+  variadic_into<K, kMean>(ctx, xs, y);
 }
 
 void pow_kernel(KernelContext& ctx) {
@@ -531,62 +515,6 @@ void where_kernel(KernelContext& ctx) {
 
 // ---- Cast ----
 
-float half_to_float(uint16_t h) {
-  uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ffu, bits;
-  if (exp == 0) {
-    if (man == 0) {
-      bits = sign;
-    } else {  // subnormal: normalise
-      int e = -1;
-      do { ++e; man <<= 1; } while (!(man & 0x400u));
-      bits = sign | static_cast<uint32_t>(127 - 15 - e) << 23 | (man & 0x3ffu) << 13;
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | man << 13;
-  } else {
-    bits = sign | (exp + 112) << 23 | man << 13;
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t float_to_half(float f) {  // round to nearest even
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  uint32_t ax = x & 0x7fffffffu;
-  if (ax >= 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0));
-  if (ax >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow to inf
-  if (ax < 0x38800000u) {  // subnormal or zero in half
-    float a;
-    std::memcpy(&a, &ax, 4);
-    // Scale so the subnormal's integer mantissa appears; nearbyint rounds half to even.
-    uint32_t m = static_cast<uint32_t>(std::nearbyint(a * 16777216.0f));  // 2^24
-    return static_cast<uint16_t>(sign | m);
-  }
-  uint32_t mant = ax & 0x7fffffu;
-  uint32_t e = (ax >> 23) - 112;
-  uint32_t h = e << 10 | mant >> 13;
-  uint32_t rest = mant & 0x1fffu;
-  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
-  return static_cast<uint16_t>(sign | h);
-}
-
-float bf16_to_float(uint16_t h) {
-  uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-// Truncates (keeps the upper 16 bits), as ONNX 1.12's Cast reference and conformance data do.
-uint16_t float_to_bf16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  return static_cast<uint16_t>(x >> 16);
-}
-
 template <class To, class From> To convert(From v) {
   if constexpr (std::is_same_v<To, bool>) return v != From(0);
   else return static_cast<To>(v);
@@ -594,8 +522,15 @@ template <class To, class From> To convert(From v) {
 
 template <class From> void cast_from(const KernelContext& ctx, const From* x, Tensor& y, int64_t n) {
   switch (y.dtype()) {
-    case DType::F16: unary_map(ctx, x, ptr<uint16_t>(y), n, [](From v) { return float_to_half(static_cast<float>(v)); }); return;
-    case DType::BF16: unary_map(ctx, x, ptr<uint16_t>(y), n, [](From v) { return float_to_bf16(static_cast<float>(v)); }); return;
+    // One rounding from the source value: float's own bit path, or exactly through long double.
+    case DType::F16:
+      if constexpr (std::is_same_v<From, float>) unary_map(ctx, x, ptr<uint16_t>(y), n, [](From v) { return float_to_half(v); });
+      else unary_map(ctx, x, ptr<uint16_t>(y), n, [](From v) { return wide_to_half(static_cast<long double>(v)); });
+      return;
+    case DType::BF16:
+      if constexpr (std::is_same_v<From, float>) unary_map(ctx, x, ptr<uint16_t>(y), n, [](From v) { return float_to_bf16(v); });
+      else unary_map(ctx, x, ptr<uint16_t>(y), n, [](From v) { return wide_to_bf16(static_cast<long double>(v)); });
+      return;
     default: break;
   }
   dispatch_numeric_bool(y.dtype(), "Cast", [&](auto tag) {
@@ -639,70 +574,70 @@ void cast_like_kernel(KernelContext& ctx) { cast_to(ctx, ctx.input(0), ctx.input
 }  // namespace
 
 GR_REGISTER_OPS(elementwise) {
-  ops.op("Add").cpu(arith_kernel<Arith::Add>).host_shapes();
-  ops.op("Sub").cpu(arith_kernel<Arith::Sub>).host_shapes();
-  ops.op("Mul").cpu(arith_kernel<Arith::Mul>).host_shapes();
-  ops.op("Div").cpu(arith_kernel<Arith::Div>).host_shapes();
-  ops.op("Pow").cpu(pow_kernel);
-  ops.op("Max").cpu(variadic_kernel<Arith::Max, false>).host_shapes();
-  ops.op("Min").cpu(variadic_kernel<Arith::Min, false>).host_shapes();
-  ops.op("Sum").cpu(variadic_kernel<Arith::Add, false>);
-  ops.op("Mean").cpu(variadic_kernel<Arith::Add, true>);
+  ops.op("Add").cpu(via_f32<arith_kernel<Arith::Add>>).host_shapes();
+  ops.op("Sub").cpu(via_f32<arith_kernel<Arith::Sub>>).host_shapes();
+  ops.op("Mul").cpu(via_f32<arith_kernel<Arith::Mul>>).host_shapes();
+  ops.op("Div").cpu(via_f32<arith_kernel<Arith::Div>>).host_shapes();
+  ops.op("Pow").cpu(via_f32<pow_kernel>);
+  ops.op("Max").cpu(via_f32<variadic_kernel<Arith::Max, false>>).host_shapes();
+  ops.op("Min").cpu(via_f32<variadic_kernel<Arith::Min, false>>).host_shapes();
+  ops.op("Sum").cpu(via_f32<variadic_kernel<Arith::Add, false>>);
+  ops.op("Mean").cpu(via_f32<variadic_kernel<Arith::Add, true>>);
 
-  ops.op("Neg").cpu(unary_kernel<Un::Neg, true>).host_shapes();
-  ops.op("Abs").cpu(unary_kernel<Un::Abs, true>).host_shapes();
-  ops.op("Sign").cpu(unary_kernel<Un::Sign, true>);
-  ops.op("Relu").cpu(unary_kernel<Un::Relu, true>);
-  ops.op("Exp").cpu(unary_kernel<Un::Exp, false>);
-  ops.op("Log").cpu(unary_kernel<Un::Log, false>);
-  ops.op("Sqrt").cpu(unary_kernel<Un::Sqrt, false>);
-  ops.op("Reciprocal").cpu(unary_kernel<Un::Reciprocal, false>);
-  ops.op("Sigmoid").cpu(unary_kernel<Un::Sigmoid, false>);
-  ops.op("Tanh").cpu(unary_kernel<Un::Tanh, false>);
-  ops.op("Floor").cpu(unary_kernel<Un::Floor, false>);
-  ops.op("Ceil").cpu(unary_kernel<Un::Ceil, false>);
-  ops.op("Erf").cpu(unary_kernel<Un::Erf, false>);
-  ops.op("Softplus").cpu(unary_kernel<Un::Softplus, false>);
-  ops.op("Round").cpu(unary_kernel<Un::Round, false>);
-  ops.op("LeakyRelu").cpu(leaky_relu_kernel);
-  ops.op("Elu").cpu(elu_kernel);
-  ops.op("Clip").cpu(clip_kernel);
+  ops.op("Neg").cpu(via_f32<unary_kernel<Un::Neg, true>>).host_shapes();
+  ops.op("Abs").cpu(via_f32<unary_kernel<Un::Abs, true>>).host_shapes();
+  ops.op("Sign").cpu(via_f32<unary_kernel<Un::Sign, true>>);
+  ops.op("Relu").cpu(via_f32<unary_kernel<Un::Relu, true>>);
+  ops.op("Exp").cpu(via_f32<unary_kernel<Un::Exp, false>>);
+  ops.op("Log").cpu(via_f32<unary_kernel<Un::Log, false>>);
+  ops.op("Sqrt").cpu(via_f32<unary_kernel<Un::Sqrt, false>>);
+  ops.op("Reciprocal").cpu(via_f32<unary_kernel<Un::Reciprocal, false>>);
+  ops.op("Sigmoid").cpu(via_f32<unary_kernel<Un::Sigmoid, false>>);
+  ops.op("Tanh").cpu(via_f32<unary_kernel<Un::Tanh, false>>);
+  ops.op("Floor").cpu(via_f32<unary_kernel<Un::Floor, false>>);
+  ops.op("Ceil").cpu(via_f32<unary_kernel<Un::Ceil, false>>);
+  ops.op("Erf").cpu(via_f32<unary_kernel<Un::Erf, false>>);
+  ops.op("Softplus").cpu(via_f32<unary_kernel<Un::Softplus, false>>);
+  ops.op("Round").cpu(via_f32<unary_kernel<Un::Round, false>>);
+  ops.op("LeakyRelu").cpu(via_f32<leaky_relu_kernel>);
+  ops.op("Elu").cpu(via_f32<elu_kernel>);
+  ops.op("Clip").cpu(via_f32<clip_kernel>);
   ops.op("Identity").cpu(identity_kernel).host_shapes();
-  ops.op("IsNaN").cpu(isnan_kernel);
+  ops.op("IsNaN").cpu(via_f32<isnan_kernel>);
 
-  ops.op("Where").cpu(where_kernel).host_shapes();
-  ops.op("Equal").cpu(compare_kernel<Cmp::Eq>).host_shapes();
-  ops.op("Greater").cpu(compare_kernel<Cmp::Gt>).host_shapes();
-  ops.op("GreaterOrEqual").cpu(compare_kernel<Cmp::Ge>);
-  ops.op("Less").cpu(compare_kernel<Cmp::Lt>).host_shapes();
-  ops.op("LessOrEqual").cpu(compare_kernel<Cmp::Le>);
+  ops.op("Where").cpu(via_f32<where_kernel>).host_shapes();
+  ops.op("Equal").cpu(via_f32<compare_kernel<Cmp::Eq>>).host_shapes();
+  ops.op("Greater").cpu(via_f32<compare_kernel<Cmp::Gt>>).host_shapes();
+  ops.op("GreaterOrEqual").cpu(via_f32<compare_kernel<Cmp::Ge>>);
+  ops.op("Less").cpu(via_f32<compare_kernel<Cmp::Lt>>).host_shapes();
+  ops.op("LessOrEqual").cpu(via_f32<compare_kernel<Cmp::Le>>);
   ops.op("Not").cpu(not_kernel).host_shapes();
   ops.op("And").cpu(logic_kernel<Logic::And>);
   ops.op("Or").cpu(logic_kernel<Logic::Or>);
   ops.op("Xor").cpu(logic_kernel<Logic::Xor>);
   ops.op("Cast").cpu(cast_kernel).host_shapes();
   ops.op("CastLike").cpu(cast_like_kernel);
-  ops.op("Sin").cpu(unary_kernel<Un::Sin, false>);
-  ops.op("Cos").cpu(unary_kernel<Un::Cos, false>);
-  ops.op("Tan").cpu(unary_kernel<Un::Tan, false>);
-  ops.op("Asin").cpu(unary_kernel<Un::Asin, false>);
-  ops.op("Acos").cpu(unary_kernel<Un::Acos, false>);
-  ops.op("Atan").cpu(unary_kernel<Un::Atan, false>);
-  ops.op("Sinh").cpu(unary_kernel<Un::Sinh, false>);
-  ops.op("Cosh").cpu(unary_kernel<Un::Cosh, false>);
-  ops.op("Asinh").cpu(unary_kernel<Un::Asinh, false>);
-  ops.op("Acosh").cpu(unary_kernel<Un::Acosh, false>);
-  ops.op("Atanh").cpu(unary_kernel<Un::Atanh, false>);
-  ops.op("Softsign").cpu(unary_kernel<Un::Softsign, false>);
-  ops.op("HardSwish").cpu(unary_kernel<Un::HardSwish, false>);
-  ops.op("HardSigmoid").cpu(hard_sigmoid_kernel);
-  ops.op("Selu").cpu(selu_kernel);
-  ops.op("ThresholdedRelu").cpu(thresholded_relu_kernel);
-  ops.op("Celu").cpu(celu_kernel);
-  ops.op("Shrink").cpu(shrink_kernel);
-  ops.op("IsInf").cpu(isinf_kernel);
-  ops.op("PRelu").cpu(prelu_kernel);
-  ops.op("Mod").cpu(mod_kernel).host_shapes();
+  ops.op("Sin").cpu(via_f32<unary_kernel<Un::Sin, false>>);
+  ops.op("Cos").cpu(via_f32<unary_kernel<Un::Cos, false>>);
+  ops.op("Tan").cpu(via_f32<unary_kernel<Un::Tan, false>>);
+  ops.op("Asin").cpu(via_f32<unary_kernel<Un::Asin, false>>);
+  ops.op("Acos").cpu(via_f32<unary_kernel<Un::Acos, false>>);
+  ops.op("Atan").cpu(via_f32<unary_kernel<Un::Atan, false>>);
+  ops.op("Sinh").cpu(via_f32<unary_kernel<Un::Sinh, false>>);
+  ops.op("Cosh").cpu(via_f32<unary_kernel<Un::Cosh, false>>);
+  ops.op("Asinh").cpu(via_f32<unary_kernel<Un::Asinh, false>>);
+  ops.op("Acosh").cpu(via_f32<unary_kernel<Un::Acosh, false>>);
+  ops.op("Atanh").cpu(via_f32<unary_kernel<Un::Atanh, false>>);
+  ops.op("Softsign").cpu(via_f32<unary_kernel<Un::Softsign, false>>);
+  ops.op("HardSwish").cpu(via_f32<unary_kernel<Un::HardSwish, false>>);
+  ops.op("HardSigmoid").cpu(via_f32<hard_sigmoid_kernel>);
+  ops.op("Selu").cpu(via_f32<selu_kernel>);
+  ops.op("ThresholdedRelu").cpu(via_f32<thresholded_relu_kernel>);
+  ops.op("Celu").cpu(via_f32<celu_kernel>);
+  ops.op("Shrink").cpu(via_f32<shrink_kernel>);
+  ops.op("IsInf").cpu(via_f32<isinf_kernel>);
+  ops.op("PRelu").cpu(via_f32<prelu_kernel>);
+  ops.op("Mod").cpu(via_f32<mod_kernel>).host_shapes();
   ops.op("BitShift").cpu(bitshift_kernel);
 }
 

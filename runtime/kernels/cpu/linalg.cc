@@ -7,6 +7,7 @@
 
 #include "runtime/kernel.h"
 #include "runtime/kernels/cpu/gemm.h"
+#include "runtime/kernels/cpu/half_compute.h"
 
 namespace graphrun::runtime::cpu {
 namespace {
@@ -166,8 +167,8 @@ template <class T> struct MatMul { static void run(KernelContext& c) { matmul_ke
 }  // namespace
 
 GR_REGISTER_OPS(linalg) {
-  ops.op("Gemm").cpu(by_dtype<Gemm>);
-  ops.op("MatMul").cpu(by_dtype<MatMul>);
+  ops.op("Gemm").cpu(via_f32<by_dtype<Gemm>>);
+  ops.op("MatMul").cpu(via_f32<by_dtype<MatMul>>);
 }
 
 }  // namespace graphrun::runtime::cpu
