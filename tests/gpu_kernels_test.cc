@@ -594,6 +594,85 @@ TEST(GpuKernels, DropoutKeepsItsRatioAndScales) {
   EXPECT_GT(testing::max_abs_diff(out[0][0], out[1][0]), 0);
 }
 
+// ---- InstanceNormalization, NegativeLogLikelihoodLoss, the element-indexing ops, and their gradients ----
+
+Tensor as_i32(const Tensor& t) { return testing::run_node("Cast", {t}, {{"to", Attribute::Int(6)}}, 1, 13)[0]; }
+
+void instance_norm_cases(Cases& cs) {
+  // Several C and spatial sizes: a 1-D and a 3-D spatial input, rows longer than a block (300 > 256).
+  const std::vector<Shape> shapes = {{2, 3, 4, 5}, {1, 4, 7}, {3, 2, 2, 3, 3}, {2, 5, 300}, {1, 1, 1, 1}};
+  uint64_t seed = 300;
+  for (const Shape& sh : shapes) {
+    const int64_t c = sh[1];
+    Tensor x = random_tensor(sh, seed++, -2.f, 3.f), sc = random_tensor({c}, seed++, 0.5f, 2.f), b = random_tensor({c}, seed++);
+    for (float eps : {1e-5f, 1e-2f}) {
+      std::map<std::string, Attribute> a{{"epsilon", Attribute::Float(eps)}};
+      cs.add("InstanceNormalization", {x, sc, b}, a, 1, 1e-4, 17);
+      cs.add("InstanceNormalizationGrad", {random_tensor(sh, seed++), x, sc}, a, 3, 1e-4, 17, kGraphrunDomain);
+    }
+  }
+  cs.add("InstanceNormalization", {random_tensor({2, 3, 6}, 320), random_tensor({3}, 321), random_tensor({3}, 322)}, {}, 1,
+         1e-4, 6);
+}
+TEST(GpuKernels, InstanceNormalizationAndGrad) { expect_group_on_gpu(instance_norm_cases); }
+
+void nll_loss_cases(Cases& cs) {
+  Tensor lp = testing::run_node("LogSoftmax", {random_tensor({16, 10}, 330, -3.f, 3.f)}, {}, 1, 13)[0];
+  Tensor labels = random_int_tensor({16}, 331, 0, 10);
+  for (const char* red : {"mean", "sum", "none"}) {
+    std::map<std::string, Attribute> a{{"reduction", Attribute::Str(red)}};
+    cs.add("NegativeLogLikelihoodLoss", {lp, labels}, a, 1, 1e-5, 13);
+    cs.add("NegativeLogLikelihoodLoss", {lp, as_i32(labels)}, a, 1, 1e-5, 13);
+    Tensor dloss = std::string(red) == "none" ? random_tensor({16}, 332) : random_tensor({}, 333);
+    cs.add("NegativeLogLikelihoodLossGrad", {dloss, lp, labels}, a, 1, 1e-5, 13, kGraphrunDomain);
+  }
+  // A spatial dimension, class weights and ignore_index (some labels hit it).
+  Tensor x3 = random_tensor({4, 5, 3, 2}, 334, -3.f, 0.f), l3 = random_int_tensor({4, 3, 2}, 335, 0, 5);
+  Tensor w = random_tensor({5}, 336, 0.5f, 2.f);
+  for (const char* red : {"mean", "sum", "none"}) {
+    std::map<std::string, Attribute> a{{"ignore_index", Attribute::Int(2)}, {"reduction", Attribute::Str(red)}};
+    cs.add("NegativeLogLikelihoodLoss", {x3, l3, w}, a, 1, 1e-5, 13);
+    cs.add("NegativeLogLikelihoodLoss", {x3, l3}, a, 1, 1e-5, 13);
+    Tensor dl = std::string(red) == "none" ? random_tensor({4, 3, 2}, 337) : random_tensor({}, 338);
+    cs.add("NegativeLogLikelihoodLossGrad", {dl, x3, l3, w}, a, 1, 1e-5, 13, kGraphrunDomain);
+    cs.add("NegativeLogLikelihoodLossGrad", {dl, x3, as_i32(l3)}, a, 1, 1e-5, 13, kGraphrunDomain);
+  }
+}
+TEST(GpuKernels, NegativeLogLikelihoodLossAndGrad) { expect_group_on_gpu(nll_loss_cases); }
+
+void element_indexing_cases(Cases& cs) {
+  Tensor data = random_tensor({4, 5, 3}, 340);
+  Tensor idata = random_int_tensor({4, 5, 3}, 341, -100, 100);
+  uint64_t seed = 342;
+  // Per axis: indices smaller than data off the axis, longer than it on the axis (duplicates), negative ones.
+  for (int64_t axis : {0, 1, -1}) {
+    const int ax = axis < 0 ? 2 : static_cast<int>(axis);
+    Shape ish = {3, 4, 2};
+    ish[ax] = 7;
+    const int64_t dim = data.dim(ax);
+    Tensor ind = random_int_tensor(ish, seed++, -dim, dim);
+    std::map<std::string, Attribute> a{{"axis", Attribute::Int(axis)}};
+    cs.add("GatherElements", {data, ind}, a, 1, 0, 13);
+    cs.add("GatherElements", {idata, as_i32(ind)}, a, 1, 0, 13);
+    Tensor dy = random_tensor(ish, seed++);
+    cs.add("GatherElementsGrad", {dy, ind, i64({3}, {4, 5, 3})}, a, 1, 1e-6, 13, kGraphrunDomain);
+    cs.add("GatherElementsGrad", {dy, as_i32(ind), i64({3}, {4, 5, 3})}, a, 1, 1e-6, 13, kGraphrunDomain);
+    // ScatterElements takes updates no longer than data on the axis; duplicates still occur.
+    ish[ax] = dim;
+    Tensor sind = random_int_tensor(ish, seed++, -dim, dim), upd = random_tensor(ish, seed++);
+    for (const char* red : {"none", "add", "mul"}) {
+      std::map<std::string, Attribute> ar{{"axis", Attribute::Int(axis)}, {"reduction", Attribute::Str(red)}};
+      cs.add("ScatterElements", {data, sind, upd}, ar, 1, 1e-6, 18);
+    }
+    cs.add("ScatterElements", {idata, as_i32(sind), random_int_tensor(ish, seed++, -9, 9)}, a, 1, 0, 13);
+  }
+  // 1-D, as the ONNX examples.
+  cs.add("GatherElements", {random_tensor({6}, 350), i64({4}, {5, 0, -1, 2})}, {}, 1, 0, 13);
+  cs.add("ScatterElements", {random_tensor({5}, 351), i64({3}, {1, 1, 3}), random_tensor({3}, 352)},
+         {{"reduction", Attribute::Str("add")}}, 1, 1e-6, 18);
+}
+TEST(GpuKernels, GatherScatterElementsAndGrad) { expect_group_on_gpu(element_indexing_cases); }
+
 // ---- the op table: every CUDA kernel has a CPU reference and cases ----
 
 // Every case group, by the name of the GpuKernels test that runs it on a GPU.
@@ -616,6 +695,9 @@ const std::vector<std::pair<const char*, CaseGroup>>& case_groups() {
       {"MomentumUpdate", momentum_cases},
       {"AdamUpdate", adam_cases},
       {"AllReduceAlone", all_reduce_cases},
+      {"InstanceNormalizationAndGrad", instance_norm_cases},
+      {"NegativeLogLikelihoodLossAndGrad", nll_loss_cases},
+      {"GatherScatterElementsAndGrad", element_indexing_cases},
   };
   return groups;
 }
