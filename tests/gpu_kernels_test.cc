@@ -673,6 +673,99 @@ void element_indexing_cases(Cases& cs) {
 }
 TEST(GpuKernels, GatherScatterElementsAndGrad) { expect_group_on_gpu(element_indexing_cases); }
 
+// ---- Resize, Upsample, ResizeGrad ----
+
+Tensor f32s(Shape shape, std::vector<float> v) { return Tensor::from_vector<float>(std::move(shape), v); }
+
+void resize_cases(Cases& cs) {
+  struct Mode { const char* mode; const char* coord; const char* nearest; };
+  const std::vector<Mode> modes = {
+      {"nearest", "asymmetric", "floor"},          {"nearest", "half_pixel", "round_prefer_floor"},
+      {"nearest", "align_corners", "round_prefer_ceil"}, {"nearest", "pytorch_half_pixel", "ceil"},
+      {"nearest", "tf_half_pixel_for_nn", "floor"}, {"linear", "half_pixel", ""},
+      {"linear", "align_corners", ""},             {"linear", "pytorch_half_pixel", ""},
+      {"linear", "asymmetric", ""},                {"cubic", "half_pixel", ""},
+      {"cubic", "align_corners", ""}};
+  Tensor x = random_tensor({2, 3, 4, 5}, 360, -2.f, 2.f);
+  const Tensor none;
+  uint64_t seed = 361;
+  for (const Mode& m : modes)
+    for (bool by_sizes : {false, true})
+      for (bool up : {true, false}) {
+        std::map<std::string, Attribute> a{{"mode", Attribute::Str(m.mode)},
+                                           {"coordinate_transformation_mode", Attribute::Str(m.coord)}};
+        if (*m.nearest) a["nearest_mode"] = Attribute::Str(m.nearest);
+        Tensor scales = up ? f32s({4}, {1, 1, 2, 1.5f}) : f32s({4}, {1, 1, 0.5f, 0.6f});
+        Tensor sizes = up ? i64({4}, {2, 3, 7, 10}) : i64({4}, {2, 3, 3, 2});
+        if (by_sizes) cs.add("Resize", {x, none, none, sizes}, a, 1, 1e-5, 13);
+        else cs.add("Resize", {x, none, scales}, a, 1, 1e-5, 13);
+        // The gradient from dY of the forward's output shape, with scales or without (the shapes' ratio).
+        Shape ys = testing::run_node("Resize", by_sizes ? std::vector<Tensor>{x, none, none, sizes}
+                                                        : std::vector<Tensor>{x, none, scales}, a, 1, 13)[0].shape();
+        Tensor dy = random_tensor(ys, seed++);
+        if (by_sizes) cs.add("ResizeGrad", {dy, i64({4}, {2, 3, 4, 5})}, a, 1, 1e-5, 13, kGraphrunDomain);
+        else cs.add("ResizeGrad", {dy, i64({4}, {2, 3, 4, 5}), none, scales}, a, 1, 1e-5, 13, kGraphrunDomain);
+      }
+  // Cubic with exclude_outside and another coefficient; resizing the batch and channel axes too.
+  cs.add("Resize", {x, none, f32s({4}, {1, 1, 1.75f, 0.8f})},
+         {{"mode", Attribute::Str("cubic")}, {"exclude_outside", Attribute::Int(1)}, {"cubic_coeff_a", Attribute::Float(-0.5f)}}, 1,
+         1e-5, 13);
+  cs.add("Resize", {x, none, none, i64({4}, {3, 2, 5, 5})}, {{"mode", Attribute::Str("linear")}}, 1, 1e-5, 13);
+  cs.add("ResizeGrad", {random_tensor({3, 2, 5, 5}, 380), i64({4}, {2, 3, 4, 5})}, {{"mode", Attribute::Str("linear")}}, 1, 1e-5,
+         13, kGraphrunDomain);
+  // tf_crop_and_resize: a roi partly outside the input takes extrapolation_value there.
+  std::map<std::string, Attribute> crop{{"mode", Attribute::Str("linear")},
+                                        {"coordinate_transformation_mode", Attribute::Str("tf_crop_and_resize")},
+                                        {"extrapolation_value", Attribute::Float(-7.f)}};
+  Tensor roi = f32s({8}, {0, 0, -0.2f, 0.1f, 1, 1, 0.9f, 1.3f});
+  cs.add("Resize", {x, roi, none, i64({4}, {2, 3, 6, 4})}, crop, 1, 1e-5, 13);
+  cs.add("ResizeGrad", {random_tensor({2, 3, 6, 4}, 381), i64({4}, {2, 3, 4, 5}), roi, f32s({4}, {1, 1, 1.5f, 0.8f})}, crop, 1,
+         1e-5, 13, kGraphrunDomain);
+  // Opset 10's Resize and Upsample (asymmetric, floor), 3-D and 5-D inputs.
+  for (const char* mode : {"nearest", "linear"}) {
+    std::map<std::string, Attribute> a{{"mode", Attribute::Str(mode)}};
+    cs.add("Resize", {random_tensor({1, 2, 3, 2}, 382), f32s({4}, {1, 1, 2, 3})}, a, 1, 1e-5, 10);
+    cs.add("Upsample", {random_tensor({1, 2, 3, 2}, 383), f32s({4}, {1, 1, 2, 3})}, a, 1, 1e-5, 9);
+    std::map<std::string, Attribute> a7{{"mode", Attribute::Str(mode)}, {"scales", Attribute::Floats({1, 1, 2, 2})}};
+    cs.add("Upsample", {random_tensor({1, 2, 3, 2}, 384)}, a7, 1, 1e-5, 7);
+    cs.add("Resize", {random_tensor({2, 3, 9}, 385), none, f32s({3}, {1, 1, 0.5f})}, a, 1, 1e-5, 13);
+    cs.add("Resize", {random_tensor({1, 2, 3, 4, 2}, 386), none, f32s({5}, {1, 1, 2, 0.5f, 2})}, a, 1, 1e-5, 13);
+  }
+}
+TEST(GpuKernels, ResizeUpsampleAndGrad) { expect_group_on_gpu(resize_cases); }
+
+// ---- Einsum ----
+
+void einsum_cases(Cases& cs) {
+  struct Eq { const char* eq; std::vector<Shape> shapes; };
+  const std::vector<Eq> eqs = {
+      {"ij,jk->ik", {{3, 4}, {4, 5}}},               // matmul
+      {"bij,bjk->bik", {{2, 3, 4}, {2, 4, 5}}},      // batched matmul
+      {"...ij,...jk->...ik", {{2, 1, 3, 4}, {3, 4, 2}}},  // broadcast batch dims
+      {"ij->", {{5, 7}}},                            // full reduction
+      {"ijk->j", {{3, 4, 5}}},                       // reduction over two axes
+      {"ij->ji", {{3, 6}}},                          // transpose
+      {"i,i->", {{9}, {9}}},                         // dot
+      {"i,j->ij", {{3}, {4}}},                       // outer product
+      {"ij,ij->ij", {{3, 4}, {3, 4}}},               // elementwise
+      {"ii->i", {{4, 4}}},                           // diagonal
+      {"ij,jk", {{2, 3}, {3, 2}}},                   // implicit output
+      {"ij,jk,kl->il", {{2, 3}, {3, 4}, {4, 2}}},    // three operands
+      {"bhqd,bhkd->bhqk", {{2, 2, 3, 4}, {2, 2, 5, 4}}},  // attention scores
+      {"ij,j->i", {{4, 0}, {0}}},                    // an empty summed range
+  };
+  uint64_t seed = 390;
+  for (const Eq& e : eqs) {
+    std::vector<Tensor> ins;
+    for (const Shape& sh : e.shapes) ins.push_back(random_tensor(sh, seed++));
+    cs.add("Einsum", ins, {{"equation", Attribute::Str(e.eq)}}, 1, 1e-5, 12);
+  }
+  Tensor a64 = testing::run_node("Cast", {random_tensor({2, 3, 4}, 399)}, {{"to", Attribute::Int(11)}}, 1, 13)[0];
+  Tensor b64 = testing::run_node("Cast", {random_tensor({2, 4, 3}, 400)}, {{"to", Attribute::Int(11)}}, 1, 13)[0];
+  cs.add("Einsum", {a64, b64}, {{"equation", Attribute::Str("bij,bjk->bik")}}, 1, 1e-12, 12);
+}
+TEST(GpuKernels, Einsum) { expect_group_on_gpu(einsum_cases); }
+
 // ---- the op table: every CUDA kernel has a CPU reference and cases ----
 
 // Every case group, by the name of the GpuKernels test that runs it on a GPU.
@@ -698,6 +791,8 @@ const std::vector<std::pair<const char*, CaseGroup>>& case_groups() {
       {"InstanceNormalizationAndGrad", instance_norm_cases},
       {"NegativeLogLikelihoodLossAndGrad", nll_loss_cases},
       {"GatherScatterElementsAndGrad", element_indexing_cases},
+      {"ResizeUpsampleAndGrad", resize_cases},
+      {"Einsum", einsum_cases},
   };
   return groups;
 }
