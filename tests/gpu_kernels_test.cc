@@ -666,6 +666,28 @@ void element_indexing_cases(Cases& cs) {
     }
     cs.add("ScatterElements", {idata, as_i32(sind), random_int_tensor(ish, seed++, -9, 9)}, a, 1, 0, 13);
   }
+  // Opset 9's Scatter (ScatterElements without reduction).
+  cs.add("Scatter", {data, random_int_tensor({2, 5, 3}, 353, 0, 4), random_tensor({2, 5, 3}, 354)}, {}, 1, 0, 9);
+  // ScatterND: tuples of length 1 to 3 (slices of 15, 3 and 1 elements), duplicates, a batch of tuples.
+  for (int64_t m : {1, 2, 3}) {
+    Shape ish = {6, m};
+    std::vector<int64_t> hi = {4, 5, 3};
+    Tensor ind(DType::I64, ish);
+    Tensor r = random_int_tensor(ish, 355 + m, 0, 1 << 20);
+    for (int64_t t = 0; t < 6; ++t)
+      for (int64_t a = 0; a < m; ++a) {
+        const int64_t d = hi[a], v = r.data<int64_t>()[t * m + a] % (2 * d) - d;  // negative ones too
+        ind.data<int64_t>()[t * m + a] = v;
+      }
+    Shape us = {6};
+    for (int a = static_cast<int>(m); a < 3; ++a) us.push_back(data.dim(a));
+    Tensor upd = random_tensor(us, 358 + m);
+    for (const char* red : {"none", "add", "mul"})
+      cs.add("ScatterND", {data, ind, upd}, {{"reduction", Attribute::Str(red)}}, 1, 1e-6, 18);
+    cs.add("ScatterND", {idata, as_i32(ind), random_int_tensor(us, 362 + m, -9, 9)}, {}, 1, 0, 13);
+  }
+  cs.add("ScatterND", {data, i64({2, 2, 2}, {0, 1, 3, 4, 0, 1, 2, 2}), random_tensor({2, 2, 3}, 366)},
+         {{"reduction", Attribute::Str("add")}}, 1, 1e-6, 18);
   // 1-D, as the ONNX examples.
   cs.add("GatherElements", {random_tensor({6}, 350), i64({4}, {5, 0, -1, 2})}, {}, 1, 0, 13);
   cs.add("ScatterElements", {random_tensor({5}, 351), i64({3}, {1, 1, 3}), random_tensor({3}, 352)},

@@ -1,6 +1,6 @@
 // CUDA kernels: shape family (the CPU's shape.cc op set): Reshape, Flatten, Transpose, Shape, Constant,
-// Gather, Concat, Unsqueeze, Squeeze, Slice, GatherElements, ScatterElements, ai.graphrun GatherElementsGrad.
-// Shape-like int64 inputs are read on the host (common.cuh).
+// Gather, Concat, Unsqueeze, Squeeze, Slice, GatherElements, ScatterElements (and opset 9's Scatter), ScatterND,
+// ai.graphrun GatherElementsGrad. Shape-like int64 inputs are read on the host (common.cuh).
 #include <cstring>
 
 #include "runtime/kernels/cuda/common.cuh"
@@ -597,6 +597,76 @@ void gather_elements_grad_op(KernelContext& ctx) {
   launch_scatter_elements(ctx, nullptr, ind, dY, dX, e, ScatterReduction::Add);
 }
 
+// ScatterND(data, indices [..., m], updates): the output is data with each index tuple's slice (the
+// data's trailing dims after m) combined with its updates. One thread per slice element walks the tuples
+// in order, so duplicate tuples apply as on the CPU (deterministic, no atomics); out-of-range tuples are
+// skipped (the device cannot raise; the CPU kernel reports them).
+struct NdTuples {
+  int m = 0;
+  int64_t dims[kMaxRank];     // data's leading m dims
+  int64_t strides[kMaxRank];  // their element strides
+  int64_t tuples = 0, slice = 1;
+};
+
+template <class T, class I>
+__global__ void scatter_nd_kernel(const I* idx, const T* upd, T* y, NdTuples t, ScatterReduction red) {
+  GR_GRID_STRIDE(j, t.slice) {
+    for (int64_t k = 0; k < t.tuples; ++k) {
+      int64_t off = 0;
+      bool ok = true;
+      for (int a = 0; a < t.m; ++a) {
+        const int64_t v = element_index(idx, k * t.m + a, t.dims[a]);
+        ok = ok && v >= 0 && v < t.dims[a];
+        off += v * t.strides[a];
+      }
+      if (!ok) continue;
+      T& d = y[off + j];
+      const T u = upd[k * t.slice + j];
+      d = red == ScatterReduction::Add ? static_cast<T>(d + u) : red == ScatterReduction::Mul ? static_cast<T>(d * u) : u;
+    }
+  }
+}
+
+void scatter_nd_op(KernelContext& ctx) {
+  const char* what = "ScatterND";
+  const Tensor &X = ctx.input(0), &ind = ctx.input(1), &upd = ctx.input(2);
+  GR_CHECK(ind.dtype() == DType::I64 || ind.dtype() == DType::I32, what << ": indices must be i64 or i32");
+  GR_CHECK(ind.rank() >= 1, what << ": indices must have rank >= 1");
+  NdTuples t;
+  t.m = static_cast<int>(ind.dim(ind.rank() - 1));
+  GR_CHECK(t.m >= 1 && t.m <= X.rank() && t.m <= kMaxRank,
+           what << ": index tuples of length " << t.m << " do not fit data " << shape_str(X.shape()));
+  Shape want(ind.shape().begin(), ind.shape().end() - 1);
+  want.insert(want.end(), X.shape().begin() + t.m, X.shape().end());
+  GR_CHECK(upd.shape() == want && upd.dtype() == X.dtype(), what << ": updates " << dtype_name(upd.dtype())
+                                                                 << shape_str(upd.shape()) << ", expected "
+                                                                 << dtype_name(X.dtype()) << shape_str(want));
+  const std::string r = ctx.node().attr_s("reduction", "none");
+  GR_CHECK(r == "none" || r == "add" || r == "mul", what << ": unknown reduction '" << r << "' (none, add, mul)");
+  const ScatterReduction red = r == "add" ? ScatterReduction::Add : r == "mul" ? ScatterReduction::Mul : ScatterReduction::None;
+  for (int a = t.m; a < X.rank(); ++a) t.slice *= X.dim(a);
+  int64_t stride = t.slice;
+  for (int a = t.m - 1; a >= 0; --a) {
+    t.dims[a] = X.dim(a);
+    t.strides[a] = stride;
+    stride *= X.dim(a);
+  }
+  t.tuples = ind.numel() / t.m;
+  Tensor& Y = ctx.output(0, X.shape(), X.dtype());
+  cudaStream_t st = stream_of(ctx);
+  if (Y.numel() == 0) return;
+  GR_CUDA_CHECK(cudaMemcpyAsync(Y.raw(), X.raw(), X.nbytes(), cudaMemcpyDeviceToDevice, st));
+  if (t.tuples == 0 || t.slice == 0) return;
+  dispatch_numeric(X.dtype(), what, [&](auto tag) {
+    using T = decltype(tag);
+    dispatch_index(ind, [&](auto itag) {
+      using I = decltype(itag);
+      scatter_nd_kernel<T, I><<<grid_for(t.slice), kThreads, 0, st>>>(dptr<I>(ind), dptr<T>(upd), dptr<T>(Y), t, red);
+    });
+  });
+  GR_LAUNCH_CHECK("scatter_nd");
+}
+
 }  // namespace
 
 GR_REGISTER_OPS(shape) {
@@ -613,6 +683,8 @@ GR_REGISTER_OPS(shape) {
   ops.op("Slice").cuda(locked<slice_op>);
   ops.op("GatherElements").cuda(locked<gather_elements_op>);
   ops.op("ScatterElements").cuda(locked<scatter_elements_op>);
+  ops.op("Scatter").cuda(locked<scatter_elements_op>);
+  ops.op("ScatterND").cuda(locked<scatter_nd_op>);
   ops.op(kGraphrunDomain, "GatherElementsGrad").cuda(locked<gather_elements_grad_op>);
 }
 
