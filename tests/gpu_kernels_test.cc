@@ -594,6 +594,200 @@ TEST(GpuKernels, DropoutKeepsItsRatioAndScales) {
   EXPECT_GT(testing::max_abs_diff(out[0][0], out[1][0]), 0);
 }
 
+// ---- InstanceNormalization, NegativeLogLikelihoodLoss, the element-indexing ops, and their gradients ----
+
+Tensor as_i32(const Tensor& t) { return testing::run_node("Cast", {t}, {{"to", Attribute::Int(6)}}, 1, 13)[0]; }
+
+void instance_norm_cases(Cases& cs) {
+  // Several C and spatial sizes: a 1-D and a 3-D spatial input, rows longer than a block (300 > 256).
+  const std::vector<Shape> shapes = {{2, 3, 4, 5}, {1, 4, 7}, {3, 2, 2, 3, 3}, {2, 5, 300}, {1, 1, 1, 1}};
+  uint64_t seed = 300;
+  for (const Shape& sh : shapes) {
+    const int64_t c = sh[1];
+    Tensor x = random_tensor(sh, seed++, -2.f, 3.f), sc = random_tensor({c}, seed++, 0.5f, 2.f), b = random_tensor({c}, seed++);
+    for (float eps : {1e-5f, 1e-2f}) {
+      std::map<std::string, Attribute> a{{"epsilon", Attribute::Float(eps)}};
+      cs.add("InstanceNormalization", {x, sc, b}, a, 1, 1e-4, 17);
+      cs.add("InstanceNormalizationGrad", {random_tensor(sh, seed++), x, sc}, a, 3, 1e-4, 17, kGraphrunDomain);
+    }
+  }
+  cs.add("InstanceNormalization", {random_tensor({2, 3, 6}, 320), random_tensor({3}, 321), random_tensor({3}, 322)}, {}, 1,
+         1e-4, 6);
+}
+TEST(GpuKernels, InstanceNormalizationAndGrad) { expect_group_on_gpu(instance_norm_cases); }
+
+void nll_loss_cases(Cases& cs) {
+  Tensor lp = testing::run_node("LogSoftmax", {random_tensor({16, 10}, 330, -3.f, 3.f)}, {}, 1, 13)[0];
+  Tensor labels = random_int_tensor({16}, 331, 0, 10);
+  for (const char* red : {"mean", "sum", "none"}) {
+    std::map<std::string, Attribute> a{{"reduction", Attribute::Str(red)}};
+    cs.add("NegativeLogLikelihoodLoss", {lp, labels}, a, 1, 1e-5, 13);
+    cs.add("NegativeLogLikelihoodLoss", {lp, as_i32(labels)}, a, 1, 1e-5, 13);
+    Tensor dloss = std::string(red) == "none" ? random_tensor({16}, 332) : random_tensor({}, 333);
+    cs.add("NegativeLogLikelihoodLossGrad", {dloss, lp, labels}, a, 1, 1e-5, 13, kGraphrunDomain);
+  }
+  // A spatial dimension, class weights and ignore_index (some labels hit it).
+  Tensor x3 = random_tensor({4, 5, 3, 2}, 334, -3.f, 0.f), l3 = random_int_tensor({4, 3, 2}, 335, 0, 5);
+  Tensor w = random_tensor({5}, 336, 0.5f, 2.f);
+  for (const char* red : {"mean", "sum", "none"}) {
+    std::map<std::string, Attribute> a{{"ignore_index", Attribute::Int(2)}, {"reduction", Attribute::Str(red)}};
+    cs.add("NegativeLogLikelihoodLoss", {x3, l3, w}, a, 1, 1e-5, 13);
+    cs.add("NegativeLogLikelihoodLoss", {x3, l3}, a, 1, 1e-5, 13);
+    Tensor dl = std::string(red) == "none" ? random_tensor({4, 3, 2}, 337) : random_tensor({}, 338);
+    cs.add("NegativeLogLikelihoodLossGrad", {dl, x3, l3, w}, a, 1, 1e-5, 13, kGraphrunDomain);
+    cs.add("NegativeLogLikelihoodLossGrad", {dl, x3, as_i32(l3)}, a, 1, 1e-5, 13, kGraphrunDomain);
+  }
+}
+TEST(GpuKernels, NegativeLogLikelihoodLossAndGrad) { expect_group_on_gpu(nll_loss_cases); }
+
+void element_indexing_cases(Cases& cs) {
+  Tensor data = random_tensor({4, 5, 3}, 340);
+  Tensor idata = random_int_tensor({4, 5, 3}, 341, -100, 100);
+  uint64_t seed = 342;
+  // Per axis: indices smaller than data off the axis, longer than it on the axis (duplicates), negative ones.
+  for (int64_t axis : {0, 1, -1}) {
+    const int ax = axis < 0 ? 2 : static_cast<int>(axis);
+    Shape ish = {3, 4, 2};
+    ish[ax] = 7;
+    const int64_t dim = data.dim(ax);
+    Tensor ind = random_int_tensor(ish, seed++, -dim, dim);
+    std::map<std::string, Attribute> a{{"axis", Attribute::Int(axis)}};
+    cs.add("GatherElements", {data, ind}, a, 1, 0, 13);
+    cs.add("GatherElements", {idata, as_i32(ind)}, a, 1, 0, 13);
+    Tensor dy = random_tensor(ish, seed++);
+    cs.add("GatherElementsGrad", {dy, ind, i64({3}, {4, 5, 3})}, a, 1, 1e-6, 13, kGraphrunDomain);
+    cs.add("GatherElementsGrad", {dy, as_i32(ind), i64({3}, {4, 5, 3})}, a, 1, 1e-6, 13, kGraphrunDomain);
+    // ScatterElements takes updates no longer than data on the axis; duplicates still occur.
+    ish[ax] = dim;
+    Tensor sind = random_int_tensor(ish, seed++, -dim, dim), upd = random_tensor(ish, seed++);
+    for (const char* red : {"none", "add", "mul"}) {
+      std::map<std::string, Attribute> ar{{"axis", Attribute::Int(axis)}, {"reduction", Attribute::Str(red)}};
+      cs.add("ScatterElements", {data, sind, upd}, ar, 1, 1e-6, 18);
+    }
+    cs.add("ScatterElements", {idata, as_i32(sind), random_int_tensor(ish, seed++, -9, 9)}, a, 1, 0, 13);
+  }
+  // Opset 9's Scatter (ScatterElements without reduction).
+  cs.add("Scatter", {data, random_int_tensor({2, 5, 3}, 353, 0, 4), random_tensor({2, 5, 3}, 354)}, {}, 1, 0, 9);
+  // ScatterND: tuples of length 1 to 3 (slices of 15, 3 and 1 elements), duplicates, a batch of tuples.
+  for (int64_t m : {1, 2, 3}) {
+    Shape ish = {6, m};
+    std::vector<int64_t> hi = {4, 5, 3};
+    Tensor ind(DType::I64, ish);
+    Tensor r = random_int_tensor(ish, 355 + m, 0, 1 << 20);
+    for (int64_t t = 0; t < 6; ++t)
+      for (int64_t a = 0; a < m; ++a) {
+        const int64_t d = hi[a], v = r.data<int64_t>()[t * m + a] % (2 * d) - d;  // negative ones too
+        ind.data<int64_t>()[t * m + a] = v;
+      }
+    Shape us = {6};
+    for (int a = static_cast<int>(m); a < 3; ++a) us.push_back(data.dim(a));
+    Tensor upd = random_tensor(us, 358 + m);
+    for (const char* red : {"none", "add", "mul"})
+      cs.add("ScatterND", {data, ind, upd}, {{"reduction", Attribute::Str(red)}}, 1, 1e-6, 18);
+    cs.add("ScatterND", {idata, as_i32(ind), random_int_tensor(us, 362 + m, -9, 9)}, {}, 1, 0, 13);
+  }
+  cs.add("ScatterND", {data, i64({2, 2, 2}, {0, 1, 3, 4, 0, 1, 2, 2}), random_tensor({2, 2, 3}, 366)},
+         {{"reduction", Attribute::Str("add")}}, 1, 1e-6, 18);
+  // 1-D, as the ONNX examples.
+  cs.add("GatherElements", {random_tensor({6}, 350), i64({4}, {5, 0, -1, 2})}, {}, 1, 0, 13);
+  cs.add("ScatterElements", {random_tensor({5}, 351), i64({3}, {1, 1, 3}), random_tensor({3}, 352)},
+         {{"reduction", Attribute::Str("add")}}, 1, 1e-6, 18);
+}
+TEST(GpuKernels, GatherScatterElementsAndGrad) { expect_group_on_gpu(element_indexing_cases); }
+
+// ---- Resize, Upsample, ResizeGrad ----
+
+Tensor f32s(Shape shape, std::vector<float> v) { return Tensor::from_vector<float>(std::move(shape), v); }
+
+void resize_cases(Cases& cs) {
+  struct Mode { const char* mode; const char* coord; const char* nearest; };
+  const std::vector<Mode> modes = {
+      {"nearest", "asymmetric", "floor"},          {"nearest", "half_pixel", "round_prefer_floor"},
+      {"nearest", "align_corners", "round_prefer_ceil"}, {"nearest", "pytorch_half_pixel", "ceil"},
+      {"nearest", "tf_half_pixel_for_nn", "floor"}, {"linear", "half_pixel", ""},
+      {"linear", "align_corners", ""},             {"linear", "pytorch_half_pixel", ""},
+      {"linear", "asymmetric", ""},                {"cubic", "half_pixel", ""},
+      {"cubic", "align_corners", ""}};
+  Tensor x = random_tensor({2, 3, 4, 5}, 360, -2.f, 2.f);
+  const Tensor none;
+  uint64_t seed = 361;
+  for (const Mode& m : modes)
+    for (bool by_sizes : {false, true})
+      for (bool up : {true, false}) {
+        std::map<std::string, Attribute> a{{"mode", Attribute::Str(m.mode)},
+                                           {"coordinate_transformation_mode", Attribute::Str(m.coord)}};
+        if (*m.nearest) a["nearest_mode"] = Attribute::Str(m.nearest);
+        Tensor scales = up ? f32s({4}, {1, 1, 2, 1.5f}) : f32s({4}, {1, 1, 0.5f, 0.6f});
+        Tensor sizes = up ? i64({4}, {2, 3, 7, 10}) : i64({4}, {2, 3, 3, 2});
+        if (by_sizes) cs.add("Resize", {x, none, none, sizes}, a, 1, 1e-5, 13);
+        else cs.add("Resize", {x, none, scales}, a, 1, 1e-5, 13);
+        // The gradient from dY of the forward's output shape, with scales or without (the shapes' ratio).
+        Shape ys = testing::run_node("Resize", by_sizes ? std::vector<Tensor>{x, none, none, sizes}
+                                                        : std::vector<Tensor>{x, none, scales}, a, 1, 13)[0].shape();
+        Tensor dy = random_tensor(ys, seed++);
+        if (by_sizes) cs.add("ResizeGrad", {dy, i64({4}, {2, 3, 4, 5})}, a, 1, 1e-5, 13, kGraphrunDomain);
+        else cs.add("ResizeGrad", {dy, i64({4}, {2, 3, 4, 5}), none, scales}, a, 1, 1e-5, 13, kGraphrunDomain);
+      }
+  // Cubic with exclude_outside and another coefficient; resizing the batch and channel axes too.
+  cs.add("Resize", {x, none, f32s({4}, {1, 1, 1.75f, 0.8f})},
+         {{"mode", Attribute::Str("cubic")}, {"exclude_outside", Attribute::Int(1)}, {"cubic_coeff_a", Attribute::Float(-0.5f)}}, 1,
+         1e-5, 13);
+  cs.add("Resize", {x, none, none, i64({4}, {3, 2, 5, 5})}, {{"mode", Attribute::Str("linear")}}, 1, 1e-5, 13);
+  cs.add("ResizeGrad", {random_tensor({3, 2, 5, 5}, 380), i64({4}, {2, 3, 4, 5})}, {{"mode", Attribute::Str("linear")}}, 1, 1e-5,
+         13, kGraphrunDomain);
+  // tf_crop_and_resize: a roi partly outside the input takes extrapolation_value there.
+  std::map<std::string, Attribute> crop{{"mode", Attribute::Str("linear")},
+                                        {"coordinate_transformation_mode", Attribute::Str("tf_crop_and_resize")},
+                                        {"extrapolation_value", Attribute::Float(-7.f)}};
+  Tensor roi = f32s({8}, {0, 0, -0.2f, 0.1f, 1, 1, 0.9f, 1.3f});
+  cs.add("Resize", {x, roi, none, i64({4}, {2, 3, 6, 4})}, crop, 1, 1e-5, 13);
+  cs.add("ResizeGrad", {random_tensor({2, 3, 6, 4}, 381), i64({4}, {2, 3, 4, 5}), roi, f32s({4}, {1, 1, 1.5f, 0.8f})}, crop, 1,
+         1e-5, 13, kGraphrunDomain);
+  // Opset 10's Resize and Upsample (asymmetric, floor), 3-D and 5-D inputs.
+  for (const char* mode : {"nearest", "linear"}) {
+    std::map<std::string, Attribute> a{{"mode", Attribute::Str(mode)}};
+    cs.add("Resize", {random_tensor({1, 2, 3, 2}, 382), f32s({4}, {1, 1, 2, 3})}, a, 1, 1e-5, 10);
+    cs.add("Upsample", {random_tensor({1, 2, 3, 2}, 383), f32s({4}, {1, 1, 2, 3})}, a, 1, 1e-5, 9);
+    std::map<std::string, Attribute> a7{{"mode", Attribute::Str(mode)}, {"scales", Attribute::Floats({1, 1, 2, 2})}};
+    cs.add("Upsample", {random_tensor({1, 2, 3, 2}, 384)}, a7, 1, 1e-5, 7);
+    cs.add("Resize", {random_tensor({2, 3, 9}, 385), none, f32s({3}, {1, 1, 0.5f})}, a, 1, 1e-5, 13);
+    cs.add("Resize", {random_tensor({1, 2, 3, 4, 2}, 386), none, f32s({5}, {1, 1, 2, 0.5f, 2})}, a, 1, 1e-5, 13);
+  }
+}
+TEST(GpuKernels, ResizeUpsampleAndGrad) { expect_group_on_gpu(resize_cases); }
+
+// ---- Einsum ----
+
+void einsum_cases(Cases& cs) {
+  struct Eq { const char* eq; std::vector<Shape> shapes; };
+  const std::vector<Eq> eqs = {
+      {"ij,jk->ik", {{3, 4}, {4, 5}}},               // matmul
+      {"bij,bjk->bik", {{2, 3, 4}, {2, 4, 5}}},      // batched matmul
+      {"...ij,...jk->...ik", {{2, 1, 3, 4}, {3, 4, 2}}},  // broadcast batch dims
+      {"ij->", {{5, 7}}},                            // full reduction
+      {"ijk->j", {{3, 4, 5}}},                       // reduction over two axes
+      {"ij->ji", {{3, 6}}},                          // transpose
+      {"i,i->", {{9}, {9}}},                         // dot
+      {"i,j->ij", {{3}, {4}}},                       // outer product
+      {"ij,ij->ij", {{3, 4}, {3, 4}}},               // elementwise
+      {"ii->i", {{4, 4}}},                           // diagonal
+      {"ij,jk", {{2, 3}, {3, 2}}},                   // implicit output
+      {"ij,jk,kl->il", {{2, 3}, {3, 4}, {4, 2}}},    // three operands
+      {"bhqd,bhkd->bhqk", {{2, 2, 3, 4}, {2, 2, 5, 4}}},  // attention scores
+      {"ij,j->i", {{4, 0}, {0}}},                    // an empty summed range
+  };
+  uint64_t seed = 390;
+  for (const Eq& e : eqs) {
+    std::vector<Tensor> ins;
+    for (const Shape& sh : e.shapes) ins.push_back(random_tensor(sh, seed++));
+    cs.add("Einsum", ins, {{"equation", Attribute::Str(e.eq)}}, 1, 1e-5, 12);
+  }
+  Tensor a64 = testing::run_node("Cast", {random_tensor({2, 3, 4}, 399)}, {{"to", Attribute::Int(11)}}, 1, 13)[0];
+  Tensor b64 = testing::run_node("Cast", {random_tensor({2, 4, 3}, 400)}, {{"to", Attribute::Int(11)}}, 1, 13)[0];
+  cs.add("Einsum", {a64, b64}, {{"equation", Attribute::Str("bij,bjk->bik")}}, 1, 1e-12, 12);
+}
+TEST(GpuKernels, Einsum) { expect_group_on_gpu(einsum_cases); }
+
 // ---- the op table: every CUDA kernel has a CPU reference and cases ----
 
 // Every case group, by the name of the GpuKernels test that runs it on a GPU.
@@ -616,6 +810,11 @@ const std::vector<std::pair<const char*, CaseGroup>>& case_groups() {
       {"MomentumUpdate", momentum_cases},
       {"AdamUpdate", adam_cases},
       {"AllReduceAlone", all_reduce_cases},
+      {"InstanceNormalizationAndGrad", instance_norm_cases},
+      {"NegativeLogLikelihoodLossAndGrad", nll_loss_cases},
+      {"GatherScatterElementsAndGrad", element_indexing_cases},
+      {"ResizeUpsampleAndGrad", resize_cases},
+      {"Einsum", einsum_cases},
   };
   return groups;
 }

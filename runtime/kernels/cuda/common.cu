@@ -45,6 +45,13 @@ std::vector<int64_t> host_int64s(const KernelContext& ctx, int input) {
   return Tensor::view(t.dtype(), t.shape(), bytes.data()).as_int64s();
 }
 
+std::vector<double> host_doubles(const KernelContext& ctx, int input) {
+  const Tensor& t = ctx.input(input);
+  if (t.device().is_cpu()) return t.as_doubles();
+  std::vector<char> bytes = read_back(ctx, t);
+  return Tensor::view(t.dtype(), t.shape(), bytes.data()).as_doubles();
+}
+
 double host_scalar(const KernelContext& ctx, int input) {
   const Tensor& t = ctx.input(input);
   GR_CHECK(t.numel() == 1, "input " << input << " must be a scalar, got " << shape_str(t.shape()));

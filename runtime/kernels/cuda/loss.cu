@@ -1,5 +1,6 @@
-// CUDA kernels: loss family (the CPU's loss.cc op set): SoftmaxCrossEntropyLoss and its gradient
-// (ai.graphrun SoftmaxCrossEntropyLossGrad, docs/ops.md). Scores are [N, C, d1...], labels [N, d1...].
+// CUDA kernels: loss family (the CPU's loss.cc op set): SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss
+// and their gradients (ai.graphrun SoftmaxCrossEntropyLossGrad, NegativeLogLikelihoodLossGrad; docs/ops.md).
+// Scores are [N, C, d1...], labels [N, d1...].
 #include <cfloat>
 
 #include "runtime/kernels/cuda/common.cuh"
@@ -158,6 +159,25 @@ __global__ void row_weights_kernel(const L* labels, const float* weights, float*
   }
 }
 
+// The summed weights of the counted rows (a device scalar in scratch), by which reduction mean divides.
+float* mean_weight_sum(KernelContext& ctx, const Tensor& Lb, const float* weights, LossShape s, bool has_ignore,
+                       int64_t ignore) {
+  const int64_t rows = s.n * s.d;
+  cudaStream_t st = stream_of(ctx);
+  float* scratch = static_cast<float*>(ctx.scratch((std::max<int64_t>(rows, 1) + 1) * sizeof(float)));
+  float* weight_sum = scratch + std::max<int64_t>(rows, 1);
+  if (rows > 0) {
+    dispatch_label(Lb, [&](auto tag) {
+      using L = decltype(tag);
+      row_weights_kernel<L><<<grid_for(rows), kThreads, 0, st>>>(dptr<L>(Lb), weights, scratch, rows, s.c, has_ignore, ignore);
+    });
+    GR_LAUNCH_CHECK("row_weights");
+  }
+  sum_ratio_kernel<<<1, kThreads, 0, st>>>(scratch, nullptr, rows, weight_sum);
+  GR_LAUNCH_CHECK("sum_ratio");
+  return weight_sum;
+}
+
 template <class L>
 __global__ void sce_grad_kernel(const float* dloss, const float* logp, const L* labels, const float* weights,
                                 const float* weight_sum, float* dx, LossShape s, int red, bool has_ignore, int64_t ignore) {
@@ -195,20 +215,7 @@ void sce_grad_op(KernelContext& ctx) {
     GR_CHECK(dL.numel() == 1, "dloss must be a scalar, got " << shape_str(dL.shape()));
   Tensor& dX = ctx.output(0, logp.shape(), DType::F32);
   cudaStream_t st = stream_of(ctx);
-  float* weight_sum = nullptr;
-  if (red == Reduction::Mean) {
-    float* scratch = static_cast<float*>(ctx.scratch((std::max<int64_t>(rows, 1) + 1) * sizeof(float)));
-    weight_sum = scratch + std::max<int64_t>(rows, 1);
-    if (rows > 0) {
-      dispatch_label(Lb, [&](auto tag) {
-        using L = decltype(tag);
-        row_weights_kernel<L><<<grid_for(rows), kThreads, 0, st>>>(dptr<L>(Lb), weights, scratch, rows, s.c, has_ignore, ignore);
-      });
-      GR_LAUNCH_CHECK("row_weights");
-    }
-    sum_ratio_kernel<<<1, kThreads, 0, st>>>(scratch, nullptr, rows, weight_sum);
-    GR_LAUNCH_CHECK("sum_ratio");
-  }
+  float* weight_sum = red == Reduction::Mean ? mean_weight_sum(ctx, Lb, weights, s, has_ignore, ignore) : nullptr;
   int64_t n = dX.numel();
   if (n == 0) return;
   dispatch_label(Lb, [&](auto tag) {
@@ -219,11 +226,109 @@ void sce_grad_op(KernelContext& ctx) {
   GR_LAUNCH_CHECK("sce_grad");
 }
 
+// ---- NegativeLogLikelihoodLoss: input [N, C, d...] holds log-probabilities; loss = -weight[l] * input[n, l, d] ----
+template <class L>
+__global__ void nll_rows_kernel(const float* x, const L* labels, const float* weights, float* row_loss, float* row_w,
+                                LossShape s, bool has_ignore, int64_t ignore) {
+  GR_GRID_STRIDE(r, s.n * s.d) {
+    const int64_t n = r / s.d, d = r % s.d;
+    int64_t l;
+    float w;
+    if (!label_weight(labels, weights, r, s.c, has_ignore, ignore, &l, &w)) row_loss[r] = 0.f;
+    else row_loss[r] = (l >= 0 && l < s.c) ? -w * x[(n * s.c + l) * s.d + d] : NAN;
+    if (row_w) row_w[r] = w;
+  }
+}
+
+struct LossAttrs {
+  Reduction red;
+  bool has_ignore;
+  int64_t ignore;
+};
+
+LossAttrs loss_attrs(const Node& n) {
+  return {reduction_of(n), n.has_attr("ignore_index"), n.attr_i("ignore_index", 0)};
+}
+
+void nll_loss_op(KernelContext& ctx) {
+  const Tensor &X = ctx.input(0), &Lb = ctx.input(1);
+  GR_CHECK(X.dtype() == DType::F32, "NegativeLogLikelihoodLoss on CUDA takes f32 input, got " << dtype_name(X.dtype()));
+  const LossShape s = loss_shape(X, Lb);
+  const float* weights = weights_of(ctx, 2, s.c);
+  const LossAttrs a = loss_attrs(ctx.node());
+  Tensor& loss = ctx.output(0, a.red == Reduction::None ? Lb.shape() : Shape{}, DType::F32);
+  const int64_t rows = s.n * s.d;
+  cudaStream_t st = stream_of(ctx);
+  float* row_loss = dptr<float>(loss);
+  float* row_w = nullptr;
+  if (a.red != Reduction::None) {
+    row_loss = static_cast<float*>(ctx.scratch(2 * std::max<int64_t>(rows, 1) * sizeof(float)));
+    row_w = row_loss + std::max<int64_t>(rows, 1);
+  }
+  if (rows > 0) {
+    dispatch_label(Lb, [&](auto tag) {
+      using L = decltype(tag);
+      nll_rows_kernel<L><<<grid_for(rows), kThreads, 0, st>>>(dptr<float>(X), dptr<L>(Lb), weights, row_loss, row_w, s,
+                                                              a.has_ignore, a.ignore);
+    });
+    GR_LAUNCH_CHECK("nll_rows");
+  }
+  if (a.red != Reduction::None) {
+    sum_ratio_kernel<<<1, kThreads, 0, st>>>(row_loss, a.red == Reduction::Mean ? row_w : nullptr, rows, dptr<float>(loss));
+    GR_LAUNCH_CHECK("sum_ratio");
+  }
+}
+
+// dinput = -weight[l] * dloss at the label's position (divided by the weight sum for mean), 0 elsewhere.
+template <class L>
+__global__ void nll_grad_kernel(const float* dloss, const L* labels, const float* weights, const float* weight_sum,
+                                float* dx, LossShape s, int red, bool has_ignore, int64_t ignore) {
+  GR_GRID_STRIDE(i, s.n * s.c * s.d) {
+    const int64_t d = i % s.d, c = (i / s.d) % s.c, n = i / (s.c * s.d), r = n * s.d + d;
+    int64_t l;
+    float w;
+    if (!label_weight(labels, weights, r, s.c, has_ignore, ignore, &l, &w) || c != l) {
+      dx[i] = 0.f;
+      continue;
+    }
+    float g = red == 0 ? dloss[r] : dloss[0];
+    if (red == 2) g /= weight_sum[0];
+    dx[i] = -w * g;
+  }
+}
+
+void nll_grad_op(KernelContext& ctx) {
+  const Tensor &dL = ctx.input(0), &X = ctx.input(1), &Lb = ctx.input(2);
+  GR_CHECK(X.dtype() == DType::F32 && dL.dtype() == DType::F32, "NegativeLogLikelihoodLossGrad on CUDA takes f32");
+  const LossShape s = loss_shape(X, Lb);
+  const float* weights = weights_of(ctx, 3, s.c);
+  const LossAttrs a = loss_attrs(ctx.node());
+  const int64_t rows = s.n * s.d;
+  if (a.red == Reduction::None)
+    GR_CHECK(dL.shape() == Lb.shape(), "dloss must have the labels' shape " << shape_str(Lb.shape()) << " for reduction none, got "
+                                                                           << shape_str(dL.shape()));
+  else
+    GR_CHECK(dL.numel() == 1, "dloss must be a scalar, got " << shape_str(dL.shape()));
+  Tensor& dX = ctx.output(0, X.shape(), DType::F32);
+  float* weight_sum = a.red == Reduction::Mean ? mean_weight_sum(ctx, Lb, weights, s, a.has_ignore, a.ignore) : nullptr;
+  const int64_t n = dX.numel();
+  if (n == 0 || rows == 0) return;
+  dispatch_label(Lb, [&](auto tag) {
+    using L = decltype(tag);
+    nll_grad_kernel<L><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dptr<float>(dL), dptr<L>(Lb), weights, weight_sum,
+                                                                     dptr<float>(dX), s, static_cast<int>(a.red), a.has_ignore,
+                                                                     a.ignore);
+  });
+  GR_LAUNCH_CHECK("nll_grad");
+}
+
 }  // namespace
 
 GR_REGISTER_OPS(loss) {
   ops.op("SoftmaxCrossEntropyLoss").cuda(locked<sce_loss_op>);
   ops.op(kGraphrunDomain, "SoftmaxCrossEntropyLossGrad").cuda(locked<sce_grad_op>);
+  ops.op("NegativeLogLikelihoodLoss").cuda(locked<nll_loss_op>);
+  ops.op(kGraphrunDomain, "NegativeLogLikelihoodLossGrad").cuda(locked<nll_grad_op>);
 }
 
 }  // namespace graphrun::runtime::cuda

@@ -1,6 +1,8 @@
 // CUDA kernels: norm family (the CPU's norm.cc op set): BatchNormalization (training and inference),
-// LayerNormalization, ai.graphrun BatchNormalizationGrad and LayerNormalizationGrad, Dropout. Own
-// kernels: one block per channel (BatchNormalization) or per row (LayerNormalization) for the statistics.
+// LayerNormalization, ai.graphrun BatchNormalizationGrad and LayerNormalizationGrad, Dropout, and the CPU's
+// instance_norm.cc pair InstanceNormalization / InstanceNormalizationGrad. Own kernels: one block per
+// channel (BatchNormalization) or per row (LayerNormalization, InstanceNormalization's (n, c) rows) for
+// the statistics; parameter gradients sum per-row partials in a fixed order (no atomics: deterministic).
 #include "runtime/kernels/cuda/common.cuh"
 
 namespace graphrun::runtime::cuda {
@@ -372,6 +374,127 @@ void dropout_op(KernelContext& ctx) {
   GR_LAUNCH_CHECK("dropout");
 }
 
+// ---- InstanceNormalization: X [N, C, D...] as N*C rows of S positions, one block per row; f32 ----
+struct InstanceShape {
+  int64_t rows = 0, c = 0, s = 1;
+};
+
+InstanceShape instance_shape(const Tensor& X, const Tensor& scale, const char* what) {
+  GR_CHECK(X.rank() >= 3 && X.dtype() == DType::F32,
+           what << " on CUDA takes f32 [N, C, D1, ...] (rank >= 3), got " << dtype_name(X.dtype()) << shape_str(X.shape()));
+  InstanceShape s;
+  s.c = X.dim(1);
+  s.rows = X.dim(0) * s.c;
+  for (int i = 2; i < X.rank(); ++i) s.s *= X.dim(i);
+  GR_CHECK(scale.dtype() == DType::F32 && scale.shape() == Shape{s.c},
+           what << ": scale must be f32[" << s.c << "], got " << dtype_name(scale.dtype()) << shape_str(scale.shape()));
+  return s;
+}
+
+// Mean and 1/sqrt(biased variance + eps) of one row of n values, two passes (stable), on every thread.
+__device__ void row_mean_invstd(const float* p, int64_t n, float eps, float* sh, float* mean, float* invstd) {
+  float acc = 0.f;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) acc += p[j];
+  const float mu = n ? block_sum(acc, sh) / static_cast<float>(n) : 0.f;
+  acc = 0.f;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) acc += (p[j] - mu) * (p[j] - mu);
+  const float var = n ? block_sum(acc, sh) / static_cast<float>(n) : 0.f;
+  *mean = mu;
+  *invstd = rsqrtf(var + eps);
+}
+
+__global__ void in_forward_kernel(const float* x, const float* scale, const float* bias, float eps, InstanceShape s, float* y) {
+  __shared__ float sh[kThreads];
+  for (int64_t r = blockIdx.x; r < s.rows; r += gridDim.x) {
+    const float* p = x + r * s.s;
+    float mu, is;
+    row_mean_invstd(p, s.s, eps, sh, &mu, &is);
+    const float a = is * scale[r % s.c], b = bias[r % s.c];
+    for (int64_t j = threadIdx.x; j < s.s; j += blockDim.x) y[r * s.s + j] = (p[j] - mu) * a + b;
+  }
+}
+
+void instance_norm_op(KernelContext& ctx) {
+  const char* what = "InstanceNormalization";
+  const Tensor &X = ctx.input(0), &scale = ctx.input(1), &B = ctx.input(2);
+  const InstanceShape s = instance_shape(X, scale, what);
+  GR_CHECK(B.dtype() == DType::F32 && B.shape() == Shape{s.c},
+           what << ": B must be f32[" << s.c << "], got " << dtype_name(B.dtype()) << shape_str(B.shape()));
+  const float eps = ctx.node().attr_f("epsilon", 1e-5f);
+  Tensor& Y = ctx.output(0, X.shape(), DType::F32);
+  if (s.rows == 0 || s.s == 0) return;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(s.rows, 65535));
+  in_forward_kernel<<<blocks, kThreads, 0, stream_of(ctx)>>>(dptr<float>(X), dptr<float>(scale), dptr<float>(B), eps, s,
+                                                            dptr<float>(Y));
+  GR_LAUNCH_CHECK("instance_norm_forward");
+}
+
+// Per row (one block each), with xhat = (X - mean) * invstd: dX = invstd * scale[c] * (dY - mean(dY) -
+// xhat * mean(dY * xhat)); the row's sum(dY * xhat) and sum(dY) go to row_dscale / row_db.
+__global__ void in_grad_rows_kernel(const float* dy, const float* x, const float* scale, float eps, InstanceShape s,
+                                    float* dx, float* row_dscale, float* row_db) {
+  __shared__ float sh[kThreads];
+  for (int64_t r = blockIdx.x; r < s.rows; r += gridDim.x) {
+    const float *p = x + r * s.s, *g = dy + r * s.s;
+    float mu, is;
+    row_mean_invstd(p, s.s, eps, sh, &mu, &is);
+    float a = 0.f, b = 0.f;
+    for (int64_t j = threadIdx.x; j < s.s; j += blockDim.x) {
+      a += g[j];
+      b += g[j] * (p[j] - mu) * is;
+    }
+    const float sum_g = block_sum(a, sh), sum_gx = block_sum(b, sh);
+    if (threadIdx.x == 0) {
+      row_db[r] = sum_g;
+      row_dscale[r] = sum_gx;
+    }
+    if (!dx) continue;
+    const float k = is * scale[r % s.c], mg = sum_g / static_cast<float>(s.s), mgx = sum_gx / static_cast<float>(s.s);
+    for (int64_t j = threadIdx.x; j < s.s; j += blockDim.x) dx[r * s.s + j] = k * (g[j] - mg - (p[j] - mu) * is * mgx);
+  }
+}
+
+// dscale[c] and dB[c]: the rows of channel c (n = 0, 1, ...) summed in order by one thread.
+__global__ void in_grad_params_kernel(const float* row_dscale, const float* row_db, InstanceShape s, float* dscale, float* db) {
+  GR_GRID_STRIDE(c, s.c) {
+    float a = 0.f, b = 0.f;
+    for (int64_t r = c; r < s.rows; r += s.c) {
+      a += row_dscale[r];
+      b += row_db[r];
+    }
+    if (dscale) dscale[c] = a;
+    if (db) db[c] = b;
+  }
+}
+
+void instance_norm_grad_op(KernelContext& ctx) {
+  const char* what = "InstanceNormalizationGrad";
+  const Tensor &dY = ctx.input(0), &X = ctx.input(1), &scale = ctx.input(2);
+  const InstanceShape s = instance_shape(X, scale, what);
+  GR_CHECK(dY.shape() == X.shape() && dY.dtype() == DType::F32,
+           what << ": dY " << dtype_name(dY.dtype()) << shape_str(dY.shape()) << " must be f32 like X " << shape_str(X.shape()));
+  const float eps = ctx.node().attr_f("epsilon", 1e-5f);
+  float* dx = ctx.has_output(0) ? dptr<float>(ctx.output(0, X.shape(), DType::F32)) : nullptr;
+  float* dscale = ctx.has_output(1) ? dptr<float>(ctx.output(1, scale.shape(), DType::F32)) : nullptr;
+  float* db = ctx.has_output(2) ? dptr<float>(ctx.output(2, scale.shape(), DType::F32)) : nullptr;
+  cudaStream_t st = stream_of(ctx);
+  if (s.rows == 0) return;
+  if (s.s == 0) {  // empty rows: every gradient is zero
+    for (float* p : {dscale, db})
+      if (p) GR_CUDA_CHECK(cudaMemsetAsync(p, 0, s.c * sizeof(float), st));
+    return;
+  }
+  float* row_dscale = static_cast<float*>(ctx.scratch(2 * s.rows * sizeof(float)));
+  float* row_db = row_dscale + s.rows;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(s.rows, 65535));
+  in_grad_rows_kernel<<<blocks, kThreads, 0, st>>>(dptr<float>(dY), dptr<float>(X), dptr<float>(scale), eps, s, dx,
+                                                    row_dscale, row_db);
+  GR_LAUNCH_CHECK("instance_norm_grad_rows");
+  if (!dscale && !db) return;
+  in_grad_params_kernel<<<grid_for(s.c), kThreads, 0, st>>>(row_dscale, row_db, s, dscale, db);
+  GR_LAUNCH_CHECK("instance_norm_grad_params");
+}
+
 }  // namespace
 
 GR_REGISTER_OPS(norm) {
@@ -380,6 +503,8 @@ GR_REGISTER_OPS(norm) {
   ops.op("Dropout").cuda(locked<dropout_op>);
   ops.op("LayerNormalization").cuda(locked<layernorm_op>);
   ops.op(kGraphrunDomain, "LayerNormalizationGrad").cuda(locked<layernorm_grad_op>);
+  ops.op("InstanceNormalization").cuda(locked<instance_norm_op>);
+  ops.op(kGraphrunDomain, "InstanceNormalizationGrad").cuda(locked<instance_norm_grad_op>);
 }
 
 }  // namespace graphrun::runtime::cuda

@@ -1,5 +1,6 @@
 // CUDA kernels: shape family (the CPU's shape.cc op set): Reshape, Flatten, Transpose, Shape, Constant,
-// Gather, Concat, Unsqueeze, Squeeze, Slice. Shape-like int64 inputs are read on the host (common.cuh).
+// Gather, Concat, Unsqueeze, Squeeze, Slice, GatherElements, ScatterElements (and opset 9's Scatter), ScatterND,
+// ai.graphrun GatherElementsGrad. Shape-like int64 inputs are read on the host (common.cuh).
 #include <cstring>
 
 #include "runtime/kernels/cuda/common.cuh"
@@ -429,6 +430,243 @@ void pad_op(KernelContext& ctx) {
   GR_LAUNCH_CHECK("pad");
 }
 
+// ---- GatherElements, ScatterElements, GatherElementsGrad: indices of data's rank, one axis indexed ----
+// Every kernel walks its output and reads (never scatters), so duplicate indices need no atomics and
+// the result is the CPU's: ScatterElements applies the updates hitting one element in index order.
+struct ElementsShape {
+  int rank = 0, axis = 0;
+  int64_t ind_dims[kMaxRank];   // indices' (= updates', dY's) dims
+  int64_t data_dims[kMaxRank];  // data's (= output's, dX's) dims
+};
+
+ElementsShape elements_shape(const Shape& data, const Tensor& ind, int64_t axis_attr, const char* what) {
+  GR_CHECK(ind.dtype() == DType::I64 || ind.dtype() == DType::I32, what << ": indices must be i64 or i32");
+  GR_CHECK(ind.rank() == static_cast<int>(data.size()) && ind.rank() >= 1 && ind.rank() <= kMaxRank,
+           what << ": indices " << shape_str(ind.shape()) << " and data " << shape_str(data)
+                << " must have the same rank (1 to " << kMaxRank << ")");
+  ElementsShape e;
+  e.rank = ind.rank();
+  e.axis = static_cast<int>(normalize_axis(axis_attr, e.rank, what));
+  for (int k = 0; k < e.rank; ++k) {
+    e.ind_dims[k] = ind.dim(k);
+    e.data_dims[k] = data[k];
+    GR_CHECK(k == e.axis || ind.dim(k) <= data[k], what << ": indices " << shape_str(ind.shape()) << " exceed data "
+                                                        << shape_str(data) << " on axis " << k);
+  }
+  return e;
+}
+
+// The flat index into the indices tensor of data element `i`'s coordinates with the axis coordinate
+// replaced by j; -1 when the element lies outside the indices' extent.
+__device__ int64_t elements_source(const ElementsShape& e, int64_t i, int64_t j, int64_t* axis_coord) {
+  int64_t src = 0, stride = 1;
+  for (int k = e.rank - 1; k >= 0; --k) {
+    const int64_t c = i % e.data_dims[k];
+    i /= e.data_dims[k];
+    if (k == e.axis) *axis_coord = c;
+    else if (c >= e.ind_dims[k]) return -1;
+    src += (k == e.axis ? j : c) * stride;
+    stride *= e.ind_dims[k];
+  }
+  return src;
+}
+
+template <class I>
+__device__ int64_t element_index(const I* idx, int64_t t, int64_t dim) {
+  int64_t k = static_cast<int64_t>(idx[t]);
+  return k < 0 ? k + dim : k;
+}
+
+template <class U, class I>
+__global__ void gather_elements_kernel(const U* x, const I* idx, U* y, ElementsShape e, int64_t n) {
+  GR_GRID_STRIDE(i, n) {
+    int64_t off = 0, stride = 1, r = i;
+    bool ok = true;
+    for (int k = e.rank - 1; k >= 0; --k) {
+      int64_t c = r % e.ind_dims[k];
+      r /= e.ind_dims[k];
+      if (k == e.axis) {
+        c = element_index(idx, i, e.data_dims[k]);
+        ok = ok && c >= 0 && c < e.data_dims[k];
+      }
+      off += c * stride;
+      stride *= e.data_dims[k];
+    }
+    // Out-of-range indices read as zero (the device cannot raise; the CPU kernel reports them).
+    y[i] = ok ? x[off] : U(0);
+  }
+}
+
+template <class F>
+void dispatch_index(const Tensor& ind, F f) {
+  if (ind.dtype() == DType::I64) f(int64_t{});
+  else f(int32_t{});
+}
+
+void gather_elements_op(KernelContext& ctx) {
+  const Tensor &X = ctx.input(0), &ind = ctx.input(1);
+  const ElementsShape e = elements_shape(X.shape(), ind, ctx.node().attr_i("axis", 0), "GatherElements");
+  Tensor& Y = ctx.output(0, ind.shape(), X.dtype());
+  const int64_t n = Y.numel();
+  if (n == 0) return;
+  GR_CHECK(X.numel() > 0, "GatherElements: indices into an empty axis");
+  dispatch_width(X.dtype(), [&](auto tag) {
+    using U = decltype(tag);
+    dispatch_index(ind, [&](auto itag) {
+      using I = decltype(itag);
+      gather_elements_kernel<U, I><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dptr<U>(X), dptr<I>(ind), dptr<U>(Y), e, n);
+    });
+  });
+  GR_LAUNCH_CHECK("gather_elements");
+}
+
+enum class ScatterReduction { None, Add, Mul };
+
+// Output element i: the data's value (zero for GatherElementsGrad), then every update aimed at it, in
+// the order of the indices along the axis.
+template <class T, class I>
+__global__ void scatter_elements_kernel(const T* x, const I* idx, const T* upd, T* y, ElementsShape e, int64_t n,
+                                        ScatterReduction red) {
+  GR_GRID_STRIDE(i, n) {
+    T v = x ? x[i] : T(0);
+    int64_t c = 0;
+    if (elements_source(e, i, 0, &c) >= 0)
+      for (int64_t j = 0; j < e.ind_dims[e.axis]; ++j) {
+        const int64_t t = elements_source(e, i, j, &c);
+        if (element_index(idx, t, e.data_dims[e.axis]) != c) continue;
+        v = red == ScatterReduction::Add ? static_cast<T>(v + upd[t]) : red == ScatterReduction::Mul ? static_cast<T>(v * upd[t]) : upd[t];
+      }
+    y[i] = v;
+  }
+}
+
+template <class F>
+void dispatch_numeric(DType t, const char* what, F f) {
+  switch (t) {
+    case DType::F32: f(float{}); break;
+    case DType::F64: f(double{}); break;
+    case DType::I64: f(int64_t{}); break;
+    case DType::I32: f(int32_t{}); break;
+    case DType::U8: case DType::Bool: f(uint8_t{}); break;
+    case DType::I8: f(int8_t{}); break;
+    default: GR_FAIL(what << ": element type " << dtype_name(t) << " is not supported on CUDA");
+  }
+}
+
+void launch_scatter_elements(KernelContext& ctx, const Tensor* X, const Tensor& ind, const Tensor& upd, Tensor& Y,
+                             const ElementsShape& e, ScatterReduction red) {
+  const int64_t n = Y.numel();
+  if (n == 0) return;
+  dispatch_numeric(Y.dtype(), ctx.node().op_type.c_str(), [&](auto tag) {
+    using T = decltype(tag);
+    dispatch_index(ind, [&](auto itag) {
+      using I = decltype(itag);
+      scatter_elements_kernel<T, I><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(
+          X ? dptr<T>(*X) : nullptr, dptr<I>(ind), dptr<T>(upd), dptr<T>(Y), e, n, red);
+    });
+  });
+  GR_LAUNCH_CHECK("scatter_elements");
+}
+
+void scatter_elements_op(KernelContext& ctx) {
+  const char* what = "ScatterElements";
+  const Tensor &X = ctx.input(0), &ind = ctx.input(1), &upd = ctx.input(2);
+  const ElementsShape e = elements_shape(X.shape(), ind, ctx.node().attr_i("axis", 0), what);
+  GR_CHECK(upd.shape() == ind.shape() && upd.dtype() == X.dtype(),
+           what << ": updates " << dtype_name(upd.dtype()) << shape_str(upd.shape()) << " must match indices "
+                << shape_str(ind.shape()) << " in shape and data (" << dtype_name(X.dtype()) << ") in element type");
+  const std::string r = ctx.node().attr_s("reduction", "none");
+  GR_CHECK(r == "none" || r == "add" || r == "mul", what << ": unknown reduction '" << r << "' (none, add, mul)");
+  const ScatterReduction red = r == "add" ? ScatterReduction::Add : r == "mul" ? ScatterReduction::Mul : ScatterReduction::None;
+  Tensor& Y = ctx.output(0, X.shape(), X.dtype());
+  launch_scatter_elements(ctx, &X, ind, upd, Y, e, red);
+}
+
+// GatherElementsGrad(dY, indices, shape): zeros of `shape` with dY added at the gathered positions.
+void gather_elements_grad_op(KernelContext& ctx) {
+  const char* what = "GatherElementsGrad";
+  const Tensor &dY = ctx.input(0), &ind = ctx.input(1);
+  const std::vector<int64_t> sv = host_int64s(ctx, 2);
+  const Shape xs(sv.begin(), sv.end());
+  for (int64_t d : xs) GR_CHECK(d >= 0, what << ": bad shape " << shape_str(xs));
+  GR_CHECK(dY.shape() == ind.shape(), what << ": dY " << shape_str(dY.shape()) << " and indices " << shape_str(ind.shape())
+                                           << " differ in shape");
+  GR_CHECK(dY.dtype() == DType::F32 || dY.dtype() == DType::F64, what << ": dY must be f32 or f64, got " << dtype_name(dY.dtype()));
+  const ElementsShape e = elements_shape(xs, ind, ctx.node().attr_i("axis", 0), what);
+  Tensor& dX = ctx.output(0, xs, dY.dtype());
+  launch_scatter_elements(ctx, nullptr, ind, dY, dX, e, ScatterReduction::Add);
+}
+
+// ScatterND(data, indices [..., m], updates): the output is data with each index tuple's slice (the
+// data's trailing dims after m) combined with its updates. One thread per slice element walks the tuples
+// in order, so duplicate tuples apply as on the CPU (deterministic, no atomics); out-of-range tuples are
+// skipped (the device cannot raise; the CPU kernel reports them).
+struct NdTuples {
+  int m = 0;
+  int64_t dims[kMaxRank];     // data's leading m dims
+  int64_t strides[kMaxRank];  // their element strides
+  int64_t tuples = 0, slice = 1;
+};
+
+template <class T, class I>
+__global__ void scatter_nd_kernel(const I* idx, const T* upd, T* y, NdTuples t, ScatterReduction red) {
+  GR_GRID_STRIDE(j, t.slice) {
+    for (int64_t k = 0; k < t.tuples; ++k) {
+      int64_t off = 0;
+      bool ok = true;
+      for (int a = 0; a < t.m; ++a) {
+        const int64_t v = element_index(idx, k * t.m + a, t.dims[a]);
+        ok = ok && v >= 0 && v < t.dims[a];
+        off += v * t.strides[a];
+      }
+      if (!ok) continue;
+      T& d = y[off + j];
+      const T u = upd[k * t.slice + j];
+      d = red == ScatterReduction::Add ? static_cast<T>(d + u) : red == ScatterReduction::Mul ? static_cast<T>(d * u) : u;
+    }
+  }
+}
+
+void scatter_nd_op(KernelContext& ctx) {
+  const char* what = "ScatterND";
+  const Tensor &X = ctx.input(0), &ind = ctx.input(1), &upd = ctx.input(2);
+  GR_CHECK(ind.dtype() == DType::I64 || ind.dtype() == DType::I32, what << ": indices must be i64 or i32");
+  GR_CHECK(ind.rank() >= 1, what << ": indices must have rank >= 1");
+  NdTuples t;
+  t.m = static_cast<int>(ind.dim(ind.rank() - 1));
+  GR_CHECK(t.m >= 1 && t.m <= X.rank() && t.m <= kMaxRank,
+           what << ": index tuples of length " << t.m << " do not fit data " << shape_str(X.shape()));
+  Shape want(ind.shape().begin(), ind.shape().end() - 1);
+  want.insert(want.end(), X.shape().begin() + t.m, X.shape().end());
+  GR_CHECK(upd.shape() == want && upd.dtype() == X.dtype(), what << ": updates " << dtype_name(upd.dtype())
+                                                                 << shape_str(upd.shape()) << ", expected "
+                                                                 << dtype_name(X.dtype()) << shape_str(want));
+  const std::string r = ctx.node().attr_s("reduction", "none");
+  GR_CHECK(r == "none" || r == "add" || r == "mul", what << ": unknown reduction '" << r << "' (none, add, mul)");
+  const ScatterReduction red = r == "add" ? ScatterReduction::Add : r == "mul" ? ScatterReduction::Mul : ScatterReduction::None;
+  for (int a = t.m; a < X.rank(); ++a) t.slice *= X.dim(a);
+  int64_t stride = t.slice;
+  for (int a = t.m - 1; a >= 0; --a) {
+    t.dims[a] = X.dim(a);
+    t.strides[a] = stride;
+    stride *= X.dim(a);
+  }
+  t.tuples = ind.numel() / t.m;
+  Tensor& Y = ctx.output(0, X.shape(), X.dtype());
+  cudaStream_t st = stream_of(ctx);
+  if (Y.numel() == 0) return;
+  GR_CUDA_CHECK(cudaMemcpyAsync(Y.raw(), X.raw(), X.nbytes(), cudaMemcpyDeviceToDevice, st));
+  if (t.tuples == 0 || t.slice == 0) return;
+  dispatch_numeric(X.dtype(), what, [&](auto tag) {
+    using T = decltype(tag);
+    dispatch_index(ind, [&](auto itag) {
+      using I = decltype(itag);
+      scatter_nd_kernel<T, I><<<grid_for(t.slice), kThreads, 0, st>>>(dptr<I>(ind), dptr<T>(upd), dptr<T>(Y), t, red);
+    });
+  });
+  GR_LAUNCH_CHECK("scatter_nd");
+}
+
 }  // namespace
 
 GR_REGISTER_OPS(shape) {
@@ -443,6 +681,11 @@ GR_REGISTER_OPS(shape) {
   ops.op("Unsqueeze").cuda(locked<unsqueeze_op>);
   ops.op("Squeeze").cuda(locked<squeeze_op>);
   ops.op("Slice").cuda(locked<slice_op>);
+  ops.op("GatherElements").cuda(locked<gather_elements_op>);
+  ops.op("ScatterElements").cuda(locked<scatter_elements_op>);
+  ops.op("Scatter").cuda(locked<scatter_elements_op>);
+  ops.op("ScatterND").cuda(locked<scatter_nd_op>);
+  ops.op(kGraphrunDomain, "GatherElementsGrad").cuda(locked<gather_elements_grad_op>);
 }
 
 }  // namespace graphrun::runtime::cuda
