@@ -130,7 +130,9 @@ Measured run_replica(const TrainingGraphs& tg, const DeviceGraph& dg, int64_t n,
     const ProfileEvent& e = track.events()[i];
     if (e.cat != "kernel") continue;
     index[e.node] = static_cast<int>(m.nodes.size());
-    m.nodes.push_back({e.node, e.name, e.flops, 0, -1, {}});
+    PlannedNode pn{e.node, e.name, e.flops, 0, -1, {}};
+    if (e.name == "ReplicaSum") pn.sync = true, pn.sync_bytes = e.bytes_in;
+    m.nodes.push_back(pn);
   }
   if (copies == 1) {
     for (int s = 0; s < timed; ++s) exec.run(in);
@@ -160,7 +162,7 @@ Measured run_replica(const TrainingGraphs& tg, const DeviceGraph& dg, int64_t n,
 double compute_seconds(const std::vector<PlannedNode>& nodes) {
   double s = 0;
   for (const PlannedNode& n : nodes)
-    if (n.bucket < 0) s += n.seconds;
+    if (n.bucket < 0 && !n.sync) s += n.seconds;
   return s;
 }
 
@@ -191,8 +193,15 @@ void predict_step(Plan& plan, int p) {
   const PlanOptions& o = plan.options;
   double clock = 0, comm_free = 0;
   std::vector<double> done(plan.buckets.size(), 0);
-  plan.comm_n = 0;
+  plan.comm_n = plan.sync_n = 0;
   for (PlannedNode& n : plan.nodes) {
+    if (n.sync) {  // SyncBatchNorm's statistics: the step waits for them, on the buckets' link
+      for (int b : n.reads_buckets) clock = std::max(clock, done[b]);
+      n.seconds = ring_allreduce_seconds(n.sync_bytes, p, o.link);
+      clock = comm_free = std::max(clock, comm_free) + n.seconds;
+      plan.sync_n += n.seconds;
+      continue;
+    }
     if (n.bucket >= 0) {
       PlannedBucket& b = plan.buckets[n.bucket];
       n.seconds = ring_allreduce_seconds(b.bytes, p, o.link);
@@ -276,6 +285,10 @@ Plan make_plan(const Graph& model, const PlanOptions& options) {
     for (const std::string& v : nd->second->inputs)
       if (bucket_of_sum.count(v)) reads.insert(bucket_of_sum.at(v));
     n.reads_buckets.assign(reads.begin(), reads.end());
+    if (n.sync) {
+      ++plan.sync_nodes;
+      plan.sync_bytes += n.sync_bytes;
+    }
   }
   for (const PlannedNode& n : m.nodes) plan.flops_replica += n.flops;
   // Conv, ConvGrad, Gemm and MatMul FLOPs grow linearly in the batch.
@@ -311,7 +324,10 @@ void print_plan_brief(std::ostream& os, const Plan& p) {
      << "): arena " << mb(double(m.arena)) << " + parameters " << mb(double(m.params)) << " + optimizer state "
      << mb(double(m.optimizer)) << " + other state " << mb(double(m.other_state)) << " = " << mb(double(m.peak()))
      << "; " << p.buckets.size() << " AllReduce bucket" << (p.buckets.size() == 1 ? "" : "s") << ", "
-     << mb(double(p.allreduce_bytes)) << " per step" << std::endl;
+     << mb(double(p.allreduce_bytes)) << " per step";
+  if (p.sync_nodes > 0)
+    os << "; --sync-bn: " << p.sync_nodes << " ReplicaSum nodes, " << mb(double(p.sync_bytes)) << " per step";
+  os << std::endl;
 }
 
 void print_plan(std::ostream& os, const Plan& p) {
@@ -350,6 +366,10 @@ void print_plan(std::ostream& os, const Plan& p) {
     }
     os << "\n";
   }
+  if (p.sync_nodes > 0)
+    os << "\nSyncBatchNorm (--sync-bn): " << p.sync_nodes << " ReplicaSum nodes per step (BatchNorm statistics and\n"
+       << "  their gradients), " << mb(double(p.sync_bytes))
+       << " per replica; each a blocking allreduce on the step's critical path\n";
   if (!o.predict) return;
   os << "\npredicted step at " << o.devices << " device" << (o.devices > 1 ? "s" : "") << ", link "
      << o.link.describe() << ", ring allreduce, overlap " << (o.overlap ? "on" : "off") << "\n  " << p.timing << "\n";
@@ -357,9 +377,11 @@ void print_plan(std::ostream& os, const Plan& p) {
       {"compute, 1 device, batch " + std::to_string(o.batch_size), p.compute_1},
       {"compute, 1 replica, shard " + std::to_string(p.shard), p.compute_n},
       {"allreduce, all buckets", p.comm_n},
-      {"allreduce not hidden", p.exposed_comm},
+      {"ReplicaSum (--sync-bn), blocking", p.sync_n},
+      {"communication not hidden", p.exposed_comm},
       {"step at " + std::to_string(o.devices) + " devices", p.step_n}};
   for (const auto& [what, s] : t) {
+    if (p.sync_nodes == 0 && what.rfind("ReplicaSum", 0) == 0) continue;
     std::snprintf(line, sizeof line, "  %-34s %12.3f ms\n", what.c_str(), s * 1e3);
     os << line;
   }
@@ -387,7 +409,8 @@ std::string plan_json(const Plan& p) {
        {{"arena", p.memory.arena}, {"params", p.memory.params}, {"grads", p.memory.grads},
         {"optimizer", p.memory.optimizer}, {"other_state", p.memory.other_state}, {"peak", p.memory.peak()}}},
       {"allreduce_bytes", p.allreduce_bytes},
-      {"buckets", buckets}};
+      {"buckets", buckets},
+      {"sync_bn", {{"replica_sum_nodes", p.sync_nodes}, {"bytes", p.sync_bytes}}}};
   if (o.predict)
     j["prediction"] = {{"link", o.link.name},
                        {"gbytes_per_s", o.link.gbytes_per_s},
@@ -398,6 +421,7 @@ std::string plan_json(const Plan& p) {
                        {"compute_n_s", p.compute_n},
                        {"allreduce_s", p.comm_n},
                        {"exposed_allreduce_s", p.exposed_comm},
+                       {"replica_sum_s", p.sync_n},
                        {"step_s", p.step_n},
                        {"speedup", p.speedup()},
                        {"efficiency", p.efficiency()}};

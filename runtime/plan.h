@@ -50,6 +50,10 @@ struct PlannedNode {
   double flops = 0;    // at the replica's shard (kernel_flops: Conv, ConvGrad, Gemm, MatMul)
   double seconds = 0;  // measured or modelled, at the shard; AllReduce: the cost model's
   int bucket = -1;     // AllReduce nodes: their bucket
+  // ReplicaSum nodes (--sync-bn's statistics, forward and backward): the bytes each replica sums. At
+  // N devices such a node is a blocking ring allreduce of these bytes on the step's critical path.
+  size_t sync_bytes = 0;
+  bool sync = false;
   std::vector<int> reads_buckets;  // the buckets whose sums it reads (it waits for their AllReduce)
 };
 
@@ -86,6 +90,9 @@ struct Plan {
   double compute_1 = 0;     // one device, the whole global batch, no AllReduce
   double compute_n = 0;     // one replica's nodes at its shard, AllReduce left out
   double comm_n = 0;        // the buckets' ring allreduce time, summed
+  int sync_nodes = 0;       // --sync-bn: the ReplicaSum nodes of a step
+  size_t sync_bytes = 0;    // and the bytes they sum, per replica and step
+  double sync_n = 0;        // their ring allreduce time at N devices (blocking: none of it hidden)
   double exposed_comm = 0;  // the part of comm_n the backward pass does not hide
   double step_n = 0;        // predicted step at N devices
   double speedup() const { return step_n > 0 ? compute_1 / step_n : 0; }
@@ -98,8 +105,9 @@ struct Plan {
 // models it and predicts the step at N devices. Throws Error for a model train could not run.
 Plan make_plan(const Graph& model, const PlanOptions& options);
 
-// The predicted step (the schedule of `nodes` with the buckets' ring allreduce at p devices):
-// fills the buckets' times, comm_n, exposed_comm and step_n.
+// The predicted step (the schedule of `nodes` with the buckets' ring allreduce at p devices, and each
+// ReplicaSum a blocking ring allreduce on the same link): fills the buckets' times, comm_n, sync_n,
+// exposed_comm (every second of the step that is not compute) and step_n.
 void predict_step(Plan& plan, int p);
 
 void print_plan(std::ostream& os, const Plan& plan);   // the table of graphrun plan

@@ -113,7 +113,10 @@ ProfileSpan optimizer_span(const Graph& g) {
 void record_node(ProfileTrack& t, const std::vector<ProfileSpan>& spans, std::vector<int64_t>& span_begin, int s,
                  const Node& n, const std::vector<const Tensor*>& inputs, const Tensor* out0, int64_t begin_ns) {
   const int64_t end = t.now();
-  t.add({n.op_type, "kernel", n.name, begin_ns, end - begin_ns, kernel_flops(n, inputs, out0)});
+  size_t bytes_in = 0;
+  for (const Tensor* in : inputs)
+    if (in) bytes_in += in->nbytes();
+  t.add({n.op_type, "kernel", n.name, begin_ns, end - begin_ns, kernel_flops(n, inputs, out0), bytes_in});
   span_begin.resize(spans.size(), 0);
   for (size_t k = 0; k < spans.size(); ++k) {
     if (spans[k].first == s) span_begin[k] = begin_ns;

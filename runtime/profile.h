@@ -21,6 +21,7 @@ struct ProfileEvent {
   std::string name, cat, node;  // node: the graph node's name, for kernels and their waits
   int64_t begin_ns = 0, dur_ns = 0;
   double flops = 0;  // of a kernel whose FLOPs are known from its shapes (Conv, ConvGrad, Gemm, MatMul)
+  size_t bytes_in = 0;  // kernels: the bytes of their inputs (graphrun plan: what a collective sends)
 };
 
 class Profiler;

@@ -161,5 +161,68 @@ TEST(Plan, MoreDevicesHelpResnet18ButNotLenetOnEthernet) {
   EXPECT_GT(resnet.speedup(), 5);
 }
 
+// --sync-bn: every ReplicaSum of the replica graph (ResNet-18's BatchNorm statistics and their
+// gradients) is a blocking ring allreduce in the prediction: nothing at one device, at N devices its
+// ring time on the critical path, so the step grows by exactly that time when nothing overlaps.
+TEST(Plan, SyncBnReplicaSumsAreBlockingAllreduces) {
+  if (!std::filesystem::exists(testing::resnet_path())) GTEST_SKIP() << "resnet18.onnx is not generated";
+  const Graph model = load_onnx(testing::resnet_path());
+  int bns = 0;
+  for (const Node& n : model.nodes) bns += n.op_type == "BatchNormalization";
+  ASSERT_GT(bns, 10);
+  PlanOptions o = static_options(8, 16);
+  o.predict = true;
+  o.device_tflops = 1;
+  o.link = parse_link("ib");
+  const Plan plain = make_plan(model, o);
+  EXPECT_EQ(plain.sync_nodes, 0);
+  EXPECT_EQ(plain.sync_n, 0);
+  o.pipeline.sync_bn = true;
+  Plan p = make_plan(model, o);
+  // Forward: the (sum, count) pair and the squared deviations; backward: the gradients of both sums.
+  EXPECT_EQ(p.sync_nodes, 4 * bns);
+  size_t bytes = 0;
+  double seconds = 0;
+  int flagged = 0;
+  for (const auto& n : p.nodes)
+    if (n.sync) {
+      ++flagged;
+      EXPECT_EQ(n.op, "ReplicaSum");
+      EXPECT_GT(n.sync_bytes, 0u) << n.name;
+      bytes += n.sync_bytes;
+      seconds += runtime::ring_allreduce_seconds(n.sync_bytes, 8, o.link);
+    }
+  EXPECT_EQ(flagged, p.sync_nodes);
+  EXPECT_EQ(bytes, p.sync_bytes);
+  // Per channel: sum, squares and their gradients, 4 bytes each, plus the count; ResNet-18 has
+  // 64..512 channels per BatchNorm.
+  EXPECT_GT(p.sync_bytes, size_t(4 * bns) * 64 * 4);
+  EXPECT_NEAR(p.sync_n, seconds, 1e-12);
+  EXPECT_EQ(p.allreduce_bytes, plain.allreduce_bytes);  // the gradients are the same
+  EXPECT_NEAR(p.step_n, p.compute_n + p.comm_n + p.sync_n, 1e-12);  // overlap off: all of it serial
+  // On one device a ReplicaSum costs nothing.
+  runtime::predict_step(p, 1);
+  EXPECT_EQ(p.sync_n, 0);
+}
+
+// --freeze: a frozen parameter gets no gradient, so no bucket carries it and no optimizer state is kept.
+TEST(Plan, FrozenParametersLeaveTheBuckets) {
+  if (!std::filesystem::exists(testing::lenet_path())) GTEST_SKIP() << "models/lenet.onnx is missing";
+  const Graph model = load_onnx(testing::lenet_path());
+  PlanOptions o = static_options(2, 8);
+  o.pipeline.optimizer.momentum = 0.9f;
+  const Plan all = make_plan(model, o);
+  std::string frozen;
+  size_t frozen_bytes = 0;
+  for (const auto& [name, t] : model.initializers)
+    if (t.nbytes() > frozen_bytes) frozen = name, frozen_bytes = t.nbytes();
+  o.pipeline.freeze = {frozen};
+  const Plan p = make_plan(model, o);
+  EXPECT_EQ(p.allreduce_bytes, all.allreduce_bytes - frozen_bytes);
+  EXPECT_EQ(p.memory.params, all.memory.params - frozen_bytes);
+  EXPECT_EQ(p.memory.optimizer, all.memory.optimizer - frozen_bytes);  // no momentum buffer
+  EXPECT_EQ(p.memory.other_state, all.memory.other_state + frozen_bytes);
+}
+
 }  // namespace
 }  // namespace graphrun

@@ -381,6 +381,38 @@ torch.onnx.export(TinyGPT(), torch.from_numpy(seq[:2, :T]), 'gpt.onnx', input_na
   EXPECT_LE(acc, 0.92) << out;  // the first token of each sequence cannot be known
 }
 
+// Issue 13's 3-channel proof: torchvision's ResNet-18 (the ImageNet architecture, 11M parameters,
+// random weights), exported for 3x32x32 images, trains from an .npz of Fashion-MNIST padded to 32x32
+// with its grey channel repeated three times (u8[N,3,32,32]) to well above chance. The export is as a
+// user writes it (training mode, batch dimension dynamic); BatchNorm trains in it.
+TEST(TrainData, TorchvisionResNet18On3x32x32ImagesTrains) {
+  if (testing::run_command(testing::python() + " -c 'import torchvision' 2>&1").exit_code != 0)
+    GTEST_SKIP() << testing::python() << " lacks torchvision (python3-torchvision)";
+  if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << "Fashion-MNIST is not installed";
+  const std::string d = testing::temp_dir("train_data_resnet18_rgb32");
+  run_python(d, R"(
+import gzip, torch, torchvision
+D = '/usr/share/datasets/fashion-mnist/'
+def load(p, off): return np.frombuffer(gzip.open(D + p).read(), np.uint8, offset=off)
+def rgb32(x): return np.repeat(np.pad(x.reshape(-1, 1, 28, 28), ((0, 0), (0, 0), (2, 2), (2, 2))), 3, axis=1)
+np.savez('train.npz', image=rgb32(load('train-images-idx3-ubyte.gz', 16)[:3000 * 784]),
+         labels=load('train-labels-idx1-ubyte.gz', 8)[:3000])
+np.savez('test.npz', image=rgb32(load('t10k-images-idx3-ubyte.gz', 16)[:500 * 784]),
+         labels=load('t10k-labels-idx1-ubyte.gz', 8)[:500])
+torch.manual_seed(0)
+m = torchvision.models.resnet18(num_classes=10)
+torch.onnx.export(m, torch.zeros(2, 3, 32, 32), 'resnet18_rgb32.onnx', input_names=['image'], output_names=['logits'],
+                  dynamic_axes={'image': {0: 'N'}, 'logits': {0: 'N'}}, opset_version=13,
+                  training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+)");
+  const std::string out = train(d + "/resnet18_rgb32.onnx",
+                                "--data " + d + "/train.npz --test-data " + d + "/test.npz --devices cpu:2 --threads 1 "
+                                "--epochs 1 --batch-size 64 --optimizer adam --lr 1e-3 --seed 0");
+  EXPECT_NE(out.find("3000 training, 500 test examples"), std::string::npos) << out;
+  EXPECT_GT(closing(out, "test acc"), 0.6) << out;  // chance is 0.1
+}
+
 // More than 10 classes: the class is the largest of 20 features (a linear model learns it); the
 // closing line and --metrics add top-5 accuracy, which is above top-1 and near 1.
 TEST(TrainData, TopFiveAccuracyAboveTenClasses) {

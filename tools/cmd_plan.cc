@@ -7,6 +7,7 @@
 #include "graph/onnx_io.h"
 #include "runtime/plan.h"
 #include "runtime/trainer.h"
+#include "tools/backward_options.h"
 #include "tools/cli.h"
 #include "tools/optimizer_options.h"
 
@@ -32,6 +33,9 @@ std::vector<Option> plan_options() {
       {"threads", "N", "intra-op threads of the timed replica (default as graphrun train: cores / replicas)"},
       {"steps", "K", "timed steps per measurement, after one planning step (default 3)"},
       {"loss", "KIND", "cross-entropy (default) or mse, as graphrun train"},
+      {"freeze", "NAMES", "parameters that are not trained, as graphrun train: no gradient, no bucket, no\n"
+                          "                            optimizer state (comma-separated or repeated)", true},
+      sync_bn_option(),
       {"json", "", "print the plan as one JSON object"},
   };
   // The plan always has the optimizer: grad/show's "with --devices: " does not apply.
@@ -51,7 +55,8 @@ const Command& plan_command() {
       "is built and run once on this machine's CPU for its memory plan and FLOPs; then a step at N devices is\n"
       "predicted from the node times (timed here, or FLOPs / --device-tflops) and a ring-allreduce model of the\n"
       "buckets: 2(p-1) messages of latency L, and 2(p-1)/p x bytes at the link's bandwidth, each bucket starting\n"
-      "when its last gradient exists (with overlap) and the buckets sharing one link in order.",
+      "when its last gradient exists (with overlap) and the buckets sharing one link in order. With --sync-bn\n"
+      "each ReplicaSum node (BatchNorm's statistics and their gradients) is a blocking ring allreduce on that link.",
       plan_options(),
       "Printed: FLOPs per step (Conv, ConvGrad, Gemm, MatMul; other ops are not counted), memory per replica\n"
       "(the executor's activations arena, parameters, optimizer state, other state), the buckets, and the\n"
@@ -61,6 +66,7 @@ const Command& plan_command() {
       "examples:\n"
       "  graphrun plan models/lenet.onnx --devices cpu:2\n"
       "  graphrun plan resnet18.onnx --gpus 64 --link ib --device-tflops 100\n"
+      "  graphrun plan resnet18.onnx --gpus 64 --link ib --device-tflops 100 --sync-bn\n"
       "  graphrun plan models/lenet.onnx --devices 8 --link ethernet --device-tflops 10 --json"};
   return cmd;
 }
@@ -138,6 +144,8 @@ int cmd_plan(const std::vector<std::string>& argv) {
   if (loss == "mse") o.pipeline.loss = autodiff::LossKind::MSE;
   else if (loss != "cross-entropy") throw bad("--loss must be cross-entropy or mse, got '" + loss + "'");
   o.pipeline.optimizer = parse_optimizer_options(args, true);
+  for (const auto& f : args.all("freeze")) o.pipeline.freeze.insert(f);
+  o.pipeline.sync_bn = args.has("sync-bn");
   // In-process CPU replicas share this machine's cores: timed running at once, as train runs them.
   if (!gpus && o.link.name == "shm") o.concurrent = o.devices;
 
