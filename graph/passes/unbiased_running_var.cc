@@ -45,7 +45,7 @@ std::string correct(Graph& g, const Node& bn, std::vector<Node>& out) {
   const std::string ratio = op("Div", {n, op("Max", {op("Sub", {n, one}), one})});
   const std::string kept = op("Mul", {var, mom});
   const std::string r = op("Add", {kept, op("Mul", {op("Sub", {bn.outputs[2], kept}), ratio})});
-  out.back().name = base;  // batchnorm_state_updates finds the correction by this name
+  out.back().name = g.unique_name(base);  // batchnorm_state_updates finds the correction by this name
   return r;
 }
 
