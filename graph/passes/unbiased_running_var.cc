@@ -40,7 +40,20 @@ std::string correct(Graph& g, const Node& bn, std::vector<Node>& out) {
     return dt == DType::F32 ? c : to_dt(c);
   };
   const std::string& var = bn.inputs[4];
-  const std::string n = to_dt(op("Div", {op("Size", {bn.inputs[0]}), op("Size", {var})}));
+  // n from Shape and Gather (which every backend has), the dims of X but the channel's multiplied.
+  const ValueInfo* xi = g.info(bn.inputs[0]);
+  std::string n;
+  if (xi && xi->has_shape && g.initializers.at(var).rank() == 1) {
+    const std::string dims = to_dt(op("Shape", {bn.inputs[0]}));
+    for (size_t axis = 0; axis < xi->shape.size(); ++axis) {
+      if (axis == 1) continue;
+      const std::string index = op("Constant", {}, {{"value", Attribute::Tens(Tensor::scalar<int64_t>(int64_t(axis)))}});
+      const std::string d = op("Gather", {dims, index});
+      n = n.empty() ? d : op("Mul", {n, d});
+    }
+  } else {
+    n = to_dt(op("Div", {op("Size", {bn.inputs[0]}), op("Size", {var})}));
+  }
   const std::string one = constant("one", 1.f), mom = constant("momentum", bn.attr_f("momentum", 0.9f));
   const std::string ratio = op("Div", {n, op("Max", {op("Sub", {n, one}), one})});
   const std::string kept = op("Mul", {var, mom});
