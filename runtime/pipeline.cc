@@ -46,6 +46,8 @@ passes::Pipeline training_pipeline(const Graph& model, const PipelineOptions& op
   // The batch dimension varies (shards, the last batch): never fixed.
   if (opts.data_parallel) p.add(passes::make_batch_symbolic_pass(model.inputs));
   if (opts.data_parallel && opts.sync_bn) p.add(passes::sync_batchnorm_pass());
+  // After sync_batchnorm: the BatchNormalizations it rewrote keep running statistics of their own.
+  p.add(passes::unbiased_running_var_pass());
 
   autodiff::LossOptions lo;
   lo.kind = opts.loss;

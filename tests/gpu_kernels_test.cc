@@ -467,7 +467,7 @@ void batch_norm_cases(Cases& cs) {
   cs.add("BatchNormalization", {x, scale, bias, mean, var}, train, 3, 1e-5, 15);
   cs.add("BatchNormalization", {x, scale, bias, mean, var}, {}, 1, 1e-5, 15);
   cs.add("BatchNormalizationGrad", {random_tensor({4, 3, 5, 5}, 85), x, scale}, {}, 3, 1e-4, 17, kGraphrunDomain);
-  // Running variance takes the unbiased batch variance (as the CPU and PyTorch), momentum as ONNX's
+  // Running variance takes the biased batch variance (ONNX's spec, as the CPU), momentum as ONNX's
   // (running = running * momentum + batch * (1 - momentum)); a 2-D input; opset 9's saved mean/var.
   std::map<std::string, Attribute> m3{{"training_mode", Attribute::Int(1)}, {"momentum", Attribute::Float(0.3f)},
                                       {"epsilon", Attribute::Float(1e-3f)}};

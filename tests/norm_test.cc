@@ -7,6 +7,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "graph/passes/train_mode.h"
+#include "graph/tensor_io.h"
+#include "runtime/executor.h"
 #include "tests/nn_test_util.h"
 
 namespace graphrun::testing {
@@ -63,10 +66,10 @@ TEST_P(Norm, BatchNormInferenceUsesTheGivenStatistics) {
   }
 }
 
-TEST_P(Norm, BatchNormTrainingUsesBatchStatisticsAndUnbiasedRunningVar) {
+TEST_P(Norm, BatchNormTrainingUsesBatchStatisticsAndBiasedRunningVar) {
   const DType dt = GetParam();
   const Shape s{4, 3, 2, 5};
-  const int64_t C = 3, cnt = 4 * 2 * 5;
+  const int64_t C = 3;
   Tensor x = as_dtype(random_tensor(s, 11, -2, 3), dt), scale = as_dtype(random_tensor({C}, 12), dt),
          b = as_dtype(random_tensor({C}, 13), dt), mean = as_dtype(random_tensor({C}, 14), dt),
          var = as_dtype(random_tensor({C}, 15, 0.5f, 2.f), dt);
@@ -75,7 +78,7 @@ TEST_P(Norm, BatchNormTrainingUsesBatchStatisticsAndUnbiasedRunningVar) {
   std::vector<double> rm(C), rv(C), m0 = mean.as_doubles(), v0 = var.as_doubles();
   for (int64_t c = 0; c < C; ++c) {
     rm[c] = m0[c] * momentum + r.mean[c] * (1 - momentum);
-    rv[c] = v0[c] * momentum + r.var[c] * cnt / (cnt - 1) * (1 - momentum);
+    rv[c] = v0[c] * momentum + r.var[c] * (1 - momentum);  // the biased variance, as ONNX's spec
   }
   const double tol = dt == DType::F64 ? 1e-12 : 1e-5;
   // opset 15: training_mode=1, outputs Y, running_mean, running_var.
@@ -110,7 +113,9 @@ TEST_P(Norm, BatchNormOpset7SpatialZeroHasPerActivationStatistics) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, Norm, ::testing::Values(DType::F32, DType::F64),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
-// PyTorch's BatchNorm2d in training mode (momentum 0.1 = ONNX momentum 0.9) on the same numbers.
+// PyTorch's BatchNorm2d in training mode (momentum 0.1 = ONNX momentum 0.9) on the same numbers: the
+// op itself gives ONNX's running_var (biased batch variance); the training form's correction nodes
+// give PyTorch's (unbiased), and the state update persists theirs.
 TEST(Norm, BatchNormTrainingMatchesPyTorchRunningStatistics) {
   const std::string dir = temp_dir("norm_torch");
   const std::string script = dir + "/bn.py";
@@ -134,11 +139,67 @@ TEST(Norm, BatchNormTrainingMatchesPyTorchRunningStatistics) {
   ASSERT_GE(v.size(), 4u) << r.output;
   Tensor x = Tensor::from_vector<double>({4, 3, 5, 5}, v[0]);
   Tensor ones = vec({1, 1, 1}, DType::F64), zeros = vec({0, 0, 0}, DType::F64);
-  auto got = run_node("BatchNormalization", {x, ones, zeros, vec({0.25, 0.25, 0.25}, DType::F64), vec({1.5, 1.5, 1.5}, DType::F64)},
+  Tensor mean0 = vec({0.25, 0.25, 0.25}, DType::F64), var0 = vec({1.5, 1.5, 1.5}, DType::F64);
+  const double m = static_cast<double>(0.9f);  // momentum is a float attribute
+  std::vector<double> biased(3);
+  const BnRef ref = ref_bn(x, ones, zeros, mean0, var0, true, 1e-5);
+  for (int c = 0; c < 3; ++c) biased[c] = 1.5 * m + ref.var[c] * (1 - m);
+  auto got = run_node("BatchNormalization", {x, ones, zeros, mean0, var0},
                       {{"training_mode", int1(1)}, {"momentum", flt(0.9f)}}, 3, 15);
   EXPECT_LT(max_abs_diff(got[0], Tensor::from_vector<double>({4, 3, 5, 5}, v[1])), 1e-9);
-  EXPECT_LT(max_abs_diff(got[1], Tensor::from_vector<double>({3}, v[2])), 1e-7);  // momentum is a float attribute
-  EXPECT_LT(max_abs_diff(got[2], Tensor::from_vector<double>({3}, v[3])), 1e-7);
+  EXPECT_LT(max_abs_diff(got[1], Tensor::from_vector<double>({3}, v[2])), 1e-7);
+  EXPECT_LT(max_abs_diff(got[2], Tensor::from_vector<double>({3}, biased)), 1e-12);
+  EXPECT_GT(max_abs_diff(got[2], Tensor::from_vector<double>({3}, v[3])), 1e-4);  // the two conventions differ
+
+  Graph g;
+  g.name = "bn";
+  g.opsets[""] = 15;
+  g.inputs = {"x"};
+  g.outputs = {"y"};
+  g.values["x"] = value_info_of(x);
+  g.initializers = {{"scale", ones}, {"bias", zeros}, {"mean", mean0}, {"var", var0}};
+  g.nodes = {Node{"bn", "BatchNormalization", "", {"x", "scale", "bias", "mean", "var"}, {"y"}, {{"momentum", flt(0.9f)}}}};
+  const Graph t = passes::unbiased_running_var(passes::to_training(g));
+  const Node* fix = nullptr;
+  for (const Node& n : t.nodes)
+    if (n.name == "bn/unbiased_running_var") fix = &n;
+  ASSERT_NE(fix, nullptr) << "no correction node after the training-mode BatchNormalization";
+  const auto ups = passes::batchnorm_state_updates(t);
+  ASSERT_EQ(ups.size(), 2u);
+  EXPECT_EQ(ups[1], std::make_pair(fix->outputs[0], std::string("var")));
+  Graph fetch = t;
+  fetch.outputs.push_back(t.nodes[0].outputs[1]);
+  fetch.outputs.push_back(t.nodes[0].outputs[2]);
+  auto out = runtime::Executor(fetch).run({{"x", x}});
+  EXPECT_LT(max_abs_diff(out.at(ups[0].first), Tensor::from_vector<double>({3}, v[2])), 1e-7);
+  EXPECT_LT(max_abs_diff(out.at(ups[1].first), Tensor::from_vector<double>({3}, v[3])), 1e-7);
+  EXPECT_LT(max_abs_diff(out.at(t.nodes[0].outputs[2]), Tensor::from_vector<double>({3}, biased)), 1e-12);
+}
+
+// `graphrun run` on a training-mode BatchNormalization: ONNX's running_var, the biased batch variance
+// (numpy's x.var), not PyTorch's unbiased one.
+TEST(Norm, RunGivesOnnxBiasedRunningVar) {
+  const std::string dir = temp_dir("norm_run_bn");
+  std::ofstream(dir + "/make.py")
+      << "import numpy as np, onnx, sys\n"
+         "from onnx import helper as h, numpy_helper as nh, TensorProto as T\n"
+         "d = sys.argv[1]\n"
+         "x = np.random.default_rng(3).normal(size=(2, 3, 2, 2)).astype(np.float32)\n"
+         "v = np.array([1.5, 0.5, 2.0], np.float32)\n"
+         "init = [nh.from_array(np.ones(3, np.float32), 's'), nh.from_array(np.zeros(3, np.float32), 'b'),\n"
+         "        nh.from_array(np.zeros(3, np.float32), 'm'), nh.from_array(v, 'v')]\n"
+         "bn = h.make_node('BatchNormalization', ['x', 's', 'b', 'm', 'v'], ['y', 'rm', 'rv'], training_mode=1,\n"
+         "                 momentum=0.75)\n"
+         "out = [h.make_tensor_value_info(n, T.FLOAT, s) for n, s in (('y', x.shape), ('rm', [3]), ('rv', [3]))]\n"
+         "g = h.make_graph([bn], 'bn', [h.make_tensor_value_info('x', T.FLOAT, x.shape)], out, init)\n"
+         "onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 15)]), d + '/bn.onnx')\n"
+         "np.save(d + '/x.npy', x)\n"
+         "np.save(d + '/want.npy', (0.75 * v + 0.25 * x.var(axis=(0, 2, 3))).astype(np.float32))\n";
+  CommandResult made = run_command(python() + " " + dir + "/make.py " + dir);
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  CommandResult r = run_command(graphrun_cli() + " run " + dir + "/bn.onnx --input x=" + dir + "/x.npy --output-dir " + dir);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_LT(max_abs_diff(read_npy(dir + "/rv.npy"), read_npy(dir + "/want.npy")), 1e-6);
 }
 
 TEST(Norm, BatchNormalizationGradMatchesCentralDifferences) {

@@ -8,6 +8,7 @@
 
 #include "graph/onnx_io.h"
 #include "graph/passes/sync_batchnorm.h"
+#include "graph/passes/train_mode.h"
 #include "runtime/pipeline.h"
 #include "runtime/trainer.h"
 #include "tests/test_util.h"
@@ -82,6 +83,31 @@ TEST(SyncBatchNorm, RewritesEveryTrainingBatchNormIntoReplicaSums) {
     for (const Node& n : model.nodes)
       if (n.op_type == "BatchNormalization" && (init == n.inputs[3] || init == n.inputs[4])) ++running;
   EXPECT_EQ(running, 2 * bns);
+  // Without --sync-bn PyTorch's running variance comes from visible correction nodes after each
+  // BatchNorm and the state update persists theirs; with it the global statistics give it directly
+  // (never corrected twice).
+  const auto corrections = [](const Graph& gr) {
+    int k = 0;
+    for (const Node& n : gr.nodes) k += n.name.find("/unbiased_running_var") != std::string::npos;
+    return k;
+  };
+  EXPECT_GT(corrections(plain.replicas[0].graph), 0);
+  EXPECT_EQ(corrections(g), 0);
+  const Graph& pg = plain.replicas[0].graph;
+  std::map<std::string, std::string> made_by;
+  for (const Node& n : pg.nodes)
+    for (const auto& o : n.outputs) made_by[o] = n.name;
+  int corrected = 0;
+  for (const auto& [next, init] : plain.replicas[0].state_updates)
+    for (const Node& n : pg.nodes)
+      if (n.op_type == "BatchNormalization" && init == n.inputs[4]) {
+        EXPECT_EQ(made_by[next], passes::unbiased_running_var_node(n)) << init;
+        ++corrected;
+      }
+  EXPECT_EQ(corrected, bns);
+  const auto shown_backward = testing::run_command(testing::graphrun_cli() + " show " + bn_model_path() + " --backward");
+  EXPECT_EQ(shown_backward.exit_code, 0) << shown_backward.output;
+  EXPECT_NE(shown_backward.output.find("/unbiased_running_var"), std::string::npos) << shown_backward.output;
   // Outside data parallelism there is nothing to synchronise: a usage error in the CLI, not a pass.
   const auto r = testing::run_command(testing::graphrun_cli() + " show " + bn_model_path() + " --backward --sync-bn");
   EXPECT_EQ(r.exit_code, 2) << r.output;

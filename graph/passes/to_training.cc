@@ -2,6 +2,8 @@
 // outputs, dropout masks), and the state updates that keep the running statistics.
 #include "graph/passes/train_mode.h"
 
+#include <map>
+
 namespace graphrun::passes {
 
 namespace {
@@ -49,12 +51,17 @@ Graph to_training(const Graph& g) {
 Pass to_training_pass() { return make_pass(kInfo, "", to_training); }
 
 std::vector<std::pair<std::string, std::string>> batchnorm_state_updates(const Graph& g) {
+  std::map<std::string, std::string> corrected;  // correction node -> its output
+  for (const Node& n : g.nodes)
+    if (n.domain.empty() && !n.outputs.empty()) corrected[n.name] = n.outputs[0];
   std::vector<std::pair<std::string, std::string>> r;
   for (const Node& n : g.nodes) {
     if (!n.domain.empty() || n.op_type != "BatchNormalization" || n.attr_i("training_mode", 0) != 1) continue;
-    for (int k = 1; k <= 2; ++k)
-      if (n.has_output(k) && n.has_input(2 + k) && g.is_initializer(n.inputs[2 + k]))
-        r.emplace_back(n.outputs[k], n.inputs[2 + k]);
+    for (int k = 1; k <= 2; ++k) {
+      if (!n.has_output(k) || !n.has_input(2 + k) || !g.is_initializer(n.inputs[2 + k])) continue;
+      const auto c = k == 2 ? corrected.find(unbiased_running_var_node(n)) : corrected.end();
+      r.emplace_back(c != corrected.end() ? c->second : n.outputs[k], n.inputs[2 + k]);
+    }
   }
   return r;
 }

@@ -25,8 +25,17 @@ Pass to_inference_pass();
 Graph to_training(const Graph& g);
 Pass to_training_pass();
 
+// PyTorch's running variance (graph/passes/unbiased_running_var.cc): after every training-mode
+// BatchNormalization whose running variance is an initializer, nodes that turn the op's running_var
+// output (ONNX's: the biased batch variance) into PyTorch's (the unbiased one, times n/(n-1)); the
+// last is named unbiased_running_var_node(bn) and its output is what the state update persists.
+// BatchNormalizations that sync_batchnorm rewrote are gone and keep their own unbiased statistics.
+Graph unbiased_running_var(const Graph& g);
+Pass unbiased_running_var_pass();
+std::string unbiased_running_var_node(const Node& bn);
+
 // The (running statistic output, initializer) pairs of a training-form graph: what the executor's
-// state_updates must persist after each step.
+// state_updates must persist after each step (the running variance corrected, when it is).
 std::vector<std::pair<std::string, std::string>> batchnorm_state_updates(const Graph& g);
 
 }  // namespace graphrun::passes

@@ -55,12 +55,6 @@ const std::map<std::string, std::string> kKnownUnsupported = {
      "broken test data: the model declares 'like' as [3,4], onnx 1.12 stores [1]; its output also truncates"},
 };
 
-// BatchNormalization in training mode: graphrun updates the running variance with the unbiased batch
-// variance, as PyTorch does (runtime/kernels/cpu/norm.cc); ONNX's reference uses the biased one. For these
-// tests the expected running_var is converted to graphrun's convention; every other output is compared as is.
-const std::set<std::string> kUnbiasedRunningVarTests = {"test_batchnorm_epsilon_training_mode",
-                                                        "test_batchnorm_example_training_mode"};
-
 // Dropout in training mode with ratio > 0: the expected outputs come from numpy's random generator, so
 // these tests check what must hold for any random mask instead of comparing with the stored outputs.
 const std::set<std::string> kRandomDropoutTests = {"test_training_dropout", "test_training_dropout_default",
@@ -230,23 +224,6 @@ std::string check_random_dropout(const std::map<std::string, Tensor>& feeds, con
   return "";
 }
 
-// The ONNX expected running_var = var*m + biased*(1-m), rewritten with biased*n/(n-1) in place of biased.
-Tensor unbiased_running_var(const Tensor& onnx_expected, const onnx::NodeProto& bn, const Tensor& x, const Tensor& var) {
-  double momentum = 0.9;
-  for (const auto& a : bn.attribute())
-    if (a.name() == "momentum") momentum = a.f();
-  const double n = static_cast<double>(x.numel()) / x.dim(1);
-  std::vector<double> want = onnx_expected.as_doubles(), in_var = var.as_doubles();
-  Tensor out(onnx_expected.dtype(), onnx_expected.shape());
-  for (size_t c = 0; c < want.size(); ++c) {
-    double biased = (want[c] - in_var[c] * momentum) / (1 - momentum);
-    double v = in_var[c] * momentum + biased * n / (n - 1) * (1 - momentum);
-    if (out.dtype() == DType::F64) out.data<double>()[c] = v;
-    else out.data<float>()[c] = static_cast<float>(v);
-  }
-  return out;
-}
-
 // onnx 1.12 writes bfloat16 test data as uint16 tensors holding the bit patterns (numpy has no bfloat16); a
 // uint16 tensor read for a value the model declares bfloat16 is taken as those bits.
 Tensor as_declared(Tensor t, const onnx::ValueInfoProto& v, bool* reinterpreted) {
@@ -318,8 +295,6 @@ Verdict run_test(const fs::path& dir, const runtime::KernelTable& kernels) {
         fs::path p = ds / ("output_" + std::to_string(j) + ".pb");
         if (!fs::exists(p)) continue;
         Tensor want = as_declared(read_tensor_pb(p.string()), *output_infos[j], &reinterpreted);
-        if (kUnbiasedRunningVarTests.count(name) && j == 2)
-          want = unbiased_running_var(want, m.graph().node(0), feeds.at(input_names.at(0)), feeds.at(input_names.at(4)));
         std::string diff = compare(out.at(output_names[j]), want, output_names[j]);
         if (!diff.empty()) return {Verdict::Fail, (data_sets.size() > 1 ? ds.filename().string() + ": " : "") + diff};
       }
@@ -367,12 +342,6 @@ int main(int argc, char** argv) {
   }
   for (const auto& [name, why] : failures) std::cout << "FAIL " << name << ": " << why << "\n";
   for (const auto& [name, why] : skips) std::cout << "skip " << name << ": " << why << "\n";
-  for (const auto& dir : tests) {
-    const std::string name = dir.filename().string();
-    if (kUnbiasedRunningVarTests.count(name))
-      std::cout << "note " << name << ": running_var compared with the unbiased batch variance (PyTorch's "
-              << "convention, graphrun's choice); ONNX's reference uses the biased one\n";
-  }
   for (const auto& name : g_bf16_as_uint16)
     std::cout << "note " << name << ": bfloat16 data stored as uint16 bit patterns (onnx 1.12's writer) read as bfloat16\n";
   std::cout << "conformance: " << passed << " passed, " << failures.size() << " failed, " << skips.size()

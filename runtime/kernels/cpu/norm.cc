@@ -2,10 +2,9 @@
 // LayerNormalization (opset 17), Dropout (opsets 7-17) and graphrun's BatchNormalizationGrad and
 // LayerNormalizationGrad.
 //
-// BatchNormalization in training mode normalises with the biased batch variance but updates the
-// running variance with the unbiased one (times n/(n-1)), as PyTorch's BatchNorm does: graphrun
-// trains models exported from PyTorch and must keep the same running statistics. (ONNX's own
-// reference for opset 14/15 uses the biased variance there; only the running_var output differs.)
+// BatchNormalization in training mode normalises with the biased batch variance and updates the
+// running variance with it too, as ONNX's spec says. Training keeps PyTorch's unbiased running
+// variance with nodes of its own (graph/passes/unbiased_running_var.cc), never by changing this op.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // false positives inside Eigen's AVX-512 code
 #include <Eigen/Core>
 #include <cmath>
@@ -95,9 +94,8 @@ void batch_norm_kernel(KernelContext& ctx) {
     double mean = in_mean[f], var = in_var[f];
     if (training) {
       feature_stats(xp, s, f, &mean, &var);
-      const double unbiased = s.count() > 1 ? var * s.count() / (s.count() - 1) : var;
       if (run_mean) run_mean[f] = static_cast<T>(in_mean[f] * momentum + mean * (1 - momentum));
-      if (run_var) run_var[f] = static_cast<T>(in_var[f] * momentum + unbiased * (1 - momentum));
+      if (run_var) run_var[f] = static_cast<T>(in_var[f] * momentum + var * (1 - momentum));
       if (saved_mean) saved_mean[f] = static_cast<T>(mean);
       if (saved_var) saved_var[f] = static_cast<T>(var);
     }

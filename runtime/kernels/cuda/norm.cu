@@ -58,12 +58,9 @@ __global__ void bn_train_stats_kernel(const float* x, ChannelShape s, const floa
     if (threadIdx.x == 0) {
       mean_out[ch] = mu;
       var_out[ch] = var;
-      // running = input * momentum + batch * (1 - momentum). The running variance takes the unbiased
-      // batch variance, as PyTorch's BatchNorm and graphrun's CPU kernel do (ONNX's reference: biased).
-      int64_t m = s.n * s.hw;
-      float unbiased = m > 1 ? var * static_cast<float>(m) / static_cast<float>(m - 1) : var;
+      // running = input * momentum + batch * (1 - momentum), the batch variance biased (ONNX's spec).
       if (run_mean) run_mean[ch] = in_mean[ch] * momentum + mu * (1.f - momentum);
-      if (run_var) run_var[ch] = in_var[ch] * momentum + unbiased * (1.f - momentum);
+      if (run_var) run_var[ch] = in_var[ch] * momentum + var * (1.f - momentum);
     }
   }
 }
