@@ -260,6 +260,7 @@ class Trainer {
   std::atomic<int64_t> diverged_at_{INT64_MAX};  // 0-based step of this epoch, or INT64_MAX
   std::atomic<bool> failed_{false};
   std::exception_ptr failure_;  // the first replica's error; the others' follow from it
+  bool failure_is_echo_ = false;  // failure_ is only a collective's "another replica failed"
 };
 
 }  // namespace graphrun::runtime

@@ -8,6 +8,7 @@
 #include "runtime/checkpoint.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/mpi.h"
+#include "runtime/comm/wait.h"
 #include "runtime/trainer_parts.h"
 
 namespace graphrun::runtime {
@@ -36,12 +37,33 @@ void Trainer::worker_loop(int d) {
   }
 }
 
+namespace {
+
+// An error a replica throws only because a collective was aborted under it by another replica.
+bool is_echo(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return std::string(x.what()).find(kAnotherReplicaFailed) != std::string::npos;
+  } catch (...) {
+    return false;
+  }
+}
+
+}  // namespace
+
 // The first replica to fail records its error before it releases the others (aborting the
 // communicators, waking peers_allow), so what they throw afterwards is never taken for the cause.
+// A collective that times out aborts its group itself, before the replica that timed out gets here:
+// a replica woken by that abort may arrive first with "another replica failed", which then gives way
+// to the cause (the ranks that did not arrive) when it comes.
 void Trainer::replica_failed(std::exception_ptr error) {
   {
     std::lock_guard<std::mutex> l(peers_mu_);
-    if (!failure_ && error) failure_ = error;
+    if (error && (!failure_ || (failure_is_echo_ && !is_echo(error)))) {
+      failure_ = error;
+      failure_is_echo_ = is_echo(error);
+    }
     failed_ = true;
   }
   for (auto& c : comms_) c->abort();
@@ -143,6 +165,7 @@ void Trainer::run_segment(int epoch, int64_t begin, int64_t end, double& seconds
   diverged_at_ = INT64_MAX;
   failed_ = false;
   failure_ = nullptr;
+  failure_is_echo_ = false;
   auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   {
