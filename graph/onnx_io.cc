@@ -166,6 +166,31 @@ void convert_old_opset(onnx::ModelProto& m, const std::string& what) {
   for (const auto& op : m.opset_import())
     if (normal_domain(op.domain()).empty()) from = op.version();
   if (from == 0 || from >= kMinOpset) return;
+  // The converter's importer takes every name a node or the graph reads for a value defined before
+  // it (a null pointer otherwise: SIGSEGV), and onnx's checker, which would refuse such a model,
+  // skips any model with an experimental op. So graphrun refuses those itself, and subgraphs.
+  const auto& gp = m.graph();
+  std::set<std::string> defined;
+  for (const auto& v : gp.input()) defined.insert(v.name());
+  for (const auto& t : gp.initializer()) defined.insert(t.name());
+  for (const auto& n : gp.node()) {
+    const auto* schema = onnx::OpSchemaRegistry::Schema(n.op_type(), static_cast<int>(from), n.domain());
+    GR_CHECK(schema && schema->support_level() != onnx::OpSchema::SupportType::EXPERIMENTAL,
+             what << ": ONNX opset " << from << " cannot be converted to opset " << kMinOpset << ": node '" << n.name()
+                  << "' (" << n.op_type() << ") is " << (schema ? "an experimental op" : "not an op of that opset"));
+    for (const auto& a : n.attribute())
+      GR_CHECK(!a.has_g() && a.graphs_size() == 0, what << ": ONNX opset " << from << " cannot be converted to opset "
+                                                        << kMinOpset << ": node '" << n.name() << "' has a subgraph");
+    for (const auto& in : n.input())
+      GR_CHECK(in.empty() || defined.count(in), what << ": ONNX opset " << from << " cannot be converted to opset "
+                                                     << kMinOpset << ": node '" << n.name() << "' reads '" << in
+                                                     << "', which no graph input, initializer or earlier node defines");
+    for (const auto& out : n.output())
+      GR_CHECK(out.empty() || defined.insert(out).second,
+               what << ": node '" << n.name() << "' writes '" << out << "', which is defined twice");
+  }
+  for (const auto& v : gp.output())
+    GR_CHECK(defined.count(v.name()), what << ": graph output '" << v.name() << "' is defined by nothing");
   try {
     onnx::checker::check_model(m);  // the converter assumes a well-formed model
     m = onnx::version_conversion::ConvertVersion(m, static_cast<int>(kMinOpset));
