@@ -163,6 +163,10 @@ TEST(OpTable, EveryRuleHasACpuKernel) {
 // kernel on another device, a rule (or an op left without one) changes it.
 // GRAPHRUN_UPDATE_DOCS=1 rewrites the file.
 TEST(OpTable, DocsOpsMdIsGeneratedFromTheTable) {
+  // The file's CUDA column comes from a build with the CUDA backend (.ci/run's); one without it (the
+  // sanitizer jobs') registers no CUDA kernel, not even Add's, and cannot regenerate that column.
+  if (!op_table().find("Add")->kernel(Device::Kind::CUDA))
+    GTEST_SKIP() << "built without CUDA: docs/ops.md's CUDA column needs a build with -DGRAPHRUN_CUDA=ON";
   const std::string path = testing::source_dir() + "/docs/ops.md";
   std::ifstream in(path);
   ASSERT_TRUE(in) << "cannot read " << path;
