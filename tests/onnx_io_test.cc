@@ -498,6 +498,34 @@ onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), 'attn.onnx')
   }
 }
 
+// Swin's window partition at opset 13: the Reshape's input has a rank but no sizes (a Pad by computed pads) and
+// its target is partly known; the output still has the target's rank (ReduceMean's axis -1 downstream needs it).
+TEST(OnnxIo, ReshapeOfAnInputWithoutSizesKeepsTheTargetsRank) {
+  std::string dir = temp_dir("onnx_io_reshape_unsized");
+  run_python(dir, R"(
+import onnx, numpy as np
+from onnx import helper as h, TensorProto as T, numpy_helper as nh
+c = lambda name, v: h.make_node('Constant', [], [name], value=nh.from_array(np.array(v, np.int64)))
+g = h.make_graph([c('pads', [0, 0, 0, 0, 1, 0]), h.make_node('Mul', ['pads', 'k'], ['p']),
+                  h.make_node('Pad', ['x', 'p'], ['xp']), h.make_node('Shape', ['xp'], ['s']), c('i1', 1),
+                  c('ax', [0]), c('rest', [-1, 4]), h.make_node('Gather', ['s', 'i1'], ['m']),
+                  h.make_node('Unsqueeze', ['m', 'ax'], ['mu']), h.make_node('Concat', ['mu', 'rest'], ['target'], axis=0),
+                  h.make_node('Reshape', ['xp', 'target'], ['r']), h.make_node('ReduceMean', ['r'], ['y'], axes=[-1]),
+                  h.make_node('ReduceSum', ['y'], ['sum'], keepdims=0)],
+                 'window', [h.make_tensor_value_info('x', T.FLOAT, ['N', 3, 8]), h.make_tensor_value_info('k', T.INT64, [6])],
+                 [h.make_tensor_value_info('sum', T.FLOAT, [])])
+onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), 'window.onnx')
+)");
+  Graph g = load_onnx(dir + "/window.onnx");
+  ASSERT_TRUE(g.info("xp") && g.info("xp")->has_shape);
+  EXPECT_FALSE(g.info("xp")->shape[1].known()) << g.info("xp")->str();  // the case: sizes unknown
+  for (const char* v : {"r", "y"}) {
+    ASSERT_TRUE(g.info(v) && g.info(v)->has_shape) << v;
+    EXPECT_EQ(g.info(v)->shape.size(), 3u) << v << ": " << g.info(v)->str();
+  }
+  EXPECT_EQ(g.info("r")->shape[2].str(), "4") << g.info("r")->str();
+}
+
 // Every ai.graphrun schema types its outputs (docs/ops.md), and a graph of all of them exports checker-valid.
 TEST(OnnxIo, EveryGraphrunOpIsTypedAndExportable) {
   Graph g;

@@ -5,9 +5,11 @@ the reference of tests/zoo_test.cc and of a by-hand check of the zoo.
 usage: zoo_parity.py MODEL OUT_DIR [--opset N] [--size S] [--batch N] [--seed S]
 MODEL: vit (a 2-layer VisionTransformer), convnext (a 2-stage ConvNeXt), shufflenet (shufflenet_v2_x0_5),
 unet (a small segmentation UNet, per-pixel labels [N,S,S]), lstm / gru / lstm1 / gru1 (recurrent classifiers
-reading the image row by row, see RowSequence), or any torchvision.models builder name (random weights). Writes OUT_DIR/train.onnx (training-mode export,
-no constant folding), eval.onnx (eval mode), image.npy (f32 [N,3,S,S]), labels.npy (i64 [N]),
-logits.npy (eval-mode output), train_logits.npy and loss.npy (training mode: the output and its mean cross-entropy), one <parameter>.npy per
+reading the image row by row, see RowSequence), or any torchvision.models builder name (random weights;
+GoogLeNet and Inception without auxiliary heads, torchvision's ViTs at image_size S). Writes OUT_DIR/train.onnx
+(training-mode export, no constant folding), eval.onnx (eval mode), image.npy (f32 [N,3,S,S]), labels.npy
+(i64 [N]), logits.npy (eval-mode output), train_logits.npy and loss.npy (training mode: the output and its mean
+cross-entropy), one <parameter>.npy per
 trainable parameter (its gradient), params.txt listing them and float32_errors.txt (each gradient's
 error in torch's own float32, relative to its scale floored at 1e-3 of the largest). Torch computes in float64 from the
 float32 weights and batch; results are stored as f32.
@@ -90,7 +92,16 @@ def build(name, size):
                         num_classes=10)
     if name == 'shufflenet':
         return torchvision.models.shufflenet_v2_x0_5(num_classes=10)
-    return getattr(torchvision.models, name)(num_classes=10)
+    return getattr(torchvision.models, name)(num_classes=10, **SMALL_INPUT_SETTINGS.get(name, lambda size: {})(size))
+
+
+# What some builders need to export at a small input: the auxiliary heads off (they exist only in training mode and
+# would be a second output), the ViT's position embedding sized to the image.
+SMALL_INPUT_SETTINGS = {
+    'googlenet': lambda size: dict(aux_logits=False, init_weights=True),
+    'inception_v3': lambda size: dict(aux_logits=False, init_weights=True),
+    **{vit: (lambda size: dict(image_size=size)) for vit in ('vit_b_16', 'vit_b_32', 'vit_l_16', 'vit_l_32', 'vit_h_14')},
+}
 
 
 def randomize(model, seed):

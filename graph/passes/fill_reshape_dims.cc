@@ -56,14 +56,16 @@ bool fill_reshape_dims(onnx::ModelProto& m,
     bool allowzero = false;
     for (const auto& a : n.attribute())
       if (a.name() == "allowzero") allowzero = a.i() != 0;
-    // The output as far as the target says: sizes, symbols, and one dimension to solve for.
+    // The output as far as the target says: sizes, symbols, and one dimension to solve for. A dimension
+    // neither says (Swin's window partition reshapes a Pad whose pads are computed) stays unknown, but the
+    // output keeps the target's rank, which is what the gradient rules and negative axes need.
     std::multiset<std::string> in_symbols, out_symbols;
     int64_t in_known = 1, out_known = 1;
-    bool ok = true;
+    bool ok = true, in_complete = true, out_complete = true;
     for (const auto& d : in_shape.dim()) {
-      if (d.has_dim_value()) ok &= !__builtin_mul_overflow(in_known, d.dim_value(), &in_known);
+      if (d.has_dim_value()) in_complete &= !__builtin_mul_overflow(in_known, d.dim_value(), &in_known);
       else if (d.has_dim_param() && !d.dim_param().empty()) in_symbols.insert(d.dim_param());
-      else ok = false;
+      else in_complete = false;
     }
     onnx::TensorShapeProto out;
     int solve = -1;
@@ -81,17 +83,17 @@ bool fill_reshape_dims(onnx::ModelProto& m,
         d->set_dim_value(t.dim_value());
       } else if (t.has_dim_param() && !t.dim_param().empty()) {
         d->set_dim_param(t.dim_param());
-      } else {
-        ok = false;
+      } else if (t.has_dim_value()) {
+        ok = false;  // a negative size other than -1: the model is invalid, the kernel says so
       }
-      if (d->has_dim_value()) ok &= !__builtin_mul_overflow(out_known, d->dim_value(), &out_known);
-      else if (d->has_dim_param()) out_symbols.insert(d->dim_param());
+      if (d->has_dim_value()) out_complete &= !__builtin_mul_overflow(out_known, d->dim_value(), &out_known);
+      else if (d->has_dim_param() && !d->dim_param().empty()) out_symbols.insert(d->dim_param());
+      else out_complete = false;
     }
     if (!ok) continue;
-    if (solve >= 0) {
-      if (in_symbols != out_symbols || out_known <= 0 || in_known % out_known != 0) continue;
+    if (solve >= 0 && in_complete && out_complete && in_symbols == out_symbols && out_known > 0 &&
+        in_known % out_known == 0)
       out.mutable_dim(solve)->set_dim_value(in_known / out_known);
-    }
     // Fill the output's type where it is unknown; keep what is known.
     onnx::TypeProto* type = output_type(*g, types, n.output(0));
     auto* tt = type->mutable_tensor_type();
