@@ -116,6 +116,19 @@ struct Step {
   bool tracing;
 };
 
+// The end of step t for state element i of a cell with G gates: Y (zero past the sequence's end) and, when
+// tracing, the states (carried past the end, where the gates are zero).
+template <class T>
+__device__ void end_step(const Geo& g, int64_t t, const Step<T>& s, int64_t i, int G, bool live) {
+  const int64_t n = i / g.H, j = i % g.H;
+  if (!live && s.tracing)
+    for (int q = 0; q < G; ++q) s.gates[n * G * g.H + q * g.H + j] = T(0);
+  if (s.y) s.y[g.y_at(t, n) + j] = live ? s.h[i] : T(0);
+  if (!s.tracing) return;
+  s.th[t * g.N * g.H + i] = s.h[i];
+  if (G == 4) s.tc[t * g.N * g.H + i] = s.c[i];
+}
+
 template <class T>
 __global__ void lstm_step_kernel(Geo g, int64_t t, Step<T> s) {
   const int64_t H = g.H, GH = 4 * H;
@@ -135,14 +148,8 @@ __global__ void lstm_step_kernel(Geo g, int64_t t, Step<T> s) {
       s.c[i] = cv;
       s.h[i] = og * tanh(cv);
       gt[o] = ig, gt[o + H] = og, gt[o + 2 * H] = fg, gt[o + 3 * H] = cg;
-    } else if (s.tracing) {
-      for (int q = 0; q < 4; ++q) gt[o + q * H] = T(0);
     }
-    if (s.y) s.y[g.y_at(t, n) + j] = live ? s.h[i] : T(0);
-    if (s.tracing) {
-      s.th[t * g.N * H + i] = s.h[i];
-      s.tc[t * g.N * H + i] = s.c[i];
-    }
+    end_step(g, t, s, i, 4, live);
   }
 }
 
@@ -181,11 +188,8 @@ __global__ void gru_h_kernel(Geo g, int64_t t, Step<T> s) {
       gt[o + 2 * H] = hh;
       const T z = gt[o];
       s.h[i] = (T(1) - z) * hh + z * s.h[i];
-    } else if (s.tracing) {
-      for (int q = 0; q < 3; ++q) gt[o + q * H] = T(0);
     }
-    if (s.y) s.y[g.y_at(t, n) + j] = live ? s.h[i] : T(0);
-    if (s.tracing) s.th[t * g.N * H + i] = s.h[i];
+    end_step(g, t, s, i, 3, live);
   }
 }
 
