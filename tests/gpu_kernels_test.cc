@@ -788,6 +788,126 @@ void einsum_cases(Cases& cs) {
 }
 TEST(GpuKernels, Einsum) { expect_group_on_gpu(einsum_cases); }
 
+// ---- LSTM, GRU and their gradients ----
+
+Tensor as_f64(const Tensor& t) { return testing::run_node("Cast", {t}, {{"to", Attribute::Int(11)}}, 1, 13)[0]; }
+
+// One recurrent node's options: every direction and layout, sequences of different lengths (one of length 0
+// in some), initial states, biases, peepholes, clip and GRU's linear_before_reset.
+struct RnnCase {
+  bool lstm;
+  std::string direction;
+  int64_t layout;
+  bool extras;  // B, initial_h (and initial_c, P), sequence_lens
+  bool clip;
+  int64_t lbr;
+  bool f64;
+  std::vector<int32_t> lens = {5, 2, 4};
+};
+
+// The forward node's inputs (absent ones undefined) and its attributes.
+std::vector<Tensor> rnn_inputs(const RnnCase& c, uint64_t seed, std::map<std::string, Attribute>* attrs) {
+  const int64_t T = 5, N = 3, I = 4, H = 3, D = c.direction == "bidirectional" ? 2 : 1, G = c.lstm ? 4 : 3;
+  auto t = [&](const Shape& sh, float lo = -1.f, float hi = 1.f) {
+    Tensor r = random_tensor(sh, seed++, lo, hi);
+    return c.f64 ? as_f64(r) : r;
+  };
+  const Shape ss = c.layout ? Shape{N, D, H} : Shape{D, N, H};
+  std::vector<Tensor> in{t(c.layout ? Shape{N, T, I} : Shape{T, N, I}, -2.f, 2.f), t({D, G * H, I}, -0.7f, 0.7f),
+                         t({D, G * H, H}, -0.7f, 0.7f)};
+  in.resize(c.lstm ? 8 : 6);
+  if (c.extras) {
+    in[3] = t({D, 2 * G * H}, -0.5f, 0.5f);
+    in[4] = Tensor::from_vector<int32_t>({N}, c.lens);
+    in[5] = t(ss);
+    if (c.lstm) {
+      in[6] = t(ss);
+      in[7] = t({D, 3 * H}, -0.5f, 0.5f);
+    }
+  }
+  *attrs = {{"direction", Attribute::Str(c.direction)}, {"hidden_size", Attribute::Int(H)},
+            {"layout", Attribute::Int(c.layout)}};
+  // A small clip cuts some pre-activations (the gradient is zero there).
+  if (c.clip) (*attrs)["clip"] = Attribute::Float(0.8f);
+  if (!c.lstm) (*attrs)["linear_before_reset"] = Attribute::Int(c.lbr);
+  return in;
+}
+
+void rnn_cases(Cases& cs) {
+  std::vector<RnnCase> all;
+  for (bool lstm : {true, false})
+    for (int64_t lbr : lstm ? std::vector<int64_t>{0} : std::vector<int64_t>{0, 1})
+      for (const char* dir : {"forward", "reverse", "bidirectional"})
+        for (int64_t layout : {0, 1}) {
+          all.push_back({lstm, dir, layout, true, false, lbr, false});
+          all.push_back({lstm, dir, layout, false, layout == 1, lbr, false});
+        }
+  for (bool lstm : {true, false}) {
+    all.push_back({lstm, "bidirectional", 1, true, true, 1, false, {0, 5, 3}});
+    all.push_back({lstm, "bidirectional", 0, true, true, 0, true, {3, 0, 5}});
+    all.push_back({lstm, "reverse", 1, true, false, 1, true});
+  }
+  uint64_t seed = 420;
+  for (const RnnCase& c : all) {
+    std::map<std::string, Attribute> a;
+    std::vector<Tensor> in = rnn_inputs(c, seed, &a);
+    seed += 10;
+    const double tol = c.f64 ? 1e-10 : 1e-4;
+    const char* op = c.lstm ? "LSTM" : "GRU";
+    cs.add(op, in, a, c.lstm ? 3 : 2, tol, 14);
+    // The gradient: every output gradient given, and (with the extras) every input's gradient asked for.
+    const std::vector<Tensor> y = testing::run_node(op, in, a, 2, 14);
+    std::vector<Tensor> gin = in;
+    for (int k = 0; k < (c.lstm ? 3 : 2); ++k) {
+      Tensor g = random_tensor(y[k == 0 ? 0 : 1].shape(), seed++);
+      gin.push_back(c.f64 ? as_f64(g) : g);
+    }
+    cs.add(std::string(op) + "Grad", gin, a, c.lstm ? 7 : 5, tol, 14, kGraphrunDomain);
+    // Only Y_h's gradient (dY absent), as when a classifier reads the last state.
+    std::vector<Tensor> last = gin;
+    last[in.size()] = Tensor();
+    if (c.lstm) last.back() = Tensor();
+    cs.add(std::string(op) + "Grad", last, a, c.lstm ? 7 : 5, tol, 14, kGraphrunDomain);
+  }
+}
+TEST(GpuKernels, LstmGruAndGrads) { expect_group_on_gpu(rnn_cases); }
+
+// ---- GatherNDGrad and Size ----
+
+void nd_grad_size_cases(Cases& cs) {
+  const Shape xs = {4, 5, 3};
+  const Tensor shape = i64({3}, {4, 5, 3});
+  uint64_t seed = 480;
+  // Tuples of length 1 to 3 with duplicates and negative indices, in a batch of tuples [2, 3, m].
+  for (int64_t m : {1, 2, 3}) {
+    Tensor ind(DType::I64, {2, 3, m});
+    Tensor r = random_int_tensor({2, 3, m}, seed++, 0, 1 << 20);
+    for (int64_t k = 0; k < 6 * m; ++k) {
+      const int64_t d = xs[k % m];
+      ind.data<int64_t>()[k] = r.data<int64_t>()[k] % (2 * d) - d;
+    }
+    for (int64_t k = 0; k < m; ++k) ind.data<int64_t>()[m + k] = ind.data<int64_t>()[k];  // tuple 1 repeats tuple 0
+    Shape ds = {2, 3};
+    for (int a = static_cast<int>(m); a < 3; ++a) ds.push_back(xs[a]);
+    const Tensor dy = random_tensor(ds, seed++);
+    cs.add("GatherNDGrad", {dy, ind, shape}, {}, 1, 1e-6, 13, kGraphrunDomain);
+    cs.add("GatherNDGrad", {as_f64(dy), ind, shape}, {}, 1, 1e-12, 13, kGraphrunDomain);
+  }
+  // batch_dims 1: indices [4, 2, 1] pick rows of each of the 4 batch entries (dY [4, 2, 3]); twice the same in one.
+  Tensor bind = i64({4, 2, 1}, {0, 4, 2, 2, -1, 1, 3, 0});
+  cs.add("GatherNDGrad", {random_tensor({4, 2, 3}, seed++), bind, shape}, {{"batch_dims", Attribute::Int(1)}}, 1, 1e-6, 13,
+         kGraphrunDomain);
+  // batch_dims 2: tuples of length 1 into the last axis.
+  Tensor b2 = i64({4, 5, 2, 1}, std::vector<int64_t>(40, 1));
+  for (int64_t k = 0; k < 40; k += 3) b2.data<int64_t>()[k] = k % 3 - 1;
+  cs.add("GatherNDGrad", {random_tensor({4, 5, 2}, seed++), b2, shape}, {{"batch_dims", Attribute::Int(2)}}, 1, 1e-6, 13,
+         kGraphrunDomain);
+  cs.add("Size", {random_tensor({4, 5, 3}, seed++)}, {}, 1, 0, 13);
+  cs.add("Size", {random_tensor({2, 0, 3}, seed++)}, {}, 1, 0, 13);
+  cs.add("Size", {i64({}, {7})}, {}, 1, 0, 13);
+}
+TEST(GpuKernels, GatherNDGradAndSize) { expect_group_on_gpu(nd_grad_size_cases); }
+
 // ---- the op table: every CUDA kernel has a CPU reference and cases ----
 
 // Every case group, by the name of the GpuKernels test that runs it on a GPU.
@@ -815,6 +935,8 @@ const std::vector<std::pair<const char*, CaseGroup>>& case_groups() {
       {"GatherScatterElementsAndGrad", element_indexing_cases},
       {"ResizeUpsampleAndGrad", resize_cases},
       {"Einsum", einsum_cases},
+      {"LstmGruAndGrads", rnn_cases},
+      {"GatherNDGradAndSize", nd_grad_size_cases},
   };
   return groups;
 }

@@ -244,7 +244,9 @@ SimBackend::SimBackend(int devices, size_t pool_bytes) : devices_(devices) {
     const size_t sep = key.find("::");
     const std::string domain = sep == std::string::npos ? "" : key.substr(0, sep);
     const std::string op = sep == std::string::npos ? key : key.substr(sep + 2);
-    table_.add(domain, op, op == "AllReduce" && domain == kGraphrunDomain ? sim_allreduce : sim_kernel);
+    // ReplicaSum (--sync-bn's forward sums) is the CUDA backend's AllReduce kernel too.
+    const bool collective = domain == kGraphrunDomain && (op == "AllReduce" || op == "ReplicaSum");
+    table_.add(domain, op, collective ? sim_allreduce : sim_kernel);
   }
 }
 

@@ -9,8 +9,10 @@
 #include "graph/onnx_io.h"
 #include "graph/passes/sync_batchnorm.h"
 #include "graph/passes/train_mode.h"
+#include "runtime/kernel.h"
 #include "runtime/pipeline.h"
 #include "runtime/trainer.h"
+#include "tests/sim_backend.h"
 #include "tests/test_util.h"
 #include "tests/trainer_test_util.h"
 
@@ -162,6 +164,37 @@ TEST(SyncBatchNorm, TwoAndThreeReplicasEqualOneOnTheWholeBatch) {
     EXPECT_GT(w, 1e-3) << D << " replicas without --sync-bn should differ (per-shard statistics)";
     std::cout << D << " replicas, without --sync-bn: max relative difference " << w << " (" << where << ")\n";
   }
+}
+
+// --sync-bn on GPU replicas: the replica graph (with the executor's passes, as train runs it) counts each
+// shard with Size, and the CUDA kernel table runs every node of it (the check each GPU executor makes first);
+// on the simulated device two replicas of cuda:0 then train with it exactly as two CPU replicas do.
+TEST(SyncBatchNorm, CudaReplicasRunTheSyncBnGraph) {
+  const Graph model = load_onnx(bn_model_path());
+  const Device gpu{Device::Kind::CUDA, 0};
+  runtime::PipelineOptions po;
+  po.devices = {gpu, gpu};
+  po.sync_bn = true;
+  po.executor_passes = true;
+  const runtime::TrainingGraphs tg = runtime::build_training_graphs(model, po);
+  ASSERT_EQ(tg.replicas.size(), 2u);
+  EXPECT_GT(count_ops(tg.replicas[0].graph, "Size"), 0);
+  const runtime::KernelTable& cuda = runtime::KernelTable::of_device(Device::Kind::CUDA);
+  if (!cuda.ops().empty())
+    for (const auto& r : tg.replicas) EXPECT_NO_THROW(runtime::check_supported(r.graph, cuda, "replica graph"));
+  if (!testing::have_data()) GTEST_SKIP() << "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)";
+  testing::ScopedSimDevice sim;
+  TrainOptions o = testing::quick(2, 10, 4, 100);
+  o.pipeline.sync_bn = true;
+  runtime::Trainer cpu(model, o);
+  o.pipeline.devices = {gpu, gpu};
+  runtime::Trainer dev(model, o);
+  const auto sc = cpu.train_epoch(0), sd = dev.train_epoch(0);
+  EXPECT_EQ(sd.loss, sc.loss);
+  for (int d = 0; d < 2; ++d)
+    for (const auto& [name, v] : cpu.replica(d).states())
+      EXPECT_EQ(testing::max_abs_diff(runtime::to_host(dev.replica(d).states().at(name)), runtime::to_host(v)), 0)
+          << "replica " << d << ": " << name;
 }
 
 }  // namespace

@@ -2,18 +2,19 @@
 // peepholes, GRU linear_before_reset) and of graphrun's LSTMGrad / GRUGrad: back-propagation through time
 // over gates recomputed from X, W, R, B (the forward saves nothing beyond its inputs).
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "runtime/kernels/cpu/gemm.h"
 #include "runtime/kernels/cpu/math_common.h"
+#include "runtime/kernels/rnn_plan.h"
 
 namespace graphrun::runtime::cpu {
 namespace {
 
-enum class Cell { LSTM, GRU };
+using Cell = RnnCell;
+using Rnn = RnnPlan;
 
 // Row-major C[m, n] = op(A)[m, k] op(B)[k, n] + beta C with leading dimensions (a column-major GEMM of the
 // transposes).
@@ -31,113 +32,8 @@ void mm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t l
 
 template <class T> T sigmoid(T v) { return T(1) / (T(1) + std::exp(-v)); }
 
-std::string lower(std::string s) {
-  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  return s;
-}
-
-// The sizes and attributes of one LSTM/GRU node (forward or gradient: the same inputs 0..nin-1).
-struct Rnn {
-  Cell cell = Cell::LSTM;
-  const char* what = "LSTM";
-  int nin = 8;     // forward inputs: LSTM X W R B sequence_lens initial_h initial_c P; GRU without the last two
-  int64_t G = 4;   // gates: LSTM i o f c, GRU z r h
-  int64_t T = 0, N = 0, I = 0, H = 0;
-  int D = 1;
-  bool layout1 = false;
-  std::string direction = "forward";
-  bool has_clip = false;
-  double clip = 0;
-  bool lbr = false;  // GRU linear_before_reset
-  std::vector<int64_t> lens;
-  bool reverse(int d) const { return direction == "reverse" || d == 1; }
-  // Offset of Y[t, d, n, :] in layout 0 [T, D, N, H] or layout 1 [N, T, D, H].
-  int64_t y_at(int64_t t, int d, int64_t n) const {
-    return layout1 ? ((n * T + t) * D + d) * H : ((t * D + d) * N + n) * H;
-  }
-  // Offset of a state [d, n, :] in layout 0 [D, N, H] or layout 1 [N, D, H].
-  int64_t s_at(int d, int64_t n) const { return layout1 ? (n * D + d) * H : (d * N + n) * H; }
-  Shape y_shape() const { return layout1 ? Shape{N, T, D, H} : Shape{T, D, N, H}; }
-  Shape s_shape() const { return layout1 ? Shape{N, D, H} : Shape{D, N, H}; }
-};
-
-void check_shape(const Tensor& t, const Shape& want, const char* what, const char* name) {
-  GR_CHECK(t.shape() == want, what << ": input '" << name << "' must have shape " << shape_str(want) << ", got "
-                                   << shape_str(t.shape()));
-}
-
 Rnn parse(KernelContext& ctx, Cell cell) {
-  Rnn r;
-  r.cell = cell;
-  const bool lstm = cell == Cell::LSTM;
-  r.what = ctx.node().op_type.c_str();
-  r.nin = lstm ? 8 : 6;
-  r.G = lstm ? 4 : 3;
-  const Node& node = ctx.node();
-  const char* what = r.what;
-  r.direction = node.attr_s("direction", "forward");
-  GR_CHECK(r.direction == "forward" || r.direction == "reverse" || r.direction == "bidirectional",
-           what << ": attribute 'direction' is '" << r.direction << "'; must be forward, reverse or bidirectional");
-  r.D = r.direction == "bidirectional" ? 2 : 1;
-  const int64_t layout = node.attr_i("layout", 0);
-  GR_CHECK(layout == 0 || layout == 1, what << ": attribute 'layout' is " << layout << "; must be 0 or 1");
-  r.layout1 = layout == 1;
-  if (const Attribute* a = node.attr("clip")) {
-    r.has_clip = true;
-    r.clip = a->f;
-    GR_CHECK(r.clip > 0, what << ": attribute 'clip' is " << r.clip << "; must be positive");
-  }
-  if (lstm)
-    GR_CHECK(node.attr_i("input_forget", 0) == 0,
-             what << ": attribute 'input_forget' = 1 (coupled input and forget gates) is not supported");
-  else
-    r.lbr = node.attr_i("linear_before_reset", 0) != 0;
-  if (const Attribute* a = node.attr("activations")) {
-    const std::vector<std::string> defaults =
-        lstm ? std::vector<std::string>{"sigmoid", "tanh", "tanh"} : std::vector<std::string>{"sigmoid", "tanh"};
-    bool ok = a->strings.size() == defaults.size() * r.D;
-    for (size_t i = 0; ok && i < a->strings.size(); ++i) ok = lower(a->strings[i]) == defaults[i % defaults.size()];
-    std::string list;
-    for (const auto& s : a->strings) list += (list.empty() ? "" : ",") + s;
-    GR_CHECK(ok, what << ": attribute 'activations' [" << list << "] is not supported; only the defaults ("
-                      << (lstm ? "Sigmoid, Tanh, Tanh" : "Sigmoid, Tanh") << " per direction) are");
-  }
-
-  const Tensor &x = ctx.input(0), &w = ctx.input(1), &rr = ctx.input(2);
-  GR_CHECK(x.rank() == 3, what << ": input 'X' must have rank 3, got " << shape_str(x.shape()));
-  GR_CHECK(w.dtype() == x.dtype() && rr.dtype() == x.dtype(),
-           what << ": X, W and R must have one element type, got " << dtype_name(x.dtype()) << ", "
-                << dtype_name(w.dtype()) << ", " << dtype_name(rr.dtype()));
-  r.T = r.layout1 ? x.dim(1) : x.dim(0);
-  r.N = r.layout1 ? x.dim(0) : x.dim(1);
-  r.I = x.dim(2);
-  GR_CHECK(rr.rank() == 3, what << ": input 'R' must have rank 3, got " << shape_str(rr.shape()));
-  r.H = rr.dim(2);
-  const int64_t hs = node.attr_i("hidden_size", r.H);
-  GR_CHECK(hs == r.H, what << ": attribute 'hidden_size' is " << hs << " but R " << shape_str(rr.shape())
-                           << " says " << r.H);
-  check_shape(w, {r.D, r.G * r.H, r.I}, what, "W");
-  check_shape(rr, {r.D, r.G * r.H, r.H}, what, "R");
-  auto check_opt = [&](int i, const Shape& s, const char* name) {
-    if (!ctx.has_input(i)) return;
-    check_shape(ctx.input(i), s, what, name);
-    GR_CHECK(ctx.input(i).dtype() == x.dtype(), what << ": input '" << name << "' must be " << dtype_name(x.dtype()));
-  };
-  check_opt(3, {r.D, 2 * r.G * r.H}, "B");
-  check_opt(5, r.s_shape(), "initial_h");
-  if (lstm) {
-    check_opt(6, r.s_shape(), "initial_c");
-    check_opt(7, {r.D, 3 * r.H}, "P");
-  }
-  r.lens.assign(r.N, r.T);
-  if (ctx.has_input(4)) {
-    const Tensor& sl = ctx.input(4);
-    check_shape(sl, {r.N}, what, "sequence_lens");
-    r.lens = sl.as_int64s();
-    for (int64_t v : r.lens)
-      GR_CHECK(v >= 0 && v <= r.T, what << ": sequence_lens holds " << v << "; each must be in [0, " << r.T << "]");
-  }
-  return r;
+  return plan_rnn(ctx, cell, [&ctx](int i) { return ctx.input(i).as_int64s(); });
 }
 
 template <class T> const T* opt_ptr(KernelContext& ctx, int i) { return ctx.has_input(i) ? ptr<T>(ctx.input(i)) : nullptr; }
@@ -321,9 +217,6 @@ void rnn_backward(KernelContext& ctx, Cell cell) {
   const T* dy = opt_ptr<T>(ctx, r.nin);
   const T* dyh = opt_ptr<T>(ctx, r.nin + 1);
   const T* dyc = lstm ? opt_ptr<T>(ctx, r.nin + 2) : nullptr;
-  if (dy) check_shape(ctx.input(r.nin), r.y_shape(), r.what, "dY");
-  if (dyh) check_shape(ctx.input(r.nin + 1), r.s_shape(), r.what, "dY_h");
-  if (dyc) check_shape(ctx.input(r.nin + 2), r.s_shape(), r.what, "dY_c");
   std::vector<T> xbuf;
   const T* x0 = x_layout0(r, x, xbuf);
 
