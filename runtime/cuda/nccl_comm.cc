@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 
+#include "runtime/comm/replica_aborted.h"
 #include "runtime/comm/round_group.h"
 #include "runtime/cuda/cuda_context.h"
 #include "runtime/cuda/sum_replicas.h"
@@ -108,7 +109,7 @@ class NcclCommunicator final : public DeviceCommunicator {
   // (one shared event would make the first reader wait for every bucket enqueued since). The
   // `ready_` event may be shared: cudaStreamWaitEvent captures the record current at the call.
   std::function<void()> allreduce_sum_group_async(const std::vector<Buffer>& buffers) override {
-    GR_CHECK(!aborted_, "another replica failed; stopping");
+    if (aborted_) throw ReplicaAborted(kAnotherReplicaFailed);
     cuda::DeviceContext& dc = cuda::device_context(dev_.index);
     GR_CUDA_CHECK(cudaEventRecord(ready_, dc.stream));
     GR_CUDA_CHECK(cudaStreamWaitEvent(dc.comm_stream, ready_, 0));
@@ -133,7 +134,7 @@ class NcclCommunicator final : public DeviceCommunicator {
 
  protected:
   void broadcast_device(float* data, int64_t count, int root) override {
-    GR_CHECK(!aborted_, "another replica failed; stopping");
+    if (aborted_) throw ReplicaAborted(kAnotherReplicaFailed);
     cuda::DeviceContext& dc = cuda::device_context(dev_.index);
     GR_CUDA_CHECK(cudaEventRecord(ready_, dc.stream));
     GR_CUDA_CHECK(cudaStreamWaitEvent(dc.comm_stream, ready_, 0));
