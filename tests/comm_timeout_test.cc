@@ -11,6 +11,7 @@
 #include "runtime/comm/cpu_comm.h"
 #include "runtime/comm/replica_aborted.h"
 #include "runtime/comm/round_group.h"
+#include "runtime/comm/watchdog.h"
 #include "runtime/trainer.h"
 #include "tests/sim_backend.h"
 #include "tests/test_util.h"
@@ -219,6 +220,98 @@ TEST(CommTimeout, TrainingStopsNamingTheReplicaThatHung) {
     EXPECT_EQ(m.rfind("training failed in epoch 1: ", 0), 0u) << m;
     expect_contains(m, "replica 1 of 2 did not arrive within 0.5 s");
   }
+}
+
+// ---- The host's polling wait for device collectives (the NCCL watchdog), on a fake clock ----
+
+// A clock that moves only when the wait sleeps; records the sleeps.
+struct FakeClock {
+  std::chrono::steady_clock::time_point t{};
+  std::vector<std::chrono::microseconds> sleeps;
+  runtime::WatchClock clock() {
+    return {[this] { return t; }, [this](std::chrono::microseconds d) {
+              sleeps.push_back(d);
+              t += d;
+            }};
+  }
+  double seconds() const { return std::chrono::duration<double>(t.time_since_epoch()).count(); }
+};
+
+using runtime::Progress;
+
+TEST(CommTimeout, WatchReturnsOnceTheWorkIsDone) {
+  FakeClock fake;
+  int polls = 0, aborts = 0;
+  runtime::watch_until_done([&](std::string*) { return ++polls < 500 ? Progress::Pending : Progress::Done; },
+                            {"allreduce", 1, 2, 5.0}, [&] { ++aborts; }, fake.clock());
+  EXPECT_EQ(polls, 500);
+  EXPECT_EQ(aborts, 0);
+  EXPECT_LT(fake.seconds(), 5.0);
+  // Quick polls first, then sleeps that never exceed the bound on how late the host notices.
+  ASSERT_FALSE(fake.sleeps.empty());
+  EXPECT_LT(fake.sleeps.size(), 500u);
+  for (auto d : fake.sleeps) EXPECT_LE(d, runtime::kMaxPollSleep);
+}
+
+TEST(CommTimeout, WatchAbortsAndNamesTheReplicaWhenTheTimeoutPasses) {
+  FakeClock fake;
+  int polls = 0, aborts = 0;
+  try {
+    runtime::watch_until_done([&](std::string*) { ++polls; return Progress::Pending; }, {"allreduce", 3, 4, 2.0},
+                              [&] { ++aborts; }, fake.clock());
+    ADD_FAILURE() << "a wait that never ends returned";
+  } catch (const runtime::ReplicaAborted& e) {
+    ADD_FAILURE() << "a replica's own timeout is the cause, not an echo: " << e.what();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "allreduce on replica 3 of 4: not done within 2 s: another replica hung or "
+                                     "stopped (raise --comm-timeout if it is only slow)");
+  }
+  EXPECT_EQ(aborts, 1);
+  EXPECT_GE(fake.seconds(), 2.0);
+  EXPECT_LT(fake.seconds(), 2.0 + 2 * std::chrono::duration<double>(runtime::kMaxPollSleep).count());
+  // Sleeping between polls: about one poll per kMaxPollSleep, not a busy loop.
+  EXPECT_LT(polls, 2.0 / std::chrono::duration<double>(runtime::kMaxPollSleep).count() + 100);
+}
+
+TEST(CommTimeout, WatchAbortsAtOnceOnAnAsynchronousError) {
+  FakeClock fake;
+  int polls = 0, aborts = 0;
+  try {
+    runtime::watch_until_done(
+        [&](std::string* why) {
+          if (++polls < 10) return Progress::Pending;
+          *why = "NCCL reported an asynchronous error: remote process exited or there was a network error";
+          return Progress::Failed;
+        },
+        {"a step's device work", 0, 2, 60.0}, [&] { ++aborts; }, fake.clock());
+    ADD_FAILURE() << "a failed wait returned";
+  } catch (const runtime::ReplicaAborted& e) {
+    ADD_FAILURE() << e.what();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "a step's device work on replica 0 of 2: NCCL reported an asynchronous error: "
+                                     "remote process exited or there was a network error");
+  }
+  EXPECT_EQ(polls, 10);
+  EXPECT_EQ(aborts, 1);
+  EXPECT_LT(fake.seconds(), 1.0);  // not after the timeout
+}
+
+TEST(CommTimeout, WatchWokenByAnotherReplicasAbortIsAnEcho) {
+  FakeClock fake;
+  int polls = 0, aborts = 0;
+  EXPECT_THROW(runtime::watch_until_done([&](std::string*) { return ++polls < 3 ? Progress::Pending : Progress::Aborted; },
+                                         {"broadcast", 1, 2, 60.0}, [&] { ++aborts; }, fake.clock()),
+               runtime::ReplicaAborted);
+  EXPECT_EQ(aborts, 0);  // the replica that aborted the communicator reports the cause
+}
+
+TEST(CommTimeout, WatchSeesWorkThatFinishesAtTheDeadline) {
+  // The last poll comes after the deadline has passed: work done by then is done, not a timeout.
+  FakeClock fake;
+  int aborts = 0;
+  runtime::watch_until_done([&](std::string*) { return fake.seconds() >= 1.0 ? Progress::Done : Progress::Pending; },
+                            {"allreduce", 0, 2, 1.0}, [&] { ++aborts; }, fake.clock());
+  EXPECT_EQ(aborts, 0);
 }
 
 }  // namespace

@@ -69,6 +69,10 @@ class RoundGroup {
     std::lock_guard<std::mutex> lock(mu_);
     return aborted_;
   }
+  double timeout() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return timeout_s_;
+  }
 
  private:
   std::mutex mu_;
