@@ -3,6 +3,7 @@
 #include "runtime/executor.h"
 
 #include "graph/passes/place_shape_computations.h"
+#include "runtime/comm/replica_aborted.h"
 #include "runtime/device.h"
 
 #include <omp.h>
@@ -112,7 +113,9 @@ void naming_node(const Node& node, F&& f) {
   } catch (const Error& e) {
     std::string msg = e.what();
     if (msg.rfind("node '", 0) == 0) throw;
-    throw Error(node.describe() + ": " + msg);
+    msg = node.describe() + ": " + msg;
+    if (dynamic_cast<const ReplicaAborted*>(&e)) throw ReplicaAborted(msg);  // still an echo
+    throw Error(msg);
   } catch (const std::bad_alloc&) {
     throw Error(node.describe() + ": out of memory");
   }

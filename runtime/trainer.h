@@ -24,6 +24,7 @@
 
 #include "autodiff/autodiff.h"
 #include "graph/ir.h"
+#include "runtime/comm/replica_aborted.h"
 #include "runtime/comm/wait.h"
 #include "runtime/data/fit.h"
 #include "runtime/data/idx.h"
@@ -102,12 +103,6 @@ struct TrainOptions {
 struct DivergedError : Error {
   DivergedError(const std::string& msg, int64_t s) : Error(msg), step(s) {}
   int64_t step;
-};
-
-// What a replica throws when it stops because another replica failed: the trainer reports the error
-// of the replica that failed first, never this one.
-struct ReplicaFailedError : Error {
-  using Error::Error;
 };
 
 struct EvalStats {
@@ -259,8 +254,7 @@ class Trainer {
   std::condition_variable peers_cv_;
   std::atomic<int64_t> diverged_at_{INT64_MAX};  // 0-based step of this epoch, or INT64_MAX
   std::atomic<bool> failed_{false};
-  std::exception_ptr failure_;  // the first replica's error; the others' follow from it
-  bool failure_is_echo_ = false;  // failure_ is only a collective's "another replica failed"
+  FirstFailure failure_;  // the first replica's error; the others' follow from it
 };
 
 }  // namespace graphrun::runtime

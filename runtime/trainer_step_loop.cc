@@ -8,7 +8,7 @@
 #include "runtime/checkpoint.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/mpi.h"
-#include "runtime/comm/wait.h"
+#include "runtime/comm/replica_aborted.h"
 #include "runtime/trainer_parts.h"
 
 namespace graphrun::runtime {
@@ -24,8 +24,6 @@ void Trainer::worker_loop(int d) {
     }
     try {
       run_steps(*replicas_[d]);
-    } catch (const ReplicaFailedError&) {
-      replica_failed(nullptr);
     } catch (...) {
       replica_failed(std::current_exception());
     }
@@ -37,33 +35,15 @@ void Trainer::worker_loop(int d) {
   }
 }
 
-namespace {
-
-// An error a replica throws only because a collective was aborted under it by another replica.
-bool is_echo(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return std::string(x.what()).find(kAnotherReplicaFailed) != std::string::npos;
-  } catch (...) {
-    return false;
-  }
-}
-
-}  // namespace
-
 // The first replica to fail records its error before it releases the others (aborting the
-// communicators, waking peers_allow), so what they throw afterwards is never taken for the cause.
-// A collective that times out aborts its group itself, before the replica that timed out gets here:
-// a replica woken by that abort may arrive first with "another replica failed", which then gives way
-// to the cause (the ranks that did not arrive) when it comes.
+// communicators, waking peers_allow), so what they throw afterwards (ReplicaAborted) is never taken for
+// the cause. A collective that times out aborts its group itself, before the replica that timed out
+// gets here: a replica woken by that abort may arrive first with its ReplicaAborted, which then gives
+// way to the cause (the ranks that did not arrive) when it comes.
 void Trainer::replica_failed(std::exception_ptr error) {
   {
     std::lock_guard<std::mutex> l(peers_mu_);
-    if (error && (!failure_ || (failure_is_echo_ && !is_echo(error)))) {
-      failure_ = error;
-      failure_is_echo_ = is_echo(error);
-    }
+    failure_.offer(std::move(error));
     failed_ = true;
   }
   for (auto& c : comms_) c->abort();
@@ -151,7 +131,7 @@ bool Trainer::peers_allow(int d, int64_t t) {
       if (e != d && replicas_[e]->read.load() < t - 1) return false;
     return true;
   });
-  if (failed_) throw ReplicaFailedError("another replica failed");
+  if (failed_) throw ReplicaAborted("another replica failed");
   return diverged_at_.load() > t - 2;
 }
 
@@ -164,8 +144,7 @@ void Trainer::run_segment(int epoch, int64_t begin, int64_t end, double& seconds
   for (auto& r : replicas_) r->read = begin;  // before any replica starts: peers_allow reads them
   diverged_at_ = INT64_MAX;
   failed_ = false;
-  failure_ = nullptr;
-  failure_is_echo_ = false;
+  failure_.clear();
   auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   {
@@ -202,7 +181,7 @@ void Trainer::run_segment(int epoch, int64_t begin, int64_t end, double& seconds
     // The communicators are aborted: a trainer that failed cannot continue.
     std::string why = "a replica stopped";
     try {
-      if (failure_) std::rethrow_exception(failure_);
+      if (failure_.get()) std::rethrow_exception(failure_.get());
     } catch (const std::exception& e) {
       why = e.what();
     } catch (...) {

@@ -9,7 +9,9 @@
 
 #include "graph/onnx_io.h"
 #include "runtime/comm/cpu_comm.h"
+#include "runtime/comm/replica_aborted.h"
 #include "runtime/comm/round_group.h"
+#include "runtime/comm/watchdog.h"
 #include "runtime/trainer.h"
 #include "tests/sim_backend.h"
 #include "tests/test_util.h"
@@ -23,21 +25,34 @@ using runtime::CpuCommGroup;
 
 constexpr double kShort = 0.2;  // seconds: short enough for a test, long enough for live ranks to meet
 
-// Runs f(rank) on `n` threads, joins them, and returns what each threw ("" for none).
+// Runs f(rank) on `n` threads, joins them, and returns what each threw ("" for none); `echo`, when
+// given, says which ranks threw a ReplicaAborted (an echo of another rank's failure).
 template <class F>
-std::vector<std::string> errors_on_ranks(int n, F f) {
+std::vector<std::string> errors_on_ranks(int n, F f, std::vector<bool>* echo = nullptr) {
   std::vector<std::string> errors(n);
+  std::vector<char> echoed(n, 0);
   std::vector<std::thread> ts;
   for (int r = 0; r < n; ++r)
     ts.emplace_back([&, r] {
       try {
         f(r);
+      } catch (const runtime::ReplicaAborted& e) {
+        errors[r] = e.what();
+        echoed[r] = 1;
       } catch (const Error& e) {
         errors[r] = e.what();
       }
     });
   for (auto& t : ts) t.join();
+  if (echo) echo->assign(echoed.begin(), echoed.end());
   return errors;
+}
+
+// Of the ranks that waited, the first to give up reports the cause; those it released are echoes.
+void expect_one_cause(const std::vector<bool>& echo, std::initializer_list<int> waited) {
+  int causes = 0;
+  for (int r : waited) causes += !echo[r];
+  EXPECT_EQ(causes, 1);
 }
 
 void expect_contains(const std::string& s, const std::string& part) {
@@ -50,13 +65,15 @@ TEST(CommTimeout, CpuAllreduceFailsOnEveryRankNamingTheOneThatStopped) {
   group->rank(2)->set_timeout(kShort);  // a setting of the group, from any rank
   std::vector<std::vector<float>> data(n, std::vector<float>(37, 1.f));
   std::vector<int> done(n, 0);
+  std::vector<bool> echo;
   auto errors = errors_on_ranks(n, [&](int r) {
     for (int k = 0; k < (r == stopped ? before : 5); ++k) {
       group->rank(r)->allreduce_sum(data[r].data(), 37);
       ++done[r];
     }
-  });
+  }, &echo);
   EXPECT_EQ(errors[stopped], "");
+  expect_one_cause(echo, {0, 2});
   for (int r : {0, 2}) {
     EXPECT_EQ(done[r], before) << "rank " << r;
     EXPECT_EQ(errors[r], "allreduce: replica 1 of 3 did not arrive within 0.2 s: it hung or stopped "
@@ -69,7 +86,7 @@ TEST(CommTimeout, CpuAllreduceFailsOnEveryRankNamingTheOneThatStopped) {
   try {
     group->rank(stopped)->allreduce_sum(late.data(), 37);
     ADD_FAILURE() << "a collective of an aborted group returned";
-  } catch (const Error& e) {
+  } catch (const runtime::ReplicaAborted& e) {
     expect_contains(e.what(), "replica 1 of 3 did not arrive");
   }
 }
@@ -127,14 +144,17 @@ TEST(CommTimeout, RoundGroupTimesOutWithoutRunningTheRound) {
   runtime::RoundGroup g(3);
   g.set_timeout(kShort);
   std::atomic<int> rounds{0};
+  std::vector<bool> echo;
   auto errors = errors_on_ranks(3, [&](int r) {
     g.round(r, "allreduce", [&] { ++rounds; });  // every rank: one round together
     if (r != 0) g.round(r, "allreduce", [&] { ++rounds; });  // rank 0 never comes to the second
-  });
+  }, &echo);
   EXPECT_EQ(rounds.load(), 1);
   EXPECT_EQ(errors[0], "");
   for (int r : {1, 2}) expect_contains(errors[r], "allreduce: replica 0 of 3 did not arrive within 0.2 s");
+  expect_one_cause(echo, {1, 2});
   EXPECT_TRUE(g.aborted());
+  EXPECT_THROW(g.round(0, "allreduce", [] {}), runtime::ReplicaAborted);  // late: an echo too
 }
 
 TEST(CommTimeout, DeviceCommunicatorsOfTheSimulatedDeviceTimeOut) {
@@ -143,12 +163,45 @@ TEST(CommTimeout, DeviceCommunicatorsOfTheSimulatedDeviceTimeOut) {
   const Device dev{Device::Kind::CUDA, 0};
   auto comms = runtime::backend_for(Device::Kind::CUDA)->make_communicators({dev, dev, dev});
   comms[0]->set_timeout(kShort);
+  std::vector<bool> echo;
   auto errors = errors_on_ranks(3, [&](int r) {
     comms[r]->barrier();
     comms[r]->barrier();
-  });
+  }, &echo);
   for (int r : {0, 1}) expect_contains(errors[r], "barrier: replica 2 of 3 did not arrive within 0.2 s");
+  expect_one_cause(echo, {0, 1});
   expect_contains(errors[2], "another replica failed");  // released once the others gave up
+  EXPECT_TRUE(echo[2]);
+}
+
+// The trainer reports the first error that is not an echo, whichever order they come in.
+TEST(CommTimeout, FirstFailureKeepsTheCauseOverEchoes) {
+  auto error = [](const char* m) { return std::make_exception_ptr(Error(m)); };
+  auto echo = [](const char* m) { return std::make_exception_ptr(runtime::ReplicaAborted(m)); };
+  auto what = [](const runtime::FirstFailure& f) -> std::string {
+    try {
+      if (f.get()) std::rethrow_exception(f.get());
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "";
+  };
+  runtime::FirstFailure f;
+  EXPECT_EQ(what(f), "");
+  f.offer(nullptr);
+  EXPECT_EQ(what(f), "");
+  f.offer(echo("echo 1"));
+  f.offer(echo("echo 2"));
+  EXPECT_EQ(what(f), "echo 1");  // only echoes so far: the first stands in
+  f.offer(error("cause 1"));
+  EXPECT_EQ(what(f), "cause 1");  // the cause arriving after an echo wins
+  f.offer(echo("echo 3"));
+  f.offer(error("cause 2"));
+  EXPECT_EQ(what(f), "cause 1");  // and is never displaced
+  f.clear();
+  f.offer(error("cause 3"));
+  f.offer(echo("echo 4"));
+  EXPECT_EQ(what(f), "cause 3");
 }
 
 TEST(CommTimeout, TrainingStopsNamingTheReplicaThatHung) {
@@ -167,6 +220,98 @@ TEST(CommTimeout, TrainingStopsNamingTheReplicaThatHung) {
     EXPECT_EQ(m.rfind("training failed in epoch 1: ", 0), 0u) << m;
     expect_contains(m, "replica 1 of 2 did not arrive within 0.5 s");
   }
+}
+
+// ---- The host's polling wait for device collectives (the NCCL watchdog), on a fake clock ----
+
+// A clock that moves only when the wait sleeps; records the sleeps.
+struct FakeClock {
+  std::chrono::steady_clock::time_point t{};
+  std::vector<std::chrono::microseconds> sleeps;
+  runtime::WatchClock clock() {
+    return {[this] { return t; }, [this](std::chrono::microseconds d) {
+              sleeps.push_back(d);
+              t += d;
+            }};
+  }
+  double seconds() const { return std::chrono::duration<double>(t.time_since_epoch()).count(); }
+};
+
+using runtime::Progress;
+
+TEST(CommTimeout, WatchReturnsOnceTheWorkIsDone) {
+  FakeClock fake;
+  int polls = 0, aborts = 0;
+  runtime::watch_until_done([&](std::string*) { return ++polls < 500 ? Progress::Pending : Progress::Done; },
+                            {"allreduce", 1, 2, 5.0}, [&] { ++aborts; }, fake.clock());
+  EXPECT_EQ(polls, 500);
+  EXPECT_EQ(aborts, 0);
+  EXPECT_LT(fake.seconds(), 5.0);
+  // Quick polls first, then sleeps that never exceed the bound on how late the host notices.
+  ASSERT_FALSE(fake.sleeps.empty());
+  EXPECT_LT(fake.sleeps.size(), 500u);
+  for (auto d : fake.sleeps) EXPECT_LE(d, runtime::kMaxPollSleep);
+}
+
+TEST(CommTimeout, WatchAbortsAndNamesTheReplicaWhenTheTimeoutPasses) {
+  FakeClock fake;
+  int polls = 0, aborts = 0;
+  try {
+    runtime::watch_until_done([&](std::string*) { ++polls; return Progress::Pending; }, {"allreduce", 3, 4, 2.0},
+                              [&] { ++aborts; }, fake.clock());
+    ADD_FAILURE() << "a wait that never ends returned";
+  } catch (const runtime::ReplicaAborted& e) {
+    ADD_FAILURE() << "a replica's own timeout is the cause, not an echo: " << e.what();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "allreduce on replica 3 of 4: not done within 2 s: another replica hung or "
+                                     "stopped (raise --comm-timeout if it is only slow)");
+  }
+  EXPECT_EQ(aborts, 1);
+  EXPECT_GE(fake.seconds(), 2.0);
+  EXPECT_LT(fake.seconds(), 2.0 + 2 * std::chrono::duration<double>(runtime::kMaxPollSleep).count());
+  // Sleeping between polls: about one poll per kMaxPollSleep, not a busy loop.
+  EXPECT_LT(polls, 2.0 / std::chrono::duration<double>(runtime::kMaxPollSleep).count() + 100);
+}
+
+TEST(CommTimeout, WatchAbortsAtOnceOnAnAsynchronousError) {
+  FakeClock fake;
+  int polls = 0, aborts = 0;
+  try {
+    runtime::watch_until_done(
+        [&](std::string* why) {
+          if (++polls < 10) return Progress::Pending;
+          *why = "NCCL reported an asynchronous error: remote process exited or there was a network error";
+          return Progress::Failed;
+        },
+        {"a step's device work", 0, 2, 60.0}, [&] { ++aborts; }, fake.clock());
+    ADD_FAILURE() << "a failed wait returned";
+  } catch (const runtime::ReplicaAborted& e) {
+    ADD_FAILURE() << e.what();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "a step's device work on replica 0 of 2: NCCL reported an asynchronous error: "
+                                     "remote process exited or there was a network error");
+  }
+  EXPECT_EQ(polls, 10);
+  EXPECT_EQ(aborts, 1);
+  EXPECT_LT(fake.seconds(), 1.0);  // not after the timeout
+}
+
+TEST(CommTimeout, WatchWokenByAnotherReplicasAbortIsAnEcho) {
+  FakeClock fake;
+  int polls = 0, aborts = 0;
+  EXPECT_THROW(runtime::watch_until_done([&](std::string*) { return ++polls < 3 ? Progress::Pending : Progress::Aborted; },
+                                         {"broadcast", 1, 2, 60.0}, [&] { ++aborts; }, fake.clock()),
+               runtime::ReplicaAborted);
+  EXPECT_EQ(aborts, 0);  // the replica that aborted the communicator reports the cause
+}
+
+TEST(CommTimeout, WatchSeesWorkThatFinishesAtTheDeadline) {
+  // The last poll comes after the deadline has passed: work done by then is done, not a timeout.
+  FakeClock fake;
+  int aborts = 0;
+  runtime::watch_until_done([&](std::string*) { return fake.seconds() >= 1.0 ? Progress::Done : Progress::Pending; },
+                            {"allreduce", 0, 2, 1.0}, [&] { ++aborts; }, fake.clock());
+  EXPECT_EQ(aborts, 0);
 }
 
 }  // namespace

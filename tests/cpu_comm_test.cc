@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "runtime/comm/cpu_comm.h"
+#include "runtime/comm/replica_aborted.h"
 #include "runtime/executor.h"
 #include "tests/test_util.h"
 
@@ -81,7 +82,7 @@ TEST(CpuComm, AbortReleasesWaitingRanks) {
     std::vector<float> v(10, 1.f);
     try {
       group->rank(r)->allreduce_sum(v.data(), 10);
-    } catch (const Error& e) {
+    } catch (const runtime::ReplicaAborted& e) {  // typed: the trainer tells echoes from causes by it
       ++failed;
       EXPECT_NE(std::string(e.what()).find("another replica failed"), std::string::npos);
     }
@@ -159,6 +160,32 @@ TEST(CpuComm, BackgroundErrorsSurfaceInTheWaitAndNameTheAllReduceNode) {
     EXPECT_EQ(errors[r].rfind("node 'allreduce_0' (ai.graphrun.AllReduce): allreduce: rank", 0), 0u) << errors[r];
     EXPECT_NE(errors[r].find(r == 0 ? "reduces 10 values but rank 1 reduces 11" : "reduces 11 values but rank 0 reduces 10"),
               std::string::npos) << errors[r];
+  }
+}
+
+TEST(CpuComm, AnAbortedGroupsAllReduceNodeThrowsAnEchoNamingTheNode) {
+  // The trainer tells a replica's own error from one its peers' abort caused by type; the executor's
+  // naming of the node must keep that type, on the blocking and the asynchronous path alike.
+  for (bool async : {false, true}) {
+    auto group = runtime::CpuCommGroup::create(2);
+    group->abort();
+    std::map<std::string, Tensor> feeds;
+    Graph g = testing::single_node_graph("AllReduce", {testing::random_tensor({10}, 7)},
+                                         {{"reduction", Attribute::Str("sum")}}, 1, 17, kGraphrunDomain, feeds);
+    g.nodes[0].name = "allreduce_0";
+    g.nodes.push_back(Node{"after", "Relu", "", {"in0"}, {"r"}, {}});
+    g.outputs.push_back("r");
+    ExecOptions o;
+    o.comm = group->rank(0);
+    o.async_kernels = async;
+    Executor ex(g, o);
+    try {
+      ex.run(feeds);
+      ADD_FAILURE() << "an AllReduce of an aborted group returned";
+    } catch (const runtime::ReplicaAborted& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("node 'allreduce_0' (ai.graphrun.AllReduce): another replica failed", 0), 0u)
+          << e.what();
+    }
   }
 }
 

@@ -131,7 +131,7 @@ struct SimGroup {
     if (rank == stall_rank && stall_rank_calls++ >= stall_after) {
       // A hung replica: never arrives; released only when the group is aborted.
       while (!rounds.aborted()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      throw Error(runtime::kAnotherReplicaFailed);
+      throw runtime::ReplicaAborted(runtime::kAnotherReplicaFailed);
     }
     rounds.round(rank, what, [&] {
       SimBackend::Access access(*sim);

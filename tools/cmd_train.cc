@@ -35,7 +35,8 @@ const Command& train_command() {
                                           "                            for GPUs, off for CPU replicas, where it does not pay)"},
           {"comm-timeout", "S", "seconds a replica waits for the others in an AllReduce (default 60); then\n"
                                 "                            every replica stops, naming the missing ones (hung or dead);\n"
-                                "                            under MPI, every collective between ranks too"},
+                                "                            under MPI, every collective between ranks too; on NCCL GPUs,\n"
+                                "                            every host wait for the device (then ncclCommAbort)"},
           {"batch-size", "B", "global batch, split over the replicas (default 256)"},
           {"lr", "RATE", "learning rate (default 0.2)"},
           {"epochs", "E", "epochs (default 10)"},

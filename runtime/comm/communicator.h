@@ -26,12 +26,12 @@ class Communicator {
   // In place, blocking: every rank ends with root's `data`.
   virtual void broadcast(float* data, int64_t count, int root) = 0;
   virtual void barrier() = 0;
-  // Another replica failed: ranks waiting in this group's operations (now or later) stop with an
-  // error instead of waiting forever. The group is unusable afterwards. Any rank's object may call it.
+  // Another replica failed: ranks waiting in this group's operations (now or later) stop with a
+  // ReplicaAborted (runtime/comm/wait.h) instead of waiting forever. The group is unusable afterwards. Any rank's object may call it.
   virtual void abort() {}
   // How long a collective waits for the other ranks (default kDefaultCommTimeout, runtime/comm/wait.h).
-  // A rank that waits longer fails with an error naming the ranks that did not arrive, and aborts the
-  // group, so that the others fail too instead of hanging. A setting of the group: any rank's object
+  // A rank that waits longer fails with an Error naming the ranks that did not arrive, and aborts the
+  // group, so that the others fail too (ReplicaAborted, with the same message) instead of hanging. A setting of the group: any rank's object
   // sets it for all.
   virtual void set_timeout(double seconds) = 0;
   virtual std::string name() const = 0;  // "cpu-shared-memory", "nccl", "mpi"

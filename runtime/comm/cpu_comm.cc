@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "graph/error.h"
+#include "runtime/comm/replica_aborted.h"
 #include "runtime/comm/wait.h"
 
 namespace graphrun::runtime {
@@ -59,7 +60,7 @@ class CpuCommunicator final : public Communicator {
     return [this, job] {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return job->done; });
-      if (!job->error.empty()) throw Error(job->error);
+      if (job->error) std::rethrow_exception(job->error);
     };
   }
 
@@ -68,7 +69,7 @@ class CpuCommunicator final : public Communicator {
     float* data = nullptr;
     int64_t count = 0;
     bool done = false;
-    std::string error;
+    std::exception_ptr error;  // as thrown: a ReplicaAborted stays one
   };
 
   // The communication thread: this rank's started allreduces, one at a time, in order. A job
@@ -84,8 +85,8 @@ class CpuCommunicator final : public Communicator {
       }
       try {
         group_->allreduce_sum(rank_, job->data, job->count, /*spin=*/false);
-      } catch (const std::exception& e) {
-        job->error = e.what();
+      } catch (...) {
+        job->error = std::current_exception();
       }
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -148,7 +149,7 @@ void CpuCommGroup::set_timeout(double seconds) {
 void CpuCommGroup::barrier(int rank, const char* what, bool spin) {
   if (size_ == 1) return;
   std::unique_lock<std::mutex> lock(mu_);
-  GR_CHECK(!aborted_, abort_reason_);
+  if (aborted_) throw ReplicaAborted(abort_reason_);
   const uint64_t gen = generation_.load();
   here_[rank] = true;
   if (++arrived_ == size_) {
@@ -181,8 +182,10 @@ void CpuCommGroup::barrier(int rank, const char* what, bool spin) {
     abort_reason_ = missing_ranks_message(what, here_, timeout_s_);
     aborted_ = true;
     cv_.notify_all();
+    throw Error(abort_reason_);  // this rank's own finding: the cause
   }
-  GR_CHECK(generation_.load() != gen, abort_reason_);
+  // Woken by abort() or by another rank's timeout: an echo of that failure.
+  if (generation_.load() == gen) throw ReplicaAborted(abort_reason_);
 }
 
 void CpuCommGroup::allreduce_sum(int rank, float* data, int64_t count, bool spin) {

@@ -22,7 +22,7 @@ class CpuCommGroup : public std::enable_shared_from_this<CpuCommGroup> {
   int size() const { return size_; }
   // The communicator of rank r (owned by the group; valid while the group lives).
   Communicator* rank(int r);
-  // Makes every rank blocked in (or later entering) a collective throw an Error: how a replica
+  // Makes every rank blocked in (or later entering) a collective throw ReplicaAborted: how a replica
   // that failed releases the others instead of leaving them waiting forever.
   void abort();
   bool aborted() const { return aborted_.load(); }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "graph/error.h"
+#include "runtime/comm/replica_aborted.h"
 #include "runtime/comm/wait.h"
 
 namespace graphrun::runtime {
@@ -26,12 +27,12 @@ class RoundGroup {
 
   // Every rank calls this; `work` runs once, on the last rank to arrive, under the group's lock, while
   // the others wait. An Error from `work` is thrown on every rank. A rank that waits longer than the
-  // timeout aborts the group, naming the ranks that did not arrive. After abort(), every waiting and
-  // every later call throws.
+  // timeout aborts the group and throws an Error naming the ranks that did not arrive. After abort()
+  // (or another rank's timeout), every waiting and every later call throws ReplicaAborted.
   template <class F>
   void round(int rank, const char* what, F work) {
     std::unique_lock<std::mutex> lock(mu_);
-    GR_CHECK(!aborted_, abort_reason_);
+    if (aborted_) throw ReplicaAborted(abort_reason_);
     const unsigned long long gen = generation_;
     here_[rank] = true;
     if (++arrived_ == size_) {
@@ -51,8 +52,9 @@ class RoundGroup {
         abort_reason_ = missing_ranks_message(what, here_, timeout_s_);
         aborted_ = true;
         cv_.notify_all();
+        throw Error(abort_reason_);  // this rank's own finding: the cause
       }
-      GR_CHECK(generation_ != gen, abort_reason_);
+      if (generation_ == gen) throw ReplicaAborted(abort_reason_);
     }
     if (!error_.empty()) throw Error(error_);
   }
@@ -66,6 +68,10 @@ class RoundGroup {
   bool aborted() {
     std::lock_guard<std::mutex> lock(mu_);
     return aborted_;
+  }
+  double timeout() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return timeout_s_;
   }
 
  private:

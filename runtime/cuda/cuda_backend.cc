@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "runtime/cuda/cuda_context.h"
+#include "runtime/cuda/host_wait.h"
 #include "runtime/cuda/nccl_comm.h"
 #include "runtime/device.h"
 
@@ -158,6 +159,48 @@ DeviceContext& device_context(int index) {
 
 namespace {
 
+constexpr int kMaxWatchedDevices = 64;
+std::atomic<HostWaitWatcher*> g_watchers[kMaxWatchedDevices];
+
+HostWaitWatcher* watcher_of(int device) {
+  return device >= 0 && device < kMaxWatchedDevices ? g_watchers[device].load() : nullptr;
+}
+
+}  // namespace
+
+void set_host_wait_watcher(int device, HostWaitWatcher* w) {
+  if (device >= 0 && device < kMaxWatchedDevices) g_watchers[device].store(w);
+}
+
+void clear_host_wait_watcher(int device, HostWaitWatcher* w) {
+  if (device >= 0 && device < kMaxWatchedDevices) g_watchers[device].compare_exchange_strong(w, nullptr);
+}
+
+void host_wait_event(int device, cudaEvent_t done, const char* what) {
+  if (HostWaitWatcher* w = watcher_of(device)) w->wait(done, what);
+  else GR_CUDA_CHECK(cudaEventSynchronize(done));
+}
+
+void host_wait_stream(DeviceContext& dc, const char* what) {
+  HostWaitWatcher* w = watcher_of(dc.index);
+  if (!w) {
+    GR_CUDA_CHECK(cudaStreamSynchronize(dc.stream));
+    return;
+  }
+  cudaEvent_t e = nullptr;
+  GR_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  try {
+    GR_CUDA_CHECK(cudaEventRecord(e, dc.stream));
+    w->wait(e, what);
+  } catch (...) {
+    cudaEventDestroy(e);
+    throw;
+  }
+  cudaEventDestroy(e);
+}
+
+namespace {
+
 class CudaBackend final : public DeviceBackend {
  public:
   Device::Kind kind() const override { return Device::Kind::CUDA; }
@@ -185,7 +228,7 @@ class CudaBackend final : public DeviceBackend {
   void copy_device_to_host(Device d, void* dst, const void* src, size_t bytes) override {
     DeviceContext& dc = device_context(d.index);
     GR_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, dc.stream));
-    GR_CUDA_CHECK(cudaStreamSynchronize(dc.stream));
+    host_wait_stream(dc, "a copy to the host");
   }
   void copy_device_to_device(Device d, void* dst, const void* src, size_t bytes) override {
     DeviceContext& dc = device_context(d.index);
@@ -195,7 +238,7 @@ class CudaBackend final : public DeviceBackend {
     DeviceContext& dc = device_context(d.index);
     GR_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, dc.stream));
   }
-  void synchronize(Device d) override { GR_CUDA_CHECK(cudaStreamSynchronize(device_context(d.index).stream)); }
+  void synchronize(Device d) override { host_wait_stream(device_context(d.index), "a device synchronisation"); }
 
   // Asynchronous reads. Ordering: the copy is enqueued on the compute stream, so it runs after every
   // kernel enqueued before it (the step that produced the value) and before any enqueued after it
@@ -243,7 +286,7 @@ class CudaBackend final : public DeviceBackend {
   }
   void wait_event(Device d, void* event) override {
     device_context(d.index);
-    GR_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+    host_wait_event(d.index, static_cast<cudaEvent_t>(event), "a step's device work");
   }
 
   const KernelTable& kernels() const override { return cuda_kernels(); }

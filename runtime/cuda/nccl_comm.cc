@@ -10,8 +10,11 @@
 #include <set>
 #include <string>
 
+#include "runtime/comm/replica_aborted.h"
 #include "runtime/comm/round_group.h"
+#include "runtime/comm/watchdog.h"
 #include "runtime/cuda/cuda_context.h"
+#include "runtime/cuda/host_wait.h"
 #include "runtime/cuda/sum_replicas.h"
 
 #define GR_NCCL_CHECK(call)                                                                     \
@@ -33,9 +36,10 @@ bool is_device_pointer(const void* p) {
   return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
-// Runs `body` with device memory standing in for host memory `data` (count floats), then copies back and waits.
+// Runs `body` with device memory standing in for host memory `data` (count floats), then copies back
+// and waits (through the GPU's watcher under NCCL: `what` names the collective in its error).
 template <class F>
-void through_device(Device dev, float* data, int64_t count, F body) {
+void through_device(Device dev, float* data, int64_t count, const char* what, F body) {
   cuda::DeviceContext& dc = cuda::device_context(dev.index);
   size_t bytes = static_cast<size_t>(count) * sizeof(float);
   float* tmp = static_cast<float*>(dc.allocator->allocate(bytes));
@@ -43,7 +47,7 @@ void through_device(Device dev, float* data, int64_t count, F body) {
     GR_CUDA_CHECK(cudaMemcpyAsync(tmp, data, bytes, cudaMemcpyHostToDevice, dc.stream));
     body(tmp);
     GR_CUDA_CHECK(cudaMemcpyAsync(data, tmp, bytes, cudaMemcpyDeviceToHost, dc.stream));
-    GR_CUDA_CHECK(cudaStreamSynchronize(dc.stream));
+    cuda::host_wait_stream(dc, what);
   } catch (...) {
     dc.allocator->deallocate(tmp);
     throw;
@@ -53,7 +57,11 @@ void through_device(Device dev, float* data, int64_t count, F body) {
 
 // ---- NCCL: one communicator per GPU, all made by ncclCommInitAll ----
 
-class NcclCommunicator final : public DeviceCommunicator {
+// Also the watcher of its GPU (cuda::HostWaitWatcher): every host wait on that GPU's compute stream
+// (a step's figures, a copy to the host, a host-memory collective) polls the work's event and
+// ncclCommGetAsyncError against the timeout, and on an error or timeout calls ncclCommAbort and
+// throws an error naming this replica and the wait, as Horovod and torch's ProcessGroupNCCL do.
+class NcclCommunicator final : public DeviceCommunicator, public cuda::HostWaitWatcher {
  public:
   // rank: the NCCL rank (over every process's GPUs); local: this process's index in `barrier`.
   NcclCommunicator(ncclComm_t comm, int rank, int size, int local, Device dev, std::shared_ptr<RoundGroup> barrier)
@@ -61,8 +69,10 @@ class NcclCommunicator final : public DeviceCommunicator {
     cuda::device_context(dev_.index);
     GR_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
     GR_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    cuda::set_host_wait_watcher(dev_.index, this);
   }
   ~NcclCommunicator() override {
+    cuda::clear_host_wait_watcher(dev_.index, this);
     cudaSetDevice(dev_.index);
     cudaEventDestroy(ready_);
     cudaEventDestroy(done_);
@@ -76,17 +86,23 @@ class NcclCommunicator final : public DeviceCommunicator {
   void barrier() override {
     barrier_->round(local_, "barrier", [] {});
   }
-  // The host barrier's: NCCL's own waits are on the device, ended by abort().
+  // The host barrier's, and the watcher's for the host's waits on this GPU (see wait()).
   void set_timeout(double seconds) override { barrier_->set_timeout(seconds); }
   // Another replica failed: wake the ranks in the host barrier, and end this rank's NCCL operations
-  // (ncclCommAbort is what a watchdog thread calls on a communicator another thread may be blocked
-  // on: kernels waiting for a peer that will never send return, and later calls fail).
+  // (ncclCommAbort is what a watchdog calls on a communicator another thread may be waiting on:
+  // kernels waiting for a peer that will never send return, and later calls fail).
   void abort() override {
     barrier_->abort();
+    std::lock_guard<std::mutex> lock(comm_mu_);  // no poll of comm_ while it goes
     if (!aborted_.exchange(true)) {
       cudaSetDevice(dev_.index);
       ncclCommAbort(comm_);
     }
+  }
+
+  void wait(cudaEvent_t done, const char* what) override {
+    watch_until_done([&](std::string* why) { return poll(done, why); }, {what, rank_, size_, barrier_->timeout()},
+                     [this] { abort(); });
   }
 
   // Blocking-style: the compute stream waits for the result before anything enqueued after this call.
@@ -108,7 +124,7 @@ class NcclCommunicator final : public DeviceCommunicator {
   // (one shared event would make the first reader wait for every bucket enqueued since). The
   // `ready_` event may be shared: cudaStreamWaitEvent captures the record current at the call.
   std::function<void()> allreduce_sum_group_async(const std::vector<Buffer>& buffers) override {
-    GR_CHECK(!aborted_, "another replica failed; stopping");
+    if (aborted_) throw ReplicaAborted(kAnotherReplicaFailed);
     cuda::DeviceContext& dc = cuda::device_context(dev_.index);
     GR_CUDA_CHECK(cudaEventRecord(ready_, dc.stream));
     GR_CUDA_CHECK(cudaStreamWaitEvent(dc.comm_stream, ready_, 0));
@@ -133,7 +149,7 @@ class NcclCommunicator final : public DeviceCommunicator {
 
  protected:
   void broadcast_device(float* data, int64_t count, int root) override {
-    GR_CHECK(!aborted_, "another replica failed; stopping");
+    if (aborted_) throw ReplicaAborted(kAnotherReplicaFailed);
     cuda::DeviceContext& dc = cuda::device_context(dev_.index);
     GR_CUDA_CHECK(cudaEventRecord(ready_, dc.stream));
     GR_CUDA_CHECK(cudaStreamWaitEvent(dc.comm_stream, ready_, 0));
@@ -166,7 +182,28 @@ class NcclCommunicator final : public DeviceCommunicator {
     free_events_.push_back(e);
   }
 
+  // One look at the work the host waits for, and at NCCL's asynchronous error (a peer's connection
+  // lost, a failed proxy; ncclInProgress only means that a non-blocking call is still under way).
+  Progress poll(cudaEvent_t done, std::string* why) {
+    std::lock_guard<std::mutex> lock(comm_mu_);
+    if (aborted_) return Progress::Aborted;
+    const cudaError_t q = cudaEventQuery(done);
+    if (q == cudaSuccess) return Progress::Done;
+    if (q != cudaErrorNotReady) {
+      *why = std::string("CUDA error while waiting: ") + cudaGetErrorString(q);
+      return Progress::Failed;
+    }
+    ncclResult_t async = ncclSuccess;
+    if (const ncclResult_t r = ncclCommGetAsyncError(comm_, &async); r != ncclSuccess) async = r;
+    if (async == ncclSuccess || async == ncclInProgress) return Progress::Pending;
+    *why = std::string("NCCL reported an asynchronous error: ") + ncclGetErrorString(async);
+    const char* last = ncclGetLastError(comm_);
+    if (last && *last) *why += std::string(" (") + last + ")";
+    return Progress::Failed;
+  }
+
   std::shared_ptr<RoundGroup> barrier_;
+  std::mutex comm_mu_;                // polls of comm_ against ncclCommAbort from another thread
   std::atomic<bool> aborted_{false};  // ncclCommAbort called: the communicator is gone
   cudaEvent_t ready_ = nullptr, done_ = nullptr;  // done_: broadcasts (blocking-style)
   std::mutex events_mu_;
@@ -257,7 +294,7 @@ void DeviceCommunicator::allreduce_sum(float* data, int64_t count) {
     allreduce_sum_group({{data, data, count}});
     return;
   }
-  through_device(device(), data, count, [&](float* d) { allreduce_sum_group({{d, d, count}}); });
+  through_device(device(), data, count, "allreduce", [&](float* d) { allreduce_sum_group({{d, d, count}}); });
 }
 
 void DeviceCommunicator::broadcast(float* data, int64_t count, int root) {
@@ -267,7 +304,7 @@ void DeviceCommunicator::broadcast(float* data, int64_t count, int root) {
     broadcast_device(data, count, root);
     return;
   }
-  through_device(device(), data, count, [&](float* d) { broadcast_device(d, count, root); });
+  through_device(device(), data, count, "broadcast", [&](float* d) { broadcast_device(d, count, root); });
 }
 
 std::vector<std::unique_ptr<Communicator>> make_cuda_communicators(const std::vector<Device>& replicas) {

@@ -74,9 +74,10 @@ __host__ __device__ inline void map_offsets(const IndexMap& m, int64_t i, int ni
 
 int64_t normalize_axis(int64_t axis, int64_t rank, const char* what);
 
-// Calls f(T{}) with T the C++ type of dtype, for the dtypes the device kernels move around.
+// Calls f(T{}) with T the C++ type of dtype, for the dtypes the device kernels move around; for any
+// other dtype, an Error led by `what` (the op's name) when given.
 template <class F>
-void dispatch_any(DType t, F f) {
+void dispatch_any(DType t, const char* what, F f) {
   switch (t) {
     case DType::F32: f(float{}); break;
     case DType::F64: f(double{}); break;
@@ -84,8 +85,12 @@ void dispatch_any(DType t, F f) {
     case DType::I32: f(int32_t{}); break;
     case DType::U8: case DType::Bool: f(uint8_t{}); break;
     case DType::I8: f(int8_t{}); break;
-    default: GR_FAIL("element type " << dtype_name(t) << " is not supported on CUDA");
+    default: GR_FAIL((what ? what : "") << (what ? ": " : "") << "element type " << dtype_name(t) << " is not supported on CUDA");
   }
+}
+template <class F>
+void dispatch_any(DType t, F f) {
+  dispatch_any(t, nullptr, f);
 }
 
 }  // namespace graphrun::runtime::cuda

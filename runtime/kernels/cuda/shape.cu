@@ -540,24 +540,11 @@ __global__ void scatter_elements_kernel(const T* x, const I* idx, const T* upd, 
   }
 }
 
-template <class F>
-void dispatch_numeric(DType t, const char* what, F f) {
-  switch (t) {
-    case DType::F32: f(float{}); break;
-    case DType::F64: f(double{}); break;
-    case DType::I64: f(int64_t{}); break;
-    case DType::I32: f(int32_t{}); break;
-    case DType::U8: case DType::Bool: f(uint8_t{}); break;
-    case DType::I8: f(int8_t{}); break;
-    default: GR_FAIL(what << ": element type " << dtype_name(t) << " is not supported on CUDA");
-  }
-}
-
 void launch_scatter_elements(KernelContext& ctx, const Tensor* X, const Tensor& ind, const Tensor& upd, Tensor& Y,
                              const ElementsShape& e, ScatterReduction red) {
   const int64_t n = Y.numel();
   if (n == 0) return;
-  dispatch_numeric(Y.dtype(), ctx.node().op_type.c_str(), [&](auto tag) {
+  dispatch_any(Y.dtype(), ctx.node().op_type.c_str(), [&](auto tag) {
     using T = decltype(tag);
     dispatch_index(ind, [&](auto itag) {
       using I = decltype(itag);
@@ -657,7 +644,7 @@ void scatter_nd_op(KernelContext& ctx) {
   if (Y.numel() == 0) return;
   GR_CUDA_CHECK(cudaMemcpyAsync(Y.raw(), X.raw(), X.nbytes(), cudaMemcpyDeviceToDevice, st));
   if (t.tuples == 0 || t.slice == 0) return;
-  dispatch_numeric(X.dtype(), what, [&](auto tag) {
+  dispatch_any(X.dtype(), what, [&](auto tag) {
     using T = decltype(tag);
     dispatch_index(ind, [&](auto itag) {
       using I = decltype(itag);

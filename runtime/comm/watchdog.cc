@@ -1,0 +1,48 @@
+// The host's polling wait for device collectives, against the communicator's timeout.
+#include "runtime/comm/watchdog.h"
+
+#include <algorithm>
+#include <sstream>
+#include <thread>
+
+#include "runtime/comm/replica_aborted.h"
+#include "runtime/comm/wait.h"
+
+namespace graphrun::runtime {
+
+WatchClock WatchClock::steady() {
+  return {[] { return std::chrono::steady_clock::now(); },
+          [](std::chrono::microseconds d) { std::this_thread::sleep_for(d); }};
+}
+
+void watch_until_done(const std::function<Progress(std::string* why)>& poll, const WatchedWait& w,
+                      const std::function<void()>& abort, const WatchClock& clock) {
+  constexpr int kQuickPolls = 64;  // work about to finish is seen without a sleep's delay
+  // comm_deadline's length (capped for huge timeouts), measured on `clock`.
+  const auto deadline = clock.now() + (comm_deadline(w.timeout_s) - std::chrono::steady_clock::now());
+  std::chrono::microseconds pause{1};
+  for (int i = 0;; ++i) {
+    std::string why;
+    const Progress p = poll(&why);
+    if (p == Progress::Done) return;
+    if (p == Progress::Aborted) throw ReplicaAborted(kAnotherReplicaFailed);
+    std::ostringstream os;
+    os << w.what << " on replica " << w.rank << " of " << w.size << ": ";
+    if (p == Progress::Failed) {
+      os << why;
+    } else if (clock.now() > deadline) {
+      os << "not done within " << w.timeout_s
+         << " s: another replica hung or stopped (raise --comm-timeout if it is only slow)";
+    } else {
+      if (i >= kQuickPolls) {
+        clock.sleep(pause);
+        pause = std::min(pause * 2, kMaxPollSleep);
+      }
+      continue;
+    }
+    abort();
+    throw Error(os.str());
+  }
+}
+
+}  // namespace graphrun::runtime
