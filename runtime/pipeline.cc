@@ -1,8 +1,12 @@
 // training_pipeline: the command's options -> the list of passes; build_training_graphs runs it.
 #include "runtime/pipeline.h"
 
+#include <cstdlib>
+#include <sstream>
+
 #include "graph/passes/bucket_allreduce.h"
 #include "graph/passes/fold_constants.h"
+#include "graph/passes/fuse_relu_epilogue.h"
 #include "graph/passes/fuse_relu_grad.h"
 #include "graph/passes/make_batch_symbolic.h"
 #include "graph/passes/remove_internal_noops.h"
@@ -29,6 +33,27 @@ std::vector<Tensor> evaluate_on_cpu(const Graph& g, const Node& n, const std::ve
   std::vector<Tensor> r;
   for (const auto& o : n.outputs) r.push_back(out.at(o).clone());
   return r;
+}
+
+// GRAPHRUN_SKIP_PASSES=NAME[,NAME...]: executor-only passes left out, to measure what each one saves
+// (the standard passes are what training means, so only these may go).
+std::set<std::string> skipped_passes(const std::vector<passes::Pass>& executor) {
+  std::set<std::string> skip;
+  const char* env = std::getenv("GRAPHRUN_SKIP_PASSES");
+  if (!env) return skip;
+  std::stringstream list(env);
+  for (std::string name; std::getline(list, name, ',');) {
+    if (name.empty()) continue;
+    std::string valid;
+    bool known = false;
+    for (const passes::Pass& pass : executor) {
+      known = known || pass.name() == name;
+      valid += (valid.empty() ? "" : ", ") + pass.name();
+    }
+    GR_CHECK(known, "GRAPHRUN_SKIP_PASSES: '" << name << "' is no executor-only pass (" << valid << ")");
+    skip.insert(name);
+  }
+  return skip;
 }
 
 }  // namespace
@@ -74,7 +99,11 @@ passes::Pipeline training_pipeline(const Graph& model, const PipelineOptions& op
     if (opts.executor_passes) {
       passes::FoldConstantsOptions fo;
       fo.evaluate = evaluate_on_cpu;
-      p.add(passes::fold_constants_pass(fo)).add(passes::remove_internal_noops_pass()).add(passes::fuse_relu_grad_pass());
+      const std::vector<passes::Pass> executor = {passes::fold_constants_pass(fo), passes::remove_internal_noops_pass(),
+                                                  passes::fuse_relu_grad_pass(), passes::fuse_relu_epilogue_pass()};
+      const std::set<std::string> skip = skipped_passes(executor);
+      for (const passes::Pass& pass : executor)
+        if (!skip.count(pass.name())) p.add(pass);
     }
   }
   return p;

@@ -126,7 +126,9 @@ void record_node(ProfileTrack& t, const std::vector<ProfileSpan>& spans, std::ve
 
 double kernel_flops(const Node& n, const std::vector<const Tensor*>& in, const Tensor* out0) {
   auto have = [&](size_t i) { return i < in.size() && in[i] && in[i]->defined(); };
-  if (n.op_type == "Conv" && have(1) && out0 && out0->defined() && out0->rank() >= 2) {
+  // The fused ops of pass fuse_relu_epilogue count their product's FLOPs (the Relu's are noise).
+  const std::string op = n.op_type.rfind("Fused", 0) == 0 ? n.op_type.substr(5) : n.op_type;
+  if (op == "Conv" && have(1) && out0 && out0->defined() && out0->rank() >= 2) {
     // Y [N, M, out...] from W [M, C/group, k...]: every output element is a dot product of C/group * k taps.
     const Shape& w = in[1]->shape();
     return 2.0 * static_cast<double>(out0->numel()) * static_cast<double>(prod(w, 1));
@@ -136,11 +138,11 @@ double kernel_flops(const Node& n, const std::vector<const Tensor*>& in, const T
     const double fwd = 2.0 * static_cast<double>(in[0]->numel()) * static_cast<double>(prod(in[2]->shape(), 1));
     return fwd * ((n.has_output(0) ? 1 : 0) + (n.has_output(1) ? 1 : 0));
   }
-  if ((n.op_type == "Gemm" || n.op_type == "MatMul") && have(0) && out0 && out0->defined()) {
+  if ((op == "Gemm" || op == "MatMul") && have(0) && out0 && out0->defined()) {
     const Shape& a = in[0]->shape();
     if (a.empty()) return 0;
     int64_t k = a.back();
-    if (n.op_type == "Gemm" && a.size() == 2 && n.attr_i("transA", 0)) k = a[0];
+    if (op == "Gemm" && a.size() == 2 && n.attr_i("transA", 0)) k = a[0];
     return 2.0 * static_cast<double>(out0->numel()) * static_cast<double>(k);
   }
   return 0;

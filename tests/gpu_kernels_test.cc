@@ -373,6 +373,11 @@ void conv_cases(Cases& cs) {
   Tensor wg = random_tensor({6, 2, 3, 3}, 66);
   auto yg = testing::run_node("Conv", {x, wg}, ga, 1, 17)[0];
   cs.add("ConvGrad", {random_tensor(yg.shape(), 67), x, wg}, ga, 3, 1e-5, 17, kGraphrunDomain);
+  // Pass fuse_relu_epilogue's Relu(Conv): bias + Relu in the epilogue kernel after cuDNN, with and without B.
+  std::map<std::string, Attribute> fa = a;
+  fa["activation"] = Attribute::Str("Relu");
+  cs.add("FusedConv", {x, w, b}, fa, 1, 1e-5, 17, kGraphrunDomain);
+  cs.add("FusedConv", {x, w}, {{"activation", Attribute::Str("Relu")}}, 1, 1e-5, 17, kGraphrunDomain);
 }
 TEST(GpuKernels, ConvAndConvGrad) { expect_group_on_gpu(conv_cases); }
 
@@ -505,6 +510,14 @@ void gemm_matmul_cases(Cases& cs) {
   cs.add("MatMul", {random_tensor({2, 3, 4, 5}, 95), random_tensor({5, 6}, 96)}, {}, 1, 1e-5);
   cs.add("MatMul", {random_tensor({2, 1, 4, 5}, 97), random_tensor({3, 5, 6}, 98)}, {}, 1, 1e-5);
   cs.add("MatMul", {random_tensor({5}, 99), random_tensor({5, 6}, 100)}, {}, 1, 1e-5);
+  // Pass fuse_relu_epilogue's Relu(Gemm) and Relu(MatMul + bias), A with a batch axis folded into the rows.
+  const Attribute relu = Attribute::Str("Relu");
+  cs.add("FusedGemm", {a, b, c}, {{"transB", Attribute::Int(1)}, {"alpha", Attribute::Float(0.5f)}, {"activation", relu}},
+         1, 1e-5, 17, kGraphrunDomain);
+  cs.add("FusedMatMul", {random_tensor({2, 4, 5}, 108), random_tensor({5, 6}, 109), random_tensor({6}, 110)},
+         {{"activation", relu}}, 1, 1e-5, 17, kGraphrunDomain);
+  cs.add("FusedMatMul", {random_tensor({4, 5}, 111), random_tensor({5, 6}, 112)}, {{"activation", relu}}, 1, 1e-5, 17,
+         kGraphrunDomain);
   // C as a column, a scalar, a full matrix with beta; beta 0 ignores C; both transposed.
   cs.add("Gemm", {a, b, random_tensor({8, 1}, 101)}, {{"transB", Attribute::Int(1)}, {"beta", Attribute::Float(0.25f)}}, 1, 1e-5);
   cs.add("Gemm", {a, b, random_tensor({}, 102)}, {{"transB", Attribute::Int(1)}}, 1, 1e-5);

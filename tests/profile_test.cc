@@ -59,7 +59,8 @@ TEST(Profile, TraceIsChromeJsonWithOneTrackPerReplicaAndTheExpectedEvents) {
   for (const auto& [_, n] : track_name) got.insert(n);
   EXPECT_EQ(got, tracks);
   for (const char* r : {"replica 0 (cpu:0)", "replica 1 (cpu:1)"})
-    for (const char* name : {"Conv", "ConvGrad", "Gemm", "AllReduce", "step", "data", "optimizer", "wait for peers"})
+    // LeNet's convolutions run as FusedConv (pass fuse_relu_epilogue takes their Relus).
+    for (const char* name : {"FusedConv", "ConvGrad", "Gemm", "AllReduce", "step", "data", "optimizer", "wait for peers"})
       EXPECT_TRUE(names_on[r].count(name)) << r << " has no '" << name << "' event";
   EXPECT_EQ(names_on["main (evaluation)"], std::set<std::string>{"evaluate"});
 }
@@ -82,10 +83,11 @@ TEST(Profile, TableCountsAreTheNodeCountsTimesStepsAndConvFlopsAreKnown) {
   // of 20x5x5 giving 9x9. Forward FLOPs: 2 * taps * outputs, over the 32 images of each step.
   // Their gradients: conv1 only dW (the images take no gradient), conv2 dX and dW, each a forward's FLOPs.
   const double conv1 = 2.0 * 20 * 26 * 26 * 9, conv2 = 2.0 * 50 * 9 * 9 * 20 * 25;
-  EXPECT_DOUBLE_EQ(totals.at("Conv").flops, (conv1 + conv2) * 32 * st.steps);
+  // Both run as FusedConv (their Relus fused), which counts the convolution's FLOPs.
+  EXPECT_DOUBLE_EQ(totals.at("FusedConv").flops, (conv1 + conv2) * 32 * st.steps);
   EXPECT_DOUBLE_EQ(totals.at("ConvGrad").flops, (conv1 + 2 * conv2) * 32 * st.steps);
   EXPECT_GT(totals.at("Gemm").flops, 0);
-  EXPECT_EQ(totals.at("Relu").flops, 0);
+  EXPECT_EQ(totals.at("ReluGrad").flops, 0);
 
   std::ostringstream table;
   prof.print_table(table, "step");

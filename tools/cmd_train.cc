@@ -91,7 +91,9 @@ const Command& train_command() {
                          "                            the newest good one; none good: an error"},
           {"profile", "FILE", "write a Chrome trace of the run to FILE (one track per replica: every node's\n"
                               "                            kernel, AllReduce waits, data, optimizer, steps; evaluation) and\n"
-                              "                            print the ops by total time at the end (README: Profiling)"},
+                              "                            print the ops by total time at the end (README: Profiling);\n"
+                              "                            GRAPHRUN_SKIP_PASSES=fuse_relu_epilogue,... leaves executor-only\n"
+                              "                            passes out, to measure what each saves"},
           {"plan", "", "first print the plan of the run (graphrun plan, without its prediction): FLOPs per\n"
                        "                            step, memory per replica, AllReduce buckets; costs one extra step"},
           dump_after_option(),

@@ -395,14 +395,16 @@ DirectConv direct_of(const ConvShape& cs) {
   return dc;
 }
 
-// y[N, M, P] = conv(x, wt) (+ bias). wt is the weight [M, Cg, k...] as stored.
+// y[N, M, P] = conv(x, wt) (+ bias), then Relu where `relu` (FusedConv): applied to each chunk's
+// output as it is written, in the registers of the direct kernels. wt is the weight [M, Cg, k...] as stored.
 template <class T>
-void conv_forward(KernelContext& ctx, const ConvShape& cs, const T* x, const T* wt, const T* bias, T* y) {
+void conv_forward(KernelContext& ctx, const ConvShape& cs, const T* x, const T* wt, const T* bias, T* y,
+                  bool relu = false) {
   if constexpr (kDirectType<T>)
     if (direct_conv_applies(cs.w, cs.Cg())) {
       const DirectConv dc = direct_of(cs);
       float* scratch = static_cast<float*>(ctx.scratch(sizeof(float) * direct_conv_scratch(dc, ctx.threads())));
-      direct_conv_forward(dc, x, wt, bias, y, scratch, ctx.threads());
+      direct_conv_forward(dc, x, wt, bias, y, scratch, ctx.threads(), relu);
       return;
     }
   const int64_t P = cs.P(), K = cs.K(), Mg = cs.Mg(), Cg = cs.Cg(), I = cs.I(), M = cs.M, C = cs.C;
@@ -423,6 +425,7 @@ void conv_forward(KernelContext& ctx, const ConvShape& cs, const T* x, const T* 
         if (bias)
           for (int64_t m = 0; m < Mg; ++m) std::fill(out + m * P, out + (m + 1) * P, bias[g * Mg + m]);
         gemm(false, false, P, Mg, K, T(1), col, P, wt + g * Mg * K, K, bias ? T(1) : T(0), out, P, gt);
+        if (relu) relu_in_place(out, Mg * P);
         continue;
       }
       gemm(false, false, ld, Mg, K, T(1), col, ld, wt + g * Mg * K, K, T(0), yc, ld, gt);
@@ -431,7 +434,10 @@ void conv_forward(KernelContext& ctx, const ConvShape& cs, const T* x, const T* 
           const T* src = yc + m * ld + b * P;
           T* dst = y + ((n0 + b) * M + g * Mg + m) * P;
           const T bv = bias ? bias[g * Mg + m] : T(0);
-          for (int64_t p = 0; p < P; ++p) dst[p] = src[p] + bv;
+          if (relu)
+            for (int64_t p = 0; p < P; ++p) dst[p] = relu_of(src[p] + bv);
+          else
+            for (int64_t p = 0; p < P; ++p) dst[p] = src[p] + bv;
         }
     }
   });
@@ -606,8 +612,10 @@ void check_bias(const Tensor& b, int64_t channels) {
            "B " << shape_str(b.shape()) << " must be 1-D with " << channels << " values");
 }
 
-template <class T>
+// Conv, or FusedConv (kFused: Relu(Conv), pass fuse_relu_epilogue).
+template <class T, bool kFused = false>
 void conv_kernel(KernelContext& ctx) {
+  if constexpr (kFused) check_fused_activation(ctx.node());
   const Tensor &x = ctx.input(0), &w = ctx.input(1);
   ConvShape cs = conv_shape(ctx.node(), x, w);
   const T* bias = nullptr;
@@ -617,7 +625,7 @@ void conv_kernel(KernelContext& ctx) {
     bias = ctx.input(2).data<T>();
   }
   Tensor& y = ctx.output(0, output_shape(cs.N, cs.M, cs.w, false), x.dtype());
-  conv_forward<T>(ctx, cs, x.data<T>(), w.data<T>(), bias, y.data<T>());
+  conv_forward<T>(ctx, cs, x.data<T>(), w.data<T>(), bias, y.data<T>(), kFused);
 }
 
 template <class T>
@@ -705,10 +713,30 @@ OpSchemaSpec conv_grad_schema(bool transpose) {
   return s;
 }
 
+// FusedConv(X, W, B) = Relu(Conv(X, W, B)), bit for bit (internal: pass fuse_relu_epilogue).
+OpSchemaSpec fused_conv_schema() {
+  OpSchemaSpec s("`Relu(Conv(X, W, B))` in one kernel: the Relu applied to each output block as the convolution "
+                 "writes it (internal: pass fuse_relu_epilogue makes it of Conv + Relu; exported graphs keep those)");
+  s.input("X", "as Conv", "T").input("W", "as Conv", "T").input("B", "as Conv", "T", OpSchemaSpec::Arity::Optional);
+  s.output("Y", "Relu of the convolution", "T");
+  s.attr("activation", "the activation: Relu", Attribute::Str("Relu"))
+      .attr("auto_pad", "as Conv", Attribute::Str("NOTSET"))
+      .attr("dilations", "as Conv", Attribute::Kind::Ints)
+      .attr("group", "as Conv", Attribute::Int(1))
+      .attr("kernel_shape", "as Conv", Attribute::Kind::Ints)
+      .attr("pads", "as Conv", Attribute::Kind::Ints)
+      .attr("strides", "as Conv", Attribute::Kind::Ints);
+  s.type("T", {"tensor(float)", "tensor(double)"}, "f32 or f64");
+  return s;
+}
+
 }  // namespace
 
 GR_REGISTER_OPS(conv) {
   ops.op("Conv").cpu(by_float<0, conv_kernel<float>, conv_kernel<double>>);
+  ops.op(kGraphrunDomain, "FusedConv")
+      .cpu(by_float<0, conv_kernel<float, true>, conv_kernel<double, true>>)
+      .schema(fused_conv_schema());
   ops.op("ConvTranspose").cpu(by_float<0, conv_transpose_kernel<float>, conv_transpose_kernel<double>>);
   ops.op(kGraphrunDomain, "ConvGrad")
       .cpu(by_float<1, conv_grad_kernel<float>, conv_grad_kernel<double>>)

@@ -29,6 +29,8 @@ struct Simd {
   static V load(const float* p, Mask m) { return _mm512_maskz_loadu_ps(m, p); }
   static void store(float* p, Mask m, V v) { _mm512_mask_storeu_ps(p, m, v); }
   static float sum(V v) { return _mm512_reduce_add_ps(v); }
+  // max(0, v) returns v where v is NaN or a zero of either sign: the Relu kernel's v < 0 ? 0 : v.
+  static V relu(V v) { return _mm512_max_ps(_mm512_setzero_ps(), v); }
 };
 #else
 struct Simd {
@@ -44,6 +46,7 @@ struct Simd {
   }
   static V load(const float* p, Mask m) { return _mm256_maskload_ps(p, m); }
   static void store(float* p, Mask m, V v) { _mm256_maskstore_ps(p, m, v); }
+  static V relu(V v) { return _mm256_max_ps(_mm256_setzero_ps(), v); }  // as AVX-512's
   static float sum(V v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -93,7 +96,7 @@ void pad_plane(const Geometry& g, const float* src, float* dst) {
 // first channel's row, the others P apart.
 template <int NV, int MB, int KWc>
 __attribute__((always_inline)) inline void forward_block(const Geometry& g, const float* rows, const float* wk, const float* bias, float* out, int64_t P,
-                   int64_t ow0, int64_t room) {
+                   int64_t ow0, int64_t room, bool relu) {
   const int64_t KW = KWc ? KWc : g.KW, taps = g.KH * KW;
   V acc[MB][NV];
 #pragma GCC unroll 8
@@ -116,6 +119,12 @@ __attribute__((always_inline)) inline void forward_block(const Geometry& g, cons
       }
     }
   }
+  if (relu) {
+#pragma GCC unroll 8
+    for (int i = 0; i < MB; ++i)
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; ++j) acc[i][j] = Simd::relu(acc[i][j]);
+  }
   const int64_t last = ow0 + (NV - 1) * kW, rest = g.OW - last;
 #pragma GCC unroll 8
   for (int i = 0; i < MB; ++i) {
@@ -130,23 +139,23 @@ __attribute__((always_inline)) inline void forward_block(const Geometry& g, cons
 // One output row (oh) of the Mg channels reading one plane, from ow0 on: NV vectors of it.
 template <int NV, int KWc>
 void forward_channels(const Geometry& g, const float* rows, const float* wk, const float* bias, float* out, int64_t P,
-                      int64_t Mg, int64_t ow0, int64_t room) {
+                      int64_t Mg, int64_t ow0, int64_t room, bool relu) {
   constexpr int MB = NV >= 3 ? 2 : 8 / NV;  // accumulators + NV inputs + a weight fit 16 registers
   const int64_t taps = g.KH * g.KW;
   int64_t m = 0;
-  for (; m + MB <= Mg; m += MB) forward_block<NV, MB, KWc>(g, rows, wk + m * taps, bias ? bias + m : nullptr, out + m * P, P, ow0, room);
-  for (; m < Mg; ++m) forward_block<NV, 1, KWc>(g, rows, wk + m * taps, bias ? bias + m : nullptr, out + m * P, P, ow0, room);
+  for (; m + MB <= Mg; m += MB) forward_block<NV, MB, KWc>(g, rows, wk + m * taps, bias ? bias + m : nullptr, out + m * P, P, ow0, room, relu);
+  for (; m < Mg; ++m) forward_block<NV, 1, KWc>(g, rows, wk + m * taps, bias ? bias + m : nullptr, out + m * P, P, ow0, room, relu);
 }
 
 // The kernel width as a constant where it is one of the common ones (KWc = 0: any width).
 template <int KWc>
 void forward_row_part(int64_t nv, const Geometry& g, const float* rows, const float* wk, const float* bias, float* out,
-                      int64_t P, int64_t Mg, int64_t ow0, int64_t room) {
+                      int64_t P, int64_t Mg, int64_t ow0, int64_t room, bool relu) {
   switch (nv) {
-    case 1: forward_channels<1, KWc>(g, rows, wk, bias, out, P, Mg, ow0, room); break;
-    case 2: forward_channels<2, KWc>(g, rows, wk, bias, out, P, Mg, ow0, room); break;
-    case 3: forward_channels<3, KWc>(g, rows, wk, bias, out, P, Mg, ow0, room); break;
-    default: forward_channels<4, KWc>(g, rows, wk, bias, out, P, Mg, ow0, room); break;
+    case 1: forward_channels<1, KWc>(g, rows, wk, bias, out, P, Mg, ow0, room, relu); break;
+    case 2: forward_channels<2, KWc>(g, rows, wk, bias, out, P, Mg, ow0, room, relu); break;
+    case 3: forward_channels<3, KWc>(g, rows, wk, bias, out, P, Mg, ow0, room, relu); break;
+    default: forward_channels<4, KWc>(g, rows, wk, bias, out, P, Mg, ow0, room, relu); break;
   }
 }
 
@@ -202,7 +211,7 @@ int64_t direct_conv_scratch(const DirectConv& dc, int threads) {
 }
 
 void direct_conv_forward(const DirectConv& dc, const float* x, const float* wt, const float* bias, float* y,
-                         float* scratch, int threads) {
+                         float* scratch, int threads, bool relu) {
   const Geometry g(dc.w);
   const int64_t Mg = dc.M / dc.group, I = g.IH * g.IW, P = g.OH * g.OW, items = dc.N * dc.group;
   const int nt = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, items)));
@@ -220,9 +229,9 @@ void direct_conv_forward(const DirectConv& dc, const float* x, const float* wt, 
       float* out = y + (n * dc.M + m0) * P + oh * g.OW;
       for (int64_t ow0 = 0; ow0 < g.OW; ow0 += kRowVectors * kW) {
         const int64_t nv = std::min<int64_t>(kRowVectors, (g.OW - ow0 + kW - 1) / kW);
-        if (g.KW == 3) forward_row_part<3>(nv, g, rows, wk, b, out, P, Mg, ow0, P - oh * g.OW);
-        else if (g.KW == 5) forward_row_part<5>(nv, g, rows, wk, b, out, P, Mg, ow0, P - oh * g.OW);
-        else forward_row_part<0>(nv, g, rows, wk, b, out, P, Mg, ow0, P - oh * g.OW);
+        if (g.KW == 3) forward_row_part<3>(nv, g, rows, wk, b, out, P, Mg, ow0, P - oh * g.OW, relu);
+        else if (g.KW == 5) forward_row_part<5>(nv, g, rows, wk, b, out, P, Mg, ow0, P - oh * g.OW, relu);
+        else forward_row_part<0>(nv, g, rows, wk, b, out, P, Mg, ow0, P - oh * g.OW, relu);
       }
     }
   }
@@ -251,7 +260,7 @@ void direct_conv_weight_grad(const DirectConv& dc, const float* x, const float* 
 
 bool direct_conv_applies(const Window&, int64_t) { return false; }
 int64_t direct_conv_scratch(const DirectConv&, int) { return 0; }
-void direct_conv_forward(const DirectConv&, const float*, const float*, const float*, float*, float*, int) {}
+void direct_conv_forward(const DirectConv&, const float*, const float*, const float*, float*, float*, int, bool) {}
 void direct_conv_weight_grad(const DirectConv&, const float*, const float*, float*, float*, int) {}
 
 #endif

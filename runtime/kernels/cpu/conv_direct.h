@@ -23,9 +23,9 @@ constexpr int64_t kDirectMaxTaps = 25;
 // Floats of scratch the kernels need (zero-padded copies of the input planes).
 int64_t direct_conv_scratch(const DirectConv& dc, int threads);
 
-// y = conv(x, wt) + bias (bias may be null).
+// y = conv(x, wt) + bias (bias may be null), then Relu where `relu` (in registers, before the store).
 void direct_conv_forward(const DirectConv& dc, const float* x, const float* wt, const float* bias, float* y,
-                         float* scratch, int threads);
+                         float* scratch, int threads, bool relu = false);
 
 // dw = the weight gradient of y = conv(x, wt) given dy (overwritten). Each weight is reduced on one
 // thread in a fixed order, so the bits do not depend on the thread count.

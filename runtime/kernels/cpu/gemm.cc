@@ -101,6 +101,11 @@ void dgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, cons
   });
 }
 
+void check_fused_activation(const Node& n) {
+  const std::string a = n.attr_s("activation", "");
+  GR_CHECK(a == "Relu", n.describe() << ": activation '" << a << "' is not supported (Relu)");
+}
+
 const char* sgemm_library() {
 #ifdef GRAPHRUN_ONEDNN
   return "oneDNN";

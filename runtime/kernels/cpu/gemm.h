@@ -4,6 +4,10 @@
 #pragma once
 #include <cstdint>
 
+namespace graphrun {
+struct Node;
+}
+
 namespace graphrun::runtime::cpu {
 
 // C[m, n] = alpha * op(A) op(B) + beta * C, column-major with leading dimensions lda, ldb, ldc;
@@ -34,6 +38,22 @@ inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
 inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
                  const double* b, int64_t ldb, double beta, double* c, int64_t ldc, int threads = 1) {
   dgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, threads);
+}
+
+// The fused producers of pass fuse_relu_epilogue (FusedConv, FusedGemm, FusedMatMul) apply their
+// activation attribute to each output block as they finish it. Only "Relu" exists: anything else is
+// an Error naming the node.
+void check_fused_activation(const Node& n);
+// Relu as the Relu kernel computes it (v < 0 ? 0 : v: NaN and -0 pass through), so a fused result is
+// bit for bit the unfused one.
+template <class T>
+inline T relu_of(T v) {
+  return v < T(0) ? T(0) : v;
+}
+template <class T>
+inline void relu_in_place(T* y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = relu_of(y[i]);
 }
 
 }  // namespace graphrun::runtime::cpu

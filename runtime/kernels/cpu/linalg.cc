@@ -38,10 +38,12 @@ void row_major_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, 
 
 bool gemm_dtype_ok(DType t) { return t == DType::F32 || t == DType::F64 || t == DType::I32 || t == DType::I64; }
 
-// Y = alpha * op(A) * op(B) + beta * C, C broadcast to [M, N].
-template <class T>
+// Y = alpha * op(A) * op(B) + beta * C, C broadcast to [M, N]; kFused (FusedGemm): then Relu, applied
+// right after the product while Y is in cache.
+template <class T, bool kFused = false>
 void gemm_kernel(KernelContext& ctx) {
   const Node& n = ctx.node();
+  if constexpr (kFused) check_fused_activation(n);
   const Tensor &a = ctx.input(0), &b = ctx.input(1);
   GR_CHECK(a.rank() == 2 && b.rank() == 2,
            "A " << shape_str(a.shape()) << " and B " << shape_str(b.shape()) << " must both be 2-D");
@@ -71,10 +73,51 @@ void gemm_kernel(KernelContext& ctx) {
   if (M == 0 || N == 0) return;
   if (K == 0) {
     if (!use_c) std::fill(yp, yp + M * N, T(0));
-    return;
+  } else {
+    row_major_gemm(ta, tb, M, N, K, alpha, a.data<T>(), a.dim(1), b.data<T>(), b.dim(1), use_c ? T(1) : T(0), yp,
+                   ctx.threads());
   }
-  row_major_gemm(ta, tb, M, N, K, alpha, a.data<T>(), a.dim(1), b.data<T>(), b.dim(1), use_c ? T(1) : T(0), yp,
-                 ctx.threads());
+  if constexpr (kFused) relu_in_place(yp, M * N);
+}
+
+// FusedMatMul(A [..., M, K], B [K, N], bias [N]) = Relu(MatMul(A, B) + bias) (pass fuse_relu_epilogue):
+// the one GEMM MatMul runs for these shapes, then bias and Relu in one pass over Y while it is in cache:
+// each element rounds as MatMul, Add and Relu round it.
+template <class T>
+void fused_matmul_kernel(KernelContext& ctx) {
+  check_fused_activation(ctx.node());
+  const Tensor &a = ctx.input(0), &b = ctx.input(1);
+  GR_CHECK(a.rank() >= 2 && b.rank() == 2,
+           "A " << shape_str(a.shape()) << " must have rank >= 2 and B " << shape_str(b.shape()) << " rank 2");
+  const int64_t K = a.dim(-1), N = b.dim(1), rows = shape_numel(Shape(a.shape().begin(), a.shape().end() - 1));
+  GR_CHECK(b.dim(0) == K, "A " << shape_str(a.shape()) << " and B " << shape_str(b.shape()) << ": inner dimensions "
+                               << K << " and " << b.dim(0) << " differ");
+  const T* bias = nullptr;
+  if (ctx.has_input(2)) {
+    const Tensor& c = ctx.input(2);
+    GR_CHECK(c.dtype() == a.dtype() && c.rank() >= 1 && c.numel() == N && c.dim(-1) == N,
+             "bias " << shape_str(c.shape()) << " (" << dtype_name(c.dtype()) << ") must hold " << N << " "
+                     << dtype_name(a.dtype()) << " values along its last axis");
+    bias = c.data<T>();
+  }
+  Shape ys = a.shape();
+  ys.back() = N;
+  Tensor& y = ctx.output(0, ys, a.dtype());
+  T* yp = y.data<T>();
+  if (rows == 0 || N == 0) return;
+  if (K == 0) std::fill(yp, yp + rows * N, T(0));
+  else row_major_gemm(false, false, rows, N, K, T(1), a.data<T>(), K, b.data<T>(), N, T(0), yp, ctx.threads());
+  const int threads = rows * N >= (int64_t{1} << 16) ? static_cast<int>(std::min<int64_t>(ctx.threads(), rows)) : 1;
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+  for (int64_t i = 0; i < rows; ++i) {
+    T* r = yp + i * N;
+    if (bias) {
+#pragma omp simd
+      for (int64_t j = 0; j < N; ++j) r[j] = relu_of(r[j] + bias[j]);
+    } else {
+      relu_in_place(r, N);
+    }
+  }
 }
 
 // Row-major strides of `shape` right-aligned into `rank` axes, 0 where the axis is broadcast (size 1).
@@ -164,11 +207,45 @@ void by_dtype(KernelContext& ctx) {
 template <class T> struct Gemm { static void run(KernelContext& c) { gemm_kernel<T>(c); } };
 template <class T> struct MatMul { static void run(KernelContext& c) { matmul_kernel<T>(c); } };
 
+// The fused ops take floats only (pass fuse_relu_epilogue fuses no other type).
+template <void (*F32)(KernelContext&), void (*F64)(KernelContext&)>
+void by_float(KernelContext& ctx) {
+  const Tensor &a = ctx.input(0), &b = ctx.input(1);
+  GR_CHECK(a.dtype() == DType::F32 || a.dtype() == DType::F64, "A must be f32 or f64, got " << dtype_name(a.dtype()));
+  GR_CHECK(a.dtype() == b.dtype(), "A is " << dtype_name(a.dtype()) << " but B is " << dtype_name(b.dtype()));
+  if (a.dtype() == DType::F32) F32(ctx);
+  else F64(ctx);
+}
+
+OpSchemaSpec fused_schema(const char* doc, const char* bias_doc) {
+  OpSchemaSpec s(doc);
+  s.input("A", "as the unfused op", "T").input("B", "as the unfused op", "T");
+  s.input("C", bias_doc, "T", OpSchemaSpec::Arity::Optional).output("Y", "the activation of the result", "T");
+  s.attr("activation", "the activation: Relu", Attribute::Str("Relu"));
+  s.type("T", {"tensor(float)", "tensor(double)"}, "f32 or f64");
+  return s;
+}
+
 }  // namespace
 
 GR_REGISTER_OPS(linalg) {
   ops.op("Gemm").cpu(via_f32<by_dtype<Gemm>>);
   ops.op("MatMul").cpu(via_f32<by_dtype<MatMul>>);
+  ops.op(kGraphrunDomain, "FusedGemm")
+      .cpu(by_float<gemm_kernel<float, true>, gemm_kernel<double, true>>)
+      .schema(fused_schema("`Relu(Gemm(A, B, C))` in one kernel, the Relu applied right after the product "
+                           "(internal: pass fuse_relu_epilogue makes it of Gemm + Relu; exported graphs keep those)",
+                           "as Gemm's C")
+                  .attr("alpha", "as Gemm", Attribute::Float(1.f))
+                  .attr("beta", "as Gemm", Attribute::Float(1.f))
+                  .attr("transA", "as Gemm", Attribute::Int(0))
+                  .attr("transB", "as Gemm", Attribute::Int(0)));
+  ops.op(kGraphrunDomain, "FusedMatMul")
+      .cpu(by_float<fused_matmul_kernel<float>, fused_matmul_kernel<double>>)
+      .schema(fused_schema("`Relu(MatMul(A, B) + C)` for A [..., M, K], B [K, N], C [N]: one GEMM, then bias and "
+                           "Relu in one pass over Y while it is in cache (internal: pass fuse_relu_epilogue makes it "
+                           "of MatMul + Add + Relu, PyTorch's Linear + ReLU; exported graphs keep those)",
+                           "the bias added to each row, N values"));
 }
 
 }  // namespace graphrun::runtime::cpu

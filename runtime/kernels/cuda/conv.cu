@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "runtime/kernels/cuda/common.cuh"
+#include "runtime/kernels/cuda/fused.cuh"
 
 namespace graphrun::runtime::cuda {
 namespace {
@@ -156,7 +157,9 @@ ConvEntry& conv_entry(KernelContext& ctx, const ConvGeom& g, bool backward) {
   return ref;
 }
 
-void conv_op(KernelContext& ctx) {
+// Conv, or FusedConv (relu): then the bias and the Relu in one pass over Y instead of cuDNN's AddTensor.
+void conv_forward_op(KernelContext& ctx, bool relu) {
+  if (relu) check_fused_activation(ctx.node());
   const Tensor& X = ctx.input(0);
   const Tensor& W = ctx.input(1);
   ConvGeom g = conv_geom(ctx.node(), X, W);
@@ -168,12 +171,18 @@ void conv_op(KernelContext& ctx) {
   const float one = 1.f, zero = 0.f;
   GR_CUDNN_CHECK(cudnnConvolutionForward(dc.cudnn, &one, e.x, X.raw(), e.w, W.raw(), e.conv, e.fwd, ws, e.fwd_ws, &zero,
                                          e.y, Y.raw()));
+  const float* bias = nullptr;
   if (ctx.has_input(2)) {
     const Tensor& B = ctx.input(2);
     GR_CHECK(B.dtype() == DType::F32 && B.numel() == g.m, "Conv: bias must be f32[" << g.m << "], got " << shape_str(B.shape()));
-    GR_CUDNN_CHECK(cudnnAddTensor(dc.cudnn, &one, e.b, B.raw(), &one, e.y, Y.raw()));
+    bias = dptr<float>(B);
+    if (!relu) GR_CUDNN_CHECK(cudnnAddTensor(dc.cudnn, &one, e.b, B.raw(), &one, e.y, Y.raw()));
   }
+  if (relu) bias_relu_in_place(ctx, dptr<float>(Y), Y.numel(), bias, g.oh * g.ow, g.m);
 }
+
+void conv_op(KernelContext& ctx) { conv_forward_op(ctx, false); }
+void fused_conv_op(KernelContext& ctx) { conv_forward_op(ctx, true); }
 
 void conv_grad_op(KernelContext& ctx) {
   const Tensor& dY = ctx.input(0);
@@ -227,6 +236,7 @@ void conv_grad_op(KernelContext& ctx) {
 
 GR_REGISTER_OPS(conv) {
   ops.op("Conv").cuda(locked<conv_op>);
+  ops.op(kGraphrunDomain, "FusedConv").cuda(locked<fused_conv_op>);
   ops.op(kGraphrunDomain, "ConvGrad").cuda(locked<conv_grad_op>);
 }
 

@@ -1,6 +1,7 @@
 // CUDA kernels of the fused ops of the executor's internal graph (the CPU's fused.cc op set):
-// ai.graphrun ReluGrad.
-#include "runtime/kernels/cuda/common.cuh"
+// ai.graphrun ReluGrad, and the bias + Relu epilogue of FusedConv, FusedGemm and FusedMatMul (conv.cu,
+// linalg.cu).
+#include "runtime/kernels/cuda/fused.cuh"
 
 namespace graphrun::runtime::cuda {
 namespace {
@@ -29,7 +30,20 @@ void relu_grad_op(KernelContext& ctx) {
   GR_LAUNCH_CHECK("relu_grad");
 }
 
+__global__ void bias_relu_kernel(float* y, int64_t n, const float* bias, int64_t inner, int64_t channels) {
+  GR_GRID_STRIDE(i, n) {
+    const float v = bias ? y[i] + bias[(i / inner) % channels] : y[i];
+    y[i] = v < 0.f ? 0.f : v;
+  }
+}
+
 }  // namespace
+
+void bias_relu_in_place(KernelContext& ctx, float* y, int64_t n, const float* bias, int64_t inner, int64_t channels) {
+  if (n == 0) return;
+  bias_relu_kernel<<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(y, n, bias, inner, channels);
+  GR_LAUNCH_CHECK("bias_relu");
+}
 
 GR_REGISTER_OPS(fused) { ops.op(kGraphrunDomain, "ReluGrad").cuda(locked<relu_grad_op>); }
 

@@ -2,6 +2,7 @@
 // Row-major trick: a row-major [m, n] matrix is a column-major [n, m] one, so Y = A B is computed
 // as the column-major product Y^T = B^T A^T, with no copies.
 #include "runtime/kernels/cuda/common.cuh"
+#include "runtime/kernels/cuda/fused.cuh"
 
 namespace graphrun::runtime::cuda {
 
@@ -26,7 +27,8 @@ void gemm_row_major(cublasHandle_t h, bool trans_a, bool trans_b, int64_t m, int
                                               stride_y, batch));
 }
 
-void gemm_op(KernelContext& ctx) {
+// Gemm's Y (FusedGemm's before its Relu).
+Tensor& gemm_product(KernelContext& ctx) {
   const Tensor& A = ctx.input(0);
   const Tensor& B = ctx.input(1);
   const Node& node = ctx.node();
@@ -50,17 +52,52 @@ void gemm_op(KernelContext& ctx) {
     GR_CHECK(bc == Y.shape(), "Gemm: C " << shape_str(C.shape()) << " does not broadcast to " << shape_str(Y.shape()));
   }
   if (has_c) broadcast_copy(ctx, ctx.input(2), Y);
-  if (m == 0 || n == 0) return;
+  if (m == 0 || n == 0) return Y;
   if (k == 0) {
     if (!has_c) GR_CUDA_CHECK(cudaMemsetAsync(Y.raw(), 0, Y.nbytes(), stream_of(ctx)));
     else if (beta != 1.f) {
       GR_CHECK(m * n <= INT32_MAX, "Gemm: output too large for cuBLAS");
       GR_CUBLAS_CHECK(cublasSscal(ctx_device(ctx).cublas, static_cast<int>(m * n), &beta, dptr<float>(Y), 1));
     }
-    return;
+    return Y;
   }
   gemm_row_major(ctx_device(ctx).cublas, ta, tb, m, n, k, alpha, dptr<float>(A), dptr<float>(B), has_c ? beta : 0.f,
                  dptr<float>(Y));
+  return Y;
+}
+
+void gemm_op(KernelContext& ctx) { gemm_product(ctx); }
+
+void fused_gemm_op(KernelContext& ctx) {
+  check_fused_activation(ctx.node());
+  Tensor& Y = gemm_product(ctx);
+  bias_relu_in_place(ctx, dptr<float>(Y), Y.numel(), nullptr, 1, 1);
+}
+
+// FusedMatMul(A [..., M, K], B [K, N], C [N]) = Relu(A B + C): one cuBLAS GEMM over A's rows, then the
+// epilogue adds the bias and applies the Relu in one pass.
+void fused_matmul_op(KernelContext& ctx) {
+  check_fused_activation(ctx.node());
+  const Tensor& A = ctx.input(0);
+  const Tensor& B = ctx.input(1);
+  GR_CHECK(A.dtype() == DType::F32 && B.dtype() == DType::F32, "FusedMatMul on CUDA takes f32");
+  GR_CHECK(A.rank() >= 2 && B.rank() == 2 && B.dim(0) == A.dim(-1),
+           "FusedMatMul: A " << shape_str(A.shape()) << " and B " << shape_str(B.shape()) << " must be [..., M, K] and [K, N]");
+  const int64_t k = A.dim(-1), n = B.dim(1), rows = shape_numel(Shape(A.shape().begin(), A.shape().end() - 1));
+  const float* bias = nullptr;
+  if (ctx.has_input(2)) {
+    const Tensor& C = ctx.input(2);
+    GR_CHECK(C.dtype() == DType::F32 && C.rank() >= 1 && C.numel() == n && C.dim(-1) == n,
+             "FusedMatMul: bias " << shape_str(C.shape()) << " must hold " << n << " f32 values along its last axis");
+    bias = dptr<float>(C);
+  }
+  Shape ys = A.shape();
+  ys.back() = n;
+  Tensor& Y = ctx.output(0, ys, DType::F32);
+  if (Y.numel() == 0) return;
+  if (k == 0) GR_CUDA_CHECK(cudaMemsetAsync(Y.raw(), 0, Y.nbytes(), stream_of(ctx)));
+  else gemm_row_major(ctx_device(ctx).cublas, false, false, rows, n, k, 1.f, dptr<float>(A), dptr<float>(B), 0.f, dptr<float>(Y));
+  bias_relu_in_place(ctx, dptr<float>(Y), Y.numel(), bias, 1, n);
 }
 
 void matmul_op(KernelContext& ctx) {
@@ -118,6 +155,8 @@ void matmul_op(KernelContext& ctx) {
 GR_REGISTER_OPS(linalg) {
   ops.op("Gemm").cuda(locked<gemm_op>);
   ops.op("MatMul").cuda(locked<matmul_op>);
+  ops.op(kGraphrunDomain, "FusedGemm").cuda(locked<fused_gemm_op>);
+  ops.op(kGraphrunDomain, "FusedMatMul").cuda(locked<fused_matmul_op>);
 }
 
 }  // namespace graphrun::runtime::cuda
