@@ -13,6 +13,7 @@
 
 #include "runtime/kernel.h"
 #include "runtime/kernels/cpu/conv_direct.h"
+#include "runtime/kernels/cpu/half_compute.h"
 #include "runtime/kernels/cpu/gemm.h"
 #include "runtime/kernels/cpu/window.h"
 
@@ -708,7 +709,7 @@ OpSchemaSpec conv_grad_schema(bool transpose) {
 }  // namespace
 
 GR_REGISTER_OPS(conv) {
-  ops.op("Conv").cpu(by_float<0, conv_kernel<float>, conv_kernel<double>>);
+  ops.op("Conv").cpu(via_f32<by_float<0, conv_kernel<float>, conv_kernel<double>>>);
   ops.op("ConvTranspose").cpu(by_float<0, conv_transpose_kernel<float>, conv_transpose_kernel<double>>);
   ops.op(kGraphrunDomain, "ConvGrad")
       .cpu(by_float<1, conv_grad_kernel<float>, conv_grad_kernel<double>>)
