@@ -1,5 +1,6 @@
 // float16 and bfloat16 on the CPU: conversion bits against numpy (float16) and torch.bfloat16, Cast between
-// the half types and every numeric type, elementwise ops and MatMul/Gemm computed in float, files and printing.
+// the half types and every numeric type, elementwise ops, MatMul/Gemm, Conv, pooling, normalisation and Softmax
+// computed in float, files and printing.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -31,6 +32,14 @@ Tensor half_bits(DType dt, const Shape& shape, const std::vector<uint16_t>& v) {
 std::vector<uint16_t> bits_of(const Tensor& t) {
   const auto* p = static_cast<const uint16_t*>(t.raw());
   return std::vector<uint16_t>(p, p + t.numel());
+}
+std::string error_text(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
 }
 Tensor cast(const Tensor& x, DType to) {
   return run_op("Cast", {x}, {{"to", Attribute::Int(static_cast<int64_t>(to))}})[0];
@@ -175,20 +184,24 @@ TEST(Half, CastBetweenHalfAndEveryNumericType) {
             (std::vector<double>{0, 1, 1}));
 }
 
-// Computed in float and rounded once: the result is the float result's nearest half.
+// Computed in float and rounded once: each output is the float kernel's output (on the inputs widened) rounded to
+// the half type, bit for bit; outputs in f32_outputs (bit i: output i) stay float32 and equal the float kernel's.
 void expect_as_float(const std::string& op, const std::vector<Tensor>& half_inputs,
-                     const std::map<std::string, Attribute>& attrs = {}) {
+                     const std::map<std::string, Attribute>& attrs = {}, int num_outputs = 1, unsigned f32_outputs = 0) {
   std::vector<Tensor> wide;
   for (const Tensor& t : half_inputs) wide.push_back(dtype_is_float(t.dtype()) && t.dtype() != DType::F64 ? cast(t, DType::F32) : t);
-  Tensor want32 = run_op(op, wide, attrs)[0];
-  Tensor got = run_op(op, half_inputs, attrs)[0];
+  const std::vector<Tensor> want = run_op(op, wide, attrs, num_outputs), got = run_op(op, half_inputs, attrs, num_outputs);
   DType h = DType::Undefined;
   for (const Tensor& t : half_inputs)
     if (h == DType::Undefined && (t.dtype() == DType::F16 || t.dtype() == DType::BF16)) h = t.dtype();
-  ASSERT_EQ(got.dtype(), want32.dtype() == DType::F32 ? h : want32.dtype()) << op;
-  ASSERT_EQ(got.shape(), want32.shape()) << op;
-  if (want32.dtype() == DType::F32) EXPECT_EQ(bits_of(got), bits_of(cast(want32, h))) << op << " " << dtype_name(h);
-  else EXPECT_EQ(got.as_doubles(), want32.as_doubles()) << op;
+  for (int i = 0; i < num_outputs; ++i) {
+    const Tensor &want32 = want[i], &g = got[i];
+    const bool narrowed = want32.dtype() == DType::F32 && !(f32_outputs >> i & 1u);
+    ASSERT_EQ(g.dtype(), narrowed ? h : want32.dtype()) << op << " output " << i;
+    ASSERT_EQ(g.shape(), want32.shape()) << op;
+    if (narrowed) EXPECT_EQ(bits_of(g), bits_of(cast(want32, h))) << op << " " << dtype_name(h) << " output " << i;
+    else EXPECT_EQ(std::memcmp(g.raw(), want32.raw(), g.nbytes()), 0) << op << " output " << i;
+  }
 }
 
 TEST(Half, ElementwiseOpsComputeInFloat) {
@@ -224,6 +237,55 @@ TEST(Half, MatMulAndGemmComputeInFloat) {
   }
 }
 
+TEST(Half, ConvPoolNormSoftmaxComputeInFloat) {
+  using A = Attribute;
+  for (DType h : {DType::F16, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(h));
+    auto r = [&](const Shape& s, uint64_t seed, double lo = -2, double hi = 2) {
+      return cast(testing::random_tensor(s, seed, lo, hi), h);
+    };
+    Tensor x = r({2, 4, 5, 5}, 11);
+    expect_as_float("Conv", {x, r({6, 2, 3, 3}, 12), r({6}, 13)},
+                    {{"pads", A::Ints({1, 0, 1, 2})}, {"strides", A::Ints({2, 1})}, {"group", A::Int(2)}});
+    expect_as_float("Conv", {x, r({3, 4, 1, 1}, 14)});
+    expect_as_float("MaxPool", {x}, {{"kernel_shape", A::Ints({3, 2})}, {"pads", A::Ints({1, 0, 1, 1})}}, 2);
+    expect_as_float("AveragePool", {x}, {{"kernel_shape", A::Ints({3, 3})}, {"pads", A::Ints({1, 1, 1, 1})}});
+    expect_as_float("AveragePool", {x},
+                    {{"kernel_shape", A::Ints({2, 2})}, {"strides", A::Ints({2, 2})}, {"count_include_pad", A::Int(1)}});
+    expect_as_float("GlobalAveragePool", {x});
+    expect_as_float("GlobalMaxPool", {x});
+    const std::vector<Tensor> bn{x, r({4}, 15), r({4}, 16), r({4}, 17), r({4}, 18, 0.5, 2)};
+    expect_as_float("BatchNormalization", bn, {{"epsilon", A::Float(1e-3f)}});
+    // Parameters in float32 beside a half X (opset 15's T1/T2): the output follows X.
+    std::vector<Tensor> bn_mixed{x};
+    for (size_t i = 1; i < bn.size(); ++i) bn_mixed.push_back(cast(bn[i], DType::F32));
+    expect_as_float("BatchNormalization", bn_mixed);
+    // LayerNormalization's Mean and InvStdDev have the stash type (float32), not X's.
+    Tensor x3 = r({2, 3, 8}, 19);
+    expect_as_float("LayerNormalization", {x3, r({8}, 20), r({8}, 21)}, {}, 3, 0b110);
+    expect_as_float("LayerNormalization", {x3, r({3, 8}, 22)}, {{"axis", A::Int(1)}}, 3, 0b110);
+    expect_as_float("InstanceNormalization", {x, r({4}, 23), r({4}, 24)});
+    for (const char* op : {"Softmax", "LogSoftmax"}) {
+      expect_as_float(op, {x3});
+      expect_as_float(op, {x3}, {{"axis", A::Int(1)}});
+    }
+  }
+  // One rounding at the end: float16 softmax of two equal values is exactly 0.5.
+  Tensor eq = half_bits(DType::F16, {1, 2}, {0x3c00, 0x3c00});
+  EXPECT_EQ(bits_of(run_op("Softmax", {eq})[0]), (std::vector<uint16_t>{0x3800, 0x3800}));
+}
+
+// Training-mode BatchNormalization would give running statistics X's type, not input_mean's: refused in one line.
+TEST(Half, BatchNormTrainingModeRefused) {
+  Tensor x = cast(testing::random_tensor({2, 3, 2, 2}, 1), DType::F16), p = cast(testing::random_tensor({3}, 2, 0.5, 1), DType::F16);
+  const std::string e = error_text([&] {
+    run_op("BatchNormalization", {x, p, p, p, p}, {{"training_mode", Attribute::Int(1)}}, 3);
+  });
+  EXPECT_NE(e.find("training mode on f16 is not supported"), std::string::npos) << e;
+  EXPECT_NE(e.find("BatchNormalization"), std::string::npos) << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+}
+
 TEST(Half, FilesAndPrinting) {
   const std::string dir = testing::temp_dir("half_files");
   Tensor h = half_bits(DType::F16, {2, 2}, {0x3c00, 0xc100, 0x7c00, 0x0001});
@@ -251,15 +313,6 @@ TEST(Half, FilesAndPrinting) {
 
 namespace graphrun {
 namespace {
-
-std::string error_text(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // A hostile file asks for more float16 elements than it holds: refused before anything is allocated.
 TEST(Half, FilesSizedFromTheirBytes) {

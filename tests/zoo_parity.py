@@ -4,7 +4,7 @@ the reference of tests/zoo_test.cc and of a by-hand check of the zoo.
 
 usage: zoo_parity.py MODEL OUT_DIR [--opset N] [--size S] [--batch N] [--seed S]
 MODEL: vit (a 2-layer VisionTransformer), convnext (a 2-stage ConvNeXt), shufflenet (shufflenet_v2_x0_5),
-unet (a small segmentation UNet, per-pixel labels [N,S,S]), lstm / gru / lstm1 / gru1 (recurrent classifiers
+unet (a small segmentation UNet, per-pixel labels [N,S,S]), lstm / gru / rnn / lstm1 / gru1 / rnn_relu1 (recurrent classifiers
 reading the image row by row, see RowSequence), or any torchvision.models builder name (random weights;
 GoogLeNet and Inception without auxiliary heads, torchvision's ViTs at image_size S). Writes OUT_DIR/train.onnx
 (training-mode export, no constant folding), eval.onnx (eval mode), image.npy (f32 [N,3,S,S]), labels.npy
@@ -16,6 +16,7 @@ float32 weights and batch; results are stored as f32.
 """
 import argparse
 import copy
+import functools
 import os
 
 import numpy as np
@@ -57,7 +58,7 @@ class UNet(torch.nn.Module):
 
 class RowSequence(torch.nn.Module):
     """A sequence classifier reading an image row by row (time = rows, features = channels x columns), as
-    users try recurrent nets on MNIST: nn.LSTM or nn.GRU, the last step, a Linear head."""
+    users try recurrent nets on MNIST: nn.LSTM, nn.GRU or nn.RNN, the last step, a Linear head."""
 
     def __init__(self, cell, size, hidden=8, layers=2, bidirectional=True, batch_first=True, classes=10):
         super().__init__()
@@ -78,6 +79,11 @@ def build(name, size):
         return RowSequence(torch.nn.LSTM, size)
     if name == 'gru':  # 2 layers, bidirectional, time first
         return RowSequence(torch.nn.GRU, size, batch_first=False)
+    if name == 'rnn':  # 2 layers, bidirectional, batch_first, tanh
+        return RowSequence(torch.nn.RNN, size)
+    if name == 'rnn_relu1':  # 1 layer, one direction, time first, relu
+        return RowSequence(functools.partial(torch.nn.RNN, nonlinearity='relu'), size, layers=1, bidirectional=False,
+                           batch_first=False)
     if name == 'lstm1':  # 1 layer, one direction, time first
         return RowSequence(torch.nn.LSTM, size, layers=1, bidirectional=False, batch_first=False)
     if name == 'gru1':  # 1 layer, one direction, batch_first

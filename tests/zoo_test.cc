@@ -110,12 +110,14 @@ TEST(Zoo, UNetOpset17) {
   EXPECT_NE(r.output.find("\nverdict: trainable"), std::string::npos) << r.output;
 }
 TEST(Zoo, UNetOpset13) { skip_without_torchvision(); check_zoo_model("unet", 13); }
-// Recurrent classifiers reading the image row by row (tests/zoo_parity.py RowSequence): nn.LSTM and nn.GRU with
-// 2 bidirectional layers or 1 forward layer, batch_first or time first (torch exports ONNX LSTM/GRU nodes).
+// Recurrent classifiers reading the image row by row (tests/zoo_parity.py RowSequence): nn.LSTM, nn.GRU and nn.RNN
+// with 2 bidirectional layers or 1 forward layer, batch_first or time first (torch exports ONNX LSTM/GRU/RNN nodes).
 TEST(Zoo, LstmTwoBidirectionalLayersBatchFirst) { skip_without_torchvision(); check_zoo_model("lstm", 14, 8); }
 TEST(Zoo, GruTwoBidirectionalLayersTimeFirst) { skip_without_torchvision(); check_zoo_model("gru", 14, 8); }
 TEST(Zoo, LstmOneLayerOpset17) { skip_without_torchvision(); check_zoo_model("lstm1", 17, 8); }
 TEST(Zoo, GruOneLayerOpset13) { skip_without_torchvision(); check_zoo_model("gru1", 13, 8); }
+TEST(Zoo, RnnTanhTwoBidirectionalLayersBatchFirst) { skip_without_torchvision(); check_zoo_model("rnn", 14, 8); }
+TEST(Zoo, RnnReluOneLayerOpset17) { skip_without_torchvision(); check_zoo_model("rnn_relu1", 17, 8); }
 
 // The zoo by hand: GRAPHRUN_ZOO="resnet18:17:64 mobilenet_v2:13:64 ..." (torchvision builder, opset,
 // input size) prints one line per model with its worst errors relative to their tolerances.

@@ -1,4 +1,4 @@
-// The shared plan of LSTM, GRU, LSTMGrad and GRUGrad (rnn_plan.h): the CPU and CUDA kernels check and size
+// The shared plan of LSTM, GRU, RNN and their gradients (rnn_plan.h): the CPU and CUDA kernels check and size
 // a node in one place, so both devices accept the same nodes and compute over the same plan.
 #include "runtime/kernels/rnn_plan.h"
 
@@ -17,6 +17,25 @@ void check_shape(const Tensor& t, const Shape& want, const char* what, const cha
                                    << shape_str(t.shape()));
 }
 
+// RNN's activations: one per direction (one given for both directions applies to each), Tanh by default.
+std::vector<RnnAct> rnn_activations(const Node& node, int D, const char* what) {
+  const Attribute* a = node.attr("activations");
+  if (!a) return std::vector<RnnAct>(D, RnnAct::Tanh);
+  std::string list;
+  for (const auto& s : a->strings) list += (list.empty() ? "" : ",") + s;
+  const size_t n = a->strings.size();
+  GR_CHECK(n == 1 || n == static_cast<size_t>(D),
+           what << ": attribute 'activations' [" << list << "] must list one activation per direction (" << D << ")");
+  std::vector<RnnAct> acts;
+  for (int d = 0; d < D; ++d) {
+    const std::string f = lower(a->strings[n == 1 ? 0 : d]);
+    GR_CHECK(f == "tanh" || f == "relu" || f == "sigmoid",
+             what << ": attribute 'activations' [" << list << "] is not supported; only Tanh, Relu and Sigmoid are");
+    acts.push_back(f == "tanh" ? RnnAct::Tanh : f == "relu" ? RnnAct::Relu : RnnAct::Sigmoid);
+  }
+  return acts;
+}
+
 }  // namespace
 
 RnnPlan plan_rnn(const KernelContext& ctx, RnnCell cell, const RnnIntReader& read_ints) {
@@ -25,7 +44,7 @@ RnnPlan plan_rnn(const KernelContext& ctx, RnnCell cell, const RnnIntReader& rea
   const bool lstm = cell == RnnCell::LSTM;
   r.what = ctx.node().op_type.c_str();
   r.nin = lstm ? 8 : 6;
-  r.G = lstm ? 4 : 3;
+  r.G = lstm ? 4 : cell == RnnCell::GRU ? 3 : 1;
   const Node& node = ctx.node();
   const char* what = r.what;
   r.direction = node.attr_s("direction", "forward");
@@ -45,7 +64,9 @@ RnnPlan plan_rnn(const KernelContext& ctx, RnnCell cell, const RnnIntReader& rea
              what << ": attribute 'input_forget' = 1 (coupled input and forget gates) is not supported");
   else
     r.lbr = node.attr_i("linear_before_reset", 0) != 0;
-  if (const Attribute* a = node.attr("activations")) {
+  if (cell == RnnCell::RNN) {
+    r.acts = rnn_activations(node, r.D, what);
+  } else if (const Attribute* a = node.attr("activations")) {
     const std::vector<std::string> defaults =
         lstm ? std::vector<std::string>{"sigmoid", "tanh", "tanh"} : std::vector<std::string>{"sigmoid", "tanh"};
     bool ok = a->strings.size() == defaults.size() * r.D;
@@ -91,7 +112,7 @@ RnnPlan plan_rnn(const KernelContext& ctx, RnnCell cell, const RnnIntReader& rea
       GR_CHECK(v >= 0 && v <= r.T, what << ": sequence_lens holds " << v << "; each must be in [0, " << r.T << "]");
   }
   // A gradient node: the output gradients follow the forward's inputs.
-  const bool grad = node.op_type == std::string(lstm ? "LSTMGrad" : "GRUGrad");
+  const bool grad = node.op_type == std::string(lstm ? "LSTMGrad" : cell == RnnCell::GRU ? "GRUGrad" : "RNNGrad");
   if (grad) {
     check_opt(r.nin, r.y_shape(), "dY");
     check_opt(r.nin + 1, r.s_shape(), "dY_h");

@@ -1,4 +1,4 @@
-// The plan of an LSTM/GRU node or of its gradient (LSTMGrad, GRUGrad), shared by the CPU and CUDA kernels:
+// The plan of an LSTM/GRU/RNN node or of its gradient (LSTMGrad, GRUGrad, RNNGrad), shared by the CPU and CUDA kernels:
 // attributes, sizes, directions, the layout's offsets and each sequence's length, checked once.
 #pragma once
 #include <cstdint>
@@ -10,14 +10,17 @@
 
 namespace graphrun::runtime {
 
-enum class RnnCell { LSTM, GRU };
+enum class RnnCell { LSTM, GRU, RNN };
 
-// The sizes and attributes of one LSTM/GRU node (forward or gradient: the same inputs 0..nin-1).
+// The activations RNN accepts. The derivative is taken from the activation's output, which the trace keeps.
+enum class RnnAct { Tanh, Relu, Sigmoid };
+
+// The sizes and attributes of one LSTM/GRU/RNN node (forward or gradient: the same inputs 0..nin-1).
 struct RnnPlan {
   RnnCell cell = RnnCell::LSTM;
   const char* what = "LSTM";
-  int nin = 8;     // forward inputs: LSTM X W R B sequence_lens initial_h initial_c P; GRU without the last two
-  int64_t G = 4;   // gates: LSTM i o f c, GRU z r h
+  int nin = 8;     // forward inputs: LSTM X W R B sequence_lens initial_h initial_c P; GRU, RNN without the last two
+  int64_t G = 4;   // gates: LSTM i o f c, GRU z r h, RNN the activation's output
   int64_t T = 0, N = 0, I = 0, H = 0;
   int D = 1;
   bool layout1 = false;
@@ -25,6 +28,7 @@ struct RnnPlan {
   bool has_clip = false;
   double clip = 0;
   bool lbr = false;  // GRU linear_before_reset
+  std::vector<RnnAct> acts;  // RNN: per direction
   std::vector<int64_t> lens;
   bool reverse(int d) const { return direction == "reverse" || d == 1; }
   // Offset of Y[t, d, n, :] in layout 0 [T, D, N, H] or layout 1 [N, T, D, H].
@@ -40,7 +44,7 @@ struct RnnPlan {
 // Reads the node's input i (sequence_lens) as integers on the host, wherever the tensor lives.
 using RnnIntReader = std::function<std::vector<int64_t>(int input)>;
 
-// The plan of the node in ctx (LSTM, GRU, LSTMGrad or GRUGrad); throws naming the attribute or input
+// The plan of the node in ctx (LSTM, GRU, RNN or their gradients); throws naming the attribute or input
 // that is wrong. For a gradient node it also checks dY, dY_h and dY_c where given.
 RnnPlan plan_rnn(const KernelContext& ctx, RnnCell cell, const RnnIntReader& read_ints);
 

@@ -36,7 +36,8 @@ const std::set<std::string> kRequiredOps = {
     "AveragePool", "GlobalAveragePool", "BatchNormalization", "Dropout", "Gemm", "MatMul", "Add", "Sub",
     "Mul", "Div", "Neg", "Exp", "Log", "Sqrt", "Pow", "Flatten", "Reshape", "Transpose", "Concat", "Split",
     "Slice", "Squeeze", "Unsqueeze", "Pad", "Constant", "Identity", "Shape", "Gather", "Cast", "ReduceMean",
-    "ReduceSum", "SoftmaxCrossEntropyLoss", "LayerNormalization", "InstanceNormalization", "Resize", "LSTM", "GRU"};
+    "ReduceSum", "SoftmaxCrossEntropyLoss", "LayerNormalization", "InstanceNormalization", "Resize", "LSTM", "GRU",
+    "RNN"};
 
 // Test cases that cannot pass by design, each with the reason printed with the skip. Never a bug's hiding place.
 const std::map<std::string, std::string> kKnownUnsupported = {

@@ -13,6 +13,7 @@
 
 #include "runtime/kernel.h"
 #include "runtime/kernels/cpu/conv_direct.h"
+#include "runtime/kernels/cpu/half_compute.h"
 #include "runtime/kernels/cpu/gemm.h"
 #include "runtime/kernels/cpu/window.h"
 
@@ -733,7 +734,7 @@ OpSchemaSpec fused_conv_schema() {
 }  // namespace
 
 GR_REGISTER_OPS(conv) {
-  ops.op("Conv").cpu(by_float<0, conv_kernel<float>, conv_kernel<double>>);
+  ops.op("Conv").cpu(via_f32<by_float<0, conv_kernel<float>, conv_kernel<double>>>);
   ops.op(kGraphrunDomain, "FusedConv")
       .cpu(by_float<0, conv_kernel<float, true>, conv_kernel<double, true>>)
       .schema(fused_conv_schema());

@@ -11,7 +11,7 @@ bool has_half_input(const KernelContext& ctx) {
   return false;
 }
 
-WidenedContext::WidenedContext(KernelContext& outer) : outer_(outer) {
+WidenedContext::WidenedContext(KernelContext& outer, unsigned keep_f32) : outer_(outer), keep_f32_(keep_f32) {
   node_ = &outer.node();
   opset_ = outer.opset();
   threads_ = outer.threads();
@@ -44,7 +44,7 @@ WidenedContext::WidenedContext(KernelContext& outer) : outer_(outer) {
 }
 
 Tensor& WidenedContext::output(int i, const Shape& shape, DType dtype) {
-  if (dtype != DType::F32 || half_ == DType::Undefined) return outer_.output(i, shape, dtype);
+  if (dtype != DType::F32 || half_ == DType::Undefined || (keep_f32_ >> i & 1u)) return outer_.output(i, shape, dtype);
   auto it = wide_out_.find(i);
   if (it == wide_out_.end() || it->second.shape() != shape) it = wide_out_.insert_or_assign(i, Tensor(DType::F32, shape)).first;
   return it->second;

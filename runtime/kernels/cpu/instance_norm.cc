@@ -2,6 +2,7 @@
 // graphrun's InstanceNormalizationGrad, which recomputes the per-(n, c) statistics from X.
 #include <cmath>
 
+#include "runtime/kernels/cpu/half_compute.h"
 #include "runtime/kernels/cpu/math_common.h"
 
 namespace graphrun::runtime::cpu {
@@ -107,7 +108,7 @@ void by_float(KernelContext& ctx) {
 }  // namespace
 
 GR_REGISTER_OPS(instance_norm) {
-  ops.op("InstanceNormalization").cpu(by_float<instance_norm<float>, instance_norm<double>, 0>);
+  ops.op("InstanceNormalization").cpu(via_f32<by_float<instance_norm<float>, instance_norm<double>, 0>>);
   ops.op(kGraphrunDomain, "InstanceNormalizationGrad")
       .cpu(by_float<instance_norm_grad<float>, instance_norm_grad<double>, 1>)
       .schema(OpSchemaSpec("gradients of InstanceNormalization (per-(n, c) statistics recomputed from X)")

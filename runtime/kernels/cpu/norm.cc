@@ -12,6 +12,7 @@
 #include <random>
 
 #include "runtime/kernel.h"
+#include "runtime/kernels/cpu/half_compute.h"
 #include "runtime/kernels/cpu/math_common.h"
 
 namespace graphrun::runtime::cpu {
@@ -339,12 +340,22 @@ void by_float(KernelContext& ctx) {
   else F64(ctx);
 }
 
+// Half precision in inference only: in training mode running_mean/var take input_mean's type, which may not be X's
+// (the type the widened kernel's outputs return to).
+void batch_norm_any(KernelContext& ctx) {
+  if (has_half_input(ctx))
+    GR_CHECK(ctx.opset() >= 14 ? ctx.node().attr_i("training_mode", 0) == 0 : ctx.num_outputs() == 1,
+             "BatchNormalization: training mode on " << dtype_name(ctx.input(0).dtype())
+                                                     << " is not supported (half precision is inference only)");
+  via_f32<by_float<0, batch_norm_kernel<float>, batch_norm_kernel<double>>>(ctx);
+}
+
 }  // namespace
 
 GR_REGISTER_OPS(norm) {
-  ops.op("BatchNormalization").cpu(by_float<0, batch_norm_kernel<float>, batch_norm_kernel<double>>);
+  ops.op("BatchNormalization").cpu(batch_norm_any);
   ops.op("Dropout").cpu(by_float<0, dropout_kernel<float>, dropout_kernel<double>>);
-  ops.op("LayerNormalization").cpu(by_float<0, layer_norm_kernel<float>, layer_norm_kernel<double>>);
+  ops.op("LayerNormalization").cpu(via_f32<by_float<0, layer_norm_kernel<float>, layer_norm_kernel<double>>, 0b110>);
   ops.op(kGraphrunDomain, "LayerNormalizationGrad")
       .cpu(by_float<1, layer_norm_grad_kernel<float>, layer_norm_grad_kernel<double>>)
       .schema(OpSchemaSpec("gradients of LayerNormalization from the forward's saved Mean and InvStdDev (the "

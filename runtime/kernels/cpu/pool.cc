@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "runtime/kernel.h"
+#include "runtime/kernels/cpu/half_compute.h"
 #include "runtime/kernels/cpu/window.h"
 
 namespace graphrun::runtime::cpu {
@@ -333,19 +334,22 @@ void by_float(KernelContext& ctx) {
   else F64(ctx);
 }
 
+void max_pool_any(KernelContext& ctx) {
+  switch (ctx.input(0).dtype()) {  // opset 12 adds u8/i8
+    case DType::U8: return max_pool_kernel<uint8_t>(ctx);
+    case DType::I8: return max_pool_kernel<int8_t>(ctx);
+    default: return by_float<0, max_pool_kernel<float>, max_pool_kernel<double>>(ctx);
+  }
+}
+
 }  // namespace
 
 GR_REGISTER_OPS(pool) {
-  ops.op("MaxPool").cpu([](KernelContext& ctx) {
-    switch (ctx.input(0).dtype()) {  // opset 12 adds u8/i8
-      case DType::U8: return max_pool_kernel<uint8_t>(ctx);
-      case DType::I8: return max_pool_kernel<int8_t>(ctx);
-      default: return by_float<0, max_pool_kernel<float>, max_pool_kernel<double>>(ctx);
-    }
-  });
-  ops.op("AveragePool").cpu(by_float<0, average_pool_kernel<float>, average_pool_kernel<double>>);
-  ops.op("GlobalAveragePool").cpu(by_float<0, global_pool_kernel<float, false>, global_pool_kernel<double, false>>);
-  ops.op("GlobalMaxPool").cpu(by_float<0, global_pool_kernel<float, true>, global_pool_kernel<double, true>>);
+  ops.op("MaxPool").cpu(via_f32<max_pool_any>);
+  ops.op("AveragePool").cpu(via_f32<by_float<0, average_pool_kernel<float>, average_pool_kernel<double>>>);
+  ops.op("GlobalAveragePool")
+      .cpu(via_f32<by_float<0, global_pool_kernel<float, false>, global_pool_kernel<double, false>>>);
+  ops.op("GlobalMaxPool").cpu(via_f32<by_float<0, global_pool_kernel<float, true>, global_pool_kernel<double, true>>>);
   ops.op(kGraphrunDomain, "MaxPoolGrad")
       .cpu(by_float<2, max_pool_grad_kernel<float>, max_pool_grad_kernel<double>>)
       .schema(OpSchemaSpec("scatters dY to the argmax positions; Indices is MaxPool's second output (flat index "

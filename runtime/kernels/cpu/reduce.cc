@@ -5,6 +5,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "runtime/kernels/cpu/half_compute.h"
 #include "runtime/kernels/cpu/math_common.h"
 
 namespace graphrun::runtime::cpu {
@@ -334,8 +335,8 @@ GR_REGISTER_OPS(reduce) {
   ops.op("ReduceLogSumExp").cpu(reduce_kernel<Red::LogSumExp>).host_inputs({1});
   ops.op("ArgMax").cpu(arg_kernel<true>);
   ops.op("ArgMin").cpu(arg_kernel<false>);
-  ops.op("Softmax").cpu(softmax_kernel<false>);
-  ops.op("LogSoftmax").cpu(softmax_kernel<true>);
+  ops.op("Softmax").cpu(via_f32<softmax_kernel<false>>);
+  ops.op("LogSoftmax").cpu(via_f32<softmax_kernel<true>>);
   ops.op("CumSum").cpu(cumsum_kernel).host_inputs({1});
   ops.op("TopK").cpu(topk_kernel).host_inputs({1});
 }

@@ -1,6 +1,6 @@
-// CPU kernels of the ONNX LSTM and GRU (opsets 7-22: directions, layouts 0 and 1, sequence_lens, clip, LSTM
-// peepholes, GRU linear_before_reset) and of graphrun's LSTMGrad / GRUGrad: back-propagation through time
-// over gates recomputed from X, W, R, B (the forward saves nothing beyond its inputs).
+// CPU kernels of the ONNX LSTM, GRU and RNN (opsets 7-22: directions, layouts 0 and 1, sequence_lens, clip, LSTM
+// peepholes, GRU linear_before_reset, RNN's Tanh/Relu/Sigmoid) and of graphrun's LSTMGrad / GRUGrad / RNNGrad:
+// back-propagation through time over gates recomputed from X, W, R, B (the forward saves nothing beyond its inputs).
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -15,6 +15,7 @@ namespace {
 
 using Cell = RnnCell;
 using Rnn = RnnPlan;
+using Act = RnnAct;
 
 // Row-major C[m, n] = op(A)[m, k] op(B)[k, n] + beta C with leading dimensions (a column-major GEMM of the
 // transposes).
@@ -31,6 +32,13 @@ void mm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t l
 }
 
 template <class T> T sigmoid(T v) { return T(1) / (T(1) + std::exp(-v)); }
+
+template <class T> T activate(Act a, T v) {
+  return a == Act::Tanh ? std::tanh(v) : a == Act::Relu ? std::max(v, T(0)) : sigmoid(v);
+}
+template <class T> T activate_grad(Act a, T y) {
+  return a == Act::Tanh ? T(1) - y * y : a == Act::Relu ? T(y > T(0)) : y * (T(1) - y);
+}
 
 Rnn parse(KernelContext& ctx, Cell cell) {
   return plan_rnn(ctx, cell, [&ctx](int i) { return ctx.input(i).as_int64s(); });
@@ -141,6 +149,14 @@ void run_direction(const Rnn& r, int d, const DirInputs<T>& in, T* y, T* hN, T* 
           g[o] = ig, g[o + H] = og, g[o + 2 * H] = fg, g[o + 3 * H] = cg;
         }
       }
+    } else if (r.cell == Cell::RNN) {
+      for (int64_t n = 0; n < N; ++n) {
+        if (t >= r.lens[n]) continue;
+        for (int64_t j = 0; j < H; ++j) {
+          const int64_t o = n * H + j;
+          h[o] = g[o] = activate(r.acts[d], act_in(xt[o] + hr[o], o));
+        }
+      }
     } else {
       for (int64_t n = 0; n < N; ++n)
         for (int64_t j = 0; j < H; ++j) {
@@ -206,7 +222,7 @@ void rnn_forward(KernelContext& ctx, Cell cell) {
   }
 }
 
-// LSTMGrad / GRUGrad: inputs the forward's (X W R B sequence_lens initial_h [initial_c P]) then dY, dY_h
+// LSTMGrad / GRUGrad / RNNGrad: inputs the forward's (X W R B sequence_lens initial_h [initial_c P]) then dY, dY_h
 // [, dY_c]; outputs the gradients of X W R B initial_h [initial_c P], each optional.
 template <class T>
 void rnn_backward(KernelContext& ctx, Cell cell) {
@@ -229,7 +245,7 @@ void rnn_backward(KernelContext& ctx, Cell cell) {
     Trace<T> tr;
     run_direction<T>(r, d, in, nullptr, nullptr, nullptr, &tr);
     // dA: gradients of the gates' pre-activations on the X side; dAR: on the R side (GRU's h gate differs).
-    std::vector<T> dA(TN * GH, T(0)), dAR(lstm ? 0 : TN * GH, T(0));
+    std::vector<T> dA(TN * GH, T(0)), dAR(r.cell == Cell::GRU ? TN * GH : 0, T(0));
     std::vector<T> dh(N * H, T(0)), dc(N * H, T(0)), tmp(N * H), dhp(N * H), ph(N * H), dah(N * H), rhp(N * H);
     for (int64_t n = 0; n < N; ++n) {
       if (dyh) std::copy_n(dyh + r.s_at(d, n), H, dh.data() + n * H);
@@ -276,8 +292,12 @@ void rnn_backward(KernelContext& ctx, Cell cell) {
             da[o] = dai, da[o + H] = dao, da[o + 2 * H] = daf, da[o + 3 * H] = dag;
           }
         }
-        mm<T>(false, false, N, H, GH, da, GH, in.r, H, T(0), dhp.data(), H);
-        mm<T>(true, false, GH, H, N, da, GH, hp, H, T(1), dRd, H);
+      } else if (r.cell == Cell::RNN) {
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t j = 0; j < H; ++j) {
+            const int64_t o = n * H + j;
+            da[o] = t < r.lens[n] ? tmp[o] * activate_grad(r.acts[d], g[o]) * live_mask(t, o) : T(0);
+          }
       } else {
         T* dar = dAR.data() + t * N * GH;
         for (int64_t n = 0; n < N; ++n)
@@ -311,6 +331,10 @@ void rnn_backward(KernelContext& ctx, Cell cell) {
             for (int64_t j = 0; j < H; ++j) dar[n * GH + 2 * H + j] = dah[n * H + j];
         }
       }
+      if (r.cell != Cell::GRU) {  // one gate product: dH_prev = dA R, dR += dA^T H_prev
+        mm<T>(false, false, N, H, GH, da, GH, in.r, H, T(0), dhp.data(), H);
+        mm<T>(true, false, GH, H, N, da, GH, hp, H, T(1), dRd, H);
+      }
       // Past a sequence's end the state was carried unchanged: so is its gradient.
       for (int64_t n = 0; n < N; ++n)
         if (t < r.lens[n]) std::copy_n(dhp.data() + n * H, H, dh.data() + n * H);
@@ -319,7 +343,7 @@ void rnn_backward(KernelContext& ctx, Cell cell) {
     std::copy(dc.begin(), dc.end(), dc0.begin() + d * N * H);
     mm<T>(false, false, TN, r.I, GH, dA.data(), GH, in.w, r.I, T(1), dx0.data(), r.I);
     mm<T>(true, false, GH, r.I, TN, dA.data(), GH, in.x, r.I, T(0), dW.data() + d * GH * r.I, r.I);
-    const std::vector<T>& dRside = lstm ? dA : dAR;
+    const std::vector<T>& dRside = r.cell == Cell::GRU ? dAR : dA;
     T* dBd = dB.data() + d * 2 * GH;
     for (int64_t row = 0; row < TN; ++row)
       for (int64_t j = 0; j < GH; ++j) {
@@ -362,18 +386,19 @@ void rnn_kernel(KernelContext& ctx) {
 
 OpSchemaSpec rnn_grad_schema(Cell cell) {
   const bool lstm = cell == Cell::LSTM;
-  const std::string op = lstm ? "LSTM" : "GRU";
+  const std::string op = lstm ? "LSTM" : cell == Cell::GRU ? "GRU" : "RNN";
   using A = OpSchemaSpec::Arity;
   OpSchemaSpec s("gradients of " + op + " (back-propagation through time over gates recomputed from X, W, R, B)");
   s.attr("direction", "as " + op, Attribute::Str("forward"))
       .attr("hidden_size", "as " + op, Attribute::Kind::Int)
       .attr("layout", "as " + op, Attribute::Int(0))
       .attr("clip", "as " + op, Attribute::Kind::Float)
-      .attr("activations", "as " + op + " (only the defaults)", Attribute::Kind::Strings)
+      .attr("activations", "as " + op + (cell == Cell::RNN ? " (Tanh, Relu, Sigmoid)" : " (only the defaults)"),
+            Attribute::Kind::Strings)
       .attr("activation_alpha", "as " + op, Attribute::Kind::Floats)
       .attr("activation_beta", "as " + op, Attribute::Kind::Floats);
   if (lstm) s.attr("input_forget", "as LSTM (only 0)", Attribute::Int(0));
-  else s.attr("linear_before_reset", "as GRU", Attribute::Int(0));
+  else if (cell == Cell::GRU) s.attr("linear_before_reset", "as GRU", Attribute::Int(0));
   s.input("X", "forward input", "T").input("W", "forward W", "T").input("R", "forward R", "T");
   s.input("B", "forward B", "T", A::Optional)
       .input("sequence_lens", "forward sequence_lens", "T1", A::Optional)
@@ -397,6 +422,8 @@ GR_REGISTER_OPS(rnn) {
   ops.op("GRU").cpu(rnn_kernel<Cell::GRU, false>);
   ops.op(kGraphrunDomain, "LSTMGrad").cpu(rnn_kernel<Cell::LSTM, true>).schema(rnn_grad_schema(Cell::LSTM));
   ops.op(kGraphrunDomain, "GRUGrad").cpu(rnn_kernel<Cell::GRU, true>).schema(rnn_grad_schema(Cell::GRU));
+  ops.op("RNN").cpu(rnn_kernel<Cell::RNN, false>);
+  ops.op(kGraphrunDomain, "RNNGrad").cpu(rnn_kernel<Cell::RNN, true>).schema(rnn_grad_schema(Cell::RNN));
 }
 
 }  // namespace graphrun::runtime::cpu
