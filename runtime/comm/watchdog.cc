@@ -26,20 +26,18 @@ void watch_until_done(const std::function<Progress(std::string* why)>& poll, con
     const Progress p = poll(&why);
     if (p == Progress::Done) return;
     if (p == Progress::Aborted) throw ReplicaAborted(kAnotherReplicaFailed);
-    std::ostringstream os;
-    os << w.what << " on replica " << w.rank << " of " << w.size << ": ";
-    if (p == Progress::Failed) {
-      os << why;
-    } else if (clock.now() > deadline) {
-      os << "not done within " << w.timeout_s
-         << " s: another replica hung or stopped (raise --comm-timeout if it is only slow)";
-    } else {
+    const bool failed = p == Progress::Failed;
+    if (!failed && clock.now() <= deadline) {  // still pending: the message is built only on the way out
       if (i >= kQuickPolls) {
         clock.sleep(pause);
         pause = std::min(pause * 2, kMaxPollSleep);
       }
       continue;
     }
+    std::ostringstream os;
+    os << w.what << " on replica " << w.rank << " of " << w.size << ": ";
+    if (failed) os << why;
+    else os << "not done within " << w.timeout_s << " s: another replica hung or stopped (raise --comm-timeout if it is only slow)";
     abort();
     throw Error(os.str());
   }
