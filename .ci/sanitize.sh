@@ -10,7 +10,9 @@
 #   bash .ci/sanitize.sh [asan] [tsan] [fuzz]     (default: all three)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
+# ccache: paths relative to the clone, and RelWithDebInfo's -g objects not keyed by the build folder, so a
+# fresh clone in another folder (CI's) reuses what an earlier build of the same sources compiled.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 JOBS="${JOBS:-$(nproc)}"
 FUZZ_SECONDS="${FUZZ_SECONDS:-30}"
 # Left out of the ASan job: the mpirun tests (LeakSanitizer reports Open MPI's own allocations at

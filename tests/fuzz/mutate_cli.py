@@ -3,7 +3,8 @@
 # and checkpoints, each run through the real CLI with a timeout and a memory limit. Prints one table
 # of outcomes per input kind (the README's reliability section quotes it) and keeps every input whose
 # outcome is not "exit 0" or "exit 2 with one line" under --out for reproduction. Exit code 1 if any
-# run crashed, hung, ran out of memory or answered otherwise.
+# run crashed, hung, ran out of memory or answered otherwise. Stopped early (SIGTERM, SIGINT), it prints the
+# table of the runs that finished, marked partial.
 #   tests/fuzz/mutate_cli.py --graphrun build/graphrun --scale 1 --jobs 2
 import argparse
 import collections
@@ -67,6 +68,9 @@ class Fuzz:
         self.work = tempfile.mkdtemp(prefix="graphrun_mutate_")
         self.counts = collections.defaultdict(collections.Counter)
         self.kept = 0
+        self.futures = []  # every run submitted, in order; each recorded once
+        self.recorded = set()
+        self.stopped = False
         os.makedirs(args.out, exist_ok=True)
         self.lenet = open(os.path.join(ROOT, "models", "lenet.onnx"), "rb").read()
         self.models = [onnx.load_from_string(self.lenet)]
@@ -149,8 +153,9 @@ class Fuzz:
     def go(self):
         s, rng = self.args.scale, self.rng
         want = lambda kind: not self.args.kinds or kind in self.args.kinds
-        futures = []
-        with cf.ThreadPoolExecutor(self.args.jobs) as pool:
+        futures = self.futures
+        pool = cf.ThreadPoolExecutor(self.args.jobs)
+        try:
             for _ in range(int(400 * s) if want("bytes") else 0):
                 futures += self.model_mutant(pool, "onnx bytes", hm.byte_edit(self.lenet, rng))
             for _ in range(int(500 * s) if want("structured") else 0):
@@ -180,9 +185,7 @@ class Fuzz:
                 futures += self.submit(pool, "idx", {"data": self.data, "data/" + name: data, "lenet.onnx": self.lenet},
                                        [self.gr("train", "lenet.onnx", "--data", "data", "--epochs", "1",
                                                 "--batch-size", "4", "--devices", "cpu:1")])
-            for f in cf.as_completed(futures):
-                self.record(*f.result())
-            futures = []
+            self.drain()
             ck = self.checkpoints() if want("checkpoint") else None
             for i in range(int(250 * s) if want("checkpoint") else 0):
                 recompute = i % 2 == 1
@@ -194,8 +197,20 @@ class Fuzz:
                                        [self.gr("train", "lenet.onnx", "--data", "data", "--epochs", "3",
                                                 "--batch-size", "4", "--devices", "cpu:1", "--checkpoint-dir", "ck",
                                                 "--resume")])
-            for f in cf.as_completed(futures):
+            self.drain()
+        except KeyboardInterrupt:  # SIGINT, or SIGTERM (see main)
+            self.stopped = True
+        # Stopped: what has not started is cancelled, what runs finishes (within --timeout) and is counted.
+        pool.shutdown(wait=True, cancel_futures=self.stopped)
+        for f in futures:
+            if f not in self.recorded and f.done() and not f.cancelled():
+                self.recorded.add(f)
                 self.record(*f.result())
+
+    def drain(self):
+        for f in cf.as_completed([f for f in self.futures if f not in self.recorded]):
+            self.recorded.add(f)
+            self.record(*f.result())
 
     def checkpoints(self):
         """Checkpoints of a short run on the tiny data, to mutate: 2 epochs, one per step."""
@@ -219,6 +234,8 @@ class Fuzz:
         total = sum(sum(c.values()) for c in self.counts.values())
         print("\n%d runs; %d not 'exit 0' or 'exit 2, one line'%s" %
               (total, bad, "" if not bad else " (kept under %s)" % self.args.out))
+        if self.stopped:
+            print("partial: stopped by a signal after %d of the %d runs submitted" % (total, len(self.futures)))
         return bad
 
 
@@ -332,6 +349,10 @@ def main():
     args = ap.parse_args()
     args.graphrun = os.path.abspath(args.graphrun)
     f = Fuzz(args)
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, stop)
     try:
         f.go()
     finally:
