@@ -64,6 +64,8 @@ constexpr Pin kPins[] = {
     // Measured on an AMD EPYC (Zen 3, AVX2 + FMA): oneDNN, and a GRAPHRUN_ONEDNN=OFF build.
     {"oneDNN", "avx2", "avx2", "0x84c5070a9a049bf2"},
     {"Eigen", "avx2", "avx2", "0x07af9229a30659db"},
+    // Measured on an Intel Xeon with AVX-512 (F, BW, DQ, VL, VNNI, BF16, FP16; no AMX): oneDNN.
+    {"oneDNN", "avx512", "avx512", "0x6caca1b69021e67d"},
 };
 
 TEST(TrainerPinned, LeNetWeightsAfter50SgdStepsOnTwoCpuReplicas) {
