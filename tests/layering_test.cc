@@ -10,6 +10,8 @@
 #include <regex>
 #include <set>
 
+#include "tests/test_util.h"
+
 namespace graphrun {
 namespace {
 
@@ -22,7 +24,7 @@ struct Includes {
 
 // Every source file of the project (paths relative to the source root) and what it includes.
 Includes read_includes() {
-  const fs::path root = GRAPHRUN_SOURCE_DIR;
+  const fs::path root = testing::source_dir();
   const std::regex include_line(R"(^\s*#\s*include\s*([<"])([^>"]+)[>"])");
   Includes r;
   for (const char* top : {"graph", "autodiff", "runtime", "tools", "tests", "bench"}) {
