@@ -314,5 +314,53 @@ TEST(CommTimeout, WatchSeesWorkThatFinishesAtTheDeadline) {
   EXPECT_EQ(aborts, 0);
 }
 
+// A communicator's end (NcclCommunicator's destructor): ncclCommDestroy waits for the work in flight,
+// so it comes only after that work is seen done; an aborted communicator is left alone (ncclCommAbort
+// freed it), and one whose work fails or never finishes is aborted, within the timeout, not destroyed.
+TEST(CommTimeout, TeardownDestroysOnlyACommunicatorWhoseWorkFinished) {
+  using runtime::Teardown;
+  {  // aborted by the watchdog or a failed replica: nothing to do, and no look at it either
+    FakeClock fake;
+    int polls = 0;
+    EXPECT_EQ(runtime::teardown_action(true, [&](std::string*) { ++polls; return Progress::Done; }, 5.0, fake.clock()),
+              Teardown::Nothing);
+    EXPECT_EQ(polls, 0);
+  }
+  {  // idle, or drained a little later: destroyed
+    FakeClock fake;
+    int polls = 0;
+    EXPECT_EQ(runtime::teardown_action(false, [&](std::string*) { return ++polls < 100 ? Progress::Pending : Progress::Done; },
+                                       5.0, fake.clock()),
+              Teardown::Destroy);
+    EXPECT_EQ(polls, 100);
+    EXPECT_LT(fake.seconds(), 5.0);
+  }
+  {  // a peer hung: its collective never finishes; aborted once the timeout has passed
+    FakeClock fake;
+    EXPECT_EQ(runtime::teardown_action(false, [&](std::string*) { return Progress::Pending; }, 2.0, fake.clock()),
+              Teardown::Abort);
+    EXPECT_GE(fake.seconds(), 2.0);
+    EXPECT_LT(fake.seconds(), 2.0 + 2 * std::chrono::duration<double>(runtime::kMaxPollSleep).count());
+  }
+  {  // NCCL's asynchronous error: aborted at once
+    FakeClock fake;
+    EXPECT_EQ(runtime::teardown_action(false,
+                                       [&](std::string* why) {
+                                         *why = "NCCL reported an asynchronous error";
+                                         return Progress::Failed;
+                                       },
+                                       60.0, fake.clock()),
+              Teardown::Abort);
+    EXPECT_LT(fake.seconds(), 1.0);
+  }
+  {  // aborted by another thread while the end was being watched: gone, nothing to do
+    FakeClock fake;
+    int polls = 0;
+    EXPECT_EQ(runtime::teardown_action(false, [&](std::string*) { return ++polls < 3 ? Progress::Pending : Progress::Aborted; },
+                                       60.0, fake.clock()),
+              Teardown::Nothing);
+  }
+}
+
 }  // namespace
 }  // namespace graphrun

@@ -43,4 +43,17 @@ void watch_until_done(const std::function<Progress(std::string* why)>& poll, con
   }
 }
 
+Teardown teardown_action(bool aborted, const std::function<Progress(std::string* why)>& poll, double timeout_s,
+                         const WatchClock& clock) {
+  if (aborted) return Teardown::Nothing;  // no poll either: the communicator is gone
+  try {
+    watch_until_done(poll, {"teardown", 0, 1, timeout_s}, [] {}, clock);
+    return Teardown::Destroy;
+  } catch (const ReplicaAborted&) {
+    return Teardown::Nothing;
+  } catch (...) {  // the watch's Error (failed or timed out), or anything else: never throw from a destructor
+    return Teardown::Abort;
+  }
+}
+
 }  // namespace graphrun::runtime

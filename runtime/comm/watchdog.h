@@ -38,4 +38,14 @@ constexpr std::chrono::microseconds kMaxPollSleep{200};
 void watch_until_done(const std::function<Progress(std::string* why)>& poll, const WatchedWait& w,
                       const std::function<void()>& abort, const WatchClock& clock = WatchClock::steady());
 
+// How a communicator ends (its destructor). ncclCommDestroy waits for the work in flight on the
+// communicator, so on one whose peer hung it would hang the process on its way out:
+//   Nothing  it was aborted (ncclCommAbort has freed it; destroying it again is a use after free),
+//            before the call or while the work was being watched (`poll` said Aborted);
+//   Destroy  the work in flight finished (`poll` said Done) within timeout_s;
+//   Abort    it failed (NCCL's asynchronous error) or did not finish within timeout_s.
+enum class Teardown { Nothing, Destroy, Abort };
+Teardown teardown_action(bool aborted, const std::function<Progress(std::string* why)>& poll, double timeout_s,
+                         const WatchClock& clock = WatchClock::steady());
+
 }  // namespace graphrun::runtime

@@ -66,18 +66,40 @@ class NcclCommunicator final : public DeviceCommunicator, public cuda::HostWaitW
   // rank: the NCCL rank (over every process's GPUs); local: this process's index in `barrier`.
   NcclCommunicator(ncclComm_t comm, int rank, int size, int local, Device dev, std::shared_ptr<RoundGroup> barrier)
       : comm_(comm), rank_(rank), size_(size), local_(local), dev_(dev), barrier_(std::move(barrier)) {
-    cuda::device_context(dev_.index);
+    comm_stream_ = cuda::device_context(dev_.index).comm_stream;
     GR_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
     GR_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
     cuda::set_host_wait_watcher(dev_.index, this);
   }
+  // ncclCommDestroy waits for the communicator's work in flight, so it is called only once that work
+  // is seen to finish within the timeout; a communicator the watchdog or a failed replica aborted is
+  // gone (nothing to do), and one whose work fails or does not finish is aborted (teardown_action).
   ~NcclCommunicator() override {
     cuda::clear_host_wait_watcher(dev_.index, this);
     cudaSetDevice(dev_.index);
+    cudaEvent_t drained = nullptr;  // the end of the NCCL work enqueued so far
+    if (!aborted_ && (cudaEventCreateWithFlags(&drained, cudaEventDisableTiming) != cudaSuccess ||
+                      cudaEventRecord(drained, comm_stream_) != cudaSuccess)) {
+      cudaGetLastError();
+      if (drained) cudaEventDestroy(drained);
+      drained = nullptr;
+    }
+    const Teardown t = teardown_action(
+        aborted_,
+        [&](std::string* why) {
+          if (drained) return poll(drained, why);
+          *why = "could not record the end of its work";
+          return Progress::Failed;
+        },
+        barrier_->timeout());
+    if (t != Teardown::Nothing && !aborted_.exchange(true)) {
+      if (t == Teardown::Destroy) ncclCommDestroy(comm_);
+      else ncclCommAbort(comm_);
+    }
+    if (drained) cudaEventDestroy(drained);
     cudaEventDestroy(ready_);
     cudaEventDestroy(done_);
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
-    if (!aborted_.exchange(true)) ncclCommDestroy(comm_);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -206,6 +228,7 @@ class NcclCommunicator final : public DeviceCommunicator, public cuda::HostWaitW
   std::mutex comm_mu_;                // polls of comm_ against ncclCommAbort from another thread
   std::atomic<bool> aborted_{false};  // ncclCommAbort called: the communicator is gone
   cudaEvent_t ready_ = nullptr, done_ = nullptr;  // done_: broadcasts (blocking-style)
+  cudaStream_t comm_stream_ = nullptr;            // its GPU's NCCL stream (the destructor's, without throwing)
   std::mutex events_mu_;
   std::vector<cudaEvent_t> events_, free_events_;  // every pooled event; those not in flight
 };
