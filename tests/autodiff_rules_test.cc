@@ -618,7 +618,7 @@ TEST(GradRules, SliceStepsAndNegativeIndices) {
   }
 }
 
-// torch's chunk: bounds computed from Shape at run time; the gradient pads by run-time amounts, and
+// torch's chunk: bounds computed from Shape at run time; the gradient is SliceGrad, and
 // Concat's gradient slices by run-time sizes when the sliced sizes are symbolic.
 TEST(GradRules, SliceWithBoundsComputedAtRunTimeAndConcatOfThem) {
   for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly}) {
@@ -634,8 +634,49 @@ TEST(GradRules, SliceWithBoundsComputedAtRunTimeAndConcatOfThem) {
     std::string tail = t.node("Slice", {y, t.node("Neg", {half}), "big", "one"});  // negative start: the last half
     std::string cat = t.node("Concat", {second, tail, first}, {{"axis", A::Int(1)}});
     Graph bg = check_gradients(t, t.node("Mul", {cat, cat}), shapes(si));
-    EXPECT_GE(count_ops(bg, "Pad"), 3);
+    EXPECT_EQ(count_ops(bg, "SliceGrad"), 3);
   }
+}
+
+// Every Slice the ONNX spec allows, with its bounds as constants and as values computed at run time (graph inputs,
+// as Swin's window slicing computes them from the padded shape), with static, symbolic and no shapes: the standard
+// ops where the bounds are constants and the sizes they need known, ai.graphrun SliceGrad elsewhere.
+TEST(GradRules, SliceWithBoundsAtRunTimeNegativeStepsClampingAndAxesOmitted) {
+  struct Case {
+    std::vector<int64_t> starts, ends, axes, steps;  // axes or steps empty: the input is left out
+  };
+  const std::vector<Case> cases = {
+      {{4}, {-100}, {1}, {-2}},                          // negative step, end clamped to -1: rows 4, 2, 0
+      {{5, 0}, {0, 6}, {2, 0}, {-1, 3}},                 // a negative and a positive step
+      {{-100, 2}, {100, -1}, {-1, 1}, {}},               // clamped start and end, negative axis, steps left out
+      {{1, -4}, {INT64_MAX, -1}, {}, {}},                // axes and steps left out
+      {{2, 0}, {0, 5}, {}, {-1, 2}},                     // axes left out, steps given
+      {{INT64_MAX, -1}, {INT64_MIN, -8}, {0, 2}, {-1, -3}},  // from the end to the front, INT64_MIN as torch writes it
+      {{-2}, {-1}, {2}, {1}},                            // negative start and end, step 1
+  };
+  for (size_t i = 0; i < cases.size(); ++i)
+    for (bool runtime : {false, true})
+      for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly, ShapeInfo::None}) {
+        SCOPED_TRACE("case " + std::to_string(i) + (runtime ? ", bounds at run time" : ", constant bounds") +
+                     ", shapes " + std::to_string(static_cast<int>(si)));
+        const Case& c = cases[i];
+        TestGraph t(17);
+        std::string x = t.node("Neg", {t.param("x", {3, 5, 7}, 1)});
+        auto bound = [&](const std::string& name, const std::vector<int64_t>& v) -> std::string {
+          if (v.empty()) return "";
+          if (runtime) return t.input(name, i64s(v));
+          t.g.initializers[name] = i64s(v);
+          return name;
+        };
+        std::vector<std::string> ins{x, bound("st", c.starts), bound("en", c.ends), bound("ax", c.axes),
+                                     bound("sp", c.steps)};
+        while (ins.back().empty()) ins.pop_back();
+        Graph bg = check_gradients(t, t.node("Slice", ins), shapes(si));
+        bool strided = false;
+        for (int64_t k : c.steps) strided |= k != 1;
+        const bool standard = !runtime && si != ShapeInfo::None && (si == ShapeInfo::Static || !strided);
+        EXPECT_EQ(count_ops(bg, "SliceGrad"), standard ? 0 : 1);
+      }
 }
 
 // Gather on a value of symbolic shape (ViT's x[:, 0]): the one-hot product built from Shape and Range.
@@ -668,6 +709,56 @@ TEST(GradRules, PadModes) {
   std::string x = t.param("x", {3, 5}, 1);
   t.g.initializers["pads"] = i64s({1, -2, -1, 2});
   check_gradients(t, t.node("Pad", {x, "pads"}));
+}
+
+// Pads computed at run time (Swin pads each window by sizes taken from the shape): in constant mode dX is dY
+// padded by the negated pads, crops (negative pads) and a constant value included; with static, symbolic and no
+// shapes; at opset 18 also with axes. Edge and reflect modes refuse them in one line naming the node.
+TEST(GradRules, PadWithPadsComputedAtRunTime) {
+  const std::vector<std::vector<int64_t>> cases = {
+      {0, 2, 1, 0, 1, 3}, {1, -2, 0, -1, 2, -3}, {-1, 0, -6, 0, 0, 0}, {0, 0, 0, 0, 0, 0}};
+  for (size_t i = 0; i < cases.size(); ++i)
+    for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly, ShapeInfo::None}) {
+      SCOPED_TRACE("case " + std::to_string(i) + ", shapes " + std::to_string(static_cast<int>(si)));
+      TestGraph t(17);
+      std::string x = t.node("Neg", {t.param("x", {2, 3, 7}, 1)});
+      t.g.initializers["v"] = Tensor::scalar<double>(0.5);
+      // pads = given + 0 * Shape(x)[0]: computed at run time, as exporters build them.
+      std::string zero = t.node("Mul", {t.node("Shape", {x}, {{"start", A::Int(0)}, {"end", A::Int(1)}}), t.input("z", i64s({0}))});
+      std::string pads = t.node("Add", {t.input("p", i64s(cases[i])), zero});
+      CheckOptions o = shapes(si);
+      o.wrt = {"x"};  // the constant value gets no gradient (as with constant pads)
+      Graph bg = check_gradients(t, t.node("Pad", {x, pads, "v"}), o);
+      EXPECT_EQ(count_ops(bg, "Pad"), 2);  // the forward's and the gradient's
+    }
+  for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::None}) {  // opset 18: pads for the axes given
+    TestGraph t(18);
+    std::string x = t.param("x", {2, 3, 7}, 1);
+    t.g.initializers["axes"] = i64s({-1, 1});
+    check_gradients(t, t.node("Pad", {x, t.input("p", i64s({2, -1, -3, 1})), "", "axes"}), shapes(si));
+  }
+  for (const char* mode : {"edge", "reflect"}) {
+    TestGraph t(17);
+    std::string x = t.param("x", {2, 3, 7}, 1);
+    Graph g = t.g;
+    g.inputs.push_back("p");
+    g.values["p"] = ValueInfo{DType::I64, true, {Dim(6)}};
+    g.nodes.push_back(Node{"the_pad", "Pad", "", {x, "p"}, {"y"}, {{"mode", A::Str(mode)}}});
+    g.nodes.push_back(Node{"the_sum", "ReduceSum", "", {"y"}, {"loss"}, {{"keepdims", A::Int(0)}}});
+    g.values["loss"] = ValueInfo{DType::F64, true, {}};
+    g.outputs = {"loss"};
+    autodiff::BackwardOptions bo;
+    bo.params = {"x"};
+    try {
+      autodiff::backward(g, bo);
+      ADD_FAILURE() << mode << ": no error";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("the_pad"), std::string::npos) << m;
+      EXPECT_NE(m.find(mode), std::string::npos) << m;
+      EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    }
+  }
 }
 
 TEST(GradRules, GatherAxesAndNegativeIndices) {

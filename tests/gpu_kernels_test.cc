@@ -266,6 +266,8 @@ TEST(GpuKernels, ComparisonsWhereCast) { expect_group_on_gpu(comparison_where_ca
 
 // ---- shape ----
 
+Tensor as_f64(const Tensor& t);
+
 void shape_cases(Cases& cs) {
   Tensor x = random_tensor({2, 3, 4}, 20);
   cs.add("Reshape", {x, i64({2}, {4, -1})});
@@ -284,6 +286,17 @@ void shape_cases(Cases& cs) {
   // Negative steps, ends past the front (INT64_MIN as exporters write it), clamped starts.
   cs.add("Slice", {x, i64({2}, {-1, 100}), i64({2}, {INT64_MIN, 0}), i64({2}, {2, 1}), i64({2}, {-1, -2})});
   cs.add("Slice", {x, i64({1}, {2}), i64({1}, {0}), i64({1}, {0}), i64({1}, {-1})});
+  // SliceGrad scatters dY where those Slices took it: the same bounds, dY of the slice's shape, f32 and f64.
+  const Tensor xs = i64({3}, {2, 3, 4});
+  cs.add("SliceGrad", {random_tensor({2, 2, 3}, 24), xs, i64({2}, {0, 3}), i64({2}, {2, 0}), i64({2}, {1, 2}),
+                       i64({2}, {1, -1})}, {}, 1, 0, 17, kGraphrunDomain);
+  cs.add("SliceGrad", {as_f64(random_tensor({2, 3, 3}, 25)), xs, i64({1}, {1}), i64({1}, {100}), i64({1}, {-1}),
+                       Tensor()}, {}, 1, 0, 17, kGraphrunDomain);
+  cs.add("SliceGrad", {random_tensor({2, 1, 4}, 26), xs, i64({2}, {-1, 100}), i64({2}, {INT64_MIN, 0}), i64({2}, {2, 1}),
+                       i64({2}, {-1, -2})}, {}, 1, 0, 17, kGraphrunDomain);
+  cs.add("SliceGrad", {random_tensor({1, 3, 4}, 27), xs, Tensor::from_vector<int32_t>({1}, {-1}),
+                       Tensor::from_vector<int32_t>({1}, {100})}, {}, 1, 0, 17, kGraphrunDomain);
+  cs.add("SliceGrad", {random_tensor({0, 3, 4}, 28), xs, i64({1}, {1}), i64({1}, {1})}, {}, 1, 0, 17, kGraphrunDomain);
   for (const char* mode : {"constant", "edge", "reflect"})
     cs.add("Pad", {x, i64({6}, {0, 1, 2, 1, -1, 1}), Tensor::scalar<float>(0.5f)}, {{"mode", Attribute::Str(mode)}}, 1,
                   0, 13);

@@ -1,10 +1,13 @@
 // Shape-family CPU kernels against numpy (evaluated at test time) and naive references: Reshape,
 // Flatten, Transpose, Concat, Split, Slice, Squeeze/Unsqueeze, Pad, Gather*, Scatter, Expand, Tile,
-// Constant*, Shape/Size, Range, OneHot and ai.graphrun SumToShape, with their opset differences.
+// Constant*, Shape/Size, Range, OneHot and ai.graphrun SumToShape and SliceGrad, with their opset differences.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <climits>
 #include <limits>
 
+#include "graph/slice_layout.h"
 #include "tests/math_test_util.h"
 
 namespace graphrun {
@@ -125,6 +128,81 @@ TEST(Shape, SliceMatchesNumpyWithNegativeStepsAndClamping) {
                                      {"axes", Attribute::Ints({0, 1})}}, 1, 9)[0],
                want[0], 0);
   expect_error([&] { run_op("Slice", {x, i64s({0}), i64s({1}), i64s({0}), i64s({0})}); }, {"step 0"});
+}
+
+// ai.graphrun SliceGrad: zeros of X's shape with dY written where Slice takes its elements, against numpy's
+// `z[slice] = dy` for the slices above, in f64 and f32, int32 bounds too.
+TEST(Shape, SliceGradWritesWhereSliceTakesMatchesNumpy) {
+  const Shape xs = {4, 5, 6};
+  struct Case {
+    std::vector<int64_t> starts, ends, axes, steps;
+    std::string np;
+  };
+  const std::vector<Case> cases = {
+      {{1, 0}, {3, 5}, {0, 1}, {1, 1}, "1:3, 0:5"},
+      {{0}, {-1}, {}, {}, "0:-1"},
+      {{-3}, {kMax}, {2}, {1}, ":, :, -3:"},
+      {{5}, {-kMax}, {2}, {-1}, ":, :, ::-1"},
+      {{-1, 4}, {-kMax, 0}, {0, -1}, {-2, -3}, "::-2, :, 4:0:-3"},
+      {{20}, {1}, {1}, {-2}, ":, 20:1:-2"},
+      {{2}, {2}, {1}, {1}, ":, 2:2"},
+      {{-100}, {100}, {0}, {3}, "-100:100:3"},
+      {{1, 1}, {1000, 4}, {2, 1}, {2, 1}, ":, 1:4, 1:1000:2"},
+      {{3, -1}, {0, -7}, {}, {-2, -1}, "3:0:-2, -1:-7:-1"},
+  };
+  const std::string prelude =
+      "def unslice(shape, idx):\n"
+      "    z = np.zeros(shape)\n"
+      "    z[idx] = np.array([math.sin(i + 1) for i in range(z[idx].size)], dtype=np.float64).reshape(z[idx].shape)\n"
+      "    return z\n";
+  std::vector<std::string> exprs;
+  for (const auto& c : cases) {
+    exprs.push_back("np.zeros((4, 5, 6))[" + c.np + "]");
+    exprs.push_back("unslice((4, 5, 6), np.s_[" + c.np + "])");
+  }
+  auto want = numpy_eval(exprs, "slice_grad", prelude);
+  ASSERT_EQ(want.size(), 2 * cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto& c = cases[i];
+    const Tensor dy = sin_tensor(want[2 * i].shape());
+    for (DType dt : {DType::F64, DType::F32}) {
+      std::vector<Tensor> in = {make(dt, dy.shape(), dy.as_doubles()), i64s(xs), i64s(c.starts), i64s(c.ends),
+                                c.axes.empty() ? Tensor() : i64s(c.axes), c.steps.empty() ? Tensor() : i64s(c.steps)};
+      while (!in.back().defined()) in.pop_back();
+      if (dt == DType::F32)  // int32 bounds, as Slice allows
+        for (size_t k = 2; k < in.size(); ++k)
+          if (in[k].defined()) {
+            std::vector<int32_t> v;
+            for (int64_t e : in[k].as_int64s()) v.push_back(static_cast<int32_t>(std::clamp<int64_t>(e, INT32_MIN, INT32_MAX)));
+            in[k] = Tensor::from_vector<int32_t>(in[k].shape(), v);
+          }
+      Tensor got = run_op("SliceGrad", in, {}, 1, 17, kGraphrunDomain)[0];
+      expect_close(got, make(dt, xs, want[2 * i + 1].as_doubles()), 0, "SliceGrad " + c.np + " " + dtype_name(dt));
+    }
+  }
+  expect_error([&] { run_op("SliceGrad", {sin_tensor({4, 5, 2}), i64s(xs), i64s({0}), i64s({3}), i64s({2})}, {}, 1, 17,
+                            kGraphrunDomain); },
+               {"SliceGrad", "[4,5,2]", "[4,5,3]"});
+  expect_error([&] { run_op("SliceGrad", {sin_tensor({4, 5, 6}), i64s(xs), i64s({0}), i64s({3}), i64s({1}), i64s({0})},
+                            {}, 1, 17, kGraphrunDomain); },
+               {"SliceGrad", "step 0"});
+}
+
+// The one index function of Slice, SliceGrad and the Slice rule, at the ONNX spec's edges.
+TEST(Shape, SliceRangeClampsAsTheSpecSays) {
+  struct Case {
+    int64_t dim, start, end, step, first, count;
+  };
+  const std::vector<Case> cases = {
+      {5, 1, 4, 1, 1, 3},     {5, -2, kMax, 1, 3, 2},   {5, -100, 100, 2, 0, 3},  {5, 4, -100, -2, 4, 3},
+      {5, 100, -kMax - 1, -1, 4, 5}, {5, -100, 0, -1, 0, 0}, {5, 3, 3, 1, 0, 0}, {0, 0, kMax, 1, 0, 0},
+      {0, -1, -kMax - 1, -1, 0, 0}, {5, 0, 5, kMax, 0, 1}, {5, 4, 0, -kMax - 1, 4, 1}, {7, 6, -8, -3, 6, 3},
+  };
+  for (const auto& c : cases) {
+    const SliceRange r = slice_range(c.dim, c.start, c.end, c.step);
+    EXPECT_EQ(r.count, c.count) << c.dim << " " << c.start << ":" << c.end << ":" << c.step;
+    if (r.count) EXPECT_EQ(r.first, c.first) << c.dim << " " << c.start << ":" << c.end << ":" << c.step;
+  }
 }
 
 TEST(Shape, PadMatchesNumpyInEveryModeAndBothOpsetForms) {

@@ -1,10 +1,12 @@
 // Gradient rules of data-movement ops: Reshape-like ops (Reshape, Flatten, Squeeze, Unsqueeze), Transpose,
-// Expand, Concat/Split, Slice (any steps), Pad (constant, edge, reflect), Gather,
-// DepthToSpace and SpaceToDepth, with standard ops.
+// Expand, Concat/Split, Slice (any steps; ai.graphrun SliceGrad where its bounds are computed at run time), Pad
+// (constant, edge, reflect; pads computed at run time in constant mode), Gather, DepthToSpace and SpaceToDepth,
+// with standard ops.
 #include <algorithm>
 #include <climits>
 
 #include "autodiff/rules/rules.h"
+#include "graph/slice_layout.h"
 
 namespace graphrun::autodiff {
 
@@ -80,15 +82,6 @@ std::string unslice_axis(GradContext& ctx, const std::string& g, int rank, int64
 // The size of `axis` of v at run time.
 std::string runtime_dim(GradContext& ctx, const std::string& v, int64_t axis) {
   return ctx.slice(ctx.op("Shape", {v}), {axis}, {axis + 1}, {0});
-}
-
-// Element i of a 1-D integer input (starts, ends), as i64 [1]; a Constant when the input is one.
-std::string element_i64(GradContext& ctx, const std::string& v, int64_t i) {
-  Tensor t = ctx.constant_value(v);
-  if (t.defined()) return ctx.ints({t.as_int64s().at(i)});
-  std::string e = ctx.slice(v, {i}, {i + 1}, {0});
-  if (ctx.dtype(v) != DType::I64) e = ctx.op("Cast", {e}, {{"to", Attribute::Int(static_cast<int64_t>(DType::I64))}});
-  return e;
 }
 
 // A Slice bound clamped to [0, d] as Slice does for step 1 (negative: from the end). Min first, so that
@@ -169,44 +162,40 @@ void split_grad(GradContext& ctx) {
   ctx.set_dx(0, ctx.op("Concat", parts, {{"axis", Attribute::Int(axis)}}));
 }
 
-// Slice with starts or ends known only at run time: step 1 on every axis, dX = Pad(dY) by the clamped
-// bounds, computed in the graph.
-void slice_grad_runtime(GradContext& ctx) {
+// A Slice bound input (starts 1, ends 2, axes 3, steps 4): whether the rule may read it as constants (given as a
+// constant, or absent), and the value to hand SliceGrad (the input itself; opset 9's attributes as Constants).
+bool slice_input_constant(GradContext& ctx, size_t i) {
+  return ctx.opset() < 10 || !ctx.fwd().has_input(i) || ctx.constant_value(ctx.in(i)).defined();
+}
+
+std::string slice_input_value(GradContext& ctx, size_t i, const char* attr) {
   const Node& n = ctx.fwd();
-  const std::string& x = ctx.in(0);
-  const int r = ctx.rank(x);
-  bool has_axes = false, has_steps = false;
-  std::vector<int64_t> axes = const_ints(ctx, 3, "", &has_axes), steps = const_ints(ctx, 4, "", &has_steps);
-  if (!has_axes) {
-    const ValueInfo si = ctx.type_of(ctx.in(1));
-    GR_CHECK(si.has_shape && si.shape.size() == 1 && si.shape[0].known(),
-             n.describe() << ": the Slice gradient needs the number of its starts");
-    for (int64_t i = 0; i < si.shape[0].size; ++i) axes.push_back(i);
-  }
-  std::string g = ctx.dy();
-  for (size_t i = 0; i < axes.size(); ++i) {
-    GR_CHECK(!has_steps || steps.at(i) == 1,
-             n.describe() << ": the gradient of a strided Slice needs constant starts and ends");
-    const int64_t a = norm_axis(axes[i], r, n);
-    std::string dim = runtime_dim(ctx, x, a);
-    std::string cs = clamp_bound(ctx, element_i64(ctx, ctx.in(1), static_cast<int64_t>(i)), dim);
-    std::string ce = clamp_bound(ctx, element_i64(ctx, ctx.in(2), static_cast<int64_t>(i)), dim);
-    g = pad_axis_runtime(ctx, g, r, a, cs, ctx.op("Sub", {dim, ctx.op("Max", {ce, cs})}));
-  }
-  ctx.set_dx(0, g);
+  if (ctx.opset() >= 10) return n.has_input(i) ? ctx.in(i) : "";
+  return n.has_attr(attr) ? ctx.ints(n.attr_ints(attr)) : "";
+}
+
+// dX = ai.graphrun SliceGrad(dY, Shape(X), starts, ends, axes, steps): zeros with dY written where the Slice took
+// its elements, laid out at run time by the Slice kernel's own index function (graph/slice_layout.h). For bounds
+// computed at run time, and where the standard ops below would need a rank or an axis size unknown here.
+void slice_grad_op(GradContext& ctx) {
+  std::vector<std::string> ins{ctx.dy(), ctx.shape_of(ctx.in(0)), slice_input_value(ctx, 1, "starts"),
+                               slice_input_value(ctx, 2, "ends"), slice_input_value(ctx, 3, "axes"),
+                               slice_input_value(ctx, 4, "steps")};
+  while (ins.back().empty()) ins.pop_back();
+  ctx.set_dx(0, ctx.op("SliceGrad", ins, {}, kGraphrunDomain));
 }
 
 void slice_grad(GradContext& ctx) {
   const Node& n = ctx.fwd();
   const std::string& x = ctx.in(0);
-  int r = ctx.rank(x);
-  GR_CHECK(r >= 0, n.describe() << ": the Slice gradient needs the rank of its input");
+  const int r = ctx.rank(x);
+  // Constant bounds on a value of known rank: standard ops (Pad, or a product with a 0/1 matrix for other steps,
+  // which needs the axis size); anything else: SliceGrad.
+  for (size_t i = 1; i <= 4; ++i)
+    if (!slice_input_constant(ctx, i)) return slice_grad_op(ctx);
+  if (r < 0) return slice_grad_op(ctx);
   std::vector<int64_t> starts, ends, axes, steps;
   bool has_axes = false, has_steps = false;
-  // Bounds computed at run time (torch's chunk) or axes of symbolic size: a Pad by run-time amounts.
-  const bool runtime_bounds = ctx.opset() >= 10 && (!ctx.constant_value(ctx.in(1)).defined() ||
-                                                    !ctx.constant_value(ctx.in(2)).defined());
-  if (runtime_bounds) return slice_grad_runtime(ctx);
   if (ctx.opset() >= 10) {
     starts = const_ints(ctx, 1, "", nullptr);
     ends = const_ints(ctx, 2, "", nullptr);
@@ -223,36 +212,35 @@ void slice_grad(GradContext& ctx) {
     for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
   }
   if (!has_steps) steps.assign(starts.size(), 1);
+  GR_CHECK(starts.size() == ends.size() && axes.size() == starts.size() && steps.size() == starts.size(),
+           n.describe() << ": starts, ends, axes and steps differ in length");
+  const ValueInfo xi = ctx.type_of(x);
+  for (size_t i = 0; i < axes.size(); ++i) {
+    const int64_t a = norm_axis(axes[i], r, n);
+    GR_CHECK(steps[i] != 0, n.describe() << ": Slice step 0");
+    Shape xs;
+    const bool known = ctx.static_shape(x, xs) || (xi.has_shape && xi.shape.at(a).known());
+    if (steps[i] != 1 && !known) return slice_grad_op(ctx);
+  }
   std::string g = ctx.dy();
   for (size_t i = 0; i < axes.size(); ++i) {
     int64_t a = norm_axis(axes[i], r, n);
     int64_t s = starts[i], e = ends[i], k = steps[i];
-    GR_CHECK(k != 0, n.describe() << ": Slice step 0");
     // x[s:] with step 1 needs no size: nothing is cut after the slice.
     if (k == 1 && s >= 0 && e >= (int64_t{1} << 31)) {
       if (s > 0) g = ctx.pad(g, pads_on_axis(r, a, s, 0));
       continue;
     }
-    const ValueInfo xi = ctx.type_of(x);
     if (k == 1 && !(xi.has_shape && xi.shape.at(a).known())) {
       std::string dim = runtime_dim(ctx, x, a);
       std::string cs = clamp_bound(ctx, ctx.ints({s}), dim), ce = clamp_bound(ctx, ctx.ints({e}), dim);
       g = pad_axis_runtime(ctx, g, r, a, cs, ctx.op("Sub", {dim, ctx.op("Max", {ce, cs})}));
       continue;
     }
-    int64_t d = static_dim(ctx, x, a, "Slice");
-    int64_t count;
-    if (k > 0) {
-      s = std::clamp<int64_t>(s < 0 ? s + d : s, 0, d);
-      e = std::clamp<int64_t>(e < 0 ? e + d : e, 0, d);
-      count = e > s ? (e - s + k - 1) / k : 0;
-    } else {
-      s = std::clamp<int64_t>(s < 0 ? s + d : s, 0, d - 1);
-      e = std::clamp<int64_t>(e < 0 ? e + d : e, -1, d - 1);
-      count = s > e ? (s - e + (-k) - 1) / (-k) : 0;
-    }
-    if (count == 0) return ctx.set_dx(0, ctx.zeros_like(x));
-    g = unslice_axis(ctx, g, r, a, d, s, k, count);
+    const int64_t d = static_dim(ctx, x, a, "Slice");
+    const SliceRange range = slice_range(d, s, e, k);  // the kernels' own clamping
+    if (range.count == 0) return ctx.set_dx(0, ctx.zeros_like(x));
+    g = unslice_axis(ctx, g, r, a, d, range.first, k, range.count);
   }
   ctx.set_dx(0, g);
 }
@@ -260,9 +248,21 @@ void slice_grad(GradContext& ctx) {
 void pad_grad(GradContext& ctx) {
   const Node& n = ctx.fwd();
   const std::string& x = ctx.in(0);
-  std::vector<int64_t> pads = ctx.opset() >= 11 ? const_ints(ctx, 1, "pads") : n.attr_ints("pads");
   const std::string mode = n.attr_s("mode", "constant");
-  GR_CHECK(!(ctx.opset() >= 18 && n.has_input(3)), n.describe() << ": no gradient for Pad with axes");
+  const bool has_axes = ctx.opset() >= 18 && n.has_input(3);
+  if (ctx.opset() >= 11 && (!ctx.constant_value(ctx.in(1)).defined() || has_axes)) {
+    // Pads computed at run time (Swin pads its windows by sizes taken from the shape), or given for some axes: in
+    // constant mode y[j] = x[j - begin] where that is inside x, so dX[i] = dY[i + begin] where that is inside dY:
+    // a Pad of dY by the negated pads, which crops the added borders and puts zeros back where the forward
+    // cropped (negative pads). One node for any rank, shape or sign.
+    GR_CHECK(mode == "constant", n.describe() << ": no gradient for Pad mode '" << mode << "' with pads '" << ctx.in(1)
+                                              << "' computed at run time or with axes (constant mode has one)");
+    std::vector<std::string> ins{ctx.dy(), ctx.op("Neg", {ctx.in(1)})};
+    if (has_axes) ins.insert(ins.end(), {"", ctx.in(3)});
+    ctx.set_dx(0, ctx.op("Pad", ins, {{"mode", Attribute::Str("constant")}}));
+    return;
+  }
+  std::vector<int64_t> pads = ctx.opset() >= 11 ? const_ints(ctx, 1, "pads") : n.attr_ints("pads");
   const int r = static_cast<int>(pads.size() / 2);
   std::string g = ctx.dy();
   if (mode == "constant") {

@@ -1,12 +1,13 @@
 // CPU kernels: shape family — ops that move, select or create elements without arithmetic
-// (Reshape, Transpose, Concat, Split, Slice, Pad, Gather, ...), plus ai.graphrun SumToShape, GatherElementsGrad and
-// GatherNDGrad.
+// (Reshape, Transpose, Concat, Split, Slice, Pad, Gather, ...), plus ai.graphrun SumToShape, SliceGrad,
+// GatherElementsGrad and GatherNDGrad.
 // Movement kernels work on raw elements of 1, 2, 4 or 8 bytes, so they serve every dtype.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <set>
 
+#include "graph/slice_layout.h"
 #include "runtime/kernels/cpu/math_common.h"
 
 namespace graphrun::runtime::cpu {
@@ -255,59 +256,67 @@ void split_kernel(KernelContext& ctx) {
   }
 }
 
-void slice_kernel(KernelContext& ctx) {
-  const Tensor& x = ctx.input(0);
-  const int r = x.rank();
+// Slice's starts, ends, axes and steps: inputs from opset 10, attributes before.
+SliceLayout slice_layout_of(KernelContext& ctx, const Shape& in, int first, const char* what) {
   std::vector<int64_t> starts, ends, axes, steps;
-  if (ctx.opset() < 10) {
+  if (ctx.opset() < 10 && first == 1) {
     starts = ctx.node().attr_ints("starts");
     ends = ctx.node().attr_ints("ends");
     axes = ctx.node().attr_ints("axes");
   } else {
-    starts = int_list(ctx.input(1), "Slice starts");
-    ends = int_list(ctx.input(2), "Slice ends");
-    if (ctx.has_input(3)) axes = int_list(ctx.input(3), "Slice axes");
-    if (ctx.has_input(4)) steps = int_list(ctx.input(4), "Slice steps");
+    starts = int_list(ctx.input(first), (std::string(what) + " starts").c_str());
+    ends = int_list(ctx.input(first + 1), (std::string(what) + " ends").c_str());
+    if (ctx.has_input(first + 2)) axes = int_list(ctx.input(first + 2), (std::string(what) + " axes").c_str());
+    if (ctx.has_input(first + 3)) steps = int_list(ctx.input(first + 3), (std::string(what) + " steps").c_str());
   }
-  GR_CHECK(starts.size() == ends.size(), "Slice: " << starts.size() << " starts but " << ends.size() << " ends");
-  if (axes.empty()) for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
-  if (steps.empty()) steps.assign(starts.size(), 1);
-  GR_CHECK(axes.size() == starts.size() && steps.size() == starts.size(),
-           "Slice: starts, ends, axes and steps must have the same length");
-  Shape out = x.shape();
-  const auto in_st = contiguous_strides(x.shape());
-  std::vector<int64_t> st = in_st;
-  std::vector<bool> seen(r, false);
-  int64_t base = 0;
-  for (size_t i = 0; i < starts.size(); ++i) {
-    const int k = norm_axis(axes[i], r, "Slice");
-    GR_CHECK(!seen[k], "Slice: axis " << axes[i] << " is given twice");
-    seen[k] = true;
-    const int64_t dim = x.shape()[k], step = steps[i];
-    GR_CHECK(step != 0, "Slice: step 0 on axis " << axes[i]);
-    int64_t s = starts[i], e = ends[i];
-    if (s < 0) s += dim;
-    if (e < 0) e += dim;
-    if (dim == 0) {
-      s = e = 0;
-    } else if (step > 0) {
-      s = std::clamp<int64_t>(s, 0, dim);
-      e = std::clamp<int64_t>(e, 0, dim);
-    } else {
-      s = std::clamp<int64_t>(s, 0, dim - 1);
-      e = std::clamp<int64_t>(e, -1, dim - 1);
-    }
-    int64_t len = step > 0 ? (e - s + step - 1) / step : (s - e + (-step) - 1) / (-step);
-    if (len < 0) len = 0;
-    out[k] = len;
-    st[k] = in_st[k] * step;
-    if (len > 0) base += s * in_st[k];
-  }
-  Tensor& y = ctx.output(0, out, x.dtype());
+  return slice_layout(in, starts, ends, axes, steps, what);
+}
+
+void slice_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const SliceLayout L = slice_layout_of(ctx, x.shape(), 1, "Slice");
+  Tensor& y = ctx.output(0, L.out, x.dtype());
   if (y.numel() == 0) return;
   dispatch_bytes(x.dtype(), "Slice", [&](auto tag) {
     using E = decltype(tag);
-    strided_gather<E>(out, st, base, ptr<E>(x), ptr<E>(y));
+    strided_gather<E>(L.out, L.strides, L.base, ptr<E>(x), ptr<E>(y));
+  });
+}
+
+// SliceGrad(dY, shape, starts, ends[, axes[, steps]]): zeros of `shape` with dY written where Slice took its
+// elements (the same layout; a Slice never takes an element twice, so nothing adds up).
+void slice_grad_kernel(KernelContext& ctx) {
+  const Tensor& dy = ctx.input(0);
+  const std::vector<int64_t> sv = int_list(ctx.input(1), "SliceGrad shape");
+  const Shape xs(sv.begin(), sv.end());
+  for (int64_t d : xs) GR_CHECK(d >= 0, "SliceGrad: bad shape " << shape_str(xs));
+  const SliceLayout L = slice_layout_of(ctx, xs, 2, "SliceGrad");
+  GR_CHECK(dy.shape() == L.out, "SliceGrad: dY has shape " << shape_str(dy.shape()) << ", the slice of "
+                                                           << shape_str(xs) << " has " << shape_str(L.out));
+  Tensor& dx = ctx.output(0, xs, dy.dtype());
+  if (dx.nbytes()) std::memset(dx.raw(), 0, dx.nbytes());
+  if (dy.numel() == 0) return;
+  dispatch_bytes(dy.dtype(), "SliceGrad", [&](auto tag) {
+    using E = decltype(tag);
+    const E* g = ptr<E>(dy);
+    E* p = ptr<E>(dx);
+    const size_t r = L.out.size();
+    if (r == 0) {
+      p[L.base] = g[0];
+      return;
+    }
+    const int64_t n = dy.numel(), inner = L.out[r - 1], s = L.strides[r - 1];
+    std::vector<int64_t> idx(r, 0);
+    int64_t off = L.base;
+    for (int64_t o = 0; o < n; o += inner) {
+      for (int64_t i = 0; i < inner; ++i) p[off + i * s] = g[o + i];
+      for (size_t k = r - 1; k-- > 0;) {
+        off += L.strides[k];
+        if (++idx[k] < L.out[k]) break;
+        off -= L.strides[k] * L.out[k];
+        idx[k] = 0;
+      }
+    }
   });
 }
 
@@ -1025,6 +1034,22 @@ GR_REGISTER_OPS(shape) {
   ops.op("Concat").cpu(concat_kernel).host_shapes();
   ops.op("Split").cpu(split_kernel).host_inputs({1});
   ops.op("Slice").cpu(slice_kernel).host_inputs({1, 2, 3, 4}).host_shapes();
+  ops.op(kGraphrunDomain, "SliceGrad")
+      .cpu(slice_grad_kernel)
+      .host_inputs({1, 2, 3, 4, 5})
+      .schema(OpSchemaSpec("gradient of `Slice` w.r.t. its data where its starts, ends, axes or steps are computed at run "
+                           "time (else Pad or a product with a 0/1 matrix): zeros of `shape` with dY written at the "
+                           "elements the Slice took")
+                  .input("dY", "gradient of the output", "T")
+                  .input("shape", "the shape of data (i64 1-D)", "tensor(int64)")
+                  .input("starts", "the Slice's starts", "Tind")
+                  .input("ends", "the Slice's ends", "Tind")
+                  .input("axes", "the Slice's axes (default 0, 1, ...)", "Tind", OpSchemaSpec::Arity::Optional)
+                  .input("steps", "the Slice's steps (default 1)", "Tind", OpSchemaSpec::Arity::Optional)
+                  .output("dX", "gradient of data", "T")
+                  .type("T", float_tensor_types(), "float tensors")
+                  .type("Tind", {"tensor(int32)", "tensor(int64)"}, "index tensors")
+                  .output_shape_from(0, 1));
   ops.op("Pad").cpu(pad_kernel).host_inputs({1, 3});
   ops.op("Constant").cpu(constant_kernel).host_shapes();
   ops.op("Shape").cpu(shape_kernel).host_shapes(true);

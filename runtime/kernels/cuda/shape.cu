@@ -1,8 +1,9 @@
 // CUDA kernels: shape family (the CPU's shape.cc op set): Reshape, Flatten, Transpose, Shape, Constant,
 // Gather, Concat, Unsqueeze, Squeeze, Slice, GatherElements, ScatterElements (and opset 9's Scatter), ScatterND,
-// ai.graphrun GatherElementsGrad. Shape-like int64 inputs are read on the host (common.cuh).
+// ai.graphrun SliceGrad and GatherElementsGrad. Shape-like int64 inputs are read on the host (common.cuh).
 #include <cstring>
 
+#include "graph/slice_layout.h"
 #include "runtime/kernels/cuda/common.cuh"
 
 namespace graphrun::runtime::cuda {
@@ -287,54 +288,68 @@ void squeeze_op(KernelContext& ctx) {
   copy_device(ctx, X, Y);
 }
 
-void slice_op(KernelContext& ctx) {
-  const Tensor& X = ctx.input(0);
-  const int r = X.rank();
+// Slice's starts, ends, axes and steps (inputs from `first` on; attributes before opset 10), laid out by the
+// index function the CPU kernels use.
+SliceLayout slice_layout_of(KernelContext& ctx, const Shape& in, int first, const char* what) {
   std::vector<int64_t> starts, ends, axes, steps;
-  if (ctx.opset() >= 10) {
-    starts = host_int64s(ctx, 1);
-    ends = host_int64s(ctx, 2);
-    if (ctx.has_input(3)) axes = host_int64s(ctx, 3);
-    if (ctx.has_input(4)) steps = host_int64s(ctx, 4);
+  if (ctx.opset() >= 10 || first != 1) {
+    starts = host_int64s(ctx, first);
+    ends = host_int64s(ctx, first + 1);
+    if (ctx.has_input(first + 2)) axes = host_int64s(ctx, first + 2);
+    if (ctx.has_input(first + 3)) steps = host_int64s(ctx, first + 3);
   } else {
     starts = ctx.node().attr_ints("starts");
     ends = ctx.node().attr_ints("ends");
     axes = ctx.node().attr_ints("axes");
   }
-  GR_CHECK(starts.size() == ends.size(), "Slice: " << starts.size() << " starts, " << ends.size() << " ends");
-  if (axes.empty())
-    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
-  if (steps.empty()) steps.assign(starts.size(), 1);
-  GR_CHECK(axes.size() == starts.size() && steps.size() == starts.size(), "Slice: starts, ends, axes, steps differ in length");
-  std::vector<int64_t> begin(r, 0), step(r, 1);
-  Shape out = X.shape();
-  for (size_t i = 0; i < axes.size(); ++i) {
-    int64_t a = normalize_axis(axes[i], r, "Slice axis");
-    int64_t dim = X.dim(static_cast<int>(a));
-    int64_t s = starts[i], e = ends[i], st = steps[i];
-    GR_CHECK(st != 0, "Slice: step 0");
-    if (s < 0) s += dim;
-    if (e < 0) e += dim;
-    if (st > 0) {
-      s = std::min(std::max<int64_t>(s, 0), dim);
-      e = std::min(std::max<int64_t>(e, 0), dim);
-      out[a] = e > s ? (e - s + st - 1) / st : 0;
-    } else {
-      s = std::min(std::max<int64_t>(s, 0), dim - 1);
-      e = std::min(std::max<int64_t>(e, -1), dim - 1);
-      out[a] = s > e ? (s - e + (-st) - 1) / (-st) : 0;
-    }
-    begin[a] = s;
-    step[a] = st;
+  return slice_layout(in, starts, ends, axes, steps, what);
+}
+
+void slice_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  const SliceLayout L = slice_layout_of(ctx, X.shape(), 1, "Slice");
+  Tensor& Y = ctx.output(0, L.out, X.dtype());
+  strided_copy(ctx, X, Y, L.strides, L.base);
+}
+
+template <class U>
+__global__ void strided_scatter_kernel(const U* y, U* x, IndexMap m, int64_t base, int64_t n) {
+  GR_GRID_STRIDE(i, n) {
+    int64_t off[3];
+    map_offsets(m, i, 1, off);
+    x[base + off[0]] = y[i];
   }
-  Tensor& Y = ctx.output(0, out, X.dtype());
-  std::vector<int64_t> in_st = row_major_strides(X.shape()), st(r);
-  int64_t base = 0;
-  for (int d = 0; d < r; ++d) {
-    st[d] = in_st[d] * step[d];
-    if (out[d] > 0) base += begin[d] * in_st[d];
+}
+
+// SliceGrad(dY, shape, starts, ends[, axes[, steps]]): zeros of `shape`, then a thread per element of dY writes
+// it where the Slice took it (distinct elements: no two threads write one place).
+void slice_grad_op(KernelContext& ctx) {
+  const Tensor& dY = ctx.input(0);
+  const std::vector<int64_t> sv = host_int64s(ctx, 1);
+  const Shape xs(sv.begin(), sv.end());
+  for (int64_t d : xs) GR_CHECK(d >= 0, "SliceGrad: bad shape " << shape_str(xs));
+  const SliceLayout L = slice_layout_of(ctx, xs, 2, "SliceGrad");
+  GR_CHECK(dY.shape() == L.out, "SliceGrad: dY has shape " << shape_str(dY.shape()) << ", the slice of "
+                                                           << shape_str(xs) << " has " << shape_str(L.out));
+  GR_CHECK(dY.rank() <= kMaxRank, "SliceGrad: rank " << dY.rank() << " exceeds " << kMaxRank << " on CUDA");
+  Tensor& dX = ctx.output(0, xs, dY.dtype());
+  cudaStream_t st = stream_of(ctx);
+  if (dX.nbytes()) GR_CUDA_CHECK(cudaMemsetAsync(dX.raw(), 0, dX.nbytes(), st));
+  const int64_t n = dY.numel();
+  if (n == 0) return;
+  IndexMap m;
+  m.rank = dY.rank();
+  for (int k = 0; k < 3; ++k)
+    for (int d = 0; d < kMaxRank; ++d) m.strides[k][d] = 0;
+  for (int d = 0; d < m.rank; ++d) {
+    m.dims[d] = L.out[d];
+    m.strides[0][d] = L.strides[d];
   }
-  strided_copy(ctx, X, Y, st, base);
+  dispatch_width(dY.dtype(), [&](auto tag) {
+    using U = decltype(tag);
+    strided_scatter_kernel<U><<<grid_for(n), kThreads, 0, st>>>(dptr<U>(dY), dptr<U>(dX), m, L.base, n);
+  });
+  GR_LAUNCH_CHECK("slice_grad");
 }
 
 // ---- Pad (constant, edge, reflect; negative pads crop) ----
@@ -668,6 +683,7 @@ GR_REGISTER_OPS(shape) {
   ops.op("Unsqueeze").cuda(locked<unsqueeze_op>);
   ops.op("Squeeze").cuda(locked<squeeze_op>);
   ops.op("Slice").cuda(locked<slice_op>);
+  ops.op(kGraphrunDomain, "SliceGrad").cuda(locked<slice_grad_op>);
   ops.op("GatherElements").cuda(locked<gather_elements_op>);
   ops.op("ScatterElements").cuda(locked<scatter_elements_op>);
   ops.op("Scatter").cuda(locked<scatter_elements_op>);
