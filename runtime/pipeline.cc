@@ -6,6 +6,7 @@
 
 #include "graph/passes/bucket_allreduce.h"
 #include "graph/passes/fold_constants.h"
+#include "graph/passes/fuse_relu_bn_add.h"
 #include "graph/passes/fuse_relu_epilogue.h"
 #include "graph/passes/fuse_relu_grad.h"
 #include "graph/passes/make_batch_symbolic.h"
@@ -100,7 +101,8 @@ passes::Pipeline training_pipeline(const Graph& model, const PipelineOptions& op
       passes::FoldConstantsOptions fo;
       fo.evaluate = evaluate_on_cpu;
       const std::vector<passes::Pass> executor = {passes::fold_constants_pass(fo), passes::remove_internal_noops_pass(),
-                                                  passes::fuse_relu_grad_pass(), passes::fuse_relu_epilogue_pass()};
+                                                  passes::fuse_relu_grad_pass(), passes::fuse_relu_epilogue_pass(),
+                                                  passes::fuse_relu_bn_add_pass()};
       const std::set<std::string> skip = skipped_passes(executor);
       for (const passes::Pass& pass : executor)
         if (!skip.count(pass.name())) p.add(pass);

@@ -55,7 +55,7 @@ struct PipelineOptions {
 // The passes a command runs on `model`, with their options: the one place that decides them.
 //   remove_noops -> to_training -> [make_batch_symbolic -> (sync_batchnorm)] -> attach_loss -> backward
 //     -> [bucket_allreduce -> add_optimizer -> state_updates]            ([...]: data_parallel only)
-//     -> [fold_constants -> remove_internal_noops -> fuse_relu_grad -> fuse_relu_epilogue]
+//     -> [fold_constants -> remove_internal_noops -> fuse_relu_grad -> fuse_relu_epilogue -> fuse_relu_bn_add]
 //                                   (executor_passes only; GRAPHRUN_SKIP_PASSES=a,b leaves some out)
 // data_parallel checks what training feeds: the model's inputs (each one's batch dimension becomes
 // the symbol N) and the output the loss reads. What is trained is

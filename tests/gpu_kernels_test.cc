@@ -256,6 +256,10 @@ void comparison_where_cast_cases(Cases& cs) {
   }
   cs.add("Where", {bool_tensor({4, 5}, 11), a, b});
   cs.add("ReluGrad", {random_tensor({4, 5}, 16), a}, {}, 1, 0, 17, kGraphrunDomain);  // a select: exact
+  // Pass fuse_relu_bn_add's Relu(Add): a sum and a select, exact; equal shapes (a residual join) and broadcast.
+  const std::map<std::string, Attribute> relu{{"activation", Attribute::Str("Relu")}};
+  cs.add("FusedAdd", {a, random_tensor({4, 5}, 17)}, relu, 1, 0, 17, kGraphrunDomain);
+  cs.add("FusedAdd", {a, b}, relu, 1, 0, 17, kGraphrunDomain);
   cs.add("Cast", {random_tensor({6}, 12, -5.f, 5.f)}, {{"to", Attribute::Int(7)}});
   cs.add("Cast", {random_int_tensor({6}, 13, -5, 5)}, {{"to", Attribute::Int(1)}});
   cs.add("Identity", {a});
@@ -491,6 +495,15 @@ void batch_norm_cases(Cases& cs) {
                                       {"epsilon", Attribute::Float(1e-3f)}};
   cs.add("BatchNormalization", {random_tensor({6, 3}, 86), scale, bias, mean, var}, m3, 3, 1e-5, 15);
   cs.add("BatchNormalization", {x, scale, bias, mean, var}, {{"momentum", Attribute::Float(0.8f)}}, 5, 1e-5, 9);
+  // Pass fuse_relu_bn_add's Relu(BatchNormalization): training (running statistics out) and inference.
+  std::map<std::string, Attribute> fused_train = train;
+  fused_train["activation"] = Attribute::Str("Relu");
+  cs.add("FusedBatchNormalization", {x, scale, bias, mean, var}, fused_train, 3, 1e-5, 15, kGraphrunDomain);
+  cs.add("FusedBatchNormalization", {x, scale, bias, mean, var}, {{"activation", Attribute::Str("Relu")}}, 1, 1e-5, 15,
+         kGraphrunDomain);
+  // Its gradient: BatchNormalizationGrad of ReluGrad(dY, Y), Y with zeros and negatives (masked out).
+  cs.add("FusedBatchNormalizationGrad", {random_tensor({4, 3, 5, 5}, 85), random_tensor({4, 3, 5, 5}, 92), x, scale},
+         {{"activation", Attribute::Str("Relu")}}, 3, 1e-4, 17, kGraphrunDomain);
   // Dropout outside training passes its input through (with an all-true mask), as it does with ratio 0:
   // the one form every device computes alike (a training mask is drawn on the device).
   Tensor ratio = Tensor::scalar<float>(0.3f);

@@ -56,7 +56,10 @@ std::vector<std::pair<std::string, std::string>> batchnorm_state_updates(const G
     if (n.domain.empty() && !n.outputs.empty()) corrected[n.name] = n.outputs[0];
   std::vector<std::pair<std::string, std::string>> r;
   for (const Node& n : g.nodes) {
-    if (!n.domain.empty() || n.op_type != "BatchNormalization" || n.attr_i("training_mode", 0) != 1) continue;
+    // The executor's graph holds some as FusedBatchNormalization (pass fuse_relu_bn_add): the same outputs.
+    const bool bn = (n.domain.empty() && n.op_type == "BatchNormalization") ||
+                    (n.domain == kGraphrunDomain && n.op_type == "FusedBatchNormalization");
+    if (!bn || n.attr_i("training_mode", 0) != 1) continue;
     for (int k = 1; k <= 2; ++k) {
       if (!n.has_output(k) || !n.has_input(2 + k) || !g.is_initializer(n.inputs[2 + k])) continue;
       const auto c = k == 2 ? corrected.find(unbiased_running_var_node(n)) : corrected.end();

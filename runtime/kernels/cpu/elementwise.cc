@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "graph/half.h"
+#include "runtime/kernels/cpu/gemm.h"
 #include "runtime/kernels/cpu/half_compute.h"
 #include "runtime/kernels/cpu/math_common.h"
 
@@ -114,6 +115,21 @@ template <Arith K> void arith_kernel(KernelContext& ctx) {
     using T = decltype(tag);
     if (K == Arith::Div) check_int_divisor<T>(b);
     with_arith<T>(K, [&](auto op) { binary<T, T, T>(ctx, a, b, a.dtype(), op); });
+  });
+}
+
+// FusedAdd(A, B) = Relu(Add(A, B)) bit for bit (internal: pass fuse_relu_bn_add, ResNet's residual join):
+// Add's rounding, then the Relu kernel's v < 0 ? 0 : v (NaN passes), in one pass over memory.
+void fused_add_kernel(KernelContext& ctx) {
+  const Tensor &a = ctx.input(0), &b = ctx.input(1);
+  check_same_dtype(ctx, a, b);
+  check_fused_activation(ctx.node());
+  dispatch_float(a.dtype(), "FusedAdd", [&](auto tag) {
+    using T = decltype(tag);
+    binary<T, T, T>(ctx, a, b, a.dtype(), [](T x, T z) {
+      const T v = static_cast<T>(x + z);
+      return v < T(0) ? T(0) : v;
+    });
   });
 }
 
@@ -575,6 +591,15 @@ void cast_like_kernel(KernelContext& ctx) { cast_to(ctx, ctx.input(0), ctx.input
 
 GR_REGISTER_OPS(elementwise) {
   ops.op("Add").cpu(via_f32<arith_kernel<Arith::Add>>).host_shapes();
+  ops.op(kGraphrunDomain, "FusedAdd")
+      .cpu(fused_add_kernel)
+      .schema(OpSchemaSpec("`Relu(Add(A, B))` in one pass, A and B broadcast as Add's (internal: pass fuse_relu_bn_add "
+                           "makes it of Add + Relu, e.g. a residual join; exported graphs keep those)")
+                  .attr("activation", "the activation: Relu", Attribute::Str("Relu"))
+                  .input("A", "as Add", "T")
+                  .input("B", "as Add", "T")
+                  .output("C", "Relu of A + B", "T")
+                  .type("T", {"tensor(float)", "tensor(double)"}, "f32 or f64"));
   ops.op("Sub").cpu(via_f32<arith_kernel<Arith::Sub>>).host_shapes();
   ops.op("Mul").cpu(via_f32<arith_kernel<Arith::Mul>>).host_shapes();
   ops.op("Div").cpu(via_f32<arith_kernel<Arith::Div>>).host_shapes();

@@ -1,6 +1,7 @@
 // CPU kernels of the normalisation family: BatchNormalization (inference and training, opsets 7-17),
 // LayerNormalization (opset 17), Dropout (opsets 7-17) and graphrun's BatchNormalizationGrad and
-// LayerNormalizationGrad.
+// LayerNormalizationGrad; FusedBatchNormalization (Relu(BatchNormalization), pass fuse_relu_bn_add) and its
+// gradient FusedBatchNormalizationGrad.
 //
 // BatchNormalization in training mode normalises with the biased batch variance and updates the
 // running variance with it too, as ONNX's spec says. Training keeps PyTorch's unbiased running
@@ -8,10 +9,14 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // false positives inside Eigen's AVX-512 code
 #include <Eigen/Core>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <random>
 
+#include <omp.h>
+
 #include "runtime/kernel.h"
+#include "runtime/kernels/cpu/gemm.h"
 #include "runtime/kernels/cpu/half_compute.h"
 #include "runtime/kernels/cpu/math_common.h"
 
@@ -64,7 +69,9 @@ void feature_stats(const T* x, const BnShape& s, int64_t f, double* mean, double
   *var = s.count() ? sq / s.count() : 0;
 }
 
-template <class T>
+// kRelu: FusedBatchNormalization, Relu(BatchNormalization) bit for bit: each value computed as below, then
+// the Relu kernel's v < 0 ? 0 : v (NaN passes) before it is stored.
+template <class T, bool kRelu = false>
 void batch_norm_kernel(KernelContext& ctx) {
   const Node& node = ctx.node();
   const Tensor& x = ctx.input(0);
@@ -105,19 +112,39 @@ void batch_norm_kernel(KernelContext& ctx) {
     for (int64_t n = 0; n < s.N; ++n) {
       const T* p = xp + (n * s.F + f) * s.S;
       T* q = y + (n * s.F + f) * s.S;
-      for (int64_t i = 0; i < s.S; ++i) q[i] = p[i] * ta + tb;
+      if constexpr (kRelu) {
+        for (int64_t i = 0; i < s.S; ++i) {
+          const T v = p[i] * ta + tb;
+          q[i] = v < T(0) ? T(0) : v;
+        }
+      } else {
+        for (int64_t i = 0; i < s.S; ++i) q[i] = p[i] * ta + tb;
+      }
     }
   }
 }
 
 // BatchNormalizationGrad(dY, X, scale) -> (dX, dscale, dB) of training-mode BatchNormalization.
-template <class T>
+// kRelu: FusedBatchNormalizationGrad(dY, Y, X, scale) = BatchNormalizationGrad(ReluGrad(dY, Y), X, scale) bit
+// for bit (pass fuse_relu_bn_add): each row of ReluGrad's `Y > 0 ? dY : 0` is built in a per-thread buffer at
+// the same offset from a 64-byte boundary as the row of dY it replaces, so Eigen's vectorised sum adds the
+// same values in the same order as it adds the unfused ReluGrad's output.
+template <class T, bool kRelu = false>
 void batch_norm_grad_kernel(KernelContext& ctx) {
-  const Tensor &dy = ctx.input(0), &x = ctx.input(1), &scale = ctx.input(2);
+  constexpr int kX = kRelu ? 2 : 1;
+  const Tensor &dy = ctx.input(0), &x = ctx.input(kX), &scale = ctx.input(kX + 1);
   const BnShape s = bn_shape(x, true);
   GR_CHECK(dy.shape() == x.shape(), "dY " << shape_str(dy.shape()) << " and X " << shape_str(x.shape())
                                           << " must have the same shape");
   GR_CHECK(dy.dtype() == x.dtype(), "dY is " << dtype_name(dy.dtype()) << " but X is " << dtype_name(x.dtype()));
+  const T* yv = nullptr;
+  if constexpr (kRelu) {
+    const Tensor& y = ctx.input(1);
+    GR_CHECK(y.shape() == x.shape() && y.dtype() == x.dtype(),
+             "Y " << dtype_name(y.dtype()) << shape_str(y.shape()) << " must be X's " << dtype_name(x.dtype())
+                  << shape_str(x.shape()));
+    yv = y.data<T>();
+  }
   check_param(scale, x, s, "scale");
   const double eps = ctx.node().attr_f("epsilon", 1e-5f);
   const T *g = dy.data<T>(), *xp = x.data<T>(), *sc = scale.data<T>();
@@ -126,15 +153,36 @@ void batch_norm_grad_kernel(KernelContext& ctx) {
   T* db = ctx.has_output(2) ? ctx.output(2, scale.shape(), x.dtype()).data<T>() : nullptr;
   const double cnt = static_cast<double>(s.count());
   GR_CHECK(s.count() > 0, "an empty batch has no batch statistics");
+  constexpr int64_t kLine = 64 / sizeof(T);
+  const int64_t slot = (s.S + 2 * kLine - 1) / kLine * kLine;  // a row and room to shift it within a line
+  T* rows = kRelu ? static_cast<T*>(ctx.scratch(sizeof(T) * slot * ctx.threads())) : nullptr;
 #pragma omp parallel for num_threads(ctx.threads()) schedule(dynamic, 1)
   for (int64_t f = 0; f < s.F; ++f) {
+    T* mine = kRelu ? rows + slot * omp_get_thread_num() : nullptr;
+    // Row n of dY for feature f (the masked row when kRelu).
+    auto grad_row = [&](int64_t n) -> const T* {
+      const T* gp = g + (n * s.F + f) * s.S;
+      if constexpr (!kRelu) {
+        return gp;
+      } else {
+        const T* yp = yv + (n * s.F + f) * s.S;
+        T* r = mine + (reinterpret_cast<uintptr_t>(gp) % 64) / sizeof(T);
+        // Both loaded unconditionally (as in ReluGrad's kernel): a select the loop vectorises, not a branch.
+#pragma omp simd
+        for (int64_t i = 0; i < s.S; ++i) {
+          const T d = gp[i], v = yp[i];
+          r[i] = v > T(0) ? d : T(0);
+        }
+        return r;
+      }
+    };
     double mean, var;
     feature_stats(xp, s, f, &mean, &var);
     const double invstd = 1.0 / std::sqrt(var + eps);
     double sum_g = 0, sum_gx = 0;  // sum dY, sum dY * xhat
     const T mt = static_cast<T>(mean);
     for (int64_t n = 0; n < s.N; ++n) {
-      Row<T> gp(g + (n * s.F + f) * s.S, s.S), p(xp + (n * s.F + f) * s.S, s.S);
+      Row<T> gp(grad_row(n), s.S), p(xp + (n * s.F + f) * s.S, s.S);
       sum_g += gp.sum();
       sum_gx += (gp * (p - mt)).sum();
     }
@@ -145,7 +193,7 @@ void batch_norm_grad_kernel(KernelContext& ctx) {
       // dX = scale * invstd * (dY - mean(dY) - xhat * mean(dY * xhat))
       const double k = sc[f] * invstd, mg = sum_g / cnt, mgx = sum_gx / cnt;
       for (int64_t n = 0; n < s.N; ++n) {
-        const T *gp = g + (n * s.F + f) * s.S, *p = xp + (n * s.F + f) * s.S;
+        const T *gp = grad_row(n), *p = xp + (n * s.F + f) * s.S;
         T* q = dx + (n * s.F + f) * s.S;
         for (int64_t i = 0; i < s.S; ++i) q[i] = static_cast<T>(k * (gp[i] - mg - (p[i] - mean) * invstd * mgx));
       }
@@ -350,6 +398,17 @@ void batch_norm_any(KernelContext& ctx) {
   via_f32<by_float<0, batch_norm_kernel<float>, batch_norm_kernel<double>>>(ctx);
 }
 
+// FusedBatchNormalization: f32 and f64 only (pass fuse_relu_bn_add fuses no other type).
+void fused_batch_norm_kernel(KernelContext& ctx) {
+  check_fused_activation(ctx.node());
+  by_float<0, batch_norm_kernel<float, true>, batch_norm_kernel<double, true>>(ctx);
+}
+
+void fused_batch_norm_grad_kernel(KernelContext& ctx) {
+  check_fused_activation(ctx.node());
+  by_float<2, batch_norm_grad_kernel<float, true>, batch_norm_grad_kernel<double, true>>(ctx);
+}
+
 }  // namespace
 
 GR_REGISTER_OPS(norm) {
@@ -374,6 +433,32 @@ GR_REGISTER_OPS(norm) {
                   .output_like(0, 1)
                   .output_like(1, 2)
                   .output_like(2, 2));
+  ops.op(kGraphrunDomain, "FusedBatchNormalization")
+      .cpu(fused_batch_norm_kernel)
+      .schema(OpSchemaSpec("`Relu(BatchNormalization(X, scale, B, input_mean, input_var))` in one kernel: the Relu "
+                           "applied to each value as it is stored (internal: pass fuse_relu_bn_add makes it of "
+                           "BatchNormalization + Relu; exported graphs keep those)")
+                  .attr("activation", "the activation: Relu", Attribute::Str("Relu"))
+                  .attr("epsilon", "as BatchNormalization", Attribute::Float(1e-5f))
+                  .attr("momentum", "as BatchNormalization", Attribute::Float(0.9f))
+                  .attr("training_mode", "as BatchNormalization (opset 14+)", Attribute::Int(0))
+                  .attr("spatial", "as BatchNormalization (opsets 7-8)", Attribute::Int(1))
+                  .input("X", "as BatchNormalization", "T")
+                  .input("scale", "as BatchNormalization", "T")
+                  .input("B", "as BatchNormalization", "T")
+                  .input("input_mean", "as BatchNormalization", "T")
+                  .input("input_var", "as BatchNormalization", "T")
+                  .output("Y", "Relu of BatchNormalization's Y", "T")
+                  .output("running_mean", "as BatchNormalization", "T", OpSchemaSpec::Arity::Optional)
+                  .output("running_var", "as BatchNormalization", "T", OpSchemaSpec::Arity::Optional)
+                  .output("saved_mean", "as BatchNormalization before opset 14", "T", OpSchemaSpec::Arity::Optional)
+                  .output("saved_var", "as BatchNormalization before opset 14", "T", OpSchemaSpec::Arity::Optional)
+                  .type("T", {"tensor(float)", "tensor(double)"}, "f32 or f64")
+                  .output_like(0, 0)
+                  .output_like(1, 3)
+                  .output_like(2, 4)
+                  .output_like(3, 3)
+                  .output_like(4, 4));
   ops.op(kGraphrunDomain, "BatchNormalizationGrad")
       .cpu(by_float<1, batch_norm_grad_kernel<float>, batch_norm_grad_kernel<double>>)
       .schema(OpSchemaSpec("gradients of training-mode BatchNormalization (batch statistics over all axes but 1, "
@@ -381,6 +466,24 @@ GR_REGISTER_OPS(norm) {
                   .attr("epsilon", "as BatchNormalization", Attribute::Float(1e-5f))
                   .layer_gradient("scale")
                   .output_like(2, 2));
+  ops.op(kGraphrunDomain, "FusedBatchNormalizationGrad")
+      .cpu(fused_batch_norm_grad_kernel)
+      .schema(OpSchemaSpec("`BatchNormalizationGrad(ReluGrad(dY, Y), X, scale)`, the gradients of FusedBatchNormalization, "
+                           "in one kernel: the Relu's mask applied to dY as it is read (internal: pass fuse_relu_bn_add "
+                           "makes it of ReluGrad + BatchNormalizationGrad)")
+                  .attr("activation", "the activation: Relu", Attribute::Str("Relu"))
+                  .attr("epsilon", "as BatchNormalization", Attribute::Float(1e-5f))
+                  .input("dY", "gradient of the Relu's output", "T")
+                  .input("Y", "the Relu's output", "T")
+                  .input("X", "BatchNormalization's input", "T")
+                  .input("scale", "BatchNormalization's scale", "T")
+                  .output("dX", "gradient of X", "T", OpSchemaSpec::Arity::Optional)
+                  .output("dscale", "gradient of scale", "T", OpSchemaSpec::Arity::Optional)
+                  .output("dB", "gradient of B (shaped like scale)", "T", OpSchemaSpec::Arity::Optional)
+                  .type("T", {"tensor(float)", "tensor(double)"}, "f32 or f64")
+                  .output_like(0, 2)
+                  .output_like(1, 3)
+                  .output_like(2, 3));
 }
 
 }  // namespace graphrun::runtime::cpu

@@ -1,15 +1,23 @@
 // CUDA kernels: elementwise family (the CPU's elementwise.cc op set): arithmetic and comparisons with
-// numpy broadcasting, unary math, Where, Cast, Identity, Expand, Sum.
+// numpy broadcasting, unary math, Where, Cast, Identity, Expand, Sum; FusedAdd (Relu(Add), pass fuse_relu_bn_add).
 #include <cmath>
 #include <type_traits>
 
 #include "runtime/kernels/cuda/common.cuh"
+#include "runtime/kernels/cuda/fused.cuh"
 
 namespace graphrun::runtime::cuda {
 namespace {
 
 // ---- functors ----
 struct AddOp { template <class T> __device__ T operator()(T a, T b) const { return a + b; } };
+// FusedAdd (pass fuse_relu_bn_add): Add's sum, then the Relu kernel's v < 0 ? 0 : v.
+struct AddReluOp {
+  template <class T> __device__ T operator()(T a, T b) const {
+    const T v = a + b;
+    return v < T(0) ? T(0) : v;
+  }
+};
 struct SubOp { template <class T> __device__ T operator()(T a, T b) const { return a - b; } };
 struct MulOp { template <class T> __device__ T operator()(T a, T b) const { return a * b; } };
 struct DivOp { template <class T> __device__ T operator()(T a, T b) const { return a / b; } };
@@ -90,6 +98,11 @@ void run_binary(KernelContext& ctx, Op op) {
 template <class Op> void binary_kernel(KernelContext& ctx) {
   GR_CHECK(ctx.num_inputs() == 2, ctx.node().op_type << " takes 2 inputs, got " << ctx.num_inputs());
   run_binary(ctx, Op{});
+}
+
+void fused_add_op(KernelContext& ctx) {
+  check_fused_activation(ctx.node());
+  binary_kernel<AddReluOp>(ctx);
 }
 
 // Pow: the exponent may have another numeric type than the base.
@@ -352,6 +365,7 @@ void variadic_kernel(KernelContext& ctx) {
 
 GR_REGISTER_OPS(elementwise) {
   ops.op("Add").cuda(locked<binary_kernel<AddOp>>);
+  ops.op(kGraphrunDomain, "FusedAdd").cuda(locked<fused_add_op>);
   ops.op("Sub").cuda(locked<binary_kernel<SubOp>>);
   ops.op("Mul").cuda(locked<binary_kernel<MulOp>>);
   ops.op("Div").cuda(locked<binary_kernel<DivOp>>);

@@ -1,9 +1,11 @@
 // CUDA kernels: norm family (the CPU's norm.cc op set): BatchNormalization (training and inference),
-// LayerNormalization, ai.graphrun BatchNormalizationGrad and LayerNormalizationGrad, Dropout, and the CPU's
+// LayerNormalization, ai.graphrun BatchNormalizationGrad and LayerNormalizationGrad, the fused
+// FusedBatchNormalization and FusedBatchNormalizationGrad (pass fuse_relu_bn_add), Dropout, and the CPU's
 // instance_norm.cc pair InstanceNormalization / InstanceNormalizationGrad. Own kernels: one block per
 // channel (BatchNormalization) or per row (LayerNormalization, InstanceNormalization's (n, c) rows) for
 // the statistics; parameter gradients sum per-row partials in a fixed order (no atomics: deterministic).
 #include "runtime/kernels/cuda/common.cuh"
+#include "runtime/kernels/cuda/fused.cuh"
 
 namespace graphrun::runtime::cuda {
 namespace {
@@ -65,11 +67,13 @@ __global__ void bn_train_stats_kernel(const float* x, ChannelShape s, const floa
   }
 }
 
+// relu: FusedBatchNormalization, the Relu kernel's v < 0 ? 0 : v applied before the store.
 __global__ void bn_apply_kernel(const float* x, const float* scale, const float* bias, const float* mean,
-                                const float* var, float eps, float* y, ChannelShape s) {
+                                const float* var, float eps, float* y, ChannelShape s, bool relu) {
   GR_GRID_STRIDE(i, s.n * s.c * s.hw) {
     int64_t ch = (i / s.hw) % s.c;
-    y[i] = (x[i] - mean[ch]) * rsqrtf(var[ch] + eps) * scale[ch] + bias[ch];
+    const float v = (x[i] - mean[ch]) * rsqrtf(var[ch] + eps) * scale[ch] + bias[ch];
+    y[i] = relu && v < 0.f ? 0.f : v;
   }
 }
 
@@ -78,7 +82,10 @@ void check_channel_param(const Tensor& t, int64_t c, const char* what) {
                                                                              << dtype_name(t.dtype()) << shape_str(t.shape()));
 }
 
+// BatchNormalization, or FusedBatchNormalization (Relu(BatchNormalization), pass fuse_relu_bn_add).
 void batchnorm_op(KernelContext& ctx) {
+  const bool relu = ctx.node().domain == kGraphrunDomain;
+  if (relu) check_fused_activation(ctx.node());
   const Tensor& X = ctx.input(0);
   const Tensor& scale = ctx.input(1);
   const Tensor& B = ctx.input(2);
@@ -104,7 +111,7 @@ void batchnorm_op(KernelContext& ctx) {
   if (!training) {
     if (total)
       bn_apply_kernel<<<grid_for(total), kThreads, 0, st>>>(dptr<float>(X), dptr<float>(scale), dptr<float>(B),
-                                                            dptr<float>(in_mean), dptr<float>(in_var), eps, dptr<float>(Y), s);
+                                                            dptr<float>(in_mean), dptr<float>(in_var), eps, dptr<float>(Y), s, relu);
     GR_LAUNCH_CHECK("bn_apply");
     return;
   }
@@ -120,7 +127,7 @@ void batchnorm_op(KernelContext& ctx) {
                                                      batch_mean, batch_var, run_mean, run_var);
   GR_LAUNCH_CHECK("bn_train_stats");
   bn_apply_kernel<<<grid_for(total), kThreads, 0, st>>>(dptr<float>(X), dptr<float>(scale), dptr<float>(B), batch_mean,
-                                                        batch_var, eps, dptr<float>(Y), s);
+                                                        batch_var, eps, dptr<float>(Y), s, relu);
   GR_LAUNCH_CHECK("bn_apply");
   for (int i : {3, 4})
     if (ctx.opset() < 14 && ctx.has_output(i))
@@ -130,8 +137,13 @@ void batchnorm_op(KernelContext& ctx) {
 
 // Gradients of training-mode BatchNormalization, one block per channel:
 // dX = scale * invstd * (dY - mean(dY) - xhat * mean(dY * xhat)), dscale = sum(dY * xhat), dB = sum(dY).
-__global__ void bn_grad_kernel(const float* dy, const float* x, const float* scale, float eps, ChannelShape s,
-                               float* dx, float* dscale, float* dbias) {
+// y (FusedBatchNormalizationGrad, pass fuse_relu_bn_add): dY is first masked by ReluGrad's select, y > 0 ? dY : 0.
+__device__ inline float grad_at(const float* dy, const float* y, int64_t k) {
+  return y ? (y[k] > 0.f ? dy[k] : 0.f) : dy[k];
+}
+
+__global__ void bn_grad_kernel(const float* dy, const float* y, const float* x, const float* scale, float eps,
+                               ChannelShape s, float* dx, float* dscale, float* dbias) {
   __shared__ float sh[kThreads];
   int64_t m = s.n * s.hw;
   for (int64_t ch = blockIdx.x; ch < s.c; ch += gridDim.x) {
@@ -141,8 +153,9 @@ __global__ void bn_grad_kernel(const float* dy, const float* x, const float* sca
     float a = 0.f, b = 0.f;
     for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {
       int64_t k = s.at(ch, j);
-      a += dy[k];
-      b += dy[k] * (x[k] - mu) * invstd;
+      const float g = grad_at(dy, y, k);
+      a += g;
+      b += g * (x[k] - mu) * invstd;
     }
     float sum_dy = block_sum(a, sh), sum_dy_xhat = block_sum(b, sh);
     if (threadIdx.x == 0) {
@@ -154,18 +167,26 @@ __global__ void bn_grad_kernel(const float* dy, const float* x, const float* sca
       for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {
         int64_t k = s.at(ch, j);
         float xhat = (x[k] - mu) * invstd;
-        dx[k] = k1 * (dy[k] - mean_dy - xhat * mean_dyx);
+        dx[k] = k1 * (grad_at(dy, y, k) - mean_dy - xhat * mean_dyx);
       }
     }
   }
 }
 
+// BatchNormalizationGrad(dY, X, scale), or FusedBatchNormalizationGrad(dY, Y, X, scale) (ReluGrad folded in).
 void batchnorm_grad_op(KernelContext& ctx) {
+  const bool relu = ctx.node().domain == kGraphrunDomain && ctx.node().op_type == "FusedBatchNormalizationGrad";
+  if (relu) check_fused_activation(ctx.node());
+  const int kx = relu ? 2 : 1;
   const Tensor& dY = ctx.input(0);
-  const Tensor& X = ctx.input(1);
-  const Tensor& scale = ctx.input(2);
+  const Tensor& X = ctx.input(kx);
+  const Tensor& scale = ctx.input(kx + 1);
   ChannelShape s = channel_shape(X);
   GR_CHECK(dY.shape() == X.shape() && dY.dtype() == DType::F32, "BatchNormalizationGrad: dY must be f32 " << shape_str(X.shape()));
+  if (relu)
+    GR_CHECK(ctx.input(1).shape() == X.shape() && ctx.input(1).dtype() == DType::F32,
+             "FusedBatchNormalizationGrad: Y must be f32 " << shape_str(X.shape()));
+  const float* y = relu ? dptr<float>(ctx.input(1)) : nullptr;
   check_channel_param(scale, s.c, "scale");
   float eps = ctx.node().attr_f("epsilon", 1e-5f);
   float* dx = ctx.has_output(0) ? dptr<float>(ctx.output(0, X.shape(), DType::F32)) : nullptr;
@@ -174,8 +195,8 @@ void batchnorm_grad_op(KernelContext& ctx) {
   if (s.c == 0) return;
   GR_CHECK(s.n * s.hw > 0, "BatchNormalizationGrad needs a non-empty batch");
   unsigned blocks = static_cast<unsigned>(std::min<int64_t>(s.c, 65535));
-  bn_grad_kernel<<<blocks, kThreads, 0, stream_of(ctx)>>>(dptr<float>(dY), dptr<float>(X), dptr<float>(scale), eps, s,
-                                                          dx, dscale, dbias);
+  bn_grad_kernel<<<blocks, kThreads, 0, stream_of(ctx)>>>(dptr<float>(dY), y, dptr<float>(X), dptr<float>(scale), eps,
+                                                          s, dx, dscale, dbias);
   GR_LAUNCH_CHECK("bn_grad");
 }
 
@@ -496,7 +517,9 @@ void instance_norm_grad_op(KernelContext& ctx) {
 
 GR_REGISTER_OPS(norm) {
   ops.op("BatchNormalization").cuda(locked<batchnorm_op>);
+  ops.op(kGraphrunDomain, "FusedBatchNormalization").cuda(locked<batchnorm_op>);
   ops.op(kGraphrunDomain, "BatchNormalizationGrad").cuda(locked<batchnorm_grad_op>);
+  ops.op(kGraphrunDomain, "FusedBatchNormalizationGrad").cuda(locked<batchnorm_grad_op>);
   ops.op("Dropout").cuda(locked<dropout_op>);
   ops.op("LayerNormalization").cuda(locked<layernorm_op>);
   ops.op(kGraphrunDomain, "LayerNormalizationGrad").cuda(locked<layernorm_grad_op>);
