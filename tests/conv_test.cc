@@ -2,8 +2,10 @@
 // double over the attributes that change the math, and the gradient ops against central differences.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "tests/nn_test_util.h"
 
@@ -283,6 +285,27 @@ TEST(ConvGrad, AbsentOutputsAndThreadsGiveTheSameNumbers) {
   EXPECT_LT(max_rel_diff(only_dw[1], all[1]), 1e-5);
   auto only_dx = run_node_ex("ConvGrad", {dy, x, w}, {}, {true, false, false}, 1, 17, "ai.graphrun");
   EXPECT_LT(max_rel_diff(only_dx[0], all[0]), 1e-6);
+}
+
+// On the GEMM path each thread sums the weight gradient of its chunks of images privately, and the
+// sums are added in thread order: which chunks a thread takes must not depend on timing, or the bits of
+// dW change from call to call (they did, with chunks dealt out dynamically). A busy thread beside the
+// kernel shifts the timing the way a loaded machine does.
+TEST(ConvGrad, GemmPathWeightGradientRepeatsBitForBitOnTwoThreads) {
+  Tensor x = random_tensor({256, 8, 12, 12}, 1), w = random_tensor({16, 8, 3, 3}, 2);
+  Tensor dy = random_tensor({256, 16, 10, 10}, 3);
+  auto run = [&] { return run_node_ex("ConvGrad", {dy, x, w}, {}, {false, true, false}, 2, 17, "ai.graphrun")[1]; };
+  const Tensor first = run();
+  std::atomic<bool> stop{false};
+  std::thread busy([&] {
+    volatile double v = 1;
+    while (!stop) v = v * 1.0000001;
+  });
+  int differ = 0;
+  for (int i = 0; i < 40; ++i) differ += std::memcmp(first.raw(), run().raw(), first.nbytes()) != 0;
+  stop = true;
+  busy.join();
+  EXPECT_EQ(differ, 0) << differ << " of 40 calls gave other bits than the first";
 }
 
 // The direct kernels (one input channel, few taps) reduce every output and weight on one thread in a

@@ -364,11 +364,15 @@ Chunking plan_chunks(int threads, int64_t N, int64_t P, int64_t col_bytes_per_im
 
 // Runs begin(thread) once per thread, then body(thread, chunk) for every chunk. Chunks are handed
 // out dynamically: on a busy machine a thread that is descheduled for a while does not hold the
-// others up (with a static deal they would wait at the end for its share).
+// others up (with a static deal they would wait at the end for its share). A body that sums into
+// per-thread accumulators asks for a fixed deal instead (thread t takes chunks t, t + T, ...): which
+// chunks land in which sum, and so the rounding of the total, must not depend on timing.
 // With one chunk thread no parallel region is opened and the GEMM may use the threads itself
 // (gemm_threads).
+enum class Deal { Dynamic, Fixed };
+
 template <class Begin, class F>
-void for_chunks(const Chunking& ch, Begin&& begin, F&& body) {
+void for_chunks(const Chunking& ch, Deal deal, Begin&& begin, F&& body) {
   if (ch.threads <= 1) {
     begin(0);
     for (int64_t c = 0; c < ch.chunks; ++c) body(0, c);
@@ -378,8 +382,13 @@ void for_chunks(const Chunking& ch, Begin&& begin, F&& body) {
   {
     const int t = omp_get_thread_num();
     begin(t);
+    if (deal == Deal::Fixed) {
+#pragma omp for schedule(static, 1)
+      for (int64_t c = 0; c < ch.chunks; ++c) body(t, c);
+    } else {
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t c = 0; c < ch.chunks; ++c) body(t, c);
+      for (int64_t c = 0; c < ch.chunks; ++c) body(t, c);
+    }
   }
 }
 
@@ -414,7 +423,7 @@ void conv_forward(KernelContext& ctx, const ConvShape& cs, const T* x, const T* 
   const int64_t B = ch.per_chunk;
   const int64_t per_thread = B * P * K + kRowSlack + B * P * Mg;
   T* scratch = static_cast<T*>(ctx.scratch(sizeof(T) * per_thread * ch.threads));
-  for_chunks(ch, [](int) {}, [&](int t, int64_t chunk) {
+  for_chunks(ch, Deal::Dynamic, [](int) {}, [&](int t, int64_t chunk) {
     T* col = scratch + t * per_thread;
     T* yc = col + B * P * K + kRowSlack;
     const int64_t n0 = chunk * B, nb = std::min(B, cs.N - n0), ld = nb * P;
@@ -470,7 +479,7 @@ void conv_backward(KernelContext& ctx, const ConvShape& cs, const T* dy, const T
   auto zero_acc = [&](int t) {
     if (t > 0 && dw) std::fill(dw_acc_of(t), dw_acc_of(t) + M * K, T(0));
   };
-  for_chunks(ch, zero_acc, [&](int t, int64_t chunk) {
+  for_chunks(ch, acc ? Deal::Fixed : Deal::Dynamic, zero_acc, [&](int t, int64_t chunk) {
     T* col = scratch + t * per_thread;
     T* dyc = col + B * P * K + kRowSlack;
     T* dw_acc = dw_acc_of(t);
