@@ -5,6 +5,8 @@
 
 #include <set>
 
+#include "graph/passes/fusion.h"
+
 namespace graphrun::passes {
 
 namespace {
@@ -14,23 +16,10 @@ const PassInfo& kInfo = register_pass(
     "executor only: Relu(BatchNormalization), Relu(Add) -> ai.graphrun FusedBatchNormalization/FusedAdd "
     "activation=Relu; BatchNormalizationGrad(ReluGrad) -> FusedBatchNormalizationGrad");
 
-bool is_float(const Graph& g, const std::string& v) {
-  const ValueInfo* i = g.info(v);
-  return i && (i->dtype == DType::F32 || i->dtype == DType::F64);
-}
-
 }  // namespace
 
 Graph fuse_relu_bn_add(const Graph& g) {
-  const auto readers = g.consumers();
-  std::set<std::string> persisted;
-  for (const auto& [value, state] : g.state_updates) persisted.insert(value);
-  // v is read by node `by` alone, so once fused nothing else needs it.
-  auto only_for = [&](const std::string& v, int by) {
-    const auto it = readers.find(v);
-    return it != readers.end() && it->second.size() == 1 && it->second[0] == by && !g.is_output(v) &&
-           !persisted.count(v) && is_float(g, v);
-  };
+  const SoleReader only_for(g);
   Graph r = g;
   std::set<int> drop;  // the fused Relus and ReluGrads
   for (int i = 0; i < static_cast<int>(g.nodes.size()); ++i) {
@@ -39,12 +28,11 @@ Graph fuse_relu_bn_add(const Graph& g) {
     // in the BatchNormalizationGrad's place (dY and Y exist before the ReluGrad did).
     if (relu.domain == kGraphrunDomain && relu.op_type == "ReluGrad" && relu.inputs.size() == 2 &&
         relu.outputs.size() == 1) {
-      const auto it = readers.find(relu.outputs[0]);
-      if (it == readers.end() || it->second.size() != 1) continue;
-      const int q = it->second[0];
+      const int q = only_for.reader(relu.outputs[0]);
+      if (q < 0) continue;
       const Node& bng = g.nodes[q];
       if (bng.domain != kGraphrunDomain || bng.op_type != "BatchNormalizationGrad" || bng.inputs.size() != 3 ||
-          bng.inputs[0] != relu.outputs[0] || !only_for(relu.outputs[0], q) || !is_float(g, relu.inputs[1]))
+          bng.inputs[0] != relu.outputs[0] || !only_for(relu.outputs[0], q) || !is_float_value(g, relu.inputs[1]))
         continue;
       Node fused = bng;
       fused.op_type = "FusedBatchNormalizationGrad";

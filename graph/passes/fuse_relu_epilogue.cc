@@ -4,6 +4,8 @@
 
 #include <set>
 
+#include "graph/passes/fusion.h"
+
 namespace graphrun::passes {
 
 namespace {
@@ -17,11 +19,6 @@ bool is_op(const Node& n, const char* op, size_t inputs) {
   return n.domain.empty() && n.op_type == op && n.inputs.size() == inputs && n.outputs.size() == 1;
 }
 
-bool is_float(const Graph& g, const std::string& v) {
-  const ValueInfo* i = g.info(v);
-  return i && (i->dtype == DType::F32 || i->dtype == DType::F64);
-}
-
 const std::vector<Dim>* shape_of(const Graph& g, const std::string& v) {
   const ValueInfo* i = g.info(v);
   return i && i->has_shape ? &i->shape : nullptr;
@@ -33,7 +30,7 @@ bool is_row_bias_matmul(const Graph& g, const Node& mm, const std::string& bias,
   const auto *a = shape_of(g, mm.inputs[0]), *b = shape_of(g, mm.inputs[1]), *c = shape_of(g, bias);
   const auto *y = shape_of(g, mm.outputs[0]), *s = shape_of(g, sum);
   if (!a || !b || !c || !y || !s || a->size() < 2 || b->size() != 2 || c->empty() || c->size() > a->size()) return false;
-  if (!b->back().known() || !(c->back() == b->back()) || !(*y == *s) || !is_float(g, bias)) return false;
+  if (!b->back().known() || !(c->back() == b->back()) || !(*y == *s) || !is_float_value(g, bias)) return false;
   for (size_t i = 0; i + 1 < c->size(); ++i)
     if (!((*c)[i] == Dim(1))) return false;
   return true;
@@ -42,15 +39,7 @@ bool is_row_bias_matmul(const Graph& g, const Node& mm, const std::string& bias,
 }  // namespace
 
 Graph fuse_relu_epilogue(const Graph& g) {
-  const auto readers = g.consumers();
-  std::set<std::string> persisted;
-  for (const auto& [value, state] : g.state_updates) persisted.insert(value);
-  // v is read by node `by` alone, so once fused nothing else needs it.
-  auto only_for = [&](const std::string& v, int by) {
-    const auto it = readers.find(v);
-    return it != readers.end() && it->second.size() == 1 && it->second[0] == by && !g.is_output(v) &&
-           !persisted.count(v) && is_float(g, v);
-  };
+  const SoleReader only_for(g);
   Graph r = g;
   std::set<int> drop;
   for (int i = 0; i < static_cast<int>(g.nodes.size()); ++i) {

@@ -1,0 +1,26 @@
+// The fusion passes' shared test of a value a fused node may swallow (see fusion.h).
+#include "graph/passes/fusion.h"
+
+namespace graphrun::passes {
+
+bool is_float_value(const Graph& g, const std::string& v) {
+  const ValueInfo* i = g.info(v);
+  return i && (i->dtype == DType::F32 || i->dtype == DType::F64);
+}
+
+SoleReader::SoleReader(const Graph& g) : g_(g), readers_(g.consumers()) {
+  for (const auto& [value, state] : g.state_updates) persisted_.insert(value);
+}
+
+bool SoleReader::operator()(const std::string& v, int by) const {
+  const auto it = readers_.find(v);
+  return it != readers_.end() && it->second.size() == 1 && it->second[0] == by && !g_.is_output(v) &&
+         !persisted_.count(v) && is_float_value(g_, v);
+}
+
+int SoleReader::reader(const std::string& v) const {
+  const auto it = readers_.find(v);
+  return it != readers_.end() && it->second.size() == 1 ? it->second[0] : -1;
+}
+
+}  // namespace graphrun::passes

@@ -1,0 +1,32 @@
+// What the executor-only fusion passes (fuse_relu_epilogue, fuse_relu_bn_add) share: when a value may
+// disappear inside a fused node.
+#pragma once
+
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "graph/ir.h"
+
+namespace graphrun::passes {
+
+// v is f32 or f64, the types the fused kernels take.
+bool is_float_value(const Graph& g, const std::string& v);
+
+// Whether v is read by node `by` alone and is neither a graph output nor a state update's source, and is
+// float: once its reader is fused with its producer nothing else needs it. Built once per pass over g.
+class SoleReader {
+ public:
+  explicit SoleReader(const Graph& g);
+  bool operator()(const std::string& v, int by) const;
+  // The one node that reads v, or -1 when none or several do.
+  int reader(const std::string& v) const;
+
+ private:
+  const Graph& g_;
+  std::unordered_map<std::string, std::vector<int>> readers_;
+  std::set<std::string> persisted_;
+};
+
+}  // namespace graphrun::passes
