@@ -59,13 +59,7 @@ Graph fuse_relu_bn_add(const Graph& g) {
     r.nodes[p] = std::move(fused);
     drop.insert(i);
   }
-  if (drop.empty()) return r;
-  std::vector<Node> kept;
-  for (size_t i = 0; i < r.nodes.size(); ++i)
-    if (!drop.count(static_cast<int>(i))) kept.push_back(std::move(r.nodes[i]));
-  r.nodes = std::move(kept);
-  if (!r.opsets.count(kGraphrunDomain)) r.opsets[kGraphrunDomain] = 1;
-  return r;
+  return without_fused(std::move(r), drop);
 }
 
 Pass fuse_relu_bn_add_pass() { return make_pass(kInfo, "", fuse_relu_bn_add); }

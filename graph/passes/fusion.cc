@@ -23,4 +23,14 @@ int SoleReader::reader(const std::string& v) const {
   return it != readers_.end() && it->second.size() == 1 ? it->second[0] : -1;
 }
 
+Graph without_fused(Graph r, const std::set<int>& drop) {
+  if (drop.empty()) return r;
+  std::vector<Node> kept;
+  for (size_t i = 0; i < r.nodes.size(); ++i)
+    if (!drop.count(static_cast<int>(i))) kept.push_back(std::move(r.nodes[i]));
+  r.nodes = std::move(kept);
+  if (!r.opsets.count(kGraphrunDomain)) r.opsets[kGraphrunDomain] = 1;
+  return r;
+}
+
 }  // namespace graphrun::passes

@@ -14,6 +14,10 @@ namespace graphrun::passes {
 // v is f32 or f64, the types the fused kernels take.
 bool is_float_value(const Graph& g, const std::string& v);
 
+// r without the nodes at the indices in `drop` (the Relus and ReluGrads a fused node absorbed), declaring the
+// ai.graphrun opset the fused nodes belong to when any were dropped.
+Graph without_fused(Graph r, const std::set<int>& drop);
+
 // Whether v is read by node `by` alone and is neither a graph output nor a state update's source, and is
 // float: once its reader is fused with its producer nothing else needs it. Built once per pass over g.
 class SoleReader {
