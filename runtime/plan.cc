@@ -298,8 +298,9 @@ Plan make_plan(const Graph& model, const PlanOptions& options) {
 
   if (measure) {
     // One device on the whole batch is timed too: per-node overheads do not shrink with the shard.
-    plan.compute_1 = plan.shard == B ? compute_seconds(plan.nodes)
-                                     : compute_seconds(run_replica(tg, dg, B, B, options.threads, timed, mse).nodes);
+    plan.compute_1 = !options.baseline ? 0
+                     : plan.shard == B ? compute_seconds(plan.nodes)
+                                       : compute_seconds(run_replica(tg, dg, B, B, options.threads, timed, mse).nodes);
     plan.timing = "node times measured on this machine's CPU (" + std::to_string(options.threads) + " thread" +
                   (options.threads > 1 ? "s" : "") + ", mean of " + std::to_string(timed) + " steps" +
                   (options.concurrent > 1 ? ", " + std::to_string(options.concurrent) + " replicas at once" : "") + ")";
@@ -316,6 +317,36 @@ Plan make_plan(const Graph& model, const PlanOptions& options) {
   }
   predict_step(plan, options.devices);
   return plan;
+}
+
+std::string CpuPlacement::str() const {
+  return "cpu:" + std::to_string(replicas) + " x " + std::to_string(threads) + (threads == 1 ? " thread" : " threads");
+}
+
+std::vector<CpuPlacement> compare_cpu_placements(const Graph& model, const PlanOptions& base, int cores) {
+  GR_CHECK(cores >= 1, "placement: cores must be at least 1, got " << cores);
+  std::vector<CpuPlacement> ranked;
+  for (int r = 1; r <= std::min(cores, 4); ++r) {
+    if (cores % r != 0 || r > base.batch_size) continue;
+    PlanOptions o = base;
+    o.devices = o.concurrent = r;
+    o.threads = cores / r;
+    o.link = parse_link("shm");
+    o.device_tflops = 0;
+    o.predict = true;
+    o.baseline = false;
+    ranked.push_back({r, o.threads, make_plan(model, o).step_n});
+  }
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const CpuPlacement& a, const CpuPlacement& b) { return a.step_s < b.step_s; });
+  return ranked;
+}
+
+std::string describe_placements(const std::vector<CpuPlacement>& ranked) {
+  if (ranked.empty()) return "placement: none";
+  std::string s = "placement: " + ranked[0].str() + " (" + num(ranked[0].step_s, 3) + " s/step predicted";
+  for (size_t i = 1; i < ranked.size(); ++i) s += "; " + ranked[i].str() + ": " + num(ranked[i].step_s, 3);
+  return s + ")";
 }
 
 void print_plan_brief(std::ostream& os, const Plan& p) {

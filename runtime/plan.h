@@ -42,6 +42,9 @@ struct PlanOptions {
   int concurrent = 1;
   bool overlap = false;   // an AllReduce runs while the backward pass goes on (the executor's async mode)
   bool predict = true;    // false: the static part alone (one planning run, no timing)
+  // false: one device on the whole batch is not timed (compute_1 and the speedup stay 0): a
+  // placement comparison needs the step at N devices only.
+  bool baseline = true;
 };
 
 // One node of the replica graph as run (execution order).
@@ -109,6 +112,21 @@ Plan make_plan(const Graph& model, const PlanOptions& options);
 // ReplicaSum a blocking ring allreduce on the same link): fills the buckets' times, comm_n, sync_n,
 // exposed_comm (every second of the step that is not compute) and step_n.
 void predict_step(Plan& plan, int p);
+
+// One way to spread CPU replicas over this machine's cores (--devices cpu:auto): R replicas of T
+// intra-op threads each, and its step as make_plan predicts it (the replicas' nodes timed running at
+// once, the in-process AllReduce on the shm link).
+struct CpuPlacement {
+  int replicas = 1, threads = 1;
+  double step_s = 0;
+  std::string str() const;  // "cpu:2 x 1 thread"
+};
+// Every split of `cores` into R replicas x cores / R threads (R from 1 to min(cores, 4) dividing
+// `cores`, and at most the batch), each planned and timed as `base` says (pipeline, batch, steps);
+// fastest first, ties to fewer replicas.
+std::vector<CpuPlacement> compare_cpu_placements(const Graph& model, const PlanOptions& base, int cores);
+// "placement: cpu:2 x 1 thread (0.095 s/step predicted; cpu:1 x 2 threads: 0.112)".
+std::string describe_placements(const std::vector<CpuPlacement>& ranked);
 
 void print_plan(std::ostream& os, const Plan& plan);   // the table of graphrun plan
 void print_plan_brief(std::ostream& os, const Plan& plan);  // the block train --plan prints

@@ -45,6 +45,8 @@ TEST(PlanCli, BadInputIsOneLineAndExit2) {
   expect_usage_error(m + " --overlap-allreduce maybe", "--overlap-allreduce");
   expect_usage_error(m + " --optimizer lion", "--optimizer");
   expect_usage_error(m + " --bogus", "unknown option --bogus");
+  expect_usage_error(m + " --devices cpu:auto --threads 2", "--devices cpu:auto chooses the threads");
+  expect_usage_error(m + " --devices cpu:auto --link ib", "no --link or --device-tflops");
 }
 
 TEST(PlanCli, HelpExplainsTheModel) {
@@ -95,6 +97,28 @@ TEST(PlanCli, TrainPlanPrintsOneLineFirst) {
   auto without = testing::run_command(base);
   ASSERT_EQ(without.exit_code, 0) << without.output;
   EXPECT_EQ(without.output.find("plan:"), std::string::npos) << without.output;
+}
+
+// --devices cpu:auto times each split of the cores and trains on (plans) the one it names first.
+TEST(PlanCli, AutoPlacementNamesTheSplitItTrainsOn) {
+  const auto r = plan(lenet() + " --devices cpu:auto --batch-size 16 --steps 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(r.output.rfind("placement: cpu:", 0), 0u) << r.output;
+  if (!std::filesystem::exists(std::string(runtime::data::kDefaultDataDir) + "/t10k-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << "Fashion-MNIST is not installed";
+  const auto t = testing::run_command(testing::graphrun_cli() + " train " + lenet() +
+                                      " --devices cpu:auto --batch-size 32 --max-steps 2 --epochs 1");
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  ASSERT_EQ(t.output.rfind("placement: cpu:", 0), 0u) << t.output;
+  // "placement: cpu:R x T thread(s) (...)": train says it runs R replicas of T threads.
+  const int replicas = std::stoi(t.output.substr(15));
+  const size_t x = t.output.find(" x ");
+  ASSERT_NE(x, std::string::npos) << t.output;
+  const int threads = std::stoi(t.output.substr(x + 3));
+  std::string list = "[cpu:0";
+  for (int i = 1; i < replicas; ++i) list += ", cpu:" + std::to_string(i);
+  list += "] (" + std::to_string(threads) + " thread" + (threads > 1 ? "s" : "") + " per replica)";
+  EXPECT_NE(t.output.find("training 'lenet' on " + list), std::string::npos) << list << "\n" << t.output;
 }
 
 }  // namespace

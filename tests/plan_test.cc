@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <set>
 
 #include "graph/onnx_io.h"
 #include "runtime/plan.h"
@@ -40,6 +41,33 @@ TEST(Plan, LenetFlopsMatchAHandCount) {
   EXPECT_EQ(p.shard, 6);
   EXPECT_DOUBLE_EQ(p.flops_replica, 6 * (forward + backward));
   EXPECT_DOUBLE_EQ(p.flops_step, 12 * (forward + backward));
+}
+
+// --devices cpu:auto's candidates: every R dividing the cores, up to 4 and the batch; each timed, fastest first.
+TEST(Plan, CpuPlacementsSplitTheCoresAndComeFastestFirst) {
+  if (!std::filesystem::exists(testing::lenet_path())) GTEST_SKIP() << "models/lenet.onnx is missing";
+  const Graph model = load_onnx(testing::lenet_path());
+  PlanOptions o;
+  o.batch_size = 8;
+  o.measure_steps = 1;
+  auto splits = [&](int cores) {
+    std::set<std::pair<int, int>> s;
+    const auto ranked = runtime::compare_cpu_placements(model, o, cores);
+    for (size_t i = 0; i < ranked.size(); ++i) {
+      EXPECT_GT(ranked[i].step_s, 0) << ranked[i].str();
+      if (i > 0) EXPECT_LE(ranked[i - 1].step_s, ranked[i].step_s);
+      s.insert({ranked[i].replicas, ranked[i].threads});
+    }
+    return s;
+  };
+  EXPECT_EQ(splits(1), (std::set<std::pair<int, int>>{{1, 1}}));
+  EXPECT_EQ(splits(2), (std::set<std::pair<int, int>>{{1, 2}, {2, 1}}));
+  EXPECT_EQ(splits(3), (std::set<std::pair<int, int>>{{1, 3}, {3, 1}}));
+  EXPECT_EQ(splits(8), (std::set<std::pair<int, int>>{{1, 8}, {2, 4}, {4, 2}}));
+  o.batch_size = 2;  // a replica needs an example
+  EXPECT_EQ(splits(4), (std::set<std::pair<int, int>>{{1, 4}, {2, 2}}));
+  EXPECT_EQ((runtime::CpuPlacement{2, 1, 0}.str()), "cpu:2 x 1 thread");
+  EXPECT_EQ((runtime::CpuPlacement{1, 2, 0}.str()), "cpu:1 x 2 threads");
 }
 
 // Small buckets cut LeNet's gradients into several AllReduce nodes; together they carry every

@@ -37,6 +37,7 @@ TEST(TrainCli, NonsenseFlagsAreUsageErrors) {
   expect_usage_error(m + " --devices cpu:4 --batch-size 3", "smaller than the number of replicas");
   expect_usage_error(m + " --devices tpu:0", "--devices");
   expect_usage_error(m + " --threads 0", "--threads");
+  expect_usage_error(m + " --devices cpu:auto --threads 2", "--devices cpu:auto chooses the threads");
   expect_usage_error(m + " --momentum 1.5", "--momentum");
   expect_usage_error(m + " --nesterov", "--nesterov");
   expect_usage_error(m + " --loss mse", "class ids train with --loss cross-entropy");

@@ -17,7 +17,9 @@ namespace {
 
 std::vector<Option> plan_options() {
   std::vector<Option> r = {
-      {"devices", "N|LIST", "the replicas to plan for: N, cpu:N or a list as graphrun train takes (default 1)"},
+      {"devices", "N|LIST", "the replicas to plan for: N, cpu:N or a list as graphrun train takes (default 1);\n"
+                            "                            cpu:auto: time each split of the cores into replicas x threads\n"
+                            "                            (as train --devices cpu:auto), then plan the fastest"},
       {"gpus", "N", "plan for N GPUs (on paper: none need be here; the link defaults to nvlink)"},
       {"link", "KIND", "nvlink, pcie, ib, ethernet, shm (in-process CPU replicas), or a bandwidth in GB/s\n"
                        "                            (default: shm for cpu devices, nvlink for GPUs; README: graphrun plan);\n"
@@ -88,11 +90,16 @@ int cmd_plan(const std::vector<std::string>& argv) {
   runtime::PlanOptions o;
   if (args.has("gpus") && args.has("devices")) throw bad("give --gpus or --devices, not both");
   bool gpus = false;
+  const bool auto_placement = args.has("devices") && args.get("devices") == "cpu:auto";
   if (args.has("gpus")) {
     const int64_t n = args.get_int("gpus", 0);
     if (n < 1 || n > 100000) throw bad("--gpus must be at least 1, got " + args.get("gpus"));
     o.devices = static_cast<int>(n);
     gpus = true;
+  } else if (auto_placement) {
+    if (args.has("threads")) throw bad("--devices cpu:auto chooses the threads: give --threads with cpu:N instead");
+    if (args.has("link") || args.has("device-tflops"))
+      throw bad("--devices cpu:auto times in-process replicas on this machine: it takes no --link or --device-tflops");
   } else if (args.has("devices")) {
     std::vector<Device> ds;
     try {
@@ -150,6 +157,13 @@ int cmd_plan(const std::vector<std::string>& argv) {
   if (!gpus && o.link.name == "shm") o.concurrent = o.devices;
 
   const Graph model = load_onnx(args.positional()[0]);
+  if (auto_placement) {  // time each split of the cores (as train --devices cpu:auto), then plan the fastest
+    const auto ranked = runtime::compare_cpu_placements(model, o, cores);
+    o.devices = o.concurrent = ranked.at(0).replicas;
+    o.threads = ranked[0].threads;
+    o.link = runtime::parse_link("shm");
+    if (!args.has("json")) std::cout << runtime::describe_placements(ranked) << "\n\n";
+  }
   const runtime::Plan plan = runtime::make_plan(model, o);
   if (args.has("json")) std::cout << runtime::plan_json(plan) << std::endl;
   else runtime::print_plan(std::cout, plan);

@@ -1,7 +1,9 @@
 // graphrun train: data-parallel training of an ONNX model on Fashion-MNIST, or on the user's own data
 // (.npz, .npy folders, image folders: runtime/data/source.h).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <iomanip>
 #include <iostream>
 #include <memory>
 #include <thread>
@@ -25,7 +27,9 @@ const Command& train_command() {
       "Trains a classifier (or, with --loss mse, a regressor) data-parallel: the training graph is replicated once per device, gradients are summed\n"
       "by AllReduce nodes, and every replica applies the same optimizer update (SGD, Adam or AdamW).",
       {
-          {"devices", "LIST", "cpu:N (N CPU replicas), cpu:0,cpu:1, or cuda:0,1 (default: cpu:R, R = min(cores, 4))"},
+          {"devices", "LIST", "cpu:N (N CPU replicas), cpu:0,cpu:1, or cuda:0,1 (default: cpu:R, R = min(cores, 4));\n"
+                              "                            cpu:auto: time each split of the cores into replicas x threads\n"
+                              "                            on this model (as graphrun plan does) and train on the fastest"},
           {"gpus", "N", "train on N GPUs (cuda:0..N-1)"},
           {"deterministic", "", "GPU: deterministic cuDNN algorithms (bitwise repeatable, somewhat slower)"},
           {"device-data-mb", "MB", "GPU: keep the training and test data on each GPU when it takes at most MB\n"
@@ -148,6 +152,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   runtime::TrainOptions o;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (args.has("gpus") && args.has("devices")) throw bad("give --gpus or --devices, not both");
+  const bool auto_placement = args.has("devices") && args.get("devices") == "cpu:auto";
   std::vector<Device> devices;
   if (args.has("gpus")) {
     const int64_t n = args.get_int("gpus", 0);
@@ -155,6 +160,11 @@ int cmd_train(const std::vector<std::string>& argv) {
     // Under MPI a rank takes the N GPUs from local_rank * N (Horovod's one GPU per rank: --gpus 1).
     const int first = static_cast<int>(n) * runtime::mpi::local_rank();
     for (int i = 0; i < n; ++i) devices.push_back(Device{Device::Kind::CUDA, first + i});
+  } else if (auto_placement) {
+    if (args.has("threads")) throw bad("--devices cpu:auto chooses the threads: give --threads with cpu:N instead");
+    if (runtime::mpi::size() > 1)
+      throw bad("--devices cpu:auto is not supported under MPI: give each rank cpu:N (and --threads)");
+    devices.push_back(Device{Device::Kind::CPU, 0});  // until the model is timed
   } else if (args.has("devices")) {
     try {
       devices = runtime::parse_devices(args.get("devices"));
@@ -330,6 +340,31 @@ int cmd_train(const std::vector<std::string>& argv) {
   runtime::check_devices_available(devices);
 
   Graph model = load_onnx(args.positional()[0]);
+  if (auto_placement) {
+    // Each split of the cores into replicas x threads, timed on this model as graphrun plan times it.
+    runtime::PlanOptions po;
+    po.pipeline = o.pipeline;
+    po.pipeline.dump_after.clear();  // the chosen run dumps, not the timing runs
+    po.batch_size = o.batch_size;
+    po.measure_steps = 2;
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto ranked = runtime::compare_cpu_placements(model, po, cores);
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    devices.clear();
+    for (int i = 0; i < ranked.at(0).replicas; ++i) devices.push_back(Device{Device::Kind::CPU, i});
+    o.pipeline.devices = devices;
+    o.threads = ranked[0].threads;
+    if (speaks) {
+      std::cout << runtime::describe_placements(ranked) << ", timed in " << std::fixed << std::setprecision(1) << took
+                << " s" << std::defaultfloat << std::endl;
+      bool bn = false;
+      for (const Node& n : model.nodes) bn = bn || n.op_type == "BatchNormalization";
+      if (bn && ranked.size() > 1 && !o.pipeline.sync_bn)
+        std::cout << "note: BatchNormalization normalises over each replica's shard, so the placement decides its "
+                     "batch statistics (--sync-bn: over the whole batch, whatever the placement)"
+                  << std::endl;
+    }
+  }
   if (args.has("plan") && speaks) {
     runtime::PlanOptions po;
     po.pipeline = o.pipeline;
