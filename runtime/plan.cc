@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <iomanip>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -344,8 +345,13 @@ std::vector<CpuPlacement> compare_cpu_placements(const Graph& model, const PlanO
 
 std::string describe_placements(const std::vector<CpuPlacement>& ranked) {
   if (ranked.empty()) return "placement: none";
-  std::string s = "placement: " + ranked[0].str() + " (" + num(ranked[0].step_s, 3) + " s/step predicted";
-  for (size_t i = 1; i < ranked.size(); ++i) s += "; " + ranked[i].str() + ": " + num(ranked[i].step_s, 3);
+  auto sig3 = [](double v) {  // 3 significant digits: 0.00412 and 6.23 alike
+    std::ostringstream os;
+    os << std::setprecision(3) << v;
+    return os.str();
+  };
+  std::string s = "placement: " + ranked[0].str() + " (" + sig3(ranked[0].step_s) + " s/step predicted";
+  for (size_t i = 1; i < ranked.size(); ++i) s += "; " + ranked[i].str() + ": " + sig3(ranked[i].step_s);
   return s + ")";
 }
 
