@@ -38,3 +38,25 @@ def overlap_ab(name, cmd, pairs):
     print(f'{name}: AllReduce overlap off {off:.2f}, on {on:.2f} sec/epoch (medians of {pairs}): '
           f'on takes {100 * (on / off - 1):+.0f}% time')
     return off, on
+
+
+def fma_floor(graphrun, model, batch, steps, cores=2, extra=()):
+    """The FMA floor of `steps` training steps: the graph's FLOPs (graphrun plan: Conv, ConvGrad, Gemm,
+    MatMul, a multiply-add counting two) over `cores` cores at the FMA peak bench_gemm --peak measures
+    on this machine, now. Prints the figures and returns the floor in seconds (None when bench_gemm
+    is not built)."""
+    import json
+    gemm = os.path.join(os.path.dirname(graphrun), 'bench', 'bench_gemm')
+    if not os.path.exists(os.path.join(ROOT, gemm)):
+        print(f'(no FMA floor: {gemm} is not built)')
+        return None
+    out = subprocess.run([gemm, '--peak'], cwd=ROOT, stdout=subprocess.PIPE, text=True, check=True).stdout
+    m = re.search(r'two threads at once: ([0-9.]+) and ([0-9.]+) per thread', out)
+    peak = sum(float(x) for x in m.groups()[:cores]) if cores <= 2 else float(m.group(1)) * cores
+    plan = subprocess.run([graphrun, 'plan', model, '--batch-size', str(batch), '--device-tflops', '1', '--json',
+                           *extra], cwd=ROOT, stdout=subprocess.PIPE, text=True, check=True).stdout
+    flops = json.loads(plan)['flops_per_step'] * steps
+    floor = flops / (peak * 1e9)
+    print(f'FMA floor: {flops / 1e12:.2f} TFLOP in {steps} steps at {peak:.0f} GFLOP/s ({cores} cores at once, '
+          f'measured now) = {floor:.2f} s')
+    return floor

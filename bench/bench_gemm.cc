@@ -2,7 +2,7 @@
 // LeNet, SimpleCNN and ResNet-18, for every GEMM library this build found, as % of a measured FMA peak.
 //
 //   bench_gemm [-m lenet|simplecnn|resnet18]... [-l LIB]... [-t 1|2x1|1x2]... [-b batch] [-s seconds]
-//              [-f filter] [--whole]
+//              [-f filter] [--whole] [--peak]   (--peak: print the measured FMA peak only)
 //
 // Threads: "1" one GEMM on one thread; "2x1" two GEMMs at once on one thread each (what cpu:2 x
 // 1 thread runs: one replica per core); "1x2" one GEMM on two threads (cpu:1 x 2 threads).
@@ -330,7 +330,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> models, only_libs, modes;
   int64_t batch = 0;  // 0: replica_batch of each model
   double seconds = 0.3;
-  bool whole = false;
+  bool whole = false, peak_only = false;
   std::string filter;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -345,6 +345,7 @@ int main(int argc, char** argv) {
     else if (a == "-s") seconds = std::atof(next().c_str());
     else if (a == "-f") filter = next();
     else if (a == "--whole") whole = true;
+    else if (a == "--peak") peak_only = true;
     else { std::fprintf(stderr, "bench_gemm: unknown argument %s (see the file's head)\n", a.c_str()); return 2; }
   }
   if (modes.empty()) modes = {"1", "2x1"};
@@ -360,6 +361,7 @@ int main(int argc, char** argv) {
   peak2[omp_get_thread_num()] = fma_peak_gflops(0.5);
   std::printf("FMA peak, one core: %.1f GFLOP/s (fp32); two threads at once: %.1f and %.1f per thread\n", peak,
               peak2[0], peak2[1]);
+  if (peak_only) return 0;
   std::printf("%-10s %-48s %5s %6s %6s %6s %4s", "model", "shape", "op", "m", "n", "k", "thr");
   for (const Lib& l : libs) std::printf(" %9s", l.name.c_str());
   std::printf("   (GFLOP/s per core; %% of peak for the best)\n");

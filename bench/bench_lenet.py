@@ -15,7 +15,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import overlap_ab, run  # noqa: E402
+from bench_common import fma_floor, overlap_ab, run  # noqa: E402
 
 
 def main():
@@ -61,6 +61,10 @@ def main():
         print(f'2 threads: graphrun cpu:2 / pytorch = {sec["gr cpu:2 x1"] / sec["torch 2"]:.2f}')
     red = 100 * (1 - sec['gr cpu:2 x1'] / sec['gr cpu:1 x1'])
     print(f'cpu:2 vs cpu:1 (1 thread each): {red:.0f}% less time per epoch (aim: >= 40%)')
+    steps = a.max_steps or -(-60000 // 256)
+    floor = fma_floor(a.graphrun, a.model, 256, steps)
+    if floor:
+        print(f'graphrun cpu:2 / FMA floor = {sec["gr cpu:2 x1"] / floor:.1f} (aim: <= 2)')
 
     if a.overlap_pairs > 0:
         print()

@@ -22,7 +22,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import ROOT, run  # noqa: E402
+from bench_common import ROOT, fma_floor, run  # noqa: E402
 
 DATA = '/usr/share/datasets/fashion-mnist'
 
@@ -102,6 +102,9 @@ def measure(a, data):
             print(f'graphrun {tag} cpu:2 vs cpu:1: {one / two:.2f}x the steps/s (aim: >= 1.8)')
             if not a.skip_torch:
                 print(f'graphrun {tag} cpu:1 vs pytorch 1 thread: {med["pytorch 1 thread(s)"] / one:.2f}x the steps/s')
+    floor = fma_floor(a.graphrun, a.model, 256, a.steps)
+    if floor:
+        print(f'graphrun new cpu:2 / FMA floor = {med["graphrun new cpu:2 x1"] / floor:.1f}')
     if a.baseline:
         for dev, threads, _ in rows:
             old, new = med[f'graphrun old {dev} x{threads}'], med[f'graphrun new {dev} x{threads}']
