@@ -224,6 +224,51 @@ TEST(Norm, BatchNormalizationGradMatchesCentralDifferences) {
   }
 }
 
+// A channel whose mean is 1e5 of its spread (x = 1000 + 0.01 u): float32 keeps x's digits, and so must the
+// normalisation. Y = x * a + b with b = B - mean * a (a = scale / std) cancels two numbers 1e5 times larger than Y
+// and loses five digits (5e-4 of Y here); (x - mean) * a + B does not, with mean split in two floats (hi + lo)
+// so that its own float32 rounding (6e-5 here, 6e-3 once scaled by a) does not come back. The gradient's
+// sum(dY * (x - mean)) likewise. Against the same float32 values in double (the F64 kernel, which central
+// differences check above).
+TEST(Norm, BatchNormFloat32KeepsTheDigitsOfALargeMean) {
+  const Shape s{4, 3, 8, 8};
+  std::vector<double> xs = random_f64(s, 41).as_doubles();
+  for (double& v : xs) v = 1000 + 0.01 * v;
+  Tensor x32 = to_f32(Tensor::from_vector<double>(s, xs)), x64 = to_f64(x32);
+  const std::vector<double> sc{1.5, -0.75, 2}, bias{0.25, -1, 0}, zero(3, 0.0), one(3, 1.0);
+  auto rel = [](const Tensor& got, const Tensor& want) {
+    double scale = 0;
+    for (double v : want.as_doubles()) scale = std::max(scale, std::fabs(v));
+    return max_abs_diff(to_f64(got), to_f64(want)) / scale;
+  };
+  const Attrs at{{"training_mode", int1(1)}};
+  for (const char* op : {"BatchNormalization", "FusedBatchNormalization"}) {
+    const bool fused = op[0] == 'F';
+    Attrs a = at;
+    if (fused) a["activation"] = Attribute::Str("Relu");
+    auto y = [&](DType dt, const Tensor& x) {
+      return run_node_ex(op, {x, vec(sc, dt), vec(bias, dt), vec(zero, dt), vec(one, dt)}, a, {true}, 1, 15,
+                         fused ? "ai.graphrun" : "")[0];
+    };
+    EXPECT_LT(rel(y(DType::F32, x32), y(DType::F64, x64)), 1e-6) << op;
+  }
+  // Inference with the batch's own statistics (rounded to float32) as the running ones: the same cancellation.
+  BnRef batch = ref_bn(x64, vec(sc, DType::F64), vec(bias, DType::F64), vec(zero, DType::F64), vec(one, DType::F64),
+                       true, static_cast<double>(1e-5f));
+  const Tensor m32 = vec(batch.mean, DType::F32), v32 = vec(batch.var, DType::F32);
+  Tensor inf = run_node("BatchNormalization", {x32, vec(sc, DType::F32), vec(bias, DType::F32), m32, v32}, {}, 1, 15)[0];
+  EXPECT_LT(rel(inf, ref_bn(x64, vec(sc, DType::F64), vec(bias, DType::F64), to_f64(m32), to_f64(v32), false,
+                            static_cast<double>(1e-5f)).y), 1e-6);
+  Tensor dy64 = random_f64(s, 42), dy32 = to_f32(dy64);
+  dy64 = to_f64(dy32);
+  auto grad = [&](DType dt, const Tensor& dy, const Tensor& x) {
+    return run_node_ex("BatchNormalizationGrad", {dy, x, vec(sc, dt)}, {}, {true, true, true}, 1, 15, "ai.graphrun");
+  };
+  auto g32 = grad(DType::F32, dy32, x32), g64 = grad(DType::F64, dy64, x64);
+  const char* what[] = {"dX", "dscale", "dB"};
+  for (int i = 0; i < 3; ++i) EXPECT_LT(rel(g32[i], g64[i]), 1e-6) << what[i];
+}
+
 // LayerNormalization in double: Y, and the per-row mean and inverse standard deviation.
 struct LnRef {
   Tensor y;

@@ -8,6 +8,7 @@
 // variance with nodes of its own (graph/passes/unbiased_running_var.cc), never by changing this op.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // false positives inside Eigen's AVX-512 code
 #include <Eigen/Core>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -55,18 +56,29 @@ void check_param(const Tensor& t, const Tensor& x, const BnShape& s, const char*
 
 template <class T> using Row = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 
-// Mean and biased variance of feature f, two passes (deviations from the mean, not E[x^2] - m^2).
-// Each row of S values is summed vectorised in T, the rows' sums in double.
+// Mean and biased variance of feature f, two passes (deviations from the mean, not E[x^2] - m^2), the second
+// corrected: the first pass's mean m0 (rows summed vectorised in T, the rows' sums in double) is off by the float
+// rounding of sums of values far larger than their spread when the mean is large against the spread; the second
+// sums the deviations d = x - T(m0) (exact or nearly: x is close to m0) and their squares, and
+// mean = T(m0) + sum(d) / n, var = sum(d^2) / n - (sum(d) / n)^2 (Chan, Golub and LeVeque's corrected two-pass).
 template <class T>
 void feature_stats(const T* x, const BnShape& s, int64_t f, double* mean, double* var) {
+  if (!s.count()) {
+    *mean = *var = 0;
+    return;
+  }
   double sum = 0;
   for (int64_t n = 0; n < s.N; ++n) sum += Row<T>(x + (n * s.F + f) * s.S, s.S).sum();
-  const double m = s.count() ? sum / s.count() : 0;
-  const T mt = static_cast<T>(m);
-  double sq = 0;
-  for (int64_t n = 0; n < s.N; ++n) sq += (Row<T>(x + (n * s.F + f) * s.S, s.S) - mt).square().sum();
-  *mean = m;
-  *var = s.count() ? sq / s.count() : 0;
+  const T m0 = static_cast<T>(sum / s.count());
+  double d1 = 0, d2 = 0;
+  for (int64_t n = 0; n < s.N; ++n) {
+    const auto d = Row<T>(x + (n * s.F + f) * s.S, s.S) - m0;
+    d1 += d.sum();
+    d2 += d.square().sum();
+  }
+  const double shift = d1 / s.count();
+  *mean = static_cast<double>(m0) + shift;
+  *var = std::max(0.0, d2 / s.count() - shift * shift);
 }
 
 // kRelu: FusedBatchNormalization, Relu(BatchNormalization) bit for bit: each value computed as below, then
@@ -107,18 +119,22 @@ void batch_norm_kernel(KernelContext& ctx) {
       if (saved_mean) saved_mean[f] = static_cast<T>(mean);
       if (saved_var) saved_var[f] = static_cast<T>(var);
     }
-    const double a = scale[f] / std::sqrt(var + eps), b = bias[f] - mean * a;
-    const T ta = static_cast<T>(a), tb = static_cast<T>(b);
+    // Y = (x - mean) * a + B, not x * a + (B - mean * a): that form cancels two terms |mean| / std times larger
+    // than Y. The mean in two floats (hi + lo): x - hi is exact or nearly, and hi's own rounding does not come back
+    // multiplied by a.
+    const double a = scale[f] / std::sqrt(var + eps);
+    const T ta = static_cast<T>(a), tb = bias[f], hi = static_cast<T>(mean),
+            lo = static_cast<T>(mean - static_cast<double>(hi));
     for (int64_t n = 0; n < s.N; ++n) {
       const T* p = xp + (n * s.F + f) * s.S;
       T* q = y + (n * s.F + f) * s.S;
       if constexpr (kRelu) {
         for (int64_t i = 0; i < s.S; ++i) {
-          const T v = p[i] * ta + tb;
+          const T v = ((p[i] - hi) - lo) * ta + tb;
           q[i] = v < T(0) ? T(0) : v;
         }
       } else {
-        for (int64_t i = 0; i < s.S; ++i) q[i] = p[i] * ta + tb;
+        for (int64_t i = 0; i < s.S; ++i) q[i] = ((p[i] - hi) - lo) * ta + tb;
       }
     }
   }
@@ -186,7 +202,9 @@ void batch_norm_grad_kernel(KernelContext& ctx) {
       sum_g += gp.sum();
       sum_gx += (gp * (p - mt)).sum();
     }
-    sum_gx *= invstd;
+    // sum dY * (x - mean) = sum dY * (x - T(mean)) - (mean - T(mean)) * sum dY: T(mean)'s rounding is not
+    // small against x - mean when the mean is large against the spread.
+    sum_gx = (sum_gx - (mean - static_cast<double>(mt)) * sum_g) * invstd;
     if (db) db[f] = static_cast<T>(sum_g);
     if (dscale) dscale[f] = static_cast<T>(sum_gx);
     if (dx) {
