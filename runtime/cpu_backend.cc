@@ -30,6 +30,7 @@ class CpuRank final : public Communicator {
   void barrier() override { rank_->barrier(); }
   void abort() override { group_->abort(); }
   void set_timeout(double seconds) override { rank_->set_timeout(seconds); }
+  void set_profile(ProfileTrack* track) override { rank_->set_profile(track); }
   std::string name() const override { return rank_->name(); }
 
  private:

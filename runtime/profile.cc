@@ -91,6 +91,33 @@ void Profiler::print_table(std::ostream& os, const std::string& phase) const {
   std::snprintf(line, sizeof line, "%-28s %9s %11.1f %8.1f   (%s time: %.1f ms over all tracks)\n", "all kernels", "",
                 sum_ms, phase_ms > 0 ? 100 * sum_ms / phase_ms : 0.0, phase.c_str(), phase_ms);
   os << line;
+  // Where the blocking AllReduce kernels' time went (the communicators' "comm" events, inside them).
+  std::map<std::string, OpTotals> comm;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const ProfileTrack& tr : tracks_)
+      for (const ProfileEvent& e : tr.events())
+        if (e.cat == "comm") {
+          ++comm[e.name].count;
+          comm[e.name].ns += e.dur_ns;
+        }
+  }
+  const auto ar = totals.find("AllReduce");
+  if (comm.empty() || ar == totals.end()) return;
+  os << "AllReduce, where its time went (waits are peers still computing, not communication):\n";
+  int64_t inside = 0;
+  auto row = [&](const std::string& name, int64_t count, int64_t ns) {
+    std::snprintf(line, sizeof line, "  %-26s %9lld %11.1f %8.1f\n", name.c_str(), static_cast<long long>(count),
+                  ns / 1e6, phase_ms > 0 ? 100 * ns / 1e6 / phase_ms : 0.0);
+    os << line;
+  };
+  for (const char* name : {"wait for replicas", "wait for ranks", "transfer", "sum", "copy"}) {
+    const auto it = comm.find(name);
+    if (it == comm.end()) continue;
+    row(name, it->second.count, it->second.ns);
+    inside += it->second.ns;
+  }
+  row("rest (pack, unpack)", ar->second.count, std::max<int64_t>(0, ar->second.ns - inside));
 }
 
 namespace {

@@ -16,7 +16,8 @@
 namespace graphrun::runtime {
 
 // Event categories: "kernel" (one node's kernel: name is the op type), "wait" (AllReduce completion,
-// peers), "data", "phase" (step, optimizer, evaluate, run).
+// peers), "data", "phase" (step, optimizer, evaluate, run), "comm" (inside a blocking AllReduce: its
+// waits for replicas and ranks, sum, transfer and copy; Communicator::set_profile).
 struct ProfileEvent {
   std::string name, cat, node;  // node: the graph node's name, for kernels and their waits
   int64_t begin_ns = 0, dur_ns = 0;
@@ -67,6 +68,12 @@ class Profiler {
   void finish(const std::string& path, const std::string& phase, std::ostream& os) const;
   // The ops by total time: count, ms, % of the summed `phase` time, GFLOP/s where FLOPs are known.
   void print_table(std::ostream& os, const std::string& phase) const;
+  // Calls f(track) for every track (tests; not while tracks are being recorded).
+  template <class F>
+  void for_each_track(F f) const {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const ProfileTrack& t : tracks_) f(t);
+  }
 
  private:
   std::chrono::steady_clock::time_point start_;

@@ -149,6 +149,7 @@ void Trainer::setup_replicas() {
     if (opts_.profiler) {
       r->profile = ro.profile = &opts_.profiler->track("replica " + std::to_string(d) + " (" + devs[d].str() + ")");
       ro.profile_spans = {optimizer_span(graphs_.replicas[d].graph)};  // before the correct count appended above
+      ro.comm->set_profile(ro.profile);
       if (d == D - 1) eval_->profile = &opts_.profiler->track("main (evaluation)");  // after the replicas' tracks
     }
     r->exec = std::make_unique<Executor>(g, ro);

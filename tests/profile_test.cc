@@ -60,7 +60,8 @@ TEST(Profile, TraceIsChromeJsonWithOneTrackPerReplicaAndTheExpectedEvents) {
   EXPECT_EQ(got, tracks);
   for (const char* r : {"replica 0 (cpu:0)", "replica 1 (cpu:1)"})
     // LeNet's convolutions run as FusedConv (pass fuse_relu_epilogue takes their Relus).
-    for (const char* name : {"FusedConv", "ConvGrad", "Gemm", "AllReduce", "step", "data", "optimizer", "wait for peers"})
+    for (const char* name : {"FusedConv", "ConvGrad", "Gemm", "AllReduce", "step", "data", "optimizer", "wait for peers",
+                             "wait for replicas", "sum"})
       EXPECT_TRUE(names_on[r].count(name)) << r << " has no '" << name << "' event";
   EXPECT_EQ(names_on["main (evaluation)"], std::set<std::string>{"evaluate"});
 }
@@ -94,6 +95,42 @@ TEST(Profile, TableCountsAreTheNodeCountsTimesStepsAndConvFlopsAreKnown) {
   EXPECT_NE(table.str().find("ConvGrad"), std::string::npos) << table.str();
   EXPECT_NE(table.str().find("all kernels"), std::string::npos) << table.str();
   EXPECT_GT(prof.phase_ns("step"), 0);
+}
+
+// Where an AllReduce's time goes: on every replica's track, each AllReduce kernel holds exactly one
+// "wait for replicas" and one "sum" (the in-process communicator's; under MPI also "wait for ranks",
+// "transfer" and "copy": tests/mpi), inside it, and the table prints them under the kernels.
+TEST(Profile, EveryAllReduceHoldsItsWaitAndSum) {
+  REQUIRE_LENET_AND_DATA();
+  Profiler prof;
+  runtime::Trainer t(load_onnx(testing::lenet_path()), profiled(prof));
+  t.fit();
+  for (int d = 0; d < 2; ++d) {
+    const runtime::ProfileTrack* track = nullptr;
+    prof.for_each_track([&](const runtime::ProfileTrack& tr) {
+      if (tr.name().rfind("replica " + std::to_string(d), 0) == 0) track = &tr;
+    });
+    ASSERT_TRUE(track);
+    std::vector<const runtime::ProfileEvent*> allreduce;
+    for (const auto& e : track->events())
+      if (e.cat == "kernel" && e.name == "AllReduce") allreduce.push_back(&e);
+    ASSERT_FALSE(allreduce.empty());
+    std::map<std::string, int> inside;
+    for (const auto& e : track->events()) {
+      if (e.cat != "comm") continue;
+      int holders = 0;
+      for (const auto* k : allreduce)
+        holders += e.begin_ns >= k->begin_ns && e.begin_ns + e.dur_ns <= k->begin_ns + k->dur_ns;
+      EXPECT_EQ(holders, 1) << e.name << " at " << e.begin_ns << " on replica " << d;
+      ++inside[e.name];
+    }
+    const int n = static_cast<int>(allreduce.size());
+    EXPECT_EQ(inside, (std::map<std::string, int>{{"sum", n}, {"wait for replicas", n}})) << "replica " << d;
+  }
+  std::ostringstream table;
+  prof.print_table(table, "step");
+  for (const char* row : {"AllReduce, where its time went", "wait for replicas", "sum", "rest (pack, unpack)"})
+    EXPECT_NE(table.str().find(row), std::string::npos) << row << " missing from\n" << table.str();
 }
 
 TEST(Profile, ProfilingChangesNoTrainedBit) {

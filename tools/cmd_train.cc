@@ -96,6 +96,7 @@ const Command& train_command() {
           {"profile", "FILE", "write a Chrome trace of the run to FILE (one track per replica: every node's\n"
                               "                            kernel, AllReduce waits, data, optimizer, steps; evaluation) and\n"
                               "                            print the ops by total time at the end (README: Profiling);\n"
+                              "                            under MPI rank k>0 writes FILE.rankK\n"
                               "                            GRAPHRUN_SKIP_PASSES=fuse_relu_epilogue,... leaves executor-only\n"
                               "                            passes out, to measure what each saves"},
           {"plan", "", "first print the plan of the run (graphrun plan, without its prediction): FLOPs per\n"
@@ -327,15 +328,19 @@ int cmd_train(const std::vector<std::string>& argv) {
   const bool speaks = runtime::mpi::rank() == 0;
   o.log = speaks ? &std::cout : nullptr;
   if (!speaks) o.progress = 0;
-  const std::string profile_path = args.get("profile");
+  // Every rank traces its own replicas: rank 0 to FILE (and prints the table), rank k to FILE.rankK.
+  std::string profile_path = args.get("profile");
+  if (!profile_path.empty() && !speaks) profile_path += ".rank" + std::to_string(runtime::mpi::rank());
   std::unique_ptr<runtime::Profiler> profiler;
-  if (!profile_path.empty() && speaks) {  // rank 0 traces its own replicas
+  if (!profile_path.empty()) {
     profiler = std::make_unique<runtime::Profiler>();
     profiler->write_trace(profile_path);  // an unwritable path fails now, not after training
     o.profiler = profiler.get();
   }
   auto finish_profile = [&] {
-    if (profiler) profiler->finish(profile_path, "step", std::cout);
+    if (!profiler) return;
+    if (speaks) profiler->finish(profile_path, "step", std::cout);
+    else profiler->write_trace(profile_path);
   };
   runtime::check_devices_available(devices);
 

@@ -8,6 +8,8 @@
 
 namespace graphrun::runtime {
 
+class ProfileTrack;
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -35,6 +37,12 @@ class Communicator {
   // sets it for all.
   virtual void set_timeout(double seconds) = 0;
   virtual std::string name() const = 0;  // "cpu-shared-memory", "nccl", "mpi"
+  // --profile: the blocking allreduce_sum records where its time goes on `track` (this rank's
+  // thread's track; null: off), as events of category "comm" inside the AllReduce kernel's:
+  // "wait for replicas" (in-process peers arriving), "wait for ranks" (other MPI ranks arriving:
+  // they are still computing, so this is load imbalance, not communication), "sum", "transfer"
+  // (MPI messages) and "copy" (the sum copied to the other local replicas). Default: nothing recorded.
+  virtual void set_profile(ProfileTrack* track) {}
 };
 
 }  // namespace graphrun::runtime

@@ -12,6 +12,7 @@
 #include "graph/error.h"
 #include "runtime/comm/replica_aborted.h"
 #include "runtime/comm/wait.h"
+#include "runtime/profile.h"
 
 namespace graphrun::runtime {
 
@@ -33,8 +34,9 @@ class CpuCommunicator final : public Communicator {
   // Blocking calls come after every operation this rank started (the order every rank shares).
   void allreduce_sum(float* data, int64_t count) override {
     drain();
-    group_->allreduce_sum(rank_, data, count);
+    group_->allreduce_sum(rank_, data, count, true, track_);
   }
+  void set_profile(ProfileTrack* track) override { track_ = track; }
   void broadcast(float* data, int64_t count, int root) override {
     drain();
     group_->broadcast(rank_, data, count, root);
@@ -109,6 +111,7 @@ class CpuCommunicator final : public Communicator {
   std::deque<std::shared_ptr<Job>> queue_;
   bool quit_ = false;
   std::thread thread_;
+  ProfileTrack* track_ = nullptr;  // --profile, blocking calls only (the communication thread has no track)
 };
 
 }  // namespace
@@ -188,11 +191,14 @@ void CpuCommGroup::barrier(int rank, const char* what, bool spin) {
   if (generation_.load() == gen) throw ReplicaAborted(abort_reason_);
 }
 
-void CpuCommGroup::allreduce_sum(int rank, float* data, int64_t count, bool spin) {
+void CpuCommGroup::allreduce_sum(int rank, float* data, int64_t count, bool spin, ProfileTrack* prof) {
   if (size_ == 1) return;
   ptrs_[rank] = data;
   counts_[rank] = count;
+  const int64_t t0 = prof ? prof->now() : 0;
   barrier(rank, "allreduce", spin);
+  const int64_t t1 = prof ? prof->now() : 0;
+  if (prof) prof->add({"wait for replicas", "comm", "", t0, t1 - t0, 0});
   for (int r = 0; r < size_; ++r)
     GR_CHECK(counts_[r] == count, "allreduce: rank " << rank << " reduces " << count << " values but rank " << r
                                                      << " reduces " << counts_[r]);
@@ -212,6 +218,7 @@ void CpuCommGroup::allreduce_sum(int rank, float* data, int64_t count, bool spin
   }
   // Nobody may leave (and reuse its buffer or ptrs_) before every slice is written.
   barrier(rank, "allreduce", spin);
+  if (prof) prof->add("sum", "comm", t1);  // this rank's slice, and waiting for the others' slices
 }
 
 void CpuCommGroup::broadcast(int rank, float* data, int64_t count, int root) {

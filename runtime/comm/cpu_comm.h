@@ -32,7 +32,8 @@ class CpuCommGroup : public std::enable_shared_from_this<CpuCommGroup> {
   // (off for the communication threads of allreduce_sum_async, which would take compute cores).
   // `what` names the collective in a timeout's error.
   void barrier(int rank, const char* what = "barrier", bool spin = true);
-  void allreduce_sum(int rank, float* data, int64_t count, bool spin = true);
+  // prof: --profile records "wait for replicas" and "sum" there (Communicator::set_profile).
+  void allreduce_sum(int rank, float* data, int64_t count, bool spin = true, ProfileTrack* prof = nullptr);
   void broadcast(int rank, float* data, int64_t count, int root);
 
  private:

@@ -17,6 +17,7 @@
 #include "graph/error.h"
 #include "runtime/comm/round_group.h"
 #include "runtime/comm/wait.h"
+#include "runtime/profile.h"
 
 #ifdef GRAPHRUN_HAVE_MPI
 #include <mpi.h>
@@ -90,7 +91,11 @@ void on_sigterm(int) {
 }
 
 // Waits for `req` until the timeout: an Error naming the rank that did not answer (peer < 0: some rank).
-void wait_request(MPI_Request* req, const char* what, int peer) {
+// Waiting for a rank that may still be computing backs off: 2000 polls, then sleeps of 20 us, then of
+// 500 us after 20000 polls. spin: the peers are known to be in the same operation (a transfer under
+// way): 20000 polls before sleeping, and never 500 us, since Open MPI's shared-memory transport moves
+// a large message in fragments only while both ranks poll (a sleeping receiver stalls the sender).
+void wait_request(MPI_Request* req, const char* what, int peer, bool spin = false) {
   const double seconds = g_timeout.load();
   const auto deadline = comm_deadline(seconds);
   for (int i = 0;; ++i) {
@@ -105,7 +110,7 @@ void wait_request(MPI_Request* req, const char* what, int peer) {
       os << " within " << seconds << " s: it failed, died or hung (raise --comm-timeout if it is only slow)";
       GR_FAIL(os.str());
     }
-    if (i > 2000) std::this_thread::sleep_for(std::chrono::microseconds(i > 20000 ? 500 : 20));
+    if (i > (spin ? 20000 : 2000)) std::this_thread::sleep_for(std::chrono::microseconds(spin || i < 20000 ? 20 : 500));
   }
 }
 
@@ -113,12 +118,13 @@ void check_count(int64_t n) {
   GR_CHECK(n >= 0 && n < (int64_t(1) << 31), "MPI transfer of " << n << " elements is too large for one message");
 }
 
-void bcast_locked(void* data, int64_t bytes, int root, const char* what) {
+void bcast_locked(void* data, int64_t bytes, int root, const char* what, bool spin = false) {
   check_count(bytes);
   MPI_Request req;
   MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, root, MPI_COMM_WORLD, &req);
-  wait_request(&req, what, root == g_rank ? -1 : root);
+  wait_request(&req, what, root == g_rank ? -1 : root, spin);
 }
+
 
 }  // namespace
 
@@ -205,6 +211,7 @@ struct CpuGroup {
   std::vector<int64_t> counts;
   std::vector<float> incoming;
   std::vector<int> firsts;  // the first global replica of every rank
+  bool pairwise = false;     // two ranks, the last with one replica: MPI_Iallreduce sums as the chain does
   int local, first, total;
 
   int owner(int replica) const {
@@ -223,31 +230,81 @@ struct CpuGroup {
       if (l != from && ptrs[l] != ptrs[from]) std::memcpy(ptrs[l], ptrs[from], counts[from] * sizeof(float));
   }
 
+  // --profile: the phases of the last allreduce (profile.h's clock), which every local replica then
+  // records on its own track; `clock` is any replica's track (null: nobody profiles).
+  ProfileTrack* clock = nullptr;
+  struct Phase {
+    const char* name;
+    int64_t begin, end;
+  };
+  std::vector<Phase> phases;
+  int64_t work_begin = 0;
+  template <class F>
+  void timed(const char* name, F f) {
+    if (!clock) return f();
+    const int64_t t0 = clock->now();
+    f();
+    phases.push_back({name, t0, clock->now()});
+  }
+
   // Partial sums travel rank 0 -> 1 -> ... -> last, each rank adding its replicas in order; the last
   // rank broadcasts the total. Element i is ((p0 + p1) + p2) + ... over global replicas, as in-process.
+  // First a barrier: its time is the wait for the slowest rank to finish computing (load imbalance),
+  // with a polling that backs off; the transfers after it poll without sleeping.
   void allreduce() {
     check_counts("allreduce");
     const int64_t n = counts[0];
     float* acc = ptrs[0];
+    phases.clear();
     std::lock_guard<std::mutex> lock(g_mu);
+    timed("wait for ranks", [&] {
+      MPI_Request req;
+      MPI_Ibarrier(MPI_COMM_WORLD, &req);
+      wait_request(&req, "allreduce", g_size == 2 ? 1 - g_rank : -1);  // with more ranks: "not every rank"
+    });
+    if (pairwise) {
+      // Two ranks, one replica on the last: each element is one addition, partial(rank 0) + g_last,
+      // which is commutative, so MPI's own allreduce gives the chain's bits in one exchange.
+      timed("sum", [&] {
+        for (int l = 1; l < local; ++l) {
+          const float* p = ptrs[l];
+          for (int64_t i = 0; i < n; ++i) acc[i] += p[i];
+        }
+      });
+      timed("transfer", [&] {
+        MPI_Request req;
+        MPI_Iallreduce(MPI_IN_PLACE, acc, static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
+        wait_request(&req, "allreduce", 1 - g_rank, true);
+      });
+      timed("copy", [&] { copy_out(0); });
+      return;
+    }
     if (g_rank > 0) {
-      incoming.resize(n);
-      MPI_Request req;
-      MPI_Irecv(incoming.data(), static_cast<int>(n), MPI_FLOAT, g_rank - 1, 1, MPI_COMM_WORLD, &req);
-      wait_request(&req, "allreduce", g_rank - 1);
-      for (int64_t i = 0; i < n; ++i) acc[i] = incoming[i] + acc[i];
+      if (static_cast<int64_t>(incoming.size()) < n) incoming.resize(n);
+      timed("transfer", [&] {
+        MPI_Request req;
+        MPI_Irecv(incoming.data(), static_cast<int>(n), MPI_FLOAT, g_rank - 1, 1, MPI_COMM_WORLD, &req);
+        wait_request(&req, "allreduce", g_rank - 1, true);
+      });
+      timed("sum", [&] {
+        for (int64_t i = 0; i < n; ++i) acc[i] = incoming[i] + acc[i];
+      });
     }
-    for (int l = 1; l < local; ++l) {
-      const float* p = ptrs[l];
-      for (int64_t i = 0; i < n; ++i) acc[i] += p[i];
-    }
-    if (g_rank + 1 < g_size) {
-      MPI_Request req;
-      MPI_Isend(acc, static_cast<int>(n), MPI_FLOAT, g_rank + 1, 1, MPI_COMM_WORLD, &req);
-      wait_request(&req, "allreduce", g_rank + 1);
-    }
-    bcast_locked(acc, n * static_cast<int64_t>(sizeof(float)), g_size - 1, "allreduce");
-    copy_out(0);
+    timed("sum", [&] {
+      for (int l = 1; l < local; ++l) {
+        const float* p = ptrs[l];
+        for (int64_t i = 0; i < n; ++i) acc[i] += p[i];
+      }
+    });
+    timed("transfer", [&] {
+      if (g_rank + 1 < g_size) {
+        MPI_Request req;
+        MPI_Isend(acc, static_cast<int>(n), MPI_FLOAT, g_rank + 1, 1, MPI_COMM_WORLD, &req);
+        wait_request(&req, "allreduce", g_rank + 1, true);
+      }
+      bcast_locked(acc, n * static_cast<int64_t>(sizeof(float)), g_size - 1, "allreduce", true);
+    });
+    timed("copy", [&] { copy_out(0); });
   }
 
   void broadcast(int root) {
@@ -278,7 +335,20 @@ class MpiCpuRank final : public Communicator {
   int size() const override { return g_->total; }
   void allreduce_sum(float* data, int64_t count) override {
     hand_in(data, count);
-    g_->round.round(l_, "allreduce", [this] { g_->allreduce(); });
+    const int64_t t0 = track_ ? track_->now() : 0;
+    g_->round.round(l_, "allreduce", [this] {
+      g_->work_begin = g_->clock ? g_->clock->now() : 0;
+      g_->allreduce();
+    });
+    if (!track_) return;
+    // The round is over: the phases are stable until this replica's next call.
+    if (g_->work_begin > t0) track_->add({"wait for replicas", "comm", "", t0, g_->work_begin - t0, 0});
+    for (const CpuGroup::Phase& p : g_->phases) track_->add({p.name, "comm", "", p.begin, p.end - p.begin, 0});
+  }
+  void set_profile(ProfileTrack* track) override {
+    track_ = track;
+    std::lock_guard<std::mutex> lock(g_->round.mutex());
+    if (track) g_->clock = track;
   }
   void broadcast(float* data, int64_t count, int root) override {
     hand_in(data, count);
@@ -302,6 +372,7 @@ class MpiCpuRank final : public Communicator {
   }
   std::shared_ptr<CpuGroup> g_;
   int l_;
+  ProfileTrack* track_ = nullptr;
 };
 
 }  // namespace
@@ -309,6 +380,7 @@ class MpiCpuRank final : public Communicator {
 std::vector<std::unique_ptr<Communicator>> make_cpu_communicators(int local, int first, int total) {
   auto g = std::make_shared<CpuGroup>(local, first, total);
   for (const std::string& s : allgather(std::to_string(first))) g->firsts.push_back(std::stoi(s));
+  g->pairwise = g_size == 2 && total - g->firsts.back() == 1;
   std::vector<std::unique_ptr<Communicator>> r;
   for (int l = 0; l < local; ++l) r.push_back(std::make_unique<MpiCpuRank>(g, l));
   return r;
