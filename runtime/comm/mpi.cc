@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -145,6 +146,18 @@ void init() {
 
 void finalize() {
   if (!g_initialised) return;
+  // MPI_Finalize waits for every rank without a deadline: meet them first within --comm-timeout, so a
+  // rank that hangs after the last step (stopped, swapping) ends the job instead of hanging it.
+  if (g_size > 1) {
+    try {
+      MPI_Request req;
+      MPI_Ibarrier(MPI_COMM_WORLD, &req);
+      wait_request(&req, "the end of the job", g_size == 2 ? 1 - g_rank : -1);
+    } catch (const Error& e) {
+      std::cerr << "graphrun: rank " << g_rank << ": " << e.what() << std::endl;
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+  }
   MPI_Finalize();
   g_initialised = false;
 }

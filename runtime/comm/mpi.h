@@ -19,7 +19,9 @@ bool launched_by_mpi();
 // MPI_Init_thread when launched_by_mpi(), else nothing (outside MPI no MPI call is made). Fails with one
 // line when launched by mpirun with more than one rank but built without MPI.
 void init();
-// MPI_Finalize when init() initialised MPI.
+// MPI_Finalize when init() initialised MPI, after a barrier bounded by the communication timeout: a
+// rank still missing then (stopped or hung after the last step) gets one line and MPI_Abort, not a
+// job that never ends.
 void finalize();
 // Whether this process is a rank of an initialised MPI job (of any size, 1 included).
 bool active();

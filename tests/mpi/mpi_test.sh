@@ -30,7 +30,8 @@ rank_pid() {
 
 # Starts a long run, lets it train, then does $1 to rank 1; the job must end within $2 seconds.
 fault() {
-  "${M[@]}" -np 2 "$G" "${T[@]}" --devices cpu:1 --max-steps 100000 --comm-timeout 5 > job.out 2>&1 &
+  # 50 epochs: the fault must come while it trains (one LeNet epoch can take under 5 s).
+  "${M[@]}" -np 2 "$G" train "$MODEL" --epochs 50 --threads 1 --devices cpu:1 --comm-timeout 5 > job.out 2>&1 &
   local mp=$! p=""
   for _ in $(seq 100); do
     sleep 0.5
