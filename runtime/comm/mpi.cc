@@ -115,6 +115,13 @@ void wait_request(MPI_Request* req, const char* what, int peer, bool spin = fals
   }
 }
 
+// Every rank meets here, within the communication timeout (wait_request's error otherwise).
+void meet_all(const char* what, int peer) {
+  MPI_Request req;
+  MPI_Ibarrier(MPI_COMM_WORLD, &req);
+  wait_request(&req, what, peer);
+}
+
 void check_count(int64_t n) {
   GR_CHECK(n >= 0 && n < (int64_t(1) << 31), "MPI transfer of " << n << " elements is too large for one message");
 }
@@ -150,9 +157,7 @@ void finalize() {
   // rank that hangs after the last step (stopped, swapping) ends the job instead of hanging it.
   if (g_size > 1) {
     try {
-      MPI_Request req;
-      MPI_Ibarrier(MPI_COMM_WORLD, &req);
-      wait_request(&req, "the end of the job", g_size == 2 ? 1 - g_rank : -1);
+      meet_all("the end of the job", g_size == 2 ? 1 - g_rank : -1);
     } catch (const Error& e) {
       std::cerr << "graphrun: rank " << g_rank << ": " << e.what() << std::endl;
       MPI_Abort(MPI_COMM_WORLD, 1);
@@ -271,9 +276,7 @@ struct CpuGroup {
     phases.clear();
     std::lock_guard<std::mutex> lock(g_mu);
     timed("wait for ranks", [&] {
-      MPI_Request req;
-      MPI_Ibarrier(MPI_COMM_WORLD, &req);
-      wait_request(&req, "allreduce", g_size == 2 ? 1 - g_rank : -1);  // with more ranks: "not every rank"
+      meet_all("allreduce", g_size == 2 ? 1 - g_rank : -1);  // with more ranks: "not every rank"
     });
     if (pairwise) {
       // Two ranks, one replica on the last: each element is one addition, partial(rank 0) + g_last,
@@ -335,9 +338,7 @@ struct CpuGroup {
 
   void barrier() {
     std::lock_guard<std::mutex> lock(g_mu);
-    MPI_Request req;
-    MPI_Ibarrier(MPI_COMM_WORLD, &req);
-    wait_request(&req, "barrier", -1);
+    meet_all("barrier", -1);
   }
 };
 
