@@ -65,5 +65,10 @@ file(GLOB GRAPHRUN_CUDA_SRC CONFIGURE_DEPENDS
 list(FILTER GRAPHRUN_CUDA_SRC EXCLUDE REGEX "/runtime/cuda/no_cuda\\.cc$")
 add_library(graphrun_cuda OBJECT ${GRAPHRUN_CUDA_SRC})
 target_include_directories(graphrun_cuda PUBLIC ${CMAKE_SOURCE_DIR} ${GRAPHRUN_CUDNN_INCLUDE} ${GRAPHRUN_NCCL_INCLUDE})
-target_link_libraries(graphrun_cuda PUBLIC graphrun_graph CUDA::cudart CUDA::cublas
-                      ${GRAPHRUN_CUDNN_LIBRARY} ${GRAPHRUN_NCCL_LIBRARY})
+# cuBLAS is not linked: runtime/cuda/cublas_loader.cc opens it when a device first needs it, since
+# loading it costs every process, GPU or not, most of a second at start. Its folder is the fallback
+# when the loader's search path does not find it.
+target_link_libraries(graphrun_cuda PUBLIC graphrun_graph CUDA::cudart
+                      ${GRAPHRUN_CUDNN_LIBRARY} ${GRAPHRUN_NCCL_LIBRARY} ${CMAKE_DL_LIBS})
+set_property(SOURCE ${CMAKE_SOURCE_DIR}/runtime/cuda/cublas_loader.cc APPEND PROPERTY COMPILE_DEFINITIONS
+             GRAPHRUN_CUBLAS_DIR="${CUDAToolkit_LIBRARY_DIR}")

@@ -88,6 +88,9 @@ DeviceBackend* cuda_backend();
 bool cuda_available(std::string* why = nullptr);
 // The built-in CUDA backend's own answer, overrides aside (runtime/cuda/).
 bool builtin_cuda_available(std::string* why);
+// True when cuBLAS, which graphrun opens on first use rather than at start (runtime/cuda/cublas_loader.cc),
+// can be opened here: a question about the library, not about a device; otherwise *why says why.
+bool cublas_loadable(std::string* why = nullptr);
 
 // True when memory of device `a` can be read as memory of device `b` without a copy: the same device,
 // or two CPU devices (both are the host's memory).

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <set>
 #include <thread>
@@ -32,6 +33,25 @@ using testing::random_tensor;
 
 const Device kGpu{Device::Kind::CUDA, 0};
 const Device kCpu{};
+
+// cuBLAS is opened on first use, not at start: linking it cost every graphrun process most of a
+// second, GPU or not (runtime/cuda/cublas_loader.cc). Needs no device; skips in a build without CUDA.
+bool maps_hold(const std::string& part) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line))
+    if (line.find(part) != std::string::npos) return true;
+  return false;
+}
+
+TEST(CublasLoader, OpensCuBlasOnFirstUseOnly) {
+  std::string why;
+  if (!runtime::builtin_cuda_available(&why) && why.find("built without CUDA") != std::string::npos)
+    GTEST_SKIP() << why;
+  EXPECT_FALSE(maps_hold("libcublas")) << "libcublas is loaded before graphrun asked for it";
+  ASSERT_TRUE(runtime::cublas_loadable(&why)) << why;
+  EXPECT_TRUE(maps_hold("libcublas"));
+}
 
 // Skips the test, saying why, unless a CUDA device can run kernels here.
 #define REQUIRE_GPU()                                                                    \

@@ -10,4 +10,6 @@ bool builtin_cuda_available(std::string* why) {
   return false;
 }
 
+bool cublas_loadable(std::string* why) { return builtin_cuda_available(why); }
+
 }  // namespace graphrun::runtime
