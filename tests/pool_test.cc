@@ -227,6 +227,54 @@ TEST(Pool, MaxPoolOnBytes) {
   }
 }
 
+// The plain 2x2 stride-2 path (LeNet's, SimpleCNN's) on the inputs where a scan's order shows: ties
+// (a ReLU's zeros, repeated values) keep the first maximum in the window's row-major order, and NaN
+// wins and propagates, the last NaN's position being the index. Against that scan, written out here;
+// rows exactly 2 * OW wide (the flat path) and with a column and row left over, every dtype.
+TEST(Pool, MaxPool2x2KeepsTheScanOrderOnTiesAndNaNs) {
+  const double levels[] = {0, 0, 0, 1, 2, -1, NAN};
+  for (DType dt : {DType::F32, DType::F64, DType::U8, DType::I8}) {
+    const bool fp = dt == DType::F32 || dt == DType::F64;
+    for (const Shape& xs : {Shape{2, 3, 6, 8}, Shape{1, 2, 7, 5}, Shape{2, 2, 24, 24}, Shape{1, 1, 5, 9}}) {
+      const PoolCase c{"ties", xs, {2, 2}, {2, 2}};
+      Tensor codes = random_int_tensor(xs, 41, 0, fp ? 7 : 6);
+      Tensor x(dt, xs);
+      std::vector<double> v(x.numel());
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        v[i] = levels[codes.data<int64_t>()[i]];
+        if (dt == DType::F32) x.data<float>()[i] = static_cast<float>(v[i]);
+        else if (dt == DType::F64) x.data<double>()[i] = v[i];
+        else if (dt == DType::U8) x.data<uint8_t>()[i] = static_cast<uint8_t>(v[i] + 1);
+        else x.data<int8_t>()[i] = static_cast<int8_t>(v[i]);
+        if (!fp) v[i] = dt == DType::U8 ? v[i] + 1 : v[i];
+      }
+      const int64_t OH = xs[2] / 2, OW = xs[3] / 2, I = xs[2] * xs[3];
+      std::vector<double> want;
+      std::vector<int64_t> want_at;
+      for (int64_t p = 0; p < xs[0] * xs[1]; ++p)
+        for (int64_t oh = 0; oh < OH; ++oh)
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            int64_t at = -1;
+            for (int64_t k = 0; k < 4; ++k) {
+              const int64_t i = p * I + (2 * oh + k / 2) * xs[3] + 2 * ow + k % 2;
+              if (at < 0 || v[i] > v[at] || std::isnan(v[i])) at = i;
+            }
+            want.push_back(v[at]), want_at.push_back(at);
+          }
+      for (int threads : {1, 2}) {
+        auto got = run_node_ex("MaxPool", {x}, attrs_of(c, true), {true, true}, threads);
+        const std::vector<double> y = got[0].as_doubles();
+        ASSERT_EQ(y.size(), want.size());
+        for (size_t o = 0; o < want.size(); ++o) {
+          EXPECT_TRUE(y[o] == want[o] || (std::isnan(y[o]) && std::isnan(want[o])))
+              << dtype_name(dt) << " " << shape_str(xs) << " output " << o << ": " << y[o] << " vs " << want[o];
+          EXPECT_EQ(got[1].data<int64_t>()[o], want_at[o]) << dtype_name(dt) << " " << shape_str(xs) << " output " << o;
+        }
+      }
+    }
+  }
+}
+
 TEST(Pool, BadInputGivesClearErrors) {
   auto expect_error = [](const std::string& op, const std::vector<Tensor>& in, const Attrs& at,
                          const std::string& part, const std::string& domain = "") {

@@ -2,7 +2,10 @@
 // GlobalMaxPool, and graphrun's MaxPoolGrad / AveragePoolGrad. Planes (n, c) run in parallel.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+
+#include <omp.h>
 #include <type_traits>
 
 #include "runtime/kernel.h"
@@ -115,24 +118,74 @@ bool is_plain_2x2(const Window& w) {
          w.pb[1] == 0 && w.pb[2] == 0 && w.out[1] * 2 <= w.in[1] && w.out[2] * 2 <= w.in[2];
 }
 
-// MaxPool over plain 2x2 windows; taps in window order as the general loop (first tap, then any
-// larger one or NaN). Indices are storage_order 0: base + offset in the plane.
+// MaxPool over plain 2x2 windows, taps in window order as the general loop: the first tap, then any
+// larger one or NaN (so ties keep the first maximum, and NaN propagates as in PyTorch, the last NaN's
+// position winning). Indices are storage_order 0: base + offset in the plane.
+// In two branch-free passes the compiler vectorises: first each horizontal pair (x[2j], x[2j+1]) of
+// the window rows, then the upper pair's winner against the lower one's. That is the scan's order:
+// the upper pair came first, and the lower one replaces it only when larger or NaN. The old one-pass
+// loop branched on every tap, and after a ReLU those branches go either way at random: it was the
+// slowest node of SimpleCNN's step. When the rows are exactly 2 * OW wide (LeNet's, SimpleCNN's: 12
+// outputs a row, shorter than one AVX-512 vector) both passes run flat over the whole plane: the
+// second compares every pair row with the next one, half of that (odd rows against even) thrown away,
+// and the even rows are then copied out.
+template <class T>
+inline bool replaces(T v, T best) {
+  if constexpr (std::is_floating_point_v<T>) return (v > best) | (v != v);
+  else return v > best;
+}
+
+// Scratch per thread for max_2x2: 2 P values, 2 P taps (bytes), 2 P results, 2 P indices.
+template <class T>
+size_t max_2x2_scratch(int64_t P) {
+  return (static_cast<size_t>(2 * P) * (2 * sizeof(T) + 1 + sizeof(int64_t)) + 63) / 64 * 64;
+}
+
 template <class T>
 void max_2x2(const T* __restrict x, int64_t IW, T* __restrict y, int64_t* __restrict idx, int64_t base, int64_t OH,
-             int64_t OW) {
-  for (int64_t oh = 0; oh < OH; ++oh)
-    for (int64_t ow = 0; ow < OW; ++ow) {
-      const int64_t i = 2 * oh * IW + 2 * ow;
-      T best = x[i];
-      int64_t at = i;
-      for (int64_t j : {i + 1, i + IW, i + IW + 1}) {
-        bool nan = false;
-        if constexpr (std::is_floating_point_v<T>) nan = std::isnan(x[j]);
-        if (x[j] > best || nan) best = x[j], at = j;
-      }
-      y[oh * OW + ow] = best;
-      if (idx) idx[oh * OW + ow] = base + at;
+             int64_t OW, char* scratch) {
+  const int64_t P = OH * OW;
+  int64_t* __restrict mi = reinterpret_cast<int64_t*>(scratch);
+  T* __restrict h = reinterpret_cast<T*>(mi + 2 * P);
+  T* __restrict m = h + 2 * P;
+  uint8_t* __restrict hk = reinterpret_cast<uint8_t*>(m + 2 * P);
+  // h[r * OW + ow], hk: the winner of window row r's pair ow (r < 2 OH), and whether it was the right tap.
+  auto pairs = [](const T* __restrict in, T* __restrict out, uint8_t* __restrict k, int64_t n) {
+    for (int64_t j = 0; j < n; ++j) {
+      const T l = in[2 * j], r = in[2 * j + 1];
+      const bool t = replaces(r, l);
+      out[j] = t ? r : l;
+      k[j] = t;
     }
+  };
+  if (IW != 2 * OW) {  // a column left over at the right: row by row
+    for (int64_t r = 0; r < 2 * OH; ++r) pairs(x + r * IW, h + r * OW, hk + r * OW, OW);
+    for (int64_t oh = 0; oh < OH; ++oh) {
+      const T *__restrict up = h + 2 * oh * OW, *__restrict lo = up + OW;
+      const uint8_t *__restrict kup = hk + 2 * oh * OW, *__restrict klo = kup + OW;
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        const bool t = replaces(lo[ow], up[ow]);
+        y[oh * OW + ow] = t ? lo[ow] : up[ow];
+        if (idx) idx[oh * OW + ow] = base + 2 * oh * IW + 2 * ow + (t ? IW + klo[ow] : kup[ow]);
+      }
+    }
+    return;
+  }
+  pairs(x, h, hk, 2 * P);
+  // Pair row r against row r + 1 for every r < 2 OH - 1; even r are the outputs. With IW = 2 OW the
+  // window's top-left tap for j = r * OW + ow is at r * IW + 2 ow = 2 j.
+  const int64_t n = 2 * P - OW;
+  for (int64_t j = 0; j < n; ++j) {
+    const bool t = replaces(h[j + OW], h[j]);
+    m[j] = t ? h[j + OW] : h[j];
+  }
+  for (int64_t oh = 0; oh < OH; ++oh) std::memcpy(y + oh * OW, m + 2 * oh * OW, sizeof(T) * OW);
+  if (!idx) return;
+  for (int64_t j = 0; j < n; ++j) {
+    const bool t = replaces(h[j + OW], h[j]);
+    mi[j] = base + 2 * j + (t ? IW + hk[j + OW] : hk[j]);
+  }
+  for (int64_t oh = 0; oh < OH; ++oh) std::memcpy(idx + oh * OW, mi + 2 * oh * OW, sizeof(int64_t) * OW);
 }
 
 template <class T>
@@ -147,9 +200,13 @@ void max_pool_kernel(KernelContext& ctx) {
   const T* xp = x.data<T>();
   const int64_t planes = x.dim(0) * x.dim(1), I = w.in_size(), P = w.out_size();
   if (is_plain_2x2(w) && so == 0) {
-#pragma omp parallel for num_threads(ctx.threads()) schedule(dynamic, 16)
+    const int nt = std::max(1, ctx.threads());
+    const size_t per = max_2x2_scratch<T>(P);
+    char* scratch = static_cast<char*>(ctx.scratch(per * nt));
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 16)
     for (int64_t p = 0; p < planes; ++p)
-      max_2x2(xp + p * I, w.in[2], y + p * P, idx ? idx + p * P : nullptr, p * I, w.out[1], w.out[2]);
+      max_2x2(xp + p * I, w.in[2], y + p * P, idx ? idx + p * P : nullptr, p * I, w.out[1], w.out[2],
+              scratch + per * omp_get_thread_num());
     return;
   }
   int64_t* args = static_cast<int64_t*>(ctx.scratch(sizeof(int64_t) * planes * P));
