@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 namespace graphrun::runtime::cpu {
 
@@ -57,6 +58,12 @@ struct Simd {
 #endif
 using V = Simd::V;
 constexpr int kW = Simd::kWidth;
+#ifdef __AVX512F__
+constexpr int kVectorRegisters = 32;
+#else
+constexpr int kVectorRegisters = 16;
+#endif
+
 constexpr int kRowVectors = 4;  // output vectors of one row kept in registers by the forward pass
 
 // The 2-D view of the window (axis 0 of Window is the unused depth) and the padded plane's size.
@@ -140,11 +147,20 @@ __attribute__((always_inline)) inline void forward_block(const Geometry& g, cons
 template <int NV, int KWc>
 void forward_channels(const Geometry& g, const float* rows, const float* wk, const float* bias, float* out, int64_t P,
                       int64_t Mg, int64_t ow0, int64_t room, bool relu) {
-  constexpr int MB = NV >= 3 ? 2 : 8 / NV;  // accumulators + NV inputs + a weight fit 16 registers
+  // MB * NV accumulators + NV inputs + a weight fit the registers (16 on AVX2, 32 on AVX-512) with one to
+  // spare; at most 8.
+  constexpr int MB = std::min(8, (kVectorRegisters - 2 - NV) / NV);
   const int64_t taps = g.KH * g.KW;
   int64_t m = 0;
-  for (; m + MB <= Mg; m += MB) forward_block<NV, MB, KWc>(g, rows, wk + m * taps, bias ? bias + m : nullptr, out + m * P, P, ow0, room, relu);
-  for (; m < Mg; ++m) forward_block<NV, 1, KWc>(g, rows, wk + m * taps, bias ? bias + m : nullptr, out + m * P, P, ow0, room, relu);
+  auto block = [&](auto mb) {
+    constexpr int kMB = decltype(mb)::value;
+    forward_block<NV, kMB, KWc>(g, rows, wk + m * taps, bias ? bias + m : nullptr, out + m * P, P, ow0, room, relu);
+    m += kMB;
+  };
+  while (m + MB <= Mg) block(std::integral_constant<int, MB>{});
+  if constexpr (MB > 4) if (m + 4 <= Mg) block(std::integral_constant<int, 4>{});
+  if constexpr (MB > 2) if (m + 2 <= Mg) block(std::integral_constant<int, 2>{});
+  while (m < Mg) block(std::integral_constant<int, 1>{});
 }
 
 // The kernel width as a constant where it is one of the common ones (KWc = 0: any width).
@@ -160,43 +176,76 @@ void forward_row_part(int64_t nv, const Geometry& g, const float* rows, const fl
 }
 
 // Sums over images and output rows (in that order) of dY row x padded input row at NA taps, whose
-// offsets into the plane are off[0..NA); lanes past the row's end are masked off on both sides, so
-// padding never meets a NaN. out[a]: the weight gradient of tap a.
-template <int NA>
+// offsets into the plane are off[0..NA), for MB output channels m.. m + MB - 1 of one group at once
+// (they share the input loads, and each dY load serves NA taps: MB + NA loads for MB * NA FMAs); lanes
+// past the row's end are masked off on both sides, so padding never meets a NaN. out[i * taps + a]:
+// the weight gradient of channel m + i at tap a. Each accumulator adds the same products in the same
+// order whatever MB is, so the blocking does not change a bit.
+template <int MB, int NA>
 void grad_taps(const Geometry& g, const DirectConv& dc, const float* planes, const float* dy, int64_t m,
-               const int64_t* off, float* out) {
-  V acc[NA];
+               const int64_t* off, float* out, int64_t taps) {
+  static_assert(MB * NA + MB + 1 <= kVectorRegisters, "accumulators, dY and one input fit the registers");
+  V acc[MB][NA];
+#pragma GCC unroll 4
+  for (int i = 0; i < MB; ++i)
 #pragma GCC unroll 16
-  for (int a = 0; a < NA; ++a) acc[a] = Simd::set1(0.f);
+    for (int a = 0; a < NA; ++a) acc[i][a] = Simd::set1(0.f);
   const int64_t grp = m / (dc.M / dc.group), P = g.OH * g.OW, full = g.OW / kW * kW;
   const Simd::Mask tail = Simd::first(g.OW - full > 0 ? g.OW - full : 1);
+  auto step = [&](const float* x, const float* d, int64_t ow0, auto load) {
+    V dv[MB];
+#pragma GCC unroll 4
+    for (int i = 0; i < MB; ++i) dv[i] = load(d + i * P + ow0);
+#pragma GCC unroll 16
+    for (int a = 0; a < NA; ++a) {
+      const V xv = load(x + off[a] + ow0);
+#pragma GCC unroll 4
+      for (int i = 0; i < MB; ++i) acc[i][a] = Simd::fma(dv[i], xv, acc[i][a]);
+    }
+  };
   for (int64_t n = 0; n < dc.N; ++n) {
     const float* plane = planes + (n * dc.group + grp) * g.plane();
     const float* dyp = dy + (n * dc.M + m) * P;
     for (int64_t oh = 0; oh < g.OH; ++oh) {
       const float* x = plane + oh * g.sh * g.Wr;
       const float* d = dyp + oh * g.OW;
-      for (int64_t ow0 = 0; ow0 < full; ow0 += kW) {
-        const V dv = Simd::load(d + ow0);
-#pragma GCC unroll 16
-        for (int a = 0; a < NA; ++a) acc[a] = Simd::fma(dv, Simd::load(x + off[a] + ow0), acc[a]);
-      }
-      if (full < g.OW) {
-        const V dv = Simd::load(d + full, tail);
-#pragma GCC unroll 16
-        for (int a = 0; a < NA; ++a) acc[a] = Simd::fma(dv, Simd::load(x + off[a] + full, tail), acc[a]);
-      }
+      for (int64_t ow0 = 0; ow0 < full; ow0 += kW)
+        step(x, d, ow0, [](const float* q) { return Simd::load(q); });
+      if (full < g.OW) step(x, d, full, [tail](const float* q) { return Simd::load(q, tail); });
     }
   }
+#pragma GCC unroll 4
+  for (int i = 0; i < MB; ++i)
 #pragma GCC unroll 16
-  for (int a = 0; a < NA; ++a) out[a] = Simd::sum(acc[a]);
+    for (int a = 0; a < NA; ++a) out[i * taps + a] = Simd::sum(acc[i][a]);
 }
 
-constexpr int kGradTaps = 10;  // accumulators of the weight gradient: + dY + an input in 16 registers
-using GradTaps = void (*)(const Geometry&, const DirectConv&, const float*, const float*, int64_t, const int64_t*,
-                          float*);
-constexpr GradTaps kGradTapsFn[kGradTaps] = {grad_taps<1>, grad_taps<2>, grad_taps<3>, grad_taps<4>, grad_taps<5>,
-                                             grad_taps<6>, grad_taps<7>, grad_taps<8>, grad_taps<9>, grad_taps<10>};
+// The most taps one pass of MB channels can hold (at most 10: the old one-channel kernel's).
+template <int MB>
+constexpr int kMaxGradTaps = std::min(10, (kVectorRegisters - 1 - MB) / MB);
+
+template <int MB, int NA = kMaxGradTaps<MB>>
+void grad_taps_n(int na, const Geometry& g, const DirectConv& dc, const float* planes, const float* dy, int64_t m,
+                 const int64_t* off, float* out, int64_t taps) {
+  if constexpr (NA >= 1) {
+    if (na == NA) return grad_taps<MB, NA>(g, dc, planes, dy, m, off, out, taps);
+    grad_taps_n<MB, NA - 1>(na, g, dc, planes, dy, m, off, out, taps);
+  }
+}
+
+// The weight gradient of channels m .. m + MB - 1: the taps in passes of nearly equal size.
+template <int MB>
+void grad_channels(const Geometry& g, const DirectConv& dc, const float* planes, const float* dy, int64_t m,
+                   const int64_t* off, float* dw, int64_t taps) {
+  const int64_t passes = (taps + kMaxGradTaps<MB> - 1) / kMaxGradTaps<MB>;
+  for (int64_t p = 0, t0 = 0; p < passes; ++p) {
+    const int64_t na = (taps - t0) / (passes - p);
+    grad_taps_n<MB>(static_cast<int>(na), g, dc, planes, dy, m, off + t0, dw + m * taps + t0, taps);
+    t0 += na;
+  }
+}
+
+constexpr int kGradChannels = kVectorRegisters == 32 ? 4 : 2;  // channels of one weight-gradient pass, at most
 
 }  // namespace
 
@@ -246,13 +295,23 @@ void direct_conv_weight_grad(const DirectConv& dc, const float* x, const float* 
   {
 #pragma omp for schedule(static)
     for (int64_t p = 0; p < planes; ++p) pad_plane(g, x + p * I, scratch + p * g.plane());
-    // Whole output channels per thread: each weight's sum runs on one thread in a fixed order.
+    // Whole output channels per thread: each weight's sum runs on one thread in a fixed order. Blocks of
+    // up to kGradChannels channels of one group, smaller when that would leave a thread without work.
     int64_t off[kDirectMaxTaps];
     for (int64_t t = 0; t < taps; ++t) off[t] = t / g.KW * g.dh * g.Wr + t % g.KW * g.dw;
+    const int64_t Mg = dc.M / dc.group;
+    int64_t mb = kGradChannels;
+    while (mb > 1 && dc.group * ((Mg + mb - 1) / mb) < 2 * nt && nt > 1) mb /= 2;
+    const int64_t blocks = (Mg + mb - 1) / mb;
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t m = 0; m < dc.M; ++m)
-      for (int64_t t0 = 0; t0 < taps; t0 += kGradTaps)
-        kGradTapsFn[std::min<int64_t>(kGradTaps, taps - t0) - 1](g, dc, scratch, dy, m, off + t0, dw + m * taps + t0);
+    for (int64_t b = 0; b < dc.group * blocks; ++b) {
+      const int64_t m = b / blocks * Mg + b % blocks * mb, n = std::min(mb, (b / blocks + 1) * Mg - m);
+      if (n >= 4 && kGradChannels >= 4) grad_channels<kGradChannels>(g, dc, scratch, dy, m, off, dw, taps);
+      else if (n >= 2) {
+        for (int64_t i = 0; i + 2 <= n; i += 2) grad_channels<2>(g, dc, scratch, dy, m + i, off, dw, taps);
+        if (n % 2) grad_channels<1>(g, dc, scratch, dy, m + n - 1, off, dw, taps);
+      } else grad_channels<1>(g, dc, scratch, dy, m, off, dw, taps);
+    }
   }
 }
 
