@@ -26,10 +26,14 @@ std::string read_raw(const std::string& path) {
   GR_CHECK(fs::is_regular_file(path, ec), "data file '" << path << "' is not a regular file");
   std::ifstream f(path, std::ios::binary);
   GR_CHECK(f, "cannot open data file '" << path << "': " << std::strerror(errno));
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  GR_CHECK(!f.bad(), "cannot read data file '" << path << "'");
-  return ss.str();
+  // Read in one piece into a string of the file's size (a stream buffer copied it twice more).
+  const auto size = fs::file_size(path, ec);
+  GR_CHECK(!ec, "cannot read data file '" << path << "': " << ec.message());
+  std::string bytes(static_cast<size_t>(size), '\0');
+  f.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  GR_CHECK(!f.bad() && static_cast<size_t>(f.gcount()) == bytes.size(),
+           "cannot read data file '" << path << "' (it changed while being read)");
+  return bytes;
 }
 
 // Bytes an IDX file needs once its header is known (0 while the header is incomplete): decompression
@@ -74,6 +78,9 @@ std::string gunzip(const std::string& in, const std::string& path) {
       const size_t want = idx_size_from_header(out, path);
       if (want && out.size() > want)
         GR_FAIL("data file '" << path << "' is corrupt (it decompresses to more data than its IDX header declares)");
+      // Room for the whole file once the header is out (growing by doubling copied it several times). A
+      // header that claims more than deflate's largest expansion (1032x) of the input gets no more.
+      if (want && out.capacity() < want) out.reserve(std::min(want, in.size() * 1032 + out.size()));
       if (rc == Z_STREAM_END) {
         if (pos == in.size()) break;
         GR_CHECK(is_gzip(in.substr(pos, 2)),
