@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -22,6 +23,8 @@
 
 #ifdef GRAPHRUN_HAVE_MPI
 #include <mpi.h>
+
+#include "runtime/comm/mpi_chain.h"
 #endif
 
 namespace graphrun::runtime::mpi {
@@ -96,6 +99,15 @@ void on_sigterm(int) {
 // 500 us after 20000 polls. spin: the peers are known to be in the same operation (a transfer under
 // way): 20000 polls before sleeping, and never 500 us, since Open MPI's shared-memory transport moves
 // a large message in fragments only while both ranks poll (a sleeping receiver stalls the sender).
+[[noreturn]] void no_answer(const char* what, int peer, double seconds) {
+  std::ostringstream os;
+  os << what << " at step " << g_step.load() << ": ";
+  if (peer >= 0) os << "rank " << peer << " did not answer";
+  else os << "not every rank arrived";
+  os << " within " << seconds << " s: it failed, died or hung (raise --comm-timeout if it is only slow)";
+  GR_FAIL(os.str());
+}
+
 void wait_request(MPI_Request* req, const char* what, int peer, bool spin = false) {
   const double seconds = g_timeout.load();
   const auto deadline = comm_deadline(seconds);
@@ -103,14 +115,7 @@ void wait_request(MPI_Request* req, const char* what, int peer, bool spin = fals
     int done = 0;
     MPI_Test(req, &done, MPI_STATUS_IGNORE);
     if (done) return;
-    if (std::chrono::steady_clock::now() > deadline) {
-      std::ostringstream os;
-      os << what << " at step " << g_step.load() << ": ";
-      if (peer >= 0) os << "rank " << peer << " did not answer";
-      else os << "not every rank arrived";
-      os << " within " << seconds << " s: it failed, died or hung (raise --comm-timeout if it is only slow)";
-      GR_FAIL(os.str());
-    }
+    if (std::chrono::steady_clock::now() > deadline) no_answer(what, peer, seconds);
     if (i > (spin ? 20000 : 2000)) std::this_thread::sleep_for(std::chrono::microseconds(spin || i < 20000 ? 20 : 500));
   }
 }
@@ -221,6 +226,10 @@ void sum_in_rank_order(double* values, int count) {
 
 namespace {
 
+// The chain's segment (runtime/comm/mpi_chain.h) in KiB; GRAPHRUN_MPI_SEGMENT_KB changes it (the tests
+// split LeNet's small buckets with it; the bits do not depend on it).
+constexpr int kChainSegmentKiB = 256;
+
 // The replicas of this rank: they hand in their buffers, the last to arrive does the rank's part.
 struct CpuGroup {
   CpuGroup(int local, int first, int total) : round(local), ptrs(local), counts(local), local(local), first(first), total(total) {}
@@ -230,6 +239,7 @@ struct CpuGroup {
   std::vector<float> incoming;
   std::vector<int> firsts;  // the first global replica of every rank
   bool pairwise = false;     // two ranks, the last with one replica: MPI_Iallreduce sums as the chain does
+  int64_t segment = int64_t(kChainSegmentKiB) * 256;  // floats
   int local, first, total;
 
   int owner(int replica) const {
@@ -265,8 +275,8 @@ struct CpuGroup {
     phases.push_back({name, t0, clock->now()});
   }
 
-  // Partial sums travel rank 0 -> 1 -> ... -> last, each rank adding its replicas in order; the last
-  // rank broadcasts the total. Element i is ((p0 + p1) + p2) + ... over global replicas, as in-process.
+  // Partial sums travel rank 0 -> 1 -> ... -> last, each rank adding its replicas in order, and the
+  // total travels back, both in segments that overlap (pipelined_chain). Element i is ((p0 + p1) + p2) + ... over global replicas, as in-process.
   // First a barrier: its time is the wait for the slowest rank to finish computing (load imbalance),
   // with a polling that backs off; the transfers after it poll without sleeping.
   void allreduce() {
@@ -295,31 +305,35 @@ struct CpuGroup {
       timed("copy", [&] { copy_out(0); });
       return;
     }
-    if (g_rank > 0) {
-      if (static_cast<int64_t>(incoming.size()) < n) incoming.resize(n);
-      timed("transfer", [&] {
-        MPI_Request req;
-        MPI_Irecv(incoming.data(), static_cast<int>(n), MPI_FLOAT, g_rank - 1, 1, MPI_COMM_WORLD, &req);
-        wait_request(&req, "allreduce", g_rank - 1, true);
-      });
-      timed("sum", [&] {
-        for (int64_t i = 0; i < n; ++i) acc[i] = incoming[i] + acc[i];
-      });
-    }
-    timed("sum", [&] {
-      for (int l = 1; l < local; ++l) {
-        const float* p = ptrs[l];
-        for (int64_t i = 0; i < n; ++i) acc[i] += p[i];
-      }
-    });
-    timed("transfer", [&] {
-      if (g_rank + 1 < g_size) {
-        MPI_Request req;
-        MPI_Isend(acc, static_cast<int>(n), MPI_FLOAT, g_rank + 1, 1, MPI_COMM_WORLD, &req);
-        wait_request(&req, "allreduce", g_rank + 1, true);
-      }
-      bcast_locked(acc, n * static_cast<int64_t>(sizeof(float)), g_size - 1, "allreduce", true);
-    });
+    if (g_rank > 0 && static_cast<int64_t>(incoming.size()) < n) incoming.resize(n);
+    // The chain, pipelined in segments (runtime/comm/mpi_chain.h). --profile: the segments' sums and
+    // the transfers between them, as they alternate.
+    int64_t mark = clock ? clock->now() : 0;
+    const double seconds = g_timeout.load();
+    auto deadline = comm_deadline(seconds);
+    pipelined_chain(
+        acc, incoming.data(), n, segment, g_rank, g_size, MPI_COMM_WORLD,
+        [&](int64_t off, int len) {
+          const int64_t t0 = clock ? clock->now() : 0;
+          if (clock && t0 > mark) phases.push_back({"transfer", mark, t0});
+          float* a = acc + off;
+          if (g_rank > 0) {
+            const float* in = incoming.data() + off;
+            for (int i = 0; i < len; ++i) a[i] = in[i] + a[i];
+          }
+          for (int l = 1; l < local; ++l) {
+            const float* p = ptrs[l] + off;
+            for (int i = 0; i < len; ++i) a[i] += p[i];
+          }
+          if (clock) phases.push_back({"sum", t0, mark = clock->now()});
+        },
+        [&](int peer, int polls) {
+          // A transfer under way: poll as wait_request(spin) does; the deadline counts from the last progress.
+          if (polls == 1) deadline = comm_deadline(seconds);
+          else if (std::chrono::steady_clock::now() > deadline) no_answer("allreduce", peer, seconds);
+          if (polls > 20000) std::this_thread::sleep_for(std::chrono::microseconds(20));
+        });
+    if (clock) phases.push_back({"transfer", mark, clock->now()});
     timed("copy", [&] { copy_out(0); });
   }
 
@@ -395,6 +409,7 @@ std::vector<std::unique_ptr<Communicator>> make_cpu_communicators(int local, int
   auto g = std::make_shared<CpuGroup>(local, first, total);
   for (const std::string& s : allgather(std::to_string(first))) g->firsts.push_back(std::stoi(s));
   g->pairwise = g_size == 2 && total - g->firsts.back() == 1;
+  g->segment = std::max(1, env_int("GRAPHRUN_MPI_SEGMENT_KB", kChainSegmentKiB)) * int64_t(256);
   std::vector<std::unique_ptr<Communicator>> r;
   for (int l = 0; l < local; ++l) r.push_back(std::make_unique<MpiCpuRank>(g, l));
   return r;

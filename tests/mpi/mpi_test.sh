@@ -1,7 +1,8 @@
 #!/bin/bash
 # The MPI suite (ctest runs each case under mpirun with a TIMEOUT, so a hang fails):
 #   mpi_test.sh GRAPHRUN MPIRUN MODEL CASE   with CASE one of
-#   equal2 / equal3  -np K --devices cpu:1 saves the same weights, bitwise, as --devices cpu:K
+#   equal2 / equal3 / equal4  -np K --devices cpu:1 saves the same weights, bitwise, as --devices cpu:K
+#                    (equal4: the chain pipelined in 4 KiB segments)
 #   uneven           rank 0 with cpu:1 and rank 1 with cpu:2 saves bitwise the weights of cpu:3
 #   voice            only rank 0 prints and writes --metrics; the closing line lists every replica
 #   killed           kill -9 of rank 1 mid-epoch: mpirun exits non-zero, rank 0 names its step
@@ -53,12 +54,14 @@ fault() {
 }
 
 case "$CASE" in
-  equal2|equal3)
+  equal2|equal3|equal4)
     K=${CASE#equal}
-    "${M[@]}" -np "$K" "$G" "${T[@]}" --devices cpu:1 --max-steps 50 --save mpi.onnx > mpi.out 2>&1 || fail "mpirun failed"
+    # -np 4: the chain in segments of 4 KiB, so that each of LeNet's buckets is pipelined in many.
+    SEG=(); [ "$K" = 4 ] && SEG=(-x GRAPHRUN_MPI_SEGMENT_KB=4)
+    "${M[@]}" "${SEG[@]}" -np "$K" "$G" "${T[@]}" --devices cpu:1 --max-steps 50 --save mpi.onnx > mpi.out 2>&1 || fail "mpirun failed"
     "$G" "${T[@]}" --devices cpu:$K --max-steps 50 --save local.onnx > local.out 2>&1 || fail "cpu:$K failed"
     cmp mpi.onnx local.onnx || fail "-np $K --devices cpu:1 and --devices cpu:$K saved different weights"
-    echo "-np $K x cpu:1 == cpu:$K bitwise after 50 steps"
+    echo "-np $K x cpu:1 == cpu:$K bitwise after 50 steps ${SEG[*]}"
     ;;
   syncbn)
     # A small BatchNorm CNN, written with onnx.helper as a user would.
