@@ -8,9 +8,13 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <exception>
+#include <functional>
 #include <iostream>
 #include <mutex>
 #include <sstream>
@@ -359,19 +363,40 @@ struct CpuGroup {
 class MpiCpuRank final : public Communicator {
  public:
   MpiCpuRank(std::shared_ptr<CpuGroup> g, int l) : g_(std::move(g)), l_(l) {}
+  ~MpiCpuRank() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      quit_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
   int rank() const override { return g_->first + l_; }
   int size() const override { return g_->total; }
+  // Blocking calls come after every allreduce this replica started (the order every replica and rank
+  // shares), so the rounds and MPI's collectives stay in one order on every rank.
   void allreduce_sum(float* data, int64_t count) override {
-    hand_in(data, count);
-    const int64_t t0 = track_ ? track_->now() : 0;
-    g_->round.round(l_, "allreduce", [this] {
-      g_->work_begin = g_->clock ? g_->clock->now() : 0;
-      g_->allreduce();
-    });
-    if (!track_) return;
-    // The round is over: the phases are stable until this replica's next call.
-    if (g_->work_begin > t0) track_->add({"wait for replicas", "comm", "", t0, g_->work_begin - t0, 0});
-    for (const CpuGroup::Phase& p : g_->phases) track_->add({p.name, "comm", "", p.begin, p.end - p.begin, 0});
+    drain();
+    allreduce_now(data, count, track_);
+  }
+  // --overlap-allreduce on: the round (and, for the replica that arrives last, the MPI transfer) runs
+  // on a communication thread of this replica while its backward pass goes on. Not profiled (the
+  // thread has no track), as in one process.
+  std::function<void()> allreduce_sum_async(float* data, int64_t count) override {
+    auto job = std::make_shared<Job>();
+    job->data = data;
+    job->count = count;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!thread_.joinable()) thread_ = std::thread([this] { serve(); });
+      queue_.push_back(job);
+    }
+    cv_.notify_all();
+    return [this, job] {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return job->done; });
+      if (job->error) std::rethrow_exception(job->error);
+    };
   }
   void set_profile(ProfileTrack* track) override {
     track_ = track;
@@ -379,10 +404,12 @@ class MpiCpuRank final : public Communicator {
     if (track) g_->clock = track;
   }
   void broadcast(float* data, int64_t count, int root) override {
+    drain();
     hand_in(data, count);
     g_->round.round(l_, "broadcast", [this, root] { g_->broadcast(root); });
   }
   void barrier() override {
+    drain();
     g_->round.round(l_, "barrier", [this] { g_->barrier(); });
   }
   void abort() override { g_->round.abort(); }
@@ -393,6 +420,56 @@ class MpiCpuRank final : public Communicator {
   std::string name() const override { return "mpi"; }
 
  private:
+  struct Job {
+    float* data = nullptr;
+    int64_t count = 0;
+    bool done = false;
+    std::exception_ptr error;  // as thrown: a ReplicaAborted stays one
+  };
+
+  void allreduce_now(float* data, int64_t count, ProfileTrack* track) {
+    hand_in(data, count);
+    const int64_t t0 = track ? track->now() : 0;
+    g_->round.round(l_, "allreduce", [this] {
+      g_->work_begin = g_->clock ? g_->clock->now() : 0;
+      g_->allreduce();
+    });
+    if (!track) return;
+    // The round is over: the phases are stable until this replica's next call.
+    if (g_->work_begin > t0) track->add({"wait for replicas", "comm", "", t0, g_->work_begin - t0, 0});
+    for (const CpuGroup::Phase& p : g_->phases) track->add({p.name, "comm", "", p.begin, p.end - p.begin, 0});
+  }
+
+  // The communication thread: this replica's started allreduces, one at a time, in order. A job
+  // leaves the queue only when done, so drain() also waits for the one in progress.
+  void serve() {
+    for (;;) {
+      std::shared_ptr<Job> job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return quit_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        job = queue_.front();
+      }
+      try {
+        allreduce_now(job->data, job->count, nullptr);
+      } catch (...) {
+        job->error = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        job->done = true;
+        queue_.pop_front();
+      }
+      cv_.notify_all();
+    }
+  }
+
+  void drain() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return queue_.empty(); });
+  }
+
   void hand_in(float* data, int64_t count) {
     std::lock_guard<std::mutex> lock(g_->round.mutex());
     g_->ptrs[l_] = data;
@@ -401,6 +478,11 @@ class MpiCpuRank final : public Communicator {
   std::shared_ptr<CpuGroup> g_;
   int l_;
   ProfileTrack* track_ = nullptr;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  bool quit_ = false;
+  std::thread thread_;
 };
 
 }  // namespace

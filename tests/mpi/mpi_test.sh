@@ -3,6 +3,7 @@
 #   mpi_test.sh GRAPHRUN MPIRUN MODEL CASE   with CASE one of
 #   equal2 / equal3 / equal4  -np K --devices cpu:1 saves the same weights, bitwise, as --devices cpu:K
 #                    (equal4: the chain pipelined in 4 KiB segments)
+#   overlap          -np 3 with --overlap-allreduce on (16 KB buckets) saves bitwise the weights of cpu:3
 #   uneven           rank 0 with cpu:1 and rank 1 with cpu:2 saves bitwise the weights of cpu:3
 #   voice            only rank 0 prints and writes --metrics; the closing line lists every replica
 #   killed           kill -9 of rank 1 mid-epoch: mpirun exits non-zero, rank 0 names its step
@@ -87,6 +88,16 @@ PY
     "$G" "${S[@]}" --devices cpu:3 --save local.onnx > local.out 2>&1 || fail "cpu:3 failed"
     cmp mpi.onnx local.onnx || fail "--sync-bn over 2 ranks and on cpu:3 saved different weights"
     echo "--sync-bn: rank0 cpu:1 + rank1 cpu:2 == cpu:3 bitwise after 20 steps"
+    ;;
+  overlap)
+    # --overlap-allreduce on, 16 KB buckets (several AllReduces, each summed on a communication thread
+    # while the backward pass goes on) over the pipelined chain: the weights of cpu:3 without overlap.
+    "${M[@]}" -np 3 "$G" "${T[@]}" --devices cpu:1 --max-steps 20 --bucket-mb 0.016 --overlap-allreduce on \
+      --profile trace.json --save mpi.onnx > mpi.out 2>&1 || fail "mpirun failed"
+    grep -q '"AllReduce wait"' trace.json || fail "no AllReduce finished asynchronously (no 'AllReduce wait' in rank 0's trace)"
+    "$G" "${T[@]}" --devices cpu:3 --max-steps 20 --bucket-mb 0.016 --save local.onnx > local.out 2>&1 || fail "cpu:3 failed"
+    cmp mpi.onnx local.onnx || fail "-np 3 with --overlap-allreduce on and cpu:3 saved different weights"
+    echo "-np 3 x cpu:1 --overlap-allreduce on == cpu:3 bitwise after 20 steps (16 KB buckets)"
     ;;
   uneven)
     "${M[@]}" -np 1 "$G" "${T[@]}" --devices cpu:1 --max-steps 20 --save mpi.onnx : -np 1 "$G" "${T[@]}" --devices cpu:2 \
