@@ -98,11 +98,7 @@ void on_sigterm(int) {
   _exit(143);
 }
 
-// Waits for `req` until the timeout: an Error naming the rank that did not answer (peer < 0: some rank).
-// Waiting for a rank that may still be computing backs off: 2000 polls, then sleeps of 20 us, then of
-// 500 us after 20000 polls. spin: the peers are known to be in the same operation (a transfer under
-// way): 20000 polls before sleeping, and never 500 us, since Open MPI's shared-memory transport moves
-// a large message in fragments only while both ranks poll (a sleeping receiver stalls the sender).
+// The error of a wait that timed out: the rank that did not answer (peer < 0: some rank).
 [[noreturn]] void no_answer(const char* what, int peer, double seconds) {
   std::ostringstream os;
   os << what << " at step " << g_step.load() << ": ";
@@ -112,6 +108,11 @@ void on_sigterm(int) {
   GR_FAIL(os.str());
 }
 
+// Waits for `req` until the timeout: an Error naming the rank that did not answer (peer < 0: some rank).
+// Waiting for a rank that may still be computing backs off: 2000 polls, then sleeps of 20 us, then of
+// 500 us after 20000 polls. spin: the peers are known to be in the same operation (a transfer under
+// way): 20000 polls before sleeping, and never 500 us, since Open MPI's shared-memory transport moves
+// a large message in fragments only while both ranks poll (a sleeping receiver stalls the sender).
 void wait_request(MPI_Request* req, const char* what, int peer, bool spin = false) {
   const double seconds = g_timeout.load();
   const auto deadline = comm_deadline(seconds);
@@ -280,7 +281,8 @@ struct CpuGroup {
   }
 
   // Partial sums travel rank 0 -> 1 -> ... -> last, each rank adding its replicas in order, and the
-  // total travels back, both in segments that overlap (pipelined_chain). Element i is ((p0 + p1) + p2) + ... over global replicas, as in-process.
+  // total travels back, both in segments that overlap (pipelined_chain). Element i is
+  // ((p0 + p1) + p2) + ... over global replicas, as in-process.
   // First a barrier: its time is the wait for the slowest rank to finish computing (load imbalance),
   // with a polling that backs off; the transfers after it poll without sleeping.
   void allreduce() {
