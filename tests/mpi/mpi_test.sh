@@ -8,11 +8,13 @@
 #   voice            only rank 0 prints and writes --metrics; the closing line lists every replica
 #   killed           kill -9 of rank 1 mid-epoch: mpirun exits non-zero, rank 0 names its step
 #   hung             a stopped rank 1: rank 0 fails after --comm-timeout, naming rank 1 and the step
+#   hung3            the same with 3 ranks and the chain in 4 KiB segments (ended within 30 s, the step named)
 #   badinput         a bad --data on rank 1 only: the job exits 2 with rank 1's one-line error
 #   resume           a checkpoint of -np 2 resumes on -np 3 (and on cpu:3): the weights of cpu:2's run
 #   syncbn           --sync-bn on a BatchNorm CNN across ranks (1 + 2 replicas, batch 10: shards 4+3+3) saves bitwise
 #                    the weights and running statistics of --sync-bn on cpu:3
 set -u
+FAULT_ENV=()
 G=$1 MPIRUN=$2 MODEL=$3 CASE=$4
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
@@ -33,7 +35,7 @@ rank_pid() {
 # Starts a long run, lets it train, then does $1 to rank 1; the job must end within $2 seconds.
 fault() {
   # 50 epochs: the fault must come while it trains (one LeNet epoch can take under 5 s).
-  "${M[@]}" -np 2 "$G" train "$MODEL" --epochs 50 --threads 1 --devices cpu:1 --comm-timeout 5 > job.out 2>&1 &
+  "${M[@]}" "${FAULT_ENV[@]}" -np "${FAULT_NP:-2}" "$G" train "$MODEL" --epochs 50 --threads 1 --devices cpu:1 --comm-timeout 5 > job.out 2>&1 &
   local mp=$! p=""
   for _ in $(seq 100); do
     sleep 0.5
@@ -131,6 +133,15 @@ PY
     fault STOP 30
     [ "$RC" != 0 ] || fail "exit code 0 after a rank hung"
     grep -Eq 'rank 0: .*allreduce at step [0-9]+: rank 1 did not answer within 5 s' job.out || fail "rank 0 does not name rank 1 and the step"
+    ;;
+  hung3)
+    # Three ranks, the chain pipelined in 4 KiB segments: a stopped rank 1 is named by the rank that
+    # waits for it inside a transfer, or it is "not every rank" at the allreduce's barrier.
+    FAULT_NP=3 FAULT_ENV=(-x GRAPHRUN_MPI_SEGMENT_KB=4)
+    fault STOP 30
+    [ "$RC" != 0 ] || fail "exit code 0 after a rank hung"
+    grep -Eq 'rank [02]: .*allreduce at step [0-9]+: (rank 1 did not answer|not every rank arrived) within 5 s' job.out \
+      || fail "no rank names the allreduce, the step and the missing rank"
     ;;
   badinput)
     "${M[@]}" -np 1 "$G" "${T[@]}" --devices cpu:1 --max-steps 5 : -np 1 "$G" "${T[@]}" --devices cpu:1 --max-steps 5 \
