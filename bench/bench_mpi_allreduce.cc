@@ -1,7 +1,7 @@
 // bench_mpi_allreduce: the floor under graphrun's MPI AllReduce. Run it with 2 (or more) ranks:
 //
 //   mpirun -np 2 [--oversubscribe --mca btl self,vader --mca btl_vader_single_copy_mechanism none]
-//          build/bench/bench_mpi_allreduce [--mb 42.6] [--bucket-mb 4] [--repeats 10]
+//          build/bench/bench_mpi_allreduce [--mb 42.6] [--bucket-mb 4] [--repeats 10] [--segment-kb 256]
 //
 // It sums --mb of float32 over the ranks, cut into buckets of --bucket-mb as graphrun's AllReduce
 // nodes are, in these ways, each timed per whole pass (median of --repeats, after a warm-up pass):
@@ -9,20 +9,26 @@
 //   MPI_Allreduce    MPI_Allreduce(MPI_IN_PLACE, ..., MPI_SUM), blocking (Open MPI picks the algorithm)
 //   MPI_Iallreduce   the same, non-blocking and polled as graphrun polls a transfer (MPI_Test; 20000
 //                    polls, then sleeps of 20 us): graphrun's way with 2 ranks (runtime/comm/mpi.cc)
-//   chain            graphrun's order with more ranks: the partial sum goes rank 0 -> 1 -> ... -> last,
-//                    each rank adding its part, then MPI_Ibcast from the last rank, polled as above
+//   chain            the order graphrun keeps with more ranks: the partial sum goes rank 0 -> 1 -> ...
+//                    -> last, each rank adding its part, then MPI_Ibcast from the last rank, polled as
+//                    above (graphrun's way before the pipelined chain)
+//   pipelined chain  graphrun's way with more ranks (runtime/comm/mpi_chain.h, this very code): the
+//                    same chain there and back in segments of --segment-kb that overlap; the same bits
 // Every rank starts each pass after a barrier, so no row holds one rank waiting for the other.
 // Rank 0 prints a table: ms per pass and the algorithm's bandwidth (bytes / time).
 #include <mpi.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "runtime/comm/mpi_chain.h"
 
 namespace {
 
@@ -65,12 +71,14 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &g_size);
   double mb = 42.6, bucket_mb = 4;
+  double segment_kb = 256;
   int repeats = 10;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     if (k == "--mb") mb = std::atof(argv[i + 1]);
     else if (k == "--bucket-mb") bucket_mb = std::atof(argv[i + 1]);
     else if (k == "--repeats") repeats = std::atoi(argv[i + 1]);
+    else if (k == "--segment-kb") segment_kb = std::atof(argv[i + 1]);
   }
   const int n = static_cast<int>(mb * 1e6 / 4), bucket = static_cast<int>(bucket_mb * (1 << 20) / 4);
   std::vector<float> data(n), copy(n), incoming;
@@ -105,12 +113,44 @@ int main(int argc, char** argv) {
     wait_polled(&req);
   });
   time("chain + Ibcast, polled", [&](float* p, int len) { chain_polled(p, len, incoming); });
+  const int64_t segment = std::max<int64_t>(1, static_cast<int64_t>(segment_kb * 1024 / 4));
+  time("pipelined chain, polled", [&](float* p, int len) {
+    incoming.resize(n);
+    graphrun::runtime::mpi::pipelined_chain(
+        p, incoming.data(), len, segment, g_rank, g_size, MPI_COMM_WORLD,
+        [&](int64_t off, int m) {
+          if (g_rank > 0)
+            for (int i = 0; i < m; ++i) p[off + i] = incoming[off + i] + p[off + i];
+        },
+        [](int, int polls) {
+          if (polls > 20000) std::this_thread::sleep_for(std::chrono::microseconds(20));
+        });
+  });
+  // The pipelined chain sums as the chain does: the same bits on every rank.
+  std::vector<float> a(n), b(n);
+  for (int i = 0; i < n; ++i) a[i] = b[i] = static_cast<float>(std::sin(i * 0.37 + g_rank) * 1e3 / (1 + g_rank));
+  for (int off = 0; off < n; off += bucket) {
+    const int len = std::min(bucket, n - off);
+    chain_polled(a.data() + off, len, incoming);
+    graphrun::runtime::mpi::pipelined_chain(
+        b.data() + off, incoming.data(), len, segment, g_rank, g_size, MPI_COMM_WORLD,
+        [&](int64_t o, int m) {
+          if (g_rank > 0)
+            for (int i = 0; i < m; ++i) b[off + o + i] = incoming[o + i] + b[off + o + i];
+        },
+        [](int, int) {});
+  }
+  int differ = std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) != 0, any = 0;
+  MPI_Allreduce(&differ, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (g_rank == 0) {
-    std::printf("%d ranks, %.1f MB of float32 in buckets of %.1f MB (%d), median of %d passes, slowest rank\n", g_size,
-                n * 4e-6, bucket_mb, (n + bucket - 1) / bucket, repeats);
+    std::printf("%d ranks, %.1f MB of float32 in buckets of %.1f MB (%d), segments of %.0f KiB, median of %d passes, "
+                "slowest rank\n", g_size, n * 4e-6, bucket_mb, (n + bucket - 1) / bucket, segment_kb, repeats);
     std::printf("%-34s %9s %12s\n", "way", "ms", "GB/s (bytes/t)");
     for (const Row& r : rows) std::printf("%-34s %9.1f %12.2f\n", r.name, r.ms, n * 4e-6 / r.ms);
+    const double allreduce = rows[1].ms, chain = rows[3].ms, pipelined = rows[4].ms;
+    std::printf("pipelined chain: %.2fx the chain's time, %.2fx MPI_Allreduce's (the chain: %.2fx); bits %s\n",
+                pipelined / chain, pipelined / allreduce, chain / allreduce, any ? "DIFFER from the chain" : "equal to the chain's");
   }
   MPI_Finalize();
-  return 0;
+  return any ? 1 : 0;
 }

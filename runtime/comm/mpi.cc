@@ -5,11 +5,16 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <exception>
+#include <functional>
 #include <iostream>
 #include <mutex>
 #include <sstream>
@@ -22,6 +27,8 @@
 
 #ifdef GRAPHRUN_HAVE_MPI
 #include <mpi.h>
+
+#include "runtime/comm/mpi_chain.h"
 #endif
 
 namespace graphrun::runtime::mpi {
@@ -91,6 +98,16 @@ void on_sigterm(int) {
   _exit(143);
 }
 
+// The error of a wait that timed out: the rank that did not answer (peer < 0: some rank).
+[[noreturn]] void no_answer(const char* what, int peer, double seconds) {
+  std::ostringstream os;
+  os << what << " at step " << g_step.load() << ": ";
+  if (peer >= 0) os << "rank " << peer << " did not answer";
+  else os << "not every rank arrived";
+  os << " within " << seconds << " s: it failed, died or hung (raise --comm-timeout if it is only slow)";
+  GR_FAIL(os.str());
+}
+
 // Waits for `req` until the timeout: an Error naming the rank that did not answer (peer < 0: some rank).
 // Waiting for a rank that may still be computing backs off: 2000 polls, then sleeps of 20 us, then of
 // 500 us after 20000 polls. spin: the peers are known to be in the same operation (a transfer under
@@ -103,14 +120,7 @@ void wait_request(MPI_Request* req, const char* what, int peer, bool spin = fals
     int done = 0;
     MPI_Test(req, &done, MPI_STATUS_IGNORE);
     if (done) return;
-    if (std::chrono::steady_clock::now() > deadline) {
-      std::ostringstream os;
-      os << what << " at step " << g_step.load() << ": ";
-      if (peer >= 0) os << "rank " << peer << " did not answer";
-      else os << "not every rank arrived";
-      os << " within " << seconds << " s: it failed, died or hung (raise --comm-timeout if it is only slow)";
-      GR_FAIL(os.str());
-    }
+    if (std::chrono::steady_clock::now() > deadline) no_answer(what, peer, seconds);
     if (i > (spin ? 20000 : 2000)) std::this_thread::sleep_for(std::chrono::microseconds(spin || i < 20000 ? 20 : 500));
   }
 }
@@ -221,6 +231,10 @@ void sum_in_rank_order(double* values, int count) {
 
 namespace {
 
+// The chain's segment (runtime/comm/mpi_chain.h) in KiB; GRAPHRUN_MPI_SEGMENT_KB changes it (the tests
+// split LeNet's small buckets with it; the bits do not depend on it).
+constexpr int kChainSegmentKiB = 256;
+
 // The replicas of this rank: they hand in their buffers, the last to arrive does the rank's part.
 struct CpuGroup {
   CpuGroup(int local, int first, int total) : round(local), ptrs(local), counts(local), local(local), first(first), total(total) {}
@@ -230,6 +244,7 @@ struct CpuGroup {
   std::vector<float> incoming;
   std::vector<int> firsts;  // the first global replica of every rank
   bool pairwise = false;     // two ranks, the last with one replica: MPI_Iallreduce sums as the chain does
+  int64_t segment = int64_t(kChainSegmentKiB) * 256;  // floats
   int local, first, total;
 
   int owner(int replica) const {
@@ -265,8 +280,9 @@ struct CpuGroup {
     phases.push_back({name, t0, clock->now()});
   }
 
-  // Partial sums travel rank 0 -> 1 -> ... -> last, each rank adding its replicas in order; the last
-  // rank broadcasts the total. Element i is ((p0 + p1) + p2) + ... over global replicas, as in-process.
+  // Partial sums travel rank 0 -> 1 -> ... -> last, each rank adding its replicas in order, and the
+  // total travels back, both in segments that overlap (pipelined_chain). Element i is
+  // ((p0 + p1) + p2) + ... over global replicas, as in-process.
   // First a barrier: its time is the wait for the slowest rank to finish computing (load imbalance),
   // with a polling that backs off; the transfers after it poll without sleeping.
   void allreduce() {
@@ -295,31 +311,35 @@ struct CpuGroup {
       timed("copy", [&] { copy_out(0); });
       return;
     }
-    if (g_rank > 0) {
-      if (static_cast<int64_t>(incoming.size()) < n) incoming.resize(n);
-      timed("transfer", [&] {
-        MPI_Request req;
-        MPI_Irecv(incoming.data(), static_cast<int>(n), MPI_FLOAT, g_rank - 1, 1, MPI_COMM_WORLD, &req);
-        wait_request(&req, "allreduce", g_rank - 1, true);
-      });
-      timed("sum", [&] {
-        for (int64_t i = 0; i < n; ++i) acc[i] = incoming[i] + acc[i];
-      });
-    }
-    timed("sum", [&] {
-      for (int l = 1; l < local; ++l) {
-        const float* p = ptrs[l];
-        for (int64_t i = 0; i < n; ++i) acc[i] += p[i];
-      }
-    });
-    timed("transfer", [&] {
-      if (g_rank + 1 < g_size) {
-        MPI_Request req;
-        MPI_Isend(acc, static_cast<int>(n), MPI_FLOAT, g_rank + 1, 1, MPI_COMM_WORLD, &req);
-        wait_request(&req, "allreduce", g_rank + 1, true);
-      }
-      bcast_locked(acc, n * static_cast<int64_t>(sizeof(float)), g_size - 1, "allreduce", true);
-    });
+    if (g_rank > 0 && static_cast<int64_t>(incoming.size()) < n) incoming.resize(n);
+    // The chain, pipelined in segments (runtime/comm/mpi_chain.h). --profile: the segments' sums and
+    // the transfers between them, as they alternate.
+    int64_t mark = clock ? clock->now() : 0;
+    const double seconds = g_timeout.load();
+    auto deadline = comm_deadline(seconds);
+    pipelined_chain(
+        acc, incoming.data(), n, segment, g_rank, g_size, MPI_COMM_WORLD,
+        [&](int64_t off, int len) {
+          const int64_t t0 = clock ? clock->now() : 0;
+          if (clock && t0 > mark) phases.push_back({"transfer", mark, t0});
+          float* a = acc + off;
+          if (g_rank > 0) {
+            const float* in = incoming.data() + off;
+            for (int i = 0; i < len; ++i) a[i] = in[i] + a[i];
+          }
+          for (int l = 1; l < local; ++l) {
+            const float* p = ptrs[l] + off;
+            for (int i = 0; i < len; ++i) a[i] += p[i];
+          }
+          if (clock) phases.push_back({"sum", t0, mark = clock->now()});
+        },
+        [&](int peer, int polls) {
+          // A transfer under way: poll as wait_request(spin) does; the deadline counts from the last progress.
+          if (polls == 1) deadline = comm_deadline(seconds);
+          else if (std::chrono::steady_clock::now() > deadline) no_answer("allreduce", peer, seconds);
+          if (polls > 20000) std::this_thread::sleep_for(std::chrono::microseconds(20));
+        });
+    if (clock) phases.push_back({"transfer", mark, clock->now()});
     timed("copy", [&] { copy_out(0); });
   }
 
@@ -345,19 +365,40 @@ struct CpuGroup {
 class MpiCpuRank final : public Communicator {
  public:
   MpiCpuRank(std::shared_ptr<CpuGroup> g, int l) : g_(std::move(g)), l_(l) {}
+  ~MpiCpuRank() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      quit_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
   int rank() const override { return g_->first + l_; }
   int size() const override { return g_->total; }
+  // Blocking calls come after every allreduce this replica started (the order every replica and rank
+  // shares), so the rounds and MPI's collectives stay in one order on every rank.
   void allreduce_sum(float* data, int64_t count) override {
-    hand_in(data, count);
-    const int64_t t0 = track_ ? track_->now() : 0;
-    g_->round.round(l_, "allreduce", [this] {
-      g_->work_begin = g_->clock ? g_->clock->now() : 0;
-      g_->allreduce();
-    });
-    if (!track_) return;
-    // The round is over: the phases are stable until this replica's next call.
-    if (g_->work_begin > t0) track_->add({"wait for replicas", "comm", "", t0, g_->work_begin - t0, 0});
-    for (const CpuGroup::Phase& p : g_->phases) track_->add({p.name, "comm", "", p.begin, p.end - p.begin, 0});
+    drain();
+    allreduce_now(data, count, track_);
+  }
+  // --overlap-allreduce on: the round (and, for the replica that arrives last, the MPI transfer) runs
+  // on a communication thread of this replica while its backward pass goes on. Not profiled (the
+  // thread has no track), as in one process.
+  std::function<void()> allreduce_sum_async(float* data, int64_t count) override {
+    auto job = std::make_shared<Job>();
+    job->data = data;
+    job->count = count;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!thread_.joinable()) thread_ = std::thread([this] { serve(); });
+      queue_.push_back(job);
+    }
+    cv_.notify_all();
+    return [this, job] {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return job->done; });
+      if (job->error) std::rethrow_exception(job->error);
+    };
   }
   void set_profile(ProfileTrack* track) override {
     track_ = track;
@@ -365,10 +406,12 @@ class MpiCpuRank final : public Communicator {
     if (track) g_->clock = track;
   }
   void broadcast(float* data, int64_t count, int root) override {
+    drain();
     hand_in(data, count);
     g_->round.round(l_, "broadcast", [this, root] { g_->broadcast(root); });
   }
   void barrier() override {
+    drain();
     g_->round.round(l_, "barrier", [this] { g_->barrier(); });
   }
   void abort() override { g_->round.abort(); }
@@ -379,6 +422,56 @@ class MpiCpuRank final : public Communicator {
   std::string name() const override { return "mpi"; }
 
  private:
+  struct Job {
+    float* data = nullptr;
+    int64_t count = 0;
+    bool done = false;
+    std::exception_ptr error;  // as thrown: a ReplicaAborted stays one
+  };
+
+  void allreduce_now(float* data, int64_t count, ProfileTrack* track) {
+    hand_in(data, count);
+    const int64_t t0 = track ? track->now() : 0;
+    g_->round.round(l_, "allreduce", [this] {
+      g_->work_begin = g_->clock ? g_->clock->now() : 0;
+      g_->allreduce();
+    });
+    if (!track) return;
+    // The round is over: the phases are stable until this replica's next call.
+    if (g_->work_begin > t0) track->add({"wait for replicas", "comm", "", t0, g_->work_begin - t0, 0});
+    for (const CpuGroup::Phase& p : g_->phases) track->add({p.name, "comm", "", p.begin, p.end - p.begin, 0});
+  }
+
+  // The communication thread: this replica's started allreduces, one at a time, in order. A job
+  // leaves the queue only when done, so drain() also waits for the one in progress.
+  void serve() {
+    for (;;) {
+      std::shared_ptr<Job> job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return quit_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        job = queue_.front();
+      }
+      try {
+        allreduce_now(job->data, job->count, nullptr);
+      } catch (...) {
+        job->error = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        job->done = true;
+        queue_.pop_front();
+      }
+      cv_.notify_all();
+    }
+  }
+
+  void drain() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return queue_.empty(); });
+  }
+
   void hand_in(float* data, int64_t count) {
     std::lock_guard<std::mutex> lock(g_->round.mutex());
     g_->ptrs[l_] = data;
@@ -387,6 +480,11 @@ class MpiCpuRank final : public Communicator {
   std::shared_ptr<CpuGroup> g_;
   int l_;
   ProfileTrack* track_ = nullptr;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  bool quit_ = false;
+  std::thread thread_;
 };
 
 }  // namespace
@@ -395,6 +493,7 @@ std::vector<std::unique_ptr<Communicator>> make_cpu_communicators(int local, int
   auto g = std::make_shared<CpuGroup>(local, first, total);
   for (const std::string& s : allgather(std::to_string(first))) g->firsts.push_back(std::stoi(s));
   g->pairwise = g_size == 2 && total - g->firsts.back() == 1;
+  g->segment = std::max(1, env_int("GRAPHRUN_MPI_SEGMENT_KB", kChainSegmentKiB)) * int64_t(256);
   std::vector<std::unique_ptr<Communicator>> r;
   for (int l = 0; l < local; ++l) r.push_back(std::make_unique<MpiCpuRank>(g, l));
   return r;

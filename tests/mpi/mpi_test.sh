@@ -1,16 +1,20 @@
 #!/bin/bash
 # The MPI suite (ctest runs each case under mpirun with a TIMEOUT, so a hang fails):
 #   mpi_test.sh GRAPHRUN MPIRUN MODEL CASE   with CASE one of
-#   equal2 / equal3  -np K --devices cpu:1 saves the same weights, bitwise, as --devices cpu:K
+#   equal2 / equal3 / equal4  -np K --devices cpu:1 saves the same weights, bitwise, as --devices cpu:K
+#                    (equal4: the chain pipelined in 4 KiB segments)
+#   overlap          -np 3 with --overlap-allreduce on (16 KB buckets) saves bitwise the weights of cpu:3
 #   uneven           rank 0 with cpu:1 and rank 1 with cpu:2 saves bitwise the weights of cpu:3
 #   voice            only rank 0 prints and writes --metrics; the closing line lists every replica
 #   killed           kill -9 of rank 1 mid-epoch: mpirun exits non-zero, rank 0 names its step
 #   hung             a stopped rank 1: rank 0 fails after --comm-timeout, naming rank 1 and the step
+#   hung3            the same with 3 ranks and the chain in 4 KiB segments (ended within 30 s, the step named)
 #   badinput         a bad --data on rank 1 only: the job exits 2 with rank 1's one-line error
 #   resume           a checkpoint of -np 2 resumes on -np 3 (and on cpu:3): the weights of cpu:2's run
 #   syncbn           --sync-bn on a BatchNorm CNN across ranks (1 + 2 replicas, batch 10: shards 4+3+3) saves bitwise
 #                    the weights and running statistics of --sync-bn on cpu:3
 set -u
+FAULT_ENV=()
 G=$1 MPIRUN=$2 MODEL=$3 CASE=$4
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
@@ -31,7 +35,7 @@ rank_pid() {
 # Starts a long run, lets it train, then does $1 to rank 1; the job must end within $2 seconds.
 fault() {
   # 50 epochs: the fault must come while it trains (one LeNet epoch can take under 5 s).
-  "${M[@]}" -np 2 "$G" train "$MODEL" --epochs 50 --threads 1 --devices cpu:1 --comm-timeout 5 > job.out 2>&1 &
+  "${M[@]}" "${FAULT_ENV[@]}" -np "${FAULT_NP:-2}" "$G" train "$MODEL" --epochs 50 --threads 1 --devices cpu:1 --comm-timeout 5 > job.out 2>&1 &
   local mp=$! p=""
   for _ in $(seq 100); do
     sleep 0.5
@@ -53,12 +57,14 @@ fault() {
 }
 
 case "$CASE" in
-  equal2|equal3)
+  equal2|equal3|equal4)
     K=${CASE#equal}
-    "${M[@]}" -np "$K" "$G" "${T[@]}" --devices cpu:1 --max-steps 50 --save mpi.onnx > mpi.out 2>&1 || fail "mpirun failed"
+    # -np 4: the chain in segments of 4 KiB, so that each of LeNet's buckets is pipelined in many.
+    SEG=(); [ "$K" = 4 ] && SEG=(-x GRAPHRUN_MPI_SEGMENT_KB=4)
+    "${M[@]}" "${SEG[@]}" -np "$K" "$G" "${T[@]}" --devices cpu:1 --max-steps 50 --save mpi.onnx > mpi.out 2>&1 || fail "mpirun failed"
     "$G" "${T[@]}" --devices cpu:$K --max-steps 50 --save local.onnx > local.out 2>&1 || fail "cpu:$K failed"
     cmp mpi.onnx local.onnx || fail "-np $K --devices cpu:1 and --devices cpu:$K saved different weights"
-    echo "-np $K x cpu:1 == cpu:$K bitwise after 50 steps"
+    echo "-np $K x cpu:1 == cpu:$K bitwise after 50 steps ${SEG[*]}"
     ;;
   syncbn)
     # A small BatchNorm CNN, written with onnx.helper as a user would.
@@ -84,6 +90,16 @@ PY
     "$G" "${S[@]}" --devices cpu:3 --save local.onnx > local.out 2>&1 || fail "cpu:3 failed"
     cmp mpi.onnx local.onnx || fail "--sync-bn over 2 ranks and on cpu:3 saved different weights"
     echo "--sync-bn: rank0 cpu:1 + rank1 cpu:2 == cpu:3 bitwise after 20 steps"
+    ;;
+  overlap)
+    # --overlap-allreduce on, 16 KB buckets (several AllReduces, each summed on a communication thread
+    # while the backward pass goes on) over the pipelined chain: the weights of cpu:3 without overlap.
+    "${M[@]}" -np 3 "$G" "${T[@]}" --devices cpu:1 --max-steps 20 --bucket-mb 0.016 --overlap-allreduce on \
+      --profile trace.json --save mpi.onnx > mpi.out 2>&1 || fail "mpirun failed"
+    grep -q '"AllReduce wait"' trace.json || fail "no AllReduce finished asynchronously (no 'AllReduce wait' in rank 0's trace)"
+    "$G" "${T[@]}" --devices cpu:3 --max-steps 20 --bucket-mb 0.016 --save local.onnx > local.out 2>&1 || fail "cpu:3 failed"
+    cmp mpi.onnx local.onnx || fail "-np 3 with --overlap-allreduce on and cpu:3 saved different weights"
+    echo "-np 3 x cpu:1 --overlap-allreduce on == cpu:3 bitwise after 20 steps (16 KB buckets)"
     ;;
   uneven)
     "${M[@]}" -np 1 "$G" "${T[@]}" --devices cpu:1 --max-steps 20 --save mpi.onnx : -np 1 "$G" "${T[@]}" --devices cpu:2 \
@@ -117,6 +133,15 @@ PY
     fault STOP 30
     [ "$RC" != 0 ] || fail "exit code 0 after a rank hung"
     grep -Eq 'rank 0: .*allreduce at step [0-9]+: rank 1 did not answer within 5 s' job.out || fail "rank 0 does not name rank 1 and the step"
+    ;;
+  hung3)
+    # Three ranks, the chain pipelined in 4 KiB segments: a stopped rank 1 is named by the rank that
+    # waits for it inside a transfer, or it is "not every rank" at the allreduce's barrier.
+    FAULT_NP=3 FAULT_ENV=(-x GRAPHRUN_MPI_SEGMENT_KB=4)
+    fault STOP 30
+    [ "$RC" != 0 ] || fail "exit code 0 after a rank hung"
+    grep -Eq 'rank [02]: .*allreduce at step [0-9]+: (rank 1 did not answer|not every rank arrived) within 5 s' job.out \
+      || fail "no rank names the allreduce, the step and the missing rank"
     ;;
   badinput)
     "${M[@]}" -np 1 "$G" "${T[@]}" --devices cpu:1 --max-steps 5 : -np 1 "$G" "${T[@]}" --devices cpu:1 --max-steps 5 \
