@@ -225,9 +225,10 @@ namespace {
 struct CpuGroup {
   CpuGroup(int local, int first, int total) : round(local), ptrs(local), counts(local), local(local), first(first), total(total) {}
   RoundGroup round;
-  std::vector<float*> ptrs;
+  std::vector<void*> ptrs;    // the current collective's buffers: float, or double when f64
   std::vector<int64_t> counts;
-  std::vector<float> incoming;
+  bool f64 = false;           // allreduce_sum_f64 (a float64 model): MPI_DOUBLE
+  std::vector<double> incoming;  // (floats or doubles)
   std::vector<int> firsts;  // the first global replica of every rank
   bool pairwise = false;     // two ranks, the last with one replica: MPI_Iallreduce sums as the chain does
   int local, first, total;
@@ -245,7 +246,7 @@ struct CpuGroup {
   }
   void copy_out(int from) {
     for (int l = 0; l < local; ++l)
-      if (l != from && ptrs[l] != ptrs[from]) std::memcpy(ptrs[l], ptrs[from], counts[from] * sizeof(float));
+      if (l != from && ptrs[l] != ptrs[from]) std::memcpy(ptrs[l], ptrs[from], counts[from] * elem());
   }
 
   // --profile: the phases of the last allreduce (profile.h's clock), which every local replica then
@@ -269,10 +270,14 @@ struct CpuGroup {
   // rank broadcasts the total. Element i is ((p0 + p1) + p2) + ... over global replicas, as in-process.
   // First a barrier: its time is the wait for the slowest rank to finish computing (load imbalance),
   // with a polling that backs off; the transfers after it poll without sleeping.
-  void allreduce() {
+  size_t elem() const { return f64 ? sizeof(double) : sizeof(float); }
+  void allreduce() { f64 ? allreduce_t<double>() : allreduce_t<float>(); }
+  template <class T>
+  void allreduce_t() {
     check_counts("allreduce");
     const int64_t n = counts[0];
-    float* acc = ptrs[0];
+    T* acc = static_cast<T*>(ptrs[0]);
+    const MPI_Datatype type = f64 ? MPI_DOUBLE : MPI_FLOAT;
     phases.clear();
     std::lock_guard<std::mutex> lock(g_mu);
     timed("wait for ranks", [&] {
@@ -283,13 +288,13 @@ struct CpuGroup {
       // which is commutative, so MPI's own allreduce gives the chain's bits in one exchange.
       timed("sum", [&] {
         for (int l = 1; l < local; ++l) {
-          const float* p = ptrs[l];
+          const T* p = static_cast<const T*>(ptrs[l]);
           for (int64_t i = 0; i < n; ++i) acc[i] += p[i];
         }
       });
       timed("transfer", [&] {
         MPI_Request req;
-        MPI_Iallreduce(MPI_IN_PLACE, acc, static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
+        MPI_Iallreduce(MPI_IN_PLACE, acc, static_cast<int>(n), type, MPI_SUM, MPI_COMM_WORLD, &req);
         wait_request(&req, "allreduce", 1 - g_rank, true);
       });
       timed("copy", [&] { copy_out(0); });
@@ -297,28 +302,29 @@ struct CpuGroup {
     }
     if (g_rank > 0) {
       if (static_cast<int64_t>(incoming.size()) < n) incoming.resize(n);
+      T* in = reinterpret_cast<T*>(incoming.data());
       timed("transfer", [&] {
         MPI_Request req;
-        MPI_Irecv(incoming.data(), static_cast<int>(n), MPI_FLOAT, g_rank - 1, 1, MPI_COMM_WORLD, &req);
+        MPI_Irecv(in, static_cast<int>(n), type, g_rank - 1, 1, MPI_COMM_WORLD, &req);
         wait_request(&req, "allreduce", g_rank - 1, true);
       });
       timed("sum", [&] {
-        for (int64_t i = 0; i < n; ++i) acc[i] = incoming[i] + acc[i];
+        for (int64_t i = 0; i < n; ++i) acc[i] = in[i] + acc[i];
       });
     }
     timed("sum", [&] {
       for (int l = 1; l < local; ++l) {
-        const float* p = ptrs[l];
+        const T* p = static_cast<const T*>(ptrs[l]);
         for (int64_t i = 0; i < n; ++i) acc[i] += p[i];
       }
     });
     timed("transfer", [&] {
       if (g_rank + 1 < g_size) {
         MPI_Request req;
-        MPI_Isend(acc, static_cast<int>(n), MPI_FLOAT, g_rank + 1, 1, MPI_COMM_WORLD, &req);
+        MPI_Isend(acc, static_cast<int>(n), type, g_rank + 1, 1, MPI_COMM_WORLD, &req);
         wait_request(&req, "allreduce", g_rank + 1, true);
       }
-      bcast_locked(acc, n * static_cast<int64_t>(sizeof(float)), g_size - 1, "allreduce", true);
+      bcast_locked(acc, n * static_cast<int64_t>(sizeof(T)), g_size - 1, "allreduce", true);
     });
     timed("copy", [&] { copy_out(0); });
   }
@@ -332,7 +338,7 @@ struct CpuGroup {
       GR_CHECK(from >= 0 && from < local, "broadcast: root " << root << " is not a replica of rank " << g_rank);
     }
     std::lock_guard<std::mutex> lock(g_mu);
-    bcast_locked(ptrs[from], counts[from] * static_cast<int64_t>(sizeof(float)), from_rank, "broadcast");
+    bcast_locked(ptrs[from], counts[from] * static_cast<int64_t>(elem()), from_rank, "broadcast");
     copy_out(from);
   }
 
@@ -347,8 +353,10 @@ class MpiCpuRank final : public Communicator {
   MpiCpuRank(std::shared_ptr<CpuGroup> g, int l) : g_(std::move(g)), l_(l) {}
   int rank() const override { return g_->first + l_; }
   int size() const override { return g_->total; }
-  void allreduce_sum(float* data, int64_t count) override {
-    hand_in(data, count);
+  void allreduce_sum(float* data, int64_t count) override { allreduce(data, count, false); }
+  void allreduce_sum_f64(double* data, int64_t count) override { allreduce(data, count, true); }
+  void allreduce(void* data, int64_t count, bool f64) {
+    hand_in(data, count, f64);
     const int64_t t0 = track_ ? track_->now() : 0;
     g_->round.round(l_, "allreduce", [this] {
       g_->work_begin = g_->clock ? g_->clock->now() : 0;
@@ -365,7 +373,7 @@ class MpiCpuRank final : public Communicator {
     if (track) g_->clock = track;
   }
   void broadcast(float* data, int64_t count, int root) override {
-    hand_in(data, count);
+    hand_in(data, count, false);
     g_->round.round(l_, "broadcast", [this, root] { g_->broadcast(root); });
   }
   void barrier() override {
@@ -379,10 +387,11 @@ class MpiCpuRank final : public Communicator {
   std::string name() const override { return "mpi"; }
 
  private:
-  void hand_in(float* data, int64_t count) {
+  void hand_in(void* data, int64_t count, bool f64) {
     std::lock_guard<std::mutex> lock(g_->round.mutex());
     g_->ptrs[l_] = data;
     g_->counts[l_] = count;
+    g_->f64 = f64;  // (every local replica calls the same collective)
   }
   std::shared_ptr<CpuGroup> g_;
   int l_;
