@@ -31,9 +31,9 @@ struct BackwardOptions {
   // Trainable parameters (minus `freeze`); when empty, trainable_params(graph, freeze).
   std::vector<std::string> params;
   std::string grad_suffix = "_grad";   // <param>_grad outputs
-  // When set, the gradient of the loss is read from this new graph input (f32 scalar) instead of
-  // being the constant 1: data-parallel replicas feed shard_size / global_batch so that summing
-  // their gradients gives the gradient of the global batch mean.
+  // When set, the gradient of the loss is read from this new graph input (f32 scalar; f64 for an f64
+  // loss) instead of being the constant 1: data-parallel replicas feed shard_size / global_batch so
+  // that summing their gradients gives the gradient of the global batch mean.
   std::string loss_grad_input;
 };
 

@@ -108,9 +108,11 @@ Graph backward(const Graph& with_loss, const BackwardOptions& opts) {
     GR_CHECK(!g.is_input(opts.loss_grad_input) && !g.info(opts.loss_grad_input),
              "backward: the loss-gradient input name '" << opts.loss_grad_input << "' is already used");
     g.inputs.push_back(opts.loss_grad_input);
-    g.values[opts.loss_grad_input] = ValueInfo{DType::F32, true, {}};
+    // f32, or f64 for an f64 loss (a float64 model: its shards' scales, e.g. 3/10, exact to f64).
+    const DType seed_type = loss_type == DType::F64 ? DType::F64 : DType::F32;
+    g.values[opts.loss_grad_input] = ValueInfo{seed_type, true, {}};
     seed = opts.loss_grad_input;
-    if (loss_type != DType::F32 && loss_type != DType::Undefined)
+    if (loss_type != seed_type && loss_type != DType::Undefined)
       seed = emit(g, "Cast", {seed}, g.unique_name(opts.loss + "_grad_seed"),
                   {{"to", Attribute::Int(static_cast<int64_t>(loss_type))}});
   } else {

@@ -6,6 +6,7 @@ graphrun plan's prediction for 2 replicas next to them; with --syncbn, SyncBatch
   bench/bench_mpi.py [--models resnet18,lenet] [--steps 5] [--lenet-steps 20] [--batch 32] [--lenet-batch 256]
                      [--repeats 2] [--graphrun build/graphrun] [--mpirun mpirun] [--skip-timing]
                      [--syncbn] [--syncbn-batch 10] [--syncbn-steps 1,20] [--syncbn-lr 0.05] [--syncbn-spread]
+                     [--float64]
 
 Timing: each setting trains --steps steps with --profile; from rank 0's trace (replica 0's track) it
 takes the mean `step` after the first (which plans the memory) and, per step, the time in `AllReduce`
@@ -23,7 +24,9 @@ machine's load average is sampled every 5 s during the runs.
 tensor's max |a - b| divided by max(1, max |b|), as the tests' max_rel_diff, and a control: the
 reference from weights 1e-7 (relative) away. --sync-bn must stay within max(1e-5, the control);
 without it the difference must exceed that. (With BatchNorms over 1x1 maps of a batch of 10, this
-ResNet-18 turns a rounding error into 1e-4 after one step: see the README.)
+ResNet-18 turns a rounding error into 1e-4 after one step: see the README.) With --float64 every run
+trains the float64 copy of the model (graphrun train --float64) and the control starts 1e-16 away,
+float64's rounding error: the comparison float32 cannot make.
 
 MPI runs use the flags of tests/mpi/mpi_test.sh: --oversubscribe, the shared-memory transport that
 works in containers (--mca btl self,vader --mca btl_vader_single_copy_mechanism none), and
@@ -185,7 +188,7 @@ def compare(path_a, path_b):
     return worst['params'], worst['stats']
 
 
-def perturbed(src, dst, rel=1e-7):
+def perturbed(src, dst, rel=1e-7, float64=False):
     """A copy of the model whose trained float weights are multiplied by (1 + rel x N(0, 1)), seeded:
     a start one rounding error away, for the conditioning control."""
     import numpy as np
@@ -194,10 +197,17 @@ def perturbed(src, dst, rel=1e-7):
     m = onnx.load(src)
     stats = {n.input[i] for n in m.graph.node if n.op_type == 'BatchNormalization' for i in (3, 4) if i < len(n.input)}
     rng = np.random.default_rng(0)
+    dt = np.float64 if float64 else np.float32
     for t in m.graph.initializer:
         w = nh.to_array(t)
         if w.dtype == np.float32 and t.name not in stats:
-            t.CopyFrom(nh.from_array((w * (1 + rel * rng.standard_normal(w.shape))).astype(np.float32), t.name))
+            t.CopyFrom(nh.from_array((w.astype(dt) * (1 + rel * rng.standard_normal(w.shape))).astype(dt), t.name))
+        elif w.dtype == np.float32:
+            t.CopyFrom(nh.from_array(w.astype(dt), t.name))
+    if float64:  # a model that loads as float64 (a 1e-16 step exists only there): its value types too
+        for vi in list(m.graph.input) + list(m.graph.output) + list(m.graph.value_info):
+            if vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT:
+                vi.type.tensor_type.elem_type = onnx.TensorProto.DOUBLE
     onnx.save(m, dst)
 
 
@@ -210,19 +220,20 @@ def syncbn(a, data, work):
     when it is within 1e-5 or within the control; without --sync-bn the difference must exceed both."""
     out = lambda name: os.path.join(work, name + '.onnx')
     pert = out('perturbed-start')
-    perturbed(os.path.join(ROOT, MODELS['resnet18']), pert)
+    rel = 1e-16 if a.float64 else 1e-7
+    perturbed(os.path.join(ROOT, MODELS['resnet18']), pert, rel, a.float64)
     rows, ok = [], True
     for steps in a.syncbn_steps:
         common = ['--batch-size', str(a.syncbn_batch), '--lr', str(a.syncbn_lr), '--epochs', '1',
-                  '--max-steps', str(steps), '--threads', '1', '--data', data]
+                  '--max-steps', str(steps), '--threads', '1', '--data', data] + (['--float64'] if a.float64 else [])
         g = [a.graphrun, 'train', MODELS['resnet18']] + common
         ref = out(f'ref-{steps}')
         run(f'syncbn, {steps} step(s), reference: 1 replica on the whole batch', g + ['--devices', 'cpu:1', '--save', ref])
         ctl = out(f'control-{steps}')
-        run(f'syncbn, {steps} step(s), control: the reference from a start 1e-7 away',
+        run(f'syncbn, {steps} step(s), control: the reference from a start {rel:.0e} away',
             [a.graphrun, 'train', pert] + common + ['--devices', 'cpu:1', '--save', ctl])
         cp, cs = compare(ctl, ref)
-        rows.append((steps, 'control: 1 replica, start 1e-7 away', None, cp, cs, True))
+        rows.append((steps, f'control: 1 replica, start {rel:.0e} away', None, cp, cs, True))
         control = max(cp, cs)
 
         def cases(sync):
@@ -254,8 +265,8 @@ def syncbn(a, data, work):
 
 
 def print_syncbn(a, rows, load):
-    print(f'\nResNet-18, batch {a.syncbn_batch} (shards 5+5, 4+3+3), SGD lr {a.syncbn_lr}, against 1 replica on the '
-          f'whole batch after the same steps: max over tensors of max|a - b| / max(1, max|b|); {load}')
+    print(f'\nResNet-18{" in float64" if a.float64 else ""}, batch {a.syncbn_batch} (shards 5+5, 4+3+3), SGD lr '
+          f'{a.syncbn_lr}, against 1 replica on the whole batch after the same steps: max over tensors of max|a - b| / max(1, max|b|); {load}')
     print(f'{"steps":<7}{"replicas":<37}{"--sync-bn":<11}{"parameters":>12}{"running stats":>15}   check')
     for steps, name, sync, p, s, good in rows:
         if sync is None:
@@ -281,6 +292,8 @@ def main():
     ap.add_argument('--syncbn-batch', type=int, default=10, help='global batch (10: shards 5+5 and 4+3+3)')
     ap.add_argument('--syncbn-steps', default='1,20', help='step counts to compare after (comma-separated)')
     ap.add_argument('--syncbn-lr', type=float, default=0.05)
+    ap.add_argument('--float64', action='store_true',
+                    help='--syncbn in float64 (graphrun train --float64; the control starts 1e-16 away)')
     ap.add_argument('--syncbn-spread', action='store_true',
                     help='also 3 replicas as rank 0 with cpu:1 + rank 1 with cpu:2 (tests/mpi syncbn: bitwise cpu:3)')
     ap.add_argument('--skip-timing', action='store_true')

@@ -27,6 +27,7 @@ class CpuRank final : public Communicator {
   int rank() const override { return rank_->rank(); }
   int size() const override { return rank_->size(); }
   void allreduce_sum(float* data, int64_t count) override { rank_->allreduce_sum(data, count); }
+  void allreduce_sum_f64(double* data, int64_t count) override { rank_->allreduce_sum_f64(data, count); }
   std::function<void()> allreduce_sum_async(float* data, int64_t count) override {
     return rank_->allreduce_sum_async(data, count);
   }

@@ -66,7 +66,9 @@ std::map<std::string, Tensor> shard_inputs(const Graph& g, const TrainingGraphs&
   std::uniform_real_distribution<float> u(0, 1);
   for (const std::string& name : g.inputs) {
     if (name == tg.loss_scale) {
-      in[name] = Tensor::scalar<float>(float(n) / float(B));
+      const ValueInfo* vi = g.info(name);  // f64 in a float64 model's graph
+      in[name] = vi && vi->dtype == DType::F64 ? Tensor::scalar<double>(double(n) / double(B))
+                                               : Tensor::scalar<float>(float(n) / float(B));
       continue;
     }
     if (name == "lr") {  // 0: the weights stay as they are over the timed steps

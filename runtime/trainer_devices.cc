@@ -127,7 +127,11 @@ void Trainer::set_schedule() {
 void Trainer::setup_replicas() {
   const auto& devs = opts_.pipeline.devices;
   const int D = static_cast<int>(devs.size());
-  const auto data = place_data(train_, test_, devs, opts_.device_data_budget, opts_.log);
+  // Resident sets are fed as they are (f32): a float64 model (--float64) reads batches through its
+  // source, which converts them.
+  const ValueInfo* image = graphs_.forward.info(graphs_.image);
+  const bool f32_images = !image || image->dtype == DType::F32 || image->dtype == DType::Undefined;
+  const auto data = place_data(train_, test_, devs, f32_images ? opts_.device_data_budget : 0, opts_.log);
   comms_ = world_communicators();
   for (int d = 0; d < D; ++d) {
     auto r = std::make_unique<Replica>();

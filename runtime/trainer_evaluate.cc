@@ -91,7 +91,7 @@ void Trainer::setup_evaluation() {
       const int axis = opts_.pipeline.classes_last ? static_cast<int>(got.size()) - 1 : 1;
       const int64_t c = out.rank() >= 2 ? got[axis] : 0;
       if (out.rank() >= 2) got.erase(got.begin() + axis);
-      GR_CHECK(out.dtype() == DType::F32 && out.rank() >= 2 && got == want,
+      GR_CHECK((out.dtype() == DType::F32 || out.dtype() == DType::F64) && out.rank() >= 2 && got == want,
                "model output '" << graphs_.logits << "' is " << dtype_name(out.dtype()) << shape_str(out.shape())
                                 << " for " << n << " examples; training needs class scores f32[N,classes"
                                 << (per.empty() ? "" : opts_.pipeline.classes_last ? ",...] per label, [N,...,classes" : ",...] per label")

@@ -359,7 +359,7 @@ void Trainer::check_images_fit(const Graph& model) const {
   const Shape& ds = train_.images.shape();
   bool ok = vi->shape.size() == ds.size();
   for (size_t k = 1; ok && k < ds.size(); ++k) ok = !vi->shape[k].known() || vi->shape[k].size == ds[k];
-  GR_CHECK(ok && (vi->dtype == DType::F32 || vi->dtype == DType::Undefined),
+  GR_CHECK(ok && (vi->dtype == DType::F32 || vi->dtype == DType::F64 || vi->dtype == DType::Undefined),
            "model input '" << in << "' is " << vi->str() << " but the images in '" << opts_.data_dir << "' are f32[N,"
                            << ds[1] << "," << ds[2] << "," << ds[3] << "]");
 }

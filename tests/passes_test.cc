@@ -313,13 +313,18 @@ TEST(BucketAllReduce, OneNodePerBucketRightAfterItsLastGradient) {
   EXPECT_EQ(r.nodes[5].inputs, (std::vector<std::string>{"b_grad", "W_grad"}));
   EXPECT_EQ(passes::gradient_params(g), (std::vector<std::string>{"W", "b"}));
 
+  // f64 parameters train too (a float64 model), but never share a bucket with f32 ones.
   Graph f64 = g;
   f64.initializers["b"] = Tensor(DType::F64, {1, 2});
+  r = passes::bucket_allreduce(f64, o);
+  EXPECT_EQ(node_names(r), (std::vector<std::string>{"mm", "add", "diff", "gb", "allreduce_0", "gw", "allreduce_1"}));
+  Graph f16 = g;
+  f16.initializers["b"] = Tensor(DType::F16, {1, 2});
   try {
-    passes::bucket_allreduce(f64, o);
+    passes::bucket_allreduce(f16, o);
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("parameter 'b' is f64; graphrun trains f32 parameters only (--freeze b"),
+    EXPECT_NE(std::string(e.what()).find("parameter 'b' is f16; graphrun trains f32 (or f64) parameters only (--freeze b"),
               std::string::npos)
         << e.what();
   }

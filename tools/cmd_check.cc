@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "autodiff/autodiff.h"
+#include "graph/float64.h"
 #include "graph/onnx_io.h"
 #include "graph/op_table.h"
 #include "runtime/executor.h"
@@ -39,40 +40,6 @@ const Command& check_command() {
     return c;
   }();
   return cmd;
-}
-
-Tensor to_f64(const Tensor& t) { return Tensor::from_vector<double>(t.shape(), t.as_doubles()); }
-
-// The model in float64: f32 initializers, value types, Cast targets, constants and LayerNormalization's
-// statistics become f64; Dropout gets a fixed seed so that every run draws the same mask.
-Graph float64_copy(const Graph& g) {
-  Graph d = g;
-  for (auto& [name, t] : d.initializers)
-    if (t.dtype() == DType::F32) t = to_f64(t);
-  for (auto& [name, vi] : d.values)
-    if (vi.dtype == DType::F32) vi.dtype = DType::F64;
-  const auto f32 = static_cast<int64_t>(DType::F32), f64 = static_cast<int64_t>(DType::F64);
-  for (Node& n : d.nodes) {
-    if (!n.domain.empty() && n.domain != "ai.onnx") continue;
-    for (auto& [key, a] : n.attrs)
-      if (a.kind == Attribute::Kind::Tensor && a.t.dtype() == DType::F32) a = Attribute::Tens(to_f64(a.t));
-    if ((n.op_type == "Cast" || n.op_type == "RandomNormalLike" || n.op_type == "RandomUniformLike" ||
-         n.op_type == "EyeLike") && n.attr_i(n.op_type == "Cast" ? "to" : "dtype", 0) == f32)
-      n.attrs[n.op_type == "Cast" ? "to" : "dtype"] = Attribute::Int(f64);
-    if (n.op_type == "Constant" && n.has_attr("value_float")) {
-      n.attrs["value"] = Attribute::Tens(Tensor::scalar<double>(n.attr_f("value_float", 0)));
-      n.attrs.erase("value_float");
-    }
-    if (n.op_type == "Constant" && n.has_attr("value_floats")) {
-      const auto& fs = n.attr("value_floats")->floats;
-      n.attrs["value"] = Attribute::Tens(Tensor::from_vector<double>({static_cast<int64_t>(fs.size())},
-                                                                     std::vector<double>(fs.begin(), fs.end())));
-      n.attrs.erase("value_floats");
-    }
-    if (n.op_type == "LayerNormalization") n.attrs["stash_type"] = Attribute::Int(f64);
-    if (n.op_type == "Dropout" && !n.has_attr("seed")) n.attrs["seed"] = Attribute::Int(1);
-  }
-  return d;
 }
 
 // A random tensor of a declared input type; symbolic dimensions take 2.

@@ -8,6 +8,7 @@
 #include <memory>
 #include <thread>
 
+#include "graph/float64.h"
 #include "graph/onnx_io.h"
 #include "runtime/comm/mpi.h"
 #include "runtime/plan.h"
@@ -101,6 +102,11 @@ const Command& train_command() {
                               "                            passes out, to measure what each saves"},
           {"plan", "", "first print the plan of the run (graphrun plan, without its prediction): FLOPs per\n"
                        "                            step, memory per replica, AllReduce buckets; costs one extra step"},
+          {"float64", "", "train a float64 copy of the model (as graphrun check makes it: f32 weights,\n"
+                          "                            values, casts and constants become f64; f32 data is fed as f64);\n"
+                          "                            slower, for checks that float32's rounding would drown\n"
+                          "                            (README: SyncBatchNorm at full size); --save writes f64;\n"
+                          "                            CPU replicas, plain SGD"},
           dump_after_option(),
           sync_bn_option(),
       },
@@ -267,6 +273,8 @@ int cmd_train(const std::vector<std::string>& argv) {
     throw bad("--lr-step-size/--lr-gamma need --lr-schedule step");
   for (const auto& f : args.all("freeze")) o.pipeline.freeze.insert(f);
   o.pipeline.sync_bn = args.has("sync-bn");
+  if (args.has("float64") && (opt.kind != "sgd" || opt.momentum > 0))
+    throw bad("--float64 trains with plain SGD (no --momentum, adam or adamw: their optimizer state is f32)");
   check_dump_after_option(args);
   o.pipeline.dump_after = args.get("dump-after");
   o.pipeline.dump = &std::cout;
@@ -345,6 +353,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   runtime::check_devices_available(devices);
 
   Graph model = load_onnx(args.positional()[0]);
+  if (args.has("float64")) model = float64_copy(model);
   if (auto_placement) {
     // Each split of the cores into replicas x threads, timed on this model as graphrun plan times it.
     runtime::PlanOptions po;

@@ -52,8 +52,11 @@ Graph add_metrics(const Graph& graph, const std::string& scores, Metrics* m, boo
     for (int64_t i = 1; i < r - 1; ++i) perm.push_back(i);
     onnx_scores = append(g, "Transpose", {scores}, "graphrun.scores_classes_first", {{"perm", Attribute::Ints(perm)}});
   }
-  const std::string loss = append(g, "SoftmaxCrossEntropyLoss", {onnx_scores, m->labels}, "graphrun.loss_sum",
-                                  {{"reduction", Attribute::Str("sum")}});
+  std::string loss = append(g, "SoftmaxCrossEntropyLoss", {onnx_scores, m->labels}, "graphrun.loss_sum",
+                            {{"reduction", Attribute::Str("sum")}});
+  // The totals are f32 whatever the scores: a float64 model's loss sum is rounded once, per batch.
+  if (si && si->dtype == DType::F64)
+    loss = append(g, "Cast", {loss}, "graphrun.loss_sum_f32", {{"to", Attribute::Int(static_cast<int64_t>(DType::F32))}});
   m->state_updates.clear();
   for (auto [value, total] : {std::pair<std::string, std::string*>{correct, &m->correct_total}, {loss, &m->loss_total}}) {
     *total = g.unique_name(value + ".total");

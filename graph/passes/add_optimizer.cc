@@ -56,7 +56,7 @@ Graph add_optimizer(const Graph& in, const AddOptimizerOptions& opts) {
     return n;
   };
 
-  std::string decay_const, adam_t;
+  std::string decay_const, adam_t, lr64, decay64;
   for (size_t b = 0; b < buckets.size(); ++b) {
     const auto& bucket = buckets[b];
     if (!stateful) {
@@ -66,17 +66,32 @@ Graph add_optimizer(const Graph& in, const AddOptimizerOptions& opts) {
         g.initializers[decay_const] = Tensor::scalar<float>(opt.weight_decay);
         g.values[decay_const] = scalar_info(DType::F32);
       }
+      // A bucket of f64 parameters (a float64 model, bucket_allreduce keeps types apart): the lr cast
+      // to f64 once per step, the decay an f64 constant.
+      const bool f64 = !bucket.empty() && g.initializers.at(bucket[0].param).dtype() == DType::F64;
+      if (f64 && lr64.empty()) {
+        lr64 = add_value(opts.lr_input + "_f64", scalar_info(DType::F64));
+        front.push_back(Node{g.unique_name("lr_to_f64"), "Cast", "", {opts.lr_input}, {lr64},
+                             {{"to", Attribute::Int(static_cast<int64_t>(DType::F64))}}});
+      }
+      if (f64 && opt.weight_decay > 0 && decay64.empty()) {
+        decay64 = g.unique_name("weight_decay_f64");
+        g.initializers[decay64] = Tensor::scalar<double>(opt.weight_decay);
+        g.values[decay64] = scalar_info(DType::F64);
+      }
+      const std::string& lr = f64 ? lr64 : opts.lr_input;
+      const std::string& wd = f64 ? decay64 : decay_const;
       for (const ReducedGradient& p : bucket) {
         const ValueInfo vi = value_info_of(g.initializers.at(p.param));
         std::string grad = p.sum;
         if (opt.weight_decay > 0) {
           std::string decay = add_value(p.param + ".decay", vi), reg = add_value(p.param + ".grad_l2", vi);
-          out.push_back(Node{g.unique_name("sgd_decay_" + p.param), "Mul", "", {decay_const, p.param}, {decay}, {}});
+          out.push_back(Node{g.unique_name("sgd_decay_" + p.param), "Mul", "", {wd, p.param}, {decay}, {}});
           out.push_back(Node{g.unique_name("sgd_l2_" + p.param), "Add", "", {grad, decay}, {reg}, {}});
           grad = reg;
         }
         std::string step = add_value(p.param + ".step", vi), next = add_value(p.param + ".new", vi);
-        out.push_back(Node{g.unique_name("sgd_scale_" + p.param), "Mul", "", {opts.lr_input, grad}, {step}, {}});
+        out.push_back(Node{g.unique_name("sgd_scale_" + p.param), "Mul", "", {lr, grad}, {step}, {}});
         out.push_back(Node{g.unique_name("sgd_update_" + p.param), "Sub", "", {p.param, step}, {next}, {}});
         updates.emplace_back(next, p.param);
       }

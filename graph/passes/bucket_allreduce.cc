@@ -15,6 +15,7 @@ struct Param {
   std::string name, grad;
   int producer;  // index of the node producing the gradient; -1 when none does
   size_t bytes;
+  DType dtype;
 };
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -35,14 +36,15 @@ Graph bucket_allreduce(const Graph& training, const BucketAllReduceOptions& opts
     GR_CHECK(training.is_initializer(p), "bucket_allreduce: '" << p << "' is not a parameter (initializer) of graph '"
                                                                << training.name << "'");
     const Tensor& t = training.initializers.at(p);
-    GR_CHECK(t.dtype() == DType::F32, "bucket_allreduce: parameter '" << p << "' is " << dtype_name(t.dtype())
-                                                                      << "; graphrun trains f32 parameters only"
+    GR_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F64,
+             "bucket_allreduce: parameter '" << p << "' is " << dtype_name(t.dtype())
+                                             << "; graphrun trains f32 (or f64) parameters only"
                                                                          " (--freeze "
                                                                       << p << " keeps it as it is)");
     std::string g = p + opts.grad_suffix;
     GR_CHECK(training.is_output(g),
              "bucket_allreduce: graph '" << training.name << "' has no gradient output '" << g << "'");
-    params.push_back({p, g, training.producer(g), t.nbytes()});
+    params.push_back({p, g, training.producer(g), t.nbytes(), t.dtype()});
   }
   std::stable_sort(params.begin(), params.end(),
                    [](const Param& a, const Param& b) { return a.producer < b.producer; });
@@ -50,7 +52,9 @@ Graph bucket_allreduce(const Graph& training, const BucketAllReduceOptions& opts
   std::vector<std::vector<Param>> buckets(1);
   size_t bytes = 0;
   for (const Param& p : params) {
-    if (bytes >= opts.bucket_bytes && !buckets.back().empty()) {
+    // A bucket is one buffer of one type: f32 and f64 parameters (rare) go in buckets of their own.
+    const bool other_type = !buckets.back().empty() && buckets.back().back().dtype != p.dtype;
+    if ((bytes >= opts.bucket_bytes || other_type) && !buckets.back().empty()) {
       buckets.emplace_back();
       bytes = 0;
     }

@@ -22,7 +22,8 @@ struct BucketAllReduceOptions {
 // One ai.graphrun AllReduce (reduction "sum") per bucket, named allreduce_<b>, standing right after
 // the node that produces the bucket's last gradient (so an asynchronous AllReduce overlaps the rest
 // of the backward pass); its outputs are the sums `<grad>.sum`. The gradients stay graph outputs.
-// Error when a parameter is not an f32 initializer or has no gradient output.
+// A bucket holds gradients of one type (f32 or f64: a float64 model, `train --float64`). Error when a
+// parameter is not an f32 or f64 initializer or has no gradient output.
 Graph bucket_allreduce(const Graph& g, const BucketAllReduceOptions& opts);
 Pass bucket_allreduce_pass(const BucketAllReduceOptions& opts);
 

@@ -53,28 +53,35 @@ void rewrite(Graph& g, const Node& bn, std::vector<Node>& out) {
   GR_CHECK(bn.inputs.size() == 5 && g.is_initializer(bn.inputs[1]),
            bn.describe() << ": --sync-bn needs the scale (and B, mean, var) as inputs, the scale an initializer");
   const Tensor& scale = g.initializers.at(bn.inputs[1]);
-  GR_CHECK(scale.rank() == 1 && scale.dtype() == DType::F32,
-           bn.describe() << ": --sync-bn needs an f32 scale of shape [C], got " << dtype_name(scale.dtype()) << " "
+  GR_CHECK(scale.rank() == 1 && (scale.dtype() == DType::F32 || scale.dtype() == DType::F64),
+           bn.describe() << ": --sync-bn needs an f32 (or f64) scale of shape [C], got " << dtype_name(scale.dtype()) << " "
                          << shape_str(scale.shape()));
   const int64_t c = scale.shape()[0];
   const float eps = bn.attr_f("epsilon", 1e-5f), momentum = bn.attr_f("momentum", 0.9f);
   const std::string &x = bn.inputs[0], &b = bn.inputs[2], &rmean = bn.inputs[3], &rvar = bn.inputs[4];
   Emitter e(g, out, bn.name.empty() ? "batchnorm" : bn.name);
-  const auto f32 = Attribute::Int(static_cast<int64_t>(DType::F32));
+  // The statistics in the scale's type: f32, or f64 (a float64 model, `graphrun train --float64`).
+  const DType t = scale.dtype();
+  const auto to_t = Attribute::Int(static_cast<int64_t>(t));
+  const auto scalar = [&](const char* what, double v) {
+    return t == DType::F64 ? e.constant<double>(what, {}, {v}) : e.constant<float>(what, {}, {static_cast<float>(v)});
+  };
 
   const std::string ncl = e.constant<int64_t>("ncl", {3}, {0, c, -1});
   const std::string c11 = e.constant<int64_t>("c11", {3}, {1, c, 1});
   const std::string cshape = e.constant<int64_t>("c", {1}, {c});
   const std::string axes = e.constant<int64_t>("axes", {2}, {0, 2});
   const std::string channels = e.constant<int64_t>("channels", {}, {c});
-  const std::string one = e.constant<float>("one", {}, {1.f});
-  const std::string epsilon = e.constant<float>("epsilon", {}, {eps});
-  const std::string mom = e.constant<float>("momentum", {}, {momentum});
-  const std::string rest = e.constant<float>("one_minus_momentum", {}, {1.f - momentum});
+  // (eps and momentum are float attributes: their f32 values, widened exactly, as BatchNormalization's f64 kernel.)
+  const std::string one = scalar("one", 1.0);
+  const std::string epsilon = scalar("epsilon", eps);
+  const std::string mom = scalar("momentum", momentum);
+  const std::string rest = t == DType::F64 ? scalar("one_minus_momentum", 1.0 - double(momentum))
+                                           : scalar("one_minus_momentum", 1.f - momentum);
 
   const std::string x3 = e.op("Reshape", {x, ncl});
   const std::string s1 = e.op("ReduceSum", {x3, axes}, {{"keepdims", Attribute::Int(1)}});
-  const std::string n_local = e.op("Cast", {e.op("Div", {e.op("Size", {x3}), channels})}, {{"to", f32}});
+  const std::string n_local = e.op("Cast", {e.op("Div", {e.op("Size", {x3}), channels})}, {{"to", to_t}});
   const auto sums = e.op_n("ReplicaSum", {s1, n_local}, 2, {}, kGraphrunDomain);
   const std::string& n = sums[1];
   const std::string mean = e.op("Div", {sums[0], n});

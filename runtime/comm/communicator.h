@@ -4,6 +4,7 @@
 #include <functional>
 #include <string>
 
+#include "graph/error.h"
 #include "runtime/comm/wait.h"
 
 namespace graphrun::runtime {
@@ -17,6 +18,13 @@ class Communicator {
   virtual int size() const = 0;
   // In place, blocking: every rank ends with the elementwise sum over ranks of `data`.
   virtual void allreduce_sum(float* data, int64_t count) = 0;
+  // The same sum of f64 values (a float64 model, `graphrun train --float64`), blocking, in the same fixed
+  // order as the f32 sum (bitwise repeatable). Only the CPU communicators (in-process and MPI) have it;
+  // the others fail with one line.
+  virtual void allreduce_sum_f64(double* data, int64_t count) {
+    (void)data, (void)count;
+    GR_FAIL("the " << name() << " communicator sums f32 only, not f64");
+  }
   // Starts allreduce_sum(data, count) and returns; the returned callable waits for it (throwing its
   // Error) and must be called exactly once. `data` belongs to the operation until then. A rank's
   // operations run in the order it started them, and before any later blocking call of that rank;

@@ -36,6 +36,10 @@ class CpuCommunicator final : public Communicator {
     drain();
     group_->allreduce_sum(rank_, data, count, true, track_);
   }
+  void allreduce_sum_f64(double* data, int64_t count) override {
+    drain();
+    group_->allreduce_sum(rank_, data, count, true, track_);
+  }
   void set_profile(ProfileTrack* track) override { track_ = track; }
   void broadcast(float* data, int64_t count, int root) override {
     drain();
@@ -191,7 +195,8 @@ void CpuCommGroup::barrier(int rank, const char* what, bool spin) {
   if (generation_.load() == gen) throw ReplicaAborted(abort_reason_);
 }
 
-void CpuCommGroup::allreduce_sum(int rank, float* data, int64_t count, bool spin, ProfileTrack* prof) {
+template <class T>
+void CpuCommGroup::allreduce(int rank, T* data, int64_t count, bool spin, ProfileTrack* prof) {
   if (size_ == 1) return;
   ptrs_[rank] = data;
   counts_[rank] = count;
@@ -202,23 +207,32 @@ void CpuCommGroup::allreduce_sum(int rank, float* data, int64_t count, bool spin
   for (int r = 0; r < size_; ++r)
     GR_CHECK(counts_[r] == count, "allreduce: rank " << rank << " reduces " << count << " values but rank " << r
                                                      << " reduces " << counts_[r]);
-  // Slices of whole cache lines (16 floats) so that ranks never write the same line.
-  const int64_t lines = (count + 15) / 16;
-  const int64_t begin = std::min(count, lines * rank / size_ * 16);
-  const int64_t end = std::min(count, lines * (rank + 1) / size_ * 16);
+  // Slices of whole cache lines (16 floats, 8 doubles) so that ranks never write the same line.
+  constexpr int64_t line = 64 / sizeof(T);
+  const int64_t lines = (count + line - 1) / line;
+  const int64_t begin = std::min(count, lines * rank / size_ * line);
+  const int64_t end = std::min(count, lines * (rank + 1) / size_ * line);
   if (end > begin) {
     const int64_t n = end - begin;
     // Summed in place in rank 0's slice (this thread owns the slice), then copied to the others.
-    float* sum = ptrs_[0] + begin;
+    T* sum = static_cast<T*>(ptrs_[0]) + begin;
     for (int r = 1; r < size_; ++r) {
-      const float* src = ptrs_[r] + begin;
+      const T* src = static_cast<const T*>(ptrs_[r]) + begin;
       for (int64_t i = 0; i < n; ++i) sum[i] += src[i];
     }
-    for (int r = 1; r < size_; ++r) std::memcpy(ptrs_[r] + begin, sum, n * sizeof(float));
+    for (int r = 1; r < size_; ++r) std::memcpy(static_cast<T*>(ptrs_[r]) + begin, sum, n * sizeof(T));
   }
   // Nobody may leave (and reuse its buffer or ptrs_) before every slice is written.
   barrier(rank, "allreduce", spin);
   if (prof) prof->add("sum", "comm", t1);  // this rank's slice, and waiting for the others' slices
+}
+
+void CpuCommGroup::allreduce_sum(int rank, float* data, int64_t count, bool spin, ProfileTrack* prof) {
+  allreduce(rank, data, count, spin, prof);
+}
+
+void CpuCommGroup::allreduce_sum(int rank, double* data, int64_t count, bool spin, ProfileTrack* prof) {
+  allreduce(rank, data, count, spin, prof);
 }
 
 void CpuCommGroup::broadcast(int rank, float* data, int64_t count, int root) {

@@ -34,13 +34,15 @@ class CpuCommGroup : public std::enable_shared_from_this<CpuCommGroup> {
   void barrier(int rank, const char* what = "barrier", bool spin = true);
   // prof: --profile records "wait for replicas" and "sum" there (Communicator::set_profile).
   void allreduce_sum(int rank, float* data, int64_t count, bool spin = true, ProfileTrack* prof = nullptr);
+  void allreduce_sum(int rank, double* data, int64_t count, bool spin = true, ProfileTrack* prof = nullptr);
   void broadcast(int rank, float* data, int64_t count, int root);
 
  private:
   explicit CpuCommGroup(int size);
+  template <class T> void allreduce(int rank, T* data, int64_t count, bool spin, ProfileTrack* prof);
   int size_;
   std::vector<std::unique_ptr<Communicator>> ranks_;
-  std::vector<float*> ptrs_;
+  std::vector<void*> ptrs_;  // the current collective's buffers (float or double)
   std::vector<int64_t> counts_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -239,9 +239,10 @@ constexpr int kChainSegmentKiB = 256;
 struct CpuGroup {
   CpuGroup(int local, int first, int total) : round(local), ptrs(local), counts(local), local(local), first(first), total(total) {}
   RoundGroup round;
-  std::vector<float*> ptrs;
+  std::vector<void*> ptrs;    // the current collective's buffers: float, or double when f64
   std::vector<int64_t> counts;
-  std::vector<float> incoming;
+  bool f64 = false;           // allreduce_sum_f64 (a float64 model): MPI_DOUBLE
+  std::vector<double> incoming;  // (floats or doubles)
   std::vector<int> firsts;  // the first global replica of every rank
   bool pairwise = false;     // two ranks, the last with one replica: MPI_Iallreduce sums as the chain does
   int64_t segment = int64_t(kChainSegmentKiB) * 256;  // floats
@@ -260,7 +261,7 @@ struct CpuGroup {
   }
   void copy_out(int from) {
     for (int l = 0; l < local; ++l)
-      if (l != from && ptrs[l] != ptrs[from]) std::memcpy(ptrs[l], ptrs[from], counts[from] * sizeof(float));
+      if (l != from && ptrs[l] != ptrs[from]) std::memcpy(ptrs[l], ptrs[from], counts[from] * elem());
   }
 
   // --profile: the phases of the last allreduce (profile.h's clock), which every local replica then
@@ -285,10 +286,14 @@ struct CpuGroup {
   // ((p0 + p1) + p2) + ... over global replicas, as in-process.
   // First a barrier: its time is the wait for the slowest rank to finish computing (load imbalance),
   // with a polling that backs off; the transfers after it poll without sleeping.
-  void allreduce() {
+  size_t elem() const { return f64 ? sizeof(double) : sizeof(float); }
+  void allreduce() { f64 ? allreduce_t<double>() : allreduce_t<float>(); }
+  template <class T>
+  void allreduce_t() {
     check_counts("allreduce");
     const int64_t n = counts[0];
-    float* acc = ptrs[0];
+    T* acc = static_cast<T*>(ptrs[0]);
+    const MPI_Datatype type = f64 ? MPI_DOUBLE : MPI_FLOAT;
     phases.clear();
     std::lock_guard<std::mutex> lock(g_mu);
     timed("wait for ranks", [&] {
@@ -299,13 +304,13 @@ struct CpuGroup {
       // which is commutative, so MPI's own allreduce gives the chain's bits in one exchange.
       timed("sum", [&] {
         for (int l = 1; l < local; ++l) {
-          const float* p = ptrs[l];
+          const T* p = static_cast<const T*>(ptrs[l]);
           for (int64_t i = 0; i < n; ++i) acc[i] += p[i];
         }
       });
       timed("transfer", [&] {
         MPI_Request req;
-        MPI_Iallreduce(MPI_IN_PLACE, acc, static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
+        MPI_Iallreduce(MPI_IN_PLACE, acc, static_cast<int>(n), type, MPI_SUM, MPI_COMM_WORLD, &req);
         wait_request(&req, "allreduce", 1 - g_rank, true);
       });
       timed("copy", [&] { copy_out(0); });
@@ -317,18 +322,19 @@ struct CpuGroup {
     int64_t mark = clock ? clock->now() : 0;
     const double seconds = g_timeout.load();
     auto deadline = comm_deadline(seconds);
+    const int64_t seg = std::max<int64_t>(1, segment * int64_t(sizeof(float)) / int64_t(sizeof(T)));  // same bytes
     pipelined_chain(
-        acc, incoming.data(), n, segment, g_rank, g_size, MPI_COMM_WORLD,
+        acc, reinterpret_cast<T*>(incoming.data()), n, seg, g_rank, g_size, MPI_COMM_WORLD,
         [&](int64_t off, int len) {
           const int64_t t0 = clock ? clock->now() : 0;
           if (clock && t0 > mark) phases.push_back({"transfer", mark, t0});
-          float* a = acc + off;
+          T* a = acc + off;
           if (g_rank > 0) {
-            const float* in = incoming.data() + off;
+            const T* in = reinterpret_cast<const T*>(incoming.data()) + off;
             for (int i = 0; i < len; ++i) a[i] = in[i] + a[i];
           }
           for (int l = 1; l < local; ++l) {
-            const float* p = ptrs[l] + off;
+            const T* p = static_cast<const T*>(ptrs[l]) + off;
             for (int i = 0; i < len; ++i) a[i] += p[i];
           }
           if (clock) phases.push_back({"sum", t0, mark = clock->now()});
@@ -352,7 +358,7 @@ struct CpuGroup {
       GR_CHECK(from >= 0 && from < local, "broadcast: root " << root << " is not a replica of rank " << g_rank);
     }
     std::lock_guard<std::mutex> lock(g_mu);
-    bcast_locked(ptrs[from], counts[from] * static_cast<int64_t>(sizeof(float)), from_rank, "broadcast");
+    bcast_locked(ptrs[from], counts[from] * static_cast<int64_t>(elem()), from_rank, "broadcast");
     copy_out(from);
   }
 
@@ -379,7 +385,11 @@ class MpiCpuRank final : public Communicator {
   // shares), so the rounds and MPI's collectives stay in one order on every rank.
   void allreduce_sum(float* data, int64_t count) override {
     drain();
-    allreduce_now(data, count, track_);
+    allreduce_now(data, count, false, track_);
+  }
+  void allreduce_sum_f64(double* data, int64_t count) override {
+    drain();
+    allreduce_now(data, count, true, track_);
   }
   // --overlap-allreduce on: the round (and, for the replica that arrives last, the MPI transfer) runs
   // on a communication thread of this replica while its backward pass goes on. Not profiled (the
@@ -407,7 +417,7 @@ class MpiCpuRank final : public Communicator {
   }
   void broadcast(float* data, int64_t count, int root) override {
     drain();
-    hand_in(data, count);
+    hand_in(data, count, false);
     g_->round.round(l_, "broadcast", [this, root] { g_->broadcast(root); });
   }
   void barrier() override {
@@ -429,8 +439,8 @@ class MpiCpuRank final : public Communicator {
     std::exception_ptr error;  // as thrown: a ReplicaAborted stays one
   };
 
-  void allreduce_now(float* data, int64_t count, ProfileTrack* track) {
-    hand_in(data, count);
+  void allreduce_now(void* data, int64_t count, bool f64, ProfileTrack* track) {
+    hand_in(data, count, f64);
     const int64_t t0 = track ? track->now() : 0;
     g_->round.round(l_, "allreduce", [this] {
       g_->work_begin = g_->clock ? g_->clock->now() : 0;
@@ -454,7 +464,7 @@ class MpiCpuRank final : public Communicator {
         job = queue_.front();
       }
       try {
-        allreduce_now(job->data, job->count, nullptr);
+        allreduce_now(job->data, job->count, false, nullptr);
       } catch (...) {
         job->error = std::current_exception();
       }
@@ -472,10 +482,11 @@ class MpiCpuRank final : public Communicator {
     cv_.wait(lock, [&] { return queue_.empty(); });
   }
 
-  void hand_in(float* data, int64_t count) {
+  void hand_in(void* data, int64_t count, bool f64) {
     std::lock_guard<std::mutex> lock(g_->round.mutex());
     g_->ptrs[l_] = data;
     g_->counts[l_] = count;
+    g_->f64 = f64;  // (every local replica calls the same collective)
   }
   std::shared_ptr<CpuGroup> g_;
   int l_;

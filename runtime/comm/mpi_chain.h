@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 namespace graphrun::runtime::mpi {
@@ -23,9 +24,11 @@ namespace graphrun::runtime::mpi {
 // segment, in order. stalled(peer, polls): a poll found nothing new, `polls` times in a row; `peer`
 // is the rank this rank waits for first. It may sleep, or throw to give up (the requests in flight
 // are left behind: the job ends). On return acc holds the total on every rank.
-template <class Sum, class Stalled>
-void pipelined_chain(float* acc, float* incoming, int64_t n, int64_t segment, int rank, int size, MPI_Comm comm,
+template <class T, class Sum, class Stalled>
+void pipelined_chain(T* acc, T* incoming, int64_t n, int64_t segment, int rank, int size, MPI_Comm comm,
                      Sum sum, Stalled stalled) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "float or double buckets");
+  const MPI_Datatype type = std::is_same_v<T, double> ? MPI_DOUBLE : MPI_FLOAT;
   if (n <= 0 || size < 2) {
     if (n > 0) sum(0, n);
     return;
@@ -38,7 +41,7 @@ void pipelined_chain(float* acc, float* incoming, int64_t n, int64_t segment, in
   std::vector<MPI_Request> fr(m, MPI_REQUEST_NULL), fs(m, MPI_REQUEST_NULL), br(m, MPI_REQUEST_NULL),
       bs(m, MPI_REQUEST_NULL);
   if (has_prev)
-    for (int64_t s = 0; s < m; ++s) MPI_Irecv(incoming + off(s), len(s), MPI_FLOAT, rank - 1, kForward, comm, &fr[s]);
+    for (int64_t s = 0; s < m; ++s) MPI_Irecv(incoming + off(s), len(s), type, rank - 1, kForward, comm, &fr[s]);
   // Segments [0, summed) are summed and on their way on; [0, fsent) have left for the next rank (so
   // acc may receive their total); [0, brecvd) hold the total; [0, bsent) have reached the previous rank.
   int64_t summed = 0, fsent = 0, brecvd = 0, bsent = 0;
@@ -47,18 +50,18 @@ void pipelined_chain(float* acc, float* incoming, int64_t n, int64_t segment, in
     MPI_Test(r, &flag, MPI_STATUS_IGNORE);
     return flag != 0;
   };
-  auto back = [&](int64_t s) { MPI_Isend(acc + off(s), len(s), MPI_FLOAT, rank - 1, kBack, comm, &bs[s]); };
+  auto back = [&](int64_t s) { MPI_Isend(acc + off(s), len(s), type, rank - 1, kBack, comm, &bs[s]); };
   for (int polls = 0;;) {
     bool moved = false;
     if (summed < m && (!has_prev || done(&fr[summed]))) {
       sum(off(summed), len(summed));
-      if (has_next) MPI_Isend(acc + off(summed), len(summed), MPI_FLOAT, rank + 1, kForward, comm, &fs[summed]);
+      if (has_next) MPI_Isend(acc + off(summed), len(summed), type, rank + 1, kForward, comm, &fs[summed]);
       else back(summed);  // the last rank: this segment is the total
       ++summed, moved = true;
     }
     if (has_next) {
       for (; fsent < summed && done(&fs[fsent]); ++fsent, moved = true)
-        MPI_Irecv(acc + off(fsent), len(fsent), MPI_FLOAT, rank + 1, kBack, comm, &br[fsent]);
+        MPI_Irecv(acc + off(fsent), len(fsent), type, rank + 1, kBack, comm, &br[fsent]);
       for (; brecvd < fsent && done(&br[brecvd]); ++brecvd, moved = true)
         if (has_prev) back(brecvd);
     }

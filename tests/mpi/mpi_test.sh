@@ -13,6 +13,9 @@
 #   resume           a checkpoint of -np 2 resumes on -np 3 (and on cpu:3): the weights of cpu:2's run
 #   syncbn           --sync-bn on a BatchNorm CNN across ranks (1 + 2 replicas, batch 10: shards 4+3+3) saves bitwise
 #                    the weights and running statistics of --sync-bn on cpu:3
+#   syncbn64         the same CNN in float64 (--float64), 20 SGD steps: --sync-bn over 2 ranks x cpu:1 (5+5) and
+#                    1 + 2 replicas (4+3+3) within 1e-10 (relative) of 1 replica on the whole batch, and bitwise
+#                    cpu:2 / cpu:3; without --sync-bn over 2 ranks more than 1e-3 away
 set -u
 FAULT_ENV=()
 G=$1 MPIRUN=$2 MODEL=$3 CASE=$4
@@ -66,7 +69,7 @@ case "$CASE" in
     cmp mpi.onnx local.onnx || fail "-np $K --devices cpu:1 and --devices cpu:$K saved different weights"
     echo "-np $K x cpu:1 == cpu:$K bitwise after 50 steps ${SEG[*]}"
     ;;
-  syncbn)
+  syncbn|syncbn64)
     # A small BatchNorm CNN, written with onnx.helper as a user would.
     /usr/bin/python3 - <<'PY' || fail "could not write the BatchNorm model"
 import numpy as np, onnx
@@ -83,7 +86,44 @@ nodes = [h.make_node('Conv', ['image', 'conv.w', 'conv.b'], ['c']),
 g = h.make_graph(nodes, 'bncnn', [h.make_tensor_value_info('image', T.FLOAT, ['N', 1, 28, 28])],
                  [h.make_tensor_value_info('logits', T.FLOAT, ['N', 10])], inits)
 onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 17)]), 'bncnn.onnx')
+# (syncbn64) 200 training and 20 test examples: float64 evaluates a whole test set slowly.
+np.savez('small.npz', image=r.random((220, 1, 28, 28), dtype=np.float32), labels=r.integers(0, 10, 220))
 PY
+    if [ "$CASE" = syncbn64 ]; then
+      S=(train bncnn.onnx --epochs 1 --threads 1 --max-steps 20 --batch-size 10 --lr 0.05 --float64 --data small.npz
+         --val-split 0.09)
+      "$G" "${S[@]}" --devices cpu:1 --save ref.onnx > ref.out 2>&1 || fail "cpu:1 failed"
+      for d in 2 3; do
+        "$G" "${S[@]}" --devices cpu:$d --sync-bn --save local$d.onnx > local$d.out 2>&1 || fail "cpu:$d failed"
+      done
+      "${M[@]}" -np 2 "$G" "${S[@]}" --devices cpu:1 --sync-bn --save mpi2.onnx > mpi2.out 2>&1 || fail "mpirun failed"
+      "${M[@]}" -np 1 "$G" "${S[@]}" --devices cpu:1 --sync-bn --save mpi3.onnx : -np 1 "$G" "${S[@]}" --devices cpu:2 \
+        --sync-bn > mpi3.out 2>&1 || fail "mpirun (1 + 2 replicas) failed"
+      "${M[@]}" -np 2 "$G" "${S[@]}" --devices cpu:1 --save plain.onnx > plain.out 2>&1 || fail "mpirun without --sync-bn failed"
+      cmp mpi2.onnx local2.onnx || fail "--sync-bn over 2 ranks and on cpu:2 saved different weights"
+      cmp mpi3.onnx local3.onnx || fail "--sync-bn over rank0 cpu:1 + rank1 cpu:2 and on cpu:3 saved different weights"
+      /usr/bin/python3 - <<'PY' || fail "float64 --sync-bn does not match 1 replica on the whole batch"
+import numpy as np, onnx
+from onnx import numpy_helper as nh
+def load(f): return {t.name: nh.to_array(t) for t in onnx.load(f).graph.initializer}
+ref = load('ref.onnx')
+def worst(f):
+    m = load(f)
+    return max(float(np.max(np.abs(m[k] - v))) / max(1.0, float(np.max(np.abs(v))))
+               for k, v in ref.items() if np.issubdtype(v.dtype, np.floating))
+assert all(v.dtype == np.float64 for k, v in ref.items() if np.issubdtype(v.dtype, np.floating)), 'not saved as f64'
+ok = True
+for f, sync in (('mpi2.onnx', True), ('mpi3.onnx', True), ('plain.onnx', False)):
+    w = worst(f)
+    good = w <= 1e-10 if sync else w > 1e-3
+    print(f'{f}: max relative difference {w:.2e} ({"--sync-bn, <= 1e-10" if sync else "no --sync-bn, > 1e-3"}):',
+          'ok' if good else 'FAILED')
+    ok &= good
+raise SystemExit(0 if ok else 1)
+PY
+      echo "--sync-bn in float64: 2 ranks and 1 + 2 replicas equal 1 replica on the whole batch (and cpu:2 / cpu:3 bitwise)"
+      exit 0
+    fi
     S=(train bncnn.onnx --epochs 1 --threads 1 --max-steps 20 --batch-size 10 --lr 0.05 --sync-bn)
     "${M[@]}" -np 1 "$G" "${S[@]}" --devices cpu:1 --save mpi.onnx : -np 1 "$G" "${S[@]}" --devices cpu:2 \
       > mpi.out 2>&1 || fail "mpirun failed"

@@ -19,10 +19,13 @@ void all_reduce(KernelContext& ctx) {
   GR_CHECK(reduction == "sum", "reduction '" << reduction << "' is not supported (only \"sum\")");
   GR_CHECK(ctx.num_inputs() == ctx.num_outputs(),
            "has " << ctx.num_inputs() << " inputs but " << ctx.num_outputs() << " outputs (they pair up)");
+  // One buffer of one type: f32, or f64 (a float64 model, `graphrun train --float64`).
+  const DType t = ctx.num_inputs() > 0 ? ctx.input(0).dtype() : DType::F32;
   int64_t total = 0;
   for (int i = 0; i < ctx.num_inputs(); ++i) {
     const Tensor& g = ctx.input(i);
-    GR_CHECK(g.dtype() == DType::F32, "input " << i << " is " << dtype_name(g.dtype()) << "; AllReduce sums f32");
+    GR_CHECK((g.dtype() == DType::F32 || g.dtype() == DType::F64) && g.dtype() == t,
+             "input " << i << " is " << dtype_name(g.dtype()) << "; " << n.op_type << " sums f32 or f64, all of one type");
     total += g.numel();
   }
   // Without a communicator the node runs in a group of one (e.g. `graphrun run` on an exported
@@ -31,39 +34,45 @@ void all_reduce(KernelContext& ctx) {
   if (!comm || comm->size() == 1) {
     for (int i = 0; i < ctx.num_inputs(); ++i) {
       const Tensor& g = ctx.input(i);
-      Tensor& r = ctx.output(i, g.shape(), DType::F32);
+      Tensor& r = ctx.output(i, g.shape(), t);
       if (r.raw() != g.raw()) std::memcpy(r.raw(), g.raw(), g.nbytes());
     }
     return;
   }
-  float* buf = static_cast<float*>(ctx.scratch(static_cast<size_t>(total) * sizeof(float)));
-  int64_t off = 0;
+  const size_t elem = t == DType::F64 ? sizeof(double) : sizeof(float);
+  char* buf = static_cast<char*>(ctx.scratch(static_cast<size_t>(total) * elem));
+  size_t off = 0;
   for (int i = 0; i < ctx.num_inputs(); ++i) {
     const Tensor& g = ctx.input(i);
     std::memcpy(buf + off, g.raw(), g.nbytes());
-    off += g.numel();
+    off += g.nbytes();
   }
   // Where each output's values sit in the bucket; copied out once the sum is done.
   std::vector<std::pair<void*, size_t>> outs;
   for (int i = 0; i < ctx.num_inputs(); ++i) {
     const Tensor& g = ctx.input(i);
-    outs.emplace_back(ctx.output(i, g.shape(), DType::F32).raw(), g.nbytes());
+    outs.emplace_back(ctx.output(i, g.shape(), t).raw(), g.nbytes());
   }
   auto unpack = [buf, outs] {
-    const char* p = reinterpret_cast<const char*>(buf);
+    const char* p = buf;
     for (const auto& [dst, bytes] : outs) {
       std::memcpy(dst, p, bytes);
       p += bytes;
     }
   };
+  if (t == DType::F64) {  // blocking: the communicators sum f64 in their blocking call only
+    comm->allreduce_sum_f64(reinterpret_cast<double*>(buf), total);
+    unpack();
+    return;
+  }
   if (!ctx.async_allowed()) {
-    comm->allreduce_sum(buf, total);
+    comm->allreduce_sum(reinterpret_cast<float*>(buf), total);
     unpack();
     return;
   }
   // The communicator's thread sums the bucket while later nodes run; the executor keeps the
   // scratch bucket and the outputs untouched until this completion has copied the sums out.
-  std::function<void()> wait = comm->allreduce_sum_async(buf, total);
+  std::function<void()> wait = comm->allreduce_sum_async(reinterpret_cast<float*>(buf), total);
   ctx.defer([wait = std::move(wait), unpack] {
     wait();
     unpack();
