@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "graph/error.h"
+#include "runtime/comm/comm_thread.h"
 #include "runtime/comm/replica_aborted.h"
 #include "runtime/comm/wait.h"
 #include "runtime/profile.h"
@@ -21,14 +22,6 @@ namespace {
 class CpuCommunicator final : public Communicator {
  public:
   CpuCommunicator(CpuCommGroup* group, int rank) : group_(group), rank_(rank) {}
-  ~CpuCommunicator() override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      quit_ = true;
-    }
-    cv_.notify_all();
-    if (thread_.joinable()) thread_.join();
-  }
   int rank() const override { return rank_; }
   int size() const override { return group_->size(); }
   // Blocking calls come after every operation this rank started (the order every rank shares).
@@ -54,67 +47,15 @@ class CpuCommunicator final : public Communicator {
 
   std::function<void()> allreduce_sum_async(float* data, int64_t count) override {
     if (group_->size() == 1) return [] {};
-    auto job = std::make_shared<Job>();
-    job->data = data;
-    job->count = count;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!thread_.joinable()) thread_ = std::thread([this] { serve(); });
-      queue_.push_back(job);
-    }
-    cv_.notify_all();
-    return [this, job] {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return job->done; });
-      if (job->error) std::rethrow_exception(job->error);
-    };
+    return comm_.submit([this, data, count] { group_->allreduce_sum(rank_, data, count, /*spin=*/false); });
   }
 
  private:
-  struct Job {
-    float* data = nullptr;
-    int64_t count = 0;
-    bool done = false;
-    std::exception_ptr error;  // as thrown: a ReplicaAborted stays one
-  };
-
-  // The communication thread: this rank's started allreduces, one at a time, in order. A job
-  // leaves the queue only when done, so drain() also waits for the one in progress.
-  void serve() {
-    for (;;) {
-      std::shared_ptr<Job> job;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return quit_ || !queue_.empty(); });
-        if (queue_.empty()) return;
-        job = queue_.front();
-      }
-      try {
-        group_->allreduce_sum(rank_, job->data, job->count, /*spin=*/false);
-      } catch (...) {
-        job->error = std::current_exception();
-      }
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        job->done = true;
-        queue_.pop_front();
-      }
-      cv_.notify_all();
-    }
-  }
-
-  void drain() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return queue_.empty(); });
-  }
+  void drain() { comm_.drain(); }
 
   CpuCommGroup* group_;
   int rank_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::shared_ptr<Job>> queue_;
-  bool quit_ = false;
-  std::thread thread_;
+  CommThread comm_;  // declared after what its jobs use, so it stops first
   ProfileTrack* track_ = nullptr;  // --profile, blocking calls only (the communication thread has no track)
 };
 

@@ -28,6 +28,7 @@
 #ifdef GRAPHRUN_HAVE_MPI
 #include <mpi.h>
 
+#include "runtime/comm/comm_thread.h"
 #include "runtime/comm/mpi_chain.h"
 #endif
 
@@ -371,14 +372,6 @@ struct CpuGroup {
 class MpiCpuRank final : public Communicator {
  public:
   MpiCpuRank(std::shared_ptr<CpuGroup> g, int l) : g_(std::move(g)), l_(l) {}
-  ~MpiCpuRank() override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      quit_ = true;
-    }
-    cv_.notify_all();
-    if (thread_.joinable()) thread_.join();
-  }
   int rank() const override { return g_->first + l_; }
   int size() const override { return g_->total; }
   // Blocking calls come after every allreduce this replica started (the order every replica and rank
@@ -395,20 +388,7 @@ class MpiCpuRank final : public Communicator {
   // on a communication thread of this replica while its backward pass goes on. Not profiled (the
   // thread has no track), as in one process.
   std::function<void()> allreduce_sum_async(float* data, int64_t count) override {
-    auto job = std::make_shared<Job>();
-    job->data = data;
-    job->count = count;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!thread_.joinable()) thread_ = std::thread([this] { serve(); });
-      queue_.push_back(job);
-    }
-    cv_.notify_all();
-    return [this, job] {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return job->done; });
-      if (job->error) std::rethrow_exception(job->error);
-    };
+    return comm_.submit([this, data, count] { allreduce_now(data, count, false, nullptr); });
   }
   void set_profile(ProfileTrack* track) override {
     track_ = track;
@@ -432,13 +412,6 @@ class MpiCpuRank final : public Communicator {
   std::string name() const override { return "mpi"; }
 
  private:
-  struct Job {
-    float* data = nullptr;
-    int64_t count = 0;
-    bool done = false;
-    std::exception_ptr error;  // as thrown: a ReplicaAborted stays one
-  };
-
   void allreduce_now(void* data, int64_t count, bool f64, ProfileTrack* track) {
     hand_in(data, count, f64);
     const int64_t t0 = track ? track->now() : 0;
@@ -452,35 +425,7 @@ class MpiCpuRank final : public Communicator {
     for (const CpuGroup::Phase& p : g_->phases) track->add({p.name, "comm", "", p.begin, p.end - p.begin, 0});
   }
 
-  // The communication thread: this replica's started allreduces, one at a time, in order. A job
-  // leaves the queue only when done, so drain() also waits for the one in progress.
-  void serve() {
-    for (;;) {
-      std::shared_ptr<Job> job;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return quit_ || !queue_.empty(); });
-        if (queue_.empty()) return;
-        job = queue_.front();
-      }
-      try {
-        allreduce_now(job->data, job->count, false, nullptr);
-      } catch (...) {
-        job->error = std::current_exception();
-      }
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        job->done = true;
-        queue_.pop_front();
-      }
-      cv_.notify_all();
-    }
-  }
-
-  void drain() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return queue_.empty(); });
-  }
+  void drain() { comm_.drain(); }
 
   void hand_in(void* data, int64_t count, bool f64) {
     std::lock_guard<std::mutex> lock(g_->round.mutex());
@@ -491,11 +436,7 @@ class MpiCpuRank final : public Communicator {
   std::shared_ptr<CpuGroup> g_;
   int l_;
   ProfileTrack* track_ = nullptr;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::shared_ptr<Job>> queue_;
-  bool quit_ = false;
-  std::thread thread_;
+  CommThread comm_;  // --overlap-allreduce's jobs; declared last, so it stops first
 };
 
 }  // namespace
