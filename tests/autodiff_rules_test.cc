@@ -901,7 +901,9 @@ TEST(GradRules, LossGradInputScalesEveryGradient) {
   Graph fed = autodiff::backward(g, o);
   runtime::Executor e1(one), e2(fed);
   auto r1 = e1.run({});
-  auto r2 = e2.run({{"loss_grad", Tensor::scalar<float>(0.25f)}});
+  // The loss is f64 here (TestGraph's parameters are), so the fed scale is f64 too (an f32 loss's is f32).
+  ASSERT_EQ(fed.info("loss_grad")->dtype, DType::F64);
+  auto r2 = e2.run({{"loss_grad", Tensor::scalar<double>(0.25)}});
   for (const char* p : {"w_grad", "b_grad"}) {
     Tensor expect = r1.at(p).clone();
     for (int64_t i = 0; i < expect.numel(); ++i) expect.data<double>()[i] *= 0.25;
