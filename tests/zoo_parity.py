@@ -14,7 +14,8 @@ trainable parameter (its gradient), params.txt listing them, float32_errors.txt 
 error in torch's own float32, relative to its scale floored at 1e-3 of the largest) and relu_float32_errors.txt (each
 ReLU of the training export, by its input's name there: torch float32's largest absolute error on that input against
 torch float64, the training-mode forward; not written when torch's ReLU calls and the export's Relu nodes do not pair
-up one to one). Torch computes in float64 from the float32 weights and batch; results are stored as f32.
+up one to one: their counts, and their shapes where ONNX shape inference knows them). Torch computes in float64 from
+the float32 weights and batch; results are stored as f32.
 """
 import argparse
 import copy
@@ -222,13 +223,17 @@ def main():
             f.write(f'{n} {float((p.grad.double() - g64[n]).abs().max()) / scale:.6g}\n')
     # Torch float32's own error on each ReLU's input: the bound of the same-branch rule (bench/zoo_survey.py) on a
     # float32 pre-activation that lands on the other side of 0 than float64's. Paired with the export's Relu nodes by
-    # order, every shape checked; any mismatch and no file (the survey then holds flips to its fixed bound).
+    # order, every shape ONNX's shape inference knows checked; any mismatch and no file (the survey then holds flips
+    # to its fixed bound).
     exported = relu_inputs(os.path.join(a.out_dir, 'train.onnx'))
     path = os.path.join(a.out_dir, 'relu_float32_errors.txt')
     if os.path.exists(path):
         os.remove(path)
-    if len(exported) == len(relus32.seen) and all(
-            err is not None and shape == torch_shape for (_, shape), (torch_shape, err) in zip(exported, relus32.seen)):
+    def same_shape(onnx_shape, torch_shape):  # dims shape inference could not give match any
+        return onnx_shape is None or (len(onnx_shape) == len(torch_shape) and
+                                      all(a is None or a == b for a, b in zip(onnx_shape, torch_shape)))
+    if len(exported) == len(relus32.seen) and all(err is not None and same_shape(shape, torch_shape)
+                                                  for (_, shape), (torch_shape, err) in zip(exported, relus32.seen)):
         with open(path, 'w') as f:
             for (name, _), (_, err) in zip(exported, relus32.seen):
                 f.write(f'{name} {err:.6g}\n')
