@@ -10,9 +10,12 @@ GoogLeNet and Inception without auxiliary heads, torchvision's ViTs at image_siz
 (training-mode export, no constant folding), eval.onnx (eval mode), image.npy (f32 [N,3,S,S]), labels.npy
 (i64 [N]), logits.npy (eval-mode output), train_logits.npy and loss.npy (training mode: the output and its mean
 cross-entropy), one <parameter>.npy per
-trainable parameter (its gradient), params.txt listing them and float32_errors.txt (each gradient's
-error in torch's own float32, relative to its scale floored at 1e-3 of the largest). Torch computes in float64 from the
-float32 weights and batch; results are stored as f32.
+trainable parameter (its gradient), params.txt listing them, float32_errors.txt (each gradient's
+error in torch's own float32, relative to its scale floored at 1e-3 of the largest) and relu_float32_errors.txt (each
+ReLU of the training export, by its input's name there: torch float32's largest absolute error on that input against
+torch float64, the training-mode forward; not written when torch's ReLU calls and the export's Relu nodes do not pair
+up one to one: their counts, and their shapes where ONNX shape inference knows them). Torch computes in float64 from
+the float32 weights and batch; results are stored as f32.
 """
 import argparse
 import copy
@@ -22,9 +25,11 @@ import os
 import numpy as np
 import torch
 import torch.nn.functional as F
+import onnx
 import torchvision
 from torchvision.models.convnext import CNBlockConfig, ConvNeXt
 from torchvision.models.vision_transformer import VisionTransformer
+from torch.overrides import TorchFunctionMode
 
 
 class UNet(torch.nn.Module):
@@ -127,6 +132,38 @@ def randomize(model, seed):
             m.p = 0.0
 
 
+class ReluInputs(TorchFunctionMode):
+    """Every ReLU call's input, in call order, taken before the call (so in-place ReLUs are seen too): nn.ReLU,
+    F.relu and torch.relu alike. With reference (the float64 run's inputs), keeps instead each input's largest
+    absolute difference from the reference's, so no float32 activation is held."""
+    CALLS = {F.relu, F.relu_, torch.relu, torch.relu_, torch.Tensor.relu, torch.Tensor.relu_}
+
+    def __init__(self, reference=None):
+        super().__init__()
+        self.reference, self.seen = reference, []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in self.CALLS:
+            x = args[0].detach().double()
+            if self.reference is None:
+                self.seen.append(x.clone())
+            else:
+                i = len(self.seen)
+                ref = self.reference[i] if i < len(self.reference) else None
+                self.seen.append((tuple(x.shape), float((x - ref).abs().max()) if ref is not None and
+                                  ref.shape == x.shape else None))
+        return func(*args, **kwargs)
+
+
+def relu_inputs(onnx_path):
+    """The export's Relu nodes' inputs in node order (a trace's order: torch's call order) with their shapes."""
+    m = onnx.shape_inference.infer_shapes(onnx.load(onnx_path))
+    shapes = {v.name: tuple(d.dim_value if d.HasField('dim_value') else None for d in v.type.tensor_type.shape.dim)
+              for v in list(m.graph.value_info) + list(m.graph.input) if v.type.tensor_type.HasField('shape')}
+    return [(n.input[0], shapes.get(n.input[0])) for n in m.graph.node if n.op_type == 'Relu']
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('model')
@@ -158,7 +195,9 @@ def main():
     with torch.no_grad():
         np.save(os.path.join(a.out_dir, 'logits.npy'), model(x.double()).numpy().astype(np.float32))
     model.train()
-    train_logits = model(x.double())
+    relus64 = ReluInputs()
+    with relus64:
+        train_logits = model(x.double())
     np.save(os.path.join(a.out_dir, 'train_logits.npy'), train_logits.detach().numpy().astype(np.float32))
     loss = F.cross_entropy(train_logits, torch.from_numpy(labels))
     loss.backward()
@@ -172,13 +211,35 @@ def main():
     with open(os.path.join(a.out_dir, 'params.txt'), 'w') as f:
         f.write('\n'.join(names) + '\n')
     model32.train()
-    F.cross_entropy(model32(x), torch.from_numpy(labels)).backward()
+    relus32 = ReluInputs(reference=relus64.seen)
+    with relus32:
+        logits32 = model32(x)
+    F.cross_entropy(logits32, torch.from_numpy(labels)).backward()
     g64 = {n: p.grad for n, p in model.named_parameters()}
     top = max(float(g.abs().max()) for g in g64.values())
     with open(os.path.join(a.out_dir, 'float32_errors.txt'), 'w') as f:
         for n, p in model32.named_parameters():
             scale = max(float(g64[n].abs().max()), 1e-3 * top)
             f.write(f'{n} {float((p.grad.double() - g64[n]).abs().max()) / scale:.6g}\n')
+    # Torch float32's own error on each ReLU's input: the bound of the same-branch rule (bench/zoo_survey.py) on a
+    # float32 pre-activation that lands on the other side of 0 than float64's. Paired with the export's Relu nodes by
+    # order, every shape ONNX's shape inference knows checked; any mismatch and no file (the survey then holds flips
+    # to its fixed bound).
+    exported = relu_inputs(os.path.join(a.out_dir, 'train.onnx'))
+    path = os.path.join(a.out_dir, 'relu_float32_errors.txt')
+    if os.path.exists(path):
+        os.remove(path)
+    def same_shape(onnx_shape, torch_shape):  # dims shape inference could not give match any
+        return onnx_shape is None or (len(onnx_shape) == len(torch_shape) and
+                                      all(a is None or a == b for a, b in zip(onnx_shape, torch_shape)))
+    if len(exported) == len(relus32.seen) and all(err is not None and same_shape(shape, torch_shape)
+                                                  for (_, shape), (torch_shape, err) in zip(exported, relus32.seen)):
+        with open(path, 'w') as f:
+            for (name, _), (_, err) in zip(exported, relus32.seen):
+                f.write(f'{name} {err:.6g}\n')
+    else:
+        print(f'zoo_parity: {len(relus32.seen)} ReLU calls in torch, {len(exported)} Relu nodes in the export, not '
+              'paired one to one: no relu_float32_errors.txt')
 
 
 if __name__ == '__main__':
