@@ -104,25 +104,30 @@ std::string shape_str(const Shape& s) {
   return r + "]";
 }
 
+MappedBlock map_zeroed(size_t bytes) {
+  constexpr size_t kHuge = size_t(2) << 20;
+  MappedBlock b;
+  b.len = (std::max<size_t>(bytes, 1) + kHuge - 1) / kHuge * kHuge + kHuge;  // room to align the start
+  b.base = mmap(nullptr, b.len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  GR_CHECK(b.base != MAP_FAILED, "out of memory allocating " << bytes << " bytes");
+  b.data = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(b.base) + kHuge - 1) / kHuge * kHuge);
+  madvise(b.data, b.len - kHuge, MADV_HUGEPAGE);  // advice only: a failure changes nothing
+  return b;
+}
+
+void unmap_block(const MappedBlock& b) { munmap(b.base, b.len); }
+
 Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
   for (int64_t d : shape_) GR_CHECK(d >= 0, "negative dimension in tensor shape " << shape_str(shape_));
   GR_CHECK(dtype_size(dtype) > 0, "unsupported tensor element type " << dtype_name(dtype));
   checked_numel(dtype, shape_, "tensor");
   size_t bytes = nbytes();
-  // Large tensors (a dataset, an executor's arena) are mapped from the kernel, which hands out zeroed
-  // pages, on 2 MiB pages where it allows them (transparent huge pages in "madvise" mode): one page
-  // fault per 2 MiB at the first touch instead of one per 4 KiB, and no second zeroing pass. Faults
-  // are slow in a virtual machine: zeroing Fashion-MNIST's 188 MB of f32 images was most of
-  // `graphrun train`'s start.
-  constexpr size_t kHuge = size_t(2) << 20;
-  if (bytes >= 2 * kHuge) {
-    const size_t len = (bytes + kHuge - 1) / kHuge * kHuge + kHuge;  // room to align the start
-    void* m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    GR_CHECK(m != MAP_FAILED, "out of memory allocating " << bytes << " bytes");
-    const uintptr_t start = (reinterpret_cast<uintptr_t>(m) + kHuge - 1) / kHuge * kHuge;
-    madvise(reinterpret_cast<void*>(start), len - kHuge, MADV_HUGEPAGE);  // advice only: a failure changes nothing
-    storage_ = std::shared_ptr<void>(m, [len](void* q) { munmap(q, len); });
-    data_ = reinterpret_cast<void*>(start);
+  // Large tensors (a dataset, an executor's arena): faults are slow in a virtual machine, and
+  // zeroing Fashion-MNIST's 188 MB of f32 images was most of `graphrun train`'s start.
+  if (bytes >= kMapBytes) {
+    const MappedBlock m = map_zeroed(bytes);
+    storage_ = std::shared_ptr<void>(m.base, [m](void*) { unmap_block(m); });
+    data_ = m.data;
     return;
   }
   size_t alloc = ((bytes + 63) / 64) * 64;

@@ -7,8 +7,6 @@
 #include <mutex>
 #include <unordered_map>
 
-#include <sys/mman.h>
-
 #include "runtime/comm/cpu_comm.h"
 #include "runtime/comm/mpi.h"
 #include "runtime/device.h"
@@ -52,18 +50,14 @@ class CpuBackend final : public DeviceBackend {
 
   // Zeroed, as host tensors are (Tensor(dtype, shape)): a kernel that reads what it did not write is
   // at least deterministic.
-  // Blocks of 4 MiB and more (an executor's arena, a planning run's activations) are mapped from the
-  // kernel, zeroed already, on 2 MiB pages where it allows them (as graph/tensor.cc does for tensors):
-  // a fault per 2 MiB at the first touch instead of per 4 KiB, and no zeroing pass of our own.
+  // Blocks of kMapBytes and more (an executor's arena, a planning run's activations) come zeroed
+  // from graph/tensor.h's map_zeroed, as large tensors do.
   void* allocate(Device, size_t bytes) override {
-    if (bytes >= kMapped) {
-      const size_t len = (bytes + kHuge - 1) / kHuge * kHuge;
-      void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      GR_CHECK(p != MAP_FAILED, "out of host memory allocating " << bytes << " bytes");
-      madvise(p, len, MADV_HUGEPAGE);  // advice only: a failure changes nothing
+    if (bytes >= kMapBytes) {
+      const MappedBlock m = map_zeroed(bytes);
       std::lock_guard<std::mutex> lock(mapped_mu_);
-      mapped_[p] = len;
-      return p;
+      mapped_[m.data] = m;
+      return m.data;
     }
     const size_t n = (std::max<size_t>(1, bytes) + kAlign - 1) / kAlign * kAlign;
     void* p = std::aligned_alloc(kAlign, n);
@@ -76,7 +70,7 @@ class CpuBackend final : public DeviceBackend {
       std::lock_guard<std::mutex> lock(mapped_mu_);
       auto it = mapped_.find(p);
       if (it != mapped_.end()) {
-        munmap(p, it->second);
+        unmap_block(it->second);
         mapped_.erase(it);
         return;
       }
@@ -107,9 +101,8 @@ class CpuBackend final : public DeviceBackend {
   bool overlap_allreduce_by_default() const override { return false; }
 
  private:
-  static constexpr size_t kHuge = size_t(2) << 20, kMapped = size_t(4) << 20;
   std::mutex mapped_mu_;
-  std::unordered_map<void*, size_t> mapped_;  // the mapped blocks and their lengths
+  std::unordered_map<void*, MappedBlock> mapped_;  // the mapped blocks, by the address handed out
 };
 
 }  // namespace

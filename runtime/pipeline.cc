@@ -111,6 +111,12 @@ passes::Pipeline training_pipeline(const Graph& model, const PipelineOptions& op
   return p;
 }
 
+Tensor loss_scale_value(const Graph& training, const std::string& loss_scale, int64_t n, int64_t b) {
+  const ValueInfo* vi = training.info(loss_scale);
+  return vi && vi->dtype == DType::F64 ? Tensor::scalar<double>(double(n) / double(b))
+                                       : Tensor::scalar<float>(float(n) / float(b));
+}
+
 TrainingGraphs build_training_graphs(const Graph& model, const PipelineOptions& opts) {
   const passes::Pipeline pipeline = training_pipeline(model, opts);
   if (!opts.dump_after.empty()) passes::check_dump_after(opts.dump_after, &pipeline);

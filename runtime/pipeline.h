@@ -26,6 +26,10 @@ struct TrainingGraphs {
   std::string image, logits, labels = "labels", loss = "loss", loss_scale = "loss_scale";
 };
 
+// The value fed to graph input `loss_scale` of `training` for a shard of n of a global batch of b:
+// n / b in the input's type (f32, or f64 in a float64 model's graph, where 3/10 must be exact to f64).
+Tensor loss_scale_value(const Graph& training, const std::string& loss_scale, int64_t n, int64_t b);
+
 struct PipelineOptions {
   std::vector<Device> devices{Device{}};
   autodiff::LossKind loss = autodiff::LossKind::CrossEntropy;

@@ -66,9 +66,7 @@ std::map<std::string, Tensor> shard_inputs(const Graph& g, const TrainingGraphs&
   std::uniform_real_distribution<float> u(0, 1);
   for (const std::string& name : g.inputs) {
     if (name == tg.loss_scale) {
-      const ValueInfo* vi = g.info(name);  // f64 in a float64 model's graph
-      in[name] = vi && vi->dtype == DType::F64 ? Tensor::scalar<double>(double(n) / double(B))
-                                               : Tensor::scalar<float>(float(n) / float(B));
+      in[name] = loss_scale_value(g, name, n, B);
       continue;
     }
     if (name == "lr") {  // 0: the weights stay as they are over the timed steps

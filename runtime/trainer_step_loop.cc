@@ -83,11 +83,8 @@ void Trainer::run_steps(Replica& r) {
 }
 
 std::map<std::string, Tensor> Trainer::step_inputs(int64_t s, int64_t n, int64_t b, bool stateful) const {
-  // The loss scale in the seed's type: f64 for a float64 model (autodiff's loss_grad_input).
-  const ValueInfo* seed = graphs_.training.info(graphs_.loss_scale);
   std::map<std::string, Tensor> in{
-      {graphs_.loss_scale, seed && seed->dtype == DType::F64 ? Tensor::scalar<double>(double(n) / double(b))
-                                                             : Tensor::scalar<float>(float(n) / float(b))},
+      {graphs_.loss_scale, loss_scale_value(graphs_.training, graphs_.loss_scale, n, b)},
       {"lr", Tensor::scalar<float>(static_cast<float>(learning_rate(opts_.schedule, step_base_ + s)))}};
   if (stateful) in["step"] = Tensor::scalar<int64_t>(step_base_ + s);
   return in;
