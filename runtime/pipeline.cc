@@ -97,16 +97,8 @@ passes::Pipeline training_pipeline(const Graph& model, const PipelineOptions& op
     ro.bucket_bytes = opts.bucket_bytes;
     const passes::Pipeline replication = replication_passes(ro);
     for (const passes::Pass& pass : replication.passes()) p.add(pass);
-    if (opts.executor_passes) {
-      passes::FoldConstantsOptions fo;
-      fo.evaluate = evaluate_on_cpu;
-      const std::vector<passes::Pass> executor = {passes::fold_constants_pass(fo), passes::remove_internal_noops_pass(),
-                                                  passes::fuse_relu_grad_pass(), passes::fuse_relu_epilogue_pass(),
-                                                  passes::fuse_relu_bn_add_pass()};
-      const std::set<std::string> skip = skipped_passes(executor);
-      for (const passes::Pass& pass : executor)
-        if (!skip.count(pass.name())) p.add(pass);
-    }
+    if (opts.executor_passes)
+      for (const passes::Pass& pass : executor_passes()) p.add(pass);
   }
   return p;
 }
@@ -115,6 +107,19 @@ Tensor loss_scale_value(const Graph& training, const std::string& loss_scale, in
   const ValueInfo* vi = training.info(loss_scale);
   return vi && vi->dtype == DType::F64 ? Tensor::scalar<double>(double(n) / double(b))
                                        : Tensor::scalar<float>(float(n) / float(b));
+}
+
+std::vector<passes::Pass> executor_passes() {
+  passes::FoldConstantsOptions fo;
+  fo.evaluate = evaluate_on_cpu;
+  const std::vector<passes::Pass> all = {passes::fold_constants_pass(fo), passes::remove_internal_noops_pass(),
+                                         passes::fuse_relu_grad_pass(), passes::fuse_relu_epilogue_pass(),
+                                         passes::fuse_relu_bn_add_pass()};
+  const std::set<std::string> skip = skipped_passes(all);
+  std::vector<passes::Pass> kept;
+  for (const passes::Pass& pass : all)
+    if (!skip.count(pass.name())) kept.push_back(pass);
+  return kept;
 }
 
 TrainingGraphs build_training_graphs(const Graph& model, const PipelineOptions& opts) {

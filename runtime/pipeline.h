@@ -66,6 +66,11 @@ struct PipelineOptions {
 // autodiff::trainable_params's rule.
 passes::Pipeline training_pipeline(const Graph& model, const PipelineOptions& opts);
 
+// The executor's passes (fold_constants -> remove_internal_noops -> fuse_relu_grad -> fuse_relu_epilogue
+// -> fuse_relu_bn_add, less GRAPHRUN_SKIP_PASSES): the tail of train's pipeline, and what train's
+// evaluation graph runs through (a pass finding nothing of its kind leaves the graph as it is).
+std::vector<passes::Pass> executor_passes();
+
 // Runs training_pipeline(model, opts) (dumping as opts say; an unknown --dump-after pass is an
 // Error listing the passes): `training` is the graph after backward, `replicas` one copy of the final
 // graph per device (none without data_parallel), `params` the parameters with a gradient.

@@ -1,12 +1,15 @@
-// Evaluation: the model's inference form plus the metric graph (graph/passes/add_metrics.h) on the
-// first device, the same on every device: correct count and summed cross-entropy accumulated over the
-// test batches as executor state, read once at the end. The host adds top-5 hits (more than 10 classes)
-// and, with --loss mse, the squared errors.
+// Evaluation: the model's inference form plus the metric graph (graph/passes/add_metrics.h), one copy
+// per local device: correct count and summed cross-entropy accumulated over the test batches as
+// executor state, read once at the end. The devices split the test batches into contiguous runs and
+// evaluate them at once (the replicas' threads are idle then); the host adds their totals, and top-5
+// hits (more than 10 classes) and, with --loss mse, the squared errors.
 #include <map>
+#include <thread>
 
 #include "graph/passes/add_metrics.h"
 #include "graph/passes/remove_noops.h"
 #include "graph/passes/train_mode.h"
+#include "runtime/pipeline.h"
 #include "runtime/trainer_parts.h"
 
 namespace graphrun::runtime {
@@ -50,15 +53,22 @@ std::map<std::string, Tensor> read_inputs(const data::Source& src, const std::ve
   return in;
 }
 
+// The graph as train's replicas run theirs: constants folded, Relus fused into their producers.
+Graph for_executor(Graph g) {
+  passes::Pipeline p;
+  for (const passes::Pass& pass : executor_passes()) p.add(pass);
+  return p.run(g);
+}
+
 }  // namespace
 
 // Before any training: the model must map the inputs to one score per class of the labels (or, with
 // --loss mse, to one value per target).
 void Trainer::setup_evaluation() {
-  const Graph inference = passes::remove_noops(passes::to_inference(graphs_.forward));
+  Graph inference = passes::remove_noops(passes::to_inference(graphs_.forward));
   ExecOptions eo;
   eo.device = opts_.pipeline.devices[0];
-  eo.threads = threads_ * static_cast<int>(opts_.pipeline.devices.size());
+  eo.threads = threads_;
   eo.seed = opts_.seed;
   eval_ = std::make_unique<Evaluation>();
   {
@@ -102,81 +112,138 @@ void Trainer::setup_evaluation() {
       eval_->classes = per.empty() ? c : 0;  // (top-5 is for one label per example)
     }
   }
+  // Each device's copy gets its replica's intra-op threads: the copies run at once.
+  const std::vector<Device>& devs = opts_.pipeline.devices;
+  eval_->parts.resize(devs.size());
   if (mse()) {
     eo.fetch = {graphs_.logits};
-    eval_->exec = std::make_unique<Executor>(inference, eo);
+    inference = for_executor(inference);
+    for (size_t d = 0; d < devs.size(); ++d) {
+      eo.device = devs[d];
+      eval_->parts[d].exec = std::make_unique<Executor>(inference, eo);
+    }
     return;
   }
   passes::Metrics m;
-  const Graph g = passes::add_metrics(inference, graphs_.logits, &m, opts_.pipeline.classes_last);
+  const Graph g = for_executor(passes::add_metrics(inference, graphs_.logits, &m, opts_.pipeline.classes_last));
   eo.state_updates = m.state_updates;
   for (const auto& [next, _] : m.state_updates) eo.fetch.push_back(next);
   if (eval_->classes > 10) eo.fetch.push_back(graphs_.logits);
-  eval_->exec = std::make_unique<Executor>(g, eo);
+  for (size_t d = 0; d < devs.size(); ++d) {
+    eo.device = devs[d];
+    eval_->parts[d].exec = std::make_unique<Executor>(g, eo);
+    eval_->parts[d].totals = std::make_unique<HostReadback>(backend_, devs[d], 1, 2);
+  }
   eval_->labels = m.labels;
   eval_->correct_total = m.correct_total;
   eval_->loss_total = m.loss_total;
-  eval_->totals = std::make_unique<HostReadback>(backend_, eo.device, 1, 2);
 }
 
 double Trainer::evaluate() { return evaluate_stats().accuracy; }
 
+// What one device's copy found over its run of the test batches.
+struct PartTotals {
+  double correct = 0, loss = 0, sq = 0;
+  int64_t top5 = 0;
+};
+
 EvalStats Trainer::evaluate_stats() {
   ProfileScope scope(eval_->profile, "evaluate", "phase");
-  Executor& ex = *eval_->exec;
-  for (const auto& [name, _] : ex.graph().initializers)
-    if (replica(0).states().count(name)) ex.set_state(name, replica(0).state(name));
-  const Tensor zero = Tensor::scalar<float>(0.f);
-  if (!mse()) {
-    ex.set_state(eval_->correct_total, zero);
-    ex.set_state(eval_->loss_total, zero);
-  }
   EvalStats st;
   const int64_t N = test_src_->size();
   st.images = N;
+  const int P = static_cast<int>(eval_->parts.size());
+  // The in-flight batch stays --eval-batch in all: each copy runs batches of its share of it.
+  const int64_t batch = std::max<int64_t>(1, (opts_.eval_batch + P - 1) / P);
+  const int64_t batches = (N + batch - 1) / batch;
+  const Tensor zero = Tensor::scalar<float>(0.f);
+  for (auto& part : eval_->parts) {
+    Executor& ex = *part.exec;
+    for (const auto& [name, _] : ex.graph().initializers)
+      if (replica(0).states().count(name)) ex.set_state(name, replica(0).state(name));
+    if (!mse()) {
+      ex.set_state(eval_->correct_total, zero);
+      ex.set_state(eval_->loss_total, zero);
+    }
+  }
   if (!N) return st;
-  // Batches are contiguous: views into the test set where the first device keeps it resident, else
-  // read from the source on the host.
-  DeviceData data = *replicas_.at(0)->data;  // (shares the tensors' memory)
-  const int64_t per = data.resident ? test_.images.numel() / N : 0;
-  std::map<std::string, Tensor> xbufs;
-  Tensor ybuf;
-  double sq = 0;       // --loss mse: the summed squared error
-  int64_t top5 = 0;    // more than 10 classes: examples whose label is among the 5 highest scores
-  for (int64_t i = 0; i < N; i += opts_.eval_batch) {
-    const int64_t n = std::min(opts_.eval_batch, N - i);
-    std::map<std::string, Tensor> in;
-    Tensor y;
-    if (data.resident) {
-      Shape s = test_.images.shape();
-      s[0] = n;
-      in[graphs_.image] =
-          Tensor::view(DType::F32, s, static_cast<float*>(data.test_images.raw()) + i * per, data.test_images.device());
-      y = Tensor::view(DType::I64, {n}, static_cast<int64_t*>(data.test_labels.raw()) + i, data.test_labels.device());
-    } else {
-      in = read_inputs(*test_src_, graphs_.inputs, i, n, xbufs);
-      y = read_rows(*test_src_, data::kLabels, i, n, ybuf);
+
+  // Device p evaluates batches [p * batches / P, (p + 1) * batches / P).
+  auto run_part = [&](int p, PartTotals& tot) {
+    Executor& ex = *eval_->parts[p].exec;
+    const int64_t b0 = batches * p / P, b1 = batches * (p + 1) / P;
+    if (b0 == b1) return;
+    // Batches are contiguous: views into the test set where the device keeps it resident, else read
+    // from the source on the host.
+    DeviceData data = *replicas_.at(p)->data;  // (shares the tensors' memory)
+    const int64_t per = data.resident ? test_.images.numel() / N : 0;
+    std::map<std::string, Tensor> xbufs;
+    Tensor ybuf;
+    for (int64_t i = b0 * batch, end = std::min(N, b1 * batch); i < end; i += batch) {
+      const int64_t n = std::min(batch, end - i);
+      std::map<std::string, Tensor> in;
+      Tensor y;
+      if (data.resident) {
+        Shape s = test_.images.shape();
+        s[0] = n;
+        in[graphs_.image] = Tensor::view(DType::F32, s, static_cast<float*>(data.test_images.raw()) + i * per,
+                                         data.test_images.device());
+        y = Tensor::view(DType::I64, {n}, static_cast<int64_t*>(data.test_labels.raw()) + i, data.test_labels.device());
+      } else {
+        in = read_inputs(*test_src_, graphs_.inputs, i, n, xbufs);
+        y = read_rows(*test_src_, data::kLabels, i, n, ybuf);
+      }
+      if (mse()) {
+        const Tensor out = to_host(ex.run(in).at(graphs_.logits));
+        const float* o = out.data<float>();
+        const float* t = y.data<float>();
+        for (int64_t j = 0, m = out.numel(); j < m; ++j) tot.sq += double(o[j] - t[j]) * double(o[j] - t[j]);
+        continue;
+      }
+      in[eval_->labels] = y;
+      auto out = ex.run(in);
+      if (eval_->classes > 10) tot.top5 += top5_count(to_host(out.at(graphs_.logits)), to_host(y));
     }
-    if (mse()) {
-      const Tensor out = to_host(ex.run(in).at(graphs_.logits));
-      const float* p = out.data<float>();
-      const float* t = y.data<float>();
-      for (int64_t j = 0, m = out.numel(); j < m; ++j) sq += double(p[j] - t[j]) * double(p[j] - t[j]);
-      continue;
-    }
-    in[eval_->labels] = y;
-    auto out = ex.run(in);
-    if (eval_->classes > 10) top5 += top5_count(to_host(out.at(graphs_.logits)), to_host(y));
+    if (mse()) return;
+    eval_->parts[p].totals->post(0, {&ex.state(eval_->correct_total), &ex.state(eval_->loss_total)});
+    const float* t = eval_->parts[p].totals->read(0);
+    tot.correct = t[0];
+    tot.loss = t[1];
+  };
+  std::vector<PartTotals> tots(static_cast<size_t>(P));
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(P));
+  std::vector<std::thread> others;
+  for (int p = 1; p < P; ++p)
+    others.emplace_back([&, p] {
+      try {
+        run_part(p, tots[p]);
+      } catch (...) {
+        errors[p] = std::current_exception();
+      }
+    });
+  try {
+    run_part(0, tots[0]);
+  } catch (...) {
+    errors[0] = std::current_exception();
+  }
+  for (auto& t : others) t.join();
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+
+  PartTotals all;
+  for (const PartTotals& t : tots) {
+    all.correct += t.correct;
+    all.loss += t.loss;
+    all.sq += t.sq;
+    all.top5 += t.top5;
   }
   if (mse()) {
-    st.loss = sq / double(N * test_src_->spec(data::kLabels).numel());
+    st.loss = all.sq / double(N * test_src_->spec(data::kLabels).numel());
     return st;
   }
-  eval_->totals->post(0, {&ex.state(eval_->correct_total), &ex.state(eval_->loss_total)});
-  const float* totals = eval_->totals->read(0);
-  st.accuracy = double(totals[0]) / (double(N) * positions_);
-  st.loss = double(totals[1]) / (double(N) * positions_);
-  if (eval_->classes > 10) st.top5 = double(top5) / N;
+  st.accuracy = all.correct / (double(N) * positions_);
+  st.loss = all.loss / (double(N) * positions_);
+  if (eval_->classes > 10) st.top5 = double(all.top5) / N;
   return st;
 }
 

@@ -76,13 +76,18 @@ struct Trainer::Replica {
   ProfileTrack* profile = nullptr;  // --profile: this replica's track
 };
 
-// The metric graph on the first device: the inference graph plus the test set's correct count and
-// summed cross-entropy, accumulated as state over the batches and read once at the end.
+// The metric graph: the inference graph plus the test set's correct count and summed cross-entropy,
+// accumulated as state over the batches and read once at the end. One copy per local device: each
+// evaluates its own contiguous run of the test batches on its replica's thread budget, all at once,
+// and the host adds their totals (in double, in device order).
 struct Trainer::Evaluation {
-  std::unique_ptr<Executor> exec;
+  struct Part {
+    std::unique_ptr<Executor> exec;
+    std::unique_ptr<HostReadback> totals;
+  };
+  std::vector<Part> parts;                        // one per device of the run, in order
   std::string labels, correct_total, loss_total;  // empty with --loss mse: the host sums the errors
   int64_t classes = 0;                            // > 10: top-5 counted on the host from the scores
-  std::unique_ptr<HostReadback> totals;
   ProfileTrack* profile = nullptr;  // --profile: the main thread's track
 };
 

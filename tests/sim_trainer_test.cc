@@ -63,7 +63,7 @@ TEST(SimTrainer, SteadyStateAllocatesNothingCopiesNoImagesAndWaitsOncePerStep) {
   for (int D : {1, 2}) {
     TrainOptions o = testing::quick(D, 48, S, 200);
     o.epochs = 2;
-    o.eval_batch = 100;  // two evaluation batches, accumulated on the device
+    o.eval_batch = 100;  // evaluation batches of 100 / D on each device, accumulated there
     Trainer cpu(model, o);
     Trainer dev(model, with_devices(o, sim_replicas(D)));
     const std::string what = std::to_string(D) + " replica(s)";
@@ -77,14 +77,14 @@ TEST(SimTrainer, SteadyStateAllocatesNothingCopiesNoImagesAndWaitsOncePerStep) {
     // A whole epoch in the steady state, its evaluation included.
     EXPECT_EQ(used.allocations, 0) << what;
     // Per step and replica only the two scalar inputs (lr, loss_scale) travel, never images or labels;
-    // per epoch the order once per replica; per evaluation the two accumulators' zeros.
-    EXPECT_EQ(used.host_to_device, 2 * S * D + D + 2) << what;
+    // per epoch the order once per replica; per evaluation the two accumulators' zeros on each device.
+    EXPECT_EQ(used.host_to_device, 2 * S * D + D + 2 * D) << what;
     // No blocking read, no stream synchronisation: per step and replica two asynchronous copies (loss,
-    // correct count) and one event wait, per evaluation two copies and one wait.
+    // correct count) and one event wait, per evaluation and device two copies and one wait.
     EXPECT_EQ(used.device_to_host, 0) << what;
     EXPECT_EQ(used.synchronizations, 0) << what;
-    EXPECT_EQ(used.async_device_to_host, 2 * S * D + 2) << what;
-    EXPECT_EQ(used.event_waits, S * D + 1) << what;
+    EXPECT_EQ(used.async_device_to_host, 2 * S * D + 2 * D) << what;
+    EXPECT_EQ(used.event_waits, S * D + D) << what;
     // Every step's figures but the last are read with the next step already enqueued.
     EXPECT_GE(used.deferred_event_waits, (S - 1) * D) << what;
   }

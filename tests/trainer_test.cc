@@ -131,6 +131,31 @@ TEST(Trainer, ShortTrainingIsWellAboveChanceAndSavedModelReproducesIt) {
   EXPECT_EQ(double(correct) / test.size(), st.test_acc);
 }
 
+// Evaluation splits the test batches over the devices (contiguous runs, evaluated at once): the same
+// count of correct predictions however many devices share it, and the same loss to f32 summation.
+TEST(Trainer, EvaluationSplitOverDevicesCountsTheSameAsOneDevice) {
+  REQUIRE_LENET_AND_DATA();
+  TrainOptions o = quick(1, 64, 300);
+  o.lr = 0.05;
+  o.pipeline.optimizer.momentum = 0.9f;
+  Trainer t(load_onnx(lenet_path()), o);
+  t.train_epoch(0);
+  const std::string path = testing::temp_dir("trainer_eval_split") + "/lenet.onnx";
+  t.save(path);
+  const Graph trained = load_onnx(path);
+  std::vector<runtime::EvalStats> got;
+  for (int D : {1, 2, 3}) {
+    TrainOptions e = quick(D, 64, 1, 301);  // 301 test examples
+    e.eval_batch = 128;                     // D = 3: batches of 43 (7 of them), split 2 + 2 + 3
+    got.push_back(Trainer(trained, e).evaluate_stats());
+  }
+  EXPECT_GT(got[0].accuracy, 0.3);  // trained: not a constant prediction
+  for (size_t k = 1; k < got.size(); ++k) {
+    EXPECT_EQ(got[k].accuracy, got[0].accuracy) << k + 1 << " devices";
+    EXPECT_NEAR(got[k].loss, got[0].loss, 1e-6 * got[0].loss) << k + 1 << " devices";
+  }
+}
+
 TEST(Trainer, ResNet18LossFallsOnTwoReplicas) {
   if (!std::filesystem::exists(resnet_path()))
     GTEST_SKIP() << resnet_path() << " is missing (the build exports it when /usr/bin/python3 has torch)";
