@@ -98,6 +98,11 @@ std::vector<Case> lenet_cases(int64_t N) {
                 {{"transB", Attribute::Int(1)}}, 2.0 * N * 800 * 128});
   cs.push_back({"avgpool 2x2 on 20x26x26", "AveragePool", "", {{N, 20, 26, 26}}, {true},
                 {{"kernel_shape", Attribute::Ints({2, 2})}, {"strides", Attribute::Ints({2, 2})}}, 4.0 * N * 20 * 13 * 13});
+  // SimpleCNN's pooling after its convolution: the training graph's MaxPool also writes the indices
+  // its gradient reads.
+  const std::map<std::string, Attribute> k2s2{{"kernel_shape", Attribute::Ints({2, 2})}, {"strides", Attribute::Ints({2, 2})}};
+  cs.push_back({"maxpool 2x2 on 10x24x24", "MaxPool", "", {{N, 10, 24, 24}}, {true}, k2s2, 3.0 * N * 10 * 12 * 12});
+  cs.push_back({"maxpool 2x2 +indices", "MaxPool", "", {{N, 10, 24, 24}}, {true, true}, k2s2, 3.0 * N * 10 * 12 * 12});
   // ResNet-18 (Fashion-MNIST variant) 3x3 convolutions: many pixels x few channels, and few pixels x
   // long rows (where per-GEMM weight packing must be amortised over several images).
   const std::map<std::string, Attribute> pad1{{"pads", Attribute::Ints({1, 1, 1, 1})}};
