@@ -54,9 +54,10 @@ struct TrainOptions {
   int64_t max_steps = 0;      // stop each epoch after this many steps (0: the whole epoch)
   int64_t train_limit = 0;    // use only the first N training examples (0: all)
   int64_t test_limit = 0;     // evaluate on the first N test examples (0: all)
-  // Test examples in flight at once, split over the devices (each evaluates batches of its share):
-  // small enough that a batch's activations stay in cache.
-  int64_t eval_batch = 256;
+  // Evaluation batch per device. The test set is split into one contiguous share per replica of the
+  // whole job (every rank's), each evaluated in batches of this many: small enough that a batch's
+  // activations stay in cache.
+  int64_t eval_batch = 128;
   std::string metrics_path;   // one JSON object per epoch
   std::string save_path;      // the trained model as ONNX after the last epoch
   std::ostream* log = nullptr;  // epoch lines and the closing line; nullptr: silent

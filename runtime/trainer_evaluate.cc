@@ -1,14 +1,17 @@
 // Evaluation: the model's inference form plus the metric graph (graph/passes/add_metrics.h), one copy
 // per local device: correct count and summed cross-entropy accumulated over the test batches as
-// executor state, read once at the end. The devices split the test batches into contiguous runs and
-// evaluate them at once (the replicas' threads are idle then); the host adds their totals, and top-5
-// hits (more than 10 classes) and, with --loss mse, the squared errors.
+// executor state, read once at the end. Every replica of the job (all ranks') evaluates its own
+// contiguous share of the test set, the local ones at once (the replicas' threads are idle then); the
+// host adds the totals in replica order, with top-5 hits (more than 10 classes) and, with --loss mse,
+// the squared errors.
+#include <cstring>
 #include <map>
 #include <thread>
 
 #include "graph/passes/add_metrics.h"
 #include "graph/passes/remove_noops.h"
 #include "graph/passes/train_mode.h"
+#include "runtime/comm/mpi.h"
 #include "runtime/pipeline.h"
 #include "runtime/trainer_parts.h"
 
@@ -153,9 +156,7 @@ EvalStats Trainer::evaluate_stats() {
   const int64_t N = test_src_->size();
   st.images = N;
   const int P = static_cast<int>(eval_->parts.size());
-  // The in-flight batch stays --eval-batch in all: each copy runs batches of its share of it.
-  const int64_t batch = std::max<int64_t>(1, (opts_.eval_batch + P - 1) / P);
-  const int64_t batches = (N + batch - 1) / batch;
+  const int64_t batch = std::max<int64_t>(1, opts_.eval_batch);
   const Tensor zero = Tensor::scalar<float>(0.f);
   for (auto& part : eval_->parts) {
     Executor& ex = *part.exec;
@@ -168,18 +169,20 @@ EvalStats Trainer::evaluate_stats() {
   }
   if (!N) return st;
 
-  // Device p evaluates batches [p * batches / P, (p + 1) * batches / P).
+  // Replica g of the job's G evaluates examples [N g / G, N (g + 1) / G) in batches: the same shares,
+  // and so the same figures, however the replicas are spread over ranks.
+  const int64_t G = total_replicas_;
   auto run_part = [&](int p, PartTotals& tot) {
     Executor& ex = *eval_->parts[p].exec;
-    const int64_t b0 = batches * p / P, b1 = batches * (p + 1) / P;
-    if (b0 == b1) return;
+    const int64_t g = first_replica_ + p, first = N * g / G, end = N * (g + 1) / G;
+    if (first == end) return;
     // Batches are contiguous: views into the test set where the device keeps it resident, else read
     // from the source on the host.
     DeviceData data = *replicas_.at(p)->data;  // (shares the tensors' memory)
     const int64_t per = data.resident ? test_.images.numel() / N : 0;
     std::map<std::string, Tensor> xbufs;
     Tensor ybuf;
-    for (int64_t i = b0 * batch, end = std::min(N, b1 * batch); i < end; i += batch) {
+    for (int64_t i = first; i < end; i += batch) {
       const int64_t n = std::min(batch, end - i);
       std::map<std::string, Tensor> in;
       Tensor y;
@@ -230,6 +233,21 @@ EvalStats Trainer::evaluate_stats() {
   for (const auto& e : errors)
     if (e) std::rethrow_exception(e);
 
+  // Every replica's totals, in the job's replica order (other ranks' through one allgather).
+  if (G > P) {
+    std::string mine(sizeof(PartTotals) * tots.size(), '\0');
+    std::memcpy(mine.data(), tots.data(), mine.size());
+    std::vector<PartTotals> every;
+    for (const std::string& theirs : mpi::allgather(mine, "evaluation")) {
+      GR_CHECK(theirs.size() % sizeof(PartTotals) == 0, "evaluation: a rank sent " << theirs.size() << " bytes of totals");
+      const size_t at = every.size();
+      every.resize(at + theirs.size() / sizeof(PartTotals));
+      std::memcpy(static_cast<void*>(every.data() + at), theirs.data(), theirs.size());
+    }
+    GR_CHECK(static_cast<int64_t>(every.size()) == G,
+             "evaluation: the ranks sent the totals of " << every.size() << " replicas, not " << G);
+    tots = std::move(every);
+  }
   PartTotals all;
   for (const PartTotals& t : tots) {
     all.correct += t.correct;

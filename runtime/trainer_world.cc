@@ -57,7 +57,7 @@ void Trainer::broadcast_states(const std::vector<std::string>& names) {
 void Trainer::sum_over_ranks(double& loss, int64_t& correct, int64_t& images) const {
   if (!mpi::active() || mpi::size() == 1) return;
   double v[3] = {loss, static_cast<double>(correct), static_cast<double>(images)};
-  mpi::sum_in_rank_order(v, 3);
+  mpi::sum_in_rank_order(v, 3, "the epoch's figures");
   loss = v[0];
   correct = static_cast<int64_t>(v[1] + 0.5);
   images = static_cast<int64_t>(v[2] + 0.5);

@@ -131,7 +131,7 @@ TEST(Trainer, ShortTrainingIsWellAboveChanceAndSavedModelReproducesIt) {
   EXPECT_EQ(double(correct) / test.size(), st.test_acc);
 }
 
-// Evaluation splits the test batches over the devices (contiguous runs, evaluated at once): the same
+// Evaluation splits the test set over the devices (contiguous shares, evaluated at once): the same
 // count of correct predictions however many devices share it, and the same loss to f32 summation.
 TEST(Trainer, EvaluationSplitOverDevicesCountsTheSameAsOneDevice) {
   REQUIRE_LENET_AND_DATA();
@@ -145,8 +145,8 @@ TEST(Trainer, EvaluationSplitOverDevicesCountsTheSameAsOneDevice) {
   const Graph trained = load_onnx(path);
   std::vector<runtime::EvalStats> got;
   for (int D : {1, 2, 3}) {
-    TrainOptions e = quick(D, 64, 1, 301);  // 301 test examples
-    e.eval_batch = 128;                     // D = 3: batches of 43 (7 of them), split 2 + 2 + 3
+    TrainOptions e = quick(D, 64, 1, 301);  // 301 test examples: shares of 100, 100 and 101 on 3 devices
+    e.eval_batch = 64;                      // 5 batches on 1 device, 2 per share on 3
     got.push_back(Trainer(trained, e).evaluate_stats());
   }
   EXPECT_GT(got[0].accuracy, 0.3);  // trained: not a constant prediction

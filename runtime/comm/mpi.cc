@@ -109,6 +109,9 @@ void on_sigterm(int) {
   GR_FAIL(os.str());
 }
 
+// The rank a gather over all ranks waits for, when that is known: with two ranks, the other one.
+int other_rank() { return g_size == 2 ? 1 - g_rank : -1; }
+
 // Waits for `req` until the timeout: an Error naming the rank that did not answer (peer < 0: some rank).
 // Waiting for a rank that may still be computing backs off: 2000 polls, then sleeps of 20 us, then of
 // 500 us after 20000 polls. spin: the peers are known to be in the same operation (a transfer under
@@ -168,7 +171,7 @@ void finalize() {
   // rank that hangs after the last step (stopped, swapping) ends the job instead of hanging it.
   if (g_size > 1) {
     try {
-      meet_all("the end of the job", g_size == 2 ? 1 - g_rank : -1);
+      meet_all("the end of the job", other_rank());
     } catch (const Error& e) {
       std::cerr << "graphrun: rank " << g_rank << ": " << e.what() << std::endl;
       MPI_Abort(MPI_COMM_WORLD, 1);
@@ -196,32 +199,32 @@ void broadcast_bytes(void* data, size_t bytes, int root) {
   bcast_locked(data, static_cast<int64_t>(bytes), root, "broadcast");
 }
 
-std::vector<std::string> allgather(const std::string& mine) {
+std::vector<std::string> allgather(const std::string& mine, const char* what) {
   if (!g_initialised || g_size == 1) return {mine};
   std::lock_guard<std::mutex> lock(g_mu);
   int n = static_cast<int>(mine.size());
   std::vector<int> sizes(g_size);
   MPI_Request req;
   MPI_Iallgather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, MPI_COMM_WORLD, &req);
-  wait_request(&req, "allgather", -1);
+  wait_request(&req, what, other_rank());
   std::vector<int> offs(g_size, 0);
   for (int r = 1; r < g_size; ++r) offs[r] = offs[r - 1] + sizes[r - 1];
   std::string all(static_cast<size_t>(offs.back() + sizes.back()), '\0');
   MPI_Iallgatherv(mine.data(), n, MPI_CHAR, all.data(), sizes.data(), offs.data(), MPI_CHAR, MPI_COMM_WORLD, &req);
-  wait_request(&req, "allgather", -1);
+  wait_request(&req, what, other_rank());
   std::vector<std::string> r;
   for (int i = 0; i < g_size; ++i) r.push_back(all.substr(offs[i], sizes[i]));
   return r;
 }
 
-void sum_in_rank_order(double* values, int count) {
+void sum_in_rank_order(double* values, int count, const char* what) {
   if (!g_initialised || g_size == 1) return;
   std::vector<double> all(static_cast<size_t>(count) * g_size);
   {
     std::lock_guard<std::mutex> lock(g_mu);
     MPI_Request req;
     MPI_Iallgather(values, count, MPI_DOUBLE, all.data(), count, MPI_DOUBLE, MPI_COMM_WORLD, &req);
-    wait_request(&req, "allgather", -1);
+    wait_request(&req, what, other_rank());
   }
   for (int i = 0; i < count; ++i) {
     double s = all[i];
@@ -467,8 +470,8 @@ int local_rank() { return 0; }
 int local_size() { return 1; }
 void abort_job(int code) { std::exit(code); }
 void broadcast_bytes(void*, size_t, int) {}
-std::vector<std::string> allgather(const std::string& mine) { return {mine}; }
-void sum_in_rank_order(double*, int) {}
+std::vector<std::string> allgather(const std::string& mine, const char*) { return {mine}; }
+void sum_in_rank_order(double*, int, const char*) {}
 std::vector<std::unique_ptr<Communicator>> make_cpu_communicators(int, int, int) {
   GR_FAIL("graphrun was built without MPI support");
 }

@@ -41,10 +41,11 @@ void set_timeout(double seconds);
 
 // Host collectives over all ranks (each rank calls them in the same order). Outside MPI they are
 // the identity. A rank that does not arrive within the timeout fails them with an Error naming it.
+// `what` names the operation in that error ("evaluation at step 12: rank 1 did not answer ...").
 void broadcast_bytes(void* data, size_t bytes, int root);
-std::vector<std::string> allgather(const std::string& mine);
+std::vector<std::string> allgather(const std::string& mine, const char* what = "allgather");
 // In place: every rank ends with the sum over ranks, added in rank order (repeatable).
-void sum_in_rank_order(double* values, int count);
+void sum_in_rank_order(double* values, int count, const char* what = "allgather");
 
 // The communicators of this rank's `local` replicas when the job has several ranks: replica l is
 // global replica `first + l` of `total`. An allreduce sums the local replicas' buffers and passes the

@@ -148,6 +148,20 @@ PY
     "$G" "${T[@]}" --devices cpu:3 --max-steps 20 --save local.onnx > local.out 2>&1 || fail "cpu:3 failed"
     cmp mpi.onnx local.onnx || fail "1 + 2 replicas over 2 ranks and cpu:3 saved different weights"
     echo "rank0 cpu:1 + rank1 cpu:2 == cpu:3 bitwise after 20 steps"
+    # Evaluation is split over the job's 3 replicas either way (each its share, the totals added in
+    # replica order): the same test accuracy and loss, to every printed digit (of a model trained
+    # past chance, so that the figures depend on every share).
+    "$G" train "$MODEL" --devices cpu:1 --threads 1 --epochs 1 --max-steps 30 --optimizer adam --lr 2e-3 \
+      --save trained.onnx > trained.out 2>&1 || fail "training a model to evaluate failed"
+    E=(train trained.onnx --eval-only --threads 1)
+    "${M[@]}" -np 1 "$G" "${E[@]}" --devices cpu:1 : -np 1 "$G" "${E[@]}" --devices cpu:2 > mpi_eval.out 2>&1 \
+      || fail "mpirun --eval-only failed"
+    "$G" "${E[@]}" --devices cpu:3 > local_eval.out 2>&1 || fail "cpu:3 --eval-only failed"
+    want=$(grep '^test acc:' local_eval.out)
+    [ -n "$want" ] || fail "cpu:3 --eval-only printed no test figures"
+    [ "$(grep -c '^test acc:' mpi_eval.out)" = 1 ] || fail "the ranks printed the test figures other than once"
+    [ "$(grep '^test acc:' mpi_eval.out)" = "$want" ] || fail "evaluation over 2 ranks: $(grep '^test acc:' mpi_eval.out); cpu:3: $want"
+    echo "--eval-only over rank0 cpu:1 + rank1 cpu:2 == cpu:3: $want"
     ;;
   voice)
     "${M[@]}" -np 2 "$G" "${T[@]}" --devices cpu:1 --max-steps 5 --metrics run.jsonl --save m.onnx \
@@ -172,7 +186,8 @@ PY
   hung)
     fault STOP 30
     [ "$RC" != 0 ] || fail "exit code 0 after a rank hung"
-    grep -Eq 'rank 0: .*allreduce at step [0-9]+: rank 1 did not answer within 5 s' job.out || fail "rank 0 does not name rank 1 and the step"
+    # (At an allreduce, or, when rank 1 stopped while evaluating, at the exchange of the test figures.)
+    grep -Eq 'rank 0: .*(allreduce|evaluation) at step [0-9]+: rank 1 did not answer within 5 s' job.out || fail "rank 0 does not name rank 1 and the step"
     ;;
   hung3)
     # Three ranks, the chain pipelined in 4 KiB segments: a stopped rank 1 is named by the rank that
