@@ -197,11 +197,12 @@ void max_2x2(const T* __restrict x, int64_t IW, T* __restrict y, int64_t* __rest
 // window's rows in order (a vertical pass), each branch-free over many outputs, which the compiler
 // vectorises. Taps in the padding are left out of the fold, as the scan skips them: the passes run
 // over the interior outputs (every tap inside), and the few outputs at the borders are folded over
-// their valid taps alone, afterwards. When the input rows are s * OW wide the horizontal pass runs
-// flat over the whole plane (its border columns, read across rows, are then redone), and when the
-// output rows are short the vertical one too (every row start between the first and last interior
-// window, s - 1 of s of them thrown away): a 14x14 plane's rows are 7 outputs, under one vector.
-// Indices are in-plane positions as int32 until written out.
+// their valid taps alone, afterwards. Small planes run several at once (max_windowed_block). When the
+// input rows are s * OW wide the horizontal pass runs flat over all their rows (the border columns,
+// read across rows, are then redone), and when the output rows are short or several planes run at
+// once the vertical one too (every row start between the first interior window and the last, s - 1
+// of s of them thrown away): a 14x14 plane's rows are 7 outputs, under one vector. Indices are
+// positions from the first plane of the block, as int32 until written out.
 struct AxisTaps {  // per output position of one axis: its taps kk in [kb, ke) lie inside the input
   std::vector<int64_t> kb, ke;
   int64_t lo = 0, hi = 0;  // outputs [lo, hi) have all k taps inside
