@@ -34,6 +34,7 @@ struct Case {
   std::vector<bool> outputs;
   std::map<std::string, Attribute> attrs;
   double flops;
+  bool relu = false;  // inputs through a ReLU (half zeros: the ties a pool after a ReLU sees)
 };
 
 double cpu_seconds() {
@@ -59,6 +60,10 @@ Timing time_node(const Case& c, int threads, int reps) {
     n.inputs.push_back("in" + std::to_string(i));
     g.inputs.push_back(n.inputs.back());
     feeds[n.inputs.back()] = random_tensor(c.inputs[i], i + 1);
+    if (c.relu) {
+      Tensor& t = feeds[n.inputs.back()];
+      for (int64_t j = 0; j < t.numel(); ++j) t.data<float>()[j] = std::max(t.data<float>()[j], 0.0f);
+    }
   }
   for (size_t i = 0; i < c.outputs.size(); ++i) {
     n.outputs.push_back(c.outputs[i] ? "out" + std::to_string(i) : "");
@@ -98,11 +103,22 @@ std::vector<Case> lenet_cases(int64_t N) {
                 {{"transB", Attribute::Int(1)}}, 2.0 * N * 800 * 128});
   cs.push_back({"avgpool 2x2 on 20x26x26", "AveragePool", "", {{N, 20, 26, 26}}, {true},
                 {{"kernel_shape", Attribute::Ints({2, 2})}, {"strides", Attribute::Ints({2, 2})}}, 4.0 * N * 20 * 13 * 13});
-  // SimpleCNN's pooling after its convolution: the training graph's MaxPool also writes the indices
-  // its gradient reads.
-  const std::map<std::string, Attribute> k2s2{{"kernel_shape", Attribute::Ints({2, 2})}, {"strides", Attribute::Ints({2, 2})}};
-  cs.push_back({"maxpool 2x2 on 10x24x24", "MaxPool", "", {{N, 10, 24, 24}}, {true}, k2s2, 3.0 * N * 10 * 12 * 12});
-  cs.push_back({"maxpool 2x2 +indices", "MaxPool", "", {{N, 10, 24, 24}}, {true, true}, k2s2, 3.0 * N * 10 * 12 * 12});
+  // SimpleCNN's pooling after its ReLU, with the Indices training keeps for the gradient, and without.
+  cs.push_back({"maxpool 2x2 on 10x24x24", "MaxPool", "", {{N, 10, 24, 24}}, {true, true},
+                {{"kernel_shape", Attribute::Ints({2, 2})}, {"strides", Attribute::Ints({2, 2})}}, 4.0 * N * 10 * 12 * 12,
+                true});
+  cs.push_back({"maxpool 2x2 no indices", "MaxPool", "", {{N, 10, 24, 24}}, {true},
+                {{"kernel_shape", Attribute::Ints({2, 2})}, {"strides", Attribute::Ints({2, 2})}}, 4.0 * N * 10 * 12 * 12,
+                true});
+  // A ResNet stem's 3x3 stride-2 pad-1 max pooling after its ReLU (with the Indices training keeps):
+  // d2l's 7x7-stem ResNet at 28x28 inputs (64x14x14), and torchvision's at 224x224 (64x112x112, a
+  // sixteenth of the batch). FLOPs counted as 9 comparisons an output.
+  const std::map<std::string, Attribute> p3{{"kernel_shape", Attribute::Ints({3, 3})}, {"strides", Attribute::Ints({2, 2})},
+                    {"pads", Attribute::Ints({1, 1, 1, 1})}};
+  cs.push_back({"maxpool 3x3/2 on 64x14x14", "MaxPool", "", {{N, 64, 14, 14}}, {true, true}, p3, 9.0 * N * 64 * 7 * 7,
+                true});
+  cs.push_back({"maxpool 3x3/2 on 64x112x112", "MaxPool", "", {{N / 16, 64, 112, 112}}, {true, true}, p3,
+                9.0 * (N / 16) * 64 * 56 * 56, true});
   // ResNet-18 (Fashion-MNIST variant) 3x3 convolutions: many pixels x few channels, and few pixels x
   // long rows (where per-GEMM weight packing must be amortised over several images).
   const std::map<std::string, Attribute> pad1{{"pads", Attribute::Ints({1, 1, 1, 1})}};

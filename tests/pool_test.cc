@@ -275,6 +275,92 @@ TEST(Pool, MaxPool2x2KeepsTheScanOrderOnTiesAndNaNs) {
   }
 }
 
+// Every other 2-D and 1-D MaxPool whose windows each have a tap inside the input (a ResNet stem's 3x3
+// stride 2 pad 1 among them) folds rows then columns branch-free; against the scan over each window's
+// taps inside the input in row-major order, written out here, on the inputs where that order shows:
+// ties (zeros, -0 against +0, repeated values), NaN (it wins, the last NaN's position is the index),
+// and the type's lowest value (-inf; 0 for u8, -128 for i8), which must not let a padding tap win a
+// window. Padding on every side, odd and even sizes, dilations, strides 1 to 3, ceil_mode, input
+// rows of s * OW and of other widths, short and long output rows, small planes (several a block) and
+// large ones (one a block): the passes' flat and row-by-row forms; with and without Indices, 1 and 2
+// threads, every dtype.
+TEST(Pool, MaxPoolWindowedKeepsTheScanOrderOnTiesAndNaNs) {
+  const std::vector<PoolCase> cases = {
+      {"resnet_stem_14", {2, 3, 14, 14}, {3, 3}, {2, 2}, {1, 1, 1, 1}},
+      {"resnet_stem_odd", {1, 2, 13, 15}, {3, 3}, {2, 2}, {1, 1, 1, 1}},
+      {"resnet_stem_wide", {1, 2, 9, 70}, {3, 3}, {2, 2}, {1, 1, 1, 1}},
+      {"resnet_stem_flat_wide", {1, 2, 6, 64}, {3, 3}, {2, 2}, {1, 1, 1, 1}},
+      {"pads_each_side", {2, 2, 11, 10}, {3, 3}, {2, 2}, {2, 0, 1, 2}},
+      {"pads_end_only", {1, 2, 8, 9}, {3, 3}, {2, 2}, {0, 0, 2, 1}},
+      {"k3s1p1", {1, 2, 7, 6}, {3, 3}, {1, 1}, {1, 1, 1, 1}},
+      {"k3s1p1_long_rows", {1, 1, 5, 40}, {3, 3}, {1, 1}, {1, 1, 1, 1}},
+      {"k2s2p1", {1, 2, 8, 8}, {2, 2}, {2, 2}, {1, 1, 1, 1}},
+      {"k2s1", {1, 2, 5, 6}, {2, 2}, {1, 1}},
+      {"k4s3_asym", {1, 2, 17, 16}, {4, 2}, {3, 3}, {1, 1, 2, 0}},
+      {"k5s2p2", {1, 2, 12, 36}, {5, 5}, {2, 2}, {2, 2, 2, 2}},
+      {"dilated", {1, 2, 12, 13}, {3, 2}, {2, 2}, {1, 1, 2, 1}, {2, 3}},
+      {"ceil", {1, 2, 10, 11}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {}, "", 1},
+      {"same_upper", {1, 2, 9, 8}, {3, 3}, {2, 2}, {}, {}, "SAME_UPPER"},
+      {"window_wider_than_input", {1, 2, 3, 2}, {3, 3}, {2, 2}, {1, 2, 1, 2}},
+      {"pool1d", {2, 3, 33}, {3}, {2}, {1, 1}},
+      {"large_planes_one_a_block", {1, 2, 70, 66}, {3, 3}, {2, 2}, {1, 1, 1, 1}},
+      {"large_planes_odd", {1, 2, 67, 71}, {3, 3}, {2, 2}, {1, 0, 0, 1}},
+  };
+  for (DType dt : {DType::F32, DType::F64, DType::U8, DType::I8}) {
+    const bool fp = dt == DType::F32 || dt == DType::F64;
+    // Codes: 0, 0, 1, 2, the lowest, then for floats -0 and NaN.
+    const double lowest = dt == DType::U8 ? 0 : dt == DType::I8 ? -128 : -INFINITY;
+    const double levels[] = {0, 0, 1, 2, lowest, -0.0, NAN};
+    for (const PoolCase& c : cases) {
+      const Axes a = pool_axes(c);
+      Tensor codes = random_int_tensor(c.x, 43, 0, fp ? 7 : 5);
+      Tensor x(dt, c.x);
+      std::vector<double> v(x.numel());
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        v[i] = levels[codes.data<int64_t>()[i]];
+        if (dt == DType::U8) v[i] = v[i] > 0 ? v[i] + 1 : v[i];  // u8: 0 is the lowest, then 1, 2, 3
+        if (dt == DType::F32) x.data<float>()[i] = static_cast<float>(v[i]);
+        else if (dt == DType::F64) x.data<double>()[i] = v[i];
+        else if (dt == DType::U8) x.data<uint8_t>()[i] = static_cast<uint8_t>(v[i]);
+        else x.data<int8_t>()[i] = static_cast<int8_t>(v[i]);
+      }
+      const int64_t I = a.in[1] * a.in[2];
+      std::vector<double> want;
+      std::vector<int64_t> want_at;
+      for (int64_t p = 0; p < c.x[0] * c.x[1]; ++p)
+        for (int64_t oh = 0; oh < a.out[1]; ++oh)
+          for (int64_t ow = 0; ow < a.out[2]; ++ow) {
+            int64_t at = -1;
+            for (int64_t kh = 0; kh < a.k[1]; ++kh)
+              for (int64_t kw = 0; kw < a.k[2]; ++kw) {
+                const int64_t ih = oh * a.s[1] - a.pb[1] + kh * a.d[1], iw = ow * a.s[2] - a.pb[2] + kw * a.d[2];
+                if (ih < 0 || ih >= a.in[1] || iw < 0 || iw >= a.in[2]) continue;
+                const int64_t i = p * I + ih * a.in[2] + iw;
+                if (at < 0 || v[i] > v[at] || std::isnan(v[i])) at = i;
+              }
+            ASSERT_GE(at, 0) << c.name << ": a window with no tap inside";
+            want.push_back(v[at]), want_at.push_back(at);
+          }
+      for (int threads : {1, 2})
+        for (bool with_indices : {true, false}) {
+          auto got = run_node_ex("MaxPool", {x}, attrs_of(c, true), {true, with_indices}, threads);
+          const std::vector<double> y = got[0].as_doubles();
+          ASSERT_EQ(y.size(), want.size()) << c.name;
+          for (size_t o = 0; o < want.size(); ++o) {
+            const std::string where = std::string(dtype_name(dt)) + " " + c.name + " threads " +
+                                      std::to_string(threads) + " output " + std::to_string(o);
+            EXPECT_TRUE((y[o] == want[o] && std::signbit(y[o]) == std::signbit(want[o])) ||
+                        (std::isnan(y[o]) && std::isnan(want[o])))
+                << where << ": " << y[o] << " vs " << want[o];
+            if (with_indices) {
+              EXPECT_EQ(got[1].data<int64_t>()[o], want_at[o]) << where;
+            }
+          }
+        }
+    }
+  }
+}
+
 TEST(Pool, BadInputGivesClearErrors) {
   auto expect_error = [](const std::string& op, const std::vector<Tensor>& in, const Attrs& at,
                          const std::string& part, const std::string& domain = "") {

@@ -188,6 +188,190 @@ void max_2x2(const T* __restrict x, int64_t IW, T* __restrict y, int64_t* __rest
   for (int64_t oh = 0; oh < OH; ++oh) std::memcpy(idx + oh * OW, mi + 2 * oh * OW, sizeof(int64_t) * OW);
 }
 
+// Any other 2-D (or 1-D) MaxPool whose every window has at least one tap inside the input on each
+// axis (torchvision ResNets' 3x3 stride 2 pad 1 after the stem; any kernel, strides, dilations, pads),
+// in the general loop's results exactly: a max over the window's taps in its row-major scan order
+// (ties keep the first maximum, NaN wins and the last NaN's position is the index). The scan is a
+// fold with an associative step (later tap b replaces the running a when larger or NaN), so it may
+// run as a fold over each window row's taps (a horizontal pass per input row) and then over the
+// window's rows in order (a vertical pass), each branch-free over many outputs, which the compiler
+// vectorises. Taps in the padding are left out of the fold, as the scan skips them: the passes run
+// over the interior outputs (every tap inside), and the few outputs at the borders are folded over
+// their valid taps alone, afterwards. Small planes run several at once (max_windowed_block). When the
+// input rows are s * OW wide the horizontal pass runs flat over all their rows (the border columns,
+// read across rows, are then redone), and when the output rows are short or several planes run at
+// once the vertical one too (every row start between the first interior window and the last, s - 1
+// of s of them thrown away): a 14x14 plane's rows are 7 outputs, under one vector. Indices are
+// positions from the first plane of the block, as int32 until written out.
+struct AxisTaps {  // per output position of one axis: its taps kk in [kb, ke) lie inside the input
+  std::vector<int64_t> kb, ke;
+  int64_t lo = 0, hi = 0;  // outputs [lo, hi) have all k taps inside
+  bool empty = false;      // some window has no tap inside on this axis
+  AxisTaps(const Window& w, int a) : kb(w.out[a]), ke(w.out[a]) {
+    lo = -1;
+    for (int64_t o = 0; o < w.out[a]; ++o) {
+      const int64_t first = o * w.s[a] - w.pb[a];
+      kb[o] = first >= 0 ? 0 : div_ceil(-first, w.d[a]);
+      ke[o] = w.in[a] - first <= 0 ? 0 : std::min(w.k[a], div_ceil(w.in[a] - first, w.d[a]));
+      empty = empty || kb[o] >= ke[o];
+      if (kb[o] == 0 && ke[o] == w.k[a]) {
+        if (lo < 0) lo = o;
+        hi = o + 1;
+      }
+    }
+    if (lo < 0) lo = hi = 0;
+  }
+  bool interior(int64_t o) const { return o >= lo && o < hi; }
+};
+
+bool fits_max_windowed(const Window& w, int64_t so, const AxisTaps& rows, const AxisTaps& cols) {
+  return so == 0 && w.k[0] == 1 && w.in[0] == 1 && !rows.empty && !cols.empty &&
+         w.in_size() < (int64_t{1} << 31);
+}
+
+// t ? a : b without a branch: GCC compiles a scalar float select to a jump, which after a ReLU
+// mispredicts as the old loop did (in the loops' scalar epilogues and the border columns); as a mask
+// on the bits it is a select in vectorised code too.
+template <class T>
+inline T pick(bool t, T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    using U = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+    U ua, ub;
+    std::memcpy(&ua, &a, sizeof(T));
+    std::memcpy(&ub, &b, sizeof(T));
+    const U m = U(0) - U(t);
+    const U r = (ua & m) | (ub & ~m);
+    T out;
+    std::memcpy(&out, &r, sizeof(T));
+    return out;
+  } else {
+    return t ? a : b;
+  }
+}
+
+// out[j] = the fold over taps kk in [k0, k1) of src[s * j + off + kk * d], for j in [j0, j1); with
+// kIdx, at[j] = base + s * j + off + kk * d of the winner. kS: the stride s as a constant (0: s).
+template <class T, bool kIdx, int64_t kS>
+void fold_taps_s(const T* __restrict src, int64_t s, int64_t off, int64_t d, int64_t k0, int64_t k1, int64_t j0,
+                 int64_t j1, T* __restrict out, int32_t* __restrict at, int32_t base) {
+  const int64_t st = kS ? kS : s;
+  const int64_t o0 = off + k0 * d;
+  for (int64_t j = j0; j < j1; ++j) {
+    out[j] = src[st * j + o0];
+    if constexpr (kIdx) at[j] = static_cast<int32_t>(base + st * j + o0);
+  }
+  for (int64_t kk = k0 + 1; kk < k1; ++kk) {
+    const int64_t o = off + kk * d;
+    for (int64_t j = j0; j < j1; ++j) {
+      const T v = src[st * j + o];
+      const bool t = replaces(v, out[j]);
+      out[j] = pick(t, v, out[j]);
+      if constexpr (kIdx) at[j] = pick(t, static_cast<int32_t>(base + st * j + o), at[j]);
+    }
+  }
+}
+
+template <class T, bool kIdx>
+void fold_taps(const T* src, int64_t s, int64_t off, int64_t d, int64_t k0, int64_t k1, int64_t j0, int64_t j1,
+               T* out, int32_t* at, int32_t base) {
+  if (s == 1) fold_taps_s<T, kIdx, 1>(src, s, off, d, k0, k1, j0, j1, out, at, base);
+  else if (s == 2) fold_taps_s<T, kIdx, 2>(src, s, off, d, k0, k1, j0, j1, out, at, base);
+  else fold_taps_s<T, kIdx, 0>(src, s, off, d, k0, k1, j0, j1, out, at, base);
+}
+
+// out[j] = the fold over rows kk in [k0, k1) of h[j + kk * st] (and at[j] its index), j in [0, n).
+template <class T, bool kIdx>
+void fold_rows(const T* __restrict h, const int32_t* __restrict hi, int64_t st, int64_t k0, int64_t k1, int64_t n,
+               T* __restrict out, int32_t* __restrict at) {
+  for (int64_t j = 0; j < n; ++j) {
+    out[j] = h[j + k0 * st];
+    if constexpr (kIdx) at[j] = hi[j + k0 * st];
+  }
+  for (int64_t kk = k0 + 1; kk < k1; ++kk) {
+    const T* __restrict r = h + kk * st;
+    const int32_t* __restrict ri = hi + kk * st;
+    for (int64_t j = 0; j < n; ++j) {
+      const bool t = replaces(r[j], out[j]);
+      out[j] = pick(t, r[j], out[j]);
+      if constexpr (kIdx) at[j] = pick(t, ri[j], at[j]);
+    }
+  }
+}
+
+// Planes per call of max_windowed: small planes (a 14x14 one has 98 row folds) run several at once,
+// the passes flat over all of them, so that a vector loop's scalar remainder is paid once a block.
+int64_t max_windowed_block(const Window& w, int64_t planes) {
+  return std::max<int64_t>(1, std::min({planes, int64_t{64}, 4096 / std::max<int64_t>(1, w.in[1] * w.out[2]),
+                                        ((int64_t{1} << 31) - 1) / std::max<int64_t>(1, w.in_size())}));
+}
+
+// Scratch per thread for max_windowed over B planes: 2 B IH OW values, then (8-aligned) 2 B IH OW
+// and B OH OW indices.
+template <class T>
+size_t max_windowed_scratch(const Window& w, int64_t B) {
+  const size_t h = static_cast<size_t>(B * w.in[1] * w.out[2]);
+  return ((2 * h * sizeof(T) + 7) / 8 * 8 + (2 * h + B * w.out_size()) * sizeof(int32_t) + 63) / 64 * 64;
+}
+
+// B consecutive planes: x, y and idx point at the first; base is its offset in the whole input.
+template <class T, bool kIdx>
+void max_windowed(const T* __restrict x, int64_t B, const Window& w, const AxisTaps& rows, const AxisTaps& cols,
+                  T* __restrict y, int64_t* __restrict idx, int64_t base, char* scratch) {
+  const int64_t IH = w.in[1], IW = w.in[2], OH = w.out[1], OW = w.out[2], P = OH * OW;
+  const int64_t sh = w.s[1], sw = w.s[2], dh = w.d[1], dw = w.d[2], ph = w.pb[1], pw = w.pb[2];
+  const int64_t kh = w.k[1], kw = w.k[2], R = B * IH;  // R input rows in all
+  // hv[r * OW + ow]: the fold of input row r's taps for output column ow (r counts over the B planes)
+  T* __restrict hv = reinterpret_cast<T*>(scratch);
+  T* __restrict m = hv + R * OW;
+  int32_t* __restrict hi = reinterpret_cast<int32_t*>(scratch + (2 * R * OW * sizeof(T) + 7) / 8 * 8);
+  int32_t* __restrict mi = hi + R * OW;
+  int32_t* __restrict yi = mi + R * OW;
+  // Horizontal: every input row, the interior columns in vector passes, then the border ones.
+  if (cols.lo < cols.hi) {
+    if (IW == sw * OW)  // flat: output j = r * OW + ow reads x[sw * j - pw + kk * dw]
+      fold_taps<T, kIdx>(x, sw, -pw, dw, 0, kw, cols.lo, (R - 1) * OW + cols.hi, hv, hi, 0);
+    else
+      for (int64_t r = 0; r < R; ++r)
+        fold_taps<T, kIdx>(x + r * IW, sw, -pw, dw, 0, kw, cols.lo, cols.hi, hv + r * OW, hi + r * OW,
+                           static_cast<int32_t>(r * IW));
+  }
+  for (int64_t ow = 0; ow < OW; ++ow) {
+    if (cols.interior(ow)) {
+      ow = cols.hi - 1;
+      continue;
+    }
+    for (int64_t r = 0; r < R; ++r)
+      fold_taps<T, kIdx>(x + r * IW, sw, -pw, dw, cols.kb[ow], cols.ke[ow], ow, ow + 1, hv + r * OW, hi + r * OW,
+                         static_cast<int32_t>(r * IW));
+  }
+  // Vertical: output row oh folds input rows oh * sh - ph + kk * dh of its plane.
+  auto row = [&](int64_t p, int64_t oh) {
+    const int64_t r0 = p * IH + oh * sh - ph + rows.kb[oh] * dh;  // its first row inside the input
+    fold_rows<T, kIdx>(hv + r0 * OW, hi + r0 * OW, dh * OW, 0, rows.ke[oh] - rows.kb[oh], OW, y + p * P + oh * OW,
+                       yi + p * P + oh * OW);
+  };
+  constexpr int64_t kShortRow = 16;
+  if (rows.lo < rows.hi && (OW < kShortRow || B > 1)) {
+    // flat: every row start from the first plane's first interior window to the last plane's last
+    const int64_t first = rows.lo * sh - ph, last = (B - 1) * IH + (rows.hi - 1) * sh - ph;
+    fold_rows<T, kIdx>(hv + first * OW, hi + first * OW, dh * OW, 0, kh, (last - first + 1) * OW, m, mi);
+    for (int64_t p = 0; p < B; ++p)
+      for (int64_t oh = rows.lo; oh < rows.hi; ++oh) {
+        const int64_t from = (p * IH + oh * sh - ph - first) * OW;
+        std::memcpy(y + p * P + oh * OW, m + from, sizeof(T) * OW);
+        if constexpr (kIdx) std::memcpy(yi + p * P + oh * OW, mi + from, sizeof(int32_t) * OW);
+      }
+  } else {
+    for (int64_t p = 0; p < B; ++p)
+      for (int64_t oh = rows.lo; oh < rows.hi; ++oh) row(p, oh);
+  }
+  for (int64_t p = 0; p < B; ++p)
+    for (int64_t oh = 0; oh < OH; ++oh)
+      if (!rows.interior(oh)) row(p, oh);
+  if constexpr (kIdx)
+    for (int64_t o = 0; o < B * P; ++o) idx[o] = base + yi[o];
+}
+
 template <class T>
 void max_pool_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
@@ -207,6 +391,20 @@ void max_pool_kernel(KernelContext& ctx) {
     for (int64_t p = 0; p < planes; ++p)
       max_2x2(xp + p * I, w.in[2], y + p * P, idx ? idx + p * P : nullptr, p * I, w.out[1], w.out[2],
               scratch + per * omp_get_thread_num());
+    return;
+  }
+  if (const AxisTaps rows(w, 1), cols(w, 2); fits_max_windowed(w, so, rows, cols)) {
+    const int nt = std::max(1, ctx.threads());
+    const int64_t B = max_windowed_block(w, planes), blocks = (planes + B - 1) / B;
+    const size_t per = max_windowed_scratch<T>(w, B);
+    char* scratch = static_cast<char*>(ctx.scratch(per * nt));
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t p = b * B, n = std::min(B, planes - p);
+      char* mine = scratch + per * omp_get_thread_num();
+      if (idx) max_windowed<T, true>(xp + p * I, n, w, rows, cols, y + p * P, idx + p * P, p * I, mine);
+      else max_windowed<T, false>(xp + p * I, n, w, rows, cols, y + p * P, nullptr, p * I, mine);
+    }
     return;
   }
   int64_t* args = static_cast<int64_t*>(ctx.scratch(sizeof(int64_t) * planes * P));
