@@ -114,11 +114,6 @@ void HostReadback::post(int slot, const std::vector<const Tensor*>& values) {
   GR_CHECK(static_cast<int>(values.size()) == values_, "readback of " << values.size() << " values into rows of " << values_);
   for (int i = 0; i < values_; ++i) {
     const Tensor& t = *values[i];
-    if (t.dtype() == DType::F64 && t.numel() == 1 && t.device().is_cpu()) {
-      // A float64 model's loss (train --float64) on the CPU, which has computed it: rounded to f32 here.
-      pinned_[slot * values_ + i] = static_cast<float>(*t.data<double>());
-      continue;
-    }
     GR_CHECK(t.dtype() == DType::F32 && t.numel() == 1, "readback of a " << dtype_name(t.dtype()) << shape_str(t.shape())
                                                                          << " value (expected one f32)");
     backend_->copy_device_to_host_async(device_, pinned_ + slot * values_ + i, t.raw(), sizeof(float));

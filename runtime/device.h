@@ -111,8 +111,8 @@ class HostReadback {
   ~HostReadback();
   HostReadback(const HostReadback&) = delete;
   HostReadback& operator=(const HostReadback&) = delete;
-  // Each of `values` (one f32 on the device, or one f64 in host memory) goes to row `slot`; the row must not be posted again
-  // before it was read.
+  // Each of `values` (one f32 on the device; a float64 graph casts its figures to f32 with a node,
+  // passes::append_step_figures) goes to row `slot`; the row must not be posted again before it was read.
   void post(int slot, const std::vector<const Tensor*>& values);
   const float* read(int slot);
 

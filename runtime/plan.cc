@@ -104,7 +104,7 @@ struct Measured {
 Measured run_replica(const TrainingGraphs& tg, const DeviceGraph& dg, int64_t n, int64_t B, int threads, int timed,
                      bool mse, int copies = 1) {
   Graph g = dg.graph;
-  const std::string correct = mse ? tg.loss : passes::append_correct_count(g, tg.logits, tg.labels);
+  const auto figures = passes::append_step_figures(g, tg.loss, tg.logits, tg.labels, !mse);
   Profiler prof;
   std::vector<std::unique_ptr<Communicator>> comms;
   std::vector<std::unique_ptr<Executor>> execs;
@@ -112,7 +112,7 @@ Measured run_replica(const TrainingGraphs& tg, const DeviceGraph& dg, int64_t n,
     for (auto& comm : backend_for(Device::Kind::CPU)->make_communicators({Device{}})) comms.push_back(std::move(comm));
     ExecOptions eo;
     eo.threads = threads;
-    eo.fetch = mse ? std::vector<std::string>{tg.loss} : std::vector<std::string>{tg.loss, correct};
+    eo.fetch = mse ? std::vector<std::string>{figures.loss} : std::vector<std::string>{figures.loss, figures.correct};
     eo.state_updates = dg.state_updates;
     eo.comm = comms.back().get();
     eo.profile = &prof.track("plan " + std::to_string(c));

@@ -216,7 +216,8 @@ class Trainer {
   std::vector<std::unique_ptr<Replica>> replicas_;
   std::unique_ptr<Evaluation> eval_;
   std::vector<std::pair<std::string, std::string>> bn_updates_;
-  std::string correct_;  // the training graph's count of correct predictions (f32 scalar)
+  std::string loss_f32_;  // the training graph's loss as read back: f32 (a float64 loss cast by a node)
+  std::string correct_;   // the training graph's count of correct predictions (f32 scalar)
   // Class labels per example: 1, or the positions of per-position labels ([T] tokens, [H,W] pixels);
   // accuracy is over labels, not examples.
   int64_t positions_ = 1;

@@ -141,9 +141,13 @@ void Trainer::setup_replicas() {
     ro.device = devs[d];
     ro.threads = threads_;
     Graph g = graphs_.replicas[d].graph;
-    // --loss mse counts nothing correct: the loss stands in for the count, which is ignored.
-    correct_ = mse() ? graphs_.loss : passes::append_correct_count(g, graphs_.logits, graphs_.labels, opts_.pipeline.classes_last);
-    ro.fetch = mse() ? std::vector<std::string>{graphs_.loss} : std::vector<std::string>{graphs_.loss, correct_};
+    // The figures read back, f32 (a float64 loss through a Cast node). --loss mse counts nothing
+    // correct: the loss stands in for the count, which is ignored.
+    const auto figures = passes::append_step_figures(g, graphs_.loss, graphs_.logits, graphs_.labels, !mse(),
+                                                     opts_.pipeline.classes_last);
+    loss_f32_ = figures.loss;
+    correct_ = figures.correct;
+    ro.fetch = mse() ? std::vector<std::string>{loss_f32_} : std::vector<std::string>{loss_f32_, correct_};
     ro.state_updates = graphs_.replicas[d].state_updates;
     ro.comm = comms_[d].get();
     ro.comm->set_timeout(opts_.comm_timeout);

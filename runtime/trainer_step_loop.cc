@@ -73,7 +73,7 @@ void Trainer::run_steps(Replica& r) {
     }
     auto out = r.exec->run(in);
     // Row s % 2 was last written by step s-2, whose figures were read in the previous iteration.
-    r.figures->post(static_cast<int>(s % 2), {&out.at(graphs_.loss), &out.at(correct_)});
+    r.figures->post(static_cast<int>(s % 2), {&out.at(loss_f32_), &out.at(correct_)});
     // Step s is queued behind step s-1: reading s-1 now leaves the device busy while the host waits.
     const bool ok = pending < 0 || read_figures(r, pending);
     pending = s;

@@ -106,10 +106,24 @@ void sim_kernel(KernelContext& ctx) {
 }
 
 struct SimBuffer {
-  const float* send;
-  float* recv;  // may equal send
+  const void* send;
+  void* recv;  // may equal send
   int64_t count;
+  bool f64 = false;  // float64 (a --float64 model's gradients; NCCL's AllReduce here is f32 only), else f32
 };
+
+// acc = sends[0] + sends[1] + ... in rank order, in T; every recv gets acc (read before any write).
+template <typename T>
+void sum_in_rank_order(const std::vector<const std::vector<SimBuffer>*>& pending, size_t k, int ranks) {
+  const int64_t count = (*pending[0])[k].count;
+  const T* s0 = static_cast<const T*>((*pending[0])[k].send);
+  std::vector<T> acc(s0, s0 + count);
+  for (int r = 1; r < ranks; ++r) {
+    const T* s = static_cast<const T*>((*pending[r])[k].send);
+    for (int64_t i = 0; i < count; ++i) acc[i] += s[i];
+  }
+  for (int r = 0; r < ranks; ++r) std::memcpy((*pending[r])[k].recv, acc.data(), count * sizeof(T));
+}
 
 // Replicas of the simulated device: every rank hands in its buffers; the last to arrive sums them in
 // rank order with device memory accessible (the CUDA device-local group's contract); the others wait
@@ -161,21 +175,18 @@ class SimCommunicator final : public Communicator {
       for (int r = 1; r < g.rounds.size(); ++r)
         GR_CHECK(g.pending[r]->size() == nbuf, "AllReduce: rank " << r << " reduces " << g.pending[r]->size()
                                                                    << " buffers, rank 0 reduces " << nbuf);
-      std::vector<float> acc;
       for (size_t k = 0; k < nbuf; ++k) {
         const int64_t count = (*g.pending[0])[k].count;
+        const bool f64 = (*g.pending[0])[k].f64;
         for (int r = 1; r < g.rounds.size(); ++r)
-          GR_CHECK((*g.pending[r])[k].count == count, "AllReduce: buffer " << k << " has " << (*g.pending[r])[k].count
-                                                                           << " values on rank " << r << ", " << count
-                                                                           << " on rank 0");
+          GR_CHECK((*g.pending[r])[k].count == count && (*g.pending[r])[k].f64 == f64,
+                   "AllReduce: buffer " << k << " has " << (*g.pending[r])[k].count << " values on rank " << r << ", "
+                                        << count << " on rank 0 (or another type)");
         // Read every send before writing any recv (recv may alias send); sum in rank order.
-        const float* s0 = (*g.pending[0])[k].send;
-        acc.assign(s0, s0 + count);
-        for (int r = 1; r < g.rounds.size(); ++r) {
-          const float* s = (*g.pending[r])[k].send;
-          for (int64_t i = 0; i < count; ++i) acc[i] += s[i];
-        }
-        for (int r = 0; r < g.rounds.size(); ++r) std::memcpy((*g.pending[r])[k].recv, acc.data(), count * sizeof(float));
+        if (f64)
+          sum_in_rank_order<double>(g.pending, k, g.rounds.size());
+        else
+          sum_in_rank_order<float>(g.pending, k, g.rounds.size());
       }
     });
   }
@@ -213,16 +224,17 @@ void sim_allreduce(KernelContext& ctx) {
   std::vector<SimBuffer> bufs;
   for (int i = 0; i < k; ++i) {
     const Tensor& G = ctx.input(i);
-    GR_CHECK(G.dtype() == DType::F32, "AllReduce takes f32, input " << i << " is " << dtype_name(G.dtype()));
+    GR_CHECK(G.dtype() == DType::F32 || G.dtype() == DType::F64,
+             "AllReduce takes f32 or f64, input " << i << " is " << dtype_name(G.dtype()));
     GR_CHECK(sim->is_device_memory(G.raw()), "AllReduce input " << i << " is not in device memory");
-    Tensor& R = ctx.output(i, G.shape(), DType::F32);
-    if (G.numel()) bufs.push_back({static_cast<const float*>(G.raw()), static_cast<float*>(R.raw()), G.numel()});
+    Tensor& R = ctx.output(i, G.shape(), G.dtype());
+    if (G.numel()) bufs.push_back({G.raw(), R.raw(), G.numel(), G.dtype() == DType::F64});
   }
   Communicator* comm = ctx.comm();
   if (!comm || comm->size() == 1) {
     SimBackend::Access access(*sim);
     for (const auto& b : bufs)
-      if (b.recv != b.send) std::memcpy(b.recv, b.send, b.count * sizeof(float));
+      if (b.recv != b.send) std::memcpy(b.recv, b.send, b.count * (b.f64 ? sizeof(double) : sizeof(float)));
     return;
   }
   auto* scomm = dynamic_cast<SimCommunicator*>(comm);

@@ -37,7 +37,8 @@ SimCounters operator-(const SimCounters& a, const SimCounters& b);
 // Device memory is one mmap'd pool kept PROT_NONE; the backend makes it accessible only while it
 // runs a kernel, a copy or a reduction, under one process-wide (recursive) lock. Host code that reads
 // or writes device memory directly, which on a GPU reads garbage or crashes, segfaults here.
-// Kernels are the CPU table's, each wrapped that way (AllReduce and ReplicaSum reduce through make_communicators).
+// Kernels are the CPU table's, each wrapped that way (AllReduce and ReplicaSum reduce through make_communicators,
+// in f32, or f64 for a float64 model, which the CUDA backend's NCCL AllReduce does not take).
 // Devices cuda:0..devices-1 share the pool; replicas of any of them reduce like the CUDA backend's
 // device-local group (the last rank to arrive sums in rank order).
 class SimBackend final : public runtime::DeviceBackend {

@@ -5,8 +5,11 @@
 // fit the budget, and it stops on a non-finite loss at the step the CPU names.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <sstream>
 
+#include "graph/float64.h"
 #include "graph/onnx_io.h"
 #include "runtime/checkpoint.h"
 #include "runtime/device.h"
@@ -162,6 +165,43 @@ TEST(SimTrainer, NonFiniteLossStopsAtTheStepTheCpuNames) {
       EXPECT_EQ(runtime::load_checkpoint(last).meta.at("global_step"), std::to_string(steps[1] - 1));
     }
   }
+}
+
+// A float64 model (train --float64) hands the host its loss through the Cast to f32 that the training
+// graph appends (passes::append_step_figures), so HostReadback reads f32 on the device as on the CPU:
+// two device replicas train it bit for bit as two CPU replicas do, and read back the same figures.
+// (The simulated AllReduce sums f64 for it; the CUDA backend's NCCL AllReduce is f32 only.)
+TEST(SimTrainer, Float64ModelReadsItsLossThroughACastNodeAndEqualsCpuReplicas) {
+  REQUIRE_LENET_AND_DATA();
+  ScopedSimDevice sim;
+  const Graph model = float64_copy(load_onnx(testing::lenet_path()));
+  TrainOptions o = testing::quick(2, 30, 4, 100);  // shards of 15
+  o.lr = 0.1;
+  Trainer cpu(model, o), dev(model, with_devices(o, sim_replicas(2)));
+  const SimCounters before = sim.counters();
+  const auto sd = dev.train_epoch(0);
+  const SimCounters used = sim.counters() - before;
+  const auto sc = cpu.train_epoch(0);
+  expect_same_epoch(sd, sc, "float64");
+  EXPECT_TRUE(std::isfinite(sc.loss) && sc.loss > 0) << sc.loss;
+  expect_same_states(cpu, dev, "float64");
+  bool f64_weights = false;
+  for (const auto& [name, v] : dev.replica(0).states()) f64_weights |= v.dtype() == DType::F64;
+  EXPECT_TRUE(f64_weights);
+  // Per step and replica two asynchronous f32 copies (loss, correct count), plus the evaluation's two.
+  EXPECT_EQ(used.async_device_to_host, 2 * 4 * 2 + 2);
+  for (Trainer* t : {&cpu, &dev}) {
+    const Graph& g = t->replica(0).graph();
+    const auto cast = std::find_if(g.nodes.begin(), g.nodes.end(), [](const Node& n) {
+      return n.op_type == "Cast" && n.outputs[0].rfind("graphrun.loss_f32", 0) == 0;
+    });
+    ASSERT_NE(cast, g.nodes.end()) << "no Cast of the loss to f32 in the replica graph";
+    EXPECT_EQ(cast->attr_i("to", 0), static_cast<int64_t>(DType::F32));
+    const ValueInfo* in = g.info(cast->inputs[0]);
+    ASSERT_NE(in, nullptr);
+    EXPECT_EQ(in->dtype, DType::F64);
+  }
+  EXPECT_EQ(dev.evaluate_stats().loss, cpu.evaluate_stats().loss);
 }
 
 }  // namespace

@@ -28,6 +28,18 @@ std::string append_correct_count(Graph& g, const std::string& scores, const std:
   return append(g, "ReduceSum", {hit_f32}, "graphrun.correct", {{"keepdims", Attribute::Int(0)}});
 }
 
+StepFigures append_step_figures(Graph& g, const std::string& loss, const std::string& scores,
+                                const std::string& labels, bool count, bool classes_last) {
+  const ValueInfo* li = g.info(loss);
+  const ValueInfo* si = g.info(scores);
+  const DType t = li && li->dtype != DType::Undefined ? li->dtype : si ? si->dtype : DType::Undefined;
+  StepFigures f;
+  f.loss = t == DType::F64 ? append(g, "Cast", {loss}, "graphrun.loss_f32", {{"to", Attribute::Int(static_cast<int64_t>(DType::F32))}})
+                           : loss;
+  f.correct = count ? append_correct_count(g, scores, labels, classes_last) : f.loss;
+  return f;
+}
+
 Graph add_metrics(const Graph& graph, const std::string& scores, Metrics* m, bool classes_last) {
   Graph g = graph;
   GR_CHECK(g.is_output(scores), "add_metrics: graph '" << g.name << "' has no output named '" << scores << "'");

@@ -29,4 +29,15 @@ Graph add_metrics(const Graph& g, const std::string& scores, Metrics* metrics, b
 std::string append_correct_count(Graph& g, const std::string& scores, const std::string& labels,
                                  bool classes_last = false);
 
+// What a training step hands the host each step (runtime::HostReadback reads f32 scalars only): its
+// loss and its count of correct predictions, both f32 scalars. A float64 loss (train --float64) is
+// cast to f32 by a node appended to g, so the CPU, GPUs and the simulated device round it alike; the
+// count is appended as append_correct_count does. `count` false (--loss mse counts nothing): `correct`
+// names the f32 loss again.
+struct StepFigures {
+  std::string loss, correct;
+};
+StepFigures append_step_figures(Graph& g, const std::string& loss, const std::string& scores,
+                                const std::string& labels, bool count, bool classes_last = false);
+
 }  // namespace graphrun::passes
