@@ -188,8 +188,9 @@ TEST(SimTrainer, Float64ModelReadsItsLossThroughACastNodeAndEqualsCpuReplicas) {
   bool f64_weights = false;
   for (const auto& [name, v] : dev.replica(0).states()) f64_weights |= v.dtype() == DType::F64;
   EXPECT_TRUE(f64_weights);
-  // Per step and replica two asynchronous f32 copies (loss, correct count), plus the evaluation's two.
-  EXPECT_EQ(used.async_device_to_host, 2 * 4 * 2 + 2);
+  // Per step and replica two asynchronous f32 copies (loss, correct count), plus the evaluation's two
+  // on each device.
+  EXPECT_EQ(used.async_device_to_host, 2 * 4 * 2 + 2 * 2);
   for (Trainer* t : {&cpu, &dev}) {
     const Graph& g = t->replica(0).graph();
     const auto cast = std::find_if(g.nodes.begin(), g.nodes.end(), [](const Node& n) {
