@@ -22,6 +22,7 @@
 #include "runtime/data/idx.h"
 #include "runtime/device.h"
 #include "runtime/executor.h"
+#include "runtime/run_at_once.h"
 #include "runtime/profile.h"
 
 namespace graphrun::runtime {
@@ -135,23 +136,9 @@ Measured run_replica(const TrainingGraphs& tg, const DeviceGraph& dg, int64_t n,
     if (e.name == "ReplicaSum") pn.sync = true, pn.sync_bytes = e.bytes_in;
     m.nodes.push_back(pn);
   }
-  if (copies == 1) {
-    for (int s = 0; s < timed; ++s) exec.run(in);
-  } else {
-    std::vector<std::thread> threads_of;
-    std::vector<std::exception_ptr> errors(copies);
-    for (int c = 0; c < copies; ++c)
-      threads_of.emplace_back([&, c] {
-        try {
-          for (int s = 0; s < timed; ++s) execs[c]->run(in);
-        } catch (...) {
-          errors[c] = std::current_exception();
-        }
-      });
-    for (auto& t : threads_of) t.join();
-    for (auto& e : errors)
-      if (e) std::rethrow_exception(e);
-  }
+  run_at_once(copies, [&](int c) {
+    for (int s = 0; s < timed; ++s) execs[c]->run(in);
+  });
   for (size_t i = per_run; i < track.events().size(); ++i) {
     const ProfileEvent& e = track.events()[i];
     auto it = index.find(e.node);

@@ -6,13 +6,13 @@
 // the squared errors.
 #include <cstring>
 #include <map>
-#include <thread>
 
 #include "graph/passes/add_metrics.h"
 #include "graph/passes/remove_noops.h"
 #include "graph/passes/train_mode.h"
 #include "runtime/comm/mpi.h"
 #include "runtime/pipeline.h"
+#include "runtime/run_at_once.h"
 #include "runtime/trainer_parts.h"
 
 namespace graphrun::runtime {
@@ -68,7 +68,7 @@ Graph for_executor(Graph g) {
 // Before any training: the model must map the inputs to one score per class of the labels (or, with
 // --loss mse, to one value per target).
 void Trainer::setup_evaluation() {
-  Graph inference = passes::remove_noops(passes::to_inference(graphs_.forward));
+  const Graph inference = passes::remove_noops(passes::to_inference(graphs_.forward));
   ExecOptions eo;
   eo.device = opts_.pipeline.devices[0];
   eo.threads = threads_;
@@ -115,36 +115,35 @@ void Trainer::setup_evaluation() {
       eval_->classes = per.empty() ? c : 0;  // (top-5 is for one label per example)
     }
   }
+  // --loss mse: the host sums the squared errors from the outputs; else the metric graph counts.
+  Graph g;
+  if (mse()) {
+    g = inference;
+    eo.fetch = {graphs_.logits};
+  } else {
+    passes::Metrics m;
+    g = passes::add_metrics(inference, graphs_.logits, &m, opts_.pipeline.classes_last);
+    eo.state_updates = m.state_updates;
+    for (const auto& [next, _] : m.state_updates) eo.fetch.push_back(next);
+    if (eval_->classes > 10) eo.fetch.push_back(graphs_.logits);
+    eval_->labels = m.labels;
+    eval_->correct_total = m.correct_total;
+    eval_->loss_total = m.loss_total;
+  }
+  g = for_executor(g);
   // Each device's copy gets its replica's intra-op threads: the copies run at once.
   const std::vector<Device>& devs = opts_.pipeline.devices;
   eval_->parts.resize(devs.size());
-  if (mse()) {
-    eo.fetch = {graphs_.logits};
-    inference = for_executor(inference);
-    for (size_t d = 0; d < devs.size(); ++d) {
-      eo.device = devs[d];
-      eval_->parts[d].exec = std::make_unique<Executor>(inference, eo);
-    }
-    return;
-  }
-  passes::Metrics m;
-  const Graph g = for_executor(passes::add_metrics(inference, graphs_.logits, &m, opts_.pipeline.classes_last));
-  eo.state_updates = m.state_updates;
-  for (const auto& [next, _] : m.state_updates) eo.fetch.push_back(next);
-  if (eval_->classes > 10) eo.fetch.push_back(graphs_.logits);
   for (size_t d = 0; d < devs.size(); ++d) {
     eo.device = devs[d];
     eval_->parts[d].exec = std::make_unique<Executor>(g, eo);
-    eval_->parts[d].totals = std::make_unique<HostReadback>(backend_, devs[d], 1, 2);
+    if (!mse()) eval_->parts[d].totals = std::make_unique<HostReadback>(backend_, devs[d], 1, 2);
   }
-  eval_->labels = m.labels;
-  eval_->correct_total = m.correct_total;
-  eval_->loss_total = m.loss_total;
 }
 
 double Trainer::evaluate() { return evaluate_stats().accuracy; }
 
-// What one device's copy found over its run of the test batches.
+// What one replica's copy found over its share of the test set.
 struct PartTotals {
   double correct = 0, loss = 0, sq = 0;
   int64_t top5 = 0;
@@ -214,24 +213,7 @@ EvalStats Trainer::evaluate_stats() {
     tot.loss = t[1];
   };
   std::vector<PartTotals> tots(static_cast<size_t>(P));
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(P));
-  std::vector<std::thread> others;
-  for (int p = 1; p < P; ++p)
-    others.emplace_back([&, p] {
-      try {
-        run_part(p, tots[p]);
-      } catch (...) {
-        errors[p] = std::current_exception();
-      }
-    });
-  try {
-    run_part(0, tots[0]);
-  } catch (...) {
-    errors[0] = std::current_exception();
-  }
-  for (auto& t : others) t.join();
-  for (const auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  run_at_once(P, [&](int p) { run_part(p, tots[p]); });
 
   // Every replica's totals, in the job's replica order (other ranks' through one allgather).
   if (G > P) {

@@ -78,8 +78,8 @@ struct Trainer::Replica {
 
 // The metric graph: the inference graph plus the test set's correct count and summed cross-entropy,
 // accumulated as state over the batches and read once at the end. One copy per local device: each
-// evaluates its own contiguous run of the test batches on its replica's thread budget, all at once,
-// and the host adds their totals (in double, in device order).
+// evaluates its replica's contiguous share of the test set on that replica's threads, all at once,
+// and the host adds every replica's totals (other ranks' too) in double, in the job's replica order.
 struct Trainer::Evaluation {
   struct Part {
     std::unique_ptr<Executor> exec;
