@@ -64,7 +64,7 @@ def main():
     steps = a.max_steps or -(-60000 // 256)
     floor = fma_floor(a.graphrun, a.model, 256, steps)
     if floor:
-        print(f'graphrun cpu:2 / FMA floor = {sec["gr cpu:2 x1"] / floor:.1f} (aim: <= 2)')
+        print(f'graphrun cpu:2 / FMA floor = {sec["gr cpu:2 x1"] / floor:.2f} (aim: <= 2)')
 
     if a.overlap_pairs > 0:
         print()

@@ -47,12 +47,14 @@ def main():
           (f', first {a.max_steps} steps of each' if a.max_steps else ''))
     print(f'{"run":<22}{"sec/epoch":>10}{"test acc":>10}')
     for k, (acc, sec) in r.items():
-        print(f'{k:<22}{sec:>10.2f}{acc:>10.2f}')
+        print(f'{k:<22}{sec:>10.3f}{acc:>10.2f}')
     one, two = r['graphrun cpu:1'][1], r['graphrun cpu:2'][1]
     print(f'\ncpu:2 vs cpu:1: {100 * (1 - two / one):.0f}% less time per epoch (aim: >= 40%)')
     if not a.skip_torch:
         print(f'graphrun cpu:1 / pytorch 1 thread = {one / r["pytorch 1 thread"][1]:.2f}; '
               f'graphrun cpu:2 / pytorch 2 threads = {two / r["pytorch 2 threads"][1]:.2f}')
+        print(f'speed-up: {r["pytorch 1 thread"][1] / one:.2f}x at 1 thread, '
+              f'{r["pytorch 2 threads"][1] / two:.2f}x at 2 threads (aim: >= 5x at 2)')
 
     if a.overlap_pairs > 0:
         print()
