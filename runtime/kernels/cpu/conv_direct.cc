@@ -2,7 +2,9 @@
 // input plane is first copied into a zero-padded plane whose rows are long enough for whole vector
 // loads, so the inner loops have no bounds checks: the forward pass keeps up to four vectors of an
 // output row of several channels in registers across all taps; the weight gradient keeps one
-// accumulator per tap (up to ten taps per pass over dY).
+// accumulator per tap (up to ten taps per pass over dY), taking the passes over small tiles of images
+// so that the dY rows they share come from L1.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // false positives inside _mm512_reduce_add_ps (GCC 12)
 #include "runtime/kernels/cpu/conv_direct.h"
 
 #include <immintrin.h>
@@ -175,21 +177,21 @@ void forward_row_part(int64_t nv, const Geometry& g, const float* rows, const fl
   }
 }
 
-// Sums over images and output rows (in that order) of dY row x padded input row at NA taps, whose
-// offsets into the plane are off[0..NA), for MB output channels m.. m + MB - 1 of one group at once
-// (they share the input loads, and each dY load serves NA taps: MB + NA loads for MB * NA FMAs); lanes
-// past the row's end are masked off on both sides, so padding never meets a NaN. out[i * taps + a]:
-// the weight gradient of channel m + i at tap a. Each accumulator adds the same products in the same
-// order whatever MB is, so the blocking does not change a bit.
+// Adds to the partial sums `part` (MB x NA vectors, lane by lane) the products of dY rows x padded input
+// rows of images n0 .. n1 - 1 and every output row (in that order) at NA taps, whose offsets into the
+// plane are off[0..NA), for MB output channels m .. m + MB - 1 of one group at once (they share the input
+// loads, and each dY load serves NA taps: MB + NA loads for MB * NA FMAs); lanes past the row's end are
+// masked off on both sides, so padding never meets a NaN. Each lane adds the same products in the same
+// order whatever MB, NA and the image tiles are, so the blocking does not change a bit.
 template <int MB, int NA>
 void grad_taps(const Geometry& g, const DirectConv& dc, const float* planes, const float* dy, int64_t m,
-               const int64_t* off, float* out, int64_t taps) {
+               const int64_t* off, int64_t n0, int64_t n1, V* part) {
   static_assert(MB * NA + MB + 1 <= kVectorRegisters, "accumulators, dY and one input fit the registers");
   V acc[MB][NA];
 #pragma GCC unroll 4
   for (int i = 0; i < MB; ++i)
 #pragma GCC unroll 16
-    for (int a = 0; a < NA; ++a) acc[i][a] = Simd::set1(0.f);
+    for (int a = 0; a < NA; ++a) acc[i][a] = part[i * NA + a];
   const int64_t grp = m / (dc.M / dc.group), P = g.OH * g.OW, full = g.OW / kW * kW;
   const Simd::Mask tail = Simd::first(g.OW - full > 0 ? g.OW - full : 1);
   auto step = [&](const float* x, const float* d, int64_t ow0, auto load) {
@@ -203,7 +205,7 @@ void grad_taps(const Geometry& g, const DirectConv& dc, const float* planes, con
       for (int i = 0; i < MB; ++i) acc[i][a] = Simd::fma(dv[i], xv, acc[i][a]);
     }
   };
-  for (int64_t n = 0; n < dc.N; ++n) {
+  for (int64_t n = n0; n < n1; ++n) {
     const float* plane = planes + (n * dc.group + grp) * g.plane();
     const float* dyp = dy + (n * dc.M + m) * P;
     for (int64_t oh = 0; oh < g.OH; ++oh) {
@@ -217,7 +219,7 @@ void grad_taps(const Geometry& g, const DirectConv& dc, const float* planes, con
 #pragma GCC unroll 4
   for (int i = 0; i < MB; ++i)
 #pragma GCC unroll 16
-    for (int a = 0; a < NA; ++a) out[i * taps + a] = Simd::sum(acc[i][a]);
+    for (int a = 0; a < NA; ++a) part[i * NA + a] = acc[i][a];
 }
 
 // The most taps one pass of MB channels can hold (at most 10: the old one-channel kernel's).
@@ -226,21 +228,39 @@ constexpr int kMaxGradTaps = std::min(10, (kVectorRegisters - 1 - MB) / MB);
 
 template <int MB, int NA = kMaxGradTaps<MB>>
 void grad_taps_n(int na, const Geometry& g, const DirectConv& dc, const float* planes, const float* dy, int64_t m,
-                 const int64_t* off, float* out, int64_t taps) {
+                 const int64_t* off, int64_t n0, int64_t n1, V* part) {
   if constexpr (NA >= 1) {
-    if (na == NA) return grad_taps<MB, NA>(g, dc, planes, dy, m, off, out, taps);
-    grad_taps_n<MB, NA - 1>(na, g, dc, planes, dy, m, off, out, taps);
+    if (na == NA) return grad_taps<MB, NA>(g, dc, planes, dy, m, off, n0, n1, part);
+    grad_taps_n<MB, NA - 1>(na, g, dc, planes, dy, m, off, n0, n1, part);
   }
 }
 
-// The weight gradient of channels m .. m + MB - 1: the taps in passes of nearly equal size.
+// Bytes of dY rows and input planes one image tile of a weight-gradient pass reads: the passes over the
+// taps of a tile then find them in L1 instead of streaming the whole dY from memory once per pass.
+constexpr int64_t kGradTileBytes = 24 << 10;
+
+// The weight gradient of channels m .. m + MB - 1: the taps in passes of nearly equal size, over tiles of
+// images (every pass of a tile before the next tile), the partial sums kept per lane in `part` between
+// tiles (MB x taps vectors), then summed across lanes.
 template <int MB>
 void grad_channels(const Geometry& g, const DirectConv& dc, const float* planes, const float* dy, int64_t m,
-                   const int64_t* off, float* dw, int64_t taps) {
+                   const int64_t* off, float* dw, int64_t taps, V* part) {
   const int64_t passes = (taps + kMaxGradTaps<MB> - 1) / kMaxGradTaps<MB>;
+  const int64_t per_image = static_cast<int64_t>(sizeof(float)) * (MB * g.OH * g.OW + g.plane());
+  const int64_t tile = std::max<int64_t>(1, kGradTileBytes / per_image);
+  std::fill(part, part + MB * taps, Simd::set1(0.f));
+  for (int64_t n0 = 0; n0 < dc.N; n0 += tile) {
+    const int64_t n1 = std::min(dc.N, n0 + tile);
+    for (int64_t p = 0, t0 = 0; p < passes; ++p) {
+      const int64_t na = (taps - t0) / (passes - p);
+      grad_taps_n<MB>(static_cast<int>(na), g, dc, planes, dy, m, off + t0, n0, n1, part + MB * t0);
+      t0 += na;
+    }
+  }
   for (int64_t p = 0, t0 = 0; p < passes; ++p) {
     const int64_t na = (taps - t0) / (passes - p);
-    grad_taps_n<MB>(static_cast<int>(na), g, dc, planes, dy, m, off + t0, dw + m * taps + t0, taps);
+    for (int64_t i = 0; i < MB; ++i)
+      for (int64_t a = 0; a < na; ++a) dw[(m + i) * taps + t0 + a] = Simd::sum(part[MB * t0 + i * na + a]);
     t0 += na;
   }
 }
@@ -298,6 +318,7 @@ void direct_conv_weight_grad(const DirectConv& dc, const float* x, const float* 
     // Whole output channels per thread: each weight's sum runs on one thread in a fixed order. Blocks of
     // up to kGradChannels channels of one group, smaller when that would leave a thread without work.
     int64_t off[kDirectMaxTaps];
+    alignas(64) V part[kGradChannels * kDirectMaxTaps];  // one block's partial sums, per lane
     for (int64_t t = 0; t < taps; ++t) off[t] = t / g.KW * g.dh * g.Wr + t % g.KW * g.dw;
     const int64_t Mg = dc.M / dc.group;
     int64_t mb = kGradChannels;
@@ -306,11 +327,11 @@ void direct_conv_weight_grad(const DirectConv& dc, const float* x, const float* 
 #pragma omp for schedule(dynamic, 1)
     for (int64_t b = 0; b < dc.group * blocks; ++b) {
       const int64_t m = b / blocks * Mg + b % blocks * mb, n = std::min(mb, (b / blocks + 1) * Mg - m);
-      if (n >= 4 && kGradChannels >= 4) grad_channels<kGradChannels>(g, dc, scratch, dy, m, off, dw, taps);
+      if (n >= 4 && kGradChannels >= 4) grad_channels<kGradChannels>(g, dc, scratch, dy, m, off, dw, taps, part);
       else if (n >= 2) {
-        for (int64_t i = 0; i + 2 <= n; i += 2) grad_channels<2>(g, dc, scratch, dy, m + i, off, dw, taps);
-        if (n % 2) grad_channels<1>(g, dc, scratch, dy, m + n - 1, off, dw, taps);
-      } else grad_channels<1>(g, dc, scratch, dy, m, off, dw, taps);
+        for (int64_t i = 0; i + 2 <= n; i += 2) grad_channels<2>(g, dc, scratch, dy, m + i, off, dw, taps, part);
+        if (n % 2) grad_channels<1>(g, dc, scratch, dy, m + n - 1, off, dw, taps, part);
+      } else grad_channels<1>(g, dc, scratch, dy, m, off, dw, taps, part);
     }
   }
 }
