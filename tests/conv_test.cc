@@ -248,6 +248,8 @@ TEST(ConvGrad, MatchesCentralDifferencesOfConv) {
       {"same_lower", {1, 2, 6, 5}, {2, 2, 4, 3}, 1, {2, 2}, {}, {}, "SAME_LOWER"},
       {"conv1d", {2, 2, 9}, {3, 2, 3}, 1, {2}, {2, 1}, {2}},
       {"large_image", {2, 1, 18, 18}, {2, 1, 3, 3}},  // 256 output pixels: per-image GEMMs
+      // dX's one-register rows (col2im, f32): 11 rows (groups of four, even rows first), pads on every side.
+      {"odd_rows_pads", {2, 3, 12, 11}, {4, 3, 3, 5}, 1, {}, {1, 2, 0, 1}},
       // One input channel per group: dW from the direct kernel (f32), dX from the GEMM path.
       {"one_channel_pads_dilations", {2, 1, 9, 11}, {3, 1, 3, 3}, 1, {2, 1}, {1, 2, 0, 1}, {1, 2}},
       {"one_channel_wide_rows", {1, 1, 3, 41}, {2, 1, 2, 5}},

@@ -273,16 +273,44 @@ bool col2im_add_rows(const float* col, int64_t ld, const ConvShape& cs, float* x
           for (int64_t od = 0; od < w.out[0]; ++od) {
             const int64_t id = od * w.s[0] - w.pb[0] + kd * w.d[0];
             if (id < 0 || id >= w.in[0]) continue;
-            for (int64_t oh = 0; oh < w.out[1]; ++oh) {
+            // Rows in groups of up to four, each row's sum in its own register (one sum's adds form a
+            // chain that waits on each add; four chains overlap), and even rows before odd ones: a row's
+            // 16-lane load would otherwise overlap the masked store of the row just before it, which the
+            // core cannot forward (the load waits for the store). Rows of a group are distinct (oh
+            // distinct), so loading all before storing all loses no sum; each element adds its kernel
+            // columns in the same order as before.
+            float* xrow[4];
+            const float* rrow[4];
+            int nr = 0;
+            auto rows = [&](auto count, int q0) {
+              constexpr int R = decltype(count)::value;
+              __m512 acc[R];
+#pragma GCC unroll 4
+              for (int q = 0; q < R; ++q) acc[q] = _mm512_maskz_loadu_ps(xmask, xrow[q0 + q]);
+              for (int64_t kw = 0; kw < KW; ++kw) {
+                const __mmask16 m = static_cast<__mmask16>(first << (kw * d));
+#pragma GCC unroll 4
+                for (int q = 0; q < R; ++q)
+                  acc[q] = _mm512_add_ps(acc[q], _mm512_maskz_loadu_ps(m, rrow[q0 + q] + kw * ld - kw * d));
+              }
+#pragma GCC unroll 4
+              for (int q = 0; q < R; ++q) _mm512_mask_storeu_ps(xrow[q0 + q], xmask, acc[q]);
+            };
+            auto flush = [&] {
+              if (nr == 4) rows(std::integral_constant<int, 4>{}, 0);
+              else
+                for (int q = 0; q < nr; ++q) rows(std::integral_constant<int, 1>{}, q);
+              nr = 0;
+            };
+            for (int64_t i = 0; i < w.out[1]; ++i) {
+              const int64_t oh = i < (w.out[1] + 1) / 2 ? 2 * i : 2 * (i - (w.out[1] + 1) / 2) + 1;
               const int64_t ih = oh * w.s[1] - w.pb[1] + kh * w.d[1];
               if (ih < 0 || ih >= w.in[1]) continue;
-              float* xrow = xc + (id * w.in[1] + ih) * IW - pb;
-              const float* r = src + od * OHW + oh * OW;
-              __m512 acc = _mm512_maskz_loadu_ps(xmask, xrow);
-              for (int64_t kw = 0; kw < KW; ++kw, r += ld)
-                acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(static_cast<__mmask16>(first << (kw * d)), r - kw * d));
-              _mm512_mask_storeu_ps(xrow, xmask, acc);
+              xrow[nr] = xc + (id * w.in[1] + ih) * IW - pb;
+              rrow[nr] = src + od * OHW + oh * OW;
+              if (++nr == 4) flush();
             }
+            if (nr) flush();
           }
         }
       }
