@@ -45,6 +45,22 @@ def run(name, cmd):
     return float(m.group(1)), (sum(epochs) / len(epochs) if epochs else float(m.group(2)))
 
 
+def run_rounds(rows, repeats):
+    """Runs every (label, cmd) of the dict `rows` in order, `repeats` rounds of them, so that a slow spell of
+    the machine falls on every row alike; returns {name: (test accuracy of the last run, median sec/epoch)}
+    and prints each row's runs."""
+    import statistics
+    secs, acc = {k: [] for k in rows}, {}
+    for i in range(repeats):
+        for k, (label, cmd) in rows.items():
+            acc[k], sec = run(label + (f' ({i + 1}/{repeats})' if repeats > 1 else ''), cmd)
+            secs[k].append(sec)
+    if repeats > 1:
+        for k, v in secs.items():
+            print(f'{k}: ' + ', '.join(f'{x:.3f}' for x in v) + f' sec/epoch, median {statistics.median(v):.3f}')
+    return {k: (acc[k], statistics.median(v)) for k, v in secs.items()}
+
+
 def overlap_ab(name, cmd, pairs):
     """Runs `cmd` (a graphrun train command) with --overlap-allreduce off and on, alternating, `pairs`
     times each; prints both medians and returns them as (sec off, sec on)."""

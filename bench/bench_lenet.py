@@ -2,7 +2,7 @@
 """Benchmark: the d2l LeNet on Fashion-MNIST (batch 256, lr 0.2), graphrun against the PyTorch
 yardstick in the same run, at equal threads; prints sec/epoch, their ratios and test accuracy.
 
-  bench/bench_lenet.py [--epochs 1] [--graphrun build/graphrun] [--torch-ref ../shared/ref/torch_reference.py]
+  bench/bench_lenet.py [--epochs 1] [--repeats N] [--graphrun build/graphrun] [--torch-ref ../shared/ref/torch_reference.py]
 
 Rows: graphrun cpu:1 --threads 1 vs torch --threads 1; graphrun cpu:2 --threads 1 (one replica per
 core) vs torch --threads 2 and vs graphrun cpu:1; and graphrun cpu:1 --threads 2 for reference.
@@ -15,7 +15,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import fma_floor, overlap_ab, run  # noqa: E402
+from bench_common import fma_floor, overlap_ab, run_rounds  # noqa: E402
 
 
 def main():
@@ -29,6 +29,8 @@ def main():
     ap.add_argument('--overlap-pairs', type=int, default=1,
                     help='also time cpu:2 with AllReduce overlap off and on, alternating, this many times each (0: skip)')
     ap.add_argument('--bucket-mb', help='graphrun --bucket-mb (gradients per AllReduce node; default 4)')
+    ap.add_argument('--repeats', type=int, default=1,
+                    help='run every row this many times, in rounds, and report medians')
     ap.add_argument('--max-steps', type=int, default=0,
                     help='time only this many steps of each epoch (quick comparisons; accuracy is then meaningless)')
     a = ap.parse_args()
@@ -37,14 +39,14 @@ def main():
     bucket = ['--bucket-mb', a.bucket_mb] if a.bucket_mb else []
     gr = lambda dev, t: [a.graphrun] + common + steps + bucket + ['--devices', dev, '--threads', str(t)]
     torch = lambda t: [a.python, a.torch_ref, '--model', 'lenet', '--threads', str(t), '--epochs', str(a.epochs)] + steps
-    r = {}
-    r['gr cpu:1 x1'] = run('graphrun cpu:1, 1 thread', gr('cpu:1', 1))
+    rows = {'gr cpu:1 x1': ('graphrun cpu:1, 1 thread', gr('cpu:1', 1))}
     if not a.skip_torch:
-        r['torch 1'] = run('pytorch, 1 thread', torch(1))
-    r['gr cpu:2 x1'] = run('graphrun cpu:2, 1 thread per replica', gr('cpu:2', 1))
+        rows['torch 1'] = ('pytorch, 1 thread', torch(1))
+    rows['gr cpu:2 x1'] = ('graphrun cpu:2, 1 thread per replica', gr('cpu:2', 1))
     if not a.skip_torch:
-        r['torch 2'] = run('pytorch, 2 threads', torch(2))
-    r['gr cpu:1 x2'] = run('graphrun cpu:1, 2 threads', gr('cpu:1', 2))
+        rows['torch 2'] = ('pytorch, 2 threads', torch(2))
+    rows['gr cpu:1 x2'] = ('graphrun cpu:1, 2 threads', gr('cpu:1', 2))
+    r = run_rounds(rows, a.repeats)
 
     print(f'\nLeNet, Fashion-MNIST, batch 256, lr 0.2, {a.epochs} epoch(s)' +
           (f', first {a.max_steps} steps of each' if a.max_steps else ''))

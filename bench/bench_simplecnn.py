@@ -4,7 +4,7 @@ Adam lr 1e-3, batch 64, inputs (x - 0.1307) / 0.3081, one epoch, on cpu:1 and on
 per replica); prints test accuracy, sec/epoch and the reduction of cpu:2 against cpu:1, next to
 the PyTorch yardstick (../shared/ref/torch_reference.py --model simplecnn) at 1 and 2 threads.
 
-  bench/bench_simplecnn.py [--epochs 1] [--graphrun build/graphrun] [--torch-ref ../shared/ref/torch_reference.py]
+  bench/bench_simplecnn.py [--epochs 1] [--repeats N] [--graphrun build/graphrun] [--torch-ref ../shared/ref/torch_reference.py]
 
 Then cpu:2 with --overlap-allreduce off and on, alternating (--overlap-pairs N times each; medians).
 Paths are relative to the repository root. sec/epoch counts the training steps only (d2l's timer).
@@ -15,7 +15,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import overlap_ab, run  # noqa: E402
+from bench_common import overlap_ab, run_rounds  # noqa: E402
 
 
 def main():
@@ -28,6 +28,8 @@ def main():
     ap.add_argument('--skip-torch', action='store_true')
     ap.add_argument('--overlap-pairs', type=int, default=1,
                     help='also time cpu:2 with AllReduce overlap off and on, alternating, this many times each (0: skip)')
+    ap.add_argument('--repeats', type=int, default=1,
+                    help='run every row this many times, in rounds, and report medians')
     ap.add_argument('--max-steps', type=int, default=0,
                     help='time only this many steps of each epoch (quick comparisons; accuracy is then meaningless)')
     a = ap.parse_args()
@@ -36,12 +38,12 @@ def main():
               '--normalize', '0.1307,0.3081', '--epochs', str(a.epochs), '--threads', '1'] + steps
     torch = lambda t: [a.python, a.torch_ref, '--model', 'simplecnn', '--threads', str(t),
                        '--epochs', str(a.epochs)] + steps
-    r = {}
-    r['graphrun cpu:1'] = run('graphrun cpu:1', [a.graphrun] + common + ['--devices', 'cpu:1'])
-    r['graphrun cpu:2'] = run('graphrun cpu:2', [a.graphrun] + common + ['--devices', 'cpu:2'])
+    rows = {'graphrun cpu:1': ('graphrun cpu:1', [a.graphrun] + common + ['--devices', 'cpu:1']),
+            'graphrun cpu:2': ('graphrun cpu:2', [a.graphrun] + common + ['--devices', 'cpu:2'])}
     if not a.skip_torch:
-        r['pytorch 1 thread'] = run('pytorch, 1 thread', torch(1))
-        r['pytorch 2 threads'] = run('pytorch, 2 threads', torch(2))
+        rows['pytorch 1 thread'] = ('pytorch, 1 thread', torch(1))
+        rows['pytorch 2 threads'] = ('pytorch, 2 threads', torch(2))
+    r = run_rounds(rows, a.repeats)
 
     print(f'\nSimpleCNN, Fashion-MNIST, Adam lr 1e-3, batch 64, normalised, {a.epochs} epoch(s)' +
           (f', first {a.max_steps} steps of each' if a.max_steps else ''))
