@@ -20,6 +20,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "autodiff/autodiff.h"
@@ -42,6 +43,19 @@ std::string devices_str(const std::vector<Device>& ds);  // "[cpu:0, cpu:1]"
 // Fails with one clear line (naming the reason, e.g. built without CUDA, no GPU) unless every device
 // is usable here and all are of one kind.
 void check_devices_available(const std::vector<Device>& ds);
+
+// Compiles the CPU GEMM's kernels (cpu::warm_up_sgemm) on a thread of its own from construction, so
+// that a command's loading and setup hide it rather than its first step; the destructor joins it.
+class KernelWarmUp {
+ public:
+  KernelWarmUp();
+  ~KernelWarmUp();
+  KernelWarmUp(const KernelWarmUp&) = delete;
+  KernelWarmUp& operator=(const KernelWarmUp&) = delete;
+
+ private:
+  std::thread thread_;
+};
 
 struct TrainOptions {
   PipelineOptions pipeline;

@@ -9,6 +9,7 @@
 #include "graph/passes/train_mode.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/mpi.h"
+#include "runtime/kernels/cpu/gemm.h"
 #include "runtime/trainer_parts.h"
 
 namespace graphrun::runtime {
@@ -74,6 +75,9 @@ void check_devices_available(const std::vector<Device>& ds) {
   for (const Device& d : ds)
     GR_CHECK(d.kind == ds[0].kind, "cannot mix CPU and GPU replicas in one run (" << devices_str(ds) << ")");
 }
+
+KernelWarmUp::KernelWarmUp() : thread_([] { cpu::warm_up_sgemm(); }) {}
+KernelWarmUp::~KernelWarmUp() { thread_.join(); }
 
 Trainer::Trainer(const Graph& model, TrainOptions opts) : opts_(std::move(opts)) {
   check_options();

@@ -351,6 +351,9 @@ int cmd_train(const std::vector<std::string>& argv) {
     else profiler->write_trace(profile_path);
   };
   runtime::check_devices_available(devices);
+  std::unique_ptr<runtime::KernelWarmUp> warm_up;  // CPU replicas: the GEMM's kernels compile during setup
+  if (auto_placement || devices.empty() || devices[0].kind == Device::Kind::CPU)
+    warm_up = std::make_unique<runtime::KernelWarmUp>();
 
   Graph model = load_onnx(args.positional()[0]);
   if (args.has("float64")) model = float64_copy(model);

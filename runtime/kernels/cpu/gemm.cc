@@ -106,6 +106,13 @@ void check_fused_activation(const Node& n) {
   GR_CHECK(a == "Relu", n.describe() << ": activation '" << a << "' is not supported (Relu)");
 }
 
+void warm_up_sgemm() {
+  // Each transposition case on a small product: the first call JIT-compiles the kernels, a case first
+  // met later adds a few ms of its own.
+  float a[64 * 64] = {}, b[64 * 64] = {}, c[64 * 64] = {};
+  for (int t = 0; t < 4; ++t) sgemm_1(t & 1, t & 2, 64, 64, 64, 1.f, a, 64, b, 64, 0.f, c, 64);
+}
+
 const char* sgemm_library() {
 #ifdef GRAPHRUN_ONEDNN
   return "oneDNN";

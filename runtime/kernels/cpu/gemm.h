@@ -20,6 +20,11 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
 void dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
            const double* b, int64_t ldb, double beta, double* c, int64_t ldc, int threads = 1);
 
+// oneDNN compiles its GEMM kernels for this CPU on the first call (about 45 ms of one core, most of it
+// for the first transposition case): calling this once, on a thread of its own while a command loads
+// its model and data, keeps that out of the first training step. Safe to run alongside sgemm calls.
+void warm_up_sgemm();
+
 // "oneDNN" or "Eigen": which library this build's sgemm runs on (their roundings differ: tests that
 // pin trained bits pin one value per library).
 const char* sgemm_library();
