@@ -89,7 +89,7 @@ void Trainer::setup_evaluation() {
     }
     if (mse()) {
       const data::ArraySpec& t = test_src_->spec(data::kLabels);
-      GR_CHECK(out.dtype() == DType::F32 && out.rank() >= 1 && out.dim(0) == n && out.numel() == n * t.numel(),
+      GR_CHECK((out.dtype() == DType::F32 || out.dtype() == DType::F64) && out.rank() >= 1 && out.dim(0) == n && out.numel() == n * t.numel(),
                "model output '" << graphs_.logits << "' is " << dtype_name(out.dtype()) << shape_str(out.shape())
                                 << " for " << n << " examples but the targets of " << test_src_->describe() << " are "
                                 << dtype_name(t.dtype) << shape_str(t.shape) << " per example");
@@ -197,6 +197,12 @@ EvalStats Trainer::evaluate_stats() {
       }
       if (mse()) {
         const Tensor out = to_host(ex.run(in).at(graphs_.logits));
+        if (out.dtype() == DType::F64) {  // a float64 model: f64 outputs and targets
+          const double* o = out.data<double>();
+          const double* t = y.data<double>();
+          for (int64_t j = 0, m = out.numel(); j < m; ++j) tot.sq += (o[j] - t[j]) * (o[j] - t[j]);
+          continue;
+        }
         const float* o = out.data<float>();
         const float* t = y.data<float>();
         for (int64_t j = 0, m = out.numel(); j < m; ++j) tot.sq += double(o[j] - t[j]) * double(o[j] - t[j]);

@@ -233,7 +233,8 @@ void Trainer::load_data(const Graph& model) {
   const std::string out = opts_.pipeline.output.empty() && !model.outputs.empty() ? model.outputs[0] : opts_.pipeline.output;
   const ValueInfo* ov = model.info(out);
   if (mse()) {
-    fo.label_dtype = DType::F32;
+    // Targets in the output's type: f64 for a float64 model (train --float64), as its inputs are fed.
+    fo.label_dtype = ov && ov->dtype == DType::F64 ? DType::F64 : DType::F32;
     fo.check_label_shape = ov && ov->has_shape;
     if (fo.check_label_shape) fo.label_shape = input_spec(model, out).shape;
   }

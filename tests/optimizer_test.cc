@@ -19,14 +19,15 @@ namespace {
 using testing::lenet_path;
 
 // A graph whose "gradient" of W is its input G: replicate() appends the optimizer nodes, so running
-// it applies exactly the optimizer the trainer uses to gradients we choose.
+// it applies exactly the optimizer the trainer uses to gradients we choose. W is f32 or f64 (a
+// float64 model's parameter, whose optimizer state is f64 too).
 Graph gradient_feed_graph(const Tensor& w) {
   Graph g;
   g.name = "feed";
   g.opsets[""] = 17;
   g.initializers["W"] = w.clone();
   ValueInfo vi;
-  vi.dtype = DType::F32;
+  vi.dtype = w.dtype();
   vi.has_shape = true;
   for (int64_t d : w.shape()) vi.shape.push_back(Dim(d));
   g.values["W"] = vi;
@@ -39,41 +40,52 @@ Graph gradient_feed_graph(const Tensor& w) {
 }
 
 void write_tensor(std::ostream& os, const Tensor& t) {
-  os.precision(9);
-  for (int64_t i = 0; i < t.numel(); ++i) os << t.data<float>()[i] << (i + 1 < t.numel() ? " " : "\n");
+  os.precision(17);
+  const auto v = t.as_doubles();
+  for (size_t i = 0; i < v.size(); ++i) os << v[i] << (i + 1 < v.size() ? " " : "\n");
 }
 
-// Applies `steps` updates through replicate's optimizer nodes and through torch.optim; returns the
-// largest difference of the weights after each step.
-double optimizer_vs_torch(const std::string& kind, float wd, const std::string& torch_ctor) {
+passes::OptimizerOptions adam_options(const std::string& kind, float wd) {
+  passes::OptimizerOptions o;
+  o.kind = kind;
+  o.beta1 = 0.8f;
+  o.beta2 = 0.95f;
+  o.eps = 1e-8f;
+  o.weight_decay = wd;
+  return o;
+}
+
+// Applies `steps` updates through replicate's optimizer nodes and through torch.optim, on weights of
+// type `dt` (torch in the same type); returns the largest difference of the weights after each step.
+double optimizer_vs_torch(const passes::OptimizerOptions& opt, const std::string& torch_ctor,
+                          DType dt = DType::F32) {
   const Shape shape{3, 5};
   const int steps = 6;
-  Tensor w0 = testing::random_tensor(shape, 7);
+  const bool f64 = dt == DType::F64;
+  auto typed = [&](const Tensor& t) { return f64 ? Tensor::from_vector<double>(t.shape(), t.as_doubles()) : t; };
+  Tensor w0 = typed(testing::random_tensor(shape, 7));
   std::vector<Tensor> grads;
-  std::vector<double> lrs;
+  std::vector<float> lrs;  // the graph's learning rate input is f32 (cast to f64 for f64 parameters)
   for (int s = 0; s < steps; ++s) {
-    grads.push_back(testing::random_tensor(shape, 100 + s, -0.5f, 0.5f));
-    lrs.push_back(0.01 * (s + 1) / steps + 0.002);  // a changing rate, as schedules feed it
+    grads.push_back(typed(testing::random_tensor(shape, 100 + s, -0.5f, 0.5f)));
+    lrs.push_back(float(0.01 * (s + 1) / steps + 0.002));  // a changing rate, as schedules feed it
   }
   runtime::ReplicateOptions ro;
   ro.params = {"W"};
-  ro.optimizer.kind = kind;
-  ro.optimizer.beta1 = 0.8f;
-  ro.optimizer.beta2 = 0.95f;
-  ro.optimizer.eps = 1e-8f;
-  ro.optimizer.weight_decay = wd;
+  ro.optimizer = opt;
   auto reps = runtime::replicate(gradient_feed_graph(w0), ro);
   runtime::ExecOptions eo;
   eo.state_updates = reps[0].state_updates;
   eo.fetch = {};
   runtime::Executor ex(reps[0].graph, eo);
 
-  const std::string dir = testing::temp_dir("optim_vs_torch_" + kind);
+  const std::string dir = testing::temp_dir("optim_vs_torch_" + opt.kind + (f64 ? "_f64" : ""));
   {
     std::ofstream f(dir + "/in.txt");
     write_tensor(f, w0);
     for (int s = 0; s < steps; ++s) {
-      f << lrs[s] << "\n";
+      f.precision(17);
+      f << double(lrs[s]) << "\n";
       write_tensor(f, grads[s]);
     }
   }
@@ -81,7 +93,8 @@ double optimizer_vs_torch(const std::string& kind, float wd, const std::string& 
     std::ofstream py(dir + "/ref.py");
     py << "import torch\n"
           "lines = open('" << dir << "/in.txt').read().split('\\n')\n"
-          "vec = lambda s: torch.tensor([float(x) for x in s.split()], dtype=torch.float32).reshape(3, 5)\n"
+          "vec = lambda s: torch.tensor([float(x) for x in s.split()], dtype=torch."
+       << (f64 ? "float64" : "float32") << ").reshape(3, 5)\n"
           "w = torch.nn.Parameter(vec(lines[0]))\n"
           "opt = " << torch_ctor << "\n"
           "out = open('" << dir << "/out.txt', 'w')\n"
@@ -89,20 +102,25 @@ double optimizer_vs_torch(const std::string& kind, float wd, const std::string& 
           "    for group in opt.param_groups: group['lr'] = float(lines[1 + 2 * s])\n"
           "    w.grad = vec(lines[2 + 2 * s])\n"
           "    opt.step()\n"
-          "    out.write(' '.join('%.9g' % v for v in w.detach().reshape(-1).tolist()) + '\\n')\n";
+          "    out.write(' '.join('%.17g' % v for v in w.detach().reshape(-1).tolist()) + '\\n')\n";
   }
   auto r = testing::run_command(testing::python() + " " + dir + "/ref.py");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   std::ifstream ref(dir + "/out.txt");
   double worst = 0, moved = 0;
+  const auto w0d = w0.as_doubles();
   for (int s = 0; s < steps; ++s) {
-    ex.run({{"G", grads[s]}, {"lr", Tensor::scalar<float>(float(lrs[s]))}, {"step", Tensor::scalar<int64_t>(s)}});
+    std::map<std::string, Tensor> feeds{{"G", grads[s]}, {"lr", Tensor::scalar<float>(lrs[s])}};
+    if (reps[0].graph.is_input("step")) feeds["step"] = Tensor::scalar<int64_t>(s);  // stateful optimizers
+    ex.run(feeds);
     const Tensor& w = ex.state("W");
-    for (int64_t i = 0; i < w.numel(); ++i) {
+    EXPECT_EQ(w.dtype(), dt);
+    const auto wd = w.as_doubles();
+    for (size_t i = 0; i < wd.size(); ++i) {
       double v = std::nan("");
       ref >> v;
-      worst = std::max(worst, std::isfinite(v) ? std::abs(v - w.data<float>()[i]) : 1e9);
-      moved = std::max(moved, std::abs(double(w.data<float>()[i]) - w0.data<float>()[i]));
+      worst = std::max(worst, std::isfinite(v) ? std::abs(v - wd[i]) : 1e9);
+      moved = std::max(moved, std::abs(wd[i] - w0d[i]));
     }
   }
   EXPECT_GT(moved, 1e-3) << "the optimizer did not move the weights";
@@ -110,16 +128,54 @@ double optimizer_vs_torch(const std::string& kind, float wd, const std::string& 
 }
 
 TEST(Optimizer, AdamEqualsTorchOptimAdam) {
-  EXPECT_LE(optimizer_vs_torch("adam", 0.f, "torch.optim.Adam([w], lr=0.01, betas=(0.8, 0.95), eps=1e-8)"), 1e-6);
-  EXPECT_LE(optimizer_vs_torch("adam", 0.05f,
+  EXPECT_LE(optimizer_vs_torch(adam_options("adam", 0.f), "torch.optim.Adam([w], lr=0.01, betas=(0.8, 0.95), eps=1e-8)"),
+            1e-6);
+  EXPECT_LE(optimizer_vs_torch(adam_options("adam", 0.05f),
                                "torch.optim.Adam([w], lr=0.01, betas=(0.8, 0.95), eps=1e-8, weight_decay=0.05)"),
             1e-6);
 }
 
 TEST(Optimizer, AdamWEqualsTorchOptimAdamW) {
-  EXPECT_LE(optimizer_vs_torch("adamw", 0.5f,
+  EXPECT_LE(optimizer_vs_torch(adam_options("adamw", 0.5f),
                                "torch.optim.AdamW([w], lr=0.01, betas=(0.8, 0.95), eps=1e-8, weight_decay=0.5)"),
             1e-6);
+}
+
+// f64 parameters (train --float64) keep f64 optimizer state: every optimizer equals torch.optim in
+// float64 to 1e-13, where an f32 state or update would be off by 1e-8 or more (the weights are near 1). The hyper-parameters
+// are exact in float (ONNX attributes and the rate input are float), and Adam's epsilon is tiny
+// (ONNX adds it to sqrt(v), torch to the bias-corrected sqrt: a difference of order epsilon).
+TEST(Optimizer, Float64ParametersKeepFloat64StateAndEqualTorchInFloat64) {
+  auto sgd = [](float momentum, bool nesterov, float wd) {
+    passes::OptimizerOptions o;
+    o.momentum = momentum;
+    o.nesterov = nesterov;
+    o.weight_decay = wd;
+    return o;
+  };
+  auto adam = [](const std::string& kind, float wd) {
+    passes::OptimizerOptions o;
+    o.kind = kind;
+    o.beta1 = 0.75f;
+    o.beta2 = 0.9375f;
+    o.eps = std::ldexp(1.f, -60);
+    o.weight_decay = wd;
+    return o;
+  };
+  const double tol = 1e-13;
+  EXPECT_LE(optimizer_vs_torch(sgd(0, false, 0.0625f), "torch.optim.SGD([w], lr=0.01, weight_decay=0.0625)",
+                               DType::F64), tol);
+  EXPECT_LE(optimizer_vs_torch(sgd(0.875f, false, 0.0625f),
+                               "torch.optim.SGD([w], lr=0.01, momentum=0.875, weight_decay=0.0625)", DType::F64),
+            tol);
+  EXPECT_LE(optimizer_vs_torch(sgd(0.875f, true, 0), "torch.optim.SGD([w], lr=0.01, momentum=0.875, nesterov=True)",
+                               DType::F64), tol);
+  EXPECT_LE(optimizer_vs_torch(adam("adam", 0.125f),
+                               "torch.optim.Adam([w], lr=0.01, betas=(0.75, 0.9375), eps=2**-60, weight_decay=0.125)",
+                               DType::F64), tol);
+  EXPECT_LE(optimizer_vs_torch(adam("adamw", 0.5f),
+                               "torch.optim.AdamW([w], lr=0.01, betas=(0.75, 0.9375), eps=2**-60, weight_decay=0.5)",
+                               DType::F64), tol);
 }
 
 TEST(Optimizer, AdamWGraphUsesStandardAdamAndExportsCheckerValid) {

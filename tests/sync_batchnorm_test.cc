@@ -168,16 +168,28 @@ TEST(SyncBatchNorm, TwoAndThreeReplicasEqualOneOnTheWholeBatch) {
 }
 
 // The same check in float64 (`graphrun train --float64`: graph/float64.h's copy of the model), with
-// plain SGD: where float32 rounding, amplified by the steps, would blur the comparison on a larger
-// model (README: SyncBatchNorm at full size), float64 shows --sync-bn agreeing to rounding (~1e-14).
+// SGD and momentum (its buffers f64 too): where float32 rounding, amplified by the steps, would blur
+// the comparison on a larger model (README: SyncBatchNorm at full size), float64 shows --sync-bn
+// agreeing to rounding (~1e-14).
 TEST(SyncBatchNorm, Float64TwoAndThreeReplicasEqualOneOnTheWholeBatch) {
   if (!testing::have_data()) GTEST_SKIP() << "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)";
   const Graph model = float64_copy(load_onnx(bn_model_path()));
   TrainOptions o = testing::quick(1, 10, 20, 100);
   o.lr = 0.05;
+  o.pipeline.optimizer.momentum = 0.9f;
   const auto whole = states_of(model, o, 0);
   for (const auto& [name, t] : whole)
     if (t.dtype() != DType::I64) EXPECT_EQ(t.dtype(), DType::F64) << name;
+  {
+    int buffers = 0;
+    runtime::Trainer t(model, o);
+    for (const auto& [name, v] : t.replica(0).states())
+      if (name.find(".momentum") != std::string::npos) {
+        ++buffers;
+        EXPECT_EQ(runtime::to_host(v).dtype(), DType::F64) << name;
+      }
+    EXPECT_GT(buffers, 0) << "no momentum buffer among the states";
+  }
   std::string where;
   for (int D : {2, 3}) {
     TrainOptions od = o;

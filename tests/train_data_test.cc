@@ -151,6 +151,44 @@ onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), 'regressor.on
   EXPECT_NE(line.find("\"test_mse\""), std::string::npos) << line;
 }
 
+// --float64 --loss mse: the targets are fed as f64 (the output's type), every optimizer keeps f64
+// state, and the trained weights (f64 in the saved model) land within float32's rounding of the
+// float32 run's; the test mse agrees.
+TEST(TrainData, Float64RegressionWithMseLossAndMomentum) {
+  const std::string d = testing::temp_dir("train_data_mse64");
+  run_python(d, R"(
+import onnx
+from onnx import helper as h, TensorProto as T, numpy_helper as nh
+r = np.random.RandomState(1)
+x = r.randn(1000, 8).astype(np.float32); w = r.randn(8).astype(np.float32)
+np.savez('houses.npz', features=x, price=(x @ w + 0.1 * r.randn(1000)).astype(np.float32))
+g = h.make_graph([h.make_node('Gemm', ['x', 'w', 'b'], ['y'])], 'regressor',
+                 [h.make_tensor_value_info('x', T.FLOAT, ['N', 8])], [h.make_tensor_value_info('y', T.FLOAT, ['N', 1])],
+                 [nh.from_array(np.zeros((8, 1), np.float32), 'w'), nh.from_array(np.zeros(1, np.float32), 'b')])
+onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), 'regressor.onnx')
+)");
+  const std::string common = "--data " + d + "/houses.npz --labels price --loss mse --val-split 0.2 --devices cpu:2 "
+                             "--threads 1 --epochs 2 --batch-size 32 --lr 0.05 ";
+  for (const char* opt : {"--momentum 0.5", "--optimizer adamw --weight-decay 0.01"}) {
+    SCOPED_TRACE(opt);
+    const std::string a = train(d + "/regressor.onnx", common + opt + " --save " + d + "/f32.onnx");
+    const std::string b = train(d + "/regressor.onnx", common + opt + " --float64 --save " + d + "/f64.onnx");
+    const double mse32 = closing(a, "test mse"), mse64 = closing(b, "test mse");
+    EXPECT_LT(mse64, 0.2) << b;  // y's variance is about 8
+    EXPECT_NEAR(mse64, mse32, 1e-3 * mse32) << a << b;
+    const Graph g32 = load_onnx(d + "/f32.onnx"), g64 = load_onnx(d + "/f64.onnx");
+    for (const char* name : {"w", "b"}) {
+      ASSERT_EQ(g64.initializers.at(name).dtype(), DType::F64) << name;
+      const auto x = g32.initializers.at(name).as_doubles(), y = g64.initializers.at(name).as_doubles();
+      ASSERT_EQ(x.size(), y.size());
+      double worst = 0, scale = 0;
+      for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(x[i] - y[i])), scale = std::max(scale, std::abs(y[i]));
+      if (std::string(name) == "w") EXPECT_GT(scale, 0.1) << "w did not train";  // (b stays near 0: no offset)
+      EXPECT_LT(worst, 1e-4 * std::max(1.0, scale)) << name;
+    }
+  }
+}
+
 // int64 token ids [N, T]: the class is whether most tokens are below 8; a bag-of-embeddings model
 // (Gather, ReduceMean, Gemm) learns it.
 TEST(TrainData, TokenIdsModelTrains) {

@@ -106,7 +106,7 @@ const Command& train_command() {
                           "                            values, casts and constants become f64; f32 data is fed as f64);\n"
                           "                            slower, for checks that float32's rounding would drown\n"
                           "                            (README: SyncBatchNorm at full size); --save writes f64;\n"
-                          "                            CPU replicas, plain SGD"},
+                          "                            every optimizer, its state f64; CPU replicas"},
           dump_after_option(),
           sync_bn_option(),
       },
@@ -273,8 +273,6 @@ int cmd_train(const std::vector<std::string>& argv) {
     throw bad("--lr-step-size/--lr-gamma need --lr-schedule step");
   for (const auto& f : args.all("freeze")) o.pipeline.freeze.insert(f);
   o.pipeline.sync_bn = args.has("sync-bn");
-  if (args.has("float64") && (opt.kind != "sgd" || opt.momentum > 0))
-    throw bad("--float64 trains with plain SGD (no --momentum, adam or adamw: their optimizer state is f32)");
   check_dump_after_option(args);
   o.pipeline.dump_after = args.get("dump-after");
   o.pipeline.dump = &std::cout;

@@ -56,30 +56,30 @@ Graph add_optimizer(const Graph& in, const AddOptimizerOptions& opts) {
     return n;
   };
 
-  std::string decay_const, adam_t, lr64, decay64;
+  std::string decay_const, adam_t, lr64, decay64, lr_decay, lr_decay64;
   for (size_t b = 0; b < buckets.size(); ++b) {
     const auto& bucket = buckets[b];
+    // A bucket of f64 parameters (a float64 model, bucket_allreduce keeps types apart): the lr cast
+    // to f64 once per step, the decay an f64 constant, the optimizer state f64.
+    const bool f64 = !bucket.empty() && g.initializers.at(bucket[0].param).dtype() == DType::F64;
+    if (f64 && lr64.empty()) {
+      lr64 = add_value(opts.lr_input + "_f64", scalar_info(DType::F64));
+      front.push_back(Node{g.unique_name("lr_to_f64"), "Cast", "", {opts.lr_input}, {lr64},
+                           {{"to", Attribute::Int(static_cast<int64_t>(DType::F64))}}});
+    }
+    if (f64 && opt.weight_decay > 0 && decay64.empty()) {
+      decay64 = g.unique_name("weight_decay_f64");
+      g.initializers[decay64] = Tensor::scalar<double>(opt.weight_decay);
+      g.values[decay64] = scalar_info(DType::F64);
+    }
+    const std::string& lr = f64 ? lr64 : opts.lr_input;
     if (!stateful) {
       // Plain SGD as standard ops: X_new = X - lr * (G + wd * X).
-      if (opt.weight_decay > 0 && decay_const.empty()) {
+      if (opt.weight_decay > 0 && !f64 && decay_const.empty()) {
         decay_const = g.unique_name("weight_decay");
         g.initializers[decay_const] = Tensor::scalar<float>(opt.weight_decay);
         g.values[decay_const] = scalar_info(DType::F32);
       }
-      // A bucket of f64 parameters (a float64 model, bucket_allreduce keeps types apart): the lr cast
-      // to f64 once per step, the decay an f64 constant.
-      const bool f64 = !bucket.empty() && g.initializers.at(bucket[0].param).dtype() == DType::F64;
-      if (f64 && lr64.empty()) {
-        lr64 = add_value(opts.lr_input + "_f64", scalar_info(DType::F64));
-        front.push_back(Node{g.unique_name("lr_to_f64"), "Cast", "", {opts.lr_input}, {lr64},
-                             {{"to", Attribute::Int(static_cast<int64_t>(DType::F64))}}});
-      }
-      if (f64 && opt.weight_decay > 0 && decay64.empty()) {
-        decay64 = g.unique_name("weight_decay_f64");
-        g.initializers[decay64] = Tensor::scalar<double>(opt.weight_decay);
-        g.values[decay64] = scalar_info(DType::F64);
-      }
-      const std::string& lr = f64 ? lr64 : opts.lr_input;
       const std::string& wd = f64 ? decay64 : decay_const;
       for (const ReducedGradient& p : bucket) {
         const ValueInfo vi = value_info_of(g.initializers.at(p.param));
@@ -121,7 +121,7 @@ Graph add_optimizer(const Graph& in, const AddOptimizerOptions& opts) {
       }
       for (size_t k = 0; k < bufs.size(); ++k) {
         std::string buf = g.unique_name(p.param + buf_names[k]);
-        g.initializers[buf] = Tensor(DType::F32, w.shape());
+        g.initializers[buf] = Tensor(w.dtype(), w.shape());
         g.values[buf] = value_info_of(w);
         bufs[k].push_back(buf);
         bufnew[k].push_back(add_value(buf + ".new", value_info_of(w)));
@@ -153,24 +153,29 @@ Graph add_optimizer(const Graph& in, const AddOptimizerOptions& opts) {
       up.attrs["mode"] = Attribute::Str(opt.nesterov ? "nesterov" : "standard");
       up.attrs["norm_coefficient"] = Attribute::Float(opt.weight_decay);
     }
-    up.inputs = {opts.lr_input, t_input};
+    up.inputs = {lr, t_input};
     for (auto* v : {&xs, &gs}) up.inputs.insert(up.inputs.end(), v->begin(), v->end());
     for (auto& v : bufs) up.inputs.insert(up.inputs.end(), v.begin(), v.end());
     up.outputs = xnew;
     for (auto& v : bufnew) up.outputs.insert(up.outputs.end(), v.begin(), v.end());
     out.push_back(up);
     if (decoupled) {
-      if (decay_const.empty()) {
-        std::string wd = g.unique_name("weight_decay");
-        g.initializers[wd] = Tensor::scalar<float>(opt.weight_decay);
-        g.values[wd] = scalar_info(DType::F32);
-        decay_const = add_value("lr_weight_decay", scalar_info(DType::F32));
-        front.push_back(Node{g.unique_name("adamw_lr_decay"), "Mul", "", {opts.lr_input, wd}, {decay_const}, {}});
+      // lr * wd once per step, in the bucket's type.
+      std::string& lr_wd = f64 ? lr_decay64 : lr_decay;
+      if (lr_wd.empty()) {
+        std::string wd = decay64;
+        if (!f64) {
+          wd = g.unique_name("weight_decay");
+          g.initializers[wd] = Tensor::scalar<float>(opt.weight_decay);
+          g.values[wd] = scalar_info(DType::F32);
+        }
+        lr_wd = add_value(f64 ? "lr_weight_decay_f64" : "lr_weight_decay", scalar_info(f64 ? DType::F64 : DType::F32));
+        front.push_back(Node{g.unique_name("adamw_lr_decay"), "Mul", "", {lr, wd}, {lr_wd}, {}});
       }
       for (size_t i = 0; i < bucket.size(); ++i) {
         const std::string& p = bucket[i].param;
         std::string decay = add_value(p + ".decay", value_info_of(g.initializers.at(p)));
-        out.push_back(Node{g.unique_name("adamw_decay_" + p), "Mul", "", {decay_const, p}, {decay}, {}});
+        out.push_back(Node{g.unique_name("adamw_decay_" + p), "Mul", "", {lr_wd, p}, {decay}, {}});
         const auto& [adam_out, final_out] = adam_outs[i];
         out.push_back(Node{g.unique_name("adamw_update_" + p), "Sub", "", {adam_out, decay}, {final_out}, {}});
       }

@@ -9,9 +9,9 @@ namespace graphrun::runtime::cpu {
 
 namespace {
 
-float scalar_f(const Tensor& t, const char* what) {
+double scalar_f(const Tensor& t, const char* what) {
   GR_CHECK(t.numel() == 1, what << " must be a scalar, got shape " << shape_str(t.shape()));
-  return static_cast<float>(t.as_doubles()[0]);
+  return t.as_doubles()[0];
 }
 int64_t scalar_i(const Tensor& t, const char* what) {
   GR_CHECK(t.numel() == 1, what << " must be a scalar, got shape " << shape_str(t.shape()));
@@ -23,7 +23,8 @@ float required_f(const Node& n, const char* name) {
   return n.attr_f(name, 0);
 }
 
-// Inputs R, T, then `groups` runs of n tensors (X.., G.., V.. [, H..]); checks they pair up.
+// Inputs R, T, then `groups` runs of n tensors (X.., G.., V.. [, H..]); checks they pair up, all of
+// one type: f32, or f64 (a float64 model's parameters with their f64 state).
 int64_t tensor_count(KernelContext& ctx, int groups) {
   const int rest = ctx.num_inputs() - 2;
   GR_CHECK(rest > 0 && rest % groups == 0, "expects R, T and " << groups << " equal runs of tensors, got "
@@ -34,7 +35,11 @@ int64_t tensor_count(KernelContext& ctx, int groups) {
   for (int i = 0; i < n; ++i)
     for (int g = 0; g < groups; ++g) {
       const Tensor& t = ctx.input(2 + g * n + i);
-      GR_CHECK(t.dtype() == DType::F32, "input " << 2 + g * n + i << " is " << dtype_name(t.dtype()) << ", expected f32");
+      const DType want = ctx.input(2).dtype();
+      GR_CHECK(want == DType::F32 || want == DType::F64,
+               "input 2 is " << dtype_name(want) << ", expected f32 or f64");
+      GR_CHECK(t.dtype() == want, "input " << 2 + g * n + i << " is " << dtype_name(t.dtype()) << ", expected "
+                                           << dtype_name(want) << " as input 2");
       GR_CHECK(t.shape() == ctx.input(2 + i).shape(), "input " << 2 + g * n + i << " has shape " << shape_str(t.shape())
                                                               << " but the tensor it updates has "
                                                               << shape_str(ctx.input(2 + i).shape()));
@@ -46,26 +51,27 @@ int64_t tensor_count(KernelContext& ctx, int groups) {
 // compiler reloads the captured pointers on every element and vectorises nothing. An output may be
 // its input's buffer, but element k is read and written by iteration k alone: no dependence between
 // iterations (ivdep), which spares the seven pointers' pairwise overlap tests (more than GCC makes).
-template <bool kNesterov>
-void momentum_range(const float* x, const float* g, const float* v, float* xn, float* vn, int64_t k0, int64_t k1,
-                    float alpha, float beta_t, float norm, float lr) {
+template <bool kNesterov, class T>
+void momentum_range(const T* x, const T* g, const T* v, T* xn, T* vn, int64_t k0, int64_t k1, T alpha, T beta_t,
+                    T norm, T lr) {
 #pragma GCC ivdep
   for (int64_t k = k0; k < k1; ++k) {
-    const float gr = norm * x[k] + g[k];
-    const float nv = alpha * v[k] + beta_t * gr;
+    const T gr = norm * x[k] + g[k];
+    const T nv = alpha * v[k] + beta_t * gr;
     vn[k] = nv;
     if constexpr (kNesterov) xn[k] = x[k] - lr * (gr + alpha * nv);
     else xn[k] = x[k] - lr * nv;
   }
 }
 
-void adam_range(const float* x, const float* g, const float* v, const float* h, float* xn, float* vn, float* hn,
-                int64_t k0, int64_t k1, float alpha, float beta, float eps, float norm, float post, float lr_t) {
+template <class T>
+void adam_range(const T* x, const T* g, const T* v, const T* h, T* xn, T* vn, T* hn, int64_t k0, int64_t k1, T alpha,
+                T beta, T eps, T norm, T post, T lr_t) {
 #pragma GCC ivdep
   for (int64_t k = k0; k < k1; ++k) {
-    const float gr = norm * x[k] + g[k];
-    const float nv = alpha * v[k] + (1 - alpha) * gr;
-    const float nh = beta * h[k] + (1 - beta) * gr * gr;
+    const T gr = norm * x[k] + g[k];
+    const T nv = alpha * v[k] + (1 - alpha) * gr;
+    const T nh = beta * h[k] + (1 - beta) * gr * gr;
     vn[k] = nv;
     hn[k] = nh;
     xn[k] = (1 - post) * (x[k] - lr_t * nv / (std::sqrt(nh) + eps));
@@ -81,6 +87,23 @@ void for_chunks(KernelContext& ctx, int64_t m, F&& f) {
   for (int64_t c = 0; c < (m + kChunk - 1) / kChunk; ++c) f(c * kChunk, std::min(m, (c + 1) * kChunk));
 }
 
+template <class T>
+void momentum_t(KernelContext& ctx, int n, T alpha, T beta_t, T norm, T lr, bool nesterov) {
+  const DType dt = ctx.input(2).dtype();
+  for (int i = 0; i < n; ++i) {
+    const Tensor& X = ctx.input(2 + i);
+    const T* x = X.data<T>();
+    const T* g = ctx.input(2 + n + i).data<T>();
+    const T* v = ctx.input(2 + 2 * n + i).data<T>();
+    T* xn = ctx.output(i, X.shape(), dt).data<T>();
+    T* vn = ctx.output(n + i, X.shape(), dt).data<T>();
+    for_chunks(ctx, X.numel(), [&](int64_t k0, int64_t k1) {
+      if (nesterov) momentum_range<true>(x, g, v, xn, vn, k0, k1, alpha, beta_t, norm, lr);
+      else momentum_range<false>(x, g, v, xn, vn, k0, k1, alpha, beta_t, norm, lr);
+    });
+  }
+}
+
 void momentum(KernelContext& ctx) {
   const Node& node = ctx.node();
   const float alpha = required_f(node, "alpha"), beta = required_f(node, "beta");
@@ -89,21 +112,30 @@ void momentum(KernelContext& ctx) {
   const std::string mode = node.attr_s("mode", "");
   GR_CHECK(mode == "standard" || mode == "nesterov", "mode '" << mode << "' must be \"standard\" or \"nesterov\"");
   const bool nesterov = mode == "nesterov";
-  const float lr = scalar_f(ctx.input(0), "R (learning rate)");
+  const double lr = scalar_f(ctx.input(0), "R (learning rate)");
   const int64_t step = scalar_i(ctx.input(1), "T (update count)");
   // In the first iteration (T = 0) the spec uses beta = 1: the buffer starts as the gradient.
   const float beta_t = step > 0 ? beta : 1.0f;
   const int n = static_cast<int>(tensor_count(ctx, 3));
+  // The attributes are float (the spec's type); an f64 update widens them, and R, exactly.
+  if (ctx.input(2).dtype() == DType::F64) momentum_t<double>(ctx, n, alpha, beta_t, norm, lr, nesterov);
+  else momentum_t<float>(ctx, n, alpha, beta_t, norm, static_cast<float>(lr), nesterov);
+}
+
+template <class T>
+void adam_t(KernelContext& ctx, int n, T alpha, T beta, T eps, T norm, T post, T lr_t) {
+  const DType dt = ctx.input(2).dtype();
   for (int i = 0; i < n; ++i) {
     const Tensor& X = ctx.input(2 + i);
-    const float* x = X.data<float>();
-    const float* g = ctx.input(2 + n + i).data<float>();
-    const float* v = ctx.input(2 + 2 * n + i).data<float>();
-    float* xn = ctx.output(i, X.shape(), DType::F32).data<float>();
-    float* vn = ctx.output(n + i, X.shape(), DType::F32).data<float>();
+    const T* x = X.data<T>();
+    const T* g = ctx.input(2 + n + i).data<T>();
+    const T* v = ctx.input(2 + 2 * n + i).data<T>();
+    const T* h = ctx.input(2 + 3 * n + i).data<T>();
+    T* xn = ctx.output(i, X.shape(), dt).data<T>();
+    T* vn = ctx.output(n + i, X.shape(), dt).data<T>();
+    T* hn = ctx.output(2 * n + i, X.shape(), dt).data<T>();
     for_chunks(ctx, X.numel(), [&](int64_t k0, int64_t k1) {
-      if (nesterov) momentum_range<true>(x, g, v, xn, vn, k0, k1, alpha, beta_t, norm, lr);
-      else momentum_range<false>(x, g, v, xn, vn, k0, k1, alpha, beta_t, norm, lr);
+      adam_range(x, g, v, h, xn, vn, hn, k0, k1, alpha, beta, eps, norm, post, lr_t);
     });
   }
 }
@@ -113,26 +145,15 @@ void adam(KernelContext& ctx) {
   const float alpha = node.attr_f("alpha", 0.9f), beta = node.attr_f("beta", 0.999f);
   const float eps = node.attr_f("epsilon", 1e-6f);
   const float norm = node.attr_f("norm_coefficient", 0.f), post = node.attr_f("norm_coefficient_post", 0.f);
-  const float lr = scalar_f(ctx.input(0), "R (learning rate)");
+  const double lr = scalar_f(ctx.input(0), "R (learning rate)");
   const int64_t step = scalar_i(ctx.input(1), "T (update count)");
   const double t = static_cast<double>(step);
-  const float lr_t = step > 0 ? static_cast<float>(lr * std::sqrt(1.0 - std::pow(double(beta), t)) /
-                                                   (1.0 - std::pow(double(alpha), t)))
-                              : lr;
+  // The bias-corrected rate, in double for either type.
+  const double lr_t =
+      step > 0 ? lr * std::sqrt(1.0 - std::pow(double(beta), t)) / (1.0 - std::pow(double(alpha), t)) : lr;
   const int n = static_cast<int>(tensor_count(ctx, 4));
-  for (int i = 0; i < n; ++i) {
-    const Tensor& X = ctx.input(2 + i);
-    const float* x = X.data<float>();
-    const float* g = ctx.input(2 + n + i).data<float>();
-    const float* v = ctx.input(2 + 2 * n + i).data<float>();
-    const float* h = ctx.input(2 + 3 * n + i).data<float>();
-    float* xn = ctx.output(i, X.shape(), DType::F32).data<float>();
-    float* vn = ctx.output(n + i, X.shape(), DType::F32).data<float>();
-    float* hn = ctx.output(2 * n + i, X.shape(), DType::F32).data<float>();
-    for_chunks(ctx, X.numel(), [&](int64_t k0, int64_t k1) {
-      adam_range(x, g, v, h, xn, vn, hn, k0, k1, alpha, beta, eps, norm, post, lr_t);
-    });
-  }
+  if (ctx.input(2).dtype() == DType::F64) adam_t<double>(ctx, n, alpha, beta, eps, norm, post, lr_t);
+  else adam_t<float>(ctx, n, alpha, beta, eps, norm, post, static_cast<float>(lr_t));
 }
 
 }  // namespace

@@ -20,7 +20,7 @@ __global__ void momentum_kernel(const float* r, const int64_t* t, const float* x
 void check_scalars(KernelContext& ctx) {
   const Tensor& R = ctx.input(0);
   const Tensor& T = ctx.input(1);
-  GR_CHECK(R.dtype() == DType::F32 && R.numel() == 1, "the learning rate R must be a f32 scalar");
+  GR_CHECK(R.dtype() == DType::F32 && R.numel() == 1, "the learning rate R must be a f32 scalar (the GPU optimizer kernels are f32: float64 training runs on CPU replicas)");
   GR_CHECK(T.dtype() == DType::I64 && T.numel() == 1, "the step count T must be an i64 scalar");
 }
 
