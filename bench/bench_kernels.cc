@@ -103,6 +103,16 @@ std::vector<Case> lenet_cases(int64_t N) {
                 {{"transB", Attribute::Int(1)}}, 2.0 * N * 800 * 128});
   cs.push_back({"avgpool 2x2 on 20x26x26", "AveragePool", "", {{N, 20, 26, 26}}, {true},
                 {{"kernel_shape", Attribute::Ints({2, 2})}, {"strides", Attribute::Ints({2, 2})}}, 4.0 * N * 20 * 13 * 13});
+  // Its gradient, then the ReLU's (LeNet's backward before pass fuse_pool_relu_grad), and the two as one node.
+  const std::map<std::string, Attribute> p2{{"kernel_shape", Attribute::Ints({2, 2})}, {"strides", Attribute::Ints({2, 2})}};
+  cs.push_back({"avgpool grad 2x2 on 20x26x26", "AveragePoolGrad", kGraphrunDomain, {{N, 20, 13, 13}, {N, 20, 26, 26}},
+                {true}, p2, 4.0 * N * 20 * 13 * 13, true});
+  cs.push_back({"relu grad on 20x26x26", "ReluGrad", kGraphrunDomain, {{N, 20, 26, 26}, {N, 20, 26, 26}}, {true}, {},
+                1.0 * N * 20 * 26 * 26, true});
+  auto p2r = p2;
+  p2r["relu"] = Attribute::Int(1);
+  cs.push_back({"avgpool grad 2x2 + relu grad", "AveragePoolGrad", kGraphrunDomain, {{N, 20, 13, 13}, {N, 20, 26, 26}},
+                {true}, p2r, 4.0 * N * 20 * 13 * 13, true});
   // SimpleCNN's pooling after its ReLU, with the Indices training keeps for the gradient, and without.
   cs.push_back({"maxpool 2x2 on 10x24x24", "MaxPool", "", {{N, 10, 24, 24}}, {true, true},
                 {{"kernel_shape", Attribute::Ints({2, 2})}, {"strides", Attribute::Ints({2, 2})}}, 4.0 * N * 10 * 12 * 12,

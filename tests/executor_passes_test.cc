@@ -1,4 +1,5 @@
-// The executor-only passes (remove_internal_noops, fuse_relu_grad, fuse_relu_epilogue, fuse_relu_bn_add): each graph before
+// The executor-only passes (remove_internal_noops, fuse_relu_grad, fuse_relu_epilogue, fuse_relu_bn_add,
+// fuse_pool_relu_grad): each graph before
 // and after, the numbers bit for bit unchanged, and train's pipeline running them while exported graphs
 // stay standard.
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 
 #include "graph/onnx_io.h"
 #include "graph/passes/fold_constants.h"
+#include "graph/passes/fuse_pool_relu_grad.h"
 #include "graph/passes/fuse_relu_bn_add.h"
 #include "graph/passes/fuse_relu_epilogue.h"
 #include "graph/passes/fuse_relu_grad.h"
@@ -246,6 +248,84 @@ TEST(FuseReluGrad, DifferentShapesAreAnErrorNamingTheNode) {
   }
 }
 
+// ---- fuse_pool_relu_grad ----
+
+// x -> Relu -> y -> pooling -> p; the backward of both as autodiff and fuse_relu_grad leave it:
+// PoolGrad(dp, [Indices,] y) -> dy, ReluGrad(dy, y) -> dx. `dy_read_twice` makes dy a graph output too.
+Graph pool_relu_grad_graph(bool max, bool dy_read_twice) {
+  Graph g;
+  g.name = "pool_relu_grad";
+  g.opsets[""] = 17;
+  g.opsets[kGraphrunDomain] = 1;
+  g.inputs = {"x", "dp"};
+  const std::map<std::string, Attribute> at{{"kernel_shape", Attribute::Ints({3, 3})}, {"strides", Attribute::Ints({2, 2})},
+                                            {"pads", Attribute::Ints({1, 1, 1, 1})}};
+  g.nodes.push_back(Node{"relu", "Relu", "", {"x"}, {"y"}, {}});
+  if (max) {
+    g.nodes.push_back(Node{"pool", "MaxPool", "", {"y"}, {"p", "idx"}, at});
+    g.nodes.push_back(Node{"pool_grad", "MaxPoolGrad", kGraphrunDomain, {"dp", "idx", "y"}, {"dy"}, {}});
+  } else {
+    g.nodes.push_back(Node{"pool", "AveragePool", "", {"y"}, {"p"}, at});
+    g.nodes.push_back(Node{"pool_grad", "AveragePoolGrad", kGraphrunDomain, {"dp", "y"}, {"dy"}, at});
+  }
+  g.nodes.push_back(Node{"relu_grad", "ReluGrad", kGraphrunDomain, {"dy", "y"}, {"dx"}, {}});
+  g.outputs = {"p", "dx"};
+  if (dy_read_twice) g.outputs.push_back("dy");
+  return g;
+}
+
+TEST(FusePoolReluGrad, PoolingAndReluGradientsBecomeOneNodeBitForBit) {
+  Tensor x = random_tensor({2, 3, 9, 9}, 6), dp = random_tensor({2, 3, 5, 5}, 7);
+  x.data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+  dp.data<float>()[1] = std::numeric_limits<float>::quiet_NaN();
+  for (bool max : {false, true}) {
+    const Graph g = pool_relu_grad_graph(max, false);
+    const Graph r = passes::fuse_pool_relu_grad_pass().run(g);
+    EXPECT_EQ(ops_of(r), (std::vector<std::string>{"Relu", max ? "MaxPool" : "AveragePool",
+                                                   max ? "MaxPoolGrad" : "AveragePoolGrad"}));
+    EXPECT_EQ(r.nodes[2].attr_i("relu", 0), 1);
+    EXPECT_EQ(r.nodes[2].outputs, (std::vector<std::string>{"dx"}));
+    EXPECT_FALSE(r.values.count("dy"));
+    expect_same_numbers(g, r, {{"x", x}, {"dp", dp}});
+  }
+}
+
+TEST(FusePoolReluGrad, LeavesAGradientOthersReadAndAnotherTensorsMask) {
+  for (bool max : {false, true}) {
+    const Graph shared = passes::fuse_pool_relu_grad(pool_relu_grad_graph(max, true));
+    EXPECT_EQ(count_op(shared, "ReluGrad"), 1);
+    Graph other = pool_relu_grad_graph(max, false);
+    other.inputs.push_back("z");  // the Relu gradient of another tensor than the pooling's input
+    other.nodes.back().inputs[1] = "z";
+    EXPECT_EQ(count_op(passes::fuse_pool_relu_grad(other), "ReluGrad"), 1);
+  }
+}
+
+// LeNet (AveragePool after both convolutions' Relus) and SimpleCNN (MaxPool after its Relu) fuse every
+// pooling gradient, and train to the same bits with the pass and without (GRAPHRUN_SKIP_PASSES).
+TEST(FusePoolReluGrad, FiresOnLeNetAndSimpleCnnAndTrainsToTheSameBits) {
+  if (!testing::have_data()) GTEST_SKIP() << "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)";
+  for (auto [model, fused] : {std::pair<std::string, int>{"lenet", 2}, {"simplecnn", 1}}) {
+    const Graph m = load_onnx(testing::source_dir() + "/models/" + model + ".onnx");
+    runtime::PipelineOptions po;
+    po.executor_passes = true;
+    int relu = 0;
+    for (const Node& n : runtime::build_training_graphs(m, po).replicas[0].graph.nodes)
+      relu += n.op_type.find("PoolGrad") != std::string::npos && n.attr_i("relu", 0) == 1;
+    EXPECT_EQ(relu, fused) << model;
+    runtime::TrainOptions o = testing::quick(2, 32, 6, 64);
+    runtime::Trainer with(m, o);
+    with.train_epoch(0);
+    setenv("GRAPHRUN_SKIP_PASSES", "fuse_pool_relu_grad", 1);
+    runtime::Trainer without(m, o);
+    without.train_epoch(0);
+    unsetenv("GRAPHRUN_SKIP_PASSES");
+    for (const auto& [name, v] : with.replica(0).states())
+      EXPECT_TRUE(bitwise_equal(runtime::to_host(v), runtime::to_host(without.replica(0).states().at(name))))
+          << model << ": " << name;
+  }
+}
+
 // ---- in the pipeline ----
 
 TEST(ExecutorPasses, TrainRunsThemAndTheExportedGraphsStayStandard) {
@@ -255,17 +335,19 @@ TEST(ExecutorPasses, TrainRunsThemAndTheExportedGraphsStayStandard) {
   po.executor_passes = true;
   const std::vector<passes::Pass> train = runtime::training_pipeline(model, po).passes();
   ASSERT_GE(train.size(), 3u);
-  EXPECT_EQ(train[train.size() - 6].name(), "state_updates");  // after every standard pass
-  EXPECT_EQ(train[train.size() - 5].name(), "fold_constants");
-  EXPECT_EQ(train[train.size() - 4].name(), "remove_internal_noops");
-  EXPECT_EQ(train[train.size() - 3].name(), "fuse_relu_grad");
-  EXPECT_EQ(train[train.size() - 2].name(), "fuse_relu_epilogue");
-  EXPECT_EQ(train.back().name(), "fuse_relu_bn_add");
+  EXPECT_EQ(train[train.size() - 7].name(), "state_updates");  // after every standard pass
+  EXPECT_EQ(train[train.size() - 6].name(), "fold_constants");
+  EXPECT_EQ(train[train.size() - 5].name(), "remove_internal_noops");
+  EXPECT_EQ(train[train.size() - 4].name(), "fuse_relu_grad");
+  EXPECT_EQ(train[train.size() - 3].name(), "fuse_relu_epilogue");
+  EXPECT_EQ(train[train.size() - 2].name(), "fuse_relu_bn_add");
+  EXPECT_EQ(train.back().name(), "fuse_pool_relu_grad");
   const runtime::TrainingGraphs internal = runtime::build_training_graphs(model, po);
   const Graph &e = exported.replicas[0].graph, &i = internal.replicas[0].graph;
   EXPECT_EQ(count_op(e, "ReluGrad"), 0);
   EXPECT_EQ(count_op(e, "Where"), 3);
-  EXPECT_EQ(count_op(i, "ReluGrad"), 3);  // LeNet's three Relus
+  EXPECT_EQ(count_op(i, "ReluGrad"), 1);  // LeNet's three Relus: fc1's, and two in the pooling gradients
+  EXPECT_EQ(count_op(i, "AveragePoolGrad"), 2);
   EXPECT_EQ(count_op(i, "Where"), 0);
   EXPECT_EQ(count_op(i, "Greater"), 0);
   EXPECT_EQ(count_op(e, "Relu"), 3);
@@ -469,7 +551,7 @@ TEST(FuseReluEpilogue, SkipPassesLeavesItOutAndNamesTheValidOnes) {
   const Graph model = load_onnx(testing::source_dir() + "/models/lenet.onnx");
   runtime::PipelineOptions po;
   po.executor_passes = true;
-  setenv("GRAPHRUN_SKIP_PASSES", "fuse_relu_epilogue,fuse_relu_grad,fuse_relu_bn_add", 1);
+  setenv("GRAPHRUN_SKIP_PASSES", "fuse_relu_epilogue,fuse_relu_grad,fuse_relu_bn_add,fuse_pool_relu_grad", 1);
   std::vector<std::string> names;
   const passes::Pipeline pipeline = runtime::training_pipeline(model, po);
   for (const passes::Pass& p : pipeline.passes()) names.push_back(p.name());

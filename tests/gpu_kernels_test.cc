@@ -456,6 +456,14 @@ void pooling_cases(Cases& cs) {
   cs.add("MaxPoolGrad", {random_tensor(fwd[0].shape(), 71), fwd[1], x}, {}, 1, 1e-5, 17, kGraphrunDomain);
   cs.add("AveragePoolGrad", {random_tensor({2, 3, 4, 4}, 72), x}, ap, 1, 1e-5, 17, kGraphrunDomain);
   cs.add("AveragePoolGrad", {random_tensor({2, 3, 5, 5}, 73), x}, ap_pad, 1, 1e-5, 17, kGraphrunDomain);
+  // relu = 1 (pass fuse_pool_relu_grad): and the gradient of the Relu before the pooling, X its output
+  // (here X has negatives: the mask zeroes them).
+  auto ap_relu = ap, ap_pad_relu = ap_pad;
+  ap_relu["relu"] = ap_pad_relu["relu"] = Attribute::Int(1);
+  cs.add("AveragePoolGrad", {random_tensor({2, 3, 4, 4}, 72), x}, ap_relu, 1, 1e-5, 17, kGraphrunDomain);
+  cs.add("AveragePoolGrad", {random_tensor({2, 3, 5, 5}, 73), x}, ap_pad_relu, 1, 1e-5, 17, kGraphrunDomain);
+  cs.add("MaxPoolGrad", {random_tensor(fwd[0].shape(), 71), fwd[1], x}, {{"relu", Attribute::Int(1)}}, 1, 1e-5, 17,
+         kGraphrunDomain);
   // ceil_mode with pads (a last window partly outside; one starting in the end padding is dropped),
   // asymmetric pads, count_include_pad both ways, MaxPool dilations.
   Tensor x8 = random_tensor({2, 3, 8, 8}, 74);

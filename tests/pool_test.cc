@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "tests/nn_test_util.h"
 
@@ -211,6 +212,63 @@ TEST(PoolGrad, AveragePoolGradMatchesCentralDifferencesOfAveragePool) {
       EXPECT_LT(max_abs_diff(dx, numeric_gradient(avgpool, {x}, 0, dy)), 1e-8) << c.name;
     }
   }
+}
+
+// relu = 1 (pass fuse_pool_relu_grad): the pooling gradient then the Relu gradient in one node, bit for
+// bit ReluGrad(PoolGrad(..), X) on every pooling case, f32 and f64, 1 and 2 threads; X holds
+// negatives, zeros of both signs and a NaN (masked: not > 0), dY a NaN (kept where X > 0).
+TEST(PoolGrad, ReluAttributeEqualsReluGradOfThePoolingGradientBitForBit) {
+  int seed = 400;
+  auto same_bits = [](const Tensor& a, const Tensor& b) {
+    return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+  };
+  int masked = 0;
+  for (const PoolCase& c : pool_cases()) {
+    if (c.storage_order) continue;  // MaxPoolGrad takes storage_order 0 indices
+    for (DType dt : {DType::F32, DType::F64}) {
+      Tensor x64 = random_f64(c.x, seed++);
+      double* xv = x64.data<double>();
+      xv[0] = 0.0, xv[1] = -0.0, xv[2] = std::nan("");
+      const Tensor x = dt == DType::F64 ? x64 : Tensor::from_vector<float>(x64.shape(), [&] {
+        std::vector<float> v;
+        for (double d : x64.as_doubles()) v.push_back(static_cast<float>(d));
+        return v;
+      }());
+      for (bool is_max : {true, false}) {
+        if (is_max ? false : !c.dilations.empty()) continue;  // AveragePool takes no dilations
+        Attrs at = attrs_of(c, is_max);
+        std::vector<Tensor> in;
+        if (is_max) {
+          auto fwd = run_node("MaxPool", {x}, at, 2);
+          Tensor dy = random_tensor(fwd[0].shape(), seed++);
+          if (dt == DType::F64) dy = Tensor::from_vector<double>(dy.shape(), dy.as_doubles());
+          in = {dy, fwd[1], x};
+          at = {};
+        } else {
+          Tensor dy = random_tensor(run_node("AveragePool", {x}, at)[0].shape(), seed++);
+          if (dt == DType::F64) dy = Tensor::from_vector<double>(dy.shape(), dy.as_doubles());
+          in = {dy, x};
+        }
+        if (dt == DType::F64) in[0].data<double>()[0] = std::nan("");
+        else in[0].data<float>()[0] = std::nanf("");
+        const char* op = is_max ? "MaxPoolGrad" : "AveragePoolGrad";
+        Attrs fused = at;
+        fused["relu"] = Attribute::Int(1);
+        for (int threads : {1, 2}) {
+          const Tensor dx = run_node_ex(op, in, at, {true}, threads, 17, "ai.graphrun")[0];
+          const Tensor want = run_node_ex("ReluGrad", {dx, x}, {}, {true}, threads, 17, "ai.graphrun")[0];
+          const Tensor got = run_node_ex(op, in, fused, {true}, threads, 17, "ai.graphrun")[0];
+          EXPECT_TRUE(same_bits(got, want)) << c.name << " " << op << " " << dtype_name(dt) << " threads " << threads;
+          masked += max_abs_diff(dx, want) > 0;
+        }
+      }
+    }
+  }
+  EXPECT_GT(masked, 0) << "no case where the mask changed anything";
+  Attrs bad{{"kernel_shape", Attribute::Ints({2, 2})}, {"relu", Attribute::Int(2)}};
+  Tensor x = random_tensor({1, 1, 4, 4}, 1);
+  EXPECT_THROW(run_node_ex("AveragePoolGrad", {random_tensor({1, 1, 3, 3}, 2), x}, bad, {true}, 1, 17, "ai.graphrun"),
+               Error);
 }
 
 TEST(Pool, MaxPoolOnBytes) {

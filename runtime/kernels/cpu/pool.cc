@@ -513,6 +513,21 @@ void global_pool_kernel(KernelContext& ctx) {
   }
 }
 
+// The relu attribute of MaxPoolGrad / AveragePoolGrad (pass fuse_pool_relu_grad): X is a Relu's output
+// and dX goes on through that Relu's gradient, dX where X > 0, else 0: applied to each plane while it
+// is in cache, bit for bit ReluGrad(dX, X).
+bool relu_attr(const Node& n) {
+  const int64_t r = n.attr_i("relu", 0);
+  GR_CHECK(r == 0 || r == 1, "attribute 'relu' must be 0 or 1, got " << r);
+  return r == 1;
+}
+
+template <class T>
+void relu_mask_plane(T* __restrict d, const T* __restrict x, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) d[i] = x[i] > T(0) ? d[i] : T(0);
+}
+
 // MaxPoolGrad(dY, Indices, X) -> dX: dY scattered to the argmax positions (storage_order 0 indices).
 template <class T>
 void max_pool_grad_kernel(KernelContext& ctx) {
@@ -523,8 +538,10 @@ void max_pool_grad_kernel(KernelContext& ctx) {
                                             << " must have the same shape");
   GR_CHECK(dy.rank() == x.rank() && dy.dim(0) == x.dim(0) && dy.dim(1) == x.dim(1),
            "dY " << shape_str(dy.shape()) << " is not a pooled shape of X " << shape_str(x.shape()));
+  const bool relu = relu_attr(ctx.node());
   T* dx = ctx.output(0, x.shape(), x.dtype()).data<T>();
   const T* g = dy.data<T>();
+  const T* xp = x.data<T>();
   const int64_t* id = ind.data<int64_t>();
   const int64_t planes = x.dim(0) * x.dim(1), I = shape_numel(spatial(x.shape())), P = shape_numel(spatial(dy.shape()));
   bool bad = false;
@@ -538,6 +555,7 @@ void max_pool_grad_kernel(KernelContext& ctx) {
       if (local >= I || local < 0) { bad = true; continue; }
       d[local] += g[o];
     }
+    if (relu) relu_mask_plane(d, xp + p * I, I);
   }
   GR_CHECK(!bad, "Indices hold a position outside the (n, c) plane of its output: they must be MaxPool's "
                  "storage_order 0 indices into X");
@@ -552,12 +570,17 @@ void average_pool_grad_kernel(KernelContext& ctx) {
   GR_CHECK(dy.shape() == ys, "dY " << shape_str(dy.shape()) << " does not match AveragePool's output shape "
                                    << shape_str(ys) << " for X " << shape_str(x.shape()));
   const std::vector<int64_t> div = average_divisors(w, ctx.node().attr_i("count_include_pad", 0) != 0);
+  const bool relu = relu_attr(ctx.node());
   T* dx = ctx.output(0, x.shape(), x.dtype()).data<T>();
   const T* g = dy.data<T>();
+  const T* xp = x.data<T>();
   const int64_t planes = x.dim(0) * x.dim(1), I = w.in_size(), P = w.out_size();
   if (is_plain_2x2(w)) {
 #pragma omp parallel for num_threads(ctx.threads()) schedule(dynamic, 16)
-    for (int64_t p = 0; p < planes; ++p) average_2x2_grad(g + p * P, w.out[1], w.out[2], dx + p * I, w.in[1], w.in[2]);
+    for (int64_t p = 0; p < planes; ++p) {
+      average_2x2_grad(g + p * P, w.out[1], w.out[2], dx + p * I, w.in[1], w.in[2]);
+      if (relu) relu_mask_plane(dx + p * I, xp + p * I, I);  // while the plane is in cache
+    }
     return;
   }
   T* shares = static_cast<T*>(ctx.scratch(sizeof(T) * planes * P));
@@ -575,6 +598,7 @@ void average_pool_grad_kernel(KernelContext& ctx) {
       T* __restrict out = d + in_row + off;
       strided_rows(s, lo, hi, [sh, out](int64_t o, int64_t i) { out[i] += sh[o]; });
     });
+    if (relu) relu_mask_plane(d, xp + p * I, I);
   }
 }
 
@@ -599,6 +623,10 @@ void max_pool_any(KernelContext& ctx) {
 
 }  // namespace
 
+constexpr const char* kReluAttrDoc =
+    "1: X is a Relu's output and dX continues through that Relu's gradient (dX where X > 0, else 0), "
+    "in the same pass (internal: pass fuse_pool_relu_grad makes it of the gradient and a ReluGrad)";
+
 GR_REGISTER_OPS(pool) {
   ops.op("MaxPool").cpu(via_f32<max_pool_any>);
   ops.op("AveragePool").cpu(via_f32<by_float<0, average_pool_kernel<float>, average_pool_kernel<double>>>);
@@ -609,6 +637,7 @@ GR_REGISTER_OPS(pool) {
       .cpu(by_float<2, max_pool_grad_kernel<float>, max_pool_grad_kernel<double>>)
       .schema(OpSchemaSpec("scatters dY to the argmax positions; Indices is MaxPool's second output (flat index "
                            "into X, `storage_order` 0); X gives the shape")
+                  .attr("relu", kReluAttrDoc, Attribute::Int(0))
                   .input("dY", "gradient of Y", "T")
                   .input("Indices", "MaxPool's second output", "I")
                   .input("X", "forward input (gives the shape)", "T")
@@ -625,6 +654,7 @@ GR_REGISTER_OPS(pool) {
                   .attr("count_include_pad", "as AveragePool", Attribute::Int(0))
                   .attr("kernel_shape", "as AveragePool", Attribute::Kind::Ints)
                   .attr("pads", "as AveragePool", Attribute::Kind::Ints)
+                  .attr("relu", kReluAttrDoc, Attribute::Int(0))
                   .attr("strides", "as AveragePool", Attribute::Kind::Ints)
                   .input("dY", "gradient of Y", "T")
                   .input("X", "forward input (gives the shape)", "T")

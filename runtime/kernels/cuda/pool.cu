@@ -104,6 +104,18 @@ void maxpool_op(KernelContext& ctx) {
   GR_LAUNCH_CHECK("maxpool");
 }
 
+// The relu attribute of the pooling gradients (pass fuse_pool_relu_grad): X is a Relu's output and dX
+// continues through its gradient.
+bool relu_attr(const Node& n) {
+  const int64_t r = n.attr_i("relu", 0);
+  GR_CHECK(r == 0 || r == 1, "attribute 'relu' must be 0 or 1, got " << r);
+  return r == 1;
+}
+
+__global__ void relu_mask_kernel(float* dx, const float* x, int64_t n) {
+  GR_GRID_STRIDE(i, n) dx[i] = x[i] > 0.f ? dx[i] : 0.f;
+}
+
 __global__ void scatter_add_kernel(const float* dy, const int64_t* idx, float* dx, int64_t n, int64_t nx) {
   GR_GRID_STRIDE(i, n) {
     int64_t k = idx[i];
@@ -133,6 +145,7 @@ void maxpool_grad_op(KernelContext& ctx) {
   GR_CHECK(I.dtype() == DType::I64 && I.shape() == dY.shape(), "MaxPoolGrad: Indices must be i64 of dY's shape "
                                                                    << shape_str(dY.shape()));
   GR_CHECK(dY.dtype() == DType::F32, "MaxPoolGrad on CUDA takes f32");
+  GR_CHECK(X.dtype() == DType::F32, "MaxPoolGrad on CUDA takes f32");
   Tensor& dX = ctx.output(0, X.shape(), DType::F32);
   cudaStream_t s = stream_of(ctx);
   if (dX.nbytes()) GR_CUDA_CHECK(cudaMemsetAsync(dX.raw(), 0, dX.nbytes(), s));
@@ -146,6 +159,10 @@ void maxpool_grad_op(KernelContext& ctx) {
     scatter_add_kernel<<<grid_for(n), kThreads, 0, s>>>(dptr<float>(dY), dptr<int64_t>(I), dptr<float>(dX), n, dX.numel());
   }
   GR_LAUNCH_CHECK("maxpool_grad");
+  if (relu_attr(ctx.node())) {  // then the Relu's gradient, in place: dX where X > 0 (as ReluGrad selects)
+    relu_mask_kernel<<<grid_for(dX.numel()), kThreads, 0, s>>>(dptr<float>(dX), dptr<float>(X), dX.numel());
+    GR_LAUNCH_CHECK("maxpool_grad relu");
+  }
 }
 
 // The number of elements an average divides by: the window clipped to the padded input
@@ -182,7 +199,7 @@ void avgpool_op(KernelContext& ctx) {
 }
 
 // Gather form (one thread per input element, no atomics): deterministic.
-__global__ void avgpool_grad_kernel(const float* dy, float* dx, PoolGeom g) {
+__global__ void avgpool_grad_kernel(const float* dy, float* dx, PoolGeom g, const float* relu_x) {
   GR_GRID_STRIDE(i, g.n * g.c * g.h * g.w) {
     int64_t w = i % g.w, h = (i / g.w) % g.h, nc = i / (g.w * g.h);
     // Windows [oh*sh - pt, oh*sh - pt + kh) that contain h.
@@ -194,7 +211,7 @@ __global__ void avgpool_grad_kernel(const float* dy, float* dx, PoolGeom g) {
     for (int64_t oh = oh0; oh <= oh1; ++oh)
       for (int64_t ow = ow0; ow <= ow1; ++ow)
         acc += dy[(nc * g.oh + oh) * g.ow + ow] / avg_divisor(g, oh * g.sh - g.pt, ow * g.sw - g.pl);
-    dx[i] = acc;
+    dx[i] = relu_x && !(relu_x[i] > 0.f) ? 0.f : acc;  // relu = 1: and the Relu's gradient
   }
 }
 
@@ -207,7 +224,8 @@ void avgpool_grad_op(KernelContext& ctx) {
   Tensor& dX = ctx.output(0, X.shape(), DType::F32);
   int64_t n = dX.numel();
   if (n == 0) return;
-  avgpool_grad_kernel<<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dptr<float>(dY), dptr<float>(dX), g);
+  const float* relu_x = relu_attr(ctx.node()) ? dptr<float>(X) : nullptr;
+  avgpool_grad_kernel<<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dptr<float>(dY), dptr<float>(dX), g, relu_x);
   GR_LAUNCH_CHECK("avgpool_grad");
 }
 
