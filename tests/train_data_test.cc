@@ -124,20 +124,26 @@ TEST(TrainData, PngTreeTrainsBitwiseAsTheSameArrays) {
   EXPECT_EQ(closing(a, "test acc"), closing(b, "test acc"));
 }
 
-// Float targets: y = x . w + noise; a linear model trained with --loss mse reaches about the noise.
-TEST(TrainData, RegressionWithMseLoss) {
-  const std::string d = testing::temp_dir("train_data_mse");
+// Float targets in d/houses.npz (features, price): y = x . w + noise over n examples (seed `seed`), and
+// d/regressor.onnx, a linear model of them.
+void write_regression(const std::string& d, int seed, int n) {
   run_python(d, R"(
 import onnx
 from onnx import helper as h, TensorProto as T, numpy_helper as nh
-r = np.random.RandomState(0)
-x = r.randn(2000, 8).astype(np.float32); w = r.randn(8).astype(np.float32)
-np.savez('houses.npz', features=x, price=(x @ w + 0.1 * r.randn(2000)).astype(np.float32))
+r = np.random.RandomState()" + std::to_string(seed) + R"()
+x = r.randn()" + std::to_string(n) + R"(, 8).astype(np.float32); w = r.randn(8).astype(np.float32)
+np.savez('houses.npz', features=x, price=(x @ w + 0.1 * r.randn(len(x))).astype(np.float32))
 g = h.make_graph([h.make_node('Gemm', ['x', 'w', 'b'], ['y'])], 'regressor',
                  [h.make_tensor_value_info('x', T.FLOAT, ['N', 8])], [h.make_tensor_value_info('y', T.FLOAT, ['N', 1])],
                  [nh.from_array(np.zeros((8, 1), np.float32), 'w'), nh.from_array(np.zeros(1, np.float32), 'b')])
 onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), 'regressor.onnx')
 )");
+}
+
+// A linear model trained with --loss mse reaches about the noise.
+TEST(TrainData, RegressionWithMseLoss) {
+  const std::string d = testing::temp_dir("train_data_mse");
+  write_regression(d, 0, 2000);
   const std::string out = train(d + "/regressor.onnx", "--data " + d + "/houses.npz --labels price --loss mse "
                                 "--val-split 0.2 --devices cpu:2 --threads 1 --epochs 4 --batch-size 32 --lr 0.05 "
                                 "--metrics " + d + "/m.jsonl");
@@ -156,17 +162,7 @@ onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), 'regressor.on
 // float32 run's; the test mse agrees.
 TEST(TrainData, Float64RegressionWithMseLossAndMomentum) {
   const std::string d = testing::temp_dir("train_data_mse64");
-  run_python(d, R"(
-import onnx
-from onnx import helper as h, TensorProto as T, numpy_helper as nh
-r = np.random.RandomState(1)
-x = r.randn(1000, 8).astype(np.float32); w = r.randn(8).astype(np.float32)
-np.savez('houses.npz', features=x, price=(x @ w + 0.1 * r.randn(1000)).astype(np.float32))
-g = h.make_graph([h.make_node('Gemm', ['x', 'w', 'b'], ['y'])], 'regressor',
-                 [h.make_tensor_value_info('x', T.FLOAT, ['N', 8])], [h.make_tensor_value_info('y', T.FLOAT, ['N', 1])],
-                 [nh.from_array(np.zeros((8, 1), np.float32), 'w'), nh.from_array(np.zeros(1, np.float32), 'b')])
-onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), 'regressor.onnx')
-)");
+  write_regression(d, 1, 1000);
   const std::string common = "--data " + d + "/houses.npz --labels price --loss mse --val-split 0.2 --devices cpu:2 "
                              "--threads 1 --epochs 2 --batch-size 32 --lr 0.05 ";
   for (const char* opt : {"--momentum 0.5", "--optimizer adamw --weight-decay 0.01"}) {
