@@ -310,7 +310,8 @@ TEST(FusePoolReluGrad, FiresOnLeNetAndSimpleCnnAndTrainsToTheSameBits) {
     runtime::PipelineOptions po;
     po.executor_passes = true;
     int relu = 0;
-    for (const Node& n : runtime::build_training_graphs(m, po).replicas[0].graph.nodes)
+    const runtime::TrainingGraphs tg = runtime::build_training_graphs(m, po);
+    for (const Node& n : tg.replicas[0].graph.nodes)
       relu += n.op_type.find("PoolGrad") != std::string::npos && n.attr_i("relu", 0) == 1;
     EXPECT_EQ(relu, fused) << model;
     runtime::TrainOptions o = testing::quick(2, 32, 6, 64);
