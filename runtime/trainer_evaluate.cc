@@ -197,15 +197,12 @@ EvalStats Trainer::evaluate_stats() {
       }
       if (mse()) {
         const Tensor out = to_host(ex.run(in).at(graphs_.logits));
-        if (out.dtype() == DType::F64) {  // a float64 model: f64 outputs and targets
-          const double* o = out.data<double>();
-          const double* t = y.data<double>();
-          for (int64_t j = 0, m = out.numel(); j < m; ++j) tot.sq += (o[j] - t[j]) * (o[j] - t[j]);
-          continue;
-        }
-        const float* o = out.data<float>();
-        const float* t = y.data<float>();
-        for (int64_t j = 0, m = out.numel(); j < m; ++j) tot.sq += double(o[j] - t[j]) * double(o[j] - t[j]);
+        // f32, or f64 outputs and targets (a float64 model): each difference in that type.
+        auto add_squares = [&](auto* o, auto* t) {
+          for (int64_t j = 0, m = out.numel(); j < m; ++j) tot.sq += double(o[j] - t[j]) * double(o[j] - t[j]);
+        };
+        if (out.dtype() == DType::F64) add_squares(out.data<double>(), y.data<double>());
+        else add_squares(out.data<float>(), y.data<float>());
         continue;
       }
       in[eval_->labels] = y;

@@ -3,7 +3,7 @@
 // nesterov and weight_decay with dampening 0 when beta = 1).
 #include <cmath>
 
-#include "runtime/kernel.h"
+#include "runtime/kernels/cpu/math_common.h"
 
 namespace graphrun::runtime::cpu {
 
@@ -87,20 +87,18 @@ void for_chunks(KernelContext& ctx, int64_t m, F&& f) {
   for (int64_t c = 0; c < (m + kChunk - 1) / kChunk; ++c) f(c * kChunk, std::min(m, (c + 1) * kChunk));
 }
 
-template <class T>
-void momentum_t(KernelContext& ctx, int n, T alpha, T beta_t, T norm, T lr, bool nesterov) {
-  const DType dt = ctx.input(2).dtype();
+// Runs f(in, out, k0, k1) over the chunks of each of the node's n optimized tensors, of element type T:
+// in[g] is the tensor's run g of the inputs after R and T (X, G, V [, H]), out[o] its output o (X_new,
+// V_new [, H_new]), all of X's shape.
+template <class T, int kGroups, class F>
+void for_each_tensor(KernelContext& ctx, int n, F&& f) {
   for (int i = 0; i < n; ++i) {
     const Tensor& X = ctx.input(2 + i);
-    const T* x = X.data<T>();
-    const T* g = ctx.input(2 + n + i).data<T>();
-    const T* v = ctx.input(2 + 2 * n + i).data<T>();
-    T* xn = ctx.output(i, X.shape(), dt).data<T>();
-    T* vn = ctx.output(n + i, X.shape(), dt).data<T>();
-    for_chunks(ctx, X.numel(), [&](int64_t k0, int64_t k1) {
-      if (nesterov) momentum_range<true>(x, g, v, xn, vn, k0, k1, alpha, beta_t, norm, lr);
-      else momentum_range<false>(x, g, v, xn, vn, k0, k1, alpha, beta_t, norm, lr);
-    });
+    const T* in[kGroups];
+    T* out[kGroups - 1];
+    for (int g = 0; g < kGroups; ++g) in[g] = ctx.input(2 + g * n + i).data<T>();
+    for (int o = 0; o < kGroups - 1; ++o) out[o] = ctx.output(o * n + i, X.shape(), X.dtype()).data<T>();
+    for_chunks(ctx, X.numel(), [&](int64_t k0, int64_t k1) { f(in, out, k0, k1); });
   }
 }
 
@@ -118,26 +116,13 @@ void momentum(KernelContext& ctx) {
   const float beta_t = step > 0 ? beta : 1.0f;
   const int n = static_cast<int>(tensor_count(ctx, 3));
   // The attributes are float (the spec's type); an f64 update widens them, and R, exactly.
-  if (ctx.input(2).dtype() == DType::F64) momentum_t<double>(ctx, n, alpha, beta_t, norm, lr, nesterov);
-  else momentum_t<float>(ctx, n, alpha, beta_t, norm, static_cast<float>(lr), nesterov);
-}
-
-template <class T>
-void adam_t(KernelContext& ctx, int n, T alpha, T beta, T eps, T norm, T post, T lr_t) {
-  const DType dt = ctx.input(2).dtype();
-  for (int i = 0; i < n; ++i) {
-    const Tensor& X = ctx.input(2 + i);
-    const T* x = X.data<T>();
-    const T* g = ctx.input(2 + n + i).data<T>();
-    const T* v = ctx.input(2 + 2 * n + i).data<T>();
-    const T* h = ctx.input(2 + 3 * n + i).data<T>();
-    T* xn = ctx.output(i, X.shape(), dt).data<T>();
-    T* vn = ctx.output(n + i, X.shape(), dt).data<T>();
-    T* hn = ctx.output(2 * n + i, X.shape(), dt).data<T>();
-    for_chunks(ctx, X.numel(), [&](int64_t k0, int64_t k1) {
-      adam_range(x, g, v, h, xn, vn, hn, k0, k1, alpha, beta, eps, norm, post, lr_t);
+  dispatch_float(ctx.input(2).dtype(), "Momentum", [&](auto tag) {
+    using T = decltype(tag);
+    for_each_tensor<T, 3>(ctx, n, [&](const T* const* in, T* const* out, int64_t k0, int64_t k1) {
+      if (nesterov) momentum_range<true, T>(in[0], in[1], in[2], out[0], out[1], k0, k1, alpha, beta_t, norm, T(lr));
+      else momentum_range<false, T>(in[0], in[1], in[2], out[0], out[1], k0, k1, alpha, beta_t, norm, T(lr));
     });
-  }
+  });
 }
 
 void adam(KernelContext& ctx) {
@@ -152,8 +137,12 @@ void adam(KernelContext& ctx) {
   const double lr_t =
       step > 0 ? lr * std::sqrt(1.0 - std::pow(double(beta), t)) / (1.0 - std::pow(double(alpha), t)) : lr;
   const int n = static_cast<int>(tensor_count(ctx, 4));
-  if (ctx.input(2).dtype() == DType::F64) adam_t<double>(ctx, n, alpha, beta, eps, norm, post, lr_t);
-  else adam_t<float>(ctx, n, alpha, beta, eps, norm, post, static_cast<float>(lr_t));
+  dispatch_float(ctx.input(2).dtype(), "Adam", [&](auto tag) {
+    using T = decltype(tag);
+    for_each_tensor<T, 4>(ctx, n, [&](const T* const* in, T* const* out, int64_t k0, int64_t k1) {
+      adam_range<T>(in[0], in[1], in[2], in[3], out[0], out[1], out[2], k0, k1, alpha, beta, eps, norm, post, T(lr_t));
+    });
+  });
 }
 
 }  // namespace
