@@ -5,6 +5,7 @@
 #include "graph/passes/place_shape_computations.h"
 #include "runtime/comm/replica_aborted.h"
 #include "runtime/device.h"
+#include "runtime/planning_pool.h"
 
 #include <omp.h>
 
@@ -75,6 +76,8 @@ struct Executor::Plan {
   std::vector<Tensor> input_copies;          // device executors: per graph input, its device buffer
   std::vector<std::vector<char>> host_scratch;  // device executors: per host-placed step, its scratch
   std::vector<bool> async_step;              // per step: its kernel deferred a completion in the planning run
+  // CPU executors: the planning run's buffers come from one reserved range that then holds the arena.
+  std::shared_ptr<PlanningPool> pool;
   PlanStats stats;
 };
 
@@ -85,6 +88,7 @@ struct Executor::Layout {
   std::vector<int> last_use;                          // per slot, step; n = live to the end
   std::vector<int> def_step;                          // per slot; -1 = not produced by a node
   std::vector<bool> view_step;                        // per step: its output may share its input's buffer
+  std::vector<bool> pooled;  // per slot: the planning run takes its buffer from the plan's pool (not fetched, not state)
   // Device executors: values kept in host memory and the nodes that compute them there (with the CPU
   // kernels); see graph/passes/place_shape_computations.h. Empty for CPU executors.
   std::vector<bool> host_slot, host_step;
@@ -102,6 +106,7 @@ namespace {
 struct Pending {
   Completion done;
   std::vector<std::unique_ptr<char[]>> host_temps;
+  std::vector<std::shared_ptr<void>> pool_temps;
   std::vector<Tensor> device_temps;
 };
 
@@ -165,9 +170,10 @@ struct DrainOnUnwind {
 class RunContext final : public KernelContext {
  public:
   RunContext(const Node& n, int64_t opset, int threads, Device dev, Communicator* comm, std::mt19937_64* rng,
-             Executor::Plan& plan, const std::vector<int>& out_slots, int step, DeviceBackend* backend,
-             bool host_step, bool async_allowed)
-      : plan_(plan), out_slots_(out_slots), step_(step), backend_(host_step ? nullptr : backend), host_step_(host_step) {
+             Executor::Plan& plan, const std::vector<int>& out_slots, const std::vector<bool>& pooled, int step,
+             DeviceBackend* backend, bool host_step, bool async_allowed)
+      : plan_(plan), out_slots_(out_slots), pooled_(pooled), step_(step), backend_(host_step ? nullptr : backend),
+        host_step_(host_step) {
     if (host_step) dev = Device{};
     node_ = &n;
     opset_ = opset;
@@ -200,7 +206,14 @@ class RunContext final : public KernelContext {
     }
     for (int64_t d : shape) GR_CHECK(d >= 0, "output " << i << " would have negative dimension " << shape_str(shape));
     checked_numel(dtype, shape, "output " + std::to_string(i));  // device buffers too, not only host tensors
-    plan_.slot_tensor[s] = backend_ ? backend_->empty(device_, dtype, shape) : Tensor(dtype, shape);
+    std::shared_ptr<void> mem;
+    if (plan_.pool && pooled_[s]) mem = plan_.pool->allocate(shape_numel(shape) * dtype_size(dtype));
+    if (mem) {
+      void* p = mem.get();
+      plan_.slot_tensor[s] = Tensor::adopt(dtype, shape, std::move(mem), p, device_);
+    } else {
+      plan_.slot_tensor[s] = backend_ ? backend_->empty(device_, dtype, shape) : Tensor(dtype, shape);
+    }
     plan_.slot_dtype[s] = dtype;
     plan_.slot_shape[s] = shape;
     plan_.slot_seen[s] = true;
@@ -215,6 +228,12 @@ class RunContext final : public KernelContext {
       return static_cast<char*>(plan_.arena.get()) + plan_.scratch_offset[step_];
     }
     plan_.scratch_bytes[step_] = std::max(plan_.scratch_bytes[step_], bytes);
+    if (plan_.pool) {
+      if (std::shared_ptr<void> mem = plan_.pool->allocate(bytes)) {
+        work_.pool_temps.push_back(std::move(mem));
+        return work_.pool_temps.back().get();
+      }
+    }
     if (backend_) {
       work_.device_temps.push_back(backend_->empty(device_, DType::U8, {static_cast<int64_t>(bytes)}));
       return work_.device_temps.back().raw();
@@ -227,6 +246,7 @@ class RunContext final : public KernelContext {
  private:
   Executor::Plan& plan_;
   const std::vector<int>& out_slots_;
+  const std::vector<bool>& pooled_;
   int step_;
   DeviceBackend* backend_;
   bool host_step_;
@@ -316,6 +336,10 @@ Executor::Executor(const Graph& graph, ExecOptions opts)
     GR_CHECK(graph_.initializers.count(init), "state update: '" << init << "' is not an initializer");
     L.last_use[L.slot_of[v]] = n;
   }
+  // Fetched values outlive the run and state-update sources become state: they keep buffers of their own.
+  L.pooled.assign(L.nslots, opts_.device.is_cpu());
+  for (const auto& f : opts_.fetch) L.pooled[L.slot_of[f]] = false;
+  for (const auto& [v, _] : opts_.state_updates) L.pooled[L.slot_of[v]] = false;
   if (!opts_.device.is_cpu()) {
     std::set<std::string> pinned(opts_.fetch.begin(), opts_.fetch.end());  // fetched values and state stay put
     for (const auto& [v, init] : opts_.state_updates) pinned.insert({v, init});
@@ -404,6 +428,7 @@ Executor::Plan& Executor::plan_for(const std::map<std::string, Tensor>& inputs) 
   p->scratch_bytes.resize(graph_.nodes.size(), 0);
   p->scratch_offset.resize(graph_.nodes.size(), 0);
   p->async_step.resize(graph_.nodes.size(), false);
+  if (opts_.device.is_cpu()) p->pool = PlanningPool::create(PlanningPool::default_reserve());
   plans_.push_back(std::move(p));
   return *plans_.back();
 }
@@ -446,8 +471,8 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>&
     const Node& node = graph_.nodes[s];
     for (int a : L.finishing_before[s]) finish_pending(pending, a, graph_.nodes[a], prof);
     // A node whose first reader comes right after it has nothing to overlap: it runs synchronously.
-    RunContext ctx(node, opset, opts_.threads, opts_.device, opts_.comm, &rng_, P, L.out_slots[s], s, backend, L.on_host(s),
-                   opts_.async_kernels && L.complete_at[s] > s + 1);
+    RunContext ctx(node, opset, opts_.threads, opts_.device, opts_.comm, &rng_, P, L.out_slots[s], L.pooled, s, backend,
+                   L.on_host(s), opts_.async_kernels && L.complete_at[s] > s + 1);
     auto& ins = ctx.inputs();
     ins.reserve(L.in_slots[s].size());
     for (int i : L.in_slots[s]) {
@@ -530,10 +555,24 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>&
         total += align_up(P.scratch_bytes[s]);
       }
     size_t arena_bytes = pack(items);
-    const Device dev = opts_.device;
-    void* mem = backend->allocate(dev, std::max<size_t>(kAlign, arena_bytes));
-    P.arena = std::shared_ptr<void>(mem, [backend, dev](void* p) { backend->deallocate(dev, p); });
-    char* base = static_cast<char*>(mem);
+    // The planning run's buffers are dropped first: on the CPU the arena then takes the pool's range,
+    // whose pages that run touched already.
+    for (const Interval& it : items)
+      if (it.slot >= 0) P.slot_tensor[it.slot] = Tensor();
+    for (int sl = 0; sl < L.nslots; ++sl)
+      if (root[sl] >= 0) P.slot_tensor[sl] = Tensor();
+    if (P.pool) {
+      P.stats.planning_peak_bytes = P.pool->high_water();
+      P.arena = P.pool->take_as_arena(std::max<size_t>(kAlign, arena_bytes));
+      P.stats.arena_in_pool = P.arena != nullptr;
+      P.pool.reset();
+    }
+    if (!P.arena) {
+      const Device dev = opts_.device;
+      void* mem = backend->allocate(dev, std::max<size_t>(kAlign, arena_bytes));
+      P.arena = std::shared_ptr<void>(mem, [backend, dev](void* p) { backend->deallocate(dev, p); });
+    }
+    char* base = static_cast<char*>(P.arena.get());
     // This first run's fetched values stay owning tensors; later runs return arena views.
     // State-update sources keep the owning buffers they got (swapped with the state below).
     std::vector<size_t> offset(L.nslots, 0);

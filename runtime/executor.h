@@ -46,6 +46,10 @@ struct PlanStats {
   int values = 0;                  // intermediate values planned
   int views = 0;                   // of those, the ones sharing another's buffer (ExecOptions::views)
   int async_nodes = 0;             // nodes that finished asynchronously in the planning run
+  // CPU executors: the planning run's buffers came from one reserved range (runtime/planning_pool.h),
+  // which reached this many bytes; the arena took that range's start (its pages already there).
+  size_t planning_peak_bytes = 0;
+  bool arena_in_pool = false;
 };
 
 class Executor {

@@ -7,6 +7,7 @@
 
 #include "graph/onnx_io.h"
 #include "runtime/executor.h"
+#include "runtime/planning_pool.h"
 #include "tests/test_util.h"
 
 namespace graphrun {
@@ -96,6 +97,97 @@ TEST(MemoryPlan, ReshapesAreViewsThatKeepTheirBaseAlive) {
   without.run(feeds);
   EXPECT_EQ(with.plan_stats().views, 3);
   EXPECT_EQ(without.plan_stats().views, 0);
+}
+
+// The planning run's buffers come from one pool: freed space is reused best-fit and coalesced, so the
+// run touches about its live peak; the arena then takes the start of the same range.
+TEST(PlanningPool, ReusesFreedSpaceBestFitAndCoalesces) {
+  auto pool = runtime::PlanningPool::create(size_t(64) << 20);
+  ASSERT_TRUE(pool);
+  auto a = pool->allocate(1000), b = pool->allocate(4096), c = pool->allocate(100);
+  char* base = static_cast<char*>(a.get());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(base) % (size_t(2) << 20), 0u) << "the range starts on a 2 MiB page";
+  EXPECT_EQ(static_cast<char*>(b.get()), base + 1024);  // 64-byte granules
+  EXPECT_EQ(static_cast<char*>(c.get()), base + 5120);
+  EXPECT_EQ(pool->high_water(), 5248u);
+  EXPECT_EQ(pool->live(), 5248u);
+  a.reset();
+  auto d = pool->allocate(512);  // fits where a was
+  EXPECT_EQ(static_cast<char*>(d.get()), base);
+  b.reset();
+  d.reset();  // [0, 5120) free again, in one piece
+  auto e = pool->allocate(5000);
+  EXPECT_EQ(static_cast<char*>(e.get()), base);
+  EXPECT_EQ(pool->high_water(), 5248u);
+  c.reset();  // c's space joins e's 64-byte tail, a free block that reaches the end
+  auto f = pool->allocate(100);
+  EXPECT_EQ(static_cast<char*>(f.get()), base + 5056);
+  EXPECT_EQ(pool->high_water(), 5248u);
+  f.reset();
+  auto g = pool->allocate(10000);  // no free block fits: it grows from the one that reaches the end
+  EXPECT_EQ(static_cast<char*>(g.get()), base + 5056);
+  EXPECT_EQ(pool->high_water(), 5056u + 10048u);
+  EXPECT_FALSE(pool->allocate(size_t(65) << 20)) << "more than the range";
+  EXPECT_EQ(pool->live(), 5056u + 10048u);
+}
+
+TEST(PlanningPool, TheArenaKeepsThePagesThePlanningRunTouched) {
+  auto pool = runtime::PlanningPool::create(size_t(64) << 20);
+  ASSERT_TRUE(pool);
+  auto held = pool->allocate(size_t(8) << 20);
+  EXPECT_FALSE(pool->take_as_arena(size_t(4) << 20)) << "a buffer still in use would alias the arena";
+  EXPECT_FALSE(pool->allocate(64)) << "a pool hands out nothing once the arena was decided";
+
+  pool = runtime::PlanningPool::create(size_t(64) << 20);
+  auto buf = pool->allocate(size_t(8) << 20);
+  char* at = static_cast<char*>(buf.get());
+  for (size_t i = 0; i < (size_t(8) << 20); i += 4096) at[i] = static_cast<char>(i >> 12 | 1);
+  buf.reset();
+  EXPECT_FALSE(runtime::PlanningPool::create(size_t(64) << 20)->take_as_arena(size_t(65) << 20));
+  std::shared_ptr<void> arena = pool->take_as_arena(size_t(6) << 20);
+  ASSERT_TRUE(arena);
+  EXPECT_EQ(arena.get(), static_cast<void*>(at));
+  bool kept = true;  // the same pages, not a fresh zeroed mapping
+  for (size_t i = 0; i < (size_t(6) << 20); i += 4096) kept &= at[i] == static_cast<char>(i >> 12 | 1);
+  EXPECT_TRUE(kept);
+  pool.reset();  // the arena keeps the range
+  at[(size_t(6) << 20) - 1] = 1;
+}
+
+TEST(MemoryPlan, PlanningRunTouchesAboutThePeakAndTheArenaTakesItsPages) {
+  runtime::Executor ex(lenet());
+  Tensor x = testing::random_tensor({64, 1, 28, 28}, 7, 0.f, 1.f);
+  Tensor first = ex.run({{"image", x}}).at("logits").clone();
+  runtime::PlanStats s = ex.plan_stats();
+  EXPECT_TRUE(s.arena_in_pool);
+  EXPECT_GE(s.planning_peak_bytes, size_t{64} * 20 * 26 * 26 * 4);  // conv1's output at least
+  std::cout << "LeNet batch 64: the planning run touched " << s.planning_peak_bytes << " bytes (arena "
+            << s.arena_bytes << ", all intermediates " << s.intermediate_bytes << ")\n";
+  EXPECT_LT(s.planning_peak_bytes, s.intermediate_bytes * 3 / 4);
+  for (int run = 0; run < 2; ++run)  // planned runs on the pool's pages give the planning run's bits
+    EXPECT_TRUE(same_bytes(ex.run({{"image", x}}).at("logits"), first));
+
+  // Fetched values and state-update sources keep buffers of their own (they outlive the run), so they
+  // do not keep the arena from taking the pool.
+  Graph g;
+  g.name = "state";
+  g.opsets[""] = 17;
+  g.inputs = {"x"};
+  g.initializers["w"] = testing::random_tensor({1 << 20}, 3);
+  g.nodes = {Node{"relu", "Relu", "", {"x"}, {"a"}, {}}, Node{"add", "Add", "", {"a", "w"}, {"w_new"}, {}},
+             Node{"neg", "Neg", "", {"w_new"}, {"y"}, {}}};
+  g.outputs = {"y"};
+  runtime::ExecOptions o;
+  o.state_updates = {{"w_new", "w"}};
+  runtime::Executor st(g, o);
+  Tensor in = testing::random_tensor({1 << 20}, 4);
+  const float w0 = st.state("w").data<float>()[7], x7 = std::max(0.f, in.data<float>()[7]);
+  for (int run = 1; run <= 3; ++run) {
+    Tensor y = st.run({{"x", in}}).at("y");
+    EXPECT_FLOAT_EQ(st.state("w").data<float>()[7], w0 + run * x7);
+    EXPECT_FLOAT_EQ(y.data<float>()[7], -(w0 + run * x7));
+  }
+  EXPECT_TRUE(st.plan_stats().arena_in_pool);
 }
 
 }  // namespace

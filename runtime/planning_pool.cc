@@ -1,0 +1,125 @@
+// PlanningPool: one reserved range, best-fit with coalescing, whose touched pages become the arena.
+#include "runtime/planning_pool.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace graphrun::runtime {
+
+namespace {
+constexpr size_t kAlign = 64;
+constexpr size_t kHuge = size_t(2) << 20;
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+}  // namespace
+
+size_t PlanningPool::default_reserve() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  size_t ram = pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : size_t(0);
+  return std::min(ram, size_t(256) << 30);
+}
+
+std::shared_ptr<PlanningPool> PlanningPool::create(size_t reserve) {
+  if (reserve == 0) return nullptr;
+  reserve = round_up(reserve, kHuge);
+  const size_t len = reserve + kHuge;  // room to align the start to 2 MiB
+  // MAP_NORESERVE: the range is address space only until a page is touched.
+  void* m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED) return nullptr;
+  std::shared_ptr<PlanningPool> p(new PlanningPool());
+  p->map_ = m;
+  p->map_len_ = len;
+  p->base_ = reinterpret_cast<void*>(round_up(reinterpret_cast<uintptr_t>(m), kHuge));
+  p->reserve_ = reserve;
+  madvise(p->base_, reserve, MADV_HUGEPAGE);  // advice only, as in graph/tensor.h's map_zeroed
+  return p;
+}
+
+PlanningPool::~PlanningPool() {
+  if (map_) munmap(map_, map_len_);
+}
+
+std::shared_ptr<void> PlanningPool::allocate(size_t bytes) {
+  bytes = round_up(std::max<size_t>(bytes, 1), kAlign);
+  size_t offset = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return nullptr;
+    auto best = free_.end();
+    for (auto it = free_.begin(); it != free_.end(); ++it)
+      if (it->second >= bytes && (best == free_.end() || it->second < best->second)) best = it;
+    if (best != free_.end()) {
+      offset = best->first;
+      const size_t rest = best->second - bytes;
+      free_.erase(best);
+      if (rest) free_[offset + bytes] = rest;
+    } else {
+      // Grow at the end, starting inside the last free block when it reaches the end.
+      offset = high_water_;
+      if (!free_.empty()) {
+        auto last = std::prev(free_.end());
+        if (last->first + last->second == high_water_) {
+          offset = last->first;
+          free_.erase(last);
+        }
+      }
+      if (offset + bytes > reserve_) {
+        if (offset != high_water_) free_[offset] = high_water_ - offset;  // put the tail back
+        return nullptr;
+      }
+      high_water_ = offset + bytes;
+    }
+    live_ += bytes;
+  }
+  auto self = shared_from_this();
+  return std::shared_ptr<void>(static_cast<char*>(base_) + offset,
+                               [self, offset, bytes](void*) { self->release(offset, bytes); });
+}
+
+void PlanningPool::release(size_t offset, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  live_ -= bytes;
+  if (closed_) return;
+  auto next = free_.lower_bound(offset);
+  if (next != free_.end() && offset + bytes == next->first) {
+    bytes += next->second;
+    next = free_.erase(next);
+  }
+  if (next != free_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == offset) {
+      prev->second += bytes;
+      return;
+    }
+  }
+  free_[offset] = bytes;
+}
+
+std::shared_ptr<void> PlanningPool::take_as_arena(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  closed_ = true;
+  free_.clear();
+  if (live_ != 0 || bytes > reserve_) return nullptr;
+  // Return the pages past the arena (the planning run may have touched more than the plan needs).
+  const size_t keep = round_up(std::max<size_t>(bytes, 1), kHuge);
+  char* end = static_cast<char*>(base_) + keep;
+  char* map_end = static_cast<char*>(map_) + map_len_;
+  if (end < map_end && munmap(end, static_cast<size_t>(map_end - end)) == 0)
+    map_len_ = static_cast<size_t>(end - static_cast<char*>(map_));
+  auto self = shared_from_this();
+  return std::shared_ptr<void>(base_, [self](void*) {});
+}
+
+size_t PlanningPool::high_water() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return high_water_;
+}
+
+size_t PlanningPool::live() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return live_;
+}
+
+}  // namespace graphrun::runtime
