@@ -2,6 +2,8 @@
 // double over the attributes that change the math, and the gradient ops against central differences.
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -187,6 +189,11 @@ const std::vector<ConvCase>& conv_cases() {
       {"depthwise_stride1", {2, 3, 9, 17}, {6, 1, 5, 5}, 3, {}, {2, 1, 2, 3}},
       {"conv1d_one_channel", {2, 1, 37}, {3, 1, 5}, 1, {}, {2, 2}},
       {"one_channel_36_taps", {1, 1, 9, 9}, {2, 1, 6, 6}},  // over the direct kernels' limit: GEMM
+      // An empty batch: an empty output, and nothing written (the per-image GEMM path once wrote an
+      // image's output block, bias first, into the empty tensor).
+      {"empty_batch", {0, 3, 5, 5}, {4, 3, 3, 3}, 1, {}, {1, 1, 1, 1}},
+      {"empty_batch_large_image", {0, 2, 20, 20}, {3, 2, 3, 3}},
+      {"empty_batch_one_channel", {0, 1, 28, 28}, {20, 1, 3, 3}},
   };
   return cases;
 }
@@ -287,6 +294,23 @@ TEST(ConvGrad, AbsentOutputsAndThreadsGiveTheSameNumbers) {
   EXPECT_LT(max_rel_diff(only_dw[1], all[1]), 1e-5);
   auto only_dx = run_node_ex("ConvGrad", {dy, x, w}, {}, {true, false, false}, 1, 17, "ai.graphrun");
   EXPECT_LT(max_rel_diff(only_dx[0], all[0]), 1e-6);
+}
+
+// An empty batch: an empty dX, and zero dW and dB (sums over no images), on the GEMM path and the
+// direct one (one input channel).
+TEST(ConvGrad, EmptyBatchGivesZeroWeightAndBiasGradients) {
+  for (const auto& [xs, ws, ys] : std::vector<std::array<Shape, 3>>{{Shape{0, 2, 20, 20}, Shape{3, 2, 3, 3}, Shape{0, 3, 18, 18}},
+                                                                    {Shape{0, 1, 28, 28}, Shape{20, 1, 3, 3}, Shape{0, 20, 26, 26}}}) {
+    Tensor x = random_tensor(xs, 1), w = random_tensor(ws, 2), dy = random_tensor(ys, 3);
+    for (int threads : {1, 2}) {
+      auto g = run_node_ex("ConvGrad", {dy, x, w}, {}, {true, true, true}, threads, 17, "ai.graphrun");
+      EXPECT_EQ(g[0].shape(), xs);
+      ASSERT_EQ(g[1].shape(), ws);
+      ASSERT_EQ(g[2].shape(), (Shape{ws[0]}));
+      for (double v : g[1].as_doubles()) ASSERT_EQ(v, 0.0);
+      for (double v : g[2].as_doubles()) ASSERT_EQ(v, 0.0);
+    }
+  }
 }
 
 // On the GEMM path each thread sums the weight gradient of its chunks of images privately, and the

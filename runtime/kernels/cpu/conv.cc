@@ -438,6 +438,7 @@ DirectConv direct_of(const ConvShape& cs) {
 template <class T>
 void conv_forward(KernelContext& ctx, const ConvShape& cs, const T* x, const T* wt, const T* bias, T* y,
                   bool relu = false) {
+  if (cs.N == 0) return;  // an empty output: the chunk loop below would still run one (empty) chunk
   if constexpr (kDirectType<T>)
     if (direct_conv_applies(cs.w, cs.Cg())) {
       const DirectConv dc = direct_of(cs);
