@@ -27,6 +27,12 @@ class PlanningPool : public std::enable_shared_from_this<PlanningPool> {
   static std::shared_ptr<PlanningPool> create(size_t reserve);
   // The default reservation: the machine's memory, at most 256 GiB.
   static size_t default_reserve();
+  // Bytes after each buffer that ASan builds poison (0 otherwise); buffers are 64-byte aligned.
+#if defined(__SANITIZE_ADDRESS__)
+  static constexpr size_t kRedZoneBytes = 64;
+#else
+  static constexpr size_t kRedZoneBytes = 0;
+#endif
   ~PlanningPool();
   PlanningPool(const PlanningPool&) = delete;
   PlanningPool& operator=(const PlanningPool&) = delete;
@@ -34,7 +40,7 @@ class PlanningPool : public std::enable_shared_from_this<PlanningPool> {
   // `bytes` (64-byte aligned) from the range, reusing freed space first-fit; the memory returns to
   // the pool when the last copy of the pointer is dropped. Null when the range is full or the pool
   // already became an arena.
-  std::shared_ptr<void> allocate(size_t bytes);
+  std::shared_ptr<void> allocate(size_t bytes);  // (under ASan: with a poisoned red zone after it)
 
   // The range's first `bytes` as the arena, when nothing handed out is still alive and it fits:
   // the pages past it are returned to the kernel. Null otherwise (the caller allocates the arena).

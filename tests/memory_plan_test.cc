@@ -104,31 +104,35 @@ TEST(MemoryPlan, ReshapesAreViewsThatKeepTheirBaseAlive) {
 TEST(PlanningPool, ReusesFreedSpaceBestFitAndCoalesces) {
   auto pool = runtime::PlanningPool::create(size_t(64) << 20);
   ASSERT_TRUE(pool);
+  // Buffers take 64-byte granules (and, in ASan builds, a red zone after them).
+  auto take = [](size_t n) { return (n + 63) / 64 * 64 + runtime::PlanningPool::kRedZoneBytes; };
   auto a = pool->allocate(1000), b = pool->allocate(4096), c = pool->allocate(100);
   char* base = static_cast<char*>(a.get());
   EXPECT_EQ(reinterpret_cast<uintptr_t>(base) % (size_t(2) << 20), 0u) << "the range starts on a 2 MiB page";
-  EXPECT_EQ(static_cast<char*>(b.get()), base + 1024);  // 64-byte granules
-  EXPECT_EQ(static_cast<char*>(c.get()), base + 5120);
-  EXPECT_EQ(pool->high_water(), 5248u);
-  EXPECT_EQ(pool->live(), 5248u);
+  const size_t at_b = take(1000), at_c = at_b + take(4096), end = at_c + take(100);
+  EXPECT_EQ(static_cast<char*>(b.get()), base + at_b);
+  EXPECT_EQ(static_cast<char*>(c.get()), base + at_c);
+  EXPECT_EQ(pool->high_water(), end);
+  EXPECT_EQ(pool->live(), end);
   a.reset();
   auto d = pool->allocate(512);  // fits where a was
   EXPECT_EQ(static_cast<char*>(d.get()), base);
   b.reset();
-  d.reset();  // [0, 5120) free again, in one piece
-  auto e = pool->allocate(5000);
+  d.reset();  // [0, at_c) free again, in one piece
+  auto e = pool->allocate(at_c - 64 - runtime::PlanningPool::kRedZoneBytes);  // leaves 64 bytes of it free
   EXPECT_EQ(static_cast<char*>(e.get()), base);
-  EXPECT_EQ(pool->high_water(), 5248u);
+  EXPECT_EQ(pool->high_water(), end);
   c.reset();  // c's space joins e's 64-byte tail, a free block that reaches the end
-  auto f = pool->allocate(100);
-  EXPECT_EQ(static_cast<char*>(f.get()), base + 5056);
-  EXPECT_EQ(pool->high_water(), 5248u);
+  const size_t tail = at_c - 64;
+  auto f = pool->allocate(end - tail - runtime::PlanningPool::kRedZoneBytes);  // exactly that block
+  EXPECT_EQ(static_cast<char*>(f.get()), base + tail);
+  EXPECT_EQ(pool->high_water(), end);
   f.reset();
   auto g = pool->allocate(10000);  // no free block fits: it grows from the one that reaches the end
-  EXPECT_EQ(static_cast<char*>(g.get()), base + 5056);
-  EXPECT_EQ(pool->high_water(), 5056u + 10048u);
+  EXPECT_EQ(static_cast<char*>(g.get()), base + tail);
+  EXPECT_EQ(pool->high_water(), tail + take(10000));
   EXPECT_FALSE(pool->allocate(size_t(65) << 20)) << "more than the range";
-  EXPECT_EQ(pool->live(), 5056u + 10048u);
+  EXPECT_EQ(pool->live(), tail + take(10000));
 }
 
 TEST(PlanningPool, TheArenaKeepsThePagesThePlanningRunTouched) {
