@@ -2,6 +2,7 @@
 #include "runtime/planning_pool.h"
 
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,7 +31,14 @@ size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 size_t PlanningPool::default_reserve() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   size_t ram = pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : size_t(0);
-  return std::min(ram, size_t(256) << 30);
+  size_t reserve = std::min(ram, size_t(256) << 30);
+  // Under a limit on address space (ulimit -v, as some clusters set), every replica's planning run
+  // holds a range at once: each takes a sixteenth of the limit at most, so that the buffers allocated
+  // outside the pools still fit (a full pool only hands the rest of its run to the backend).
+  rlimit as{};
+  if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY)
+    reserve = std::min(reserve, static_cast<size_t>(as.rlim_cur / 16));
+  return reserve;
 }
 
 std::shared_ptr<PlanningPool> PlanningPool::create(size_t reserve) {

@@ -25,7 +25,8 @@ class PlanningPool : public std::enable_shared_from_this<PlanningPool> {
   // A pool over a reserved range of `reserve` bytes (untouched pages cost nothing); null when the
   // range cannot be reserved (then the caller allocates as before).
   static std::shared_ptr<PlanningPool> create(size_t reserve);
-  // The default reservation: the machine's memory, at most 256 GiB.
+  // The default reservation: the machine's memory, at most 256 GiB, and at most a sixteenth of an
+  // address-space limit (ulimit -v).
   static size_t default_reserve();
   // Bytes after each buffer that ASan builds poison (0 otherwise); buffers are 64-byte aligned.
 #if defined(__SANITIZE_ADDRESS__)
