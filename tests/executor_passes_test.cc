@@ -15,6 +15,7 @@
 #include "graph/onnx_io.h"
 #include "graph/passes/fold_constants.h"
 #include "graph/passes/fuse_pool_relu_grad.h"
+#include "graph/passes/recompute_maxpool_argmax.h"
 #include "graph/passes/fuse_relu_bn_add.h"
 #include "graph/passes/fuse_relu_epilogue.h"
 #include "graph/passes/fuse_relu_grad.h"
@@ -327,6 +328,97 @@ TEST(FusePoolReluGrad, FiresOnLeNetAndSimpleCnnAndTrainsToTheSameBits) {
   }
 }
 
+// ---- recompute_maxpool_argmax ----
+
+// x -> Relu -> y -> MaxPool (2x2, stride 2) -> p, Indices; MaxPoolGrad(dp, Indices, y) -> dy, then
+// ReluGrad(dy, y) -> dx.
+Graph maxpool_grad_graph(const std::map<std::string, Attribute>& at) {
+  Graph g;
+  g.name = "maxpool_grad";
+  g.opsets[""] = 17;
+  g.opsets[kGraphrunDomain] = 1;
+  g.inputs = {"x", "dp"};
+  g.nodes.push_back(Node{"relu", "Relu", "", {"x"}, {"y"}, {}});
+  g.nodes.push_back(Node{"pool", "MaxPool", "", {"y"}, {"p", "idx"}, at});
+  g.nodes.push_back(Node{"pool_grad", "MaxPoolGrad", kGraphrunDomain, {"dp", "idx", "y"}, {"dy"}, {}});
+  g.nodes.push_back(Node{"relu_grad", "ReluGrad", kGraphrunDomain, {"dy", "y"}, {"dx"}, {}});
+  g.outputs = {"p", "dy", "dx"};
+  return g;
+}
+
+TEST(RecomputeMaxPoolArgmax, DropsTheIndicesOfPlainWindowsBitForBit) {
+  const std::map<std::string, Attribute> plain{{"kernel_shape", Attribute::Ints({2, 2})},
+                                               {"strides", Attribute::Ints({2, 2})}, {"pads", Attribute::Ints({0, 0, 0, 0})}};
+  Tensor x = random_tensor({2, 3, 9, 8}, 6), dp = random_tensor({2, 3, 4, 4}, 7);
+  float* xv = x.data<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) xv[i] = std::round(xv[i] * 2) / 2;  // ties
+  xv[0] = std::numeric_limits<float>::quiet_NaN();
+  dp.data<float>()[1] = -0.f;
+  const Graph g = maxpool_grad_graph(plain);
+  for (bool fused : {false, true}) {  // with fuse_pool_relu_grad first, as the pipeline runs them
+    const Graph before = fused ? passes::fuse_pool_relu_grad(g) : g;
+    const Graph r = passes::recompute_maxpool_argmax_pass().run(before);
+    const Node& pool = r.nodes[1];
+    const Node& grad = r.nodes[2];
+    EXPECT_EQ(pool.outputs, (std::vector<std::string>{"p", ""}));
+    EXPECT_EQ(grad.inputs[1], "");
+    EXPECT_EQ(grad.attr_ints("kernel_shape"), (std::vector<int64_t>{2, 2}));
+    EXPECT_FALSE(r.values.count("idx"));
+    expect_same_numbers(before, r, {{"x", x}, {"dp", dp}});
+  }
+}
+
+TEST(RecomputeMaxPoolArgmax, LeavesOtherWindowsAndIndicesOthersRead) {
+  auto unchanged = [](const Graph& g) {
+    const Graph r = passes::recompute_maxpool_argmax(g);
+    return r.nodes[1].outputs.size() == 2 && r.nodes[1].outputs[1] == "idx" && r.nodes[2].inputs[1] == "idx";
+  };
+  const std::map<std::string, Attribute> plain{{"kernel_shape", Attribute::Ints({2, 2})}, {"strides", Attribute::Ints({2, 2})}};
+  EXPECT_FALSE(unchanged(maxpool_grad_graph(plain)));
+  for (auto [name, value] : std::vector<std::pair<std::string, Attribute>>{
+           {"kernel_shape", Attribute::Ints({3, 3})}, {"strides", Attribute::Ints({1, 1})},
+           {"pads", Attribute::Ints({0, 0, 1, 1})}, {"ceil_mode", Attribute::Int(1)},
+           {"dilations", Attribute::Ints({2, 2})}, {"storage_order", Attribute::Int(1)},
+           {"auto_pad", Attribute::Str("SAME_UPPER")}}) {
+    auto at = plain;
+    at[name] = value;
+    EXPECT_TRUE(unchanged(maxpool_grad_graph(at))) << name;
+  }
+  Graph out = maxpool_grad_graph(plain);
+  out.outputs.push_back("idx");  // the user fetches the Indices
+  EXPECT_TRUE(unchanged(out));
+  Graph other = maxpool_grad_graph(plain);
+  other.inputs.push_back("z");  // a MaxPoolGrad of another X
+  other.nodes[2].inputs[2] = "z";
+  EXPECT_TRUE(unchanged(other));
+  Graph also = maxpool_grad_graph(plain);
+  also.nodes.push_back(Node{"cast", "Cast", "", {"idx"}, {"idx_f"}, {{"to", Attribute::Int(1)}}});
+  also.outputs.push_back("idx_f");
+  EXPECT_TRUE(unchanged(also));
+}
+
+// SimpleCNN (MaxPool 2x2 after its Relu) trains to the same bits with the pass and without; LeNet has
+// no MaxPool.
+TEST(RecomputeMaxPoolArgmax, FiresOnSimpleCnnAndTrainsToTheSameBits) {
+  if (!testing::have_data()) GTEST_SKIP() << "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)";
+  const Graph m = load_onnx(testing::source_dir() + "/models/simplecnn.onnx");
+  runtime::PipelineOptions po;
+  po.executor_passes = true;
+  const runtime::TrainingGraphs tg = runtime::build_training_graphs(m, po);
+  int recomputed = 0;
+  for (const Node& n : tg.replicas[0].graph.nodes) recomputed += n.op_type == "MaxPoolGrad" && n.inputs[1].empty();
+  EXPECT_EQ(recomputed, 1);
+  runtime::TrainOptions o = testing::quick(2, 32, 6, 64);
+  runtime::Trainer with(m, o);
+  with.train_epoch(0);
+  setenv("GRAPHRUN_SKIP_PASSES", "recompute_maxpool_argmax", 1);
+  runtime::Trainer without(m, o);
+  without.train_epoch(0);
+  unsetenv("GRAPHRUN_SKIP_PASSES");
+  for (const auto& [name, v] : with.replica(0).states())
+    EXPECT_TRUE(bitwise_equal(runtime::to_host(v), runtime::to_host(without.replica(0).states().at(name)))) << name;
+}
+
 // ---- in the pipeline ----
 
 TEST(ExecutorPasses, TrainRunsThemAndTheExportedGraphsStayStandard) {
@@ -336,13 +428,14 @@ TEST(ExecutorPasses, TrainRunsThemAndTheExportedGraphsStayStandard) {
   po.executor_passes = true;
   const std::vector<passes::Pass> train = runtime::training_pipeline(model, po).passes();
   ASSERT_GE(train.size(), 3u);
-  EXPECT_EQ(train[train.size() - 7].name(), "state_updates");  // after every standard pass
-  EXPECT_EQ(train[train.size() - 6].name(), "fold_constants");
-  EXPECT_EQ(train[train.size() - 5].name(), "remove_internal_noops");
-  EXPECT_EQ(train[train.size() - 4].name(), "fuse_relu_grad");
-  EXPECT_EQ(train[train.size() - 3].name(), "fuse_relu_epilogue");
-  EXPECT_EQ(train[train.size() - 2].name(), "fuse_relu_bn_add");
-  EXPECT_EQ(train.back().name(), "fuse_pool_relu_grad");
+  EXPECT_EQ(train[train.size() - 8].name(), "state_updates");  // after every standard pass
+  EXPECT_EQ(train[train.size() - 7].name(), "fold_constants");
+  EXPECT_EQ(train[train.size() - 6].name(), "remove_internal_noops");
+  EXPECT_EQ(train[train.size() - 5].name(), "fuse_relu_grad");
+  EXPECT_EQ(train[train.size() - 4].name(), "fuse_relu_epilogue");
+  EXPECT_EQ(train[train.size() - 3].name(), "fuse_relu_bn_add");
+  EXPECT_EQ(train[train.size() - 2].name(), "fuse_pool_relu_grad");
+  EXPECT_EQ(train.back().name(), "recompute_maxpool_argmax");
   const runtime::TrainingGraphs internal = runtime::build_training_graphs(model, po);
   const Graph &e = exported.replicas[0].graph, &i = internal.replicas[0].graph;
   EXPECT_EQ(count_op(e, "ReluGrad"), 0);
@@ -552,7 +645,7 @@ TEST(FuseReluEpilogue, SkipPassesLeavesItOutAndNamesTheValidOnes) {
   const Graph model = load_onnx(testing::source_dir() + "/models/lenet.onnx");
   runtime::PipelineOptions po;
   po.executor_passes = true;
-  setenv("GRAPHRUN_SKIP_PASSES", "fuse_relu_epilogue,fuse_relu_grad,fuse_relu_bn_add,fuse_pool_relu_grad", 1);
+  setenv("GRAPHRUN_SKIP_PASSES", "fuse_relu_epilogue,fuse_relu_grad,fuse_relu_bn_add,fuse_pool_relu_grad,recompute_maxpool_argmax", 1);
   std::vector<std::string> names;
   const passes::Pipeline pipeline = runtime::training_pipeline(model, po);
   for (const passes::Pass& p : pipeline.passes()) names.push_back(p.name());

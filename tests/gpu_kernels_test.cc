@@ -464,6 +464,13 @@ void pooling_cases(Cases& cs) {
   cs.add("AveragePoolGrad", {random_tensor({2, 3, 5, 5}, 73), x}, ap_pad_relu, 1, 1e-5, 17, kGraphrunDomain);
   cs.add("MaxPoolGrad", {random_tensor(fwd[0].shape(), 71), fwd[1], x}, {{"relu", Attribute::Int(1)}}, 1, 1e-5, 17,
          kGraphrunDomain);
+  // Without Indices (pass recompute_maxpool_argmax: 2x2 windows of stride 2) the gradient finds the
+  // argmax again in X; 9x9 leaves a row and a column no window covers. Also on X with many ties.
+  cs.add("MaxPoolGrad", {random_tensor({2, 3, 4, 4}, 77), Tensor(), x}, ap, 1, 1e-5, 17, kGraphrunDomain);
+  cs.add("MaxPoolGrad", {random_tensor({2, 3, 4, 4}, 77), Tensor(), x}, ap_relu, 1, 1e-5, 17, kGraphrunDomain);
+  Tensor xties = random_tensor({2, 3, 8, 8}, 78);
+  for (int64_t i = 0; i < xties.numel(); ++i) xties.data<float>()[i] = std::round(xties.data<float>()[i]);
+  cs.add("MaxPoolGrad", {random_tensor({2, 3, 4, 4}, 79), Tensor(), xties}, ap, 1, 1e-5, 17, kGraphrunDomain);
   // ceil_mode with pads (a last window partly outside; one starting in the end padding is dropped),
   // asymmetric pads, count_include_pad both ways, MaxPool dilations.
   Tensor x8 = random_tensor({2, 3, 8, 8}, 74);

@@ -271,6 +271,54 @@ TEST(PoolGrad, ReluAttributeEqualsReluGradOfThePoolingGradientBitForBit) {
                Error);
 }
 
+// Without Indices (pass recompute_maxpool_argmax) MaxPoolGrad finds each 2x2 window's argmax again in X:
+// bit for bit the scatter of MaxPool's own Indices, with ties (X on a coarse grid, +0 against -0), NaNs
+// (two in one window too), a NaN and a -0 in dY, odd sizes (a row and a column no window covers),
+// relu 0 and 1, f32 and f64, 1 and 2 threads.
+TEST(PoolGrad, MaxPoolGradWithoutIndicesEqualsTheScatterOfMaxPoolsIndices) {
+  auto same_bits = [](const Tensor& a, const Tensor& b) {
+    return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+  };
+  const Attrs window{{"kernel_shape", Attribute::Ints({2, 2})}, {"strides", Attribute::Ints({2, 2})}};
+  int seed = 900, cases = 0;
+  for (const Shape& shape : {Shape{2, 3, 8, 8}, Shape{2, 3, 9, 7}, Shape{1, 2, 2, 2}, Shape{3, 1, 5, 6}, Shape{1, 1, 24, 24}}) {
+    for (DType dt : {DType::F32, DType::F64}) {
+      std::vector<double> xv = random_f64(shape, seed++).as_doubles();
+      for (double& v : xv) v = std::round(v * 2) / 2;  // -1, -0.5, 0, 0.5, 1: many ties
+      xv[0] = 0.0, xv[1] = -0.0;  // a window whose top pair ties +0 against -0
+      if (xv.size() > 8) xv[shape[3]] = std::nan(""), xv[shape[3] + 1] = std::nan(""), xv[5] = std::nan("");
+      std::vector<double> gv = random_f64({shape[0], shape[1], shape[2] / 2, shape[3] / 2}, seed++).as_doubles();
+      gv[0] = -0.0;
+      if (gv.size() > 1) gv[1] = std::nan("");
+      auto make = [&](const Shape& sh, const std::vector<double>& v) {
+        if (dt == DType::F64) return Tensor::from_vector<double>(sh, v);
+        std::vector<float> f(v.begin(), v.end());
+        return Tensor::from_vector<float>(sh, f);
+      };
+      const Tensor x = make(shape, xv), dy = make({shape[0], shape[1], shape[2] / 2, shape[3] / 2}, gv);
+      const Tensor idx = run_node("MaxPool", {x}, window, 2)[1];
+      for (int relu : {0, 1}) {
+        Attrs with{{"relu", Attribute::Int(relu)}}, without = window;
+        without["relu"] = Attribute::Int(relu);
+        for (int threads : {1, 2}) {
+          const Tensor want = run_node_ex("MaxPoolGrad", {dy, idx, x}, with, {true}, threads, 17, "ai.graphrun")[0];
+          const Tensor got = run_node_ex("MaxPoolGrad", {dy, Tensor(), x}, without, {true}, threads, 17, "ai.graphrun")[0];
+          EXPECT_TRUE(same_bits(got, want)) << shape_str(shape) << " " << dtype_name(dt) << " relu " << relu
+                                            << " threads " << threads << "\n" << got.str() << "\n" << want.str();
+          ++cases;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, 40);
+  // Only plain 2x2 windows: others need MaxPool's Indices.
+  const Tensor x = random_tensor({1, 1, 5, 5}, 3);
+  const Attrs three{{"kernel_shape", Attribute::Ints({3, 3})}, {"strides", Attribute::Ints({2, 2})}};
+  EXPECT_THROW(run_node_ex("MaxPoolGrad", {random_tensor({1, 1, 2, 2}, 4), Tensor(), x}, three, {true}, 1, 17,
+                           "ai.graphrun"),
+               Error);
+}
+
 TEST(Pool, MaxPoolOnBytes) {
   for (DType dt : {DType::U8, DType::I8}) {
     const PoolCase c{"bytes", {2, 3, 5, 6}, {3, 2}, {2, 2}, {1, 0, 1, 1}};

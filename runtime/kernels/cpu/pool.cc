@@ -528,11 +528,56 @@ void relu_mask_plane(T* __restrict d, const T* __restrict x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) d[i] = x[i] > T(0) ? d[i] : T(0);
 }
 
+// MaxPoolGrad without Indices (pass recompute_maxpool_argmax) over plain 2x2 windows: each window's
+// argmax found again in X by max_2x2's rule (the upper pair's winner, then the lower pair's when it
+// replaces it), and its dY written there. The windows do not overlap, so every input pixel is written
+// once: 0 + dY at the argmax (the scatter's sum, -0 included), 0 elsewhere and in a row or column no
+// window covers. With relu, the argmax keeps its dY only where X > 0 (ReluGrad's select).
+template <class T>
+void max_2x2_grad(const T* __restrict g, const T* __restrict x, T* __restrict d, int64_t OH, int64_t OW, int64_t IH,
+                  int64_t IW, bool relu) {
+  for (int64_t oh = 0; oh < OH; ++oh) {
+    const T *__restrict up = x + 2 * oh * IW, *__restrict lo = up + IW;
+    T *__restrict dup = d + 2 * oh * IW, *__restrict dlo = dup + IW;
+    for (int64_t ow = 0; ow < OW; ++ow) {
+      const T a = up[2 * ow], b = up[2 * ow + 1], c = lo[2 * ow], e = lo[2 * ow + 1];
+      const bool tu = replaces(b, a), tl = replaces(e, c);
+      const T mu = tu ? b : a, ml = tl ? e : c;
+      const bool tv = replaces(ml, mu);
+      const T win = tv ? ml : mu;
+      const T v = relu && !(win > T(0)) ? T(0) : T(0) + g[oh * OW + ow];
+      dup[2 * ow] = !tv && !tu ? v : T(0);
+      dup[2 * ow + 1] = !tv && tu ? v : T(0);
+      dlo[2 * ow] = tv && !tl ? v : T(0);
+      dlo[2 * ow + 1] = tv && tl ? v : T(0);
+    }
+    for (int64_t i = 2 * OW; i < IW; ++i) dup[i] = dlo[i] = T(0);
+  }
+  std::fill(d + 2 * OH * IW, d + IH * IW, T(0));
+}
+
 // MaxPoolGrad(dY, Indices, X) -> dX: dY scattered to the argmax positions (storage_order 0 indices).
+// Without Indices (pass recompute_maxpool_argmax, plain 2x2 windows only) the argmax is found again in X.
 template <class T>
 void max_pool_grad_kernel(KernelContext& ctx) {
-  const Tensor &dy = ctx.input(0), &ind = ctx.input(1), &x = ctx.input(2);
+  const Tensor &dy = ctx.input(0), &x = ctx.input(2);
   check_pool_input(x);
+  if (!ctx.has_input(1)) {
+    const Window w = pool_window(ctx.node(), x, true);
+    GR_CHECK(x.rank() == 4 && is_plain_2x2(w) && ctx.node().attr_i("storage_order", 0) == 0,
+             "MaxPoolGrad without Indices takes 2x2 windows of stride 2 without pads (the attributes of its MaxPool)");
+    GR_CHECK(dy.shape() == pooled_shape(x, w), "dY " << shape_str(dy.shape()) << " does not match MaxPool's output shape "
+                                                     << shape_str(pooled_shape(x, w)) << " for X " << shape_str(x.shape()));
+    const bool relu = relu_attr(ctx.node());
+    T* dx = ctx.output(0, x.shape(), x.dtype()).data<T>();
+    const T *g = dy.data<T>(), *xp = x.data<T>();
+    const int64_t planes = x.dim(0) * x.dim(1), I = w.in_size(), P = w.out_size();
+#pragma omp parallel for num_threads(ctx.threads()) schedule(dynamic, 16)
+    for (int64_t p = 0; p < planes; ++p)
+      max_2x2_grad(g + p * P, xp + p * I, dx + p * I, w.out[1], w.out[2], w.in[1], w.in[2], relu);
+    return;
+  }
+  const Tensor& ind = ctx.input(1);
   GR_CHECK(ind.dtype() == DType::I64, "Indices must be i64, got " << dtype_name(ind.dtype()));
   GR_CHECK(dy.shape() == ind.shape(), "dY " << shape_str(dy.shape()) << " and Indices " << shape_str(ind.shape())
                                             << " must have the same shape");
@@ -636,10 +681,15 @@ GR_REGISTER_OPS(pool) {
   ops.op(kGraphrunDomain, "MaxPoolGrad")
       .cpu(by_float<2, max_pool_grad_kernel<float>, max_pool_grad_kernel<double>>)
       .schema(OpSchemaSpec("scatters dY to the argmax positions; Indices is MaxPool's second output (flat index "
-                           "into X, `storage_order` 0); X gives the shape")
+                           "into X, `storage_order` 0); X gives the shape. Without Indices (internal: pass "
+                           "recompute_maxpool_argmax, plain 2x2 windows of stride 2) the argmax is found again in X, "
+                           "by MaxPool's rule, from the window attributes")
+                  .attr("kernel_shape", "as MaxPool (read without Indices)", Attribute::Kind::Ints)
+                  .attr("pads", "as MaxPool (read without Indices)", Attribute::Kind::Ints)
                   .attr("relu", kReluAttrDoc, Attribute::Int(0))
+                  .attr("strides", "as MaxPool (read without Indices)", Attribute::Kind::Ints)
                   .input("dY", "gradient of Y", "T")
-                  .input("Indices", "MaxPool's second output", "I")
+                  .input("Indices", "MaxPool's second output (absent: found again in X)", "I", OpSchemaSpec::Arity::Optional)
                   .input("X", "forward input (gives the shape)", "T")
                   .output("dX", "gradient of X", "T")
                   .type("T", float_tensor_types(), "float tensors")

@@ -66,29 +66,48 @@ PoolGeom pool_geom(const Node& node, const Tensor& X, bool dilations_allowed) {
   return g;
 }
 
-__global__ void maxpool_kernel(const float* x, float* y, int64_t* idx, PoolGeom g) {
-  GR_GRID_STRIDE(o, g.n * g.c * g.oh * g.ow) {
-    int64_t ow = o % g.ow, oh = (o / g.ow) % g.oh, nc = o / (g.ow * g.oh);
-    int64_t h0 = oh * g.sh - g.pt, w0 = ow * g.sw - g.pl;
-    float best = -INFINITY;
-    int64_t arg = -1;
-    for (int64_t i = 0; i < g.kh; ++i) {
-      int64_t h = h0 + i * g.dh;
-      if (h < 0 || h >= g.h) continue;
-      for (int64_t j = 0; j < g.kw; ++j) {
-        int64_t w = w0 + j * g.dw;
-        if (w < 0 || w >= g.w) continue;
-        int64_t flat = (nc * g.h + h) * g.w + w;
-        float v = x[flat];
-        if (arg < 0 || v > best || v != v) {  // first maximum wins; NaN propagates
-          best = v;
-          arg = flat;
-          if (v != v) break;
-        }
+// The flat index of output o's maximum in x (-1 for a window wholly in the padding), and its value.
+__device__ int64_t window_argmax(const float* x, const PoolGeom& g, int64_t o, float* value) {
+  int64_t ow = o % g.ow, oh = (o / g.ow) % g.oh, nc = o / (g.ow * g.oh);
+  int64_t h0 = oh * g.sh - g.pt, w0 = ow * g.sw - g.pl;
+  float best = -INFINITY;
+  int64_t arg = -1;
+  for (int64_t i = 0; i < g.kh; ++i) {
+    int64_t h = h0 + i * g.dh;
+    if (h < 0 || h >= g.h) continue;
+    for (int64_t j = 0; j < g.kw; ++j) {
+      int64_t w = w0 + j * g.dw;
+      if (w < 0 || w >= g.w) continue;
+      int64_t flat = (nc * g.h + h) * g.w + w;
+      float v = x[flat];
+      if (arg < 0 || v > best || v != v) {  // first maximum wins; NaN propagates
+        best = v;
+        arg = flat;
+        if (v != v) break;
       }
     }
+  }
+  *value = best;
+  return arg;
+}
+
+__global__ void maxpool_kernel(const float* x, float* y, int64_t* idx, PoolGeom g) {
+  GR_GRID_STRIDE(o, g.n * g.c * g.oh * g.ow) {
+    float best;
+    const int64_t arg = window_argmax(x, g, o, &best);
     y[o] = best;
     if (idx) idx[o] = arg;
+  }
+}
+
+// MaxPoolGrad without Indices (pass recompute_maxpool_argmax: windows that do not overlap): each
+// window's argmax found again in X, by the forward's own window_argmax, and 0 + dY stored there (the
+// scatter's sum bit for bit, -0 included) over a zeroed dX.
+__global__ void maxpool_grad_recompute_kernel(const float* dy, const float* x, float* dx, PoolGeom g) {
+  GR_GRID_STRIDE(o, g.n * g.c * g.oh * g.ow) {
+    float best;
+    const int64_t arg = window_argmax(x, g, o, &best);
+    if (arg >= 0) dx[arg] = 0.f + dy[o];
   }
 }
 
@@ -140,8 +159,29 @@ __global__ void scatter_add_planes_kernel(const float* dy, const int64_t* idx, f
 // per-plane form keeps it fixed (bitwise repeatable, as the flag promises).
 void maxpool_grad_op(KernelContext& ctx) {
   const Tensor& dY = ctx.input(0);
-  const Tensor& I = ctx.input(1);
   const Tensor& X = ctx.input(2);
+  if (!ctx.has_input(1)) {
+    GR_CHECK(dY.dtype() == DType::F32 && X.dtype() == DType::F32, "MaxPoolGrad on CUDA takes f32");
+    PoolGeom g = pool_geom(ctx.node(), X, true);
+    GR_CHECK(g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.pt == 0 && g.pl == 0 && g.pb == 0 && g.pr == 0 &&
+                 2 * g.oh <= g.h && 2 * g.ow <= g.w,
+             "MaxPoolGrad without Indices takes 2x2 windows of stride 2 without pads (the attributes of its MaxPool)");
+    GR_CHECK(dY.shape() == (Shape{g.n, g.c, g.oh, g.ow}), "MaxPoolGrad: dY " << shape_str(dY.shape())
+                                                                             << " does not match MaxPool's output");
+    Tensor& dX = ctx.output(0, X.shape(), DType::F32);
+    cudaStream_t s = stream_of(ctx);
+    if (dX.nbytes()) GR_CUDA_CHECK(cudaMemsetAsync(dX.raw(), 0, dX.nbytes(), s));
+    const int64_t n = dY.numel();
+    if (n == 0) return;
+    maxpool_grad_recompute_kernel<<<grid_for(n), kThreads, 0, s>>>(dptr<float>(dY), dptr<float>(X), dptr<float>(dX), g);
+    GR_LAUNCH_CHECK("maxpool_grad recompute");
+    if (relu_attr(ctx.node())) {
+      relu_mask_kernel<<<grid_for(dX.numel()), kThreads, 0, s>>>(dptr<float>(dX), dptr<float>(X), dX.numel());
+      GR_LAUNCH_CHECK("maxpool_grad relu");
+    }
+    return;
+  }
+  const Tensor& I = ctx.input(1);
   GR_CHECK(I.dtype() == DType::I64 && I.shape() == dY.shape(), "MaxPoolGrad: Indices must be i64 of dY's shape "
                                                                    << shape_str(dY.shape()));
   GR_CHECK(dY.dtype() == DType::F32, "MaxPoolGrad on CUDA takes f32");
