@@ -57,6 +57,10 @@ Timing time_node(const Case& c, int threads, int reps) {
   Node n{"node", c.op, c.domain, {}, {}, c.attrs};
   std::map<std::string, Tensor> feeds;
   for (size_t i = 0; i < c.inputs.size(); ++i) {
+    if (c.inputs[i].empty()) {  // an optional input left out
+      n.inputs.push_back("");
+      continue;
+    }
     n.inputs.push_back("in" + std::to_string(i));
     g.inputs.push_back(n.inputs.back());
     feeds[n.inputs.back()] = random_tensor(c.inputs[i], i + 1);
@@ -120,6 +124,11 @@ std::vector<Case> lenet_cases(int64_t N) {
   cs.push_back({"maxpool 2x2 no indices", "MaxPool", "", {{N, 10, 24, 24}}, {true},
                 {{"kernel_shape", Attribute::Ints({2, 2})}, {"strides", Attribute::Ints({2, 2})}}, 4.0 * N * 10 * 12 * 12,
                 true});
+  // Its gradient as pass recompute_maxpool_argmax leaves it: no Indices, the argmax found again in X.
+  cs.push_back({"maxpool grad 2x2 no indices", "MaxPoolGrad", kGraphrunDomain, {{N, 10, 12, 12}, {}, {N, 10, 24, 24}},
+                {true}, p2, 4.0 * N * 10 * 12 * 12, true});
+  cs.push_back({"maxpool grad no indices + relu", "MaxPoolGrad", kGraphrunDomain, {{N, 10, 12, 12}, {}, {N, 10, 24, 24}},
+                {true}, p2r, 4.0 * N * 10 * 12 * 12, true});
   // A ResNet stem's 3x3 stride-2 pad-1 max pooling after its ReLU (with the Indices training keeps):
   // d2l's 7x7-stem ResNet at 28x28 inputs (64x14x14), and torchvision's at 224x224 (64x112x112, a
   // sixteenth of the batch). FLOPs counted as 9 comparisons an output.

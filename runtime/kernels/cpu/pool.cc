@@ -135,6 +135,23 @@ inline bool replaces(T v, T best) {
   else return v > best;
 }
 
+// The first pass of max_2x2 and of its gradient: for each of the 2 OH window rows r and each ow, the
+// winner of the pair (x[r][2 ow], x[r][2 ow + 1]) in h[r * OW + ow], and in k whether it was the right
+// one. Flat over the plane when the rows are exactly 2 OW wide, else row by row.
+template <class T>
+void max_pairs(const T* __restrict x, int64_t IW, int64_t OH, int64_t OW, T* __restrict h, uint8_t* __restrict k) {
+  auto pairs = [](const T* __restrict in, T* __restrict out, uint8_t* __restrict t, int64_t n) {
+    for (int64_t j = 0; j < n; ++j) {
+      const T l = in[2 * j], r = in[2 * j + 1];
+      const bool right = replaces(r, l);
+      out[j] = right ? r : l;
+      t[j] = right;
+    }
+  };
+  if (IW == 2 * OW) return pairs(x, h, k, 2 * OH * OW);
+  for (int64_t r = 0; r < 2 * OH; ++r) pairs(x + r * IW, h + r * OW, k + r * OW, OW);
+}
+
 // Scratch per thread for max_2x2: 2 P values, 2 P taps (bytes), 2 P results, 2 P indices.
 template <class T>
 size_t max_2x2_scratch(int64_t P) {
@@ -150,16 +167,8 @@ void max_2x2(const T* __restrict x, int64_t IW, T* __restrict y, int64_t* __rest
   T* __restrict m = h + 2 * P;
   uint8_t* __restrict hk = reinterpret_cast<uint8_t*>(m + 2 * P);
   // h[r * OW + ow], hk: the winner of window row r's pair ow (r < 2 OH), and whether it was the right tap.
-  auto pairs = [](const T* __restrict in, T* __restrict out, uint8_t* __restrict k, int64_t n) {
-    for (int64_t j = 0; j < n; ++j) {
-      const T l = in[2 * j], r = in[2 * j + 1];
-      const bool t = replaces(r, l);
-      out[j] = t ? r : l;
-      k[j] = t;
-    }
-  };
+  max_pairs(x, IW, OH, OW, h, hk);
   if (IW != 2 * OW) {  // a column left over at the right: row by row
-    for (int64_t r = 0; r < 2 * OH; ++r) pairs(x + r * IW, h + r * OW, hk + r * OW, OW);
     for (int64_t oh = 0; oh < OH; ++oh) {
       const T *__restrict up = h + 2 * oh * OW, *__restrict lo = up + OW;
       const uint8_t *__restrict kup = hk + 2 * oh * OW, *__restrict klo = kup + OW;
@@ -171,7 +180,6 @@ void max_2x2(const T* __restrict x, int64_t IW, T* __restrict y, int64_t* __rest
     }
     return;
   }
-  pairs(x, h, hk, 2 * P);
   // Pair row r against row r + 1 for every r < 2 OH - 1; even r are the outputs. With IW = 2 OW the
   // window's top-left tap for j = r * OW + ow is at r * IW + 2 ow = 2 j.
   const int64_t n = 2 * P - OW;
@@ -534,26 +542,62 @@ void relu_mask_plane(T* __restrict d, const T* __restrict x, int64_t n) {
 // once: 0 + dY at the argmax (the scatter's sum, -0 included), 0 elsewhere and in a row or column no
 // window covers. With relu, the argmax keeps its dY only where X > 0 (ReluGrad's select).
 template <class T>
+size_t max_2x2_grad_scratch(int64_t P) {
+  return (static_cast<size_t>(2 * P) * (4 * sizeof(T) + 1) + 63) / 64 * 64;
+}
+
+// Branch-free passes the compiler vectorises (after a ReLU half the inputs are zeros, and branches on
+// the ties go either way at random: one loop over the windows with four strided loads and stores did
+// not vectorise and ran 6x slower than the scatter of Indices). The pairs' winners as in max_2x2; then,
+// flat over the pair rows as max_2x2 does (windows' rows of 12 are shorter than one AVX-512 vector),
+// each upper pair row against the row below: u, what the upper pair's winner receives (dY or 0), and l,
+// the lower one's, one row down; then every input pixel from its row's share and pair flag.
+template <class T>
 void max_2x2_grad(const T* __restrict g, const T* __restrict x, T* __restrict d, int64_t OH, int64_t OW, int64_t IH,
-                  int64_t IW, bool relu) {
-  for (int64_t oh = 0; oh < OH; ++oh) {
-    const T *__restrict up = x + 2 * oh * IW, *__restrict lo = up + IW;
-    T *__restrict dup = d + 2 * oh * IW, *__restrict dlo = dup + IW;
-    for (int64_t ow = 0; ow < OW; ++ow) {
-      const T a = up[2 * ow], b = up[2 * ow + 1], c = lo[2 * ow], e = lo[2 * ow + 1];
-      const bool tu = replaces(b, a), tl = replaces(e, c);
-      const T mu = tu ? b : a, ml = tl ? e : c;
-      const bool tv = replaces(ml, mu);
-      const T win = tv ? ml : mu;
-      const T v = relu && !(win > T(0)) ? T(0) : T(0) + g[oh * OW + ow];
-      dup[2 * ow] = !tv && !tu ? v : T(0);
-      dup[2 * ow + 1] = !tv && tu ? v : T(0);
-      dlo[2 * ow] = tv && !tl ? v : T(0);
-      dlo[2 * ow + 1] = tv && tl ? v : T(0);
+                  int64_t IW, bool relu, char* scratch) {
+  const int64_t P = OH * OW;
+  T* __restrict h = reinterpret_cast<T*>(scratch);
+  T* __restrict gs = h + 2 * P;  // dY's row oh at pair row 2 oh
+  T* __restrict u = gs + 2 * P;
+  T* __restrict l = u + 2 * P;
+  uint8_t* __restrict hk = reinterpret_cast<uint8_t*>(l + 2 * P);
+  const T zero(0);
+  max_pairs(x, IW, OH, OW, h, hk);
+  for (int64_t oh = 0; oh < OH; ++oh) std::memcpy(gs + 2 * oh * OW, g + oh * OW, sizeof(T) * OW);
+  const int64_t n = 2 * P - OW;  // odd rows' results are thrown away
+  if (relu) {
+    for (int64_t j = 0; j < n; ++j) {
+      const bool t = replaces(h[j + OW], h[j]);
+      const T v = (t ? h[j + OW] : h[j]) > zero ? zero + gs[j] : zero;
+      u[j] = t ? zero : v;
+      l[j + OW] = t ? v : zero;
     }
-    for (int64_t i = 2 * OW; i < IW; ++i) dup[i] = dlo[i] = T(0);
+  } else {
+    for (int64_t j = 0; j < n; ++j) {
+      const bool t = replaces(h[j + OW], h[j]);
+      const T v = zero + gs[j];
+      u[j] = t ? zero : v;
+      l[j + OW] = t ? v : zero;
+    }
   }
-  std::fill(d + 2 * OH * IW, d + IH * IW, T(0));
+  for (int64_t oh = 0; oh < OH; ++oh) std::memcpy(u + (2 * oh + 1) * OW, l + (2 * oh + 1) * OW, sizeof(T) * OW);
+  auto expand = [zero](const T* __restrict sv, const uint8_t* __restrict k, T* __restrict out, int64_t m) {
+    for (int64_t j = 0; j < m; ++j) {
+      const T v = sv[j];
+      const bool right = k[j];
+      out[2 * j] = right ? zero : v;
+      out[2 * j + 1] = right ? v : zero;
+    }
+  };
+  if (IW == 2 * OW) {
+    expand(u, hk, d, 2 * P);
+  } else {
+    for (int64_t r = 0; r < 2 * OH; ++r) {
+      expand(u + r * OW, hk + r * OW, d + r * IW, OW);
+      std::fill(d + r * IW + 2 * OW, d + (r + 1) * IW, zero);
+    }
+  }
+  std::fill(d + 2 * OH * IW, d + IH * IW, zero);
 }
 
 // MaxPoolGrad(dY, Indices, X) -> dX: dY scattered to the argmax positions (storage_order 0 indices).
@@ -572,9 +616,13 @@ void max_pool_grad_kernel(KernelContext& ctx) {
     T* dx = ctx.output(0, x.shape(), x.dtype()).data<T>();
     const T *g = dy.data<T>(), *xp = x.data<T>();
     const int64_t planes = x.dim(0) * x.dim(1), I = w.in_size(), P = w.out_size();
-#pragma omp parallel for num_threads(ctx.threads()) schedule(dynamic, 16)
+    const int nt = std::max(1, ctx.threads());
+    const size_t per = max_2x2_grad_scratch<T>(P);
+    char* scratch = static_cast<char*>(ctx.scratch(per * nt));
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 16)
     for (int64_t p = 0; p < planes; ++p)
-      max_2x2_grad(g + p * P, xp + p * I, dx + p * I, w.out[1], w.out[2], w.in[1], w.in[2], relu);
+      max_2x2_grad(g + p * P, xp + p * I, dx + p * I, w.out[1], w.out[2], w.in[1], w.in[2], relu,
+                   scratch + per * omp_get_thread_num());
     return;
   }
   const Tensor& ind = ctx.input(1);
