@@ -147,6 +147,10 @@ std::vector<Case> lenet_cases(int64_t N) {
     cs.push_back({tag + " fwd", "Conv", "", {{N, C, HW, HW}, {C, C, 3, 3}}, {true}, pad1, f});
     cs.push_back({tag + " grad", "ConvGrad", kGraphrunDomain, {{N, C, HW, HW}, {N, C, HW, HW}, {C, C, 3, 3}},
                   {true, true, true}, pad1, 2 * f});
+    cs.push_back({tag + " grad dX", "ConvGrad", kGraphrunDomain, {{N, C, HW, HW}, {N, C, HW, HW}, {C, C, 3, 3}},
+                  {true, false, false}, pad1, f});
+    cs.push_back({tag + " grad dW,dB", "ConvGrad", kGraphrunDomain, {{N, C, HW, HW}, {N, C, HW, HW}, {C, C, 3, 3}},
+                  {false, true, true}, pad1, f});
   }
   return cs;
 }
