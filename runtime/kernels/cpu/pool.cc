@@ -557,12 +557,14 @@ void max_2x2_grad(const T* __restrict g, const T* __restrict x, T* __restrict d,
                   int64_t IW, bool relu, char* scratch) {
   const int64_t P = OH * OW;
   T* __restrict h = reinterpret_cast<T*>(scratch);
-  T* __restrict gs = h + 2 * P;  // dY's row oh at pair row 2 oh
+  T* __restrict gs = h + 2 * P;  // dY's row oh at pair row 2 oh, zeros at the odd rows
   T* __restrict u = gs + 2 * P;
   T* __restrict l = u + 2 * P;
   uint8_t* __restrict hk = reinterpret_cast<uint8_t*>(l + 2 * P);
   const T zero(0);
   max_pairs(x, IW, OH, OW, h, hk);
+  // dY's rows at the even pair rows. The odd rows' results are thrown away; they read the zeros the
+  // caller put in the scratch (never memory nothing wrote, which could hold denormals).
   for (int64_t oh = 0; oh < OH; ++oh) std::memcpy(gs + 2 * oh * OW, g + oh * OW, sizeof(T) * OW);
   const int64_t n = 2 * P - OW;  // odd rows' results are thrown away
   if (relu) {
@@ -619,6 +621,7 @@ void max_pool_grad_kernel(KernelContext& ctx) {
     const int nt = std::max(1, ctx.threads());
     const size_t per = max_2x2_grad_scratch<T>(P);
     char* scratch = static_cast<char*>(ctx.scratch(per * nt));
+    std::memset(scratch, 0, per * nt);  // see max_2x2_grad
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 16)
     for (int64_t p = 0; p < planes; ++p)
       max_2x2_grad(g + p * P, xp + p * I, dx + p * I, w.out[1], w.out[2], w.in[1], w.in[2], relu,
