@@ -220,7 +220,16 @@ class RunContext final : public KernelContext {
     return plan_.slot_tensor[s];
   }
 
+  void poison_scratch(bool on) { poison_ = on; }
+
   void* scratch(size_t bytes) override {
+    void* p = scratch_buffer(bytes);
+    if (poison_ && device_.is_cpu() && bytes) std::memset(p, 0xFF, bytes);
+    return p;
+  }
+
+ private:
+  void* scratch_buffer(size_t bytes) {
     if (host_step_) return host_scratch(bytes);
     if (plan_.planned) {
       GR_CHECK(bytes <= plan_.scratch_bytes[step_], "scratch of " << bytes << " bytes exceeds the planned "
@@ -243,7 +252,7 @@ class RunContext final : public KernelContext {
     return p + (kAlign - reinterpret_cast<uintptr_t>(p) % kAlign) % kAlign;
   }
 
- private:
+  bool poison_ = false;
   Executor::Plan& plan_;
   const std::vector<int>& out_slots_;
   const std::vector<bool>& pooled_;
@@ -473,6 +482,7 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>&
     // A node whose first reader comes right after it has nothing to overlap: it runs synchronously.
     RunContext ctx(node, opset, opts_.threads, opts_.device, opts_.comm, &rng_, P, L.out_slots[s], L.pooled, s, backend,
                    L.on_host(s), opts_.async_kernels && L.complete_at[s] > s + 1);
+    ctx.poison_scratch(opts_.poison_scratch);
     auto& ins = ctx.inputs();
     ins.reserve(L.in_slots[s].size());
     for (int i : L.in_slots[s]) {

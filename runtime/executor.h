@@ -36,6 +36,10 @@ struct ExecOptions {
   // Planned runs give a Reshape's, Flatten's, Squeeze's or Unsqueeze's output its input's buffer (a
   // view: the kernel checks the shapes and skips the copy onto itself); false: a buffer of its own.
   bool views = true;
+  // For tests: every scratch buffer a CPU kernel asks for is first filled with 0xFF bytes (NaN as
+  // float or double), so a kernel that reads scratch it did not write gives NaN, not whatever fresh
+  // memory held (zeros, mostly, which hides the bug until a training run reuses the arena).
+  bool poison_scratch = false;
 };
 
 // What the memory planner decided for one input signature.

@@ -67,6 +67,7 @@ inline std::vector<Tensor> run_node_ex(const std::string& op, const std::vector<
   }
   runtime::ExecOptions opts;
   opts.threads = threads;
+  opts.poison_scratch = true;  // a kernel reading scratch it did not write gives NaN
   runtime::Executor ex(g, opts);
   ex.run(feeds);
   auto out = ex.run(feeds);
