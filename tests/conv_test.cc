@@ -189,6 +189,13 @@ const std::vector<ConvCase>& conv_cases() {
       {"depthwise_stride1", {2, 3, 9, 17}, {6, 1, 5, 5}, 3, {}, {2, 1, 2, 3}},
       {"conv1d_one_channel", {2, 1, 37}, {3, 1, 5}, 1, {}, {2, 2}},
       {"one_channel_36_taps", {1, 1, 9, 9}, {2, 1, 6, 6}},  // over the direct kernels' limit: GEMM
+      // im2col's flat runs (stride 1, f32): rows of 2 (each 16 pixels from a window of 30, near the
+      // two-register limit), pads on some sides only, 16 pixels an image (no partial vector), and an
+      // image of 1089 output pixels, over the flat runs' limit of 1024 (the row path instead).
+      {"flat_rows_of_two", {3, 3, 9, 2}, {4, 3, 3, 3}, 1, {}, {1, 1, 1, 1}},
+      {"flat_uneven_pads", {2, 2, 7, 10}, {3, 2, 2, 4}, 1, {}, {0, 2, 1, 0}},
+      {"flat_whole_vectors", {5, 4, 6, 6}, {3, 4, 3, 3}, 1, {}, {1, 1, 1, 1}},
+      {"flat_over_limit", {1, 2, 33, 33}, {2, 2, 3, 3}, 1, {}, {1, 1, 1, 1}},
       // An empty batch: an empty output, and nothing written (the per-image GEMM path once wrote an
       // image's output block, bias first, into the empty tensor).
       {"empty_batch", {0, 3, 5, 5}, {4, 3, 3, 3}, 1, {}, {1, 1, 1, 1}},
