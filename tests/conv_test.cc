@@ -191,7 +191,7 @@ const std::vector<ConvCase>& conv_cases() {
       {"one_channel_36_taps", {1, 1, 9, 9}, {2, 1, 6, 6}},  // over the direct kernels' limit: GEMM
       // im2col's flat runs (stride 1, f32): rows of 2 (each 16 pixels from a window of 30, near the
       // two-register limit), pads on some sides only, 16 pixels an image (no partial vector), and an
-      // image of 1089 output pixels, over the flat runs' limit of 1024 (the row path instead).
+      // image of 1089 output pixels, over the flat runs' limit of 1024 (the generic path instead).
       {"flat_rows_of_two", {3, 3, 9, 2}, {4, 3, 3, 3}, 1, {}, {1, 1, 1, 1}},
       {"flat_uneven_pads", {2, 2, 7, 10}, {3, 2, 2, 4}, 1, {}, {0, 2, 1, 0}},
       {"flat_whole_vectors", {5, 4, 6, 6}, {3, 4, 3, 3}, 1, {}, {1, 1, 1, 1}},

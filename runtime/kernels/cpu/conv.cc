@@ -254,12 +254,6 @@ bool plan_flat_im2col(const ConvShape& cs, FlatIm2col* f) {
   return true;
 }
 
-// Elements of padded planes im2col needs per image of a chunk (0: none).
-int64_t flat_pad_elems(const ConvShape& cs) {
-  FlatIm2col f;
-  return plan_flat_im2col(cs, &f) && f.padded ? cs.Cg() * f.plane : 0;
-}
-
 void flat_im2col(const FlatIm2col& f, const float* x, int64_t image_stride, int64_t nb, const ConvShape& cs,
                  float* col, int64_t ld, float* pad) {
   const Window& w = cs.w;
@@ -301,13 +295,26 @@ void flat_im2col(const FlatIm2col& f, const float* x, int64_t image_stride, int6
 }
 #endif
 
-// Scratch elements im2col needs per image of a chunk, for padded planes.
-template <class T>
-int64_t im2col_pad_elems(const ConvShape& cs) {
+// What im2col decides once per convolution call, not once per chunk: whether the flat runs apply
+// (AVX-512, float) with their lane tables, and the scratch their padded planes take per image.
+struct Im2colPlan {
 #ifdef __AVX512F__
-  if constexpr (std::is_same_v<T, float>) return flat_pad_elems(cs);
+  FlatIm2col flat;
 #endif
-  return 0;
+  bool use_flat = false;
+  int64_t pad_elems = 0;
+};
+
+template <class T>
+Im2colPlan plan_im2col(const ConvShape& cs) {
+  Im2colPlan p;
+#ifdef __AVX512F__
+  if constexpr (std::is_same_v<T, float>) {
+    p.use_flat = plan_flat_im2col(cs, &p.flat);
+    if (p.use_flat && p.flat.padded) p.pad_elems = cs.Cg() * p.flat.plane;
+  }
+#endif
+  return p;
 }
 
 // Writes the im2col matrix of `nb` images' group (Cg planes of I pixels each; image b starts at
@@ -316,11 +323,11 @@ int64_t im2col_pad_elems(const ConvShape& cs) {
 // k running over (channel, kernel position). Images are the inner loop so that each row of `col`
 // is written front to back: written image by image, rows ld apart, the stores miss the cache.
 template <class T>
-void im2col(const T* x, int64_t image_stride, int64_t nb, const ConvShape& cs, T* col, int64_t ld, T* pad) {
+void im2col(const T* x, int64_t image_stride, int64_t nb, const ConvShape& cs, const Im2colPlan& plan, T* col,
+            int64_t ld, T* pad) {
 #ifdef __AVX512F__
   if constexpr (std::is_same_v<T, float>) {
-    FlatIm2col f;
-    if (plan_flat_im2col(cs, &f)) return flat_im2col(f, x, image_stride, nb, cs, col, ld, pad);
+    if (plan.use_flat) return flat_im2col(plan.flat, x, image_stride, nb, cs, col, ld, pad);
     if (im2col_rows(x, image_stride, nb, cs, col, ld)) return;
   }
 #endif
@@ -562,7 +569,8 @@ void conv_forward(KernelContext& ctx, const ConvShape& cs, const T* x, const T* 
   const Chunking ch = plan_chunks(ctx.threads(), cs.N, P, P * K * static_cast<int64_t>(sizeof(T)));
   const int gt = gemm_threads(ctx, ch);
   const int64_t B = ch.per_chunk;
-  const int64_t per_thread = B * P * K + kRowSlack + B * P * Mg + B * im2col_pad_elems<T>(cs);
+  const Im2colPlan ip = plan_im2col<T>(cs);
+  const int64_t per_thread = B * P * K + kRowSlack + B * P * Mg + B * ip.pad_elems;
   T* scratch = static_cast<T*>(ctx.scratch(sizeof(T) * per_thread * ch.threads));
   for_chunks(ch, Deal::Dynamic, [](int) {}, [&](int t, int64_t chunk) {
     T* col = scratch + t * per_thread;
@@ -570,7 +578,7 @@ void conv_forward(KernelContext& ctx, const ConvShape& cs, const T* x, const T* 
     T* pad = yc + B * P * Mg;
     const int64_t n0 = chunk * B, nb = std::min(B, cs.N - n0), ld = nb * P;
     for (int64_t g = 0; g < cs.group; ++g) {
-      im2col(x + (n0 * C + g * Cg) * I, C * I, nb, cs, col, ld, pad);
+      im2col(x + (n0 * C + g * Cg) * I, C * I, nb, cs, ip, col, ld, pad);
       if (B == 1) {
         // The GEMM writes the image's NCHW output block directly, starting from the bias.
         T* out = y + (n0 * M + g * Mg) * P;
@@ -615,8 +623,8 @@ void conv_backward(KernelContext& ctx, const ConvShape& cs, const T* dy, const T
   const int64_t B = ch.per_chunk;
   // Threads other than the first accumulate dw privately; the sums are added at the end.
   const int64_t acc = (dw && ch.threads > 1) ? M * K : 0;
-  const int64_t pad_elems = dw ? B * im2col_pad_elems<T>(cs) : 0;
-  const int64_t per_thread = B * P * K + kRowSlack + B * P * Mg + pad_elems + acc;
+  const Im2colPlan ip = dw ? plan_im2col<T>(cs) : Im2colPlan{};
+  const int64_t per_thread = B * P * K + kRowSlack + B * P * Mg + B * ip.pad_elems + acc;
   T* scratch = static_cast<T*>(ctx.scratch(sizeof(T) * per_thread * ch.threads));
   auto dw_acc_of = [&](int t) { return (t == 0 || !dw) ? dw : scratch + t * per_thread + per_thread - acc; };
   auto zero_acc = [&](int t) {
@@ -635,7 +643,7 @@ void conv_backward(KernelContext& ctx, const ConvShape& cs, const T* dy, const T
             std::memcpy(dyc + m * ld + b * P, dy + ((n0 + b) * M + g * Mg + m) * P, sizeof(T) * P);
       const T* dY = B > 1 ? dyc : dy + (n0 * M + g * Mg) * P;  // [ld, Mg], column-major
       if (dw) {
-        im2col(x + (n0 * C + g * Cg) * I, C * I, nb, cs, col, ld, pad);
+        im2col(x + (n0 * C + g * Cg) * I, C * I, nb, cs, ip, col, ld, pad);
         gemm(true, false, K, Mg, ld, T(1), col, ld, dY, ld, T(1), dw_acc + g * Mg * K, K, gt);
       }
       if (dx) {
