@@ -3,11 +3,11 @@
 the reference of tests/zoo_test.cc and of a by-hand check of the zoo.
 
 usage: zoo_parity.py MODEL OUT_DIR [--opset N] [--size S] [--batch N] [--seed S]
-MODEL: vit (a 2-layer VisionTransformer), convnext (a 2-stage ConvNeXt), shufflenet (shufflenet_v2_x0_5),
+MODEL: vit (a 2-layer VisionTransformer), text / text_causal (TextClassifier on token ids, --size the length), convnext (a 2-stage ConvNeXt), shufflenet (shufflenet_v2_x0_5),
 unet (a small segmentation UNet, per-pixel labels [N,S,S]), lstm / gru / rnn / lstm1 / gru1 / rnn_relu1 (recurrent classifiers
 reading the image row by row, see RowSequence), or any torchvision.models builder name (random weights;
 GoogLeNet and Inception without auxiliary heads, torchvision's ViTs at image_size S). Writes OUT_DIR/train.onnx
-(training-mode export, no constant folding), eval.onnx (eval mode), image.npy (f32 [N,3,S,S]), labels.npy
+(training-mode export, no constant folding), eval.onnx (eval mode), image.npy (f32 [N,3,S,S]; tokens.npy, i64 [N,S], for text), labels.npy
 (i64 [N]), logits.npy (eval-mode output), train_logits.npy and loss.npy (training mode: the output and its mean
 cross-entropy), one <parameter>.npy per
 trainable parameter (its gradient), params.txt listing them, float32_errors.txt (each gradient's
@@ -79,7 +79,45 @@ class RowSequence(torch.nn.Module):
         return self.head(y[:, -1] if self.batch_first else y[-1])
 
 
+class TextClassifier(torch.nn.Module):
+    """A text classifier as users write one: token ids [N, T] (0 pads), nn.Embedding with padding_idx, a learned
+    position embedding, nn.TransformerEncoder (batch_first) told the padding by src_key_padding_mask, the mean over
+    the real tokens, a Linear head. post-norm with GELU, or pre-norm with ReLU and a causal mask as well."""
+
+    def __init__(self, seq, causal=False, vocab=50, d=16, heads=2, layers=2, classes=10):
+        super().__init__()
+        nn = torch.nn
+        self.causal = causal
+        self.emb = nn.Embedding(vocab, d, padding_idx=0)
+        self.pos = nn.Parameter(torch.randn(1, seq, d) * 0.1)
+        layer = nn.TransformerEncoderLayer(d, heads, 2 * d, dropout=0.0, activation='relu' if causal else 'gelu',
+                                           batch_first=True, norm_first=causal)
+        self.enc = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(d, classes)
+
+    def forward(self, tokens):
+        pad = tokens == 0
+        t = tokens.shape[1]
+        mask = torch.nn.Transformer.generate_square_subsequent_mask(t) if self.causal else None
+        h = self.enc(self.emb(tokens) + self.pos[:, :t], mask=mask, src_key_padding_mask=pad)
+        keep = (~pad).unsqueeze(-1).to(h.dtype)
+        return self.head((h * keep).sum(1) / keep.sum(1).clamp(min=1))
+
+
+TEXT_MODELS = ('text', 'text_causal')
+
+
+def tokens(rng, batch, seq, vocab=50):
+    """Token ids [batch, seq] of lengths from seq // 3 to seq (row 0 full, the last row the shortest), 0 after."""
+    ids = rng.integers(1, vocab, size=(batch, seq)).astype(np.int64)
+    for i in range(1, batch):
+        ids[i, max(1, seq // 3 + (batch - 1 - i) * (seq - seq // 3) // batch):] = 0
+    return ids
+
+
 def build(name, size):
+    if name in TEXT_MODELS:  # size: the sequence length
+        return TextClassifier(size, causal=name == 'text_causal')
     if name == 'lstm':  # 2 layers, bidirectional, batch_first
         return RowSequence(torch.nn.LSTM, size)
     if name == 'gru':  # 2 layers, bidirectional, time first
@@ -179,11 +217,15 @@ def main():
     os.makedirs(a.out_dir, exist_ok=True)
 
     rng = np.random.default_rng(a.seed)
-    image = rng.standard_normal((a.batch, 3, a.size, a.size)).astype(np.float32)
+    if a.model in TEXT_MODELS:
+        input_name, image = 'tokens', tokens(rng, a.batch, a.size)
+    else:
+        input_name, image = 'image', rng.standard_normal((a.batch, 3, a.size, a.size)).astype(np.float32)
     per_pixel = (a.size, a.size) if a.model == 'unet' else ()
     labels = rng.integers(0, 10, size=(a.batch,) + per_pixel).astype(np.int64)
     x = torch.from_numpy(image)
-    common = dict(opset_version=a.opset, input_names=['image'], output_names=['logits'], do_constant_folding=False)
+    x64 = x.double() if x.is_floating_point() else x
+    common = dict(opset_version=a.opset, input_names=[input_name], output_names=['logits'], do_constant_folding=False)
     model.train()
     torch.onnx.export(model, x, os.path.join(a.out_dir, 'train.onnx'), training=torch.onnx.TrainingMode.TRAINING,
                       **common)
@@ -193,15 +235,15 @@ def main():
     model32 = copy.deepcopy(model)  # torch's own float32 error sets the tolerance of each gradient
     model = model.double()
     with torch.no_grad():
-        np.save(os.path.join(a.out_dir, 'logits.npy'), model(x.double()).numpy().astype(np.float32))
+        np.save(os.path.join(a.out_dir, 'logits.npy'), model(x64).numpy().astype(np.float32))
     model.train()
     relus64 = ReluInputs()
     with relus64:
-        train_logits = model(x.double())
+        train_logits = model(x64)
     np.save(os.path.join(a.out_dir, 'train_logits.npy'), train_logits.detach().numpy().astype(np.float32))
     loss = F.cross_entropy(train_logits, torch.from_numpy(labels))
     loss.backward()
-    np.save(os.path.join(a.out_dir, 'image.npy'), image)
+    np.save(os.path.join(a.out_dir, input_name + '.npy'), image)
     np.save(os.path.join(a.out_dir, 'labels.npy'), labels)
     np.save(os.path.join(a.out_dir, 'loss.npy'), np.array(loss.item(), dtype=np.float32))
     names = []

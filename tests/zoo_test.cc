@@ -1,6 +1,6 @@
-// Models nobody here wrote, as users export them: small torchvision ViT, ConvNeXt and ShuffleNet V2 and a
-// segmentation UNet (random weights, tests/zoo_parity.py), forward (eval export) and gradients (training export through
-// attach_loss + backward) against PyTorch in float64, at opsets 15 and 17.
+// Models nobody here wrote, as users export them: small torchvision ViT, ConvNeXt and ShuffleNet V2, a
+// segmentation UNet, recurrent and transformer text classifiers (random weights, tests/zoo_parity.py), forward (eval
+// export) and gradients (training export through attach_loss + backward) against PyTorch in float64, at opsets 13 to 17.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -30,23 +30,26 @@ struct ZooResult {
   bool ran = false;  // the export and both runs happened
 };
 
-ZooResult check_zoo_model(const std::string& name, int opset, int size = 32) {
+ZooResult check_zoo_model(const std::string& name, int opset, int size = 32, int batch = 2) {
   ZooResult res;
   const std::string dir = temp_dir("zoo_" + name + "_" + std::to_string(opset));
   auto py = run_command(python() + " " + source_dir() + "/tests/zoo_parity.py " + name + " " + dir + " --opset " +
-                        std::to_string(opset) + " --size " + std::to_string(size) + " 2>&1");
+                        std::to_string(opset) + " --size " + std::to_string(size) + " --batch " +
+                        std::to_string(batch) + " 2>&1");
   if (py.exit_code != 0 && py.output.find("No module named 'torchvision'") != std::string::npos) {
     ADD_FAILURE() << python() << " lacks torchvision (python3-torchvision)";
     return res;
   }
   EXPECT_EQ(py.exit_code, 0) << py.output;
   if (py.exit_code != 0) return res;
-  Tensor image = read_npy(dir + "/image.npy"), labels = read_npy(dir + "/labels.npy");
+  // The model's one input: an image, or token ids (the text classifiers).
+  const std::string input = std::ifstream(dir + "/tokens.npy").good() ? "tokens" : "image";
+  Tensor x = read_npy(dir + "/" + input + ".npy"), labels = read_npy(dir + "/labels.npy");
 
   // Forward: the eval-mode export against model.eval().
   {
     runtime::Executor ex(load_onnx(dir + "/eval.onnx"));
-    Tensor logits = ex.run({{"image", image}}).at("logits");
+    Tensor logits = ex.run({{input, x}}).at("logits");
     Tensor want = read_npy(dir + "/logits.npy");
     res.logits = max_abs_diff(logits, want) / (1e-4 * std::max(1.0, scale_of(want)));
     EXPECT_LE(res.logits, 1) << name << " opset " << opset << " logits";
@@ -54,7 +57,7 @@ ZooResult check_zoo_model(const std::string& name, int opset, int size = 32) {
   // Gradients: the training-mode export with graphrun's loss against torch autograd.
   Graph bg = autodiff::backward(autodiff::attach_loss(load_onnx(dir + "/train.onnx")));
   runtime::Executor ex(bg);
-  auto out = ex.run({{"image", image}, {"labels", labels}});
+  auto out = ex.run({{input, x}, {"labels", labels}});
   const double loss = read_npy(dir + "/loss.npy").as_doubles()[0];
   res.loss = std::fabs(out.at("loss").as_doubles()[0] - loss) / (1e-4 * std::max(1.0, std::fabs(loss)));
   EXPECT_LE(res.loss, 1) << name << " loss";
@@ -118,6 +121,16 @@ TEST(Zoo, LstmOneLayerOpset17) { skip_without_torchvision(); check_zoo_model("ls
 TEST(Zoo, GruOneLayerOpset13) { skip_without_torchvision(); check_zoo_model("gru1", 13, 8); }
 TEST(Zoo, RnnTanhTwoBidirectionalLayersBatchFirst) { skip_without_torchvision(); check_zoo_model("rnn", 14, 8); }
 TEST(Zoo, RnnReluOneLayerOpset17) { skip_without_torchvision(); check_zoo_model("rnn_relu1", 17, 8); }
+// Text classifiers as users write them (tests/zoo_parity.py TextClassifier): int64 token ids padded with 0,
+// nn.Embedding(padding_idx=0) (Gather and its scatter-add gradient), a learned position embedding sliced to the
+// length, nn.TransformerEncoder with src_key_padding_mask (Equal, Where into -inf before Softmax), the mean over
+// the real tokens; post-norm GELU (Erf), and pre-norm ReLU with a causal mask as well. 12 tokens, 3 sequences of
+// lengths 12, 6 and 4.
+TEST(Zoo, TextTransformerWithPaddingMaskOpset17) { skip_without_torchvision(); check_zoo_model("text", 17, 12, 3); }
+TEST(Zoo, TextTransformerCausalPreNormOpset14) {
+  skip_without_torchvision();
+  check_zoo_model("text_causal", 14, 12, 3);
+}
 
 // The zoo by hand: GRAPHRUN_ZOO="resnet18:17:64 mobilenet_v2:13:64 ..." (torchvision builder, opset,
 // input size) prints one line per model with its worst errors relative to their tolerances.
