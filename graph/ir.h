@@ -95,6 +95,9 @@ struct Graph {
   int64_t ir_version = 8;
   std::string producer_name = "graphrun";
   std::string doc;
+  // The model file kept its weights in external data files (ONNX's way past protobuf's 2 GiB):
+  // save_onnx writes them that way too (it does past 1 GiB of weights regardless).
+  bool external_data = false;
   // What a training step persists: (produced value, initializer) pairs, the value becoming the
   // initializer's state after each run (ONNX's TrainingInfoProto update_binding). The passes
   // add_optimizer and state_updates fill it; the executor takes it as ExecOptions::state_updates.

@@ -6,6 +6,7 @@
 #include <onnx/shape_inference/implementation.h>
 #include <onnx/version_converter/convert.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -123,14 +124,90 @@ Attribute attribute_from_proto(const onnx::AttributeProto& a, const Node& n, con
   }
 }
 
-// Refuses what graphrun cannot represent, before the checker (which would chase external files).
+// The folder of a model file: where its external data files are found.
+std::string folder_of(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// A non-negative decimal integer of an external_data entry, or -1.
+int64_t parse_count(const std::string& s) {
+  if (s.empty() || s.size() > 18) return -1;
+  int64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return -1;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
+// Reads each initializer stored as external data (ONNX's external data: entries location, offset,
+// length, relative to the model's folder) into the model, so that the checker, inference and the
+// conversion see ordinary tensors. The file is untrusted like the model: a location must stay inside
+// the model's folder (relative, no '..'), name a regular file, and hold offset + the bytes the shape
+// promises before anything is allocated; length, when given, must be those bytes. Returns whether any
+// initializer was external. `dir` empty: the model came as bytes, without a folder to look in.
+bool inline_external_data(onnx::ModelProto& m, const std::string& what, const std::string& dir) {
+  bool any = false;
+  for (auto& t : *m.mutable_graph()->mutable_initializer()) {
+    if (t.data_location() != onnx::TensorProto::EXTERNAL) continue;
+    any = true;
+    const std::string ctx = what + ": initializer '" + t.name() + "' (external data)";
+    GR_CHECK(!dir.empty(), ctx << ": a model read from memory has no folder to find its data in; load it from its file");
+    std::string location;
+    int64_t offset = 0, length = -1;
+    for (const auto& e : t.external_data()) {
+      if (e.key() == "location") location = e.value();
+      else if (e.key() == "offset" || e.key() == "length") {
+        const int64_t v = parse_count(e.value());
+        GR_CHECK(v >= 0, ctx << ": " << e.key() << " '" << e.value() << "' is not a byte count");
+        (e.key() == "offset" ? offset : length) = v;
+      }
+    }
+    GR_CHECK(!location.empty(), ctx << ": no location");
+    GR_CHECK(location[0] != '/' && location.find('\\') == std::string::npos,
+             ctx << ": location '" << location << "' is not a path relative to the model's folder");
+    for (size_t b = 0; b <= location.size();) {
+      const size_t e = std::min(location.find('/', b), location.size());
+      GR_CHECK(location.compare(b, e - b, "..") != 0,
+               ctx << ": location '" << location << "' leaves the model's folder");
+      b = e + 1;
+    }
+    GR_CHECK(!t.has_raw_data() && !t.float_data_size() && !t.int32_data_size() && !t.int64_data_size() &&
+                 !t.double_data_size() && !t.uint64_data_size(),
+             ctx << ": holds data inside the model as well");
+    GR_CHECK(t.has_data_type() && t.data_type() != onnx::TensorProto::UNDEFINED &&
+                 onnx::TensorProto_DataType_IsValid(t.data_type()) &&
+                 dtype_size(static_cast<DType>(t.data_type())) > 0 && t.data_type() != onnx::TensorProto::STRING,
+             ctx << ": element type " << onnx_dtype_name(t.data_type()) << " cannot be stored externally here");
+    const DType dt = static_cast<DType>(t.data_type());
+    Shape shape(t.dims().begin(), t.dims().end());
+    for (int64_t d : shape) GR_CHECK(d >= 0, ctx << ": negative dimension " << d << " in shape " << shape_str(shape));
+    const int64_t bytes = checked_numel(dt, shape, ctx) * static_cast<int64_t>(dtype_size(dt));
+    GR_CHECK(length < 0 || length == bytes, ctx << ": length " << length << " bytes, but " << dtype_name(dt)
+                                                << shape_str(shape) << " needs " << bytes);
+    const std::string file = dir + "/" + location;
+    struct stat st;
+    GR_CHECK(stat(file.c_str(), &st) == 0, ctx << ": " << file << ": no such file");
+    GR_CHECK(S_ISREG(st.st_mode), ctx << ": " << file << " is not a regular file");
+    GR_CHECK(offset <= st.st_size && bytes <= st.st_size - offset,
+             ctx << ": " << file << " holds " << st.st_size << " bytes, too few for " << bytes << " at offset " << offset);
+    std::string data(static_cast<size_t>(bytes), '\0');
+    std::ifstream f(file, std::ios::binary);
+    GR_CHECK(f, ctx << ": " << file << ": cannot open for reading");
+    f.seekg(offset);
+    f.read(data.data(), static_cast<std::streamsize>(bytes));
+    GR_CHECK(f && f.gcount() == bytes, ctx << ": " << file << ": read error");
+    t.set_raw_data(std::move(data));
+    t.clear_external_data();
+    t.clear_data_location();
+  }
+  return any;
+}
+
+// Refuses what graphrun cannot represent.
 void check_supported_features(const onnx::ModelProto& m, const std::string& what) {
   const auto& g = m.graph();
-  for (const auto& t : g.initializer())
-    if (t.data_location() == onnx::TensorProto::EXTERNAL)
-      GR_FAIL(what << ": initializer '" << t.name() << "' is stored as external data, which graphrun does not "
-                   << "read (save the model with its weights inside: onnx.save(model, path, "
-                      "save_as_external_data=False))");
   if (g.sparse_initializer_size())
     GR_FAIL(what << ": sparse initializer '" << g.sparse_initializer(0).values().name() << "' is not supported");
   if (m.functions_size())
@@ -463,6 +540,44 @@ void check_model_proto(const onnx::ModelProto& m, const std::string& what) {
   }
 }
 
+// Past this many bytes of weights a model is written with external data: one protobuf message cannot
+// exceed 2 GiB, and the rest of the model needs room below that.
+constexpr size_t kExternalDataBytes = size_t{1} << 30;
+
+// Moves every initializer of 1 KiB or more out of `m` into one file beside the model, PATH's file name
+// + ".data", each at an offset aligned to 4 KiB (so a reader may map it), as onnx.save(...,
+// save_as_external_data=True, all_tensors_to_one_file=True) lays them out. Smaller ones stay inside.
+void write_external_data(onnx::ModelProto& m, const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string location = (slash == std::string::npos ? path : path.substr(slash + 1)) + ".data";
+  const std::string file = path + ".data";
+  const auto& inits = m.graph().initializer();
+  if (std::none_of(inits.begin(), inits.end(), [](const auto& t) { return t.raw_data().size() >= 1024; })) return;
+  std::ofstream f(file, std::ios::binary | std::ios::trunc);
+  if (!f) GR_FAIL(file << ": cannot open for writing (the model's external data)");
+  int64_t offset = 0;
+  for (auto& t : *m.mutable_graph()->mutable_initializer()) {
+    if (!t.has_raw_data() || t.raw_data().size() < 1024) continue;
+    const int64_t aligned = (offset + 4095) / 4096 * 4096;
+    if (aligned > offset) f.write(std::string(static_cast<size_t>(aligned - offset), '\0').data(), aligned - offset);
+    const int64_t n = static_cast<int64_t>(t.raw_data().size());
+    f.write(t.raw_data().data(), n);
+    offset = aligned + n;
+    auto entry = [&](const char* key, const std::string& value) {
+      auto* e = t.add_external_data();
+      e->set_key(key);
+      e->set_value(value);
+    };
+    entry("location", location);
+    entry("offset", std::to_string(aligned));
+    entry("length", std::to_string(n));
+    t.clear_raw_data();
+    t.set_data_location(onnx::TensorProto::EXTERNAL);
+  }
+  f.close();
+  if (!f) GR_FAIL(file << ": write error");
+}
+
 // Names in a damaged file can hold any bytes; an error message stays one printable line.
 std::string printable(const std::string& s) {
   std::string r;
@@ -477,7 +592,7 @@ std::string printable(const std::string& s) {
   return r;
 }
 
-Graph load_model(const std::string& bytes, const std::string& what) {
+Graph load_model(const std::string& bytes, const std::string& what, const std::string& dir) {
   register_graphrun_schemas();
   if (bytes.empty()) GR_FAIL(what << ": empty file, not an ONNX model");
   onnx::ModelProto m;
@@ -490,6 +605,7 @@ Graph load_model(const std::string& bytes, const std::string& what) {
     GR_FAIL(what << ": ONNX IR version " << m.ir_version() << " is newer than graphrun reads (up to "
                  << kMaxIrVersion << ")");
   check_opsets(m, what);
+  const bool external = inline_external_data(m, what, dir);
   check_supported_features(m, what);
   convert_old_opset(m, what);
   // A model file is untrusted: ONNX's checker and inference see only what graph/validate.h passed.
@@ -507,20 +623,24 @@ Graph load_model(const std::string& bytes, const std::string& what) {
     GR_FAIL(what << ": shape inference failed: " << first_line(e.what()));
   }
   validate_inferred(m, what);
-  return graph_from_proto(m, what);
+  Graph g = graph_from_proto(m, what);
+  g.external_data = external;
+  return g;
 }
 
-}  // namespace
-
-Graph load_onnx_bytes(const std::string& bytes, const std::string& what) {
+Graph load_printable(const std::string& bytes, const std::string& what, const std::string& dir) {
   try {
-    return load_model(bytes, what);
+    return load_model(bytes, what, dir);
   } catch (const Error& e) {
     throw Error(printable(e.what()));
   }
 }
 
-Graph load_onnx(const std::string& path) { return load_onnx_bytes(read_file(path), path); }
+}  // namespace
+
+Graph load_onnx_bytes(const std::string& bytes, const std::string& what) { return load_printable(bytes, what, ""); }
+
+Graph load_onnx(const std::string& path) { return load_printable(read_file(path), path, folder_of(path)); }
 
 std::string onnx_bytes(const Graph& g) {
   onnx::ModelProto m = model_from_graph(g);
@@ -534,6 +654,9 @@ void save_onnx(const Graph& g, const std::string& path, bool check) {
   onnx::ModelProto m = model_from_graph(g);
   add_inferred_types(m);
   if (check) check_model_proto(m, path);
+  size_t weight_bytes = 0;
+  for (const auto& [name, t] : g.initializers) weight_bytes += t.nbytes();
+  if (g.external_data || weight_bytes > kExternalDataBytes) write_external_data(m, path);
   std::string out;
   GR_CHECK(m.SerializeToString(&out), path << ": cannot serialize graph '" << g.name << "' (over 2 GiB?)");
   std::ofstream f(path, std::ios::binary | std::ios::trunc);

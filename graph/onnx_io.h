@@ -7,14 +7,18 @@
 namespace graphrun {
 
 // Loads, validates (onnx::checker), infers shapes (onnx::shape_inference, plus graphrun's own where
-// it falls short) and converts a model. Errors name the file: missing, truncated, not ONNX, opset
-// outside 7..17, unsupported features (external data, subgraphs).
+// it falls short) and converts a model. Weights in external data files (ONNX's external data, found
+// relative to the model's folder, never outside it) are read in; the Graph remembers that they were.
+// Errors name the file: missing, truncated, not ONNX, opset outside 7..17, unsupported features
+// (subgraphs), external data missing or shorter than its tensors.
 Graph load_onnx(const std::string& path);
-// Same, from serialized bytes; `what` names the source in errors.
+// Same, from serialized bytes; `what` names the source in errors. External data is refused (no folder).
 Graph load_onnx_bytes(const std::string& bytes, const std::string& what);
 
 // Writes the graph as an ONNX model (opset imports for every domain used, ai.graphrun included).
 // With check, runs onnx::checker on the result first (full check) and refuses an invalid model.
+// A graph loaded with external data, or with over 1 GiB of weights, is written with its initializers
+// of 1 KiB or more in PATH.data beside it (one file, offsets aligned to 4 KiB).
 void save_onnx(const Graph& g, const std::string& path, bool check = true);
 std::string onnx_bytes(const Graph& g);
 

@@ -126,6 +126,25 @@ TEST(TrainCli, ShortRunPrintsEpochLinesMetricsAndSavesTheModel) {
   EXPECT_LE(printed, 1.0);
 }
 
+// A model whose weights are in an external data file (how large models are exported) trains, and its trained
+// weights are written beside the saved model the same way; run from another working directory.
+TEST(TrainCli, ModelWithExternalDataTrainsAndIsSavedWithIt) {
+  if (!std::filesystem::exists(lenet()) || !have_data()) GTEST_SKIP() << "needs models/lenet.onnx and Fashion-MNIST";
+  const std::string d = testing::temp_dir("train_cli_external");
+  Graph g = load_onnx(lenet());
+  g.external_data = true;
+  save_onnx(g, d + "/ext.onnx");
+  ASSERT_TRUE(std::filesystem::exists(d + "/ext.onnx.data"));
+  EXPECT_LT(std::filesystem::file_size(d + "/ext.onnx"), 64u << 10);  // the weights are not inside
+  auto r = testing::run_command("cd / && " + testing::graphrun_cli() + " train " + d +
+                                "/ext.onnx --epochs 1 --max-steps 5 --batch-size 64 --save " + d + "/t.onnx");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_TRUE(std::filesystem::exists(d + "/t.onnx.data")) << r.output;
+  const Graph t = load_onnx(d + "/t.onnx");
+  EXPECT_TRUE(t.external_data);
+  EXPECT_GT(testing::max_abs_diff(t.initializers.at("conv1.weight"), g.initializers.at("conv1.weight")), 0);  // trained
+}
+
 }  // namespace
 }  // namespace graphrun
 

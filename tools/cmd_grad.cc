@@ -19,7 +19,8 @@ const Command& grad_command() {
               "Writes forward + loss + backward as one ONNX model: its inputs are the model's inputs plus 'labels',\n"
               "its outputs the model's outputs, 'loss' (scalar, mean over the batch) and one '<parameter>_grad'\n"
               "per trainable parameter (every float initializer but --freeze'd ones and BatchNorm statistics).",
-              {{"output", "FILE", "where to write the model (also -o FILE; default: MODEL.grad.onnx here)"}},
+              {{"output", "FILE", "where to write the model (also -o FILE; default: MODEL.grad.onnx here); weights\n"
+                                  "                            in FILE.data beside it when the model had external data"}},
               "The gradient model passes onnx.checker (full check) and runs with graphrun run; graphrun's own\n"
               "ops (ConvGrad, MaxPoolGrad, ...) are in the domain ai.graphrun, see docs/ops.md. The graph is what\n"
               "the pipeline of `graphrun train` makes of the model up to its backward pass (with --devices: all\n"

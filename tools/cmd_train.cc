@@ -65,7 +65,9 @@ const Command& train_command() {
           {"loader-threads", "N", "threads per replica reading batches ahead (default, for images or --augment:\n"
                                   "                            the cores the replicas leave over, at least 1; else 0)"},
           {"save", "FILE", "write the trained model as ONNX: the input's graph in inference form (BatchNorm\n"
-                           "                            on running statistics, Dropout off) with the trained weights"},
+                           "                            on running statistics, Dropout off) with the trained weights;\n"
+                           "                            a model read with external data, or over 1 GiB of weights,\n"
+                           "                            keeps its weights in FILE.data beside it"},
           {"metrics", "FILE", "write one JSON object per epoch"},
           {"loss", "NAME", "cross-entropy (default; integer class ids) or mse (float targets of the\n"
                            "                            output's shape; the test figure is the mean squared error)"},
