@@ -27,6 +27,8 @@ namespace graphrun {
 namespace {
 
 constexpr int64_t kMinOpset = 7, kMaxOpset = 17;
+// Newer opsets are lowered to kMaxOpset on load where the model's nodes have an opset-17 form.
+constexpr int64_t kMaxLoweredOpset = 22;
 constexpr int64_t kMaxIrVersion = 8;  // what ONNX 1.12's checker accepts
 
 // ONNX errors come with multi-line context (a dump of the node); users get the first line.
@@ -227,9 +229,10 @@ void check_opsets(const onnx::ModelProto& m, const std::string& what) {
   for (const auto& op : m.opset_import()) {
     if (!normal_domain(op.domain()).empty()) continue;
     has_default = true;
-    if (op.version() < 1 || op.version() > kMaxOpset)
+    if (op.version() < 1 || op.version() > kMaxLoweredOpset)
       GR_FAIL(what << ": ONNX opset " << op.version() << " is not supported (graphrun reads opsets 1 to "
-                   << kMaxOpset << "; below " << kMinOpset << " it converts on load)");
+                   << kMaxLoweredOpset << "; below " << kMinOpset << " and above " << kMaxOpset
+                   << " it converts on load)");
   }
   // A model of only custom-domain ops needs no default opset, but most do.
   if (!has_default && m.opset_import_size() == 0)
@@ -279,6 +282,211 @@ void convert_old_opset(onnx::ModelProto& m, const std::string& what) {
   if (said.insert(what).second)
     std::cerr << "graphrun: " << what << ": opset " << from << " converted to opset " << kMinOpset
               << " on load (onnx's version converter)\n";
+}
+
+// ---- opsets 18 to 22, lowered to 17 ----
+//
+// ONNX 1.12 (the checker and shape inference graphrun builds on) knows opsets up to 17. What opsets 18
+// to 22 changed is, for the ops graphrun runs, mostly where an attribute lives (the Reduce ops' axes
+// became an input in 18), attributes whose defaults mean what 17 means (Resize's antialias, Cast's
+// saturate), element types graphrun does not have (float8, int4) and new ops. Each node is rewritten
+// into its opset-17 form; a node whose meaning 17 cannot express (non-default new attributes, axes
+// computed at run time, new ops without a decomposition) is refused in one line naming it.
+
+// The int64 values of `name` when it is an initializer or a Constant node's output.
+bool constant_ints(const onnx::GraphProto& g, const std::string& name, std::vector<int64_t>& out,
+                   const std::string& what) {
+  auto from_tensor = [&](const onnx::TensorProto& t) {
+    const Tensor v = tensor_from_proto(t, what + ": '" + name + "'");
+    GR_CHECK(v.dtype() == DType::I64, what << ": '" << name << "' holds " << dtype_name(v.dtype()) << ", not int64");
+    out = v.to_vector<int64_t>();
+    return true;
+  };
+  for (const auto& t : g.initializer())
+    if (t.name() == name) return from_tensor(t);
+  for (const auto& n : g.node()) {
+    if (n.op_type() != "Constant" || n.output_size() != 1 || n.output(0) != name) continue;
+    for (const auto& a : n.attribute()) {
+      if (a.name() == "value" && a.has_t()) return from_tensor(a.t());
+      if (a.name() == "value_ints") return out.assign(a.ints().begin(), a.ints().end()), true;
+      if (a.name() == "value_int") return out.assign(1, a.i()), true;
+    }
+  }
+  return false;
+}
+
+onnx::AttributeProto* find_attr(onnx::NodeProto& n, const std::string& name) {
+  for (auto& a : *n.mutable_attribute())
+    if (a.name() == name) return &a;
+  return nullptr;
+}
+
+void drop_attr(onnx::NodeProto& n, const std::string& name) {
+  auto* attrs = n.mutable_attribute();
+  for (int i = 0; i < attrs->size(); ++i)
+    if (attrs->Get(i).name() == name) {
+      attrs->DeleteSubrange(i, 1);
+      return;
+    }
+}
+
+onnx::NodeProto make_proto_node(const std::string& op, std::vector<std::string> inputs, const std::string& output,
+                                const std::string& name) {
+  onnx::NodeProto n;
+  n.set_op_type(op);
+  n.set_name(name);
+  for (auto& i : inputs) n.add_input(i);
+  n.add_output(output);
+  return n;
+}
+
+// A float scalar constant cast to the type of `like` (CastLike), so a decomposition works for any float type.
+void scalar_like(std::vector<onnx::NodeProto>& out, const std::string& name, float v, const std::string& like) {
+  onnx::NodeProto c = make_proto_node("Constant", {}, name + "_f", name + "_f");
+  auto* a = c.add_attribute();
+  a->set_name("value_float");
+  a->set_type(onnx::AttributeProto::FLOAT);
+  a->set_f(v);
+  out.push_back(c);
+  out.push_back(make_proto_node("CastLike", {name + "_f", like}, name, name));
+}
+
+// The opset-17 nodes computing what opset-18+ node `n` computes (usually just `n`, rewritten).
+std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodeProto n, int index, int64_t from,
+                                        const std::string& what) {
+  const std::string op = n.op_type();
+  auto refuse = [&](const std::string& why) {
+    GR_FAIL(what << ": ONNX opset " << from << " cannot be read as opset " << kMaxOpset << ": "
+                 << proto_node_desc(n, index) << ": " << why);
+  };
+  auto attr_int = [&](const char* name, int64_t dflt) {
+    const auto* a = find_attr(n, name);
+    return a ? a->i() : dflt;
+  };
+  auto attr_str = [&](const char* name, const std::string& dflt) {
+    const auto* a = find_attr(n, name);
+    return a ? a->s() : dflt;
+  };
+  auto input = [&](int i) { return i < n.input_size() ? n.input(i) : std::string(); };
+  const std::string base = (n.name().empty() ? n.output(0) : n.name()) + "/opset17";
+  static const std::set<std::string> reduce18 = {"ReduceL1",  "ReduceL2",  "ReduceLogSum", "ReduceLogSumExp", "ReduceMax",
+                                                 "ReduceMean", "ReduceMin", "ReduceProd",   "ReduceSumSquare"};
+  if (reduce18.count(op)) {  // 18: axes an input, noop_with_empty_axes
+    const bool noop = attr_int("noop_with_empty_axes", 0) != 0;
+    drop_attr(n, "noop_with_empty_axes");
+    std::vector<int64_t> axes;
+    if (!input(1).empty() && !constant_ints(g, input(1), axes, what)) refuse("its axes are computed at run time");
+    while (n.input_size() > 1) n.mutable_input()->RemoveLast();
+    if (axes.empty() && noop) {
+      n.set_op_type("Identity");
+      n.clear_attribute();
+    } else if (!axes.empty()) {
+      auto* a = n.add_attribute();
+      a->set_name("axes");
+      a->set_type(onnx::AttributeProto::INTS);
+      for (int64_t v : axes) a->add_ints(v);
+    }
+  } else if (op == "Split") {  // 18: num_outputs (17 splits evenly into the outputs when no sizes are given)
+    if (const auto* a = find_attr(n, "num_outputs")) {
+      if (a->i() != n.output_size()) refuse("num_outputs " + std::to_string(a->i()) + " with " +
+                                            std::to_string(n.output_size()) + " outputs");
+      drop_attr(n, "num_outputs");
+    }
+  } else if (op == "Resize") {  // 18: antialias, axes, keep_aspect_ratio_policy; 19: half_pixel_symmetric
+    if (attr_int("antialias", 0) != 0) refuse("antialias is not supported");
+    if (attr_str("keep_aspect_ratio_policy", "stretch") != "stretch")
+      refuse("keep_aspect_ratio_policy '" + attr_str("keep_aspect_ratio_policy", "") + "' is not supported");
+    if (find_attr(n, "axes")) refuse("axes is not supported (give scales or sizes for every axis)");
+    if (attr_str("coordinate_transformation_mode", "") == "half_pixel_symmetric")
+      refuse("coordinate_transformation_mode 'half_pixel_symmetric' is not supported");
+    drop_attr(n, "antialias");
+    drop_attr(n, "keep_aspect_ratio_policy");
+  } else if (op == "Pad") {  // 18: axes; 19: wrap
+    if (!input(3).empty()) refuse("pads for some axes only (the axes input) are not supported; give every axis");
+    if (attr_str("mode", "constant") == "wrap") refuse("mode 'wrap' is not supported");
+  } else if (op == "ScatterElements" || op == "ScatterND") {  // 18: max, min
+    const std::string r = attr_str("reduction", "none");
+    if (r == "max" || r == "min") refuse("reduction '" + r + "' is not supported");
+  } else if (op == "LpPool") {  // 18: ceil_mode
+    if (attr_int("ceil_mode", 0) != 0) refuse("ceil_mode 1 is not supported");
+    drop_attr(n, "ceil_mode");
+  } else if (op == "AveragePool") {  // 19: dilations
+    if (const auto* a = find_attr(n, "dilations")) {
+      for (int64_t d : a->ints())
+        if (d != 1) refuse("dilations other than 1 are not supported");
+      drop_attr(n, "dilations");
+    }
+  } else if (op == "Cast" || op == "CastLike" || op == "QuantizeLinear") {  // 19: saturate (float8 only)
+    drop_attr(n, "saturate");
+  } else if (op == "GridSample") {  // 20: mode names
+    if (auto* a = find_attr(n, "mode")) {
+      if (a->s() == "linear") a->set_s("bilinear");
+      else if (a->s() == "cubic") a->set_s("bicubic");
+    }
+  } else if (op == "DFT" && from >= 20) {
+    refuse("DFT of opset 20 (axis as an input) is not supported");
+  } else if (op == "Mish") {  // 18: x * tanh(softplus(x))
+    const std::string x = input(0);
+    return {make_proto_node("Softplus", {x}, base + "_softplus", base + "_softplus"),
+            make_proto_node("Tanh", {base + "_softplus"}, base + "_tanh", base + "_tanh"),
+            make_proto_node("Mul", {x, base + "_tanh"}, n.output(0), n.name().empty() ? base : n.name())};
+  } else if (op == "Gelu") {  // 20: 0.5 x (1 + erf(x / sqrt 2)), or with approximate = tanh its tanh form
+    const std::string x = input(0), approx = attr_str("approximate", "none");
+    std::vector<onnx::NodeProto> out;
+    std::string inner;
+    if (approx == "none") {
+      scalar_like(out, base + "_rsqrt2", static_cast<float>(0.70710678118654752), x);
+      out.push_back(make_proto_node("Mul", {x, base + "_rsqrt2"}, base + "_scaled", base + "_scaled"));
+      out.push_back(make_proto_node("Erf", {base + "_scaled"}, base + "_erf", base + "_erf"));
+      inner = base + "_erf";
+    } else if (approx == "tanh") {
+      scalar_like(out, base + "_c", 0.044715f, x);
+      scalar_like(out, base + "_k", static_cast<float>(0.79788456080286536), x);  // sqrt(2 / pi)
+      out.push_back(make_proto_node("Mul", {x, x}, base + "_x2", base + "_x2"));
+      out.push_back(make_proto_node("Mul", {base + "_x2", x}, base + "_x3", base + "_x3"));
+      out.push_back(make_proto_node("Mul", {base + "_x3", base + "_c"}, base + "_cx3", base + "_cx3"));
+      out.push_back(make_proto_node("Add", {x, base + "_cx3"}, base + "_sum", base + "_sum"));
+      out.push_back(make_proto_node("Mul", {base + "_sum", base + "_k"}, base + "_arg", base + "_arg"));
+      out.push_back(make_proto_node("Tanh", {base + "_arg"}, base + "_tanh", base + "_tanh"));
+      inner = base + "_tanh";
+    } else {
+      refuse("approximate '" + approx + "' is not 'none' or 'tanh'");
+    }
+    scalar_like(out, base + "_one", 1.0f, x);
+    scalar_like(out, base + "_half", 0.5f, x);
+    out.push_back(make_proto_node("Add", {inner, base + "_one"}, base + "_1p", base + "_1p"));
+    out.push_back(make_proto_node("Mul", {x, base + "_half"}, base + "_hx", base + "_hx"));
+    out.push_back(make_proto_node("Mul", {base + "_hx", base + "_1p"}, n.output(0), n.name().empty() ? base : n.name()));
+    return out;
+  } else if (!onnx::OpSchemaRegistry::Schema(op, static_cast<int>(kMaxOpset), "")) {
+    refuse("op " + op + " is newer than opset " + std::to_string(kMaxOpset) + " and has no form there");
+  }
+  return {n};
+}
+
+// Opsets 18 to 22 are brought to opset 17 (above); says so once per model on stderr.
+void lower_new_opset(onnx::ModelProto& m, const std::string& what) {
+  int64_t from = 0;
+  for (const auto& op : m.opset_import())
+    if (normal_domain(op.domain()).empty()) from = op.version();
+  if (from <= kMaxOpset) return;
+  auto* gp = m.mutable_graph();
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+  for (int i = 0; i < gp->node_size(); ++i) {
+    const auto& n = gp->node(i);
+    if (!normal_domain(n.domain()).empty() || n.output_size() == 0) {
+      *nodes.Add() = n;
+      continue;
+    }
+    for (auto& lowered : lower_node(*gp, n, i, from, what)) *nodes.Add() = std::move(lowered);
+  }
+  gp->mutable_node()->Swap(&nodes);
+  for (auto& op : *m.mutable_opset_import())
+    if (normal_domain(op.domain()).empty()) op.set_version(kMaxOpset);
+  static std::set<std::string> said;
+  if (said.insert(what).second)
+    std::cerr << "graphrun: " << what << ": opset " << from << " read as opset " << kMaxOpset
+              << " (nodes rewritten where opsets 18 to " << from << " changed them)\n";
 }
 
 Graph graph_from_proto(onnx::ModelProto& m, const std::string& what) {
@@ -601,13 +809,17 @@ Graph load_model(const std::string& bytes, const std::string& what, const std::s
                     "not ONNX)");
   if (!m.has_graph() || m.ir_version() <= 0)
     GR_FAIL(what << ": not an ONNX model (no " << (m.has_graph() ? "ir_version" : "graph") << " in the file)");
-  if (m.ir_version() > kMaxIrVersion)
+  if (m.ir_version() > kMaxIrVersion + 2)
     GR_FAIL(what << ": ONNX IR version " << m.ir_version() << " is newer than graphrun reads (up to "
-                 << kMaxIrVersion << ")");
+                 << kMaxIrVersion + 2 << ")");
+  // IR 9 and 10 added element types (float8, int4) graphrun has none of (the checker refuses a model that
+  // uses one) and features it does not read; a model without them reads as IR 8.
+  if (m.ir_version() > kMaxIrVersion) m.set_ir_version(kMaxIrVersion);
   check_opsets(m, what);
   const bool external = inline_external_data(m, what, dir);
   check_supported_features(m, what);
   convert_old_opset(m, what);
+  lower_new_opset(m, what);
   // A model file is untrusted: ONNX's checker and inference see only what graph/validate.h passed.
   validate_model(m, what);
   sort_nodes(m.mutable_graph(), what);

@@ -149,6 +149,17 @@ TEST(GradRules, CastRoundTrip) {
   check_gradients(t, d, o);
 }
 
+// CastLike(constant, x): x gives only a type, so nothing needs a gradient from the CastLike (its rule used to
+// build one for the constant and stop the backward pass); x's gradient comes through the Mul alone.
+TEST(GradRules, CastLikeOfAConstantToAParametersType) {
+  TestGraph t;
+  std::string x = t.param("x", {3, 4}, 1);
+  Tensor c(DType::F32, {});
+  c.data<float>()[0] = 2.5f;
+  std::string k = t.node("CastLike", {t.input("c", c), x});
+  check_gradients(t, t.node("Mul", {x, k}));
+}
+
 // ---- linalg
 
 TEST(GradRules, GemmEveryTransposeAlphaBeta) {

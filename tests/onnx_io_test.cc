@@ -450,7 +450,7 @@ corrupt = bytearray(data); corrupt[4:44] = b'\xff' * 40
 open('corrupt.onnx', 'wb').write(bytes(corrupt))
 open('text.onnx', 'w').write('this is not a model, just some text\n' * 10)
 open('empty.onnx', 'wb').write(b'')
-m18 = onnx.load('tiny.onnx'); m18.opset_import[0].version = 18; onnx.save(m18, 'opset18.onnx')
+m23 = onnx.load('tiny.onnx'); m23.opset_import[0].version = 23; onnx.save(m23, 'opset23.onnx')
 m0 = onnx.load('tiny.onnx'); m0.opset_import[0].version = 0; onnx.save(m0, 'opset0.onnx')
 X = helper.make_tensor_value_info('c', TensorProto.BOOL, [])
 Y = helper.make_tensor_value_info('y', TensorProto.FLOAT, [1])
@@ -472,7 +472,7 @@ cyc = onnx.load('tiny.onnx'); cyc.graph.node[0].input[0] = 'relu1'; onnx.save(cy
   expect_load_error(dir + "/random.onnx", "");
   expect_load_error(dir + "/corrupt.onnx", "");
   expect_load_error(dir + "/text.onnx", "not");
-  expect_load_error(dir + "/opset18.onnx", "opset 18 is not supported");
+  expect_load_error(dir + "/opset23.onnx", "opset 23 is not supported");
   expect_load_error(dir + "/opset0.onnx", "opset 0 is not supported");
   expect_load_error(dir + "/if.onnx", "node 'branch' (If) has a subgraph");
   expect_load_error(dir + "/dangling.onnx", "node 'relu1' (Relu): input 'nowhere' is not produced");

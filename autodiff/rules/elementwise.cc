@@ -110,7 +110,11 @@ void abs_grad(GradContext& ctx) { ctx.set_dx(0, mul(ctx, ctx.dy(), ctx.op("Sign"
 void identity_grad(GradContext& ctx) { ctx.set_dx(0, ctx.dy()); }
 
 // The gradient goes back in the input's float type.
+// Cast and CastLike: dY cast back to X's type. CastLike's second input gives only a type, so the rule also
+// runs for CastLike(constant, x) with x on the path to the loss (torch exports `torch.where(c, x, 0.0)` so):
+// then nothing needs a gradient.
 void cast_grad(GradContext& ctx) {
+  if (!ctx.needs(0)) return;
   DType tx = ctx.dtype(ctx.in(0));
   if (tx == ctx.dtype(ctx.dy()) || tx == DType::Undefined) ctx.set_dx(0, ctx.dy());
   else ctx.set_dx(0, ctx.op("Cast", {ctx.dy()}, {{"to", Attribute::Int(static_cast<int64_t>(tx))}}));
