@@ -207,13 +207,142 @@ bool inline_external_data(onnx::ModelProto& m, const std::string& what, const st
   return any;
 }
 
+// ---- model-local functions, inlined ----
+//
+// Exporters that keep a model's module structure (torch's dynamo exporter, onnxscript) write each module
+// as a FunctionProto and call it as a node of the function's domain. graphrun inlines every call on load:
+// the body's nodes with the function's inputs and outputs bound to the call's, its inner values renamed
+// under the call's name, and attribute references (ref_attr_name) given the call's attribute (or left
+// out when the call has none). Calls inside bodies are inlined in turn. A hostile file cannot make this
+// loop or grow without bound: a function that calls itself is refused, and so is a model whose inlined
+// node count (counted before anything is copied) exceeds kMaxInlinedNodes.
+constexpr int64_t kMaxInlinedNodes = 1 << 18;
+
+struct Inliner {
+  std::map<std::pair<std::string, std::string>, const onnx::FunctionProto*> functions;  // (domain, name)
+  const std::string& what;
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> out;
+  int64_t calls = 0;
+
+  const onnx::FunctionProto* function_of(const onnx::NodeProto& n) const {
+    auto it = functions.find({normal_domain(n.domain()), n.op_type()});
+    return it == functions.end() ? nullptr : it->second;
+  }
+
+  // The nodes a call of `f` inlines to, capped at kMaxInlinedNodes + 1; refuses a function that calls itself.
+  std::map<const onnx::FunctionProto*, int64_t> sizes;
+  std::set<const onnx::FunctionProto*> open;
+  int64_t size_of(const onnx::FunctionProto* f) {
+    if (auto it = sizes.find(f); it != sizes.end()) return it->second;
+    GR_CHECK(open.insert(f).second, what << ": function " << f->name() << " calls itself");
+    int64_t n = 0;
+    for (const auto& body : f->node()) {
+      const onnx::FunctionProto* g = function_of(body);
+      n = std::min(n + (g ? size_of(g) : 1), kMaxInlinedNodes + 1);
+    }
+    open.erase(f);
+    return sizes[f] = n;
+  }
+
+  void check_size(const onnx::GraphProto& g) {
+    int64_t n = 0;
+    for (const auto& node : g.node()) {
+      const onnx::FunctionProto* f = function_of(node);
+      n = std::min(n + (f ? size_of(f) : 1), kMaxInlinedNodes + 1);
+    }
+    GR_CHECK(n <= kMaxInlinedNodes, what << ": inlining the model's functions would make over " << kMaxInlinedNodes
+                                         << " nodes");
+  }
+
+  void emit(const onnx::NodeProto& n) {
+    const onnx::FunctionProto* f = function_of(n);
+    if (!f) {
+      *out.Add() = n;
+      return;
+    }
+    const std::string call = "'" + n.name() + "' (" + f->name() + ")";
+    GR_CHECK(n.input_size() <= f->input_size() && n.output_size() <= f->output_size(),
+             what << ": function call " << call << " has " << n.input_size() << " inputs and " << n.output_size()
+                  << " outputs; the function takes " << f->input_size() << " and gives " << f->output_size());
+    const std::string prefix = (n.name().empty() ? f->name() : n.name()) + "/" + std::to_string(calls++) + "/";
+    std::map<std::string, std::string> rename;  // the body's value names -> the graph's
+    for (int i = 0; i < f->input_size(); ++i) rename[f->input(i)] = i < n.input_size() ? n.input(i) : "";
+    for (int i = 0; i < f->output_size(); ++i)
+      rename[f->output(i)] = i < n.output_size() && !n.output(i).empty() ? n.output(i) : prefix + f->output(i);
+    std::map<std::string, const onnx::AttributeProto*> given;
+    for (const auto& a : n.attribute()) given[a.name()] = &a;
+    for (const auto& body : f->node()) {
+      onnx::NodeProto b = body;
+      for (auto& v : *b.mutable_input()) {
+        if (v.empty()) continue;
+        auto it = rename.find(v);
+        GR_CHECK(it != rename.end(), what << ": function " << f->name() << " reads '" << v
+                                          << "', which none of its inputs or nodes defines");
+        v = it->second;
+      }
+      for (auto& v : *b.mutable_output()) {
+        if (v.empty()) continue;
+        if (!rename.count(v)) rename[v] = prefix + v;
+        v = rename[v];
+      }
+      b.set_name(prefix + body.name());
+      google::protobuf::RepeatedPtrField<onnx::AttributeProto> attrs;
+      for (const auto& a : body.attribute()) {
+        if (a.ref_attr_name().empty()) {
+          *attrs.Add() = a;
+        } else if (auto it = given.find(a.ref_attr_name()); it != given.end()) {
+          onnx::AttributeProto* r = attrs.Add();
+          *r = *it->second;
+          r->set_name(a.name());
+        }  // an attribute the call does not give is absent in the body
+      }
+      b.mutable_attribute()->Swap(&attrs);
+      emit(b);
+    }
+  }
+};
+
+void inline_functions(onnx::ModelProto& m, const std::string& what) {
+  if (m.functions_size() == 0) return;
+  Inliner in{{}, what, {}, 0, {}, {}};
+  std::map<std::string, int64_t> model_opsets;
+  for (const auto& op : m.opset_import()) model_opsets[normal_domain(op.domain())] = op.version();
+  for (const auto& f : m.functions()) {
+    GR_CHECK(in.functions.emplace(std::make_pair(normal_domain(f.domain()), f.name()), &f).second,
+             what << ": function " << f.name() << " of domain '" << f.domain() << "' is defined twice");
+    for (const auto& op : f.opset_import()) {
+      auto it = model_opsets.find(normal_domain(op.domain()));
+      GR_CHECK(it == model_opsets.end() || it->second == op.version(),
+               what << ": function " << f.name() << " imports opset " << op.version() << " of domain '"
+                    << op.domain() << "', the model " << (it == model_opsets.end() ? 0 : it->second)
+                    << "; graphrun reads one opset per domain");
+      if (it == model_opsets.end()) {
+        model_opsets[normal_domain(op.domain())] = op.version();
+        *m.add_opset_import() = op;
+      }
+    }
+  }
+  in.check_size(m.graph());
+  for (const auto& n : m.graph().node()) in.emit(n);
+  m.mutable_graph()->mutable_node()->Swap(&in.out);
+  // The functions' own domains are gone with the calls.
+  std::set<std::string> used;
+  for (const auto& n : m.graph().node()) used.insert(normal_domain(n.domain()));
+  std::set<std::string> function_domains;
+  for (const auto& f : m.functions()) function_domains.insert(normal_domain(f.domain()));
+  google::protobuf::RepeatedPtrField<onnx::OperatorSetIdProto> kept;
+  for (const auto& op : m.opset_import())
+    if (!function_domains.count(normal_domain(op.domain())) || used.count(normal_domain(op.domain())))
+      *kept.Add() = op;
+  m.mutable_opset_import()->Swap(&kept);
+  m.clear_functions();
+}
+
 // Refuses what graphrun cannot represent.
 void check_supported_features(const onnx::ModelProto& m, const std::string& what) {
   const auto& g = m.graph();
   if (g.sparse_initializer_size())
     GR_FAIL(what << ": sparse initializer '" << g.sparse_initializer(0).values().name() << "' is not supported");
-  if (m.functions_size())
-    GR_FAIL(what << ": model-local functions (e.g. '" << m.functions(0).name() << "') are not supported");
   for (int i = 0; i < g.node_size(); ++i) {
     const auto& np = g.node(i);
     for (const auto& a : np.attribute())
@@ -815,6 +944,7 @@ Graph load_model(const std::string& bytes, const std::string& what, const std::s
   // IR 9 and 10 added element types (float8, int4) graphrun has none of (the checker refuses a model that
   // uses one) and features it does not read; a model without them reads as IR 8.
   if (m.ir_version() > kMaxIrVersion) m.set_ir_version(kMaxIrVersion);
+  inline_functions(m, what);
   check_opsets(m, what);
   const bool external = inline_external_data(m, what, dir);
   check_supported_features(m, what);

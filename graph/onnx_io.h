@@ -10,7 +10,7 @@ namespace graphrun {
 // it falls short) and converts a model. Weights in external data files (ONNX's external data, found
 // relative to the model's folder, never outside it) are read in; the Graph remembers that they were.
 // Opsets below 7 are converted up (onnx's version converter), 18 to 22 rewritten down to 17, node by
-// node. Errors name the file: missing, truncated, not ONNX, opset above 22 or a node of 18+ that 17
+// node; model-local functions are inlined. Errors name the file: missing, truncated, not ONNX, opset above 22 or a node of 18+ that 17
 // cannot express, unsupported features (subgraphs), external data missing or shorter than its tensors.
 Graph load_onnx(const std::string& path);
 // Same, from serialized bytes; `what` names the source in errors. External data is refused (no folder).
