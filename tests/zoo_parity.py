@@ -2,7 +2,7 @@
 """Small torchvision models (random weights) exported the way users export them, with PyTorch's answers:
 the reference of tests/zoo_test.cc and of a by-hand check of the zoo.
 
-usage: zoo_parity.py MODEL OUT_DIR [--opset N] [--size S] [--batch N] [--seed S]
+usage: zoo_parity.py MODEL OUT_DIR [--opset N] [--size S] [--batch N] [--seed S] [--functions]
 MODEL: vit (a 2-layer VisionTransformer), text / text_causal (TextClassifier on token ids, --size the length), convnext (a 2-stage ConvNeXt), shufflenet (shufflenet_v2_x0_5),
 unet (a small segmentation UNet, per-pixel labels [N,S,S]), lstm / gru / rnn / lstm1 / gru1 / rnn_relu1 (recurrent classifiers
 reading the image row by row, see RowSequence), or any torchvision.models builder name (random weights;
@@ -210,6 +210,8 @@ def main():
     ap.add_argument('--size', type=int, default=32)
     ap.add_argument('--batch', type=int, default=2)
     ap.add_argument('--seed', type=int, default=1)
+    ap.add_argument('--functions', action='store_true',
+                    help="export every module as a model-local function (torch's export_modules_as_functions)")
     a = ap.parse_args()
     torch.manual_seed(a.seed)
     model = build(a.model, a.size)
@@ -225,12 +227,24 @@ def main():
     labels = rng.integers(0, 10, size=(a.batch,) + per_pixel).astype(np.int64)
     x = torch.from_numpy(image)
     x64 = x.double() if x.is_floating_point() else x
-    common = dict(opset_version=a.opset, input_names=[input_name], output_names=['logits'], do_constant_folding=False)
+    common = dict(opset_version=a.opset, input_names=[input_name], output_names=['logits'], do_constant_folding=False,
+                  export_modules_as_functions=a.functions)
+    # Module-function exports each take a fresh copy: torch 1.13 leaves hooks on the model that fail the next export.
+    fresh = (lambda: copy.deepcopy(model)) if a.functions else (lambda: model)
     model.train()
-    torch.onnx.export(model, x, os.path.join(a.out_dir, 'train.onnx'), training=torch.onnx.TrainingMode.TRAINING,
+    torch.onnx.export(fresh(), x, os.path.join(a.out_dir, 'train.onnx'), training=torch.onnx.TrainingMode.TRAINING,
                       **common)
     model.eval()
-    torch.onnx.export(model, x, os.path.join(a.out_dir, 'eval.onnx'), **common)
+    torch.onnx.export(fresh(), x, os.path.join(a.out_dir, 'eval.onnx'), **common)
+    if a.functions:  # torch keeps its own output name there: named 'logits' as in the other exports
+        for name in ('train.onnx', 'eval.onnx'):
+            m = onnx.load(os.path.join(a.out_dir, name))
+            old = m.graph.output[0].name
+            assert m.functions, 'export_modules_as_functions wrote no function'
+            for n in m.graph.node:
+                n.output[:] = ['logits' if o == old else o for o in n.output]
+            m.graph.output[0].name = 'logits'
+            onnx.save(m, os.path.join(a.out_dir, name))
 
     model32 = copy.deepcopy(model)  # torch's own float32 error sets the tolerance of each gradient
     model = model.double()

@@ -30,12 +30,14 @@ struct ZooResult {
   bool ran = false;  // the export and both runs happened
 };
 
-ZooResult check_zoo_model(const std::string& name, int opset, int size = 32, int batch = 2) {
+// functions: torch exports every module as a model-local function (export_modules_as_functions), which
+// graphrun inlines on load.
+ZooResult check_zoo_model(const std::string& name, int opset, int size = 32, int batch = 2, bool functions = false) {
   ZooResult res;
-  const std::string dir = temp_dir("zoo_" + name + "_" + std::to_string(opset));
+  const std::string dir = temp_dir("zoo_" + name + "_" + std::to_string(opset) + (functions ? "_functions" : ""));
   auto py = run_command(python() + " " + source_dir() + "/tests/zoo_parity.py " + name + " " + dir + " --opset " +
                         std::to_string(opset) + " --size " + std::to_string(size) + " --batch " +
-                        std::to_string(batch) + " 2>&1");
+                        std::to_string(batch) + (functions ? " --functions" : "") + " 2>&1");
   if (py.exit_code != 0 && py.output.find("No module named 'torchvision'") != std::string::npos) {
     ADD_FAILURE() << python() << " lacks torchvision (python3-torchvision)";
     return res;
@@ -130,6 +132,16 @@ TEST(Zoo, TextTransformerWithPaddingMaskOpset17) { skip_without_torchvision(); c
 TEST(Zoo, TextTransformerCausalPreNormOpset14) {
   skip_without_torchvision();
   check_zoo_model("text_causal", 14, 12, 3);
+}
+// The same exports with every module a model-local function (torch's export_modules_as_functions; exporters
+// that keep the module structure write such models): inlined on load, they give the same answers.
+TEST(Zoo, VisionTransformerModulesAsFunctionsOpset17) {
+  skip_without_torchvision();
+  check_zoo_model("vit", 17, 32, 2, /*functions=*/true);
+}
+TEST(Zoo, ShuffleNetV2ModulesAsFunctionsOpset15) {
+  skip_without_torchvision();
+  check_zoo_model("shufflenet", 15, 64, 2, /*functions=*/true);
 }
 
 // The zoo by hand: GRAPHRUN_ZOO="resnet18:17:64 mobilenet_v2:13:64 ..." (torchvision builder, opset,
