@@ -5,6 +5,7 @@
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
 #include <onnx/version_converter/convert.h>
+#include <google/protobuf/unknown_field_set.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -212,14 +213,34 @@ bool inline_external_data(onnx::ModelProto& m, const std::string& what, const st
 // Exporters that keep a model's module structure (torch's dynamo exporter, onnxscript) write each module
 // as a FunctionProto and call it as a node of the function's domain. graphrun inlines every call on load:
 // the body's nodes with the function's inputs and outputs bound to the call's, its inner values renamed
-// under the call's name, and attribute references (ref_attr_name) given the call's attribute (or left
-// out when the call has none). Calls inside bodies are inlined in turn. A hostile file cannot make this
+// under the call's name, and attribute references (ref_attr_name) given the call's attribute, else the
+// function's default, else left out. Calls inside bodies are inlined in turn. A hostile file cannot make this
 // loop or grow without bound: a function that calls itself is refused, and so is a model whose inlined
 // node count (counted before anything is copied) exceeds kMaxInlinedNodes.
 constexpr int64_t kMaxInlinedNodes = 1 << 18;
 
+// A function's attribute defaults (FunctionProto.attribute_proto, field 11, IR 9): newer than the onnx 1.12
+// protobuf graphrun builds with, so read from the message's unknown fields. An attribute the call does not give
+// takes its default (onnxscript's functions rely on them).
+std::map<std::string, onnx::AttributeProto> attribute_defaults(const onnx::FunctionProto& f, const std::string& what) {
+  constexpr int kAttributeProtoField = 11;
+  std::map<std::string, onnx::AttributeProto> defaults;
+  const auto& unknown = f.GetReflection()->GetUnknownFields(f);
+  for (int i = 0; i < unknown.field_count(); ++i) {
+    const auto& field = unknown.field(i);
+    if (field.number() != kAttributeProtoField) continue;
+    onnx::AttributeProto a;
+    GR_CHECK(field.type() == google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED &&
+                 a.ParseFromString(field.length_delimited()) && !a.name().empty(),
+             what << ": function " << f.name() << ": an attribute default does not parse");
+    defaults[a.name()] = a;
+  }
+  return defaults;
+}
+
 struct Inliner {
   std::map<std::pair<std::string, std::string>, const onnx::FunctionProto*> functions;  // (domain, name)
+  std::map<const onnx::FunctionProto*, std::map<std::string, onnx::AttributeProto>> defaults;
   const std::string& what;
   google::protobuf::RepeatedPtrField<onnx::NodeProto> out;
   int64_t calls = 0;
@@ -270,6 +291,7 @@ struct Inliner {
     for (int i = 0; i < f->output_size(); ++i)
       rename[f->output(i)] = i < n.output_size() && !n.output(i).empty() ? n.output(i) : prefix + f->output(i);
     std::map<std::string, const onnx::AttributeProto*> given;
+    for (const auto& [name, a] : defaults[f]) given[name] = &a;
     for (const auto& a : n.attribute()) given[a.name()] = &a;
     for (const auto& body : f->node()) {
       onnx::NodeProto b = body;
@@ -294,7 +316,7 @@ struct Inliner {
           onnx::AttributeProto* r = attrs.Add();
           *r = *it->second;
           r->set_name(a.name());
-        }  // an attribute the call does not give is absent in the body
+        }  // an attribute the call does not give, without a default, is absent in the body
       }
       b.mutable_attribute()->Swap(&attrs);
       emit(b);
@@ -304,12 +326,13 @@ struct Inliner {
 
 void inline_functions(onnx::ModelProto& m, const std::string& what) {
   if (m.functions_size() == 0) return;
-  Inliner in{{}, what, {}, 0, {}, {}};
+  Inliner in{{}, {}, what, {}, 0, {}, {}};
   std::map<std::string, int64_t> model_opsets;
   for (const auto& op : m.opset_import()) model_opsets[normal_domain(op.domain())] = op.version();
   for (const auto& f : m.functions()) {
     GR_CHECK(in.functions.emplace(std::make_pair(normal_domain(f.domain()), f.name()), &f).second,
              what << ": function " << f.name() << " of domain '" << f.domain() << "' is defined twice");
+    in.defaults[&f] = attribute_defaults(f, what);
     for (const auto& op : f.opset_import()) {
       auto it = model_opsets.find(normal_domain(op.domain()));
       GR_CHECK(it == model_opsets.end() || it->second == op.version(),

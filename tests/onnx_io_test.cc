@@ -472,6 +472,22 @@ leaky_np = lambda v, a: np.where(v > 0, v, a * v)
 np.save('x.npy', x)
 np.save('want.npy', leaky_np(leaky_np(x @ W1.T + B1, 0.2) @ W2.T + B2, 0.01).astype(np.float32))
 
+# IR 9's attribute defaults (FunctionProto.attribute_proto, field 11, newer than onnx 1.12's protobuf: appended as
+# raw bytes): Scaled multiplies by its `factor`, default 3.0; one call gives 0.5, one relies on the default.
+factor = helper.make_attribute('factor', 3.0).SerializeToString()
+mul = helper.make_node('Mul', ['x', 'k'], ['y'])
+const = helper.make_node('Constant', [], ['k']); const.attribute.append(ref('value_float', 'factor'))
+scaled = onnx.FunctionProto()
+scaled.ParseFromString(helper.make_function(D, 'Scaled', ['x'], ['y'], [const, mul], [helper.make_opsetid('', 17)],
+                                            ['factor']).SerializeToString() + bytes([0x5a, len(factor)]) + factor)
+g = helper.make_graph([helper.make_node('Scaled', ['image'], ['half'], domain=D, factor=0.5),
+                       helper.make_node('Scaled', ['half'], ['logits'], domain=D)], 'defaults',
+                      [helper.make_tensor_value_info('image', TensorProto.FLOAT, ['N', 6])],
+                      [helper.make_tensor_value_info('logits', TensorProto.FLOAT, ['N', 6])])
+md = helper.make_model(g, opset_imports=[helper.make_opsetid('', 17), helper.make_opsetid(D, 1)])
+md.functions.add().CopyFrom(scaled)
+onnx.save(md, 'defaults.onnx')
+
 # Hostile or foreign: a function calling itself, one reading a value nobody defines, one of another opset,
 # and calls that double at every level (2^24 nodes: refused before any is made).
 selfcall = helper.make_function(D, 'Loop', ['x'], ['y'], [helper.make_node('Loop', ['x'], ['y'], domain=D)],
@@ -509,6 +525,14 @@ TEST(OnnxIo, ModelLocalFunctionsAreInlined) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("\nverdict: trainable"), std::string::npos) << r.output;
 
+  {  // x * 0.5 * 3.0 (the default)
+    runtime::Executor dx(load_onnx(dir + "/defaults.onnx"));
+    const Tensor x = read_npy(dir + "/x.npy");
+    const Tensor y = dx.run({{"image", x}}).at("logits");
+    const auto xv = x.to_vector<float>(), yv = y.to_vector<float>();
+    ASSERT_EQ(xv.size(), yv.size());
+    for (size_t i = 0; i < xv.size(); ++i) EXPECT_FLOAT_EQ(yv[i], xv[i] * 1.5f) << i;
+  }
   expect_load_error(dir + "/recursive.onnx", "function Loop calls itself");
   expect_load_error(dir + "/dangling_fn.onnx", "function Dangling reads 'nowhere'");
   expect_load_error(dir + "/other_opset.onnx", "function Old imports opset 13 of domain '', the model 17");
