@@ -218,6 +218,7 @@ bool inline_external_data(onnx::ModelProto& m, const std::string& what, const st
 // loop or grow without bound: a function that calls itself is refused, and so is a model whose inlined
 // node count (counted before anything is copied) exceeds kMaxInlinedNodes.
 constexpr int64_t kMaxInlinedNodes = 1 << 18;
+constexpr int kMaxFunctionDepth = 64;  // calls within calls (the inliner recurses once per level)
 
 // A function's attribute defaults (FunctionProto.attribute_proto, field 11, IR 9): newer than the onnx 1.12
 // protobuf graphrun builds with, so read from the message's unknown fields. An attribute the call does not give
@@ -253,13 +254,15 @@ struct Inliner {
   // The nodes a call of `f` inlines to, capped at kMaxInlinedNodes + 1; refuses a function that calls itself.
   std::map<const onnx::FunctionProto*, int64_t> sizes;
   std::set<const onnx::FunctionProto*> open;
-  int64_t size_of(const onnx::FunctionProto* f) {
+  int64_t size_of(const onnx::FunctionProto* f, int depth = 1) {
     if (auto it = sizes.find(f); it != sizes.end()) return it->second;
     GR_CHECK(open.insert(f).second, what << ": function " << f->name() << " calls itself");
+    GR_CHECK(depth <= kMaxFunctionDepth, what << ": function calls nest over " << kMaxFunctionDepth << " deep (at "
+                                              << f->name() << ")");
     int64_t n = 0;
     for (const auto& body : f->node()) {
       const onnx::FunctionProto* g = function_of(body);
-      n = std::min(n + (g ? size_of(g) : 1), kMaxInlinedNodes + 1);
+      n = std::min(n + (g ? size_of(g, depth + 1) : 1), kMaxInlinedNodes + 1);
     }
     open.erase(f);
     return sizes[f] = n;

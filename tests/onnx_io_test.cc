@@ -504,6 +504,11 @@ for i in range(23, -1, -1):
         [helper.make_node('F%d' % (i + 1), ['x'], ['t'], domain=D), helper.make_node('F%d' % (i + 1), ['t'], ['y'], domain=D)],
         [helper.make_opsetid('', 17), helper.make_opsetid(D, 1)]))
 onnx.save(model([helper.make_node('F0', ['image'], ['logits'], domain=D)], levels), 'bomb.onnx')
+chain = [helper.make_function(D, 'G%d' % i, ['x'], ['y'], [helper.make_node('G%d' % (i + 1), ['x'], ['y'], domain=D)],
+                              [helper.make_opsetid('', 17), helper.make_opsetid(D, 1)]) for i in range(100000)]
+chain.append(helper.make_function(D, 'G100000', ['x'], ['y'], [helper.make_node('Relu', ['x'], ['y'])],
+                                  [helper.make_opsetid('', 17)]))
+onnx.save(model([helper.make_node('G0', ['image'], ['logits'], domain=D)], chain), 'deep.onnx')
 )";
 
 TEST(OnnxIo, ModelLocalFunctionsAreInlined) {
@@ -536,6 +541,7 @@ TEST(OnnxIo, ModelLocalFunctionsAreInlined) {
   expect_load_error(dir + "/recursive.onnx", "function Loop calls itself");
   expect_load_error(dir + "/dangling_fn.onnx", "function Dangling reads 'nowhere'");
   expect_load_error(dir + "/other_opset.onnx", "function Old imports opset 13 of domain '', the model 17");
+  expect_load_error(dir + "/deep.onnx", "function calls nest over 64 deep (at G64)");  // not a stack overflow
   expect_load_error(dir + "/bomb.onnx", "inlining the model's functions would make over 262144 nodes");
 }
 

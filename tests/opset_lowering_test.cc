@@ -111,11 +111,12 @@ save('ir11', [helper.make_node('Relu', ['x'], ['r'])], X, [vi('r', F, None)], 20
 
 class OpsetLowering : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = temp_dir("opset_lowering");
+  // A folder per test: ctest runs the tests of this file as processes side by side.
+  void SetUp() override {
+    dir_ = temp_dir(std::string("opset_lowering_") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
     run_python(dir_, kModels);
   }
-  static std::string dir_;
+  std::string dir_;
 
   void expect_outputs(const std::string& model, const std::map<std::string, Tensor>& feeds, double tol) {
     runtime::Executor ex(load_onnx(dir_ + "/" + model + ".onnx"));
@@ -143,7 +144,6 @@ class OpsetLowering : public ::testing::Test {
     }
   }
 };
-std::string OpsetLowering::dir_;
 
 TEST_F(OpsetLowering, Opset19FormsMatchNumpy) {
   const Graph g = load_onnx(dir_ + "/forms19.onnx");
