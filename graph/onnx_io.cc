@@ -179,14 +179,10 @@ bool inline_external_data(onnx::ModelProto& m, const std::string& what, const st
     GR_CHECK(!t.has_raw_data() && !t.float_data_size() && !t.int32_data_size() && !t.int64_data_size() &&
                  !t.double_data_size() && !t.uint64_data_size(),
              ctx << ": holds data inside the model as well");
-    GR_CHECK(t.has_data_type() && t.data_type() != onnx::TensorProto::UNDEFINED &&
-                 onnx::TensorProto_DataType_IsValid(t.data_type()) &&
-                 dtype_size(static_cast<DType>(t.data_type())) > 0 && t.data_type() != onnx::TensorProto::STRING,
-             ctx << ": element type " << onnx_dtype_name(t.data_type()) << " cannot be stored externally here");
-    const DType dt = static_cast<DType>(t.data_type());
-    Shape shape(t.dims().begin(), t.dims().end());
-    for (int64_t d : shape) GR_CHECK(d >= 0, ctx << ": negative dimension " << d << " in shape " << shape_str(shape));
-    const int64_t bytes = checked_numel(dt, shape, ctx) * static_cast<int64_t>(dtype_size(dt));
+    const ProtoLayout layout = proto_layout(t, ctx);
+    const DType dt = layout.dtype;
+    const Shape& shape = layout.shape;
+    const auto bytes = static_cast<int64_t>(layout.bytes);
     GR_CHECK(length < 0 || length == bytes, ctx << ": length " << length << " bytes, but " << dtype_name(dt)
                                                 << shape_str(shape) << " needs " << bytes);
     const std::string file = dir + "/" + location;

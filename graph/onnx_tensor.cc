@@ -49,19 +49,25 @@ Tensor copy_typed(const Field& field, DType dt, const Shape& shape, const std::s
 
 }  // namespace
 
+ProtoLayout proto_layout(const onnx::TensorProto& p, const std::string& what) {
+  GR_CHECK(p.has_data_type() && p.data_type() != onnx::TensorProto::UNDEFINED, what << ": element type not set");
+  ProtoLayout l;
+  l.dtype = static_cast<DType>(p.data_type());
+  if (l.dtype == DType::String || dtype_size(l.dtype) == 0)
+    GR_FAIL(what << ": element type " << onnx_dtype_name(p.data_type()) << " is not supported");
+  GR_CHECK(!p.has_segment(), what << ": segmented tensors are not supported");
+  l.shape.assign(p.dims().begin(), p.dims().end());
+  for (int64_t d : l.shape)
+    GR_CHECK(d >= 0, what << ": negative dimension " << d << " in shape " << shape_str(l.shape));
+  l.bytes = static_cast<size_t>(checked_numel(l.dtype, l.shape, what)) * dtype_size(l.dtype);
+  return l;
+}
+
 Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& what) {
   if (p.data_location() == onnx::TensorProto::EXTERNAL)
     GR_FAIL(what << ": stored as external data, which graphrun does not read (save the model with its "
                     "weights inside: onnx.save(model, path, save_as_external_data=False))");
-  GR_CHECK(p.has_data_type() && p.data_type() != onnx::TensorProto::UNDEFINED, what << ": element type not set");
-  const auto dt = static_cast<DType>(p.data_type());
-  if (dt == DType::String || dtype_size(dt) == 0)
-    GR_FAIL(what << ": element type " << onnx_dtype_name(p.data_type()) << " is not supported");
-  GR_CHECK(!p.has_segment(), what << ": segmented tensors are not supported");
-  Shape shape(p.dims().begin(), p.dims().end());
-  for (int64_t d : shape) GR_CHECK(d >= 0, what << ": negative dimension " << d << " in shape " << shape_str(shape));
-  const int64_t numel = checked_numel(dt, shape, what);
-  const size_t bytes = static_cast<size_t>(numel) * dtype_size(dt);
+  const auto [dt, shape, bytes] = proto_layout(p, what);
   // The file must hold the data the shape promises before anything is allocated for it.
   if (p.has_raw_data()) {
     GR_CHECK(p.raw_data().size() == bytes, what << ": raw_data holds " << p.raw_data().size() << " bytes, but "

@@ -9,6 +9,15 @@
 
 namespace graphrun {
 
+// What a TensorProto's header promises: element type, shape and data bytes, checked (a supported type,
+// no negative dimension, within the tensor size limit) before anything is read or allocated.
+struct ProtoLayout {
+  DType dtype = DType::Undefined;
+  Shape shape;
+  size_t bytes = 0;
+};
+ProtoLayout proto_layout(const onnx::TensorProto& p, const std::string& what);
+
 // Reads raw_data or the typed fields (float_data, int32_data, ...); `what` names the tensor in errors
 // ("model.onnx: initializer 'conv1.weight'"). External data and unsupported element types are errors.
 Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& what);

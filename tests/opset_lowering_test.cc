@@ -3,31 +3,24 @@
 // cannot express is refused in one line naming the node.
 #include <gtest/gtest.h>
 
-#include <fstream>
-
 #include "graph/onnx_io.h"
 #include "graph/tensor_io.h"
 #include "runtime/executor.h"
+#include "tests/data_test_util.h"
 #include "tests/test_util.h"
 
 namespace graphrun {
 namespace {
 
-using testing::python;
 using testing::run_command;
+using testing::run_python;
 using testing::temp_dir;
-
-void run_python(const std::string& dir, const std::string& script) {
-  std::ofstream(dir + "/script.py") << "import math, numpy as np, onnx\n"
-                                       "from onnx import helper, TensorProto, numpy_helper\n"
-                                    << script;
-  auto r = run_command("cd '" + dir + "' && " + python() + " script.py 2>&1");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-}
 
 // Writes models with onnx.helper (onnx 1.12 writes any opset number; it cannot check above 17) and numpy's
 // answers: OUT.npy for each output OUT.
 const char* kModels = R"(
+import math, onnx
+from onnx import helper, TensorProto, numpy_helper
 def save(name, nodes, inputs, outputs, opset, inits=(), ir=8):
     g = helper.make_graph(nodes, name, inputs, outputs, list(inits))
     m = helper.make_model(g, opset_imports=[helper.make_opsetid('', opset)])
