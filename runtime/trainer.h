@@ -224,6 +224,9 @@ class Trainer {
   data::Dataset train_, test_;
   data::SourcePtr train_src_, test_src_;  // fitted to the model (runtime/data/fit.h)
   std::string test_from_;                 // where the test figures come from, in words
+  // What the epoch lines count per second: "img" where the model's first input is one image
+  // (C,H,W) of floats, "samples" otherwise (token ids, feature rows, volumes).
+  std::string per_sec_unit_ = "img";
   int threads_ = 1;
   DeviceBackend* backend_ = nullptr;  // the devices' (one kind per run)
   std::vector<std::unique_ptr<Communicator>> comms_;

@@ -228,6 +228,8 @@ void Trainer::load_data(const Graph& model) {
   GR_CHECK(!model.inputs.empty(), "model '" << model.name << "' has no inputs to feed");
   std::vector<data::InputSpec> inputs;
   for (const auto& name : model.inputs) inputs.push_back(input_spec(model, name));
+  const bool image = inputs[0].shape.size() == 3 && (inputs[0].dtype == DType::F32 || inputs[0].dtype == DType::F64);
+  per_sec_unit_ = image ? "img" : "samples";
   data::FitOptions fo;
   fo.labels = opts_.labels;
   const std::string out = opts_.pipeline.output.empty() && !model.outputs.empty() ? model.outputs[0] : opts_.pipeline.output;

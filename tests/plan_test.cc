@@ -55,7 +55,7 @@ TEST(Plan, CpuPlacementsSplitTheCoresAndComeFastestFirst) {
     const auto ranked = runtime::compare_cpu_placements(model, o, cores);
     for (size_t i = 0; i < ranked.size(); ++i) {
       EXPECT_GT(ranked[i].step_s, 0) << ranked[i].str();
-      if (i > 0) EXPECT_LE(ranked[i - 1].step_s, ranked[i].step_s);
+      if (i > 0) { EXPECT_LE(ranked[i - 1].step_s, ranked[i].step_s); }
       s.insert({ranked[i].replicas, ranked[i].threads});
     }
     return s;
@@ -86,7 +86,7 @@ TEST(Plan, BucketBytesSumToTheParameterBytes) {
     for (size_t b = 0; b < p.buckets.size(); ++b) {
       sum += p.buckets[b].bytes;
       grads += p.buckets[b].grads;
-      if (b + 1 < p.buckets.size()) EXPECT_GE(p.buckets[b].bytes, cap) << "bucket " << b << " closed early";
+      if (b + 1 < p.buckets.size()) { EXPECT_GE(p.buckets[b].bytes, cap) << "bucket " << b << " closed early"; }
     }
     EXPECT_EQ(sum, param_bytes) << cap;
     EXPECT_EQ(p.allreduce_bytes, param_bytes);

@@ -179,7 +179,7 @@ TEST(SyncBatchNorm, Float64TwoAndThreeReplicasEqualOneOnTheWholeBatch) {
   o.pipeline.optimizer.momentum = 0.9f;
   const auto whole = states_of(model, o, 0);
   for (const auto& [name, t] : whole)
-    if (t.dtype() != DType::I64) EXPECT_EQ(t.dtype(), DType::F64) << name;
+    if (t.dtype() != DType::I64) { EXPECT_EQ(t.dtype(), DType::F64) << name; }
   {
     int buffers = 0;
     runtime::Trainer t(model, o);
@@ -219,8 +219,9 @@ TEST(SyncBatchNorm, CudaReplicasRunTheSyncBnGraph) {
   ASSERT_EQ(tg.replicas.size(), 2u);
   EXPECT_GT(count_ops(tg.replicas[0].graph, "Size"), 0);
   const runtime::KernelTable& cuda = runtime::KernelTable::of_device(Device::Kind::CUDA);
-  if (!cuda.ops().empty())
+  if (!cuda.ops().empty()) {
     for (const auto& r : tg.replicas) EXPECT_NO_THROW(runtime::check_supported(r.graph, cuda, "replica graph"));
+  }
   if (!testing::have_data()) GTEST_SKIP() << "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)";
   testing::ScopedSimDevice sim;
   TrainOptions o = testing::quick(2, 10, 4, 100);

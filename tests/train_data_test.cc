@@ -179,7 +179,7 @@ TEST(TrainData, Float64RegressionWithMseLossAndMomentum) {
       ASSERT_EQ(x.size(), y.size());
       double worst = 0, scale = 0;
       for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(x[i] - y[i])), scale = std::max(scale, std::abs(y[i]));
-      if (std::string(name) == "w") EXPECT_GT(scale, 0.1) << "w did not train";  // (b stays near 0: no offset)
+      if (std::string(name) == "w") { EXPECT_GT(scale, 0.1) << "w did not train"; }  // (b stays near 0: no offset)
       EXPECT_LT(worst, 1e-4 * std::max(1.0, scale)) << name;
     }
   }
@@ -205,6 +205,9 @@ onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), 'bag.onnx')
   const std::string out = train(d + "/bag.onnx", "--data " + d + "/tokens.npz --devices cpu:2 --threads 1 --epochs 6 "
                                                     "--batch-size 32 --lr 0.5 --momentum 0.9");
   EXPECT_GT(closing(out, "test acc"), 0.9) << out;
+  // Token ids are not images: the epoch lines count samples.
+  EXPECT_NE(out.find(" samples/s"), std::string::npos) << out;
+  EXPECT_EQ(out.find("img/s"), std::string::npos) << out;
 }
 
 // Two inputs, matched to the arrays by name: token ids [N, T] and float features [N, F]. The class has
