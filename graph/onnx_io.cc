@@ -11,7 +11,9 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 #include <sstream>
 #include <sys/stat.h>
@@ -235,16 +237,40 @@ std::map<std::string, onnx::AttributeProto> attribute_defaults(const onnx::Funct
   return defaults;
 }
 
+// IR 10's overloads: a function is known by (domain, name, overload), FunctionProto.overload being field 13,
+// and a call names the overload it means in NodeProto.overload, field 8. Both are newer than onnx 1.12's protobuf:
+// read from the unknown fields, "" where absent (the one overload every older model has).
+std::string overload_of(const google::protobuf::Message& m, int field_number, const std::string& what) {
+  std::string overload;
+  const auto& unknown = m.GetReflection()->GetUnknownFields(m);
+  for (int i = 0; i < unknown.field_count(); ++i) {
+    const auto& field = unknown.field(i);
+    if (field.number() != field_number) continue;
+    GR_CHECK(field.type() == google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED,
+             what << ": an overload name (field " << field_number << ") is not a string");
+    overload = field.length_delimited();  // the last occurrence wins, as protobuf's own parser does
+  }
+  return overload;
+}
+constexpr int kNodeOverloadField = 8, kFunctionOverloadField = 13;
+
 struct Inliner {
-  std::map<std::pair<std::string, std::string>, const onnx::FunctionProto*> functions;  // (domain, name)
+  using Key = std::tuple<std::string, std::string, std::string>;  // (domain, name, overload)
+  std::map<Key, const onnx::FunctionProto*> functions;
   std::map<const onnx::FunctionProto*, std::map<std::string, onnx::AttributeProto>> defaults;
   const std::string& what;
   google::protobuf::RepeatedPtrField<onnx::NodeProto> out;
   int64_t calls = 0;
 
   const onnx::FunctionProto* function_of(const onnx::NodeProto& n) const {
-    auto it = functions.find({normal_domain(n.domain()), n.op_type()});
-    return it == functions.end() ? nullptr : it->second;
+    if (functions.empty()) return nullptr;
+    const std::string overload = overload_of(n, kNodeOverloadField, what);
+    auto it = functions.find({normal_domain(n.domain()), n.op_type(), overload});
+    if (it != functions.end()) return it->second;
+    // A call of an overload the model does not define is not an op of any opset either.
+    GR_CHECK(overload.empty(), what << ": node '" << n.name() << "' calls overload '" << overload << "' of "
+                                    << n.op_type() << ", which the model's functions do not define");
+    return nullptr;
   }
 
   // The nodes a call of `f` inlines to, capped at kMaxInlinedNodes + 1; refuses a function that calls itself.
@@ -329,8 +355,10 @@ void inline_functions(onnx::ModelProto& m, const std::string& what) {
   std::map<std::string, int64_t> model_opsets;
   for (const auto& op : m.opset_import()) model_opsets[normal_domain(op.domain())] = op.version();
   for (const auto& f : m.functions()) {
-    GR_CHECK(in.functions.emplace(std::make_pair(normal_domain(f.domain()), f.name()), &f).second,
-             what << ": function " << f.name() << " of domain '" << f.domain() << "' is defined twice");
+    const std::string overload = overload_of(f, kFunctionOverloadField, what);
+    GR_CHECK(in.functions.emplace(Inliner::Key{normal_domain(f.domain()), f.name(), overload}, &f).second,
+             what << ": function " << f.name() << " of domain '" << f.domain() << "'"
+                  << (overload.empty() ? "" : " overload '" + overload + "'") << " is defined twice");
     in.defaults[&f] = attribute_defaults(f, what);
     for (const auto& op : f.opset_import()) {
       auto it = model_opsets.find(normal_domain(op.domain()));

@@ -488,6 +488,28 @@ md = helper.make_model(g, opset_imports=[helper.make_opsetid('', 17), helper.mak
 md.functions.add().CopyFrom(scaled)
 onnx.save(md, 'defaults.onnx')
 
+# IR 10's overloads (FunctionProto.overload, field 13; NodeProto.overload, field 8; appended as raw bytes):
+# Act has a relu and a tanh overload; the calls pick relu, tanh and the unnamed one (an identity).
+def with_field(msg, number, text):
+    out = type(msg)(); out.ParseFromString(msg.SerializeToString() + bytes([number << 3 | 2, len(text)]) + text.encode())
+    return out
+act = lambda op, over: with_field(helper.make_function(D, 'Act', ['x'], ['y'], [helper.make_node(op, ['x'], ['y'])],
+                                                       [helper.make_opsetid('', 17)]), 13, over)
+plain = helper.make_function(D, 'Act', ['x'], ['y'], [helper.make_node('Identity', ['x'], ['y'])], [helper.make_opsetid('', 17)])
+calls = [with_field(helper.make_node('Act', ['image'], ['r'], name='r', domain=D), 8, 'relu'),
+         with_field(helper.make_node('Act', ['r'], ['t'], name='t', domain=D), 8, 'tanh'),
+         helper.make_node('Act', ['t'], ['logits'], name='i', domain=D)]
+g = helper.make_graph(calls, 'overloads', [helper.make_tensor_value_info('image', TensorProto.FLOAT, ['N', 6])],
+                      [helper.make_tensor_value_info('logits', TensorProto.FLOAT, ['N', 6])])
+mo = helper.make_model(g, opset_imports=[helper.make_opsetid('', 17), helper.make_opsetid(D, 1)])
+mo.ir_version = 10
+for f in (act('Relu', 'relu'), act('Tanh', 'tanh'), plain): mo.functions.add().CopyFrom(f)
+onnx.save(mo, 'overloads.onnx')
+mo.graph.node[1].CopyFrom(with_field(helper.make_node('Act', ['r'], ['t'], name='t', domain=D), 8, 'gelu'))
+onnx.save(mo, 'overload_missing.onnx')
+mo.graph.node[1].CopyFrom(calls[1]); mo.functions.add().CopyFrom(act('Sigmoid', 'relu'))
+onnx.save(mo, 'overload_twice.onnx')
+
 # Hostile or foreign: a function calling itself, one reading a value nobody defines, one of another opset,
 # and calls that double at every level (2^24 nodes: refused before any is made).
 selfcall = helper.make_function(D, 'Loop', ['x'], ['y'], [helper.make_node('Loop', ['x'], ['y'], domain=D)],
@@ -538,6 +560,19 @@ TEST(OnnxIo, ModelLocalFunctionsAreInlined) {
     ASSERT_EQ(xv.size(), yv.size());
     for (size_t i = 0; i < xv.size(); ++i) EXPECT_FLOAT_EQ(yv[i], xv[i] * 1.5f) << i;
   }
+  {  // the overloads: identity(tanh(relu(x)))
+    const Graph go = load_onnx(dir + "/overloads.onnx");
+    std::vector<std::string> got_ops;
+    for (const Node& n : go.nodes) got_ops.push_back(n.op_type);
+    EXPECT_EQ(got_ops, (std::vector<std::string>{"Relu", "Tanh", "Identity"}));
+    const Tensor x = read_npy(dir + "/x.npy");
+    const Tensor y = runtime::Executor(go).run({{"image", x}}).at("logits");
+    const auto xv = x.to_vector<float>(), yv = y.to_vector<float>();
+    ASSERT_EQ(xv.size(), yv.size());
+    for (size_t i = 0; i < xv.size(); ++i) EXPECT_FLOAT_EQ(yv[i], std::tanh(std::max(xv[i], 0.f))) << i;
+  }
+  expect_load_error(dir + "/overload_missing.onnx", "node 't' calls overload 'gelu' of Act, which the model's functions do not define");
+  expect_load_error(dir + "/overload_twice.onnx", "function Act of domain 'pkg.model' overload 'relu' is defined twice");
   expect_load_error(dir + "/recursive.onnx", "function Loop calls itself");
   expect_load_error(dir + "/dangling_fn.onnx", "function Dangling reads 'nowhere'");
   expect_load_error(dir + "/other_opset.onnx", "function Old imports opset 13 of domain '', the model 17");
