@@ -146,64 +146,111 @@ int64_t parse_count(const std::string& s) {
   return v;
 }
 
-// Reads each initializer stored as external data (ONNX's external data: entries location, offset,
-// length, relative to the model's folder) into the model, so that the checker, inference and the
-// conversion see ordinary tensors. The file is untrusted like the model: a location must stay inside
-// the model's folder (relative, no '..'), name a regular file, and hold offset + the bytes the shape
-// promises before anything is allocated; length, when given, must be those bytes. Returns whether any
-// initializer was external. `dir` empty: the model came as bytes, without a folder to look in.
-bool inline_external_data(onnx::ModelProto& m, const std::string& what, const std::string& dir) {
-  bool any = false;
-  for (auto& t : *m.mutable_graph()->mutable_initializer()) {
-    if (t.data_location() != onnx::TensorProto::EXTERNAL) continue;
-    any = true;
-    const std::string ctx = what + ": initializer '" + t.name() + "' (external data)";
-    GR_CHECK(!dir.empty(), ctx << ": a model read from memory has no folder to find its data in; load it from its file");
-    std::string location;
-    int64_t offset = 0, length = -1;
-    for (const auto& e : t.external_data()) {
-      if (e.key() == "location") location = e.value();
-      else if (e.key() == "offset" || e.key() == "length") {
-        const int64_t v = parse_count(e.value());
-        GR_CHECK(v >= 0, ctx << ": " << e.key() << " '" << e.value() << "' is not a byte count");
-        (e.key() == "offset" ? offset : length) = v;
-      }
+// Reads an initializer stored as external data (ONNX's external data: entries location, offset, length,
+// relative to the model's folder) straight into a tensor. The file is untrusted like the model: a location
+// must stay inside the model's folder (relative, no '..'), name a regular file, and hold offset + the bytes
+// the shape promises before anything is allocated; length, when given, must be those bytes. `dir` empty:
+// the model came as bytes, without a folder to look in.
+Tensor read_external(const onnx::TensorProto& t, const std::string& ctx, const std::string& dir) {
+  GR_CHECK(!dir.empty(), ctx << ": a model read from memory has no folder to find its data in; load it from its file");
+  std::string location;
+  int64_t offset = 0, length = -1;
+  for (const auto& e : t.external_data()) {
+    if (e.key() == "location") location = e.value();
+    else if (e.key() == "offset" || e.key() == "length") {
+      const int64_t v = parse_count(e.value());
+      GR_CHECK(v >= 0, ctx << ": " << e.key() << " '" << e.value() << "' is not a byte count");
+      (e.key() == "offset" ? offset : length) = v;
     }
-    GR_CHECK(!location.empty(), ctx << ": no location");
-    GR_CHECK(location[0] != '/' && location.find('\\') == std::string::npos,
-             ctx << ": location '" << location << "' is not a path relative to the model's folder");
-    for (size_t b = 0; b <= location.size();) {
-      const size_t e = std::min(location.find('/', b), location.size());
-      GR_CHECK(location.compare(b, e - b, "..") != 0,
-               ctx << ": location '" << location << "' leaves the model's folder");
-      b = e + 1;
-    }
-    GR_CHECK(!t.has_raw_data() && !t.float_data_size() && !t.int32_data_size() && !t.int64_data_size() &&
-                 !t.double_data_size() && !t.uint64_data_size(),
-             ctx << ": holds data inside the model as well");
-    const ProtoLayout layout = proto_layout(t, ctx);
-    const DType dt = layout.dtype;
-    const Shape& shape = layout.shape;
-    const auto bytes = static_cast<int64_t>(layout.bytes);
-    GR_CHECK(length < 0 || length == bytes, ctx << ": length " << length << " bytes, but " << dtype_name(dt)
-                                                << shape_str(shape) << " needs " << bytes);
-    const std::string file = dir + "/" + location;
-    struct stat st;
-    GR_CHECK(stat(file.c_str(), &st) == 0, ctx << ": " << file << ": no such file");
-    GR_CHECK(S_ISREG(st.st_mode), ctx << ": " << file << " is not a regular file");
-    GR_CHECK(offset <= st.st_size && bytes <= st.st_size - offset,
-             ctx << ": " << file << " holds " << st.st_size << " bytes, too few for " << bytes << " at offset " << offset);
-    std::string data(static_cast<size_t>(bytes), '\0');
-    std::ifstream f(file, std::ios::binary);
-    GR_CHECK(f, ctx << ": " << file << ": cannot open for reading");
-    f.seekg(offset);
-    f.read(data.data(), static_cast<std::streamsize>(bytes));
-    GR_CHECK(f && f.gcount() == bytes, ctx << ": " << file << ": read error");
-    t.set_raw_data(std::move(data));
-    t.clear_external_data();
-    t.clear_data_location();
   }
-  return any;
+  GR_CHECK(!location.empty(), ctx << ": no location");
+  GR_CHECK(location[0] != '/' && location.find('\\') == std::string::npos,
+           ctx << ": location '" << location << "' is not a path relative to the model's folder");
+  for (size_t b = 0; b <= location.size();) {
+    const size_t e = std::min(location.find('/', b), location.size());
+    GR_CHECK(location.compare(b, e - b, "..") != 0, ctx << ": location '" << location << "' leaves the model's folder");
+    b = e + 1;
+  }
+  GR_CHECK(!t.has_raw_data() && !t.float_data_size() && !t.int32_data_size() && !t.int64_data_size() &&
+               !t.double_data_size() && !t.uint64_data_size(),
+           ctx << ": holds data inside the model as well");
+  const ProtoLayout layout = proto_layout(t, ctx);
+  const auto bytes = static_cast<int64_t>(layout.bytes);
+  GR_CHECK(length < 0 || length == bytes, ctx << ": length " << length << " bytes, but " << dtype_name(layout.dtype)
+                                              << shape_str(layout.shape) << " needs " << bytes);
+  const std::string file = dir + "/" + location;
+  struct stat st;
+  GR_CHECK(stat(file.c_str(), &st) == 0, ctx << ": " << file << ": no such file");
+  GR_CHECK(S_ISREG(st.st_mode), ctx << ": " << file << " is not a regular file");
+  GR_CHECK(offset <= st.st_size && bytes <= st.st_size - offset,
+           ctx << ": " << file << " holds " << st.st_size << " bytes, too few for " << bytes << " at offset " << offset);
+  Tensor v(layout.dtype, layout.shape);
+  std::ifstream f(file, std::ios::binary);
+  GR_CHECK(f, ctx << ": " << file << ": cannot open for reading");
+  f.seekg(offset);
+  f.read(static_cast<char*>(v.raw()), static_cast<std::streamsize>(bytes));
+  GR_CHECK(f && f.gcount() == bytes, ctx << ": " << file << ": read error");
+  return v;
+}
+
+// Floating-point initializers of more than this many bytes travel beside the ModelProto, as tensors, while
+// onnx's checker and inference look at the model; the graph gets a typed input in the place of each (no check
+// or inference reads the values of large float tensors: those read are shapes, axes and indices, integers,
+// which stay). So the copies of the model that checking and inference make stay small, and the weights are
+// held once, not twice or three times.
+constexpr size_t kDetachBytes = 4096;
+bool detachable(int32_t data_type) {
+  using TP = onnx::TensorProto;
+  return data_type == TP::FLOAT || data_type == TP::DOUBLE || data_type == TP::FLOAT16 || data_type == TP::BFLOAT16;
+}
+
+struct Weights {
+  std::map<std::string, Tensor> tensors;  // by initializer name
+  bool external = false;                  // some came from external data files
+};
+
+// The typed graph input that stands for a detached initializer while the model is checked.
+void add_placeholder_input(onnx::GraphProto& g, const std::string& name, DType dt, const Shape& shape) {
+  auto* v = g.add_input();
+  v->set_name(name);
+  auto* tt = v->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(static_cast<int32_t>(dt));
+  auto* sp = tt->mutable_shape();  // a scalar has a shape too: rank 0
+  for (int64_t d : shape) sp->add_dim()->set_dim_value(d);
+}
+
+// Takes every external initializer (read from its file) and every detachable one over kDetachBytes out of `m`,
+// freeing each one's bytes in the model as soon as its tensor holds them.
+Weights detach_initializers(onnx::ModelProto& m, const std::string& what, const std::string& dir) {
+  Weights w;
+  auto* gp = m.mutable_graph();
+  std::set<std::string> inputs, names;
+  for (const auto& v : gp->input()) inputs.insert(v.name());
+  for (const auto& t : gp->initializer())
+    GR_CHECK(names.insert(t.name()).second, what << ": initializer '" << t.name() << "' is defined twice");
+  google::protobuf::RepeatedPtrField<onnx::TensorProto> kept;
+  for (auto& t : *gp->mutable_initializer()) {
+    const bool external = t.data_location() == onnx::TensorProto::EXTERNAL;
+    if (!external && (!detachable(t.data_type()) || t.ByteSizeLong() <= kDetachBytes)) {
+      kept.Add()->Swap(&t);
+      continue;
+    }
+    GR_CHECK(!t.name().empty(), what << ": an initializer has no name");
+    const std::string ctx = what + ": initializer '" + t.name() + "'" + (external ? " (external data)" : "");
+    Tensor v = external ? read_external(t, ctx, dir) : tensor_from_proto(t, ctx);
+    w.external |= external;
+    if (!detachable(t.data_type())) {  // integers stay in the model, where checks and inference read them
+      const std::string name = t.name();  // tensor_to_proto clears the proto it writes
+      tensor_to_proto(v, name, &t);
+      kept.Add()->Swap(&t);
+      continue;
+    }
+    if (!inputs.count(t.name())) add_placeholder_input(*gp, t.name(), v.dtype(), v.shape());
+    w.tensors.emplace(t.name(), std::move(v));
+    onnx::TensorProto().Swap(&t);  // frees the bytes now rather than with the model
+  }
+  gp->mutable_initializer()->Swap(&kept);
+  return w;
 }
 
 // ---- model-local functions, inlined ----
@@ -668,24 +715,30 @@ void lower_new_opset(onnx::ModelProto& m, const std::string& what) {
               << " (nodes rewritten where opsets 18 to " << from << " changed them)\n";
 }
 
-Graph graph_from_proto(onnx::ModelProto& m, const std::string& what) {
+// The Graph of a checked model; `detached` holds the initializers detach_initializers took out (their
+// placeholder inputs become initializers again here).
+Graph graph_from_proto(onnx::ModelProto& m, const std::string& what, Weights detached) {
   const auto& gp = m.graph();
   Graph g;
   g.name = gp.name().empty() ? "graph" : gp.name();
   g.doc = gp.doc_string();
   g.ir_version = m.ir_version();
   g.producer_name = m.producer_name();
+  g.external_data = detached.external;
   for (const auto& op : m.opset_import()) g.opsets[normal_domain(op.domain())] = op.version();
 
-  for (const auto& t : gp.initializer()) {
-    GR_CHECK(!t.name().empty(), what << ": an initializer has no name");
-    Tensor v = tensor_from_proto(t, what + ": initializer '" + t.name() + "'");
+  auto add_initializer = [&](const std::string& name, Tensor v) {
     ValueInfo vi;
     vi.dtype = v.dtype();
     vi.has_shape = true;
     for (int64_t d : v.shape()) vi.shape.emplace_back(d);
-    g.values[t.name()] = vi;
-    g.initializers[t.name()] = std::move(v);
+    g.values[name] = vi;
+    g.initializers[name] = std::move(v);
+  };
+  for (auto& [name, v] : detached.tensors) add_initializer(name, std::move(v));
+  for (const auto& t : gp.initializer()) {
+    GR_CHECK(!t.name().empty(), what << ": an initializer has no name");
+    add_initializer(t.name(), tensor_from_proto(t, what + ": initializer '" + t.name() + "'"));
   }
   auto add_info = [&](const onnx::ValueInfoProto& v) {
     if (v.name().empty() || !v.has_type()) return;
@@ -782,6 +835,8 @@ void attribute_to_proto(const std::string& name, const Attribute& a, onnx::Attri
 bool has_type(const ValueInfo* vi) { return vi && vi->dtype != DType::Undefined; }
 
 // Builds the ModelProto. Values whose type is unknown are written without one (inference may add it).
+// The weights kDetachBytes allows stay out, a typed graph input in the place of each, for checking and
+// inference; attach_weights puts them in when the model is written.
 onnx::ModelProto model_from_graph(const Graph& g) {
   onnx::ModelProto m;
   // IR 4 is the first that lets initializers stay out of the graph inputs, as graphrun writes them.
@@ -812,7 +867,12 @@ onnx::ModelProto model_from_graph(const Graph& g) {
   };
   for (const auto& name : g.inputs) add_vi(name, gp->mutable_input());
   for (const auto& name : g.outputs) add_vi(name, gp->mutable_output());
-  for (const auto& [name, t] : g.initializers) tensor_to_proto(t, name, gp->add_initializer());
+  for (const auto& [name, t] : g.initializers) {
+    if (detachable(static_cast<int32_t>(t.dtype())) && t.nbytes() > kDetachBytes)
+      add_placeholder_input(*gp, name, t.dtype(), t.shape());
+    else
+      tensor_to_proto(t, name, gp->add_initializer());
+  }
 
   std::set<std::string> listed(g.inputs.begin(), g.inputs.end());
   listed.insert(g.outputs.begin(), g.outputs.end());
@@ -931,38 +991,59 @@ void check_model_proto(const onnx::ModelProto& m, const std::string& what) {
 // exceed 2 GiB, and the rest of the model needs room below that.
 constexpr size_t kExternalDataBytes = size_t{1} << 30;
 
-// Moves every initializer of 1 KiB or more out of `m` into one file beside the model, PATH's file name
-// + ".data", each at an offset aligned to 4 KiB (so a reader may map it), as onnx.save(...,
-// save_as_external_data=True, all_tensors_to_one_file=True) lays them out. Smaller ones stay inside.
-void write_external_data(onnx::ModelProto& m, const std::string& path) {
-  const size_t slash = path.rfind('/');
-  const std::string location = (slash == std::string::npos ? path : path.substr(slash + 1)) + ".data";
-  const std::string file = path + ".data";
-  const auto& inits = m.graph().initializer();
-  if (std::none_of(inits.begin(), inits.end(), [](const auto& t) { return t.raw_data().size() >= 1024; })) return;
-  std::ofstream f(file, std::ios::binary | std::ios::trunc);
-  if (!f) GR_FAIL(file << ": cannot open for writing (the model's external data)");
+// Puts the weights model_from_graph left out into `m`, its initializers in the graph's order, and takes
+// away the inputs that stood for them. With `external_path`, every initializer of 1 KiB or more goes into one
+// file beside the model instead, that path's file name + ".data", each at an offset aligned to 4 KiB (so a
+// reader may map it), as onnx.save(..., save_as_external_data=True, all_tensors_to_one_file=True) lays them
+// out; smaller ones stay inside. Bytes go from the tensors to the file: none is copied into the model.
+void attach_weights(onnx::ModelProto& m, const Graph& g, const std::string& external_path = "") {
+  auto* gp = m.mutable_graph();
+  const int real_inputs = static_cast<int>(g.inputs.size());
+  if (gp->input_size() > real_inputs) gp->mutable_input()->DeleteSubrange(real_inputs, gp->input_size() - real_inputs);
+  google::protobuf::RepeatedPtrField<onnx::TensorProto> inside;
+  inside.Swap(gp->mutable_initializer());
+  std::map<std::string, onnx::TensorProto*> by_name;
+  for (auto& t : inside) by_name[t.name()] = &t;
+  const size_t slash = external_path.rfind('/');
+  const std::string location =
+      (slash == std::string::npos ? external_path : external_path.substr(slash + 1)) + ".data";
+  const std::string file = external_path + ".data";
+  std::ofstream f;
   int64_t offset = 0;
-  for (auto& t : *m.mutable_graph()->mutable_initializer()) {
-    if (!t.has_raw_data() || t.raw_data().size() < 1024) continue;
+  for (const auto& [name, t] : g.initializers) {
+    onnx::TensorProto* p = gp->add_initializer();
+    if (external_path.empty() || t.nbytes() < 1024) {
+      if (auto it = by_name.find(name); it != by_name.end()) p->Swap(it->second);
+      else tensor_to_proto(t, name, p);
+      continue;
+    }
+    GR_CHECK(t.device().is_cpu(), "tensor '" << name << "' is on " << t.device().str() << ", not the host");
+    if (!f.is_open()) {
+      f.open(file, std::ios::binary | std::ios::trunc);
+      if (!f) GR_FAIL(file << ": cannot open for writing (the model's external data)");
+    }
     const int64_t aligned = (offset + 4095) / 4096 * 4096;
     if (aligned > offset) f.write(std::string(static_cast<size_t>(aligned - offset), '\0').data(), aligned - offset);
-    const int64_t n = static_cast<int64_t>(t.raw_data().size());
-    f.write(t.raw_data().data(), n);
+    const auto n = static_cast<int64_t>(t.nbytes());
+    f.write(static_cast<const char*>(t.raw()), n);
     offset = aligned + n;
+    p->set_name(name);
+    p->set_data_type(static_cast<int32_t>(t.dtype()));
+    for (int64_t d : t.shape()) p->add_dims(d);
     auto entry = [&](const char* key, const std::string& value) {
-      auto* e = t.add_external_data();
+      auto* e = p->add_external_data();
       e->set_key(key);
       e->set_value(value);
     };
     entry("location", location);
     entry("offset", std::to_string(aligned));
     entry("length", std::to_string(n));
-    t.clear_raw_data();
-    t.set_data_location(onnx::TensorProto::EXTERNAL);
+    p->set_data_location(onnx::TensorProto::EXTERNAL);
   }
-  f.close();
-  if (!f) GR_FAIL(file << ": write error");
+  if (f.is_open()) {
+    f.close();
+    if (!f) GR_FAIL(file << ": write error");
+  }
 }
 
 // Names in a damaged file can hold any bytes; an error message stays one printable line.
@@ -979,13 +1060,14 @@ std::string printable(const std::string& s) {
   return r;
 }
 
-Graph load_model(const std::string& bytes, const std::string& what, const std::string& dir) {
+Graph load_model(std::string bytes, const std::string& what, const std::string& dir) {
   register_graphrun_schemas();
   if (bytes.empty()) GR_FAIL(what << ": empty file, not an ONNX model");
   onnx::ModelProto m;
   if (!m.ParseFromString(bytes))
     GR_FAIL(what << ": not a valid ONNX model (the protobuf does not parse: the file is truncated, corrupt, or "
                     "not ONNX)");
+  std::string().swap(bytes);  // the file's bytes are in the model now
   if (!m.has_graph() || m.ir_version() <= 0)
     GR_FAIL(what << ": not an ONNX model (no " << (m.has_graph() ? "ir_version" : "graph") << " in the file)");
   if (m.ir_version() > kMaxIrVersion + 2)
@@ -996,7 +1078,7 @@ Graph load_model(const std::string& bytes, const std::string& what, const std::s
   if (m.ir_version() > kMaxIrVersion) m.set_ir_version(kMaxIrVersion);
   inline_functions(m, what);
   check_opsets(m, what);
-  const bool external = inline_external_data(m, what, dir);
+  Weights weights = detach_initializers(m, what, dir);
   check_supported_features(m, what);
   convert_old_opset(m, what);
   lower_new_opset(m, what);
@@ -1015,14 +1097,12 @@ Graph load_model(const std::string& bytes, const std::string& what, const std::s
     GR_FAIL(what << ": shape inference failed: " << first_line(e.what()));
   }
   validate_inferred(m, what);
-  Graph g = graph_from_proto(m, what);
-  g.external_data = external;
-  return g;
+  return graph_from_proto(m, what, std::move(weights));
 }
 
-Graph load_printable(const std::string& bytes, const std::string& what, const std::string& dir) {
+Graph load_printable(std::string bytes, const std::string& what, const std::string& dir) {
   try {
-    return load_model(bytes, what, dir);
+    return load_model(std::move(bytes), what, dir);
   } catch (const Error& e) {
     throw Error(printable(e.what()));
   }
@@ -1037,6 +1117,7 @@ Graph load_onnx(const std::string& path) { return load_printable(read_file(path)
 std::string onnx_bytes(const Graph& g) {
   onnx::ModelProto m = model_from_graph(g);
   add_inferred_types(m);
+  attach_weights(m, g);
   std::string out;
   GR_CHECK(m.SerializeToString(&out), "graph '" << g.name << "': cannot serialize as ONNX (over 2 GiB?)");
   return out;
@@ -1048,7 +1129,7 @@ void save_onnx(const Graph& g, const std::string& path, bool check) {
   if (check) check_model_proto(m, path);
   size_t weight_bytes = 0;
   for (const auto& [name, t] : g.initializers) weight_bytes += t.nbytes();
-  if (g.external_data || weight_bytes > kExternalDataBytes) write_external_data(m, path);
+  attach_weights(m, g, g.external_data || weight_bytes > kExternalDataBytes ? path : "");
   std::string out;
   GR_CHECK(m.SerializeToString(&out), path << ": cannot serialize graph '" << g.name << "' (over 2 GiB?)");
   std::ofstream f(path, std::ios::binary | std::ios::trunc);

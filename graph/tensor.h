@@ -95,6 +95,8 @@ class Tensor {
   std::vector<double> as_doubles() const;
 
   Tensor clone() const;                        // deep copy to host, owning
+  // Whether this tensor owns its storage and no other tensor shares it (so it may change in place unseen).
+  bool sole_owner() const { return storage_ && storage_.use_count() == 1; }
   Tensor reshaped(Shape shape) const;          // same storage, new shape (numel must match)
   void copy_from(const Tensor& src);           // same dtype and numel; host to host
   std::string str(int max_elems = 8) const;    // "f32[2,3] {1, 2, 3, ...}"

@@ -288,8 +288,10 @@ static const KernelTable& table_for(const ExecOptions& o) {
   return device_backend(o)->kernels();
 }
 
-Executor::Executor(const Graph& graph, ExecOptions opts)
-    : graph_(graph), opts_(std::move(opts)), kernels_(&table_for(opts_)), rng_(opts_.seed) {
+Executor::Executor(const Graph& graph, ExecOptions opts) : Executor(Graph(graph), std::move(opts)) {}
+
+Executor::Executor(Graph&& graph, ExecOptions opts)
+    : graph_(std::move(graph)), opts_(std::move(opts)), kernels_(&table_for(opts_)), rng_(opts_.seed) {
   GR_CHECK(opts_.threads >= 1, "threads must be at least 1");
   check_supported(graph_, *kernels_, "graph '" + graph_.name + "'");
   for (const Node& n : graph_.nodes) fns_.push_back(kernels_->find(n));
@@ -363,9 +365,12 @@ Executor::Executor(const Graph& graph, ExecOptions opts)
     }
   }
   // On a device, the state lives there from now on (runtime::to_host copies it back on request),
-  // except host-placed shape values; in host memory it is a copy of its own.
-  for (const auto& [name, t] : graph_.initializers)
-    state_[name] = opts_.device.is_cpu() || L.is_host(L.slot_of.at(name)) ? t.clone() : to_device(t, opts_.device);
+  // except host-placed shape values; in host memory it is a copy of its own, or the graph's tensor where
+  // only graph_ holds that (an rvalue graph): graph_'s initializers are read for their names only.
+  for (auto& [name, t] : graph_.initializers) {
+    if (opts_.device.is_cpu() && t.device().is_cpu() && t.sole_owner()) state_[name] = t;
+    else state_[name] = opts_.device.is_cpu() || L.is_host(L.slot_of.at(name)) ? t.clone() : to_device(t, opts_.device);
+  }
   completion_points(L, n);
   layout_ = std::make_unique<Layout>(std::move(L));
 }

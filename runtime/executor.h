@@ -58,7 +58,11 @@ struct PlanStats {
 
 class Executor {
  public:
+  // The executor's state (parameters, BatchNorm statistics) is its own: a copy of the graph's initializers,
+  // except that a graph given to it (an rvalue) whose initializers nothing else shares lends them, without a
+  // copy (`graphrun run` of a model with gigabytes of weights holds them once).
   explicit Executor(const Graph& graph, ExecOptions opts = {});
+  explicit Executor(Graph&& graph, ExecOptions opts = {});
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;

@@ -386,6 +386,76 @@ for t in m.graph.initializer:
   EXPECT_FALSE(std::ifstream(dir + "/plain.onnx.data").good());
 }
 
+// Large float weights stay out of the ModelProto while onnx checks and infers (a typed input stands in for
+// each), so they are held once. Every layout comes back bitwise, in the model's order, and as a weight,
+// not an input: raw and typed data, float16, one listed among the inputs as old exporters do, integers
+// (which stay for inference to read), and small ones.
+TEST(OnnxIo, LargeWeightsComeBackBitwiseWhateverTheirLayout) {
+  const std::string dir = temp_dir("onnx_io_large_weights");
+  run_python(dir, R"(
+r = np.random.RandomState(0)
+W = r.randn(64, 48).astype(np.float32)
+typed = helper.make_tensor('T', TensorProto.FLOAT, [48, 48], r.randn(48 * 48).astype(np.float32).tolist())
+H = numpy_helper.from_array(r.randn(48, 32).astype(np.float16), 'H')
+S = numpy_helper.from_array(np.array([-1, 32], np.int64), 'S')
+idx = numpy_helper.from_array(r.randint(0, 64, 1000).astype(np.int64), 'idx')
+B = numpy_helper.from_array(r.randn(48).astype(np.float32), 'B')
+nodes = [helper.make_node('Gather', ['W', 'idx'], ['g']), helper.make_node('ReduceMean', ['g'], ['m'], axes=[0]),
+         helper.make_node('Add', ['x', 'm'], ['a']), helper.make_node('Add', ['a', 'B'], ['b']),
+         helper.make_node('MatMul', ['b', 'T'], ['c']), helper.make_node('Cast', ['c'], ['c16'], to=TensorProto.FLOAT16),
+         helper.make_node('MatMul', ['c16', 'H'], ['d']), helper.make_node('Cast', ['d'], ['e'], to=TensorProto.FLOAT),
+         helper.make_node('Reshape', ['e', 'S'], ['y'])]
+g = helper.make_graph(nodes, 'weights', [helper.make_tensor_value_info('x', TensorProto.FLOAT, ['N', 48]),
+                                         helper.make_tensor_value_info('W', TensorProto.FLOAT, [64, 48])],
+                      [helper.make_tensor_value_info('y', TensorProto.FLOAT, ['N', 32])],
+                      [numpy_helper.from_array(W, 'W'), typed, H, S, idx, B])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 13)]), 'weights.onnx')
+x = r.randn(5, 48).astype(np.float32)
+np.save('x.npy', x)
+b = x + W[numpy_helper.to_array(idx)].mean(0) + numpy_helper.to_array(B)
+c16 = (b @ numpy_helper.to_array(typed)).astype(np.float16)
+np.save('want.npy', (c16.astype(np.float32) @ numpy_helper.to_array(H).astype(np.float32)).astype(np.float16).astype(np.float32))
+dup = onnx.load('weights.onnx'); dup.graph.initializer.append(numpy_helper.from_array(W, 'T')); onnx.save(dup, 'dup.onnx')
+)");
+  const Graph g = load_onnx(dir + "/weights.onnx");
+  EXPECT_EQ(g.inputs, std::vector<std::string>{"x"});  // 'W', listed among the inputs, is a weight
+  EXPECT_EQ(g.initializers.size(), 6u);
+  EXPECT_EQ(g.initializers.at("H").dtype(), DType::F16);
+  const Tensor y = runtime::Executor(g).run({{"x", read_npy(dir + "/x.npy")}}).at("y");
+  const Tensor want = read_npy(dir + "/want.npy");
+  float largest = 0;
+  for (float v : want.to_vector<float>()) largest = std::max(largest, std::abs(v));
+  EXPECT_LE(testing::max_abs_diff(y, want), largest / 512);  // two float16 steps: its products round once
+  for (const bool external : {false, true}) {
+    Graph h = g;
+    h.external_data = external;
+    save_onnx(h, dir + "/saved.onnx");
+    EXPECT_EQ(std::ifstream(dir + "/saved.onnx.data").good(), external);
+    run_python(dir, std::string("external = ") + (external ? "True" : "False") + R"(
+ref = onnx.load('weights.onnx').graph.initializer
+m = onnx.load('saved.onnx')
+onnx.checker.check_model('saved.onnx', full_check=True)
+assert [i.name for i in m.graph.input] == ['x'], m.graph.input
+assert sorted(t.name for t in m.graph.initializer) == sorted(t.name for t in ref)
+want = {t.name: numpy_helper.to_array(t) for t in ref}
+for t in m.graph.initializer:
+    got = numpy_helper.to_array(t)
+    assert got.dtype == want[t.name].dtype and got.shape == want[t.name].shape and (got == want[t.name]).all(), t.name
+for t in onnx.load('saved.onnx', load_external_data=False).graph.initializer:
+    assert (t.data_location == TensorProto.EXTERNAL) == (external and want[t.name].nbytes >= 1024), t.name
+)");
+    const Graph back = load_onnx(dir + "/saved.onnx");
+    for (const auto& [name, t] : g.initializers) {
+      ASSERT_TRUE(back.initializers.count(name)) << name;
+      const Tensor& b = back.initializers.at(name);
+      EXPECT_EQ(b.shape(), t.shape()) << name;
+      EXPECT_EQ(std::memcmp(b.raw(), t.raw(), t.nbytes()), 0) << name;
+    }
+    std::remove((dir + "/saved.onnx.data").c_str());
+  }
+  expect_load_error(dir + "/dup.onnx", "initializer 'T' is defined twice");
+}
+
 // External data is untrusted like the model: it never leaves the model's folder, and a file too short
 // for its tensors is refused before anything is allocated for them.
 TEST(OnnxIo, BadExternalDataGivesOneClearLine) {

@@ -136,7 +136,7 @@ int cmd_run(const std::vector<std::string>& argv) {
   }
   std::unique_ptr<runtime::Executor> ex;
   try {
-    ex = std::make_unique<runtime::Executor>(g, opts);
+    ex = std::make_unique<runtime::Executor>(std::move(g), opts);  // the weights are held once
   } catch (const Error& e) {
     GR_FAIL(model << ": " << e.what());
   }
@@ -155,7 +155,7 @@ int cmd_run(const std::vector<std::string>& argv) {
                                                                          << (ec ? " (" + ec.message() + ")" : ""));
   }
   std::set<std::string> used;
-  for (const auto& name : g.outputs) {
+  for (const auto& name : ex->graph().outputs) {
     const Tensor& t = out.at(name);
     std::cout << name << ": " << t.str(6);
     if (!dir.empty()) {
