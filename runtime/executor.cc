@@ -383,6 +383,15 @@ Tensor& Executor::state(const std::string& name) {
   return it->second;
 }
 
+void Executor::share_state(const std::string& name, const Tensor& value) {
+  Tensor& t = state(name);
+  GR_CHECK(t.dtype() == value.dtype() && t.shape() == value.shape(),
+           "state '" << name << "' is " << dtype_name(t.dtype()) << shape_str(t.shape()) << ", given "
+                     << dtype_name(value.dtype()) << shape_str(value.shape()));
+  GR_CHECK(t.device().is_cpu() && value.device().is_cpu(), "state '" << name << "': only host memory is shared");
+  t = value;
+}
+
 void Executor::set_state(const std::string& name, const Tensor& value) {
   Tensor& t = state(name);
   GR_CHECK(t.dtype() == value.dtype() && t.shape() == value.shape(),

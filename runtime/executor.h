@@ -77,6 +77,9 @@ class Executor {
   const std::map<std::string, Tensor>& states() const { return state_; }
   // Copies `value` into the state tensor `name` (same dtype and shape).
   void set_state(const std::string& name, const Tensor& value);
+  // Makes state `name` the host tensor `value` itself, not a copy: this executor reads (and its state
+  // updates write) that memory from then on. For executors in host memory; same dtype and shape.
+  void share_state(const std::string& name, const Tensor& value);
 
   const Graph& graph() const { return graph_; }
   const ExecOptions& options() const { return opts_; }

@@ -89,6 +89,7 @@ Trainer::Trainer(const Graph& model, TrainOptions opts) : opts_(std::move(opts))
   bn_updates_ = passes::batchnorm_state_updates(graphs_.replicas[0].graph);
   setup_evaluation();
   setup_replicas();
+  share_evaluation_state();
   std::vector<std::string> names;
   for (const auto& [name, _] : replica(0).states()) names.push_back(name);
   broadcast_states(names);

@@ -141,6 +141,19 @@ void Trainer::setup_evaluation() {
   }
 }
 
+// Evaluation reads replica 0's parameters and statistics. In host memory it reads them in place (the
+// replicas are idle while it runs, and it changes none of them) rather than from copies of its own,
+// so a model's weights are held once less per device: its own copies go here, before training, and
+// every evaluation takes replica 0's tensors afresh (a state update swaps a state's buffer every step).
+void Trainer::share_evaluation_state() {
+  for (auto& part : eval_->parts) {
+    Executor& ex = *part.exec;
+    if (!ex.options().device.is_cpu()) continue;
+    for (const auto& [name, t] : replica(0).states())
+      if (t.device().is_cpu() && ex.states().count(name)) ex.share_state(name, t);
+  }
+}
+
 double Trainer::evaluate() { return evaluate_stats().accuracy; }
 
 // What one replica's copy found over its share of the test set.
@@ -159,8 +172,13 @@ EvalStats Trainer::evaluate_stats() {
   const Tensor zero = Tensor::scalar<float>(0.f);
   for (auto& part : eval_->parts) {
     Executor& ex = *part.exec;
-    for (const auto& [name, _] : ex.graph().initializers)
-      if (replica(0).states().count(name)) ex.set_state(name, replica(0).state(name));
+    const bool host = ex.options().device.is_cpu();
+    for (const auto& [name, _] : ex.graph().initializers) {
+      if (!replica(0).states().count(name)) continue;
+      const Tensor& src = replica(0).state(name);
+      if (host && src.device().is_cpu()) ex.share_state(name, src);
+      else ex.set_state(name, src);
+    }
     if (!mse()) {
       ex.set_state(eval_->correct_total, zero);
       ex.set_state(eval_->loss_total, zero);
