@@ -30,6 +30,11 @@ inline void run_python(const std::string& dir, const std::string& script) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
 }
 
+// The same with onnx's helpers imported (onnx, helper, TensorProto, numpy_helper): for scripts that write models.
+inline void run_onnx_python(const std::string& dir, const std::string& script) {
+  run_python(dir, "import onnx\nfrom onnx import helper, TensorProto, numpy_helper\n" + script);
+}
+
 // Every example of `src`, each array as one tensor [N, ...].
 inline std::map<std::string, Tensor> read_all(const runtime::data::Source& src) {
   std::map<std::string, Tensor> all;

@@ -9,6 +9,7 @@
 #include "graph/printer.h"
 #include "graph/tensor_io.h"
 #include "runtime/executor.h"
+#include "tests/data_test_util.h"
 #include "tests/test_util.h"
 
 namespace graphrun {
@@ -16,15 +17,9 @@ namespace {
 
 using testing::python;
 using testing::run_command;
+using testing::run_onnx_python;
 using testing::temp_dir;
 
-// Runs a Python script (with onnx, numpy) in `dir`; fails the test with its output if it fails.
-void run_python(const std::string& dir, const std::string& script) {
-  std::ofstream(dir + "/script.py") << "import numpy as np, onnx\nfrom onnx import helper, TensorProto, numpy_helper\n"
-                                    << script;
-  auto r = run_command("cd '" + dir + "' && " + python() + " script.py");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-}
 
 // The Python checker, full check: what the issue asks of every exported model.
 void expect_python_valid(const std::string& path) {
@@ -52,7 +47,7 @@ onnx.save(m, 'tiny.onnx')
 
 TEST(OnnxIo, LoadsModelWithInitializersAndSymbolicDims) {
   std::string dir = temp_dir("onnx_io_load");
-  run_python(dir, kTinyModel);
+  run_onnx_python(dir, kTinyModel);
   Graph g = load_onnx(dir + "/tiny.onnx");
   EXPECT_EQ(g.name, "tiny");
   EXPECT_EQ(g.opset(""), 13);
@@ -77,7 +72,7 @@ TEST(OnnxIo, LoadsModelWithInitializersAndSymbolicDims) {
 TEST(OnnxIo, SortsNodesTopologically) {
   std::string dir = temp_dir("onnx_io_topo");
   // The checker wants sorted nodes, so write a sorted model and shuffle after loading.
-  run_python(dir, R"(
+  run_onnx_python(dir, R"(
 X = helper.make_tensor_value_info('x', TensorProto.FLOAT, [2])
 Y = helper.make_tensor_value_info('z', TensorProto.FLOAT, [2])
 nodes = [helper.make_node('Relu', ['x'], ['y'], name='a'), helper.make_node('Neg', ['y'], ['z'], name='b')]
@@ -96,7 +91,7 @@ onnx.save(helper.make_model(helper.make_graph(nodes, 'g', [X], [Y]), opset_impor
 TEST(OnnxIo, AttributesOfEveryKindRoundTrip) {
   std::string dir = temp_dir("onnx_io_attrs");
   // A custom-domain op: the checker does not validate its attributes, so every kind can appear.
-  run_python(dir, R"(
+  run_onnx_python(dir, R"(
 X = helper.make_tensor_value_info('x', TensorProto.FLOAT, [2])
 Y = helper.make_tensor_value_info('y', TensorProto.FLOAT, [2])
 t = numpy_helper.from_array(np.array([[1, 2], [3, 4]], dtype=np.int64), 't')
@@ -130,7 +125,7 @@ onnx.save(m, 'm.onnx')
 TEST(OnnxIo, InitializersOfEveryNumericDtype) {
   std::string dir = temp_dir("onnx_io_dtypes");
   // Each dtype twice: raw_data (numpy_helper) and the typed field (make_tensor with raw=False).
-  run_python(dir, R"(
+  run_onnx_python(dir, R"(
 X = helper.make_tensor_value_info('x', TensorProto.FLOAT, [2])
 Y = helper.make_tensor_value_info('y', TensorProto.FLOAT, [2])
 inits = []
@@ -175,7 +170,7 @@ onnx.save(helper.make_model(helper.make_graph([n], 'g', [X], [Y], inits), opset_
 
 TEST(OnnxIo, RoundTripKeepsModelAndIsCheckerValid) {
   std::string dir = temp_dir("onnx_io_roundtrip");
-  run_python(dir, kTinyModel);
+  run_onnx_python(dir, kTinyModel);
   Graph g = load_onnx(dir + "/tiny.onnx");
   save_onnx(g, dir + "/saved.onnx");
   Graph h = load_onnx(dir + "/saved.onnx");
@@ -189,7 +184,7 @@ TEST(OnnxIo, RoundTripKeepsModelAndIsCheckerValid) {
   expect_python_valid(dir + "/saved.onnx");
   // The same numbers through onnxruntime-free means: Python re-evaluates nothing, but the proto must
   // carry the symbolic batch dimension and every initializer as raw data.
-  run_python(dir, R"(
+  run_onnx_python(dir, R"(
 m = onnx.load('saved.onnx')
 assert m.graph.input[0].type.tensor_type.shape.dim[0].dim_param == 'N', m.graph.input[0]
 assert len(m.graph.input) == 1, [i.name for i in m.graph.input]
@@ -283,7 +278,7 @@ TEST(OnnxIo, SavesGraphrunOpsWithDomainImportsAndChecks) {
   Graph g = training_like_graph();  // outputs have no types yet: export infers them
   save_onnx(g, dir + "/step.onnx");
   expect_python_valid(dir + "/step.onnx");
-  run_python(dir, R"(
+  run_onnx_python(dir, R"(
 m = onnx.load('step.onnx')
 ops = {(o.domain, o.version) for o in m.opset_import}
 assert ops == {('', 17), ('ai.graphrun', 1), ('ai.onnx.preview.training', 1)}, ops
@@ -354,7 +349,7 @@ onnx.save(onnx.load('inline.onnx'), 'sub/many.onnx', save_as_external_data=True,
 // saved model, in a form onnx itself reads.
 TEST(OnnxIo, ExternalDataIsReadAndWrittenBack) {
   const std::string dir = temp_dir("onnx_io_external");
-  run_python(dir, kExternalModel);
+  run_onnx_python(dir, kExternalModel);
   const Graph inline_g = load_onnx(dir + "/inline.onnx");
   EXPECT_FALSE(inline_g.external_data);
   for (const std::string file : {"/one.onnx", "/sub/many.onnx"}) {
@@ -372,7 +367,7 @@ TEST(OnnxIo, ExternalDataIsReadAndWrittenBack) {
   const Graph back = load_onnx(dir + "/saved.onnx");
   EXPECT_TRUE(back.external_data);
   EXPECT_EQ(back.initializers.at("W").to_vector<float>(), inline_g.initializers.at("W").to_vector<float>());
-  run_python(dir, R"(
+  run_onnx_python(dir, R"(
 locs = {t.name: t.data_location for t in onnx.load('saved.onnx', load_external_data=False).graph.initializer}
 assert locs == {'W': TensorProto.EXTERNAL, 'B': TensorProto.DEFAULT}, locs
 onnx.checker.check_model('saved.onnx', full_check=True)
@@ -392,7 +387,7 @@ for t in m.graph.initializer:
 // (which stay for inference to read), and small ones.
 TEST(OnnxIo, LargeWeightsComeBackBitwiseWhateverTheirLayout) {
   const std::string dir = temp_dir("onnx_io_large_weights");
-  run_python(dir, R"(
+  run_onnx_python(dir, R"(
 r = np.random.RandomState(0)
 W = r.randn(64, 48).astype(np.float32)
 typed = helper.make_tensor('T', TensorProto.FLOAT, [48, 48], r.randn(48 * 48).astype(np.float32).tolist())
@@ -431,7 +426,7 @@ dup = onnx.load('weights.onnx'); dup.graph.initializer.append(numpy_helper.from_
     h.external_data = external;
     save_onnx(h, dir + "/saved.onnx");
     EXPECT_EQ(std::ifstream(dir + "/saved.onnx.data").good(), external);
-    run_python(dir, std::string("external = ") + (external ? "True" : "False") + R"(
+    run_onnx_python(dir, std::string("external = ") + (external ? "True" : "False") + R"(
 ref = onnx.load('weights.onnx').graph.initializer
 m = onnx.load('saved.onnx')
 onnx.checker.check_model('saved.onnx', full_check=True)
@@ -460,7 +455,7 @@ for t in onnx.load('saved.onnx', load_external_data=False).graph.initializer:
 // for its tensors is refused before anything is allocated for them.
 TEST(OnnxIo, BadExternalDataGivesOneClearLine) {
   const std::string dir = temp_dir("onnx_io_external_bad");
-  run_python(dir, std::string(kExternalModel) + R"(
+  run_onnx_python(dir, std::string(kExternalModel) + R"(
 def variant(name, **entries):
     v = onnx.load('one.onnx', load_external_data=False)
     w = [t for t in v.graph.initializer if t.name == 'W'][0]
@@ -605,7 +600,7 @@ onnx.save(model([helper.make_node('G0', ['image'], ['logits'], domain=D)], chain
 
 TEST(OnnxIo, ModelLocalFunctionsAreInlined) {
   const std::string dir = temp_dir("onnx_io_functions");
-  run_python(dir, kFunctionModel);
+  run_onnx_python(dir, kFunctionModel);
   const Graph g = load_onnx(dir + "/functions.onnx");
   std::vector<std::string> ops;
   for (const Node& n : g.nodes) {
@@ -652,7 +647,7 @@ TEST(OnnxIo, ModelLocalFunctionsAreInlined) {
 
 TEST(OnnxIo, BadFilesGiveOneClearLine) {
   std::string dir = temp_dir("onnx_io_bad");
-  run_python(dir, std::string(kTinyModel) + R"(
+  run_onnx_python(dir, std::string(kTinyModel) + R"(
 data = open('tiny.onnx', 'rb').read()
 open('truncated.onnx', 'wb').write(data[:len(data) * 2 // 3])
 open('cut_end.onnx', 'wb').write(data[:-3])
@@ -701,7 +696,7 @@ cyc = onnx.load('tiny.onnx'); cyc.graph.node[0].input[0] = 'relu1'; onnx.save(cy
 // opset-6 BatchNormalization drops is_test/spatial; the converted model runs like the original.
 TEST(OnnxIo, OldOpsetsAreConvertedOnLoad) {
   std::string dir = temp_dir("onnx_io_old_opset");
-  run_python(dir, R"(
+  run_onnx_python(dir, R"(
 X = helper.make_tensor_value_info('x', TensorProto.FLOAT, [2, 3, 2, 2])
 Y = helper.make_tensor_value_info('y', TensorProto.FLOAT, [2, 3, 2, 2])
 inits = [numpy_helper.from_array(np.array([1, -2, 3], np.float32), n) for n in ('s', 'bias', 'mean')]
@@ -744,7 +739,7 @@ namespace {
 // nodes, Pad+AveragePool, Shape/Gather/Concat/Reshape with a dynamic batch) survives a round trip.
 TEST(OnnxIo, TorchExportRoundTrips) {
   std::string dir = temp_dir("onnx_io_torch");
-  run_python(dir, R"(
+  run_onnx_python(dir, R"(
 import torch, torch.nn as nn, warnings
 warnings.filterwarnings('ignore')
 torch.manual_seed(0)
@@ -796,7 +791,7 @@ ValueInfo typed(DType t, std::vector<Dim> dims) {
 // (their gradient rules need them).
 TEST(OnnxIo, ReshapeToAComputedTargetKeepsItsRank) {
   std::string dir = temp_dir("onnx_io_reshape_rank");
-  run_python(dir, R"(
+  run_onnx_python(dir, R"(
 import onnx, numpy as np
 from onnx import helper as h, TensorProto as T, numpy_helper as nh
 c = lambda name, v: h.make_node('Constant', [], [name], value=nh.from_array(np.array(v, np.int64)))
@@ -819,7 +814,7 @@ onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), 'attn.onnx')
 // its target is partly known; the output still has the target's rank (ReduceMean's axis -1 downstream needs it).
 TEST(OnnxIo, ReshapeOfAnInputWithoutSizesKeepsTheTargetsRank) {
   std::string dir = temp_dir("onnx_io_reshape_unsized");
-  run_python(dir, R"(
+  run_onnx_python(dir, R"(
 import onnx, numpy as np
 from onnx import helper as h, TensorProto as T, numpy_helper as nh
 c = lambda name, v: h.make_node('Constant', [], [name], value=nh.from_array(np.array(v, np.int64)))
@@ -914,7 +909,7 @@ namespace {
 // Any damage to a model file gives a graphrun::Error (or, rarely, a smaller valid model): never a crash.
 TEST(OnnxIo, DamagedBytesNeverCrash) {
   std::string dir = temp_dir("onnx_io_damage");
-  run_python(dir, kTinyModel);
+  run_onnx_python(dir, kTinyModel);
   std::ifstream f(dir + "/tiny.onnx", std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   ASSERT_GT(bytes.size(), 100u);
@@ -944,7 +939,7 @@ TEST(OnnxIo, DamagedBytesNeverCrash) {
 // and carries them on to a Reshape(Shape(...)) downstream (GroupNorm's), round after round.
 TEST(OnnxIo, ResizeOutputsGetRankAndDimsAtLoad) {
   const std::string dir = temp_dir("onnx_resize_ranks");
-  run_python(dir, R"(
+  run_onnx_python(dir, R"(
 f = lambda name, v: helper.make_node('Constant', [], [name], value=numpy_helper.from_array(np.array(v, np.float32)))
 i = lambda name, v: helper.make_node('Constant', [], [name], value=numpy_helper.from_array(np.array(v, np.int64)))
 nodes = [f('s01', [1, 1]), f('s23', [2, 2]), helper.make_node('Concat', ['s01', 's23'], ['scales'], axis=0),

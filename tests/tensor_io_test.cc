@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "graph/tensor_io.h"
+#include "tests/data_test_util.h"
 #include "tests/test_util.h"
 
 namespace graphrun {
@@ -12,14 +13,9 @@ namespace {
 
 using testing::python;
 using testing::run_command;
+using testing::run_onnx_python;
 using testing::temp_dir;
 
-void run_python(const std::string& dir, const std::string& script) {
-  std::ofstream(dir + "/script.py") << "import numpy as np, onnx\nfrom onnx import helper, TensorProto, numpy_helper\n"
-                                    << script;
-  auto r = run_command("cd '" + dir + "' && " + python() + " script.py");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-}
 
 // Each file holds arange(n) % 100 (bool: % 2) in the given dtype and shape.
 const char* kWriteNpy = R"(
@@ -44,7 +40,7 @@ open('text.npy', 'w').write('not numpy\n')
 
 TEST(TensorIo, ReadsNumpyFilesOfEveryDtype) {
   std::string dir = temp_dir("tensor_io_npy");
-  run_python(dir, kWriteNpy);
+  run_onnx_python(dir, kWriteNpy);
   struct Case { const char* file; DType dtype; Shape shape; };
   for (const Case& c : {Case{"f32", DType::F32, {2, 3}}, Case{"f64", DType::F64, {4}}, Case{"i64", DType::I64, {2, 2, 2}},
                         Case{"i32", DType::I32, {3, 1}}, Case{"i8", DType::I8, {5}}, Case{"u8", DType::U8, {2, 3}},
@@ -77,7 +73,7 @@ void expect_error(const std::string& path, const std::string& what) {
 
 TEST(TensorIo, BadNumpyFilesGiveClearErrors) {
   std::string dir = temp_dir("tensor_io_npy_bad");
-  run_python(dir, kWriteNpy);
+  run_onnx_python(dir, kWriteNpy);
   expect_error(dir + "/fortran.npy", "Fortran order");
   expect_error(dir + "/bigendian.npy", "big-endian");
   expect_error(dir + "/complex.npy", "not supported");
@@ -97,7 +93,7 @@ TEST(TensorIo, WritesNumpyFilesNumpyReads) {
   write_npy(dir + "/bool.npy", Tensor::from_vector<bool>({2}, {true, false}));
   write_npy(dir + "/scalar.npy", Tensor::scalar<double>(2.5));
   write_npy(dir + "/empty.npy", Tensor(DType::I32, {0}));
-  run_python(dir, R"(
+  run_onnx_python(dir, R"(
 def check(name, want):
     a = np.load(name + '.npy')
     assert a.dtype == want.dtype and a.shape == want.shape and np.array_equal(a, want), (name, a, want)
@@ -117,7 +113,7 @@ check('empty', np.zeros((0,), dtype=np.int32))
 
 TEST(TensorIo, ReadsAndWritesOnnxTensorProtos) {
   std::string dir = temp_dir("tensor_io_pb");
-  run_python(dir, R"(
+  run_onnx_python(dir, R"(
 def save(name, t):
     open(name + '.pb', 'wb').write(t.SerializeToString())
 save('raw_f32', numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3) / 4, 'x'))
@@ -144,7 +140,7 @@ open('garbage.pb', 'wb').write(b'\xff\xff\xff\xff\xff not a proto')
 
   write_tensor_pb(dir + "/out.pb", Tensor::from_vector<float>({2, 2}, {1, 2, 3, -4}), "result");
   write_tensor_pb(dir + "/out_i64.pb", Tensor::from_vector<int64_t>({3}, {9, 8, 7}));
-  run_python(dir, R"(
+  run_onnx_python(dir, R"(
 t = onnx.load_tensor('out.pb')
 assert t.name == 'result', t.name
 a = numpy_helper.to_array(t)
