@@ -54,7 +54,7 @@ void Trainer::report_epoch(const EpochStats& st) const {
   else
     *opts_.log << "  train acc " << fmt(st.train_acc, 3) << "  test acc " << fmt(st.test_acc, 3);
   if (st.test_top5 >= 0) *opts_.log << "  top-5 " << fmt(st.test_top5, 3);
-  *opts_.log << "  " << fmt(st.seconds, 1) << " sec  " << fmt(ips, 0) << " " << per_sec_unit_ << "/s" << std::endl;
+  *opts_.log << "  " << fmt(st.seconds, 1) << " sec  " << fmt(ips, ips < 10 ? 1 : 0) << " " << per_sec_unit_ << "/s" << std::endl;
 }
 
 void Trainer::report_end(const std::vector<EpochStats>& all) const {
@@ -92,9 +92,10 @@ void Trainer::write_metrics(std::ostream& os, const EpochStats& st) const {
 void Trainer::draw_progress(int epoch, int64_t done, double seconds) const {
   if (!progress_bar_on(opts_.progress)) return;
   const int width = 30, fill = static_cast<int>(width * done / std::max<int64_t>(1, steps_));
-  std::fprintf(stderr, "\repoch %d/%d [%s%s] %lld/%lld  %.1f s  %.0f %s/s", epoch + 1, opts_.epochs,
+  const double ips = seconds > 0 ? done * opts_.batch_size / seconds : 0.0;
+  std::fprintf(stderr, "\repoch %d/%d [%s%s] %lld/%lld  %.1f s  %.*f %s/s", epoch + 1, opts_.epochs,
                std::string(fill, '=').c_str(), std::string(width - fill, ' ').c_str(), (long long)done,
-               (long long)steps_, seconds, seconds > 0 ? done * opts_.batch_size / seconds : 0.0, per_sec_unit_.c_str());
+               (long long)steps_, seconds, ips < 10 ? 1 : 0, ips, per_sec_unit_.c_str());
   std::fflush(stderr);
 }
 
