@@ -151,6 +151,41 @@ TEST(Executor, StateUpdatesPersistAcrossRuns) {
   EXPECT_FLOAT_EQ(ex.state("w").data<float>()[1], 5.f);
 }
 
+// The state is the executor's own: a graph it is given (an rvalue) lends it the initializers only it
+// holds, without a copy; one whose tensors anything else shares (the caller's graph, a copy of it) is
+// copied, so training never changes a graph behind its holder's back.
+TEST(Executor, AGivenGraphLendsOnlyTheInitializersNothingElseHolds) {
+  auto make = [] {
+    Graph g;
+    g.opsets[""] = 17;
+    g.inputs = {"x"};
+    g.initializers["w"] = Tensor::from_vector<float>({2}, {1.f, 2.f});
+    g.nodes.push_back(node("inc", "AddOne", {"w"}, {"w_new"}));
+    g.nodes.push_back(node("use", "Add", {"x", "w"}, {"y"}));
+    g.outputs = {"y"};
+    return g;
+  };
+  ExecOptions o = opts();
+  o.state_updates = {{"w_new", "w"}};
+  const Tensor x = Tensor::from_vector<float>({2}, {0.f, 0.f});
+
+  Graph lent = make();
+  const void* lent_w = lent.initializers.at("w").raw();
+  Executor sole(std::move(lent), o);
+  EXPECT_EQ(sole.state("w").raw(), lent_w);  // no copy
+
+  const Graph kept = make();
+  for (int how = 0; how < 2; ++how) {
+    Graph copy = kept;  // shares kept's tensors
+    std::unique_ptr<Executor> ex =
+        how == 0 ? std::make_unique<Executor>(kept, o) : std::make_unique<Executor>(std::move(copy), o);
+    EXPECT_NE(ex->state("w").raw(), kept.initializers.at("w").raw()) << how;
+    for (int step = 0; step < 3; ++step) ex->run({{"x", x}});
+    EXPECT_FLOAT_EQ(ex->state("w").data<float>()[0], 4.f) << how;
+    EXPECT_EQ(kept.initializers.at("w").to_vector<float>(), (std::vector<float>{1.f, 2.f})) << how;
+  }
+}
+
 TEST(Executor, RejectsMissingWrongAndUnknownInputs) {
   Executor ex(chain(2), opts());
   auto msg = [&](const std::map<std::string, Tensor>& in) {
