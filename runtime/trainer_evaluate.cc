@@ -143,14 +143,19 @@ void Trainer::setup_evaluation() {
 
 // Evaluation reads replica 0's parameters and statistics. In host memory it reads them in place (the
 // replicas are idle while it runs, and it changes none of them) rather than from copies of its own,
-// so a model's weights are held once less per device: its own copies go here, before training, and
+// so a model's weights are held once less per device: its own copies go at setup, before training, and
 // every evaluation takes replica 0's tensors afresh (a state update swaps a state's buffer every step).
+// On a GPU it copies them.
 void Trainer::share_evaluation_state() {
   for (auto& part : eval_->parts) {
     Executor& ex = *part.exec;
-    if (!ex.options().device.is_cpu()) continue;
-    for (const auto& [name, t] : replica(0).states())
-      if (t.device().is_cpu() && ex.states().count(name)) ex.share_state(name, t);
+    const bool host = ex.options().device.is_cpu();
+    for (const auto& [name, _] : ex.graph().initializers) {
+      if (!replica(0).states().count(name)) continue;
+      const Tensor& src = replica(0).state(name);
+      if (host && src.device().is_cpu()) ex.share_state(name, src);
+      else ex.set_state(name, src);
+    }
   }
 }
 
@@ -170,15 +175,9 @@ EvalStats Trainer::evaluate_stats() {
   const int P = static_cast<int>(eval_->parts.size());
   const int64_t batch = std::max<int64_t>(1, opts_.eval_batch);
   const Tensor zero = Tensor::scalar<float>(0.f);
+  share_evaluation_state();
   for (auto& part : eval_->parts) {
     Executor& ex = *part.exec;
-    const bool host = ex.options().device.is_cpu();
-    for (const auto& [name, _] : ex.graph().initializers) {
-      if (!replica(0).states().count(name)) continue;
-      const Tensor& src = replica(0).state(name);
-      if (host && src.device().is_cpu()) ex.share_state(name, src);
-      else ex.set_state(name, src);
-    }
     if (!mse()) {
       ex.set_state(eval_->correct_total, zero);
       ex.set_state(eval_->loss_total, zero);

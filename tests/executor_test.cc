@@ -130,7 +130,8 @@ TEST(Executor, NewInputShapeGetsItsOwnPlan) {
   EXPECT_FLOAT_EQ(b.at("a3").data<float>()[5], x2.data<float>()[5] + 3.f);
 }
 
-TEST(Executor, StateUpdatesPersistAcrossRuns) {
+// y = x + w, then w += 1 (the state update w_new -> w): a counter held as state.
+Graph counter_graph() {
   Graph g;
   g.opsets[""] = 17;
   g.inputs = {"x"};
@@ -138,6 +139,11 @@ TEST(Executor, StateUpdatesPersistAcrossRuns) {
   g.nodes.push_back(node("inc", "AddOne", {"w"}, {"w_new"}));
   g.nodes.push_back(node("use", "Add", {"x", "w"}, {"y"}));
   g.outputs = {"y"};
+  return g;
+}
+
+TEST(Executor, StateUpdatesPersistAcrossRuns) {
+  const Graph g = counter_graph();
   ExecOptions o = opts();
   o.state_updates = {{"w_new", "w"}};
   Executor ex(g, o);
@@ -155,26 +161,16 @@ TEST(Executor, StateUpdatesPersistAcrossRuns) {
 // holds, without a copy; one whose tensors anything else shares (the caller's graph, a copy of it) is
 // copied, so training never changes a graph behind its holder's back.
 TEST(Executor, AGivenGraphLendsOnlyTheInitializersNothingElseHolds) {
-  auto make = [] {
-    Graph g;
-    g.opsets[""] = 17;
-    g.inputs = {"x"};
-    g.initializers["w"] = Tensor::from_vector<float>({2}, {1.f, 2.f});
-    g.nodes.push_back(node("inc", "AddOne", {"w"}, {"w_new"}));
-    g.nodes.push_back(node("use", "Add", {"x", "w"}, {"y"}));
-    g.outputs = {"y"};
-    return g;
-  };
   ExecOptions o = opts();
   o.state_updates = {{"w_new", "w"}};
   const Tensor x = Tensor::from_vector<float>({2}, {0.f, 0.f});
 
-  Graph lent = make();
+  Graph lent = counter_graph();
   const void* lent_w = lent.initializers.at("w").raw();
   Executor sole(std::move(lent), o);
   EXPECT_EQ(sole.state("w").raw(), lent_w);  // no copy
 
-  const Graph kept = make();
+  const Graph kept = counter_graph();
   for (int how = 0; how < 2; ++how) {
     Graph copy = kept;  // shares kept's tensors
     std::unique_ptr<Executor> ex =
