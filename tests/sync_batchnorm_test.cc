@@ -2,6 +2,7 @@
 // shards of unequal size, equal one replica on the whole batch (parameters and running statistics);
 // without --sync-bn they do not; the graph says what it does.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <iostream>
 #include <map>
@@ -52,7 +53,9 @@ std::string bn_model_path() {
                     {{"kernel_shape", Attribute::Ints({2, 2})}, {"strides", Attribute::Ints({2, 2})}}},
                Node{"flat", "Reshape", "", {"p", "pool.shape"}, {"f"}, {}},
                Node{"fc", "Gemm", "", {"f", "fc.w", "fc.b"}, {"logits"}, {{"transB", Attribute::Int(1)}}}};
-    const std::string file = testing::temp_dir("sync_bn") + "/bncnn.onnx";
+    // A folder per test process: ctest runs this file's tests side by side, and temp_dir empties the
+    // folder it names, so a shared one let one test's model vanish or be half-written under another.
+    const std::string file = testing::temp_dir("sync_bn_" + std::to_string(::getpid())) + "/bncnn.onnx";
     save_onnx(g, file);
     return file;
   }();
