@@ -76,6 +76,9 @@ struct Executor::Plan {
   std::vector<Tensor> input_copies;          // device executors: per graph input, its device buffer
   std::vector<std::vector<char>> host_scratch;  // device executors: per host-placed step, its scratch
   std::vector<bool> async_step;              // per step: its kernel deferred a completion in the planning run
+  // Per slot: the state-update source is the state's own buffer this plan (Layout::inplace_state, where
+  // the kernel asked for the state's dtype and shape); no buffer of its own, nothing swapped after a run.
+  std::vector<bool> slot_inplace;
   // CPU executors: the planning run's buffers come from one reserved range that then holds the arena.
   std::shared_ptr<PlanningPool> pool;
   PlanStats stats;
@@ -98,6 +101,8 @@ struct Executor::Layout {
   // that reads an output of s (n: at the end of the run); finishing_before[t] lists those s.
   std::vector<int> complete_at;
   std::vector<std::vector<int>> finishing_before;  // n + 1 entries
+  // Per slot: for a state update's source written into its state's own buffer, the state's slot (else -1).
+  std::vector<int> inplace_state;
 };
 
 namespace {
@@ -137,6 +142,24 @@ void completion_points(Executor::Layout& L, int n) {
     for (int o : L.out_slots[s]) L.complete_at[s] = std::min(L.complete_at[s], first_read[o]);
     L.finishing_before[L.complete_at[s]].push_back(s);
   }
+}
+
+// The input whose buffer output `out` of `node` may be written into: the kernel reads element k of it
+// before writing element k of the output and reads no other element of it (element k is iteration k's
+// alone, on the CPU and in the CUDA kernels). The optimizer updates (X, V, H into their new values) and
+// the elementwise Sub of plain SGD (the broadcast input is never the one written: the shapes are checked
+// when the output is asked for). -1: none.
+int overwritable_input(const Node& node, int out) {
+  const int ni = static_cast<int>(node.inputs.size());
+  if (node.domain.empty() && node.op_type == "Sub" && out == 0 && ni == 2) return 0;
+  if (node.domain != kTrainingDomain) return -1;
+  const int groups = node.op_type == "Momentum" ? 3 : node.op_type == "Adam" ? 4 : 0;
+  if (!groups || (ni - 2) % groups || ni <= 2) return -1;
+  const int n = (ni - 2) / groups;
+  if (out < 0 || out >= (groups - 1) * n) return -1;
+  // Output o * n + i is the new value of input group o (X, then V, then H) of tensor i; G (group 1) is read only.
+  const int group = out / n, i = out % n;
+  return 2 + (group == 0 ? 0 : group + 1) * n + i;
 }
 
 // Finishes step s's asynchronous work, if any; its scratch is released only afterwards.
@@ -203,6 +226,18 @@ class RunContext final : public KernelContext {
       GR_FAIL("output " << i << " is " << dtype_name(dtype) << shape_str(shape) << " but was planned as "
                         << dtype_name(t.dtype()) << shape_str(t.shape())
                         << " for the same input shapes (data-dependent shapes are not supported)");
+    }
+    if (plan_.slot_inplace[s]) {
+      // Bound to its state's buffer (Layout::inplace_state) when the kernel writes the state's dtype and
+      // shape; otherwise a buffer of its own after all, swapped into the state after the run.
+      Tensor& t = plan_.slot_tensor[s];
+      plan_.slot_inplace[s] = t.dtype() == dtype && t.shape() == shape;
+      if (plan_.slot_inplace[s]) {
+        plan_.slot_dtype[s] = dtype;
+        plan_.slot_shape[s] = shape;
+        plan_.slot_seen[s] = true;
+        return t;
+      }
     }
     for (int64_t d : shape) GR_CHECK(d >= 0, "output " << i << " would have negative dimension " << shape_str(shape));
     checked_numel(dtype, shape, "output " + std::to_string(i));  // device buffers too, not only host tensors
@@ -372,6 +407,27 @@ Executor::Executor(Graph&& graph, ExecOptions opts)
     else state_[name] = opts_.device.is_cpu() || L.is_host(L.slot_of.at(name)) ? t.clone() : to_device(t, opts_.device);
   }
   completion_points(L, n);
+  // A state update is written in place when its producer is the state's last reader, may overwrite it
+  // (overwritable_input), reads it there only, and no asynchronous reader of it is still in flight then:
+  // a parameter or optimizer buffer then takes one buffer, not two swapped after every step.
+  L.inplace_state.assign(L.nslots, -1);
+  for (const auto& [v, init] : opts_.state_updates) {
+    const int vs = L.slot_of.at(v), is = L.slot_of.at(init), s = L.def_step[vs];
+    if (L.last_use[is] != s || L.is_host(is) || L.is_host(vs) || L.on_host(s)) continue;
+    const Node& node = graph_.nodes[s];
+    const auto& outs = L.out_slots[s];
+    const int out = static_cast<int>(std::find(outs.begin(), outs.end(), vs) - outs.begin());
+    const int k = overwritable_input(node, out);
+    if (k < 0 || L.in_slots[s][k] != is ||
+        std::count(L.in_slots[s].begin(), L.in_slots[s].end(), is) != 1)
+      continue;
+    // A reader that may finish asynchronously (as RunContext allows below) must have finished by step s.
+    bool settled = true;
+    for (int r = 0; r < s && settled; ++r)
+      if (opts_.async_kernels && L.complete_at[r] > r + 1 && std::count(L.in_slots[r].begin(), L.in_slots[r].end(), is))
+        settled = L.complete_at[r] <= s;
+    if (settled) L.inplace_state[vs] = is;
+  }
   layout_ = std::make_unique<Layout>(std::move(L));
 }
 
@@ -451,6 +507,8 @@ Executor::Plan& Executor::plan_for(const std::map<std::string, Tensor>& inputs) 
   p->scratch_bytes.resize(graph_.nodes.size(), 0);
   p->scratch_offset.resize(graph_.nodes.size(), 0);
   p->async_step.resize(graph_.nodes.size(), false);
+  p->slot_inplace.resize(L.nslots, false);
+  for (int sl = 0; sl < L.nslots; ++sl) p->slot_inplace[sl] = L.inplace_state[sl] >= 0;
   if (opts_.device.is_cpu()) p->pool = PlanningPool::create(PlanningPool::default_reserve());
   plans_.push_back(std::move(p));
   return *plans_.back();
@@ -483,6 +541,9 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>&
     fixed[L.slot_of.at(name)] = given;
   }
   for (auto& [name, t] : state_) fixed[L.slot_of.at(name)] = &t;
+  // In-place state updates write the state's buffer (which share_state may have replaced since the last run).
+  for (int sl = 0; sl < L.nslots; ++sl)
+    if (P.slot_inplace[sl]) P.slot_tensor[sl] = *fixed[L.inplace_state[sl]];
 
   const int64_t opset = graph_.opset("");
   std::vector<Pending> pending(n);
@@ -628,6 +689,7 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>&
   // Persist state updates: the state takes the produced buffer; the plan keeps the old one to write next time.
   for (const auto& [v, init] : opts_.state_updates) {
     int sl = L.slot_of.at(v);
+    if (P.slot_inplace[sl]) continue;  // written in place: the state holds it already
     Tensor& st = state_.at(init);
     Tensor& produced = P.slot_tensor[sl];
     GR_CHECK(produced.dtype() == st.dtype() && produced.numel() == st.numel(),

@@ -18,9 +18,10 @@ struct ExecOptions {
   Device device;                 // where it runs; cpu:0 by default
   int threads = 1;               // intra-op threads of this executor's kernels
   std::vector<std::string> fetch;  // values run() returns; empty: the graph's outputs
-  // (value produced by the graph, initializer): after every run the initializer takes the value's
-  // contents (by swapping buffers, no copy). This is how optimizer and BatchNorm running-stat
-  // updates persist from step to step.
+  // (value produced by the graph, initializer): after every run the initializer holds the value. This is
+  // how optimizer and BatchNorm running-stat updates persist from step to step. The value is written
+  // into the initializer's own buffer where its producer is the state's last reader and may overwrite
+  // it (the optimizer nodes, Sub); otherwise into a buffer of its own, swapped in after the run.
   std::vector<std::pair<std::string, std::string>> state_updates;
   Communicator* comm = nullptr;  // what AllReduce nodes reduce over
   uint64_t seed = 0;             // seeds the RNG of random ops (Dropout)

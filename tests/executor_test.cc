@@ -182,6 +182,63 @@ TEST(Executor, AGivenGraphLendsOnlyTheInitializersNothingElseHolds) {
   }
 }
 
+// A state update whose producer is the state's last reader and may overwrite it (the optimizer updates, plain
+// SGD's Sub) writes the state's own buffer: one buffer per parameter and optimizer buffer, nothing swapped. A
+// state read after its update keeps two buffers: that reader sees this step's value, not the next step's.
+TEST(Executor, StateUpdatesAreWrittenInPlaceWhereTheUpdateIsTheStatesLastReader) {
+  Graph g;
+  g.opsets[""] = 17;
+  g.opsets[kTrainingDomain] = 1;
+  g.inputs = {"x"};
+  g.initializers["w"] = Tensor::from_vector<float>({3}, {1.f, 2.f, 3.f});
+  g.initializers["v"] = Tensor::from_vector<float>({3}, {0.f, 0.f, 0.f});
+  g.initializers["b"] = Tensor::from_vector<float>({3}, {10.f, 20.f, 30.f});
+  g.initializers["c"] = Tensor::from_vector<float>({3}, {5.f, 6.f, 7.f});
+  g.initializers["lr"] = Tensor::from_vector<float>({}, {0.5f});
+  g.initializers["t"] = Tensor::from_vector<int64_t>({}, {1});
+  g.nodes.push_back(node("fwd", "Mul", {"x", "w"}, {"y"}));
+  Node mom = node("mom", "Momentum", {"lr", "t", "w", "x", "v"}, {"w_new", "v_new"});
+  mom.domain = kTrainingDomain;
+  mom.attrs["alpha"] = Attribute::Float(0.9f);
+  mom.attrs["beta"] = Attribute::Float(1.f);
+  mom.attrs["norm_coefficient"] = Attribute::Float(0.f);
+  mom.attrs["mode"] = Attribute::Str("standard");
+  g.nodes.push_back(mom);
+  g.nodes.push_back(node("sgd", "Sub", {"b", "x"}, {"b_new"}));
+  g.nodes.push_back(node("csub", "Sub", {"c", "x"}, {"c_new"}));
+  g.nodes.push_back(node("late", "Add", {"c", "x"}, {"z"}));
+  g.outputs = {"y", "z"};
+  ExecOptions o;
+  o.state_updates = {{"w_new", "w"}, {"v_new", "v"}, {"b_new", "b"}, {"c_new", "c"}};
+  Executor ex(g, o);
+  const void* before[3] = {ex.state("w").raw(), ex.state("v").raw(), ex.state("b").raw()};
+  const void* c_before = ex.state("c").raw();
+  const Tensor x = Tensor::from_vector<float>({3}, {1.f, 2.f, 4.f});
+  std::vector<float> w = {1.f, 2.f, 3.f}, v(3, 0.f), b = {10.f, 20.f, 30.f}, c = {5.f, 6.f, 7.f};
+  bool c_moved = false;
+  for (int step = 0; step < 3; ++step) {
+    auto out = ex.run({{"x", x}});
+    for (int i = 0; i < 3; ++i) {
+      const float xi = x.data<float>()[i];
+      EXPECT_FLOAT_EQ(out.at("y").data<float>()[i], xi * w[i]) << step;  // this step's weights
+      EXPECT_FLOAT_EQ(out.at("z").data<float>()[i], c[i] + xi) << step;  // c before its update
+      v[i] = 0.9f * v[i] + xi;
+      w[i] -= 0.5f * v[i];
+      b[i] -= xi;
+      c[i] -= xi;
+    }
+    EXPECT_EQ(ex.state("w").to_vector<float>(), w) << step;
+    EXPECT_EQ(ex.state("v").to_vector<float>(), v) << step;
+    EXPECT_EQ(ex.state("b").to_vector<float>(), b) << step;
+    EXPECT_EQ(ex.state("c").to_vector<float>(), c) << step;
+    EXPECT_EQ(ex.state("w").raw(), before[0]) << step;
+    EXPECT_EQ(ex.state("v").raw(), before[1]) << step;
+    EXPECT_EQ(ex.state("b").raw(), before[2]) << step;
+    c_moved |= ex.state("c").raw() != c_before;
+  }
+  EXPECT_TRUE(c_moved) << "c is read after its update: its new value needs a buffer of its own";
+}
+
 TEST(Executor, RejectsMissingWrongAndUnknownInputs) {
   Executor ex(chain(2), opts());
   auto msg = [&](const std::map<std::string, Tensor>& in) {
