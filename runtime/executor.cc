@@ -402,9 +402,20 @@ Executor::Executor(Graph&& graph, ExecOptions opts)
   // On a device, the state lives there from now on (runtime::to_host copies it back on request),
   // except host-placed shape values; in host memory it is a copy of its own, or the graph's tensor where
   // only graph_ holds that (an rvalue graph): graph_'s initializers are read for their names only.
+  // A host initializer no state update writes is read only: the executor borrows the graph's tensor
+  // (set_state copies it first), so an evaluation or a shape check of a model holds its weights once.
+  std::set<std::string> updated;
+  for (const auto& [_, init] : opts_.state_updates) updated.insert(init);
   for (auto& [name, t] : graph_.initializers) {
-    if (opts_.device.is_cpu() && t.device().is_cpu() && t.sole_owner()) state_[name] = t;
-    else state_[name] = opts_.device.is_cpu() || L.is_host(L.slot_of.at(name)) ? t.clone() : to_device(t, opts_.device);
+    const bool host = opts_.device.is_cpu() && t.device().is_cpu();
+    if (host && t.sole_owner()) {
+      state_[name] = t;
+    } else if (host && !updated.count(name)) {
+      state_[name] = t;
+      borrowed_.insert(name);
+    } else {
+      state_[name] = opts_.device.is_cpu() || L.is_host(L.slot_of.at(name)) ? t.clone() : to_device(t, opts_.device);
+    }
   }
   completion_points(L, n);
   // A state update is written in place when its producer is the state's last reader, may overwrite it
@@ -446,6 +457,7 @@ void Executor::share_state(const std::string& name, const Tensor& value) {
                      << dtype_name(value.dtype()) << shape_str(value.shape()));
   GR_CHECK(t.device().is_cpu() && value.device().is_cpu(), "state '" << name << "': only host memory is shared");
   t = value;
+  borrowed_.erase(name);
 }
 
 void Executor::set_state(const std::string& name, const Tensor& value) {
@@ -454,6 +466,7 @@ void Executor::set_state(const std::string& name, const Tensor& value) {
            "state '" << name << "' is " << dtype_name(t.dtype()) << shape_str(t.shape()) << ", given "
                      << dtype_name(value.dtype()) << shape_str(value.shape()));
   if (t.device().is_cpu()) {
+    if (borrowed_.erase(name)) t = Tensor(t.dtype(), t.shape());  // the graph's tensor stays as it was
     t.copy_from(value.device().is_cpu() ? value : to_host(value));
     return;
   }

@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -61,7 +62,8 @@ class Executor {
  public:
   // The executor's state (parameters, BatchNorm statistics) is its own: a copy of the graph's initializers,
   // except that a graph given to it (an rvalue) whose initializers nothing else shares lends them, without a
-  // copy (`graphrun run` of a model with gigabytes of weights holds them once).
+  // copy (`graphrun run` of a model with gigabytes of weights holds them once), and that in host memory an
+  // initializer no state update writes is the graph's tensor itself (read only: set_state copies it first).
   explicit Executor(const Graph& graph, ExecOptions opts = {});
   explicit Executor(Graph&& graph, ExecOptions opts = {});
   ~Executor();
@@ -109,6 +111,7 @@ class Executor {
   const KernelTable* kernels_;
   std::vector<KernelFn> fns_;
   std::map<std::string, Tensor> state_;
+  std::set<std::string> borrowed_;  // host states that are the graph's own read-only tensors (set_state copies first)
   std::unique_ptr<Layout> layout_;
   std::vector<std::unique_ptr<Plan>> plans_;
   Plan* last_ = nullptr;

@@ -146,6 +146,9 @@ void Trainer::setup_replicas() {
     ro.device = devs[d];
     ro.threads = threads_;
     Graph g = graphs_.replicas[d].graph;
+    // The replica's graph keeps its structure only: the executor takes the tensors, and lends rather than
+    // copies those nothing else holds (the optimizer's zero-filled buffers).
+    graphs_.replicas[d].graph.initializers.clear();
     // The figures read back, f32 (a float64 loss through a Cast node). --loss mse counts nothing
     // correct: the loss stands in for the count, which is ignored.
     const auto figures = passes::append_step_figures(g, graphs_.loss, graphs_.logits, graphs_.labels, !mse(),
@@ -165,7 +168,7 @@ void Trainer::setup_replicas() {
       ro.comm->set_profile(ro.profile);
       if (d == D - 1) eval_->profile = &opts_.profiler->track("main (evaluation)");  // after the replicas' tracks
     }
-    r->exec = std::make_unique<Executor>(g, ro);
+    r->exec = std::make_unique<Executor>(std::move(g), ro);
     r->feed = make_feed(train_src_, *r->data, devs[d], feed_options(d));
     r->figures = std::make_unique<HostReadback>(backend_, devs[d], 2, 2);
     replicas_.push_back(std::move(r));

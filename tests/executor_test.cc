@@ -182,6 +182,22 @@ TEST(Executor, AGivenGraphLendsOnlyTheInitializersNothingElseHolds) {
   }
 }
 
+// An initializer no state update writes is read only: a host executor borrows the graph's tensor rather
+// than copying it (an evaluation of a large model holds its weights once), and set_state copies it first,
+// so the graph never changes.
+TEST(Executor, ReadOnlyInitializersAreBorrowedAndSetStateCopiesThemFirst) {
+  Graph kept = counter_graph();
+  kept.nodes.erase(kept.nodes.begin());  // no update of w: "use" reads it only
+  Executor ex(kept, opts());
+  EXPECT_EQ(ex.state("w").raw(), kept.initializers.at("w").raw());
+  const Tensor x = Tensor::from_vector<float>({2}, {0.5f, 0.5f});
+  EXPECT_EQ(ex.run({{"x", x}}).at("y").to_vector<float>(), (std::vector<float>{1.5f, 2.5f}));
+  ex.set_state("w", Tensor::from_vector<float>({2}, {5.f, 6.f}));
+  EXPECT_NE(ex.state("w").raw(), kept.initializers.at("w").raw());
+  EXPECT_EQ(kept.initializers.at("w").to_vector<float>(), (std::vector<float>{1.f, 2.f}));
+  EXPECT_EQ(ex.run({{"x", x}}).at("y").to_vector<float>(), (std::vector<float>{5.5f, 6.5f}));
+}
+
 // A state update whose producer is the state's last reader and may overwrite it (the optimizer updates, plain
 // SGD's Sub) writes the state's own buffer: one buffer per parameter and optimizer buffer, nothing swapped. A
 // state read after its update keeps two buffers: that reader sees this step's value, not the next step's.
