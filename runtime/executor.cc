@@ -79,6 +79,9 @@ struct Executor::Plan {
   // Per slot: the state-update source is the state's own buffer this plan (Layout::inplace_state, where
   // the kernel asked for the state's dtype and shape); no buffer of its own, nothing swapped after a run.
   std::vector<bool> slot_inplace;
+  // Planning run: the output was given a buffer before its kernel ran (its state's, or the gradient's of
+  // a CPU AllReduce), which output() returns where the kernel asks for that dtype and shape.
+  std::vector<bool> slot_preset;
   // CPU executors: the planning run's buffers come from one reserved range that then holds the arena.
   std::shared_ptr<PlanningPool> pool;
   PlanStats stats;
@@ -227,12 +230,13 @@ class RunContext final : public KernelContext {
                         << dtype_name(t.dtype()) << shape_str(t.shape())
                         << " for the same input shapes (data-dependent shapes are not supported)");
     }
-    if (plan_.slot_inplace[s]) {
-      // Bound to its state's buffer (Layout::inplace_state) when the kernel writes the state's dtype and
-      // shape; otherwise a buffer of its own after all, swapped into the state after the run.
+    if (plan_.slot_preset[s]) {
+      // Given a buffer before the kernel ran (Plan::slot_preset) of the dtype and shape it writes; otherwise
+      // a buffer of its own after all (a state update's is then swapped into the state after the run).
       Tensor& t = plan_.slot_tensor[s];
-      plan_.slot_inplace[s] = t.dtype() == dtype && t.shape() == shape;
-      if (plan_.slot_inplace[s]) {
+      plan_.slot_preset[s] = t.dtype() == dtype && t.shape() == shape;
+      if (plan_.slot_inplace[s]) plan_.slot_inplace[s] = plan_.slot_preset[s];
+      if (plan_.slot_preset[s]) {
         plan_.slot_dtype[s] = dtype;
         plan_.slot_shape[s] = shape;
         plan_.slot_seen[s] = true;
@@ -522,6 +526,7 @@ Executor::Plan& Executor::plan_for(const std::map<std::string, Tensor>& inputs) 
   p->async_step.resize(graph_.nodes.size(), false);
   p->slot_inplace.resize(L.nslots, false);
   for (int sl = 0; sl < L.nslots; ++sl) p->slot_inplace[sl] = L.inplace_state[sl] >= 0;
+  p->slot_preset = p->slot_inplace;
   if (opts_.device.is_cpu()) p->pool = PlanningPool::create(PlanningPool::default_reserve());
   plans_.push_back(std::move(p));
   return *plans_.back();
@@ -579,6 +584,19 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>&
       GR_CHECK(t->defined() || fixed[i], node.describe() << ": input '" << node.inputs[ins.size()]
                                                           << "' has no value (its producer did not write it)");
       ins.push_back(t);
+    }
+    if (!P.planned && opts_.views && opts_.device.is_cpu() && node.domain == kGraphrunDomain &&
+        node.op_type == "AllReduce") {
+      // As the plan will (see below): each sum goes into its gradient's buffer where nothing reads the
+      // gradient later, so that the planning run's peak, which the process touches, is the plan's.
+      for (size_t k = 0; k < L.in_slots[s].size() && k < L.out_slots[s].size(); ++k) {
+        const int in = L.in_slots[s][k], out = L.out_slots[s][k];
+        if (in < 0 || fixed[in] || held[in] || !L.pooled[in] || !L.pooled[out] || L.last_use[in] != s ||
+            !P.slot_tensor[in].defined() || std::count(L.in_slots[s].begin(), L.in_slots[s].end(), in) != 1)
+          continue;
+        P.slot_tensor[out] = P.slot_tensor[in];
+        P.slot_preset[out] = true;
+      }
     }
     const int64_t t0 = prof ? prof->now() : 0;
     naming_node(node, [&] { fns_[s](ctx); });
@@ -639,6 +657,25 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>&
     }
     for (int sl = 0; sl < L.nslots; ++sl)
       if (root[sl] >= 0) end[root[sl]] = std::max(end[root[sl]], end[sl]);
+    // A CPU AllReduce writes each sum into its gradient's buffer where nothing reads the gradient after
+    // it (the kernel has packed every input into its bucket, or is summing that one tensor in place,
+    // before it writes an output): a bucket's gradients and sums take one buffer, not two.
+    if (opts_.views && opts_.device.is_cpu())
+      for (int s = 0; s < n; ++s) {
+        const Node& node = graph_.nodes[s];
+        if (node.domain != kGraphrunDomain || node.op_type != "AllReduce" || L.on_host(s)) continue;
+        for (size_t k = 0; k < L.in_slots[s].size() && k < L.out_slots[s].size(); ++k) {
+          const int in = L.in_slots[s][k], out = L.out_slots[s][k];
+          if (in < 0 || !packed(in) || !packed(out) || root[in] >= 0 || root[out] >= 0 || L.last_use[in] != s) continue;
+          if (bytes_of(in) != bytes_of(out) || P.slot_dtype[in] != P.slot_dtype[out]) continue;
+          if (std::count(root.begin(), root.end(), in) || std::count(L.in_slots[s].begin(), L.in_slots[s].end(), in) != 1)
+            continue;
+          root[out] = in;
+          for (int& r : root)
+            if (r == out) r = in;
+          end[in] = std::max(end[in], end[out]);
+        }
+      }
     for (int sl = 0; sl < L.nslots; ++sl) {
       if (!packed(sl)) continue;
       size_t bytes = align_up(std::max<size_t>(1, bytes_of(sl)));

@@ -36,7 +36,8 @@ struct ExecOptions {
   ProfileTrack* profile = nullptr;
   std::vector<ProfileSpan> profile_spans;
   // Planned runs give a Reshape's, Flatten's, Squeeze's or Unsqueeze's output its input's buffer (a
-  // view: the kernel checks the shapes and skips the copy onto itself); false: a buffer of its own.
+  // view: the kernel checks the shapes and skips the copy onto itself), and on the CPU an AllReduce's sum
+  // its gradient's buffer where nothing reads the gradient later; false: a buffer of its own.
   bool views = true;
   // For tests: every scratch buffer a CPU kernel asks for is first filled with 0xFF bytes (NaN as
   // float or double), so a kernel that reads scratch it did not write gives NaN, not whatever fresh

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <thread>
 
+#include "runtime/device.h"
 #include "runtime/executor.h"
 #include "tests/test_util.h"
 
@@ -179,6 +181,51 @@ TEST(Executor, AGivenGraphLendsOnlyTheInitializersNothingElseHolds) {
     for (int step = 0; step < 3; ++step) ex->run({{"x", x}});
     EXPECT_FLOAT_EQ(ex->state("w").data<float>()[0], 4.f) << how;
     EXPECT_EQ(kept.initializers.at("w").to_vector<float>(), (std::vector<float>{1.f, 2.f})) << how;
+  }
+}
+
+// A CPU AllReduce writes each sum into its gradient's buffer where nothing reads the gradient after it (a
+// bucket of one sums in place, without its bucket copy); a gradient read later keeps its own buffer. Two
+// replicas on the CPU's communicators, each run three times (the planning run, then planned runs).
+TEST(Executor, AllReduceSumsIntoTheGradientsBufferWhereNothingReadsItLater) {
+  Graph g;
+  g.opsets[""] = 17;
+  g.opsets[kGraphrunDomain] = 1;
+  g.inputs = {"x"};
+  g.nodes.push_back(node("g1", "Mul", {"x", "x"}, {"g1"}));
+  g.nodes.push_back(node("g2", "Add", {"x", "x"}, {"g2"}));
+  g.nodes.push_back(node("g3", "Mul", {"x", "x"}, {"g3"}));
+  Node ar = node("ar", "AllReduce", {"g1", "g2"}, {"s1", "s2"});
+  ar.domain = kGraphrunDomain;
+  g.nodes.push_back(ar);
+  Node ar2 = node("ar2", "AllReduce", {"g3"}, {"s3"});
+  ar2.domain = kGraphrunDomain;
+  g.nodes.push_back(ar2);
+  g.nodes.push_back(node("late", "Add", {"g2", "s2"}, {"z"}));  // g2 is read after its sum
+  g.nodes.push_back(node("a1", "Add", {"s1", "z"}, {"a1"}));
+  g.nodes.push_back(node("a2", "Add", {"a1", "s3"}, {"y"}));
+  g.outputs = {"y"};
+  for (bool async : {false, true}) {
+    auto comms = runtime::cpu_backend()->make_communicators({Device{}, Device{Device::Kind::CPU, 1}});
+    std::vector<std::vector<float>> got(2);
+    std::vector<int> views(2);
+    std::vector<std::thread> replicas;
+    for (int r = 0; r < 2; ++r)
+      replicas.emplace_back([&, r] {
+        ExecOptions o;
+        o.comm = comms[r].get();
+        o.async_kernels = async;
+        Executor ex(g, o);
+        const Tensor x = Tensor::from_vector<float>({4}, std::vector<float>(4, r + 1.f));
+        for (int step = 0; step < 3; ++step) got[r] = ex.run({{"x", x}}).at("y").to_vector<float>();
+        views[r] = ex.plan_stats().views;
+      });
+    for (auto& t : replicas) t.join();
+    for (int r = 0; r < 2; ++r) {
+      // s1 = s3 = 1 + 4, s2 = 2 + 4, z = 2 (r + 1) + s2.
+      EXPECT_EQ(got[r], std::vector<float>(4, 5.f + 2.f * (r + 1) + 6.f + 5.f)) << r << " async " << async;
+      EXPECT_EQ(views[r], 2) << "s1 and s3 take their gradients' buffers, s2 one of its own; async " << async;
+    }
   }
 }
 

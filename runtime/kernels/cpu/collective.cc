@@ -39,6 +39,18 @@ void all_reduce(KernelContext& ctx) {
     }
     return;
   }
+  if (ctx.num_inputs() == 1) {
+    // One tensor (a bucket of one, as every tensor over the bucket size is): summed in its output, which the
+    // planner makes the gradient's own buffer where nothing reads the gradient later. No bucket copy.
+    const Tensor& g = ctx.input(0);
+    Tensor& r = ctx.output(0, g.shape(), t);
+    if (r.raw() != g.raw()) std::memcpy(r.raw(), g.raw(), g.nbytes());
+    if (t == DType::F64) return comm->allreduce_sum_f64(r.data<double>(), total);
+    if (!ctx.async_allowed()) return comm->allreduce_sum(r.data<float>(), total);
+    std::function<void()> wait = comm->allreduce_sum_async(r.data<float>(), total);
+    ctx.defer(std::move(wait));
+    return;
+  }
   const size_t elem = t == DType::F64 ? sizeof(double) : sizeof(float);
   char* buf = static_cast<char*>(ctx.scratch(static_cast<size_t>(total) * elem));
   size_t off = 0;
