@@ -132,7 +132,7 @@ Measured run_replica(const TrainingGraphs& tg, const DeviceGraph& dg, int64_t n,
     const ProfileEvent& e = track.events()[i];
     if (e.cat != "kernel") continue;
     index[e.node] = static_cast<int>(m.nodes.size());
-    PlannedNode pn{e.node, e.name, e.flops, 0, -1, {}};
+    PlannedNode pn{e.node, e.name, e.flops, 0, -1, 0, false, {}};
     if (e.name == "ReplicaSum") pn.sync = true, pn.sync_bytes = e.bytes_in;
     m.nodes.push_back(pn);
   }

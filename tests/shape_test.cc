@@ -201,7 +201,9 @@ TEST(Shape, SliceRangeClampsAsTheSpecSays) {
   for (const auto& c : cases) {
     const SliceRange r = slice_range(c.dim, c.start, c.end, c.step);
     EXPECT_EQ(r.count, c.count) << c.dim << " " << c.start << ":" << c.end << ":" << c.step;
-    if (r.count) EXPECT_EQ(r.first, c.first) << c.dim << " " << c.start << ":" << c.end << ":" << c.step;
+    if (r.count) {
+      EXPECT_EQ(r.first, c.first) << c.dim << " " << c.start << ":" << c.end << ":" << c.step;
+    }
   }
 }
 
