@@ -14,6 +14,8 @@
 #   CMAKE_ARGS="..."                      extra configure arguments, e.g. where cuDNN/NCCL live:
 #                                         -DGRAPHRUN_CUDNN_LIBRARY=... -DGRAPHRUN_CUDNN_INCLUDE=... (same for NCCL)
 #   JOBS=N                                parallel build jobs (default: all cores)
+# cuDNN, NCCL and cuBLAS missing from the toolkit's folder and the loader's cache are looked for under
+# /usr and /opt (Python packages such as nvidia-cudnn-cu13 carry them) and added to LD_LIBRARY_PATH.
 # A machine without graphrun's build dependencies (ONNX, protobuf, Eigen, GoogleTest) runs a build
 # packed elsewhere: tests/gpu/pack.sh there (binaries, their non-CUDA shared libraries, the data),
 # then this script here with that folder. It needs the CUDA toolkit's libraries (cuDNN, cuBLAS,
@@ -56,6 +58,8 @@ if [ "${SKIP_BUILD:-0}" != 1 ] && [ ! -f "$build/PACKED" ]; then
 else
   step "packed build in $build"
   cat "$build/PACKED" 2>/dev/null
+  # ARCHIVE=1 packs: the binaries and libraries travel as one archive.
+  if [ -f "$build/pack.tgz" ] && [ ! -x "$build/graphrun" ]; then tar -xzf "$build/pack.tgz" -C "$build"; fi
   # The carried shared libraries (ONNX, protobuf, ...) come first; CUDA's are the machine's.
   [ -d "$build/lib" ] && export LD_LIBRARY_PATH="$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   # The binaries' RUNPATH names the toolkit's lib/ where they were built; the toolkit here may keep
@@ -65,6 +69,22 @@ else
     [ -d "$d" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
   done
 fi
+# cuDNN, NCCL and cuBLAS where the toolkit and the loader's cache lack them: a machine may have them from
+# Python packages only (site-packages/nvidia/*/lib).
+for lib in libcudnn.so.9 libnccl.so.2 libcublas.so.13 libcublasLt.so.13; do
+  ldconfig -p 2>/dev/null | grep -q "$lib" && continue
+  found=
+  for d in ${LD_LIBRARY_PATH//:/ } "${CUDA_HOME:-/usr/local/cuda}/lib64" "${CUDA_HOME:-/usr/local/cuda}/lib"; do
+    [ -e "$d/$lib" ] && found=1 && break
+  done
+  [ -n "$found" ] && continue
+  p=$(find /usr /opt -name "$lib" -path "*nvidia*" 2>/dev/null | head -1)
+  [ -z "$p" ] && p=$(find /usr /opt -name "$lib" 2>/dev/null | head -1)
+  if [ -n "$p" ]; then
+    echo "using $p"
+    export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$(dirname "$p")"
+  fi
+done
 for bin in "$build/graphrun" "$build/tests/gpu_kernels_test"; do
   if [ ! -x "$bin" ]; then echo "check: $bin is missing"; failed+=("missing $(basename "$bin")"); finish; fi
   missing=$(ldd "$bin" 2>/dev/null | grep "not found")
