@@ -185,7 +185,8 @@ TEST(Executor, AGivenGraphLendsOnlyTheInitializersNothingElseHolds) {
 }
 
 // A CPU AllReduce writes each sum into its gradient's buffer where nothing reads the gradient after it (a
-// bucket of one sums in place, without its bucket copy); a gradient read later keeps its own buffer. Two
+// bucket of one, or a tensor of 2^20 values, sums in place, without the bucket copy); a gradient read later
+// keeps its own buffer. Two
 // replicas on the CPU's communicators, each run three times (the planning run, then planned runs).
 TEST(Executor, AllReduceSumsIntoTheGradientsBufferWhereNothingReadsItLater) {
   Graph g;
@@ -198,16 +199,18 @@ TEST(Executor, AllReduceSumsIntoTheGradientsBufferWhereNothingReadsItLater) {
   Node ar = node("ar", "AllReduce", {"g1", "g2"}, {"s1", "s2"});
   ar.domain = kGraphrunDomain;
   g.nodes.push_back(ar);
-  Node ar2 = node("ar2", "AllReduce", {"g3"}, {"s3"});
+  g.inputs.push_back("xb");
+  g.nodes.push_back(node("gb", "Mul", {"xb", "xb"}, {"gb"}));  // 2^20 values: summed where it lies, beside s3
+  Node ar2 = node("ar2", "AllReduce", {"g3", "gb"}, {"s3", "sb"});
   ar2.domain = kGraphrunDomain;
   g.nodes.push_back(ar2);
   g.nodes.push_back(node("late", "Add", {"g2", "s2"}, {"z"}));  // g2 is read after its sum
   g.nodes.push_back(node("a1", "Add", {"s1", "z"}, {"a1"}));
   g.nodes.push_back(node("a2", "Add", {"a1", "s3"}, {"y"}));
-  g.outputs = {"y"};
+  g.outputs = {"y", "sb"};
   for (bool async : {false, true}) {
     auto comms = runtime::cpu_backend()->make_communicators({Device{}, Device{Device::Kind::CPU, 1}});
-    std::vector<std::vector<float>> got(2);
+    std::vector<std::vector<float>> got(2), big(2);
     std::vector<int> views(2);
     std::vector<std::thread> replicas;
     for (int r = 0; r < 2; ++r)
@@ -217,14 +220,20 @@ TEST(Executor, AllReduceSumsIntoTheGradientsBufferWhereNothingReadsItLater) {
         o.async_kernels = async;
         Executor ex(g, o);
         const Tensor x = Tensor::from_vector<float>({4}, std::vector<float>(4, r + 1.f));
-        for (int step = 0; step < 3; ++step) got[r] = ex.run({{"x", x}}).at("y").to_vector<float>();
+        const Tensor xb = Tensor::from_vector<float>({1 << 20}, std::vector<float>(1 << 20, r + 1.f));
+        for (int step = 0; step < 3; ++step) {
+          auto out = ex.run({{"x", x}, {"xb", xb}});
+          got[r] = out.at("y").to_vector<float>();
+          big[r] = out.at("sb").to_vector<float>();
+        }
         views[r] = ex.plan_stats().views;
       });
     for (auto& t : replicas) t.join();
     for (int r = 0; r < 2; ++r) {
       // s1 = s3 = 1 + 4, s2 = 2 + 4, z = 2 (r + 1) + s2.
       EXPECT_EQ(got[r], std::vector<float>(4, 5.f + 2.f * (r + 1) + 6.f + 5.f)) << r << " async " << async;
-      EXPECT_EQ(views[r], 2) << "s1 and s3 take their gradients' buffers, s2 one of its own; async " << async;
+      EXPECT_EQ(big[r], std::vector<float>(1 << 20, 5.f)) << r << " async " << async;
+      EXPECT_EQ(views[r], 3) << "s1, s3 and sb take their gradients' buffers, s2 one of its own; async " << async;
     }
   }
 }

@@ -1,5 +1,6 @@
-// CPU kernels: collective family. AllReduce (ai.graphrun, docs/ops.md) packs its bucket of
-// gradients into one buffer so the whole bucket costs one allreduce over the executor's communicator;
+// CPU kernels: collective family. AllReduce (ai.graphrun, docs/ops.md) packs the small gradients of its
+// bucket into one buffer so that they cost one allreduce over the executor's communicator (large ones are
+// summed where they lie);
 // where the executor allows it, the allreduce finishes asynchronously (overlapping later nodes).
 #include <cstring>
 #include <functional>
@@ -21,12 +22,10 @@ void all_reduce(KernelContext& ctx) {
            "has " << ctx.num_inputs() << " inputs but " << ctx.num_outputs() << " outputs (they pair up)");
   // One buffer of one type: f32, or f64 (a float64 model, `graphrun train --float64`).
   const DType t = ctx.num_inputs() > 0 ? ctx.input(0).dtype() : DType::F32;
-  int64_t total = 0;
   for (int i = 0; i < ctx.num_inputs(); ++i) {
     const Tensor& g = ctx.input(i);
     GR_CHECK((g.dtype() == DType::F32 || g.dtype() == DType::F64) && g.dtype() == t,
              "input " << i << " is " << dtype_name(g.dtype()) << "; " << n.op_type << " sums f32 or f64, all of one type");
-    total += g.numel();
   }
   // Without a communicator the node runs in a group of one (e.g. `graphrun run` on an exported
   // device graph): the sum over one replica is the input itself.
@@ -39,54 +38,64 @@ void all_reduce(KernelContext& ctx) {
     }
     return;
   }
-  if (ctx.num_inputs() == 1) {
-    // One tensor (a bucket of one, as every tensor over the bucket size is): summed in its output, which the
-    // planner makes the gradient's own buffer where nothing reads the gradient later. No bucket copy.
-    const Tensor& g = ctx.input(0);
-    Tensor& r = ctx.output(0, g.shape(), t);
-    if (r.raw() != g.raw()) std::memcpy(r.raw(), g.raw(), g.nbytes());
-    if (t == DType::F64) return comm->allreduce_sum_f64(r.data<double>(), total);
-    if (!ctx.async_allowed()) return comm->allreduce_sum(r.data<float>(), total);
-    std::function<void()> wait = comm->allreduce_sum_async(r.data<float>(), total);
-    ctx.defer(std::move(wait));
-    return;
-  }
+  // A tensor of a bucket of one, or of a million elements or more, is summed where it lies: in its output,
+  // which the planner makes the gradient's own buffer where nothing reads the gradient later. The rest
+  // are packed into one scratch bucket (one collective for many small tensors) and copied out after.
+  constexpr int64_t kInPlace = int64_t{1} << 20;
+  const int k = ctx.num_inputs();
   const size_t elem = t == DType::F64 ? sizeof(double) : sizeof(float);
-  char* buf = static_cast<char*>(ctx.scratch(static_cast<size_t>(total) * elem));
+  std::vector<std::pair<void*, int64_t>> own;       // summed in place: (output, count)
+  std::vector<std::pair<void*, size_t>> packed;     // from the bucket: (output, bytes)
+  int64_t bucket = 0;
+  for (int i = 0; i < k; ++i)
+    if (k > 1 && ctx.input(i).numel() < kInPlace) bucket += ctx.input(i).numel();
+  char* buf = bucket ? static_cast<char*>(ctx.scratch(static_cast<size_t>(bucket) * elem)) : nullptr;
   size_t off = 0;
-  for (int i = 0; i < ctx.num_inputs(); ++i) {
+  for (int i = 0; i < k; ++i) {
     const Tensor& g = ctx.input(i);
-    std::memcpy(buf + off, g.raw(), g.nbytes());
-    off += g.nbytes();
+    if (k > 1 && g.numel() < kInPlace) {
+      std::memcpy(buf + off, g.raw(), g.nbytes());
+      off += g.nbytes();
+    }
   }
-  // Where each output's values sit in the bucket; copied out once the sum is done.
-  std::vector<std::pair<void*, size_t>> outs;
-  for (int i = 0; i < ctx.num_inputs(); ++i) {
+  // Outputs only now: one may be its input's buffer, which the bucket has copied.
+  for (int i = 0; i < k; ++i) {
     const Tensor& g = ctx.input(i);
-    outs.emplace_back(ctx.output(i, g.shape(), t).raw(), g.nbytes());
+    Tensor& r = ctx.output(i, g.shape(), t);
+    if (k > 1 && g.numel() < kInPlace) {
+      packed.emplace_back(r.raw(), g.nbytes());
+    } else {
+      if (r.raw() != g.raw()) std::memcpy(r.raw(), g.raw(), g.nbytes());
+      own.emplace_back(r.raw(), g.numel());
+    }
   }
-  auto unpack = [buf, outs] {
+  auto unpack = [buf, packed] {
     const char* p = buf;
-    for (const auto& [dst, bytes] : outs) {
+    for (const auto& [dst, bytes] : packed) {
       std::memcpy(dst, p, bytes);
       p += bytes;
     }
   };
   if (t == DType::F64) {  // blocking: the communicators sum f64 in their blocking call only
-    comm->allreduce_sum_f64(reinterpret_cast<double*>(buf), total);
+    for (const auto& [data, count] : own) comm->allreduce_sum_f64(static_cast<double*>(data), count);
+    if (bucket) comm->allreduce_sum_f64(reinterpret_cast<double*>(buf), bucket);
     unpack();
     return;
   }
   if (!ctx.async_allowed()) {
-    comm->allreduce_sum(reinterpret_cast<float*>(buf), total);
+    for (const auto& [data, count] : own) comm->allreduce_sum(static_cast<float*>(data), count);
+    if (bucket) comm->allreduce_sum(reinterpret_cast<float*>(buf), bucket);
     unpack();
     return;
   }
-  // The communicator's thread sums the bucket while later nodes run; the executor keeps the
-  // scratch bucket and the outputs untouched until this completion has copied the sums out.
-  std::function<void()> wait = comm->allreduce_sum_async(reinterpret_cast<float*>(buf), total);
-  ctx.defer([wait = std::move(wait), unpack] {
-    wait();
+  // The communicator's thread sums while later nodes run (every replica submits in the node's order);
+  // the executor keeps the scratch bucket and the outputs untouched until this completion has copied
+  // the sums out.
+  std::vector<std::function<void()>> waits;
+  for (const auto& [data, count] : own) waits.push_back(comm->allreduce_sum_async(static_cast<float*>(data), count));
+  if (bucket) waits.push_back(comm->allreduce_sum_async(reinterpret_cast<float*>(buf), bucket));
+  ctx.defer([waits = std::move(waits), unpack] {
+    for (const auto& w : waits) w();
     unpack();
   });
 }
