@@ -44,15 +44,6 @@ const Preset kPresets[] = {
     {"shm", 5, 2, "in-process replicas of graphrun train --devices cpu:N (shared memory)"},
 };
 
-std::string mb(double bytes) {
-  char b[32];
-  if (bytes < 1024) std::snprintf(b, sizeof b, "%.0f B", bytes);
-  else if (bytes < 1024.0 * 1024) std::snprintf(b, sizeof b, "%.1f KiB", bytes / 1024);
-  else if (bytes < 1024.0 * 1024 * 1024) std::snprintf(b, sizeof b, "%.1f MiB", bytes / (1024.0 * 1024));
-  else std::snprintf(b, sizeof b, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
-  return b;
-}
-
 std::string num(double v, int prec) {
   char b[48];
   std::snprintf(b, sizeof b, "%.*f", prec, v);
@@ -345,12 +336,12 @@ std::string describe_placements(const std::vector<CpuPlacement>& ranked) {
 void print_plan_brief(std::ostream& os, const Plan& p) {
   const PlannedMemory& m = p.memory;
   os << "plan: " << num(p.flops_step / 1e9, 2) << " GFLOP per step; per replica (shard " << p.shard
-     << "): arena " << mb(double(m.arena)) << " + parameters " << mb(double(m.params)) << " + optimizer state "
-     << mb(double(m.optimizer)) << " + other state " << mb(double(m.other_state)) << " = " << mb(double(m.peak()))
+     << "): arena " << bytes_str(double(m.arena)) << " + parameters " << bytes_str(double(m.params)) << " + optimizer state "
+     << bytes_str(double(m.optimizer)) << " + other state " << bytes_str(double(m.other_state)) << " = " << bytes_str(double(m.peak()))
      << "; " << p.buckets.size() << " AllReduce bucket" << (p.buckets.size() == 1 ? "" : "s") << ", "
-     << mb(double(p.allreduce_bytes)) << " per step";
+     << bytes_str(double(p.allreduce_bytes)) << " per step";
   if (p.sync_nodes > 0)
-    os << "; --sync-bn: " << p.sync_nodes << " ReplicaSum nodes, " << mb(double(p.sync_bytes)) << " per step";
+    os << "; --sync-bn: " << p.sync_nodes << " ReplicaSum nodes, " << bytes_str(double(p.sync_bytes)) << " per step";
   os << std::endl;
 }
 
@@ -360,7 +351,7 @@ void print_plan(std::ostream& os, const Plan& p) {
   char line[256];
   os << "plan for '" << p.model << "': " << o.devices << " replica" << (o.devices > 1 ? "s" : "") << ", global batch "
      << o.batch_size << " (shard " << p.shard << "), optimizer " << o.pipeline.optimizer.kind << ", buckets of "
-     << mb(double(o.pipeline.bucket_bytes)) << "\n\n";
+     << bytes_str(double(o.pipeline.bucket_bytes)) << "\n\n";
   os << "FLOPs per step (forward + backward; Conv, ConvGrad, Gemm, MatMul)\n";
   std::snprintf(line, sizeof line, "  %-28s %14s\n  %-28s %14s\n", "global batch", (num(p.flops_step / 1e9, 3) + " GFLOP").c_str(),
                 "one replica's shard", (num(p.flops_replica / 1e9, 3) + " GFLOP").c_str());
@@ -372,13 +363,13 @@ void print_plan(std::ostream& os, const Plan& p) {
                                                   {"other state", m.other_state},
                                                   {"peak", m.peak()}};
   for (const auto& [what, bytes] : rows) {
-    std::snprintf(line, sizeof line, "  %-28s %14s\n", what, mb(double(bytes)).c_str());
+    std::snprintf(line, sizeof line, "  %-28s %14s\n", what, bytes_str(double(bytes)).c_str());
     os << line;
   }
-  os << "  (gradients, " << mb(double(m.grads)) << ", live in the arena; other state: BatchNorm running statistics,\n"
+  os << "  (gradients, " << bytes_str(double(m.grads)) << ", live in the arena; other state: BatchNorm running statistics,\n"
      << "  frozen parameters)\n\n";
   os << "AllReduce buckets, in the order the backward pass closes them: " << p.buckets.size() << ", "
-     << mb(double(p.allreduce_bytes)) << " per step\n";
+     << bytes_str(double(p.allreduce_bytes)) << " per step\n";
   std::snprintf(line, sizeof line, "  %-16s %6s %12s  %-30s", "node", "grads", "bytes", "closed by");
   os << line << (o.predict ? "  ready ms  start ms    end ms" : "") << "\n";
   for (const PlannedBucket& b : p.buckets) {
@@ -392,7 +383,7 @@ void print_plan(std::ostream& os, const Plan& p) {
   }
   if (p.sync_nodes > 0)
     os << "\nSyncBatchNorm (--sync-bn): " << p.sync_nodes << " ReplicaSum nodes per step (BatchNorm statistics and\n"
-       << "  their gradients), " << mb(double(p.sync_bytes))
+       << "  their gradients), " << bytes_str(double(p.sync_bytes))
        << " per replica; each a blocking allreduce on the step's critical path\n";
   if (!o.predict) return;
   os << "\npredicted step at " << o.devices << " device" << (o.devices > 1 ? "s" : "") << ", link "
@@ -450,6 +441,15 @@ std::string plan_json(const Plan& p) {
                        {"speedup", p.speedup()},
                        {"efficiency", p.efficiency()}};
   return j.dump(2);
+}
+
+std::string bytes_str(double bytes) {
+  char b[32];
+  if (bytes < 1024) std::snprintf(b, sizeof b, "%.0f B", bytes);
+  else if (bytes < 1024.0 * 1024) std::snprintf(b, sizeof b, "%.1f KiB", bytes / 1024);
+  else if (bytes < 1024.0 * 1024 * 1024) std::snprintf(b, sizeof b, "%.1f MiB", bytes / (1024.0 * 1024));
+  else std::snprintf(b, sizeof b, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
+  return b;
 }
 
 }  // namespace graphrun::runtime

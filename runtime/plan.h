@@ -128,6 +128,9 @@ std::vector<CpuPlacement> compare_cpu_placements(const Graph& model, const PlanO
 // "placement: cpu:2 x 1 thread (0.095 s/step predicted; cpu:1 x 2 threads: 0.112)".
 std::string describe_placements(const std::vector<CpuPlacement>& ranked);
 
+// A byte count for people: "512 B", "1.5 KiB", "430.2 MiB", "2.25 GiB".
+std::string bytes_str(double bytes);
+
 void print_plan(std::ostream& os, const Plan& plan);   // the table of graphrun plan
 void print_plan_brief(std::ostream& os, const Plan& plan);  // the block train --plan prints
 std::string plan_json(const Plan& plan);

@@ -197,6 +197,7 @@ class Trainer {
   FeedOptions feed_options(int d) const;
   void setup_evaluation();
   void setup_replicas();
+  void check_memory() const;
   void share_evaluation_state();
   // The step loop (trainer_step_loop.cc).
   void worker_loop(int d);

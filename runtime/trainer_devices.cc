@@ -2,6 +2,8 @@
 // replica per device — its executor, feed, figures and communicator — on a thread of its own.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
 #include <sstream>
 #include <thread>
 
@@ -10,6 +12,7 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/mpi.h"
 #include "runtime/kernels/cpu/gemm.h"
+#include "runtime/plan.h"
 #include "runtime/trainer_parts.h"
 
 namespace graphrun::runtime {
@@ -55,6 +58,54 @@ std::vector<Device> parse_devices(const std::string& spec) {
   }
   GR_CHECK(!r.empty(), "empty device list '" << spec << "'");
   return r;
+}
+
+namespace {
+
+// What this machine can still give a process: MemAvailable plus free swap, in bytes; 0 where unknown.
+// GRAPHRUN_MEM_AVAILABLE_MB stands in for it (tests).
+size_t available_memory() {
+  if (const char* e = std::getenv("GRAPHRUN_MEM_AVAILABLE_MB")) return static_cast<size_t>(std::strtoull(e, nullptr, 10)) << 20;
+  std::ifstream f("/proc/meminfo");
+  std::string key, rest;
+  size_t kb = 0, total = 0;
+  bool found = false;
+  while (f >> key >> kb) {
+    std::getline(f, rest);
+    if (key == "MemAvailable:" || key == "SwapFree:") {
+      total += kb << 10;
+      found = found || key == "MemAvailable:";
+    }
+  }
+  return found ? total : 0;
+}
+
+
+}  // namespace
+
+// CPU replicas: what setup and the first step will surely allocate on top of the model as loaded (each
+// replica's copy of the parameters, its gradients, and the optimizer buffers beyond the one set the graph
+// holds already), against what the machine has: a clear error now instead of the kernel's out-of-memory
+// killer halfway through the first step.
+void Trainer::check_memory() const {
+  const auto& devs = opts_.pipeline.devices;
+  if (!devs[0].is_cpu()) return;
+  const size_t avail = available_memory();
+  if (!avail) return;
+  const Graph& g = graphs_.replicas[0].graph;
+  size_t params = 0, updated = 0;
+  for (const auto& p : graphs_.params)
+    if (g.initializers.count(p)) params += g.initializers.at(p).nbytes();
+  for (const auto& [_, init] : graphs_.replicas[0].state_updates)
+    if (g.initializers.count(init)) updated += g.initializers.at(init).nbytes();
+  const size_t buffers = updated > params ? updated - params : 0;
+  const size_t replicas = devs.size() * static_cast<size_t>(mpi::local_size());
+  const size_t need = replicas * 2 * params + (replicas - 1) * buffers;
+  GR_CHECK(need <= avail, "training '" << graphs_.forward.name << "' on " << replicas << " replica"
+                                       << (replicas > 1 ? "s" : "") << " on this machine needs at least "
+                                       << bytes_str(need) << " more memory (per replica: its copy of the " << bytes_str(params)
+                                       << " of parameters, their gradients and the optimizer's buffers), and "
+                                       << bytes_str(avail) << " is available; train on fewer replicas (--devices cpu:1)");
 }
 
 std::string devices_str(const std::vector<Device>& ds) {
@@ -137,6 +188,7 @@ void Trainer::setup_replicas() {
   const ValueInfo* image = graphs_.forward.info(graphs_.image);
   const bool f32_images = !image || image->dtype == DType::F32 || image->dtype == DType::Undefined;
   const auto data = place_data(train_, test_, devs, f32_images ? opts_.device_data_budget : 0, opts_.log);
+  check_memory();
   comms_ = world_communicators();
   for (int d = 0; d < D; ++d) {
     auto r = std::make_unique<Replica>();

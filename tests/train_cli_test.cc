@@ -59,6 +59,23 @@ TEST(TrainCli, GpusFailWithOneClearLine) {
   expect_usage_error(lenet() + " --devices cpu:0,cuda:0", "cuda:0");
 }
 
+// A model whose replicas cannot fit (their parameters, gradients and optimizer buffers alone exceed what the
+// machine has) is refused in one line before any step, rather than killed by the kernel halfway through one.
+// GRAPHRUN_MEM_AVAILABLE_MB stands in for the machine's available memory: LeNet's 0.49 MiB of parameters on
+// two replicas need at least 2 x 2 x 0.49 MiB + 0.49 MiB of momentum (2.5 MiB).
+TEST(TrainCli, ReplicasThatCannotFitInMemoryAreRefusedUpFront) {
+  if (!have_data()) GTEST_SKIP() << "Fashion-MNIST is not installed";
+  auto r = testing::run_command("GRAPHRUN_MEM_AVAILABLE_MB=1 " + testing::graphrun_cli() + " train " + lenet() +
+                                " --devices cpu:2 --momentum 0.9 --epochs 1 --max-steps 1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("on 2 replicas on this machine needs at least"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("train on fewer replicas (--devices cpu:1)"), std::string::npos) << r.output;
+  // Enough for them: it trains.
+  r = testing::run_command("GRAPHRUN_MEM_AVAILABLE_MB=3 " + testing::graphrun_cli() + " train " + lenet() +
+                           " --devices cpu:2 --momentum 0.9 --epochs 1 --max-steps 1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
 TEST(TrainCli, MissingOrCorruptDataIsAnError) {
   if (!std::filesystem::exists(lenet())) GTEST_SKIP() << "models/lenet.onnx is missing";
   std::string d = testing::temp_dir("train_cli_data");
