@@ -63,8 +63,8 @@ def main():
         print(f'2 threads: graphrun cpu:2 / pytorch = {sec["gr cpu:2 x1"] / sec["torch 2"]:.2f}')
     red = 100 * (1 - sec['gr cpu:2 x1'] / sec['gr cpu:1 x1'])
     print(f'cpu:2 vs cpu:1 (1 thread each): {red:.0f}% less time per epoch (aim: >= 40%)')
-    steps = a.max_steps or -(-60000 // 256)
-    floor = fma_floor(a.graphrun, a.model, 256, steps)
+    n_steps = a.max_steps or -(-60000 // 256)  # not `steps`: the gr lambda above reads that name
+    floor = fma_floor(a.graphrun, a.model, 256, n_steps)
     if floor:
         print(f'graphrun cpu:2 / FMA floor = {sec["gr cpu:2 x1"] / floor:.2f} (aim: <= 2)')
 
