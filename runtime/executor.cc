@@ -421,6 +421,8 @@ Executor::Executor(Graph&& graph, ExecOptions opts)
       state_[name] = opts_.device.is_cpu() || L.is_host(L.slot_of.at(name)) ? t.clone() : to_device(t, opts_.device);
     }
   }
+  // The state holds the tensors now; graph_ keeps their names (a copy it kept would hold a model's weights twice).
+  for (auto& [_, t] : graph_.initializers) t = Tensor();
   completion_points(L, n);
   // A state update is written in place when its producer is the state's last reader, may overwrite it
   // (overwritable_input), reads it there only, and no asynchronous reader of it is still in flight then:

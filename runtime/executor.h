@@ -85,6 +85,7 @@ class Executor {
   // updates write) that memory from then on. For executors in host memory; same dtype and shape.
   void share_state(const std::string& name, const Tensor& value);
 
+  // The graph it runs; its initializers are names only (their tensors are the states).
   const Graph& graph() const { return graph_; }
   const ExecOptions& options() const { return opts_; }
   // The random-op generator's state as text (std::mt19937_64's stream form), for checkpoints:

@@ -148,7 +148,8 @@ struct FeedOptions;
 
 class Trainer {
  public:
-  Trainer(const Graph& model, TrainOptions opts);
+  // A model moved in (`Trainer(std::move(model), ...)`) is not held twice: see the end of the constructor.
+  Trainer(Graph model, TrainOptions opts);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -170,7 +171,8 @@ class Trainer {
   void load_checkpoint(const std::string& path);
   int64_t global_step() const { return global_step_; }
   // The forward model in its inference form (graph/passes/train_mode.h) with the trained weights
-  // and running statistics (replica 0's): what --save writes.
+  // and running statistics (replica 0's): what --save writes. On CPU replicas its tensors are replica
+  // 0's own (no copy of a large model's weights): clone() what must outlive further training.
   Graph trained_model() const;
   void save(const std::string& path) const;
 

@@ -130,7 +130,7 @@ void check_devices_available(const std::vector<Device>& ds) {
 KernelWarmUp::KernelWarmUp() : thread_([] { cpu::warm_up_sgemm(); }) {}
 KernelWarmUp::~KernelWarmUp() { thread_.join(); }
 
-Trainer::Trainer(const Graph& model, TrainOptions opts) : opts_(std::move(opts)) {
+Trainer::Trainer(Graph model, TrainOptions opts) : opts_(std::move(opts)) {
   check_options();
   load_data(model);
   set_schedule();
@@ -144,6 +144,18 @@ Trainer::Trainer(const Graph& model, TrainOptions opts) : opts_(std::move(opts))
   std::vector<std::string> names;
   for (const auto& [name, _] : replica(0).states()) names.push_back(name);
   broadcast_states(names);
+  // The model as given is held once: on host replicas its trained parameters are replica 0's tensors from
+  // now on (trained_model() reads those anyway), and the training graph's copies go. A caller that moved
+  // its model in no longer holds the weights as loaded beside the replicas' copies.
+  if (opts_.pipeline.devices[0].is_cpu())
+    for (const auto& p : graphs_.params) {
+      auto it = graphs_.forward.initializers.find(p);
+      const Tensor& st = replica(0).state(p);
+      if (it != graphs_.forward.initializers.end() && it->second.dtype() == st.dtype() && it->second.shape() == st.shape()) {
+        it->second = st;
+      }
+    }
+  graphs_.training.initializers.clear();
 }
 
 void Trainer::check_options() {

@@ -133,7 +133,7 @@ Graph Trainer::trained_model() const {
   for (auto& [name, t] : g.initializers) {
     auto it = st.find(name);
     if (it != st.end() && it->second.dtype() == t.dtype() && it->second.numel() == t.numel())
-      t = to_host(it->second).reshaped(t.shape());
+      t = (it->second.device().is_cpu() ? it->second : to_host(it->second)).reshaped(t.shape());
   }
   return g;
 }

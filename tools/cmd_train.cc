@@ -392,15 +392,16 @@ int cmd_train(const std::vector<std::string>& argv) {
     po.predict = false;
     runtime::print_plan_brief(std::cout, runtime::make_plan(model, po));
   }
-  runtime::Trainer trainer(model, o);
+  const std::string model_name = model.name;
+  runtime::Trainer trainer(std::move(model), o);  // the weights as loaded are then held once
   if (eval_only) {
     const runtime::EvalStats st = trainer.evaluate_stats();
     if (speaks) {
       if (trainer.mse())
-        std::cout << "test mse: " << st.loss << " (" << st.images << " examples, " << model.name << ")" << std::endl;
+        std::cout << "test mse: " << st.loss << " (" << st.images << " examples, " << model_name << ")" << std::endl;
       else
         std::cout << "test acc: " << st.accuracy << ", test loss: " << st.loss << " (" << st.images << " images, "
-                  << model.name << ")" << std::endl;
+                  << model_name << ")" << std::endl;
     }
     finish_profile();
     return 0;
