@@ -15,6 +15,7 @@
 #include <cstring>
 #include <set>
 #include <sstream>
+#include <tuple>
 #include <unordered_map>
 
 namespace graphrun::runtime {
@@ -76,11 +77,10 @@ struct Executor::Plan {
   std::vector<Tensor> input_copies;          // device executors: per graph input, its device buffer
   std::vector<std::vector<char>> host_scratch;  // device executors: per host-placed step, its scratch
   std::vector<bool> async_step;              // per step: its kernel deferred a completion in the planning run
-  // Per slot: the state-update source is the state's own buffer this plan (Layout::inplace_state, where
-  // the kernel asked for the state's dtype and shape); no buffer of its own, nothing swapped after a run.
-  std::vector<bool> slot_inplace;
-  // Planning run: the output was given a buffer before its kernel ran (its state's, or the gradient's of
-  // a CPU AllReduce), which output() returns where the kernel asks for that dtype and shape.
+  // Per slot: the output was given a buffer before its kernel ran in the planning run (its state's, or the
+  // gradient's of a CPU AllReduce), which output() returns where the kernel asks for that dtype and shape.
+  // A state-update source (Layout::inplace_updates) still preset after planning is its state's own buffer
+  // in every run: nothing to swap after it.
   std::vector<bool> slot_preset;
   // CPU executors: the planning run's buffers come from one reserved range that then holds the arena.
   std::shared_ptr<PlanningPool> pool;
@@ -104,8 +104,11 @@ struct Executor::Layout {
   // that reads an output of s (n: at the end of the run); finishing_before[t] lists those s.
   std::vector<int> complete_at;
   std::vector<std::vector<int>> finishing_before;  // n + 1 entries
-  // Per slot: for a state update's source written into its state's own buffer, the state's slot (else -1).
-  std::vector<int> inplace_state;
+  // (source slot, state slot) of the state updates that may be written into their state's own buffer.
+  std::vector<std::pair<int, int>> inplace_updates;
+  // (step, input slot, output slot) of the CPU AllReduce sums that may take their gradient's buffer: the
+  // gradient is read by that step alone, once (the plan checks sizes and views; the planning run, liveness).
+  std::vector<std::tuple<int, int, int>> allreduce_aliases;
 };
 
 namespace {
@@ -235,7 +238,6 @@ class RunContext final : public KernelContext {
       // a buffer of its own after all (a state update's is then swapped into the state after the run).
       Tensor& t = plan_.slot_tensor[s];
       plan_.slot_preset[s] = t.dtype() == dtype && t.shape() == shape;
-      if (plan_.slot_inplace[s]) plan_.slot_inplace[s] = plan_.slot_preset[s];
       if (plan_.slot_preset[s]) {
         plan_.slot_dtype[s] = dtype;
         plan_.slot_shape[s] = shape;
@@ -427,7 +429,6 @@ Executor::Executor(Graph&& graph, ExecOptions opts)
   // A state update is written in place when its producer is the state's last reader, may overwrite it
   // (overwritable_input), reads it there only, and no asynchronous reader of it is still in flight then:
   // a parameter or optimizer buffer then takes one buffer, not two swapped after every step.
-  L.inplace_state.assign(L.nslots, -1);
   for (const auto& [v, init] : opts_.state_updates) {
     const int vs = L.slot_of.at(v), is = L.slot_of.at(init), s = L.def_step[vs];
     if (L.last_use[is] != s || L.is_host(is) || L.is_host(vs) || L.on_host(s)) continue;
@@ -443,8 +444,17 @@ Executor::Executor(Graph&& graph, ExecOptions opts)
     for (int r = 0; r < s && settled; ++r)
       if (opts_.async_kernels && L.complete_at[r] > r + 1 && std::count(L.in_slots[r].begin(), L.in_slots[r].end(), is))
         settled = L.complete_at[r] <= s;
-    if (settled) L.inplace_state[vs] = is;
+    if (settled) L.inplace_updates.emplace_back(vs, is);
   }
+  if (opts_.views && opts_.device.is_cpu())
+    for (int s = 0; s < n; ++s) {
+      const Node& node = graph_.nodes[s];
+      if (node.domain != kGraphrunDomain || node.op_type != "AllReduce" || L.on_host(s)) continue;
+      const auto& ins = L.in_slots[s];
+      for (size_t k = 0; k < ins.size() && k < L.out_slots[s].size(); ++k)
+        if (ins[k] >= 0 && L.def_step[ins[k]] >= 0 && L.last_use[ins[k]] == s && std::count(ins.begin(), ins.end(), ins[k]) == 1)
+          L.allreduce_aliases.emplace_back(s, ins[k], L.out_slots[s][k]);
+    }
   layout_ = std::make_unique<Layout>(std::move(L));
 }
 
@@ -526,9 +536,8 @@ Executor::Plan& Executor::plan_for(const std::map<std::string, Tensor>& inputs) 
   p->scratch_bytes.resize(graph_.nodes.size(), 0);
   p->scratch_offset.resize(graph_.nodes.size(), 0);
   p->async_step.resize(graph_.nodes.size(), false);
-  p->slot_inplace.resize(L.nslots, false);
-  for (int sl = 0; sl < L.nslots; ++sl) p->slot_inplace[sl] = L.inplace_state[sl] >= 0;
-  p->slot_preset = p->slot_inplace;
+  p->slot_preset.resize(L.nslots, false);
+  for (const auto& [src, _] : L.inplace_updates) p->slot_preset[src] = true;
   if (opts_.device.is_cpu()) p->pool = PlanningPool::create(PlanningPool::default_reserve());
   plans_.push_back(std::move(p));
   return *plans_.back();
@@ -562,8 +571,8 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>&
   }
   for (auto& [name, t] : state_) fixed[L.slot_of.at(name)] = &t;
   // In-place state updates write the state's buffer (which share_state may have replaced since the last run).
-  for (int sl = 0; sl < L.nslots; ++sl)
-    if (P.slot_inplace[sl]) P.slot_tensor[sl] = *fixed[L.inplace_state[sl]];
+  for (const auto& [src, st] : L.inplace_updates)
+    if (P.slot_preset[src]) P.slot_tensor[src] = *fixed[st];
 
   const int64_t opset = graph_.opset("");
   std::vector<Pending> pending(n);
@@ -587,19 +596,14 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>&
                                                           << "' has no value (its producer did not write it)");
       ins.push_back(t);
     }
-    if (!P.planned && opts_.views && opts_.device.is_cpu() && node.domain == kGraphrunDomain &&
-        node.op_type == "AllReduce") {
+    if (!P.planned)
       // As the plan will (see below): each sum goes into its gradient's buffer where nothing reads the
       // gradient later, so that the planning run's peak, which the process touches, is the plan's.
-      for (size_t k = 0; k < L.in_slots[s].size() && k < L.out_slots[s].size(); ++k) {
-        const int in = L.in_slots[s][k], out = L.out_slots[s][k];
-        if (in < 0 || fixed[in] || held[in] || !L.pooled[in] || !L.pooled[out] || L.last_use[in] != s ||
-            !P.slot_tensor[in].defined() || std::count(L.in_slots[s].begin(), L.in_slots[s].end(), in) != 1)
-          continue;
-        P.slot_tensor[out] = P.slot_tensor[in];
-        P.slot_preset[out] = true;
-      }
-    }
+      for (const auto& [step, in, out] : L.allreduce_aliases)
+        if (step == s && !held[in] && L.pooled[in] && L.pooled[out] && P.slot_tensor[in].defined()) {
+          P.slot_tensor[out] = P.slot_tensor[in];
+          P.slot_preset[out] = true;
+        }
     const int64_t t0 = prof ? prof->now() : 0;
     naming_node(node, [&] { fns_[s](ctx); });
     if (prof) {
@@ -662,22 +666,15 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>&
     // A CPU AllReduce writes each sum into its gradient's buffer where nothing reads the gradient after
     // it (the kernel has packed every input into its bucket, or is summing that one tensor in place,
     // before it writes an output): a bucket's gradients and sums take one buffer, not two.
-    if (opts_.views && opts_.device.is_cpu())
-      for (int s = 0; s < n; ++s) {
-        const Node& node = graph_.nodes[s];
-        if (node.domain != kGraphrunDomain || node.op_type != "AllReduce" || L.on_host(s)) continue;
-        for (size_t k = 0; k < L.in_slots[s].size() && k < L.out_slots[s].size(); ++k) {
-          const int in = L.in_slots[s][k], out = L.out_slots[s][k];
-          if (in < 0 || !packed(in) || !packed(out) || root[in] >= 0 || root[out] >= 0 || L.last_use[in] != s) continue;
-          if (bytes_of(in) != bytes_of(out) || P.slot_dtype[in] != P.slot_dtype[out]) continue;
-          if (std::count(root.begin(), root.end(), in) || std::count(L.in_slots[s].begin(), L.in_slots[s].end(), in) != 1)
-            continue;
-          root[out] = in;
-          for (int& r : root)
-            if (r == out) r = in;
-          end[in] = std::max(end[in], end[out]);
-        }
-      }
+    for (const auto& [s, in, out] : L.allreduce_aliases) {
+      if (!packed(in) || !packed(out) || root[in] >= 0 || root[out] >= 0 || std::count(root.begin(), root.end(), in) ||
+          bytes_of(in) != bytes_of(out) || P.slot_dtype[in] != P.slot_dtype[out])
+        continue;
+      root[out] = in;
+      for (int& r : root)
+        if (r == out) r = in;
+      end[in] = std::max(end[in], end[out]);
+    }
     for (int sl = 0; sl < L.nslots; ++sl) {
       if (!packed(sl)) continue;
       size_t bytes = align_up(std::max<size_t>(1, bytes_of(sl)));
@@ -741,7 +738,7 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>&
   // Persist state updates: the state takes the produced buffer; the plan keeps the old one to write next time.
   for (const auto& [v, init] : opts_.state_updates) {
     int sl = L.slot_of.at(v);
-    if (P.slot_inplace[sl]) continue;  // written in place: the state holds it already
+    if (P.slot_preset[sl]) continue;  // written in place (Layout::inplace_updates): the state holds it already
     Tensor& st = state_.at(init);
     Tensor& produced = P.slot_tensor[sl];
     GR_CHECK(produced.dtype() == st.dtype() && produced.numel() == st.numel(),

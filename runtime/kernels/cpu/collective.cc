@@ -46,14 +46,15 @@ void all_reduce(KernelContext& ctx) {
   const size_t elem = t == DType::F64 ? sizeof(double) : sizeof(float);
   std::vector<std::pair<void*, int64_t>> own;       // summed in place: (output, count)
   std::vector<std::pair<void*, size_t>> packed;     // from the bucket: (output, bytes)
+  auto in_bucket = [&](int i) { return k > 1 && ctx.input(i).numel() < kInPlace; };
   int64_t bucket = 0;
   for (int i = 0; i < k; ++i)
-    if (k > 1 && ctx.input(i).numel() < kInPlace) bucket += ctx.input(i).numel();
+    if (in_bucket(i)) bucket += ctx.input(i).numel();
   char* buf = bucket ? static_cast<char*>(ctx.scratch(static_cast<size_t>(bucket) * elem)) : nullptr;
   size_t off = 0;
   for (int i = 0; i < k; ++i) {
     const Tensor& g = ctx.input(i);
-    if (k > 1 && g.numel() < kInPlace) {
+    if (in_bucket(i)) {
       std::memcpy(buf + off, g.raw(), g.nbytes());
       off += g.nbytes();
     }
@@ -62,7 +63,7 @@ void all_reduce(KernelContext& ctx) {
   for (int i = 0; i < k; ++i) {
     const Tensor& g = ctx.input(i);
     Tensor& r = ctx.output(i, g.shape(), t);
-    if (k > 1 && g.numel() < kInPlace) {
+    if (in_bucket(i)) {
       packed.emplace_back(r.raw(), g.nbytes());
     } else {
       if (r.raw() != g.raw()) std::memcpy(r.raw(), g.raw(), g.nbytes());
