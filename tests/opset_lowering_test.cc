@@ -119,8 +119,9 @@ class OpsetLowering : public ::testing::Test {
       const Tensor want = read_npy(dir_ + "/" + name + ".npy");
       EXPECT_EQ(shape_str(got.shape()), shape_str(want.shape())) << model << " " << name;
       EXPECT_EQ(got.dtype(), want.dtype()) << model << " " << name;
-      if (got.shape() == want.shape() && got.dtype() == want.dtype())
+      if (got.shape() == want.shape() && got.dtype() == want.dtype()) {
         EXPECT_LE(testing::max_abs_diff(got, want), tol) << model << " " << name;
+      }
     }
   }
 

@@ -1,7 +1,9 @@
 // GEMM for the CPU kernels: float on oneDNN's dnnl_sgemm (up to 97% of the FMA peak at the conv and
 // fully connected shapes of LeNet, SimpleCNN and ResNet-18, where Eigen reaches 50-65%; docs/kernels.md),
 // double on Eigen. Threads split C's columns, never the reduction, so results do not depend on timing.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // false positives inside Eigen's AVX-512 code
+// False positives inside Eigen's AVX-512 code (GCC 12: `__m256d __Y = __Y;` in its intrinsics).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include "runtime/kernels/cpu/gemm.h"
 
 #ifdef GRAPHRUN_ONEDNN
