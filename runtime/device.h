@@ -33,6 +33,10 @@ class DeviceBackend {
   virtual void copy_device_to_device(Device d, void* dst, const void* src, size_t bytes) = 0;
   virtual void memset(Device d, void* dst, int value, size_t bytes) = 0;
   virtual void synchronize(Device d) = 0;
+  // What device d can still give this process, in bytes: the driver's free memory plus the backend's
+  // own cached free blocks (the CPU: MemAvailable plus free swap, shared by its logical devices);
+  // 0 where unknown. The trainer refuses replicas that cannot fit before it allocates them.
+  virtual size_t free_memory(Device d) { return 0; }
 
   // Reading small results without stalling the stream (the trainer's per-step loss and accuracy):
   // copy them into pinned host memory after the work enqueued so far, mark that point with an event,

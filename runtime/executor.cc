@@ -420,7 +420,10 @@ Executor::Executor(Graph&& graph, ExecOptions opts)
       state_[name] = t;
       borrowed_.insert(name);
     } else {
-      state_[name] = opts_.device.is_cpu() || L.is_host(L.slot_of.at(name)) ? t.clone() : to_device(t, opts_.device);
+      // (A device tensor given on this executor's device is taken as it is: an evaluation reading a
+      // replica's parameters.)
+      state_[name] = opts_.device.is_cpu() || L.is_host(L.slot_of.at(name)) ? (t.device().is_cpu() ? t.clone() : to_host(t))
+                                                                              : to_device(t, opts_.device);
     }
   }
   // The state holds the tensors now; graph_ keeps their names (a copy it kept would hold a model's weights twice).
@@ -471,7 +474,8 @@ void Executor::share_state(const std::string& name, const Tensor& value) {
   GR_CHECK(t.dtype() == value.dtype() && t.shape() == value.shape(),
            "state '" << name << "' is " << dtype_name(t.dtype()) << shape_str(t.shape()) << ", given "
                      << dtype_name(value.dtype()) << shape_str(value.shape()));
-  GR_CHECK(t.device().is_cpu() && value.device().is_cpu(), "state '" << name << "': only host memory is shared");
+  GR_CHECK(shares_memory(value.device(), t.device()),
+           "state '" << name << "' is on " << t.device().str() << ", given a tensor on " << value.device().str());
   t = value;
   borrowed_.erase(name);
 }

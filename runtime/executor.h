@@ -81,8 +81,9 @@ class Executor {
   const std::map<std::string, Tensor>& states() const { return state_; }
   // Copies `value` into the state tensor `name` (same dtype and shape).
   void set_state(const std::string& name, const Tensor& value);
-  // Makes state `name` the host tensor `value` itself, not a copy: this executor reads (and its state
-  // updates write) that memory from then on. For executors in host memory; same dtype and shape.
+  // Makes state `name` the tensor `value` itself, not a copy: this executor reads (and its state updates
+  // write) that memory from then on. `value` lies in memory this executor's device reads (the host for
+  // host executors, the same GPU); same dtype and shape.
   void share_state(const std::string& name, const Tensor& value);
 
   // The graph it runs; its initializers are names only (their tensors are the states).

@@ -199,7 +199,10 @@ class Trainer {
   FeedOptions feed_options(int d) const;
   void setup_evaluation();
   void setup_replicas();
+  void setup_evaluation_parts();
   void check_memory() const;
+  bool f32_images() const;            // the model's images are f32 (resident data is fed as it is)
+  size_t resident_data_bytes() const;  // what place_data copies to each device that needs a copy
   void share_evaluation_state();
   // The step loop (trainer_step_loop.cc).
   void worker_loop(int d);

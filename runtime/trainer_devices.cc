@@ -2,8 +2,7 @@
 // replica per device — its executor, feed, figures and communicator — on a thread of its own.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -60,52 +59,71 @@ std::vector<Device> parse_devices(const std::string& spec) {
   return r;
 }
 
-namespace {
-
-// What this machine can still give a process: MemAvailable plus free swap, in bytes; 0 where unknown.
-// GRAPHRUN_MEM_AVAILABLE_MB stands in for it (tests).
-size_t available_memory() {
-  if (const char* e = std::getenv("GRAPHRUN_MEM_AVAILABLE_MB")) return static_cast<size_t>(std::strtoull(e, nullptr, 10)) << 20;
-  std::ifstream f("/proc/meminfo");
-  std::string key, rest;
-  size_t kb = 0, total = 0;
-  bool found = false;
-  while (f >> key >> kb) {
-    std::getline(f, rest);
-    if (key == "MemAvailable:" || key == "SwapFree:") {
-      total += kb << 10;
-      found = found || key == "MemAvailable:";
-    }
-  }
-  return found ? total : 0;
-}
-
-
-}  // namespace
-
-// CPU replicas: what setup and the first step will surely allocate on top of the model as loaded (each
-// replica's copy of the parameters, its gradients, and the optimizer buffers beyond the one set the graph
-// holds already), against what the machine has: a clear error now instead of the kernel's out-of-memory
-// killer halfway through the first step.
+// What setup and the first step will surely allocate, against what the devices have: a clear error before
+// anything large is allocated instead of the kernel's out-of-memory killer (CPU) or a failed allocation
+// halfway through the first step (GPU). A lower bound (activations come on top): it never refuses a
+// run that fits.
 void Trainer::check_memory() const {
   const auto& devs = opts_.pipeline.devices;
-  if (!devs[0].is_cpu()) return;
-  const size_t avail = available_memory();
-  if (!avail) return;
   const Graph& g = graphs_.replicas[0].graph;
-  size_t params = 0, updated = 0;
+  size_t params = 0, updated = 0, all = 0;
   for (const auto& p : graphs_.params)
     if (g.initializers.count(p)) params += g.initializers.at(p).nbytes();
   for (const auto& [_, init] : graphs_.replicas[0].state_updates)
     if (g.initializers.count(init)) updated += g.initializers.at(init).nbytes();
+  for (const auto& [_, t] : g.initializers) all += t.nbytes();
   const size_t buffers = updated > params ? updated - params : 0;
-  const size_t replicas = devs.size() * static_cast<size_t>(mpi::local_size());
-  const size_t need = replicas * 2 * params + (replicas - 1) * buffers;
-  GR_CHECK(need <= avail, "training '" << graphs_.forward.name << "' on " << replicas << " replica"
-                                       << (replicas > 1 ? "s" : "") << " on this machine needs at least "
-                                       << bytes_str(need) << " more memory (per replica: its copy of the " << bytes_str(params)
-                                       << " of parameters, their gradients and the optimizer's buffers), and "
-                                       << bytes_str(avail) << " is available; train on fewer replicas (--devices cpu:1)");
+  const std::string model = "training '" + graphs_.forward.name + "'";
+  if (devs[0].is_cpu()) {
+    // The host: each replica's copy of the parameters, its gradients, and the optimizer buffers beyond
+    // the one set the graph holds already (the model as loaded is the first replica's), for every replica
+    // of this machine's ranks.
+    const size_t avail = backend_->free_memory(devs[0]);
+    if (!avail) return;
+    const size_t replicas = devs.size() * static_cast<size_t>(mpi::local_size());
+    const size_t need = replicas * 2 * params + (replicas - 1) * buffers;
+    GR_CHECK(need <= avail, model << " on " << replicas << " replica" << (replicas > 1 ? "s" : "")
+                                  << " on this machine needs at least " << bytes_str(need)
+                                  << " more memory (per replica: its copy of the " << bytes_str(params)
+                                  << " of parameters, their gradients and the optimizer's buffers), and "
+                                  << bytes_str(avail) << " is available; train on fewer replicas (--devices cpu:1)");
+    return;
+  }
+  // A GPU: each of its replicas holds its graph's tensors (parameters, optimizer buffers, constants) and
+  // the parameters' gradients; the resident data; on a device other than the first, the evaluation's copy
+  // of the model (on the first it reads replica 0's tensors).
+  size_t eval = 0;
+  for (const auto& [_, t] : graphs_.forward.initializers) eval += t.nbytes();
+  const size_t data = resident_data_bytes();
+  std::map<int, size_t> on;  // device index -> replicas there
+  for (const Device& d : devs) ++on[d.index];
+  for (const auto& [index, n] : on) {
+    const Device dev{devs[0].kind, index};
+    const size_t avail = backend_->free_memory(dev);
+    if (!avail) continue;
+    const size_t need = n * (all + params) + data + (index != devs[0].index ? eval : 0);
+    GR_CHECK(need <= avail, model << " needs at least " << bytes_str(need) << " of memory on " << dev.str() << " ("
+                                  << n << " replica" << (n > 1 ? "s" : "") << " there, each holding "
+                                  << bytes_str(all) << " of parameters, optimizer buffers and constants and "
+                                  << bytes_str(params) << " of gradients"
+                                  << (data ? ", and the data's " + bytes_str(data) : std::string()) << "), and "
+                                  << bytes_str(avail) << " is free there; "
+                                  << (n > 1 ? "put fewer replicas on it" : "train on a larger device")
+                                  << (data ? " or keep the data on the host (--device-data-mb 0)" : ""));
+  }
+}
+
+bool Trainer::f32_images() const {
+  const ValueInfo* image = graphs_.forward.info(graphs_.image);
+  return !image || image->dtype == DType::F32 || image->dtype == DType::Undefined;
+}
+
+// The bytes place_data copies to each device that does not read the host's memory (0: none).
+size_t Trainer::resident_data_bytes() const {
+  if (!f32_images() || !train_.images.defined() || shares_memory(opts_.pipeline.devices[0], train_.images.device()))
+    return 0;
+  const size_t bytes = train_.images.nbytes() + train_.labels.nbytes() + test_.images.nbytes() + test_.labels.nbytes();
+  return static_cast<int64_t>(bytes) > opts_.device_data_budget ? 0 : bytes;
 }
 
 std::string devices_str(const std::vector<Device>& ds) {
@@ -138,23 +156,22 @@ Trainer::Trainer(Graph model, TrainOptions opts) : opts_(std::move(opts)) {
   po.executor_passes = true;  // the replicas run the executor's graph; nothing here is exported
   graphs_ = build_training_graphs(model, po);
   bn_updates_ = passes::batchnorm_state_updates(graphs_.replicas[0].graph);
+  check_memory();
   setup_evaluation();
   setup_replicas();
-  share_evaluation_state();
+  setup_evaluation_parts();
   std::vector<std::string> names;
   for (const auto& [name, _] : replica(0).states()) names.push_back(name);
   broadcast_states(names);
-  // The model as given is held once: on host replicas its trained parameters are replica 0's tensors from
-  // now on (trained_model() reads those anyway), and the training graph's copies go. A caller that moved
+  // The model as given is held once: its trained parameters are replica 0's tensors from now on (on a
+  // GPU too: trained_model() reads those anyway), and the training graph's copies go. A caller that moved
   // its model in no longer holds the weights as loaded beside the replicas' copies.
-  if (opts_.pipeline.devices[0].is_cpu())
-    for (const auto& p : graphs_.params) {
-      auto it = graphs_.forward.initializers.find(p);
-      const Tensor& st = replica(0).state(p);
-      if (it != graphs_.forward.initializers.end() && it->second.dtype() == st.dtype() && it->second.shape() == st.shape()) {
-        it->second = st;
-      }
-    }
+  for (const auto& p : graphs_.params) {
+    auto it = graphs_.forward.initializers.find(p);
+    const Tensor& st = replica(0).state(p);
+    if (it != graphs_.forward.initializers.end() && it->second.dtype() == st.dtype() && it->second.shape() == st.shape())
+      it->second = st;
+  }
   graphs_.training.initializers.clear();
 }
 
@@ -197,10 +214,7 @@ void Trainer::setup_replicas() {
   const int D = static_cast<int>(devs.size());
   // Resident sets are fed as they are (f32): a float64 model (--float64) reads batches through its
   // source, which converts them.
-  const ValueInfo* image = graphs_.forward.info(graphs_.image);
-  const bool f32_images = !image || image->dtype == DType::F32 || image->dtype == DType::Undefined;
-  const auto data = place_data(train_, test_, devs, f32_images ? opts_.device_data_budget : 0, opts_.log);
-  check_memory();
+  const auto data = place_data(train_, test_, devs, f32_images() ? opts_.device_data_budget : 0, opts_.log);
   comms_ = world_communicators();
   for (int d = 0; d < D; ++d) {
     auto r = std::make_unique<Replica>();

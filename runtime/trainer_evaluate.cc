@@ -130,30 +130,45 @@ void Trainer::setup_evaluation() {
     eval_->correct_total = m.correct_total;
     eval_->loss_total = m.loss_total;
   }
-  g = for_executor(g);
-  // Each device's copy gets its replica's intra-op threads: the copies run at once.
+  eval_->graph = for_executor(g);
+  eval_->options = eo;
+}
+
+// One copy of the metric graph per device of the run, once the replicas hold their tensors: a copy on a
+// device whose memory holds replica 0's reads those tensors (no copy of the model of its own, not even
+// for a moment); the others copy the model as loaded.
+void Trainer::setup_evaluation_parts() {
   const std::vector<Device>& devs = opts_.pipeline.devices;
   eval_->parts.resize(devs.size());
   for (size_t d = 0; d < devs.size(); ++d) {
-    eo.device = devs[d];
-    eval_->parts[d].exec = std::make_unique<Executor>(g, eo);
+    ExecOptions eo = eval_->options;
+    eo.device = devs[d];  // with its replica's intra-op threads: the copies run at once
+    Graph g = eval_->graph;
+    for (auto& [name, t] : g.initializers) {
+      auto it = replica(0).states().find(name);
+      if (it != replica(0).states().end() && shares_memory(it->second.device(), devs[d]) &&
+          it->second.dtype() == t.dtype() && it->second.shape() == t.shape())
+        t = it->second;
+    }
+    eval_->parts[d].exec = std::make_unique<Executor>(std::move(g), eo);
     if (!mse()) eval_->parts[d].totals = std::make_unique<HostReadback>(backend_, devs[d], 1, 2);
   }
+  eval_->graph = Graph();
 }
 
-// Evaluation reads replica 0's parameters and statistics. In host memory it reads them in place (the
-// replicas are idle while it runs, and it changes none of them) rather than from copies of its own,
-// so a model's weights are held once less per device: its own copies go at setup, before training, and
-// every evaluation takes replica 0's tensors afresh (a state update swaps a state's buffer every step).
-// On a GPU it copies them.
+// Evaluation reads replica 0's parameters and statistics. Where its memory holds them (the host; the
+// GPU of replica 0) it reads them in place (the replicas are idle while it runs, and it changes none of
+// them; on a GPU its kernels follow theirs on the device's stream) rather than from copies of its own,
+// so a model's weights are held once less per device; every evaluation takes replica 0's tensors afresh
+// (a state update that is not in place swaps a state's buffer every step). A copy on another GPU
+// copies them.
 void Trainer::share_evaluation_state() {
   for (auto& part : eval_->parts) {
     Executor& ex = *part.exec;
-    const bool host = ex.options().device.is_cpu();
     for (const auto& [name, _] : ex.graph().initializers) {
       if (!replica(0).states().count(name)) continue;
       const Tensor& src = replica(0).state(name);
-      if (host && src.device().is_cpu()) ex.share_state(name, src);
+      if (shares_memory(src.device(), ex.options().device)) ex.share_state(name, src);
       else ex.set_state(name, src);
     }
   }

@@ -86,6 +86,8 @@ struct Trainer::Evaluation {
     std::unique_ptr<HostReadback> totals;
   };
   std::vector<Part> parts;                        // one per device of the run, in order
+  Graph graph;            // the metric graph, until the parts are made (setup_evaluation_parts)
+  ExecOptions options;    // and their options, but for the device
   std::string labels, correct_total, loss_total;  // empty with --loss mse: the host sums the errors
   int64_t classes = 0;                            // > 10: top-5 counted on the host from the scores
   ProfileTrack* profile = nullptr;  // --profile: the main thread's track

@@ -348,6 +348,19 @@ void SimBackend::deallocate(Device d, void* p) {
   }
 }
 
+size_t SimBackend::free_memory(Device d) {
+  check_device(d, "free_memory");
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  size_t n = pool_bytes_ - top_;
+  for (const auto& [c, blocks] : free_) n += c * blocks.size();
+  return n;
+}
+
+size_t SimBackend::high_water() const {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  return top_;
+}
+
 size_t SimBackend::bytes_in_use() const {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   size_t n = 0;
@@ -501,7 +514,8 @@ void SimBackend::stall_replica(int rank, int64_t after_collectives) {
 
 // ---- ScopedSimDevice ----
 
-ScopedSimDevice::ScopedSimDevice(int devices) : backend_(std::make_unique<SimBackend>(devices)) {
+ScopedSimDevice::ScopedSimDevice(int devices, size_t pool_bytes)
+    : backend_(std::make_unique<SimBackend>(devices, pool_bytes)) {
   GR_CHECK(!dynamic_cast<SimBackend*>(runtime::backend_for(Device::Kind::CUDA)), "a SimBackend is already installed");
   runtime::override_backend(Device::Kind::CUDA, backend_.get());
 }

@@ -57,6 +57,7 @@ class SimBackend final : public runtime::DeviceBackend {
   void copy_device_to_device(Device d, void* dst, const void* src, size_t bytes) override;
   void memset(Device d, void* dst, int value, size_t bytes) override;
   void synchronize(Device d) override;
+  size_t free_memory(Device d) override;  // the pool's untouched part and its free blocks (shared by every device)
   void* allocate_pinned(Device d, size_t bytes) override;
   void free_pinned(Device d, void* p) override;
   void copy_device_to_host_async(Device d, void* dst, const void* src, size_t bytes) override;
@@ -76,6 +77,7 @@ class SimBackend final : public runtime::DeviceBackend {
   void stall_replica(int rank, int64_t after_collectives);
   bool is_device_memory(const void* p) const;  // inside the pool
   size_t bytes_in_use() const;
+  size_t high_water() const;  // the most of the pool ever handed out (a pool of this size serves the same run)
 
   // Holds the device lock with device memory accessible (kernels, copies, reductions; tests that
   // inspect memory deliberately). Nests.
@@ -118,7 +120,7 @@ class SimBackend final : public runtime::DeviceBackend {
 // Installs a SimBackend as the backend of Device::Kind::CUDA for its lifetime: cuda:0.. run on it.
 class ScopedSimDevice {
  public:
-  explicit ScopedSimDevice(int devices = 1);
+  explicit ScopedSimDevice(int devices = 1, size_t pool_bytes = size_t(16) << 30);
   ~ScopedSimDevice();
   ScopedSimDevice(const ScopedSimDevice&) = delete;
   ScopedSimDevice& operator=(const ScopedSimDevice&) = delete;

@@ -205,5 +205,77 @@ TEST(SimTrainer, Float64ModelReadsItsLossThroughACastNodeAndEqualsCpuReplicas) {
   EXPECT_EQ(dev.evaluate_stats().loss, cpu.evaluate_stats().loss);
 }
 
+// The model as loaded is not held beside the device's copy: once set up, the host holds no copy of the
+// weights (the trained model is read back from replica 0), and evaluation on replica 0's device reads
+// that replica's tensors instead of a copy of its own.
+TEST(SimTrainer, HoldsTheModelOnceOnTheDeviceAndNotOnTheHost) {
+  REQUIRE_LENET_AND_DATA();
+  ScopedSimDevice sim;
+  TrainOptions o = testing::quick(1, 32, 3, 100);
+  o.pipeline.optimizer.momentum = 0.9f;
+  Graph model = load_onnx(testing::lenet_path());
+  std::vector<Tensor> loaded;
+  size_t params = 0;
+  for (const auto& [_, t] : model.initializers)
+    if (t.dtype() == DType::F32) {
+      loaded.push_back(t);
+      params += t.nbytes();
+    }
+  ASSERT_GT(params, size_t(128) << 10);
+  Trainer cpu(load_onnx(testing::lenet_path()), o);
+  TrainOptions od = with_devices(o, sim_replicas(1));
+  od.device_data_budget = 0;  // the data stays on the host: the device holds the model alone
+  Trainer dev(std::move(model), od);
+  for (const Tensor& w : loaded) EXPECT_TRUE(w.sole_owner()) << "the host still holds a weight as loaded";
+  size_t states = 0;
+  for (const auto& [_, t] : dev.replica(0).states()) states += t.nbytes();
+  EXPECT_GE(states, 2 * params);  // parameters and momentum
+  // Replica 0's tensors and the evaluation's few totals, not a second copy of the parameters.
+  EXPECT_LE(sim.backend().bytes_in_use(), states + (size_t(64) << 10));
+  expect_same_epoch(dev.train_epoch(0), cpu.train_epoch(0), "one epoch");
+  const Graph a = dev.trained_model(), b = cpu.trained_model();
+  ASSERT_EQ(a.initializers.size(), b.initializers.size());
+  for (const auto& [name, t] : b.initializers) {
+    ASSERT_TRUE(a.initializers.count(name)) << name;
+    const Tensor& got = a.initializers.at(name);
+    ASSERT_TRUE(got.device().is_cpu()) << name;
+    EXPECT_EQ(testing::max_abs_diff(got, t), 0) << name;
+  }
+}
+
+// Replicas whose tensors cannot fit on their device are refused before anything is allocated there,
+// with one line naming the device; a device just as large as the run needs is not refused.
+TEST(SimTrainer, ReplicasThatCannotFitOnTheirDeviceAreRefusedUpFront) {
+  REQUIRE_LENET_AND_DATA();
+  const Graph model = load_onnx(testing::lenet_path());
+  // One replica (its allocations come in one order): a device of the size the run took serves it again.
+  const TrainOptions one = with_devices(testing::quick(1, 32, 2, 100), sim_replicas(1));
+  size_t peak = 0;
+  {
+    ScopedSimDevice sim;
+    Trainer t(model, one);
+    t.train_epoch(0);
+    peak = sim.backend().high_water();
+  }
+  {
+    ScopedSimDevice sim(1, peak);
+    Trainer t(model, one);
+    EXPECT_NO_THROW(t.train_epoch(0));
+  }
+  const TrainOptions o = with_devices(testing::quick(2, 32, 2, 100), sim_replicas(2));
+  ScopedSimDevice sim(1, size_t(256) << 10);
+  std::string msg;
+  try {
+    Trainer t(model, o);
+  } catch (const std::exception& e) {
+    msg = e.what();
+  }
+  for (const char* want : {"training 'lenet' needs at least", "of memory on cuda:0 (2 replicas there", "is free there",
+                           "put fewer replicas on it"})
+    EXPECT_NE(msg.find(want), std::string::npos) << want << " in: " << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  EXPECT_EQ(sim.counters().allocations, 0);
+}
+
 }  // namespace
 }  // namespace graphrun

@@ -111,6 +111,13 @@ void CachingAllocator::deallocate(void* p) {
   live_.erase(it);
 }
 
+size_t CachingAllocator::cached_bytes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (const auto& [c, blocks] : free_) n += c * blocks.size();
+  return n;
+}
+
 void CachingAllocator::release_cached() {
   std::lock_guard<std::mutex> lock(mu_);
   GR_CUDA_CHECK(cudaSetDevice(device_));
@@ -239,6 +246,13 @@ class CudaBackend final : public DeviceBackend {
     GR_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, dc.stream));
   }
   void synchronize(Device d) override { host_wait_stream(device_context(d.index), "a device synchronisation"); }
+  size_t free_memory(Device d) override {
+    DeviceContext& dc = device_context(d.index);
+    size_t free = 0, total = 0;
+    GR_CUDA_CHECK(cudaSetDevice(d.index));
+    GR_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return free + dc.allocator->cached_bytes();
+  }
 
   // Asynchronous reads. Ordering: the copy is enqueued on the compute stream, so it runs after every
   // kernel enqueued before it (the step that produced the value) and before any enqueued after it

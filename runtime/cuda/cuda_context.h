@@ -26,6 +26,7 @@ class CachingAllocator {
   void deallocate(void* p);
   void release_cached();  // returns every free block to the driver (after a device sync)
   size_t reserved_bytes() const { return reserved_; }
+  size_t cached_bytes();  // free blocks held for reuse
   size_t driver_allocations() const { return driver_allocations_; }  // cudaMalloc calls so far
 
   static size_t size_class(size_t bytes);
