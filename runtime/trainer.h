@@ -204,6 +204,7 @@ class Trainer {
   bool f32_images() const;            // the model's images are f32 (resident data is fed as it is)
   size_t resident_data_bytes() const;  // what place_data copies to each device that needs a copy
   void share_evaluation_state();
+  const Tensor* evaluation_source(int d, const std::string& name);
   // The step loop (trainer_step_loop.cc).
   void worker_loop(int d);
   void run_steps(Replica& r);

@@ -90,10 +90,11 @@ void Trainer::check_memory() const {
     return;
   }
   // A GPU: each of its replicas holds its graph's tensors (parameters, optimizer buffers, constants) and
-  // the parameters' gradients; the resident data; on a device other than the first, the evaluation's copy
-  // of the model (on the first it reads replica 0's tensors).
+  // the parameters' gradients; the resident data; on a device other than the first, the evaluation's
+  // copies of what it does not read from its replica (evaluation_source: all but the parameters).
   size_t eval = 0;
-  for (const auto& [_, t] : graphs_.forward.initializers) eval += t.nbytes();
+  for (const auto& [name, t] : graphs_.forward.initializers)
+    if (std::find(graphs_.params.begin(), graphs_.params.end(), name) == graphs_.params.end()) eval += t.nbytes();
   const size_t data = resident_data_bytes();
   std::map<int, size_t> on;  // device index -> replicas there
   for (const Device& d : devs) ++on[d.index];

@@ -4,6 +4,7 @@
 // contiguous share of the test set, the local ones at once (the replicas' threads are idle then); the
 // host adds the totals in replica order, with top-5 hits (more than 10 classes) and, with --loss mse,
 // the squared errors.
+#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -134,9 +135,25 @@ void Trainer::setup_evaluation() {
   eval_->options = eo;
 }
 
-// One copy of the metric graph per device of the run, once the replicas hold their tensors: a copy on a
-// device whose memory holds replica 0's reads those tensors (no copy of the model of its own, not even
-// for a moment); the others copy the model as loaded.
+// The tensor evaluation part d reads for state `name` in place, or nullptr where it keeps a copy of
+// replica 0's. Evaluation reads replica 0's parameters and statistics: where the part's memory holds them
+// (the host; replica 0's GPU), those tensors themselves; on another GPU, its own replica's copy of a
+// trained parameter, which is replica 0's bit for bit (every replica applies the same summed gradient
+// by the same elementwise update), and copies of the rest (BatchNorm's running statistics, which each
+// replica keeps from its own shards until the epoch's end; frozen weights).
+const Tensor* Trainer::evaluation_source(int d, const std::string& name) {
+  auto it = replica(0).states().find(name);
+  if (it == replica(0).states().end()) return nullptr;
+  const Device dev = opts_.pipeline.devices[d];
+  if (shares_memory(it->second.device(), dev)) return &it->second;
+  if (std::find(graphs_.params.begin(), graphs_.params.end(), name) == graphs_.params.end()) return nullptr;
+  const Tensor& own = replica(d).state(name);
+  return shares_memory(own.device(), dev) ? &own : nullptr;
+}
+
+// One copy of the metric graph per device of the run, once the replicas hold their tensors: each reads
+// the tensors evaluation_source names (no copy of the model of its own, not even for a moment) and
+// copies the rest from the model as loaded.
 void Trainer::setup_evaluation_parts() {
   const std::vector<Device>& devs = opts_.pipeline.devices;
   eval_->parts.resize(devs.size());
@@ -145,10 +162,8 @@ void Trainer::setup_evaluation_parts() {
     eo.device = devs[d];  // with its replica's intra-op threads: the copies run at once
     Graph g = eval_->graph;
     for (auto& [name, t] : g.initializers) {
-      auto it = replica(0).states().find(name);
-      if (it != replica(0).states().end() && shares_memory(it->second.device(), devs[d]) &&
-          it->second.dtype() == t.dtype() && it->second.shape() == t.shape())
-        t = it->second;
+      const Tensor* src = evaluation_source(static_cast<int>(d), name);
+      if (src && src->dtype() == t.dtype() && src->shape() == t.shape()) t = *src;
     }
     eval_->parts[d].exec = std::make_unique<Executor>(std::move(g), eo);
     if (!mse()) eval_->parts[d].totals = std::make_unique<HostReadback>(backend_, devs[d], 1, 2);
@@ -156,20 +171,16 @@ void Trainer::setup_evaluation_parts() {
   eval_->graph = Graph();
 }
 
-// Evaluation reads replica 0's parameters and statistics. Where its memory holds them (the host; the
-// GPU of replica 0) it reads them in place (the replicas are idle while it runs, and it changes none of
-// them; on a GPU its kernels follow theirs on the device's stream) rather than from copies of its own,
-// so a model's weights are held once less per device; every evaluation takes replica 0's tensors afresh
-// (a state update that is not in place swaps a state's buffer every step). A copy on another GPU
-// copies them.
+// Every evaluation takes the replicas' tensors afresh (a state update that is not in place swaps a
+// state's buffer every step) and copies replica 0's where it keeps copies. The replicas are idle while it
+// runs and it changes none of their tensors; on a GPU its kernels follow theirs on the device's stream.
 void Trainer::share_evaluation_state() {
-  for (auto& part : eval_->parts) {
-    Executor& ex = *part.exec;
+  for (size_t d = 0; d < eval_->parts.size(); ++d) {
+    Executor& ex = *eval_->parts[d].exec;
     for (const auto& [name, _] : ex.graph().initializers) {
       if (!replica(0).states().count(name)) continue;
-      const Tensor& src = replica(0).state(name);
-      if (shares_memory(src.device(), ex.options().device)) ex.share_state(name, src);
-      else ex.set_state(name, src);
+      if (const Tensor* src = evaluation_source(static_cast<int>(d), name)) ex.share_state(name, *src);
+      else ex.set_state(name, replica(0).state(name));
     }
   }
 }

@@ -240,5 +240,36 @@ TEST(SyncBatchNorm, CudaReplicasRunTheSyncBnGraph) {
           << "replica " << d << ": " << name;
 }
 
+// Evaluation on two GPUs: the copy on cuda:1 reads replica 1's parameters in place (replica 0's bit for
+// bit) and copies replica 0's running statistics, so it gives CPU replicas' figures, also when replica
+// 1's statistics differ from replica 0's, and holds no copy of the weights.
+TEST(SyncBatchNorm, EvaluationOnASecondGpuReadsItsReplicasWeightsAndReplicaZerosStatistics) {
+  if (!testing::have_data()) GTEST_SKIP() << "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)";
+  const Graph model = load_onnx(bn_model_path());
+  testing::ScopedSimDevice sim(2);
+  TrainOptions o = testing::quick(2, 10, 4, 100);
+  o.device_data_budget = 0;  // the data stays on the host: the devices hold the model alone
+  runtime::Trainer cpu(model, o);
+  o.pipeline.devices = {Device{Device::Kind::CUDA, 0}, Device{Device::Kind::CUDA, 1}};
+  runtime::Trainer dev(model, o);
+  // The replicas' tensors, the evaluation's totals and its copies of the running statistics on cuda:1,
+  // in blocks of 512 bytes; not the weights (24 KB) again.
+  size_t held = 0;
+  for (int d = 0; d < 2; ++d)
+    for (const auto& [_, t] : dev.replica(d).states()) held += (t.nbytes() + 511) / 512 * 512;
+  EXPECT_LE(sim.backend().bytes_in_use(), held + 8 * 512);
+  const auto sc = cpu.train_epoch(0), sd = dev.train_epoch(0);
+  EXPECT_EQ(sd.loss, sc.loss);
+  EXPECT_EQ(sd.test_acc, sc.test_acc);
+  // Replica 1's statistics drift from replica 0's (as they do within an epoch): evaluation still reads
+  // replica 0's.
+  const Tensor mean = Tensor::from_vector<float>({4}, {5, -5, 5, -5});
+  for (runtime::Trainer* t : {&cpu, &dev}) t->replica(1).set_state("bn.mean", mean);
+  const auto ec = cpu.evaluate_stats(), ed = dev.evaluate_stats();
+  EXPECT_EQ(ed.accuracy, ec.accuracy);
+  EXPECT_EQ(ed.loss, ec.loss);
+  EXPECT_EQ(ec.accuracy, sc.test_acc);
+}
+
 }  // namespace
 }  // namespace graphrun
