@@ -27,6 +27,17 @@ TEST(Einsum, MatchesNumpy) {
       {"ij", {{3, 0}}},
       {"ij,jk->ik", {{2, 0}, {0, 3}}},
       {"", {{}}},
+      // Through GEMM: batch labels in any order, outputs permuted, labels summed within one operand,
+      // ranges of 1, broadcast "..."; a diagonal beside a contraction falls back to the loop.
+      {"bij,bjk->kbi", {{2, 3, 4}, {2, 4, 5}}},
+      {"abc,cd->dba", {{2, 3, 4}, {4, 5}}},
+      {"ij,kl->ik", {{3, 4}, {2, 5}}},
+      {"bij,jk->bik", {{1, 3, 4}, {4, 5}}},
+      {"i,i->", {{7}, {7}}},
+      {"bhqd,bhkd->bhqk", {{2, 3, 4, 5}, {2, 3, 6, 5}}},
+      {"ij,ij->ij", {{3, 4}, {3, 4}}},
+      {"...ij,jk->...ik", {{2, 1, 3, 4}, {4, 2}}},
+      {"iij,jk->ik", {{3, 3, 4}, {4, 2}}},
   };
   std::vector<std::string> exprs;
   std::vector<Tensor> got;
@@ -49,6 +60,19 @@ TEST(Einsum, MatchesNumpy) {
   Tensor y = run_op("Einsum", {a, b}, {{"equation", Attribute::Str("ij,j->i")}}, 1, 13)[0];
   ASSERT_EQ(y.dtype(), DType::F32);
   expect_close(as_f64(y), make(DType::F64, {2}, {-1, 0.5}), 1e-6);
+}
+
+// Two operands go through the GEMM that MatMul calls, with the same arguments: an Einsum written for a
+// (batched) matrix product gives the MatMul's bits, and costs what it costs.
+TEST(Einsum, MatrixProductsAreTheMatMulBitForBit) {
+  const Tensor a = rand(DType::F32, {3, 64, 48}, 1), b = rand(DType::F32, {3, 48, 40}, 2);
+  auto einsum = [](const char* eq, const std::vector<Tensor>& in) {
+    return run_op("Einsum", in, {{"equation", Attribute::Str(eq)}}, 1, 13)[0];
+  };
+  EXPECT_EQ(testing::max_abs_diff(einsum("bij,bjk->bik", {a, b}), run_op("MatMul", {a, b}, {}, 1, 13)[0]), 0);
+  // B stored [k, j]: gathered into [j, k] as Transpose would lay it out.
+  const Tensor bt = run_op("Transpose", {b}, {{"perm", Attribute::Ints({0, 2, 1})}}, 1, 13)[0];
+  EXPECT_EQ(testing::max_abs_diff(einsum("bij,bkj->bik", {a, bt}), run_op("MatMul", {a, b}, {}, 1, 13)[0]), 0);
 }
 
 TEST(Einsum, BadEquationsGiveClearErrors) {
