@@ -1,5 +1,6 @@
 // One numeric gradient check per rule: forward + backward in double precision through the executor,
 // compared with central differences, for broadcasting and every attribute that changes the math.
+#include "graph/passes/remove_internal_noops.h"
 #include "tests/grad_check.h"
 
 namespace graphrun::testing {
@@ -546,6 +547,31 @@ TEST(GradRules, DropoutUsesTheForwardMask) {
   }
   EXPECT_GT(kept, 0);
   EXPECT_LT(kept, 24);
+}
+
+// torch exports nn.Dropout(0.0) in training mode as Dropout(x, 0.0, true): the gradient is dY itself, the
+// forward saves no mask, and the executor's graph drops the node (remove_internal_noops).
+TEST(GradRules, DropoutOfRatioZeroInTrainingIsIdentityWithoutAMask) {
+  TestGraph t(13);
+  std::string x = t.param("x", {3, 4}, 1);
+  t.g.initializers["ratio"] = Tensor::scalar<float>(0.f);
+  t.g.initializers["training"] = Tensor::scalar<bool>(true);
+  const std::string y = t.node("Dropout", {x, "ratio", "training"});
+  check_gradients(t, y);
+  Graph g = t.g;
+  g.outputs = {"loss"};
+  g.nodes.push_back(Node{"sum", "ReduceSum", "", {y}, {"loss"}, {{"keepdims", A::Int(0)}}});
+  autodiff::BackwardOptions bo;
+  bo.params = {"x"};
+  const Graph bg = autodiff::backward(g, bo);
+  for (const Node& n : bg.nodes) {
+    if (n.op_type == "Dropout") {
+      EXPECT_FALSE(n.has_output(1)) << "a mask saved for nothing";
+    }
+    EXPECT_NE(n.op_type, "Cast") << n.describe();
+  }
+  const Graph ex = passes::remove_internal_noops(bg);
+  for (const Node& n : ex.nodes) EXPECT_NE(n.op_type, "Dropout");
 }
 
 TEST(GradRules, DropoutInferenceIsIdentity) {

@@ -116,7 +116,8 @@ TEST(RemoveInternalNoops, KeepsWhatItCannotProveIsANoop) {
   Graph g = noop_graph();
   g.nodes[0].inputs[2] = "x_is_not_constant";  // training_mode from a value the graph computes: unknown
   g.inputs.push_back("x_is_not_constant");
-  g.nodes[1].outputs.push_back("mask");         // a mask someone may read
+  g.nodes[1].outputs.push_back("mask");         // a mask the graph returns
+  g.outputs.push_back("mask");
   g.values.erase("d2");                         // Cast's input type unknown
   g.values.erase("c1");                         // Reshape's input shape unknown
   const Graph r = passes::remove_internal_noops(g);
@@ -128,6 +129,10 @@ TEST(RemoveInternalNoops, KeepsWhatItCannotProveIsANoop) {
   *static_cast<uint8_t*>(yes.raw()) = 1;
   training.initializers["no"] = yes;  // training Dropout with ratio 0.5 draws masks: kept
   EXPECT_EQ(count_op(passes::remove_internal_noops(training), "Dropout"), 1);
+  // A mask nothing reads keeps nothing (torch's dropout=0.0 in training mode, masks named by the export).
+  Graph unread = noop_graph();
+  unread.nodes[1].outputs.push_back("unread_mask");
+  EXPECT_EQ(count_op(passes::remove_internal_noops(unread), "Dropout"), 0);
 }
 
 // ---- fold_constants ----

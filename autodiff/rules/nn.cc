@@ -132,7 +132,7 @@ void layer_norm_grad(GradContext& ctx) {
     if (!d[i].empty()) ctx.set_dx(i, d[i]);
 }
 
-// Training: Y = X * mask / (1 - ratio), so dX = dY * mask / (1 - ratio); inference: dX = dY.
+// Training: Y = X * mask / (1 - ratio), so dX = dY * mask / (1 - ratio); inference or ratio 0: dX = dY.
 void dropout_grad(GradContext& ctx) {
   const Node& n = ctx.fwd();
   const std::string& x = ctx.in(0);
@@ -157,7 +157,9 @@ void dropout_grad(GradContext& ctx) {
   } else {
     ratio = n.attr_f("ratio", 0.5f);
   }
-  if (!is_training) {
+  // A ratio of 0 keeps every element, in training too (the kernel draws no mask): dX = dY, and the
+  // forward keeps no mask for it (an executor then drops the node: what torch exports for dropout=0.0).
+  if (!is_training || (ratio_value.empty() && ratio == 0)) {
     ctx.set_dx(0, ctx.dy());
     return;
   }

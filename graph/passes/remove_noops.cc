@@ -2,6 +2,7 @@
 #include "graph/passes/remove_noops.h"
 
 #include <unordered_map>
+#include <unordered_set>
 
 namespace graphrun::passes {
 
@@ -28,11 +29,12 @@ bool is_identity_or_zero_pad(const Graph& g, const Node& n) {
 
 namespace {
 
-// A node remove_noops_if may drop at all: one used output, input 0 given, no graph output.
-bool removable(const Graph& g, const Node& n) {
+// A node remove_noops_if may drop at all: one used output (a Dropout's mask that nothing reads does not
+// count), input 0 given, no graph output.
+bool removable(const Graph& g, const Node& n, const std::unordered_set<std::string>& read) {
   if (!n.domain.empty() || n.outputs.empty() || n.inputs.empty() || n.inputs[0].empty()) return false;
   for (size_t k = 1; k < n.outputs.size(); ++k)
-    if (!n.outputs[k].empty()) return false;
+    if (!n.outputs[k].empty() && (read.count(n.outputs[k]) || g.is_output(n.outputs[k]))) return false;
   return !g.is_output(n.outputs[0]);
 }
 
@@ -68,10 +70,16 @@ Graph remove_noops_if(const Graph& g, const std::function<bool(const Graph&, con
   Graph r = g;
   std::unordered_map<std::string, std::string> alias;
   std::vector<Node> kept;
+  std::unordered_set<std::string> read;
+  for (const Node& n : g.nodes)
+    for (const auto& in : n.inputs) read.insert(in);
+  std::vector<std::string> dropped;  // unread outputs of removed nodes beside the first (masks)
   for (const Node& n : g.nodes) {
-    if (removable(g, n) && is_noop(g, n)) {
+    if (removable(g, n, read) && is_noop(g, n)) {
       auto it = alias.find(n.inputs[0]);
       alias[n.outputs[0]] = it == alias.end() ? n.inputs[0] : it->second;
+      for (size_t k = 1; k < n.outputs.size(); ++k)
+        if (!n.outputs[k].empty()) dropped.push_back(n.outputs[k]);
       continue;
     }
     Node m = n;
@@ -84,6 +92,7 @@ Graph remove_noops_if(const Graph& g, const std::function<bool(const Graph&, con
   if (alias.empty()) return r;
   r.nodes = std::move(kept);
   for (const auto& [v, _] : alias) r.values.erase(v);
+  for (const auto& v : dropped) r.values.erase(v);
   // Constants only the removed Pads read are dead now.
   drop_unread_constants(r);
   return r;
