@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <limits>
 
 #include "graph/slice_layout.h"
@@ -59,6 +60,43 @@ TEST(Shape, FlattenSqueezeUnsqueezeInBothOpsetForms) {
   Tensor uu = run_op("Unsqueeze", {u, i64s({2, 0})})[0];
   EXPECT_EQ(uu.shape(), (Shape{1, 3, 1, 4}));
   EXPECT_EQ(testing::max_abs_diff(uu.reshaped({3, 4}), u), 0.0);
+}
+
+// Transposes that move the innermost axis are copied in tiles (runtime/kernels/cpu/shape.cc): shapes with
+// partial tiles at both edges, batch axes around the plane, every element size, against the index rule.
+TEST(Shape, TransposesOfTheInnermostAxisAreEveryElementInItsPlace) {
+  struct Case {
+    Shape shape;
+    std::vector<int64_t> perm;
+  };
+  const std::vector<Case> cases = {{{37, 70}, {1, 0}},           {{512, 128}, {1, 0}},
+                                   {{3, 33, 65}, {0, 2, 1}},     {{2, 64, 4, 32}, {0, 2, 3, 1}},
+                                   {{5, 7, 40, 3}, {3, 1, 0, 2}}, {{4, 1, 50, 2}, {2, 1, 3, 0}},
+                                   {{64, 3, 35}, {2, 0, 1}},     {{1, 45}, {1, 0}}};
+  for (const Case& c : cases)
+    for (DType dt : {DType::F32, DType::F64, DType::I64, DType::U8, DType::F16}) {
+      const int64_t n = shape_numel(c.shape);
+      Tensor x(dt, c.shape);
+      auto* xb = static_cast<unsigned char*>(x.raw());
+      for (size_t b = 0; b < x.nbytes(); ++b) xb[b] = static_cast<unsigned char>(b * 7 + b / 251);
+      const Tensor y = run_op("Transpose", {x}, {{"perm", Attribute::Ints(c.perm)}})[0];
+      const int r = static_cast<int>(c.shape.size());
+      ASSERT_EQ(y.numel(), n);
+      const size_t es = dtype_size(dt);
+      std::vector<int64_t> xs(r, 1), idx(r);
+      for (int k = r - 1; k > 0; --k) xs[k - 1] = xs[k] * c.shape[k];
+      int64_t bad = 0;
+      for (int64_t o = 0; o < n; ++o) {
+        int64_t rem = o, src = 0;
+        for (int k = r - 1; k >= 0; --k) {
+          const int64_t d = y.shape()[k];
+          src += (rem % d) * xs[c.perm[k]];
+          rem /= d;
+        }
+        bad += std::memcmp(static_cast<const char*>(y.raw()) + o * es, xb + src * es, es) != 0;
+      }
+      EXPECT_EQ(bad, 0) << shape_str(c.shape) << " perm " << shape_str(c.perm) << " " << dtype_name(dt);
+    }
 }
 
 TEST(Shape, TransposeConcatSplitMatchNumpy) {

@@ -28,6 +28,47 @@ void copy_all(const Tensor& x, Tensor& y) {
   if (x.nbytes() && y.raw() != x.raw()) std::memcpy(y.raw(), x.raw(), x.nbytes());
 }
 
+// strided_gather where the output's innermost axis is not the input's contiguous one and axis p is (a
+// transpose of the two): for every index of the other axes, the [shape[p], shape[r-1]] plane is copied
+// in square tiles, reading runs of x along p and writing runs of y along r-1 while both stay in cache,
+// where one strided read per element misses it (a [512, 128] weight took 4 ns an element).
+template <class E>
+void tiled_gather(const Shape& shape, const std::vector<int64_t>& strides, int64_t base, size_t p, const E* x, E* y) {
+  constexpr int64_t kTile = 32;
+  const size_t r = shape.size();
+  std::vector<int64_t> ost(r, 1);
+  for (size_t k = r - 1; k-- > 0;) ost[k] = ost[k + 1] * shape[k + 1];
+  std::vector<int64_t> od, is, os;  // the other axes: range, input stride, output stride
+  for (size_t k = 0; k + 1 < r; ++k)
+    if (k != p) od.push_back(shape[k]), is.push_back(strides[k]), os.push_back(ost[k]);
+  const int64_t P = shape[p], J = shape[r - 1], s = strides[r - 1], op = ost[p];
+  std::vector<int64_t> idx(od.size(), 0);
+  int64_t xo = base, yo = 0;
+  for (;;) {
+    for (int64_t ib = 0; ib < P; ib += kTile) {
+      const int64_t ie = std::min(P, ib + kTile);
+      for (int64_t jb = 0; jb < J; jb += kTile) {
+        const int64_t je = std::min(J, jb + kTile);
+        for (int64_t i = ib; i < ie; ++i) {
+          const E* src = x + xo + i;
+          E* dst = y + yo + i * op;
+          for (int64_t j = jb; j < je; ++j) dst[j] = src[j * s];
+        }
+      }
+    }
+    size_t k = od.size();
+    for (; k-- > 0;) {
+      xo += is[k];
+      yo += os[k];
+      if (++idx[k] < od[k]) break;
+      xo -= is[k] * od[k];
+      yo -= os[k] * od[k];
+      idx[k] = 0;
+    }
+    if (k == static_cast<size_t>(-1)) return;
+  }
+}
+
 // y[i0..] = x[base + sum_k i_k * strides[k]] for every index of `shape`; y contiguous.
 template <class E>
 void strided_gather(const Shape& shape, const std::vector<int64_t>& strides, int64_t base, const E* x, E* y) {
@@ -39,6 +80,15 @@ void strided_gather(const Shape& shape, const std::vector<int64_t>& strides, int
   }
   const size_t r = shape.size();
   const int64_t inner = shape[r - 1], s = strides[r - 1];
+  if (s != 1 && inner > 1) {
+    size_t p = r - 1;  // the output axis the input is contiguous along, if any
+    for (size_t k = 0; k + 1 < r; ++k)
+      if (strides[k] == 1 && shape[k] > 1) p = k;
+    if (p != r - 1) {
+      tiled_gather(shape, strides, base, p, x, y);
+      return;
+    }
+  }
   std::vector<int64_t> idx(r, 0);
   int64_t off = base;
   for (int64_t o = 0; o < n; o += inner) {
