@@ -338,6 +338,29 @@ TEST(Norm, LayerNormalizationGradMatchesCentralDifferences) {
   }
 }
 
+// dScale and dB of a transformer's width (columns split over the threads) are each column's sum over the
+// rows in order: the same bits on 1 and 2 threads, and a double sum of the rule.
+TEST(Norm, LayerNormalizationGradOfWideRowsIsTheSameOnTwoThreads) {
+  const Shape s{40, 256};
+  Tensor x = random_tensor(s, 71, -2, 2), scale = random_tensor({256}, 72), b = random_tensor({256}, 73),
+         dy = random_tensor(s, 74);
+  auto fwd = run_node("LayerNormalization", {x, scale, b}, {{"axis", int1(-1)}}, 3, 17);
+  std::vector<std::vector<Tensor>> got;
+  for (int threads : {1, 2})
+    got.push_back(run_node_ex("LayerNormalizationGrad", {dy, x, scale, fwd[1], fwd[2]}, {{"axis", int1(-1)}},
+                              {true, true, true}, threads, 17, "ai.graphrun"));
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(max_abs_diff(got[0][k], got[1][k]), 0) << "output " << k;
+  const std::vector<double> xv = x.as_doubles(), gv = dy.as_doubles(), m = fwd[1].as_doubles(), is = fwd[2].as_doubles();
+  std::vector<double> ds(256, 0.0), db(256, 0.0);
+  for (int64_t r = 0; r < 40; ++r)
+    for (int64_t j = 0; j < 256; ++j) {
+      ds[j] += gv[r * 256 + j] * (xv[r * 256 + j] - m[r]) * is[r];
+      db[j] += gv[r * 256 + j];
+    }
+  EXPECT_LT(max_rel_diff(got[1][1], Tensor::from_vector<double>({256}, ds)), 1e-6);
+  EXPECT_LT(max_rel_diff(got[1][2], Tensor::from_vector<double>({256}, db)), 1e-6);
+}
+
 // InstanceNormalization is LayerNormalization of each (n, c) row over the spatial axes, then scale[c] and B[c].
 TEST_P(Norm, InstanceNormMatchesLayerNormOfEachRow) {
   const DType dt = GetParam();

@@ -314,16 +314,27 @@ void ln_backward(const T* dy, const T* x, const T* scale, const U* mean, const U
     }
   }
   if (!dscale && !db) return;
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t j = 0; j < s.inner; ++j) {
-    double a = 0, b = 0;
+  // Row by row, every column's sums at once (each still adds its rows in order: the same bits as a column
+  // at a time, which strided a row's length per element); columns split over the threads.
+  const int th = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, s.inner / 64)));
+  std::vector<double> a(s.inner, 0.0), b(s.inner, 0.0);
+#pragma omp parallel num_threads(th) if (th > 1)
+  {
+    const int t = th > 1 ? omp_get_thread_num() : 0;
+    const int64_t j0 = s.inner * t / th, j1 = s.inner * (t + 1) / th;
     for (int64_t r = 0; r < s.outer; ++r) {
-      const double gj = dy[r * s.inner + j];
-      a += gj * (x[r * s.inner + j] - static_cast<double>(mean[r])) * invstd[r];
-      b += gj;
+      const T *g = dy + r * s.inner, *p = x + r * s.inner;
+      const double m = static_cast<double>(mean[r]), is = invstd[r];
+      for (int64_t j = j0; j < j1; ++j) {
+        const double gj = g[j];
+        a[j] += gj * (p[j] - m) * is;
+        b[j] += gj;
+      }
     }
-    if (dscale) dscale[j] = static_cast<T>(a);
-    if (db) db[j] = static_cast<T>(b);
+  }
+  for (int64_t j = 0; j < s.inner; ++j) {
+    if (dscale) dscale[j] = static_cast<T>(a[j]);
+    if (db) db[j] = static_cast<T>(b[j]);
   }
 }
 
