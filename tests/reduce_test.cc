@@ -3,6 +3,10 @@
 // LogSoftmax under both axis conventions (2-D coercion before opset 13), and their stability.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
+#include "runtime/kernels/cpu/exp_f32.h"
 #include "tests/math_test_util.h"
 
 namespace graphrun {
@@ -195,6 +199,34 @@ TEST(Reduce, SoftmaxAndLogSoftmaxInBothAxisConventions) {
   Tensor wide = make(DType::F32, {256, 160}, sin_tensor({256, 160}, 5).as_doubles());
   EXPECT_EQ(testing::max_abs_diff(run_op("Softmax", {wide}, {}, 1, 17, "", 2)[0], run_op("Softmax", {wide})[0]), 0.0);
   expect_error([&] { run_op("Softmax", {x}, ax(3)); }, {"axis 3"});
+}
+
+// Softmax in f32 takes its exponentials from exp_f32 (vectorized): within 2 ulp of the exact value over
+// the whole finite range, exact at 0, and the edges as the library's (NaN, inf, 0 for -inf); a masked
+// attention row (-inf scores) still gives 0 there and sums to 1.
+TEST(Reduce, VectorizedExpIsWithinTwoUlpAndSoftmaxKeepsItsMasks) {
+  double worst = 0;
+  float at = 0;
+  for (int64_t k = -87 * 4096; k <= 88 * 4096; ++k) {
+    const float x = static_cast<float>(k) / 4096.f;
+    const double exact = std::exp(static_cast<double>(x));
+    const float got = runtime::cpu::exp_f32(x);
+    const double ulp = std::nextafter(static_cast<float>(exact), HUGE_VALF) - static_cast<float>(exact);
+    const double err = std::abs(got - exact) / ulp;
+    if (err > worst) worst = err, at = x;
+  }
+  EXPECT_LE(worst, 2.0) << "at x = " << at;
+  EXPECT_EQ(runtime::cpu::exp_f32(0.f), 1.f);
+  EXPECT_TRUE(std::isnan(runtime::cpu::exp_f32(std::nanf(""))));
+  EXPECT_EQ(runtime::cpu::exp_f32(89.f), HUGE_VALF);
+  EXPECT_EQ(runtime::cpu::exp_f32(-HUGE_VALF), 0.f);
+  EXPECT_EQ(runtime::cpu::exp_f32(-100.f), 0.f);
+  const float inf = -std::numeric_limits<float>::infinity();
+  Tensor scores = make(DType::F32, {2, 4}, {0.5, inf, -1, 2, inf, 3, inf, inf});
+  const std::vector<double> p = run_op("Softmax", {scores})[0].as_doubles();
+  const double s0 = std::exp(0.5) + std::exp(-1.0) + std::exp(2.0);
+  const std::vector<double> want = {std::exp(0.5) / s0, 0, std::exp(-1.0) / s0, std::exp(2.0) / s0, 0, 1, 0, 0};
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(p[i], want[i], 1e-6) << i;
 }
 
 }  // namespace
