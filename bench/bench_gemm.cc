@@ -10,6 +10,9 @@
 // dW[K, M] += col^T dY (reduction over rows), dX col[rows, K] = dY[rows, M] W^T; rows = the pixels
 // of the images one GEMM covers (the engine's chunk, or all the replica's images with --whole).
 // The batch is a replica's share with cpu:2 at the d2l batch sizes (-b overrides).
+// False positives inside Eigen's AVX-512 code (GCC 12: `__m512 __Y = __Y;` in its intrinsics), as in gemm.cc.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 #include <omp.h>
 

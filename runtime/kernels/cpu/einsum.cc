@@ -82,8 +82,12 @@ bool einsum_gemm(KernelContext& ctx, const EinsumPlan& plan, Tensor& y) {
     return r;
   };
   const int64_t NB = range_of(batch), M = range_of(free_a), N = range_of(free_b), K = range_of(contracted);
-  T* scratch = static_cast<T*>(ctx.scratch(sizeof(T) * static_cast<size_t>(NB * (M * K + K * N + M * N))));
-  T *a = scratch, *b = a + NB * M * K, *c = b + NB * K * N;
+  // A, B and C in one scratch buffer, each starting on a 64-byte boundary as a tensor of their own would.
+  constexpr int64_t kAlign = 64 / sizeof(T);
+  auto up = [](int64_t v) { return (v + kAlign - 1) / kAlign * kAlign; };
+  const int64_t na = up(NB * M * K), nb = up(NB * K * N);
+  T* scratch = static_cast<T*>(ctx.scratch(sizeof(T) * static_cast<size_t>(na + nb + NB * M * N)));
+  T *a = scratch, *b = a + na, *c = b + nb;
   // dst[j] for the j-th index of `outer` (the last fastest): the operand summed over `summed`.
   auto gather = [&](int i, const std::vector<int>& outer, const std::vector<int>& summed, T* dst) {
     std::vector<int64_t> od, os, sd, ss;
@@ -107,18 +111,10 @@ bool einsum_gemm(KernelContext& ctx, const EinsumPlan& plan, Tensor& y) {
   };
   gather(0, cat(batch, free_a, contracted), sum_a, a);
   gather(1, cat(batch, contracted, free_b), sum_b, b);
-  // Row-major C[M, N] = A[M, K] B[K, N] per batch (column-major C^T = B^T A^T); many small products one
-  // per thread, as MatMul runs them.
-  auto one = [&](int64_t n, int threads) {
+  // Row-major C[M, N] = A[M, K] B[K, N] per batch (column-major C^T = B^T A^T), as MatMul runs them.
+  for_each_product(NB, M * N * K, ctx.threads(), [&](int64_t n, int threads) {
     gemm(false, false, N, M, K, T(1), b + n * K * N, N, a + n * M * K, K, T(0), c + n * M * N, N, threads);
-  };
-  const int threads = static_cast<int>(std::min<int64_t>(ctx.threads(), NB));
-  if (threads > 1 && M * N * K < (int64_t{1} << 21)) {
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 16)
-    for (int64_t n = 0; n < NB; ++n) one(n, 1);
-  } else {
-    for (int64_t n = 0; n < NB; ++n) one(n, ctx.threads());
-  }
+  });
   std::vector<int64_t> cd, cs;
   for (int k : cat(batch, free_a, free_b)) cd.push_back(dims[k]), cs.push_back(out_stride[k]);
   T* py = ptr<T>(y);

@@ -2,6 +2,7 @@
 // oneDNN's GEMM, which measured fastest at the shapes graphrun runs (bench/bench_gemm,
 // docs/kernels.md), or on Eigen's in a build with GRAPHRUN_ONEDNN=OFF; double on Eigen's.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 
 namespace graphrun {
@@ -43,6 +44,21 @@ inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
 inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
                  const double* b, int64_t ldb, double beta, double* c, int64_t ldc, int threads = 1) {
   dgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, threads);
+}
+
+// Runs one(i, threads) for each of `count` independent products of `macs` multiply-adds each: small ones
+// (under 2^21, where a second thread costs more than it saves) one per thread, larger ones in turn on all
+// `threads`. Either way a product's bits are the same (a GEMM splits C's columns, never the reduction).
+// MatMul's batches and Einsum's share it.
+template <class F>
+void for_each_product(int64_t count, int64_t macs, int threads, F&& one) {
+  const int t = static_cast<int>(std::min<int64_t>(threads, count));
+  if (t > 1 && macs < (int64_t{1} << 21)) {
+#pragma omp parallel for num_threads(t) schedule(dynamic, 16)
+    for (int64_t i = 0; i < count; ++i) one(i, 1);
+  } else {
+    for (int64_t i = 0; i < count; ++i) one(i, threads);
+  }
 }
 
 // The fused producers of pass fuse_relu_epilogue (FusedConv, FusedGemm, FusedMatMul) apply their

@@ -181,14 +181,7 @@ void matmul_kernel(KernelContext& ctx) {
     }
     row_major_gemm(false, false, M, N, K, T(1), ap + oa * M * K, K, bp + ob * K * N, N, T(0), yp + i * M * N, threads);
   };
-  // Many small products: one per thread.
-  const int threads = static_cast<int>(std::min<int64_t>(ctx.threads(), nbatch));
-  if (threads > 1 && M * N * K < (int64_t{1} << 21)) {
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 16)
-    for (int64_t i = 0; i < nbatch; ++i) one(i, 1);
-  } else {
-    for (int64_t i = 0; i < nbatch; ++i) one(i, ctx.threads());
-  }
+  for_each_product(nbatch, M * N * K, ctx.threads(), one);
 }
 
 template <template <class> class K>
