@@ -121,10 +121,8 @@ bool Trainer::f32_images() const {
 
 // The bytes place_data copies to each device that does not read the host's memory (0: none).
 size_t Trainer::resident_data_bytes() const {
-  if (!f32_images() || !train_.images.defined() || shares_memory(opts_.pipeline.devices[0], train_.images.device()))
-    return 0;
-  const size_t bytes = train_.images.nbytes() + train_.labels.nbytes() + test_.images.nbytes() + test_.labels.nbytes();
-  return static_cast<int64_t>(bytes) > opts_.device_data_budget ? 0 : bytes;
+  return static_cast<size_t>(
+      resident_bytes(train_, test_, opts_.pipeline.devices[0], f32_images() ? opts_.device_data_budget : 0));
 }
 
 std::string devices_str(const std::vector<Device>& ds) {

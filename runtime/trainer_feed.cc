@@ -143,6 +143,19 @@ std::unique_ptr<Feed> make_feed(const data::SourcePtr& train, const DeviceData& 
   return std::make_unique<HostFeed>(train, opts.inputs);
 }
 
+int64_t data_bytes(const data::Dataset& train, const data::Dataset& test) {
+  return static_cast<int64_t>(train.images.nbytes() + train.labels.nbytes() + test.images.nbytes() +
+                              test.labels.nbytes());
+}
+
+int64_t resident_bytes(const data::Dataset& train, const data::Dataset& test, Device device, int64_t budget) {
+  // A device that reads host memory reads the host's sets; nothing to upload. Sources other than an
+  // MNIST folder (no Dataset) are read batch by batch.
+  if (!train.images.defined() || shares_memory(device, train.images.device())) return 0;
+  const int64_t bytes = data_bytes(train, test);
+  return bytes > budget ? 0 : bytes;
+}
+
 std::vector<std::shared_ptr<const DeviceData>> place_data(const data::Dataset& train, const data::Dataset& test,
                                                           const std::vector<Device>& devices, int64_t budget,
                                                           std::ostream* log) {
@@ -151,20 +164,13 @@ std::vector<std::shared_ptr<const DeviceData>> place_data(const data::Dataset& t
   host->train_labels = train.labels;
   host->test_images = test.images;
   host->test_labels = test.labels;
-  const int64_t bytes = static_cast<int64_t>(train.images.nbytes() + train.labels.nbytes() + test.images.nbytes() +
-                                             test.labels.nbytes());
+  const int64_t bytes = data_bytes(train, test);
   std::vector<std::shared_ptr<const DeviceData>> r;
   std::map<std::string, std::shared_ptr<const DeviceData>> copies;  // by device: replicas on one device share it
   bool told = false;
   for (const Device& dev : devices) {
-    // A device that reads host memory reads the host's sets; nothing to upload. Sources other than an
-    // MNIST folder (no Dataset) are read batch by batch.
-    if (!train.images.defined()) {
-      r.push_back(host);
-      continue;
-    }
-    if (shares_memory(dev, train.images.device()) || bytes > budget) {
-      if (!shares_memory(dev, train.images.device()) && !told && log) {
+    if (!resident_bytes(train, test, dev, budget)) {
+      if (train.images.defined() && !shares_memory(dev, train.images.device()) && !told && log) {
         *log << "the data (" << (bytes >> 20) << " MiB) exceeds the device data budget of " << (budget >> 20)
              << " MiB: copying each batch to the devices" << std::endl;
         told = true;

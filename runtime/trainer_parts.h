@@ -25,6 +25,9 @@ struct DeviceData {
 // Per device of `devices`, its DeviceData (devices that repeat share one): a copy on each device whose
 // memory is not the host's when all four tensors fit in `budget` bytes, else the host's sets (saying so
 // on `log`, once).
+// What place_data copies to `device` under `budget` (the four sets' bytes), or 0 where the device reads the
+// host's sets (it shares the host's memory, the source has no Dataset, or the sets exceed the budget).
+int64_t resident_bytes(const data::Dataset& train, const data::Dataset& test, Device device, int64_t budget);
 std::vector<std::shared_ptr<const DeviceData>> place_data(const data::Dataset& train, const data::Dataset& test,
                                                           const std::vector<Device>& devices, int64_t budget,
                                                           std::ostream* log);
