@@ -7,6 +7,7 @@
 #include "graph/passes/bucket_allreduce.h"
 #include "graph/passes/fold_constants.h"
 #include "graph/passes/fuse_relu_bn_add.h"
+#include "graph/passes/fold_transposes.h"
 #include "graph/passes/fuse_relu_epilogue.h"
 #include "graph/passes/fuse_pool_relu_grad.h"
 #include "graph/passes/recompute_maxpool_argmax.h"
@@ -116,6 +117,7 @@ std::vector<passes::Pass> executor_passes() {
   fo.evaluate = evaluate_on_cpu;
   const std::vector<passes::Pass> all = {passes::fold_constants_pass(fo), passes::remove_internal_noops_pass(),
                                          passes::fuse_relu_grad_pass(), passes::fuse_relu_epilogue_pass(),
+                                         passes::fold_transposes_pass(),
                                          passes::fuse_relu_bn_add_pass(), passes::fuse_pool_relu_grad_pass(),
                                          passes::recompute_maxpool_argmax_pass()};
   const std::set<std::string> skip = skipped_passes(all);

@@ -59,15 +59,16 @@ struct PipelineOptions {
 // The passes a command runs on `model`, with their options: the one place that decides them.
 //   remove_noops -> to_training -> [make_batch_symbolic -> (sync_batchnorm)] -> attach_loss -> backward
 //     -> [bucket_allreduce -> add_optimizer -> state_updates]            ([...]: data_parallel only)
-//     -> [fold_constants -> remove_internal_noops -> fuse_relu_grad -> fuse_relu_epilogue -> fuse_relu_bn_add]
+//     -> [fold_constants -> remove_internal_noops -> fuse_relu_grad -> fuse_relu_epilogue -> fold_transposes
+//         -> fuse_relu_bn_add -> fuse_pool_relu_grad -> recompute_maxpool_argmax]
 //                                   (executor_passes only; GRAPHRUN_SKIP_PASSES=a,b leaves some out)
 // data_parallel checks what training feeds: the model's inputs (each one's batch dimension becomes
 // the symbol N) and the output the loss reads. What is trained is
 // autodiff::trainable_params's rule.
 passes::Pipeline training_pipeline(const Graph& model, const PipelineOptions& opts);
 
-// The executor's passes (fold_constants -> remove_internal_noops -> fuse_relu_grad -> fuse_relu_epilogue
-// -> fuse_relu_bn_add, less GRAPHRUN_SKIP_PASSES): the tail of train's pipeline, and what train's
+// The executor's passes (fold_constants -> ... -> recompute_maxpool_argmax, above, less
+// GRAPHRUN_SKIP_PASSES): the tail of train's pipeline, and what train's
 // evaluation graph runs through (a pass finding nothing of its kind leaves the graph as it is).
 std::vector<passes::Pass> executor_passes();
 

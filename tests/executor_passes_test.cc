@@ -1,5 +1,5 @@
-// The executor-only passes (remove_internal_noops, fuse_relu_grad, fuse_relu_epilogue, fuse_relu_bn_add,
-// fuse_pool_relu_grad): each graph before
+// The executor-only passes (remove_internal_noops, fuse_relu_grad, fuse_relu_epilogue, fold_transposes,
+// fuse_relu_bn_add, fuse_pool_relu_grad, recompute_maxpool_argmax): each graph before
 // and after, the numbers bit for bit unchanged, and train's pipeline running them while exported graphs
 // stay standard.
 #include <gtest/gtest.h>
@@ -14,6 +14,7 @@
 
 #include "graph/onnx_io.h"
 #include "graph/passes/fold_constants.h"
+#include "graph/passes/fold_transposes.h"
 #include "graph/passes/fuse_pool_relu_grad.h"
 #include "graph/passes/recompute_maxpool_argmax.h"
 #include "graph/passes/fuse_relu_bn_add.h"
@@ -433,11 +434,12 @@ TEST(ExecutorPasses, TrainRunsThemAndTheExportedGraphsStayStandard) {
   po.executor_passes = true;
   const std::vector<passes::Pass> train = runtime::training_pipeline(model, po).passes();
   ASSERT_GE(train.size(), 3u);
-  EXPECT_EQ(train[train.size() - 8].name(), "state_updates");  // after every standard pass
-  EXPECT_EQ(train[train.size() - 7].name(), "fold_constants");
-  EXPECT_EQ(train[train.size() - 6].name(), "remove_internal_noops");
-  EXPECT_EQ(train[train.size() - 5].name(), "fuse_relu_grad");
-  EXPECT_EQ(train[train.size() - 4].name(), "fuse_relu_epilogue");
+  EXPECT_EQ(train[train.size() - 9].name(), "state_updates");  // after every standard pass
+  EXPECT_EQ(train[train.size() - 8].name(), "fold_constants");
+  EXPECT_EQ(train[train.size() - 7].name(), "remove_internal_noops");
+  EXPECT_EQ(train[train.size() - 6].name(), "fuse_relu_grad");
+  EXPECT_EQ(train[train.size() - 5].name(), "fuse_relu_epilogue");
+  EXPECT_EQ(train[train.size() - 4].name(), "fold_transposes");
   EXPECT_EQ(train[train.size() - 3].name(), "fuse_relu_bn_add");
   EXPECT_EQ(train[train.size() - 2].name(), "fuse_pool_relu_grad");
   EXPECT_EQ(train.back().name(), "recompute_maxpool_argmax");
@@ -650,7 +652,9 @@ TEST(FuseReluEpilogue, SkipPassesLeavesItOutAndNamesTheValidOnes) {
   const Graph model = load_onnx(testing::source_dir() + "/models/lenet.onnx");
   runtime::PipelineOptions po;
   po.executor_passes = true;
-  setenv("GRAPHRUN_SKIP_PASSES", "fuse_relu_epilogue,fuse_relu_grad,fuse_relu_bn_add,fuse_pool_relu_grad,recompute_maxpool_argmax", 1);
+  setenv("GRAPHRUN_SKIP_PASSES",
+         "fuse_relu_epilogue,fuse_relu_grad,fold_transposes,fuse_relu_bn_add,fuse_pool_relu_grad,recompute_maxpool_argmax",
+         1);
   std::vector<std::string> names;
   const passes::Pipeline pipeline = runtime::training_pipeline(model, po);
   for (const passes::Pass& p : pipeline.passes()) names.push_back(p.name());
@@ -664,6 +668,185 @@ TEST(FuseReluEpilogue, SkipPassesLeavesItOutAndNamesTheValidOnes) {
     EXPECT_NE(std::string(e.what()).find("fuse_relu_epilogue"), std::string::npos) << e.what();
   }
   unsetenv("GRAPHRUN_SKIP_PASSES");
+}
+
+// ---- fold_transposes ----
+
+Node transpose(const std::string& name, const std::string& in, const std::string& out, std::vector<int64_t> perm) {
+  return Node{name, "Transpose", "", {in}, {out}, {{"perm", Attribute::Ints(std::move(perm))}}};
+}
+
+// x [N, 3, 4, 5] through pairs of Transposes: t1 then t2 undo each other (y1 = Relu(x)); t3 then t4 compose
+// to one permutation (y2); t5 then t6 undo each other but t5 is also read (y3 and y5); t7 then t8 undo each
+// other into a graph output (y4, which must stay a value of its own).
+Graph transpose_pairs_graph() {
+  Graph g;
+  g.name = "transposes";
+  g.opsets[""] = 17;
+  g.inputs = {"x"};
+  g.values["x"] = info(DType::F32, {Dim("N"), 3, 4, 5});
+  g.nodes = {transpose("t1", "x", "a1", {1, 2, 3, 0}), transpose("t2", "a1", "b1", {3, 0, 1, 2}),
+             Node{"relu", "Relu", "", {"b1"}, {"y1"}, {}},
+             transpose("t3", "x", "a2", {0, 2, 1, 3}), transpose("t4", "a2", "y2", {3, 0, 2, 1}),
+             transpose("t5", "x", "a3", {0, 1, 3, 2}), transpose("t6", "a3", "b3", {0, 1, 3, 2}),
+             Node{"neg", "Neg", "", {"b3"}, {"y3"}, {}}, Node{"abs", "Abs", "", {"a3"}, {"y5"}, {}},
+             transpose("t7", "x", "a4", {2, 1, 0, 3}), transpose("t8", "a4", "y4", {2, 1, 0, 3})};
+  g.outputs = {"y1", "y2", "y3", "y4", "y5"};
+  return g;
+}
+
+TEST(FoldTransposes, PairsOfTransposesBecomeOneOrNoneBitForBit) {
+  const Graph g = transpose_pairs_graph();
+  const Graph f = passes::fold_transposes(g);
+  // t1/t2 and t5/t6 vanish (t5 stays for abs), t3/t4 become one, t7/t8 one identity Transpose into y4.
+  EXPECT_EQ(ops_of(f), (std::vector<std::string>{"Relu", "Transpose", "Transpose", "Neg", "Abs", "Transpose"}));
+  for (const Node& n : f.nodes) {
+    if (n.op_type == "Relu" || n.op_type == "Neg") {
+      EXPECT_EQ(n.inputs[0], "x") << n.name;
+    }
+    if (n.name == "t4") {
+      EXPECT_EQ(n.inputs[0], "x");
+      // a2 axis k = x axis [0,2,1,3][k]; y2 axis k = a2 axis [3,0,2,1][k] = x axis [3,0,1,2][k].
+      EXPECT_EQ(n.attr_ints("perm"), (std::vector<int64_t>{3, 0, 1, 2}));
+    }
+    if (n.name == "t8") {
+      EXPECT_EQ(n.inputs[0], "x");
+      EXPECT_EQ(n.attr_ints("perm"), (std::vector<int64_t>{0, 1, 2, 3}));
+    }
+  }
+  EXPECT_EQ(f.values.count("a1") + f.values.count("b1") + f.values.count("b3") + f.values.count("a2"), 0u);
+  expect_same_numbers(g, f, {{"x", random_tensor({2, 3, 4, 5}, 61)}});
+  // Nothing left to fold: the pass changes nothing more.
+  EXPECT_EQ(ops_of(passes::fold_transposes(f)), ops_of(f));
+}
+
+// y = Transpose(Gemm(a, b)) for a [M, K] (or [K, M] when transA) and b [K, N] (or [N, K]), alpha 0.5.
+Graph transposed_gemm_graph(DType t, bool ta, bool tb, bool with_c = false, bool also_read = false) {
+  Graph g;
+  g.name = "tgemm";
+  g.opsets[""] = 17;
+  g.inputs = {"a", "b"};
+  g.values["a"] = info(t, ta ? std::vector<Dim>{7, Dim("M")} : std::vector<Dim>{Dim("M"), 7});
+  g.values["b"] = info(t, tb ? std::vector<Dim>{5, 7} : std::vector<Dim>{7, 5});
+  Node gemm{"gemm", "Gemm", "", {"a", "b"}, {"p"}, {}};
+  gemm.attrs["alpha"] = Attribute::Float(0.5f);
+  if (ta) gemm.attrs["transA"] = Attribute::Int(1);
+  if (tb) gemm.attrs["transB"] = Attribute::Int(1);
+  if (with_c) {
+    g.initializers["c"] = random_of(t, {5}, 62);
+    gemm.inputs.push_back("c");
+  }
+  g.values["p"] = info(t, {Dim("M"), 5});
+  g.nodes = {gemm, transpose("t", "p", "y", {1, 0})};
+  g.outputs = {"y"};
+  if (also_read) g.outputs.push_back("p");
+  return g;
+}
+
+TEST(FoldTransposes, ATransposedGemmBecomesTheGemmOfItsOperandsSwapped) {
+  for (DType t : {DType::F32, DType::F64})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        SCOPED_TRACE(std::string(dtype_name(t)) + " transA " + std::to_string(ta) + " transB " + std::to_string(tb));
+        const Graph g = transposed_gemm_graph(t, ta, tb);
+        const Graph f = passes::fold_transposes(g);
+        ASSERT_EQ(ops_of(f), (std::vector<std::string>{"Gemm"}));
+        const Node& n = f.nodes[0];
+        EXPECT_EQ(n.inputs, (std::vector<std::string>{"b", "a"}));
+        EXPECT_EQ(n.outputs, (std::vector<std::string>{"y"}));
+        EXPECT_EQ(n.attr_i("transA", 0), tb ? 0 : 1);
+        EXPECT_EQ(n.attr_i("transB", 0), ta ? 0 : 1);
+        EXPECT_EQ(n.attr_f("alpha", 1.f), 0.5f);
+        EXPECT_EQ(f.values.count("p"), 0u);
+        const std::map<std::string, Tensor> feeds = {{"a", random_of(t, ta ? Shape{7, 9} : Shape{9, 7}, 63)},
+                                                     {"b", random_of(t, tb ? Shape{5, 7} : Shape{7, 5}, 64)}};
+        runtime::Executor before(g), after(f);
+        const Tensor want = before.run(feeds).at("y").clone(), got = after.run(feeds).at("y").clone();
+        ASSERT_EQ(got.shape(), (Shape{5, 9}));
+        // The same products summed, perhaps in another order: within the type's rounding of 7 terms.
+        EXPECT_LE(testing::max_abs_diff(got, want), t == DType::F32 ? 1e-6 : 1e-15);
+      }
+}
+
+TEST(FoldTransposes, LeavesGemmsWithABiasOrAnotherReaderAndOtherPermutations) {
+  EXPECT_EQ(ops_of(passes::fold_transposes(transposed_gemm_graph(DType::F32, false, true, true))),
+            (std::vector<std::string>{"Gemm", "Transpose"}));
+  EXPECT_EQ(ops_of(passes::fold_transposes(transposed_gemm_graph(DType::F32, false, true, false, true))),
+            (std::vector<std::string>{"Gemm", "Transpose"}));
+  Graph g = transposed_gemm_graph(DType::F32, false, false);
+  g.nodes[1].attrs.erase("perm");  // the default: reversed axes, [1, 0] for a matrix
+  EXPECT_EQ(ops_of(passes::fold_transposes(g)), (std::vector<std::string>{"Gemm"}));
+  g.values.erase("p");  // no recorded rank: the default permutation is unknown, nothing folds
+  EXPECT_EQ(ops_of(passes::fold_transposes(g)), (std::vector<std::string>{"Gemm", "Transpose"}));
+}
+
+// Fashion-MNIST images read as 28 rows of 28 pixels, each row through two of torch's Linear on a 3-D input
+// (MatMul by the transposed weight, as torch.onnx exports it without constant folding; then + bias and Relu),
+// flattened into a Gemm: the pattern of every transformer's projections.
+std::string row_linear_model_path() {
+  static const std::string path = [] {
+    Graph g;
+    g.name = "rowlinear";
+    g.opsets[""] = 17;
+    g.inputs = {"image"};
+    g.outputs = {"logits"};
+    g.values["image"] = info(DType::F32, {Dim("N"), 1, 28, 28});
+    g.initializers["rows.shape"] = Tensor::from_vector<int64_t>({3}, {-1, 28, 28});
+    g.initializers["flat.shape"] = Tensor::from_vector<int64_t>({2}, {0, -1});
+    g.initializers["fc.w"] = random_tensor({10, 224}, 73, -0.05f, 0.05f);
+    g.initializers["fc.b"] = random_tensor({10}, 74, -0.05f, 0.05f);
+    g.nodes = {Node{"rows", "Reshape", "", {"image", "rows.shape"}, {"r0"}, {}}};
+    const std::vector<std::pair<int64_t, int64_t>> layers = {{28, 16}, {16, 8}};
+    for (size_t k = 0; k < layers.size(); ++k) {
+      const std::string l = "lin" + std::to_string(k + 1), in = "r" + std::to_string(k), out = "r" + std::to_string(k + 1);
+      g.initializers[l + ".w"] = random_tensor({layers[k].second, layers[k].first}, 71 + k, -0.2f, 0.2f);
+      g.initializers[l + ".b"] = random_tensor({layers[k].second}, 75 + k, -0.1f, 0.1f);
+      g.nodes.push_back(transpose(l + ".t", l + ".w", l + ".wt", {1, 0}));
+      g.nodes.push_back(Node{l, "MatMul", "", {in, l + ".wt"}, {l + ".h"}, {}});
+      g.nodes.push_back(Node{l + ".add", "Add", "", {l + ".h", l + ".b"}, {l + ".hb"}, {}});
+      g.nodes.push_back(Node{l + ".relu", "Relu", "", {l + ".hb"}, {out}, {}});
+    }
+    g.nodes.push_back(Node{"flat", "Reshape", "", {"r2", "flat.shape"}, {"f"}, {}});
+    g.nodes.push_back(Node{"fc", "Gemm", "", {"f", "fc.w", "fc.b"}, {"logits"}, {{"transB", Attribute::Int(1)}}});
+    const std::string file = testing::temp_dir("fold_transposes") + "/rowlinear.onnx";
+    save_onnx(g, file);
+    return file;
+  }();
+  return path;
+}
+
+// The backward pass of MatMul(X, Transpose(W)) transposes the transposed weight back for dX and computes
+// dW's transpose: both folded away; 8 SGD steps with momentum train to the unfolded graph's weights.
+TEST(FoldTransposes, FiresOnLinearOfA3dInputAndTrainsAsWithoutIt) {
+  if (!testing::have_data()) GTEST_SKIP() << "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)";
+  const Graph model = load_onnx(row_linear_model_path());
+  runtime::PipelineOptions po;
+  po.executor_passes = true;
+  const Graph on = runtime::build_training_graphs(model, po).replicas[0].graph;
+  setenv("GRAPHRUN_SKIP_PASSES", "fold_transposes", 1);
+  const Graph off = runtime::build_training_graphs(model, po).replicas[0].graph;
+  unsetenv("GRAPHRUN_SKIP_PASSES");
+  // Off: each layer's forward W^T and dW^T's transpose into dW, and lin2's W^T^T for its dX. On: the forward
+  // ones alone.
+  EXPECT_EQ(count_op(off, "Transpose"), 5);
+  EXPECT_EQ(count_op(on, "Transpose"), 2);
+  EXPECT_EQ(count_op(on, "Gemm"), count_op(off, "Gemm"));
+  for (const auto& [replicas, threads] : std::vector<std::pair<int, int>>{{1, 1}, {2, 1}, {1, 2}}) {
+    SCOPED_TRACE(std::to_string(replicas) + " replicas, " + std::to_string(threads) + " threads");
+    runtime::TrainOptions o = testing::quick(replicas, 16, 8, 32);
+    o.threads = threads;
+    o.lr = 0.05;
+    o.pipeline.optimizer.momentum = 0.9f;
+    const auto folded = testing::states_after_fit(model, o);
+    setenv("GRAPHRUN_SKIP_PASSES", "fold_transposes", 1);
+    const auto plain = testing::states_after_fit(model, o);
+    unsetenv("GRAPHRUN_SKIP_PASSES");
+    ASSERT_EQ(folded.size(), plain.size());
+    for (const auto& [name, t] : plain) {
+      ASSERT_TRUE(folded.count(name)) << name;
+      EXPECT_LE(testing::max_rel_diff(folded.at(name), t), 1e-5) << name;
+    }
+  }
 }
 
 // ---- fuse_relu_bn_add ----
