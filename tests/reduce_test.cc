@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "runtime/kernels/cpu/exp_f32.h"
+#include "runtime/kernels/cpu/exp_f64.h"
 #include "tests/math_test_util.h"
 
 namespace graphrun {
@@ -227,6 +229,30 @@ TEST(Reduce, VectorizedExpIsWithinTwoUlpAndSoftmaxKeepsItsMasks) {
   const double s0 = std::exp(0.5) + std::exp(-1.0) + std::exp(2.0);
   const std::vector<double> want = {std::exp(0.5) / s0, 0, std::exp(-1.0) / s0, std::exp(2.0) / s0, 0, 1, 0, 0};
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(p[i], want[i], 1e-6) << i;
+}
+
+// exp_f64 (the cross-entropy kernels' exponentials) against the library's exp in ulps of the result, every
+// 1/8192 of its normal range, and its edges: NaN, infinities, overflow, and 0 below the normal range.
+TEST(Reduce, VectorizedDoubleExpIsWithinOneUlpOfTheLibrarys) {
+  int64_t worst = 0;
+  double at = 0;
+  for (int64_t k = -708 * 8192; k <= 709 * 8192 + 5000; ++k) {
+    const double x = static_cast<double>(k) / 8192.0, got = runtime::cpu::exp_f64(x), want = std::exp(x);
+    int64_t a, b;
+    std::memcpy(&a, &got, 8);
+    std::memcpy(&b, &want, 8);
+    if (std::abs(a - b) > worst) worst = std::abs(a - b), at = x;
+  }
+  EXPECT_LE(worst, 1) << "at x = " << at;
+  EXPECT_EQ(runtime::cpu::exp_f64(0.0), 1.0);
+  EXPECT_DOUBLE_EQ(runtime::cpu::exp_f64(1.0), std::exp(1.0));
+  EXPECT_TRUE(std::isnan(runtime::cpu::exp_f64(std::nan(""))));
+  EXPECT_EQ(runtime::cpu::exp_f64(709.79), HUGE_VAL);
+  EXPECT_EQ(runtime::cpu::exp_f64(HUGE_VAL), HUGE_VAL);
+  EXPECT_EQ(runtime::cpu::exp_f64(-HUGE_VAL), 0.0);
+  EXPECT_EQ(runtime::cpu::exp_f64(-709.0), 0.0);  // the library's is a denormal
+  // Past 709.44 the exponent 1024 is taken as 1023 and a factor 2.
+  EXPECT_NEAR(runtime::cpu::exp_f64(709.7) / std::exp(709.7), 1.0, 1e-15);
 }
 
 }  // namespace
