@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "runtime/kernels/cpu/exp_f32.h"
 #include "runtime/kernels/cpu/exp_f64.h"
@@ -229,6 +230,47 @@ TEST(Reduce, VectorizedExpIsWithinTwoUlpAndSoftmaxKeepsItsMasks) {
   const double s0 = std::exp(0.5) + std::exp(-1.0) + std::exp(2.0);
   const std::vector<double> want = {std::exp(0.5) / s0, 0, std::exp(-1.0) / s0, std::exp(2.0) / s0, 0, 1, 0, 0};
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(p[i], want[i], 1e-6) << i;
+}
+
+// Softmax along a contiguous axis takes its maximum and sum in 16 chains (reduce.cc line_max, lane_sum): the
+// bits are those of that order, written out here in plain scalar code, whatever the processor's vectors (a
+// compiler that reassociated differently, or a sum left in one chain, fails), and within float rounding of
+// the double softmax; a NaN makes its line NaN, a line of -inf masks keeps its finite entries.
+TEST(Reduce, ContiguousSoftmaxSumsInSixteenFixedChains) {
+  for (int64_t n : {1, 15, 16, 17, 64, 100, 515}) {
+    SCOPED_TRACE("n = " + std::to_string(n));
+    Tensor x = testing::random_tensor({3, n}, 90 + n, -8.f, 8.f);
+    const Tensor y = run_op("Softmax", {x})[0];
+    for (int64_t r = 0; r < 3; ++r) {
+      const float* xr = x.data<float>() + r * n;
+      float m[16], s[16] = {}, mx = -HUGE_VALF, sum = 0;
+      for (float& v : m) v = -HUGE_VALF;
+      int64_t j = 0;
+      for (; j + 16 <= n; j += 16)
+        for (int l = 0; l < 16; ++l) m[l] = std::max(m[l], xr[j + l]);
+      for (float v : m) mx = std::max(mx, v);
+      for (; j < n; ++j) mx = std::max(mx, xr[j]);
+      std::vector<float> e(n);
+      double exact_sum = 0;
+      for (int64_t k = 0; k < n; ++k) e[k] = runtime::cpu::exp_f32(xr[k] - mx), exact_sum += std::exp(double(xr[k]));
+      for (j = 0; j + 16 <= n; j += 16)
+        for (int l = 0; l < 16; ++l) s[l] += e[j + l];
+      for (float v : s) sum += v;
+      for (; j < n; ++j) sum += e[j];
+      for (int64_t k = 0; k < n; ++k) {
+        const float got = y.data<float>()[r * n + k];
+        ASSERT_EQ(got, e[k] * (1.f / sum)) << "row " << r << " element " << k;
+        ASSERT_NEAR(got, std::exp(double(xr[k])) / exact_sum, 1e-6) << "row " << r << " element " << k;
+      }
+    }
+  }
+  Tensor x = testing::random_tensor({2, 40}, 97);
+  x.data<float>()[37] = std::nanf("");
+  const Tensor y = run_op("Softmax", {x})[0];
+  for (int64_t k = 0; k < 40; ++k) {
+    EXPECT_TRUE(std::isnan(y.data<float>()[k])) << k;
+    EXPECT_FALSE(std::isnan(y.data<float>()[40 + k])) << k;
+  }
 }
 
 // exp_f64 (the cross-entropy kernels' exponentials) against the library's exp in ulps of the result, every

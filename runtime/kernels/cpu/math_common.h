@@ -17,6 +17,22 @@ inline int threads_for(const KernelContext& ctx, int64_t work) {
   return work > kParallelMin ? ctx.threads() : 1;
 }
 
+// The sum of f(0), ..., f(n - 1) in A, added in kSumLanes independent chains (term j in chain j % kSumLanes;
+// the chains then added in order, then the terms past the last full group), which the compiler maps onto
+// vector registers where one chain would wait on each addition's latency. The order is fixed by n alone:
+// the bits do not depend on the processor or its vector width.
+constexpr int64_t kSumLanes = 16;
+template <class A, class F> inline A lane_sum(int64_t n, F&& f) {
+  A s[kSumLanes] = {};
+  int64_t j = 0;
+  for (; j + kSumLanes <= n; j += kSumLanes)
+    for (int64_t l = 0; l < kSumLanes; ++l) s[l] += f(j + l);
+  A sum = 0;
+  for (int64_t l = 0; l < kSumLanes; ++l) sum += s[l];
+  for (; j < n; ++j) sum += f(j);
+  return sum;
+}
+
 // Typed pointers without Tensor::data<T>'s dtype check (which knows only a few element types).
 template <class T> inline T* ptr(Tensor& t) { return static_cast<T*>(t.raw()); }
 template <class T> inline const T* ptr(const Tensor& t) { return static_cast<const T*>(t.raw()); }

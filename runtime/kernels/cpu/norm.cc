@@ -256,10 +256,10 @@ void ln_forward(const T* x, const T* scale, const T* bias, double eps, const LnS
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t r = 0; r < s.outer; ++r) {
     const T* p = x + r * s.inner;
-    double sum = 0, sq = 0;
-    for (int64_t j = 0; j < s.inner; ++j) sum += p[j];
+    // Sums in lanes (lane_sum): a row's one chain of additions waited on each one's latency.
+    const double sum = lane_sum<double>(s.inner, [&](int64_t j) { return static_cast<double>(p[j]); });
     const double m = s.inner ? sum / s.inner : 0;
-    for (int64_t j = 0; j < s.inner; ++j) sq += (p[j] - m) * (p[j] - m);
+    const double sq = lane_sum<double>(s.inner, [&](int64_t j) { return (p[j] - m) * (p[j] - m); });
     const double invstd = 1.0 / std::sqrt((s.inner ? sq / s.inner : 0) + eps);
     if (mean_out) mean_out[r] = static_cast<U>(m);
     if (invstd_out) invstd_out[r] = static_cast<U>(invstd);
@@ -301,12 +301,9 @@ void ln_backward(const T* dy, const T* x, const T* scale, const U* mean, const U
     for (int64_t r = 0; r < s.outer; ++r) {
       const T *g = dy + r * s.inner, *p = x + r * s.inner;
       const double m = mean[r], is = invstd[r];
-      double sum_g = 0, sum_gx = 0;
-      for (int64_t j = 0; j < s.inner; ++j) {
-        const double gj = static_cast<double>(g[j]) * scale[j];
-        sum_g += gj;
-        sum_gx += gj * (p[j] - m) * is;
-      }
+      const double sum_g = lane_sum<double>(s.inner, [&](int64_t j) { return static_cast<double>(g[j]) * scale[j]; });
+      const double sum_gx = lane_sum<double>(
+          s.inner, [&](int64_t j) { return static_cast<double>(g[j]) * scale[j] * (p[j] - m) * is; });
       const double mg = sum_g / s.inner, mgx = sum_gx / s.inner;
       T* q = dx + r * s.inner;
       for (int64_t j = 0; j < s.inner; ++j)

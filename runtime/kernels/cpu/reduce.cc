@@ -195,9 +195,29 @@ template <bool kMax> void arg_kernel(KernelContext& ctx) {
 }
 
 // Softmax over `n` elements spaced `inner` apart; log=true gives LogSoftmax.
+// A contiguous line's maximum in kSumLanes independent chains, as lane_sum adds (math_common.h), which the
+// compiler maps onto vector registers: any order's maximum (std::max skips a NaN the same way in every order,
+// and the sign of a zero maximum changes no x - max).
+template <class T>
+T line_max(const T* x, int64_t n) {
+  T m[kSumLanes];
+  for (int64_t l = 0; l < kSumLanes; ++l) m[l] = -std::numeric_limits<T>::infinity();
+  int64_t j = 0;
+  for (; j + kSumLanes <= n; j += kSumLanes)
+    for (int64_t l = 0; l < kSumLanes; ++l) m[l] = m[l] < x[j + l] ? x[j + l] : m[l];  // std::max, by value
+  T mx = -std::numeric_limits<T>::infinity();
+  for (int64_t l = 0; l < kSumLanes; ++l) mx = std::max(mx, m[l]);
+  for (; j < n; ++j) mx = std::max(mx, x[j]);
+  return mx;
+}
+
 template <class T, bool kLog> void softmax_line(const T* x, T* y, int64_t n, int64_t inner) {
   T mx = -std::numeric_limits<T>::infinity();
-  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, x[j * inner]);
+  if (inner == 1) {
+    mx = line_max(x, n);
+  } else {
+    for (int64_t j = 0; j < n; ++j) mx = std::max(mx, x[j * inner]);
+  }
   if (!std::isfinite(mx)) mx = std::isnan(mx) ? mx : T(0);
   T sum = 0;
   if constexpr (kLog) {
@@ -207,13 +227,15 @@ template <class T, bool kLog> void softmax_line(const T* x, T* y, int64_t n, int
     for (int64_t j = 0; j < n; ++j) y[j * inner] = (x[j * inner] - mx) - ls;
   } else {
     if constexpr (std::is_same_v<T, float>) {
-      // Attention scores: the exponentials in one vectorized pass (exp_f32), then their sum in order.
+      // Attention scores: the exponentials in one vectorized pass (exp_f32), then their sum (in lanes
+      // where the line is contiguous, else in order).
       if (inner == 1) {
         for (int64_t j = 0; j < n; ++j) y[j] = exp_f32(x[j] - mx);
+        sum = lane_sum<T>(n, [&](int64_t j) { return y[j]; });
       } else {
         for (int64_t j = 0; j < n; ++j) y[j * inner] = exp_f32(x[j * inner] - mx);
+        for (int64_t j = 0; j < n; ++j) sum += y[j * inner];
       }
-      for (int64_t j = 0; j < n; ++j) sum += y[j * inner];
     } else {
       for (int64_t j = 0; j < n; ++j) {
         const T e = std::exp(x[j * inner] - mx);
@@ -222,7 +244,11 @@ template <class T, bool kLog> void softmax_line(const T* x, T* y, int64_t n, int
       }
     }
     const T inv = T(1) / sum;
-    for (int64_t j = 0; j < n; ++j) y[j * inner] *= inv;
+    if (inner == 1) {
+      for (int64_t j = 0; j < n; ++j) y[j] *= inv;
+    } else {
+      for (int64_t j = 0; j < n; ++j) y[j * inner] *= inv;
+    }
   }
 }
 
