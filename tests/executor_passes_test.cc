@@ -672,6 +672,16 @@ TEST(FuseReluEpilogue, SkipPassesLeavesItOutAndNamesTheValidOnes) {
 
 // ---- fold_transposes ----
 
+// The states after training `model` as `o` says, with every executor pass and with `pass` left out.
+std::pair<std::map<std::string, Tensor>, std::map<std::string, Tensor>> states_with_and_without(
+    const Graph& model, const runtime::TrainOptions& o, const char* pass) {
+  auto with = testing::states_after_fit(model, o);
+  setenv("GRAPHRUN_SKIP_PASSES", pass, 1);
+  auto without = testing::states_after_fit(model, o);
+  unsetenv("GRAPHRUN_SKIP_PASSES");
+  return {std::move(with), std::move(without)};
+}
+
 Node transpose(const std::string& name, const std::string& in, const std::string& out, std::vector<int64_t> perm) {
   return Node{name, "Transpose", "", {in}, {out}, {{"perm", Attribute::Ints(std::move(perm))}}};
 }
@@ -837,10 +847,7 @@ TEST(FoldTransposes, FiresOnLinearOfA3dInputAndTrainsAsWithoutIt) {
     o.threads = threads;
     o.lr = 0.05;
     o.pipeline.optimizer.momentum = 0.9f;
-    const auto folded = testing::states_after_fit(model, o);
-    setenv("GRAPHRUN_SKIP_PASSES", "fold_transposes", 1);
-    const auto plain = testing::states_after_fit(model, o);
-    unsetenv("GRAPHRUN_SKIP_PASSES");
+    const auto [folded, plain] = states_with_and_without(model, o, "fold_transposes");
     ASSERT_EQ(folded.size(), plain.size());
     for (const auto& [name, t] : plain) {
       ASSERT_TRUE(folded.count(name)) << name;
@@ -1172,10 +1179,7 @@ TEST(FuseReluBnAdd, TrainedWeightsAreBitwiseThoseOfTheUnfusedGraph) {
     o.threads = threads;
     o.lr = 0.05;
     o.pipeline.optimizer.momentum = 0.9f;
-    const auto on = testing::states_after_fit(model, o);
-    setenv("GRAPHRUN_SKIP_PASSES", "fuse_relu_bn_add", 1);
-    const auto off = testing::states_after_fit(model, o);
-    unsetenv("GRAPHRUN_SKIP_PASSES");
+    const auto [on, off] = states_with_and_without(model, o, "fuse_relu_bn_add");
     ASSERT_EQ(on.size(), off.size());
     for (const auto& [name, t] : off) {
       ASSERT_TRUE(on.count(name)) << name;

@@ -5,6 +5,8 @@
 #include <set>
 #include <unordered_map>
 
+#include "graph/passes/fusion.h"
+
 namespace graphrun::passes {
 
 namespace {
@@ -42,34 +44,10 @@ std::optional<Perm> perm_of(const Graph& g, const Node& t) {
   return p;
 }
 
-// v is read by node `by` alone and is no graph output or state update: it may vanish into that node.
-class OnlyReader {
- public:
-  explicit OnlyReader(const Graph& g) : g_(g), readers_(g.consumers()) {}
-  bool operator()(const std::string& v, int by) const { return reader(v) == by && !persisted(g_, v); }
-
- private:
-  int reader(const std::string& v) const {
-    const auto it = readers_.find(v);
-    return it != readers_.end() && it->second.size() == 1 ? it->second[0] : -1;
-  }
-  const Graph& g_;
-  std::unordered_map<std::string, std::vector<int>> readers_;
-};
-
 bool is_identity(const Perm& p) {
   for (size_t i = 0; i < p.size(); ++i)
     if (p[i] != static_cast<int64_t>(i)) return false;
   return true;
-}
-
-Graph without(Graph r, const std::set<int>& drop) {
-  if (drop.empty()) return r;
-  std::vector<Node> kept;
-  for (size_t i = 0; i < r.nodes.size(); ++i)
-    if (!drop.count(static_cast<int>(i))) kept.push_back(std::move(r.nodes[i]));
-  r.nodes = std::move(kept);
-  return r;
 }
 
 // Transpose(Transpose(X, p), q) reads X with p o q; an identity is dropped, its readers reading X. Transposes
@@ -122,12 +100,12 @@ Graph compose_transposes(const Graph& g) {
       changed = true;
     }
   }
-  return without(std::move(r), drop);
+  return without_nodes(std::move(r), drop);
 }
 
 // Transpose(Gemm(A, B), [1, 0]) = Gemm(B, A) with the transposes swapped and flipped, when the Gemm has no C.
 Graph swap_transposed_gemms(const Graph& g) {
-  const OnlyReader only_for(g);
+  const SoleReader only_for(g, true);
   Graph r = g;
   std::set<int> drop;
   for (int i = 0; i < static_cast<int>(g.nodes.size()); ++i) {
@@ -149,7 +127,7 @@ Graph swap_transposed_gemms(const Graph& g) {
     r.nodes[i] = std::move(swapped);
     drop.insert(q);
   }
-  return without(std::move(r), drop);
+  return without_nodes(std::move(r), drop);
 }
 
 }  // namespace

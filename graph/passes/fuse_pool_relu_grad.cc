@@ -3,6 +3,8 @@
 
 #include <set>
 
+#include "graph/passes/fusion.h"
+
 namespace graphrun::passes {
 
 namespace {
@@ -36,12 +38,7 @@ Graph fuse_pool_relu_grad(const Graph& g) {
     r.values.erase(dy);
     drop.insert(static_cast<int>(i));
   }
-  if (drop.empty()) return r;
-  std::vector<Node> kept;
-  for (size_t i = 0; i < r.nodes.size(); ++i)
-    if (!drop.count(static_cast<int>(i))) kept.push_back(std::move(r.nodes[i]));
-  r.nodes = std::move(kept);
-  return r;
+  return without_nodes(std::move(r), drop);
 }
 
 Pass fuse_pool_relu_grad_pass() { return make_pass(kInfo, "", fuse_pool_relu_grad); }
