@@ -72,9 +72,14 @@ TEST(Shape, TransposesOfTheInnermostAxisAreEveryElementInItsPlace) {
   const std::vector<Case> cases = {{{37, 70}, {1, 0}},           {{512, 128}, {1, 0}},
                                    {{3, 33, 65}, {0, 2, 1}},     {{2, 64, 4, 32}, {0, 2, 3, 1}},
                                    {{5, 7, 40, 3}, {3, 1, 0, 2}}, {{4, 1, 50, 2}, {2, 1, 3, 0}},
-                                   {{64, 3, 35}, {2, 0, 1}},     {{1, 45}, {1, 0}}};
+                                   {{64, 3, 35}, {2, 0, 1}},     {{1, 45}, {1, 0}},
+                                   // AVX2's 8x16 blocks, with and without remainders on either side, and the
+                                   // power-of-two strides of attention's head splits.
+                                   {{64, 64, 32}, {1, 2, 0}},    {{13, 37, 29}, {1, 2, 0}},
+                                   {{16, 8}, {1, 0}},            {{9, 17}, {1, 0}},
+                                   {{2, 24, 40}, {0, 2, 1}},     {{3, 7, 8, 16}, {0, 3, 1, 2}}};
   for (const Case& c : cases)
-    for (DType dt : {DType::F32, DType::F64, DType::I64, DType::U8, DType::F16}) {
+    for (DType dt : {DType::F32, DType::I32, DType::F64, DType::I64, DType::U8, DType::F16}) {
       const int64_t n = shape_numel(c.shape);
       Tensor x(dt, c.shape);
       auto* xb = static_cast<unsigned char*>(x.raw());

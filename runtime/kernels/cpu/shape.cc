@@ -7,6 +7,10 @@
 #include <numeric>
 #include <set>
 
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
+
 #include "graph/slice_layout.h"
 #include "runtime/kernels/cpu/math_common.h"
 
@@ -28,10 +32,39 @@ void copy_all(const Tensor& x, Tensor& y) {
   if (x.nbytes() && y.raw() != x.raw()) std::memcpy(y.raw(), x.raw(), x.nbytes());
 }
 
+#ifdef __AVX2__
+// y[i * ldy + j] = x[j * ldx + i] for i, j < 8, 4-byte elements: eight rows loaded, transposed in registers
+// (unpack, shuffle, lane permute: moves only, so every bit pattern, NaN payloads included, arrives as it was),
+// eight rows stored.
+inline void transpose_8x8(const void* xv, int64_t ldx, void* yv, int64_t ldy) {
+  const float* x = static_cast<const float*>(xv);
+  float* y = static_cast<float*>(yv);
+  __m256 r[8], t[8];
+  for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(x + k * ldx);
+  for (int k = 0; k < 8; k += 2) {
+    t[k] = _mm256_unpacklo_ps(r[k], r[k + 1]);
+    t[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);
+  }
+  for (int k = 0; k < 8; k += 4) {
+    r[k] = _mm256_shuffle_ps(t[k], t[k + 2], 0x44);
+    r[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], 0xEE);
+    r[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0x44);
+    r[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0xEE);
+  }
+  for (int k = 0; k < 4; ++k) {
+    _mm256_storeu_ps(y + k * ldy, _mm256_permute2f128_ps(r[k], r[k + 4], 0x20));
+    _mm256_storeu_ps(y + (k + 4) * ldy, _mm256_permute2f128_ps(r[k], r[k + 4], 0x31));
+  }
+}
+#endif
+
 // strided_gather where the output's innermost axis is not the input's contiguous one and axis p is (a
 // transpose of the two): for every index of the other axes, the [shape[p], shape[r-1]] plane is copied
-// in square tiles, reading runs of x along p and writing runs of y along r-1 while both stay in cache,
-// where one strided read per element misses it (a [512, 128] weight took 4 ns an element).
+// in blocks, reading runs of x along p and writing runs of y along r-1 while both stay in cache, where one
+// strided read per element misses it (a [512, 128] weight took 4 ns an element). 4-byte elements on AVX2
+// go 8 rows of y by 16 columns at a time, two 8x8 register transposes that write each row's 16 values
+// (a cache line) at once: 1.3x to 3x the scalar tiles at the shapes of a transformer's head splits and
+// MatMul gradients (and a [1024, 1024] matrix), whose strides of a power of two made partial lines thrash.
 template <class E>
 void tiled_gather(const Shape& shape, const std::vector<int64_t>& strides, int64_t base, size_t p, const E* x, E* y) {
   constexpr int64_t kTile = 32;
@@ -45,6 +78,21 @@ void tiled_gather(const Shape& shape, const std::vector<int64_t>& strides, int64
   std::vector<int64_t> idx(od.size(), 0);
   int64_t xo = base, yo = 0;
   for (;;) {
+#ifdef __AVX2__
+    if constexpr (sizeof(E) == 4) {
+      const int64_t P8 = P / 8 * 8, J16 = J / 16 * 16;
+      for (int64_t i = 0; i < P8; i += 8) {
+        for (int64_t j = 0; j < J16; j += 16) {
+          transpose_8x8(x + xo + j * s + i, s, y + yo + i * op + j, op);
+          transpose_8x8(x + xo + (j + 8) * s + i, s, y + yo + i * op + j + 8, op);
+        }
+        for (int64_t ii = i; ii < i + 8; ++ii)
+          for (int64_t j = J16; j < J; ++j) y[yo + ii * op + j] = x[xo + j * s + ii];
+      }
+      for (int64_t i = P8; i < P; ++i)
+        for (int64_t j = 0; j < J; ++j) y[yo + i * op + j] = x[xo + j * s + i];
+    } else
+#endif
     for (int64_t ib = 0; ib < P; ib += kTile) {
       const int64_t ie = std::min(P, ib + kTile);
       for (int64_t jb = 0; jb < J; jb += kTile) {
