@@ -273,6 +273,38 @@ TEST(Reduce, ContiguousSoftmaxSumsInSixteenFixedChains) {
   }
 }
 
+// ReduceSum and ReduceMean along the innermost axis add each row in lane_sum's 16 chains (in double), then
+// onto what earlier rows of the same output left: f64 input shows the order bit for bit (a single chain
+// fails), and reducing axes (0, 2) of [2, 3, 40] adds the two rows of each output in order.
+TEST(Reduce, InnermostSumsAddEachRowInSixteenFixedChains) {
+  auto lanes = [](const double* x, int64_t n) {
+    double s[16] = {}, sum = 0;
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16)
+      for (int l = 0; l < 16; ++l) s[l] += x[j + l];
+    for (double v : s) sum += v;
+    for (; j < n; ++j) sum += x[j];
+    return sum;
+  };
+  for (int64_t n : {7, 16, 100, 515}) {
+    Tensor x(DType::F64, {3, n});
+    const Tensor r = testing::random_tensor({3, n}, 120 + n, -1e3f, 1e3f);
+    for (int64_t i = 0; i < 3 * n; ++i) x.data<double>()[i] = r.data<float>()[i] * (1.0 + 1e-9 * i);
+    const Tensor sum = run_op("ReduceSum", {x, Tensor::from_vector<int64_t>({1}, {1})}, {{"keepdims", Attribute::Int(0)}})[0];
+    const Tensor mean = run_op("ReduceMean", {x}, {{"axes", Attribute::Ints({1})}, {"keepdims", Attribute::Int(0)}})[0];
+    for (int64_t row = 0; row < 3; ++row) {
+      const double want = lanes(x.data<double>() + row * n, n);
+      EXPECT_EQ(sum.data<double>()[row], want) << "n " << n << " row " << row;
+      EXPECT_EQ(mean.data<double>()[row], want / static_cast<double>(n)) << "n " << n << " row " << row;
+    }
+  }
+  Tensor x(DType::F64, {2, 3, 40});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<double>()[i] = std::sin(0.37 * i) * 1e3;
+  const Tensor y = run_op("ReduceSum", {x, Tensor::from_vector<int64_t>({2}, {0, 2})}, {{"keepdims", Attribute::Int(0)}})[0];
+  for (int64_t c = 0; c < 3; ++c)
+    EXPECT_EQ(y.data<double>()[c], (0.0 + lanes(x.data<double>() + c * 40, 40)) + lanes(x.data<double>() + (3 + c) * 40, 40)) << c;
+}
+
 // exp_f64 (the cross-entropy kernels' exponentials) against the library's exp in ulps of the result, every
 // 1/8192 of its normal range, and its edges: NaN, infinities, overflow, and 0 below the normal range.
 TEST(Reduce, VectorizedDoubleExpIsWithinOneUlpOfTheLibrarys) {

@@ -122,6 +122,9 @@ template <class T, Red K> void reduce_typed(KernelContext& ctx, const Tensor& x,
       } else if (sy) {
         A* ar = acc + o[1];
         for (int64_t i = 0; i < inner; ++i) ar[i] = red_step<T, K>(ar[i], xr[i]);
+      } else if constexpr ((K == Red::Sum || K == Red::Mean) && std::is_floating_point_v<T>) {
+        // Along the innermost axis: the row's sum in lanes (lane_sum), then added to what earlier rows left.
+        acc[o[1]] += lane_sum<A>(inner, [&](int64_t i) { return static_cast<A>(xr[i]); });
       } else {
         A a = acc[o[1]];
         for (int64_t i = 0; i < inner; ++i) a = red_step<T, K>(a, xr[i]);
