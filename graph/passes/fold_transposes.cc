@@ -20,13 +20,6 @@ using Perm = std::vector<int64_t>;
 
 bool is_plain(const Node& n, const char* op) { return n.domain.empty() && n.op_type == op && n.outputs.size() == 1; }
 
-bool persisted(const Graph& g, const std::string& v) {
-  if (g.is_output(v)) return true;
-  for (const auto& [value, state] : g.state_updates)
-    if (value == v) return true;
-  return false;
-}
-
 std::optional<size_t> rank_of(const Graph& g, const std::string& v) {
   const ValueInfo* i = g.info(v);
   if (!i || !i->has_shape) return std::nullopt;
@@ -53,6 +46,7 @@ bool is_identity(const Perm& p) {
 // Transpose(Transpose(X, p), q) reads X with p o q; an identity is dropped, its readers reading X. Transposes
 // left unread are dropped.
 Graph compose_transposes(const Graph& g) {
+  const SoleReader keep(g, true);  // only for persisted(): the rewrite leaves outputs and state updates alone
   Graph r = g;
   std::unordered_map<std::string, int> producer;
   std::unordered_map<std::string, std::string> alias;
@@ -73,7 +67,7 @@ Graph compose_transposes(const Graph& g) {
           for (size_t k = 0; k < c.size(); ++k) c[k] = (*a)[(*b)[k]];
           n.inputs[0] = inner.inputs[0];
           n.attrs["perm"] = Attribute::Ints(c);
-          if (is_identity(c) && !persisted(r, n.outputs[0])) {
+          if (is_identity(c) && !keep.persisted(n.outputs[0])) {
             alias[n.outputs[0]] = n.inputs[0];
             r.values.erase(n.outputs[0]);
             drop.insert(i);
@@ -85,20 +79,18 @@ Graph compose_transposes(const Graph& g) {
     for (const auto& out : n.outputs)
       if (!out.empty()) producer[out] = i;
   }
-  // Transposes nothing reads any more (the inner ones above), innermost last.
-  for (bool changed = true; changed;) {
-    changed = false;
-    std::set<std::string> read;
-    for (int i = 0; i < static_cast<int>(r.nodes.size()); ++i)
-      if (!drop.count(i))
-        for (const auto& in : r.nodes[i].inputs) read.insert(in);
-    for (int i = 0; i < static_cast<int>(r.nodes.size()); ++i) {
-      const Node& n = r.nodes[i];
-      if (drop.count(i) || !is_plain(n, "Transpose") || read.count(n.outputs[0]) || persisted(r, n.outputs[0])) continue;
+  // Transposes nothing reads any more (the inner ones above), found in one sweep from the last node: by the
+  // time it reaches a node, every reader of its output has been kept or dropped.
+  std::set<std::string> read;
+  for (int i = static_cast<int>(r.nodes.size()) - 1; i >= 0; --i) {
+    if (drop.count(i)) continue;
+    const Node& n = r.nodes[i];
+    if (is_plain(n, "Transpose") && !read.count(n.outputs[0]) && !keep.persisted(n.outputs[0])) {
       r.values.erase(n.outputs[0]);
       drop.insert(i);
-      changed = true;
+      continue;
     }
+    for (const auto& in : n.inputs) read.insert(in);
   }
   return without_nodes(std::move(r), drop);
 }

@@ -14,14 +14,16 @@ SoleReader::SoleReader(const Graph& g, bool any_type) : g_(g), any_type_(any_typ
 
 bool SoleReader::operator()(const std::string& v, int by) const {
   const auto it = readers_.find(v);
-  return it != readers_.end() && it->second.size() == 1 && it->second[0] == by && !g_.is_output(v) &&
-         !persisted_.count(v) && (any_type_ || is_float_value(g_, v));
+  return it != readers_.end() && it->second.size() == 1 && it->second[0] == by && !persisted(v) &&
+         (any_type_ || is_float_value(g_, v));
 }
 
 int SoleReader::reader(const std::string& v) const {
   const auto it = readers_.find(v);
   return it != readers_.end() && it->second.size() == 1 ? it->second[0] : -1;
 }
+
+bool SoleReader::persisted(const std::string& v) const { return g_.is_output(v) || persisted_.count(v); }
 
 Graph without_nodes(Graph r, const std::set<int>& drop) {
   if (drop.empty()) return r;

@@ -29,6 +29,8 @@ class SoleReader {
   bool operator()(const std::string& v, int by) const;
   // The one node that reads v, or -1 when none or several do.
   int reader(const std::string& v) const;
+  // v is a graph output or a state update's source: it must stay a value of its own.
+  bool persisted(const std::string& v) const;
 
  private:
   const Graph& g_;

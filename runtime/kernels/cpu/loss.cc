@@ -110,10 +110,9 @@ void softmax_cross_entropy_kernel(KernelContext& ctx) {
     const T* px = ptr<T>(scores);
     std::vector<double> elem(lab.size(), 0.0);
     // Per example, every position at once: the loops run along the positions (contiguous in [N, C, D])
-    // (the exponentials vectorized: exp_f64, within 1 ulp of the library's over the range checked)
     // with one maximum and one sum per position, each taken over the classes in order as a position at a
-    // time would (the same bits), instead of striding D elements per class (a cache miss an element for
-    // a language model's [N, V, T] scores).
+    // time would, instead of striding D elements per class (a cache miss an element for a language model's
+    // [N, V, T] scores). The exponentials are exp_f64's, which vectorize (within 1 ulp of the library's).
     const int64_t D = L.d;
     std::vector<T> mx(D);
     std::vector<double> sum(D), ls(D);

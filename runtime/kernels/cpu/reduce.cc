@@ -197,7 +197,6 @@ template <bool kMax> void arg_kernel(KernelContext& ctx) {
   });
 }
 
-// Softmax over `n` elements spaced `inner` apart; log=true gives LogSoftmax.
 // A contiguous line's maximum in kSumLanes independent chains, as lane_sum adds (math_common.h), which the
 // compiler maps onto vector registers: any order's maximum (std::max skips a NaN the same way in every order,
 // and the sign of a zero maximum changes no x - max).
@@ -214,44 +213,35 @@ T line_max(const T* x, int64_t n) {
   return mx;
 }
 
-template <class T, bool kLog> void softmax_line(const T* x, T* y, int64_t n, int64_t inner) {
+// Softmax over `n` elements spaced `inner` apart; log=true gives LogSoftmax. kUnit: inner is 1, a contiguous
+// line, whose loops the compiler vectorizes (its stride a constant) and whose maximum and f32 sum go in lanes.
+template <class T, bool kLog, bool kUnit> void softmax_line(const T* x, T* y, int64_t n, int64_t inner) {
+  const int64_t st = kUnit ? 1 : inner;
   T mx = -std::numeric_limits<T>::infinity();
-  if (inner == 1) {
-    mx = line_max(x, n);
-  } else {
-    for (int64_t j = 0; j < n; ++j) mx = std::max(mx, x[j * inner]);
-  }
+  if constexpr (kUnit) mx = line_max(x, n);
+  else for (int64_t j = 0; j < n; ++j) mx = std::max(mx, x[j * st]);
   if (!std::isfinite(mx)) mx = std::isnan(mx) ? mx : T(0);
   T sum = 0;
   if constexpr (kLog) {
-    for (int64_t j = 0; j < n; ++j) sum += std::exp(x[j * inner] - mx);
+    for (int64_t j = 0; j < n; ++j) sum += std::exp(x[j * st] - mx);
     // (x - max) - log(sum), not x - (max + log(sum)): large logits keep their low digits.
     const T ls = std::log(sum);
-    for (int64_t j = 0; j < n; ++j) y[j * inner] = (x[j * inner] - mx) - ls;
+    for (int64_t j = 0; j < n; ++j) y[j * st] = (x[j * st] - mx) - ls;
   } else {
     if constexpr (std::is_same_v<T, float>) {
-      // Attention scores: the exponentials in one vectorized pass (exp_f32), then their sum (in lanes
-      // where the line is contiguous, else in order).
-      if (inner == 1) {
-        for (int64_t j = 0; j < n; ++j) y[j] = exp_f32(x[j] - mx);
-        sum = lane_sum<T>(n, [&](int64_t j) { return y[j]; });
-      } else {
-        for (int64_t j = 0; j < n; ++j) y[j * inner] = exp_f32(x[j * inner] - mx);
-        for (int64_t j = 0; j < n; ++j) sum += y[j * inner];
-      }
+      // Attention scores: the exponentials in one vectorized pass (exp_f32), then their sum.
+      for (int64_t j = 0; j < n; ++j) y[j * st] = exp_f32(x[j * st] - mx);
+      if constexpr (kUnit) sum = lane_sum<T>(n, [&](int64_t j) { return y[j]; });
+      else for (int64_t j = 0; j < n; ++j) sum += y[j * st];
     } else {
       for (int64_t j = 0; j < n; ++j) {
-        const T e = std::exp(x[j * inner] - mx);
-        y[j * inner] = e;
+        const T e = std::exp(x[j * st] - mx);
+        y[j * st] = e;
         sum += e;
       }
     }
     const T inv = T(1) / sum;
-    if (inner == 1) {
-      for (int64_t j = 0; j < n; ++j) y[j] *= inv;
-    } else {
-      for (int64_t j = 0; j < n; ++j) y[j * inner] *= inv;
-    }
+    for (int64_t j = 0; j < n; ++j) y[j * st] *= inv;
   }
 }
 
@@ -289,8 +279,9 @@ template <bool kLog> void softmax_kernel(KernelContext& ctx) {
     const int th = threads_for(ctx, x.numel());
 #pragma omp parallel for num_threads(th) schedule(static) if (th > 1)
     for (int64_t l = 0; l < lines; ++l) {
-      const int64_t o = l / inner, i = l % inner;
-      softmax_line<T, kLog>(px + o * n * inner + i, py + o * n * inner + i, n, inner);
+      const int64_t o = l / inner, i = l % inner, at = o * n * inner + i;
+      if (inner == 1) softmax_line<T, kLog, true>(px + at, py + at, n, inner);
+      else softmax_line<T, kLog, false>(px + at, py + at, n, inner);
     }
   });
 }
