@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <random>
 
 #include "graph/onnx_io.h"
@@ -807,6 +808,55 @@ onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), 'attn.onnx')
   for (const char* v : {"r", "t", "y"}) {
     ASSERT_TRUE(g.info(v) && g.info(v)->has_shape) << v;
     EXPECT_EQ(g.info(v)->shape.size(), 3u) << v << ": " << g.info(v)->str();
+  }
+  // propagate_shape_values multiplies the symbol ("2*N"), and the -1 is what is left of N * 3 * 8.
+  EXPECT_EQ(g.info("r")->str(), "f32[2*N,3,4]");
+  EXPECT_EQ(g.info("y")->str(), "f32[2*N,3,3]");
+}
+
+// torch's MultiheadAttention as exported: the packed projection sliced into q, k, v with bounds computed
+// from its size ((E + 2) / 3, times 1, 2, 3), the heads split by a Reshape to [T, N * heads, E / heads]
+// and merged back to [T * N, E]. Every size follows from the symbols: nothing is left unknown, so the
+// gradient rules need no run-time shape computations (SumToShape) there.
+TEST(OnnxIo, AttentionShapesComeOutAsProductsOfTheSymbols) {
+  std::string dir = temp_dir("onnx_io_attention_dims");
+  run_onnx_python(dir, R"(
+import onnx, numpy as np
+from onnx import helper as h, TensorProto as T, numpy_helper as nh
+c = lambda name, v: h.make_node('Constant', [], [name], value=nh.from_array(np.array(v, np.int64)))
+w = nh.from_array(np.zeros((12, 36), np.float32), 'w')
+n = [h.make_node('MatMul', ['x', 'w'], ['p']), h.make_node('Shape', ['p'], ['ps']), c('last', [-1]), c('two', [2]),
+     c('three', [3]), c('one', [1]), c('zero', [0]), c('heads', 4), c('i0', 0), c('i1', 1), c('i2', 2),
+     h.make_node('Gather', ['ps', 'last'], ['e3']), h.make_node('Add', ['e3', 'two'], ['e3p']),
+     h.make_node('Div', ['e3p', 'three'], ['e']), h.make_node('Mul', ['e', 'one'], ['e1']),
+     h.make_node('Mul', ['e', 'two'], ['e2']),
+     h.make_node('Slice', ['p', 'zero', 'e1', 'last'], ['q']), h.make_node('Slice', ['p', 'e1', 'e2', 'last'], ['k']),
+     h.make_node('Shape', ['x'], ['xs']), h.make_node('Gather', ['xs', 'i0'], ['t']),
+     h.make_node('Gather', ['xs', 'i1'], ['nb']), h.make_node('Gather', ['xs', 'i2'], ['d']),
+     h.make_node('Mul', ['nb', 'heads'], ['nh']), h.make_node('Div', ['d', 'heads'], ['hd']),
+     h.make_node('Cast', ['hd'], ['hdc'], to=T.INT64)]
+for i, name in enumerate(['t', 'nh', 'hdc']):
+  n.append(h.make_node('Unsqueeze', [name, 'zero'], [name + 'u']))
+n += [h.make_node('Concat', ['tu', 'nhu', 'hdcu'], ['split'], axis=0),
+      h.make_node('Reshape', ['q', 'split'], ['qh']), h.make_node('Reshape', ['k', 'split'], ['kh']),
+      h.make_node('Transpose', ['qh'], ['qt'], perm=[1, 0, 2]), h.make_node('Transpose', ['kh'], ['kt'], perm=[1, 2, 0]),
+      h.make_node('MatMul', ['qt', 'kt'], ['s']), h.make_node('Softmax', ['s'], ['a'], axis=-1),
+      h.make_node('MatMul', ['a', 'qt'], ['o']), h.make_node('Transpose', ['o'], ['ot'], perm=[1, 0, 2]),
+      h.make_node('Mul', ['t', 'nb'], ['tn']), h.make_node('Unsqueeze', ['tn', 'zero'], ['tnu']),
+      h.make_node('Unsqueeze', ['d', 'zero'], ['du']), h.make_node('Concat', ['tnu', 'du'], ['merge'], axis=0),
+      h.make_node('Reshape', ['ot', 'merge'], ['m']), h.make_node('ReduceSum', ['m'], ['sum'], keepdims=0)]
+g = h.make_graph(n, 'mha', [h.make_tensor_value_info('x', T.FLOAT, ['T', 'N', 12])],
+                 [h.make_tensor_value_info('sum', T.FLOAT, [])], [w])
+onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), 'mha.onnx')
+)");
+  Graph g = load_onnx(dir + "/mha.onnx");
+  const std::map<std::string, std::string> want = {{"q", "f32[T,N,12]"},    {"k", "f32[T,N,12]"},
+                                                   {"qh", "f32[T,4*N,3]"},   {"qt", "f32[4*N,T,3]"},
+                                                   {"s", "f32[4*N,T,T]"},    {"o", "f32[4*N,T,3]"},
+                                                   {"m", "f32[N*T,12]"}};
+  for (const auto& [v, str] : want) {
+    ASSERT_TRUE(g.info(v)) << v;
+    EXPECT_EQ(g.info(v)->str(), str) << v;
   }
 }
 

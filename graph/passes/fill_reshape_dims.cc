@@ -1,6 +1,10 @@
 // Load-time pass fill_reshape_dims: Reshape output shapes ONNX's inference leaves unknown.
 #include "graph/passes/fill_reshape_dims.h"
 
+#include "graph/passes/shape_values.h"
+
+#include <algorithm>
+#include <iterator>
 #include <map>
 #include <set>
 
@@ -12,6 +16,16 @@ std::map<std::string, onnx::TypeProto*> tensor_types(onnx::GraphProto& g) {
     for (auto& v : *list)
       if (v.type().has_tensor_type()) types[v.name()] = v.mutable_type();
   return types;
+}
+
+std::map<std::string, onnx::TypeProto> initializer_types(const onnx::GraphProto& g) {
+  std::map<std::string, onnx::TypeProto> r;
+  for (const auto& t : g.initializer()) {
+    auto* tt = r[t.name()].mutable_tensor_type();
+    tt->set_elem_type(t.data_type());
+    for (int64_t d : t.dims()) tt->mutable_shape()->add_dim()->set_dim_value(d);
+  }
+  return r;
 }
 
 onnx::TypeProto* output_type(onnx::GraphProto& g, std::map<std::string, onnx::TypeProto*>& types,
@@ -62,10 +76,21 @@ bool fill_reshape_dims(onnx::ModelProto& m,
     std::multiset<std::string> in_symbols, out_symbols;
     int64_t in_known = 1, out_known = 1;
     bool ok = true, in_complete = true, out_complete = true;
+    // Each dimension a product (monomial_of): its coefficient goes into the known size, its symbols into
+    // the symbols (torch's N * heads is "4*N" once propagate_shape_values found it).
+    auto account = [](const onnx::TensorShapeProto_Dimension& d, int64_t& known, std::multiset<std::string>& symbols,
+                      bool& complete) {
+      const auto m = monomial_of(d);
+      if (!m || m->coeff <= 0) {
+        complete = false;
+        return;
+      }
+      complete &= !__builtin_mul_overflow(known, m->coeff, &known);
+      symbols.insert(m->symbols.begin(), m->symbols.end());
+    };
     for (const auto& d : in_shape.dim()) {
-      if (d.has_dim_value()) in_complete &= !__builtin_mul_overflow(in_known, d.dim_value(), &in_known);
-      else if (d.has_dim_param() && !d.dim_param().empty()) in_symbols.insert(d.dim_param());
-      else in_complete = false;
+      if (d.has_dim_value() && d.dim_value() == 0) in_known = 0;
+      else account(d, in_known, in_symbols, in_complete);
     }
     onnx::TensorShapeProto out;
     int solve = -1;
@@ -86,14 +111,20 @@ bool fill_reshape_dims(onnx::ModelProto& m,
       } else if (t.has_dim_value()) {
         ok = false;  // a negative size other than -1: the model is invalid, the kernel says so
       }
-      if (d->has_dim_value()) out_complete &= !__builtin_mul_overflow(out_known, d->dim_value(), &out_known);
-      else if (d->has_dim_param() && !d->dim_param().empty()) out_symbols.insert(d->dim_param());
-      else out_complete = false;
+      if (d->has_dim_value() && d->dim_value() == 0) out_known = 0;
+      else account(*d, out_known, out_symbols, out_complete);
     }
     if (!ok) continue;
-    if (solve >= 0 && in_complete && out_complete && in_symbols == out_symbols && out_known > 0 &&
-        in_known % out_known == 0)
-      out.mutable_dim(solve)->set_dim_value(in_known / out_known);
+    // The -1 dimension is what the input holds that the rest of the target does not: the quotient of the
+    // known sizes times the input's symbols left over (a size when none is, "64*N" when N is).
+    if (solve >= 0 && in_complete && out_complete && out_known > 0 && in_known % out_known == 0 &&
+        std::includes(in_symbols.begin(), in_symbols.end(), out_symbols.begin(), out_symbols.end())) {
+      Monomial m{in_known / out_known, {}};
+      if (m.coeff != 0)
+        std::set_difference(in_symbols.begin(), in_symbols.end(), out_symbols.begin(), out_symbols.end(),
+                            std::back_inserter(m.symbols));
+      if (m.known() || m.coeff > 0) set_dim(*out.mutable_dim(solve), m);
+    }
     // Fill the output's type where it is unknown; keep what is known.
     onnx::TypeProto* type = output_type(*g, types, n.output(0));
     auto* tt = type->mutable_tensor_type();

@@ -13,6 +13,9 @@ namespace graphrun::passes {
 // The tensor types of the graph's inputs, value infos and outputs, by value name, to fill in place
 // (shared by the load-time fill passes).
 std::map<std::string, onnx::TypeProto*> tensor_types(onnx::GraphProto& g);
+// The types of the graph's initializers (which need not be graph inputs, so `tensor_types` lacks them):
+// their element types and sizes, for passes that read an input's type.
+std::map<std::string, onnx::TypeProto> initializer_types(const onnx::GraphProto& g);
 // The type of value `name` in `types`, or of a value_info added to `g` (and to `types`) for it.
 onnx::TypeProto* output_type(onnx::GraphProto& g, std::map<std::string, onnx::TypeProto*>& types,
                              const std::string& name);
