@@ -44,20 +44,24 @@ void bias_like(InferenceContext& ctx, size_t in, size_t out, int axis, int64_t g
 }
 
 // Output `out` takes the shape given by the value of input `in` (a constant or a symbolic shape).
+// The output's shape from the values of input `in` (a shape tensor); none where nothing says even its
+// rank: an empty shape would declare a scalar, which readers' inference (Gemm's) takes at its word.
 void shape_from_value(InferenceContext& ctx, size_t in, size_t out, const std::string& op) {
   if (out >= ctx.getNumOutputs() || !has_input(ctx, 0)) return;
   onnx::propagateElemTypeFromInputToOutput(ctx, 0, out);
-  auto* shape = ctx.getOutputType(out)->mutable_tensor_type()->mutable_shape();
+  onnx::TensorShapeProto shape;
   if (const onnx::TensorProto* data = ctx.getInputData(in)) {
     Tensor t = tensor_from_proto(*data, op + " shape");
-    for (int64_t d : t.as_int64s()) shape->add_dim()->set_dim_value(d);
+    for (int64_t d : t.as_int64s()) shape.add_dim()->set_dim_value(d);
   } else if (const onnx::TensorShapeProto* sym = ctx.getSymbolicInput(in)) {
-    *shape = *sym;
-  } else if (onnx::hasInputShape(ctx, in)) {
-    const auto& s = onnx::getInputShape(ctx, in);
-    if (s.dim_size() == 1 && s.dim(0).has_dim_value())
-      for (int64_t i = 0; i < s.dim(0).dim_value(); ++i) shape->add_dim();
+    shape = *sym;
+  } else if (onnx::hasInputShape(ctx, in) && onnx::getInputShape(ctx, in).dim_size() == 1 &&
+             onnx::getInputShape(ctx, in).dim(0).has_dim_value()) {
+    for (int64_t i = 0; i < onnx::getInputShape(ctx, in).dim(0).dim_value(); ++i) shape.add_dim();
+  } else {
+    return;
   }
+  *ctx.getOutputType(out)->mutable_tensor_type()->mutable_shape() = shape;
 }
 
 void infer(InferenceContext& ctx, const std::vector<OpSchemaSpec::Inference>& rules, const std::string& op) {

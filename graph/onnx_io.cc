@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <iterator>
 #include <set>
 #include <tuple>
 #include <unordered_map>
@@ -23,6 +24,7 @@
 #include "graph/passes/fill_reshape_dims.h"
 #include "graph/passes/fill_resize_ranks.h"
 #include "graph/passes/fill_slice_ranks.h"
+#include "graph/passes/shape_values.h"
 #include "graph/validate.h"
 
 namespace graphrun {
@@ -903,7 +905,9 @@ onnx::ModelProto model_from_graph(const Graph& g) {
 
 // Runs ONNX shape inference on `m` in place; graphrun's schemas make its own ops inferable, and
 // passes::fill_reshape_dims, fill_slice_ranks and fill_resize_ranks fill in the Reshapes, Slices and Resizes
-// ONNX leaves unknown (torch's flatten, chunk and interpolate to a computed size).
+// ONNX leaves unknown (torch's flatten, chunk and interpolate to a computed size), reading the shape
+// tensors' values from ONNX's data propagation and from passes::propagate_shape_values (the products of
+// symbols and the Divs ONNX's leaves unknown: torch's attention reshapes to [T, N * heads, head_dim]).
 // ONNX names the unknown dimensions it creates "unk__0", "unk__1", ...; graphrun shows those as "?"
 // (symbols the model itself uses, such as "N", stay).
 void run_inference(onnx::ModelProto& m, bool strict) {
@@ -920,8 +924,35 @@ void run_inference(onnx::ModelProto& m, bool strict) {
     if (d.has_dim_param()) own_symbols.insert(d.dim_param());
   });
   onnx::ShapeInferenceOptions opts(/*check_type=*/strict, /*strict_mode=*/strict ? 1 : 0, /*data_prop=*/true);
+  // ONNX's data propagation of Shape and Size reads its input's type unchecked, and a value whose producer
+  // could not be inferred (a MatMul of mismatched sizes, in a non-strict round) has none: the process
+  // would crash. A round without data propagation types what it can first; the inputs of Shape and Size
+  // still untyped then get an empty tensor type for the propagating round, taken away after it.
+  auto infer = [&](std::unordered_map<std::string, onnx::TensorShapeProto>* data) {
+    onnx::ShapeInferenceOptions plain = opts;
+    plain.enable_data_propagation = false;
+    onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(), plain);
+    auto* g = m.mutable_graph();
+    std::set<std::string> typed, stand_ins;
+    for (const auto* list : {&g->input(), &g->value_info(), &g->output()})
+      for (const auto& v : *list)
+        if (v.has_type()) typed.insert(v.name());
+    for (const auto& t : g->initializer()) typed.insert(t.name());
+    for (const auto& n : g->node())
+      if ((n.op_type() == "Shape" || n.op_type() == "Size") && n.input_size() >= 1 && !n.input(0).empty() &&
+          !typed.count(n.input(0)) && stand_ins.insert(n.input(0)).second) {
+        auto* v = g->add_value_info();
+        v->set_name(n.input(0));
+        v->mutable_type()->mutable_tensor_type();
+      }
+    onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(), opts, data);
+    if (stand_ins.empty()) return;
+    auto* vi = g->mutable_value_info();
+    for (int i = vi->size() - 1; i >= 0; --i)
+      if (stand_ins.count(vi->Get(i).name()) && !vi->Get(i).type().tensor_type().elem_type()) vi->DeleteSubrange(i, 1);
+  };
   std::unordered_map<std::string, onnx::TensorShapeProto> shape_data;
-  onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(), opts, strict ? nullptr : &shape_data);
+  infer(strict ? nullptr : &shape_data);
   if (strict) return;
   auto forget_generated = [&] {
     dims_of([&](onnx::TensorShapeProto_Dimension& d) {
@@ -934,12 +965,13 @@ void run_inference(onnx::ModelProto& m, bool strict) {
   // a later Reshape's target computable): each round may reach one more Resize or Reshape of a chain (a
   // UNet's decoder has several), so rounds go on while something is filled, within a bound.
   for (int round = 0; round < 32; ++round) {
+    passes::propagate_shape_values(m, shape_data);
     const bool reshaped = passes::fill_reshape_dims(m, shape_data);
     const bool sliced = passes::fill_slice_ranks(m, shape_data);
     const bool resized = passes::fill_resize_ranks(m, shape_data);
     if (!reshaped && !sliced && !resized) break;
     shape_data.clear();
-    onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(), opts, &shape_data);
+    infer(&shape_data);
     forget_generated();
   }
 }
@@ -1137,6 +1169,20 @@ void save_onnx(const Graph& g, const std::string& path, bool check) {
   f.write(out.data(), static_cast<std::streamsize>(out.size()));
   f.close();
   if (!f) GR_FAIL(path << ": write error");
+}
+
+bool reinfer_shapes(Graph& g) {
+  Graph inferred = g;
+  for (auto v = inferred.values.begin(); v != inferred.values.end();)
+    v = inferred.is_input(v->first) || inferred.is_initializer(v->first) ? std::next(v) : inferred.values.erase(v);
+  try {
+    infer_shapes(inferred);
+  } catch (const Error&) {
+    return false;
+  }
+  for (auto& [v, info] : g.values)
+    if (!g.is_input(v) && !g.is_initializer(v) && inferred.values.count(v)) info = inferred.values.at(v);
+  return true;
 }
 
 void infer_shapes(Graph& g) {

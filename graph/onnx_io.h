@@ -26,5 +26,9 @@ std::string onnx_bytes(const Graph& g);
 // Fills g.values for every value whose type onnx shape inference (with graphrun's op schemas)
 // can determine; keeps what is already known.
 void infer_shapes(Graph& g);
+// Infers every value's type again from the inputs and initializers, forgetting what the graph said of
+// the others (after a pass changed what they follow from: a batch made symbolic, pads folded); where
+// inference fails the graph keeps what it had. Returns whether it re-inferred.
+bool reinfer_shapes(Graph& g);
 
 }  // namespace graphrun

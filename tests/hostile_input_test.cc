@@ -180,6 +180,29 @@ TEST(HostileInput, OptionalAndSequenceOutputsAreOneLineAndExit2) {
                  "output 'maybe' has an optional type: optional/sequence types are not supported");
 }
 
+// A Reshape to a size the next MatMul cannot take, then an Add: ONNX cannot type the MatMul, and the
+// backward graph reads that value's Shape. ONNX's data propagation of Shape crashed on an untyped input;
+// now `grad` refuses the model in one line, and `show --backward` prints the graph.
+TEST(HostileInput, AShapeOfAValueInferenceCouldNotTypeIsNoCrash) {
+  const std::string d = testing::temp_dir("hostile_untyped_shape");
+  auto r = testing::run_command(
+      "cd '" + d + "' && " + testing::python() + " -c \"" +
+      "import onnx, numpy as np; from onnx import helper as h, TensorProto as T, numpy_helper as nh; "
+      "c = lambda n, v: h.make_node('Constant', [], [n], value=nh.from_array(np.array(v, np.int64))); "
+      "g = h.make_graph([h.make_node('Shape', ['x'], ['s']), c('i0', 0), h.make_node('Gather', ['s', 'i0'], ['n']), "
+      "c('ax', [0]), h.make_node('Unsqueeze', ['n', 'ax'], ['n1']), c('m', [17]), "
+      "h.make_node('Concat', ['n1', 'm'], ['shape'], axis=0), h.make_node('Reshape', ['x', 'shape'], ['r']), "
+      "h.make_node('MatMul', ['r', 'W'], ['h0']), h.make_node('Add', ['h0', 'b'], ['h1']), "
+      "h.make_node('MatMul', ['h1', 'W2'], ['logits'])], 'g', [h.make_tensor_value_info('x', T.FLOAT, ['N', 16])], "
+      "[h.make_tensor_value_info('logits', T.FLOAT, ['N', 10])], [nh.from_array(np.ones((16, 8), np.float32), 'W'), "
+      "nh.from_array(np.zeros(8, np.float32), 'b'), nh.from_array(np.ones((8, 10), np.float32), 'W2')]); "
+      "onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 17)]), 'bad.onnx')\"");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_refused("grad", d + "/bad.onnx -o " + d + "/bad.grad.onnx", "Incompatible dimensions");
+  CommandResult shown = graphrun("show " + d + "/bad.onnx --backward", true);
+  EXPECT_EQ(shown.exit_code, 0) << shown.output;
+}
+
 // A folder of MNIST-format data: 8 training and 4 test images of 28x28, gzipped.
 void write_idx(const std::string& path, const std::string& header_and_data) {
   gzFile f = gzopen(path.c_str(), "wb");
