@@ -139,6 +139,28 @@ TEST(GradRules, WhereSumMeanMaxMin) {
   check_gradients(t, mn);
 }
 
+// Ties: max(x, x) is x, and the maximum of [x, x] along an axis is the maximum of x, so each gradient is
+// dY where the max is, once. A rule that gives every tied element all of dY doubles it (the numeric check
+// fails); torch shares it evenly (torch.maximum halves it, amax divides it by the count).
+TEST(GradRules, TiedMaxAndMinShareTheGradientEvenly) {
+  for (const char* op : {"Max", "Min"}) {
+    SCOPED_TRACE(op);
+    TestGraph t;
+    std::string x = t.param("x", {3, 4}, 1);
+    std::string y = t.param("y", {4}, 2);
+    check_gradients(t, t.node(op, {x, x, y}));
+  }
+  for (const char* op : {"ReduceMax", "ReduceMin"})
+    for (int all = 0; all < 2; ++all) {
+      SCOPED_TRACE(std::string(op) + (all ? " over every axis" : " over axis 1"));
+      TestGraph t;
+      std::string x = t.param("x", {3, 4}, 3);
+      std::string twice = t.node("Concat", {x, x}, {{"axis", A::Int(1)}});
+      check_gradients(t, all ? t.node(op, {twice}, {{"keepdims", A::Int(0)}})
+                             : t.node(op, {twice}, {{"axes", A::Ints({1})}, {"keepdims", A::Int(0)}}));
+    }
+}
+
 TEST(GradRules, CastRoundTrip) {
   TestGraph t;
   std::string x = t.param("x", {3, 4}, 1);

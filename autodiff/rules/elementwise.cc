@@ -161,9 +161,21 @@ void clip_grad(GradContext& ctx) {
 }
 
 // Max/Min: the gradient goes to the input(s) equal to the result.
+// Max / Min: the gradient goes to the inputs equal to the result, shared evenly where several are (as
+// torch.maximum's backward halves it on a tie): dY / count, count the number of inputs equal to Y there.
 void max_min_grad(GradContext& ctx) {
-  for (size_t i = 0; i < ctx.num_inputs(); ++i)
-    if (ctx.needs(i)) set_reduced(ctx, i, mask_grad(ctx, ctx.op("Equal", {ctx.in(i), ctx.out(0)}), ctx.dy()));
+  const size_t n = ctx.num_inputs();
+  if (n == 1) return ctx.set_dx(0, ctx.dy());
+  const DType t = ctx.dtype(ctx.dy());
+  std::vector<std::string> hits(n), ones(n);
+  for (size_t i = 0; i < n; ++i) {
+    hits[i] = ctx.op("Equal", {ctx.in(i), ctx.out(0)});
+    ones[i] = ctx.op("Cast", {hits[i]}, {{"to", Attribute::Int(static_cast<int64_t>(t))}});
+  }
+  // (Where no input equals Y, a NaN, the count is 0 and the Where below passes 0, not dY / 0.)
+  const std::string share = ctx.op("Div", {ctx.dy(), ctx.op("Sum", ones)});
+  for (size_t i = 0; i < n; ++i)
+    if (ctx.needs(i)) set_reduced(ctx, i, mask_grad(ctx, hits[i], share));
 }
 
 // d erf(x)/dx = 2/sqrt(pi) * exp(-x^2)

@@ -142,13 +142,18 @@ std::string cst(GradContext& ctx, double v) { return ctx.scalar(v, ctx.dtype(ctx
 
 }  // namespace
 
-// ReduceMax / ReduceMin: the gradient goes to the elements equal to the result.
+// ReduceMax / ReduceMin: the gradient goes to the elements equal to the result, split evenly among ties.
 void reduce_max_min_grad(GradContext& ctx) {
   ReduceAxes r = reduce_axes(ctx);
   if (r.identity) return ctx.set_dx(0, ctx.dy());
   auto [dy, y] = unreduced_dy_y(ctx, r);
   std::string hit = ctx.op("Equal", {ctx.in(0), y});
-  ctx.set_dx(0, ctx.op("Where", {hit, ctx.op("Expand", {dy, ctx.shape_of(ctx.in(0))}), cst(ctx, 0)}));
+  // Shared evenly between the elements that tie for the result, as torch's amax / amin and max() do.
+  std::string ones = ctx.op("Cast", {hit}, {{"to", Attribute::Int(static_cast<int64_t>(ctx.dtype(ctx.in(0))))}});
+  std::string count = r.all ? ctx.op("ReduceSum", {ones}, {{"keepdims", Attribute::Int(1)}})
+                            : ctx.reduce_sum(ones, r.axes, true);
+  std::string share = ctx.op("Div", {dy, count});
+  ctx.set_dx(0, ctx.op("Where", {hit, ctx.op("Expand", {share, ctx.shape_of(ctx.in(0))}), cst(ctx, 0)}));
 }
 
 void reduce_sum_square_grad(GradContext& ctx) {  // 2 x dY
