@@ -6,6 +6,7 @@
 
 #include "graph/passes/bucket_allreduce.h"
 #include "graph/passes/fold_constants.h"
+#include "graph/passes/fold_pads.h"
 #include "graph/passes/fuse_relu_bn_add.h"
 #include "graph/passes/fold_transposes.h"
 #include "graph/passes/fuse_relu_epilogue.h"
@@ -62,6 +63,16 @@ std::set<std::string> skipped_passes(const std::vector<passes::Pass>& executor) 
 
 }  // namespace
 
+namespace {
+passes::FoldConstantsOptions pads_folding() {
+  passes::FoldConstantsOptions fo;
+  fo.evaluate = evaluate_on_cpu;
+  return fo;
+}
+}  // namespace
+
+Graph fold_pads_on_cpu(const Graph& g) { return passes::fold_pads(g, pads_folding()); }
+
 passes::Pipeline training_pipeline(const Graph& model, const PipelineOptions& opts) {
   const TrainingGraphs names;
   if (opts.data_parallel) {
@@ -72,6 +83,8 @@ passes::Pipeline training_pipeline(const Graph& model, const PipelineOptions& op
   }
   passes::Pipeline p;
   p.add(passes::remove_noops_pass()).add(passes::to_training_pass());
+  // Before backward: the edge and reflect Pad gradients need pads known, which torch computes from Constants.
+  p.add(passes::fold_pads_pass(pads_folding()));
   // The batch dimension varies (shards, the last batch): never fixed.
   if (opts.data_parallel) p.add(passes::make_batch_symbolic_pass(model.inputs));
   if (opts.data_parallel && opts.sync_bn) p.add(passes::sync_batchnorm_pass());
@@ -132,7 +145,12 @@ TrainingGraphs build_training_graphs(const Graph& model, const PipelineOptions& 
   if (!opts.dump_after.empty()) passes::check_dump_after(opts.dump_after, &pipeline);
   TrainingGraphs tg;
   tg.forward = model;
-  if (opts.data_parallel) tg.inputs = model.inputs, tg.image = model.inputs[0];
+  if (opts.data_parallel) {
+    tg.inputs = model.inputs, tg.image = model.inputs[0];
+    // The evaluation runs the forward graph on test batches of any size, as the training graph runs
+    // shards of any size: a model exported with a fixed batch (torch.onnx.export's default) too.
+    for (const std::string& in : model.inputs) tg.forward = passes::make_batch_symbolic(tg.forward, in);
+  }
   tg.logits = opts.output.empty() && !model.outputs.empty() ? model.outputs[0] : opts.output;
   const Graph last = pipeline.run(model, [&](const passes::Pass& pass, const Graph& g) {
     if (pass.name() == "backward") tg.training = g;

@@ -71,6 +71,9 @@ passes::Pipeline training_pipeline(const Graph& model, const PipelineOptions& op
 // GRAPHRUN_SKIP_PASSES): the tail of train's pipeline, and what train's
 // evaluation graph runs through (a pass finding nothing of its kind leaves the graph as it is).
 std::vector<passes::Pass> executor_passes();
+// Pass fold_pads with the CPU kernels as its evaluator: what training_pipeline runs before the backward
+// pass, for callers that differentiate a model themselves (graphrun check).
+Graph fold_pads_on_cpu(const Graph& g);
 
 // Runs training_pipeline(model, opts) (dumping as opts say; an unknown --dump-after pass is an
 // Error listing the passes): `training` is the graph after backward, `replicas` one copy of the final

@@ -51,6 +51,67 @@ TEST(CheckCli, TrainableModelPassesWithExit0) {
   EXPECT_NE(r.output.find("\nverdict: trainable"), std::string::npos) << r.output;
 }
 
+// torch exports nn.ReflectionPad2d / ReplicationPad2d with pads computed from Constants (Concat, Cast, ...):
+// pass fold_pads makes them one Constant before the backward pass, in train, grad and check alike, so the
+// edge and reflect rules, which need the pads, apply. Pads taken from the input's shape stay refused.
+TEST(CheckCli, ReflectAndEdgePadsComputedFromConstantsAreTrainable) {
+  const std::string dir = temp_dir("check_cli_pads");
+  for (const char* mode : {"reflect", "edge"}) {
+    SCOPED_TRACE(mode);
+    const std::string model = make_model(
+        dir, std::string("pad_") + mode,
+        std::string("[h.make_node('Mul', ['x', 's'], ['m']),"
+                    " h.make_node('Constant', [], ['lo'], value=nh.from_array(np.array([0, 1], np.int32))),"
+                    " h.make_node('Constant', [], ['hi'], value=nh.from_array(np.array([0, 2], np.int32))),"
+                    " h.make_node('Concat', ['lo', 'hi'], ['p32'], axis=0), h.make_node('Cast', ['p32'], ['pads'], to=7),"
+                    " h.make_node('Pad', ['m', 'pads'], ['padded'], mode='") + mode + "', name='pad'),"
+                    " h.make_node('Mul', ['padded', 'padded'], ['y'])]",
+        "['N', 7]");
+    auto r = run_command(graphrun_cli() + " check " + model);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("\nverdict: trainable"), std::string::npos) << r.output;
+    auto g = run_command(graphrun_cli() + " grad " + model + " -o " + dir + "/" + mode + ".grad.onnx --loss mse");
+    EXPECT_EQ(g.exit_code, 0) << g.output;
+  }
+  const std::string shaped = make_model(
+      dir, "pad_shaped",
+      "[h.make_node('Mul', ['x', 's'], ['m']), h.make_node('Shape', ['x'], ['sh']),"
+      " h.make_node('Constant', [], ['i'], value=nh.from_array(np.array([1], np.int64))),"
+      " h.make_node('Gather', ['sh', 'i'], ['four']),"
+      " h.make_node('Constant', [], ['z'], value=nh.from_array(np.array([0], np.int64))),"
+      " h.make_node('Sub', ['four', 'four'], ['zero']), h.make_node('Div', ['four', 'four'], ['one']),"
+      " h.make_node('Concat', ['z', 'one', 'z', 'one'], ['pads'], axis=0),"
+      " h.make_node('Pad', ['m', 'pads'], ['y'], mode='reflect', name='pad')]",
+      "['N', 6]");
+  auto r = run_command(graphrun_cli() + " check " + shaped);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("node 'pad' (Pad)"), std::string::npos) << r.output;
+}
+
+// Two 2x2 poolings of an image of symbolic size: the random batch's 2x2 cannot run them, which is "not
+// checked" (the check could not run), not "not trainable"; --dims gives H and W sizes it can.
+TEST(CheckCli, DimsGiveSymbolsSizesTheModelCanRun) {
+  const std::string dir = temp_dir("check_cli_dims");
+  auto made = run_command("cd '" + dir + "' && " + python() + " -c \"" +
+                          "import numpy as np, onnx; from onnx import helper as h, numpy_helper as nh, TensorProto as T; "
+                          "g = h.make_graph([h.make_node('Mul', ['x', 's'], ['m']), "
+                          "h.make_node('MaxPool', ['m'], ['p'], kernel_shape=[2, 2], strides=[2, 2]), "
+                          "h.make_node('MaxPool', ['p'], ['y'], kernel_shape=[2, 2], strides=[2, 2])], 'pools', "
+                          "[h.make_tensor_value_info('x', T.FLOAT, ['N', 1, 'H', 'W'])], "
+                          "[h.make_tensor_value_info('y', T.FLOAT, ['N', 1, 'a', 'b'])], [nh.from_array(np.array([1.5], np.float32), 's')]); "
+                          "onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 17)]), 'pools.onnx')\"");
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  auto r = run_command(graphrun_cli() + " check " + dir + "/pools.onnx");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("\nverdict: not checked: the gradient check cannot run"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--dims NAME=SIZE"), std::string::npos) << r.output;
+  r = run_command(graphrun_cli() + " check " + dir + "/pools.onnx --dims H=8,W=12");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("\nverdict: trainable"), std::string::npos) << r.output;
+  r = run_command(graphrun_cli() + " check " + dir + "/pools.onnx --dims H=0 2>&1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+}
+
 // A broken rule (the test-only switch doubles Relu's gradient) makes the numeric check fail; so does
 // one for the rule of the new LayerNormalization.
 TEST(CheckCli, BrokenGradientRuleFailsTheNumericCheck) {

@@ -287,6 +287,69 @@ torch.onnx.export(TextClassifier(), (torch.from_numpy(tok[:2]), torch.from_numpy
   EXPECT_GT(closing(out, "test acc"), 0.95) << out;
 }
 
+// torch.onnx.export's default fixes the batch at the example's (8 here): make_batch_symbolic infers the
+// model again from a symbolic batch, so shards of 4, the last batch and the evaluation's batches all run,
+// and the labels the loss adds follow the output's symbolic batch.
+TEST(TrainData, ModelExportedWithAFixedBatchTrainsAtAnyBatchSize) {
+  const std::string d = testing::temp_dir("train_data_fixed_batch");
+  run_python(d, R"(
+import onnx
+from onnx import helper as h, TensorProto as T, numpy_helper as nh
+r = np.random.RandomState(0)
+x = r.randn(600, 12).astype(np.float32)
+np.savez('data.npz', x=x, labels=(x[:, 0] + x[:, 1] > 0).astype(np.int64))
+g = h.make_graph([h.make_node('Gemm', ['x', 'w', 'b'], ['logits'], transB=1)], 'fixed',
+                 [h.make_tensor_value_info('x', T.FLOAT, [8, 12])], [h.make_tensor_value_info('logits', T.FLOAT, [8, 2])],
+                 [nh.from_array((0.1 * r.randn(2, 12)).astype(np.float32), 'w'), nh.from_array(np.zeros(2, np.float32), 'b')])
+onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), 'fixed.onnx')
+)");
+  const std::string out = train(d + "/fixed.onnx", "--data " + d + "/data.npz --devices cpu:2 --threads 1 --epochs 3 "
+                                                      "--batch-size 8 --lr 0.5 --save " + d + "/trained.onnx");
+  EXPECT_GT(closing(out, "test acc"), 0.9) << out;
+  // The trained model takes any batch, as the training did.
+  auto shown = testing::run_command(testing::graphrun_cli() + " show " + d + "/trained.onnx");
+  EXPECT_NE(shown.output.find("%x: f32[N,12]"), std::string::npos) << shown.output;
+}
+
+// nn.TransformerDecoderLayer's cross-attention (query from the target, key and value from the memory)
+// slices its packed in_proj_weight with bounds computed from Shape: the Slices of a weight keep its rank
+// (fill_slice_ranks reads initializers' types), so the MatMuls behind them have gradients.
+TEST(TrainData, CrossAttentionDecoderTrains) {
+  if (testing::run_command(testing::python() + " -c 'import torch' 2>&1").exit_code != 0)
+    GTEST_SKIP() << testing::python() << " lacks torch (python3-torch)";
+  const std::string d = testing::temp_dir("train_data_cross_attention");
+  run_python(d, R"(
+import torch
+torch.manual_seed(0)
+V, T, S, D = 12, 6, 5, 16
+class Decoder(torch.nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.emb = torch.nn.Embedding(V, D)
+        s.dec = torch.nn.TransformerDecoderLayer(D, 2, 32, dropout=0.0, batch_first=True)
+        s.head = torch.nn.Linear(D, 2)
+    def forward(s, tokens, memory):
+        return s.head(s.dec(s.emb(tokens), memory).mean(1))
+r = np.random.RandomState(0)
+N = 800
+tok = r.randint(0, V, size=(N, T)).astype(np.int64)
+mem = r.randn(N, S, D).astype(np.float32)
+y = (mem[:, :, 0].mean(1) > 0).astype(np.int64)
+np.savez('train.npz', tokens=tok[:640], memory=mem[:640], labels=y[:640])
+np.savez('test.npz', tokens=tok[640:], memory=mem[640:], labels=y[640:])
+torch.onnx.export(Decoder(), (torch.from_numpy(tok[:2]), torch.from_numpy(mem[:2])), 'dec.onnx',
+                  input_names=['tokens', 'memory'], output_names=['logits'],
+                  dynamic_axes={'tokens': {0: 'N'}, 'memory': {0: 'N'}, 'logits': {0: 'N'}}, opset_version=17,
+                  training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+)");
+  auto check = testing::run_command(testing::graphrun_cli() + " check " + d + "/dec.onnx");
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+  const std::string out = train(d + "/dec.onnx", "--data " + d + "/train.npz --test-data " + d +
+                                                     "/test.npz --devices cpu:2 --threads 1 --epochs 3 --batch-size 32 "
+                                                     "--optimizer adam --lr 0.003");
+  EXPECT_GT(closing(out, "test acc"), 0.85) << out;
+}
+
 // A recurrent sequence classifier as users write one: nn.Embedding, nn.LSTM (batch_first), the last step, a
 // Linear head. The class is whether token 3 occurs, so the state must carry it to the last step; the loss of
 // the last epoch is below the first's.

@@ -1,6 +1,8 @@
 // Pass make_batch_symbolic: an input's batch dimension made symbolic.
 #include "graph/passes/make_batch_symbolic.h"
 
+#include "graph/onnx_io.h"
+
 namespace graphrun::passes {
 
 namespace {
@@ -14,7 +16,15 @@ Graph make_batch_symbolic(const Graph& g, const std::string& input, const std::s
   GR_CHECK(g.is_input(name), "graph '" << g.name << "' has no input named '" << name << "'");
   Graph r = g;
   auto it = r.values.find(name);
-  if (it != r.values.end() && it->second.has_shape && !it->second.shape.empty()) it->second.shape[0] = Dim(symbol);
+  if (it == r.values.end() || !it->second.has_shape || it->second.shape.empty()) return r;
+  const bool was_fixed = it->second.shape[0].known();
+  it->second.shape[0] = Dim(symbol);
+  if (!was_fixed) return r;
+  // A model exported with a fixed batch (torch.onnx.export without dynamic_axes) carries that size in
+  // every value's type downstream, the output's too, which the loss's labels would take: the
+  // intermediate values are inferred again from the symbolic input. Where that fails, they stay as they
+  // were (the kernels read the sizes they are given, not these).
+  reinfer_shapes(r);
   return r;
 }
 
