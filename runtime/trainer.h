@@ -252,6 +252,9 @@ class Trainer {
   int first_replica_ = 0, total_replicas_ = 1;
   bool speaks() const;  // rank 0 (or no MPI): prints, writes --metrics, --save and checkpoints
   void setup_world();
+  // Under MPI: every rank runs the same model (its parameters' names and shapes) and the same training
+  // settings as rank 0, or every rank fails naming the first that differs and how.
+  void check_world_agrees(const Graph& model);
   std::vector<std::unique_ptr<Communicator>> world_communicators();
   void broadcast_states(const std::vector<std::string>& names);  // replica 0's on rank 0 to all replicas
   void sum_over_ranks(double& loss, int64_t& correct, int64_t& images) const;  // the epoch's figures

@@ -149,6 +149,7 @@ KernelWarmUp::~KernelWarmUp() { thread_.join(); }
 
 Trainer::Trainer(Graph model, TrainOptions opts) : opts_(std::move(opts)) {
   check_options();
+  check_world_agrees(model);
   load_data(model);
   set_schedule();
   PipelineOptions po = opts_.pipeline;

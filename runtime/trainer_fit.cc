@@ -1,11 +1,13 @@
 // fit() and train_epoch(), as d2l's `train`: for each epoch, for each batch (on every replica, in
 // segments between checkpoints): shard, step, read the figures; then evaluate, report, checkpoint.
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
 #include "graph/onnx_io.h"
 #include "graph/passes/train_mode.h"
 #include "runtime/checkpoint.h"
+#include "runtime/comm/mpi.h"
 #include "runtime/trainer_parts.h"
 
 namespace graphrun::runtime {
@@ -114,6 +116,16 @@ EpochStats Trainer::epoch_stats(int epoch, double seconds) const {
 int Trainer::resume() {
   if (!opts_.resume) return 0;
   const std::string ck = newest_good_checkpoint(opts_.checkpoint_dir, std::cerr);
+  if (mpi::active() && mpi::size() > 1) {
+    // Every rank reads its own --checkpoint-dir (a shared one, or copies): they must resume from the same
+    // checkpoint, or their replicas would train from different steps.
+    const std::string mine = ck.empty() ? std::string("none") : std::filesystem::path(ck).filename().string();
+    const std::vector<std::string> all = mpi::allgather(mine);
+    for (size_t r = 1; r < all.size(); ++r)
+      GR_CHECK(all[r] == all[0], "--resume: rank " << r << " would resume from " << all[r] << " and rank 0 from "
+                                     << all[0] << ": every rank needs the same checkpoints (a shared --checkpoint-dir, "
+                                        "or copies of rank 0's)");
+  }
   if (ck.empty()) {
     if (opts_.log) *opts_.log << "no checkpoint in " << opts_.checkpoint_dir << ": starting from the beginning" << std::endl;
     return 0;

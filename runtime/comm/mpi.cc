@@ -103,7 +103,8 @@ void on_sigterm(int) {
 [[noreturn]] void no_answer(const char* what, int peer, double seconds) {
   std::ostringstream os;
   os << what << " at step " << g_step.load() << ": ";
-  if (peer >= 0) os << "rank " << peer << " did not answer";
+  // With more than two ranks a chain or ring passes each wait on: the peer may be waiting for another.
+  if (peer >= 0) os << "rank " << peer << (g_size > 2 ? " (or a rank it waits for)" : "") << " did not answer";
   else os << "not every rank arrived";
   os << " within " << seconds << " s: it failed, died or hung (raise --comm-timeout if it is only slow)";
   GR_FAIL(os.str());
@@ -122,7 +123,20 @@ void wait_request(MPI_Request* req, const char* what, int peer, bool spin = fals
   const auto deadline = comm_deadline(seconds);
   for (int i = 0;; ++i) {
     int done = 0;
-    MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    MPI_Status status;
+    const int rc = MPI_Test(req, &done, &status);
+    if (rc != MPI_SUCCESS) {
+      // (MPI_ERRORS_RETURN: a failed request ends here instead of being waited on until the timeout.) A
+      // message longer than the buffer posted for it means the ranks disagree on what they exchange.
+      char text[MPI_MAX_ERROR_STRING] = {0};
+      int len = 0, cls = 0;
+      MPI_Error_string(rc, text, &len);
+      MPI_Error_class(rc, &cls);
+      GR_FAIL(what << " at step " << g_step.load() << ": MPI failed (" << std::string(text, len) << ")"
+                   << (cls == MPI_ERR_TRUNCATE ? ": the ranks disagree on the sizes they exchange (the same model and "
+                                                 "settings on every rank?)"
+                                               : ""));
+    }
     if (done) return;
     if (std::chrono::steady_clock::now() > deadline) no_answer(what, peer, seconds);
     if (i > (spin ? 20000 : 2000)) std::this_thread::sleep_for(std::chrono::microseconds(spin || i < 20000 ? 20 : 500));

@@ -10,6 +10,7 @@
 #   hung             a stopped rank 1: rank 0 fails after --comm-timeout, naming rank 1 and the step
 #   hung3            the same with 3 ranks and the chain in 4 KiB segments (ended within 30 s, the step named)
 #   badinput         a bad --data on rank 1 only: the job exits 2 with rank 1's one-line error
+#   mismatch         another --batch-size, or another model, on rank 1: exit 2, the difference named
 #   resume           a checkpoint of -np 2 resumes on -np 3 (and on cpu:3): the weights of cpu:2's run
 #   syncbn           --sync-bn on a BatchNorm CNN across ranks (1 + 2 replicas, batch 10: shards 4+3+3) saves bitwise
 #                    the weights and running statistics of --sync-bn on cpu:3
@@ -195,7 +196,7 @@ PY
     FAULT_NP=3 FAULT_ENV=(-x GRAPHRUN_MPI_SEGMENT_KB=4)
     fault STOP 30
     [ "$RC" != 0 ] || fail "exit code 0 after a rank hung"
-    grep -Eq 'rank [02]: .*allreduce at step [0-9]+: (rank 1 did not answer|not every rank arrived) within 5 s' job.out \
+    grep -Eq 'rank [02]: .*allreduce at step [0-9]+: (rank 1( \(or a rank it waits for\))? did not answer|not every rank arrived) within 5 s' job.out \
       || fail "no rank names the allreduce, the step and the missing rank"
     ;;
   badinput)
@@ -204,6 +205,21 @@ PY
     RC=$?
     [ "$RC" = 2 ] || fail "exit $RC, not 2"
     grep -q "^graphrun train: error: rank 1: data '.*none' does not exist" bad.out || fail "no one-line error from rank 1"
+    ;;
+  mismatch)
+    # Ranks that disagree on a setting or on the model: every rank fails at start naming the first that
+    # differs and how, instead of training on inconsistent shards (or exchanging buffers of other sizes).
+    "${M[@]}" -np 1 "$G" "${T[@]}" --devices cpu:1 --max-steps 5 : -np 1 "$G" "${T[@]}" --devices cpu:1 --max-steps 5 \
+      --batch-size 64 > flag.out 2>&1
+    RC=$?
+    [ "$RC" = 2 ] || fail "exit $RC, not 2, with another --batch-size on rank 1"
+    grep -q "rank 1 does not run what rank 0 runs: --batch-size 64 against rank 0's --batch-size 256" flag.out ||
+      fail "no line naming rank 1's --batch-size"
+    "${M[@]}" -np 1 "$G" "${T[@]}" --devices cpu:1 --max-steps 5 : -np 1 "$G" train "$(dirname "$MODEL")/simplecnn.onnx" \
+      "${T[@]:2}" --devices cpu:1 --max-steps 5 > model.out 2>&1
+    RC=$?
+    [ "$RC" = 2 ] || fail "exit $RC, not 2, with another model on rank 1"
+    grep -q "rank 1 does not run what rank 0 runs: simplecnn against rank 0's lenet" model.out || fail "no line naming rank 1's model"
     ;;
   resume)
     "${M[@]}" -np 2 "$G" "${T[@]}" --devices cpu:1 --max-steps 20 --checkpoint-dir ck --checkpoint-every 10 \
