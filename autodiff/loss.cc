@@ -16,7 +16,7 @@ Graph attach_loss(const Graph& forward, const LossOptions& opts) {
   if (!g.is_output(out)) {
     std::string names;
     for (const auto& o : g.outputs) names += (names.empty() ? "" : ", ") + o;
-    GR_FAIL("--output: the model has no output named '" << out << "' (outputs: " << names << ")");
+    GR_FAIL("the model has no output named '" << out << "' for the loss (--loss-output; its outputs: " << names << ")");
   }
   for (const std::string& name : {opts.labels, opts.loss})
     GR_CHECK(!g.is_input(name) && !g.is_initializer(name) && g.producer(name) < 0 && !g.info(name),

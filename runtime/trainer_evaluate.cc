@@ -107,9 +107,9 @@ void Trainer::setup_evaluation() {
       if (out.rank() >= 2) got.erase(got.begin() + axis);
       GR_CHECK((out.dtype() == DType::F32 || out.dtype() == DType::F64) && out.rank() >= 2 && got == want,
                "model output '" << graphs_.logits << "' is " << dtype_name(out.dtype()) << shape_str(out.shape())
-                                << " for " << n << " examples; training needs class scores f32[N,classes"
-                                << (per.empty() ? "" : opts_.pipeline.classes_last ? ",...] per label, [N,...,classes" : ",...] per label")
-                                << "] for labels " << shape_str(want));
+                                << " for " << n << " examples; training needs class scores "
+                                << (per.empty() ? "f32[N,classes]" : opts_.pipeline.classes_last ? "f32[N,...,classes]" : "f32[N,classes,...]")
+                                << " for labels " << shape_str(want));
       GR_CHECK(c >= classes, "model output '" << graphs_.logits << "' has " << c
                                                        << " classes but the labels in '" << opts_.data_dir
                                                        << "' go up to " << classes - 1 << " (" << classes << " classes)");

@@ -93,7 +93,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
   const bool auto_placement = args.has("devices") && args.get("devices") == "cpu:auto";
   if (args.has("gpus")) {
     const int64_t n = args.get_int("gpus", 0);
-    if (n < 1 || n > 100000) throw bad("--gpus must be at least 1, got " + args.get("gpus"));
+    if (n < 1 || n > 100000) throw bad("--gpus must be between 1 and 100000, got " + args.get("gpus"));
     o.devices = static_cast<int>(n);
     gpus = true;
   } else if (auto_placement) {
@@ -141,7 +141,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
   o.threads = gpus ? cores : std::max(1, cores / o.devices);
   if (args.has("threads")) {
     const int64_t t = args.get_int("threads", 1);
-    if (t < 1 || t > 1024) throw bad("--threads must be at least 1, got " + args.get("threads"));
+    if (t < 1 || t > 1024) throw bad("--threads must be between 1 and 1024, got " + args.get("threads"));
     o.threads = static_cast<int>(t);
   }
   const int64_t steps = args.get_int("steps", 3);

@@ -71,7 +71,8 @@ const Command& train_command() {
           {"metrics", "FILE", "write one JSON object per epoch"},
           {"loss", "NAME", "cross-entropy (default; integer class ids) or mse (float targets of the\n"
                            "                            output's shape; the test figure is the mean squared error)"},
-          {"max-steps", "N", "stop each epoch after N steps (for quick runs)"},
+          {"loss-output", "NAME", "the model output the loss and the evaluation read (default: the first output)"},
+          {"max-steps", "N", "stop each epoch after N steps (for quick runs; 0: the whole epoch, the default)"},
           {"optimizer", "NAME", "sgd (default; with --momentum/--nesterov), adam, or adamw (decoupled weight\n"
                                 "                            decay, as torch.optim.AdamW); adam's --weight-decay is L2, as torch's"},
           {"beta1", "B1", "adam/adamw: decay of the first moment (default 0.9)"},
@@ -223,7 +224,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   if (o.pipeline.optimizer.nesterov && momentum == 0) throw bad("--nesterov needs a --momentum above 0");
   if (args.has("threads")) {
     const int64_t t = args.get_int("threads", 1);
-    if (t < 1 || t > 1024) throw bad("--threads must be at least 1, got " + args.get("threads"));
+    if (t < 1 || t > 1024) throw bad("--threads must be between 1 and 1024, got " + args.get("threads"));
     o.threads = static_cast<int>(t);
   }
   const int64_t seed = args.get_int("seed", 0);
@@ -240,6 +241,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   if (loss != "cross-entropy" && loss != "mse")
     throw bad("--loss '" + loss + "': choose cross-entropy (class labels) or mse (float targets)");
   if (loss == "mse") o.pipeline.loss = autodiff::LossKind::MSE;
+  o.pipeline.output = args.get("loss-output");
   auto& opt = o.pipeline.optimizer;
   opt.kind = args.get("optimizer", "sgd");
   if (opt.kind != "sgd" && opt.kind != "adam" && opt.kind != "adamw")

@@ -155,7 +155,8 @@ class FittedSource : public Source {
     if (opts.label_dtype == DType::I64)
       GR_CHECK(is_int(t->dtype) || t->dtype == DType::I64,
                src_->describe() << " array '" << t->name << "' is " << dtype_name(t->dtype)
-                                << ": class ids must be integers (float targets train with --loss mse)");
+                                << (t->dtype == DType::U64 ? ": class ids must be signed or at most 32-bit integers (store them as int64)"
+                                                           : ": class ids must be integers (float targets train with --loss mse)"));
     add(*t, kLabels, opts.label_dtype, opts.check_label_shape ? opts.label_shape : t->shape, true, "the targets");
     if (!opts.normalize.empty()) set_normalize(opts.normalize);
     check_targets(opts);
