@@ -32,6 +32,7 @@ TEST(TrainCli, NonsenseFlagsAreUsageErrors) {
   const std::string m = lenet();
   expect_usage_error(m + " --lr -0.5", "--lr");
   expect_usage_error(m + " --lr abc", "--lr");
+  expect_usage_error(m + " --lr 1e40", "within float32's range");  // inf once fed as float32
   expect_usage_error(m + " --epochs 0", "--epochs");
   expect_usage_error(m + " --batch-size 0", "--batch-size");
   expect_usage_error(m + " --devices cpu:4 --batch-size 3", "smaller than the number of replicas");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -210,7 +211,9 @@ int cmd_train(const std::vector<std::string>& argv) {
     throw bad("--batch-size " + std::to_string(o.batch_size) + " is smaller than the number of replicas (" +
               std::to_string(devices.size()) + "): each replica needs at least one example");
   o.lr = args.get_double("lr", 0.2);
-  if (!(o.lr > 0) || !std::isfinite(o.lr)) throw bad("--lr must be a positive number, got " + args.get("lr"));
+  // (The graph feeds the rate as a float32: a value beyond its range would be inf there.)
+  if (!(o.lr > 0) || !std::isfinite(o.lr) || o.lr > std::numeric_limits<float>::max())
+    throw bad("--lr must be a positive number within float32's range, got " + args.get("lr"));
   const int64_t epochs = args.get_int("epochs", 10);
   if (epochs < 1 || epochs > 100000) throw bad("--epochs must be at least 1, got " + args.get("epochs"));
   o.epochs = static_cast<int>(epochs);
