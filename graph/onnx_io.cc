@@ -929,22 +929,32 @@ void run_inference(onnx::ModelProto& m, bool strict) {
   // would crash. A round without data propagation types what it can first; the inputs of Shape and Size
   // still untyped then get an empty tensor type for the propagating round, taken away after it.
   auto infer = [&](std::unordered_map<std::string, onnx::TensorShapeProto>* data) {
-    onnx::ShapeInferenceOptions plain = opts;
-    plain.enable_data_propagation = false;
-    onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(), plain);
     auto* g = m.mutable_graph();
-    std::set<std::string> typed, stand_ins;
-    for (const auto* list : {&g->input(), &g->value_info(), &g->output()})
-      for (const auto& v : *list)
-        if (v.has_type()) typed.insert(v.name());
-    for (const auto& t : g->initializer()) typed.insert(t.name());
-    for (const auto& n : g->node())
-      if ((n.op_type() == "Shape" || n.op_type() == "Size") && n.input_size() >= 1 && !n.input(0).empty() &&
-          !typed.count(n.input(0)) && stand_ins.insert(n.input(0)).second) {
-        auto* v = g->add_value_info();
-        v->set_name(n.input(0));
-        v->mutable_type()->mutable_tensor_type();
-      }
+    // The inputs of Shape and Size without a type in `m` as it stands.
+    auto untyped = [&] {
+      std::set<std::string> typed, found;
+      for (const auto* list : {&g->input(), &g->value_info(), &g->output()})
+        for (const auto& v : *list)
+          if (v.has_type()) typed.insert(v.name());
+      for (const auto& t : g->initializer()) typed.insert(t.name());
+      for (const auto& n : g->node())
+        if ((n.op_type() == "Shape" || n.op_type() == "Size") && n.input_size() >= 1 && !n.input(0).empty() &&
+            !typed.count(n.input(0)))
+          found.insert(n.input(0));
+      return found;
+    };
+    std::set<std::string> stand_ins = untyped();
+    if (!stand_ins.empty()) {  // (the later rounds start typed: no extra inference there)
+      onnx::ShapeInferenceOptions plain = opts;
+      plain.enable_data_propagation = false;
+      onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(), plain);
+      stand_ins = untyped();
+    }
+    for (const auto& name : stand_ins) {
+      auto* v = g->add_value_info();
+      v->set_name(name);
+      v->mutable_type()->mutable_tensor_type();
+    }
     onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(), opts, data);
     if (stand_ins.empty()) return;
     auto* vi = g->mutable_value_info();
