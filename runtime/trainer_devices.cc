@@ -56,6 +56,12 @@ std::vector<Device> parse_devices(const std::string& spec) {
     r.push_back(Device{kind, static_cast<int>(parse_index(idx, spec))});
   }
   GR_CHECK(!r.empty(), "empty device list '" << spec << "'");
+  // One device, one replica: a GPU named twice would hold two replicas NCCL refuses to put in one
+  // communicator, and a CPU device named twice is a typo, not a way to ask for more replicas (cpu:N is).
+  for (size_t i = 0; i < r.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      GR_CHECK(r[i] != r[j], "device " << r[i].str() << " appears twice in '" << spec << "'"
+                                       << (r[i].is_cpu() ? " (for N CPU replicas write cpu:N)" : ""));
   return r;
 }
 

@@ -280,8 +280,15 @@ TEST(Trainer, ParsesDeviceLists) {
   EXPECT_EQ(runtime::devices_str(parse_devices("cuda:0,cuda:1")), "[cuda:0, cuda:1]");
   // cpu:N counts replicas; cpu:0 alone names the one device cpu:0.
   EXPECT_EQ(runtime::devices_str(parse_devices("cpu:0")), "[cpu:0]");
-  for (const char* bad : {"", "tpu:0", "cpu:", "cpu:x", "0,1", "cuda", "-1", "0", "cpu:1,,"})
+  for (const char* bad : {"", "tpu:0", "cpu:", "cpu:x", "0,1", "cuda", "-1", "0", "cpu:1,,", "cpu:0,cpu:0", "cuda:0,1,0", "cpu:1,1"})
     EXPECT_THROW(parse_devices(bad), Error) << bad;
+  try {
+    parse_devices("cpu:0,cpu:0");
+    ADD_FAILURE() << "a device listed twice was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("device cpu:0 appears twice in 'cpu:0,cpu:0' (for N CPU replicas write cpu:N)"),
+              std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
