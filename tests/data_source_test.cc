@@ -206,6 +206,11 @@ with zipfile.ZipFile('empty.npz', 'w') as z:
 np.savez_compressed('whole.npz', x=np.arange(100000, dtype=np.float32), labels=np.zeros(100000, np.int64))
 b = open('whole.npz', 'rb').read()
 open('cut.npz', 'wb').write(b[:len(b) // 2])
+# np.savez stores entries uncompressed: one flipped byte in an array's data, caught by the zip's CRC-32.
+np.savez('flipped.npz', x=np.arange(100000, dtype=np.float32), labels=np.zeros(100000, np.int64))
+b = bytearray(open('flipped.npz', 'rb').read())
+b[b.find(b'NUMPY') + 128 + 40000] ^= 1
+open('flipped.npz', 'wb').write(bytes(b))
 )");
   struct Case {
     const char* file;
@@ -213,7 +218,7 @@ open('cut.npz', 'wb').write(b[:len(b) // 2])
   } cases[] = {{"notes.npz", "not an npz"},         {"mismatch.npz", "share their first dimension"},
                {"badentry.npz", "not a .npy file"}, {"liar.npz", "truncated .npy"},
                {"garbage.npz", "not a zip file"},   {"empty.npz", "holds no arrays"},
-               {"cut.npz", "npz"}};
+               {"cut.npz", "npz"},                  {"flipped.npz", "does not match the zip's checksum"}};
   for (const auto& c : cases) {
     std::string e = error_of([&] { open_source(d + "/" + c.file); });
     std::printf("%s\n", e.c_str());
