@@ -25,8 +25,8 @@ const char* kHelp =
     "\n"
     "'graphrun <command> --help' describes each command.\n";
 
-// One subcommand; every Error becomes one line and exit 2. Under MPI the line names the rank, and only
-// rank 0 prints what show, grad and run print.
+// One subcommand; every Error becomes one line and exit 2. Under MPI the line names the rank, only
+// rank 0 prints what show, grad and run print, and an error every rank hits is printed once (report_error).
 int run_command(const std::string& cmd, const std::vector<std::string>& args) {
   namespace mpi = graphrun::runtime::mpi;
   std::string where;
@@ -52,13 +52,13 @@ int run_command(const std::string& cmd, const std::vector<std::string>& args) {
     // Names from a damaged file can hold any bytes: the error stays one printable line.
     for (char& c : msg)
       if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-    std::cerr << "graphrun " << cmd << ": error: " << where << msg << "\n";
+    mpi::report_error("graphrun " + cmd + ": error: " + where + msg);
     return 2;
   } catch (const std::bad_alloc&) {
-    std::cerr << "graphrun " << cmd << ": error: out of memory\n";
+    mpi::report_error("graphrun " + cmd + ": error: " + where + "out of memory");
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "graphrun " << cmd << ": internal error: " << e.what() << "\n";
+    mpi::report_error("graphrun " + cmd + ": internal error: " + where + e.what());
     return 1;
   }
 }

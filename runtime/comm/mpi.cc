@@ -77,9 +77,14 @@ void put_int(char*& p, int64_t v) {
   while (n) *p++ = tmp[--n];
 }
 
+// Set while a failed rank other than 0 waits to see whether rank 0 reports the job's error (report_error).
+volatile std::sig_atomic_t g_error_pending = 0;
+
 // The launcher stops the surviving ranks with SIGTERM when one rank died or failed: say where this
-// rank was (mpirun's own message names the rank that failed), then go.
+// rank was (mpirun's own message names the rank that failed), then go. A rank that failed itself and
+// is waiting for rank 0's report says nothing: rank 0 has spoken for it.
 void on_sigterm(int) {
+  if (g_error_pending) _exit(143);
   char buf[200], *p = buf;
   const char a[] = "graphrun: rank ";
   std::memcpy(p, a, sizeof a - 1), p += sizeof a - 1;
@@ -200,6 +205,15 @@ int rank() { return g_rank; }
 int size() { return g_size; }
 int local_rank() { return g_initialised ? env_int("OMPI_COMM_WORLD_LOCAL_RANK", env_int("MPI_LOCALRANKID", 0)) : 0; }
 int local_size() { return g_initialised ? env_int("OMPI_COMM_WORLD_LOCAL_SIZE", env_int("MPI_LOCALNRANKS", 1)) : 1; }
+
+void report_error(const std::string& line) {
+  if (g_initialised && g_size > 1 && g_rank != 0) {
+    g_error_pending = 1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    g_error_pending = 0;
+  }
+  std::cerr << line << std::endl;
+}
 
 void abort_job(int code) {
   if (g_initialised && g_size > 1) MPI_Abort(MPI_COMM_WORLD, code);
@@ -483,6 +497,7 @@ int size() { return 1; }
 int local_rank() { return 0; }
 int local_size() { return 1; }
 void abort_job(int code) { std::exit(code); }
+void report_error(const std::string& line) { std::cerr << line << std::endl; }
 void broadcast_bytes(void*, size_t, int) {}
 std::vector<std::string> allgather(const std::string& mine, const char*) { return {mine}; }
 void sum_in_rank_order(double*, int, const char*) {}

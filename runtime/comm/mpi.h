@@ -31,6 +31,11 @@ int local_rank();  // the rank among the ranks of this machine (GPU selection); 
 int local_size();  // ranks on this machine; 1 outside MPI
 // Ends every rank of the job now, with `code` as mpirun's exit status (MPI_Abort). Outside MPI: exit.
 [[noreturn]] void abort_job(int code);
+// Prints a rank's one-line error to stderr, once per job where the ranks share it: rank 0 (or a job of
+// one rank) prints at once; another rank waits up to a second and a half first, and when the launcher
+// ends it meanwhile (rank 0 failed and aborted the job, surely with the same error: a usage error, a
+// missing file) it exits without a word. An error of its own is printed after the wait.
+void report_error(const std::string& line);
 
 // The trainer's step (1-based, global) for messages: a collective that times out, a rank stopped by
 // the launcher, an error, all name it.

@@ -5,7 +5,8 @@
 #                    (equal4: the chain pipelined in 4 KiB segments)
 #   overlap          -np 3 with --overlap-allreduce on (16 KB buckets) saves bitwise the weights of cpu:3
 #   uneven           rank 0 with cpu:1 and rank 1 with cpu:2 saves bitwise the weights of cpu:3
-#   voice            only rank 0 prints and writes --metrics; the closing line lists every replica
+#   voice            only rank 0 prints and writes --metrics; the closing line lists every replica; an error
+#                    every rank hits is one line, rank 0's
 #   killed           kill -9 of rank 1 mid-epoch: mpirun exits non-zero, rank 0 names its step
 #   hung             a stopped rank 1: rank 0 fails after --comm-timeout, naming rank 1 and the step
 #   hung3            the same with 3 ranks and the chain in 4 KiB segments (ended within 30 s, the step named)
@@ -176,6 +177,13 @@ PY
     "${M[@]}" -np 2 "$G" show "$MODEL" > show.out 2>&1 || fail "show failed"
     "$G" show "$MODEL" > show1.out 2>&1
     cmp show.out show1.out || fail "-np 2 show prints other than one show"
+    # An error every rank hits (a usage error) is one line, rank 0's, not one per rank.
+    "${M[@]}" -np 3 "$G" "${T[@]}" --devices cpu:1 --batch-size 0 > usage.out 2>&1
+    RC=$?
+    [ "$RC" = 2 ] || fail "a usage error on every rank: exit $RC, not 2"
+    [ "$(grep -c 'error:' usage.out)" = 1 ] || fail "a usage error every rank hits is not printed once"
+    grep -q '^graphrun train: error: rank 0: --batch-size must be at least 1' usage.out || fail "rank 0 does not report the usage error"
+    grep -q 'stopped before the first step' usage.out && fail "a rank that failed too says it was stopped"
     echo "one voice: rank 0 printed and wrote once"
     ;;
   killed)
