@@ -1,4 +1,5 @@
 // The graphrun command line: dispatches to the subcommands; turns every graphrun::Error into one line and exit 2.
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -34,7 +35,9 @@ int run_command(const std::string& cmd, const std::vector<std::string>& args) {
     mpi::init();
     if (mpi::active() && mpi::size() > 1) {
       where = "rank " + std::to_string(mpi::rank()) + ": ";
-      if (mpi::rank() != 0 && cmd != "train" && !std::freopen("/dev/null", "w", stdout)) return 1;
+      const bool help = std::find(args.begin(), args.end(), "--help") != args.end() ||
+                        std::find(args.begin(), args.end(), "-h") != args.end();
+      if (mpi::rank() != 0 && (cmd != "train" || help) && !std::freopen("/dev/null", "w", stdout)) return 1;
     }
     if (cmd == "run") return graphrun::cli::cmd_run(args);
     if (cmd == "show") return graphrun::cli::cmd_show(args);

@@ -177,6 +177,7 @@ PY
     "${M[@]}" -np 2 "$G" show "$MODEL" > show.out 2>&1 || fail "show failed"
     "$G" show "$MODEL" > show1.out 2>&1
     cmp show.out show1.out || fail "-np 2 show prints other than one show"
+    [ "$("${M[@]}" -np 2 "$G" train --help 2>&1 | grep -c '^usage: graphrun train')" = 1 ] || fail "-np 2 train --help is not printed once"
     # An error every rank hits (a usage error) is one line, rank 0's, not one per rank.
     "${M[@]}" -np 3 "$G" "${T[@]}" --devices cpu:1 --batch-size 0 > usage.out 2>&1
     RC=$?
