@@ -467,6 +467,21 @@ void check_opsets(const onnx::ModelProto& m, const std::string& what) {
     GR_FAIL(what << ": not a valid ONNX model: no opset_import");
 }
 
+// What onnx 1.12's version converter writes that its own checker lets pass but the spec does not: its
+// Reshape 4 -> 5 adapter makes the shape attribute a Constant whose tensor has no dims but several values.
+// Such a Constant gets the one dimension its values make.
+void mend_converted(onnx::ModelProto& m) {
+  for (auto& n : *m.mutable_graph()->mutable_node()) {
+    if (n.op_type() != "Constant" || !normal_domain(n.domain()).empty()) continue;
+    for (auto& a : *n.mutable_attribute()) {
+      if (a.name() != "value" || !a.has_t() || a.t().dims_size() != 0 || a.t().has_raw_data()) continue;
+      const int count = std::max({a.t().int64_data_size(), a.t().float_data_size(), a.t().int32_data_size(),
+                                  a.t().double_data_size()});
+      if (count > 1) a.mutable_t()->add_dims(count);
+    }
+  }
+}
+
 // Opsets 1 to 6 are brought to opset 7 by onnx's own version converter (its adapters know each op's
 // schema changes); graphrun's kernels and rules know opsets 7 and up. Says so once per model on stderr.
 void convert_old_opset(onnx::ModelProto& m, const std::string& what) {
@@ -502,6 +517,7 @@ void convert_old_opset(onnx::ModelProto& m, const std::string& what) {
   try {
     onnx::checker::check_model(m);  // the converter assumes a well-formed model
     m = onnx::version_conversion::ConvertVersion(m, static_cast<int>(kMinOpset));
+    mend_converted(m);
   } catch (const std::exception& e) {
     GR_FAIL(what << ": ONNX opset " << from << " could not be converted to opset " << kMinOpset
                  << " (onnx's version converter: " << first_line(e.what()) << ")");
@@ -1179,6 +1195,60 @@ void save_onnx(const Graph& g, const std::string& path, bool check) {
   f.write(out.data(), static_cast<std::streamsize>(out.size()));
   f.close();
   if (!f) GR_FAIL(path << ": write error");
+}
+
+Graph convert_opset(const Graph& g, int64_t to) {
+  const int64_t from = g.opset("");
+  if (from == 0 || from >= to) return g;
+  const std::string what = "model '" + g.name + "'";
+  onnx::ModelProto m = model_from_graph(g);
+  attach_weights(m, g);
+  auto* gp = m.mutable_graph();
+  // Before opset 14 a BatchNormalization in training mode had five outputs, the last two its saved mean
+  // and variance for a backward pass (torch exports them); opset 14 dropped those, and the converter's
+  // adapter refuses a node that still has them. Unread, they go; the node is in training mode.
+  std::set<std::string> read;
+  for (const auto& n : gp->node())
+    for (const auto& in : n.input()) read.insert(in);
+  for (const auto& o : gp->output()) read.insert(o.name());
+  std::set<std::string> training_bn;
+  for (auto& n : *gp->mutable_node()) {
+    if (n.op_type() != "BatchNormalization" || !normal_domain(n.domain()).empty()) continue;
+    for (int k = 3; k < n.output_size(); ++k)
+      GR_CHECK(n.output(k).empty() || !read.count(n.output(k)),
+               what << ": node '" << n.name() << "' (BatchNormalization) has its saved mean or variance (output " << k
+                    << ", of opsets before 14) read by the model: opset " << from << " cannot be converted to opset "
+                    << to << " for training");
+    if (n.output_size() > 3) n.mutable_output()->DeleteSubrange(3, n.output_size() - 3);
+    while (n.output_size() > 1 && n.output(n.output_size() - 1).empty()) n.mutable_output()->RemoveLast();
+    if (n.output_size() > 1) training_bn.insert(n.output(0));
+  }
+  // (No checker first: the graph passed it on load, and an opset-9 BatchNormalization with three outputs,
+  // as the adapter needs it, is not valid opset 9.)
+  try {
+    m = onnx::version_conversion::ConvertVersion(m, static_cast<int>(to));
+  } catch (const std::exception& e) {
+    GR_FAIL(what << ": ONNX opset " << from << " could not be converted to opset " << to
+                 << " for training (onnx's version converter: " << first_line(e.what()) << ")");
+  }
+  mend_converted(m);
+  for (auto& n : *m.mutable_graph()->mutable_node()) {
+    if (n.op_type() != "BatchNormalization" || n.output_size() == 0 || !training_bn.count(n.output(0))) continue;
+    onnx::AttributeProto* a = find_attr(n, "training_mode");
+    if (!a) a = n.add_attribute(), a->set_name("training_mode"), a->set_type(onnx::AttributeProto::INT);
+    a->set_i(1);
+  }
+  std::string bytes;
+  GR_CHECK(m.SerializeToString(&bytes), what << ": cannot serialize for the opset conversion (over 2 GiB?)");
+  Graph r = load_model(std::move(bytes), what + " (converted to opset " + std::to_string(to) + ")", "");
+  r.name = g.name;
+  r.external_data = g.external_data;
+  r.doc = g.doc;
+  static std::set<std::string> said;
+  if (said.insert(g.name).second)
+    std::cerr << "graphrun: " << what << ": opset " << from << " converted to opset " << to
+              << " for training (onnx's version converter)\n";
+  return r;
 }
 
 bool reinfer_shapes(Graph& g) {

@@ -23,6 +23,14 @@ Graph load_onnx_bytes(const std::string& bytes, const std::string& what);
 void save_onnx(const Graph& g, const std::string& path, bool check = true);
 std::string onnx_bytes(const Graph& g);
 
+// The model brought up to opset `to` by onnx's version converter, for training: its passes, gradient
+// rules and loss read the forms of opset 13 on (Clip's bounds, Dropout's ratio, the pads of Pad, the
+// starts of Slice, the axes of Unsqueeze as inputs; Softmax over one axis), where an older node states
+// them as attributes. A BatchNormalization with opset 9's training outputs becomes one in training mode
+// (its unread saved mean and variance dropped). Says so once per model on stderr. A graph at opset `to`
+// or above comes back unchanged; one the converter cannot convert is an Error naming the model.
+Graph convert_opset(const Graph& g, int64_t to);
+
 // Fills g.values for every value whose type onnx shape inference (with graphrun's op schemas)
 // can determine; keeps what is already known.
 void infer_shapes(Graph& g);

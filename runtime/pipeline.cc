@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "graph/passes/bucket_allreduce.h"
+#include "graph/passes/convert_opset.h"
 #include "graph/passes/fold_constants.h"
 #include "graph/passes/fold_pads.h"
 #include "graph/passes/fuse_relu_bn_add.h"
@@ -82,6 +83,8 @@ passes::Pipeline training_pipeline(const Graph& model, const PipelineOptions& op
     GR_CHECK(model.is_output(logits), "model '" << model.name << "' has no output named '" << logits << "'");
   }
   passes::Pipeline p;
+  // First: every later pass, rule and the loss read opset 13's forms (an opset-9 Clip's bounds are attributes).
+  p.add(passes::convert_opset_pass());
   p.add(passes::remove_noops_pass()).add(passes::to_training_pass());
   // Before backward: the edge and reflect Pad gradients need pads known, which torch computes from Constants.
   p.add(passes::fold_pads_pass(pads_folding()));

@@ -112,6 +112,29 @@ TEST(CheckCli, DimsGiveSymbolsSizesTheModelCanRun) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
 }
 
+// Before opset 12 a Dropout says nothing of training and runs as the identity (graphrun run, and check's
+// gradient check): its gradient is the identity too. It used to scale by 1 / (1 - ratio), which check
+// caught as a failed gradient check. A training BatchNormalization's unread outputs are no "values
+// without a rank".
+TEST(CheckCli, OldOpsetDropoutAndTrainingBatchNormCheckTrainable) {
+  const std::string dir = temp_dir("check_cli_old_opset");
+  auto made = run_command("cd '" + dir + "' && " + python() + " -c \"" +
+                          "import numpy as np, onnx; from onnx import helper as h, numpy_helper as nh, TensorProto as T; "
+                          "r = np.random.default_rng(1); f = lambda *s: r.standard_normal(s).astype(np.float32); "
+                          "g = h.make_graph([h.make_node('MatMul', ['x', 'w'], ['m']), "
+                          "h.make_node('BatchNormalization', ['m', 's', 'b', 'mu', 'v'], ['n', 'rm', 'rv', 'sm', 'sv']), "
+                          "h.make_node('Dropout', ['n'], ['y'], ratio=0.3)], 'old', "
+                          "[h.make_tensor_value_info('x', T.FLOAT, ['N', 4])], [h.make_tensor_value_info('y', T.FLOAT, ['N', 4])], "
+                          "[nh.from_array(f(4, 4), 'w'), nh.from_array(f(4), 's'), nh.from_array(f(4), 'b'), "
+                          "nh.from_array(np.zeros(4, np.float32), 'mu'), nh.from_array(np.ones(4, np.float32), 'v')]); "
+                          "onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 10)]), 'old.onnx')\"");
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  auto r = run_command(graphrun_cli() + " check " + dir + "/old.onnx --dims N=6 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("values without a rank: none"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\nverdict: trainable"), std::string::npos) << r.output;
+}
+
 // A broken rule (the test-only switch doubles Relu's gradient) makes the numeric check fail; so does
 // one for the rule of the new LayerNormalization.
 TEST(CheckCli, BrokenGradientRuleFailsTheNumericCheck) {

@@ -730,6 +730,25 @@ np.save('want.npy', c([1, -2, 3]) * (a - c([1, -2, 3])) / np.sqrt(c([1, 4, 0.25]
   EXPECT_EQ(r.output.find("converted"), r.output.rfind("converted")) << "said more than once: " << r.output;
 }
 
+
+// Opset 4's Reshape takes its shape as an attribute; onnx's converter makes it a Constant whose tensor has
+// no dims but two values (its checker lets that pass): mended to one dimension, the model runs.
+TEST(OnnxIo, OpsetFourReshapeRunsAfterConversion) {
+  std::string dir = temp_dir("onnx_io_reshape4");
+  run_onnx_python(dir, R"(
+g = helper.make_graph([helper.make_node('Reshape', ['x'], ['y'], shape=[3, -1])], 'r4',
+                      [helper.make_tensor_value_info('x', TensorProto.FLOAT, [2, 3, 2])],
+                      [helper.make_tensor_value_info('y', TensorProto.FLOAT, [3, 4])])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 4)]), 'r4.onnx')
+np.save('x.npy', np.arange(12, dtype=np.float32).reshape(2, 3, 2))
+)");
+  auto r = run_command("cd '" + dir + "' && '" + testing::graphrun_cli() +
+                       "' run r4.onnx --input x.npy --output-dir out 2>&1 && " + python() +
+                       " -c \"import numpy as np; y = np.load('out/y.npy'); assert y.shape == (3, 4), y.shape; "
+                       "assert (y == np.arange(12).reshape(3, 4)).all()\"");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
 }  // namespace
 }  // namespace graphrun
 

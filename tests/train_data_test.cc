@@ -311,6 +311,59 @@ onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), 'fixed.onnx')
   EXPECT_NE(shown.output.find("%x: f32[N,12]"), std::string::npos) << shown.output;
 }
 
+// A model below opset 13 trains as its opset-13 form: pass convert_opset brings it to opset 15 with onnx's
+// version converter first. Before, to_training raised the opset import alone, and an opset-9 Clip's bounds
+// (attributes) were read as opset 13's absent inputs: ReLU6 exported at opset 9 or 10 trained as the
+// identity, silently. The opset-9 form here also has BatchNormalization's five training outputs (torch's
+// export) and Unsqueeze/Squeeze with attribute axes.
+TEST(TrainData, OldOpsetModelTrainsAsItsOpset13Form) {
+  const std::string d = testing::temp_dir("train_data_old_opset");
+  run_python(d, R"(
+import onnx
+from onnx import helper as h, TensorProto as T, numpy_helper as nh
+r = np.random.RandomState(0)
+x = r.randn(64, 6).astype(np.float32)
+np.savez('data.npz', x=x, labels=(x[:, 0] > x[:, 1]).astype(np.int64) + (x[:, 2] > 0))
+inits = [nh.from_array((0.8 * r.randn(8, 6)).astype(np.float32), 'w1'), nh.from_array(np.zeros(8, np.float32), 'b1'),
+         nh.from_array(np.ones(8, np.float32), 's'), nh.from_array(np.zeros(8, np.float32), 'beta'),
+         nh.from_array(np.zeros(8, np.float32), 'mean'), nh.from_array(np.ones(8, np.float32), 'var'),
+         nh.from_array((0.5 * r.randn(3, 8)).astype(np.float32), 'w2'), nh.from_array(np.zeros(3, np.float32), 'b2')]
+def model(opset):
+    if opset < 13:
+        bn = h.make_node('BatchNormalization', ['g', 's', 'beta', 'mean', 'var'], ['n', 'rm', 'rv', 'sm', 'sv'], momentum=0.9)
+        clip = [h.make_node('Clip', ['n'], ['c'], min=-0.2, max=0.3)]
+        un = [h.make_node('Unsqueeze', ['c'], ['u'], axes=[2]), h.make_node('Squeeze', ['u'], ['q'], axes=[2])]
+        more = []
+    else:
+        bn = h.make_node('BatchNormalization', ['g', 's', 'beta', 'mean', 'var'], ['n'], momentum=0.9)
+        clip = [h.make_node('Clip', ['n', 'lo', 'hi'], ['c'])]
+        un = [h.make_node('Unsqueeze', ['c', 'ax'], ['u']), h.make_node('Squeeze', ['u', 'ax'], ['q'])]
+        more = [nh.from_array(np.array(-0.2, np.float32), 'lo'), nh.from_array(np.array(0.3, np.float32), 'hi'),
+                nh.from_array(np.array([2], np.int64), 'ax')]
+    nodes = [h.make_node('Gemm', ['x', 'w1', 'b1'], ['g'], transB=1), bn] + clip + un + \
+            [h.make_node('Gemm', ['q', 'w2', 'b2'], ['logits'], transB=1)]
+    g = h.make_graph(nodes, 'old', [h.make_tensor_value_info('x', T.FLOAT, ['N', 6])],
+                     [h.make_tensor_value_info('logits', T.FLOAT, ['N', 3])], inits + more)
+    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', opset)]), 'op%d.onnx' % opset)
+model(9); model(13)
+)");
+  const std::string args = " --data " + d + "/data.npz --val-split 0.25 --devices cpu:1 --epochs 4 --batch-size 48 --lr 0.5";
+  auto r9 = testing::run_command(testing::graphrun_cli() + " train " + d + "/op9.onnx" + args + " --save " + d + "/t9.onnx");
+  ASSERT_EQ(r9.exit_code, 0) << r9.output;
+  EXPECT_NE(r9.output.find("model 'old': opset 9 converted to opset 15 for training"), std::string::npos) << r9.output;
+  train(d + "/op13.onnx", args + " --save " + d + "/t13.onnx");
+  const auto w9 = weights(d + "/t9.onnx"), w13 = weights(d + "/t13.onnx");
+  for (const char* p : {"w1", "b1", "s", "beta", "mean", "var", "w2", "b2"}) {
+    const auto a = w9.at(p).as_doubles(), b = w13.at(p).as_doubles();
+    ASSERT_EQ(a.size(), b.size()) << p;
+    double scale = 0, diff = 0;
+    for (size_t i = 0; i < a.size(); ++i) scale = std::max(scale, std::abs(b[i])), diff = std::max(diff, std::abs(a[i] - b[i]));
+    EXPECT_LE(diff, 1e-6 * std::max(scale, 1.0)) << p;
+  }
+  // The trained model keeps the opset it came in.
+  EXPECT_EQ(load_onnx(d + "/t9.onnx").opset(""), 9);
+}
+
 // nn.TransformerDecoderLayer's cross-attention (query from the target, key and value from the memory)
 // slices its packed in_proj_weight with bounds computed from Shape: the Slices of a weight keep its rank
 // (fill_slice_ranks reads initializers' types), so the MatMuls behind them have gradients.

@@ -155,7 +155,9 @@ void dropout_grad(GradContext& ctx) {
       else ratio_value = ctx.in(1);
     }
   } else {
-    ratio = n.attr_f("ratio", 0.5f);
+    // Before opset 12 nothing in the graph says training, and the kernel runs these as inference (the
+    // identity): so does the gradient. Training converts such a model to opset 15 first (convert_opset).
+    is_training = false;
   }
   // A ratio of 0 keeps every element, in training too (the kernel draws no mask): dX = dY, and the
   // forward keeps no mask for it (an executor then drops the node: what torch exports for dropout=0.0).
