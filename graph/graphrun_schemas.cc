@@ -76,6 +76,16 @@ void infer(InferenceContext& ctx, const std::vector<OpSchemaSpec::Inference>& ru
         bias_like(ctx, r.input, r.output, r.axis, r.times_attr.empty() ? 1 : onnx::getAttribute(ctx, r.times_attr, 1));
         break;
       case Kind::ShapeFromValue: shape_from_value(ctx, r.input, r.output, op); break;
+      case Kind::OptimizerUpdates: {
+        const size_t groups = static_cast<size_t>(r.axis), rest = ctx.getNumInputs() - 2;
+        if (ctx.getNumInputs() < 2 || rest % groups) break;
+        const size_t n = rest / groups;
+        for (size_t out = 0; n && out < ctx.getNumOutputs() && out < (groups - 1) * n; ++out) {
+          const size_t group = out / n;  // new X, then V, H: input groups 0, 2, 3 (G is group 1)
+          same_as_input(ctx, 2 + (group == 0 ? 0 : group + 1) * n + out % n, out);
+        }
+        break;
+      }
     }
   }
 }

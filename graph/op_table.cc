@@ -174,6 +174,11 @@ OpSchemaSpec& OpSchemaSpec::output_like(int out, int in) {
   return *this;
 }
 
+OpSchemaSpec& OpSchemaSpec::optimizer_updates(int groups) {
+  inference.push_back({Inference::Kind::OptimizerUpdates, 0, 0, groups, ""});
+  return *this;
+}
+
 OpSchemaSpec& OpSchemaSpec::outputs_like_inputs() {
   inference.push_back({Inference::Kind::EachLikeInput, 0, 0, 0, ""});
   return *this;

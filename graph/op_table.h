@@ -48,6 +48,8 @@ struct OpSchemaSpec {
       EachLikeInput,    // every output i = input i (AllReduce)
       BiasOf,           // 1-D: dimension `axis` of `input`, times attribute `times_attr` when named
       ShapeFromValue,   // element type of input 0, shape = the value of `input` (SumToShape)
+      OptimizerUpdates, // inputs R, T, then `axis` runs of n tensors (X.., G.., V.. [, H..]); outputs the
+                        // new X.., V.. [, H..], each like its input (ai.onnx.preview.training's layout)
     };
     Kind kind = Kind::LikeInput;
     int output = 0, input = 0, axis = 0;
@@ -70,6 +72,7 @@ struct OpSchemaSpec {
   OpSchemaSpec& outputs_like_inputs();
   OpSchemaSpec& output_bias_of(int output, int input, int axis, std::string times_attr = "");
   OpSchemaSpec& output_shape_from(int output, int input);
+  OpSchemaSpec& optimizer_updates(int groups);
   // The gradient op of a layer Y = f(X, P, B): inputs dY, X, P; outputs dX (like X), dP (like P) and
   // dB, each optional; float T. The caller says dB's shape.
   OpSchemaSpec& layer_gradient(const std::string& param);

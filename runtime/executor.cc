@@ -158,7 +158,8 @@ void completion_points(Executor::Layout& L, int n) {
 int overwritable_input(const Node& node, int out) {
   const int ni = static_cast<int>(node.inputs.size());
   if (node.domain.empty() && node.op_type == "Sub" && out == 0 && ni == 2) return 0;
-  if (node.domain != kTrainingDomain) return -1;
+  const bool graphrun_adam = node.domain == kGraphrunDomain && node.op_type == "Adam";
+  if (node.domain != kTrainingDomain && !graphrun_adam) return -1;
   const int groups = node.op_type == "Momentum" ? 3 : node.op_type == "Adam" ? 4 : 0;
   if (!groups || (ni - 2) % groups || ni <= 2) return -1;
   const int n = (ni - 2) / groups;

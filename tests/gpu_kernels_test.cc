@@ -624,6 +624,12 @@ void adam_cases(Cases& cs) {
     in[1] = Tensor::scalar<int64_t>(t);
     cs.add("Adam", in, a, 6, 1e-6, 17, kTrainingDomain);
   }
+  // graphrun train's Adam: epsilon on the bias-corrected sqrt (torch.optim.Adam), large enough to matter.
+  a["epsilon"] = Attribute::Float(0.05f);
+  for (int64_t t : {1, 7, 0}) {
+    in[1] = Tensor::scalar<int64_t>(t);
+    cs.add("Adam", in, a, 6, 1e-6, 1, kGraphrunDomain);
+  }
 }
 TEST(GpuKernels, AdamUpdate) { expect_group_on_gpu(adam_cases); }
 

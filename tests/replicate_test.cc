@@ -204,6 +204,27 @@ TEST(Optim, AdamFollowsTheOnnxSpec) {
   }
 }
 
+// ai.graphrun.Adam: the spec's inputs and attributes, epsilon on sqrt(H / (1 - beta^T)) as torch.optim.Adam.
+TEST(Optim, GraphrunAdamPutsEpsilonWhereTorchDoes) {
+  Tensor x = testing::random_tensor({9}, 4), g = testing::random_tensor({9}, 5);
+  Tensor v = testing::random_tensor({9}, 6, -0.1f, 0.1f), h = testing::random_tensor({9}, 7, 0.f, 0.1f);
+  const float lr = 0.01f, a = 0.9f, b = 0.999f, eps = 0.05f, wd = 0.1f;
+  for (int64_t T : {int64_t{0}, int64_t{3}}) {
+    auto out = testing::run_node("Adam", {Tensor::scalar<float>(lr), Tensor::scalar<int64_t>(T), x, g, v, h},
+                                 {{"alpha", Attribute::Float(a)}, {"beta", Attribute::Float(b)},
+                                  {"epsilon", Attribute::Float(eps)}, {"norm_coefficient", Attribute::Float(wd)}},
+                                 3, 1, kGraphrunDomain);
+    for (int i = 0; i < 9; ++i) {
+      double gr = wd * x.data<float>()[i] + g.data<float>()[i];
+      double nv = a * v.data<float>()[i] + (1 - a) * gr, nh = b * h.data<float>()[i] + (1 - b) * gr * gr;
+      double c1 = T > 0 ? 1 - std::pow(a, T) : 1, c2 = T > 0 ? 1 - std::pow(b, T) : 1;
+      EXPECT_NEAR(out[0].data<float>()[i], x.data<float>()[i] - lr / c1 * nv / (std::sqrt(nh / c2) + eps), 1e-6) << T;
+      EXPECT_NEAR(out[1].data<float>()[i], nv, 1e-6);
+      EXPECT_NEAR(out[2].data<float>()[i], nh, 1e-6);
+    }
+  }
+}
+
 // Trains the linear model with D replicas on threads for `steps` steps; returns W and b.
 std::vector<Tensor> train_linear(int D, runtime::OptimizerOptions opt, int steps) {
   Graph g = linear_training_graph();

@@ -34,7 +34,8 @@ Graph add_optimizer(const Graph& in, const AddOptimizerOptions& opts) {
 
   Graph g = in;
   const bool stateful = adam_like || opt.momentum > 0;
-  if (stateful) g.opsets[kTrainingDomain] = 1;
+  if (opt.momentum > 0 && !adam_like) g.opsets[kTrainingDomain] = 1;
+  if (adam_like) g.opsets[kGraphrunDomain] = 1;
   if (g.opset("") == 0) g.opsets[""] = 17;
   GR_CHECK(!g.is_input(opts.lr_input) && !g.values.count(opts.lr_input),
            "add_optimizer: graph '" << in.name << "' already has a value named '" << opts.lr_input << "'");
@@ -99,7 +100,8 @@ Graph add_optimizer(const Graph& in, const AddOptimizerOptions& opts) {
     }
 
     Node up;
-    up.domain = kTrainingDomain;
+    // Adam is graphrun's: ai.onnx.preview.training's Adam adds epsilon where torch.optim.Adam does not.
+    up.domain = adam_like ? kGraphrunDomain : kTrainingDomain;
     std::vector<std::string> xs, gs, xnew;
     std::vector<std::vector<std::string>> bufs(adam_like ? 2 : 1), bufnew(bufs.size());
     const char* buf_names[2] = {adam_like ? ".adam_m" : ".momentum", ".adam_v"};

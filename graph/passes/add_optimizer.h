@@ -15,9 +15,9 @@ struct OptimizerOptions {
   float momentum = 0;
   bool nesterov = false;
   float weight_decay = 0;  // L2 (added to the gradient), as torch.optim.SGD/Adam's weight_decay
-  // adam: ai.onnx.preview.training Adam (alpha = beta1, beta = beta2, epsilon), T = step + 1. That is
-  // torch.optim.Adam except where epsilon sits: ONNX adds it to sqrt(v), torch to sqrt(v / (1 - beta2^T)),
-  // a difference that matters only for gradients near epsilon (tests: within 1e-6 of torch).
+  // adam: ai.graphrun.Adam (alpha = beta1, beta = beta2, epsilon), T = step + 1: torch.optim.Adam. It is
+  // ai.onnx.preview.training's Adam with epsilon where torch puts it, on sqrt(v / (1 - beta2^T)); the
+  // spec's adds it to sqrt(v), an effective epsilon 1 / sqrt(1 - beta2^T) times larger (32x at T = 1).
   // adamw: the same Adam node without L2 (norm_coefficient 0), then X_new -= lr * weight_decay * X
   // as standard Mul/Sub nodes: torch.optim.AdamW's decoupled weight decay.
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;

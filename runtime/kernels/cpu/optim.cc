@@ -1,6 +1,7 @@
 // CPU kernels: optimizer updates, the standard ai.onnx.preview.training ops, exactly as the ONNX
 // spec writes them (Momentum with norm_coefficient/alpha/beta is torch.optim.SGD's momentum,
-// nesterov and weight_decay with dampening 0 when beta = 1).
+// nesterov and weight_decay with dampening 0 when beta = 1), and ai.graphrun.Adam, torch.optim.Adam's
+// placement of epsilon.
 #include <cmath>
 
 #include "runtime/kernels/cpu/math_common.h"
@@ -125,6 +126,11 @@ void momentum(KernelContext& ctx) {
   });
 }
 
+// kTorchEps: ai.graphrun.Adam, epsilon added to the bias-corrected sqrt(v / (1 - beta^T)) as
+// torch.optim.Adam adds it; else the spec's Adam, epsilon added to sqrt(v). With the rate's correction
+// sqrt(1 - beta^T) / (1 - alpha^T) applied to the whole step, torch's is the spec's update with epsilon
+// scaled by sqrt(1 - beta^T).
+template <bool kTorchEps>
 void adam(KernelContext& ctx) {
   const Node& node = ctx.node();
   const float alpha = node.attr_f("alpha", 0.9f), beta = node.attr_f("beta", 0.999f);
@@ -136,11 +142,13 @@ void adam(KernelContext& ctx) {
   // The bias-corrected rate, in double for either type.
   const double lr_t =
       step > 0 ? lr * std::sqrt(1.0 - std::pow(double(beta), t)) / (1.0 - std::pow(double(alpha), t)) : lr;
+  const double eps_t = kTorchEps && step > 0 ? eps * std::sqrt(1.0 - std::pow(double(beta), t)) : eps;
   const int n = static_cast<int>(tensor_count(ctx, 4));
   dispatch_float(ctx.input(2).dtype(), "Adam", [&](auto tag) {
     using T = decltype(tag);
     for_each_tensor<T, 4>(ctx, n, [&](const T* const* in, T* const* out, int64_t k0, int64_t k1) {
-      adam_range<T>(in[0], in[1], in[2], in[3], out[0], out[1], out[2], k0, k1, alpha, beta, eps, norm, post, T(lr_t));
+      adam_range<T>(in[0], in[1], in[2], in[3], out[0], out[1], out[2], k0, k1, alpha, beta, T(eps_t), norm, post,
+                    T(lr_t));
     });
   });
 }
@@ -149,7 +157,25 @@ void adam(KernelContext& ctx) {
 
 GR_REGISTER_OPS(optim) {
   ops.op(kTrainingDomain, "Momentum").cpu(momentum);
-  ops.op(kTrainingDomain, "Adam").cpu(adam);
+  ops.op(kTrainingDomain, "Adam").cpu(adam<false>);
+  const auto variadic = OpSchemaSpec::Arity::Variadic;
+  ops.op(kGraphrunDomain, "Adam")
+      .cpu(adam<true>)
+      .schema(OpSchemaSpec("ai.onnx.preview.training's Adam (the same inputs, outputs and attributes), but with "
+                           "epsilon added to the bias-corrected sqrt(H / (1 - beta^T)), as torch.optim.Adam adds it "
+                           "(the spec adds it to sqrt(H)): what graphrun train's --optimizer adam/adamw runs")
+                  .attr("alpha", "decay of the first moment (torch's beta1)", Attribute::Float(0.9f))
+                  .attr("beta", "decay of the second moment (torch's beta2)", Attribute::Float(0.999f))
+                  .attr("epsilon", "added to the bias-corrected square root of the second moment", Attribute::Float(1e-6f))
+                  .attr("norm_coefficient", "L2 coefficient added to the gradient", Attribute::Float(0.f))
+                  .attr("norm_coefficient_post", "scales the updated value by (1 - it)", Attribute::Float(0.f))
+                  .input("R", "the learning rate", "T1")
+                  .input("T", "the update count (bias correction 1 - alpha^T, 1 - beta^T; none at 0)", "tensor(int64)")
+                  .input("inputs", "X.., G.., V.., H..: parameters, gradients, first and second moments", "T3", variadic)
+                  .output("outputs", "the new X.., V.., H..", "T3", variadic)
+                  .type("T1", {"tensor(float)", "tensor(double)"}, "the rate's type")
+                  .type("T3", {"tensor(float)", "tensor(double)"}, "the optimized tensors' type")
+                  .optimizer_updates(4));
 }
 
 }  // namespace graphrun::runtime::cpu

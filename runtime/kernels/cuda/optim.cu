@@ -57,12 +57,15 @@ void momentum_op(KernelContext& ctx) {
 
 __global__ void adam_kernel(const float* r, const int64_t* t, const float* x, const float* g, const float* v,
                             const float* h, float* x_new, float* v_new, float* h_new, int64_t n, float alpha, float beta,
-                            float eps, float norm, float norm_post) {
+                            float eps, float norm, float norm_post, bool torch_eps) {
   int64_t step = *t;
   float lr = *r;
-  if (step > 0)
-    lr = static_cast<float>(lr * sqrt(1.0 - pow(static_cast<double>(beta), static_cast<double>(step))) /
-                            (1.0 - pow(static_cast<double>(alpha), static_cast<double>(step))));
+  if (step > 0) {
+    const double c2 = sqrt(1.0 - pow(static_cast<double>(beta), static_cast<double>(step)));
+    lr = static_cast<float>(lr * c2 / (1.0 - pow(static_cast<double>(alpha), static_cast<double>(step))));
+    // ai.graphrun.Adam: epsilon on the bias-corrected sqrt(H / (1 - beta^T)), as torch.optim.Adam.
+    if (torch_eps) eps = static_cast<float>(eps * c2);
+  }
   GR_GRID_STRIDE(i, n) {
     float gr = norm * x[i] + g[i];
     float vn = alpha * v[i] + (1.f - alpha) * gr;
@@ -74,6 +77,7 @@ __global__ void adam_kernel(const float* r, const int64_t* t, const float* x, co
   }
 }
 
+template <bool kTorchEps>
 void adam_op(KernelContext& ctx) {
   check_scalars(ctx);
   int k = ctx.num_inputs() - 2;
@@ -99,7 +103,7 @@ void adam_op(KernelContext& ctx) {
     adam_kernel<<<grid_for(cnt), kThreads, 0, stream_of(ctx)>>>(dptr<float>(ctx.input(0)), dptr<int64_t>(ctx.input(1)),
                                                                 dptr<float>(X), dptr<float>(G), dptr<float>(V), dptr<float>(H),
                                                                 dptr<float>(Xn), dptr<float>(Vn), dptr<float>(Hn), cnt, alpha,
-                                                                beta, eps, norm, norm_post);
+                                                                beta, eps, norm, norm_post, kTorchEps);
     GR_LAUNCH_CHECK("adam");
   }
 }
@@ -108,7 +112,8 @@ void adam_op(KernelContext& ctx) {
 
 GR_REGISTER_OPS(optim) {
   ops.op(kTrainingDomain, "Momentum").cuda(locked<momentum_op>);
-  ops.op(kTrainingDomain, "Adam").cuda(locked<adam_op>);
+  ops.op(kTrainingDomain, "Adam").cuda(locked<adam_op<false>>);
+  ops.op(kGraphrunDomain, "Adam").cuda(locked<adam_op<true>>);
 }
 
 }  // namespace graphrun::runtime::cuda
