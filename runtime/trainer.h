@@ -162,6 +162,10 @@ class Trainer {
   double evaluate();
   // Test accuracy and mean cross-entropy loss (graphrun train --eval-only).
   EvalStats evaluate_stats();
+  // graphrun train --eval-only: evaluate_stats(), then one line on opts.log ("test acc: ..., test loss:
+  // ... (N images|examples, MODEL)\n", or "test mse: ..." with --loss mse) and, with opts.metrics_path,
+  // one JSON object (the test figures, test_examples, test_data where an epoch has it, devices, threads).
+  EvalStats evaluate_only();
   // Writes a checkpoint of the whole training state (every replica's state and RNG, epoch, step)
   // into opts.checkpoint_dir and removes all but the newest keep_checkpoints; returns its path.
   // `epoch` is the 0-based epoch to continue in, `step` the step within it to start at.
@@ -223,6 +227,8 @@ class Trainer {
   void report_epoch(const EpochStats& st) const;
   void report_end(const std::vector<EpochStats>& all) const;
   void write_metrics(std::ostream& os, const EpochStats& st) const;
+  void report_evaluation(const EvalStats& st) const;
+  void write_eval_metrics(std::ostream& os, const EvalStats& st) const;
   void draw_progress(int epoch, int64_t done, double seconds) const;
   void clear_progress() const;
   void log_steps(int64_t upto);

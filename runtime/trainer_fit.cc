@@ -41,6 +41,18 @@ std::vector<EpochStats> Trainer::fit() {
   return all;
 }
 
+EvalStats Trainer::evaluate_only() {
+  std::ofstream metrics;
+  if (!opts_.metrics_path.empty() && speaks()) {
+    metrics.open(opts_.metrics_path, std::ios::trunc);
+    GR_CHECK(metrics, "--metrics: cannot open '" << opts_.metrics_path << "' for writing");
+  }
+  const EvalStats st = evaluate_stats();
+  if (speaks()) report_evaluation(st);
+  if (metrics.is_open()) write_eval_metrics(metrics, st);
+  return st;
+}
+
 EpochStats Trainer::train_epoch(int epoch) {
   const int64_t first = begin_epoch(epoch);
   double seconds = 0;

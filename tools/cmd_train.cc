@@ -69,7 +69,7 @@ const Command& train_command() {
                            "                            on running statistics, Dropout off) with the trained weights;\n"
                            "                            a model read with external data, or over 1 GiB of weights,\n"
                            "                            keeps its weights in FILE.data beside it"},
-          {"metrics", "FILE", "write one JSON object per epoch"},
+          {"metrics", "FILE", "write one JSON object per epoch (with --eval-only: one for the evaluation)"},
           {"loss", "NAME", "cross-entropy (default; integer class ids) or mse (float targets of the\n"
                            "                            output's shape; the test figure is the mean squared error)"},
           {"loss-output", "NAME", "the model output the loss and the evaluation read (default: the first output)"},
@@ -88,7 +88,8 @@ const Command& train_command() {
                               "                            (comma-separated or repeated)", true},
           {"normalize", "MEAN,STD", "feed (x - MEAN) / STD (e.g. 0.1307,0.3081) in training and evaluation;\n"
                                     "                            per channel: M1,M2,M3/S1,S2,S3 (e.g. 0.485,0.456,0.406/0.229,0.224,0.225)"},
-          {"eval-only", "", "evaluate the model as given (test accuracy and loss); no training"},
+          {"eval-only", "", "evaluate the model as given (test accuracy and loss, or mse, over N images, or\n"
+                            "                            N examples where the input is not an image); no training"},
           {"log-every", "N", "print the mean training loss every N steps"},
           {"checkpoint-dir", "DIR", "write a checkpoint after every epoch (weights, optimizer state, running\n"
                                     "                            statistics, RNG, epoch/step), atomically"},
@@ -397,17 +398,9 @@ int cmd_train(const std::vector<std::string>& argv) {
     po.predict = false;
     runtime::print_plan_brief(std::cout, runtime::make_plan(model, po));
   }
-  const std::string model_name = model.name;
   runtime::Trainer trainer(std::move(model), o);  // the weights as loaded are then held once
   if (eval_only) {
-    const runtime::EvalStats st = trainer.evaluate_stats();
-    if (speaks) {
-      if (trainer.mse())
-        std::cout << "test mse: " << st.loss << " (" << st.images << " examples, " << model_name << ")" << std::endl;
-      else
-        std::cout << "test acc: " << st.accuracy << ", test loss: " << st.loss << " (" << st.images << " images, "
-                  << model_name << ")" << std::endl;
-    }
+    trainer.evaluate_only();  // its line on o.log (rank 0's), and --metrics
     finish_profile();
     return 0;
   }
