@@ -219,7 +219,7 @@ class Trainer {
   void run_segment(int epoch, int64_t begin, int64_t end, double& seconds);
   void sync_running_stats();
   // The epoch (trainer_fit.cc).
-  int64_t begin_epoch(int epoch);
+  int64_t begin_epoch(int epoch, double& seconds);
   EpochStats epoch_stats(int epoch, double seconds) const;
   int resume();
   // Reporting (trainer_report.cc).
@@ -279,6 +279,16 @@ class Trainer {
   int64_t global_step_ = 0;
   int resume_epoch_ = -1;  // after load_checkpoint: the epoch to continue, at resume_step_
   int64_t resume_step_ = 0;
+  // The running figures of an epoch's steps so far, per local replica: what a mid-epoch checkpoint
+  // holds (with the seconds they took), so that the resumed epoch's line and --metrics are the
+  // uninterrupted run's. After load_checkpoint, those of the steps before resume_step_ (empty: none).
+  struct Figures {
+    double loss_sum = 0;
+    int64_t correct = 0, images = 0;
+  };
+  std::vector<Figures> resume_figures_;
+  double resume_seconds_ = 0;
+  double epoch_seconds_ = 0;  // the current epoch's training seconds so far (saved in a checkpoint)
 
   // Segment hand-off between the main thread and the replicas' threads.
   std::mutex mu_;

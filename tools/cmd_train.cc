@@ -92,13 +92,15 @@ const Command& train_command() {
                             "                            N examples where the input is not an image); no training"},
           {"log-every", "N", "print the mean training loss every N steps"},
           {"checkpoint-dir", "DIR", "write a checkpoint after every epoch (weights, optimizer state, running\n"
-                                    "                            statistics, RNG, epoch/step), atomically"},
+                                    "                            statistics, RNG, epoch/step; mid-epoch, the epoch's loss and\n"
+                                    "                            accuracy sums so far), atomically"},
           {"checkpoint-every", "N", "also write one every N steps (needs --checkpoint-dir)"},
           {"keep-checkpoints", "K", "keep the newest K checkpoints (default 3)"},
           {"resume", "", "continue from the newest checkpoint in --checkpoint-dir (same model and\n"
-                         "                            settings): the same weights as an uninterrupted run. A corrupt\n"
-                         "                            newest one (bad CRC or contents) is skipped with a warning for\n"
-                         "                            the newest good one; none good: an error"},
+                         "                            settings): the same weights and epoch figures as an\n"
+                         "                            uninterrupted run. A corrupt newest one (bad CRC or contents)\n"
+                         "                            is skipped with a warning for the newest good one; none good:\n"
+                         "                            an error"},
           {"profile", "FILE", "write a Chrome trace of the run to FILE (one track per replica: every node's\n"
                               "                            kernel, AllReduce waits, data, optimizer, steps; evaluation) and\n"
                               "                            print the ops by total time at the end (README: Profiling);\n"
