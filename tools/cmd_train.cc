@@ -85,7 +85,8 @@ const Command& train_command() {
           {"lr-step-size", "N", "step schedule: steps between decays"},
           {"lr-gamma", "G", "step schedule: the factor of each decay (default 0.1)"},
           {"freeze", "NAMES", "parameters that are not trained: no gradient, no allreduce, no update\n"
-                              "                            (comma-separated or repeated)", true},
+                              "                            (comma-separated or repeated); a module name (fc1) freezes\n"
+                              "                            its parameters (fc1.weight, fc1.bias)", true},
           {"normalize", "MEAN,STD", "feed (x - MEAN) / STD (e.g. 0.1307,0.3081) in training and evaluation;\n"
                                     "                            per channel: M1,M2,M3/S1,S2,S3 (e.g. 0.485,0.456,0.406/0.229,0.224,0.225)"},
           {"eval-only", "", "evaluate the model as given (test accuracy and loss, or mse, over N images, or\n"
