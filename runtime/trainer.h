@@ -174,6 +174,8 @@ class Trainer {
   // size; throws Error naming the file and the mismatch otherwise.
   void load_checkpoint(const std::string& path);
   int64_t global_step() const { return global_step_; }
+  // The learning-rate schedule as the steps use it (base_lr and total_steps filled in).
+  const LrSchedule& schedule() const { return opts_.schedule; }
   // The forward model in its inference form (graph/passes/train_mode.h) with the trained weights
   // and running statistics (replica 0's): what --save writes. On CPU replicas its tensors are replica
   // 0's own (no copy of a large model's weights): clone() what must outlive further training.

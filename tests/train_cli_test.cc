@@ -144,6 +144,23 @@ TEST(TrainCli, ShortRunPrintsEpochLinesMetricsAndSavesTheModel) {
   EXPECT_LE(printed, 1.0);
 }
 
+// --warmup-steps longer than the whole run (epochs x steps, --max-steps honoured) is one warning line on
+// stderr, not an error: the rate never reaches --lr. As long as the run: no warning.
+TEST(TrainCli, WarmupLongerThanTheRunIsAWarning) {
+  if (!std::filesystem::exists(lenet()) || !have_data()) GTEST_SKIP() << "needs models/lenet.onnx and Fashion-MNIST";
+  const std::string run = testing::graphrun_cli() + " train " + lenet() +
+                          " --devices cpu:1 --threads 1 --epochs 2 --max-steps 2 --batch-size 32 --lr 0.1";
+  // (stderr alone)
+  auto r = testing::run_command("(" + run + " --warmup-steps 5 2>&1 >/dev/null)");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output,
+            "graphrun train: warning: --warmup-steps 5 is longer than the run (4 steps): the learning rate never reaches "
+            "--lr (its last step's is 0.08)\n");
+  r = testing::run_command("(" + run + " --warmup-steps 4 --lr-schedule cosine 2>&1 >/dev/null)");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "");
+}
+
 // A model whose weights are in an external data file (how large models are exported) trains, and its trained
 // weights are written beside the saved model the same way; run from another working directory.
 TEST(TrainCli, ModelWithExternalDataTrainsAndIsSavedWithIt) {

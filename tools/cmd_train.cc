@@ -80,8 +80,11 @@ const Command& train_command() {
           {"beta2", "B2", "adam/adamw: decay of the second moment (default 0.999)"},
           {"eps", "EPS", "adam/adamw: epsilon (default 1e-8)"},
           {"lr-schedule", "KIND", "constant (default), step (x --lr-gamma every --lr-step-size steps) or cosine\n"
-                                  "                            (to 0 at the last step); per step, after --warmup-steps"},
-          {"warmup-steps", "N", "ramp the learning rate linearly over the first N steps (default 0)"},
+                                  "                            (lr x 0.5 (1 + cos(pi (s - W) / (T - W))) at step s of T, the\n"
+                                  "                            run's steps: 0 just after the last; e.g. T = 6: 0.067 lr at the\n"
+                                  "                            last); per step, after the W = --warmup-steps"},
+          {"warmup-steps", "N", "ramp the learning rate linearly over the first N steps: lr x (s + 1) / N at\n"
+                                "                            step s < N (default 0; more than the run's steps: a warning)"},
           {"lr-step-size", "N", "step schedule: steps between decays"},
           {"lr-gamma", "G", "step schedule: the factor of each decay (default 0.1)"},
           {"freeze", "NAMES", "parameters that are not trained: no gradient, no allreduce, no update\n"
@@ -402,6 +405,11 @@ int cmd_train(const std::vector<std::string>& argv) {
     runtime::print_plan_brief(std::cout, runtime::make_plan(model, po));
   }
   runtime::Trainer trainer(std::move(model), o);  // the weights as loaded are then held once
+  const runtime::LrSchedule& sched = trainer.schedule();
+  if (!eval_only && speaks && sched.warmup_steps > sched.total_steps)
+    std::cerr << "graphrun train: warning: --warmup-steps " << sched.warmup_steps << " is longer than the run ("
+              << sched.total_steps << " steps): the learning rate never reaches --lr (its last step's is "
+              << runtime::learning_rate(sched, sched.total_steps - 1) << ")" << std::endl;
   if (eval_only) {
     trainer.evaluate_only();  // its line on o.log (rank 0's), and --metrics
     finish_profile();
