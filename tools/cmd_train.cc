@@ -123,7 +123,9 @@ const Command& train_command() {
       },
       "The model takes inputs of any shape (f32 images [N,C,H,W], int64 tokens [N,T], tabular [N,F]; several\n"
       "are fed from the data's arrays of their names; uint8 data becomes f32 / 255) and returns class scores f32[N,classes] (top-5 accuracy too above 10 classes)\n"
-      "or, with --loss mse, values of the targets' shape. Bad data (arrays of different lengths, a shape or\n"
+      "or, with --loss mse, values of the targets' shape. Class scores are logits: cross-entropy applies softmax\n"
+      "itself, so an output straight from a Softmax node is a warning (export the logits, or LogSoftmax).\n"
+      "Bad data (arrays of different lengths, a shape or\n"
       "dtype the input cannot take, labels out of range, NaN targets, unreadable images) is one line, exit 2.\n"
       "Output: a progress bar (on a terminal), one line per epoch, and `test acc: 0.84, 5.1 sec/epoch on [...]`;\n"
       "sec/epoch counts the training steps only, like d2l's timer. Test accuracy uses replica 0's weights and\n"
@@ -150,6 +152,29 @@ const Command& train_command() {
       "writes --metrics, --save and checkpoints; a failed rank ends the job, a hung one within --comm-timeout.\n"
       "  mpirun -np 2 graphrun train models/lenet.onnx --devices cpu:1"};
   return cmd;
+}
+
+// Cross-entropy applies softmax to what it reads: a model that ends in Softmax has it applied twice
+// (as torch's CrossEntropyLoss would, silently). One warning line on stderr naming the node.
+void warn_softmax_output(const Graph& g, const std::string& output) {
+  std::string v = output.empty() ? (g.outputs.empty() ? std::string() : g.outputs[0]) : output;
+  for (int hops = 0; !v.empty() && hops < 64; ++hops) {
+    const int p = g.producer(v);
+    if (p < 0) return;
+    const Node& n = g.nodes[p];
+    if (!n.domain.empty() && n.domain != "ai.onnx") return;
+    if (n.op_type == "Identity") {
+      v = n.inputs.empty() ? std::string() : n.inputs[0];
+      continue;
+    }
+    if (n.op_type == "Softmax")
+      std::cerr << "graphrun train: warning: the loss reads '" << (output.empty() ? g.outputs[0] : output)
+                << "', the output of Softmax node '" << (n.name.empty() ? v : n.name)
+                << "', and cross-entropy applies softmax itself, so it is applied twice; export the logits "
+                   "(or LogSoftmax: cross-entropy on log-probabilities is their NLL)"
+                << std::endl;
+    return;
+  }
 }
 
 }  // namespace
@@ -368,6 +393,7 @@ int cmd_train(const std::vector<std::string>& argv) {
     warm_up = std::make_unique<runtime::KernelWarmUp>();
 
   Graph model = load_onnx(args.positional()[0]);
+  if (!eval_only && speaks && o.pipeline.loss == autodiff::LossKind::CrossEntropy) warn_softmax_output(model, o.pipeline.output);
   if (args.has("float64")) model = float64_copy(model);
   if (auto_placement) {
     // Each split of the cores into replicas x threads, timed on this model as graphrun plan times it.
