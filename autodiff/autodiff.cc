@@ -36,16 +36,31 @@ std::vector<std::string> trainable_params(const Graph& g, const std::set<std::st
   std::vector<std::string> r;
   for (const auto& [name, t] : g.initializers)
     if (dtype_is_float(t.dtype()) && !state.count(name) && finite(t)) r.push_back(name);
-  for (const auto& f : freeze) {
-    if (g.initializers.count(f)) continue;
-    std::string names;
-    for (const auto& p : r) names += (names.empty() ? "" : ", ") + p;
-    GR_FAIL("--freeze: no parameter named '" << f << "' (parameters: " << names << ")");
-  }
+  const std::set<std::string> frozen = resolve_freeze(r, g, freeze);
   std::vector<std::string> kept;
   for (const auto& p : r)
-    if (!freeze.count(p)) kept.push_back(p);
+    if (!frozen.count(p)) kept.push_back(p);
   return kept;
+}
+
+std::set<std::string> resolve_freeze(const std::vector<std::string>& params, const Graph& g,
+                                     const std::set<std::string>& freeze) {
+  std::set<std::string> frozen;
+  for (const auto& f : freeze) {
+    if (g.initializers.count(f)) {
+      frozen.insert(f);
+      continue;
+    }
+    // A module, as torch's model.fc1.parameters(): every parameter named f + "." + something.
+    bool any = false;
+    for (const auto& p : params)
+      if (p.size() > f.size() + 1 && p.compare(0, f.size(), f) == 0 && p[f.size()] == '.') frozen.insert(p), any = true;
+    if (any) continue;
+    std::string names;
+    for (const auto& p : params) names += (names.empty() ? "" : ", ") + p;
+    GR_FAIL("--freeze: no parameter named '" << f << "' (parameters: " << names << ")");
+  }
+  return frozen;
 }
 
 }  // namespace graphrun::autodiff

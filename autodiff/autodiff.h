@@ -49,10 +49,15 @@ passes::Pass backward_pass(const BackwardOptions& opts);
 //   - Dropout's ratio and training_mode (inputs 1 and 2: settings),
 //   - f32/f64 tensors holding a NaN or an infinity (torch's buffers, e.g. a causal mask of -inf:
 //     no step can train them),
-//   - the names in `freeze` (each must be an initializer: an unknown one is an error listing the
-//     parameters).
+//   - the names in `freeze` (each an initializer, or a module: a name that is not an initializer but
+//     followed by '.' begins parameter names, as `fc1` for fc1.weight and fc1.bias, freezes all of
+//     those; a name that is neither is an error listing the parameters).
 // Integer and bool initializers (shapes, axes, masks) are constants. The optimizer trains f32 only
 // (bucket_allreduce refuses another float parameter, naming it for --freeze).
 std::vector<std::string> trainable_params(const Graph& g, const std::set<std::string>& freeze);
+// The names `freeze` stands for among `params` (a graph's parameters before freezing) and g's other
+// initializers: each name itself, or a module's parameters (above); an Error for a name that is neither.
+std::set<std::string> resolve_freeze(const std::vector<std::string>& params, const Graph& g,
+                                     const std::set<std::string>& freeze);
 
 }  // namespace graphrun::autodiff

@@ -47,9 +47,10 @@ Graph backward(const Graph& with_loss, const BackwardOptions& opts) {
   Graph g = with_loss;
   std::vector<std::string> params = trainable_params(g, opts.freeze);  // also checks the frozen names
   if (!opts.params.empty()) {
+    const std::set<std::string> frozen = resolve_freeze(trainable_params(g, {}), g, opts.freeze);
     params.clear();
     for (const auto& p : opts.params)
-      if (!opts.freeze.count(p)) params.push_back(p);
+      if (!frozen.count(p)) params.push_back(p);
   }
   for (const auto& p : params)
     GR_CHECK(g.is_initializer(p), "backward: '" << p << "' is not a parameter (initializer) of the graph");

@@ -162,6 +162,10 @@ class Trainer {
   double evaluate();
   // Test accuracy and mean cross-entropy loss (graphrun train --eval-only).
   EvalStats evaluate_stats();
+  // graphrun train --eval-only: evaluate_stats(), then one line on opts.log ("test acc: ..., test loss:
+  // ... (N images|examples, MODEL)\n", or "test mse: ..." with --loss mse) and, with opts.metrics_path,
+  // one JSON object (the test figures, test_examples, test_data where an epoch has it, devices, threads).
+  EvalStats evaluate_only();
   // Writes a checkpoint of the whole training state (every replica's state and RNG, epoch, step)
   // into opts.checkpoint_dir and removes all but the newest keep_checkpoints; returns its path.
   // `epoch` is the 0-based epoch to continue in, `step` the step within it to start at.
@@ -170,6 +174,8 @@ class Trainer {
   // size; throws Error naming the file and the mismatch otherwise.
   void load_checkpoint(const std::string& path);
   int64_t global_step() const { return global_step_; }
+  // The learning-rate schedule as the steps use it (base_lr and total_steps filled in).
+  const LrSchedule& schedule() const { return opts_.schedule; }
   // The forward model in its inference form (graph/passes/train_mode.h) with the trained weights
   // and running statistics (replica 0's): what --save writes. On CPU replicas its tensors are replica
   // 0's own (no copy of a large model's weights): clone() what must outlive further training.
@@ -215,7 +221,7 @@ class Trainer {
   void run_segment(int epoch, int64_t begin, int64_t end, double& seconds);
   void sync_running_stats();
   // The epoch (trainer_fit.cc).
-  int64_t begin_epoch(int epoch);
+  int64_t begin_epoch(int epoch, double& seconds);
   EpochStats epoch_stats(int epoch, double seconds) const;
   int resume();
   // Reporting (trainer_report.cc).
@@ -223,6 +229,8 @@ class Trainer {
   void report_epoch(const EpochStats& st) const;
   void report_end(const std::vector<EpochStats>& all) const;
   void write_metrics(std::ostream& os, const EpochStats& st) const;
+  void report_evaluation(const EvalStats& st) const;
+  void write_eval_metrics(std::ostream& os, const EvalStats& st) const;
   void draw_progress(int epoch, int64_t done, double seconds) const;
   void clear_progress() const;
   void log_steps(int64_t upto);
@@ -273,6 +281,16 @@ class Trainer {
   int64_t global_step_ = 0;
   int resume_epoch_ = -1;  // after load_checkpoint: the epoch to continue, at resume_step_
   int64_t resume_step_ = 0;
+  // The running figures of an epoch's steps so far, per local replica: what a mid-epoch checkpoint
+  // holds (with the seconds they took), so that the resumed epoch's line and --metrics are the
+  // uninterrupted run's. After load_checkpoint, those of the steps before resume_step_ (empty: none).
+  struct Figures {
+    double loss_sum = 0;
+    int64_t correct = 0, images = 0;
+  };
+  std::vector<Figures> resume_figures_;
+  double resume_seconds_ = 0;
+  double epoch_seconds_ = 0;  // the current epoch's training seconds so far (saved in a checkpoint)
 
   // Segment hand-off between the main thread and the replicas' threads.
   std::mutex mu_;

@@ -2,13 +2,15 @@
 // format itself is runtime/checkpoint.h's.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
 #include "runtime/checkpoint.h"
 #include "runtime/comm/mpi.h"
 #include "runtime/device.h"
-#include "runtime/trainer.h"
+#include "runtime/trainer_parts.h"
 
 namespace graphrun::runtime {
 
@@ -17,6 +19,13 @@ namespace {
 constexpr const char* kFormat = "graphrun-train/1";
 
 std::string replica_key(int d, const std::string& name) { return "replica" + std::to_string(d) + "/" + name; }
+
+// A double exactly, as C99's hexadecimal float ("0x1.8p+3"): strtod reads it back bit for bit.
+std::string exact(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%a", v);
+  return buf;
+}
 
 bool same_bits(const Tensor& a, const Tensor& b) {
   return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
@@ -92,6 +101,21 @@ std::string Trainer::save_checkpoint(int epoch, int64_t step) {
       ck.meta["rng." + std::to_string(g)] = all_rngs[r].substr(colon + 1, n);
       at = colon + 1 + n;
     }
+  // Mid-epoch: every replica's figures of the epoch's steps so far (from every rank: a collective),
+  // and their seconds, so that the resumed epoch reports what the uninterrupted one does. Written as
+  // "figures.<replica>" = "<loss sum> <correct> <examples>", the loss sum exactly.
+  if (step > 0) {
+    std::string mine;
+    for (int d = 0; d < replicas(); ++d) {
+      const Replica& r = *replicas_[d];
+      mine += exact(r.loss_sum) + " " + std::to_string(r.correct) + " " + std::to_string(r.images) + ";";
+    }
+    const std::vector<std::string> all = mpi::allgather(mine);
+    for (int r = 0, g = 0; r < static_cast<int>(all.size()); ++r)
+      for (size_t at = 0, semi; (semi = all[r].find(';', at)) != std::string::npos; at = semi + 1, ++g)
+        ck.meta["figures." + std::to_string(g)] = all[r].substr(at, semi - at);
+    ck.meta["epoch_seconds"] = exact(epoch_seconds_);
+  }
   for (int d = 1; d < replicas(); ++d)
     for (const auto& [name, t] : host_states(d))
       if (!same_bits(t, base.at(name))) ck.tensors[replica_key(first_replica_ + d, name)] = t;
@@ -165,6 +189,39 @@ void Trainer::load_checkpoint(const std::string& path) {
     check_resume_position(path, epoch, resume_step_, global_step_,
                           (train_src_->size() + opts_.batch_size - 1) / opts_.batch_size);
     resume_epoch_ = static_cast<int>(epoch);
+    // The epoch's figures so far (a checkpoint written before they were kept has none: the resumed
+    // epoch then reports its own steps only, as it did). Another number of replicas gets their sum on
+    // the job's first replica.
+    resume_figures_.assign(replicas(), Figures{});
+    resume_seconds_ = 0;
+    auto figures = [&](const std::string& v) {
+      Figures f;
+      char* end = nullptr;
+      f.loss_sum = std::strtod(v.c_str(), &end);
+      long long c = -1, n = -1;
+      int used = 0;
+      const bool ok = end && std::sscanf(end, " %lld %lld%n", &c, &n, &used) == 2 && end[used] == '\0' &&
+                      std::isfinite(f.loss_sum) && c >= 0 && n >= 0;
+      GR_CHECK(ok, path << ": checkpoint is corrupt (bad epoch figures '" << v << "')");
+      f.correct = c;
+      f.images = n;
+      return f;
+    };
+    for (const auto& [key, v] : ck.meta) {
+      if (key.rfind("figures.", 0) != 0) continue;
+      const Figures f = figures(v);
+      const int g = std::stoi(key.substr(8));
+      int d = g - first_replica_;
+      if (!same_world) d = first_replica_ == 0 ? 0 : -1;
+      if (d < 0 || d >= replicas()) continue;
+      resume_figures_[d].loss_sum += f.loss_sum;
+      resume_figures_[d].correct += f.correct;
+      resume_figures_[d].images += f.images;
+    }
+    if (ck.meta.count("epoch_seconds")) {
+      resume_seconds_ = std::strtod(ck.meta.at("epoch_seconds").c_str(), nullptr);
+      if (!std::isfinite(resume_seconds_) || resume_seconds_ < 0) resume_seconds_ = 0;
+    }
   } catch (const std::invalid_argument&) {
     GR_FAIL(path << ": checkpoint is corrupt (bad epoch/step)");
   } catch (const std::out_of_range&) {

@@ -41,9 +41,21 @@ std::vector<EpochStats> Trainer::fit() {
   return all;
 }
 
+EvalStats Trainer::evaluate_only() {
+  std::ofstream metrics;
+  if (!opts_.metrics_path.empty() && speaks()) {
+    metrics.open(opts_.metrics_path, std::ios::trunc);
+    GR_CHECK(metrics, "--metrics: cannot open '" << opts_.metrics_path << "' for writing");
+  }
+  const EvalStats st = evaluate_stats();
+  if (speaks()) report_evaluation(st);
+  if (metrics.is_open()) write_eval_metrics(metrics, st);
+  return st;
+}
+
 EpochStats Trainer::train_epoch(int epoch) {
-  const int64_t first = begin_epoch(epoch);
   double seconds = 0;
+  const int64_t first = begin_epoch(epoch, seconds);
   // With --checkpoint-every the epoch runs in segments that end on multiples of it (global steps).
   for (int64_t begin = first; begin < steps_;) {
     int64_t end = steps_;
@@ -53,6 +65,7 @@ EpochStats Trainer::train_epoch(int epoch) {
     }
     run_segment(epoch, begin, end, seconds);
     global_step_ = step_base_ + end;
+    epoch_seconds_ = seconds;
     if (end < steps_) save_checkpoint(epoch, end);
     begin = end;
   }
@@ -67,8 +80,8 @@ EpochStats Trainer::train_epoch(int epoch) {
 }
 
 // The epoch's order and steps; returns the step it starts at (after a checkpoint in its middle, the
-// steps before it are done).
-int64_t Trainer::begin_epoch(int epoch) {
+// steps before it are done: their figures and `seconds` come from the checkpoint).
+int64_t Trainer::begin_epoch(int epoch, double& seconds) {
   const int64_t N = train_src_->size(), B = opts_.batch_size;
   order_ = data::epoch_order(N, opts_.seed, epoch);
   ++order_gen_;
@@ -83,13 +96,21 @@ int64_t Trainer::begin_epoch(int epoch) {
   cur_epoch_ = epoch;
   progress_ = first;
   logged_ = first;
-  for (auto& r : replicas_) {
-    r->loss_sum = 0;
-    r->correct = r->images = 0;
+  const bool resumed = first > 0;
+  for (size_t d = 0; d < replicas_.size(); ++d) {
+    auto& r = replicas_[d];
+    const Figures f = resumed && d < resume_figures_.size() ? resume_figures_[d] : Figures{};
+    r->loss_sum = f.loss_sum;
+    r->correct = f.correct;
+    r->images = f.images;
     r->diverged_step = 0;
     r->step_loss.assign(steps, 0.0);
     r->steps_done = first;
   }
+  seconds = resumed ? resume_seconds_ : 0;
+  epoch_seconds_ = seconds;
+  resume_figures_.clear();
+  resume_seconds_ = 0;
   return first;
 }
 

@@ -89,6 +89,38 @@ void Trainer::write_metrics(std::ostream& os, const EpochStats& st) const {
   GR_CHECK(os, "--metrics: cannot write '" << opts_.metrics_path << "'");
 }
 
+// --eval-only's line: the examples are "images" where the epoch lines count img/s (the model's first
+// input is an f32 image), "examples" for any other data (tokens, feature rows), as the epoch lines'
+// samples/s.
+void Trainer::report_evaluation(const EvalStats& st) const {
+  if (!opts_.log) return;
+  const std::string what = per_sec_unit_ == "img" ? " images, " : " examples, ";
+  if (mse())
+    *opts_.log << "test mse: " << st.loss << " (" << st.images << what << graphs_.forward.name << ")\n";
+  else
+    *opts_.log << "test acc: " << st.accuracy << ", test loss: " << st.loss << " (" << st.images << what
+               << graphs_.forward.name << ")\n";
+  opts_.log->flush();
+}
+
+// --eval-only's --metrics: one object, an epoch's keys where they apply (no training figures).
+void Trainer::write_eval_metrics(std::ostream& os, const EvalStats& st) const {
+  nlohmann::ordered_json j;
+  if (mse()) {
+    j["test_mse"] = rounded(st.loss, -1);
+  } else {
+    j["test_acc"] = rounded(st.accuracy, 6);
+    j["test_loss"] = rounded(st.loss, 6);
+    if (st.top5 >= 0) j["test_top5"] = rounded(st.top5, 6);
+  }
+  j["test_examples"] = st.images;
+  if (!train_.images.defined()) j["test_data"] = test_from_;
+  j["devices"] = world_devices_str();
+  j["threads"] = threads_;
+  os << j.dump() << std::endl;
+  GR_CHECK(os, "--metrics: cannot write '" << opts_.metrics_path << "'");
+}
+
 void Trainer::draw_progress(int epoch, int64_t done, double seconds) const {
   if (!progress_bar_on(opts_.progress)) return;
   const int width = 30, fill = static_cast<int>(width * done / std::max<int64_t>(1, steps_));

@@ -156,6 +156,32 @@ TEST(Cli, RunWritesEachOutputAsNpy) {
   EXPECT_NE(r.output.find("nb: i64[2] {-7, 8}"), std::string::npos) << r.output;
 }
 
+// --input lists split at commas only before a new NAME= item (or an existing file): a path may hold
+// commas ("given twice" before: the list split it into "x=dir" and two bare files).
+TEST(Cli, RunInputPathsMayHoldCommas) {
+  auto mk = run_command("cd '" + data_dir() + "' && mkdir -p 'dir,with,comma' && cp x.npy 'dir,with,comma/x.npy'" +
+                        " && cp b.npy 'dir,with,comma/b,2.npy'");
+  ASSERT_EQ(mk.exit_code, 0) << mk.output;
+  CommandResult r = graphrun("run relu.onnx --input 'x=dir,with,comma/x.npy'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "y/out:0: f32[2,3] {1.5, -1, 5, 0.5, 4, 2}\n");
+  r = graphrun("run relu.onnx --input 'dir,with,comma/x.npy'");  // one input: a bare file
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // Lists still split before NAME=, with commas in the paths too.
+  r = graphrun("run two.onnx --input 'a=dir,with,comma/x.npy,b=dir,with,comma/b,2.npy'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("nb: i64[2] {-7, 8}"), std::string::npos) << r.output;
+  // A comma before what looks like NAME= stays in a path that exists as the rest of the value.
+  mk = run_command("cd '" + data_dir() + "' && mkdir -p 'lr=0.1,bs=32' && cp x.npy 'lr=0.1,bs=32/x.npy'");
+  ASSERT_EQ(mk.exit_code, 0) << mk.output;
+  r = graphrun("run relu.onnx --input 'x=lr=0.1,bs=32/x.npy'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = graphrun("run two.onnx --input a=x.npy,b=b.npy");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_one_line_error("run two.onnx --input a=x.npy,a=x.npy", {"input 'a' given twice"});
+  expect_one_line_error("run relu.onnx --input 'x=x.npy,nothere'", {"x.npy,nothere"});
+}
+
 TEST(Cli, RunBadInputsGiveOneLineAndExit2) {
   expect_one_line_error("run two.onnx --input a=x.npy", {"missing input b"});
   expect_one_line_error("run two.onnx --input a=x.npy --input b=b.npy --input c=b.npy", {"'c' is not an input"});

@@ -290,6 +290,28 @@ TEST(TrainableParams, EveryFloatInitializerButStateSettingsAndFrozen) {
   }
 }
 
+// --freeze fc1 (a module, as torch's model.fc1.parameters()) freezes fc1.weight and fc1.bias, not fc10.*
+// nor fc1 itself's namesakes elsewhere; a name that begins parameter names but not before a '.' is unknown.
+TEST(TrainableParams, FreezeAModulePrefixFreezesItsParameters) {
+  Graph g;
+  g.opsets[""] = 15;
+  for (const char* p : {"fc1.weight", "fc1.bias", "fc10.weight", "block.fc1.weight", "fc2.weight"})
+    g.initializers[p] = Tensor(DType::F32, {2});
+  EXPECT_EQ(autodiff::trainable_params(g, {"fc1"}), (std::vector<std::string>{"block.fc1.weight", "fc10.weight", "fc2.weight"}));
+  EXPECT_EQ(autodiff::trainable_params(g, {"fc1", "fc2.weight"}), (std::vector<std::string>{"block.fc1.weight", "fc10.weight"}));
+  EXPECT_EQ(autodiff::trainable_params(g, {"block"}), (std::vector<std::string>{"fc1.bias", "fc1.weight", "fc10.weight", "fc2.weight"}));
+  for (const char* bad : {"fc", "fc1.", "fc1.w"}) {
+    try {
+      autodiff::trainable_params(g, {bad});
+      ADD_FAILURE() << "expected an error for " << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("no parameter named '") + bad + "' (parameters: block.fc1.weight, "),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 // ---- the data-parallel passes, each alone ----
 
 TEST(BucketAllReduce, OneNodePerBucketRightAfterItsLastGradient) {

@@ -144,6 +144,61 @@ TEST(TrainCli, ShortRunPrintsEpochLinesMetricsAndSavesTheModel) {
   EXPECT_LE(printed, 1.0);
 }
 
+// --warmup-steps longer than the whole run (epochs x steps, --max-steps honoured) is one warning line on
+// stderr, not an error: the rate never reaches --lr. As long as the run: no warning.
+TEST(TrainCli, WarmupLongerThanTheRunIsAWarning) {
+  if (!std::filesystem::exists(lenet()) || !have_data()) GTEST_SKIP() << "needs models/lenet.onnx and Fashion-MNIST";
+  const std::string run = testing::graphrun_cli() + " train " + lenet() +
+                          " --devices cpu:1 --threads 1 --epochs 2 --max-steps 2 --batch-size 32 --lr 0.1";
+  // (stderr alone)
+  auto r = testing::run_command("(" + run + " --warmup-steps 5 2>&1 >/dev/null)");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output,
+            "graphrun train: warning: --warmup-steps 5 is longer than the run (4 steps): the learning rate never reaches "
+            "--lr (its last step's is 0.08)\n");
+  r = testing::run_command("(" + run + " --warmup-steps 4 --lr-schedule cosine 2>&1 >/dev/null)");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "");
+}
+
+// A model ending in Softmax, trained with cross-entropy (which applies softmax itself), gets one warning
+// line on stderr naming the node (through an Identity too); LogSoftmax is fine (cross-entropy on
+// log-probabilities is their NLL), and so is Softmax under --loss mse.
+TEST(TrainCli, SoftmaxOutputUnderCrossEntropyIsAWarning) {
+  const std::string d = testing::temp_dir("train_cli_softmax");
+  std::ofstream(d + "/make.py") << "import numpy as np, onnx\n"
+      "from onnx import helper as h, TensorProto as T, numpy_helper as nh\n"
+      "r = np.random.RandomState(0)\n"
+      "x = r.randn(64, 4).astype(np.float32)\n"
+      "np.savez('" << d << "/d.npz', x=x, labels=(x[:, 0] > 0).astype(np.int64))\n"
+      "np.savez('" << d << "/r.npz', x=x, labels=r.rand(64, 2).astype(np.float32))\n"
+      "for op, extra in (('Softmax', True), ('LogSoftmax', False)):\n"
+      "    nodes = [h.make_node('Gemm', ['x', 'w', 'b'], ['z'], transB=1), h.make_node(op, ['z'], ['p'], name='head', axis=1)]\n"
+      "    if extra: nodes.append(h.make_node('Identity', ['p'], ['probs']))\n"
+      "    g = h.make_graph(nodes, op, [h.make_tensor_value_info('x', T.FLOAT, ['N', 4])],\n"
+      "                     [h.make_tensor_value_info('probs' if extra else 'p', T.FLOAT, ['N', 2])],\n"
+      "                     [nh.from_array(r.randn(2, 4).astype(np.float32), 'w'), nh.from_array(np.zeros(2, np.float32), 'b')])\n"
+      "    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), '" << d << "/' + op + '.onnx')\n";
+  auto r = testing::run_command(testing::python() + " " + d + "/make.py");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto train = [&](const std::string& model, const std::string& args) {  // stderr alone
+    return testing::run_command("(" + testing::graphrun_cli() + " train " + d + "/" + model + " --devices cpu:1 --threads 1"
+                                " --epochs 1 --batch-size 32 --lr 0.1 --val-split 0.25 " + args + " 2>&1 >/dev/null)");
+  };
+  r = train("Softmax.onnx", "--data " + d + "/d.npz");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output,
+            "graphrun train: warning: the loss reads 'probs', the output of Softmax node 'head', and cross-entropy applies "
+            "softmax itself, so it is applied twice; export the logits (or LogSoftmax: cross-entropy on log-probabilities "
+            "is their NLL)\n");
+  r = train("LogSoftmax.onnx", "--data " + d + "/d.npz");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "");
+  r = train("Softmax.onnx", "--data " + d + "/r.npz --loss mse");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "");
+}
+
 // A model whose weights are in an external data file (how large models are exported) trains, and its trained
 // weights are written beside the saved model the same way; run from another working directory.
 TEST(TrainCli, ModelWithExternalDataTrainsAndIsSavedWithIt) {

@@ -32,6 +32,23 @@ TEST(TrainerFreeze, FrozenParametersAreUnchangedAndNotReduced) {
   EXPECT_GT(testing::max_abs_diff(t.replica(0).state("conv2.weight"), model.initializers.at("conv2.weight")), 0);
 }
 
+// --freeze conv1 freezes the module's parameters, conv1.weight and conv1.bias, from the command line.
+TEST(TrainerFreeze, CliFreezesAModuleByItsPrefix) {
+  REQUIRE_LENET_AND_DATA();
+  const std::string d = testing::temp_dir("trainer_freeze_module");
+  const std::string run = testing::graphrun_cli() + " train " + lenet_path() +
+                          " --devices cpu:2 --threads 1 --batch-size 32 --max-steps 3 --epochs 1 --lr 0.05 --save " + d +
+                          "/m.onnx";
+  auto r = testing::run_command(run + " --freeze conv1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const Graph a = load_onnx(lenet_path()), b = load_onnx(d + "/m.onnx");
+  for (const char* p : {"conv1.weight", "conv1.bias"})
+    EXPECT_EQ(testing::max_abs_diff(b.initializers.at(p), a.initializers.at(p)), 0) << p;
+  EXPECT_GT(testing::max_abs_diff(b.initializers.at("conv2.weight"), a.initializers.at("conv2.weight")), 0);
+  r = testing::run_command(run + " --freeze conv");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("no parameter named 'conv' (parameters: "), std::string::npos) << r.output;
+}
 
 TEST(TrainerFreeze, UnknownNamesAreRefusedListingNothingTrained) {
   REQUIRE_LENET_AND_DATA();

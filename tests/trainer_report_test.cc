@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "graph/onnx_io.h"
@@ -74,6 +75,62 @@ TEST(TrainerReport, CliEvalOnlyPrintsTestAccuracyAndLoss) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("test acc: "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("test loss: 2.30"), std::string::npos) << r.output;  // d2l's untrained LeNet: ln 10
+}
+
+// --eval-only's line ends with a newline and counts "images" only where the model's input is an image
+// (as the epoch lines' img/s), "examples" for tabular data; --metrics writes one JSON object for the
+// evaluation, with an epoch's keys where they apply.
+TEST(TrainerReport, CliEvalOnlyCountsExamplesAndWritesMetrics) {
+  REQUIRE_LENET_AND_DATA();
+  const std::string d = testing::temp_dir("trainer_report_eval_only");
+  {
+    std::ofstream py(d + "/make.py");
+    py << "import numpy as np, onnx\n"
+          "from onnx import helper as h, TensorProto as T, numpy_helper as nh\n"
+          "r = np.random.RandomState(0)\n"
+          "x = r.randn(50, 8).astype(np.float32)\n"
+          "np.savez('" << d << "/tab.npz', features=x, labels=(x[:, 0] > 0).astype(np.int64) + (x[:, 1] > 0))\n"
+          "g = h.make_graph([h.make_node('Gemm', ['x', 'w', 'b'], ['logits'], transB=1)], 'tab',\n"
+          "                 [h.make_tensor_value_info('x', T.FLOAT, ['N', 8])], [h.make_tensor_value_info('logits', T.FLOAT, ['N', 3])],\n"
+          "                 [nh.from_array(r.randn(3, 8).astype(np.float32), 'w'), nh.from_array(np.zeros(3, np.float32), 'b')])\n"
+          "onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), '" << d << "/tab.onnx')\n";
+  }
+  auto r = testing::run_command(testing::python() + " " + d + "/make.py");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = testing::run_command(testing::graphrun_cli() + " train " + d + "/tab.onnx --data " + d + "/tab.npz --test-data " + d +
+                           "/tab.npz --eval-only --devices cpu:2 --threads 1 --metrics " + d + "/tab.jsonl");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(" (50 examples, tab)\n"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("images"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.back(), '\n') << r.output;
+  std::ifstream f(d + "/tab.jsonl");
+  std::string line, more;
+  ASSERT_TRUE(std::getline(f, line)) << "no --metrics line";
+  EXPECT_FALSE(std::getline(f, more)) << more;
+  auto j = nlohmann::ordered_json::parse(line);
+  std::vector<std::string> keys;
+  for (const auto& [k, _] : j.items()) keys.push_back(k);
+  EXPECT_EQ(keys, (std::vector<std::string>{"test_acc", "test_loss", "test_examples", "test_data", "devices", "threads"}))
+      << line;
+  EXPECT_EQ(j["test_examples"].get<int64_t>(), 50);
+  EXPECT_EQ(j["devices"].get<std::string>(), "[cpu:0, cpu:1]");
+  EXPECT_NE(r.output.find("test acc: " + [&] {
+    std::ostringstream os;
+    os << j["test_acc"].get<double>();
+    return os.str();
+  }()), std::string::npos) << r.output << line;
+
+  // An image model: "images"; --loss mse's line and metrics hold the mean squared error.
+  r = testing::run_command(testing::graphrun_cli() + " train " + lenet_path() + " --eval-only --threads 1 --metrics " + d +
+                           "/lenet.jsonl");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(" (10000 images, "), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.back(), '\n') << r.output;
+  std::ifstream g(d + "/lenet.jsonl");
+  ASSERT_TRUE(std::getline(g, line));
+  j = nlohmann::ordered_json::parse(line);
+  EXPECT_NEAR(j["test_loss"].get<double>(), 2.30, 0.01) << line;
+  EXPECT_FALSE(j.contains("test_data")) << line;  // the MNIST folder's own test split, as an epoch's
 }
 
 }  // namespace

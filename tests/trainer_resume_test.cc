@@ -4,6 +4,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "graph/onnx_io.h"
 #include "runtime/checkpoint.h"
@@ -20,8 +23,21 @@ using testing::have_data;
 using testing::lenet_path;
 using testing::quick;
 
+// An epoch line without its timing ("epoch 2/2  loss ...  test acc ...", less "  S sec  R img/s").
+std::string untimed(const std::string& line) { return line.substr(0, line.rfind("  ", line.find(" sec"))); }
+
+// The line of `log` that starts with `prefix` ("" when none).
+std::string line_of(const std::string& log, const std::string& prefix) {
+  std::istringstream is(log);
+  for (std::string l; std::getline(is, l);)
+    if (l.rfind(prefix, 0) == 0) return l;
+  return "";
+}
+
 // Resume equivalence: a run killed after a mid-epoch checkpoint and resumed by a new Trainer ends
-// with bitwise the same state (weights, Adam moments) as the uninterrupted run, on two replicas.
+// with bitwise the same state (weights, Adam moments) as the uninterrupted run, on two replicas; the
+// resumed epoch's figures (loss, train accuracy, examples: the checkpoint holds those of its steps so
+// far) and so its printed line and --metrics are the uninterrupted run's too.
 TEST(TrainerResume, ResumeFromCheckpointIsBitwiseTheUninterruptedRun) {
   REQUIRE_LENET_AND_DATA();
   Graph model = load_onnx(lenet_path());
@@ -35,7 +51,17 @@ TEST(TrainerResume, ResumeFromCheckpointIsBitwiseTheUninterruptedRun) {
   o.checkpoint_dir = testing::temp_dir("trainer_resume");
   o.checkpoint_every = 3;
   o.keep_checkpoints = 10;
-  const auto full = testing::states_after_fit(model, o);
+  const std::string dir = testing::temp_dir("trainer_resume_metrics");
+  std::ostringstream full_log, resumed_log;
+  o.log = &full_log;
+  o.metrics_path = dir + "/full.jsonl";
+  std::vector<runtime::EpochStats> full_stats;
+  std::map<std::string, Tensor> full;
+  {
+    Trainer t(model, o);
+    full_stats = t.fit();
+    full = testing::replica_states(t);
+  }
   // Checkpoints at global steps 3 (epoch 1), 5 (end of 1), 6 (epoch 2), 9, 10 (end of 2).
   namespace fs = std::filesystem;
   const std::vector<std::string> names = testing::checkpoint_files(o.checkpoint_dir);
@@ -43,7 +69,47 @@ TEST(TrainerResume, ResumeFromCheckpointIsBitwiseTheUninterruptedRun) {
   EXPECT_EQ(names[0], runtime::checkpoint_name(0, 3));
   // "Kill" after step 6: only the checkpoints up to it exist.
   for (size_t i = 3; i < names.size(); ++i) fs::remove(o.checkpoint_dir + "/" + names[i]);
+  o.log = &resumed_log;
+  o.metrics_path = dir + "/resumed.jsonl";
   EXPECT_EQ(testing::expect_resume_ends_with(model, o, full), 10);
+  // Epoch 2 resumed after its first step reports the whole epoch, as the uninterrupted run does.
+  const std::string a = line_of(full_log.str(), "epoch 2/2"), b = line_of(resumed_log.str(), "epoch 2/2");
+  ASSERT_FALSE(a.empty()) << full_log.str();
+  EXPECT_EQ(untimed(b), untimed(a)) << resumed_log.str();
+  auto last_metrics = [](const std::string& path) {
+    std::ifstream f(path);
+    std::string line, last;
+    while (std::getline(f, line)) last = line;
+    auto j = nlohmann::ordered_json::parse(last);
+    j.erase("seconds");
+    j.erase("images_per_sec");
+    return j;
+  };
+  const auto ma = last_metrics(dir + "/full.jsonl"), mb = last_metrics(dir + "/resumed.jsonl");
+  EXPECT_EQ(mb.dump(), ma.dump());
+  EXPECT_EQ(ma["epoch"].get<int>(), 2);
+  // The checkpoint holds replica 1's figures of epoch 2's first step: its loss sum, exactly.
+  const auto ck = runtime::load_checkpoint(o.checkpoint_dir + "/" + names[2]);
+  ASSERT_TRUE(ck.meta.count("figures.1"));
+  const std::string& f1 = ck.meta.at("figures.1");
+  EXPECT_EQ(f1.substr(f1.rfind(' ')), " 16") << f1;  // its 16 examples
+
+  // A checkpoint written before the figures were kept still resumes, reporting its own steps only.
+  {
+    runtime::Checkpoint old = ck;
+    for (auto it = old.meta.begin(); it != old.meta.end();)
+      it = it->first.rfind("figures.", 0) == 0 || it->first == "epoch_seconds" ? old.meta.erase(it) : std::next(it);
+    runtime::save_checkpoint(o.checkpoint_dir + "/" + names[2], old);
+    testing::remove_checkpoints_after(o.checkpoint_dir, names[2]);
+    TrainOptions r = o;
+    r.resume = true;
+    r.log = nullptr;
+    r.metrics_path.clear();
+    const auto st = Trainer(model, r).fit();
+    ASSERT_EQ(st.size(), 1u);
+    EXPECT_EQ(st[0].steps, full_stats[1].steps);
+    EXPECT_EQ(st[0].images, full_stats[1].images - 32);  // the first step's batch is not counted
+  }
 
   // Keep only the newest few.
   TrainOptions k = o;

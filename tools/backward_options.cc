@@ -9,7 +9,8 @@ namespace graphrun::cli {
 std::vector<Option> backward_options() {
   return {
       {"loss", "KIND", "cross-entropy (default; on logits, int64 labels [N]) or mse (float target, output's shape)"},
-      {"freeze", "NAMES", "parameters that get no gradient (comma-separated or repeated)", true},
+      {"freeze", "NAMES", "parameters that get no gradient (comma-separated or repeated); a module\n"
+                          "                            name (fc1) freezes its parameters (fc1.weight, fc1.bias)", true},
       {"loss-output", "NAME", "the model output the loss reads (default: the first output)"},
   };
 }

@@ -134,6 +134,11 @@ std::vector<std::string> Args::all(const std::string& name) const {
   return r;
 }
 
+std::vector<std::string> Args::given(const std::string& name) const {
+  auto it = values_.find(name);
+  return it == values_.end() ? std::vector<std::string>{} : it->second;
+}
+
 int64_t Args::get_int(const std::string& name, int64_t def) const {
   if (!has(name)) return def;
   const std::string v = get(name);

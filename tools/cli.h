@@ -35,6 +35,7 @@ class Args {
   bool has(const std::string& name) const { return values_.count(name) != 0; }
   std::string get(const std::string& name, const std::string& def = "") const;
   std::vector<std::string> all(const std::string& name) const;  // repeatable; comma-separated lists split
+  std::vector<std::string> given(const std::string& name) const;  // repeatable; each value as given, unsplit
   int64_t get_int(const std::string& name, int64_t def) const;      // checks it is an integer
   double get_double(const std::string& name, double def) const;    // checks it is a number
   const std::vector<std::string>& positional() const { return positional_; }

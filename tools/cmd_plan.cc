@@ -36,7 +36,8 @@ std::vector<Option> plan_options() {
       {"steps", "K", "timed steps per measurement, after one planning step (default 3)"},
       {"loss", "KIND", "cross-entropy (default) or mse, as graphrun train"},
       {"freeze", "NAMES", "parameters that are not trained, as graphrun train: no gradient, no bucket, no\n"
-                          "                            optimizer state (comma-separated or repeated)", true},
+                          "                            optimizer state (comma-separated or repeated); a module name\n"
+                          "                            (fc1) freezes its parameters (fc1.weight, fc1.bias)", true},
       sync_bn_option(),
       {"json", "", "print the plan as one JSON object"},
   };

@@ -18,8 +18,10 @@ const Command& run_command() {
       "graphrun run MODEL.onnx --input NAME=FILE [--input NAME=FILE ...] [options]",
       "Runs MODEL.onnx forward on the CPU and prints each output (name, dtype, shape, first values).",
       {
-          {"input", "NAME=FILE", "a model input from a .npy or .pb file; repeat for each input "
-                                 "(a model with one input also takes --input FILE)", true},
+          {"input", "NAME=FILE", "a model input from a .npy or .pb file; repeat for each input, or list\n"
+                                 "                            them with commas (a comma followed by neither NAME= nor an\n"
+                                 "                            existing file is part of the path); a model with one input\n"
+                                 "                            also takes --input FILE", true},
           {"output-dir", "DIR", "write each output to DIR/<output>.npy (created if missing); a bfloat16\n"
                                 "                            output, which numpy has no type for, to DIR/<output>.pb"},
           {"threads", "N", "intra-op threads (default 1)"},
@@ -41,10 +43,59 @@ std::string join(const std::vector<std::string>& v) {
   return r.empty() ? "none" : r;
 }
 
+// --input's items. A value is a comma-separated list, but a path may hold commas: it splits at a comma
+// only where what follows starts a new item, NAME= (NAME a model input, or a name without '/') or an
+// existing file, and not where the rest of the value is an existing file's path; elsewhere the comma
+// stays in the path ("x=dir,with,comma/x.npy" is one item).
+std::vector<std::string> input_items(const Args& args, const Graph& g) {
+  auto starts_item = [&](const std::string& piece) {
+    const size_t eq = piece.find('=');
+    if (eq != std::string::npos && eq > 0) {
+      const std::string name = piece.substr(0, eq);
+      if (g.is_input(name) || name.find_first_of("/\\") == std::string::npos) return true;
+    }
+    std::error_code ec;
+    return piece.empty() || std::filesystem::exists(piece, ec);
+  };
+  std::vector<std::string> items;
+  for (const std::string& value : args.given("input")) {
+    std::vector<std::string> pieces;
+    for (size_t at = 0;;) {
+      const size_t comma = value.find(',', at);
+      pieces.push_back(value.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+      if (comma == std::string::npos) break;
+      at = comma + 1;
+    }
+    // The file an item names (after NAME= where NAME is an input).
+    auto file_of = [&](const std::string& item) {
+      const size_t eq = item.find('=');
+      return eq != std::string::npos && g.is_input(item.substr(0, eq)) ? item.substr(eq + 1) : item;
+    };
+    std::string cur = pieces[0];
+    for (size_t i = 1; i < pieces.size(); ++i) {
+      std::string rest = cur;  // the item, were the rest of the value its path
+      for (size_t k = i; k < pieces.size(); ++k) rest += "," + pieces[k];
+      std::error_code ec;
+      if (std::filesystem::is_regular_file(file_of(rest), ec)) {
+        cur = rest;
+        break;
+      }
+      if (starts_item(pieces[i])) {
+        if (!cur.empty()) items.push_back(cur);
+        cur = pieces[i];
+      } else {
+        cur += "," + pieces[i];
+      }
+    }
+    if (!cur.empty()) items.push_back(cur);
+  }
+  return items;
+}
+
 // Pairs each --input with a model input: NAME=FILE, or a bare FILE when the model has one input.
 std::map<std::string, std::string> input_files(const Args& args, const Graph& g, const std::string& model) {
   std::map<std::string, std::string> files;
-  for (const auto& spec : args.all("input")) {
+  for (const auto& spec : input_items(args, g)) {
     std::string name, file;
     auto eq = spec.find('=');
     if (eq != std::string::npos && g.is_input(spec.substr(0, eq))) {

@@ -69,7 +69,7 @@ const Command& train_command() {
                            "                            on running statistics, Dropout off) with the trained weights;\n"
                            "                            a model read with external data, or over 1 GiB of weights,\n"
                            "                            keeps its weights in FILE.data beside it"},
-          {"metrics", "FILE", "write one JSON object per epoch"},
+          {"metrics", "FILE", "write one JSON object per epoch (with --eval-only: one for the evaluation)"},
           {"loss", "NAME", "cross-entropy (default; integer class ids) or mse (float targets of the\n"
                            "                            output's shape; the test figure is the mean squared error)"},
           {"loss-output", "NAME", "the model output the loss and the evaluation read (default: the first output)"},
@@ -80,24 +80,31 @@ const Command& train_command() {
           {"beta2", "B2", "adam/adamw: decay of the second moment (default 0.999)"},
           {"eps", "EPS", "adam/adamw: epsilon (default 1e-8)"},
           {"lr-schedule", "KIND", "constant (default), step (x --lr-gamma every --lr-step-size steps) or cosine\n"
-                                  "                            (to 0 at the last step); per step, after --warmup-steps"},
-          {"warmup-steps", "N", "ramp the learning rate linearly over the first N steps (default 0)"},
+                                  "                            (lr x 0.5 (1 + cos(pi (s - W) / (T - W))) at step s of T, the\n"
+                                  "                            run's steps: 0 just after the last; e.g. T = 6: 0.067 lr at the\n"
+                                  "                            last); per step, after the W = --warmup-steps"},
+          {"warmup-steps", "N", "ramp the learning rate linearly over the first N steps: lr x (s + 1) / N at\n"
+                                "                            step s < N (default 0; more than the run's steps: a warning)"},
           {"lr-step-size", "N", "step schedule: steps between decays"},
           {"lr-gamma", "G", "step schedule: the factor of each decay (default 0.1)"},
           {"freeze", "NAMES", "parameters that are not trained: no gradient, no allreduce, no update\n"
-                              "                            (comma-separated or repeated)", true},
+                              "                            (comma-separated or repeated); a module name (fc1) freezes\n"
+                              "                            its parameters (fc1.weight, fc1.bias)", true},
           {"normalize", "MEAN,STD", "feed (x - MEAN) / STD (e.g. 0.1307,0.3081) in training and evaluation;\n"
                                     "                            per channel: M1,M2,M3/S1,S2,S3 (e.g. 0.485,0.456,0.406/0.229,0.224,0.225)"},
-          {"eval-only", "", "evaluate the model as given (test accuracy and loss); no training"},
+          {"eval-only", "", "evaluate the model as given (test accuracy and loss, or mse, over N images, or\n"
+                            "                            N examples where the input is not an image); no training"},
           {"log-every", "N", "print the mean training loss every N steps"},
           {"checkpoint-dir", "DIR", "write a checkpoint after every epoch (weights, optimizer state, running\n"
-                                    "                            statistics, RNG, epoch/step), atomically"},
+                                    "                            statistics, RNG, epoch/step; mid-epoch, the epoch's loss and\n"
+                                    "                            accuracy sums so far), atomically"},
           {"checkpoint-every", "N", "also write one every N steps (needs --checkpoint-dir)"},
           {"keep-checkpoints", "K", "keep the newest K checkpoints (default 3)"},
           {"resume", "", "continue from the newest checkpoint in --checkpoint-dir (same model and\n"
-                         "                            settings): the same weights as an uninterrupted run. A corrupt\n"
-                         "                            newest one (bad CRC or contents) is skipped with a warning for\n"
-                         "                            the newest good one; none good: an error"},
+                         "                            settings): the same weights and epoch figures as an\n"
+                         "                            uninterrupted run. A corrupt newest one (bad CRC or contents)\n"
+                         "                            is skipped with a warning for the newest good one; none good:\n"
+                         "                            an error"},
           {"profile", "FILE", "write a Chrome trace of the run to FILE (one track per replica: every node's\n"
                               "                            kernel, AllReduce waits, data, optimizer, steps; evaluation) and\n"
                               "                            print the ops by total time at the end (README: Profiling);\n"
@@ -116,7 +123,9 @@ const Command& train_command() {
       },
       "The model takes inputs of any shape (f32 images [N,C,H,W], int64 tokens [N,T], tabular [N,F]; several\n"
       "are fed from the data's arrays of their names; uint8 data becomes f32 / 255) and returns class scores f32[N,classes] (top-5 accuracy too above 10 classes)\n"
-      "or, with --loss mse, values of the targets' shape. Bad data (arrays of different lengths, a shape or\n"
+      "or, with --loss mse, values of the targets' shape. Class scores are logits: cross-entropy applies softmax\n"
+      "itself, so an output straight from a Softmax node is a warning (export the logits, or LogSoftmax).\n"
+      "Bad data (arrays of different lengths, a shape or\n"
       "dtype the input cannot take, labels out of range, NaN targets, unreadable images) is one line, exit 2.\n"
       "Output: a progress bar (on a terminal), one line per epoch, and `test acc: 0.84, 5.1 sec/epoch on [...]`;\n"
       "sec/epoch counts the training steps only, like d2l's timer. Test accuracy uses replica 0's weights and\n"
@@ -144,6 +153,29 @@ const Command& train_command() {
       "writes --metrics, --save and checkpoints; a failed rank ends the job, a hung one within --comm-timeout.\n"
       "  mpirun -np 2 graphrun train models/lenet.onnx --devices cpu:1"};
   return cmd;
+}
+
+// Cross-entropy applies softmax to what it reads: a model that ends in Softmax has it applied twice
+// (as torch's CrossEntropyLoss would, silently). One warning line on stderr naming the node.
+void warn_softmax_output(const Graph& g, const std::string& output) {
+  std::string v = output.empty() ? (g.outputs.empty() ? std::string() : g.outputs[0]) : output;
+  for (int hops = 0; !v.empty() && hops < 64; ++hops) {
+    const int p = g.producer(v);
+    if (p < 0) return;
+    const Node& n = g.nodes[p];
+    if (!n.domain.empty() && n.domain != "ai.onnx") return;
+    if (n.op_type == "Identity") {
+      v = n.inputs.empty() ? std::string() : n.inputs[0];
+      continue;
+    }
+    if (n.op_type == "Softmax")
+      std::cerr << "graphrun train: warning: the loss reads '" << (output.empty() ? g.outputs[0] : output)
+                << "', the output of Softmax node '" << (n.name.empty() ? v : n.name)
+                << "', and cross-entropy applies softmax itself, so it is applied twice; export the logits "
+                   "(or LogSoftmax: cross-entropy on log-probabilities is their NLL)"
+                << std::endl;
+    return;
+  }
 }
 
 }  // namespace
@@ -362,6 +394,7 @@ int cmd_train(const std::vector<std::string>& argv) {
     warm_up = std::make_unique<runtime::KernelWarmUp>();
 
   Graph model = load_onnx(args.positional()[0]);
+  if (!eval_only && speaks && o.pipeline.loss == autodiff::LossKind::CrossEntropy) warn_softmax_output(model, o.pipeline.output);
   if (args.has("float64")) model = float64_copy(model);
   if (auto_placement) {
     // Each split of the cores into replicas x threads, timed on this model as graphrun plan times it.
@@ -398,17 +431,14 @@ int cmd_train(const std::vector<std::string>& argv) {
     po.predict = false;
     runtime::print_plan_brief(std::cout, runtime::make_plan(model, po));
   }
-  const std::string model_name = model.name;
   runtime::Trainer trainer(std::move(model), o);  // the weights as loaded are then held once
+  const runtime::LrSchedule& sched = trainer.schedule();
+  if (!eval_only && speaks && sched.warmup_steps > sched.total_steps)
+    std::cerr << "graphrun train: warning: --warmup-steps " << sched.warmup_steps << " is longer than the run ("
+              << sched.total_steps << " steps): the learning rate never reaches --lr (its last step's is "
+              << runtime::learning_rate(sched, sched.total_steps - 1) << ")" << std::endl;
   if (eval_only) {
-    const runtime::EvalStats st = trainer.evaluate_stats();
-    if (speaks) {
-      if (trainer.mse())
-        std::cout << "test mse: " << st.loss << " (" << st.images << " examples, " << model_name << ")" << std::endl;
-      else
-        std::cout << "test acc: " << st.accuracy << ", test loss: " << st.loss << " (" << st.images << " images, "
-                  << model_name << ")" << std::endl;
-    }
+    trainer.evaluate_only();  // its line on o.log (rank 0's), and --metrics
     finish_profile();
     return 0;
   }
