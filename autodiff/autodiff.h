@@ -35,6 +35,11 @@ struct BackwardOptions {
   // loss) instead of being the constant 1: data-parallel replicas feed shard_size / global_batch so
   // that summing their gradients gives the gradient of the global batch mean.
   std::string loss_grad_input;
+  // Training: a parameter the loss does not reach (a head whose output the loss does not read, a branch
+  // behind a non-differentiable op) gets no <param>_grad output, so no allreduce and no update, and so
+  // no weight decay or moments either: torch leaves a parameter whose .grad is None alone. Off (grad,
+  // check): its gradient is an output of zeros.
+  bool skip_unreached = false;
 };
 
 // Builds the backward graph: appends gradient nodes and one `<param>_grad` output per trainable

@@ -172,6 +172,7 @@ Graph backward(const Graph& with_loss, const BackwardOptions& opts) {
     const Tensor& w = g.initializers.at(p);
     auto& c = contrib[p];
     std::string name;
+    if (c.empty() && opts.skip_unreached) continue;
     if (c.empty()) {
       // The loss does not depend on this parameter: its gradient is zero.
       std::string shape = emit(g, "Constant", {}, g.unique_name(want + "_shape"),
@@ -210,7 +211,9 @@ passes::Pass backward_pass(const BackwardOptions& opts) {
   for (const auto& f : opts.freeze) freeze += (freeze.empty() ? "" : ",") + f;
   return passes::make_pass(
       kInfo,
-      passes::format_options({{"seed", opts.loss_grad_input.empty() ? "1" : opts.loss_grad_input}, {"freeze", freeze}}),
+      passes::format_options({{"seed", opts.loss_grad_input.empty() ? "1" : opts.loss_grad_input},
+                              {"freeze", freeze},
+                              {"unreached", opts.skip_unreached ? "untrained" : ""}}),
       [opts](const Graph& g) { return backward(g, opts); });
 }
 

@@ -107,6 +107,8 @@ passes::Pipeline training_pipeline(const Graph& model, const PipelineOptions& op
   bo.freeze = opts.freeze;
   // Each replica's loss is its shard's, scaled to the global batch by the seed it is fed.
   if (opts.data_parallel) bo.loss_grad_input = names.loss_scale;
+  // Training leaves a parameter the loss does not reach alone (no weight decay, no moments), as torch does.
+  bo.skip_unreached = opts.data_parallel;
   p.add(autodiff::backward_pass(bo));
 
   if (opts.data_parallel) {

@@ -225,6 +225,12 @@ TEST(Optimizer, GradAndShowWithDevicesCarryTheChosenOptimizer) {
   r = testing::run_command(testing::graphrun_cli() + " show " + lenet_path() + " --devices 2 --optimizer adam");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("Adam"), std::string::npos);
+  // --weight-decay defaults as torch.optim's: 0.01 for AdamW, 0 for Adam.
+  r = testing::run_command(testing::graphrun_cli() + " show " + lenet_path() + " --passes --devices 2 --optimizer adamw");
+  EXPECT_NE(r.output.find("optimizer=adamw beta1=0.9 beta2=0.999 eps=1e-08 weight_decay=0.01"), std::string::npos)
+      << r.output;
+  r = testing::run_command(testing::graphrun_cli() + " show " + lenet_path() + " --passes --devices 2 --optimizer adam");
+  EXPECT_EQ(r.output.find("weight_decay"), std::string::npos) << r.output;
   r = testing::run_command(testing::graphrun_cli() + " grad " + lenet_path() + " --optimizer adam");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--optimizer needs --devices"), std::string::npos) << r.output;

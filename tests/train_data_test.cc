@@ -311,6 +311,32 @@ onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), 'fixed.onnx')
   EXPECT_NE(shown.output.find("%x: f32[N,12]"), std::string::npos) << shown.output;
 }
 
+// torch's x.view(x.size(0), -1) exported without dynamic_axes is a Reshape to the constant [8, -1]: the
+// batch stays fixed past the symbolic input. The error names that node and the way out, where it said
+// "input 'labels' must have shape [8], got [32]" in the first step.
+TEST(TrainData, ABatchBakedIntoAReshapeIsOneLineNamingTheNode) {
+  const std::string d = testing::temp_dir("train_data_baked_batch");
+  run_python(d, R"(
+import onnx
+from onnx import helper as h, TensorProto as T, numpy_helper as nh
+r = np.random.RandomState(0)
+x = r.randn(64, 2, 6).astype(np.float32)
+np.savez('data.npz', x=x, labels=(x[:, 0, 0] > 0).astype(np.int64))
+g = h.make_graph([h.make_node('Reshape', ['x', 'shape'], ['flat'], name='/Reshape'),
+                  h.make_node('Gemm', ['flat', 'w', 'b'], ['logits'], transB=1)], 'baked',
+                 [h.make_tensor_value_info('x', T.FLOAT, [8, 2, 6])], [h.make_tensor_value_info('logits', T.FLOAT, [8, 2])],
+                 [nh.from_array(np.array([8, -1], np.int64), 'shape'), nh.from_array((0.1 * r.randn(2, 12)).astype(np.float32), 'w'),
+                  nh.from_array(np.zeros(2, np.float32), 'b')])
+onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), 'baked.onnx')
+)");
+  auto r = testing::run_command(testing::graphrun_cli() + " train " + d + "/baked.onnx --data " + d +
+                                "/data.npz --devices cpu:2 --epochs 1 --batch-size 32");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("node '/Reshape' (Reshape) gives its output the fixed batch 8 of the export"),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("dynamic_axes={'x': {0: 'N'}}"), std::string::npos) << r.output;
+}
+
 // A model below opset 13 trains as its opset-13 form: pass convert_opset brings it to opset 15 with onnx's
 // version converter first. Before, to_training raised the opset import alone, and an opset-9 Clip's bounds
 // (attributes) were read as opset 13's absent inputs: ReLU6 exported at opset 9 or 10 trained as the

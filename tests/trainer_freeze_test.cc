@@ -50,6 +50,36 @@ TEST(TrainerFreeze, CliFreezesAModuleByItsPrefix) {
   EXPECT_NE(r.output.find("no parameter named 'conv' (parameters: "), std::string::npos) << r.output;
 }
 
+// A parameter the loss does not reach (the other head of a two-output model under --loss-output) is
+// left alone, as torch leaves a parameter whose .grad is None: before, it got no gradient but still its
+// weight decay (Adam's L2 turned that into steps of about lr, moving it by its own size in 6 steps).
+TEST(TrainerFreeze, ParametersTheLossDoesNotReachAreNotDecayed) {
+  const std::string d = testing::temp_dir("trainer_unreached");
+  auto made = testing::run_command(
+      "cd '" + d + "' && " + testing::python() + " -c \"" +
+      "import numpy as np, onnx; from onnx import helper as h, numpy_helper as nh, TensorProto as T; "
+      "r = np.random.default_rng(0); f = lambda *s: r.standard_normal(s).astype(np.float32); "
+      "g = h.make_graph([h.make_node('Gemm', ['x', 'wm', 'bm'], ['main'], transB=1), "
+      "h.make_node('Gemm', ['x', 'wa', 'ba'], ['aux'], transB=1)], 'heads', "
+      "[h.make_tensor_value_info('x', T.FLOAT, ['N', 4])], "
+      "[h.make_tensor_value_info('aux', T.FLOAT, ['N', 2]), h.make_tensor_value_info('main', T.FLOAT, ['N', 3])], "
+      "[nh.from_array(f(3, 4), 'wm'), nh.from_array(f(3), 'bm'), nh.from_array(f(2, 4), 'wa'), nh.from_array(f(2), 'ba')]); "
+      "onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), 'heads.onnx'); "
+      "x = f(40, 4); np.savez('data.npz', x=x, labels=(x[:, 0] > 0).astype(np.int64) + (x[:, 1] > 0))\"");
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  for (const char* opt : {" --optimizer adam --weight-decay 0.05", " --momentum 0.9 --weight-decay 0.05",
+                          " --optimizer adamw --weight-decay 0.05"}) {
+    auto r = testing::run_command(testing::graphrun_cli() + " train " + d + "/heads.onnx --data " + d +
+                                  "/data.npz --val-split 0.25 --loss-output main --devices cpu:2 --threads 1 --epochs 3 "
+                                  "--batch-size 10 --lr 0.1 --save " + d + "/t.onnx" + opt + " 2>&1");
+    ASSERT_EQ(r.exit_code, 0) << opt << "\n" << r.output;
+    EXPECT_NE(r.output.find("the loss does not reach 2 parameters (ba, wa): not trained"), std::string::npos) << r.output;
+    const Graph a = load_onnx(d + "/heads.onnx"), b = load_onnx(d + "/t.onnx");
+    for (const char* p : {"wa", "ba"}) EXPECT_EQ(testing::max_abs_diff(b.initializers.at(p), a.initializers.at(p)), 0) << opt << p;
+    EXPECT_GT(testing::max_abs_diff(b.initializers.at("wm"), a.initializers.at("wm")), 0) << opt;
+  }
+}
+
 TEST(TrainerFreeze, UnknownNamesAreRefusedListingNothingTrained) {
   REQUIRE_LENET_AND_DATA();
   TrainOptions o = quick(1, 32, 1);

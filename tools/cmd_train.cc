@@ -7,8 +7,10 @@
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <set>
 #include <thread>
 
+#include "autodiff/autodiff.h"
 #include "graph/float64.h"
 #include "graph/onnx_io.h"
 #include "runtime/comm/mpi.h"
@@ -17,6 +19,7 @@
 #include "runtime/device.h"
 #include "tools/backward_options.h"
 #include "tools/cli.h"
+#include "tools/optimizer_options.h"
 
 namespace graphrun::cli {
 
@@ -47,8 +50,8 @@ const Command& train_command() {
           {"lr", "RATE", "learning rate (default 0.2)"},
           {"epochs", "E", "epochs (default 10)"},
           {"momentum", "M", "SGD momentum (default 0)"},
-          {"weight-decay", "WD", "weight decay (default 0): L2 for sgd and adam (as torch.optim.SGD/Adam),\n"
-                                  "                            decoupled for adamw (as torch.optim.AdamW)"},
+          {"weight-decay", "WD", "weight decay (default 0; 0.01 for adamw, as torch's): L2 for sgd and adam\n"
+                                  "                            (as torch.optim.SGD/Adam), decoupled for adamw (as torch.optim.AdamW)"},
           {"nesterov", "", "Nesterov momentum (needs --momentum)"},
           {"threads", "N", "intra-op threads per replica (default: cores / replicas, at least 1)"},
           {"seed", "S", "seed of the data order and of dropout (default 0)"},
@@ -252,7 +255,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   o.epochs = static_cast<int>(epochs);
   const double momentum = args.get_double("momentum", 0);
   if (!(momentum >= 0 && momentum < 1)) throw bad("--momentum must be in [0, 1), got " + args.get("momentum"));
-  const double wd = args.get_double("weight-decay", 0);
+  const double wd = args.get_double("weight-decay", default_weight_decay(args.get("optimizer", "sgd")));
   if (!(wd >= 0) || !std::isfinite(wd)) throw bad("--weight-decay must be >= 0, got " + args.get("weight-decay"));
   o.pipeline.optimizer.momentum = static_cast<float>(momentum);
   o.pipeline.optimizer.weight_decay = static_cast<float>(wd);
@@ -437,6 +440,22 @@ int cmd_train(const std::vector<std::string>& argv) {
     std::cerr << "graphrun train: warning: --warmup-steps " << sched.warmup_steps << " is longer than the run ("
               << sched.total_steps << " steps): the learning rate never reaches --lr (its last step's is "
               << runtime::learning_rate(sched, sched.total_steps - 1) << ")" << std::endl;
+  if (!eval_only && speaks) {
+    // Parameters the loss does not reach get no gradient, so no update and no weight decay (torch's
+    // .grad None); say which, since a user may expect them trained.
+    const std::vector<std::string>& trained = trainer.graphs().params;
+    const std::set<std::string> got(trained.begin(), trained.end());
+    std::vector<std::string> unreached;
+    for (const auto& p : autodiff::trainable_params(trainer.graphs().forward, o.pipeline.freeze))
+      if (!got.count(p)) unreached.push_back(p);
+    if (!unreached.empty()) {
+      std::cerr << "graphrun train: note: the loss does not reach " << unreached.size() << " parameter"
+                << (unreached.size() > 1 ? "s" : "") << " (";
+      for (size_t i = 0; i < unreached.size() && i < 6; ++i) std::cerr << (i ? ", " : "") << unreached[i];
+      if (unreached.size() > 6) std::cerr << ", and " << unreached.size() - 6 << " more";
+      std::cerr << "): not trained, no weight decay, as torch leaves a parameter without a gradient" << std::endl;
+    }
+  }
   if (eval_only) {
     trainer.evaluate_only();  // its line on o.log (rank 0's), and --metrics
     finish_profile();

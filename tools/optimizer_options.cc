@@ -10,12 +10,14 @@ std::vector<Option> optimizer_options() {
       {"optimizer", "NAME", "with --devices: the update nodes, sgd (default), adam or adamw, as graphrun train"},
       {"momentum", "M", "with --devices: SGD momentum (an ai.onnx.preview.training Momentum node)"},
       {"nesterov", "", "with --devices: Nesterov momentum"},
-      {"weight-decay", "WD", "with --devices: weight decay (L2; decoupled for adamw)"},
+      {"weight-decay", "WD", "with --devices: weight decay (L2; decoupled for adamw; default 0, 0.01 for adamw)"},
       {"beta1", "B1", "with --devices: adam/adamw beta1 (default 0.9)"},
       {"beta2", "B2", "with --devices: adam/adamw beta2 (default 0.999)"},
       {"eps", "EPS", "with --devices: adam/adamw epsilon (default 1e-8)"},
   };
 }
+
+double default_weight_decay(const std::string& kind) { return kind == "adamw" ? 0.01 : 0; }
 
 runtime::OptimizerOptions parse_optimizer_options(const Args& args, bool data_parallel) {
   auto bad = [&](const std::string& msg) { return Error(args.usage_error(msg)); };
@@ -34,7 +36,7 @@ runtime::OptimizerOptions parse_optimizer_options(const Args& args, bool data_pa
   opt.nesterov = args.has("nesterov");
   if (opt.nesterov && opt.momentum == 0) throw bad("--nesterov needs a --momentum above 0");
   if (opt.kind != "sgd" && (opt.momentum > 0 || opt.nesterov)) throw bad("--momentum/--nesterov are for --optimizer sgd");
-  const double wd = args.get_double("weight-decay", 0);
+  const double wd = args.get_double("weight-decay", default_weight_decay(opt.kind));
   if (!(wd >= 0) || !std::isfinite(wd)) throw bad("--weight-decay must be >= 0, got " + args.get("weight-decay"));
   opt.weight_decay = static_cast<float>(wd);
   opt.beta1 = unit("beta1", 0.9);

@@ -18,6 +18,7 @@ Graph make_batch_symbolic(const Graph& g, const std::string& input, const std::s
   auto it = r.values.find(name);
   if (it == r.values.end() || !it->second.has_shape || it->second.shape.empty()) return r;
   const bool was_fixed = it->second.shape[0].known();
+  const int64_t fixed = it->second.shape[0].size;
   it->second.shape[0] = Dim(symbol);
   if (!was_fixed) return r;
   // A model exported with a fixed batch (torch.onnx.export without dynamic_axes) carries that size in
@@ -25,6 +26,30 @@ Graph make_batch_symbolic(const Graph& g, const std::string& input, const std::s
   // intermediate values are inferred again from the symbolic input. Where that fails, they stay as they
   // were (the kernels read the sizes they are given, not these).
   reinfer_shapes(r);
+  // A shape the exporter folded into a constant (torch's x.view(x.size(0), -1) without dynamic_axes is a
+  // Reshape to [8, -1]) keeps the old batch past the symbolic input: the outputs, and the labels taken
+  // from them, would refuse every other batch size. Name the node where the batch became fixed again.
+  auto dim0 = [&](const std::string& v) -> const Dim* {
+    const ValueInfo* vi = r.info(v);
+    return vi && vi->has_shape && !vi->shape.empty() ? &vi->shape[0] : nullptr;
+  };
+  for (const auto& out : r.outputs) {
+    const Dim* d = dim0(out);
+    if (!d || d->size != fixed) continue;
+    for (const Node& n : r.nodes) {
+      bool from_symbol = false, to_fixed = false;
+      for (const auto& in : n.inputs) from_symbol |= !in.empty() && dim0(in) && *dim0(in) == Dim(symbol);
+      for (const auto& o : n.outputs) {
+        const ValueInfo* vi = r.info(o);
+        to_fixed |= !o.empty() && vi && dtype_is_float(vi->dtype) && dim0(o) && dim0(o)->size == fixed;
+      }
+      if (from_symbol && to_fixed)
+        GR_FAIL("model '" << g.name << "': " << n.describe() << " gives its output the fixed batch " << fixed
+                          << " of the export, so output '" << out << "' cannot take another batch size: a shape "
+                          << "folded into a constant (torch: x.view(x.size(0), -1) exported without dynamic_axes); "
+                          << "export with dynamic_axes={'" << name << "': {0: 'N'}}, or use torch.flatten(x, 1)");
+    }
+  }
   return r;
 }
 
