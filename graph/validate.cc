@@ -676,6 +676,9 @@ void check_ranks(const NodeCheck& c) {
     c.rank_in(0, 1, 1 << 30, "");
     c.rank_in(1, 1, 1 << 30, "");
   } else if (op == "BatchNormalization") {
+    // Opsets 7 and 8: spatial=0 keeps statistics per element (C x H x W values), which graphrun has no kernel for.
+    if (c.int_attr("spatial").value_or(1) == 0)
+      c.fail("attribute spatial=0 (statistics per element, opsets 7 and 8) is not supported: only spatial=1, per channel");
     c.rank_in(0, 2, 1 << 30, "N, C, ...");
     for (int i = 1; i < 5 && i < c.num_inputs(); ++i) {
       c.rank_in(i, 1, 1, "one value per channel");

@@ -731,6 +731,26 @@ np.save('want.npy', c([1, -2, 3]) * (a - c([1, -2, 3])) / np.sqrt(c([1, 4, 0.25]
 }
 
 
+// Opset 7's BatchNormalization with spatial=0 (statistics per element) is refused saying so, not with a
+// rank error about its scale.
+TEST(OnnxIo, SpatialZeroBatchNormIsRefusedNamingTheAttribute) {
+  std::string dir = temp_dir("onnx_io_bn_spatial0");
+  run_onnx_python(dir, R"(
+inits = [numpy_helper.from_array(np.ones((3, 2, 2), np.float32), n) for n in ('s', 'b', 'm', 'v')]
+g = helper.make_graph([helper.make_node('BatchNormalization', ['x', 's', 'b', 'm', 'v'], ['y'], spatial=0)], 'bn',
+                      [helper.make_tensor_value_info('x', TensorProto.FLOAT, [2, 3, 2, 2])],
+                      [helper.make_tensor_value_info('y', TensorProto.FLOAT, [2, 3, 2, 2])], inits)
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 7)]), 'bn.onnx')
+)");
+  try {
+    load_onnx(dir + "/bn.onnx");
+    ADD_FAILURE() << "spatial=0 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("attribute spatial=0 (statistics per element, opsets 7 and 8) is not supported"),
+              std::string::npos) << e.what();
+  }
+}
+
 // Opset 4's Reshape takes its shape as an attribute; onnx's converter makes it a Constant whose tensor has
 // no dims but two values (its checker lets that pass): mended to one dimension, the model runs.
 TEST(OnnxIo, OpsetFourReshapeRunsAfterConversion) {
