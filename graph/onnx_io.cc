@@ -1170,7 +1170,19 @@ Graph load_printable(std::string bytes, const std::string& what, const std::stri
 
 Graph load_onnx_bytes(const std::string& bytes, const std::string& what) { return load_printable(bytes, what, ""); }
 
-Graph load_onnx(const std::string& path) { return load_printable(read_file(path), path, folder_of(path)); }
+Graph load_onnx(const std::string& path) {
+  Graph g = load_printable(read_file(path), path, folder_of(path));
+  // An exporter's default graph name says nothing of the model (torch names every export "torch_jit"):
+  // messages ("training 'torch_jit'") name it by its file instead.
+  static const std::set<std::string> generic = {"graph", "torch_jit", "torch-jit-export", "main_graph"};
+  if (generic.count(g.name)) {
+    const size_t slash = path.find_last_of('/');
+    std::string stem = slash == std::string::npos ? path : path.substr(slash + 1);
+    if (stem.size() > 5 && stem.compare(stem.size() - 5, 5, ".onnx") == 0) stem.resize(stem.size() - 5);
+    if (!stem.empty()) g.name = printable(stem);
+  }
+  return g;
+}
 
 std::string onnx_bytes(const Graph& g) {
   onnx::ModelProto m = model_from_graph(g);

@@ -12,6 +12,8 @@ namespace graphrun {
 // Opsets below 7 are converted up (onnx's version converter), 18 to 22 rewritten down to 17, node by
 // node; model-local functions are inlined. Errors name the file: missing, truncated, not ONNX, opset above 22 or a node of 18+ that 17
 // cannot express, unsupported features (subgraphs), external data missing or shorter than its tensors.
+// A graph named as exporters name every graph ("torch_jit", "torch-jit-export", "main_graph", or none)
+// takes its file's name (net.onnx: 'net'), which messages and --save then use.
 Graph load_onnx(const std::string& path);
 // Same, from serialized bytes; `what` names the source in errors. External data is refused (no folder).
 Graph load_onnx_bytes(const std::string& bytes, const std::string& what);

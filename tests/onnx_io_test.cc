@@ -731,6 +731,19 @@ np.save('want.npy', c([1, -2, 3]) * (a - c([1, -2, 3])) / np.sqrt(c([1, 4, 0.25]
 }
 
 
+// torch names every exported graph "torch_jit": the model takes its file's name, for the messages.
+TEST(OnnxIo, AnExportersDefaultGraphNameGivesWayToTheFileName) {
+  std::string dir = temp_dir("onnx_io_graph_name");
+  run_onnx_python(dir, R"(
+for name, f in (('torch_jit', 'mynet.onnx'), ('encoder', 'other.onnx')):
+    g = helper.make_graph([helper.make_node('Relu', ['x'], ['y'])], name, [helper.make_tensor_value_info('x', TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info('y', TensorProto.FLOAT, [2])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 13)]), f)
+)");
+  EXPECT_EQ(load_onnx(dir + "/mynet.onnx").name, "mynet");
+  EXPECT_EQ(load_onnx(dir + "/other.onnx").name, "encoder");
+}
+
 // Opset 7's BatchNormalization with spatial=0 (statistics per element) is refused saying so, not with a
 // rank error about its scale.
 TEST(OnnxIo, SpatialZeroBatchNormIsRefusedNamingTheAttribute) {
