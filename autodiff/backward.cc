@@ -45,13 +45,12 @@ bool is_float_or_unknown(DType t) { return t == DType::Undefined || dtype_is_flo
 
 Graph backward(const Graph& with_loss, const BackwardOptions& opts) {
   Graph g = with_loss;
-  std::vector<std::string> params = trainable_params(g, opts.freeze);  // also checks the frozen names
-  if (!opts.params.empty()) {
-    const std::set<std::string> frozen = resolve_freeze(trainable_params(g, {}), g, opts.freeze);
-    params.clear();
-    for (const auto& p : opts.params)
-      if (!frozen.count(p)) params.push_back(p);
-  }
+  // The candidates once (trainable_params reads every weight), the frozen names resolved (and checked) on them.
+  const std::vector<std::string> all = trainable_params(g, {});
+  const std::set<std::string> frozen = resolve_freeze(all, g, opts.freeze);
+  std::vector<std::string> params;
+  for (const auto& p : opts.params.empty() ? all : opts.params)
+    if (!frozen.count(p)) params.push_back(p);
   for (const auto& p : params)
     GR_CHECK(g.is_initializer(p), "backward: '" << p << "' is not a parameter (initializer) of the graph");
   GR_CHECK(g.producer(opts.loss) >= 0, "backward: no node computes the loss '" << opts.loss

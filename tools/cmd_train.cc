@@ -181,6 +181,21 @@ void warn_softmax_output(const Graph& g, const std::string& output) {
   }
 }
 
+// Parameters the loss does not reach get no gradient, so no update and no weight decay (torch's .grad
+// None): one note on stderr naming them, since a user may expect them trained.
+void note_unreached(const runtime::TrainingGraphs& tg, const std::set<std::string>& freeze) {
+  const std::set<std::string> trained(tg.params.begin(), tg.params.end());
+  std::vector<std::string> unreached;
+  for (const auto& p : autodiff::trainable_params(tg.forward, freeze))
+    if (!trained.count(p)) unreached.push_back(p);
+  if (unreached.empty()) return;
+  std::cerr << "graphrun train: note: the loss does not reach " << unreached.size() << " parameter"
+            << (unreached.size() > 1 ? "s" : "") << " (";
+  for (size_t i = 0; i < unreached.size() && i < 6; ++i) std::cerr << (i ? ", " : "") << unreached[i];
+  if (unreached.size() > 6) std::cerr << ", and " << unreached.size() - 6 << " more";
+  std::cerr << "): not trained, no weight decay, as torch leaves a parameter without a gradient" << std::endl;
+}
+
 }  // namespace
 
 int cmd_train(const std::vector<std::string>& argv) {
@@ -440,22 +455,7 @@ int cmd_train(const std::vector<std::string>& argv) {
     std::cerr << "graphrun train: warning: --warmup-steps " << sched.warmup_steps << " is longer than the run ("
               << sched.total_steps << " steps): the learning rate never reaches --lr (its last step's is "
               << runtime::learning_rate(sched, sched.total_steps - 1) << ")" << std::endl;
-  if (!eval_only && speaks) {
-    // Parameters the loss does not reach get no gradient, so no update and no weight decay (torch's
-    // .grad None); say which, since a user may expect them trained.
-    const std::vector<std::string>& trained = trainer.graphs().params;
-    const std::set<std::string> got(trained.begin(), trained.end());
-    std::vector<std::string> unreached;
-    for (const auto& p : autodiff::trainable_params(trainer.graphs().forward, o.pipeline.freeze))
-      if (!got.count(p)) unreached.push_back(p);
-    if (!unreached.empty()) {
-      std::cerr << "graphrun train: note: the loss does not reach " << unreached.size() << " parameter"
-                << (unreached.size() > 1 ? "s" : "") << " (";
-      for (size_t i = 0; i < unreached.size() && i < 6; ++i) std::cerr << (i ? ", " : "") << unreached[i];
-      if (unreached.size() > 6) std::cerr << ", and " << unreached.size() - 6 << " more";
-      std::cerr << "): not trained, no weight decay, as torch leaves a parameter without a gradient" << std::endl;
-    }
-  }
+  if (!eval_only && speaks) note_unreached(trainer.graphs(), o.pipeline.freeze);
   if (eval_only) {
     trainer.evaluate_only();  // its line on o.log (rank 0's), and --metrics
     finish_profile();
