@@ -114,6 +114,11 @@ TEST(Cli, HelpOfEveryCommandIsLaidOutInTwoColumns) {
   CommandResult top = graphrun("--help");
   EXPECT_EQ(top.exit_code, 0);
   for (const char* cmd : {"  run ", "  show ", "  grad ", "  train ", "  plan "}) EXPECT_NE(top.output.find(cmd), std::string::npos);
+  // --version: the version and what the build has, the lines a bug report needs.
+  CommandResult version = graphrun("--version");
+  EXPECT_EQ(version.exit_code, 0) << version.output;
+  EXPECT_EQ(version.output.rfind("graphrun 0.", 0), 0u) << version.output;
+  for (const char* line : {"\n  CPU GEMM: ", "\n  CUDA: ", "\n  MPI: "}) EXPECT_NE(version.output.find(line), std::string::npos) << line;
   CommandResult unknown = graphrun("frobnicate");
   EXPECT_EQ(unknown.exit_code, 2);
   EXPECT_EQ(unknown.output, "graphrun: unknown command 'frobnicate' (commands: run, show, grad, train, check, plan; see graphrun --help)\n");

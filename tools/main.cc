@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "runtime/comm/mpi.h"
+#include "runtime/device.h"
+#include "runtime/kernels/cpu/gemm.h"
 #include "tools/cli.h"
 
 namespace {
@@ -24,7 +26,21 @@ const char* kHelp =
     "  check  can the model be trained? missing kernels and gradients, a numeric gradient check\n"
     "  plan   FLOPs, memory per replica, AllReduce buckets, predicted step time and scaling at N devices\n"
     "\n"
-    "'graphrun <command> --help' describes each command.\n";
+    "'graphrun <command> --help' describes each command; 'graphrun --version' says what this build has.\n";
+
+// The version and what this build can use: the lines a bug report needs.
+void print_version() {
+  namespace rt = graphrun::runtime;
+  std::cout << "graphrun " << GRAPHRUN_VERSION << "\n"
+            << "  CPU GEMM: " << rt::cpu::sgemm_library() << " (" << rt::cpu::sgemm_isa() << " on this CPU); kernels compiled for "
+            << rt::cpu::compiled_isa() << "\n";
+  std::string why;
+  const bool gpu = rt::builtin_cuda_available(&why);
+  std::cout << "  CUDA: "
+            << (!rt::cuda_backend() ? why : gpu ? "built with CUDA; a device is present" : "built with CUDA; " + why) << "\n"
+            << "  MPI: " << (rt::mpi::built_with_mpi() ? "built with MPI (mpirun -np K graphrun train)" : "built without MPI")
+            << "\n";
+}
 
 // One subcommand; every Error becomes one line and exit 2. Under MPI the line names the rank, only
 // rank 0 prints what show, grad and run print, and an error every rank hits is printed once (report_error).
@@ -73,6 +89,10 @@ int main(int argc, char** argv) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::cout << kHelp;
     return args.empty() ? 2 : 0;
+  }
+  if (args[0] == "--version" || args[0] == "version") {
+    print_version();
+    return 0;
   }
   std::string cmd = args[0];
   args.erase(args.begin());
