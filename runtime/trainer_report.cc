@@ -39,7 +39,8 @@ void Trainer::report_start() const {
   const bool idx = !train_.images.defined();
   *opts_.log << "training '" << graphs_.forward.name << "' on " << world_devices_str() << " ("
              << threads_ << " thread" << (threads_ > 1 ? "s" : "") << " per replica): " << train_src_->size()
-             << " training, " << test_src_->size() << (idx ? " test examples" : " test images") << ", batch "
+             << " training, " << test_src_->size() << (per_sec_unit_ == "img" ? " test images" : " test examples")
+             << ", batch "
              << opts_.batch_size << ", lr " << opts_.lr << std::endl;
   // Sources other than an MNIST folder with its own test split say where the figures come from.
   if (idx) *opts_.log << "data: " << train_src_->describe() << "; test: " << test_from_ << std::endl;
@@ -98,7 +99,8 @@ void Trainer::report_evaluation(const EvalStats& st) const {
   if (mse())
     *opts_.log << "test mse: " << st.loss << " (" << st.images << what << graphs_.forward.name << ")\n";
   else
-    *opts_.log << "test acc: " << st.accuracy << ", test loss: " << st.loss << " (" << st.images << what
+    *opts_.log << "test acc: " << fmt(st.accuracy, 4) << ", test loss: " << fmt(st.loss, 4)
+               << (st.top5 >= 0 ? ", top-5: " + fmt(st.top5, 4) : std::string()) << " (" << st.images << what
                << graphs_.forward.name << ")\n";
   opts_.log->flush();
 }

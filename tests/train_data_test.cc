@@ -207,8 +207,9 @@ onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), 'bag.onnx')
   const std::string out = train(d + "/bag.onnx", "--data " + d + "/tokens.npz --devices cpu:2 --threads 1 --epochs 6 "
                                                     "--batch-size 32 --lr 0.5 --momentum 0.9");
   EXPECT_GT(closing(out, "test acc"), 0.9) << out;
-  // Token ids are not images: the epoch lines count samples.
+  // Token ids are not images: the epoch lines count samples, the start line examples.
   EXPECT_NE(out.find(" samples/s"), std::string::npos) << out;
+  EXPECT_NE(out.find(" test examples, batch 32"), std::string::npos) << out;
   EXPECT_EQ(out.find("img/s"), std::string::npos) << out;
 }
 
@@ -590,7 +591,7 @@ torch.onnx.export(m, torch.zeros(2, 3, 32, 32), 'resnet18_rgb32.onnx', input_nam
   const std::string out = train(d + "/resnet18_rgb32.onnx",
                                 "--data " + d + "/train.npz --test-data " + d + "/test.npz --devices cpu:2 --threads 1 "
                                 "--epochs 1 --batch-size 64 --optimizer adam --lr 1e-3 --seed 0");
-  EXPECT_NE(out.find("3000 training, 500 test examples"), std::string::npos) << out;
+  EXPECT_NE(out.find("3000 training, 500 test images"), std::string::npos) << out;  // the epoch lines' img/s
   EXPECT_GT(closing(out, "test acc"), 0.6) << out;  // chance is 0.1
 }
 

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <iomanip>
 #include <sstream>
 #include <nlohmann/json.hpp>
 
@@ -115,8 +116,8 @@ TEST(TrainerReport, CliEvalOnlyCountsExamplesAndWritesMetrics) {
   EXPECT_EQ(j["test_examples"].get<int64_t>(), 50);
   EXPECT_EQ(j["devices"].get<std::string>(), "[cpu:0, cpu:1]");
   EXPECT_NE(r.output.find("test acc: " + [&] {
-    std::ostringstream os;
-    os << j["test_acc"].get<double>();
+    std::ostringstream os;  // four decimals, as the metrics' six rounded
+    os << std::fixed << std::setprecision(4) << j["test_acc"].get<double>();
     return os.str();
   }()), std::string::npos) << r.output << line;
 

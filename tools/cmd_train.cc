@@ -412,7 +412,7 @@ int cmd_train(const std::vector<std::string>& argv) {
     warm_up = std::make_unique<runtime::KernelWarmUp>();
 
   Graph model = load_onnx(args.positional()[0]);
-  if (!eval_only && speaks && o.pipeline.loss == autodiff::LossKind::CrossEntropy) warn_softmax_output(model, o.pipeline.output);
+  if (speaks && o.pipeline.loss == autodiff::LossKind::CrossEntropy) warn_softmax_output(model, o.pipeline.output);
   if (args.has("float64")) model = float64_copy(model);
   if (auto_placement) {
     // Each split of the cores into replicas x threads, timed on this model as graphrun plan times it.
