@@ -278,6 +278,8 @@ class Trainer {
   int64_t seg_begin_ = 0, seg_end_ = 0;
   std::atomic<int64_t> progress_{0};  // steps replica 0 has read
   int64_t logged_ = 0;                // steps of this epoch already reported by --log-every
+  double log_loss_ = 0;               // the open --log-every block's loss * examples so far (log_steps)
+  int64_t log_images_ = 0;            // and its examples
   int64_t global_step_ = 0;
   int resume_epoch_ = -1;  // after load_checkpoint: the epoch to continue, at resume_step_
   int64_t resume_step_ = 0;
@@ -289,6 +291,8 @@ class Trainer {
     int64_t correct = 0, images = 0;
   };
   std::vector<Figures> resume_figures_;
+  double resume_log_loss_ = 0;      // the open --log-every block's sums at resume_step_ (examples -1: none kept)
+  int64_t resume_log_images_ = -1;
   double resume_seconds_ = 0;
   double epoch_seconds_ = 0;  // the current epoch's training seconds so far (saved in a checkpoint)
 

@@ -115,6 +115,9 @@ std::string Trainer::save_checkpoint(int epoch, int64_t step) {
       for (size_t at = 0, semi; (semi = all[r].find(';', at)) != std::string::npos; at = semi + 1, ++g)
         ck.meta["figures." + std::to_string(g)] = all[r].substr(at, semi - at);
     ck.meta["epoch_seconds"] = exact(epoch_seconds_);
+    // The open --log-every block (every rank has its sums: log_steps gathers them).
+    if (opts_.log_every > 0 && log_images_ > 0)
+      ck.meta["log_block"] = std::to_string(opts_.log_every) + " " + exact(log_loss_) + " " + std::to_string(log_images_);
   }
   for (int d = 1; d < replicas(); ++d)
     for (const auto& [name, t] : host_states(d))
@@ -217,6 +220,19 @@ void Trainer::load_checkpoint(const std::string& path) {
       resume_figures_[d].loss_sum += f.loss_sum;
       resume_figures_[d].correct += f.correct;
       resume_figures_[d].images += f.images;
+    }
+    // The open --log-every block's sums, when this run logs blocks of the same length.
+    resume_log_images_ = -1;
+    if (ck.meta.count("log_block")) {
+      const std::string& v = ck.meta.at("log_block");
+      long long k = 0, n = -1;
+      char loss[64] = {0};
+      int used = 0;
+      const bool ok = std::sscanf(v.c_str(), "%lld %63s %lld%n", &k, loss, &n, &used) == 3 && v[used] == '\0' && k > 0 && n > 0;
+      GR_CHECK(ok, path << ": checkpoint is corrupt (bad log_block '" << v << "')");
+      resume_log_loss_ = std::strtod(loss, nullptr);
+      GR_CHECK(std::isfinite(resume_log_loss_), path << ": checkpoint is corrupt (bad log_block '" << v << "')");
+      if (k == opts_.log_every) resume_log_images_ = n;
     }
     if (ck.meta.count("epoch_seconds")) {
       resume_seconds_ = std::strtod(ck.meta.at("epoch_seconds").c_str(), nullptr);

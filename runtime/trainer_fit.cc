@@ -63,10 +63,16 @@ EpochStats Trainer::train_epoch(int epoch) {
       const int64_t g = step_base_ + begin, k = opts_.checkpoint_every;
       end = std::min(steps_, begin + (k - g % k));
     }
+    // Under MPI the --log-every lines need every rank's losses: the ranks gather them where a segment
+    // ends, so segments end at the blocks' ends (of the epoch's steps).
+    if (opts_.log_every > 0 && mpi::active() && mpi::size() > 1)
+      end = std::min(end, begin + (opts_.log_every - begin % opts_.log_every));
     run_segment(epoch, begin, end, seconds);
     global_step_ = step_base_ + end;
     epoch_seconds_ = seconds;
-    if (end < steps_) save_checkpoint(epoch, end);
+    if (end < steps_ && opts_.checkpoint_every > 0 && !opts_.checkpoint_dir.empty() &&
+        (step_base_ + end) % opts_.checkpoint_every == 0)
+      save_checkpoint(epoch, end);
     begin = end;
   }
   global_step_ = step_base_ + steps_;
@@ -109,8 +115,14 @@ int64_t Trainer::begin_epoch(int epoch, double& seconds) {
   }
   seconds = resumed ? resume_seconds_ : 0;
   epoch_seconds_ = seconds;
+  // A resume in a --log-every block's middle continues its sums (a checkpoint without them, or written
+  // with another --log-every: the block's line covers the steps after the resume).
+  const bool block = resumed && resume_log_images_ >= 0;
+  log_loss_ = block ? resume_log_loss_ : 0;
+  log_images_ = block ? resume_log_images_ : 0;
   resume_figures_.clear();
   resume_seconds_ = 0;
+  resume_log_images_ = -1;
   return first;
 }
 

@@ -3,12 +3,14 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <iomanip>
 #include <ostream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/comm/mpi.h"
 #include "runtime/trainer_parts.h"
 
 namespace graphrun::runtime {
@@ -137,31 +139,57 @@ void Trainer::clear_progress() const {
   if (progress_bar_on(opts_.progress)) std::fprintf(stderr, "\r\033[K");
 }
 
+// --log-every: the mean loss of every block of log_every steps (of the epoch; a last partial block at
+// its end), summed step by step in the global replica order, so that a line does not depend on how the
+// replicas are spread over ranks, nor on a resume in the block's middle (the checkpoint holds the open
+// block's sums). Under MPI the other ranks' losses come at the segment's end (upto >= 0), where every
+// rank calls this (the epoch's segments end at block boundaries there); outside MPI at any time.
 void Trainer::log_steps(int64_t upto) {
-  // Steps every replica has finished; lines cover whole blocks of log_every steps (and the end).
+  const bool ranks = mpi::active() && mpi::size() > 1;
+  if (ranks && upto < 0) return;
+  // Steps every replica has finished.
   int64_t done = steps_;
   for (auto& r : replicas_) done = std::min<int64_t>(done, r->steps_done.load(std::memory_order_acquire));
   if (upto >= 0) done = std::min(done, upto);
-  const int64_t k = opts_.log_every;
-  while (logged_ < done) {
-    int64_t next = (logged_ / k + 1) * k;
-    if (next > done) {
-      if (done != upto || upto < steps_) break;  // report a partial block only at the epoch's end
-      next = done;
+  if (done <= logged_) return;
+  // Every replica's loss * examples of the steps [logged_, done), step by step in global replica order.
+  std::vector<double> losses;
+  for (int64_t s = logged_; s < done; ++s)
+    for (auto& r : replicas_) losses.push_back(r->step_loss[s]);
+  if (ranks) {
+    const std::string mine(reinterpret_cast<const char*>(losses.data()), losses.size() * sizeof(double));
+    const std::vector<std::string> all = mpi::allgather(mine, "the --log-every losses");
+    const int64_t steps = done - logged_;
+    std::vector<std::vector<double>> per_rank;
+    size_t replicas = 0;
+    for (const std::string& b : all) {
+      per_rank.emplace_back(b.size() / sizeof(double));
+      std::memcpy(per_rank.back().data(), b.data(), per_rank.back().size() * sizeof(double));
+      replicas += per_rank.back().size() / steps;
     }
-    double loss = 0;
-    int64_t images = 0;
-    for (int64_t s = logged_; s < next; ++s) {
-      const int64_t b = std::min(opts_.batch_size, train_src_->size() - s * opts_.batch_size);
-      images += b;
-      for (auto& r : replicas_) loss += r->step_loss[s];
-    }
-    if (opts_.log)
-      *opts_.log << "step " << step_base_ + next << "  epoch " << cur_epoch_ + 1 << "  loss "
-                 << fmt(images ? loss / images : 0, 4) << "  lr " << learning_rate(opts_.schedule, step_base_ + next - 1)
-                 << std::endl;
-    logged_ = next;
+    losses.clear();
+    for (int64_t s = 0; s < steps; ++s)
+      for (const auto& v : per_rank) {
+        const size_t n = v.size() / steps;
+        losses.insert(losses.end(), v.begin() + s * n, v.begin() + (s + 1) * n);
+      }
+    GR_CHECK(losses.size() == replicas * steps, "--log-every: the ranks' losses do not add up");
   }
+  const size_t per_step = losses.size() / (done - logged_);
+  const int64_t k = opts_.log_every;
+  for (int64_t s = logged_, i = 0; s < done; ++s) {
+    for (size_t g = 0; g < per_step; ++g) log_loss_ += losses[i++];
+    log_images_ += std::min(opts_.batch_size, train_src_->size() - s * opts_.batch_size);
+    const bool last = s + 1 == steps_ && upto == steps_;  // the epoch's last, partial block
+    if ((s + 1) % k != 0 && !last) continue;
+    if (opts_.log)
+      *opts_.log << "step " << step_base_ + s + 1 << "  epoch " << cur_epoch_ + 1 << "  loss "
+                 << fmt(log_images_ ? log_loss_ / log_images_ : 0, 4) << "  lr "
+                 << learning_rate(opts_.schedule, step_base_ + s) << std::endl;
+    log_loss_ = 0;
+    log_images_ = 0;
+  }
+  logged_ = done;
 }
 
 }  // namespace graphrun::runtime

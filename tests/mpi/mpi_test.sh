@@ -1,8 +1,8 @@
 #!/bin/bash
 # The MPI suite (ctest runs each case under mpirun with a TIMEOUT, so a hang fails):
 #   mpi_test.sh GRAPHRUN MPIRUN MODEL CASE   with CASE one of
-#   equal2 / equal3 / equal4  -np K --devices cpu:1 saves the same weights, bitwise, as --devices cpu:K
-#                    (equal4: the chain pipelined in 4 KiB segments)
+#   equal2 / equal3 / equal4  -np K --devices cpu:1 saves the same weights, bitwise, as --devices cpu:K,
+#                    and prints the same --log-every and epoch figures (equal4: the chain pipelined in 4 KiB segments)
 #   overlap          -np 3 with --overlap-allreduce on (16 KB buckets) saves bitwise the weights of cpu:3
 #   uneven           rank 0 with cpu:1 and rank 1 with cpu:2 saves bitwise the weights of cpu:3
 #   voice            only rank 0 prints and writes --metrics; the closing line lists every replica; an error
@@ -12,7 +12,9 @@
 #   hung3            the same with 3 ranks and the chain in 4 KiB segments (ended within 30 s, the step named)
 #   badinput         a bad --data on rank 1 only: the job exits 2 with rank 1's one-line error
 #   mismatch         another --batch-size, or another model, on rank 1: exit 2, the difference named
-#   resume           a checkpoint of -np 2 resumes on -np 3 (and on cpu:3): the weights of cpu:2's run
+#   resume           a checkpoint of -np 2 resumes on -np 3 (and on cpu:3): the weights of cpu:2's run; the
+#                    resumed runs print the same --log-every and epoch figures (a block spanning the resume
+#                    too), and the uninterrupted run's
 #   syncbn           --sync-bn on a BatchNorm CNN across ranks (1 + 2 replicas, batch 10: shards 4+3+3) saves bitwise
 #                    the weights and running statistics of --sync-bn on cpu:3
 #   syncbn64         the same CNN in float64 (--float64), 20 SGD steps: --sync-bn over 2 ranks x cpu:1 (5+5) and
@@ -28,6 +30,8 @@ cd "$W"
 M=("$MPIRUN" --allow-run-as-root --oversubscribe --mca btl self,vader --mca btl_vader_single_copy_mechanism none)
 T=(train "$MODEL" --epochs 1 --threads 1)
 fail() { echo "FAIL ($CASE): $*"; for f in *.out; do [ -f "$f" ] && { echo "--- $f"; cat "$f"; }; done; exit 1; }
+# The figures a run prints: its --log-every lines and its epoch lines without their times.
+figures() { grep -E '^(step|epoch) ' "$1" | sed -E 's/  [0-9.]+ sec .*//'; }
 
 # The pid of rank R among mpirun's children.
 rank_pid() {
@@ -66,9 +70,12 @@ case "$CASE" in
     K=${CASE#equal}
     # -np 4: the chain in segments of 4 KiB, so that each of LeNet's buckets is pipelined in many.
     SEG=(); [ "$K" = 4 ] && SEG=(-x GRAPHRUN_MPI_SEGMENT_KB=4)
-    "${M[@]}" "${SEG[@]}" -np "$K" "$G" "${T[@]}" --devices cpu:1 --max-steps 50 --save mpi.onnx > mpi.out 2>&1 || fail "mpirun failed"
-    "$G" "${T[@]}" --devices cpu:$K --max-steps 50 --save local.onnx > local.out 2>&1 || fail "cpu:$K failed"
+    "${M[@]}" "${SEG[@]}" -np "$K" "$G" "${T[@]}" --devices cpu:1 --max-steps 50 --log-every 7 --save mpi.onnx > mpi.out 2>&1 ||
+      fail "mpirun failed"
+    "$G" "${T[@]}" --devices cpu:$K --max-steps 50 --log-every 7 --save local.onnx > local.out 2>&1 || fail "cpu:$K failed"
     cmp mpi.onnx local.onnx || fail "-np $K --devices cpu:1 and --devices cpu:$K saved different weights"
+    [ "$(figures mpi.out | grep -c '^step ')" = 8 ] || fail "-np $K: not 8 --log-every lines"
+    [ "$(figures mpi.out)" = "$(figures local.out)" ] || fail "-np $K and cpu:$K printed different figures"
     echo "-np $K x cpu:1 == cpu:$K bitwise after 50 steps ${SEG[*]}"
     ;;
   syncbn|syncbn64)
@@ -231,6 +238,8 @@ PY
     grep -q "rank 1 does not run what rank 0 runs: simplecnn against rank 0's lenet" model.out || fail "no line naming rank 1's model"
     ;;
   resume)
+    # --log-every 4: the block of steps 9-12 spans the resume at step 10.
+    T+=(--log-every 4)
     "${M[@]}" -np 2 "$G" "${T[@]}" --devices cpu:1 --max-steps 20 --checkpoint-dir ck --checkpoint-every 10 \
       --keep-checkpoints 5 > a.out 2>&1 || fail "the -np 2 run failed"
     # Keep the mid-epoch checkpoint only: the next runs resume at step 10.
@@ -241,6 +250,9 @@ PY
     grep -q 'resumed from .*step 10' b.out || fail "-np 3 did not resume at step 10"
     "$G" "${T[@]}" --devices cpu:3 --max-steps 20 --checkpoint-dir ck3 --resume --save cpu3.onnx > c.out 2>&1 || fail "resuming on cpu:3 failed"
     cmp np3.onnx cpu3.onnx || fail "resumed on -np 3 and on cpu:3: different weights"
+    [ "$(figures b.out)" = "$(figures c.out)" ] || fail "resumed on -np 3 and on cpu:3: different figures"
+    [ "$(figures b.out | grep -c '^step ')" = 3 ] || fail "resumed on -np 3: not 3 --log-every lines"
+    [ "$(figures b.out)" = "$(figures a.out | tail -n 4)" ] || fail "resumed on -np 3: not the figures of the uninterrupted run"
     "$G" "${T[@]}" --devices cpu:2 --max-steps 20 --save cpu2.onnx > d.out 2>&1 || fail "cpu:2 failed"
     /usr/bin/python3 - np3.onnx cpu2.onnx <<'PY' || fail "resumed weights differ from an uninterrupted cpu:2 run"
 import sys, onnx, numpy as np
