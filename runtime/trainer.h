@@ -105,6 +105,7 @@ struct TrainOptions {
   // single normalize above); --augment's crop and flip on f32 [C,H,W] inputs; loader threads for
   // decode-heavy sources and augmentation (-1: chosen from the cores the replicas leave over).
   std::string test_data;
+  bool test_only = false;  // --eval-only: with test_data, only it is opened (no training data is read)
   double val_split = -1;
   std::string labels = data::kLabels;
   data::Normalize channel_norm;

@@ -280,10 +280,20 @@ void Trainer::load_data(const Graph& model) {
     }
     return data::fit_to_model(std::move(s), inputs, fo);
   };
+  data::OpenOptions oo;
+  if (inputs[0].shape.size() == 3) oo.channels = inputs[0].shape[0], oo.height = inputs[0].shape[1], oo.width = inputs[0].shape[2];
+  if (opts_.test_only && !opts_.test_data.empty()) {
+    // --eval-only --test-data: the test set alone (the training data, given or default, is not read).
+    oo.idx_prefix = "t10k";
+    test_src_ = fit(data::open_source(opts_.test_data, oo));
+    if (opts_.test_limit > 0) test_src_ = data::head(test_src_, opts_.test_limit);
+    GR_CHECK(test_src_->size() > 0, "no examples to test on in '" << opts_.test_data << "'");
+    train_src_ = test_src_;
+    test_from_ = test_src_->describe();
+    if (!mse()) positions_ = std::max<int64_t>(1, test_src_->spec(data::kLabels).numel());
+    return;
+  }
   if (!whole) {
-    data::OpenOptions oo;
-    const data::InputSpec& in = inputs[0];
-    if (in.shape.size() == 3) oo.channels = in.shape[0], oo.height = in.shape[1], oo.width = in.shape[2];
     data::DataSplits d = data::open_splits(opts_.data_dir, opts_.test_data, opts_.val_split, opts_.seed, oo, fit);
     train_src_ = opts_.train_limit > 0 ? data::head(d.train, opts_.train_limit) : d.train;
     test_src_ = opts_.test_limit > 0 ? data::head(d.test, opts_.test_limit) : d.test;

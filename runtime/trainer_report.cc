@@ -97,13 +97,14 @@ void Trainer::write_metrics(std::ostream& os, const EpochStats& st) const {
 // samples/s.
 void Trainer::report_evaluation(const EvalStats& st) const {
   if (!opts_.log) return;
-  const std::string what = per_sec_unit_ == "img" ? " images, " : " examples, ";
+  // What was evaluated: the model, the count and where the examples come from (a held-out share says so).
+  const std::string what = " (" + graphs_.forward.name + ", " + std::to_string(st.images) +
+                           (per_sec_unit_ == "img" ? " images: " : " examples: ") + test_from_ + ")";
   if (mse())
-    *opts_.log << "test mse: " << st.loss << " (" << st.images << what << graphs_.forward.name << ")\n";
+    *opts_.log << "test mse: " << st.loss << what << "\n";
   else
     *opts_.log << "test acc: " << fmt(st.accuracy, 4) << ", test loss: " << fmt(st.loss, 4)
-               << (st.top5 >= 0 ? ", top-5: " + fmt(st.top5, 4) : std::string()) << " (" << st.images << what
-               << graphs_.forward.name << ")\n";
+               << (st.top5 >= 0 ? ", top-5: " + fmt(st.top5, 4) : std::string()) << what << "\n";
   opts_.log->flush();
 }
 

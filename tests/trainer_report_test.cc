@@ -101,7 +101,7 @@ TEST(TrainerReport, CliEvalOnlyCountsExamplesAndWritesMetrics) {
   r = testing::run_command(testing::graphrun_cli() + " train " + d + "/tab.onnx --data " + d + "/tab.npz --test-data " + d +
                            "/tab.npz --eval-only --devices cpu:2 --threads 1 --metrics " + d + "/tab.jsonl");
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find(" (50 examples, tab)\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" (tab, 50 examples: '" + d + "/tab.npz')\n"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("images"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.back(), '\n') << r.output;
   std::ifstream f(d + "/tab.jsonl");
@@ -125,13 +125,40 @@ TEST(TrainerReport, CliEvalOnlyCountsExamplesAndWritesMetrics) {
   r = testing::run_command(testing::graphrun_cli() + " train " + lenet_path() + " --eval-only --threads 1 --metrics " + d +
                            "/lenet.jsonl");
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find(" (10000 images, "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" (lenet, 10000 images: the t10k split of "), std::string::npos) << r.output;
   EXPECT_EQ(r.output.back(), '\n') << r.output;
   std::ifstream g(d + "/lenet.jsonl");
   ASSERT_TRUE(std::getline(g, line));
   j = nlohmann::ordered_json::parse(line);
   EXPECT_NEAR(j["test_loss"].get<double>(), 2.30, 0.01) << line;
   EXPECT_FALSE(j.contains("test_data")) << line;  // the MNIST folder's own test split, as an epoch's
+}
+
+// --eval-only --test-data reads the test data alone: a default training folder the model cannot take is
+// never opened (it failed naming Fashion-MNIST's train split); --data alone evaluates the share training
+// holds out, and the line says so.
+TEST(TrainerReport, CliEvalOnlyReadsOnlyTheTestData) {
+  const std::string d = testing::temp_dir("trainer_report_eval_only_test");
+  {
+    std::ofstream py(d + "/make.py");
+    py << "import numpy as np, onnx\n"
+          "from onnx import helper as h, TensorProto as T, numpy_helper as nh\n"
+          "r = np.random.RandomState(0)\n"
+          "x = r.randn(40, 8).astype(np.float32)\n"
+          "np.savez('" << d << "/tab.npz', x=x, labels=(x[:, 0] > 0).astype(np.int64))\n"
+          "g = h.make_graph([h.make_node('Gemm', ['x', 'w', 'b'], ['logits'], transB=1)], 'tab',\n"
+          "                 [h.make_tensor_value_info('x', T.FLOAT, ['N', 8])], [h.make_tensor_value_info('logits', T.FLOAT, ['N', 2])],\n"
+          "                 [nh.from_array(r.randn(2, 8).astype(np.float32), 'w'), nh.from_array(np.zeros(2, np.float32), 'b')])\n"
+          "onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), '" << d << "/tab.onnx')\n";
+  }
+  auto r = testing::run_command(testing::python() + " " + d + "/make.py");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = testing::run_command(testing::graphrun_cli() + " train " + d + "/tab.onnx --test-data " + d + "/tab.npz --eval-only --threads 1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(" (tab, 40 examples: '" + d + "/tab.npz')\n"), std::string::npos) << r.output;
+  r = testing::run_command(testing::graphrun_cli() + " train " + d + "/tab.onnx --data " + d + "/tab.npz --eval-only --threads 1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(" (tab, 4 examples: 10% of '" + d + "/tab.npz' held out (seed 0))\n"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -95,9 +95,10 @@ const Command& train_command() {
                               "                            its parameters (fc1.weight, fc1.bias)", true},
           {"normalize", "MEAN,STD", "feed (x - MEAN) / STD (e.g. 0.1307,0.3081) in training and evaluation;\n"
                                     "                            per channel: M1,M2,M3/S1,S2,S3 (e.g. 0.485,0.456,0.406/0.229,0.224,0.225)"},
-          {"eval-only", "", "evaluate the model as given (test accuracy and loss, or mse, over N images, or\n"
-                            "                            N examples where the input is not an image); no training"},
-          {"log-every", "N", "print the mean training loss every N steps"},
+          {"eval-only", "", "evaluate the model as given on the test data training would use (--test-data\n"
+                            "                            alone, without reading --data; else --val-split's held-out\n"
+                            "                            share, or an MNIST folder's t10k split): accuracy and loss, or mse"},
+          {"log-every", "N", "print the mean training loss of every N steps"},
           {"checkpoint-dir", "DIR", "write a checkpoint after every epoch (weights, optimizer state, running\n"
                                     "                            statistics, RNG, epoch/step; mid-epoch, the epoch's loss and\n"
                                     "                            accuracy sums so far), atomically"},
@@ -374,6 +375,7 @@ int cmd_train(const std::vector<std::string>& argv) {
     throw bad("--eval-only trains nothing: it takes no --checkpoint-dir, --resume or --save");
   o.data_dir = args.get("data", runtime::data::kDefaultDataDir);
   o.test_data = args.get("test-data");
+  o.test_only = eval_only;
   if (args.has("val-split")) {
     o.val_split = args.get_double("val-split", 0.1);
     if (!(o.val_split > 0 && o.val_split < 1)) throw bad("--val-split must be between 0 and 1, got " + args.get("val-split"));
