@@ -158,7 +158,13 @@ TrainingGraphs build_training_graphs(const Graph& model, const PipelineOptions& 
   }
   tg.logits = opts.output.empty() && !model.outputs.empty() ? model.outputs[0] : opts.output;
   const Graph last = pipeline.run(model, [&](const passes::Pass& pass, const Graph& g) {
-    if (pass.name() == "backward") tg.training = g;
+    if (pass.name() == "backward") {
+      tg.training = g;
+      GR_CHECK(!passes::gradient_params(g).empty(),
+               "nothing to train: " << (opts.freeze.empty() ? "the loss reaches no parameter of '"
+                                                            : "--freeze leaves no parameter the loss reaches in '")
+                                    << model.name << "' (--eval-only evaluates a model as it is)");
+    }
     if (opts.dump && pass.name() == opts.dump_after) passes::dump_graph(*opts.dump, pass.name(), g);
   });
   tg.params = passes::gradient_params(tg.training);

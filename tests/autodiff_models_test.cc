@@ -194,6 +194,11 @@ TEST(AutodiffCli, GradWritesACheckerValidModelWithoutFrozenGradients) {
     EXPECT_EQ(b.exit_code, 2) << cmd << "\n" << b.output;
     EXPECT_NE(b.output.find("graphrun grad"), std::string::npos) << b.output;
   }
+  // Training with every parameter frozen: one line saying so (it named an internal pass's outputs).
+  auto none = run_command(graphrun_cli() + " train " + model + " --freeze conv1,conv2,fc1,fc2 --max-steps 1 --epochs 1");
+  EXPECT_EQ(none.exit_code, 2) << none.output;
+  EXPECT_EQ(none.output, "graphrun train: error: nothing to train: --freeze leaves no parameter the loss reaches in 'lenet' "
+                         "(--eval-only evaluates a model as it is)\n");
 }
 
 TEST(AutodiffCli, ShowBackwardPrintsShapesAndDot) {
