@@ -38,6 +38,15 @@ save([helper.make_node('Relu', ['a'], ['ra'], name='relu_a'), helper.make_node('
 # Two ops graphrun does not implement (valid ONNX).
 save([helper.make_node('LpNormalization', ['m'], ['h'], name='lpnorm_node'), helper.make_node('Det', ['h'], ['d'], name='det_node')],
      'unsupported', [f32('m', [3, 3])], [f32('d', [])])
+# An image model that returns its input: run feeds an image file as training reads an image folder.
+save([helper.make_node('Identity', ['image'], ['pixels'], name='id')], 'img', [f32('image', ['N', 3, 4, 5])],
+     [f32('pixels', ['N', 3, 4, 5])])
+save([helper.make_node('Identity', ['image'], ['pixels'], name='id')], 'grey', [f32('image', [1, 4, 5])], [f32('pixels', [1, 4, 5])])
+from PIL import Image
+rgb = np.random.RandomState(0).randint(0, 256, (4, 5, 3)).astype(np.uint8)
+Image.fromarray(rgb).save('rgb.png')
+np.save('rgb_chw.npy', rgb.transpose(2, 0, 1).astype(np.float32) / 255)
+np.save('grey_chw.npy', np.asarray(Image.fromarray(rgb).convert('L'), np.float32)[None] / 255)
 np.save('x.npy', np.array([[1, -2, 3], [-4, 5, -6]], dtype=np.float32))
 open('x.pb', 'wb').write(numpy_helper.from_array(np.load('x.npy'), 'x').SerializeToString())
 np.save('x_wide.npy', np.zeros((2, 4), dtype=np.float32))
@@ -185,6 +194,32 @@ TEST(Cli, RunInputPathsMayHoldCommas) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   expect_one_line_error("run two.onnx --input a=x.npy,a=x.npy", {"input 'a' given twice"});
   expect_one_line_error("run relu.onnx --input 'x=x.npy,nothere'", {"x.npy,nothere"});
+}
+
+// A PNG or JPEG file feeds an image input: converted to its channels as PIL's convert, / 255, then
+// --normalize (one mean and std, or one per channel); a batch of one.
+TEST(Cli, RunTakesAnImageFileForAnImageInput) {
+  CommandResult r = graphrun("run img.onnx --input rgb.png --output-dir out_img");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("pixels: f32[1,3,4,5]"), std::string::npos) << r.output;
+  r = graphrun("run grey.onnx --input image=rgb.png --output-dir out_grey");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = graphrun("run img.onnx --input image=rgb.png --normalize 0.5,0.25,1/1,2,4 --output-dir out_norm");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = graphrun("run img.onnx --input image=rgb.png --normalize 0.5,0.25 --output-dir out_norm1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto check = run_command("cd '" + data_dir() + "' && " + python() + " -c \"import numpy as np\n"
+                           "rgb = np.load('rgb_chw.npy')\n"
+                           "assert np.array_equal(np.load('out_img/pixels.npy'), rgb[None])\n"
+                           "assert np.array_equal(np.load('out_grey/pixels.npy'), np.load('grey_chw.npy'))\n"
+                           "m, s = np.array([.5, .25, 1], np.float32)[:, None, None], np.array([1, 2, 4], np.float32)[:, None, None]\n"
+                           "assert np.allclose(np.load('out_norm/pixels.npy'), ((rgb - m) / s)[None], rtol=0, atol=1e-6)\n"
+                           "assert np.allclose(np.load('out_norm1/pixels.npy'), ((rgb - .5) / .25)[None], rtol=0, atol=1e-6)\"");
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+  expect_one_line_error("run relu.onnx --input rgb.png", {"input 'x'", "f32[N,3]", "rgb.png", "[N,C,H,W]"});
+  expect_one_line_error("run img.onnx --input rgb.png --normalize 0.5,0.25/1,2", {"2 means", "3 channels"});
+  expect_one_line_error("run relu.onnx --input x.npy --normalize 0.5,0.25", {"--normalize", "image"});
+  expect_one_line_error("run img.onnx --input x.png", {"x.png"});
 }
 
 TEST(Cli, RunBadInputsGiveOneLineAndExit2) {

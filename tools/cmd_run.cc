@@ -1,10 +1,15 @@
 // graphrun run: runs a model forward on the CPU with inputs from .npy/.pb files; prints and saves its outputs.
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <set>
 
 #include "graph/onnx_io.h"
 #include "graph/tensor_io.h"
+#include "runtime/data/fit.h"
+#include "runtime/data/image.h"
 #include "runtime/executor.h"
 #include "tools/cli.h"
 
@@ -18,10 +23,12 @@ const Command& run_command() {
       "graphrun run MODEL.onnx --input NAME=FILE [--input NAME=FILE ...] [options]",
       "Runs MODEL.onnx forward on the CPU and prints each output (name, dtype, shape, first values).",
       {
-          {"input", "NAME=FILE", "a model input from a .npy or .pb file; repeat for each input, or list\n"
-                                 "                            them with commas (a comma followed by neither NAME= nor an\n"
-                                 "                            existing file is part of the path); a model with one input\n"
-                                 "                            also takes --input FILE", true},
+          {"input", "NAME=FILE", "a model input from a .npy or .pb file, or a PNG/JPEG image for an image\n"
+                                 "                            input; repeat for each input, or list them with commas (a\n"
+                                 "                            comma followed by neither NAME= nor an existing file is part\n"
+                                 "                            of the path); a model with one input also takes --input FILE", true},
+          {"normalize", "MEAN,STD", "image inputs: feed (x - MEAN) / STD, as train --normalize did; per channel\n"
+                                    "                            M1,M2,M3/S1,S2,S3"},
           {"output-dir", "DIR", "write each output to DIR/<output>.npy (created if missing); a bfloat16\n"
                                 "                            output, which numpy has no type for, to DIR/<output>.pb"},
           {"threads", "N", "intra-op threads (default 1)"},
@@ -31,6 +38,9 @@ const Command& run_command() {
       "Inputs must have the dtype the model declares and a shape that matches its known dimensions.\n"
       "float16 inputs come as .npy ('<f2') or .pb; bfloat16 inputs as .pb (an ONNX TensorProto of\n"
       "data_type BFLOAT16, the bits in raw_data or in int32_data).\n"
+      "An image (.png, .jpg, .jpeg) feeds an f32 [N,C,H,W] or [C,H,W] input (C 1 or 3, H and W known) as\n"
+      "training reads an image folder: converted to C channels as PIL's convert, resized to H x W\n"
+      "(bilinear), pixels / 255, then --normalize; a batch of one.\n"
       "Output names are made safe as file names: characters other than letters, digits, '.', '-' and\n"
       "'_' become '_'.\n"
       "\nexample:\n  graphrun run models/lenet.onnx --input image=x.npy --output-dir out/   # writes out/logits.npy"};
@@ -140,6 +150,62 @@ void check_input(const Graph& g, const std::string& name, const std::string& fil
                                  : ""));
 }
 
+bool is_image_file(const std::string& path) {
+  std::string e = std::filesystem::path(path).extension().string();
+  std::transform(e.begin(), e.end(), e.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return e == ".png" || e == ".jpg" || e == ".jpeg";
+}
+
+// --normalize: MEAN,STD for every channel, or one per channel (M1,M2,M3/S1,S2,S3).
+runtime::data::Normalize parse_run_normalize(const Args& args) {
+  runtime::data::Normalize n;
+  if (!args.has("normalize")) return n;
+  const std::string text = args.get("normalize");
+  std::string per = text;
+  if (text.find('/') == std::string::npos) {
+    const size_t comma = text.find(',');
+    if (comma == std::string::npos || text.find(',', comma + 1) != std::string::npos)
+      throw Error(args.usage_error("--normalize takes MEAN,STD or M1,M2,M3/S1,S2,S3, got '" + text + "'"));
+    per = text.substr(0, comma) + "/" + text.substr(comma + 1);
+  }
+  try {
+    return runtime::data::parse_normalize(per);
+  } catch (const Error& e) {
+    throw Error(args.usage_error(e.what()));
+  }
+}
+
+// A PNG/JPEG file as the model's image input: f32 [1,C,H,W] (or [C,H,W]) as training reads an image folder.
+Tensor read_image_input(const Graph& g, const std::string& name, const std::string& file,
+                        const runtime::data::Normalize& norm) {
+  const ValueInfo* vi = g.info(name);
+  const int rank = vi && vi->has_shape ? static_cast<int>(vi->shape.size()) : 0;
+  bool ok = vi && (vi->dtype == DType::F32 || vi->dtype == DType::Undefined) && (rank == 3 || rank == 4);
+  for (int d = rank - 3; ok && d < rank; ++d) ok = vi->shape[d].known();
+  ok = ok && (vi->shape[rank - 3].size == 1 || vi->shape[rank - 3].size == 3) &&
+       (rank == 3 || !vi->shape[0].known() || vi->shape[0].size == 1);
+  GR_CHECK(ok, "input '" << name << "' is " << (vi ? vi->str() : std::string("of unknown type"))
+                         << ": an image file (" << file << ") feeds an f32 [N,C,H,W] or [C,H,W] input, C 1 or 3, H and W known");
+  const int64_t C = vi->shape[rank - 3].size, H = vi->shape[rank - 2].size, W = vi->shape[rank - 1].size;
+  GR_CHECK(norm.empty() || norm.mean.size() == 1 || static_cast<int64_t>(norm.mean.size()) == C,
+           "--normalize gives " << norm.mean.size() << " means but input '" << name << "' has " << C << " channels");
+  std::ifstream f(file, std::ios::binary);
+  GR_CHECK(f, "image '" << file << "' cannot be read");
+  const std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  runtime::data::Image img;
+  runtime::data::decode_image(bytes.data(), bytes.size(), "image '" + file + "'", img);
+  Tensor t(DType::F32, rank == 4 ? Shape{1, C, H, W} : Shape{C, H, W});
+  float* p = t.data<float>();
+  runtime::data::image_to_chw(img, C, H, W, p);
+  if (!norm.empty())
+    for (int64_t c = 0; c < C; ++c) {
+      const size_t k = norm.mean.size() == 1 ? 0 : static_cast<size_t>(c);
+      const float mean = norm.mean[k], inv = 1.0f / norm.std[k];
+      for (int64_t i = 0; i < H * W; ++i) p[c * H * W + i] = (p[c * H * W + i] - mean) * inv;
+    }
+  return t;
+}
+
 // An output name as a safe file name: "/fc2/Gemm_output_0" -> "_fc2_Gemm_output_0".
 std::string safe_file_name(const std::string& name) {
   std::string r;
@@ -168,14 +234,19 @@ int cmd_run(const std::vector<std::string>& argv) {
   const int64_t threads = args.get_int("threads", 1);
   if (threads < 1 || threads > 1024) throw Error(args.usage_error("--threads must be between 1 and 1024"));
 
+  const runtime::data::Normalize norm = parse_run_normalize(args);
   Graph g = load_onnx(model);
   std::map<std::string, std::string> files = input_files(args, g, model);
   std::map<std::string, Tensor> feeds;
+  bool image = false;
   for (const auto& [name, file] : files) {
-    Tensor t = read_tensor_file(file, name);
+    const bool is_image = is_image_file(file);
+    image |= is_image;
+    Tensor t = is_image ? read_image_input(g, name, file, norm) : read_tensor_file(file, name);
     check_input(g, name, file, t);
     feeds[name] = std::move(t);
   }
+  if (!norm.empty() && !image) throw Error(args.usage_error("--normalize applies to image inputs, and no --input is an image"));
 
   runtime::ExecOptions opts;
   opts.threads = static_cast<int>(threads);
