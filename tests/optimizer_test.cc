@@ -2,6 +2,8 @@
 // ONNX, grad/show --devices carry the chosen optimizer, schedules feed the rate per step, bad flags.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -18,24 +20,24 @@ namespace {
 
 using testing::lenet_path;
 
-// A graph whose "gradient" of W is its input G: replicate() appends the optimizer nodes, so running
-// it applies exactly the optimizer the trainer uses to gradients we choose. W is f32 or f64 (a
-// float64 model's parameter, whose optimizer state is f64 too).
-Graph gradient_feed_graph(const Tensor& w) {
+// A graph whose "gradients" of W and V are its inputs G and H: replicate() appends the optimizer
+// nodes, so running it applies exactly the optimizer the trainer uses to gradients we choose. W and V
+// are f32 or f64 (a float64 model's parameters, whose optimizer state is f64 too).
+Graph gradient_feed_graph(const Tensor& w, const Tensor& v) {
   Graph g;
   g.name = "feed";
   g.opsets[""] = 17;
-  g.initializers["W"] = w.clone();
-  ValueInfo vi;
-  vi.dtype = w.dtype();
-  vi.has_shape = true;
-  for (int64_t d : w.shape()) vi.shape.push_back(Dim(d));
-  g.values["W"] = vi;
-  g.values["G"] = vi;
-  g.values["W_grad"] = vi;
-  g.inputs = {"G"};
-  g.nodes.push_back(Node{"feed_grad", "Identity", "", {"G"}, {"W_grad"}, {}});
-  g.outputs = {"W_grad"};
+  for (const auto& [name, t, in] : {std::tuple{"W", &w, "G"}, std::tuple{"V", &v, "H"}}) {
+    g.initializers[name] = t->clone();
+    ValueInfo vi;
+    vi.dtype = t->dtype();
+    vi.has_shape = true;
+    for (int64_t d : t->shape()) vi.shape.push_back(Dim(d));
+    g.values[name] = g.values[in] = g.values[std::string(name) + "_grad"] = vi;
+    g.inputs.push_back(in);
+    g.nodes.push_back(Node{std::string("feed_") + name, "Identity", "", {in}, {std::string(name) + "_grad"}, {}});
+    g.outputs.push_back(std::string(name) + "_grad");
+  }
   return g;
 }
 
@@ -55,25 +57,28 @@ passes::OptimizerOptions adam_options(const std::string& kind, float wd) {
   return o;
 }
 
-// Applies `steps` updates through replicate's optimizer nodes and through torch.optim, on weights of
-// type `dt` (torch in the same type); returns the largest difference of the weights after each step.
+// Applies `steps` updates through replicate's optimizer nodes and through torch.optim (torch_ctor on
+// the parameters [w, v]; with opt.clip_grad_norm, torch.nn.utils.clip_grad_norm_ before each step),
+// on weights of type `dt` (torch in the same type); returns the largest difference of the weights
+// after each step.
 double optimizer_vs_torch(const passes::OptimizerOptions& opt, const std::string& torch_ctor,
-                          DType dt = DType::F32) {
-  const Shape shape{3, 5};
+                          DType dt = DType::F32, bool torch_clips = true) {
+  const Shape shape{3, 5}, vshape{4};
   const int steps = 6;
   const bool f64 = dt == DType::F64;
   auto typed = [&](const Tensor& t) { return f64 ? Tensor::from_vector<double>(t.shape(), t.as_doubles()) : t; };
-  Tensor w0 = typed(testing::random_tensor(shape, 7));
-  std::vector<Tensor> grads;
+  Tensor w0 = typed(testing::random_tensor(shape, 7)), v0 = typed(testing::random_tensor(vshape, 8));
+  std::vector<Tensor> grads, vgrads;
   std::vector<float> lrs;  // the graph's learning rate input is f32 (cast to f64 for f64 parameters)
   for (int s = 0; s < steps; ++s) {
     grads.push_back(typed(testing::random_tensor(shape, 100 + s, -0.5f, 0.5f)));
+    vgrads.push_back(typed(testing::random_tensor(vshape, 200 + s, -2.f, 2.f)));
     lrs.push_back(float(0.01 * (s + 1) / steps + 0.002));  // a changing rate, as schedules feed it
   }
   runtime::ReplicateOptions ro;
-  ro.params = {"W"};
+  ro.params = {"W", "V"};
   ro.optimizer = opt;
-  auto reps = runtime::replicate(gradient_feed_graph(w0), ro);
+  auto reps = runtime::replicate(gradient_feed_graph(w0, v0), ro);
   runtime::ExecOptions eo;
   eo.state_updates = reps[0].state_updates;
   eo.fetch = {};
@@ -83,26 +88,34 @@ double optimizer_vs_torch(const passes::OptimizerOptions& opt, const std::string
   {
     std::ofstream f(dir + "/in.txt");
     write_tensor(f, w0);
+    write_tensor(f, v0);
     for (int s = 0; s < steps; ++s) {
       f.precision(17);
       f << double(lrs[s]) << "\n";
       write_tensor(f, grads[s]);
+      write_tensor(f, vgrads[s]);
     }
   }
   {
+    std::ostringstream clip;
+    clip.precision(17);
+    if (opt.clip_grad_norm > 0 && torch_clips) clip << "    torch.nn.utils.clip_grad_norm_([w, v], " << double(opt.clip_grad_norm) << ")\n";
+    std::string ctor = torch_ctor;
+    ctor.replace(ctor.find("[w]"), 3, "[w, v]");
     std::ofstream py(dir + "/ref.py");
     py << "import torch\n"
           "lines = open('" << dir << "/in.txt').read().split('\\n')\n"
-          "vec = lambda s: torch.tensor([float(x) for x in s.split()], dtype=torch."
-       << (f64 ? "float64" : "float32") << ").reshape(3, 5)\n"
-          "w = torch.nn.Parameter(vec(lines[0]))\n"
-          "opt = " << torch_ctor << "\n"
+          "vec = lambda s: torch.tensor([float(x) for x in s.split()], dtype=torch." << (f64 ? "float64" : "float32") << ")\n"
+          "w, v = torch.nn.Parameter(vec(lines[0]).reshape(3, 5)), torch.nn.Parameter(vec(lines[1]))\n"
+          "opt = " << ctor << "\n"
           "out = open('" << dir << "/out.txt', 'w')\n"
           "for s in range(" << steps << "):\n"
-          "    for group in opt.param_groups: group['lr'] = float(lines[1 + 2 * s])\n"
-          "    w.grad = vec(lines[2 + 2 * s])\n"
+          "    for group in opt.param_groups: group['lr'] = float(lines[2 + 3 * s])\n"
+          "    w.grad = vec(lines[3 + 3 * s]).reshape(3, 5)\n"
+          "    v.grad = vec(lines[4 + 3 * s])\n"
+       << clip.str() <<
           "    opt.step()\n"
-          "    out.write(' '.join('%.17g' % v for v in w.detach().reshape(-1).tolist()) + '\\n')\n";
+          "    out.write(' '.join('%.17g' % x for x in w.detach().reshape(-1).tolist() + v.detach().tolist()) + '\\n')\n";
   }
   auto r = testing::run_command(testing::python() + " " + dir + "/ref.py");
   EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -110,12 +123,13 @@ double optimizer_vs_torch(const passes::OptimizerOptions& opt, const std::string
   double worst = 0, moved = 0;
   const auto w0d = w0.as_doubles();
   for (int s = 0; s < steps; ++s) {
-    std::map<std::string, Tensor> feeds{{"G", grads[s]}, {"lr", Tensor::scalar<float>(lrs[s])}};
+    std::map<std::string, Tensor> feeds{{"G", grads[s]}, {"H", vgrads[s]}, {"lr", Tensor::scalar<float>(lrs[s])}};
     if (reps[0].graph.is_input("step")) feeds["step"] = Tensor::scalar<int64_t>(s);  // stateful optimizers
     ex.run(feeds);
     const Tensor& w = ex.state("W");
     EXPECT_EQ(w.dtype(), dt);
-    const auto wd = w.as_doubles();
+    auto wd = w.as_doubles();
+    for (double x : ex.state("V").as_doubles()) wd.push_back(x);
     for (size_t i = 0; i < wd.size(); ++i) {
       double v = std::nan("");
       ref >> v;
@@ -124,6 +138,8 @@ double optimizer_vs_torch(const passes::OptimizerOptions& opt, const std::string
     }
   }
   EXPECT_GT(moved, 1e-3) << "the optimizer did not move the weights";
+  std::string extra;
+  EXPECT_FALSE(ref >> extra) << "torch wrote more values than the graph has: " << extra;
   return worst;
 }
 
@@ -187,13 +203,38 @@ TEST(Optimizer, Float64ParametersKeepFloat64StateAndEqualTorchInFloat64) {
                                DType::F64), tol);
 }
 
+// --clip-grad-norm: the global norm over every parameter's summed gradient (W's and V's here, the
+// norms about 1.1 and 2.3), each scaled by min(1, max / (norm + 1e-6)) before weight decay and the
+// step, as torch.nn.utils.clip_grad_norm_ before opt.step(): with plain SGD, momentum and AdamW, in
+// float32 and float64; a max above the norms changes nothing.
+TEST(Optimizer, ClipGradNormEqualsTorchClipGradNorm) {
+  auto clip = [](passes::OptimizerOptions o, float max) {
+    o.clip_grad_norm = max;
+    return o;
+  };
+  passes::OptimizerOptions sgd, momentum;
+  sgd.weight_decay = 0.0625f;
+  momentum.momentum = 0.875f;
+  EXPECT_LE(optimizer_vs_torch(clip(sgd, 0.5f), "torch.optim.SGD([w], lr=0.01, weight_decay=0.0625)"), 1e-7);
+  EXPECT_LE(optimizer_vs_torch(clip(momentum, 0.5f), "torch.optim.SGD([w], lr=0.01, momentum=0.875)"), 1e-7);
+  EXPECT_LE(optimizer_vs_torch(clip(adam_options("adamw", 0.5f), 0.25f),
+                               "torch.optim.AdamW([w], lr=0.01, betas=(0.8, 0.95), eps=1e-8, weight_decay=0.5)"),
+            1e-6);
+  EXPECT_LE(optimizer_vs_torch(clip(momentum, 0.5f), "torch.optim.SGD([w], lr=0.01, momentum=0.875)", DType::F64), 1e-13);
+  EXPECT_LE(optimizer_vs_torch(clip(sgd, 100.f), "torch.optim.SGD([w], lr=0.01, weight_decay=0.0625)", DType::F64), 1e-13);
+  // The graph's clipping against torch's unclipped steps: far apart, so the comparisons above can fail.
+  EXPECT_GT(optimizer_vs_torch(clip(momentum, 0.5f), "torch.optim.SGD([w], lr=0.01, momentum=0.875)", DType::F32,
+                               /*torch_clips=*/false),
+            1e-3);
+}
+
 TEST(Optimizer, AdamWGraphUsesGraphrunAdamAndExportsCheckerValid) {
   auto reps = [] {
     runtime::ReplicateOptions ro;
-    ro.params = {"W"};
+    ro.params = {"W", "V"};
     ro.optimizer.kind = "adamw";
     ro.optimizer.weight_decay = 0.01f;
-    return runtime::replicate(gradient_feed_graph(testing::random_tensor({2, 2}, 1)), ro);
+    return runtime::replicate(gradient_feed_graph(testing::random_tensor({2, 2}, 1), testing::random_tensor({3}, 2)), ro);
   }();
   int adam = 0;
   for (const Node& n : reps[0].graph.nodes)
@@ -253,10 +294,18 @@ TEST(Optimizer, ScheduleFeedsTheLearningRatePerStep) {
 TEST(Optimizer, CliRefusesContradictoryOptimizerAndScheduleFlags) {
   if (!std::filesystem::exists(lenet_path())) GTEST_SKIP() << "models/lenet.onnx is missing";
   for (const char* bad : {" --optimizer rmsprop", " --optimizer adam --momentum 0.9", " --beta1 0.9",
-                          " --lr-schedule step", " --lr-schedule wavy", " --lr-gamma 0.5"}) {
+                          " --lr-schedule step", " --lr-schedule wavy", " --lr-gamma 0.5", " --clip-grad-norm 0",
+                          " --clip-grad-norm -1", " --clip-grad-norm inf", " --clip-grad-norm big"}) {
     auto r = testing::run_command(testing::graphrun_cli() + " train " + lenet_path() + bad);
     EXPECT_EQ(r.exit_code, 2) << bad << "\n" << r.output;
   }
+  auto r = testing::run_command(testing::graphrun_cli() + " show " + lenet_path() + " --clip-grad-norm 1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--clip-grad-norm needs --devices"), std::string::npos) << r.output;
+  // The per-device graph shows the clipping nodes.
+  r = testing::run_command(testing::graphrun_cli() + " show " + lenet_path() + " --devices 2 --clip-grad-norm 1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("grad_clip_at_most_one"), std::string::npos) << r.output;
 }
 
 }  // namespace

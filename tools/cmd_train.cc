@@ -82,6 +82,8 @@ const Command& train_command() {
           {"beta1", "B1", "adam/adamw: decay of the first moment (default 0.9)"},
           {"beta2", "B2", "adam/adamw: decay of the second moment (default 0.999)"},
           {"eps", "EPS", "adam/adamw: epsilon (default 1e-8)"},
+          {"clip-grad-norm", "MAX", "scale the summed gradients so that their global L2 norm is at most MAX,\n"
+                                    "                            before weight decay and the step (torch's clip_grad_norm_)"},
           {"lr-schedule", "KIND", "constant (default), step (x --lr-gamma every --lr-step-size steps) or cosine\n"
                                   "                            (lr x 0.5 (1 + cos(pi (s - W) / (T - W))) at step s of T, the\n"
                                   "                            run's steps: 0 just after the last; e.g. T = 6: 0.067 lr at the\n"
@@ -298,6 +300,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   if (loss == "mse") o.pipeline.loss = autodiff::LossKind::MSE;
   o.pipeline.output = args.get("loss-output");
   auto& opt = o.pipeline.optimizer;
+  opt.clip_grad_norm = parse_clip_grad_norm(args);
   opt.kind = args.get("optimizer", "sgd");
   if (opt.kind != "sgd" && opt.kind != "adam" && opt.kind != "adamw")
     throw bad("--optimizer '" + opt.kind + "': choose sgd, adam or adamw");

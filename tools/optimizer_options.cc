@@ -14,10 +14,19 @@ std::vector<Option> optimizer_options() {
       {"beta1", "B1", "with --devices: adam/adamw beta1 (default 0.9)"},
       {"beta2", "B2", "with --devices: adam/adamw beta2 (default 0.999)"},
       {"eps", "EPS", "with --devices: adam/adamw epsilon (default 1e-8)"},
+      {"clip-grad-norm", "MAX", "with --devices: scale the summed gradients to a global L2 norm of at most MAX"},
   };
 }
 
 double default_weight_decay(const std::string& kind) { return kind == "adamw" ? 0.01 : 0; }
+
+float parse_clip_grad_norm(const Args& args) {
+  if (!args.has("clip-grad-norm")) return 0;
+  const double v = args.get_double("clip-grad-norm", 0);
+  if (!(v > 0) || !std::isfinite(v) || v > 3.4e38)
+    throw Error(args.usage_error("--clip-grad-norm must be a positive number, got " + args.get("clip-grad-norm")));
+  return static_cast<float>(v);
+}
 
 runtime::OptimizerOptions parse_optimizer_options(const Args& args, bool data_parallel) {
   auto bad = [&](const std::string& msg) { return Error(args.usage_error(msg)); };
@@ -44,6 +53,7 @@ runtime::OptimizerOptions parse_optimizer_options(const Args& args, bool data_pa
   const double eps = args.get_double("eps", 1e-8);
   if (!(eps > 0) || !std::isfinite(eps)) throw bad("--eps must be a positive number, got " + args.get("eps"));
   opt.eps = static_cast<float>(eps);
+  opt.clip_grad_norm = parse_clip_grad_norm(args);
   return opt;
 }
 

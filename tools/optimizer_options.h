@@ -15,5 +15,7 @@ std::vector<Option> optimizer_options();
 runtime::OptimizerOptions parse_optimizer_options(const Args& args, bool data_parallel);
 // --weight-decay's default for --optimizer KIND: torch.optim's, 0.01 for adamw (AdamW's), else 0.
 double default_weight_decay(const std::string& kind);
+// --clip-grad-norm MAX: 0 when not given; a usage error unless MAX is a positive number.
+float parse_clip_grad_norm(const Args& args);
 
 }  // namespace graphrun::cli

@@ -1,6 +1,8 @@
 // Pass add_optimizer: optimizer nodes per bucket of summed gradients, and the state they update.
 #include "graph/passes/add_optimizer.h"
 
+#include <cmath>
+#include <map>
 #include <sstream>
 
 #include "graph/passes/bucket_allreduce.h"
@@ -57,6 +59,69 @@ Graph add_optimizer(const Graph& in, const AddOptimizerOptions& opts) {
     return n;
   };
 
+  // --clip-grad-norm: the global L2 norm of every summed gradient (in f64 when every parameter is f64,
+  // else f32), and each gradient scaled by min(1, max / (norm + 1e-6)), as torch's clip_grad_norm_.
+  std::map<std::string, std::string> clipped;  // summed gradient -> its clipped value
+  GR_CHECK(opt.clip_grad_norm >= 0 && std::isfinite(opt.clip_grad_norm), "clip_grad_norm must be >= 0");
+  if (opt.clip_grad_norm > 0) {
+    bool all64 = true;
+    for (const auto& bucket : buckets)
+      for (const ReducedGradient& p : bucket) all64 &= g.initializers.at(p.param).dtype() == DType::F64;
+    const DType nt = all64 ? DType::F64 : DType::F32;
+    auto constant = [&](const std::string& base, double v) {
+      std::string n = g.unique_name(base);
+      g.initializers[n] = nt == DType::F64 ? Tensor::scalar<double>(v) : Tensor::scalar<float>(static_cast<float>(v));
+      g.values[n] = scalar_info(nt);
+      return n;
+    };
+    std::vector<std::string> squares;
+    for (const auto& bucket : buckets)
+      for (const ReducedGradient& p : bucket) {
+        const ValueInfo vi = value_info_of(g.initializers.at(p.param));
+        std::string sq = add_value(p.param + ".grad_sq", vi), sum = add_value(p.param + ".grad_sq_sum", scalar_info(vi.dtype));
+        out.push_back(Node{g.unique_name("grad_clip_square_" + p.param), "Mul", "", {p.sum, p.sum}, {sq}, {}});
+        out.push_back(Node{g.unique_name("grad_clip_sum_" + p.param), "ReduceSum", "", {sq}, {sum}, {{"keepdims", Attribute::Int(0)}}});
+        if (vi.dtype != nt) {
+          std::string cast = add_value(sum + "_cast", scalar_info(nt));
+          out.push_back(Node{g.unique_name("grad_clip_cast_" + p.param), "Cast", "", {sum}, {cast},
+                             {{"to", Attribute::Int(static_cast<int64_t>(nt))}}});
+          sum = cast;
+        }
+        squares.push_back(sum);
+      }
+    const std::string total = add_value("grad_norm_squared", scalar_info(nt)), norm = add_value("grad_norm", scalar_info(nt)),
+                      denom = add_value("grad_norm_plus_eps", scalar_info(nt)), ratio = add_value("grad_clip_ratio", scalar_info(nt)),
+                      coef = add_value("grad_clip_coef", scalar_info(nt));
+    out.push_back(Node{g.unique_name("grad_clip_total"), "Sum", "", squares, {total}, {}});
+    out.push_back(Node{g.unique_name("grad_clip_norm"), "Sqrt", "", {total}, {norm}, {}});
+    out.push_back(Node{g.unique_name("grad_clip_eps"), "Add", "", {norm, constant("grad_clip_epsilon", 1e-6)}, {denom}, {}});
+    out.push_back(Node{g.unique_name("grad_clip_max_over_norm"), "Div", "", {constant("grad_clip_max_norm", opt.clip_grad_norm), denom},
+                       {ratio}, {}});
+    out.push_back(Node{g.unique_name("grad_clip_at_most_one"), "Min", "", {ratio, constant("grad_clip_one", 1.0)}, {coef}, {}});
+    std::string coef_cast;  // the coefficient in f64, for the f64 gradients of a model that mixes types
+    for (const auto& bucket : buckets)
+      for (const ReducedGradient& p : bucket) {
+        const ValueInfo vi = value_info_of(g.initializers.at(p.param));
+        std::string c = coef;
+        if (vi.dtype != nt) {
+          std::string& cc = coef_cast;
+          if (cc.empty()) {
+            cc = add_value("grad_clip_coef_" + std::string(dtype_name(vi.dtype)), scalar_info(vi.dtype));
+            out.push_back(Node{g.unique_name("grad_clip_coef_cast"), "Cast", "", {coef}, {cc},
+                               {{"to", Attribute::Int(static_cast<int64_t>(vi.dtype))}}});
+          }
+          c = cc;
+        }
+        std::string scaled = add_value(p.param + ".grad_clipped", vi);
+        out.push_back(Node{g.unique_name("grad_clip_scale_" + p.param), "Mul", "", {p.sum, c}, {scaled}, {}});
+        clipped[p.sum] = scaled;
+      }
+  }
+  auto grad_of = [&](const ReducedGradient& p) {
+    auto it = clipped.find(p.sum);
+    return it == clipped.end() ? p.sum : it->second;
+  };
+
   std::string decay_const, adam_t, lr64, decay64, lr_decay, lr_decay64;
   for (size_t b = 0; b < buckets.size(); ++b) {
     const auto& bucket = buckets[b];
@@ -84,7 +149,7 @@ Graph add_optimizer(const Graph& in, const AddOptimizerOptions& opts) {
       const std::string& wd = f64 ? decay64 : decay_const;
       for (const ReducedGradient& p : bucket) {
         const ValueInfo vi = value_info_of(g.initializers.at(p.param));
-        std::string grad = p.sum;
+        std::string grad = grad_of(p);
         if (opt.weight_decay > 0) {
           std::string decay = add_value(p.param + ".decay", vi), reg = add_value(p.param + ".grad_l2", vi);
           out.push_back(Node{g.unique_name("sgd_decay_" + p.param), "Mul", "", {wd, p.param}, {decay}, {}});
@@ -114,7 +179,7 @@ Graph add_optimizer(const Graph& in, const AddOptimizerOptions& opts) {
     for (const ReducedGradient& p : bucket) {
       const Tensor& w = g.initializers.at(p.param);
       xs.push_back(p.param);
-      gs.push_back(p.sum);
+      gs.push_back(grad_of(p));
       xnew.push_back(add_value(p.param + ".new", value_info_of(w)));
       updates.emplace_back(xnew.back(), p.param);
       if (decoupled) {
@@ -197,6 +262,7 @@ Pass add_optimizer_pass(const AddOptimizerOptions& opts) {
     return os.str();
   };
   std::vector<std::pair<std::string, std::string>> kv{{"optimizer", o.kind}};
+  if (o.clip_grad_norm > 0) kv.push_back({"clip_grad_norm", num(o.clip_grad_norm)});
   if (o.kind == "sgd") {
     if (o.momentum > 0) kv.push_back({"momentum", num(o.momentum)});
     if (o.nesterov) kv.push_back({"nesterov", "1"});

@@ -21,6 +21,10 @@ struct OptimizerOptions {
   // adamw: the same Adam node without L2 (norm_coefficient 0), then X_new -= lr * weight_decay * X
   // as standard Mul/Sub nodes: torch.optim.AdamW's decoupled weight decay.
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+  // > 0: torch.nn.utils.clip_grad_norm_(params, clip_grad_norm) between the backward pass and the
+  // step: every summed gradient times min(1, max / (||all gradients||_2 + 1e-6)), before weight decay
+  // and the optimizer, as standard nodes (Mul, ReduceSum, Sum, Sqrt, Add, Div, Min) named grad_clip_*.
+  float clip_grad_norm = 0;
 };
 
 struct AddOptimizerOptions {
