@@ -82,11 +82,13 @@ void Trainer::setup_evaluation() {
     const int64_t n = std::min<int64_t>(2, test_src_->size());
     std::map<std::string, Tensor> bufs;
     Tensor out;
+    // The first test examples (an error reading them names their file itself), then the model on them.
+    const std::map<std::string, Tensor> first = read_inputs(*test_src_, graphs_.inputs, 0, n, bufs);
     try {
-      out = check.run(read_inputs(*test_src_, graphs_.inputs, 0, n, bufs)).at(graphs_.logits);  // only its shape is read
+      out = check.run(first).at(graphs_.logits);  // only its shape is read
     } catch (const Error& e) {
       GR_FAIL("model '" << graphs_.forward.name << "' cannot run on the " << (train_.size() ? "images" : "data")
-                        << " of '" << opts_.data_dir << "': " << e.what());
+                        << " of " << test_src_->describe() << ": " << e.what());
     }
     if (mse()) {
       const data::ArraySpec& t = test_src_->spec(data::kLabels);

@@ -721,5 +721,25 @@ b = open('tree/1/05.png', 'rb').read(); open('tree/1/05.png', 'wb').write(b[:len
   expect_bad(m, "--data " + d + "/tree --batch-size 8 --epochs 1", {"tree/1/05.png"});
 }
 
+// A corrupt first test image (found when the model first runs on the test set, before training) is
+// an error naming that image, not one blaming the model and the training data.
+TEST(TrainData, ACorruptFirstTestImageNamesTheImage) {
+  const std::string d = testing::temp_dir("train_data_png_bad_test"), m = testing::source_dir() + "/models/lenet.onnx";
+  run_python(d, std::string(kPng) + R"(
+r = np.random.RandomState(0)
+for s in ('train', 'test'):
+    for c in range(2):
+        os.makedirs('%s/%d' % (s, c))
+        for i in range(4): open('%s/%d/%02d.png' % (s, c, i), 'wb').write(png(r.randint(0, 255, (28, 28)).astype(np.uint8)))
+b = bytearray(open('test/0/00.png', 'rb').read()); b[45] ^= 0xff  # inside IDAT: its CRC no longer matches
+open('test/0/00.png', 'wb').write(bytes(b))
+)");
+  auto r = testing::run_command(testing::graphrun_cli() + " train " + m + " --data " + d + "/train --test-data " + d +
+                                "/test --batch-size 4 --epochs 1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(r.output.rfind("graphrun train: error: image '" + d + "/test/0/00.png'", 0), 0u) << r.output;
+  EXPECT_EQ(r.output.find("cannot run"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace graphrun
