@@ -440,7 +440,7 @@ std::string plan_json(const Plan& p) {
                        {"step_s", p.step_n},
                        {"speedup", p.speedup()},
                        {"efficiency", p.efficiency()}};
-  return j.dump(2);
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string bytes_str(double bytes) {

@@ -60,7 +60,7 @@ void Profiler::write_trace(const std::string& path) const {
   nlohmann::json doc{{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};
   std::ofstream f(path);
   GR_CHECK(f, "--profile " << path << ": cannot write the file");
-  f << doc.dump() << "\n";
+  f << doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";  // node names may hold any bytes
   GR_CHECK(f.good(), "--profile " << path << ": writing failed");
 }
 

@@ -137,6 +137,7 @@ struct EpochStats {
   double loss = 0;       // mean training loss over the epoch's examples
   double train_acc = 0;  // from the logits of the training forward passes
   double test_acc = 0;
+  double test_loss = 0;   // the mean cross-entropy over the test set (--loss mse: test_mse instead)
   double test_top5 = -1;  // more than 10 classes only
   double test_mse = -1;   // --loss mse only (test_acc and train_acc are then 0)
   double seconds = 0;    // training steps only (not evaluation), as d2l's timer

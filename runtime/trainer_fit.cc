@@ -4,6 +4,8 @@
 #include <fstream>
 #include <iostream>
 
+#include <nlohmann/json.hpp>
+
 #include "graph/onnx_io.h"
 #include "graph/passes/train_mode.h"
 #include "runtime/checkpoint.h"
@@ -13,18 +15,33 @@
 namespace graphrun::runtime {
 
 std::vector<EpochStats> Trainer::fit() {
-  std::ofstream metrics;
-  if (!opts_.metrics_path.empty() && speaks()) {
-    metrics.open(opts_.metrics_path, std::ios::trunc);
-    GR_CHECK(metrics, "--metrics: cannot open '" << opts_.metrics_path << "' for writing");
-  }
   report_start();
   const int first_epoch = resume();
   std::vector<EpochStats> all;
   if (first_epoch >= opts_.epochs) {
+    // (--metrics keeps the lines of the run that did the epochs.)
     if (opts_.log) *opts_.log << "nothing left to train: all " << opts_.epochs << " epochs are done" << std::endl;
     if (!opts_.save_path.empty() && speaks()) save(opts_.save_path);
     return all;
+  }
+  std::ofstream metrics;
+  if (!opts_.metrics_path.empty() && speaks()) {
+    // A resumed run keeps the lines of the epochs its checkpoint has done (the run that did them wrote
+    // them), and writes the rest: the file reads as the uninterrupted run's.
+    std::vector<std::string> kept;
+    if (first_epoch > 0 || resume_epoch_ >= 0) {
+      std::ifstream old(opts_.metrics_path);
+      for (std::string line; std::getline(old, line);) {
+        const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+        if (j.is_object() && j.contains("epoch") && j["epoch"].is_number_integer() && j["epoch"].get<int64_t>() >= 1 &&
+            j["epoch"].get<int64_t>() <= first_epoch)
+          kept.push_back(line);
+      }
+    }
+    metrics.open(opts_.metrics_path, std::ios::trunc);
+    GR_CHECK(metrics, "--metrics: cannot open '" << opts_.metrics_path << "' for writing");
+    for (const std::string& line : kept) metrics << line << "\n";
+    metrics.flush();
   }
   for (int e = first_epoch; e < opts_.epochs; ++e) {
     EpochStats st = train_epoch(e);
@@ -80,6 +97,7 @@ EpochStats Trainer::train_epoch(int epoch) {
   EpochStats st = epoch_stats(epoch, seconds);
   const EvalStats ev = evaluate_stats();
   st.test_acc = ev.accuracy;
+  st.test_loss = ev.loss;
   st.test_top5 = ev.top5;
   if (mse()) st.test_mse = ev.loss, st.train_acc = 0;
   return st;

@@ -80,6 +80,7 @@ void Trainer::write_metrics(std::ostream& os, const EpochStats& st) const {
   j["loss"] = rounded(st.loss, 6);
   j["train_acc"] = rounded(st.train_acc, 6);
   j["test_acc"] = rounded(st.test_acc, 6);
+  if (!mse()) j["test_loss"] = rounded(st.test_loss, 6);
   if (st.test_top5 >= 0) j["test_top5"] = rounded(st.test_top5, 6);
   if (mse()) j["test_mse"] = rounded(st.test_mse, -1);
   if (!train_.images.defined()) j["test_data"] = test_from_;
@@ -88,7 +89,7 @@ void Trainer::write_metrics(std::ostream& os, const EpochStats& st) const {
   j["lr"] = rounded(st.lr, -1);
   j["devices"] = world_devices_str();
   j["threads"] = threads_;
-  os << j.dump() << std::endl;
+  os << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;  // a name from a file may hold any bytes
   GR_CHECK(os, "--metrics: cannot write '" << opts_.metrics_path << "'");
 }
 
@@ -122,7 +123,7 @@ void Trainer::write_eval_metrics(std::ostream& os, const EvalStats& st) const {
   if (!train_.images.defined()) j["test_data"] = test_from_;
   j["devices"] = world_devices_str();
   j["threads"] = threads_;
-  os << j.dump() << std::endl;
+  os << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;  // a name from a file may hold any bytes
   GR_CHECK(os, "--metrics: cannot write '" << opts_.metrics_path << "'");
 }
 

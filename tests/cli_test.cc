@@ -242,6 +242,34 @@ TEST(Cli, RunBadInputsGiveOneLineAndExit2) {
   expect_one_line_error("run relu.onnx --input x.npy --bogus", {"unknown option --bogus"});
 }
 
+// Output files are checked when a command starts, and never destroy a file the command reads: an
+// output that is the model or a data file, or two outputs that are one file, are refused naming both;
+// an unwritable place is refused before any work, naming the reason; --profile leaves an existing file
+// alone when the run fails before writing it (it wrote an empty trace over it at the start).
+TEST(Cli, OutputsNeverDestroyInputsAndAreCheckedFirst) {
+  auto bytes = [](const std::string& f) {
+    std::ifstream in(data_dir() + "/" + f, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const std::string relu = bytes("relu.onnx");
+  expect_one_line_error("show relu.onnx -o relu.onnx", {"--output relu.onnx is the model"});
+  expect_one_line_error("show relu.onnx -o ./relu.onnx", {"is the model"});
+  expect_one_line_error("grad relu.onnx -o relu.onnx", {"--output relu.onnx is the model"});
+  expect_one_line_error("run relu.onnx --input x.npy --profile x.npy", {"--profile x.npy", "--input x"});
+  expect_one_line_error("train relu.onnx --metrics relu.onnx", {"--metrics relu.onnx is the model"});
+  expect_one_line_error("train relu.onnx --data x.npy --profile x.npy", {"--profile x.npy is --data's file"});
+  expect_one_line_error("train relu.onnx --save s.onnx --metrics s.onnx", {"--metrics and --save name the same file"});
+  EXPECT_EQ(bytes("relu.onnx"), relu);
+  EXPECT_EQ(bytes("x.npy").size(), 152u);
+  expect_one_line_error("train relu.onnx --save nodir/s.onnx", {"--save nodir/s.onnx: cannot write there", "no directory 'nodir'"});
+  expect_one_line_error("grad relu.onnx -o nodir/g.onnx", {"cannot write there"});
+  expect_one_line_error("train relu.onnx --metrics .", {"--metrics .: cannot write there: it is a directory"});
+  std::ofstream(data_dir() + "/old_trace.json") << "kept\n";
+  CommandResult r = graphrun("train relu.onnx --data nothere.npz --profile old_trace.json");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(bytes("old_trace.json"), "kept\n");
+}
+
 TEST(Cli, ShowPrintsTextAndDot) {
   CommandResult r = graphrun("show relu.onnx");
   ASSERT_EQ(r.exit_code, 0) << r.output;

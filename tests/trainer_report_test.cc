@@ -36,7 +36,7 @@ TEST(TrainerReport, MetricsHoldOneJsonObjectPerEpochWithItsFigures) {
     const auto j = nlohmann::ordered_json::parse(line);
     std::vector<std::string> keys;
     for (const auto& [k, _] : j.items()) keys.push_back(k);
-    EXPECT_EQ(keys, (std::vector<std::string>{"epoch", "steps", "loss", "train_acc", "test_acc", "seconds",
+    EXPECT_EQ(keys, (std::vector<std::string>{"epoch", "steps", "loss", "train_acc", "test_acc", "test_loss", "seconds",
                                               "images_per_sec", "lr", "devices", "threads"}));
     const runtime::EpochStats& st = all[e];
     EXPECT_EQ(j["epoch"].get<int>(), st.epoch);
@@ -44,6 +44,8 @@ TEST(TrainerReport, MetricsHoldOneJsonObjectPerEpochWithItsFigures) {
     EXPECT_NEAR(j["loss"].get<double>(), st.loss, 5e-7);
     EXPECT_NEAR(j["train_acc"].get<double>(), st.train_acc, 5e-7);
     EXPECT_NEAR(j["test_acc"].get<double>(), st.test_acc, 5e-7);
+    EXPECT_NEAR(j["test_loss"].get<double>(), st.test_loss, 5e-7);
+    EXPECT_GT(st.test_loss, 0);
     EXPECT_NEAR(j["seconds"].get<double>(), st.seconds, 5e-4);
     EXPECT_DOUBLE_EQ(j["lr"].get<double>(), 0.05);
     EXPECT_EQ(j["devices"].get<std::string>(), "[cpu:0, cpu:1]");
@@ -159,6 +161,51 @@ TEST(TrainerReport, CliEvalOnlyReadsOnlyTheTestData) {
   r = testing::run_command(testing::graphrun_cli() + " train " + d + "/tab.onnx --data " + d + "/tab.npz --eval-only --threads 1");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find(" (tab, 4 examples: 10% of '" + d + "/tab.npz' held out (seed 0))\n"), std::string::npos) << r.output;
+}
+
+// --resume keeps the --metrics lines of the epochs its checkpoint has done (the first run wrote them)
+// and appends the rest: the file reads as the uninterrupted run's. A run with nothing left to train
+// leaves the file alone (both truncated it: a resumed 4-epoch run kept epochs 3-4, a finished one none).
+TEST(TrainerReport, ResumeKeepsTheMetricsOfTheEpochsDone) {
+  const std::string d = testing::temp_dir("trainer_report_resume_metrics");
+  {
+    std::ofstream py(d + "/make.py");
+    py << "import numpy as np, onnx\n"
+          "from onnx import helper as h, TensorProto as T, numpy_helper as nh\n"
+          "r = np.random.RandomState(0)\n"
+          "x = r.randn(64, 8).astype(np.float32)\n"
+          "np.savez('" << d << "/tab.npz', x=x, labels=(x[:, 0] > 0).astype(np.int64))\n"
+          "g = h.make_graph([h.make_node('Gemm', ['x', 'w', 'b'], ['logits'], transB=1)], 'tab',\n"
+          "                 [h.make_tensor_value_info('x', T.FLOAT, ['N', 8])], [h.make_tensor_value_info('logits', T.FLOAT, ['N', 2])],\n"
+          "                 [nh.from_array(r.randn(2, 8).astype(np.float32), 'w'), nh.from_array(np.zeros(2, np.float32), 'b')])\n"
+          "onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), '" << d << "/tab.onnx')\n";
+  }
+  auto r = testing::run_command(testing::python() + " " + d + "/make.py");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string cmd = testing::graphrun_cli() + " train " + d + "/tab.onnx --data " + d + "/tab.npz --threads 1 " +
+                          "--batch-size 16 --checkpoint-dir " + d + "/ck --metrics " + d + "/m.jsonl --epochs ";
+  auto epochs = [&](const std::string& file) {
+    std::ifstream f(file);
+    std::vector<int> e;
+    for (std::string line; std::getline(f, line);) e.push_back(nlohmann::json::parse(line)["epoch"].get<int>());
+    return e;
+  };
+  r = testing::run_command(cmd + "2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream first(d + "/m.jsonl");
+  std::string line1;
+  std::getline(first, line1);
+  r = testing::run_command(cmd + "4 --resume");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(epochs(d + "/m.jsonl"), (std::vector<int>{1, 2, 3, 4}));
+  std::ifstream again(d + "/m.jsonl");
+  std::string line;
+  std::getline(again, line);
+  EXPECT_EQ(line, line1);  // the first run's line, as it wrote it
+  r = testing::run_command(cmd + "4 --resume");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("nothing left to train"), std::string::npos) << r.output;
+  EXPECT_EQ(epochs(d + "/m.jsonl"), (std::vector<int>{1, 2, 3, 4}));
 }
 
 }  // namespace

@@ -4,10 +4,15 @@
 
 #include <CLI/CLI.hpp>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <sstream>
 
 namespace graphrun::cli {
@@ -164,6 +169,54 @@ double Args::get_double(const std::string& name, double def) const {
 
 std::string Args::usage_error(const std::string& msg) const {
   return "graphrun " + cmd_.name + ": " + msg + " (see graphrun " + cmd_.name + " --help)";
+}
+
+void check_output_path(const std::string& flag, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw Error(flag + " " + path + ": cannot write there: it is a directory");
+  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);  // an existing file: not truncated
+  bool created = false;
+  if (fd < 0 && errno == ENOENT) {
+    fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    created = fd >= 0;
+  }
+  if (fd < 0) {
+    const int err = errno;
+    const fs::path dir = fs::path(path).parent_path();
+    std::string why = std::strerror(err);
+    if (err == ENOENT && !dir.empty() && !fs::is_directory(dir, ec)) why += " (no directory '" + dir.string() + "')";
+    throw Error(flag + " " + path + ": cannot write there: " + why);
+  }
+  ::close(fd);
+  if (created) ::unlink(path.c_str());
+}
+
+void check_distinct_paths(const std::vector<PathUse>& inputs, const std::vector<PathUse>& outputs,
+                          const std::vector<std::string>& may_replace) {
+  namespace fs = std::filesystem;
+  auto key = [](const std::string& p) {
+    std::error_code ec;
+    fs::path c = fs::weakly_canonical(fs::absolute(p, ec), ec);  // symbolic links resolved where they exist
+    return ec ? fs::path(p).lexically_normal().string() : c.string();
+  };
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i].path.empty()) continue;
+    const std::string o = key(outputs[i].path);
+    for (const PathUse& in : inputs) {
+      if (in.path.empty() || key(in.path) != o) continue;
+      if (in.flag == "the model" &&
+          std::find(may_replace.begin(), may_replace.end(), outputs[i].flag) != may_replace.end())
+        continue;
+      throw Error(outputs[i].flag + " " + outputs[i].path + " is " +
+                  (in.flag == "the model" ? std::string("the model") : in.flag + "'s file") +
+                  " this command reads: writing it would destroy it; give another file");
+    }
+    for (size_t j = 0; j < i; ++j)
+      if (!outputs[j].path.empty() && key(outputs[j].path) == o)
+        throw Error(outputs[i].flag + " and " + outputs[j].flag + " name the same file, " + outputs[i].path +
+                    ": give each its own");
+  }
 }
 
 }  // namespace graphrun::cli

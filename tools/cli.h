@@ -48,6 +48,20 @@ class Args {
   std::vector<std::string> positional_;
 };
 
+// An output file a command will write at its end (--save, --metrics, --profile, -o): checked when the
+// command starts, without changing the file, so that a long run does not fail at its end. Error
+// (exit 2): "--save nodir/x.onnx: cannot write there: No such file or directory (directory 'nodir')".
+void check_output_path(const std::string& flag, const std::string& path);
+// The files a command reads and writes, by flag ("the model" for the positional one): an output that
+// is also an input, or two outputs that are one file, is an error naming both, since writing one
+// would destroy the other. `may_replace` names output flags allowed to be the model (train --save:
+// the file is read before it is replaced).
+struct PathUse {
+  std::string flag, path;
+};
+void check_distinct_paths(const std::vector<PathUse>& inputs, const std::vector<PathUse>& outputs,
+                          const std::vector<std::string>& may_replace = {});
+
 // Subcommands (tools/cmd_<name>.cc). Each returns the process exit code.
 int cmd_run(const std::vector<std::string>& argv);
 int cmd_show(const std::vector<std::string>& argv);

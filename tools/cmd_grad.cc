@@ -64,6 +64,8 @@ int cmd_grad(const std::vector<std::string>& argv) {
   const std::string model = args.positional()[0];
   runtime::PipelineOptions po = parse_pipeline_options(args, args.has("devices"));
   po.dump = &std::cout;
+  check_distinct_paths({{"the model", model}}, {{"--output", args.get("output", default_output(model))}});
+  check_output_path("--output", args.get("output", default_output(model)));
   const runtime::TrainingGraphs tg = runtime::build_training_graphs(load_onnx(model), po);
   const Graph& g = po.data_parallel ? tg.replicas[0].graph : tg.training;
   const std::string out = args.get("output", default_output(model));

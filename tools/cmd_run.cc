@@ -253,7 +253,10 @@ int cmd_run(const std::vector<std::string>& argv) {
   const std::string profile_path = args.get("profile");
   runtime::Profiler profiler;
   if (!profile_path.empty()) {
-    profiler.write_trace(profile_path);  // an unwritable path fails before the run
+    std::vector<PathUse> inputs{{"the model", model}};
+    for (const auto& [name, file] : files) inputs.push_back({"--input " + name, file});
+    check_distinct_paths(inputs, {{"--profile", profile_path}});
+    check_output_path("--profile", profile_path);  // an unwritable path fails before the run, the file unchanged
     opts.profile = &profiler.track("run (cpu:0)");
   }
   std::unique_ptr<runtime::Executor> ex;

@@ -99,6 +99,10 @@ int cmd_show(const std::vector<std::string>& argv) {
   if (transforms(args)) po = pipeline_of(args);
   else parse_optimizer_options(args, false);
 
+  if (args.has("output")) {
+    check_distinct_paths({{"the model", args.positional()[0]}}, {{"--output", args.get("output")}});
+    check_output_path("--output", args.get("output"));
+  }
   Graph g = load_onnx(args.positional()[0]);
   std::string text;
   if (args.has("passes")) {

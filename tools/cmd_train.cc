@@ -400,10 +400,16 @@ int cmd_train(const std::vector<std::string>& argv) {
   // Every rank traces its own replicas: rank 0 to FILE (and prints the table), rank k to FILE.rankK.
   std::string profile_path = args.get("profile");
   if (!profile_path.empty() && !speaks) profile_path += ".rank" + std::to_string(runtime::mpi::rank());
+  // Output files: never one this command reads, checked writable now (unchanged), not after training.
+  check_distinct_paths({{"the model", args.positional()[0]}, {"--data", args.get("data")}, {"--test-data", o.test_data}},
+                       {{"--save", o.save_path}, {"--metrics", o.metrics_path}, {"--profile", profile_path}}, {"--save"});
+  if (speaks)
+    for (const auto& [flag, path] : {std::pair{"--save", o.save_path}, std::pair{"--metrics", o.metrics_path}})
+      if (!path.empty()) check_output_path(flag, path);
   std::unique_ptr<runtime::Profiler> profiler;
   if (!profile_path.empty()) {
+    check_output_path("--profile", profile_path);
     profiler = std::make_unique<runtime::Profiler>();
-    profiler->write_trace(profile_path);  // an unwritable path fails now, not after training
     o.profiler = profiler.get();
   }
   auto finish_profile = [&] {
