@@ -47,6 +47,10 @@ rgb = np.random.RandomState(0).randint(0, 256, (4, 5, 3)).astype(np.uint8)
 Image.fromarray(rgb).save('rgb.png')
 np.save('rgb_chw.npy', rgb.transpose(2, 0, 1).astype(np.float32) / 255)
 np.save('grey_chw.npy', np.asarray(Image.fromarray(rgb).convert('L'), np.float32)[None] / 255)
+# A node name that is not UTF-8 (ONNX's proto2 strings are bytes; the checker accepts it).
+save([helper.make_node('Relu', ['x'], ['r'], name='reluQQ')], 'badname', [f32('x', ['N', 3])], [f32('r', ['N', 3])])
+bad = open('badname.onnx', 'rb').read().replace(b'reluQQ', b'relu\xff\xfe')
+open('badname.onnx', 'wb').write(bad)
 np.save('x.npy', np.array([[1, -2, 3], [-4, 5, -6]], dtype=np.float32))
 open('x.pb', 'wb').write(numpy_helper.from_array(np.load('x.npy'), 'x').SerializeToString())
 np.save('x_wide.npy', np.zeros((2, 4), dtype=np.float32))
@@ -268,6 +272,17 @@ TEST(Cli, OutputsNeverDestroyInputsAndAreCheckedFirst) {
   CommandResult r = graphrun("train relu.onnx --data nothere.npz --profile old_trace.json");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_EQ(bytes("old_trace.json"), "kept\n");
+}
+
+// A node name that is not UTF-8 goes into the --profile trace replaced, not as an internal error
+// that left the trace empty.
+TEST(Cli, ProfileOfANodeNameThatIsNotUtf8IsValidJson) {
+  CommandResult r = graphrun("run badname.onnx --input x.npy --profile bad_trace.json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto check = run_command("cd '" + data_dir() + "' && " + python() +
+                           " -c \"import json; t = json.load(open('bad_trace.json'));"
+                           " assert any('relu' in e.get('args', {}).get('node', '') for e in t['traceEvents']), t\"");
+  EXPECT_EQ(check.exit_code, 0) << check.output;
 }
 
 TEST(Cli, ShowPrintsTextAndDot) {
