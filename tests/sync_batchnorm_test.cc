@@ -114,6 +114,21 @@ TEST(SyncBatchNorm, RewritesEveryTrainingBatchNormIntoReplicaSums) {
   const auto shown_backward = testing::run_command(testing::graphrun_cli() + " show " + bn_model_path() + " --backward");
   EXPECT_EQ(shown_backward.exit_code, 0) << shown_backward.output;
   EXPECT_NE(shown_backward.output.find("/unbiased_running_var"), std::string::npos) << shown_backward.output;
+  // `grad -o` gives the step's running statistics as outputs named <initializer>.new, with or without
+  // --devices (they were outputs under internal names, the running mean not at all).
+  for (const std::string devices : {"", " --devices 2"}) {
+    const std::string out = testing::temp_dir("sync_bn_grad_outputs") + "/g.onnx";
+    const auto written = testing::run_command(testing::graphrun_cli() + " grad " + bn_model_path() + devices + " -o " + out);
+    ASSERT_EQ(written.exit_code, 0) << written.output;
+    const Graph gg = load_onnx(out);
+    int named = 0;
+    for (const Node& n : model.nodes)
+      if (n.op_type == "BatchNormalization")
+        for (int i : {3, 4})
+          named += std::count(gg.outputs.begin(), gg.outputs.end(), n.inputs[i] + ".new") == 1;
+    EXPECT_EQ(named, 2 * bns) << devices;
+    for (const std::string& o : gg.outputs) EXPECT_EQ(o.find("BatchNormalization"), std::string::npos) << devices << ": " << o;
+  }
   // Outside data parallelism there is nothing to synchronise: a usage error in the CLI, not a pass.
   const auto r = testing::run_command(testing::graphrun_cli() + " show " + bn_model_path() + " --backward --sync-bn");
   EXPECT_EQ(r.exit_code, 2) << r.output;

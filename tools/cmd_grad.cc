@@ -1,8 +1,10 @@
 // graphrun grad: writes the model's forward + loss + backward graph as an ONNX model whose outputs are
 // the loss and one <parameter>_grad per trainable parameter.
+#include <algorithm>
 #include <iostream>
 
 #include "graph/onnx_io.h"
+#include "graph/passes/train_mode.h"
 #include "runtime/pipeline.h"
 #include "tools/backward_options.h"
 #include "tools/cli.h"
@@ -48,6 +50,21 @@ std::string default_output(const std::string& model) {
   return base + ".grad.onnx";
 }
 
+// The step's new state as outputs named `<initializer>.new` (BatchNorm's running statistics were
+// outputs under internal names, or, for the running mean, not at all): an Identity node names each
+// value the executor would persist, and the value leaves the outputs under its old name.
+Graph name_state_outputs(Graph g, const std::vector<std::pair<std::string, std::string>>& updates) {
+  for (const auto& [value, init] : updates) {
+    if (value == init + ".new") continue;
+    const std::string name = g.unique_name(init + ".new");
+    g.add_node(Node{g.unique_name("state_" + init), "Identity", "", {value}, {name}, {}});
+    if (const ValueInfo* vi = g.info(value)) g.values[name] = *vi;
+    g.outputs.erase(std::remove(g.outputs.begin(), g.outputs.end(), value), g.outputs.end());
+    g.outputs.push_back(name);
+  }
+  return g;
+}
+
 }  // namespace
 
 int cmd_grad(const std::vector<std::string>& argv) {
@@ -67,7 +84,8 @@ int cmd_grad(const std::vector<std::string>& argv) {
   check_distinct_paths({{"the model", model}}, {{"--output", args.get("output", default_output(model))}});
   check_output_path("--output", args.get("output", default_output(model)));
   const runtime::TrainingGraphs tg = runtime::build_training_graphs(load_onnx(model), po);
-  const Graph& g = po.data_parallel ? tg.replicas[0].graph : tg.training;
+  const Graph g = po.data_parallel ? name_state_outputs(tg.replicas[0].graph, tg.replicas[0].state_updates)
+                                    : name_state_outputs(tg.training, passes::batchnorm_state_updates(tg.training));
   const std::string out = args.get("output", default_output(model));
   save_onnx(g, out, true);
   int grads = 0;
