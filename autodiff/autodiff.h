@@ -19,6 +19,12 @@ struct LossOptions {
   // Cross-entropy on scores [N, d1.., classes] with labels [N, d1..]: transposed to ONNX's
   // [N, classes, d1..] for SoftmaxCrossEntropyLoss (a language model's per-token loss).
   bool classes_last = false;
+  // Cross-entropy only: torch.nn.CrossEntropyLoss(label_smoothing=eps), 0 <= eps < 1. Above 0 the loss is
+  // (1 - eps) * NLL + eps * mean over positions of -(1/C) sum_c log_softmax_c: SoftmaxCrossEntropyLoss's
+  // NLL `<loss>_nll`, the mean of its log_prob output over every position and class
+  // `<loss>_smoothing_mean` (ReduceSum / Cast(Size)), two Muls by Constants and an Add (node
+  // `<loss>_label_smoothing`) computing `loss`. 0: the SoftmaxCrossEntropyLoss node alone, as before.
+  double label_smoothing = 0;
 };
 
 // Adds the loss node(s), the labels input and the scalar `loss` output. The model's outputs stay outputs.

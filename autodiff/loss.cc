@@ -1,15 +1,72 @@
 // attach_loss: appends the training loss to a forward graph (cross-entropy on logits with int64 labels,
-// or mean squared error against a float target), as a new `labels` input and a scalar `loss` output.
+// or mean squared error against a float target), as a new `labels` input and a scalar `loss` output;
+// cross-entropy optionally with label smoothing, as torch.nn.CrossEntropyLoss(label_smoothing=eps).
 #include "autodiff/autodiff.h"
+
+#include <sstream>
 
 namespace graphrun::autodiff {
 
 namespace {
 const passes::PassInfo& kInfo =
     passes::register_pass("attach_loss", "adds the labels input, the loss node(s) and the scalar loss output");
+
+// A scalar Constant node of type t (f32 or f64: what the backward pass takes) named after `name`.
+std::string scalar_constant(Graph& g, const std::string& name, DType t, double v) {
+  const std::string out = g.unique_name(name);
+  Tensor c = t == DType::F64 ? Tensor::scalar<double>(v) : Tensor::scalar<float>(static_cast<float>(v));
+  Node n{out, "Constant", "", {}, {out}, {}};
+  n.attrs["value"] = Attribute::Tens(std::move(c));
+  g.add_node(std::move(n));
+  g.values[out] = ValueInfo{t, true, {}};
+  return out;
+}
+
+// torch.nn.CrossEntropyLoss(label_smoothing=eps), reduction mean, no weights:
+//   loss = (1 - eps) * nll + eps * mean_positions(-(1/C) sum_c log_prob_c)
+//        = (1 - eps) * nll + (-eps) * ReduceSum(log_prob) / Size(log_prob)
+// (the mean over every position and class). log_prob is SoftmaxCrossEntropyLoss's own output
+// (LogSoftmax of the scores on the class axis), whose gradient its rule adds to the scores'. Every node
+// is a standard op with a CPU and a CUDA kernel, and so is every node of its gradient: the count is
+// Size (metadata; the batch is symbolic) cast to the loss type, as sync_batchnorm counts a shard, where
+// ReduceMean's gradient would count a symbolic shape with ConstantOfShape (no CUDA kernel). `loss` is
+// still one scalar mean over the shard's positions, so the replicas' loss_scale seed (shard / global
+// batch) weighs it as it weighs the plain cross-entropy.
+void append_label_smoothing(Graph& g, const std::string& nll, const std::string& log_prob, const std::string& loss,
+                            DType t, double eps) {
+  GR_CHECK(eps > 0 && eps < 1, "attach_loss: label smoothing must be in [0, 1), got " << eps);
+  GR_CHECK(t == DType::F32 || t == DType::F64,
+           "attach_loss: label smoothing needs f32 or f64 scores, not " << dtype_name(t));
+  const ValueInfo scalar{t, true, {}};
+  const std::string sum = g.unique_name(loss + "_smoothing_sum");
+  Node rs{sum, "ReduceSum", "", {log_prob}, {sum}, {}};
+  rs.attrs["keepdims"] = Attribute::Int(0);  // no axes: every position and class
+  g.add_node(std::move(rs));
+  const std::string size = g.unique_name(loss + "_smoothing_size"), count = g.unique_name(loss + "_smoothing_count");
+  g.add_node(Node{size, "Size", "", {log_prob}, {size}, {}});
+  Node cast{count, "Cast", "", {size}, {count}, {}};
+  cast.attrs["to"] = Attribute::Int(static_cast<int64_t>(t));
+  g.add_node(std::move(cast));
+  const std::string mean = g.unique_name(loss + "_smoothing_mean");
+  g.add_node(Node{mean, "Div", "", {sum, count}, {mean}, {}});
+  g.values[size] = ValueInfo{DType::I64, true, {}};
+  g.values[sum] = g.values[count] = g.values[mean] = scalar;
+  const std::string keep = scalar_constant(g, loss + "_one_minus_eps", t, 1 - eps);
+  const std::string neg_eps = scalar_constant(g, loss + "_minus_eps", t, -eps);
+  const std::string nll_part = g.unique_name(loss + "_nll_scaled"), smooth_part = g.unique_name(loss + "_smoothing");
+  g.add_node(Node{nll_part, "Mul", "", {nll, keep}, {nll_part}, {}});
+  g.add_node(Node{smooth_part, "Mul", "", {mean, neg_eps}, {smooth_part}, {}});
+  g.values[nll_part] = g.values[smooth_part] = g.values[nll] = scalar;
+  g.add_node(Node{g.unique_name(loss + "_label_smoothing"), "Add", "", {nll_part, smooth_part}, {loss}, {}});
+}
+
 }  // namespace
 
 Graph attach_loss(const Graph& forward, const LossOptions& opts) {
+  GR_CHECK(opts.label_smoothing >= 0 && opts.label_smoothing < 1,
+           "attach_loss: label smoothing must be in [0, 1), got " << opts.label_smoothing);
+  GR_CHECK(opts.label_smoothing == 0 || opts.kind == LossKind::CrossEntropy,
+           "attach_loss: label smoothing is for cross-entropy, not mse");
   Graph g = forward;
   GR_CHECK(!g.outputs.empty(), "attach_loss: the model has no outputs");
   const std::string out = opts.output.empty() ? g.outputs[0] : opts.output;
@@ -66,10 +123,13 @@ Graph attach_loss(const Graph& forward, const LossOptions& opts) {
     loss.inputs = {scores, opts.labels};
     // log_prob is what the backward reads (SoftmaxCrossEntropyLossGrad): the forward keeps it.
     std::string log_prob = g.unique_name(out + "_log_prob");
-    loss.outputs = {opts.loss, log_prob};
+    const bool smooth = opts.label_smoothing > 0;
+    const std::string nll = smooth ? g.unique_name(opts.loss + "_nll") : opts.loss;
+    loss.outputs = {nll, log_prob};
     loss.attrs["reduction"] = Attribute::Str("mean");
     if (const ValueInfo* si = g.info(scores)) g.values[log_prob] = *si;
     g.add_node(std::move(loss));
+    if (smooth) append_label_smoothing(g, nll, log_prob, opts.loss, t, opts.label_smoothing);
   } else {
     g.values[opts.labels] = oi ? *oi : ValueInfo{t, false, {}};
     std::string diff = g.unique_name(opts.loss + "_diff"), sq = g.unique_name(opts.loss + "_sq");
@@ -90,6 +150,11 @@ passes::Pass attach_loss_pass(const LossOptions& opts) {
   std::vector<std::pair<std::string, std::string>> kv{
       {"loss", opts.kind == LossKind::MSE ? "mse" : "cross-entropy"}, {"output", opts.output}, {"labels", opts.labels}};
   if (opts.classes_last) kv.emplace_back("classes", "last axis");
+  if (opts.label_smoothing > 0) {
+    std::ostringstream eps;
+    eps << opts.label_smoothing;
+    kv.emplace_back("label_smoothing", eps.str());
+  }
   return passes::make_pass(kInfo, passes::format_options(kv), [opts](const Graph& g) { return attach_loss(g, opts); });
 }
 

@@ -99,6 +99,7 @@ passes::Pipeline training_pipeline(const Graph& model, const PipelineOptions& op
   lo.output = opts.output.empty() && !model.outputs.empty() ? model.outputs[0] : opts.output;
   lo.labels = names.labels;
   lo.classes_last = opts.classes_last;
+  lo.label_smoothing = opts.label_smoothing;
   lo.loss = names.loss;
   p.add(autodiff::attach_loss_pass(lo));
 

@@ -42,6 +42,9 @@ struct PipelineOptions {
   // Cross-entropy over per-position scores [N, ..., classes] (a language model's [N,T,V]) rather
   // than ONNX's [N, classes, ...]: the loss and the correct count read the last axis.
   bool classes_last = false;
+  // --label-smoothing: cross-entropy as torch.nn.CrossEntropyLoss(label_smoothing=eps) (autodiff::LossOptions);
+  // 0, the default, leaves the loss as it was.
+  double label_smoothing = 0;
   // false: stop after the backward pass (graphrun grad and show --backward without --devices): the
   // loss gradient is seeded with 1, the inputs keep their shapes, no AllReduce, no optimizer, no
   // replicas; the model may have several inputs.

@@ -54,7 +54,9 @@ void Trainer::check_world_agrees(const Graph& model) {
      << " --optimizer " << opt.kind << " --momentum " << opt.momentum << (opt.nesterov ? " --nesterov" : "")
      << " --weight-decay " << opt.weight_decay << " --beta1 " << opt.beta1 << " --beta2 " << opt.beta2 << " --eps "
      << opt.eps << " --loss " << (o.pipeline.loss == autodiff::LossKind::MSE ? "mse" : "cross-entropy")
-     << (o.pipeline.output.empty() ? "" : " --loss-output " + o.pipeline.output) << (o.pipeline.sync_bn ? " --sync-bn" : "")
+     << (o.pipeline.output.empty() ? "" : " --loss-output " + o.pipeline.output);
+  if (o.pipeline.label_smoothing > 0) os << " --label-smoothing " << o.pipeline.label_smoothing;
+  os << (o.pipeline.sync_bn ? " --sync-bn" : "")
      << " --lr-schedule " << static_cast<int>(o.schedule.kind) << "/" << o.schedule.warmup_steps << "/"
      << o.schedule.step_size << "/" << o.schedule.gamma << (o.resume ? " --resume" : "") << " --labels " << o.labels;
   const std::string mine = os.str();

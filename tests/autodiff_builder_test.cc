@@ -1,5 +1,9 @@
 // The backward builder's graph, inspected without running it: which nodes it emits and which it must not
 // (frozen parameters, integer and image inputs), fan-out sums, dead-node removal, opset-aware emission, errors.
+#include <fstream>
+#include <set>
+#include <sstream>
+
 #include "autodiff/autodiff.h"
 #include "tests/grad_check.h"
 
@@ -265,6 +269,86 @@ TEST(AttachLoss, MseAddsTargetOfTheOutputsShape) {
   EXPECT_TRUE(g.is_output("logits"));
   EXPECT_TRUE(g.is_output("loss"));
   EXPECT_TRUE(find_op(g, "ReduceMean"));
+}
+
+// The ops docs/ops.md's table lists with a CUDA kernel.
+std::set<std::string> ops_with_cuda_kernels() {
+  std::ifstream f(source_dir() + "/docs/ops.md");
+  std::set<std::string> ops;
+  bool table = false;
+  for (std::string line; std::getline(f, line);) {
+    if (line.rfind("| op | CPU | CUDA |", 0) == 0) table = true;
+    if (!table || line.rfind("| `", 0) != 0) continue;
+    std::vector<std::string> cells;
+    std::stringstream row(line);
+    for (std::string c; std::getline(row, c, '|');) cells.push_back(c);
+    if (cells.size() < 4) continue;
+    auto trim = [](std::string c) {
+      c.erase(0, c.find_first_not_of(" `"));
+      c.erase(c.find_last_not_of(" `") + 1);
+      return c;
+    };
+    if (!trim(cells[3]).empty()) ops.insert(trim(cells[1]));
+  }
+  return ops;
+}
+
+// --label-smoothing: the loss is built of named standard nodes (SoftmaxCrossEntropyLoss's NLL and its
+// log_prob's ReduceMean, each scaled by a Constant, added into `loss`), each with a gradient rule; 0
+// leaves the graph exactly as it was; mse or an EPS outside [0, 1) is an error.
+TEST(AttachLoss, LabelSmoothingAddsNamedNodesAndZeroLeavesTheGraphAsItWas) {
+  autodiff::LossOptions lo;
+  lo.label_smoothing = 0.1;
+  Graph g = autodiff::attach_loss(small_cnn().g, lo);
+  const Node* sce = find_op(g, "SoftmaxCrossEntropyLoss");
+  ASSERT_TRUE(sce);
+  EXPECT_EQ(sce->outputs[0], "loss_nll");
+  const int add = g.producer("loss");
+  ASSERT_GE(add, 0);
+  EXPECT_EQ(g.nodes[add].op_type, "Add");
+  EXPECT_EQ(g.nodes[add].name, "loss_label_smoothing");
+  const Node* sum = find_op(g, "ReduceSum");
+  ASSERT_TRUE(sum);
+  EXPECT_EQ(sum->name, "loss_smoothing_sum");
+  EXPECT_EQ(sum->inputs[0], sce->outputs[1]) << "the smoothing term reads SoftmaxCrossEntropyLoss's log_prob";
+  ASSERT_GE(g.producer("loss_smoothing_mean"), 0);
+  EXPECT_EQ(g.nodes[g.producer("loss_smoothing_mean")].op_type, "Div");
+  EXPECT_EQ(g.info("loss")->str(), "f32[]");
+  int constants = 0;
+  for (const Node& n : g.nodes)
+    if (n.op_type == "Constant") {
+      ++constants;
+      const double v = n.attr("value")->t.as_doubles()[0];
+      EXPECT_TRUE(v == double(0.9f) || v == double(-0.1f)) << n.name << " " << v;
+    }
+  EXPECT_EQ(constants, 2);
+  Graph b = autodiff::backward(g);
+  for (const char* o : {"w1_grad", "b1_grad", "w2_grad", "b2_grad"}) EXPECT_TRUE(b.is_output(o)) << o;
+  // Every op of the training graph has a CUDA kernel (docs/ops.md's column, from a CUDA build), so GPU
+  // training keeps working: no ConstantOfShape, as ReduceMean's gradient would count a symbolic batch with.
+  const std::set<std::string> cuda = ops_with_cuda_kernels();
+  ASSERT_TRUE(cuda.count("Add") && !cuda.count("ConstantOfShape"));
+  for (const Node& n : b.nodes) EXPECT_TRUE(cuda.count(n.op_key())) << n.op_key() << " (node " << n.name << ")";
+
+  autodiff::LossOptions zero;
+  zero.label_smoothing = 0;
+  const Graph plain = autodiff::attach_loss(small_cnn().g), z = autodiff::attach_loss(small_cnn().g, zero);
+  ASSERT_EQ(plain.nodes.size(), z.nodes.size());
+  for (size_t i = 0; i < plain.nodes.size(); ++i) {
+    EXPECT_EQ(plain.nodes[i].name, z.nodes[i].name);
+    EXPECT_EQ(plain.nodes[i].outputs, z.nodes[i].outputs);
+  }
+  EXPECT_FALSE(find_op(z, "ReduceSum"));
+
+  for (double bad : {-0.1, 1.0}) {
+    autodiff::LossOptions b2;
+    b2.label_smoothing = bad;
+    EXPECT_THROW(autodiff::attach_loss(small_cnn().g, b2), Error) << bad;
+  }
+  autodiff::LossOptions mse;
+  mse.kind = autodiff::LossKind::MSE;
+  mse.label_smoothing = 0.1;
+  EXPECT_THROW(autodiff::attach_loss(small_cnn().g, mse), Error);
 }
 
 TEST(AttachLoss, UnknownOutputIsAnError) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -50,6 +51,33 @@ TEST(TrainCli, NonsenseFlagsAreUsageErrors) {
   expect_usage_error(m + " --comm-timeout=inf", "--comm-timeout must be a positive number of seconds");
   expect_usage_error(m + " --comm-timeout", "--comm-timeout needs a value (S)");
   expect_usage_error("", "no model");
+}
+
+// --label-smoothing takes 0 <= EPS < 1 with cross-entropy: anything else is one line, exit 2, before
+// any data is read; the same in grad, show, plan and check, which take it too.
+TEST(TrainCli, LabelSmoothingBadValuesAreUsageErrors) {
+  const std::string m = lenet();
+  expect_usage_error(m + " --label-smoothing -0.1", "--label-smoothing must be in [0, 1), got -0.1");
+  expect_usage_error(m + " --label-smoothing=-0.1", "--label-smoothing must be in [0, 1), got -0.1");
+  expect_usage_error(m + " --label-smoothing 1", "--label-smoothing must be in [0, 1), got 1");
+  expect_usage_error(m + " --label-smoothing nan", "--label-smoothing must be in [0, 1)");
+  expect_usage_error(m + " --label-smoothing abc", "--label-smoothing must be a number, got 'abc'");
+  expect_usage_error(m + " --label-smoothing", "--label-smoothing needs a value (EPS)");
+  expect_usage_error(m + " --loss mse --label-smoothing 0.1", "--label-smoothing is for --loss cross-entropy, not --loss mse");
+  expect_usage_error(m + " --eval-only --label-smoothing 0.1", "--eval-only's test loss is plain cross-entropy");
+  for (const std::string cmd : {" grad ", " show ", " plan ", " check "})
+    for (const std::string bad : {" --label-smoothing 1", " --label-smoothing -0.1", " --label-smoothing abc"}) {
+      const std::string args = cmd + m + bad + (cmd == " show " ? " --backward" : "");
+      auto r = testing::run_command(testing::graphrun_cli() + args);
+      EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+      EXPECT_NE(r.output.find("--label-smoothing"), std::string::npos) << args << "\n" << r.output;
+      EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << "\n" << r.output;
+    }
+  for (const std::string cmd : {" grad ", " plan "}) {
+    auto r = testing::run_command(testing::graphrun_cli() + cmd + m + " --loss mse --label-smoothing 0.1");
+    EXPECT_EQ(r.exit_code, 2) << cmd << "\n" << r.output;
+    EXPECT_NE(r.output.find("not --loss mse"), std::string::npos) << cmd << "\n" << r.output;
+  }
 }
 
 TEST(TrainCli, GpusFailWithOneClearLine) {

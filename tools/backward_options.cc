@@ -12,7 +12,24 @@ std::vector<Option> backward_options() {
       {"freeze", "NAMES", "parameters that get no gradient (comma-separated or repeated); a module\n"
                           "                            name (fc1) freezes its parameters (fc1.weight, fc1.bias)", true},
       {"loss-output", "NAME", "the model output the loss reads (default: the first output)"},
+      label_smoothing_option(),
   };
+}
+
+Option label_smoothing_option() {
+  return {"label-smoothing", "EPS", "cross-entropy with label smoothing EPS, 0 <= EPS < 1 (default 0: none), as\n"
+                                    "                            torch.nn.CrossEntropyLoss(label_smoothing=EPS): (1 - EPS) x NLL\n"
+                                    "                            + EPS x mean over examples of -(1/C) sum_c log_softmax(x)_c"};
+}
+
+double parse_label_smoothing(const Args& args, autodiff::LossKind loss) {
+  if (!args.has("label-smoothing")) return 0;
+  const double eps = args.get_double("label-smoothing", 0);  // not a number: a usage error
+  if (!(eps >= 0 && eps < 1))
+    throw Error(args.usage_error("--label-smoothing must be in [0, 1), got " + args.get("label-smoothing")));
+  if (loss != autodiff::LossKind::CrossEntropy)
+    throw Error(args.usage_error("--label-smoothing is for --loss cross-entropy, not --loss mse"));
+  return eps;
 }
 
 Option dump_after_option() {
@@ -42,6 +59,7 @@ runtime::PipelineOptions parse_pipeline_options(const Args& args, bool data_para
   else if (loss == "mse") po.loss = autodiff::LossKind::MSE;
   else throw Error(args.usage_error("--loss must be cross-entropy or mse, got '" + loss + "'"));
   po.output = args.get("loss-output");
+  po.label_smoothing = parse_label_smoothing(args, po.loss);
   for (const auto& f : args.all("freeze")) po.freeze.insert(f);
   if (args.has("devices")) {
     try {

@@ -1,5 +1,6 @@
-// The options that shape the pipeline of `grad` and `show` (--loss, --freeze, --loss-output, --devices,
-// the optimizer flags, --dump-after) and their reading into runtime::PipelineOptions.
+// The options that shape the pipeline of `grad` and `show` (--loss, --freeze, --loss-output,
+// --label-smoothing, --devices, the optimizer flags, --dump-after) and their reading into
+// runtime::PipelineOptions.
 #pragma once
 #include <vector>
 
@@ -8,8 +9,13 @@
 
 namespace graphrun::cli {
 
-// --loss, --freeze, --loss-output.
+// --loss, --freeze, --loss-output, --label-smoothing.
 std::vector<Option> backward_options();
+// --label-smoothing EPS (train, grad, show, plan, check).
+Option label_smoothing_option();
+// --label-smoothing's EPS (0 when not given): a usage error (exit 2) unless a number with 0 <= EPS < 1,
+// and with a `loss` other than cross-entropy.
+double parse_label_smoothing(const Args& args, autodiff::LossKind loss);
 // --dump-after PASS (show, grad and train).
 Option dump_after_option();
 // --sync-bn (show, grad and train with replicas).

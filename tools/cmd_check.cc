@@ -16,6 +16,7 @@
 #include "graph/passes/convert_opset.h"
 #include "runtime/executor.h"
 #include "runtime/pipeline.h"
+#include "tools/backward_options.h"
 #include "tools/cli.h"
 
 namespace graphrun::cli {
@@ -32,18 +33,23 @@ const Command& check_command() {
               {{"directions", "K", "random directions of the gradient check (default 3)"},
                {"seed", "S", "seed of the random batch, loss weights and directions (default 1)"},
                {"dims", "NAME=SIZE,...", "sizes of the inputs' symbolic dimensions in the random batch (default 2\n"
-                                         "                            each; e.g. H=32,W=32 for a model that pools several times)"}},
+                                         "                            each; e.g. H=32,W=32 for a model that pools several times)"},
+               {"label-smoothing", "EPS", "check train's loss instead of sum(output * R): cross-entropy with label\n"
+                                          "                            smoothing EPS (0 <= EPS < 1; 0: plain) on the first output,\n"
+                                          "                            scores [N, classes, ...], against random labels"}},
               "The gradient check runs a float64 copy of the model on a random batch of its declared input\n"
               "shapes (symbolic dimensions: 2, or as --dims says), with the loss sum(output * R) for a fixed random R,\n"
               "and compares\n"
               "the backward graph's directional derivative along K random directions of all trainable\n"
-              "parameters with central differences of the loss (relative error at most 1e-5).\n"
+              "parameters with central differences of the loss (relative error at most 1e-5). With\n"
+              "--label-smoothing the loss is graphrun train's cross-entropy (its attach_loss nodes) instead.\n"
               "\n"
               "exit status: 0 trainable, 1 the check failed (the report says why), 2 the model cannot be loaded.\n"
               "\n"
               "examples:\n"
               "  graphrun check models/lenet.onnx\n"
-              "  graphrun check vit.onnx --directions 5"};
+              "  graphrun check vit.onnx --directions 5\n"
+              "  graphrun check models/lenet.onnx --label-smoothing 0.1"};
     return c;
   }();
   return cmd;
@@ -117,8 +123,31 @@ std::string missing_rules(const Graph& model, std::vector<std::string>* no_rule)
   return "";
 }
 
-// The numeric gradient check of a float64 copy of `model`.
-GradCheck gradient_check(const Graph& model, int directions, uint64_t seed, const std::map<std::string, int64_t>& dims) {
+// The loss of --label-smoothing: train's cross-entropy (autodiff::attach_loss, smoothing `eps`) on the
+// first output of g, against labels drawn from [0, classes) into feeds; its name.
+std::string attach_training_loss(Graph& g, const Tensor& scores, double eps, std::mt19937_64& rng,
+                                 std::map<std::string, Tensor>& feeds) {
+  GR_CHECK(scores.rank() >= 2, "--label-smoothing: the first output '" << g.outputs[0] << "' is "
+                                                                       << shape_str(scores.shape())
+                                                                       << ", not scores [N, classes, ...]");
+  autodiff::LossOptions lo;
+  lo.output = g.outputs[0];
+  lo.labels = g.unique_name("check_labels");
+  lo.loss = g.unique_name("check_loss");
+  lo.label_smoothing = eps;
+  g = autodiff::attach_loss(g, lo);
+  Shape ls{scores.dim(0)};
+  for (int64_t i = 2; i < scores.rank(); ++i) ls.push_back(scores.dim(i));
+  Tensor labels(DType::I64, ls);
+  for (int64_t i = 0; i < labels.numel(); ++i) labels.data<int64_t>()[i] = static_cast<int64_t>(rng() % scores.dim(1));
+  feeds[lo.labels] = labels;
+  return lo.loss;
+}
+
+// The numeric gradient check of a float64 copy of `model`; with `smoothing` (>= 0), of train's
+// cross-entropy with that label smoothing instead of sum(output * R).
+GradCheck gradient_check(const Graph& model, int directions, uint64_t seed, const std::map<std::string, int64_t>& dims,
+                         double smoothing = -1) {
   GradCheck r;
   Graph g = float64_copy(model);
   std::mt19937_64 rng(seed);
@@ -136,8 +165,9 @@ GradCheck gradient_check(const Graph& model, int directions, uint64_t seed, cons
     for (const auto& [k, v] : ex.run(feeds)) outs[k] = v.clone();
   }
   std::string loss;
+  if (smoothing >= 0) loss = attach_training_loss(g, outs.at(g.outputs[0]), smoothing, rng, feeds);
   for (const auto& o : model.outputs) {
-    if (outs.at(o).dtype() != DType::F64) continue;
+    if (smoothing >= 0 || outs.at(o).dtype() != DType::F64) continue;
     const std::string w = g.unique_name("check_weights_" + o), prod = g.unique_name("check_prod_" + o),
                       sum = g.unique_name("check_sum_" + o);
     ValueInfo wi{DType::F64, true, {}};
@@ -178,6 +208,7 @@ GradCheck gradient_check(const Graph& model, int directions, uint64_t seed, cons
   {
     std::ostringstream head;
     head << "gradient check: float64, " << bo.params.size() << " parameters, loss " << loss0;
+    if (smoothing >= 0) head << " (cross-entropy, label smoothing " << smoothing << ")";
     r.lines.push_back(head.str());
   }
   const double eps = 1e-6;
@@ -240,6 +271,7 @@ int cmd_check(const std::vector<std::string>& argv) {
   const int directions = static_cast<int>(args.get_int("directions", 3));
   if (directions < 1 || directions > 100) throw Error(args.usage_error("--directions must be in 1..100"));
   const uint64_t seed = static_cast<uint64_t>(args.get_int("seed", 1));
+  const double smoothing = args.has("label-smoothing") ? parse_label_smoothing(args, autodiff::LossKind::CrossEntropy) : -1;
   std::map<std::string, int64_t> dims;
   if (args.has("dims")) {
     std::stringstream list(args.get("dims"));
@@ -281,7 +313,7 @@ int cmd_check(const std::vector<std::string>& argv) {
     gc.failure = no_rule.empty() && gc.failure.empty() ? "ops have no kernel" : "ops have no kernel; " + gc.failure;
   } else if (gc.failure.empty()) {
     try {
-      gc = gradient_check(model, directions, seed, dims);
+      gc = gradient_check(model, directions, seed, dims, smoothing);
     } catch (const Error& e) {
       gc = {false, std::string("the gradient check cannot run: ") + e.what() +
                        (dims.empty() ? " (its random batch gives symbolic dimensions the size 2: --dims NAME=SIZE)" : ""),

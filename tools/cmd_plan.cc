@@ -35,6 +35,7 @@ std::vector<Option> plan_options() {
       {"threads", "N", "intra-op threads of the timed replica (default as graphrun train: cores / replicas)"},
       {"steps", "K", "timed steps per measurement, after one planning step (default 3)"},
       {"loss", "KIND", "cross-entropy (default) or mse, as graphrun train"},
+      label_smoothing_option(),
       {"freeze", "NAMES", "parameters that are not trained, as graphrun train: no gradient, no bucket, no\n"
                           "                            optimizer state (comma-separated or repeated); a module name\n"
                           "                            (fc1) freezes its parameters (fc1.weight, fc1.bias)", true},
@@ -151,6 +152,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
   const std::string loss = args.get("loss", "cross-entropy");
   if (loss == "mse") o.pipeline.loss = autodiff::LossKind::MSE;
   else if (loss != "cross-entropy") throw bad("--loss must be cross-entropy or mse, got '" + loss + "'");
+  o.pipeline.label_smoothing = parse_label_smoothing(args, o.pipeline.loss);
   o.pipeline.optimizer = parse_optimizer_options(args, true);
   for (const auto& f : args.all("freeze")) o.pipeline.freeze.insert(f);
   o.pipeline.sync_bn = args.has("sync-bn");

@@ -91,7 +91,7 @@ int cmd_show(const std::vector<std::string>& argv) {
     throw Error(args.usage_error("--format must be text or dot, got '" + format + "'"));
   if (args.has("passes") && (args.has("dump-after") || format != "text"))
     throw Error(args.usage_error("--passes prints the pipeline as text; it takes no --dump-after or --format dot"));
-  for (const char* o : {"loss", "freeze", "loss-output", "sync-bn"})
+  for (const char* o : {"loss", "freeze", "loss-output", "label-smoothing", "sync-bn"})
     if (args.has(o) && !transforms(args))
       throw Error(args.usage_error("--" + std::string(o) + " needs --backward, --devices, --passes or --dump-after"));
   // Bad values fail before the model loads.

@@ -76,6 +76,11 @@ const Command& train_command() {
           {"loss", "NAME", "cross-entropy (default; integer class ids) or mse (float targets of the\n"
                            "                            output's shape; the test figure is the mean squared error)"},
           {"loss-output", "NAME", "the model output the loss and the evaluation read (default: the first output)"},
+          {"label-smoothing", "EPS", "cross-entropy with label smoothing EPS, 0 <= EPS < 1 (default 0: none), as\n"
+                                     "                            torch.nn.CrossEntropyLoss(label_smoothing=EPS): (1 - EPS) x NLL\n"
+                                     "                            + EPS x mean over examples of -(1/C) sum_c log_softmax(x)_c; the\n"
+                                     "                            epoch and --log-every losses are this loss; the test figures\n"
+                                     "                            are not smoothed (--eval-only's test loss: plain cross-entropy)"},
           {"max-steps", "N", "stop each epoch after N steps (for quick runs; 0: the whole epoch, the default)"},
           {"optimizer", "NAME", "sgd (default; with --momentum/--nesterov), adam, or adamw (decoupled weight\n"
                                 "                            decay, as torch.optim.AdamW); adam's --weight-decay is L2, as torch's"},
@@ -299,6 +304,7 @@ int cmd_train(const std::vector<std::string>& argv) {
     throw bad("--loss '" + loss + "': choose cross-entropy (class labels) or mse (float targets)");
   if (loss == "mse") o.pipeline.loss = autodiff::LossKind::MSE;
   o.pipeline.output = args.get("loss-output");
+  o.pipeline.label_smoothing = parse_label_smoothing(args, o.pipeline.loss);
   auto& opt = o.pipeline.optimizer;
   opt.clip_grad_norm = parse_clip_grad_norm(args);
   opt.kind = args.get("optimizer", "sgd");
@@ -376,6 +382,10 @@ int cmd_train(const std::vector<std::string>& argv) {
   const bool eval_only = args.has("eval-only");
   if (eval_only && (o.resume || !o.checkpoint_dir.empty() || args.has("save")))
     throw bad("--eval-only trains nothing: it takes no --checkpoint-dir, --resume or --save");
+  // The test loss is the model's plain cross-entropy, whatever loss trained it: a smoothing that would
+  // change nothing there would suggest it did.
+  if (eval_only && args.has("label-smoothing"))
+    throw bad("--eval-only's test loss is plain cross-entropy: it takes no --label-smoothing");
   o.data_dir = args.get("data", runtime::data::kDefaultDataDir);
   o.test_data = args.get("test-data");
   o.test_only = eval_only;
