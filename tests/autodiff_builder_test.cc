@@ -351,6 +351,33 @@ TEST(AttachLoss, LabelSmoothingAddsNamedNodesAndZeroLeavesTheGraphAsItWas) {
   EXPECT_THROW(autodiff::attach_loss(small_cnn().g, mse), Error);
 }
 
+// Means over symbolic dimensions count them at run time as Size(X) / Size(Y) (Size, Div, Cast: ops
+// every device runs), not by summing a tensor of ones from ConstantOfShape, which has no CUDA kernel:
+// --loss mse over a symbolic batch, and a global average pool over a symbolic image size, could not
+// train on a GPU.
+TEST(AttachLoss, MeansOverSymbolicDimensionsUseOnlyOpsWithCudaKernels) {
+  const std::set<std::string> cuda = ops_with_cuda_kernels();
+  ASSERT_TRUE(cuda.count("Size") && !cuda.count("ConstantOfShape"));
+  autodiff::LossOptions mse;
+  mse.kind = autodiff::LossKind::MSE;
+  const Graph b = autodiff::backward(autodiff::attach_loss(small_cnn().g, mse));
+  for (const Node& n : b.nodes) EXPECT_TRUE(cuda.count(n.op_key())) << n.op_key() << " (node " << n.name << ")";
+
+  Graph g;
+  g.name = "gap";
+  g.opsets[""] = 17;
+  g.inputs = {"x"};
+  g.values["x"] = ValueInfo{DType::F32, true, {Dim(std::string("N")), Dim(3), Dim(std::string("H")), Dim(std::string("W"))}};
+  g.initializers["w"] = testing::random_tensor({3, 3, 1, 1}, 5);
+  g.nodes.push_back(Node{"conv", "Conv", "", {"x", "w"}, {"c"}, {}});
+  g.nodes.push_back(Node{"gap", "GlobalAveragePool", "", {"c"}, {"p"}, {}});
+  g.nodes.push_back(Node{"mean", "ReduceMean", "", {"p"}, {"loss"}, {{"keepdims", Attribute::Int(0)}}});
+  g.outputs = {"loss"};
+  const Graph gb = autodiff::backward(g);
+  EXPECT_FALSE(find_op(gb, "ConstantOfShape"));
+  EXPECT_TRUE(find_op(gb, "Size"));
+}
+
 TEST(AttachLoss, UnknownOutputIsAnError) {
   autodiff::LossOptions lo;
   lo.output = "nope";

@@ -79,12 +79,10 @@ void global_average_pool_grad(GradContext& ctx) {
   if (spatial_known) {
     count = ctx.scalar(static_cast<double>(n), t);
   } else {
-    // The count at run time: the sum of ones over the spatial shape.
-    std::string spatial = ctx.slice(ctx.op("Shape", {x}), {2}, {INT64_MAX}, {0});
-    Tensor one(t, {1});
-    if (t == DType::F64) one.data<double>()[0] = 1; else one.data<float>()[0] = 1;
-    std::string ones = ctx.op("ConstantOfShape", {spatial}, {{"value", Attribute::Tens(one)}});
-    count = ctx.op("ReduceSum", {ones}, {{"keepdims", Attribute::Int(0)}});  // no axes: all of them
+    // The count at run time: Size(X) / Size(Y) (Y is [N, C, 1, ...]) in integers, then X's type. (Not a
+    // sum of ones from ConstantOfShape, which no GPU kernel runs.)
+    count = ctx.op("Cast", {ctx.op("Div", {ctx.op("Size", {x}), ctx.op("Size", {ctx.out(0)})})},
+                   {{"to", Attribute::Int(static_cast<int64_t>(t))}});
   }
   std::string d = ctx.op("Div", {ctx.dy(), count});
   ctx.set_dx(0, ctx.op("Expand", {d, ctx.shape_of(x)}));

@@ -103,12 +103,11 @@ void reduce_mean_grad(GradContext& ctx) {
   if (known) {
     scaled = ctx.op("Div", {ctx.dy(), ctx.scalar(static_cast<double>(count), t)});
   } else {
-    // The count at run time: the same reduction summing ones.
-    Tensor one(t, {1});
-    if (t == DType::F64) one.data<double>()[0] = 1; else one.data<float>()[0] = 1;
-    std::string ones = ctx.op("ConstantOfShape", {ctx.op("Shape", {x})}, {{"value", Attribute::Tens(one)}});
-    std::string n = r.all ? ctx.op("ReduceSum", {ones}, {{"keepdims", Attribute::Int(r.keepdims)}})
-                          : ctx.reduce_sum(ones, r.axes, r.keepdims);
+    // The count at run time: Size(X) / Size(Y) in integers, then the type of X. (It summed a tensor of
+    // ones of X's shape, made by ConstantOfShape, which no GPU kernel runs: --loss mse's mean over a
+    // symbolic batch could not train on a GPU.)
+    const std::string n = ctx.op("Cast", {ctx.op("Div", {ctx.op("Size", {x}), ctx.op("Size", {ctx.out(0)})})},
+                                 {{"to", Attribute::Int(static_cast<int64_t>(t))}});
     scaled = ctx.op("Div", {ctx.dy(), n});
   }
   ctx.set_dx(0, ctx.op("Expand", {unreduced(ctx, r, scaled), ctx.shape_of(x)}));
