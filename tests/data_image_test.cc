@@ -91,6 +91,36 @@ TEST(ImageDecode, JpegRoundTripsWithinCompressionError) {
   EXPECT_EQ(decode_file(d + "/g.jpg").channels, 1);
 }
 
+// libjpeg warns about stray bytes between segments ("45 extraneous bytes before marker 0xd9", common in
+// real photo sets) and unknown JFIF revisions; PIL decodes those files, and their pixels are the clean
+// file's. Only the warnings that image data is missing or garbled are errors.
+TEST(ImageDecode, JpegWarningsAboutBytesAroundThePixelsAreNotErrors) {
+  std::string d = testing::temp_dir("img_jpeg_warn");
+  write_jpeg(d + "/clean.jpg", pattern(16, 16, 3, 7), 90);
+  const std::string clean = file_bytes(d + "/clean.jpg");
+  const Image want = decode_file(d + "/clean.jpg");
+  auto decodes_as_clean = [&](const std::string& name, const std::string& bytes) {
+    std::ofstream(d + "/" + name, std::ios::binary) << bytes;
+    std::string e = error_of([&] { EXPECT_EQ(decode_file(d + "/" + name).pixels, want.pixels) << name; });
+    EXPECT_EQ(e, "") << name;
+  };
+  ASSERT_EQ(clean.substr(clean.size() - 2), "\xFF\xD9");
+  decodes_as_clean("extra_eoi.jpg", clean.substr(0, clean.size() - 2) + std::string(45, '\0') + "\xFF\xD9");
+  const size_t dqt = clean.find("\xFF\xDB");
+  ASSERT_NE(dqt, std::string::npos);
+  decodes_as_clean("extra_hdr.jpg", clean.substr(0, dqt) + "junk" + clean.substr(dqt));
+  std::string jfif = clean;
+  ASSERT_EQ(jfif.substr(6, 5), std::string("JFIF\0", 5));
+  jfif[11] = 3;  // JFIF 3.01: "unknown JFIF revision number"
+  decodes_as_clean("jfif3.jpg", jfif);
+  // Data cut short inside the scan, with an EOI after it: libjpeg would fill the rest with grey.
+  const size_t sos = clean.find("\xFF\xDA");
+  const std::string cut = clean.substr(0, sos + (clean.size() - sos) / 2) + "\xFF\xD9";
+  std::ofstream(d + "/cut.jpg", std::ios::binary) << cut;
+  std::string e = error_of([&] { decode_file(d + "/cut.jpg"); });
+  EXPECT_NE(e.find("premature end of data segment"), std::string::npos) << e;
+}
+
 TEST(ImageConvert, ChannelsAsPilConvert) {
   Image rgb{1, 1, 3, {10, 200, 30}};
   float out[3];

@@ -3,6 +3,7 @@
 #include "runtime/data/image.h"
 
 #include <jpeglib.h>
+#include <jerror.h>  // after jpeglib.h: the JWRN_ codes
 #include <png.h>
 
 #include <algorithm>
@@ -96,10 +97,30 @@ struct JpegErr {
   (*c->err->format_message)(c, e->msg);
   std::longjmp(e->jmp, 1);
 }
+// libjpeg's warnings (level -1) are of two kinds. Those that mean image data is missing or garbled
+// (libjpeg would fill the gap with grey, or decode garbage, and go on) are errors here: a silently
+// wrong image is worse than a refused one. The others concern what lies around the pixels: stray
+// bytes between two segments ("45 extraneous bytes before marker 0xd9", common in photo sets), an
+// unknown JFIF revision or Adobe transform code, a bad ICC marker, odd SOS parameters of a sequential
+// file. Those images decode exactly as their clean copies; PIL ignores the warnings, and so do we.
+bool jpeg_warning_is_fatal(int code) {
+  switch (code) {
+    case JWRN_JPEG_EOF:           // "Premature end of JPEG file"
+    case JWRN_HIT_MARKER:         // "premature end of data segment"
+    case JWRN_MUST_RESYNC:        // a restart marker lost: the blocks up to it are garbage
+    case JWRN_HUFF_BAD_CODE:
+#if JPEG_LIB_VERSION >= 70 || defined(D_ARITH_CODING_SUPPORTED) || defined(C_ARITH_CODING_SUPPORTED)
+    case JWRN_ARITH_BAD_CODE:
+#endif
+    case JWRN_BOGUS_PROGRESSION:  // progressive scans that do not add up to the coefficients
+      return true;
+    default:
+      return false;
+  }
+}
+
 void jpeg_on_message(j_common_ptr c, int level) {
-  // level -1 is a warning about corrupt data ("premature end of data segment"): libjpeg would fill
-  // the missing part with grey and go on; a silently wrong image is worse than an error.
-  if (level < 0) jpeg_on_error(c);
+  if (level < 0 && jpeg_warning_is_fatal(c->err->msg_code)) jpeg_on_error(c);
 }
 
 void decode_jpeg(const unsigned char* bytes, size_t n, const std::string& what, Image& out) {

@@ -17,7 +17,9 @@ struct Image {
 std::string image_format(const unsigned char* bytes, size_t n);
 
 // Decodes PNG or JPEG bytes into `out` (reusing its buffer). A truncated or corrupt file is an error
-// naming `what` (JPEG's recoverable warnings, such as a premature end, count as errors, as PIL's do).
+// naming `what`. libjpeg's warnings that image data is missing or garbled (a premature end of a data
+// segment, a bad Huffman code, a lost restart marker) count as errors, though PIL ignores them; the
+// benign ones (stray bytes between segments, an unknown JFIF revision) do not.
 void decode_image(const unsigned char* bytes, size_t n, const std::string& what, Image& out);
 
 // Writes `img` as f32 [channels, height, width] / 255 to dst: grey becomes RGB by repetition, RGB
