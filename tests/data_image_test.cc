@@ -2,8 +2,10 @@
 // (checked against torch's antialiased bilinear), torchvision's ImageFolder order, the bad-image
 // errors, and Fashion-MNIST as a PNG class-folder tree giving exactly the IDX tensors.
 #include <gtest/gtest.h>
+#include <jpeglib.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -119,6 +121,73 @@ TEST(ImageDecode, JpegWarningsAboutBytesAroundThePixelsAreNotErrors) {
   std::ofstream(d + "/cut.jpg", std::ios::binary) << cut;
   std::string e = error_of([&] { decode_file(d + "/cut.jpg"); });
   EXPECT_NE(e.find("premature end of data segment"), std::string::npos) << e;
+}
+
+// A 4-channel JPEG through libjpeg directly: CMYK stored inverted (Adobe's convention, as PIL writes
+// it) and recoded as YCCK (Adobe transform 2), which PIL cannot write.
+void write_ycck_jpeg(const std::string& path, int w, int h, const std::vector<uint8_t>& cmyk) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  ASSERT_TRUE(f);
+  jpeg_compress_struct c;
+  jpeg_error_mgr err;
+  c.err = jpeg_std_error(&err);
+  jpeg_create_compress(&c);
+  jpeg_stdio_dest(&c, f);
+  c.image_width = w;
+  c.image_height = h;
+  c.input_components = 4;
+  c.in_color_space = JCS_CMYK;
+  jpeg_set_defaults(&c);
+  jpeg_set_colorspace(&c, JCS_YCCK);
+  jpeg_set_quality(&c, 90, TRUE);
+  jpeg_start_compress(&c, TRUE);
+  while (c.next_scanline < c.image_height) {
+    JSAMPROW row = const_cast<uint8_t*>(cmyk.data()) + static_cast<size_t>(c.next_scanline) * w * 4;
+    jpeg_write_scanlines(&c, &row, 1);
+  }
+  jpeg_finish_compress(&c);
+  jpeg_destroy_compress(&c);
+  std::fclose(f);
+}
+
+// CMYK JPEGs (PIL's, with the Adobe marker it writes and with that marker stripped) and a YCCK one decode
+// to PIL's convert("RGB") exactly, and feed a 1-channel model PIL's convert("L") of that.
+TEST(ImageDecode, CmykAndYcckJpegsBecomeRgbAsInPil) {
+  std::string d = testing::temp_dir("img_cmyk");
+  const int w = 24, h = 16;
+  std::vector<uint8_t> cmyk;
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      for (int c = 0; c < 4; ++c) cmyk.push_back(static_cast<uint8_t>((40 + 7 * x + 11 * y + 60 * c) % 256));
+  write_ycck_jpeg(d + "/ycck.jpg", w, h, cmyk);
+  run_python(d, R"(
+from PIL import Image
+y, x = np.mgrid[0:16, 0:24]
+a = np.stack([(40 + 7 * x + 11 * y + 60 * c) % 256 for c in range(4)], -1).astype(np.uint8)
+Image.fromarray(a, 'CMYK').save('cmyk.jpg', quality=90)
+b = open('cmyk.jpg', 'rb').read()
+i = b.index(b'\xff\xee')  # the Adobe APP14 segment PIL writes
+assert Image.open('cmyk.jpg').mode == 'CMYK'
+open('noadobe.jpg', 'wb').write(b[:i] + b[i + 2 + int.from_bytes(b[i + 2:i + 4], 'big'):])
+for n in ['cmyk', 'noadobe', 'ycck']:
+    im = Image.open(n + '.jpg')
+    assert im.mode == 'CMYK', im.mode
+    rgb = im.convert('RGB')
+    np.save(n + '_rgb.npy', np.asarray(rgb))
+    np.save(n + '_l.npy', np.asarray(rgb.convert('L')))
+)");
+  for (const char* n : {"cmyk", "noadobe", "ycck"}) {
+    Image img = decode_file(d + "/" + n + ".jpg");
+    ASSERT_EQ(img.channels, 3) << n;
+    ASSERT_EQ(img.width, w);
+    Tensor rgb = read_npy(d + "/" + n + "_rgb.npy");
+    ASSERT_EQ(rgb.numel(), w * h * 3);
+    EXPECT_EQ(std::memcmp(img.pixels.data(), rgb.raw(), img.pixels.size()), 0) << n;
+    Tensor l = read_npy(d + "/" + n + "_l.npy");
+    std::vector<float> grey(w * h);
+    image_to_chw(img, 1, h, w, grey.data());
+    for (int i = 0; i < w * h; ++i) ASSERT_EQ(grey[i], l.data<uint8_t>()[i] / 255.0f) << n << " pixel " << i;
+  }
 }
 
 TEST(ImageConvert, ChannelsAsPilConvert) {

@@ -123,6 +123,21 @@ void jpeg_on_message(j_common_ptr c, int level) {
   if (level < 0 && jpeg_warning_is_fatal(c->err->msg_code)) jpeg_on_error(c);
 }
 
+// PIL's reading of a CMYK JPEG and its convert("RGB"). PIL takes every CMYK JPEG as stored inverted,
+// the Adobe convention (rawmode "CMYK;I", with or without an Adobe marker: "always use Adobe
+// polarity"), so its C = 255 - c for the c libjpeg gives; then R = (255 - C)(255 - K) / 255 rounded,
+// in its integer form nk - MULDIV255(C, nk) with nk = 255 - K (Pillow's Convert.c, cmyk2rgb).
+void cmyk_to_rgb(const uint8_t* in, uint8_t* out, int64_t n) {
+  auto muldiv255 = [](int a, int b) {
+    const int t = a * b + 128;
+    return ((t >> 8) + t) >> 8;
+  };
+  for (int64_t i = 0; i < n; ++i, in += 4, out += 3) {
+    const int nk = in[3];  // 255 - K, K = 255 - in[3]
+    for (int c = 0; c < 3; ++c) out[c] = static_cast<uint8_t>(nk - muldiv255(255 - in[c], nk));
+  }
+}
+
 void decode_jpeg(const unsigned char* bytes, size_t n, const std::string& what, Image& out) {
   jpeg_decompress_struct cinfo;
   JpegErr err;
@@ -137,11 +152,9 @@ void decode_jpeg(const unsigned char* bytes, size_t n, const std::string& what, 
   jpeg_create_decompress(&cinfo);
   jpeg_mem_src(&cinfo, const_cast<unsigned char*>(bytes), static_cast<unsigned long>(n));
   jpeg_read_header(&cinfo, TRUE);
-  if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
-    std::snprintf(err.msg, sizeof err.msg, "CMYK JPEG images are not supported; save it as RGB");
-    std::longjmp(err.jmp, 1);
-  }
-  cinfo.out_color_space = cinfo.jpeg_color_space == JCS_GRAYSCALE ? JCS_GRAYSCALE : JCS_RGB;
+  // CMYK and YCCK (Adobe's YCbCr + K) come out as CMYK and become RGB as in PIL.
+  const bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
+  cinfo.out_color_space = cmyk ? JCS_CMYK : cinfo.jpeg_color_space == JCS_GRAYSCALE ? JCS_GRAYSCALE : JCS_RGB;
   if (int64_t{cinfo.image_width} * cinfo.image_height > kMaxPixels) {
     std::snprintf(err.msg, sizeof err.msg, "image too large");
     std::longjmp(err.jmp, 1);
@@ -149,11 +162,18 @@ void decode_jpeg(const unsigned char* bytes, size_t n, const std::string& what, 
   jpeg_start_decompress(&cinfo);
   out.width = cinfo.output_width;
   out.height = cinfo.output_height;
-  out.channels = cinfo.output_components;
+  out.channels = cmyk ? 3 : cinfo.output_components;
   out.pixels.resize(static_cast<size_t>(out.width) * out.height * out.channels);
+  thread_local std::vector<uint8_t> cmyk_row;
+  if (cmyk) cmyk_row.resize(static_cast<size_t>(out.width) * 4);
   while (cinfo.output_scanline < cinfo.output_height) {
-    JSAMPROW row = out.pixels.data() + static_cast<size_t>(cinfo.output_scanline) * out.width * out.channels;
-    jpeg_read_scanlines(&cinfo, &row, 1);
+    uint8_t* dst = out.pixels.data() + static_cast<size_t>(cinfo.output_scanline) * out.width * out.channels;
+    JSAMPROW row = cmyk ? cmyk_row.data() : dst;
+    if (jpeg_read_scanlines(&cinfo, &row, 1) != 1) {
+      std::snprintf(err.msg, sizeof err.msg, "no scanline decoded");
+      std::longjmp(err.jmp, 1);
+    }
+    if (cmyk) cmyk_to_rgb(cmyk_row.data(), dst, out.width);
   }
   jpeg_finish_decompress(&cinfo);
   jpeg_destroy_decompress(&cinfo);
