@@ -309,6 +309,36 @@ TEST(ImageFolder, BadImagesAreOneLineNamingTheImage) {
   expect_error([&] { open_image_folder(tree("shape"), 2, 6, 6); }, "shape", "1 or 3 channels");
 }
 
+// Data after IEND is valid (libpng and PIL ignore it); the check at open looked for IEND only in the
+// last 256 bytes and refused such a file as truncated. A file whose chunks end before a whole IEND is
+// still refused at open.
+TEST(ImageFolder, PngWithDataAfterIendLoadsAndOneWithoutIendIsRefused) {
+  std::string d = testing::temp_dir("imgf_png_trailing");
+  fs::create_directories(d + "/ok/a");
+  fs::create_directories(d + "/ok/b");
+  write_png(d + "/ok/a/clean.png", pattern(6, 5, 3, 2));
+  const std::string png = file_bytes(d + "/ok/a/clean.png");
+  std::ofstream(d + "/ok/b/x300.png", std::ios::binary) << png << std::string(300, 'x');
+  std::ofstream(d + "/ok/b/x70000.png", std::ios::binary) << png << std::string(70000, '\0');  // past one read block
+  SourcePtr s = open_source(d + "/ok", {3, 5, 6});
+  ASSERT_EQ(s->size(), 3);
+  auto all = testing::read_all(*s);
+  const int64_t per = 3 * 5 * 6;
+  for (int k = 1; k < 3; ++k)
+    EXPECT_EQ(std::memcmp(all.at("image").data<float>(), all.at("image").data<float>() + k * per, per * sizeof(float)), 0);
+  // The last byte of IEND's CRC missing; a file cut inside IDAT, with junk after it.
+  const std::string cut = png.substr(0, png.size() - 1);
+  for (const char* name : {"cut_iend", "cut_idat"}) {
+    std::string r = d + "/" + name;
+    fs::create_directories(r + "/a");
+    write_png(r + "/a/ok.png", pattern(6, 5, 3, 2));
+    std::ofstream(r + "/a/bad.png", std::ios::binary)
+        << (std::string(name) == "cut_iend" ? cut : png.substr(0, png.find("IDAT") + 10) + std::string(300, 'x'));
+    std::string e = error_of([&] { open_source(r, {3, 5, 6}); });
+    EXPECT_NE(e.find("'" + r + "/a/bad.png' is a truncated PNG"), std::string::npos) << name << ": " << e;
+  }
+}
+
 TEST(ImageFolder, TrainAndTestFoldersMustHaveTheSameClasses) {
   std::string d = testing::temp_dir("imgf_splits");
   for (const char* c : {"train/cat", "train/dog", "val/cat", "val/dog", "odd/cat", "odd/emu"}) {

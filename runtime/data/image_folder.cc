@@ -52,26 +52,92 @@ void read_file(const std::string& path, std::vector<unsigned char>& buf) {
   ::close(fd);
 }
 
-// The first and last bytes of an image: its signature, and for PNG the IEND chunk that ends every
+// Random access to an open file's bytes through pread, one 64 KiB block cached: the checks at open read
+// a few bytes here and there (a chunk's header, a marker) and seek over the rest.
+class FileBytes {
+ public:
+  FileBytes(int fd, uint64_t size) : fd_(fd), size_(size) {}
+  uint64_t size() const { return size_; }
+  // Up to n bytes at `off` into dst: fewer at the end of the file, or on a read error (then ok() is false).
+  size_t read(uint64_t off, size_t n, unsigned char* dst) {
+    size_t got = 0;
+    while (got < n && off + got < size_) {
+      const uint64_t at = off + got, block = at / kBlock * kBlock;
+      if (block != block_at_) {
+        buf_.resize(kBlock);
+        const ssize_t k = ::pread(fd_, buf_.data(), kBlock, static_cast<off_t>(block));
+        if (k < 0) {
+          ok_ = false;
+          return got;
+        }
+        block_at_ = block;
+        buf_n_ = static_cast<size_t>(k);
+      }
+      const size_t in = static_cast<size_t>(at - block);
+      if (in >= buf_n_) break;  // the file shrank since fstat
+      const size_t k = std::min(n - got, buf_n_ - in);
+      std::memcpy(dst + got, buf_.data() + in, k);
+      got += k;
+    }
+    return got;
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  static constexpr size_t kBlock = 64 << 10;
+  int fd_;
+  uint64_t size_;
+  std::vector<unsigned char> buf_;
+  uint64_t block_at_ = ~uint64_t{0};
+  size_t buf_n_ = 0;
+  bool ok_ = true;
+};
+
+uint32_t be32(const unsigned char* p) {
+  return uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | p[3];
+}
+
+// Every complete PNG ends with an IEND chunk; data may follow it (libpng and PIL ignore it). The
+// whole chunk is looked for in the last 256 bytes, where it lies unless data follows; failing that, the
+// chunks are walked from the start (an 8-byte header each, their data skipped) until IEND is whole.
+bool png_has_iend(FileBytes& f) {
+  unsigned char tail[256];
+  const uint64_t tail_at = f.size() > sizeof tail ? f.size() - sizeof tail : 0;
+  const size_t nt = f.read(tail_at, sizeof tail, tail);
+  for (size_t i = 4; i + 8 <= nt; ++i)  // length 0, type, CRC
+    if (std::memcmp(tail + i - 4, "\0\0\0\0IEND", 8) == 0) return true;
+  unsigned char h[8];
+  for (uint64_t off = 8; f.read(off, 8, h) == 8;) {
+    const uint32_t len = be32(h);
+    if (len > 0x7FFFFFFFu) return false;  // not a chunk length: the file is garbled from here on
+    if (std::memcmp(h + 4, "IEND", 4) == 0) return off + 12 + len <= f.size();
+    off += 12 + uint64_t{len};
+  }
+  return false;
+}
+
+// The cheap checks of an image at open: its signature, and for PNG the IEND chunk that ends every
 // complete file. Catches the common broken downloads without decoding anything.
 void check_image_file(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   GR_CHECK(fd >= 0, "image '" << path << "' cannot be read: " << std::strerror(errno));
-  unsigned char head[8] = {}, tail[256] = {};
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
   struct stat st;
-  const bool ok = ::fstat(fd, &st) == 0;
-  const ssize_t nh = ok ? ::pread(fd, head, sizeof head, 0) : -1;
-  const off_t tail_at = ok ? std::max<off_t>(0, st.st_size - static_cast<off_t>(sizeof tail)) : 0;
-  const ssize_t nt = ok ? ::pread(fd, tail, sizeof tail, tail_at) : -1;
-  ::close(fd);
-  GR_CHECK(ok && nh >= 0 && nt >= 0, "image '" << path << "' cannot be read");
-  const std::string fmt = image_format(head, static_cast<size_t>(nh));
+  GR_CHECK(::fstat(fd, &st) == 0, "image '" << path << "' cannot be read: " << std::strerror(errno));
+  FileBytes f(fd, static_cast<uint64_t>(st.st_size));
+  unsigned char head[8] = {};
+  const size_t nh = f.read(0, sizeof head, head);
+  GR_CHECK(f.ok(), "image '" << path << "' cannot be read");
+  const std::string fmt = image_format(head, nh);
   GR_CHECK(!fmt.empty(), "image '" << path << "' is not a PNG or JPEG image ("
                                    << (st.st_size == 0 ? "empty file" : "unknown signature") << ")");
   if (fmt == "png") {
-    bool iend = false;
-    for (ssize_t i = 0; i + 4 <= nt && !iend; ++i) iend = std::memcmp(tail + i, "IEND", 4) == 0;
-    GR_CHECK(iend, "image '" << path << "' is a truncated PNG (no IEND chunk at its end)");
+    const bool iend = png_has_iend(f);
+    GR_CHECK(f.ok(), "image '" << path << "' cannot be read");
+    GR_CHECK(iend, "image '" << path << "' is a truncated PNG (no complete IEND chunk)");
   }
 }
 
