@@ -339,6 +339,65 @@ TEST(ImageFolder, PngWithDataAfterIendLoadsAndOneWithoutIendIsRefused) {
   }
 }
 
+// A 68-byte PNG declaring 8000x8000 made every loader thread allocate and zero 192 MB before libpng
+// found too little data, and images past the pixel limit failed at decode time as "corrupt or
+// truncated (Invalid IHDR data)". Both are refused at open now, from the header, and by decode_image
+// itself before it allocates; the most compressible legitimate files still load.
+TEST(ImageFolder, SizeClaimsTheFileCannotHoldAreRefusedAtOpen) {
+  std::string d = testing::temp_dir("imgf_claims");
+  write_jpeg(d + "/src.jpg", pattern(16, 16, 3, 1), 90);
+  write_jpeg(d + "/src_grey.jpg", pattern(16, 16, 1, 1), 90);
+  run_python(d, std::string(kPngWriter) + R"(
+def raw(path, w, h, ctype, depth):  # a header and an empty IDAT
+    def chunk(t, d): return struct.pack('>I', len(d)) + t + d + struct.pack('>I', zlib.crc32(t + d) & 0xffffffff)
+    open(path, 'wb').write(b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', w, h, depth, ctype, 0, 0, 0))
+                           + chunk(b'IDAT', zlib.compress(b'')) + chunk(b'IEND', b''))
+raw('big8k.png', 8000, 8000, 2, 8)
+raw('big8k16.png', 8000, 8000, 0, 16)
+raw('huge.png', 100000, 100000, 0, 8)
+raw('wide.png', 70000, 1, 0, 8)
+def sof(src, dst, w, h):  # the JPEG with its frame header's size changed
+    b = bytearray(open(src, 'rb').read())
+    i = b.index(b'\xff\xc0')
+    b[i + 5:i + 9] = struct.pack('>HH', h, w)
+    open(dst, 'wb').write(bytes(b))
+sof('src.jpg', 'big8k.jpg', 8000, 8000)
+sof('src_grey.jpg', 'big_grey.jpg', 2000, 2000)
+sof('src.jpg', 'huge.jpg', 60000, 60000)
+# The most a file can be compressed: 3000x3000 grey zeros at zlib level 9 (about 1030:1), and a
+# constant 2048x2048 JPEG (two bits a block).
+png('flat.png', 3000, 3000, 0, 8, [bytes(3000)] * 3000)
+from PIL import Image
+Image.new('L', (2048, 2048), 77).save('flat.jpg', quality=90)
+)");
+  const std::pair<const char*, const char*> bad[] = {
+      {"big8k.png", "declares 8000x8000 pixels, more than its 65 bytes can hold (a PNG of that size needs at least 186046 bytes)"},
+      {"big8k16.png", "declares 8000x8000 pixels, more than its 65 bytes can hold"},
+      {"huge.png", "is 100000x100000 pixels; at most 67108864 (65536 a side) are decoded"},
+      {"wide.png", "is 70000x1 pixels; at most 67108864 (65536 a side) are decoded"},
+      {"big8k.jpg", "declares 8000x8000 pixels, more than its"},
+      {"big_grey.jpg", "declares 2000x2000 pixels, more than its"},
+      {"huge.jpg", "is 60000x60000 pixels; at most 67108864"},
+  };
+  for (const auto& [name, says] : bad) {
+    const std::string r = d + "/" + name + ".dir";
+    fs::create_directories(r + "/a");
+    fs::copy_file(d + "/" + name, r + "/a/" + name);
+    std::string e = error_of([&] { open_source(r, {3, 8, 8}); });
+    EXPECT_NE(e.find("image '" + r + "/a/" + name + "' " + says), std::string::npos) << e;
+    e = error_of([&] { decode_file(d + "/" + name); });  // and before decoding, by the decoder itself
+    EXPECT_NE(e.find(says), std::string::npos) << e;
+  }
+  const std::string r = d + "/flat.dir";
+  fs::create_directories(r + "/a");
+  for (const char* name : {"flat.png", "flat.jpg"}) fs::copy_file(d + "/" + name, r + "/a/" + name);
+  ASSERT_LT(fs::file_size(d + "/flat.png"), 3000 * 3000 / 1000);
+  SourcePtr s = open_source(r, {1, 4, 4});
+  auto all = testing::read_all(*s);
+  EXPECT_EQ(all.at("image").data<float>()[0], 77 / 255.0f);  // flat.jpg sorts first
+  EXPECT_EQ(all.at("image").data<float>()[16], 0.0f);
+}
+
 TEST(ImageFolder, TrainAndTestFoldersMustHaveTheSameClasses) {
   std::string d = testing::temp_dir("imgf_splits");
   for (const char* c : {"train/cat", "train/dog", "val/cat", "val/dog", "odd/cat", "odd/emu"}) {

@@ -7,6 +7,7 @@
 #include <png.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <csetjmp>
 #include <cstdio>
@@ -19,7 +20,133 @@ namespace graphrun::runtime::data {
 namespace {
 
 // Larger images are refused rather than decoded (a few bytes of PNG can claim gigapixels).
-constexpr int64_t kMaxPixels = int64_t{1} << 26;
+constexpr int64_t kMaxPixels = kMaxImagePixels;
+
+// ---- headers ----
+
+// Bytes of a file read through a ByteReader in 4 KiB windows, one at a time.
+class Cursor {
+ public:
+  explicit Cursor(const ByteReader& read) : read_(read) {}
+  int at(uint64_t off) {  // the byte at `off`, -1 past the end
+    if (off < from_ || off >= from_ + n_) {
+      from_ = off;
+      n_ = read_(off, sizeof buf_, buf_);
+      if (n_ == 0) return -1;
+    }
+    return buf_[off - from_];
+  }
+  int64_t be16(uint64_t off) {
+    const int a = at(off), b = at(off + 1);
+    return a < 0 || b < 0 ? -1 : a << 8 | b;
+  }
+  int64_t be32(uint64_t off) {
+    const int64_t a = be16(off), b = be16(off + 2);
+    return a < 0 || b < 0 ? -1 : a << 16 | b;
+  }
+
+ private:
+  const ByteReader& read_;
+  unsigned char buf_[4096];
+  uint64_t from_ = 0;
+  size_t n_ = 0;
+};
+
+void check_dimensions(int64_t w, int64_t h, const char* kind, const std::string& what) {
+  GR_CHECK(w > 0 && h > 0, what << " is a corrupt " << kind << " (it declares " << w << "x" << h << " pixels)");
+  GR_CHECK(w <= kMaxImageSide && h <= kMaxImageSide && w * h <= kMaxPixels,
+           what << " is " << w << "x" << h << " pixels; at most " << kMaxPixels << " (" << kMaxImageSide
+                << " a side) are decoded");
+}
+
+void check_claim(int64_t w, int64_t h, uint64_t size, uint64_t need, const char* kind, const std::string& what) {
+  GR_CHECK(size >= need, what << " declares " << w << "x" << h << " pixels, more than its " << size
+                              << " bytes can hold (a " << kind << " of that size needs at least " << need
+                              << " bytes): a corrupt or truncated file");
+}
+
+ImageHeader png_header(Cursor& c, uint64_t size, const std::string& what) {
+  // IHDR comes first: length 13, type, width, height, bit depth, colour type, ...
+  GR_CHECK(c.be32(8) == 13 && c.be32(12) == 0x49484452 && c.at(28) >= 0,
+           what << " is a corrupt PNG (no IHDR chunk first)");
+  ImageHeader h{"png", c.be32(16), c.be32(20), 0};
+  check_dimensions(h.width, h.height, "PNG", what);
+  int samples = 1;  // grey and palette
+  switch (c.at(25)) {
+    case 2: samples = 3; break;  // RGB
+    case 4: samples = 2; break;  // grey + alpha
+    case 6: samples = 4; break;  // RGBA
+  }
+  const int depth = std::max(1, c.at(24));
+  // The pixel bytes alone (no filter bytes, whether interlaced or not) are a lower bound of the
+  // inflated data, and deflate expands at most 1032:1 (258 bytes from a 2-bit code).
+  const uint64_t raw = static_cast<uint64_t>(h.width) * h.height * samples * depth / 8;
+  check_claim(h.width, h.height, size, raw / 1032, "PNG", what);
+  return h;
+}
+
+ImageHeader jpeg_header(Cursor& c, uint64_t size, const std::string& what) {
+  ImageHeader h{"jpeg", 0, 0, 0};
+  int sof = -1;
+  uint64_t off = 2;
+  std::vector<std::array<int, 2>> sampling;  // per component: horizontal, vertical factor
+  for (;;) {
+    // The next marker as libjpeg finds it: bytes other than 0xFF skipped (stray data it warns about),
+    // 0xFF fill bytes skipped, 0xFF 0x00 not a marker.
+    int m = -1;
+    for (;;) {
+      int b;
+      while ((b = c.at(off)) >= 0 && b != 0xFF) ++off;
+      while ((b = c.at(++off)) == 0xFF) {
+      }
+      if (b < 0) break;
+      ++off;
+      if (b != 0) {
+        m = b;
+        break;
+      }
+    }
+    GR_CHECK(m >= 0, what << " is a truncated JPEG (it ends before its first scan)");
+    GR_CHECK(m != 0xD9, what << " is a corrupt JPEG (no image before its end-of-image marker)");
+    if (m == 0x01 || m == 0xD8 || (m >= 0xD0 && m <= 0xD7)) continue;  // markers without a segment
+    const int64_t len = c.be16(off);
+    GR_CHECK(len >= 2 && off + len <= size,
+             what << (len < 0 || off + len > size ? " is a truncated JPEG (it ends inside a segment, before its first scan)"
+                                                  : " is a corrupt JPEG (a segment of length " + std::to_string(len) + ")"));
+    const bool is_sof = m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC;
+    if (is_sof && sof < 0) {
+      sof = m;
+      h.height = c.be16(off + 3);
+      h.width = c.be16(off + 5);
+      const int nf = c.at(off + 7);
+      GR_CHECK(nf > 0 && len >= 8 + 3 * nf, what << " is a corrupt JPEG (a frame header of length " << len << ")");
+      for (int i = 0; i < nf; ++i) {
+        const int hv = c.at(off + 9 + 3 * i);
+        sampling.push_back({std::max(1, hv >> 4), std::max(1, hv & 15)});
+      }
+      check_dimensions(h.width, h.height, "JPEG", what);
+    }
+    if (m == 0xDA) {
+      GR_CHECK(sof >= 0, what << " is a corrupt JPEG (a scan before its frame header)");
+      h.scan_data = off + len;
+      break;
+    }
+    off += len;
+  }
+  // Huffman coding (baseline, extended, progressive) spends a code of at least one bit on every 8x8
+  // block of a component it codes: at least the blocks of the component with the fewest.
+  if (sof <= 0xC2) {
+    int hmax = 1, vmax = 1;
+    for (const auto& f : sampling) hmax = std::max(hmax, f[0]), vmax = std::max(vmax, f[1]);
+    uint64_t blocks = ~uint64_t{0};
+    for (const auto& f : sampling) {
+      const uint64_t cw = (h.width * f[0] + hmax - 1) / hmax, ch = (h.height * f[1] + vmax - 1) / vmax;
+      blocks = std::min<uint64_t>(blocks, ((cw + 7) / 8) * ((ch + 7) / 8));
+    }
+    check_claim(h.width, h.height, size, blocks / 8, "JPEG", what);
+  }
+  return h;
+}
 
 // ---- PNG ----
 
@@ -223,11 +350,27 @@ std::string image_format(const unsigned char* b, size_t n) {
   return "";
 }
 
+ImageHeader check_image_header(const ByteReader& read, uint64_t size, const std::string& what) {
+  unsigned char head[8] = {};
+  const std::string fmt = image_format(head, read(0, sizeof head, head));
+  GR_CHECK(!fmt.empty(), what << " is not a PNG or JPEG image (" << (size == 0 ? "empty file" : "unknown signature") << ")");
+  Cursor c(read);
+  return fmt == "png" ? png_header(c, size, what) : jpeg_header(c, size, what);
+}
+
 void decode_image(const unsigned char* bytes, size_t n, const std::string& what, Image& out) {
-  const std::string fmt = image_format(bytes, n);
-  if (fmt == "png") return decode_png(bytes, n, what, out);
-  if (fmt == "jpeg") return decode_jpeg(bytes, n, what, out);
-  GR_FAIL(what << ": not a PNG or JPEG image (" << (n == 0 ? "empty file" : "unknown signature") << ")");
+  // The header's checks first (the file may have changed since it was opened, and a caller may not
+  // have opened it as a file at all): nothing is allocated for a size the bytes cannot hold.
+  const ImageHeader h = check_image_header(
+      [&](uint64_t off, size_t k, unsigned char* dst) {
+        if (off >= n) return size_t{0};
+        k = std::min<size_t>(k, n - off);
+        std::memcpy(dst, bytes + off, k);
+        return k;
+      },
+      n, what);
+  if (h.format == "png") return decode_png(bytes, n, what, out);
+  return decode_jpeg(bytes, n, what, out);
 }
 
 void image_to_chw(const Image& img, int64_t channels, int64_t height, int64_t width, float* dst) {

@@ -116,8 +116,9 @@ bool png_has_iend(FileBytes& f) {
   return false;
 }
 
-// The cheap checks of an image at open: its signature, and for PNG the IEND chunk that ends every
-// complete file. Catches the common broken downloads without decoding anything.
+// The cheap checks of an image at open: its header (check_image_header: the signature, the declared
+// size against the limits and against what the file's bytes can hold), and for PNG the IEND chunk that
+// ends every complete file. Catches the common broken downloads without decoding anything.
 void check_image_file(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   GR_CHECK(fd >= 0, "image '" << path << "' cannot be read: " << std::strerror(errno));
@@ -128,13 +129,11 @@ void check_image_file(const std::string& path) {
   struct stat st;
   GR_CHECK(::fstat(fd, &st) == 0, "image '" << path << "' cannot be read: " << std::strerror(errno));
   FileBytes f(fd, static_cast<uint64_t>(st.st_size));
-  unsigned char head[8] = {};
-  const size_t nh = f.read(0, sizeof head, head);
-  GR_CHECK(f.ok(), "image '" << path << "' cannot be read");
-  const std::string fmt = image_format(head, nh);
-  GR_CHECK(!fmt.empty(), "image '" << path << "' is not a PNG or JPEG image ("
-                                   << (st.st_size == 0 ? "empty file" : "unknown signature") << ")");
-  if (fmt == "png") {
+  const std::string what = "image '" + path + "'";
+  const ImageHeader h = check_image_header(
+      [&](uint64_t off, size_t n, unsigned char* dst) { return f.read(off, n, dst); }, f.size(), what);
+  GR_CHECK(f.ok(), what << " cannot be read");
+  if (h.format == "png") {
     const bool iend = png_has_iend(f);
     GR_CHECK(f.ok(), "image '" << path << "' cannot be read");
     GR_CHECK(iend, "image '" << path << "' is a truncated PNG (no complete IEND chunk)");
