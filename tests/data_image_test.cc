@@ -3,6 +3,7 @@
 // errors, and Fashion-MNIST as a PNG class-folder tree giving exactly the IDX tensors.
 #include <gtest/gtest.h>
 #include <jpeglib.h>
+#include <malloc.h>
 
 #include <cmath>
 #include <cstdio>
@@ -396,6 +397,36 @@ Image.new('L', (2048, 2048), 77).save('flat.jpg', quality=90)
   auto all = testing::read_all(*s);
   EXPECT_EQ(all.at("image").data<float>()[0], 77 / 255.0f);  // flat.jpg sorts first
   EXPECT_EQ(all.at("image").data<float>()[16], 0.0f);
+}
+
+// The decode buffers are per thread and live from image to image; an outlier's (here 3000x3000 RGB:
+// 27 MB of pixels, 108 MB of float planes) were kept for the rest of the run on every loader thread.
+// They are released once an image needs less than half of them.
+TEST(ImageFolder, AnOutliersDecodeBuffersAreReleasedByTheNextImage) {
+  std::string d = testing::temp_dir("imgf_outlier");
+  fs::create_directories(d + "/a");
+  Image big{3000, 3000, 3, std::vector<uint8_t>(3000 * 3000 * 3, 90)};
+  write_png(d + "/a/0big.png", big);
+  write_png(d + "/a/1small.png", pattern(8, 8, 3, 0));
+  SourcePtr s = open_source(d, {3, 8, 8});
+  Tensor img(DType::F32, {1, 3, 8, 8});
+  auto in_use = [] {
+    struct mallinfo2 m = mallinfo2();
+    return static_cast<double>(m.uordblks + m.hblkhd) / (1 << 20);  // MiB, mmapped blocks included
+  };
+  int64_t i = 1;
+  s->read(&i, 1, {{"image", &img}});
+  const double before = in_use();
+  i = 0;
+  s->read(&i, 1, {{"image", &img}});
+  EXPECT_EQ(img.data<float>()[0], 90 / 255.0f);
+  EXPECT_GT(in_use() - before, 100.0);  // held between images: a run of large ones reuses them
+  i = 1;
+  s->read(&i, 1, {{"image", &img}});
+  EXPECT_LT(in_use() - before, 16.0);
+  Tensor want(DType::F32, {3, 8, 8});
+  image_to_chw(pattern(8, 8, 3, 0), 3, 8, 8, want.data<float>());
+  EXPECT_EQ(std::memcmp(img.raw(), want.raw(), want.nbytes()), 0);
 }
 
 TEST(ImageFolder, TrainAndTestFoldersMustHaveTheSameClasses) {

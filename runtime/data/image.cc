@@ -203,6 +203,7 @@ void decode_png(const unsigned char* bytes, size_t n, const std::string& what, I
   out.width = w;
   out.height = h;
   out.channels = channels;
+  trim_scratch(out.pixels, static_cast<size_t>(w) * h * channels);
   out.pixels.resize(static_cast<size_t>(w) * h * channels);
   rows.resize(h);
   for (png_uint_32 y = 0; y < h; ++y) rows[y] = out.pixels.data() + static_cast<size_t>(y) * w * channels;
@@ -290,6 +291,7 @@ void decode_jpeg(const unsigned char* bytes, size_t n, const std::string& what, 
   out.width = cinfo.output_width;
   out.height = cinfo.output_height;
   out.channels = cmyk ? 3 : cinfo.output_components;
+  trim_scratch(out.pixels, static_cast<size_t>(out.width) * out.height * out.channels);
   out.pixels.resize(static_cast<size_t>(out.width) * out.height * out.channels);
   thread_local std::vector<uint8_t> cmyk_row;
   if (cmyk) cmyk_row.resize(static_cast<size_t>(out.width) * 4);
@@ -378,6 +380,7 @@ void image_to_chw(const Image& img, int64_t channels, int64_t height, int64_t wi
   const uint8_t* px = img.pixels.data();
   // Channel conversion first, as torchvision's loader converts before its transforms.
   thread_local std::vector<float> planes, tmp;
+  trim_scratch(planes, static_cast<size_t>(channels * H * W));
   planes.resize(static_cast<size_t>(channels * H * W));
   for (int64_t y = 0; y < H; ++y)
     for (int64_t x = 0; x < W; ++x) {
@@ -398,6 +401,7 @@ void image_to_chw(const Image& img, int64_t channels, int64_t height, int64_t wi
   thread_local Axis ax, ay;
   axis_coeffs(W, width, ax);
   axis_coeffs(H, height, ay);
+  trim_scratch(tmp, static_cast<size_t>(channels * H * width));
   tmp.resize(static_cast<size_t>(channels * H * width));
   for (int64_t c = 0; c < channels; ++c)
     for (int64_t y = 0; y < H; ++y) {

@@ -50,6 +50,15 @@ void decode_image(const unsigned char* bytes, size_t n, const std::string& what,
 // bilinear filter (antialiased when shrinking; an image already that size is copied exactly).
 void image_to_chw(const Image& img, int64_t channels, int64_t height, int64_t width, float* dst);
 
+// Per-thread scratch buffers live from image to image (decoding allocates nothing in the steady state),
+// but one that an outlier grew past 16 MiB is released as soon as an image needs less than half of it:
+// a single huge photo does not hold its memory on every loader thread for the rest of the run, and a
+// data set of large images does not reallocate for each. Call before sizing `v` for `need` elements.
+template <class T>
+void trim_scratch(std::vector<T>& v, size_t need) {
+  if (v.capacity() * sizeof(T) > (size_t{16} << 20) && need * 2 < v.capacity()) std::vector<T>().swap(v);
+}
+
 // Writers, for tests and for exporting data sets as image folders.
 void write_png(const std::string& path, const Image& img);
 void write_jpeg(const std::string& path, const Image& img, int quality);

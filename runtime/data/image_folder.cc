@@ -39,6 +39,7 @@ void read_file(const std::string& path, std::vector<unsigned char>& buf) {
     ::close(fd);
     GR_FAIL("image '" << path << "' cannot be read");
   }
+  trim_scratch(buf, static_cast<size_t>(st.st_size));
   buf.resize(static_cast<size_t>(st.st_size));
   size_t got = 0;
   while (got < buf.size()) {
