@@ -284,16 +284,20 @@ TEST(ImageFolder, BadImagesAreOneLineNamingTheImage) {
   std::ofstream(r + "/b/fake.jpg") << "<html>not found</html>";
   expect_error([&] { open_source(r, {1, 6, 6}); }, "fake.jpg", "not a PNG or JPEG image");
 
-  // Damage that only decoding finds: a truncated JPEG, a PNG whose pixel data is garbage.
+  // A JPEG cut short: no end-of-image marker (it failed only when decoded, after an epoch).
   r = tree("cut_jpeg");
   write_jpeg(r + "/a/big.jpg", pattern(64, 64, 3, 5), 90);
   std::string jpg = file_bytes(r + "/a/big.jpg");
   std::ofstream(r + "/a/big.jpg", std::ios::binary | std::ios::trunc) << jpg.substr(0, jpg.size() * 2 / 3);
+  expect_error([&] { open_source(r, {1, 6, 6}); }, r + "/a/big.jpg", "is a truncated JPEG (no end-of-image marker)");
+  // Cut, then given an EOI marker: libjpeg would fill the missing part with grey. Only decoding finds it.
+  std::ofstream(r + "/a/big.jpg", std::ios::binary | std::ios::trunc) << jpg.substr(0, jpg.size() * 2 / 3) << "\xFF\xD9";
   SourcePtr s = open_source(r, {1, 6, 6});
   Tensor img(DType::F32, {1, 1, 6, 6});
   int64_t i = 0;  // a/big.jpg sorts first
   expect_error([&] { s->read(&i, 1, {{"image", &img}}); }, r + "/a/big.jpg", "corrupt or truncated JPEG");
 
+  // Damage that only decoding finds: a PNG whose pixel data is garbage.
   r = tree("garbled");
   std::string g = file_bytes(r + "/a/ok.png");
   const size_t idat = g.find("IDAT");
@@ -427,6 +431,64 @@ TEST(ImageFolder, AnOutliersDecodeBuffersAreReleasedByTheNextImage) {
   Tensor want(DType::F32, {3, 8, 8});
   image_to_chw(pattern(8, 8, 3, 0), 3, 8, 8, want.data<float>());
   EXPECT_EQ(std::memcmp(img.raw(), want.raw(), want.nbytes()), 0);
+}
+
+// A JPEG without its end-of-image marker is refused at open when PIL refuses it (data cut short: PIL's
+// "image file is truncated"), and loads, with PIL's pixels, when PIL loads it: the data complete and
+// only the marker missing, stray bytes after it (PIL needs only the scanlines). Each variant's verdict
+// and pixels are PIL 9.4's.
+TEST(ImageFolder, JpegsWithoutEndOfImageMarkerLoadExactlyWhenPilLoadsThem) {
+  std::string d = testing::temp_dir("imgf_no_eoi");
+  run_python(d, R"(
+from PIL import Image
+y, x = np.mgrid[0:64, 0:48]
+a = np.clip(np.stack([127 + 100 * np.sin(x / 5 + k) * np.cos(y / 7 - k) for k in range(3)], -1), 0, 255).astype(np.uint8)
+Image.fromarray(a).save('base.jpg', quality=90)
+Image.fromarray(a).save('prog.jpg', quality=90, progressive=True)
+Image.fromarray(a[..., 0]).save('grey.jpg', quality=90)
+n = 0
+for src in ['base', 'prog', 'grey']:
+    b = open(src + '.jpg', 'rb').read()
+    assert b[-2:] == b'\xff\xd9'
+    for tail, cut in [(b'', 2), (b'', 1), (b'', 50), (b'\0' * 3, 2), (b'\0' * 16, 2), (b'\xff\xff', 2),
+                      (b'junk' * 8, 2), (b'\0' * 100, len(b) // 2), (b'\0' * 40, 0)]:
+        v = b[:len(b) - cut] + tail
+        os.makedirs(f'v{n}/a')
+        open(f'v{n}/a/x.jpg', 'wb').write(v)
+        try:
+            im = Image.open(f'v{n}/a/x.jpg').convert('RGB')
+            np.save(f'v{n}.npy', np.asarray(im))
+        except Exception as e:
+            open(f'v{n}.refused', 'w').write(str(e))
+        n += 1
+open('count', 'w').write(str(n))
+)");
+  const int n = std::stoi(file_bytes(d + "/count"));
+  int loaded = 0, refused = 0;
+  for (int k = 0; k < n; ++k) {
+    const std::string v = d + "/v" + std::to_string(k);
+    const bool pil_refuses = fs::exists(v + ".refused");
+    Tensor img(DType::F32, {1, 3, 64, 48});
+    std::string e = error_of([&] {
+      SourcePtr s = open_source(v, {3, 64, 48});
+      int64_t i = 0;
+      s->read(&i, 1, {{"image", &img}});
+    });
+    EXPECT_EQ(!e.empty(), pil_refuses) << "variant " << k << ": " << e;
+    if (pil_refuses) {
+      ++refused;
+      EXPECT_NE(e.find("is a truncated JPEG (no end-of-image marker)"), std::string::npos) << k << ": " << e;  // at open
+    } else if (e.empty()) {
+      ++loaded;
+      Tensor hwc = read_npy(v + ".npy");
+      int bad = 0;
+      for (int64_t p = 0; p < 64 * 48; ++p)
+        for (int c = 0; c < 3; ++c) bad += img.data<float>()[c * 64 * 48 + p] != hwc.data<uint8_t>()[p * 3 + c] / 255.0f;
+      EXPECT_EQ(bad, 0) << "variant " << k;
+    }
+  }
+  EXPECT_GE(loaded, 4);  // each kind with EOI and trailing bytes; baseline data complete then stray bytes
+  EXPECT_GE(refused, 12);
 }
 
 TEST(ImageFolder, TrainAndTestFoldersMustHaveTheSameClasses) {

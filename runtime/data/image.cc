@@ -218,6 +218,7 @@ struct JpegErr {
   jpeg_error_mgr mgr;
   std::jmp_buf jmp;
   char msg[JMSG_LENGTH_MAX];
+  bool pixels_done = false;  // every scanline is out: what is left to read is markers up to EOI
 };
 
 [[noreturn]] void jpeg_on_error(j_common_ptr c) {
@@ -248,7 +249,11 @@ bool jpeg_warning_is_fatal(int code) {
 }
 
 void jpeg_on_message(j_common_ptr c, int level) {
-  if (level < 0 && jpeg_warning_is_fatal(c->err->msg_code)) jpeg_on_error(c);
+  if (level >= 0 || !jpeg_warning_is_fatal(c->err->msg_code)) return;
+  // The file ending before its EOI marker once every pixel is decoded (data complete, stray bytes
+  // after it, no EOI): PIL loads such a file, as it needs only the scanlines. Before that, data is missing.
+  if (c->err->msg_code == JWRN_JPEG_EOF && reinterpret_cast<JpegErr*>(c->err)->pixels_done) return;
+  jpeg_on_error(c);
 }
 
 // PIL's reading of a CMYK JPEG and its convert("RGB"). PIL takes every CMYK JPEG as stored inverted,
@@ -304,6 +309,7 @@ void decode_jpeg(const unsigned char* bytes, size_t n, const std::string& what, 
     }
     if (cmyk) cmyk_to_rgb(cmyk_row.data(), dst, out.width);
   }
+  err.pixels_done = true;
   jpeg_finish_decompress(&cinfo);
   jpeg_destroy_decompress(&cinfo);
 }

@@ -117,6 +117,22 @@ bool png_has_iend(FileBytes& f) {
   return false;
 }
 
+// Whether the bytes from `from` (a JPEG's first scan data) to the end hold an EOI marker, FF D9, which
+// entropy-coded data cannot hold (there FF is followed by 00 or a restart marker). Searched backwards
+// from the end, where it lies, after it only the data some cameras and tools append.
+bool jpeg_has_eoi(FileBytes& f, uint64_t from) {
+  unsigned char buf[4096];
+  for (uint64_t end = f.size(); end > from + 1;) {
+    const uint64_t start = std::max(from, end > sizeof buf ? end - sizeof buf : 0);
+    const size_t n = f.read(start, static_cast<size_t>(end - start), buf);
+    if (n != end - start) return false;
+    for (size_t i = n - 1; i > 0; --i)
+      if (buf[i - 1] == 0xFF && buf[i] == 0xD9) return true;
+    end = start + 1;  // the next window overlaps this one by a byte: a marker across the two is seen
+  }
+  return false;
+}
+
 // The cheap checks of an image at open: its header (check_image_header: the signature, the declared
 // size against the limits and against what the file's bytes can hold), and for PNG the IEND chunk that
 // ends every complete file. Catches the common broken downloads without decoding anything.
@@ -138,6 +154,20 @@ void check_image_file(const std::string& path) {
     const bool iend = png_has_iend(f);
     GR_CHECK(f.ok(), "image '" << path << "' cannot be read");
     GR_CHECK(iend, "image '" << path << "' is a truncated PNG (no complete IEND chunk)");
+  }
+  if (h.format == "jpeg" && !jpeg_has_eoi(f, h.scan_data)) {
+    GR_CHECK(f.ok(), what << " cannot be read");
+    // No EOI: a cut file, which PIL refuses, unless the pixels' data is complete and only the marker
+    // is missing (PIL loads those, needing only the scanlines). Decoding tells them apart exactly;
+    // it is the rare file that pays for it.
+    std::vector<unsigned char> bytes;
+    read_file(path, bytes);
+    Image img;
+    try {
+      decode_image(bytes.data(), bytes.size(), what, img);
+    } catch (const Error&) {
+      GR_FAIL(what << " is a truncated JPEG (no end-of-image marker)");
+    }
   }
 }
 
