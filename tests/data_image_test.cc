@@ -251,6 +251,41 @@ TEST(ImageFolder, ClassesAndFilesInTorchvisionOrder) {
   EXPECT_EQ(testing::read_all(*small).at("image").numel(), 4 * 6);
 }
 
+// torchvision walks class folders with os.walk(followlinks=True): folders linked inside a (linked)
+// class folder are read too, a folder linked twice twice. The recursive iterator skipped them. A link
+// to a folder above it is an error naming it (torchvision's walk would loop until the path is too long).
+TEST(ImageFolder, LinkedFoldersAreFollowedAsTorchvisionDoesAndACycleIsAnError) {
+  std::string d = testing::temp_dir("imgf_links");
+  run_python(d, R"(
+from PIL import Image
+def img(path, v):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    Image.new('L', (2, 2), v).save(path)
+img('src/cat/0.png', 10); img('src/dog/0.png', 20); img('src/dog/sub/n.png', 30)
+img('other/x.png', 40); img('other/deeper/y.png', 50)
+os.makedirs('data')
+os.symlink('../src/cat', 'data/cat')
+os.symlink('../src/dog', 'data/dog')
+os.symlink('../../other', 'src/dog/zlink')    # a link inside a linked class folder
+os.symlink('../../../other', 'src/dog/sub/again')  # the same folder once more
+img('cyc/a/0.png', 60)
+os.symlink('..', 'cyc/a/up')                  # a/up -> cyc, which holds a: a cycle
+import torchvision
+ds = torchvision.datasets.ImageFolder('data')
+open('torchvision.txt', 'w').write(' '.join(str(np.asarray(Image.open(p))[0, 0]) + ':' + str(c) for p, c in ds.samples))
+)");
+  SourcePtr s = open_source(d + "/data", {1, 2, 2});
+  auto all = testing::read_all(*s);
+  std::string ours;
+  for (int64_t i = 0; i < s->size(); ++i)
+    ours += (i ? " " : "") + std::to_string(std::lround(all.at("image").data<float>()[i * 4] * 255)) + ":" +
+            std::to_string(all.at("labels").data<int64_t>()[i]);
+  EXPECT_EQ(ours, file_bytes(d + "/torchvision.txt"));
+  EXPECT_EQ(ours, "10:0 20:1 30:1 40:1 50:1 40:1 50:1");
+  std::string e = error_of([&] { open_source(d + "/cyc", {1, 2, 2}); });
+  EXPECT_NE(e.find("folder link '" + d + "/cyc/a/up' leads back to '" + d + "/cyc/a'"), std::string::npos) << e;
+}
+
 TEST(ImageFolder, BadImagesAreOneLineNamingTheImage) {
   std::string d = testing::temp_dir("imgf_bad");
   auto tree = [&](const std::string& name) {

@@ -223,18 +223,54 @@ class ImageFolderSource : public Source {
   }
 
  private:
-  // torchvision walks a class folder recursively, folders in sorted order and files sorted within each.
+  // Every folder under `d`, `d` included, following links to folders as torchvision does. A link to a
+  // folder that holds it (`ancestors`: each folder's device and inode, and its path) would make the walk
+  // endless (torchvision's loops until the path is too long): an error naming the link.
+  static void collect_dirs(const fs::path& d, std::vector<fs::path>& out,
+                           std::vector<std::pair<std::pair<dev_t, ino_t>, fs::path>>& ancestors) {
+    struct stat st;
+    GR_CHECK(::stat(d.c_str(), &st) == 0, "cannot list folder '" << d.string() << "': " << std::strerror(errno));
+    const std::pair<dev_t, ino_t> id{st.st_dev, st.st_ino};
+    for (const auto& [a, path] : ancestors) {
+      if (a != id) continue;
+      fs::path link = d;  // the first link between the two
+      fs::path p = path;
+      std::error_code ec;
+      for (const auto& part : d.lexically_relative(path)) {
+        p /= part;
+        if (fs::is_symlink(p, ec)) {
+          link = p;
+          break;
+        }
+      }
+      GR_FAIL("folder link '" << link.string() << "' leads back to '" << path.string()
+                              << "', which holds it: the image folder's walk would never end");
+    }
+    out.push_back(d);
+    ancestors.push_back({id, d});
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(d, ec)) {
+      std::error_code is_dir;
+      if (e.is_directory(is_dir)) collect_dirs(e.path(), out, ancestors);
+    }
+    GR_CHECK(!ec, "cannot list folder '" << d.string() << "': " << ec.message());
+    ancestors.pop_back();
+  }
+
+  // torchvision walks a class folder as os.walk(followlinks=True): folders (linked ones too) in sorted
+  // order of their paths, and files sorted within each.
   void add_class_files(const fs::path& class_dir, int64_t label) {
     std::error_code ec;
-    std::vector<fs::path> dirs{class_dir};
-    for (fs::recursive_directory_iterator it(class_dir, ec), end; !ec && it != end; it.increment(ec))
-      if (it->is_directory(ec)) dirs.push_back(it->path());
-    GR_CHECK(!ec, "cannot list class folder '" << class_dir.string() << "': " << ec.message());
+    std::vector<fs::path> dirs;
+    std::vector<std::pair<std::pair<dev_t, ino_t>, fs::path>> ancestors;
+    collect_dirs(class_dir, dirs, ancestors);
     std::sort(dirs.begin(), dirs.end(), [](const fs::path& a, const fs::path& b) { return a.string() < b.string(); });
     for (const auto& d : dirs) {
       std::vector<std::string> names;
-      for (const auto& e : fs::directory_iterator(d, ec))
-        if (!e.is_directory(ec)) names.push_back(e.path().filename().string());
+      for (const auto& e : fs::directory_iterator(d, ec)) {
+        std::error_code is_dir;
+        if (!e.is_directory(is_dir)) names.push_back(e.path().filename().string());
+      }
       std::sort(names.begin(), names.end());
       for (const auto& name : names) {
         const std::string path = (d / name).string();
