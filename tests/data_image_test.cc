@@ -286,6 +286,23 @@ open('torchvision.txt', 'w').write(' '.join(str(np.asarray(Image.open(p))[0, 0])
   EXPECT_NE(e.find("folder link '" + d + "/cyc/a/up' leads back to '" + d + "/cyc/a'"), std::string::npos) << e;
 }
 
+// A folder copied from a Mac holds "._x.png" (AppleDouble metadata, never an image) beside each x.png:
+// it was refused as "not a PNG or JPEG image (unknown signature)". Hidden files and folders are skipped,
+// a hidden folder at the top is no class.
+TEST(ImageFolder, HiddenFilesAndFoldersAreSkipped) {
+  std::string d = testing::temp_dir("imgf_hidden");
+  for (const char* f : {"a", "b", "a/.thumbs", ".ipynb_checkpoints"}) fs::create_directories(d + "/" + f);
+  write_png(d + "/a/x.png", pattern(2, 2, 1, 1));
+  write_png(d + "/b/y.png", pattern(2, 2, 1, 2));
+  for (const char* f : {"a/._x.png", "b/._y.png", "a/.DS_Store"})
+    std::ofstream(d + "/" + f, std::ios::binary) << std::string("\0\x05\x16\x07\0\x02\0\0Mac OS X        ", 24);
+  write_png(d + "/a/.thumbs/x.png", pattern(2, 2, 1, 3));
+  write_png(d + "/.ipynb_checkpoints/z.png", pattern(2, 2, 1, 4));
+  SourcePtr s = open_source(d, {1, 2, 2});
+  EXPECT_EQ(s->classes(), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(s->size(), 2);
+}
+
 TEST(ImageFolder, BadImagesAreOneLineNamingTheImage) {
   std::string d = testing::temp_dir("imgf_bad");
   auto tree = [&](const std::string& name) {

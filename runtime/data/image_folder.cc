@@ -23,6 +23,14 @@ std::string lower(std::string s) {
   return s;
 }
 
+// Names starting with '.' are skipped, files and folders: macOS's AppleDouble "._x.png" beside every
+// copied x.png is never an image, nor are editors' and notebooks' hidden folders (.ipynb_checkpoints)
+// classes. (torchvision reads them: it fails on "._x.png" and counts .ipynb_checkpoints as a class.)
+bool hidden(const fs::path& p) {
+  const std::string n = p.filename().string();
+  return !n.empty() && n[0] == '.';
+}
+
 // Extensions torchvision's ImageFolder takes: the ones decoded here, and the others, which are refused
 // (skipping them would silently train on a different data set than torchvision's).
 bool decoded_ext(const std::string& e) { return e == ".png" || e == ".jpg" || e == ".jpeg"; }
@@ -179,8 +187,10 @@ class ImageFolderSource : public Source {
                               << channels << "x" << height << "x" << width);
     std::error_code ec;
     std::vector<fs::path> class_dirs;
-    for (const auto& e : fs::directory_iterator(dir, ec))
-      if (e.is_directory(ec)) class_dirs.push_back(e.path());
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      std::error_code is_dir;
+      if (e.is_directory(is_dir) && !hidden(e.path())) class_dirs.push_back(e.path());
+    }
     GR_CHECK(!ec, "cannot list image folder '" << dir << "': " << ec.message());
     GR_CHECK(!class_dirs.empty(), "image folder '" << dir << "' has no class subfolders (one folder per class)");
     std::sort(class_dirs.begin(), class_dirs.end(),
@@ -251,7 +261,7 @@ class ImageFolderSource : public Source {
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(d, ec)) {
       std::error_code is_dir;
-      if (e.is_directory(is_dir)) collect_dirs(e.path(), out, ancestors);
+      if (e.is_directory(is_dir) && !hidden(e.path())) collect_dirs(e.path(), out, ancestors);
     }
     GR_CHECK(!ec, "cannot list folder '" << d.string() << "': " << ec.message());
     ancestors.pop_back();
@@ -269,7 +279,7 @@ class ImageFolderSource : public Source {
       std::vector<std::string> names;
       for (const auto& e : fs::directory_iterator(d, ec)) {
         std::error_code is_dir;
-        if (!e.is_directory(is_dir)) names.push_back(e.path().filename().string());
+        if (!e.is_directory(is_dir) && !hidden(e.path())) names.push_back(e.path().filename().string());
       }
       std::sort(names.begin(), names.end());
       for (const auto& name : names) {
