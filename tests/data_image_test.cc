@@ -555,8 +555,21 @@ TEST(ImageFolder, TrainAndTestFoldersMustHaveTheSameClasses) {
   EXPECT_EQ(ok.test->classes(), (std::vector<std::string>{"cat", "dog"}));
   EXPECT_EQ(ok.train->spec("input").shape, (Shape{3, 8, 8}));
   EXPECT_EQ(num_classes(*ok.train), 2);
+  // The message names the classes that differ (it named only the two folders).
   std::string e = error_of([&] { open_splits(d + "/train", d + "/odd", -1, 0, {3, 8, 8}, fit); });
-  EXPECT_NE(e.find("class folders of '" + d + "/odd' differ"), std::string::npos) << e;
+  EXPECT_NE(e.find("class folders of '" + d + "/odd' differ from those of '" + d + "/train': 'emu' only in '" + d +
+                   "/odd'; 'dog' only in '" + d + "/train'"),
+            std::string::npos)
+      << e;
+  // More class folders than the model scores: said of the folders (it was "example 2 has class 1, out
+  // of range for a model with 1 classes").
+  FitOptions one;
+  one.num_classes = 1;
+  e = error_of([&] { fit_to_model(open_source(d + "/train", {3, 8, 8}), {{"input", DType::F32, {3, 8, 8}}}, one); });
+  EXPECT_NE(e.find("'" + d + "/train' has 2 class folders ('cat', 'dog') but the model's output scores 1 classes: "
+                   "give the model 2 outputs"),
+            std::string::npos)
+      << e;
   // No test folder: 10% held out (at least one image).
   DataSplits held = open_splits(d + "/train", "", -1, 0, {3, 8, 8}, fit);
   EXPECT_EQ(held.test->size(), 1);

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 namespace graphrun::runtime::data {
@@ -238,9 +239,24 @@ DataSplits open_splits(const std::string& data_path, const std::string& test_pat
     GR_CHECK(val_split < 0, "--val-split and --test-data both name test data: give one of them");
     d.test = fitted(open_source(test_path, test_opts));
     d.test_from = d.test->describe();
-    GR_CHECK(d.train->classes() == d.test->classes(),
-             "the class folders of " << d.test->describe() << " differ from those of " << d.train->describe()
-                                     << " (the same classes, by name, are needed for labels to agree)");
+    const std::vector<std::string> a = d.train->classes(), b = d.test->classes();
+    if (a != b) {
+      // Both sorted by name: the differences, a few of each side.
+      std::vector<std::string> only_a, only_b;
+      std::set_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(only_a));
+      std::set_difference(b.begin(), b.end(), a.begin(), a.end(), std::back_inserter(only_b));
+      auto list = [](const std::vector<std::string>& v, const std::string& where) {
+        if (v.empty()) return std::string();
+        std::string s;
+        for (size_t i = 0; i < v.size() && i < 5; ++i) s += (i ? ", '" : "'") + v[i] + "'";
+        if (v.size() > 5) s += " and " + std::to_string(v.size() - 5) + " more";
+        return s + " only in " + where;
+      };
+      const std::string x = list(only_b, d.test->describe()), y = list(only_a, d.train->describe());
+      GR_FAIL("the class folders of " << d.test->describe() << " differ from those of " << d.train->describe() << ": "
+                                      << x << (x.empty() || y.empty() ? "" : "; ") << y
+                                      << " (the same classes, by name, are needed for labels to agree)");
+    }
     return d;
   }
   if (val_split < 0 && source_kind(data_path) == "idx" && has_idx(data_path, "t10k") &&
