@@ -2,8 +2,11 @@
 // (checked against torch's antialiased bilinear), torchvision's ImageFolder order, the bad-image
 // errors, and Fashion-MNIST as a PNG class-folder tree giving exactly the IDX tensors.
 #include <gtest/gtest.h>
+#include <jpeglib.h>
+#include <malloc.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -91,6 +94,103 @@ TEST(ImageDecode, JpegRoundTripsWithinCompressionError) {
   EXPECT_EQ(decode_file(d + "/g.jpg").channels, 1);
 }
 
+// libjpeg warns about stray bytes between segments ("45 extraneous bytes before marker 0xd9", common in
+// real photo sets) and unknown JFIF revisions; PIL decodes those files, and their pixels are the clean
+// file's. Only the warnings that image data is missing or garbled are errors.
+TEST(ImageDecode, JpegWarningsAboutBytesAroundThePixelsAreNotErrors) {
+  std::string d = testing::temp_dir("img_jpeg_warn");
+  write_jpeg(d + "/clean.jpg", pattern(16, 16, 3, 7), 90);
+  const std::string clean = file_bytes(d + "/clean.jpg");
+  const Image want = decode_file(d + "/clean.jpg");
+  auto decodes_as_clean = [&](const std::string& name, const std::string& bytes) {
+    std::ofstream(d + "/" + name, std::ios::binary) << bytes;
+    std::string e = error_of([&] { EXPECT_EQ(decode_file(d + "/" + name).pixels, want.pixels) << name; });
+    EXPECT_EQ(e, "") << name;
+  };
+  ASSERT_EQ(clean.substr(clean.size() - 2), "\xFF\xD9");
+  decodes_as_clean("extra_eoi.jpg", clean.substr(0, clean.size() - 2) + std::string(45, '\0') + "\xFF\xD9");
+  const size_t dqt = clean.find("\xFF\xDB");
+  ASSERT_NE(dqt, std::string::npos);
+  decodes_as_clean("extra_hdr.jpg", clean.substr(0, dqt) + "junk" + clean.substr(dqt));
+  std::string jfif = clean;
+  ASSERT_EQ(jfif.substr(6, 5), std::string("JFIF\0", 5));
+  jfif[11] = 3;  // JFIF 3.01: "unknown JFIF revision number"
+  decodes_as_clean("jfif3.jpg", jfif);
+  // Data cut short inside the scan, with an EOI after it: libjpeg would fill the rest with grey.
+  const size_t sos = clean.find("\xFF\xDA");
+  const std::string cut = clean.substr(0, sos + (clean.size() - sos) / 2) + "\xFF\xD9";
+  std::ofstream(d + "/cut.jpg", std::ios::binary) << cut;
+  std::string e = error_of([&] { decode_file(d + "/cut.jpg"); });
+  EXPECT_NE(e.find("premature end of data segment"), std::string::npos) << e;
+}
+
+// A 4-channel JPEG through libjpeg directly: CMYK stored inverted (Adobe's convention, as PIL writes
+// it) and recoded as YCCK (Adobe transform 2), which PIL cannot write.
+void write_ycck_jpeg(const std::string& path, int w, int h, const std::vector<uint8_t>& cmyk) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  ASSERT_TRUE(f);
+  jpeg_compress_struct c;
+  jpeg_error_mgr err;
+  c.err = jpeg_std_error(&err);
+  jpeg_create_compress(&c);
+  jpeg_stdio_dest(&c, f);
+  c.image_width = w;
+  c.image_height = h;
+  c.input_components = 4;
+  c.in_color_space = JCS_CMYK;
+  jpeg_set_defaults(&c);
+  jpeg_set_colorspace(&c, JCS_YCCK);
+  jpeg_set_quality(&c, 90, TRUE);
+  jpeg_start_compress(&c, TRUE);
+  while (c.next_scanline < c.image_height) {
+    JSAMPROW row = const_cast<uint8_t*>(cmyk.data()) + static_cast<size_t>(c.next_scanline) * w * 4;
+    jpeg_write_scanlines(&c, &row, 1);
+  }
+  jpeg_finish_compress(&c);
+  jpeg_destroy_compress(&c);
+  std::fclose(f);
+}
+
+// CMYK JPEGs (PIL's, with the Adobe marker it writes and with that marker stripped) and a YCCK one decode
+// to PIL's convert("RGB") exactly, and feed a 1-channel model PIL's convert("L") of that.
+TEST(ImageDecode, CmykAndYcckJpegsBecomeRgbAsInPil) {
+  std::string d = testing::temp_dir("img_cmyk");
+  const int w = 24, h = 16;
+  std::vector<uint8_t> cmyk;
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      for (int c = 0; c < 4; ++c) cmyk.push_back(static_cast<uint8_t>((40 + 7 * x + 11 * y + 60 * c) % 256));
+  write_ycck_jpeg(d + "/ycck.jpg", w, h, cmyk);
+  run_python(d, R"(
+from PIL import Image
+y, x = np.mgrid[0:16, 0:24]
+a = np.stack([(40 + 7 * x + 11 * y + 60 * c) % 256 for c in range(4)], -1).astype(np.uint8)
+Image.fromarray(a, 'CMYK').save('cmyk.jpg', quality=90)
+b = open('cmyk.jpg', 'rb').read()
+i = b.index(b'\xff\xee')  # the Adobe APP14 segment PIL writes
+assert Image.open('cmyk.jpg').mode == 'CMYK'
+open('noadobe.jpg', 'wb').write(b[:i] + b[i + 2 + int.from_bytes(b[i + 2:i + 4], 'big'):])
+for n in ['cmyk', 'noadobe', 'ycck']:
+    im = Image.open(n + '.jpg')
+    assert im.mode == 'CMYK', im.mode
+    rgb = im.convert('RGB')
+    np.save(n + '_rgb.npy', np.asarray(rgb))
+    np.save(n + '_l.npy', np.asarray(rgb.convert('L')))
+)");
+  for (const char* n : {"cmyk", "noadobe", "ycck"}) {
+    Image img = decode_file(d + "/" + n + ".jpg");
+    ASSERT_EQ(img.channels, 3) << n;
+    ASSERT_EQ(img.width, w);
+    Tensor rgb = read_npy(d + "/" + n + "_rgb.npy");
+    ASSERT_EQ(rgb.numel(), w * h * 3);
+    EXPECT_EQ(std::memcmp(img.pixels.data(), rgb.raw(), img.pixels.size()), 0) << n;
+    Tensor l = read_npy(d + "/" + n + "_l.npy");
+    std::vector<float> grey(w * h);
+    image_to_chw(img, 1, h, w, grey.data());
+    for (int i = 0; i < w * h; ++i) ASSERT_EQ(grey[i], l.data<uint8_t>()[i] / 255.0f) << n << " pixel " << i;
+  }
+}
+
 TEST(ImageConvert, ChannelsAsPilConvert) {
   Image rgb{1, 1, 3, {10, 200, 30}};
   float out[3];
@@ -151,6 +251,58 @@ TEST(ImageFolder, ClassesAndFilesInTorchvisionOrder) {
   EXPECT_EQ(testing::read_all(*small).at("image").numel(), 4 * 6);
 }
 
+// torchvision walks class folders with os.walk(followlinks=True): folders linked inside a (linked)
+// class folder are read too, a folder linked twice twice. The recursive iterator skipped them. A link
+// to a folder above it is an error naming it (torchvision's walk would loop until the path is too long).
+TEST(ImageFolder, LinkedFoldersAreFollowedAsTorchvisionDoesAndACycleIsAnError) {
+  std::string d = testing::temp_dir("imgf_links");
+  run_python(d, R"(
+from PIL import Image
+def img(path, v):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    Image.new('L', (2, 2), v).save(path)
+img('src/cat/0.png', 10); img('src/dog/0.png', 20); img('src/dog/sub/n.png', 30)
+img('other/x.png', 40); img('other/deeper/y.png', 50)
+os.makedirs('data')
+os.symlink('../src/cat', 'data/cat')
+os.symlink('../src/dog', 'data/dog')
+os.symlink('../../other', 'src/dog/zlink')    # a link inside a linked class folder
+os.symlink('../../../other', 'src/dog/sub/again')  # the same folder once more
+img('cyc/a/0.png', 60)
+os.symlink('..', 'cyc/a/up')                  # a/up -> cyc, which holds a: a cycle
+import torchvision
+ds = torchvision.datasets.ImageFolder('data')
+open('torchvision.txt', 'w').write(' '.join(str(np.asarray(Image.open(p))[0, 0]) + ':' + str(c) for p, c in ds.samples))
+)");
+  SourcePtr s = open_source(d + "/data", {1, 2, 2});
+  auto all = testing::read_all(*s);
+  std::string ours;
+  for (int64_t i = 0; i < s->size(); ++i)
+    ours += (i ? " " : "") + std::to_string(std::lround(all.at("image").data<float>()[i * 4] * 255)) + ":" +
+            std::to_string(all.at("labels").data<int64_t>()[i]);
+  EXPECT_EQ(ours, file_bytes(d + "/torchvision.txt"));
+  EXPECT_EQ(ours, "10:0 20:1 30:1 40:1 50:1 40:1 50:1");
+  std::string e = error_of([&] { open_source(d + "/cyc", {1, 2, 2}); });
+  EXPECT_NE(e.find("folder link '" + d + "/cyc/a/up' leads back to '" + d + "/cyc/a'"), std::string::npos) << e;
+}
+
+// A folder copied from a Mac holds "._x.png" (AppleDouble metadata, never an image) beside each x.png:
+// it was refused as "not a PNG or JPEG image (unknown signature)". Hidden files and folders are skipped,
+// a hidden folder at the top is no class.
+TEST(ImageFolder, HiddenFilesAndFoldersAreSkipped) {
+  std::string d = testing::temp_dir("imgf_hidden");
+  for (const char* f : {"a", "b", "a/.thumbs", ".ipynb_checkpoints"}) fs::create_directories(d + "/" + f);
+  write_png(d + "/a/x.png", pattern(2, 2, 1, 1));
+  write_png(d + "/b/y.png", pattern(2, 2, 1, 2));
+  for (const char* f : {"a/._x.png", "b/._y.png", "a/.DS_Store"})
+    std::ofstream(d + "/" + f, std::ios::binary) << std::string("\0\x05\x16\x07\0\x02\0\0Mac OS X        ", 24);
+  write_png(d + "/a/.thumbs/x.png", pattern(2, 2, 1, 3));
+  write_png(d + "/.ipynb_checkpoints/z.png", pattern(2, 2, 1, 4));
+  SourcePtr s = open_source(d, {1, 2, 2});
+  EXPECT_EQ(s->classes(), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(s->size(), 2);
+}
+
 TEST(ImageFolder, BadImagesAreOneLineNamingTheImage) {
   std::string d = testing::temp_dir("imgf_bad");
   auto tree = [&](const std::string& name) {
@@ -184,16 +336,20 @@ TEST(ImageFolder, BadImagesAreOneLineNamingTheImage) {
   std::ofstream(r + "/b/fake.jpg") << "<html>not found</html>";
   expect_error([&] { open_source(r, {1, 6, 6}); }, "fake.jpg", "not a PNG or JPEG image");
 
-  // Damage that only decoding finds: a truncated JPEG, a PNG whose pixel data is garbage.
+  // A JPEG cut short: no end-of-image marker (it failed only when decoded, after an epoch).
   r = tree("cut_jpeg");
   write_jpeg(r + "/a/big.jpg", pattern(64, 64, 3, 5), 90);
   std::string jpg = file_bytes(r + "/a/big.jpg");
   std::ofstream(r + "/a/big.jpg", std::ios::binary | std::ios::trunc) << jpg.substr(0, jpg.size() * 2 / 3);
+  expect_error([&] { open_source(r, {1, 6, 6}); }, r + "/a/big.jpg", "is a truncated JPEG (no end-of-image marker)");
+  // Cut, then given an EOI marker: libjpeg would fill the missing part with grey. Only decoding finds it.
+  std::ofstream(r + "/a/big.jpg", std::ios::binary | std::ios::trunc) << jpg.substr(0, jpg.size() * 2 / 3) << "\xFF\xD9";
   SourcePtr s = open_source(r, {1, 6, 6});
   Tensor img(DType::F32, {1, 1, 6, 6});
   int64_t i = 0;  // a/big.jpg sorts first
   expect_error([&] { s->read(&i, 1, {{"image", &img}}); }, r + "/a/big.jpg", "corrupt or truncated JPEG");
 
+  // Damage that only decoding finds: a PNG whose pixel data is garbage.
   r = tree("garbled");
   std::string g = file_bytes(r + "/a/ok.png");
   const size_t idat = g.find("IDAT");
@@ -210,6 +366,183 @@ TEST(ImageFolder, BadImagesAreOneLineNamingTheImage) {
   expect_error([&] { open_image_folder(tree("shape"), 2, 6, 6); }, "shape", "1 or 3 channels");
 }
 
+// Data after IEND is valid (libpng and PIL ignore it); the check at open looked for IEND only in the
+// last 256 bytes and refused such a file as truncated. A file whose chunks end before a whole IEND is
+// still refused at open.
+TEST(ImageFolder, PngWithDataAfterIendLoadsAndOneWithoutIendIsRefused) {
+  std::string d = testing::temp_dir("imgf_png_trailing");
+  fs::create_directories(d + "/ok/a");
+  fs::create_directories(d + "/ok/b");
+  write_png(d + "/ok/a/clean.png", pattern(6, 5, 3, 2));
+  const std::string png = file_bytes(d + "/ok/a/clean.png");
+  std::ofstream(d + "/ok/b/x300.png", std::ios::binary) << png << std::string(300, 'x');
+  std::ofstream(d + "/ok/b/x70000.png", std::ios::binary) << png << std::string(70000, '\0');  // past one read block
+  SourcePtr s = open_source(d + "/ok", {3, 5, 6});
+  ASSERT_EQ(s->size(), 3);
+  auto all = testing::read_all(*s);
+  const int64_t per = 3 * 5 * 6;
+  for (int k = 1; k < 3; ++k)
+    EXPECT_EQ(std::memcmp(all.at("image").data<float>(), all.at("image").data<float>() + k * per, per * sizeof(float)), 0);
+  // The last byte of IEND's CRC missing; a file cut inside IDAT, with junk after it.
+  const std::string cut = png.substr(0, png.size() - 1);
+  for (const char* name : {"cut_iend", "cut_idat"}) {
+    std::string r = d + "/" + name;
+    fs::create_directories(r + "/a");
+    write_png(r + "/a/ok.png", pattern(6, 5, 3, 2));
+    std::ofstream(r + "/a/bad.png", std::ios::binary)
+        << (std::string(name) == "cut_iend" ? cut : png.substr(0, png.find("IDAT") + 10) + std::string(300, 'x'));
+    std::string e = error_of([&] { open_source(r, {3, 5, 6}); });
+    EXPECT_NE(e.find("'" + r + "/a/bad.png' is a truncated PNG"), std::string::npos) << name << ": " << e;
+  }
+}
+
+// A 68-byte PNG declaring 8000x8000 made every loader thread allocate and zero 192 MB before libpng
+// found too little data, and images past the pixel limit failed at decode time as "corrupt or
+// truncated (Invalid IHDR data)". Both are refused at open now, from the header, and by decode_image
+// itself before it allocates; the most compressible legitimate files still load.
+TEST(ImageFolder, SizeClaimsTheFileCannotHoldAreRefusedAtOpen) {
+  std::string d = testing::temp_dir("imgf_claims");
+  write_jpeg(d + "/src.jpg", pattern(16, 16, 3, 1), 90);
+  write_jpeg(d + "/src_grey.jpg", pattern(16, 16, 1, 1), 90);
+  run_python(d, std::string(kPngWriter) + R"(
+def raw(path, w, h, ctype, depth):  # a header and an empty IDAT
+    def chunk(t, d): return struct.pack('>I', len(d)) + t + d + struct.pack('>I', zlib.crc32(t + d) & 0xffffffff)
+    open(path, 'wb').write(b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', w, h, depth, ctype, 0, 0, 0))
+                           + chunk(b'IDAT', zlib.compress(b'')) + chunk(b'IEND', b''))
+raw('big8k.png', 8000, 8000, 2, 8)
+raw('big8k16.png', 8000, 8000, 0, 16)
+raw('huge.png', 100000, 100000, 0, 8)
+raw('wide.png', 70000, 1, 0, 8)
+def sof(src, dst, w, h):  # the JPEG with its frame header's size changed
+    b = bytearray(open(src, 'rb').read())
+    i = b.index(b'\xff\xc0')
+    b[i + 5:i + 9] = struct.pack('>HH', h, w)
+    open(dst, 'wb').write(bytes(b))
+sof('src.jpg', 'big8k.jpg', 8000, 8000)
+sof('src_grey.jpg', 'big_grey.jpg', 2000, 2000)
+sof('src.jpg', 'huge.jpg', 60000, 60000)
+# The most a file can be compressed: 3000x3000 grey zeros at zlib level 9 (about 1030:1), and a
+# constant 2048x2048 JPEG (two bits a block).
+png('flat.png', 3000, 3000, 0, 8, [bytes(3000)] * 3000)
+from PIL import Image
+Image.new('L', (2048, 2048), 77).save('flat.jpg', quality=90)
+)");
+  const std::pair<const char*, const char*> bad[] = {
+      {"big8k.png", "declares 8000x8000 pixels, more than its 65 bytes can hold (a PNG of that size needs at least 186046 bytes)"},
+      {"big8k16.png", "declares 8000x8000 pixels, more than its 65 bytes can hold"},
+      {"huge.png", "is 100000x100000 pixels; at most 67108864 (65536 a side) are decoded"},
+      {"wide.png", "is 70000x1 pixels; at most 67108864 (65536 a side) are decoded"},
+      {"big8k.jpg", "declares 8000x8000 pixels, more than its"},
+      {"big_grey.jpg", "declares 2000x2000 pixels, more than its"},
+      {"huge.jpg", "is 60000x60000 pixels; at most 67108864"},
+  };
+  for (const auto& [name, says] : bad) {
+    const std::string r = d + "/" + name + ".dir";
+    fs::create_directories(r + "/a");
+    fs::copy_file(d + "/" + name, r + "/a/" + name);
+    std::string e = error_of([&] { open_source(r, {3, 8, 8}); });
+    EXPECT_NE(e.find("image '" + r + "/a/" + name + "' " + says), std::string::npos) << e;
+    e = error_of([&] { decode_file(d + "/" + name); });  // and before decoding, by the decoder itself
+    EXPECT_NE(e.find(says), std::string::npos) << e;
+  }
+  const std::string r = d + "/flat.dir";
+  fs::create_directories(r + "/a");
+  for (const char* name : {"flat.png", "flat.jpg"}) fs::copy_file(d + "/" + name, r + "/a/" + name);
+  ASSERT_LT(fs::file_size(d + "/flat.png"), 3000 * 3000 / 1000);
+  SourcePtr s = open_source(r, {1, 4, 4});
+  auto all = testing::read_all(*s);
+  EXPECT_EQ(all.at("image").data<float>()[0], 77 / 255.0f);  // flat.jpg sorts first
+  EXPECT_EQ(all.at("image").data<float>()[16], 0.0f);
+}
+
+// The decode buffers are per thread and live from image to image; an outlier's (here 3000x3000 RGB:
+// 27 MB of pixels, 108 MB of float planes) were kept for the rest of the run on every loader thread.
+// They are released once an image needs less than half of them.
+TEST(ImageFolder, AnOutliersDecodeBuffersAreReleasedByTheNextImage) {
+  std::string d = testing::temp_dir("imgf_outlier");
+  fs::create_directories(d + "/a");
+  Image big{3000, 3000, 3, std::vector<uint8_t>(3000 * 3000 * 3, 90)};
+  write_png(d + "/a/0big.png", big);
+  write_png(d + "/a/1small.png", pattern(8, 8, 3, 0));
+  SourcePtr s = open_source(d, {3, 8, 8});
+  Tensor img(DType::F32, {1, 3, 8, 8});
+  auto in_use = [] {
+    struct mallinfo2 m = mallinfo2();
+    return static_cast<double>(m.uordblks + m.hblkhd) / (1 << 20);  // MiB, mmapped blocks included
+  };
+  int64_t i = 1;
+  s->read(&i, 1, {{"image", &img}});
+  const double before = in_use();
+  i = 0;
+  s->read(&i, 1, {{"image", &img}});
+  EXPECT_EQ(img.data<float>()[0], 90 / 255.0f);
+  EXPECT_GT(in_use() - before, 100.0);  // held between images: a run of large ones reuses them
+  i = 1;
+  s->read(&i, 1, {{"image", &img}});
+  EXPECT_LT(in_use() - before, 16.0);
+  Tensor want(DType::F32, {3, 8, 8});
+  image_to_chw(pattern(8, 8, 3, 0), 3, 8, 8, want.data<float>());
+  EXPECT_EQ(std::memcmp(img.raw(), want.raw(), want.nbytes()), 0);
+}
+
+// A JPEG without its end-of-image marker is refused at open when PIL refuses it (data cut short: PIL's
+// "image file is truncated"), and loads, with PIL's pixels, when PIL loads it: the data complete and
+// only the marker missing, stray bytes after it (PIL needs only the scanlines). Each variant's verdict
+// and pixels are PIL 9.4's.
+TEST(ImageFolder, JpegsWithoutEndOfImageMarkerLoadExactlyWhenPilLoadsThem) {
+  std::string d = testing::temp_dir("imgf_no_eoi");
+  run_python(d, R"(
+from PIL import Image
+y, x = np.mgrid[0:64, 0:48]
+a = np.clip(np.stack([127 + 100 * np.sin(x / 5 + k) * np.cos(y / 7 - k) for k in range(3)], -1), 0, 255).astype(np.uint8)
+Image.fromarray(a).save('base.jpg', quality=90)
+Image.fromarray(a).save('prog.jpg', quality=90, progressive=True)
+Image.fromarray(a[..., 0]).save('grey.jpg', quality=90)
+n = 0
+for src in ['base', 'prog', 'grey']:
+    b = open(src + '.jpg', 'rb').read()
+    assert b[-2:] == b'\xff\xd9'
+    for tail, cut in [(b'', 2), (b'', 1), (b'', 50), (b'\0' * 3, 2), (b'\0' * 16, 2), (b'\xff\xff', 2),
+                      (b'junk' * 8, 2), (b'\0' * 100, len(b) // 2), (b'\0' * 40, 0)]:
+        v = b[:len(b) - cut] + tail
+        os.makedirs(f'v{n}/a')
+        open(f'v{n}/a/x.jpg', 'wb').write(v)
+        try:
+            im = Image.open(f'v{n}/a/x.jpg').convert('RGB')
+            np.save(f'v{n}.npy', np.asarray(im))
+        except Exception as e:
+            open(f'v{n}.refused', 'w').write(str(e))
+        n += 1
+open('count', 'w').write(str(n))
+)");
+  const int n = std::stoi(file_bytes(d + "/count"));
+  int loaded = 0, refused = 0;
+  for (int k = 0; k < n; ++k) {
+    const std::string v = d + "/v" + std::to_string(k);
+    const bool pil_refuses = fs::exists(v + ".refused");
+    Tensor img(DType::F32, {1, 3, 64, 48});
+    std::string e = error_of([&] {
+      SourcePtr s = open_source(v, {3, 64, 48});
+      int64_t i = 0;
+      s->read(&i, 1, {{"image", &img}});
+    });
+    EXPECT_EQ(!e.empty(), pil_refuses) << "variant " << k << ": " << e;
+    if (pil_refuses) {
+      ++refused;
+      EXPECT_NE(e.find("is a truncated JPEG (no end-of-image marker)"), std::string::npos) << k << ": " << e;  // at open
+    } else if (e.empty()) {
+      ++loaded;
+      Tensor hwc = read_npy(v + ".npy");
+      int bad = 0;
+      for (int64_t p = 0; p < 64 * 48; ++p)
+        for (int c = 0; c < 3; ++c) bad += img.data<float>()[c * 64 * 48 + p] != hwc.data<uint8_t>()[p * 3 + c] / 255.0f;
+      EXPECT_EQ(bad, 0) << "variant " << k;
+    }
+  }
+  EXPECT_GE(loaded, 4);  // each kind with EOI and trailing bytes; baseline data complete then stray bytes
+  EXPECT_GE(refused, 12);
+}
+
 TEST(ImageFolder, TrainAndTestFoldersMustHaveTheSameClasses) {
   std::string d = testing::temp_dir("imgf_splits");
   for (const char* c : {"train/cat", "train/dog", "val/cat", "val/dog", "odd/cat", "odd/emu"}) {
@@ -222,8 +555,21 @@ TEST(ImageFolder, TrainAndTestFoldersMustHaveTheSameClasses) {
   EXPECT_EQ(ok.test->classes(), (std::vector<std::string>{"cat", "dog"}));
   EXPECT_EQ(ok.train->spec("input").shape, (Shape{3, 8, 8}));
   EXPECT_EQ(num_classes(*ok.train), 2);
+  // The message names the classes that differ (it named only the two folders).
   std::string e = error_of([&] { open_splits(d + "/train", d + "/odd", -1, 0, {3, 8, 8}, fit); });
-  EXPECT_NE(e.find("class folders of '" + d + "/odd' differ"), std::string::npos) << e;
+  EXPECT_NE(e.find("class folders of '" + d + "/odd' differ from those of '" + d + "/train': 'emu' only in '" + d +
+                   "/odd'; 'dog' only in '" + d + "/train'"),
+            std::string::npos)
+      << e;
+  // More class folders than the model scores: said of the folders (it was "example 2 has class 1, out
+  // of range for a model with 1 classes").
+  FitOptions one;
+  one.num_classes = 1;
+  e = error_of([&] { fit_to_model(open_source(d + "/train", {3, 8, 8}), {{"input", DType::F32, {3, 8, 8}}}, one); });
+  EXPECT_NE(e.find("'" + d + "/train' has 2 class folders ('cat', 'dog') but the model's output scores 1 classes: "
+                   "give the model 2 outputs"),
+            std::string::npos)
+      << e;
   // No test folder: 10% held out (at least one image).
   DataSplits held = open_splits(d + "/train", "", -1, 0, {3, 8, 8}, fit);
   EXPECT_EQ(held.test->size(), 1);

@@ -10,6 +10,7 @@
 
 #include "graph/tensor_io.h"
 #include "runtime/data/fit.h"
+#include "runtime/data/image.h"
 #include "runtime/data/npy.h"
 #include "tests/data_test_util.h"
 
@@ -256,6 +257,37 @@ TEST(SourceKind, RecognisesWhatAPathPointsAt) {
   EXPECT_NE(error_of([&] { source_kind(d + "/notes.txt"); }).find("notes.txt"), std::string::npos);
   EXPECT_NE(error_of([&] { source_kind(d + "/nothing"); }).find("does not exist"), std::string::npos);
   EXPECT_NE(error_of([&] { source_kind(d + "/empty"); }).find("no MNIST-format files"), std::string::npos);
+}
+
+// A stray .npy at the root of an image folder (mean.npy beside the class folders) made it an npy
+// folder. Class folders holding images make an image folder, loose files beside them ignored; with a
+// labels.npy beside them the folder reads two ways, and that is an error naming both.
+TEST(SourceKind, ClassFoldersOfImagesBesideLooseNpyFilesAreAnImageFolder) {
+  namespace fs = std::filesystem;
+  std::string d = testing::temp_dir("kind_mixed");
+  Image px{2, 2, 1, {1, 2, 3, 4}};
+  for (const char* f : {"imgs/cat/deep", "imgs/dog", "arrays/plots", "arrays/.ipynb_checkpoints", "both/cat"})
+    fs::create_directories(d + "/" + f);
+  write_png(d + "/imgs/cat/deep/0.png", px);  // images deeper down count too
+  write_png(d + "/imgs/dog/1.png", px);
+  std::ofstream(d + "/arrays/plots/notes.txt") << "no images here";
+  write_png(d + "/arrays/.ipynb_checkpoints/plot.png", px);  // hidden: not a class folder
+  write_png(d + "/both/cat/0.png", px);
+  run_python(d, R"(
+np.save('imgs/mean.npy', np.zeros(3, np.float32))
+for f in ['arrays', 'both']:
+    np.save(f + '/image.npy', np.zeros((4, 2), np.float32))
+    np.save(f + '/labels.npy', np.zeros(4, np.int64))
+)");
+  EXPECT_EQ(source_kind(d + "/imgs"), "image-folder");
+  SourcePtr s = open_source(d + "/imgs", {1, 2, 2});
+  EXPECT_EQ(s->classes(), (std::vector<std::string>{"cat", "dog"}));
+  EXPECT_EQ(source_kind(d + "/arrays"), "npy-folder");
+  std::string e = error_of([&] { source_kind(d + "/both"); });
+  EXPECT_NE(e.find("data folder '" + d + "/both' reads two ways: as .npy arrays (image.npy, labels.npy) and as class "
+                   "folders of images (cat/)"),
+            std::string::npos)
+      << e;
 }
 
 TEST(Split, HeldOutFractionIsSeededDisjointAndComplete) {

@@ -257,6 +257,17 @@ class FittedSource : public Source {
 
   // One pass over the targets, in chunks, before training: the errors a user can fix in the file.
   void check_targets(const FitOptions& opts) const {
+    // An image folder's labels are its class folders: too many for the model is said of the folders,
+    // not of the first example of a class past the model's count.
+    const std::vector<std::string> classes = src_->classes();
+    if (opts.label_dtype == DType::I64 && opts.num_classes > 0 && static_cast<int64_t>(classes.size()) > opts.num_classes) {
+      std::string names;
+      for (size_t i = 0; i < classes.size() && i < 5; ++i) names += (i ? ", '" : "'") + classes[i] + "'";
+      GR_FAIL(src_->describe() << " has " << classes.size() << " class folders (" << names
+                               << (classes.size() > 5 ? ", ..." : "") << ") but the model's output scores "
+                               << opts.num_classes << " classes: give the model " << classes.size()
+                               << " outputs, or keep " << opts.num_classes << " class folders");
+    }
     const Feed& f = feeds_.back();
     const ArraySpec& raw = src_->spec(f.source_name);
     const int64_t per = f.numel;

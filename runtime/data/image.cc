@@ -3,9 +3,11 @@
 #include "runtime/data/image.h"
 
 #include <jpeglib.h>
+#include <jerror.h>  // after jpeglib.h: the JWRN_ codes
 #include <png.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <csetjmp>
 #include <cstdio>
@@ -18,7 +20,133 @@ namespace graphrun::runtime::data {
 namespace {
 
 // Larger images are refused rather than decoded (a few bytes of PNG can claim gigapixels).
-constexpr int64_t kMaxPixels = int64_t{1} << 26;
+constexpr int64_t kMaxPixels = kMaxImagePixels;
+
+// ---- headers ----
+
+// Bytes of a file read through a ByteReader in 4 KiB windows, one at a time.
+class Cursor {
+ public:
+  explicit Cursor(const ByteReader& read) : read_(read) {}
+  int at(uint64_t off) {  // the byte at `off`, -1 past the end
+    if (off < from_ || off >= from_ + n_) {
+      from_ = off;
+      n_ = read_(off, sizeof buf_, buf_);
+      if (n_ == 0) return -1;
+    }
+    return buf_[off - from_];
+  }
+  int64_t be16(uint64_t off) {
+    const int a = at(off), b = at(off + 1);
+    return a < 0 || b < 0 ? -1 : a << 8 | b;
+  }
+  int64_t be32(uint64_t off) {
+    const int64_t a = be16(off), b = be16(off + 2);
+    return a < 0 || b < 0 ? -1 : a << 16 | b;
+  }
+
+ private:
+  const ByteReader& read_;
+  unsigned char buf_[4096];
+  uint64_t from_ = 0;
+  size_t n_ = 0;
+};
+
+void check_dimensions(int64_t w, int64_t h, const char* kind, const std::string& what) {
+  GR_CHECK(w > 0 && h > 0, what << " is a corrupt " << kind << " (it declares " << w << "x" << h << " pixels)");
+  GR_CHECK(w <= kMaxImageSide && h <= kMaxImageSide && w * h <= kMaxPixels,
+           what << " is " << w << "x" << h << " pixels; at most " << kMaxPixels << " (" << kMaxImageSide
+                << " a side) are decoded");
+}
+
+void check_claim(int64_t w, int64_t h, uint64_t size, uint64_t need, const char* kind, const std::string& what) {
+  GR_CHECK(size >= need, what << " declares " << w << "x" << h << " pixels, more than its " << size
+                              << " bytes can hold (a " << kind << " of that size needs at least " << need
+                              << " bytes): a corrupt or truncated file");
+}
+
+ImageHeader png_header(Cursor& c, uint64_t size, const std::string& what) {
+  // IHDR comes first: length 13, type, width, height, bit depth, colour type, ...
+  GR_CHECK(c.be32(8) == 13 && c.be32(12) == 0x49484452 && c.at(28) >= 0,
+           what << " is a corrupt PNG (no IHDR chunk first)");
+  ImageHeader h{"png", c.be32(16), c.be32(20), 0};
+  check_dimensions(h.width, h.height, "PNG", what);
+  int samples = 1;  // grey and palette
+  switch (c.at(25)) {
+    case 2: samples = 3; break;  // RGB
+    case 4: samples = 2; break;  // grey + alpha
+    case 6: samples = 4; break;  // RGBA
+  }
+  const int depth = std::max(1, c.at(24));
+  // The pixel bytes alone (no filter bytes, whether interlaced or not) are a lower bound of the
+  // inflated data, and deflate expands at most 1032:1 (258 bytes from a 2-bit code).
+  const uint64_t raw = static_cast<uint64_t>(h.width) * h.height * samples * depth / 8;
+  check_claim(h.width, h.height, size, raw / 1032, "PNG", what);
+  return h;
+}
+
+ImageHeader jpeg_header(Cursor& c, uint64_t size, const std::string& what) {
+  ImageHeader h{"jpeg", 0, 0, 0};
+  int sof = -1;
+  uint64_t off = 2;
+  std::vector<std::array<int, 2>> sampling;  // per component: horizontal, vertical factor
+  for (;;) {
+    // The next marker as libjpeg finds it: bytes other than 0xFF skipped (stray data it warns about),
+    // 0xFF fill bytes skipped, 0xFF 0x00 not a marker.
+    int m = -1;
+    for (;;) {
+      int b;
+      while ((b = c.at(off)) >= 0 && b != 0xFF) ++off;
+      while ((b = c.at(++off)) == 0xFF) {
+      }
+      if (b < 0) break;
+      ++off;
+      if (b != 0) {
+        m = b;
+        break;
+      }
+    }
+    GR_CHECK(m >= 0, what << " is a truncated JPEG (it ends before its first scan)");
+    GR_CHECK(m != 0xD9, what << " is a corrupt JPEG (no image before its end-of-image marker)");
+    if (m == 0x01 || m == 0xD8 || (m >= 0xD0 && m <= 0xD7)) continue;  // markers without a segment
+    const int64_t len = c.be16(off);
+    GR_CHECK(len >= 2 && off + len <= size,
+             what << (len < 0 || off + len > size ? " is a truncated JPEG (it ends inside a segment, before its first scan)"
+                                                  : " is a corrupt JPEG (a segment of length " + std::to_string(len) + ")"));
+    const bool is_sof = m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC;
+    if (is_sof && sof < 0) {
+      sof = m;
+      h.height = c.be16(off + 3);
+      h.width = c.be16(off + 5);
+      const int nf = c.at(off + 7);
+      GR_CHECK(nf > 0 && len >= 8 + 3 * nf, what << " is a corrupt JPEG (a frame header of length " << len << ")");
+      for (int i = 0; i < nf; ++i) {
+        const int hv = c.at(off + 9 + 3 * i);
+        sampling.push_back({std::max(1, hv >> 4), std::max(1, hv & 15)});
+      }
+      check_dimensions(h.width, h.height, "JPEG", what);
+    }
+    if (m == 0xDA) {
+      GR_CHECK(sof >= 0, what << " is a corrupt JPEG (a scan before its frame header)");
+      h.scan_data = off + len;
+      break;
+    }
+    off += len;
+  }
+  // Huffman coding (baseline, extended, progressive) spends a code of at least one bit on every 8x8
+  // block of a component it codes: at least the blocks of the component with the fewest.
+  if (sof <= 0xC2) {
+    int hmax = 1, vmax = 1;
+    for (const auto& f : sampling) hmax = std::max(hmax, f[0]), vmax = std::max(vmax, f[1]);
+    uint64_t blocks = ~uint64_t{0};
+    for (const auto& f : sampling) {
+      const uint64_t cw = (h.width * f[0] + hmax - 1) / hmax, ch = (h.height * f[1] + vmax - 1) / vmax;
+      blocks = std::min<uint64_t>(blocks, ((cw + 7) / 8) * ((ch + 7) / 8));
+    }
+    check_claim(h.width, h.height, size, blocks / 8, "JPEG", what);
+  }
+  return h;
+}
 
 // ---- PNG ----
 
@@ -75,6 +203,7 @@ void decode_png(const unsigned char* bytes, size_t n, const std::string& what, I
   out.width = w;
   out.height = h;
   out.channels = channels;
+  trim_scratch(out.pixels, static_cast<size_t>(w) * h * channels);
   out.pixels.resize(static_cast<size_t>(w) * h * channels);
   rows.resize(h);
   for (png_uint_32 y = 0; y < h; ++y) rows[y] = out.pixels.data() + static_cast<size_t>(y) * w * channels;
@@ -89,6 +218,7 @@ struct JpegErr {
   jpeg_error_mgr mgr;
   std::jmp_buf jmp;
   char msg[JMSG_LENGTH_MAX];
+  bool pixels_done = false;  // every scanline is out: what is left to read is markers up to EOI
 };
 
 [[noreturn]] void jpeg_on_error(j_common_ptr c) {
@@ -96,10 +226,49 @@ struct JpegErr {
   (*c->err->format_message)(c, e->msg);
   std::longjmp(e->jmp, 1);
 }
+// libjpeg's warnings (level -1) are of two kinds. Those that mean image data is missing or garbled
+// (libjpeg would fill the gap with grey, or decode garbage, and go on) are errors here: a silently
+// wrong image is worse than a refused one. The others concern what lies around the pixels: stray
+// bytes between two segments ("45 extraneous bytes before marker 0xd9", common in photo sets), an
+// unknown JFIF revision or Adobe transform code, a bad ICC marker, odd SOS parameters of a sequential
+// file. Those images decode exactly as their clean copies; PIL ignores the warnings, and so do we.
+bool jpeg_warning_is_fatal(int code) {
+  switch (code) {
+    case JWRN_JPEG_EOF:           // "Premature end of JPEG file"
+    case JWRN_HIT_MARKER:         // "premature end of data segment"
+    case JWRN_MUST_RESYNC:        // a restart marker lost: the blocks up to it are garbage
+    case JWRN_HUFF_BAD_CODE:
+#if JPEG_LIB_VERSION >= 70 || defined(D_ARITH_CODING_SUPPORTED) || defined(C_ARITH_CODING_SUPPORTED)
+    case JWRN_ARITH_BAD_CODE:
+#endif
+    case JWRN_BOGUS_PROGRESSION:  // progressive scans that do not add up to the coefficients
+      return true;
+    default:
+      return false;
+  }
+}
+
 void jpeg_on_message(j_common_ptr c, int level) {
-  // level -1 is a warning about corrupt data ("premature end of data segment"): libjpeg would fill
-  // the missing part with grey and go on; a silently wrong image is worse than an error.
-  if (level < 0) jpeg_on_error(c);
+  if (level >= 0 || !jpeg_warning_is_fatal(c->err->msg_code)) return;
+  // The file ending before its EOI marker once every pixel is decoded (data complete, stray bytes
+  // after it, no EOI): PIL loads such a file, as it needs only the scanlines. Before that, data is missing.
+  if (c->err->msg_code == JWRN_JPEG_EOF && reinterpret_cast<JpegErr*>(c->err)->pixels_done) return;
+  jpeg_on_error(c);
+}
+
+// PIL's reading of a CMYK JPEG and its convert("RGB"). PIL takes every CMYK JPEG as stored inverted,
+// the Adobe convention (rawmode "CMYK;I", with or without an Adobe marker: "always use Adobe
+// polarity"), so its C = 255 - c for the c libjpeg gives; then R = (255 - C)(255 - K) / 255 rounded,
+// in its integer form nk - MULDIV255(C, nk) with nk = 255 - K (Pillow's Convert.c, cmyk2rgb).
+void cmyk_to_rgb(const uint8_t* in, uint8_t* out, int64_t n) {
+  auto muldiv255 = [](int a, int b) {
+    const int t = a * b + 128;
+    return ((t >> 8) + t) >> 8;
+  };
+  for (int64_t i = 0; i < n; ++i, in += 4, out += 3) {
+    const int nk = in[3];  // 255 - K, K = 255 - in[3]
+    for (int c = 0; c < 3; ++c) out[c] = static_cast<uint8_t>(nk - muldiv255(255 - in[c], nk));
+  }
 }
 
 void decode_jpeg(const unsigned char* bytes, size_t n, const std::string& what, Image& out) {
@@ -116,11 +285,9 @@ void decode_jpeg(const unsigned char* bytes, size_t n, const std::string& what, 
   jpeg_create_decompress(&cinfo);
   jpeg_mem_src(&cinfo, const_cast<unsigned char*>(bytes), static_cast<unsigned long>(n));
   jpeg_read_header(&cinfo, TRUE);
-  if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
-    std::snprintf(err.msg, sizeof err.msg, "CMYK JPEG images are not supported; save it as RGB");
-    std::longjmp(err.jmp, 1);
-  }
-  cinfo.out_color_space = cinfo.jpeg_color_space == JCS_GRAYSCALE ? JCS_GRAYSCALE : JCS_RGB;
+  // CMYK and YCCK (Adobe's YCbCr + K) come out as CMYK and become RGB as in PIL.
+  const bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
+  cinfo.out_color_space = cmyk ? JCS_CMYK : cinfo.jpeg_color_space == JCS_GRAYSCALE ? JCS_GRAYSCALE : JCS_RGB;
   if (int64_t{cinfo.image_width} * cinfo.image_height > kMaxPixels) {
     std::snprintf(err.msg, sizeof err.msg, "image too large");
     std::longjmp(err.jmp, 1);
@@ -128,12 +295,21 @@ void decode_jpeg(const unsigned char* bytes, size_t n, const std::string& what, 
   jpeg_start_decompress(&cinfo);
   out.width = cinfo.output_width;
   out.height = cinfo.output_height;
-  out.channels = cinfo.output_components;
+  out.channels = cmyk ? 3 : cinfo.output_components;
+  trim_scratch(out.pixels, static_cast<size_t>(out.width) * out.height * out.channels);
   out.pixels.resize(static_cast<size_t>(out.width) * out.height * out.channels);
+  thread_local std::vector<uint8_t> cmyk_row;
+  if (cmyk) cmyk_row.resize(static_cast<size_t>(out.width) * 4);
   while (cinfo.output_scanline < cinfo.output_height) {
-    JSAMPROW row = out.pixels.data() + static_cast<size_t>(cinfo.output_scanline) * out.width * out.channels;
-    jpeg_read_scanlines(&cinfo, &row, 1);
+    uint8_t* dst = out.pixels.data() + static_cast<size_t>(cinfo.output_scanline) * out.width * out.channels;
+    JSAMPROW row = cmyk ? cmyk_row.data() : dst;
+    if (jpeg_read_scanlines(&cinfo, &row, 1) != 1) {
+      std::snprintf(err.msg, sizeof err.msg, "no scanline decoded");
+      std::longjmp(err.jmp, 1);
+    }
+    if (cmyk) cmyk_to_rgb(cmyk_row.data(), dst, out.width);
   }
+  err.pixels_done = true;
   jpeg_finish_decompress(&cinfo);
   jpeg_destroy_decompress(&cinfo);
 }
@@ -182,11 +358,27 @@ std::string image_format(const unsigned char* b, size_t n) {
   return "";
 }
 
+ImageHeader check_image_header(const ByteReader& read, uint64_t size, const std::string& what) {
+  unsigned char head[8] = {};
+  const std::string fmt = image_format(head, read(0, sizeof head, head));
+  GR_CHECK(!fmt.empty(), what << " is not a PNG or JPEG image (" << (size == 0 ? "empty file" : "unknown signature") << ")");
+  Cursor c(read);
+  return fmt == "png" ? png_header(c, size, what) : jpeg_header(c, size, what);
+}
+
 void decode_image(const unsigned char* bytes, size_t n, const std::string& what, Image& out) {
-  const std::string fmt = image_format(bytes, n);
-  if (fmt == "png") return decode_png(bytes, n, what, out);
-  if (fmt == "jpeg") return decode_jpeg(bytes, n, what, out);
-  GR_FAIL(what << ": not a PNG or JPEG image (" << (n == 0 ? "empty file" : "unknown signature") << ")");
+  // The header's checks first (the file may have changed since it was opened, and a caller may not
+  // have opened it as a file at all): nothing is allocated for a size the bytes cannot hold.
+  const ImageHeader h = check_image_header(
+      [&](uint64_t off, size_t k, unsigned char* dst) {
+        if (off >= n) return size_t{0};
+        k = std::min<size_t>(k, n - off);
+        std::memcpy(dst, bytes + off, k);
+        return k;
+      },
+      n, what);
+  if (h.format == "png") return decode_png(bytes, n, what, out);
+  return decode_jpeg(bytes, n, what, out);
 }
 
 void image_to_chw(const Image& img, int64_t channels, int64_t height, int64_t width, float* dst) {
@@ -194,6 +386,7 @@ void image_to_chw(const Image& img, int64_t channels, int64_t height, int64_t wi
   const uint8_t* px = img.pixels.data();
   // Channel conversion first, as torchvision's loader converts before its transforms.
   thread_local std::vector<float> planes, tmp;
+  trim_scratch(planes, static_cast<size_t>(channels * H * W));
   planes.resize(static_cast<size_t>(channels * H * W));
   for (int64_t y = 0; y < H; ++y)
     for (int64_t x = 0; x < W; ++x) {
@@ -214,6 +407,7 @@ void image_to_chw(const Image& img, int64_t channels, int64_t height, int64_t wi
   thread_local Axis ax, ay;
   axis_coeffs(W, width, ax);
   axis_coeffs(H, height, ay);
+  trim_scratch(tmp, static_cast<size_t>(channels * H * width));
   tmp.resize(static_cast<size_t>(channels * H * width));
   for (int64_t c = 0; c < channels; ++c)
     for (int64_t y = 0; y < H; ++y) {

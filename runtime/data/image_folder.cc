@@ -23,6 +23,14 @@ std::string lower(std::string s) {
   return s;
 }
 
+// Names starting with '.' are skipped, files and folders: macOS's AppleDouble "._x.png" beside every
+// copied x.png is never an image, nor are editors' and notebooks' hidden folders (.ipynb_checkpoints)
+// classes. (torchvision reads them: it fails on "._x.png" and counts .ipynb_checkpoints as a class.)
+bool hidden(const fs::path& p) {
+  const std::string n = p.filename().string();
+  return !n.empty() && n[0] == '.';
+}
+
 // Extensions torchvision's ImageFolder takes: the ones decoded here, and the others, which are refused
 // (skipping them would silently train on a different data set than torchvision's).
 bool decoded_ext(const std::string& e) { return e == ".png" || e == ".jpg" || e == ".jpeg"; }
@@ -39,6 +47,7 @@ void read_file(const std::string& path, std::vector<unsigned char>& buf) {
     ::close(fd);
     GR_FAIL("image '" << path << "' cannot be read");
   }
+  trim_scratch(buf, static_cast<size_t>(st.st_size));
   buf.resize(static_cast<size_t>(st.st_size));
   size_t got = 0;
   while (got < buf.size()) {
@@ -52,26 +61,121 @@ void read_file(const std::string& path, std::vector<unsigned char>& buf) {
   ::close(fd);
 }
 
-// The first and last bytes of an image: its signature, and for PNG the IEND chunk that ends every
-// complete file. Catches the common broken downloads without decoding anything.
+// Random access to an open file's bytes through pread, one 64 KiB block cached: the checks at open read
+// a few bytes here and there (a chunk's header, a marker) and seek over the rest.
+class FileBytes {
+ public:
+  FileBytes(int fd, uint64_t size) : fd_(fd), size_(size) {}
+  uint64_t size() const { return size_; }
+  // Up to n bytes at `off` into dst: fewer at the end of the file, or on a read error (then ok() is false).
+  size_t read(uint64_t off, size_t n, unsigned char* dst) {
+    size_t got = 0;
+    while (got < n && off + got < size_) {
+      const uint64_t at = off + got, block = at / kBlock * kBlock;
+      if (block != block_at_) {
+        buf_.resize(kBlock);
+        const ssize_t k = ::pread(fd_, buf_.data(), kBlock, static_cast<off_t>(block));
+        if (k < 0) {
+          ok_ = false;
+          return got;
+        }
+        block_at_ = block;
+        buf_n_ = static_cast<size_t>(k);
+      }
+      const size_t in = static_cast<size_t>(at - block);
+      if (in >= buf_n_) break;  // the file shrank since fstat
+      const size_t k = std::min(n - got, buf_n_ - in);
+      std::memcpy(dst + got, buf_.data() + in, k);
+      got += k;
+    }
+    return got;
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  static constexpr size_t kBlock = 64 << 10;
+  int fd_;
+  uint64_t size_;
+  std::vector<unsigned char> buf_;
+  uint64_t block_at_ = ~uint64_t{0};
+  size_t buf_n_ = 0;
+  bool ok_ = true;
+};
+
+uint32_t be32(const unsigned char* p) {
+  return uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | p[3];
+}
+
+// Every complete PNG ends with an IEND chunk; data may follow it (libpng and PIL ignore it). The
+// whole chunk is looked for in the last 256 bytes, where it lies unless data follows; failing that, the
+// chunks are walked from the start (an 8-byte header each, their data skipped) until IEND is whole.
+bool png_has_iend(FileBytes& f) {
+  unsigned char tail[256];
+  const uint64_t tail_at = f.size() > sizeof tail ? f.size() - sizeof tail : 0;
+  const size_t nt = f.read(tail_at, sizeof tail, tail);
+  for (size_t i = 4; i + 8 <= nt; ++i)  // length 0, type, CRC
+    if (std::memcmp(tail + i - 4, "\0\0\0\0IEND", 8) == 0) return true;
+  unsigned char h[8];
+  for (uint64_t off = 8; f.read(off, 8, h) == 8;) {
+    const uint32_t len = be32(h);
+    if (len > 0x7FFFFFFFu) return false;  // not a chunk length: the file is garbled from here on
+    if (std::memcmp(h + 4, "IEND", 4) == 0) return off + 12 + len <= f.size();
+    off += 12 + uint64_t{len};
+  }
+  return false;
+}
+
+// Whether the bytes from `from` (a JPEG's first scan data) to the end hold an EOI marker, FF D9, which
+// entropy-coded data cannot hold (there FF is followed by 00 or a restart marker). Searched backwards
+// from the end, where it lies, after it only the data some cameras and tools append.
+bool jpeg_has_eoi(FileBytes& f, uint64_t from) {
+  unsigned char buf[4096];
+  for (uint64_t end = f.size(); end > from + 1;) {
+    const uint64_t start = std::max(from, end > sizeof buf ? end - sizeof buf : 0);
+    const size_t n = f.read(start, static_cast<size_t>(end - start), buf);
+    if (n != end - start) return false;
+    for (size_t i = n - 1; i > 0; --i)
+      if (buf[i - 1] == 0xFF && buf[i] == 0xD9) return true;
+    end = start + 1;  // the next window overlaps this one by a byte: a marker across the two is seen
+  }
+  return false;
+}
+
+// The cheap checks of an image at open: its header (check_image_header: the signature, the declared
+// size against the limits and against what the file's bytes can hold), and for PNG the IEND chunk that
+// ends every complete file. Catches the common broken downloads without decoding anything.
 void check_image_file(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   GR_CHECK(fd >= 0, "image '" << path << "' cannot be read: " << std::strerror(errno));
-  unsigned char head[8] = {}, tail[256] = {};
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
   struct stat st;
-  const bool ok = ::fstat(fd, &st) == 0;
-  const ssize_t nh = ok ? ::pread(fd, head, sizeof head, 0) : -1;
-  const off_t tail_at = ok ? std::max<off_t>(0, st.st_size - static_cast<off_t>(sizeof tail)) : 0;
-  const ssize_t nt = ok ? ::pread(fd, tail, sizeof tail, tail_at) : -1;
-  ::close(fd);
-  GR_CHECK(ok && nh >= 0 && nt >= 0, "image '" << path << "' cannot be read");
-  const std::string fmt = image_format(head, static_cast<size_t>(nh));
-  GR_CHECK(!fmt.empty(), "image '" << path << "' is not a PNG or JPEG image ("
-                                   << (st.st_size == 0 ? "empty file" : "unknown signature") << ")");
-  if (fmt == "png") {
-    bool iend = false;
-    for (ssize_t i = 0; i + 4 <= nt && !iend; ++i) iend = std::memcmp(tail + i, "IEND", 4) == 0;
-    GR_CHECK(iend, "image '" << path << "' is a truncated PNG (no IEND chunk at its end)");
+  GR_CHECK(::fstat(fd, &st) == 0, "image '" << path << "' cannot be read: " << std::strerror(errno));
+  FileBytes f(fd, static_cast<uint64_t>(st.st_size));
+  const std::string what = "image '" + path + "'";
+  const ImageHeader h = check_image_header(
+      [&](uint64_t off, size_t n, unsigned char* dst) { return f.read(off, n, dst); }, f.size(), what);
+  GR_CHECK(f.ok(), what << " cannot be read");
+  if (h.format == "png") {
+    const bool iend = png_has_iend(f);
+    GR_CHECK(f.ok(), "image '" << path << "' cannot be read");
+    GR_CHECK(iend, "image '" << path << "' is a truncated PNG (no complete IEND chunk)");
+  }
+  if (h.format == "jpeg" && !jpeg_has_eoi(f, h.scan_data)) {
+    GR_CHECK(f.ok(), what << " cannot be read");
+    // No EOI: a cut file, which PIL refuses, unless the pixels' data is complete and only the marker
+    // is missing (PIL loads those, needing only the scanlines). Decoding tells them apart exactly;
+    // it is the rare file that pays for it.
+    std::vector<unsigned char> bytes;
+    read_file(path, bytes);
+    Image img;
+    try {
+      decode_image(bytes.data(), bytes.size(), what, img);
+    } catch (const Error&) {
+      GR_FAIL(what << " is a truncated JPEG (no end-of-image marker)");
+    }
   }
 }
 
@@ -83,8 +187,10 @@ class ImageFolderSource : public Source {
                               << channels << "x" << height << "x" << width);
     std::error_code ec;
     std::vector<fs::path> class_dirs;
-    for (const auto& e : fs::directory_iterator(dir, ec))
-      if (e.is_directory(ec)) class_dirs.push_back(e.path());
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      std::error_code is_dir;
+      if (e.is_directory(is_dir) && !hidden(e.path())) class_dirs.push_back(e.path());
+    }
     GR_CHECK(!ec, "cannot list image folder '" << dir << "': " << ec.message());
     GR_CHECK(!class_dirs.empty(), "image folder '" << dir << "' has no class subfolders (one folder per class)");
     std::sort(class_dirs.begin(), class_dirs.end(),
@@ -127,18 +233,54 @@ class ImageFolderSource : public Source {
   }
 
  private:
-  // torchvision walks a class folder recursively, folders in sorted order and files sorted within each.
+  // Every folder under `d`, `d` included, following links to folders as torchvision does. A link to a
+  // folder that holds it (`ancestors`: each folder's device and inode, and its path) would make the walk
+  // endless (torchvision's loops until the path is too long): an error naming the link.
+  static void collect_dirs(const fs::path& d, std::vector<fs::path>& out,
+                           std::vector<std::pair<std::pair<dev_t, ino_t>, fs::path>>& ancestors) {
+    struct stat st;
+    GR_CHECK(::stat(d.c_str(), &st) == 0, "cannot list folder '" << d.string() << "': " << std::strerror(errno));
+    const std::pair<dev_t, ino_t> id{st.st_dev, st.st_ino};
+    for (const auto& [a, path] : ancestors) {
+      if (a != id) continue;
+      fs::path link = d;  // the first link between the two
+      fs::path p = path;
+      std::error_code ec;
+      for (const auto& part : d.lexically_relative(path)) {
+        p /= part;
+        if (fs::is_symlink(p, ec)) {
+          link = p;
+          break;
+        }
+      }
+      GR_FAIL("folder link '" << link.string() << "' leads back to '" << path.string()
+                              << "', which holds it: the image folder's walk would never end");
+    }
+    out.push_back(d);
+    ancestors.push_back({id, d});
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(d, ec)) {
+      std::error_code is_dir;
+      if (e.is_directory(is_dir) && !hidden(e.path())) collect_dirs(e.path(), out, ancestors);
+    }
+    GR_CHECK(!ec, "cannot list folder '" << d.string() << "': " << ec.message());
+    ancestors.pop_back();
+  }
+
+  // torchvision walks a class folder as os.walk(followlinks=True): folders (linked ones too) in sorted
+  // order of their paths, and files sorted within each.
   void add_class_files(const fs::path& class_dir, int64_t label) {
     std::error_code ec;
-    std::vector<fs::path> dirs{class_dir};
-    for (fs::recursive_directory_iterator it(class_dir, ec), end; !ec && it != end; it.increment(ec))
-      if (it->is_directory(ec)) dirs.push_back(it->path());
-    GR_CHECK(!ec, "cannot list class folder '" << class_dir.string() << "': " << ec.message());
+    std::vector<fs::path> dirs;
+    std::vector<std::pair<std::pair<dev_t, ino_t>, fs::path>> ancestors;
+    collect_dirs(class_dir, dirs, ancestors);
     std::sort(dirs.begin(), dirs.end(), [](const fs::path& a, const fs::path& b) { return a.string() < b.string(); });
     for (const auto& d : dirs) {
       std::vector<std::string> names;
-      for (const auto& e : fs::directory_iterator(d, ec))
-        if (!e.is_directory(ec)) names.push_back(e.path().filename().string());
+      for (const auto& e : fs::directory_iterator(d, ec)) {
+        std::error_code is_dir;
+        if (!e.is_directory(is_dir) && !hidden(e.path())) names.push_back(e.path().filename().string());
+      }
       std::sort(names.begin(), names.end());
       for (const auto& name : names) {
         const std::string path = (d / name).string();

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 namespace graphrun::runtime::data {
@@ -134,6 +135,33 @@ std::string lower_ext(const fs::path& p) {
   return e;
 }
 
+bool hidden(const fs::path& p) {
+  const std::string n = p.filename().string();
+  return !n.empty() && n[0] == '.';
+}
+
+bool image_ext(const std::string& e) {  // the extensions torchvision's ImageFolder takes
+  for (const char* x : {".png", ".jpg", ".jpeg", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp"})
+    if (e == x) return true;
+  return false;
+}
+
+// Whether folder `dir` holds an image file, at any depth (hidden names skipped, as the image folder
+// skips them); the walk stops at the first.
+bool holds_images(const fs::path& dir) {
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec), end;
+       !ec && it != end; it.increment(ec)) {
+    if (hidden(it->path())) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    std::error_code is_file;
+    if (it->is_regular_file(is_file) && image_ext(lower_ext(it->path()))) return true;
+  }
+  return false;
+}
+
 bool starts_with_zip_magic(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   char m[4] = {};
@@ -156,13 +184,33 @@ std::string source_kind(const std::string& path) {
   }
   GR_CHECK(fs::is_directory(path, ec), "data '" << path << "' is neither a file nor a folder");
   if (has_idx(path, "train") || has_idx(path, "t10k")) return "idx";
-  bool any_npy = false, any_dir = false;
+  std::vector<std::string> npys;
+  std::vector<fs::path> dirs;
   for (const auto& e : fs::directory_iterator(path, ec)) {
-    if (e.is_regular_file(ec) && lower_ext(e.path()) == ".npy") any_npy = true;
-    if (e.is_directory(ec)) any_dir = true;
+    std::error_code kind;
+    if (hidden(e.path())) continue;
+    if (e.is_regular_file(kind) && lower_ext(e.path()) == ".npy") npys.push_back(e.path().filename().string());
+    if (e.is_directory(kind)) dirs.push_back(e.path());
   }
-  if (any_npy) return "npy-folder";
-  if (any_dir) return "image-folder";
+  if (npys.empty() && !dirs.empty()) return "image-folder";
+  if (!npys.empty()) {
+    // Class folders of images beside .npy files: an image folder with loose files at its root (a
+    // mean.npy of its statistics), unless the .npy files are a data set of their own (labels.npy).
+    std::vector<std::string> image_dirs;
+    for (const auto& d : dirs)
+      if (holds_images(d)) image_dirs.push_back(d.filename().string() + "/");
+    if (image_dirs.empty()) return "npy-folder";
+    std::sort(npys.begin(), npys.end());
+    std::sort(image_dirs.begin(), image_dirs.end());
+    if (std::find(npys.begin(), npys.end(), std::string(kLabels) + ".npy") == npys.end()) return "image-folder";
+    auto some = [](const std::vector<std::string>& v) {
+      std::string s;
+      for (size_t i = 0; i < v.size() && i < 3; ++i) s += (i ? ", " : "") + v[i];
+      return v.size() > 3 ? s + ", ..." : s;
+    };
+    GR_FAIL("data folder '" << path << "' reads two ways: as .npy arrays (" << some(npys) << ") and as class folders of images ("
+                            << some(image_dirs) << "); move one of them elsewhere");
+  }
   GR_FAIL("data folder '" << path << "' holds no MNIST-format files (train-images-idx3-ubyte[.gz], ...), no .npy "
                                "files and no class folders");
 }
@@ -191,9 +239,24 @@ DataSplits open_splits(const std::string& data_path, const std::string& test_pat
     GR_CHECK(val_split < 0, "--val-split and --test-data both name test data: give one of them");
     d.test = fitted(open_source(test_path, test_opts));
     d.test_from = d.test->describe();
-    GR_CHECK(d.train->classes() == d.test->classes(),
-             "the class folders of " << d.test->describe() << " differ from those of " << d.train->describe()
-                                     << " (the same classes, by name, are needed for labels to agree)");
+    const std::vector<std::string> a = d.train->classes(), b = d.test->classes();
+    if (a != b) {
+      // Both sorted by name: the differences, a few of each side.
+      std::vector<std::string> only_a, only_b;
+      std::set_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(only_a));
+      std::set_difference(b.begin(), b.end(), a.begin(), a.end(), std::back_inserter(only_b));
+      auto list = [](const std::vector<std::string>& v, const std::string& where) {
+        if (v.empty()) return std::string();
+        std::string s;
+        for (size_t i = 0; i < v.size() && i < 5; ++i) s += (i ? ", '" : "'") + v[i] + "'";
+        if (v.size() > 5) s += " and " + std::to_string(v.size() - 5) + " more";
+        return s + " only in " + where;
+      };
+      const std::string x = list(only_b, d.test->describe()), y = list(only_a, d.train->describe());
+      GR_FAIL("the class folders of " << d.test->describe() << " differ from those of " << d.train->describe() << ": "
+                                      << x << (x.empty() || y.empty() ? "" : "; ") << y
+                                      << " (the same classes, by name, are needed for labels to agree)");
+    }
     return d;
   }
   if (val_split < 0 && source_kind(data_path) == "idx" && has_idx(data_path, "t10k") &&
