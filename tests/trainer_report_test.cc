@@ -136,25 +136,29 @@ TEST(TrainerReport, CliEvalOnlyCountsExamplesAndWritesMetrics) {
   EXPECT_FALSE(j.contains("test_data")) << line;  // the MNIST folder's own test split, as an epoch's
 }
 
+// d/tab.onnx, a linear two-class model of 8 features, and d/tab.npz, n examples for it (x, labels).
+void write_two_class_table(const std::string& d, int n) {
+  std::ofstream(d + "/make.py")
+      << "import numpy as np, onnx\n"
+         "from onnx import helper as h, TensorProto as T, numpy_helper as nh\n"
+         "r = np.random.RandomState(0)\n"
+         "x = r.randn(" << n << ", 8).astype(np.float32)\n"
+         "np.savez('" << d << "/tab.npz', x=x, labels=(x[:, 0] > 0).astype(np.int64))\n"
+         "g = h.make_graph([h.make_node('Gemm', ['x', 'w', 'b'], ['logits'], transB=1)], 'tab',\n"
+         "                 [h.make_tensor_value_info('x', T.FLOAT, ['N', 8])], [h.make_tensor_value_info('logits', T.FLOAT, ['N', 2])],\n"
+         "                 [nh.from_array(r.randn(2, 8).astype(np.float32), 'w'), nh.from_array(np.zeros(2, np.float32), 'b')])\n"
+         "onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), '" << d << "/tab.onnx')\n";
+  auto r = testing::run_command(testing::python() + " " + d + "/make.py");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+}
+
 // --eval-only --test-data reads the test data alone: a default training folder the model cannot take is
 // never opened (it failed naming Fashion-MNIST's train split); --data alone evaluates the share training
 // holds out, and the line says so.
 TEST(TrainerReport, CliEvalOnlyReadsOnlyTheTestData) {
   const std::string d = testing::temp_dir("trainer_report_eval_only_test");
-  {
-    std::ofstream py(d + "/make.py");
-    py << "import numpy as np, onnx\n"
-          "from onnx import helper as h, TensorProto as T, numpy_helper as nh\n"
-          "r = np.random.RandomState(0)\n"
-          "x = r.randn(40, 8).astype(np.float32)\n"
-          "np.savez('" << d << "/tab.npz', x=x, labels=(x[:, 0] > 0).astype(np.int64))\n"
-          "g = h.make_graph([h.make_node('Gemm', ['x', 'w', 'b'], ['logits'], transB=1)], 'tab',\n"
-          "                 [h.make_tensor_value_info('x', T.FLOAT, ['N', 8])], [h.make_tensor_value_info('logits', T.FLOAT, ['N', 2])],\n"
-          "                 [nh.from_array(r.randn(2, 8).astype(np.float32), 'w'), nh.from_array(np.zeros(2, np.float32), 'b')])\n"
-          "onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), '" << d << "/tab.onnx')\n";
-  }
-  auto r = testing::run_command(testing::python() + " " + d + "/make.py");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  write_two_class_table(d, 40);
+  testing::CommandResult r;
   r = testing::run_command(testing::graphrun_cli() + " train " + d + "/tab.onnx --test-data " + d + "/tab.npz --eval-only --threads 1");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find(" (tab, 40 examples: '" + d + "/tab.npz')\n"), std::string::npos) << r.output;
@@ -168,20 +172,8 @@ TEST(TrainerReport, CliEvalOnlyReadsOnlyTheTestData) {
 // leaves the file alone (both truncated it: a resumed 4-epoch run kept epochs 3-4, a finished one none).
 TEST(TrainerReport, ResumeKeepsTheMetricsOfTheEpochsDone) {
   const std::string d = testing::temp_dir("trainer_report_resume_metrics");
-  {
-    std::ofstream py(d + "/make.py");
-    py << "import numpy as np, onnx\n"
-          "from onnx import helper as h, TensorProto as T, numpy_helper as nh\n"
-          "r = np.random.RandomState(0)\n"
-          "x = r.randn(64, 8).astype(np.float32)\n"
-          "np.savez('" << d << "/tab.npz', x=x, labels=(x[:, 0] > 0).astype(np.int64))\n"
-          "g = h.make_graph([h.make_node('Gemm', ['x', 'w', 'b'], ['logits'], transB=1)], 'tab',\n"
-          "                 [h.make_tensor_value_info('x', T.FLOAT, ['N', 8])], [h.make_tensor_value_info('logits', T.FLOAT, ['N', 2])],\n"
-          "                 [nh.from_array(r.randn(2, 8).astype(np.float32), 'w'), nh.from_array(np.zeros(2, np.float32), 'b')])\n"
-          "onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), '" << d << "/tab.onnx')\n";
-  }
-  auto r = testing::run_command(testing::python() + " " + d + "/make.py");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  write_two_class_table(d, 64);
+  testing::CommandResult r;
   const std::string cmd = testing::graphrun_cli() + " train " + d + "/tab.onnx --data " + d + "/tab.npz --threads 1 " +
                           "--batch-size 16 --checkpoint-dir " + d + "/ck --metrics " + d + "/m.jsonl --epochs ";
   auto epochs = [&](const std::string& file) {
