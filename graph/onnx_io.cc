@@ -13,12 +13,14 @@
 #include <iostream>
 #include <map>
 #include <iterator>
+#include <memory>
 #include <set>
 #include <tuple>
 #include <unordered_map>
 #include <sstream>
 #include <sys/stat.h>
 
+#include "graph/atomic_file.h"
 #include "graph/graphrun_schemas.h"
 #include "graph/onnx_tensor.h"
 #include "graph/passes/fill_reshape_dims.h"
@@ -1054,7 +1056,9 @@ constexpr size_t kExternalDataBytes = size_t{1} << 30;
 // file beside the model instead, that path's file name + ".data", each at an offset aligned to 4 KiB (so a
 // reader may map it), as onnx.save(..., save_as_external_data=True, all_tensors_to_one_file=True) lays them
 // out; smaller ones stay inside. Bytes go from the tensors to the file: none is copied into the model.
-void attach_weights(onnx::ModelProto& m, const Graph& g, const std::string& external_path = "") {
+// The external data file is returned written but not yet renamed into place (nullptr when none was needed): the
+// caller commits it with the model, so that a failed write leaves both files as they were.
+std::unique_ptr<AtomicFile> attach_weights(onnx::ModelProto& m, const Graph& g, const std::string& external_path = "") {
   auto* gp = m.mutable_graph();
   const int real_inputs = static_cast<int>(g.inputs.size());
   if (gp->input_size() > real_inputs) gp->mutable_input()->DeleteSubrange(real_inputs, gp->input_size() - real_inputs);
@@ -1066,7 +1070,7 @@ void attach_weights(onnx::ModelProto& m, const Graph& g, const std::string& exte
   const std::string location =
       (slash == std::string::npos ? external_path : external_path.substr(slash + 1)) + ".data";
   const std::string file = external_path + ".data";
-  std::ofstream f;
+  std::unique_ptr<AtomicFile> f;
   int64_t offset = 0;
   for (const auto& [name, t] : g.initializers) {
     onnx::TensorProto* p = gp->add_initializer();
@@ -1076,14 +1080,11 @@ void attach_weights(onnx::ModelProto& m, const Graph& g, const std::string& exte
       continue;
     }
     GR_CHECK(t.device().is_cpu(), "tensor '" << name << "' is on " << t.device().str() << ", not the host");
-    if (!f.is_open()) {
-      f.open(file, std::ios::binary | std::ios::trunc);
-      if (!f) GR_FAIL(file << ": cannot open for writing (the model's external data)");
-    }
+    if (!f) f = std::make_unique<AtomicFile>(file);
     const int64_t aligned = (offset + 4095) / 4096 * 4096;
-    if (aligned > offset) f.write(std::string(static_cast<size_t>(aligned - offset), '\0').data(), aligned - offset);
+    if (aligned > offset) f->write(std::string(static_cast<size_t>(aligned - offset), '\0'));
     const auto n = static_cast<int64_t>(t.nbytes());
-    f.write(static_cast<const char*>(t.raw()), n);
+    f->write(t.raw(), static_cast<size_t>(n));
     offset = aligned + n;
     p->set_name(name);
     p->set_data_type(static_cast<int32_t>(t.dtype()));
@@ -1098,10 +1099,7 @@ void attach_weights(onnx::ModelProto& m, const Graph& g, const std::string& exte
     entry("length", std::to_string(n));
     p->set_data_location(onnx::TensorProto::EXTERNAL);
   }
-  if (f.is_open()) {
-    f.close();
-    if (!f) GR_FAIL(file << ": write error");
-  }
+  return f;
 }
 
 // Names in a damaged file can hold any bytes; an error message stays one printable line.
@@ -1199,14 +1197,19 @@ void save_onnx(const Graph& g, const std::string& path, bool check) {
   if (check) check_model_proto(m, path);
   size_t weight_bytes = 0;
   for (const auto& [name, t] : g.initializers) weight_bytes += t.nbytes();
-  attach_weights(m, g, g.external_data || weight_bytes > kExternalDataBytes ? path : "");
+  const std::unique_ptr<AtomicFile> data =
+      attach_weights(m, g, g.external_data || weight_bytes > kExternalDataBytes ? path : "");
   std::string out;
   GR_CHECK(m.SerializeToString(&out), path << ": cannot serialize graph '" << g.name << "' (over 2 GiB?)");
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) GR_FAIL(path << ": cannot open for writing");
-  f.write(out.data(), static_cast<std::streamsize>(out.size()));
-  f.close();
-  if (!f) GR_FAIL(path << ": write error");
+  // Written beside the target and renamed over it once complete: a full disk leaves the old file (even the
+  // model being trained, under train --save) as it was, not truncated. Both files are on disk before either
+  // is renamed, so the model never names weights that did not make it.
+  AtomicFile f(path);
+  f.write(out);
+  if (data) data->sync();
+  f.sync();
+  if (data) data->commit();
+  f.commit();
 }
 
 Graph convert_opset(const Graph& g, int64_t to) {

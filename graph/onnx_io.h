@@ -22,6 +22,9 @@ Graph load_onnx_bytes(const std::string& bytes, const std::string& what);
 // With check, runs onnx::checker on the result first (full check) and refuses an invalid model.
 // A graph loaded with external data, or with over 1 GiB of weights, is written with its initializers
 // of 1 KiB or more in PATH.data beside it (one file, offsets aligned to 4 KiB).
+// Each file is written whole or not at all (graph/atomic_file.h: a temporary file beside it, fsynced,
+// renamed over it): a failed write leaves PATH (and PATH.data) as they were and is one line,
+// "PATH: cannot write: No space left on device".
 void save_onnx(const Graph& g, const std::string& path, bool check = true);
 std::string onnx_bytes(const Graph& g);
 

@@ -1,10 +1,18 @@
 // ONNX import/export: models written by onnx.helper at test time, round trips, checker validity, bad files.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
+#include <sstream>
 
 #include "graph/onnx_io.h"
 #include "graph/printer.h"
@@ -380,6 +388,109 @@ for t in m.graph.initializer:
   // A model without external data is written without it.
   save_onnx(inline_g, dir + "/plain.onnx");
   EXPECT_FALSE(std::ifstream(dir + "/plain.onnx.data").good());
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Saves `g` in a child process whose files may not grow past 4 KiB (RLIMIT_FSIZE: a write past it fails
+// with EFBIG, as one fails with ENOSPC on a full disk); returns the error line ("" when it saved).
+std::string save_with_file_size_limit(const Graph& g, const std::string& path) {
+  int fds[2];
+  if (::pipe(fds) != 0) return "pipe failed";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    ::signal(SIGXFSZ, SIG_IGN);
+    const rlimit limit{4096, 4096};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    std::string msg;
+    try {
+      save_onnx(g, path);
+    } catch (const std::exception& e) {
+      msg = e.what();
+    }
+    if (::write(fds[1], msg.data(), msg.size()) < 0) ::_exit(1);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string msg;
+  char buf[512];
+  for (ssize_t k; (k = ::read(fds[0], buf, sizeof buf)) > 0;) msg.append(buf, static_cast<size_t>(k));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return msg;
+}
+
+std::vector<std::string> temporaries_in(const std::string& dir) {
+  std::vector<std::string> r;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().filename().string().find(".tmp") != std::string::npos) r.push_back(e.path().filename().string());
+  return r;
+}
+
+// save_onnx wrote in place (O_TRUNC): a failed write (a full disk) left a truncated or empty file where the
+// good model was, even the model train --save was training. It writes beside the target and renames once
+// the bytes are on disk: the old file stays as it was, the temporary file goes, and the error is one line
+// naming the file and the reason (it was "PATH: write error").
+TEST(OnnxIo, AFailedSaveLeavesTheFileItWouldReplaceAsItWas) {
+  const std::string dir = temp_dir("onnx_io_failed_save");
+  run_onnx_python(dir, kExternalModel);
+  const Graph g = load_onnx(dir + "/inline.onnx");  // 8 KiB of weights: past the limit
+  const std::string path = dir + "/model.onnx";
+  save_onnx(g, path);
+  const std::string good = file_bytes(path);
+  Graph changed = g;
+  changed.initializers["W"] = testing::random_tensor({64, 32}, 7);
+  EXPECT_EQ(save_with_file_size_limit(changed, path), path + ": cannot write: File too large");
+  EXPECT_EQ(file_bytes(path), good);
+  EXPECT_EQ(temporaries_in(dir), std::vector<std::string>{});
+  // With external data: neither the model nor its weights change (the weights fail first).
+  const Graph ext = load_onnx(dir + "/one.onnx");
+  save_onnx(ext, dir + "/ext.onnx");
+  const std::string good_model = file_bytes(dir + "/ext.onnx"), good_data = file_bytes(dir + "/ext.onnx.data");
+  Graph ext_changed = ext;
+  ext_changed.initializers["W"] = testing::random_tensor({64, 32}, 7);
+  EXPECT_EQ(save_with_file_size_limit(ext_changed, dir + "/ext.onnx"),
+            dir + "/ext.onnx.data: cannot write: File too large");
+  EXPECT_EQ(file_bytes(dir + "/ext.onnx"), good_model);
+  EXPECT_EQ(file_bytes(dir + "/ext.onnx.data"), good_data);
+  EXPECT_EQ(temporaries_in(dir), std::vector<std::string>{});
+  // Saved: the file replaced keeps its permissions, a new one gets the usual (0666 less the umask), and a
+  // symbolic link stays a link to the file it named.
+  ASSERT_EQ(::chmod(path.c_str(), 0640), 0);
+  save_onnx(changed, path);
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0640u);
+  EXPECT_EQ(load_onnx(path).initializers.at("W").to_vector<float>(), changed.initializers.at("W").to_vector<float>());
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  save_onnx(g, dir + "/new.onnx");
+  ASSERT_EQ(::stat((dir + "/new.onnx").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0666u & ~mask);
+  ASSERT_EQ(::symlink("model.onnx", (dir + "/link.onnx").c_str()), 0);
+  save_onnx(g, dir + "/link.onnx");
+  ASSERT_EQ(::lstat((dir + "/link.onnx").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode));
+  EXPECT_EQ(file_bytes(path), good);
+  EXPECT_EQ(temporaries_in(dir), std::vector<std::string>{});
+  // A device is written into, never replaced by a file.
+  save_onnx(g, "/dev/null");
+  ASSERT_EQ(::stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  // A folder that is not there: one line.
+  try {
+    save_onnx(g, dir + "/no/such/m.onnx");
+    ADD_FAILURE() << "saved into a folder that does not exist";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), dir + "/no/such/m.onnx: cannot write: No such file or directory");
+  }
 }
 
 // Large float weights stay out of the ModelProto while onnx checks and infers (a typed input stands in for
