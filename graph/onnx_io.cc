@@ -744,6 +744,14 @@ Graph graph_from_proto(onnx::ModelProto& m, const std::string& what, Weights det
   g.doc = gp.doc_string();
   g.ir_version = m.ir_version();
   g.producer_name = m.producer_name();
+  g.meta.producer_version = m.producer_version();
+  g.meta.doc = m.doc_string();
+  g.meta.domain = m.domain();
+  g.meta.model_version = m.model_version();
+  for (const auto& p : m.metadata_props()) g.meta.props.emplace_back(p.key(), p.value());
+  for (const auto* list : {&gp.input(), &gp.output()})
+    for (const auto& v : *list)
+      if (!v.doc_string().empty()) g.meta.value_docs[v.name()] = v.doc_string();
   g.external_data = detached.external;
   for (const auto& op : m.opset_import()) g.opsets[normal_domain(op.domain())] = op.version();
 
@@ -862,6 +870,16 @@ onnx::ModelProto model_from_graph(const Graph& g) {
   // IR 4 is the first that lets initializers stay out of the graph inputs, as graphrun writes them.
   m.set_ir_version(g.ir_version >= 4 && g.ir_version <= kMaxIrVersion ? g.ir_version : kMaxIrVersion);
   m.set_producer_name(g.producer_name.empty() ? "graphrun" : g.producer_name);
+  // What the model said of itself, as it said it.
+  if (!g.producer_name.empty() && !g.meta.producer_version.empty()) m.set_producer_version(g.meta.producer_version);
+  if (!g.meta.doc.empty()) m.set_doc_string(g.meta.doc);
+  if (!g.meta.domain.empty()) m.set_domain(g.meta.domain);
+  if (g.meta.model_version) m.set_model_version(g.meta.model_version);
+  for (const auto& [k, v] : g.meta.props) {
+    auto* p = m.add_metadata_props();
+    p->set_key(k);
+    p->set_value(v);
+  }
 
   std::map<std::string, int64_t> opsets;
   for (const auto& [d, v] : g.opsets) opsets[normal_domain(d)] = v;
@@ -877,11 +895,12 @@ onnx::ModelProto model_from_graph(const Graph& g) {
   }
 
   auto* gp = m.mutable_graph();
-  gp->set_name(g.name);
+  gp->set_name(!g.meta.graph_name.empty() && g.name == g.meta.shown_as ? g.meta.graph_name : g.name);
   if (!g.doc.empty()) gp->set_doc_string(g.doc);
   auto add_vi = [&](const std::string& name, google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* list) {
     auto* v = list->Add();
     v->set_name(name);
+    if (auto it = g.meta.value_docs.find(name); it != g.meta.value_docs.end()) v->set_doc_string(it->second);
     const ValueInfo* vi = g.info(name);
     if (has_type(vi)) set_type(*vi, v->mutable_type());
   };
@@ -1171,13 +1190,16 @@ Graph load_onnx_bytes(const std::string& bytes, const std::string& what) { retur
 Graph load_onnx(const std::string& path) {
   Graph g = load_printable(read_file(path), path, folder_of(path));
   // An exporter's default graph name says nothing of the model (torch names every export "torch_jit"):
-  // messages ("training 'torch_jit'") name it by its file instead.
+  // messages ("training 'torch_jit'") name it by its file instead. A model saved keeps the name it had.
   static const std::set<std::string> generic = {"graph", "torch_jit", "torch-jit-export", "main_graph"};
   if (generic.count(g.name)) {
     const size_t slash = path.find_last_of('/');
     std::string stem = slash == std::string::npos ? path : path.substr(slash + 1);
     if (stem.size() > 5 && stem.compare(stem.size() - 5, 5, ".onnx") == 0) stem.resize(stem.size() - 5);
-    if (!stem.empty()) g.name = printable(stem);
+    if (!stem.empty()) {
+      g.meta.graph_name = g.name;
+      g.name = g.meta.shown_as = printable(stem);
+    }
   }
   return g;
 }
@@ -1259,6 +1281,7 @@ Graph convert_opset(const Graph& g, int64_t to) {
   r.name = g.name;
   r.external_data = g.external_data;
   r.doc = g.doc;
+  r.meta = g.meta;
   static std::set<std::string> said;
   if (said.insert(g.name).second)
     std::cerr << "graphrun: " << what << ": opset " << from << " converted to opset " << to

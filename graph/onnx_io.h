@@ -13,7 +13,8 @@ namespace graphrun {
 // node; model-local functions are inlined. Errors name the file: missing, truncated, not ONNX, opset above 22 or a node of 18+ that 17
 // cannot express, unsupported features (subgraphs), external data missing or shorter than its tensors.
 // A graph named as exporters name every graph ("torch_jit", "torch-jit-export", "main_graph", or none)
-// takes its file's name (net.onnx: 'net'), which messages and --save then use.
+// takes its file's name (net.onnx: 'net') for messages; Graph::meta keeps the file's name for save_onnx,
+// with what else the model says of itself (metadata_props, doc_string, model_version, domain, ...).
 Graph load_onnx(const std::string& path);
 // Same, from serialized bytes; `what` names the source in errors. External data is refused (no folder).
 Graph load_onnx_bytes(const std::string& bytes, const std::string& what);

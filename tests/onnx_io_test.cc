@@ -15,9 +15,11 @@
 #include <sstream>
 
 #include "graph/onnx_io.h"
+#include "graph/passes/train_mode.h"
 #include "graph/printer.h"
 #include "graph/tensor_io.h"
 #include "runtime/executor.h"
+#include "runtime/pipeline.h"
 #include "tests/data_test_util.h"
 #include "tests/test_util.h"
 
@@ -855,6 +857,52 @@ for name, f in (('torch_jit', 'mynet.onnx'), ('encoder', 'other.onnx')):
   EXPECT_EQ(load_onnx(dir + "/other.onnx").name, "encoder");
 }
 
+// save_onnx wrote none of what a model says of itself (metadata_props, doc_string, model_version, domain,
+// producer_version, the inputs' and outputs' doc_strings), and the graph's name the file's stem had taken
+// for messages: train --save lost them all. They come through the IR and the training pipeline unchanged.
+TEST(OnnxIo, SaveKeepsTheModelsMetadataAndItsGraphsName) {
+  std::string dir = temp_dir("onnx_io_metadata");
+  run_onnx_python(dir, R"(
+X = helper.make_tensor_value_info('image', TensorProto.FLOAT, ['batch', 4])
+X.doc_string = 'the image'
+Y = helper.make_tensor_value_info('scores', TensorProto.FLOAT, ['batch', 3])
+Y.doc_string = 'class scores'
+W = numpy_helper.from_array(np.ones((3, 4), np.float32), 'W')
+g = helper.make_graph([helper.make_node('Gemm', ['image', 'W'], ['scores'], transB=1)], 'torch_jit', [X], [Y], [W],
+                      doc_string='graph doc')
+m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 13)], producer_name='pytorch', producer_version='1.13.0',
+                      doc_string='my doc', model_version=7, domain='com.example')
+helper.set_model_props(m, {'author': 'me', 'license': 'MIT'})
+onnx.save(m, 'meta.onnx')
+)");
+  const Graph g = load_onnx(dir + "/meta.onnx");
+  EXPECT_EQ(g.name, "meta");  // messages name it by its file
+  save_onnx(g, dir + "/saved.onnx");
+  // What train --save writes: the forward graph of the training pipeline, in its inference form.
+  save_onnx(passes::to_inference(runtime::build_training_graphs(g, {}).forward), dir + "/trained.onnx");
+  Graph renamed = g;
+  renamed.name = "meta.cpu_0";  // a pass that names the graph anew (a replica's copy) writes its own name
+  save_onnx(renamed, dir + "/renamed.onnx");
+  run_onnx_python(dir, R"(
+m = onnx.load('meta.onnx')
+for f in ('saved.onnx', 'trained.onnx'):
+    s = onnx.load(f)
+    for k in ('doc_string', 'model_version', 'domain', 'producer_name', 'producer_version'):
+        assert getattr(s, k) == getattr(m, k), (f, k, getattr(s, k))
+    assert [(p.key, p.value) for p in s.metadata_props] == [('author', 'me'), ('license', 'MIT')], (f, s.metadata_props)
+    assert s.graph.name == 'torch_jit' and s.graph.doc_string == 'graph doc', (f, s.graph.name, s.graph.doc_string)
+    assert s.graph.input[0].doc_string == 'the image' and s.graph.output[0].doc_string == 'class scores', f
+    onnx.checker.check_model(s, full_check=True)
+assert onnx.load('renamed.onnx').graph.name == 'meta.cpu_0'
+print('kept')
+)");
+  // Loaded again, the saved model reads as the original did.
+  const Graph back = load_onnx(dir + "/saved.onnx");
+  EXPECT_EQ(back.name, "saved");
+  EXPECT_EQ(back.meta.props, g.meta.props);
+  EXPECT_EQ(back.meta.value_docs, g.meta.value_docs);
+}
+
 // Opset 7's BatchNormalization with spatial=0 (statistics per element) is refused saying so, not with a
 // rank error about its scale.
 TEST(OnnxIo, SpatialZeroBatchNormIsRefusedNamingTheAttribute) {
@@ -932,6 +980,8 @@ torch.onnx.export(net, torch.randn(2, 1, 28, 28), 'net.onnx', input_names=['imag
   save_onnx(g, dir + "/saved.onnx");
   expect_python_valid(dir + "/saved.onnx");
   Graph h = load_onnx(dir + "/saved.onnx");
+  EXPECT_EQ(h.name, "saved");  // the file keeps torch's "torch_jit", which reads as the file's name again
+  h.name = g.name;
   EXPECT_EQ(print_text(h), print_text(g));
 }
 
