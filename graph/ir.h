@@ -141,6 +141,10 @@ struct Graph {
   std::unordered_map<std::string, int> name_counter_;
 };
 
+// `s` on one line, for messages and the text printer: a newline shows as \n, other control characters
+// (and DEL) as \xNN; everything else, UTF-8 included, as it is. Names in a model file can hold any bytes.
+std::string printable(const std::string& s);
+
 // The one topological sort (of Graph::topo_sort and of the ONNX loader's node lists): the stable
 // order of n nodes, the lowest-index ready node first, where node i reads inputs(i) and writes
 // outputs(i) and the values in `available` (graph inputs, initializers) need no producer. A value

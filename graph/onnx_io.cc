@@ -1121,20 +1121,6 @@ std::unique_ptr<AtomicFile> attach_weights(onnx::ModelProto& m, const Graph& g, 
   return f;
 }
 
-// Names in a damaged file can hold any bytes; an error message stays one printable line.
-std::string printable(const std::string& s) {
-  std::string r;
-  for (unsigned char c : s) {
-    if (c == '\n') r += "\\n";
-    else if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      r += buf;
-    } else r += static_cast<char>(c);
-  }
-  return r;
-}
-
 Graph load_model(std::string bytes, const std::string& what, const std::string& dir) {
   register_graphrun_schemas();
   if (bytes.empty()) GR_FAIL(what << ": empty file, not an ONNX model");
