@@ -2,6 +2,7 @@
 #include "graph/ir.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <queue>
 #include <set>
 #include <sstream>
@@ -14,6 +15,19 @@ std::string ValueInfo::str() const {
   r += "[";
   for (size_t i = 0; i < shape.size(); ++i) r += (i ? "," : "") + shape[i].str();
   return r + "]";
+}
+
+std::string printable(const std::string& s) {
+  std::string r;
+  for (unsigned char c : s) {
+    if (c == '\n') r += "\\n";
+    else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      r += buf;
+    } else r += static_cast<char>(c);
+  }
+  return r;
 }
 
 bool ValueInfo::fully_known() const {

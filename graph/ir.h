@@ -84,6 +84,21 @@ struct Node {
 inline const char* kGraphrunDomain = "ai.graphrun";
 inline const char* kTrainingDomain = "ai.onnx.preview.training";
 
+// What an ONNX model file says of itself beyond its graph: read by load_onnx and written back by save_onnx
+// as it came, so that a model graphrun saves (train --save, grad -o) keeps its author, version and notes.
+struct ModelMeta {
+  std::string doc;               // ModelProto.doc_string
+  std::string domain;            // ModelProto.domain ("com.example")
+  int64_t model_version = 0;     // ModelProto.model_version
+  std::string producer_version;  // with Graph::producer_name
+  std::vector<std::pair<std::string, std::string>> props;  // metadata_props, in the file's order
+  // The graph's name in the file (an exporter's default such as "torch_jit") where load_onnx named the Graph
+  // by its file instead (`shown_as`): save_onnx writes it back while Graph::name is still `shown_as`. A pass
+  // that renames the graph (a replica's "net.cpu_0") writes its own name.
+  std::string graph_name, shown_as;
+  std::map<std::string, std::string> value_docs;  // the doc_string of inputs and outputs, by value name
+};
+
 struct Graph {
   std::string name = "graph";
   std::vector<Node> nodes;            // topological order
@@ -94,7 +109,8 @@ struct Graph {
   std::map<std::string, int64_t> opsets;       // domain ("" = ai.onnx) -> version
   int64_t ir_version = 8;
   std::string producer_name = "graphrun";
-  std::string doc;
+  std::string doc;  // the graph's doc_string
+  ModelMeta meta;
   // The model file kept its weights in external data files (ONNX's way past protobuf's 2 GiB):
   // save_onnx writes them that way too (it does past 1 GiB of weights regardless).
   bool external_data = false;
@@ -124,6 +140,10 @@ struct Graph {
  private:
   std::unordered_map<std::string, int> name_counter_;
 };
+
+// `s` on one line, for messages and the text printer: a newline shows as \n, other control characters
+// (and DEL) as \xNN; everything else, UTF-8 included, as it is. Names in a model file can hold any bytes.
+std::string printable(const std::string& s);
 
 // The one topological sort (of Graph::topo_sort and of the ONNX loader's node lists): the stable
 // order of n nodes, the lowest-index ready node first, where node i reads inputs(i) and writes

@@ -13,12 +13,14 @@
 #include <iostream>
 #include <map>
 #include <iterator>
+#include <memory>
 #include <set>
 #include <tuple>
 #include <unordered_map>
 #include <sstream>
 #include <sys/stat.h>
 
+#include "graph/atomic_file.h"
 #include "graph/graphrun_schemas.h"
 #include "graph/onnx_tensor.h"
 #include "graph/passes/fill_reshape_dims.h"
@@ -742,6 +744,14 @@ Graph graph_from_proto(onnx::ModelProto& m, const std::string& what, Weights det
   g.doc = gp.doc_string();
   g.ir_version = m.ir_version();
   g.producer_name = m.producer_name();
+  g.meta.producer_version = m.producer_version();
+  g.meta.doc = m.doc_string();
+  g.meta.domain = m.domain();
+  g.meta.model_version = m.model_version();
+  for (const auto& p : m.metadata_props()) g.meta.props.emplace_back(p.key(), p.value());
+  for (const auto* list : {&gp.input(), &gp.output()})
+    for (const auto& v : *list)
+      if (!v.doc_string().empty()) g.meta.value_docs[v.name()] = v.doc_string();
   g.external_data = detached.external;
   for (const auto& op : m.opset_import()) g.opsets[normal_domain(op.domain())] = op.version();
 
@@ -860,6 +870,16 @@ onnx::ModelProto model_from_graph(const Graph& g) {
   // IR 4 is the first that lets initializers stay out of the graph inputs, as graphrun writes them.
   m.set_ir_version(g.ir_version >= 4 && g.ir_version <= kMaxIrVersion ? g.ir_version : kMaxIrVersion);
   m.set_producer_name(g.producer_name.empty() ? "graphrun" : g.producer_name);
+  // What the model said of itself, as it said it.
+  if (!g.producer_name.empty() && !g.meta.producer_version.empty()) m.set_producer_version(g.meta.producer_version);
+  if (!g.meta.doc.empty()) m.set_doc_string(g.meta.doc);
+  if (!g.meta.domain.empty()) m.set_domain(g.meta.domain);
+  if (g.meta.model_version) m.set_model_version(g.meta.model_version);
+  for (const auto& [k, v] : g.meta.props) {
+    auto* p = m.add_metadata_props();
+    p->set_key(k);
+    p->set_value(v);
+  }
 
   std::map<std::string, int64_t> opsets;
   for (const auto& [d, v] : g.opsets) opsets[normal_domain(d)] = v;
@@ -875,11 +895,12 @@ onnx::ModelProto model_from_graph(const Graph& g) {
   }
 
   auto* gp = m.mutable_graph();
-  gp->set_name(g.name);
+  gp->set_name(!g.meta.graph_name.empty() && g.name == g.meta.shown_as ? g.meta.graph_name : g.name);
   if (!g.doc.empty()) gp->set_doc_string(g.doc);
   auto add_vi = [&](const std::string& name, google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* list) {
     auto* v = list->Add();
     v->set_name(name);
+    if (auto it = g.meta.value_docs.find(name); it != g.meta.value_docs.end()) v->set_doc_string(it->second);
     const ValueInfo* vi = g.info(name);
     if (has_type(vi)) set_type(*vi, v->mutable_type());
   };
@@ -1054,7 +1075,9 @@ constexpr size_t kExternalDataBytes = size_t{1} << 30;
 // file beside the model instead, that path's file name + ".data", each at an offset aligned to 4 KiB (so a
 // reader may map it), as onnx.save(..., save_as_external_data=True, all_tensors_to_one_file=True) lays them
 // out; smaller ones stay inside. Bytes go from the tensors to the file: none is copied into the model.
-void attach_weights(onnx::ModelProto& m, const Graph& g, const std::string& external_path = "") {
+// The external data file is returned written but not yet renamed into place (nullptr when none was needed): the
+// caller commits it with the model, so that a failed write leaves both files as they were.
+std::unique_ptr<AtomicFile> attach_weights(onnx::ModelProto& m, const Graph& g, const std::string& external_path = "") {
   auto* gp = m.mutable_graph();
   const int real_inputs = static_cast<int>(g.inputs.size());
   if (gp->input_size() > real_inputs) gp->mutable_input()->DeleteSubrange(real_inputs, gp->input_size() - real_inputs);
@@ -1066,7 +1089,7 @@ void attach_weights(onnx::ModelProto& m, const Graph& g, const std::string& exte
   const std::string location =
       (slash == std::string::npos ? external_path : external_path.substr(slash + 1)) + ".data";
   const std::string file = external_path + ".data";
-  std::ofstream f;
+  std::unique_ptr<AtomicFile> f;
   int64_t offset = 0;
   for (const auto& [name, t] : g.initializers) {
     onnx::TensorProto* p = gp->add_initializer();
@@ -1076,14 +1099,11 @@ void attach_weights(onnx::ModelProto& m, const Graph& g, const std::string& exte
       continue;
     }
     GR_CHECK(t.device().is_cpu(), "tensor '" << name << "' is on " << t.device().str() << ", not the host");
-    if (!f.is_open()) {
-      f.open(file, std::ios::binary | std::ios::trunc);
-      if (!f) GR_FAIL(file << ": cannot open for writing (the model's external data)");
-    }
+    if (!f) f = std::make_unique<AtomicFile>(file);
     const int64_t aligned = (offset + 4095) / 4096 * 4096;
-    if (aligned > offset) f.write(std::string(static_cast<size_t>(aligned - offset), '\0').data(), aligned - offset);
+    if (aligned > offset) f->write(std::string(static_cast<size_t>(aligned - offset), '\0'));
     const auto n = static_cast<int64_t>(t.nbytes());
-    f.write(static_cast<const char*>(t.raw()), n);
+    f->write(t.raw(), static_cast<size_t>(n));
     offset = aligned + n;
     p->set_name(name);
     p->set_data_type(static_cast<int32_t>(t.dtype()));
@@ -1098,24 +1118,7 @@ void attach_weights(onnx::ModelProto& m, const Graph& g, const std::string& exte
     entry("length", std::to_string(n));
     p->set_data_location(onnx::TensorProto::EXTERNAL);
   }
-  if (f.is_open()) {
-    f.close();
-    if (!f) GR_FAIL(file << ": write error");
-  }
-}
-
-// Names in a damaged file can hold any bytes; an error message stays one printable line.
-std::string printable(const std::string& s) {
-  std::string r;
-  for (unsigned char c : s) {
-    if (c == '\n') r += "\\n";
-    else if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      r += buf;
-    } else r += static_cast<char>(c);
-  }
-  return r;
+  return f;
 }
 
 Graph load_model(std::string bytes, const std::string& what, const std::string& dir) {
@@ -1173,13 +1176,16 @@ Graph load_onnx_bytes(const std::string& bytes, const std::string& what) { retur
 Graph load_onnx(const std::string& path) {
   Graph g = load_printable(read_file(path), path, folder_of(path));
   // An exporter's default graph name says nothing of the model (torch names every export "torch_jit"):
-  // messages ("training 'torch_jit'") name it by its file instead.
+  // messages ("training 'torch_jit'") name it by its file instead. A model saved keeps the name it had.
   static const std::set<std::string> generic = {"graph", "torch_jit", "torch-jit-export", "main_graph"};
   if (generic.count(g.name)) {
     const size_t slash = path.find_last_of('/');
     std::string stem = slash == std::string::npos ? path : path.substr(slash + 1);
     if (stem.size() > 5 && stem.compare(stem.size() - 5, 5, ".onnx") == 0) stem.resize(stem.size() - 5);
-    if (!stem.empty()) g.name = printable(stem);
+    if (!stem.empty()) {
+      g.meta.graph_name = g.name;
+      g.name = g.meta.shown_as = printable(stem);
+    }
   }
   return g;
 }
@@ -1199,14 +1205,19 @@ void save_onnx(const Graph& g, const std::string& path, bool check) {
   if (check) check_model_proto(m, path);
   size_t weight_bytes = 0;
   for (const auto& [name, t] : g.initializers) weight_bytes += t.nbytes();
-  attach_weights(m, g, g.external_data || weight_bytes > kExternalDataBytes ? path : "");
+  const std::unique_ptr<AtomicFile> data =
+      attach_weights(m, g, g.external_data || weight_bytes > kExternalDataBytes ? path : "");
   std::string out;
   GR_CHECK(m.SerializeToString(&out), path << ": cannot serialize graph '" << g.name << "' (over 2 GiB?)");
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) GR_FAIL(path << ": cannot open for writing");
-  f.write(out.data(), static_cast<std::streamsize>(out.size()));
-  f.close();
-  if (!f) GR_FAIL(path << ": write error");
+  // Written beside the target and renamed over it once complete: a full disk leaves the old file (even the
+  // model being trained, under train --save) as it was, not truncated. Both files are on disk before either
+  // is renamed, so the model never names weights that did not make it.
+  AtomicFile f(path);
+  f.write(out);
+  if (data) data->sync();
+  f.sync();
+  if (data) data->commit();
+  f.commit();
 }
 
 Graph convert_opset(const Graph& g, int64_t to) {
@@ -1256,6 +1267,7 @@ Graph convert_opset(const Graph& g, int64_t to) {
   r.name = g.name;
   r.external_data = g.external_data;
   r.doc = g.doc;
+  r.meta = g.meta;
   static std::set<std::string> said;
   if (said.insert(g.name).second)
     std::cerr << "graphrun: " << what << ": opset " << from << " converted to opset " << to

@@ -13,7 +13,8 @@ namespace graphrun {
 // node; model-local functions are inlined. Errors name the file: missing, truncated, not ONNX, opset above 22 or a node of 18+ that 17
 // cannot express, unsupported features (subgraphs), external data missing or shorter than its tensors.
 // A graph named as exporters name every graph ("torch_jit", "torch-jit-export", "main_graph", or none)
-// takes its file's name (net.onnx: 'net'), which messages and --save then use.
+// takes its file's name (net.onnx: 'net') for messages; Graph::meta keeps the file's name for save_onnx,
+// with what else the model says of itself (metadata_props, doc_string, model_version, domain, ...).
 Graph load_onnx(const std::string& path);
 // Same, from serialized bytes; `what` names the source in errors. External data is refused (no folder).
 Graph load_onnx_bytes(const std::string& bytes, const std::string& what);
@@ -22,6 +23,9 @@ Graph load_onnx_bytes(const std::string& bytes, const std::string& what);
 // With check, runs onnx::checker on the result first (full check) and refuses an invalid model.
 // A graph loaded with external data, or with over 1 GiB of weights, is written with its initializers
 // of 1 KiB or more in PATH.data beside it (one file, offsets aligned to 4 KiB).
+// Each file is written whole or not at all (graph/atomic_file.h: a temporary file beside it, fsynced,
+// renamed over it): a failed write leaves PATH (and PATH.data) as they were and is one line,
+// "PATH: cannot write: No space left on device".
 void save_onnx(const Graph& g, const std::string& path, bool check = true);
 std::string onnx_bytes(const Graph& g);
 

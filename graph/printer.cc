@@ -51,50 +51,50 @@ std::string dot_escape(const std::string& s) {
 
 std::string print_text(const Graph& g) {
   std::ostringstream os;
-  os << "graph " << g.name;
-  if (!g.opsets.empty()) os << " (" << opsets_str(g) << ")";
-  os << "\n";
-  os << "inputs:\n";
-  for (const auto& v : g.inputs) os << "  " << typed(g, v) << "\n";
+  // One line each, whatever the names hold: a newline in a name shows as \n (printable), as in messages.
+  auto line = [&](const std::string& l) { os << printable(l) << "\n"; };
+  line("graph " + g.name + (g.opsets.empty() ? "" : " (" + opsets_str(g) + ")"));
+  line("inputs:");
+  for (const auto& v : g.inputs) line("  " + typed(g, v));
   if (!g.initializers.empty()) {
-    os << "parameters:\n";
+    line("parameters:");
     size_t bytes = 0;
     int64_t elems = 0;
     for (const auto& [name, t] : g.initializers) {
-      os << "  %" << name << ": " << dtype_name(t.dtype()) << shape_str(t.shape()) << "\n";
+      line("  %" + name + ": " + dtype_name(t.dtype()) + shape_str(t.shape()));
       bytes += t.nbytes();
       elems += t.numel();
     }
-    os << "  (" << g.initializers.size() << " parameter" << (g.initializers.size() == 1 ? "" : "s") << ", " << elems
-       << " values, " << human_bytes(bytes) << ")\n";
+    line("  (" + std::to_string(g.initializers.size()) + " parameter" + (g.initializers.size() == 1 ? "" : "s") + ", " +
+         std::to_string(elems) + " values, " + human_bytes(bytes) + ")");
   }
-  os << "nodes:\n";
+  line("nodes:");
   for (const Node& n : g.nodes) {
-    os << "  ";
+    std::string l = "  ";
     bool first = true;
     for (const auto& o : n.outputs) {
-      os << (first ? "" : ", ") << (o.empty() ? "_" : typed(g, o));
+      l += (first ? "" : ", ") + (o.empty() ? "_" : typed(g, o));
       first = false;
     }
-    if (!n.outputs.empty()) os << " = ";
-    os << op_name(n) << "(";
-    for (size_t i = 0; i < n.inputs.size(); ++i) os << (i ? ", " : "") << (n.inputs[i].empty() ? "_" : "%" + n.inputs[i]);
-    os << ")";
+    if (!n.outputs.empty()) l += " = ";
+    l += op_name(n) + "(";
+    for (size_t i = 0; i < n.inputs.size(); ++i) l += (i ? ", " : "") + (n.inputs[i].empty() ? "_" : "%" + n.inputs[i]);
+    l += ")";
     if (!n.attrs.empty()) {
-      os << " {";
+      l += " {";
       bool f = true;
       for (const auto& [k, a] : n.attrs) {
-        os << (f ? "" : ", ") << k << "=" << a.str();
+        l += (f ? "" : ", ") + k + "=" + a.str();
         f = false;
       }
-      os << "}";
+      l += "}";
     }
     // The node's name, when it says more than its first output's name does.
-    if (!n.name.empty() && (n.outputs.empty() || n.name != n.outputs[0])) os << "  # " << n.name;
-    os << "\n";
+    if (!n.name.empty() && (n.outputs.empty() || n.name != n.outputs[0])) l += "  # " + n.name;
+    line(l);
   }
-  os << "outputs:\n";
-  for (const auto& v : g.outputs) os << "  " << typed(g, v) << "\n";
+  line("outputs:");
+  for (const auto& v : g.outputs) line("  " + typed(g, v));
   return os.str();
 }
 

@@ -6,7 +6,7 @@
 
 namespace graphrun {
 
-// e.g. "%relu1: f32[N,20,26,26] = Relu(%conv1)"
+// e.g. "%relu1: f32[N,20,26,26] = Relu(%conv1)"; control characters in names escaped (printable: "\n").
 std::string print_text(const Graph& g);
 std::string print_dot(const Graph& g);
 

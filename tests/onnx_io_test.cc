@@ -1,15 +1,25 @@
 // ONNX import/export: models written by onnx.helper at test time, round trips, checker validity, bad files.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
+#include <sstream>
 
 #include "graph/onnx_io.h"
+#include "graph/passes/train_mode.h"
 #include "graph/printer.h"
 #include "graph/tensor_io.h"
 #include "runtime/executor.h"
+#include "runtime/pipeline.h"
 #include "tests/data_test_util.h"
 #include "tests/test_util.h"
 
@@ -382,6 +392,109 @@ for t in m.graph.initializer:
   EXPECT_FALSE(std::ifstream(dir + "/plain.onnx.data").good());
 }
 
+std::string file_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Saves `g` in a child process whose files may not grow past 4 KiB (RLIMIT_FSIZE: a write past it fails
+// with EFBIG, as one fails with ENOSPC on a full disk); returns the error line ("" when it saved).
+std::string save_with_file_size_limit(const Graph& g, const std::string& path) {
+  int fds[2];
+  if (::pipe(fds) != 0) return "pipe failed";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    ::signal(SIGXFSZ, SIG_IGN);
+    const rlimit limit{4096, 4096};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    std::string msg;
+    try {
+      save_onnx(g, path);
+    } catch (const std::exception& e) {
+      msg = e.what();
+    }
+    if (::write(fds[1], msg.data(), msg.size()) < 0) ::_exit(1);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string msg;
+  char buf[512];
+  for (ssize_t k; (k = ::read(fds[0], buf, sizeof buf)) > 0;) msg.append(buf, static_cast<size_t>(k));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return msg;
+}
+
+std::vector<std::string> temporaries_in(const std::string& dir) {
+  std::vector<std::string> r;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().filename().string().find(".tmp") != std::string::npos) r.push_back(e.path().filename().string());
+  return r;
+}
+
+// save_onnx wrote in place (O_TRUNC): a failed write (a full disk) left a truncated or empty file where the
+// good model was, even the model train --save was training. It writes beside the target and renames once
+// the bytes are on disk: the old file stays as it was, the temporary file goes, and the error is one line
+// naming the file and the reason (it was "PATH: write error").
+TEST(OnnxIo, AFailedSaveLeavesTheFileItWouldReplaceAsItWas) {
+  const std::string dir = temp_dir("onnx_io_failed_save");
+  run_onnx_python(dir, kExternalModel);
+  const Graph g = load_onnx(dir + "/inline.onnx");  // 8 KiB of weights: past the limit
+  const std::string path = dir + "/model.onnx";
+  save_onnx(g, path);
+  const std::string good = file_bytes(path);
+  Graph changed = g;
+  changed.initializers["W"] = testing::random_tensor({64, 32}, 7);
+  EXPECT_EQ(save_with_file_size_limit(changed, path), path + ": cannot write: File too large");
+  EXPECT_EQ(file_bytes(path), good);
+  EXPECT_EQ(temporaries_in(dir), std::vector<std::string>{});
+  // With external data: neither the model nor its weights change (the weights fail first).
+  const Graph ext = load_onnx(dir + "/one.onnx");
+  save_onnx(ext, dir + "/ext.onnx");
+  const std::string good_model = file_bytes(dir + "/ext.onnx"), good_data = file_bytes(dir + "/ext.onnx.data");
+  Graph ext_changed = ext;
+  ext_changed.initializers["W"] = testing::random_tensor({64, 32}, 7);
+  EXPECT_EQ(save_with_file_size_limit(ext_changed, dir + "/ext.onnx"),
+            dir + "/ext.onnx.data: cannot write: File too large");
+  EXPECT_EQ(file_bytes(dir + "/ext.onnx"), good_model);
+  EXPECT_EQ(file_bytes(dir + "/ext.onnx.data"), good_data);
+  EXPECT_EQ(temporaries_in(dir), std::vector<std::string>{});
+  // Saved: the file replaced keeps its permissions, a new one gets the usual (0666 less the umask), and a
+  // symbolic link stays a link to the file it named.
+  ASSERT_EQ(::chmod(path.c_str(), 0640), 0);
+  save_onnx(changed, path);
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0640u);
+  EXPECT_EQ(load_onnx(path).initializers.at("W").to_vector<float>(), changed.initializers.at("W").to_vector<float>());
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  save_onnx(g, dir + "/new.onnx");
+  ASSERT_EQ(::stat((dir + "/new.onnx").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0666u & ~mask);
+  ASSERT_EQ(::symlink("model.onnx", (dir + "/link.onnx").c_str()), 0);
+  save_onnx(g, dir + "/link.onnx");
+  ASSERT_EQ(::lstat((dir + "/link.onnx").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode));
+  EXPECT_EQ(file_bytes(path), good);
+  EXPECT_EQ(temporaries_in(dir), std::vector<std::string>{});
+  // A device is written into, never replaced by a file.
+  save_onnx(g, "/dev/null");
+  ASSERT_EQ(::stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  // A folder that is not there: one line.
+  try {
+    save_onnx(g, dir + "/no/such/m.onnx");
+    ADD_FAILURE() << "saved into a folder that does not exist";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), dir + "/no/such/m.onnx: cannot write: No such file or directory");
+  }
+}
+
 // Large float weights stay out of the ModelProto while onnx checks and infers (a typed input stands in for
 // each), so they are held once. Every layout comes back bitwise, in the model's order, and as a weight,
 // not an input: raw and typed data, float16, one listed among the inputs as old exporters do, integers
@@ -744,6 +857,52 @@ for name, f in (('torch_jit', 'mynet.onnx'), ('encoder', 'other.onnx')):
   EXPECT_EQ(load_onnx(dir + "/other.onnx").name, "encoder");
 }
 
+// save_onnx wrote none of what a model says of itself (metadata_props, doc_string, model_version, domain,
+// producer_version, the inputs' and outputs' doc_strings), and the graph's name the file's stem had taken
+// for messages: train --save lost them all. They come through the IR and the training pipeline unchanged.
+TEST(OnnxIo, SaveKeepsTheModelsMetadataAndItsGraphsName) {
+  std::string dir = temp_dir("onnx_io_metadata");
+  run_onnx_python(dir, R"(
+X = helper.make_tensor_value_info('image', TensorProto.FLOAT, ['batch', 4])
+X.doc_string = 'the image'
+Y = helper.make_tensor_value_info('scores', TensorProto.FLOAT, ['batch', 3])
+Y.doc_string = 'class scores'
+W = numpy_helper.from_array(np.ones((3, 4), np.float32), 'W')
+g = helper.make_graph([helper.make_node('Gemm', ['image', 'W'], ['scores'], transB=1)], 'torch_jit', [X], [Y], [W],
+                      doc_string='graph doc')
+m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 13)], producer_name='pytorch', producer_version='1.13.0',
+                      doc_string='my doc', model_version=7, domain='com.example')
+helper.set_model_props(m, {'author': 'me', 'license': 'MIT'})
+onnx.save(m, 'meta.onnx')
+)");
+  const Graph g = load_onnx(dir + "/meta.onnx");
+  EXPECT_EQ(g.name, "meta");  // messages name it by its file
+  save_onnx(g, dir + "/saved.onnx");
+  // What train --save writes: the forward graph of the training pipeline, in its inference form.
+  save_onnx(passes::to_inference(runtime::build_training_graphs(g, {}).forward), dir + "/trained.onnx");
+  Graph renamed = g;
+  renamed.name = "meta.cpu_0";  // a pass that names the graph anew (a replica's copy) writes its own name
+  save_onnx(renamed, dir + "/renamed.onnx");
+  run_onnx_python(dir, R"(
+m = onnx.load('meta.onnx')
+for f in ('saved.onnx', 'trained.onnx'):
+    s = onnx.load(f)
+    for k in ('doc_string', 'model_version', 'domain', 'producer_name', 'producer_version'):
+        assert getattr(s, k) == getattr(m, k), (f, k, getattr(s, k))
+    assert [(p.key, p.value) for p in s.metadata_props] == [('author', 'me'), ('license', 'MIT')], (f, s.metadata_props)
+    assert s.graph.name == 'torch_jit' and s.graph.doc_string == 'graph doc', (f, s.graph.name, s.graph.doc_string)
+    assert s.graph.input[0].doc_string == 'the image' and s.graph.output[0].doc_string == 'class scores', f
+    onnx.checker.check_model(s, full_check=True)
+assert onnx.load('renamed.onnx').graph.name == 'meta.cpu_0'
+print('kept')
+)");
+  // Loaded again, the saved model reads as the original did.
+  const Graph back = load_onnx(dir + "/saved.onnx");
+  EXPECT_EQ(back.name, "saved");
+  EXPECT_EQ(back.meta.props, g.meta.props);
+  EXPECT_EQ(back.meta.value_docs, g.meta.value_docs);
+}
+
 // Opset 7's BatchNormalization with spatial=0 (statistics per element) is refused saying so, not with a
 // rank error about its scale.
 TEST(OnnxIo, SpatialZeroBatchNormIsRefusedNamingTheAttribute) {
@@ -821,6 +980,8 @@ torch.onnx.export(net, torch.randn(2, 1, 28, 28), 'net.onnx', input_names=['imag
   save_onnx(g, dir + "/saved.onnx");
   expect_python_valid(dir + "/saved.onnx");
   Graph h = load_onnx(dir + "/saved.onnx");
+  EXPECT_EQ(h.name, "saved");  // the file keeps torch's "torch_jit", which reads as the file's name again
+  h.name = g.name;
   EXPECT_EQ(print_text(h), print_text(g));
 }
 

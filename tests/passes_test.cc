@@ -11,6 +11,7 @@
 #include "autodiff/autodiff.h"
 #include "graph/onnx_io.h"
 #include "graph/printer.h"
+#include "graph/passes/add_metrics.h"
 #include "graph/passes/add_optimizer.h"
 #include "graph/passes/bucket_allreduce.h"
 #include "graph/passes/eliminate_dead_nodes.h"
@@ -117,7 +118,8 @@ TEST(Pipeline, ListingNamesEachPassWithItsOptionsAndDescription) {
   EXPECT_EQ(got[0].rfind("convert_opset ", 0), 0u) << got[0];
   EXPECT_EQ(got[1].rfind("remove_noops ", 0), 0u) << got[1];
   EXPECT_EQ(got[3].rfind("fold_pads ", 0), 0u) << got[3];
-  EXPECT_NE(got[4].find("input=image dim=N"), std::string::npos) << got[4];
+  EXPECT_NE(got[4].find("input=image "), std::string::npos) << got[4];
+  EXPECT_EQ(got[4].find("dim="), std::string::npos) << got[4];  // the symbol depends on the model
   EXPECT_EQ(got[5].rfind("unbiased_running_var ", 0), 0u) << got[5];
   EXPECT_NE(got[6].find("loss=cross-entropy output=logits labels=labels"), std::string::npos) << got[6];
   EXPECT_NE(got[7].find("seed=loss_scale freeze=conv1.bias"), std::string::npos) << got[7];
@@ -242,6 +244,84 @@ TEST(MakeBatchSymbolic, TheFirstDimensionOfTheInputBecomesN) {
   r = passes::make_batch_symbolic_pass({"x", "xT"}).run(g);
   EXPECT_EQ(r.values.at("x").str(), "f32[N,3]");
   EXPECT_EQ(r.values.at("xT").str(), "f32[N,5]");
+}
+
+// The batch's symbol is never one the model uses otherwise, and never replaces the model's own: a sequence
+// model x: [batch, N] (N its length) was saved as x: [N, N] with logits [batch, 10] (the batch equal to the
+// length, and parted from the output's); a torch export's [batch, 1, 28, 28] became [N, 1, 28, 28].
+Graph sequence_model(Dim batch) {
+  Graph g;
+  g.name = "seq";
+  g.opsets[""] = 17;
+  g.inputs = {"x"};
+  g.values["x"] = f32({batch, Dim("N")});
+  g.initializers["W"] = testing::random_tensor({1, 10}, 1);
+  g.values["W"] = f32({1, 10});
+  Node pool = testing::make_node("pool", "ReduceMax", {"x"}, {"pooled"});
+  pool.attrs["axes"] = Attribute::Ints({1});
+  g.nodes = {pool, testing::make_node("fc", "MatMul", {"pooled", "W"}, {"logits"})};
+  g.values["pooled"] = f32({batch, 1});
+  g.values["logits"] = f32({batch, 10});
+  g.outputs = {"logits"};
+  return g;
+}
+
+TEST(MakeBatchSymbolic, ASymbolicBatchKeepsItsNameAndAFixedOneTakesAnUnusedSymbol) {
+  // Symbolic already: kept, the output's with it.
+  Graph r = passes::make_batch_symbolic(sequence_model(Dim("batch")));
+  EXPECT_EQ(r.values.at("x").str(), "f32[batch,N]");
+  EXPECT_EQ(r.values.at("logits").str(), "f32[batch,10]");
+  // Fixed: N is the model's length, so the batch is N_1, in every value inference reaches.
+  r = passes::make_batch_symbolic(sequence_model(Dim(8)));
+  EXPECT_EQ(r.values.at("x").str(), "f32[N_1,N]");
+  EXPECT_EQ(r.values.at("pooled").str(), "f32[N_1,1]");
+  EXPECT_EQ(r.values.at("logits").str(), "f32[N_1,10]");
+  Graph taken = sequence_model(Dim(8));
+  taken.values["pooled"].shape[1] = Dim("N_1");  // (a symbol inference forgets: only choosing matters here)
+  EXPECT_EQ(passes::make_batch_symbolic(taken).values.at("x").str(), "f32[N_2,N]");
+  // Unknown: a symbol too, carried to the output.
+  Graph unknown = sequence_model(Dim());
+  r = passes::make_batch_symbolic(unknown);
+  EXPECT_EQ(r.values.at("x").str(), "f32[N_1,N]");
+  EXPECT_EQ(r.values.at("logits").str(), "f32[N_1,10]");
+  // The training pipeline and the forward graph train evaluates and --save writes.
+  const runtime::TrainingGraphs tg = runtime::build_training_graphs(sequence_model(Dim("batch")), {});
+  EXPECT_EQ(tg.forward.values.at("x").str(), "f32[batch,N]");
+  EXPECT_EQ(tg.forward.values.at("logits").str(), "f32[batch,10]");
+  EXPECT_EQ(tg.training.values.at("x").str(), "f32[batch,N]");
+  EXPECT_EQ(tg.training.values.at("labels").str(), "i64[batch]");
+  const runtime::TrainingGraphs fixed = runtime::build_training_graphs(sequence_model(Dim(8)), {});
+  EXPECT_EQ(fixed.forward.values.at("x").str(), "f32[N_1,N]");
+  EXPECT_EQ(fixed.forward.values.at("logits").str(), "f32[N_1,10]");
+  EXPECT_EQ(fixed.training.values.at("labels").str(), "i64[N_1]");
+  // The evaluation's labels (add_metrics) take the scores' batch, not a literal N.
+  passes::Metrics m;
+  const Graph eval = passes::add_metrics(fixed.forward, "logits", &m);
+  EXPECT_EQ(eval.values.at(m.labels).str(), "i64[N_1]");
+}
+
+// Inputs share one batch: a fixed one takes the symbol another input's batch has, and fixed ones all take one.
+TEST(MakeBatchSymbolic, TheInputsOfAModelShareOneBatchSymbol) {
+  Graph g;
+  g.name = "two";
+  g.opsets[""] = 17;
+  g.inputs = {"tokens", "mask"};
+  g.values["tokens"] = f32({Dim("batch"), Dim("N")});
+  g.values["mask"] = f32({8, Dim("N")});
+  g.nodes = {testing::make_node("mul", "Mul", {"tokens", "mask"}, {"y"})};
+  g.values["y"] = f32({8, Dim("N")});
+  g.outputs = {"y"};
+  Graph r = passes::make_batch_symbolic_pass({"tokens", "mask"}).run(g);
+  EXPECT_EQ(r.values.at("tokens").str(), "f32[batch,N]");
+  EXPECT_EQ(r.values.at("mask").str(), "f32[batch,N]");
+  g.values["tokens"] = f32({8, Dim("N")});
+  r = passes::make_batch_symbolic_pass({"tokens", "mask"}).run(g);
+  EXPECT_EQ(r.values.at("tokens").str(), "f32[N_1,N]");
+  EXPECT_EQ(r.values.at("mask").str(), "f32[N_1,N]");
+  EXPECT_EQ(r.values.at("y").str(), "f32[N_1,N]");
+  // As the trainer calls it too, one input at a time.
+  r = passes::make_batch_symbolic(passes::make_batch_symbolic(g, "tokens"), "mask");
+  EXPECT_EQ(r.values.at("mask").str(), "f32[N_1,N]");
 }
 
 // ---- attach_loss and backward as passes ----

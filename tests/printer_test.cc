@@ -107,6 +107,30 @@ TEST(Printer, DotIsValidGraphviz) {
   EXPECT_EQ(testing::run_command("dot -Tsvg '" + dir + "/h.dot' -o /dev/null").exit_code, 0);
 }
 
+// A newline in a name (a model file may hold any bytes in one) split a node over two lines of
+// `graphrun show`; control characters are escaped in the text view, as the dot view and messages escape them.
+TEST(Printer, ControlCharactersInNamesStayOnTheirLine) {
+  Graph g;
+  g.name = "g\nx";
+  g.opsets[""] = 17;
+  g.inputs = {"xline1\nline2"};
+  g.values["xline1\nline2"] = f32({Dim("N"), 4});
+  Node relu = make_node("relu\r\n", "Relu", {"xline1\nline2"}, {"y\ty"});
+  relu.attrs["note"] = Attribute::Str("a\nb");
+  g.add_node(relu);
+  g.values["y\ty"] = f32({Dim("N"), 4});
+  g.outputs = {"y\ty"};
+  const std::string text = print_text(g);
+  EXPECT_EQ(text,
+            "graph g\\nx (ai.onnx v17)\n"
+            "inputs:\n"
+            "  %xline1\\nline2: f32[N,4]\n"
+            "nodes:\n"
+            "  %y\\x09y: f32[N,4] = Relu(%xline1\\nline2) {note=\"a\\nb\"}  # relu\\x0d\\n\n"
+            "outputs:\n"
+            "  %y\\x09y: f32[N,4]\n");
+}
+
 TEST(Printer, EmptyGraph) {
   Graph g;
   EXPECT_EQ(print_text(g), "graph graph\ninputs:\nnodes:\noutputs:\n");

@@ -45,11 +45,13 @@ Graph add_metrics(const Graph& graph, const std::string& scores, Metrics* m, boo
   GR_CHECK(g.is_output(scores), "add_metrics: graph '" << g.name << "' has no output named '" << scores << "'");
   m->labels = g.unique_name("graphrun.labels");
   g.inputs.push_back(m->labels);
-  // The labels: the scores' shape without the class axis, batch N.
+  // The labels: the scores' shape without the class axis, their batch too (a model's own symbol: "N" may be
+  // its sequence length).
   ValueInfo vi{DType::I64, true, {Dim("N")}};
   const ValueInfo* si = g.info(scores);
   if (si && si->has_shape && si->shape.size() >= 2) {
     const size_t r = si->shape.size();
+    vi.shape[0] = si->shape[0];
     for (size_t i = classes_last ? 1 : 2; i < (classes_last ? r - 1 : r); ++i) vi.shape.push_back(si->shape[i]);
   } else if (classes_last) {
     vi.has_shape = false;

@@ -11,7 +11,7 @@
 namespace graphrun::passes {
 
 struct Metrics {
-  std::string labels;         // the input added: int64 [N, d1..] class labels
+  std::string labels;         // the input added: int64 [N, d1..] class labels, N the scores' batch
   std::string correct_total;  // accumulators: f32 scalar initializers (zero), the totals so far
   std::string loss_total;
   // (value, accumulator) pairs for ExecOptions::state_updates: each run adds its batch's figures.
