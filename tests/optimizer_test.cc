@@ -121,7 +121,8 @@ double optimizer_vs_torch(const passes::OptimizerOptions& opt, const std::string
   EXPECT_EQ(r.exit_code, 0) << r.output;
   std::ifstream ref(dir + "/out.txt");
   double worst = 0, moved = 0;
-  const auto w0d = w0.as_doubles();
+  auto w0d = w0.as_doubles();  // the initial weights, W's then V's, as wd below
+  for (double x : v0.as_doubles()) w0d.push_back(x);
   for (int s = 0; s < steps; ++s) {
     std::map<std::string, Tensor> feeds{{"G", grads[s]}, {"H", vgrads[s]}, {"lr", Tensor::scalar<float>(lrs[s])}};
     if (reps[0].graph.is_input("step")) feeds["step"] = Tensor::scalar<int64_t>(s);  // stateful optimizers
