@@ -276,14 +276,6 @@ int cmd_train(const std::vector<std::string>& argv) {
   const int64_t epochs = args.get_int("epochs", 10);
   if (epochs < 1 || epochs > 100000) throw bad("--epochs must be at least 1, got " + args.get("epochs"));
   o.epochs = static_cast<int>(epochs);
-  const double momentum = args.get_double("momentum", 0);
-  if (!(momentum >= 0 && momentum < 1)) throw bad("--momentum must be in [0, 1), got " + args.get("momentum"));
-  const double wd = args.get_double("weight-decay", default_weight_decay(args.get("optimizer", "sgd")));
-  if (!(wd >= 0) || !std::isfinite(wd)) throw bad("--weight-decay must be >= 0, got " + args.get("weight-decay"));
-  o.pipeline.optimizer.momentum = static_cast<float>(momentum);
-  o.pipeline.optimizer.weight_decay = static_cast<float>(wd);
-  o.pipeline.optimizer.nesterov = args.has("nesterov");
-  if (o.pipeline.optimizer.nesterov && momentum == 0) throw bad("--nesterov needs a --momentum above 0");
   if (args.has("threads")) {
     const int64_t t = args.get_int("threads", 1);
     if (t < 1 || t > 1024) throw bad("--threads must be between 1 and 1024, got " + args.get("threads"));
@@ -305,25 +297,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   if (loss == "mse") o.pipeline.loss = autodiff::LossKind::MSE;
   o.pipeline.output = args.get("loss-output");
   o.pipeline.label_smoothing = parse_label_smoothing(args, o.pipeline.loss);
-  auto& opt = o.pipeline.optimizer;
-  opt.clip_grad_norm = parse_clip_grad_norm(args);
-  opt.kind = args.get("optimizer", "sgd");
-  if (opt.kind != "sgd" && opt.kind != "adam" && opt.kind != "adamw")
-    throw bad("--optimizer '" + opt.kind + "': choose sgd, adam or adamw");
-  if (opt.kind != "sgd" && (momentum > 0 || opt.nesterov)) throw bad("--momentum/--nesterov are for --optimizer sgd");
-  if (opt.kind == "sgd")
-    for (const char* f : {"beta1", "beta2", "eps"})
-      if (args.has(f)) throw bad(std::string("--") + f + " is for --optimizer adam or adamw");
-  auto unit = [&](const char* f, double dflt) {
-    const double v = args.get_double(f, dflt);
-    if (!(v >= 0 && v < 1)) throw bad(std::string("--") + f + " must be in [0, 1), got " + args.get(f));
-    return static_cast<float>(v);
-  };
-  opt.beta1 = unit("beta1", 0.9);
-  opt.beta2 = unit("beta2", 0.999);
-  const double eps = args.get_double("eps", 1e-8);
-  if (!(eps > 0) || !std::isfinite(eps)) throw bad("--eps must be a positive number, got " + args.get("eps"));
-  opt.eps = static_cast<float>(eps);
+  o.pipeline.optimizer = parse_optimizer_options(args, true);
   try {
     o.schedule.kind = runtime::parse_schedule_kind(args.get("lr-schedule", "constant"));
   } catch (const Error& e) {

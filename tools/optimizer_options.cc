@@ -1,4 +1,5 @@
-// Optimizer flags shared by grad and show: what `graphrun train` would put into the replica graph.
+// Optimizer flags: parsed here for train, and for grad, show and plan (what `graphrun train` would put
+// into the replica graph), so that every command reads and checks them alike.
 #include "tools/optimizer_options.h"
 
 #include <cmath>
@@ -20,6 +21,9 @@ std::vector<Option> optimizer_options() {
 
 double default_weight_decay(const std::string& kind) { return kind == "adamw" ? 0.01 : 0; }
 
+namespace {
+
+// --clip-grad-norm MAX: 0 when not given; a usage error unless MAX is a positive number.
 float parse_clip_grad_norm(const Args& args) {
   if (!args.has("clip-grad-norm")) return 0;
   const double v = args.get_double("clip-grad-norm", 0);
@@ -27,6 +31,8 @@ float parse_clip_grad_norm(const Args& args) {
     throw Error(args.usage_error("--clip-grad-norm must be a positive number, got " + args.get("clip-grad-norm")));
   return static_cast<float>(v);
 }
+
+}  // namespace
 
 runtime::OptimizerOptions parse_optimizer_options(const Args& args, bool data_parallel) {
   auto bad = [&](const std::string& msg) { return Error(args.usage_error(msg)); };
@@ -45,6 +51,9 @@ runtime::OptimizerOptions parse_optimizer_options(const Args& args, bool data_pa
   opt.nesterov = args.has("nesterov");
   if (opt.nesterov && opt.momentum == 0) throw bad("--nesterov needs a --momentum above 0");
   if (opt.kind != "sgd" && (opt.momentum > 0 || opt.nesterov)) throw bad("--momentum/--nesterov are for --optimizer sgd");
+  if (opt.kind == "sgd")
+    for (const char* f : {"beta1", "beta2", "eps"})
+      if (args.has(f)) throw bad(std::string("--") + f + " is for --optimizer adam or adamw");
   const double wd = args.get_double("weight-decay", default_weight_decay(opt.kind));
   if (!(wd >= 0) || !std::isfinite(wd)) throw bad("--weight-decay must be >= 0, got " + args.get("weight-decay"));
   opt.weight_decay = static_cast<float>(wd);

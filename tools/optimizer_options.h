@@ -1,5 +1,6 @@
-// The optimizer flags of `graphrun grad --devices` and `show --devices` (which optimizer nodes the
-// data-parallel graph gets): --optimizer, --momentum, --nesterov, --weight-decay, --beta1/2, --eps.
+// The optimizer flags (which optimizer nodes the data-parallel graph gets): --optimizer, --momentum,
+// --nesterov, --weight-decay, --beta1/2, --eps, --clip-grad-norm. One parser for train, and for grad,
+// show and plan with --devices, so that every command reads and refuses them alike.
 #pragma once
 #include <string>
 #include <vector>
@@ -15,7 +16,5 @@ std::vector<Option> optimizer_options();
 runtime::OptimizerOptions parse_optimizer_options(const Args& args, bool data_parallel);
 // --weight-decay's default for --optimizer KIND: torch.optim's, 0.01 for adamw (AdamW's), else 0.
 double default_weight_decay(const std::string& kind);
-// --clip-grad-norm MAX: 0 when not given; a usage error unless MAX is a positive number.
-float parse_clip_grad_norm(const Args& args);
 
 }  // namespace graphrun::cli
