@@ -22,7 +22,7 @@ FUZZ_SECONDS="${FUZZ_SECONDS:-30}"
 # (LeNet/SimpleCNN training, the simulated device's own suite, conformance, the hostile-input corpus
 # through the sanitized CLI).
 ASAN_EXCLUDE='^mpi_|ResNet18|resnet18|^SimDevice\.TrainerOnCudaEqualsCpuReplicas$|^SimTrainer\.(SteadyState|EqualsCpuReplicas)'
-TSAN_TESTS='^(CpuComm|AsyncExec)\.|^Trainer\.(OneTwoAndThreeReplicasHoldTheSameParameters|OverlappedAllReduceGivesBitwiseTheBlockingParameters)$'
+TSAN_TESTS='^(CpuComm|AsyncExec)\.|^Trainer\.(OneTwoAndThreeReplicasHoldTheSameParameters|OverlappedAllReduceGivesBitwiseTheBlockingParameters)$|^TrainerStop\.(TwoReplicasStopTogether|AStopMidEpoch)'
 
 export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
@@ -68,7 +68,7 @@ asan() {
 tsan() {
   local t0; t0=$(date +%s)
   configure build-tsan "-fsanitize=thread"
-  cmake --build build-tsan -j"$JOBS" --target sanitizer_canary cpu_comm_test async_exec_test trainer_test
+  cmake --build build-tsan -j"$JOBS" --target sanitizer_canary cpu_comm_test async_exec_test trainer_test trainer_stop_test
   expect_caught build-tsan/tests/sanitizer_canary race "ThreadSanitizer: data race"
   # libgomp is not instrumented: one OpenMP thread (OMP_THREAD_LIMIT also caps the kernels that ask
   # for several with num_threads), so every thread TSan sees is graphrun's own.

@@ -123,6 +123,15 @@ struct DivergedError : Error {
   int64_t step;
 };
 
+// A stop on request (runtime/interrupt.h: Ctrl-C, SIGTERM, SIGUSR1): training stopped after global
+// step `step`, with a checkpoint of it where --checkpoint-dir was given. graphrun train exits with
+// 128 + signal.
+struct InterruptedError : Error {
+  InterruptedError(const std::string& msg, int sig, int64_t s) : Error(msg), signal(sig), step(s) {}
+  int signal;
+  int64_t step;
+};
+
 struct EvalStats {
   // Over the test set; loss: mean cross-entropy of the model output (summed in f32 on every device).
   // --loss mse: accuracy is 0 and loss the mean squared error per target element. top5: the share of
@@ -219,6 +228,9 @@ class Trainer {
   std::map<std::string, Tensor> step_inputs(int64_t s, int64_t n, int64_t b, bool stateful) const;
   bool read_figures(Replica& r, int64_t s);
   bool peers_allow(int d, int64_t s);
+  void poll_stop(int64_t s);
+  int stop_between_epochs();
+  [[noreturn]] void stop_on_request(int epoch, int64_t step, bool mid_epoch);
   void replica_failed(std::exception_ptr error);
   void run_segment(int epoch, int64_t begin, int64_t end, double& seconds);
   void sync_running_stats();
@@ -311,6 +323,11 @@ class Trainer {
   std::atomic<int64_t> diverged_at_{INT64_MAX};  // 0-based step of this epoch, or INT64_MAX
   std::atomic<bool> failed_{false};
   FirstFailure failure_;  // the first replica's error; the others' follow from it
+
+  // A stop on request (runtime/interrupt.h): the global step before which every replica stops
+  // (INT64_MAX: none decided; replica 0 decides, poll_stop), and the signal that asked.
+  std::atomic<int64_t> stop_at_{INT64_MAX};
+  std::atomic<int> stop_signal_{0};
 };
 
 }  // namespace graphrun::runtime

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -10,6 +11,7 @@
 #include "graph/passes/train_mode.h"
 #include "runtime/checkpoint.h"
 #include "runtime/comm/mpi.h"
+#include "runtime/interrupt.h"
 #include "runtime/trainer_parts.h"
 
 namespace graphrun::runtime {
@@ -45,10 +47,12 @@ std::vector<EpochStats> Trainer::fit() {
   }
   for (int e = first_epoch; e < opts_.epochs; ++e) {
     EpochStats st = train_epoch(e);
+    if (stop_at_.load() < step_base_ + steps_) stop_on_request(e, stop_at_.load() - step_base_, true);
     if (!opts_.checkpoint_dir.empty()) save_checkpoint(e + 1, 0);
     all.push_back(st);
     report_epoch(st);
     if (metrics.is_open()) write_metrics(metrics, st);
+    if (stop_between_epochs() && e + 1 < opts_.epochs) stop_on_request(e + 1, 0, false);
   }
   report_end(all);
   if (!opts_.save_path.empty() && speaks()) {
@@ -85,6 +89,13 @@ EpochStats Trainer::train_epoch(int epoch) {
     if (opts_.log_every > 0 && mpi::active() && mpi::size() > 1)
       end = std::min(end, begin + (opts_.log_every - begin % opts_.log_every));
     run_segment(epoch, begin, end, seconds);
+    const int64_t stop = stop_at_.load() - step_base_;
+    if (stop <= end && stop < steps_) {
+      // Stopped on request before the epoch's end: fit() writes the checkpoint of where it stopped.
+      global_step_ = step_base_ + stop;
+      epoch_seconds_ = seconds;
+      return {};
+    }
     global_step_ = step_base_ + end;
     epoch_seconds_ = seconds;
     if (end < steps_ && opts_.checkpoint_every > 0 && !opts_.checkpoint_dir.empty() &&
@@ -101,6 +112,41 @@ EpochStats Trainer::train_epoch(int epoch) {
   st.test_top5 = ev.top5;
   if (mse()) st.test_mse = ev.loss, st.train_acc = 0;
   return st;
+}
+
+// After an epoch: the signal of a stop request (0: none). Under MPI the ranks agree (the last vote of
+// the epoch's steps, then one more that every rank waits for here), so all stop or none.
+int Trainer::stop_between_epochs() {
+  if (stop_at_.load() != INT64_MAX) return stop_signal_;
+  int sig = interrupt::requested();
+  if (mpi::active() && mpi::size() > 1) {
+    const int last = mpi::stop_vote(sig, true);  // the epoch's last step's vote; this one if none was pending
+    sig = last ? last : mpi::stop_vote(0, false);
+  }
+  if (sig) stop_signal_ = sig;
+  return sig;
+}
+
+// Ends fit() after a stop request, at `step` of 0-based `epoch` (mid_epoch: where the steps stopped; else
+// at the start of `epoch`, its predecessor done and checkpointed): the checkpoint, then the error that
+// graphrun train reports (exit 128 + the signal).
+void Trainer::stop_on_request(int epoch, int64_t step, bool mid_epoch) {
+  const int sig = stop_signal_.load();
+  std::string ck;
+  if (!opts_.checkpoint_dir.empty() && mid_epoch) ck = save_checkpoint(epoch, step);
+  if (!opts_.checkpoint_dir.empty() && !mid_epoch) ck = latest_checkpoint(opts_.checkpoint_dir);
+  std::ostringstream os;
+  os << "stopped by " << interrupt::name(sig);
+  if (mid_epoch)
+    os << " at step " << global_step_ << " (epoch " << epoch + 1 << ", step " << step << " of " << steps_ << ")";
+  else
+    os << " after epoch " << epoch << " of " << opts_.epochs << " (step " << global_step_ << ")";
+  if (!ck.empty())
+    os << ": wrote the checkpoint " << ck << "; run the same command with --resume to continue from it";
+  else
+    os << ": nothing saved (with --checkpoint-dir DIR a stopped run can be resumed)";
+  if (!opts_.save_path.empty()) os << "; --save is written when training ends, so " << opts_.save_path << " was not";
+  throw InterruptedError(os.str(), sig, global_step_);
 }
 
 // The epoch's order and steps; returns the step it starts at (after a checkpoint in its middle, the

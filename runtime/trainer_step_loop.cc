@@ -9,6 +9,7 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/mpi.h"
 #include "runtime/comm/replica_aborted.h"
+#include "runtime/interrupt.h"
 #include "runtime/trainer_parts.h"
 
 namespace graphrun::runtime {
@@ -60,6 +61,8 @@ void Trainer::run_steps(Replica& r) {
       ProfileScope wait(r.profile, "wait for peers", "wait");
       if (!peers_allow(r.rank, s)) break;
     }
+    if (r.rank == 0) poll_stop(s);
+    if (step_base_ + s >= stop_at_.load()) break;
     ProfileScope step(r.profile, "step", "phase");
     const int64_t b = std::min(B, N - s * B);
     const data::Shards sh = data::shard(b, total_replicas_);
@@ -133,6 +136,22 @@ bool Trainer::peers_allow(int d, int64_t t) {
   });
   if (failed_) throw ReplicaAborted("another replica failed");
   return diverged_at_.load() > t - 2;
+}
+
+// A stop on request (runtime/interrupt.h), decided by replica 0 before step s. Every replica must run
+// the same steps, so the others learn the decision before they could pass the step it names: alone,
+// replica 0 stops at s itself; with local peers, at s + 2 (or the segment's end, where all stop
+// anyway), which a peer reaches only through peers_allow, after replica 0 has read step s's figures
+// and so after this decision. Under MPI the ranks vote (mpi::stop_vote): every rank's replica 0 takes
+// at step s the result of the vote all posted at the step before (in this segment or an earlier one;
+// stop_between_epochs takes the last of an epoch), so every rank decides alike at the same s.
+void Trainer::poll_stop(int64_t s) {
+  if (stop_at_.load() != INT64_MAX) return;
+  int sig = interrupt::requested();
+  if (mpi::active() && mpi::size() > 1) sig = mpi::stop_vote(sig, true);
+  if (!sig) return;
+  stop_signal_ = sig;
+  stop_at_ = step_base_ + (replicas() == 1 ? s : std::min(s + 2, seg_end_));
 }
 
 // Runs steps [begin, end) of the current epoch on every replica; the main thread meanwhile draws the

@@ -7,12 +7,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <sstream>
 
 #include "graph/float64.h"
 #include "graph/onnx_io.h"
 #include "runtime/checkpoint.h"
 #include "runtime/device.h"
+#include "runtime/interrupt.h"
 #include "runtime/trainer.h"
 #include "tests/sim_backend.h"
 #include "tests/test_util.h"
@@ -166,6 +168,31 @@ TEST(SimTrainer, NonFiniteLossStopsAtTheStepTheCpuNames) {
       EXPECT_EQ(runtime::load_checkpoint(last).meta.at("global_step"), std::to_string(steps[1] - 1));
     }
   }
+}
+
+// A stop on request (runtime/interrupt.h: Ctrl-C) on device replicas, whose host threads run a step
+// ahead of the device: they stop at the step two CPU replicas stop at, and the checkpoint resumes on the
+// device to bitwise the states of the uninterrupted CPU run.
+TEST(SimTrainer, AStopOnRequestStopsWhereCpuReplicasStopAndResumes) {
+  REQUIRE_LENET_AND_DATA();
+  ScopedSimDevice sim;
+  const Graph model = load_onnx(testing::lenet_path());
+  TrainOptions o = testing::quick(2, 32, 8, 200);
+  o.epochs = 2;
+  o.keep_checkpoints = 10;
+  const auto full = testing::states_after_fit(model, o);
+  TrainOptions dev = with_devices(o, sim_replicas(2));
+  dev.checkpoint_dir = testing::temp_dir("sim_trainer_stop");
+  runtime::interrupt::request(SIGINT);
+  int64_t step = -1;
+  try {
+    Trainer(model, dev).fit();
+  } catch (const runtime::InterruptedError& e) {
+    step = e.step;
+  }
+  runtime::interrupt::clear();
+  EXPECT_EQ(step, 2);
+  EXPECT_EQ(testing::expect_resume_ends_with(model, dev, full), 16);
 }
 
 // A float64 model (train --float64) hands the host its loss through the Cast to f32 that the training

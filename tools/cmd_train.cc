@@ -17,6 +17,7 @@
 #include "runtime/plan.h"
 #include "runtime/trainer.h"
 #include "runtime/device.h"
+#include "runtime/interrupt.h"
 #include "tools/backward_options.h"
 #include "tools/cli.h"
 #include "tools/optimizer_options.h"
@@ -145,15 +146,19 @@ const Command& train_command() {
       "Optimizers are nodes of the training graph (ai.onnx.preview.training Momentum; ai.graphrun.Adam, ONNX's\n"
       "Adam with epsilon where torch.optim.Adam puts it; AdamW adds its decay as Mul/Sub); `graphrun grad\n"
       "--devices N` and `show --devices N` show them.\n"
+      "Stopping: Ctrl-C (SIGINT) or SIGTERM (under mpirun: SIGUSR1 to mpirun) stops every replica after the\n"
+      "steps under way and writes a checkpoint of that step (with --checkpoint-dir; rerun with --resume to go\n"
+      "on, bitwise as if never stopped); --save is not written. A second signal ends the process at once.\n"
       "Exit codes: 0 done, 2 bad input (flags, model, data, a corrupt or foreign checkpoint), 3 the loss\n"
-      "became NaN or Inf (the message names the step; checkpoints written before it are kept).\n"
+      "became NaN or Inf (the message names the step; checkpoints written before it are kept), 128 + the\n"
+      "signal when stopped (130 Ctrl-C, 143 SIGTERM, 138 SIGUSR1).\n"
       "\n"
       "examples:\n"
       "  graphrun train models/lenet.onnx --devices cpu:2 --batch-size 256 --lr 0.2 --epochs 10\n"
       "  graphrun train models/lenet.onnx --save lenet.trained.onnx --metrics run.jsonl\n"
       "  graphrun train models/simplecnn.onnx --optimizer adam --lr 1e-3 --batch-size 64 \\\n"
       "      --normalize 0.1307,0.3081 --epochs 1 --devices cpu:2\n"
-      "  graphrun train models/lenet.onnx --checkpoint-dir ck --epochs 10   # killed? rerun with --resume\n"
+      "  graphrun train models/lenet.onnx --checkpoint-dir ck --epochs 10   # stopped or killed? rerun with --resume\n"
       "  graphrun train model.onnx --data train.npz --test-data test.npz\n"
       "  graphrun train resnet18.onnx --data images/train --test-data images/val --augment\n"
       "  graphrun train regressor.onnx --data houses.npz --loss mse --val-split 0.2\n"
@@ -456,12 +461,19 @@ int cmd_train(const std::vector<std::string>& argv) {
     finish_profile();
     return 0;
   }
+  // From here a Ctrl-C (SIGINT), SIGTERM or, under MPI, SIGUSR1 stops training at a step with a
+  // checkpoint instead of killing the process (runtime/interrupt.h).
+  runtime::interrupt::install(runtime::mpi::active() && runtime::mpi::size() > 1, speaks);
   try {
     trainer.fit();
   } catch (const runtime::DivergedError& e) {
     finish_profile();
     std::cerr << "graphrun train: error: " << e.what() << std::endl;
     return 3;
+  } catch (const runtime::InterruptedError& e) {
+    finish_profile();
+    if (speaks) std::cerr << "graphrun train: " << e.what() << std::endl;
+    return 128 + e.signal;
   }
   finish_profile();
   return 0;

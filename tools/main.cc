@@ -99,7 +99,8 @@ int main(int argc, char** argv) {
   const int rc = run_command(cmd, args);
   namespace mpi = graphrun::runtime::mpi;
   // Under MPI a rank that fails takes the job down (the others may be waiting for it in a collective).
-  if (rc != 0 && mpi::active() && mpi::size() > 1) mpi::abort_job(rc);
+  // A stop on request (128 + the signal) is every rank's, agreed: they end together.
+  if (rc != 0 && rc < 128 && mpi::active() && mpi::size() > 1) mpi::abort_job(rc);
   mpi::finalize();
   return rc;
 }

@@ -77,6 +77,12 @@ void put_int(char*& p, int64_t v) {
   while (n) *p++ = tmp[--n];
 }
 
+// The stop vote's communicator (a duplicate of the world's) and the vote in flight.
+MPI_Comm g_vote_comm = MPI_COMM_NULL;
+MPI_Request g_vote_req = MPI_REQUEST_NULL;
+int g_vote_mine = 0, g_vote_all = 0;
+bool g_vote_pending = false;
+
 // Set while a failed rank other than 0 waits to see whether rank 0 reports the job's error (report_error).
 volatile std::sig_atomic_t g_error_pending = 0;
 
@@ -97,7 +103,9 @@ void on_sigterm(int) {
   } else {
     std::memcpy(p, b0, sizeof b0 - 1), p += sizeof b0 - 1;
   }
-  const char c[] = ": the launcher ended the job because another rank failed (see its message)\n";
+  const char c[] =
+      ": the launcher ended the job: another rank failed (see its message), or mpirun was stopped (SIGUSR1 to "
+      "mpirun stops the job at a step instead)\n";
   std::memcpy(p, c, sizeof c - 1), p += sizeof c - 1;
   ssize_t w = write(2, buf, p - buf);
   (void)w;
@@ -181,7 +189,11 @@ void init() {
   // Errors come back as codes (a failed request is reported, not a crash inside MPI).
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   GR_CHECK(provided >= MPI_THREAD_SERIALIZED, "MPI does not provide MPI_THREAD_SERIALIZED, which graphrun needs");
-  if (g_size > 1) std::signal(SIGTERM, on_sigterm);
+  if (g_size > 1) {
+    std::signal(SIGTERM, on_sigterm);
+    MPI_Comm_dup(MPI_COMM_WORLD, &g_vote_comm);
+    MPI_Comm_set_errhandler(g_vote_comm, MPI_ERRORS_RETURN);
+  }
 }
 
 void finalize() {
@@ -243,6 +255,37 @@ std::vector<std::string> allgather(const std::string& mine, const char* what) {
   std::vector<std::string> r;
   for (int i = 0; i < g_size; ++i) r.push_back(all.substr(offs[i], sizes[i]));
   return r;
+}
+
+int stop_vote(int mine, bool post) {
+  if (!g_initialised || g_size == 1) return 0;
+  int all = 0;
+  if (g_vote_pending) {
+    // Every rank posted this vote before its part of the step this rank has finished, so the wait
+    // is short; it polls without holding g_mu between tests, so other threads' collectives go on.
+    const double seconds = g_timeout.load();
+    const auto deadline = comm_deadline(seconds);
+    for (int i = 0;; ++i) {
+      int done = 0, rc = 0;
+      {
+        std::lock_guard<std::mutex> lock(g_mu);
+        rc = MPI_Test(&g_vote_req, &done, MPI_STATUS_IGNORE);
+      }
+      GR_CHECK(rc == MPI_SUCCESS, "the stop vote at step " << g_step.load() << ": MPI failed");
+      if (done) break;
+      if (std::chrono::steady_clock::now() > deadline) no_answer("the stop vote", other_rank(), seconds);
+      if (i > 2000) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+    g_vote_pending = false;
+    all = g_vote_all;
+  }
+  if (all == 0 && post) {
+    g_vote_mine = mine;
+    std::lock_guard<std::mutex> lock(g_mu);
+    MPI_Iallreduce(&g_vote_mine, &g_vote_all, 1, MPI_INT, MPI_MAX, g_vote_comm, &g_vote_req);
+    g_vote_pending = true;
+  }
+  return all;
 }
 
 void sum_in_rank_order(double* values, int count, const char* what) {
@@ -501,6 +544,7 @@ void report_error(const std::string& line) { std::cerr << line << std::endl; }
 void broadcast_bytes(void*, size_t, int) {}
 std::vector<std::string> allgather(const std::string& mine, const char*) { return {mine}; }
 void sum_in_rank_order(double*, int, const char*) {}
+int stop_vote(int, bool) { return 0; }
 std::vector<std::unique_ptr<Communicator>> make_cpu_communicators(int, int, int) {
   GR_FAIL("graphrun was built without MPI support");
 }

@@ -52,6 +52,14 @@ std::vector<std::string> allgather(const std::string& mine, const char* what = "
 // In place: every rank ends with the sum over ranks, added in rank order (repeatable).
 void sum_in_rank_order(double* values, int count, const char* what = "allgather");
 
+// The stop vote (runtime/interrupt.h, Trainer::poll_stop): every rank's replica 0 calls it at each
+// step of a segment, so every rank makes the same sequence of calls. It completes the vote that the
+// previous call posted on every rank and returns the largest signal number any rank put in it (0:
+// none; also when no vote is pending); then, when that is 0 and `post`, posts `mine` for the next
+// call. On its own communicator, so it never interleaves with other threads' collectives; the wait
+// is bounded by the communication timeout. Outside MPI: 0.
+int stop_vote(int mine, bool post);
+
 // The communicators of this rank's `local` replicas when the job has several ranks: replica l is
 // global replica `first + l` of `total`. An allreduce sums the local replicas' buffers and passes the
 // partial sum on from rank to rank (rank 0 first, each adding its replicas in order), then broadcasts

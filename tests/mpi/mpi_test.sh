@@ -17,6 +17,8 @@
 #                    too), and the uninterrupted run's
 #   syncbn           --sync-bn on a BatchNorm CNN across ranks (1 + 2 replicas, batch 10: shards 4+3+3) saves bitwise
 #                    the weights and running statistics of --sync-bn on cpu:3
+#   stop             SIGUSR1 to mpirun mid-run: every rank stops at one step, one checkpoint, exit 138; --resume
+#                    then saves bitwise the weights of an uninterrupted cpu:2 run
 #   syncbn64         the same CNN in float64 (--float64), 20 SGD steps: --sync-bn over 2 ranks x cpu:1 (5+5) and
 #                    1 + 2 replicas (4+3+3) within 1e-10 (relative) of 1 replica on the whole batch, and bitwise
 #                    cpu:2 / cpu:3; without --sync-bn over 2 ranks more than 1e-3 away
@@ -262,6 +264,32 @@ worst = max(float(np.max(np.abs(a[k] - b[k])) / max(1e-30, float(np.max(np.abs(b
 print("max relative difference, resumed on 3 replicas vs uninterrupted on 2: %.2e" % worst)
 sys.exit(0 if worst <= 1e-4 else 1)
 PY
+    ;;
+  stop)
+    # SIGUSR1 to mpirun mid-run (what Slurm's --signal=USR1@T sends before a job's time is up): mpirun
+    # forwards it to every rank, they agree on one step, rank 0 alone says so naming the checkpoint, and
+    # the job exits 138 without a rank being killed. --resume on -np 2 then saves, bitwise, the model of
+    # an uninterrupted cpu:2 run. --log-every 1 makes every segment one step long: the ranks' vote on
+    # stopping crosses segments.
+    R=(train "$MODEL" --threads 1 --batch-size 32 --max-steps 200 --epochs 2 --lr 0.05 --momentum 0.9 --log-every 1)
+    "${M[@]}" -np 2 "$G" "${R[@]}" --devices cpu:1 --checkpoint-dir ck --save stopped.onnx > stop.out 2>&1 &
+    mp=$!
+    for _ in $(seq 600); do grep -q '^step 5 ' stop.out 2>/dev/null && break; sleep 0.1; done
+    kill -USR1 $mp
+    wait $mp
+    RC=$?
+    [ "$RC" = 138 ] || fail "exit $RC after SIGUSR1, not 138"
+    [ "$(grep -c '^graphrun train: stopped by SIGUSR1 ' stop.out)" = 1 ] || fail "not one line saying where it stopped"
+    grep -q 'the launcher ended the job' stop.out && fail "a rank was ended by the launcher"
+    [ -e stopped.onnx ] && fail "--save was written by a stopped run"
+    ck=$(sed -n 's/.*wrote the checkpoint \(ck\/[^;]*\);.*/\1/p' stop.out)
+    [ -n "$ck" ] && [ -f "$ck" ] || fail "the checkpoint named is not there: '$ck'"
+    [ "$(ls ck | tail -1)" = "$(basename "$ck")" ] || fail "the checkpoint named is not the newest"
+    "${M[@]}" -np 2 "$G" "${R[@]}" --devices cpu:1 --checkpoint-dir ck --resume --save resumed.onnx > resumed.out 2>&1 ||
+      fail "the resumed job failed"
+    "$G" "${R[@]}" --devices cpu:2 --save full.onnx > full.out 2>&1 || fail "cpu:2 failed"
+    cmp resumed.onnx full.onnx || fail "stopped and resumed on -np 2: not the weights of the uninterrupted cpu:2 run"
+    echo "stopped by SIGUSR1 ($(grep -o 'stopped by SIGUSR1 [^:]*' stop.out)), resumed: bitwise cpu:2's weights"
     ;;
   *) fail "unknown case" ;;
 esac
