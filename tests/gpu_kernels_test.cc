@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +20,7 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/device.h"
 #include "runtime/executor.h"
+#include "runtime/interrupt.h"
 #include "runtime/trainer.h"
 #include "tests/sim_backend.h"
 #include "tests/test_util.h"
@@ -1365,6 +1367,57 @@ TEST(GpuReplicas, OneAndTwoSameDeviceReplicasHoldTheSameParameters) {
   for (const auto& [name, t] : params[0])
     // Float sums in another order (cuDNN picks algorithms per batch size): looser than the CPU's 1e-5.
     EXPECT_LE(testing::max_rel_diff(params[1].at(name), t), 1e-4) << name;
+}
+
+// A stop on request (Ctrl-C, runtime/interrupt.h) on two replicas of one GPU, whose host threads run a
+// step ahead of the device: both stop at step 2, the checkpoint is written, and the run resumed from it
+// ends where the uninterrupted one does (deterministic kernels: bitwise but for cuDNN's own choices).
+TEST(GpuReplicas, AStopOnRequestStopsBothReplicasAtOneStepAndResumes) {
+  REQUIRE_GPU();
+  const std::string path = testing::source_dir() + "/models/lenet.onnx";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "models/lenet.onnx is missing";
+  runtime::TrainOptions o;
+  const char* data = std::getenv("GRAPHRUN_DATA");
+  if (data && *data) o.data_dir = data;
+  if (!std::filesystem::exists(o.data_dir)) GTEST_SKIP() << "no Fashion-MNIST at " << o.data_dir << " (set GRAPHRUN_DATA)";
+  const Graph model = load_onnx(path);
+  o.pipeline.devices = {kGpu, kGpu};
+  o.batch_size = 32;
+  o.epochs = 2;
+  o.max_steps = 8;
+  o.train_limit = 32 * 8;
+  o.test_limit = 200;
+  o.progress = 0;
+  o.keep_checkpoints = 10;
+  runtime::cuda_backend()->set_deterministic(true);
+  auto states = [](runtime::Trainer& t) {
+    std::map<std::string, Tensor> r;
+    for (int d = 0; d < t.replicas(); ++d)
+      for (const auto& [name, v] : t.replica(d).states()) r["r" + std::to_string(d) + "/" + name] = runtime::to_host(v);
+    return r;
+  };
+  std::map<std::string, Tensor> full;
+  {
+    runtime::Trainer t(model, o);
+    t.fit();
+    full = states(t);
+  }
+  o.checkpoint_dir = testing::temp_dir("gpu_stop");
+  runtime::interrupt::request(SIGINT);
+  int64_t step = -1;
+  try {
+    runtime::Trainer(model, o).fit();
+  } catch (const runtime::InterruptedError& e) {
+    step = e.step;
+  }
+  runtime::interrupt::clear();
+  EXPECT_EQ(step, 2);
+  o.resume = true;
+  runtime::Trainer t(model, o);
+  t.fit();
+  EXPECT_EQ(t.global_step(), 16);
+  const auto got = states(t);
+  for (const auto& [name, v] : full) EXPECT_LE(testing::max_rel_diff(got.at(name), v), 1e-6) << name;
 }
 
 // AllReduce overlapping the compute stream (ExecOptions::async_kernels) gives what the blocking

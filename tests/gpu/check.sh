@@ -98,8 +98,12 @@ linebuf=()
 command -v stdbuf > /dev/null && linebuf=(stdbuf -oL -eL)
 
 step "GPU tests"
-# The test binary finds the models in this checkout and the build, wherever it was built.
-export GRAPHRUN_SOURCE_DIR="$root" GRAPHRUN_BINARY_DIR="$build"
+data=${GRAPHRUN_DATA:-/usr/share/datasets/fashion-mnist}
+[ -d "$data" ] || data="$build/fashion-mnist"
+[ -d "$data" ] || data="$root/fashion-mnist"
+# The test binary finds the models in this checkout and the build, wherever it was built, and the data
+# of its trainer tests in GRAPHRUN_DATA.
+export GRAPHRUN_SOURCE_DIR="$root" GRAPHRUN_BINARY_DIR="$build" GRAPHRUN_DATA="$data"
 # Blocking launches: a kernel that faults is reported at its own launch (with its node's name), not
 # at some later synchronising call. The tests are small; the trainings below run at full speed.
 CUDA_LAUNCH_BLOCKING=1 timeout 120 "${linebuf[@]}" "$build/tests/gpu_kernels_test" > "$build/gpu_tests.log" 2>&1
@@ -113,9 +117,6 @@ if grep -q "needs a CUDA GPU" "$build/gpu_tests.log"; then
   echo "check: GPU tests were skipped: no usable GPU"; failed+=("no usable GPU")
 fi
 
-data=${GRAPHRUN_DATA:-/usr/share/datasets/fashion-mnist}
-[ -d "$data" ] || data="$build/fashion-mnist"
-[ -d "$data" ] || data="$root/fashion-mnist"
 model="$root/models/lenet.onnx"
 train() {  # train <label> <device flags...>
   local label=$1; shift
