@@ -1,31 +1,40 @@
-// Stop requests by signal (runtime/interrupt.h). The handler only records the signal and, once, writes a
-// line: both async-signal-safe.
+// Stop requests by signal (runtime/interrupt.h): a thread of its own takes the signals with sigwait, so
+// they never interrupt a compute thread. Threads that existed before take_signals() (an MPI library's)
+// may still receive one: for them a handler does the same, with async-signal-safe calls only.
 #include "runtime/interrupt.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <csignal>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 namespace graphrun::runtime::interrupt {
 namespace {
 
-// Lock-free atomics: safe in a signal handler, and read by the replicas' threads without a race.
 std::atomic<int> g_signal{0};
-std::atomic<bool> g_announce{false};
+std::atomic<bool> g_armed{false}, g_announce{false}, g_taken{false};
 static_assert(std::atomic<int>::is_always_lock_free && std::atomic<bool>::is_always_lock_free);
+sigset_t g_set;
 
 void say(const char* s) {
   ssize_t w = write(2, s, std::strlen(s));
   (void)w;
 }
 
-void on_signal(int sig) {
-  if (g_signal.load()) {
-    // A second request: what the signal would have done without graphrun (end the process), now.
+// What a signal does, on whichever thread takes it. Before arm(), and the second time, it ends the
+// process as the signal's default action would.
+void take(int sig) {
+  if (!g_armed.load() || g_signal.load()) {
     std::signal(sig, SIG_DFL);
-    std::raise(sig);
+    sigset_t one;
+    sigemptyset(&one);
+    sigaddset(&one, sig);
+    pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
+    raise(sig);
     return;
   }
   g_signal.store(sig);
@@ -35,6 +44,8 @@ void on_signal(int sig) {
   say(name(sig));
   say(": stopping after the steps under way (send it again to stop at once)\n");
 }
+
+void on_signal(int sig) { take(sig); }
 
 }  // namespace
 
@@ -47,18 +58,34 @@ const char* name(int sig) {
   }
 }
 
-void install(bool under_mpi, bool announce) {
-  g_announce.store(announce);
-  struct sigaction sa;
+void take_signals(bool mpi_world) {
+  if (g_taken.exchange(true)) return;
+  sigemptyset(&g_set);
+  std::vector<int> sigs{SIGUSR1};
+  if (!mpi_world) sigs = {SIGINT, SIGTERM, SIGUSR1};
+  struct sigaction sa, old;
   std::memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;  // reads of data files and waits carry on; the step loop polls requested()
-  if (!under_mpi) {
-    sigaction(SIGINT, &sa, nullptr);
-    sigaction(SIGTERM, &sa, nullptr);
+  sa.sa_flags = SA_RESTART;
+  for (int sig : sigs) {
+    // (A signal the process was started ignoring stays ignored: `graphrun train ... &` from a script.)
+    if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+    sigaddset(&g_set, sig);
+    sigaction(sig, &sa, nullptr);
   }
-  sigaction(SIGUSR1, &sa, nullptr);
+  pthread_sigmask(SIG_BLOCK, &g_set, nullptr);
+  std::thread([] {
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&g_set, &sig) == 0) take(sig);
+    }
+  }).detach();
+}
+
+void arm(bool announce) {
+  g_announce.store(announce);
+  g_armed.store(true);
 }
 
 int requested() { return g_signal.load(); }

@@ -212,6 +212,8 @@ void note_unreached(const runtime::TrainingGraphs& tg, const std::set<std::strin
 }  // namespace
 
 int cmd_train(const std::vector<std::string>& argv) {
+  // Before any thread starts: Ctrl-C, SIGTERM and SIGUSR1 go to a thread of their own (runtime/interrupt.h).
+  runtime::interrupt::take_signals(runtime::mpi::active() && runtime::mpi::size() > 1);
   const Command& cmd = train_command();
   Args args(cmd, argv);
   if (args.help()) {
@@ -463,7 +465,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   }
   // From here a Ctrl-C (SIGINT), SIGTERM or, under MPI, SIGUSR1 stops training at a step with a
   // checkpoint instead of killing the process (runtime/interrupt.h).
-  runtime::interrupt::install(runtime::mpi::active() && runtime::mpi::size() > 1, speaks);
+  runtime::interrupt::arm(speaks);
   try {
     trainer.fit();
   } catch (const runtime::DivergedError& e) {
