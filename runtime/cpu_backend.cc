@@ -86,7 +86,9 @@ class CpuBackend final : public DeviceBackend {
   }
   void memset(Device, void* dst, int value, size_t bytes) override { std::memset(dst, value, bytes); }
   void synchronize(Device) override {}
-  // GRAPHRUN_MEM_AVAILABLE_MB stands in for the machine's figure (tests).
+  // GRAPHRUN_MEM_AVAILABLE_MB stands in for the machine's figure (tests). In a container whose control
+  // group caps memory (docker --memory, Kubernetes limits, Slurm's cgroup plugin), what the cap leaves, when
+  // that is less than the machine's MemAvailable (which sees the whole host).
   size_t free_memory(Device) override {
     if (const char* e = std::getenv("GRAPHRUN_MEM_AVAILABLE_MB")) return static_cast<size_t>(std::strtoull(e, nullptr, 10)) << 20;
     std::ifstream f("/proc/meminfo");
@@ -100,7 +102,34 @@ class CpuBackend final : public DeviceBackend {
         found = found || key == "MemAvailable:";
       }
     }
-    return found ? total : 0;
+    if (!found) return 0;
+    const size_t left = cgroup_memory_left();
+    return left ? std::min(total, left) : total;
+  }
+
+  // The cgroup's limit less its usage (v2, then v1, as the container sees its own group at the root);
+  // 0: no limit, or none readable.
+  static size_t cgroup_memory_left() {
+    auto read = [](const char* path, size_t& v) {
+      std::ifstream in(path);
+      std::string s;
+      if (!(in >> s) || s.empty() || s.find_first_not_of("0123456789") != std::string::npos) return false;
+      v = static_cast<size_t>(std::strtoull(s.c_str(), nullptr, 10));
+      return true;
+    };
+    size_t limit = 0, used = 0;
+    const bool v2 = read("/sys/fs/cgroup/memory.max", limit) && read("/sys/fs/cgroup/memory.current", used);
+    if (!v2 && !(read("/sys/fs/cgroup/memory/memory.limit_in_bytes", limit) &&
+                 read("/sys/fs/cgroup/memory/memory.usage_in_bytes", used)))
+      return 0;
+    if (limit >= (size_t(1) << 60)) return 0;  // v1's "no limit" is a huge number
+    // Usage counts the page cache, which the kernel reclaims before it kills anything: not taken.
+    std::ifstream stat(v2 ? "/sys/fs/cgroup/memory.stat" : "/sys/fs/cgroup/memory/memory.stat");
+    std::string key;
+    size_t value = 0;
+    while (stat >> key >> value)
+      if (key == (v2 ? "file" : "total_cache")) used -= std::min(used, value);
+    return limit > used ? limit - used : 1;
   }
 
   const KernelTable& kernels() const override { return cpu_kernels(); }

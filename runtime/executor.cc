@@ -5,6 +5,7 @@
 #include "graph/passes/place_shape_computations.h"
 #include "runtime/comm/replica_aborted.h"
 #include "runtime/device.h"
+#include "runtime/plan.h"
 #include "runtime/planning_pool.h"
 
 #include <omp.h>
@@ -84,6 +85,8 @@ struct Executor::Plan {
   std::vector<bool> slot_preset;
   // CPU executors: the planning run's buffers come from one reserved range that then holds the arena.
   std::shared_ptr<PlanningPool> pool;
+  size_t memory_limit = 0;          // ExecOptions::memory_limit, on the pool's live bytes
+  const std::string* memory_hint = nullptr;
   PlanStats stats;
 };
 
@@ -249,7 +252,7 @@ class RunContext final : public KernelContext {
     for (int64_t d : shape) GR_CHECK(d >= 0, "output " << i << " would have negative dimension " << shape_str(shape));
     checked_numel(dtype, shape, "output " + std::to_string(i));  // device buffers too, not only host tensors
     std::shared_ptr<void> mem;
-    if (plan_.pool && pooled_[s]) mem = plan_.pool->allocate(shape_numel(shape) * dtype_size(dtype));
+    if (plan_.pool && pooled_[s]) mem = pool_allocate(shape_numel(shape) * dtype_size(dtype));
     if (mem) {
       void* p = mem.get();
       plan_.slot_tensor[s] = Tensor::adopt(dtype, shape, std::move(mem), p, device_);
@@ -280,7 +283,7 @@ class RunContext final : public KernelContext {
     }
     plan_.scratch_bytes[step_] = std::max(plan_.scratch_bytes[step_], bytes);
     if (plan_.pool) {
-      if (std::shared_ptr<void> mem = plan_.pool->allocate(bytes)) {
+      if (std::shared_ptr<void> mem = pool_allocate(bytes)) {
         work_.pool_temps.push_back(std::move(mem));
         return work_.pool_temps.back().get();
       }
@@ -292,6 +295,17 @@ class RunContext final : public KernelContext {
     work_.host_temps.emplace_back(new char[bytes + kAlign]);
     char* p = work_.host_temps.back().get();
     return p + (kAlign - reinterpret_cast<uintptr_t>(p) % kAlign) % kAlign;
+  }
+
+  // From the planning run's pool, within ExecOptions::memory_limit.
+  std::shared_ptr<void> pool_allocate(size_t bytes) {
+    const size_t live = plan_.pool->live();
+    if (plan_.memory_limit && live + bytes > plan_.memory_limit)
+      GR_FAIL("the first run needs more than " << bytes_str(plan_.memory_limit) << " of memory for its activations ("
+                                                << bytes_str(live) << " held, " << bytes_str(bytes) << " more asked)"
+                                                << (plan_.memory_hint && !plan_.memory_hint->empty()
+                                                        ? "; " + *plan_.memory_hint : std::string()));
+    return plan_.pool->allocate(bytes);
   }
 
   bool poison_ = false;
@@ -544,6 +558,8 @@ Executor::Plan& Executor::plan_for(const std::map<std::string, Tensor>& inputs) 
   p->slot_preset.resize(L.nslots, false);
   for (const auto& [src, _] : L.inplace_updates) p->slot_preset[src] = true;
   if (opts_.device.is_cpu()) p->pool = PlanningPool::create(PlanningPool::default_reserve());
+  p->memory_limit = opts_.memory_limit;
+  p->memory_hint = &opts_.memory_hint;
   plans_.push_back(std::move(p));
   return *plans_.back();
 }

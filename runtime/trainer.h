@@ -217,7 +217,7 @@ class Trainer {
   void setup_evaluation();
   void setup_replicas();
   void setup_evaluation_parts();
-  void check_memory() const;
+  void check_memory();
   bool f32_images() const;            // the model's images are f32 (resident data is fed as it is)
   size_t resident_data_bytes() const;  // what place_data copies to each device that needs a copy
   void share_evaluation_state();
@@ -272,6 +272,9 @@ class Trainer {
   // Under MPI (runtime/trainer_world.cc) this rank's replicas are the global replicas
   // [first_replica_, first_replica_ + replicas()) of total_replicas_; alone, 0 and replicas().
   int first_replica_ = 0, total_replicas_ = 1;
+  // CPU: the memory each replica's first step may take for its activations, what check_memory found free
+  // beyond the parameters, gradients and optimizer buffers, shared by this machine's replicas (0: unknown).
+  size_t activation_budget_ = 0;
   bool speaks() const;  // rank 0 (or no MPI): prints, writes --metrics, --save and checkpoints
   void setup_world();
   // Under MPI: every rank runs the same model (its parameters' names and shapes) and the same training

@@ -68,8 +68,9 @@ std::vector<Device> parse_devices(const std::string& spec) {
 // What setup and the first step will surely allocate, against what the devices have: a clear error before
 // anything large is allocated instead of the kernel's out-of-memory killer (CPU) or a failed allocation
 // halfway through the first step (GPU). A lower bound (activations come on top): it never refuses a
-// run that fits.
-void Trainer::check_memory() const {
+// run that fits. On the CPU what is left is shared by the replicas' activations (activation_budget_), a
+// limit their first step holds to.
+void Trainer::check_memory() {
   const auto& devs = opts_.pipeline.devices;
   const Graph& g = graphs_.replicas[0].graph;
   size_t params = 0, updated = 0, all = 0;
@@ -93,6 +94,7 @@ void Trainer::check_memory() const {
                                   << " more memory (per replica: its copy of the " << bytes_str(params)
                                   << " of parameters, their gradients and the optimizer's buffers), and "
                                   << bytes_str(avail) << " is available; train on fewer replicas (--devices cpu:1)");
+    activation_budget_ = (avail - need) / replicas;
     return;
   }
   // A GPU: each of its replicas holds its graph's tensors (parameters, optimizer buffers, constants) and
@@ -229,6 +231,15 @@ void Trainer::setup_replicas() {
     ExecOptions ro;
     ro.device = devs[d];
     ro.threads = threads_;
+    ro.memory_limit = activation_budget_;
+    if (activation_budget_) {
+      const int local = D * mpi::local_size();
+      std::ostringstream hint;
+      hint << "lower --batch-size (" << opts_.batch_size << " over " << total_replicas_ << " replica"
+           << (total_replicas_ > 1 ? "s" : "") << "; this machine had " << bytes_str(activation_budget_ * local)
+           << " free for the activations of its " << local << ")";
+      ro.memory_hint = hint.str();
+    }
     Graph g = graphs_.replicas[d].graph;
     // The replica's graph keeps its structure only: the executor takes the tensors, and lends rather than
     // copies those nothing else holds (the optimizer's zero-filled buffers).
