@@ -52,7 +52,9 @@ std::string num(double v, int prec) {
 
 // The inputs graphrun train feeds one replica for a shard of n examples of a global batch of B; the
 // model's input gets seeded uniform [0, 1) values, labels class 0 (their values do not change the work).
-std::map<std::string, Tensor> shard_inputs(const Graph& g, const TrainingGraphs& tg, int64_t n, int64_t B) {
+// The leading dimension is the shard; other symbolic ones take their sizes from `o` (PlanOptions).
+std::map<std::string, Tensor> shard_inputs(const Graph& g, const TrainingGraphs& tg, int64_t n, int64_t B,
+                                           const PlanOptions& o) {
   std::map<std::string, Tensor> in;
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(0, 1);
@@ -71,8 +73,23 @@ std::map<std::string, Tensor> shard_inputs(const Graph& g, const TrainingGraphs&
     }
     const ValueInfo& vi = g.values.at(name);
     GR_CHECK(vi.has_shape, "plan: input '" << name << "' of graph '" << g.name << "' has no known rank");
+    const auto example = o.example_shapes.find(name);
+    const bool from_data = example != o.example_shapes.end() && example->second.size() + 1 == vi.shape.size();
     Shape s;
-    for (const Dim& d : vi.shape) s.push_back(d.known() ? d.size : n);
+    for (size_t i = 0; i < vi.shape.size(); ++i) {
+      const Dim& d = vi.shape[i];
+      if (d.known()) s.push_back(d.size);
+      else if (i == 0) s.push_back(n);
+      else if (from_data) s.push_back(example->second[i - 1]);
+      else if (!d.param.empty() && o.dims.count(d.param)) s.push_back(o.dims.at(d.param));
+      else if (d.param.empty())
+        GR_FAIL("plan: input '" << name << "' has a symbolic dimension without a name (axis " << i
+                                << "): name it when exporting (torch.onnx.export's dynamic_axes) and give its size "
+                                   "with --dims NAME=SIZE");
+      else
+        GR_FAIL("plan: input '" << name << "' has the symbolic dimension '" << d.param << "' (axis " << i
+                                << "): give its size with --dims " << d.param << "=SIZE");
+    }
     Tensor t(vi.dtype, s);
     if (vi.dtype == DType::F32) {
       float* p = t.data<float>();
@@ -94,7 +111,7 @@ struct Measured {
 // `copies` > 1: that many replicas run the timed steps at once on their own threads, as graphrun
 // train's in-process replicas do (they share this machine's cores); the times are replica 0's.
 Measured run_replica(const TrainingGraphs& tg, const DeviceGraph& dg, int64_t n, int64_t B, int threads, int timed,
-                     bool mse, int copies = 1) {
+                     bool mse, const PlanOptions& o, int copies = 1) {
   Graph g = dg.graph;
   const auto figures = passes::append_step_figures(g, tg.loss, tg.logits, tg.labels, !mse);
   Profiler prof;
@@ -112,7 +129,7 @@ Measured run_replica(const TrainingGraphs& tg, const DeviceGraph& dg, int64_t n,
   }
   Executor& exec = *execs[0];
   const ProfileTrack& track = *exec.options().profile;
-  const auto in = shard_inputs(g, tg, n, B);
+  const auto in = shard_inputs(g, tg, n, B, o);
   for (auto& e : execs) e->run(in);
   Measured m;
   m.stats = exec.plan_stats();
@@ -122,8 +139,8 @@ Measured run_replica(const TrainingGraphs& tg, const DeviceGraph& dg, int64_t n,
   for (size_t i = 0; i < per_run; ++i) {
     const ProfileEvent& e = track.events()[i];
     if (e.cat != "kernel") continue;
-    index[e.node] = static_cast<int>(m.nodes.size());
-    PlannedNode pn{e.node, e.name, e.flops, 0, -1, 0, false, {}};
+    index[std::string(e.node)] = static_cast<int>(m.nodes.size());
+    PlannedNode pn{std::string(e.node), std::string(e.name), e.flops, 0, -1, 0, false, {}};
     if (e.name == "ReplicaSum") pn.sync = true, pn.sync_bytes = e.bytes_in;
     m.nodes.push_back(pn);
   }
@@ -132,7 +149,7 @@ Measured run_replica(const TrainingGraphs& tg, const DeviceGraph& dg, int64_t n,
   });
   for (size_t i = per_run; i < track.events().size(); ++i) {
     const ProfileEvent& e = track.events()[i];
-    auto it = index.find(e.node);
+    auto it = index.find(std::string(e.node));
     if (e.cat == "kernel" && it != index.end()) m.nodes[it->second].seconds += e.dur_ns / 1e9 / timed;
   }
   return m;
@@ -217,7 +234,8 @@ Plan make_plan(const Graph& model, const PlanOptions& options) {
   plan.shard = data::shard(B, options.devices).size[0];
   const bool measure = options.predict && options.device_tflops <= 0;
   const int timed = measure ? std::max(1, options.measure_steps) : 0;
-  Measured m = run_replica(tg, dg, plan.shard, B, options.threads, timed, mse, measure ? std::max(1, options.concurrent) : 1);
+  Measured m = run_replica(tg, dg, plan.shard, B, options.threads, timed, mse, options,
+                           measure ? std::max(1, options.concurrent) : 1);
 
   // Memory, from the executor's plan and its state.
   const std::set<std::string> params(tg.params.begin(), tg.params.end());
@@ -279,7 +297,7 @@ Plan make_plan(const Graph& model, const PlanOptions& options) {
     // One device on the whole batch is timed too: per-node overheads do not shrink with the shard.
     plan.compute_1 = !options.baseline ? 0
                      : plan.shard == B ? compute_seconds(plan.nodes)
-                                       : compute_seconds(run_replica(tg, dg, B, B, options.threads, timed, mse).nodes);
+                                       : compute_seconds(run_replica(tg, dg, B, B, options.threads, timed, mse, options).nodes);
     plan.timing = "node times measured on this machine's CPU (" + std::to_string(options.threads) + " thread" +
                   (options.threads > 1 ? "s" : "") + ", mean of " + std::to_string(timed) + " steps" +
                   (options.concurrent > 1 ? ", " + std::to_string(options.concurrent) + " replicas at once" : "") + ")";

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <iosfwd>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,12 @@ struct PlanOptions {
   // false: one device on the whole batch is not timed (compute_1 and the speedup stay 0): a
   // placement comparison needs the step at N devices only.
   bool baseline = true;
+  // The sizes of the inputs' symbolic dimensions other than the batch (each input's leading dimension,
+  // which is the replica's shard): per input, its shape per example as the data gives it (train --plan,
+  // --devices cpu:auto), else by the dimension's name (plan --dims T=128). A symbolic dimension sized by
+  // neither is an error naming it: planned at a guessed size, the figures would mean nothing.
+  std::map<std::string, Shape> example_shapes;
+  std::map<std::string, int64_t> dims;
 };
 
 // One node of the replica graph as run (execution order).

@@ -3,9 +3,10 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <ostream>
+
+#include "graph/atomic_file.h"
 
 namespace graphrun::runtime {
 
@@ -21,7 +22,7 @@ std::map<std::string, OpTotals> Profiler::op_totals() const {
   for (const ProfileTrack& tr : tracks_)
     for (const ProfileEvent& e : tr.events())
       if (e.cat == "kernel") {
-        OpTotals& o = t[e.name];
+        OpTotals& o = t[std::string(e.name)];
         ++o.count;
         o.ns += e.dur_ns;
         o.flops += e.flops;
@@ -39,29 +40,48 @@ int64_t Profiler::phase_ns(const std::string& phase) const {
 }
 
 void Profiler::write_trace(const std::string& path) const {
-  nlohmann::json events = nlohmann::json::array();
+  try {
+    write_trace_file(path);
+  } catch (const Error& e) {
+    throw Error(std::string("--profile ") + e.what());  // "--profile t.json: cannot write: No space left on device"
+  }
+}
+
+void Profiler::write_trace_file(const std::string& path) const {
+  // Streamed event by event into a file written whole or not at all: a long run's trace (tens of
+  // megabytes) never exists a second time in memory as one JSON document (it took 20 times its size).
+  AtomicFile f(path);
+  std::string buf = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+  bool first = true;
+  auto put = [&](const nlohmann::json& j) {
+    if (!first) buf += ",\n";
+    first = false;
+    buf += j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);  // node names may hold any bytes
+    if (buf.size() >= (size_t(1) << 20)) {
+      f.write(buf);
+      buf.clear();
+    }
+  };
   {
     std::lock_guard<std::mutex> l(mu_);
     for (const ProfileTrack& tr : tracks_) {
-      events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", 1}, {"tid", tr.id()}, {"args", {{"name", tr.name()}}}});
-      events.push_back({{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", 1}, {"tid", tr.id()}, {"args", {{"sort_index", tr.id()}}}});
+      put({{"ph", "M"}, {"name", "thread_name"}, {"pid", 1}, {"tid", tr.id()}, {"args", {{"name", tr.name()}}}});
+      put({{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", 1}, {"tid", tr.id()}, {"args", {{"sort_index", tr.id()}}}});
       for (const ProfileEvent& e : tr.events()) {
-        nlohmann::json j{{"ph", "X"}, {"name", e.name}, {"cat", e.cat}, {"pid", 1}, {"tid", tr.id()},
+        nlohmann::json j{{"ph", "X"}, {"name", std::string(e.name)}, {"cat", std::string(e.cat)}, {"pid", 1}, {"tid", tr.id()},
                          {"ts", e.begin_ns / 1e3}, {"dur", e.dur_ns / 1e3}};
-        if (!e.node.empty()) j["args"]["node"] = e.node;
+        if (!e.node.empty()) j["args"]["node"] = std::string(e.node);
         if (e.flops > 0) {
           j["args"]["gflop"] = e.flops / 1e9;
           if (e.dur_ns > 0) j["args"]["gflop_per_s"] = e.flops / e.dur_ns;
         }
-        events.push_back(std::move(j));
+        put(j);
       }
     }
   }
-  nlohmann::json doc{{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};
-  std::ofstream f(path);
-  GR_CHECK(f, "--profile " << path << ": cannot write the file");
-  f << doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";  // node names may hold any bytes
-  GR_CHECK(f.good(), "--profile " << path << ": writing failed");
+  buf += "\n]}\n";
+  f.write(buf);
+  f.commit();
 }
 
 void Profiler::finish(const std::string& path, const std::string& phase, std::ostream& os) const {
@@ -98,8 +118,9 @@ void Profiler::print_table(std::ostream& os, const std::string& phase) const {
     for (const ProfileTrack& tr : tracks_)
       for (const ProfileEvent& e : tr.events())
         if (e.cat == "comm") {
-          ++comm[e.name].count;
-          comm[e.name].ns += e.dur_ns;
+          OpTotals& c = comm[std::string(e.name)];
+          ++c.count;
+          c.ns += e.dur_ns;
         }
   }
   const auto ar = totals.find("AllReduce");

@@ -191,6 +191,13 @@ void Trainer::load_checkpoint(const std::string& path) {
     resume_step_ = std::stoll(meta_of(ck, "step", path));
     check_resume_position(path, epoch, resume_step_, global_step_,
                           (train_src_->size() + opts_.batch_size - 1) / opts_.batch_size);
+    // A checkpoint past this run's end belongs to a longer run (a folder reused): refused rather
+    // than taken as "nothing left to train".
+    GR_CHECK(epoch < opts_.epochs || (epoch == opts_.epochs && resume_step_ == 0),
+             path << ": checkpoint "
+                  << (resume_step_ ? "in epoch " + std::to_string(epoch + 1) : "at the end of epoch " + std::to_string(epoch))
+                  << ", past this run's --epochs " << opts_.epochs
+                  << ": resume it with more --epochs, or give this run its own --checkpoint-dir");
     resume_epoch_ = static_cast<int>(epoch);
     // The epoch's figures so far (a checkpoint written before they were kept has none: the resumed
     // epoch then reports its own steps only, as it did). Another number of replicas gets their sum on

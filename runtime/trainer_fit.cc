@@ -48,10 +48,13 @@ std::vector<EpochStats> Trainer::fit() {
   for (int e = first_epoch; e < opts_.epochs; ++e) {
     EpochStats st = train_epoch(e);
     if (stop_at_.load() < step_base_ + steps_) stop_on_request(e, stop_at_.load() - step_base_, true);
-    if (!opts_.checkpoint_dir.empty()) save_checkpoint(e + 1, 0);
+    // The epoch's line and metrics before its checkpoint: a run ended between them (a closed pipe, a
+    // kill) resumes from the epoch before and writes them again, where the other order left a resumed
+    // --metrics without the epoch's line.
     all.push_back(st);
     report_epoch(st);
     if (metrics.is_open()) write_metrics(metrics, st);
+    if (!opts_.checkpoint_dir.empty()) save_checkpoint(e + 1, 0);
     if (stop_between_epochs() && e + 1 < opts_.epochs) stop_on_request(e + 1, 0, false);
   }
   report_end(all);

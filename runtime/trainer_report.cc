@@ -2,6 +2,7 @@
 // d2l's closing line (TrainOptions::log), and the --metrics file (one JSON object per epoch).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <iomanip>
@@ -42,8 +43,12 @@ void Trainer::report_start() const {
   *opts_.log << "training '" << graphs_.forward.name << "' on " << world_devices_str() << " ("
              << threads_ << " thread" << (threads_ > 1 ? "s" : "") << " per replica): " << train_src_->size()
              << " training, " << test_src_->size() << (per_sec_unit_ == "img" ? " test images" : " test examples")
-             << ", batch "
-             << opts_.batch_size << ", lr " << opts_.lr << std::endl;
+             << ", batch ";
+  // A batch larger than the data set trains on the whole set at each step (as torch's DataLoader does).
+  const int64_t N = train_src_->size();
+  if (opts_.batch_size > N) *opts_.log << N << " (--batch-size " << opts_.batch_size << " is more than the data set)";
+  else *opts_.log << opts_.batch_size;
+  *opts_.log << ", lr " << opts_.lr << std::endl;
   // Sources other than an MNIST folder with its own test split say where the figures come from.
   if (idx) *opts_.log << "data: " << train_src_->describe() << "; test: " << test_from_ << std::endl;
 }
@@ -130,7 +135,8 @@ void Trainer::write_eval_metrics(std::ostream& os, const EvalStats& st) const {
 void Trainer::draw_progress(int epoch, int64_t done, double seconds) const {
   if (!progress_bar_on(opts_.progress)) return;
   const int width = 30, fill = static_cast<int>(width * done / std::max<int64_t>(1, steps_));
-  const double ips = seconds > 0 ? done * opts_.batch_size / seconds : 0.0;
+  const double examples = static_cast<double>(std::min(done * opts_.batch_size, train_src_->size()));
+  const double ips = seconds > 0 ? examples / seconds : 0.0;
   std::fprintf(stderr, "\repoch %d/%d [%s%s] %lld/%lld  %.1f s  %.*f %s/s", epoch + 1, opts_.epochs,
                std::string(fill, '=').c_str(), std::string(width - fill, ' ').c_str(), (long long)done,
                (long long)steps_, seconds, ips < 10 ? 1 : 0, ips, per_sec_unit_.c_str());

@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "runtime/data/idx.h"
+#include "runtime/plan.h"
 #include "tests/test_util.h"
 
 namespace graphrun {
@@ -97,6 +99,51 @@ TEST(PlanCli, TrainPlanPrintsOneLineFirst) {
   auto without = testing::run_command(base);
   ASSERT_EQ(without.exit_code, 0) << without.output;
   EXPECT_EQ(without.output.find("plan:"), std::string::npos) << without.output;
+}
+
+// A model over sequences, x[N, T, 8] -> MatMul 8x2 -> mean over T -> logits[N, 2]: the batch N is the
+// shard, T is sized by --dims (plan) or by the data (train --plan, cpu:auto); never guessed (it was
+// planned at T = the shard, whatever the data).
+TEST(PlanCli, SymbolicDimensionsOtherThanTheBatchAreSizedByDimsOrTheData) {
+  const std::string d = testing::temp_dir("plan_cli_dims");
+  std::ofstream(d + "/make.py")
+      << "import numpy as np, onnx\n"
+         "from onnx import helper as h, TensorProto as T, numpy_helper as nh\n"
+         "r = np.random.RandomState(0)\n"
+         "x = r.randn(40, 5, 8).astype(np.float32)\n"
+         "np.savez('" << d << "/seq.npz', x=x, labels=(x[:, 0, 0] > 0).astype(np.int64))\n"
+         "g = h.make_graph([h.make_node('MatMul', ['x', 'w'], ['y']),\n"
+         "                  h.make_node('ReduceMean', ['y'], ['logits'], axes=[1], keepdims=0)], 'seq',\n"
+         "                 [h.make_tensor_value_info('x', T.FLOAT, ['N', 'T', 8])],\n"
+         "                 [h.make_tensor_value_info('logits', T.FLOAT, ['N', 2])],\n"
+         "                 [nh.from_array(r.randn(8, 2).astype(np.float32), 'w')])\n"
+         "onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), '" << d << "/seq.onnx')\n";
+  auto r = testing::run_command(testing::python() + " " + d + "/make.py");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string m = d + "/seq.onnx";
+  expect_usage_error(m + " --batch-size 4", "input 'x' has the symbolic dimension 'T' (axis 1): give its size with --dims T=SIZE");
+  expect_usage_error(m + " --dims T=0", "--dims: 'T=0' is not NAME=SIZE");
+  // MatMul's FLOPs: forward 2*T*8*2 per example, backward the weight gradient (the same; x needs none).
+  auto flops = [&](const std::string& args) {
+    auto p = plan(m + " --batch-size 4 --devices 2 --device-tflops 1 --json " + args);
+    EXPECT_EQ(p.exit_code, 0) << p.output;
+    return p.exit_code ? 0.0 : nlohmann::json::parse(p.output)["flops_per_step"].get<double>();
+  };
+  EXPECT_DOUBLE_EQ(flops("--dims T=5"), 4 * 2 * (2.0 * 5 * 8 * 2));
+  EXPECT_DOUBLE_EQ(flops("--dims T=50"), 4 * 2 * (2.0 * 50 * 8 * 2));
+  // train --plan sizes T from the data (5): its line gives the arena plan --dims T=5 gives, which differs
+  // from T=50's (the FLOPs round to 0.00 GFLOP in that line).
+  auto arena_of = [&](const std::string& dims) {
+    auto p = plan(m + " --batch-size 4 --devices 2 --json --dims " + dims);
+    EXPECT_EQ(p.exit_code, 0) << p.output;
+    return p.exit_code ? std::string() : runtime::bytes_str(double(nlohmann::json::parse(p.output)["memory"]["arena"].get<size_t>()));
+  };
+  const std::string t5 = arena_of("T=5");
+  EXPECT_NE(t5, arena_of("T=50"));
+  auto t = testing::run_command(testing::graphrun_cli() + " train " + m + " --data " + d +
+                                "/seq.npz --devices cpu:2 --threads 1 --batch-size 4 --max-steps 1 --epochs 1 --plan");
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  EXPECT_NE(t.output.find("(shard 2): arena " + t5 + " + "), std::string::npos) << t5 << "\n" << t.output;
 }
 
 // --devices cpu:auto times each split of the cores and trains on (plans) the one it names first.

@@ -122,7 +122,7 @@ TEST(Profile, EveryAllReduceHoldsItsWaitAndSum) {
       for (const auto* k : allreduce)
         holders += e.begin_ns >= k->begin_ns && e.begin_ns + e.dur_ns <= k->begin_ns + k->dur_ns;
       EXPECT_EQ(holders, 1) << e.name << " at " << e.begin_ns << " on replica " << d;
-      ++inside[e.name];
+      ++inside[std::string(e.name)];
     }
     const int n = static_cast<int>(allreduce.size());
     EXPECT_EQ(inside, (std::map<std::string, int>{{"sum", n}, {"wait for replicas", n}})) << "replica " << d;

@@ -186,6 +186,46 @@ TEST(TrainerResume, CliResumeSavesTheSameModelAsAnUninterruptedRun) {
   for (const auto& [name, t] : a.initializers) EXPECT_EQ(testing::max_abs_diff(b.initializers.at(name), t), 0) << name;
 }
 
+// A --checkpoint-dir is checked before anything trains: one that cannot be created or written fails at
+// once (it failed after the first epoch); a fresh run into a folder holding another run's checkpoints is
+// refused (their names sort after its own, so pruning deleted the new run's, and --resume continued the
+// other run); and a checkpoint past this run's --epochs is refused, not taken as "nothing left to train".
+TEST(TrainerResume, CliRefusesACheckpointFolderItCannotUseAsItsOwn) {
+  REQUIRE_LENET_AND_DATA();
+  const std::string dir = testing::temp_dir("trainer_resume_cli_folder");
+  const std::string run = testing::graphrun_cli() + " train " + lenet_path() +
+                          " --devices cpu:1 --threads 1 --batch-size 32 --max-steps 2 --checkpoint-dir ";
+  auto r = testing::run_command(run + dir + "/ck --epochs 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string ck = runtime::latest_checkpoint(dir + "/ck");
+  ASSERT_EQ(ck, dir + "/ck/" + runtime::checkpoint_name(2, 4));
+  r = testing::run_command(run + dir + "/ck --epochs 1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--checkpoint-dir " + dir + "/ck holds the checkpoints of another run (newest " +
+                          runtime::checkpoint_name(2, 4) + "): continue that run with --resume"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("epoch 1/"), std::string::npos) << r.output;  // refused before training
+  EXPECT_EQ(runtime::latest_checkpoint(dir + "/ck"), ck);
+  r = testing::run_command(run + dir + "/ck --epochs 1 --resume");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find(ck + ": checkpoint at the end of epoch 2, past this run's --epochs 1"), std::string::npos)
+      << r.output;
+  r = testing::run_command(run + dir + "/ck --epochs 2 --resume");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("nothing left to train"), std::string::npos) << r.output;
+  // --resume into an empty folder starts from the beginning (the requeue pattern: always --resume).
+  r = testing::run_command(run + dir + "/fresh --epochs 1 --resume");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("starting from the beginning"), std::string::npos) << r.output;
+  // A file where the folder should be: one line at once.
+  { std::ofstream(dir + "/file") << "x"; }
+  r = testing::run_command(run + dir + "/file --epochs 1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--checkpoint-dir " + dir + "/file: cannot create the folder"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("training '"), std::string::npos) << r.output;
+}
+
 
 TEST(TrainerResume, CliRefusesCorruptAndForeignCheckpoints) {
   REQUIRE_LENET_AND_DATA();

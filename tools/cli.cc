@@ -15,6 +15,8 @@
 #include <filesystem>
 #include <sstream>
 
+#include "runtime/checkpoint.h"
+
 namespace graphrun::cli {
 
 namespace {
@@ -190,6 +192,42 @@ void check_output_path(const std::string& flag, const std::string& path) {
   }
   ::close(fd);
   if (created) ::unlink(path.c_str());
+}
+
+std::map<std::string, int64_t> parse_dims(const Args& args) {
+  std::map<std::string, int64_t> dims;
+  if (!args.has("dims")) return dims;
+  std::stringstream list(args.get("dims"));
+  for (std::string item; std::getline(list, item, ',');) {
+    const size_t eq = item.find('=');
+    int64_t size = 0;
+    const std::string name = eq == std::string::npos ? "" : item.substr(0, eq);
+    const std::string num = eq == std::string::npos ? "" : item.substr(eq + 1);
+    const bool ok = !name.empty() && !num.empty() && num.size() <= 6 &&
+                    num.find_first_not_of("0123456789") == std::string::npos && (size = std::stoll(num)) >= 1;
+    if (!ok) throw Error(args.usage_error("--dims: '" + item + "' is not NAME=SIZE with a SIZE of 1 to 999999"));
+    dims[name] = size;
+  }
+  return dims;
+}
+
+void check_checkpoint_dir(const std::string& dir, bool resume) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (!fs::is_directory(dir))
+    throw Error("--checkpoint-dir " + dir + ": cannot create the folder" + (ec ? ": " + ec.message() : std::string()));
+  const std::string probe = (fs::path(dir) / (".graphrun-probe-" + std::to_string(::getpid()))).string();
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error("--checkpoint-dir " + dir + ": cannot write there: " + std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+  if (resume) return;
+  const std::string last = runtime::latest_checkpoint(dir);
+  if (!last.empty())
+    throw Error("--checkpoint-dir " + dir + " holds the checkpoints of another run (newest " +
+                fs::path(last).filename().string() +
+                "): continue that run with --resume, or give this one an empty folder");
 }
 
 void check_distinct_paths(const std::vector<PathUse>& inputs, const std::vector<PathUse>& outputs,

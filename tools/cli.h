@@ -52,6 +52,13 @@ class Args {
 // command starts, without changing the file, so that a long run does not fail at its end. Error
 // (exit 2): "--save nodir/x.onnx: cannot write there: No such file or directory (directory 'nodir')".
 void check_output_path(const std::string& flag, const std::string& path);
+// graphrun train's --checkpoint-dir, before anything trains: created if missing and written to once (a
+// folder where checkpoints cannot be written fails now, not after the first epoch); a fresh run (not
+// --resume) into a folder that holds checkpoints is refused: their names sort after its own, so pruning
+// would delete the new run's, and a later --resume would continue the other run.
+void check_checkpoint_dir(const std::string& dir, bool resume);
+// --dims NAME=SIZE,... (check, plan): sizes of symbolic dimensions by name; a usage error names the item.
+std::map<std::string, int64_t> parse_dims(const Args& args);
 // The files a command reads and writes, by flag ("the model" for the positional one): an output that
 // is also an input, or two outputs that are one file, is an error naming both, since writing one
 // would destroy the other. `may_replace` names output flags allowed to be the model (train --save:

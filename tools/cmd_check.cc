@@ -272,20 +272,7 @@ int cmd_check(const std::vector<std::string>& argv) {
   if (directions < 1 || directions > 100) throw Error(args.usage_error("--directions must be in 1..100"));
   const uint64_t seed = static_cast<uint64_t>(args.get_int("seed", 1));
   const double smoothing = args.has("label-smoothing") ? parse_label_smoothing(args, autodiff::LossKind::CrossEntropy) : -1;
-  std::map<std::string, int64_t> dims;
-  if (args.has("dims")) {
-    std::stringstream list(args.get("dims"));
-    for (std::string item; std::getline(list, item, ',');) {
-      const size_t eq = item.find('=');
-      int64_t size = 0;
-      const std::string name = eq == std::string::npos ? "" : item.substr(0, eq);
-      const std::string num = eq == std::string::npos ? "" : item.substr(eq + 1);
-      const bool ok = !name.empty() && !num.empty() && num.size() <= 6 &&
-                      num.find_first_not_of("0123456789") == std::string::npos && (size = std::stoll(num)) >= 1;
-      if (!ok) throw Error(args.usage_error("--dims: '" + item + "' is not NAME=SIZE with a SIZE of 1 to 999999"));
-      dims[name] = size;
-    }
-  }
+  const std::map<std::string, int64_t> dims = parse_dims(args);
   const std::string path = args.positional()[0];
   // (As train and grad do before their backward pass: a model below opset 13 converted to opset 15, pads
   // torch computes from Constants folded.)

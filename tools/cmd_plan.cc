@@ -29,6 +29,8 @@ std::vector<Option> plan_options() {
                              "                            on this machine's CPU"},
       {"kernel-us", "US", "with --device-tflops: fixed cost of each node (launch, memory-bound ops; default 5)"},
       {"batch-size", "B", "global batch, split over the replicas as graphrun train splits it (default 256)"},
+      {"dims", "NAME=SIZE,...", "sizes of the inputs' symbolic dimensions other than the batch (a sequence\n"
+                                "                            length: --dims T=128); the leading one is the replica's shard"},
       {"bucket-mb", "MB", "gradients per AllReduce node, in MB (default 4), as graphrun train"},
       {"overlap-allreduce", "on|off", "an AllReduce runs while the backward pass goes on (default as graphrun\n"
                                       "                            train: on for GPUs, off for CPU replicas)"},
@@ -71,7 +73,8 @@ const Command& plan_command() {
       "  graphrun plan models/lenet.onnx --devices cpu:2\n"
       "  graphrun plan resnet18.onnx --gpus 64 --link ib --device-tflops 100\n"
       "  graphrun plan resnet18.onnx --gpus 64 --link ib --device-tflops 100 --sync-bn\n"
-      "  graphrun plan models/lenet.onnx --devices 8 --link ethernet --device-tflops 10 --json"};
+      "  graphrun plan models/lenet.onnx --devices 8 --link ethernet --device-tflops 10 --json\n"
+      "  graphrun plan tokens.onnx --devices cpu:2 --dims T=128    # input tokens[N, T]: N is the shard"};
   return cmd;
 }
 
@@ -125,6 +128,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
   if (args.has("kernel-us") && !args.has("device-tflops")) throw bad("--kernel-us needs --device-tflops");
   o.batch_size = args.get_int("batch-size", 256);
   if (o.batch_size < 1) throw bad("--batch-size must be at least 1, got " + args.get("batch-size"));
+  o.dims = parse_dims(args);
   if (o.batch_size < o.devices)
     throw bad("--batch-size " + std::to_string(o.batch_size) + " is smaller than the number of replicas (" +
               std::to_string(o.devices) + ")");

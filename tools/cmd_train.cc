@@ -109,7 +109,8 @@ const Command& train_command() {
           {"log-every", "N", "print the mean training loss of every N steps"},
           {"checkpoint-dir", "DIR", "write a checkpoint after every epoch (weights, optimizer state, running\n"
                                     "                            statistics, RNG, epoch/step; mid-epoch, the epoch's loss and\n"
-                                    "                            accuracy sums so far), atomically"},
+                                    "                            accuracy sums so far), atomically. Checked at start: it must\n"
+                                    "                            be writable, and without --resume hold no checkpoints"},
           {"checkpoint-every", "N", "also write one every N steps (needs --checkpoint-dir)"},
           {"keep-checkpoints", "K", "keep the newest K checkpoints (default 3)"},
           {"resume", "", "continue from the newest checkpoint in --checkpoint-dir (same model and\n"
@@ -207,6 +208,25 @@ void note_unreached(const runtime::TrainingGraphs& tg, const std::set<std::strin
   for (size_t i = 0; i < unreached.size() && i < 6; ++i) std::cerr << (i ? ", " : "") << unreached[i];
   if (unreached.size() > 6) std::cerr << ", and " << unreached.size() - 6 << " more";
   std::cerr << "): not trained, no weight decay, as torch leaves a parameter without a gradient" << std::endl;
+}
+
+// The shapes per example that a source gives the model's inputs (and the labels, under `labels_input`):
+// each input's array by its name, a one-input model's the source's only array besides the targets.
+// What graphrun plan sizes symbolic dimensions by (PlanOptions::example_shapes).
+std::map<std::string, Shape> example_shapes(const Graph& model, const runtime::data::Source& src,
+                                            const std::string& labels, const std::string& labels_input) {
+  std::map<std::string, Shape> r;
+  for (const std::string& in : model.inputs)
+    if (const auto* a = src.find(in)) r[in] = a->shape;
+  if (model.inputs.size() == 1 && !r.count(model.inputs[0])) {
+    const runtime::data::ArraySpec* only = nullptr;
+    int others = 0;
+    for (const auto& a : src.arrays())
+      if (a.name != labels) only = &a, ++others;
+    if (others == 1) r[model.inputs[0]] = only->shape;
+  }
+  if (const auto* t = src.find(labels)) r[labels_input] = t->shape;
+  return r;
 }
 
 }  // namespace
@@ -397,6 +417,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   if (speaks)
     for (const auto& [flag, path] : {std::pair{"--save", o.save_path}, std::pair{"--metrics", o.metrics_path}})
       if (!path.empty()) check_output_path(flag, path);
+  if (speaks && !o.checkpoint_dir.empty()) check_checkpoint_dir(o.checkpoint_dir, o.resume);
   std::unique_ptr<runtime::Profiler> profiler;
   if (!profile_path.empty()) {
     check_output_path("--profile", profile_path);
@@ -416,15 +437,39 @@ int cmd_train(const std::vector<std::string>& argv) {
   Graph model = load_onnx(args.positional()[0]);
   if (speaks && o.pipeline.loss == autodiff::LossKind::CrossEntropy) warn_softmax_output(model, o.pipeline.output);
   if (args.has("float64")) model = float64_copy(model);
+  // Timing or planning the model (cpu:auto, --plan) at the data's sizes: a symbolic dimension other than
+  // the batch (a sequence length) takes the size the training data gives it. Read only when the model has
+  // such a dimension (an image folder is not listed twice for nothing).
+  std::map<std::string, Shape> data_shapes;
+  if (auto_placement || args.has("plan")) {
+    bool symbolic = false;
+    for (const std::string& in : model.inputs)
+      if (const ValueInfo* vi = model.info(in))
+        for (size_t i = 1; i < vi->shape.size(); ++i) symbolic = symbolic || !vi->shape[i].known();
+    if (symbolic) {
+      try {
+        data_shapes = example_shapes(model, *runtime::data::open_source(o.data_dir), o.labels, "labels");
+      } catch (const Error&) {
+        // The trainer reports what is wrong with the data; the plan then names the dimension it lacks.
+      }
+    }
+  }
   if (auto_placement) {
     // Each split of the cores into replicas x threads, timed on this model as graphrun plan times it.
     runtime::PlanOptions po;
+    po.example_shapes = data_shapes;
     po.pipeline = o.pipeline;
     po.pipeline.dump_after.clear();  // the chosen run dumps, not the timing runs
     po.batch_size = o.batch_size;
     po.measure_steps = 2;
     const auto t0 = std::chrono::steady_clock::now();
-    const auto ranked = runtime::compare_cpu_placements(model, po, cores);
+    std::vector<runtime::CpuPlacement> ranked;
+    try {
+      ranked = runtime::compare_cpu_placements(model, po, cores);
+    } catch (const Error& e) {
+      throw Error(std::string("--devices cpu:auto cannot time this model: ") + e.what() +
+                  "; choose the replicas with --devices cpu:N");
+    }
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     devices.clear();
     for (int i = 0; i < ranked.at(0).replicas; ++i) devices.push_back(Device{Device::Kind::CPU, i});
@@ -449,6 +494,7 @@ int cmd_train(const std::vector<std::string>& argv) {
     po.threads = o.threads > 0 ? o.threads
                                : std::max(1, cores / (static_cast<int>(devices.size()) * runtime::mpi::local_size()));
     po.predict = false;
+    po.example_shapes = data_shapes;
     runtime::print_plan_brief(std::cout, runtime::make_plan(model, po));
   }
   runtime::Trainer trainer(std::move(model), o);  // the weights as loaded are then held once

@@ -1,5 +1,8 @@
 // The graphrun command line: dispatches to the subcommands; turns every graphrun::Error into one line and exit 2.
 #include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -96,7 +99,20 @@ int main(int argc, char** argv) {
   }
   std::string cmd = args[0];
   args.erase(args.begin());
-  const int rc = run_command(cmd, args);
+  // A file that reaches the size limit (ulimit -f) is a write error (EFBIG) that the writer reports in one
+  // line and cleans up after, not a silent kill that leaves its temporary file behind.
+  std::signal(SIGXFSZ, SIG_IGN);
+  int rc = run_command(cmd, args);
+  // What was printed must have reached standard output (a full disk, /dev/full): a run whose report was
+  // lost does not exit 0.
+  std::cout.flush();
+  errno = 0;
+  if (std::fflush(stdout) != 0 || std::ferror(stdout) || !std::cout) {
+    const int err = errno;
+    std::fprintf(stderr, "graphrun %s: error: cannot write to standard output%s%s\n", cmd.c_str(), err ? ": " : "",
+                 err ? std::strerror(err) : "");
+    if (rc == 0) rc = 2;
+  }
   namespace mpi = graphrun::runtime::mpi;
   // Under MPI a rank that fails takes the job down (the others may be waiting for it in a collective).
   // A stop on request (128 + the signal) is every rank's, agreed: they end together.
