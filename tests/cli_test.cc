@@ -2,6 +2,8 @@
 // exactly one line and exit code 2.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -272,6 +274,23 @@ TEST(Cli, OutputsNeverDestroyInputsAndAreCheckedFirst) {
   CommandResult r = graphrun("train relu.onnx --data nothere.npz --profile old_trace.json");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_EQ(bytes("old_trace.json"), "kept\n");
+}
+
+// Writes that fail outside graphrun's files: standard output on a full device is an error, not exit 0;
+// a file reaching the size limit (ulimit -f) is one line naming it, not a silent SIGXFSZ kill that left
+// the temporary file behind.
+TEST(Cli, OutputThatCannotBeWrittenIsAnError) {
+  CommandResult r = run_command("(cd '" + data_dir() + "' && '" + graphrun_cli() + "' show relu.onnx > /dev/full)");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(r.output, "graphrun show: error: cannot write to standard output\n");
+  const std::string lenet = testing::source_dir() + "/models/lenet.onnx";
+  if (!std::filesystem::exists(lenet)) GTEST_SKIP() << "models/lenet.onnx is missing";
+  const std::string d = testing::temp_dir("cli_file_size_limit");
+  r = run_command("(ulimit -f 64 && '" + graphrun_cli() + "' grad '" + lenet + "' -o '" + d + "/grad.onnx')");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  EXPECT_NE(r.output.find(d + "/grad.onnx: cannot write: File too large"), std::string::npos) << r.output;
+  EXPECT_TRUE(std::filesystem::is_empty(d)) << "a temporary file was left behind";
 }
 
 // A node name that is not UTF-8 goes into the --profile trace replaced, not as an internal error
