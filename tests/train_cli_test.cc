@@ -114,6 +114,24 @@ TEST(TrainCli, ReplicasOrBatchesThatCannotFitInMemoryAreRefused) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
+// Under an address-space limit too tight for any run (ulimit -v 400 MB), one line before anything
+// starts: it crashed inside oneDNN's first GEMM (SIGSEGV) or aborted in the unwinder.
+TEST(TrainCli, AnAddressSpaceLimitBelowTheFloorIsOneLine) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "sanitizers reserve terabytes of address space: no run starts under ulimit -v";
+#else
+  auto r = testing::run_command("(ulimit -v 400000 && " + testing::graphrun_cli() + " train " + lenet() +
+                                " --epochs 1 --max-steps 1)");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(r.output.rfind("graphrun train: error: the address-space limit (ulimit -v) is 390 MiB: graphrun train "
+                           "needs at least 640 MiB",
+                           0),
+            0u)
+      << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+#endif
+}
+
 TEST(TrainCli, MissingOrCorruptDataIsAnError) {
   if (!std::filesystem::exists(lenet())) GTEST_SKIP() << "models/lenet.onnx is missing";
   std::string d = testing::temp_dir("train_cli_data");

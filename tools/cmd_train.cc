@@ -1,5 +1,7 @@
 // graphrun train: data-parallel training of an ONNX model on Fashion-MNIST, or on the user's own data
 // (.npz, .npy folders, image folders: runtime/data/source.h).
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -245,6 +247,14 @@ int cmd_train(const std::vector<std::string>& argv) {
                                                            : "expected one model file, got " +
                                                                  std::to_string(args.positional().size())));
   auto bad = [&](const std::string& msg) { return Error(args.usage_error(msg)); };
+  // Under a tight address-space limit the failures come from inside libraries (oneDNN's code generator
+  // crashes when its first GEMM cannot map memory, a thread cannot start): below the floor every measured
+  // run needs, one line instead of a crash.
+  rlimit as{};
+  if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY && as.rlim_cur < (rlim_t(640) << 20))
+    throw Error("the address-space limit (ulimit -v) is " + std::to_string(as.rlim_cur >> 20) +
+                " MiB: graphrun train needs at least 640 MiB of address space (threads' stacks, the kernels' "
+                "generated code, the model and its data); raise the limit");
 
   runtime::TrainOptions o;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <cstdio>
 #include <exception>
+#include <mutex>
+#include <system_error>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -79,6 +81,15 @@ int run_command(const std::string& cmd, const std::vector<std::string>& args) {
   } catch (const std::bad_alloc&) {
     mpi::report_error("graphrun " + cmd + ": error: " + where + "out of memory");
     return 2;
+  } catch (const std::system_error& e) {
+    // A thread that cannot start (EAGAIN): the process or address-space limits, not a graphrun bug.
+    if (e.code() != std::errc::resource_unavailable_try_again) {
+      mpi::report_error("graphrun " + cmd + ": internal error: " + where + e.what());
+      return 1;
+    }
+    mpi::report_error("graphrun " + cmd + ": error: " + where + "cannot start a thread (" + e.code().message() +
+                      "): the machine's limits on processes or memory (ulimit -u, ulimit -v) are reached");
+    return 2;
   } catch (const std::exception& e) {
     mpi::report_error("graphrun " + cmd + ": internal error: " + where + e.what());
     return 1;
@@ -102,6 +113,14 @@ int main(int argc, char** argv) {
   // A file that reaches the size limit (ulimit -f) is a write error (EFBIG) that the writer reports in one
   // line and cleans up after, not a silent kill that leaves its temporary file behind.
   std::signal(SIGXFSZ, SIG_IGN);
+  // glibc finds the unwinder (libgcc_s) the first time an exception crosses C code such as pthread_once;
+  // found now, not later under memory pressure, where failing to load it aborts the process ("libgcc_s.so.1
+  // must be installed for unwinding to work", seen when oneDNN's first GEMM failed under ulimit -v).
+  try {
+    static std::once_flag once;
+    std::call_once(once, [] { throw 0; });
+  } catch (int) {
+  }
   int rc = run_command(cmd, args);
   // What was printed must have reached standard output (a full disk, /dev/full): a run whose report was
   // lost does not exit 0.
