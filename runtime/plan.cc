@@ -240,6 +240,7 @@ Plan make_plan(const Graph& model, const PlanOptions& options) {
   // Memory, from the executor's plan and its state.
   const std::set<std::string> params(tg.params.begin(), tg.params.end());
   plan.memory.arena = m.stats.arena_bytes;
+  plan.memory.first_step = m.stats.planning_peak_bytes;
   for (const auto& [name, bytes] : m.state_bytes) {
     if (params.count(name)) plan.memory.params += bytes;
     else if (!tg.training.is_initializer(name)) plan.memory.optimizer += bytes;  // added by add_optimizer
@@ -356,6 +357,7 @@ void print_plan_brief(std::ostream& os, const Plan& p) {
   os << "plan: " << num(p.flops_step / 1e9, 2) << " GFLOP per step; per replica (shard " << p.shard
      << "): arena " << bytes_str(double(m.arena)) << " + parameters " << bytes_str(double(m.params)) << " + optimizer state "
      << bytes_str(double(m.optimizer)) << " + other state " << bytes_str(double(m.other_state)) << " = " << bytes_str(double(m.peak()))
+     << (m.first_step > m.arena ? " (the first step's buffers, " + bytes_str(double(m.first_step)) + ", in place of the arena)" : std::string())
      << "; " << p.buckets.size() << " AllReduce bucket" << (p.buckets.size() == 1 ? "" : "s") << ", "
      << bytes_str(double(p.allreduce_bytes)) << " per step";
   if (p.sync_nodes > 0)
@@ -376,6 +378,7 @@ void print_plan(std::ostream& os, const Plan& p) {
   os << line << "\n";
   os << "memory per replica (the executor's plan for the shard)\n";
   const std::pair<const char*, size_t> rows[] = {{"activations arena", m.arena},
+                                                  {"first step (planning run)", m.first_step},
                                                   {"parameters", m.params},
                                                   {"optimizer state", m.optimizer},
                                                   {"other state", m.other_state},
@@ -385,7 +388,8 @@ void print_plan(std::ostream& os, const Plan& p) {
     os << line;
   }
   os << "  (gradients, " << bytes_str(double(m.grads)) << ", live in the arena; other state: BatchNorm running statistics,\n"
-     << "  frozen parameters)\n\n";
+     << "  frozen parameters; the first step gives each value a buffer of its own until the arena is packed:\n"
+     << "  the peak counts the larger of the two)\n\n";
   os << "AllReduce buckets, in the order the backward pass closes them: " << p.buckets.size() << ", "
      << bytes_str(double(p.allreduce_bytes)) << " per step\n";
   std::snprintf(line, sizeof line, "  %-16s %6s %12s  %-30s", "node", "grads", "bytes", "closed by");
@@ -440,7 +444,8 @@ std::string plan_json(const Plan& p) {
       {"flops_per_replica", p.flops_replica},
       {"memory",
        {{"arena", p.memory.arena}, {"params", p.memory.params}, {"grads", p.memory.grads},
-        {"optimizer", p.memory.optimizer}, {"other_state", p.memory.other_state}, {"peak", p.memory.peak()}}},
+        {"optimizer", p.memory.optimizer}, {"other_state", p.memory.other_state},
+        {"first_step", p.memory.first_step}, {"peak", p.memory.peak()}}},
       {"allreduce_bytes", p.allreduce_bytes},
       {"buckets", buckets},
       {"sync_bn", {{"replica_sum_nodes", p.sync_nodes}, {"bytes", p.sync_bytes}}}};

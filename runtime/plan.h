@@ -1,6 +1,7 @@
 // graphrun plan: a training run on paper. FLOPs per step, the memory a replica plans, the AllReduce
 // buckets, and a step time predicted for N devices from a ring-allreduce cost model (README: graphrun plan).
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <iosfwd>
@@ -82,8 +83,12 @@ struct PlannedMemory {
   size_t grads = 0;        // their gradients (live in the arena while their bucket is reduced)
   size_t optimizer = 0;    // momentum buffers, Adam's m and v
   size_t other_state = 0;  // BatchNorm running statistics, frozen parameters, constants
+  // The first (planning) step: each value gets a buffer of its own until the arena is packed, and on the
+  // CPU they come from one reserved range whose high water this is. It can exceed the arena (LeNet at
+  // batch 60000: by 0.9 GiB), and then it, not the arena, sets the peak.
+  size_t first_step = 0;
   size_t persistent() const { return params + optimizer + other_state; }
-  size_t peak() const { return arena + persistent(); }
+  size_t peak() const { return std::max(arena, first_step) + persistent(); }
 };
 
 struct Plan {

@@ -114,6 +114,9 @@ TEST(Plan, MemoryEqualsWhatTheTrainersExecutorAllocates) {
     o.threads = 1;
     const Plan p = make_plan(model, o);
     EXPECT_EQ(p.memory.arena, real.arena_bytes) << opt;
+    EXPECT_EQ(p.memory.first_step, real.planning_peak_bytes) << opt;
+    EXPECT_GT(p.memory.first_step, 0u) << opt;
+    EXPECT_EQ(p.memory.peak(), std::max(p.memory.arena, p.memory.first_step) + p.memory.persistent()) << opt;
     EXPECT_EQ(p.memory.persistent(), real.persistent_bytes) << opt;
     const size_t per_param = opt == "sgd" ? 0 : opt == "momentum" ? 1 : 2;
     // Adam also keeps a step count (a scalar) per parameter group.
