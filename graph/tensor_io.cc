@@ -1,6 +1,8 @@
 // Tensor files: numpy .npy (format versions 1-3, little-endian, C order) and ONNX TensorProto .pb.
 #include "graph/tensor_io.h"
 
+#include "graph/atomic_file.h"
+
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -24,13 +26,12 @@ std::string read_whole(const std::string& path) {
   return ss.str();
 }
 
+// Whole or not at all (graph/atomic_file.h): a failed write leaves the file as it was.
 void write_whole(const std::string& path, const std::string& head, const void* data, size_t n) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) GR_FAIL(path << ": cannot open for writing");
-  f.write(head.data(), static_cast<std::streamsize>(head.size()));
-  if (n) f.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
-  f.close();
-  if (!f) GR_FAIL(path << ": write error");
+  AtomicFile f(path);
+  f.write(head);
+  if (n) f.write(data, n);
+  f.commit();
 }
 
 struct NpyType {

@@ -291,6 +291,14 @@ TEST(Cli, OutputThatCannotBeWrittenIsAnError) {
   EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
   EXPECT_NE(r.output.find(d + "/grad.onnx: cannot write: File too large"), std::string::npos) << r.output;
   EXPECT_TRUE(std::filesystem::is_empty(d)) << "a temporary file was left behind";
+  // show -o and run's tensors are written whole or not at all too: the file before stays as it was.
+  std::ofstream(d + "/graph.txt") << "old\n";
+  r = run_command("(ulimit -f 1 && '" + graphrun_cli() + "' show '" + lenet + "' -o '" + d + "/graph.txt')");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find(d + "/graph.txt: cannot write: File too large"), std::string::npos) << r.output;
+  std::ifstream old(d + "/graph.txt");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(old), {}), "old\n");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(d), std::filesystem::directory_iterator()), 1);
 }
 
 // A node name that is not UTF-8 goes into the --profile trace replaced, not as an internal error

@@ -1,9 +1,9 @@
 // graphrun show: prints a model (or a graph derived from it) as text, one node a line, or as Graphviz
 // dot; or the pipeline of passes that derives it.
-#include <fstream>
 #include <iostream>
 #include <sstream>
 
+#include "graph/atomic_file.h"
 #include "graph/onnx_io.h"
 #include "graph/printer.h"
 #include "runtime/pipeline.h"
@@ -137,12 +137,7 @@ int cmd_show(const std::vector<std::string>& argv) {
     std::cout << text;
     return 0;
   }
-  const std::string path = args.get("output");
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  GR_CHECK(f, path << ": cannot open for writing");
-  f << text;
-  f.close();
-  GR_CHECK(f, path << ": write error");
+  write_file_atomically(args.get("output"), text);  // whole or not at all; one line naming the file and why
   return 0;
 }
 
