@@ -50,11 +50,11 @@ std::string num(double v, int prec) {
   return b;
 }
 
-// The inputs graphrun train feeds one replica for a shard of n examples of a global batch of B; the
+// The inputs graphrun train feeds one replica for a shard of n examples of the global batch; the
 // model's input gets seeded uniform [0, 1) values, labels class 0 (their values do not change the work).
 // The leading dimension is the shard; other symbolic ones take their sizes from `o` (PlanOptions).
-std::map<std::string, Tensor> shard_inputs(const Graph& g, const TrainingGraphs& tg, int64_t n, int64_t B,
-                                           const PlanOptions& o) {
+std::map<std::string, Tensor> shard_inputs(const Graph& g, const TrainingGraphs& tg, int64_t n, const PlanOptions& o) {
+  const int64_t B = o.batch_size;
   std::map<std::string, Tensor> in;
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(0, 1);
@@ -82,6 +82,13 @@ std::map<std::string, Tensor> shard_inputs(const Graph& g, const TrainingGraphs&
       else if (i == 0) s.push_back(n);
       else if (from_data) s.push_back(example->second[i - 1]);
       else if (!d.param.empty() && o.dims.count(d.param)) s.push_back(o.dims.at(d.param));
+      else if (o.sized_by_data)
+        GR_FAIL("plan: input '" << name << "' has the symbolic dimension '" << (d.param.empty() ? "?" : d.param)
+                                << "' (axis " << i << "), which the training data does not size: that needs an array of "
+                                << vi.shape.size() - 1 << " dimension(s) per example for '" << name << "'"
+                                << (example != o.example_shapes.end()
+                                        ? " (the data's has " + std::to_string(example->second.size()) + ")"
+                                        : " (the data has none)"));
       else if (d.param.empty())
         GR_FAIL("plan: input '" << name << "' has a symbolic dimension without a name (axis " << i
                                 << "): name it when exporting (torch.onnx.export's dynamic_axes) and give its size "
@@ -110,8 +117,8 @@ struct Measured {
 // same fetches and state updates) at shard n: once to plan, then `timed` times, timing every node.
 // `copies` > 1: that many replicas run the timed steps at once on their own threads, as graphrun
 // train's in-process replicas do (they share this machine's cores); the times are replica 0's.
-Measured run_replica(const TrainingGraphs& tg, const DeviceGraph& dg, int64_t n, int64_t B, int threads, int timed,
-                     bool mse, const PlanOptions& o, int copies = 1) {
+Measured run_replica(const TrainingGraphs& tg, const DeviceGraph& dg, int64_t n, int timed, bool mse,
+                     const PlanOptions& o, int copies = 1) {
   Graph g = dg.graph;
   const auto figures = passes::append_step_figures(g, tg.loss, tg.logits, tg.labels, !mse);
   Profiler prof;
@@ -120,7 +127,7 @@ Measured run_replica(const TrainingGraphs& tg, const DeviceGraph& dg, int64_t n,
   for (int c = 0; c < copies; ++c) {
     for (auto& comm : backend_for(Device::Kind::CPU)->make_communicators({Device{}})) comms.push_back(std::move(comm));
     ExecOptions eo;
-    eo.threads = threads;
+    eo.threads = o.threads;
     eo.fetch = mse ? std::vector<std::string>{figures.loss} : std::vector<std::string>{figures.loss, figures.correct};
     eo.state_updates = dg.state_updates;
     eo.comm = comms.back().get();
@@ -129,7 +136,7 @@ Measured run_replica(const TrainingGraphs& tg, const DeviceGraph& dg, int64_t n,
   }
   Executor& exec = *execs[0];
   const ProfileTrack& track = *exec.options().profile;
-  const auto in = shard_inputs(g, tg, n, B, o);
+  const auto in = shard_inputs(g, tg, n, o);
   for (auto& e : execs) e->run(in);
   Measured m;
   m.stats = exec.plan_stats();
@@ -234,8 +241,7 @@ Plan make_plan(const Graph& model, const PlanOptions& options) {
   plan.shard = data::shard(B, options.devices).size[0];
   const bool measure = options.predict && options.device_tflops <= 0;
   const int timed = measure ? std::max(1, options.measure_steps) : 0;
-  Measured m = run_replica(tg, dg, plan.shard, B, options.threads, timed, mse, options,
-                           measure ? std::max(1, options.concurrent) : 1);
+  Measured m = run_replica(tg, dg, plan.shard, timed, mse, options, measure ? std::max(1, options.concurrent) : 1);
 
   // Memory, from the executor's plan and its state.
   const std::set<std::string> params(tg.params.begin(), tg.params.end());
@@ -298,7 +304,7 @@ Plan make_plan(const Graph& model, const PlanOptions& options) {
     // One device on the whole batch is timed too: per-node overheads do not shrink with the shard.
     plan.compute_1 = !options.baseline ? 0
                      : plan.shard == B ? compute_seconds(plan.nodes)
-                                       : compute_seconds(run_replica(tg, dg, B, B, options.threads, timed, mse, options).nodes);
+                                       : compute_seconds(run_replica(tg, dg, B, timed, mse, options).nodes);
     plan.timing = "node times measured on this machine's CPU (" + std::to_string(options.threads) + " thread" +
                   (options.threads > 1 ? "s" : "") + ", mean of " + std::to_string(timed) + " steps" +
                   (options.concurrent > 1 ? ", " + std::to_string(options.concurrent) + " replicas at once" : "") + ")";

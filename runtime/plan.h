@@ -53,6 +53,9 @@ struct PlanOptions {
   // neither is an error naming it: planned at a guessed size, the figures would mean nothing.
   std::map<std::string, Shape> example_shapes;
   std::map<std::string, int64_t> dims;
+  // true: the sizes come from the training data alone (train --plan, cpu:auto), which has no --dims
+  // flag; a dimension the data does not size is then an error about the data.
+  bool sized_by_data = false;
 };
 
 // One node of the replica graph as run (execution order).

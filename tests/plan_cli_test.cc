@@ -144,6 +144,18 @@ TEST(PlanCli, SymbolicDimensionsOtherThanTheBatchAreSizedByDimsOrTheData) {
                                 "/seq.npz --devices cpu:2 --threads 1 --batch-size 4 --max-steps 1 --epochs 1 --plan");
   ASSERT_EQ(t.exit_code, 0) << t.output;
   EXPECT_NE(t.output.find("(shard 2): arena " + t5 + " + "), std::string::npos) << t5 << "\n" << t.output;
+  // Data that cannot size T (x[40, 5]: one dimension per example where the model has two) is named as
+  // such; train has no --dims flag to point to.
+  r = testing::run_command(testing::python() + " -c \"import numpy as np; np.savez('" + d +
+                           "/flat.npz', x=np.zeros((40, 5), np.float32), labels=np.zeros(40, np.int64))\"");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  t = testing::run_command(testing::graphrun_cli() + " train " + m + " --data " + d +
+                           "/flat.npz --devices cpu:2 --threads 1 --batch-size 4 --max-steps 1 --epochs 1 --plan");
+  EXPECT_EQ(t.exit_code, 2) << t.output;
+  EXPECT_NE(t.output.find("input 'x' has the symbolic dimension 'T' (axis 1), which the training data does not "
+                          "size: that needs an array of 2 dimension(s) per example for 'x' (the data's has 1)"),
+            std::string::npos) << t.output;
+  EXPECT_EQ(t.output.find("--dims"), std::string::npos) << t.output;
 }
 
 // --devices cpu:auto times each split of the cores and trains on (plans) the one it names first.

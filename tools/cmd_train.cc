@@ -212,11 +212,11 @@ void note_unreached(const runtime::TrainingGraphs& tg, const std::set<std::strin
   std::cerr << "): not trained, no weight decay, as torch leaves a parameter without a gradient" << std::endl;
 }
 
-// The shapes per example that a source gives the model's inputs (and the labels, under `labels_input`):
-// each input's array by its name, a one-input model's the source's only array besides the targets.
-// What graphrun plan sizes symbolic dimensions by (PlanOptions::example_shapes).
+// The shapes per example that a source gives the model's inputs (and the labels, under the training
+// graph's input "labels"): each input's array by its name, a one-input model's the source's only array
+// besides the targets. What graphrun plan sizes symbolic dimensions by (PlanOptions::example_shapes).
 std::map<std::string, Shape> example_shapes(const Graph& model, const runtime::data::Source& src,
-                                            const std::string& labels, const std::string& labels_input) {
+                                            const std::string& labels) {
   std::map<std::string, Shape> r;
   for (const std::string& in : model.inputs)
     if (const auto* a = src.find(in)) r[in] = a->shape;
@@ -227,7 +227,7 @@ std::map<std::string, Shape> example_shapes(const Graph& model, const runtime::d
       if (a.name != labels) only = &a, ++others;
     if (others == 1) r[model.inputs[0]] = only->shape;
   }
-  if (const auto* t = src.find(labels)) r[labels_input] = t->shape;
+  if (const auto* t = src.find(labels)) r["labels"] = t->shape;
   return r;
 }
 
@@ -458,7 +458,7 @@ int cmd_train(const std::vector<std::string>& argv) {
         for (size_t i = 1; i < vi->shape.size(); ++i) symbolic = symbolic || !vi->shape[i].known();
     if (symbolic) {
       try {
-        data_shapes = example_shapes(model, *runtime::data::open_source(o.data_dir), o.labels, "labels");
+        data_shapes = example_shapes(model, *runtime::data::open_source(o.data_dir), o.labels);
       } catch (const Error&) {
         // The trainer reports what is wrong with the data; the plan then names the dimension it lacks.
       }
@@ -468,6 +468,7 @@ int cmd_train(const std::vector<std::string>& argv) {
     // Each split of the cores into replicas x threads, timed on this model as graphrun plan times it.
     runtime::PlanOptions po;
     po.example_shapes = data_shapes;
+    po.sized_by_data = true;
     po.pipeline = o.pipeline;
     po.pipeline.dump_after.clear();  // the chosen run dumps, not the timing runs
     po.batch_size = o.batch_size;
@@ -505,6 +506,7 @@ int cmd_train(const std::vector<std::string>& argv) {
                                : std::max(1, cores / (static_cast<int>(devices.size()) * runtime::mpi::local_size()));
     po.predict = false;
     po.example_shapes = data_shapes;
+    po.sized_by_data = true;
     runtime::print_plan_brief(std::cout, runtime::make_plan(model, po));
   }
   runtime::Trainer trainer(std::move(model), o);  // the weights as loaded are then held once
