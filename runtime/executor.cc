@@ -801,6 +801,17 @@ void Executor::extend_for_async(const Plan& P, std::vector<int>& last_use, std::
 
 PlanStats Executor::plan_stats() const { return last_ ? last_->stats : PlanStats{}; }
 
+size_t Executor::held_bytes() const {
+  size_t n = 0;
+  for (const auto& p : plans_) n += p->stats.arena_bytes;
+  return n;
+}
+
+void Executor::set_memory_limit(size_t bytes, const std::string& hint) {
+  opts_.memory_limit = bytes;
+  opts_.memory_hint = hint;  // (plans point to this string)
+}
+
 std::map<std::string, std::pair<DType, Shape>> Executor::value_types() const {
   std::map<std::string, std::pair<DType, Shape>> r;
   if (!last_) return r;

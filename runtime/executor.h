@@ -100,6 +100,10 @@ class Executor {
   void set_rng_state(const std::string& state);
   // Stats of the most recently used plan (after at least one run).
   PlanStats plan_stats() const;
+  // The bytes its plans hold between runs (every plan's arena: one per input shape seen).
+  size_t held_bytes() const;
+  // ExecOptions::memory_limit and memory_hint for the plans made from now on (the first run at a shape).
+  void set_memory_limit(size_t bytes, const std::string& hint);
   // Shapes every value had in the most recent run (for printers and tests).
   std::map<std::string, std::pair<DType, Shape>> value_types() const;
 

@@ -222,6 +222,7 @@ class Trainer {
   size_t resident_data_bytes() const;  // what place_data copies to each device that needs a copy
   void share_evaluation_state();
   const Tensor* evaluation_source(int d, const std::string& name);
+  int64_t evaluation_batch();
   // The step loop (trainer_step_loop.cc).
   void worker_loop(int d);
   void run_steps(Replica& r);

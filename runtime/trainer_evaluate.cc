@@ -7,12 +7,14 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <sstream>
 
 #include "graph/passes/add_metrics.h"
 #include "graph/passes/remove_noops.h"
 #include "graph/passes/train_mode.h"
 #include "runtime/comm/mpi.h"
 #include "runtime/pipeline.h"
+#include "runtime/plan.h"
 #include "runtime/run_at_once.h"
 #include "runtime/trainer_parts.h"
 
@@ -189,6 +191,37 @@ void Trainer::share_evaluation_state() {
 
 double Trainer::evaluate() { return evaluate_stats().accuracy; }
 
+// The evaluation's batch (TrainerOptions::eval_batch), and on the CPU its memory limit. Each part runs
+// beside its replica, which keeps its arenas between steps: the part gets what they leave of the
+// replica's share of the activation budget (check_memory). Per example, an inference run needs less
+// than a training step, which keeps every forward activation for the backward pass, and the gradients:
+// the replica's arenas per example of its shard bound it, and the batch shrinks to what that bound
+// fits, so that the first evaluation, after a whole epoch, does not run the machine out of memory.
+int64_t Trainer::evaluation_batch() {
+  int64_t batch = std::max<int64_t>(1, opts_.eval_batch);
+  if (!activation_budget_) return batch;
+  size_t held = 0;
+  for (const auto& r : replicas_) held = std::max(held, r->exec->held_bytes());
+  const size_t left = activation_budget_ > held ? activation_budget_ - held : 0;
+  const int64_t shard = data::shard(opts_.batch_size, total_replicas_).size[0];
+  if (held && shard > 0) {
+    const size_t per_example = (held + static_cast<size_t>(shard) - 1) / static_cast<size_t>(shard);
+    const int64_t fits = std::max<int64_t>(1, static_cast<int64_t>(left / per_example));
+    if (fits < batch) {
+      batch = fits;
+      if (opts_.log && speaks())
+        *opts_.log << "evaluating in batches of " << batch << ", not " << opts_.eval_batch << ": the memory the "
+                   << (replicas_.size() > 1 ? "training replicas leave (each holds " : "training replica leaves (it holds ")
+                   << bytes_str(held) << " for its activations)" << std::endl;
+    }
+  }
+  std::ostringstream hint;
+  hint << "evaluation in batches of " << batch << " beside the training replicas' activations (" << bytes_str(held)
+       << " each); lower --batch-size";
+  for (auto& part : eval_->parts) part.exec->set_memory_limit(std::max<size_t>(left, 1), hint.str());
+  return batch;
+}
+
 // What one replica's copy found over its share of the test set.
 struct PartTotals {
   double correct = 0, loss = 0, sq = 0;
@@ -201,7 +234,8 @@ EvalStats Trainer::evaluate_stats() {
   const int64_t N = test_src_->size();
   st.images = N;
   const int P = static_cast<int>(eval_->parts.size());
-  const int64_t batch = std::max<int64_t>(1, opts_.eval_batch);
+  if (!eval_->batch) eval_->batch = evaluation_batch();
+  const int64_t batch = eval_->batch;
   const Tensor zero = Tensor::scalar<float>(0.f);
   share_evaluation_state();
   for (auto& part : eval_->parts) {

@@ -93,6 +93,7 @@ struct Trainer::Evaluation {
   ExecOptions options;    // and their options, but for the device
   std::string labels, correct_total, loss_total;  // empty with --loss mse: the host sums the errors
   int64_t classes = 0;                            // > 10: top-5 counted on the host from the scores
+  int64_t batch = 0;  // examples per run, chosen at the first evaluation (Trainer::evaluation_batch)
   ProfileTrack* profile = nullptr;  // --profile: the main thread's track
 };
 

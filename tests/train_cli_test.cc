@@ -114,6 +114,37 @@ TEST(TrainCli, ReplicasOrBatchesThatCannotFitInMemoryAreRefused) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
+// The evaluation after an epoch runs beside the replicas' arenas (15.4 MiB each at LeNet's shard of 128):
+// its batch of 128 gets what they leave of the budget. 60 MiB leave too little for 128 test images at the
+// training step's bytes per example, so it evaluates in smaller batches, with the figures of the run with
+// memory to spare (the correct count exactly; the summed loss in another order).
+TEST(TrainCli, EvaluationShrinksItsBatchToTheMemoryTrainingLeaves) {
+  if (!have_data()) GTEST_SKIP() << "Fashion-MNIST is not installed";
+  const std::string d = testing::temp_dir("train_cli_eval_mem");
+  auto run = [&](const std::string& env, const std::string& metrics) {
+    auto r = testing::run_command(env + testing::graphrun_cli() + " train " + lenet() +
+                                  " --devices cpu:2 --epochs 1 --max-steps 30 --optimizer adam --lr 0.003 --metrics " +
+                                  d + "/" + metrics);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    std::ifstream f(d + "/" + metrics);
+    std::string line;
+    std::getline(f, line);
+    return std::make_pair(r.output, line);
+  };
+  const auto [tight, tight_metrics] = run("GRAPHRUN_MEM_AVAILABLE_MB=60 ", "tight.jsonl");
+  const auto [ample, ample_metrics] = run("", "ample.jsonl");
+  EXPECT_NE(tight.find("evaluating in batches of "), std::string::npos) << tight;
+  EXPECT_NE(tight.find(", not 128: the memory the training replicas leave (each holds "), std::string::npos) << tight;
+  EXPECT_EQ(ample.find("evaluating in batches"), std::string::npos) << ample;
+  auto field = [](const std::string& line, const std::string& key) {
+    const size_t at = line.find("\"" + key + "\":");
+    return at == std::string::npos ? -1.0 : std::stod(line.substr(at + key.size() + 3));
+  };
+  EXPECT_GT(field(ample_metrics, "test_acc"), 0.3) << ample_metrics;  // it learned: the counts mean something
+  EXPECT_EQ(field(tight_metrics, "test_acc"), field(ample_metrics, "test_acc")) << tight_metrics << "\n" << ample_metrics;
+  EXPECT_NEAR(field(tight_metrics, "test_loss"), field(ample_metrics, "test_loss"), 1e-5) << tight_metrics;
+}
+
 // Under an address-space limit too tight for any run (ulimit -v 400 MB), one line before anything
 // starts: it crashed inside oneDNN's first GEMM (SIGSEGV) or aborted in the unwinder.
 TEST(TrainCli, AnAddressSpaceLimitBelowTheFloorIsOneLine) {
