@@ -86,6 +86,12 @@ void Profiler::write_trace_file(const std::string& path) const {
 
 void Profiler::finish(const std::string& path, const std::string& phase, std::ostream& os) const {
   write_trace(path);
+  if (windowed()) {
+    os << "profile: steps " << first_step_ << " to " << (last_step_ > 0 ? std::to_string(last_step_) : "the end")
+       << " (--profile-steps)";
+    if (phase_ns(phase) == 0) os << "; the run recorded none of them (it ended before step " << first_step_ << ")";
+    os << "\n";
+  }
   print_table(os, phase);
   os << "profile: wrote " << path << " (open it in Perfetto, ui.perfetto.dev, or chrome://tracing)" << std::endl;
 }

@@ -1,6 +1,7 @@
 // --profile: a timeline of what each thread did (every node's kernel, AllReduce waits, data waits, the
 // optimizer, evaluation), written as a Chrome trace, and a table of the ops by total time.
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -37,14 +38,17 @@ class ProfileTrack {
  public:
   ProfileTrack(Profiler& p, int id, std::string name) : profiler_(&p), id_(id), name_(std::move(name)) {}
   int64_t now() const;  // nanoseconds since the profiler started
-  // `e`'s strings are copied (once per distinct string): they may be temporaries.
+  // `e`'s strings are copied (once per distinct string): they may be temporaries. Nothing while the
+  // track is paused (set_recording(false): a step outside --profile-steps).
   void add(ProfileEvent e) {
+    if (!recording_.load(std::memory_order_relaxed)) return;
     e.name = intern(e.name);
     e.cat = intern(e.cat);
     e.node = intern(e.node);
     events_.push_back(e);
   }
   void add(const char* name, const char* cat, int64_t begin_ns) { add({name, cat, "", begin_ns, now() - begin_ns, 0}); }
+  void set_recording(bool on) { recording_.store(on, std::memory_order_relaxed); }
   int id() const { return id_; }
   const std::string& name() const { return name_; }
   const std::vector<ProfileEvent>& events() const { return events_; }
@@ -58,6 +62,7 @@ class ProfileTrack {
     return *interned_.insert(std::string_view(strings_.back())).first;
   }
   Profiler* profiler_;
+  std::atomic<bool> recording_{true};
   int id_;
   std::string name_;
   std::vector<ProfileEvent> events_;
@@ -80,6 +85,11 @@ class Profiler {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count();
   }
   std::map<std::string, OpTotals> op_totals() const;
+  // --profile-steps FIRST:LAST: the training steps recorded (global, 1-based; last 0: to the end).
+  // The replicas pause their tracks outside it; evaluation's track records throughout.
+  void set_step_window(int64_t first, int64_t last) { first_step_ = first, last_step_ = last; }
+  bool records_step(int64_t step) const { return step >= first_step_ && (last_step_ <= 0 || step <= last_step_); }
+  bool windowed() const { return first_step_ > 1 || last_step_ > 0; }
   // Summed duration of the "phase" events named `phase` ("step" in training, "run" in graphrun run).
   int64_t phase_ns(const std::string& phase) const;
   // The Chrome trace (JSON object format); throws Error naming the file when it cannot be written.
@@ -98,6 +108,7 @@ class Profiler {
  private:
   void write_trace_file(const std::string& path) const;
   std::chrono::steady_clock::time_point start_;
+  int64_t first_step_ = 1, last_step_ = 0;
   mutable std::mutex mu_;
   std::deque<ProfileTrack> tracks_;
 };

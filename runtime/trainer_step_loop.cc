@@ -57,6 +57,7 @@ void Trainer::run_steps(Replica& r) {
   r.feed->begin_epoch(order_, order_gen_, cur_epoch_, seg_begin_);
   int64_t pending = -1;  // the step whose figures are in flight
   for (int64_t s = seg_begin_; s < seg_end_; ++s) {
+    if (r.profile) r.profile->set_recording(opts_.profiler->records_step(step_base_ + s + 1));  // --profile-steps
     {
       ProfileScope wait(r.profile, "wait for peers", "wait");
       if (!peers_allow(r.rank, s)) break;

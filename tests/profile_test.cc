@@ -133,6 +133,62 @@ TEST(Profile, EveryAllReduceHoldsItsWaitAndSum) {
     EXPECT_NE(table.str().find(row), std::string::npos) << row << " missing from\n" << table.str();
 }
 
+// --profile-steps 2:4 over two epochs of 3 steps: the replicas record global steps 2, 3 (epoch 1) and 4
+// (epoch 2) only, every node of each, and nothing of the others; evaluation is recorded at both epochs'
+// ends; the trained bits are those of an unprofiled run.
+TEST(Profile, AStepWindowRecordsThoseStepsOnly) {
+  REQUIRE_LENET_AND_DATA();
+  const Graph model = load_onnx(testing::lenet_path());
+  runtime::TrainOptions o = small_run();
+  o.epochs = 2;
+  Profiler prof;
+  prof.set_step_window(2, 4);
+  o.profiler = &prof;
+  runtime::Trainer t(model, o);
+  t.fit();
+  std::map<std::string, int64_t> want;
+  for (int d = 0; d < t.replicas(); ++d)
+    for (const auto& [op, c] : node_counts(t.replica(d).graph())) want[op] += c * 3;
+  std::map<std::string, int64_t> counts;
+  for (const auto& [op, tot] : prof.op_totals()) counts[op] = tot.count;
+  EXPECT_EQ(counts, want);
+  std::map<std::string, std::map<std::string, int>> named;  // track -> event name -> count
+  int64_t first_step = -1, last_end = 0;
+  prof.for_each_track([&](const runtime::ProfileTrack& tr) {
+    for (const auto& e : tr.events()) {
+      ++named[tr.name()][std::string(e.name)];
+      if (e.name == "step" && tr.name().rfind("replica 0", 0) == 0) {
+        if (first_step < 0) first_step = e.begin_ns;
+        last_end = e.begin_ns + e.dur_ns;
+      }
+    }
+  });
+  for (const char* r : {"replica 0 (cpu:0)", "replica 1 (cpu:1)"}) {
+    EXPECT_EQ(named[r]["step"], 3) << r;
+    EXPECT_EQ(named[r]["data"], 3) << r;
+    EXPECT_EQ(named[r]["optimizer"], 3) << r;
+  }
+  EXPECT_EQ(named["main (evaluation)"]["evaluate"], 2);
+  // The first epoch's evaluation falls inside the window's span on the timeline (between steps 3 and 4).
+  int evaluations_inside = 0;
+  prof.for_each_track([&](const runtime::ProfileTrack& tr) {
+    for (const auto& e : tr.events())
+      if (e.name == "evaluate") evaluations_inside += e.begin_ns > first_step && e.begin_ns < last_end;
+  });
+  EXPECT_EQ(evaluations_inside, 1);
+  std::ostringstream out;
+  prof.finish(testing::temp_dir("profile_window") + "/trace.json", "step", out);
+  EXPECT_NE(out.str().find("profile: steps 2 to 4 (--profile-steps)\n"), std::string::npos) << out.str();
+  o.profiler = nullptr;
+  const auto off = testing::states_after_fit(model, o);
+  const auto on = testing::replica_states(t);
+  ASSERT_EQ(on.size(), off.size());
+  for (const auto& [name, v] : off) {
+    ASSERT_TRUE(on.count(name)) << name;
+    EXPECT_EQ(std::memcmp(v.raw(), on.at(name).raw(), v.nbytes()), 0) << name;
+  }
+}
+
 TEST(Profile, ProfilingChangesNoTrainedBit) {
   REQUIRE_LENET_AND_DATA();
   const Graph model = load_onnx(testing::lenet_path());
@@ -164,6 +220,28 @@ TEST(Profile, FlopsFromShapes) {
   EXPECT_DOUBLE_EQ(runtime::kernel_flops(gemm, {&at, &b}, &c), 2.0 * 5 * 7 * 3);
   Node relu{"r", "Relu", "", {"x"}, {"y"}, {}};
   EXPECT_EQ(runtime::kernel_flops(relu, {&x}, &x), 0);
+}
+
+// train --profile-steps: a window that is not FIRST:LAST, or without --profile, is one line (exit 2);
+// one the run never reaches says so above the (empty) table.
+TEST(Profile, TrainProfileStepsFlag) {
+  REQUIRE_LENET_AND_DATA();
+  const std::string dir = testing::temp_dir("profile_steps_cli");
+  const std::string train = testing::graphrun_cli() + " train " + testing::lenet_path() + " --epochs 1 --max-steps 3";
+  for (const std::string& w : {"0:3", "5:2", "3", "x:", ":4"}) {
+    const auto r = testing::run_command(train + " --profile " + dir + "/t.json --profile-steps " + w);
+    EXPECT_EQ(r.exit_code, 2) << w << ": " << r.output;
+    EXPECT_NE(r.output.find("--profile-steps: '" + w + "' is not FIRST:LAST"), std::string::npos) << r.output;
+  }
+  auto r = testing::run_command(train + " --profile-steps 2:3");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--profile-steps needs --profile FILE"), std::string::npos) << r.output;
+  r = testing::run_command(train + " --profile " + dir + "/t.json --profile-steps 10:");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("profile: steps 10 to the end (--profile-steps); the run recorded none of them (it ended "
+                          "before step 10)"),
+            std::string::npos)
+      << r.output;
 }
 
 // graphrun run --profile: the trace holds one kernel event per node, the table prints.

@@ -126,6 +126,10 @@ const Command& train_command() {
                               "                            under MPI rank k>0 writes FILE.rankK\n"
                               "                            GRAPHRUN_SKIP_PASSES=fuse_relu_epilogue,... leaves executor-only\n"
                               "                            passes out, to measure what each saves"},
+          {"profile-steps", "FIRST:LAST", "with --profile: record training steps FIRST to LAST only (global,\n"
+                                          "                            from 1; 'FIRST:' to the end), as torch.profiler's schedule;\n"
+                                          "                            evaluation is recorded throughout. E.g. 2:21 skips the\n"
+                                          "                            first (planning) step and keeps a long run's trace small"},
           {"plan", "", "first print the plan of the run (graphrun plan, without its prediction): FLOPs per\n"
                        "                            step, memory per replica, AllReduce buckets; costs one extra step"},
           {"float64", "", "train a float64 copy of the model (as graphrun check makes it: f32 weights,\n"
@@ -429,10 +433,25 @@ int cmd_train(const std::vector<std::string>& argv) {
       if (!path.empty()) check_output_path(flag, path);
   if (speaks && !o.checkpoint_dir.empty()) check_checkpoint_dir(o.checkpoint_dir, o.resume);
   std::unique_ptr<runtime::Profiler> profiler;
+  if (args.has("profile-steps") && profile_path.empty()) throw bad("--profile-steps needs --profile FILE");
   if (!profile_path.empty()) {
     check_output_path("--profile", profile_path);
     profiler = std::make_unique<runtime::Profiler>();
     o.profiler = profiler.get();
+    if (args.has("profile-steps")) {
+      const std::string w = args.get("profile-steps");
+      const size_t colon = w.find(':');
+      auto number = [](const std::string& t) -> int64_t {
+        if (t.empty() || t.size() > 12 || t.find_first_not_of("0123456789") != std::string::npos) return -1;
+        return std::stoll(t);
+      };
+      const int64_t first = colon == std::string::npos ? -1 : number(w.substr(0, colon));
+      const std::string rest = colon == std::string::npos ? "" : w.substr(colon + 1);
+      const int64_t last = rest.empty() ? 0 : number(rest);
+      if (first < 1 || last < 0 || (last > 0 && last < first))
+        throw bad("--profile-steps: '" + w + "' is not FIRST:LAST (steps from 1, LAST >= FIRST) or FIRST:");
+      profiler->set_step_window(first, last);
+    }
   }
   auto finish_profile = [&] {
     if (!profiler) return;
