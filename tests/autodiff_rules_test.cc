@@ -1034,6 +1034,73 @@ TEST(GradRules, TopKValues) {
         }
 }
 
+// Mod on floats (fmod 1): dA = dY, dB = -dY * trunc(A / B), B broadcast. A / B keeps 0.3 or 0.6 away
+// from an integer (where Mod jumps) and takes both signs.
+TEST(GradRules, ModOnFloats) {
+  Tensor a(DType::F64, {3, 4}), b(DType::F64, {4});
+  const double bs[] = {0.7, -1.3, 2.1, -0.45};
+  for (int j = 0; j < 4; ++j) b.data<double>()[j] = bs[j];
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 4; ++j) a.data<double>()[i * 4 + j] = bs[j] * ((i - 1) * 2 + ((i + j) % 2 ? 0.3 : 0.6) - j % 3);
+  for (int64_t opset : {10, 13})
+    for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly, ShapeInfo::None}) {
+      SCOPED_TRACE("opset " + std::to_string(opset));
+      TestGraph t(opset);
+      std::string x = t.param("a", a.clone()), y = t.param("b", b.clone());
+      check_gradients(t, t.node("Mod", {x, y}, {{"fmod", A::Int(1)}}), shapes(si));
+    }
+}
+
+// Compress with an axis (a condition shorter than the axis too) and without one (flattened): dY lands
+// on the kept slices, zeros elsewhere. Scatter before opset 11.
+TEST(GradRules, CompressWithAndWithoutAxis) {
+  auto cond = [](std::vector<int> v) {
+    Tensor c(DType::Bool, {static_cast<int64_t>(v.size())});
+    for (size_t i = 0; i < v.size(); ++i) c.data<bool>()[i] = v[i] != 0;
+    return c;
+  };
+  for (int64_t opset : {9, 11, 13})
+    for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly, ShapeInfo::None}) {
+      SCOPED_TRACE("opset " + std::to_string(opset));
+      for (int64_t axis : {0, 1, -1}) {
+        TestGraph t(opset);
+        std::string x = t.param("x", {3, 5}, 1);
+        t.g.initializers["c"] = axis == 0 ? cond({1, 0, 1}) : cond({0, 1, 1, 0});  // 4 of 5 columns covered
+        Graph bg = check_gradients(t, t.node("Compress", {x, "c"}, {{"axis", A::Int(axis)}}), shapes(si));
+        EXPECT_EQ(count_ops(bg, opset >= 11 ? "ScatterElements" : "Scatter"), 1);
+      }
+      TestGraph t(opset);
+      std::string x = t.param("x", {2, 3}, 2);
+      t.g.initializers["c"] = cond({1, 0, 0, 1, 1});
+      check_gradients(t, t.node("Compress", {x, "c"}), shapes(si));
+    }
+}
+
+// ReverseSequence, time-major and batch-major, lengths from 1 to the full length.
+TEST(GradRules, ReverseSequenceBothLayouts) {
+  for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly, ShapeInfo::None})
+    for (int batch_axis = 0; batch_axis < 2; ++batch_axis) {
+      TestGraph t(13);
+      const Shape s = batch_axis ? Shape{4, 3, 2} : Shape{3, 4, 2};  // time 4, batch 3
+      std::string x = t.param("x", s, 1);
+      t.g.initializers["len"] = i64s({4, 1, 3});
+      check_gradients(t, t.node("ReverseSequence", {x, "len"},
+                                {{"batch_axis", A::Int(batch_axis)}, {"time_axis", A::Int(1 - batch_axis)}}),
+                      shapes(si));
+    }
+}
+
+// Scatter (opset 9/10): ScatterElements' old name, the same gradients.
+TEST(GradRules, ScatterBeforeOpset11) {
+  for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly, ShapeInfo::None}) {
+    TestGraph t(10);
+    std::string d = t.param("data", {3, 4}, 1), u = t.param("upd", {2, 4}, 2);
+    t.g.initializers["idx"] = i64s({1, 0, 2, 0, 2, 2, 1, 1}, {2, 4});
+    Graph bg = check_gradients(t, t.node("Scatter", {d, "idx", u}, {{"axis", A::Int(0)}}), shapes(si));
+    EXPECT_EQ(count_ops(bg, "ScatterElements"), 0);
+  }
+}
+
 // ReduceProd with no, one and two zeros in a group: the product of the others, never 0/0.
 TEST(GradRules, ReduceProdThroughZeros) {
   Tensor x0 = random_f64({2, 3, 4}, 1, 0.5, 1.5);

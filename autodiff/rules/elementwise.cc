@@ -46,6 +46,17 @@ void div_grad(GradContext& ctx) {
   }
 }
 
+// Y = Mod(A, B) = A - B * q with q = trunc(A / B) (fmod 1, C's fmod) or floor(A / B) (fmod 0, Python's %):
+// q is piecewise constant, so dA = dY and dB = -dY * q, with q = (A - Y) / B from the forward Y (torch's
+// fmod and remainder have the same gradients). Integer Mod carries none (its inputs need none).
+void mod_grad(GradContext& ctx) {
+  if (ctx.needs(0)) set_reduced(ctx, 0, ctx.dy());
+  if (ctx.needs(1)) {
+    const std::string q = ctx.op("Div", {ctx.op("Sub", {ctx.in(0), ctx.out(0)}), ctx.in(1)});
+    ctx.set_dx(1, ctx.op("Neg", {ctx.reduce_to(mul(ctx, ctx.dy(), q), ctx.out(0), ctx.in(1))}));
+  }
+}
+
 // Y = A ^ B: dA = dY * B * A^(B-1), dB = dY * Y * log(A).
 void pow_grad(GradContext& ctx) {
   const std::string &a = ctx.in(0), &b = ctx.in(1);
@@ -299,6 +310,7 @@ GR_REGISTER_OPS(elementwise) {
   ops.op("Mul").gradient(mul_grad);
   ops.op("Div").gradient(div_grad);
   ops.op("Pow").gradient(pow_grad);
+  ops.op("Mod").gradient(mod_grad);
   ops.op("Neg").gradient(neg_grad);
   ops.op("Relu").gradient(relu_grad);
   ops.op("LeakyRelu").gradient(leaky_relu_grad);

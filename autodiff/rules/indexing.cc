@@ -2,7 +2,9 @@
 // reduction add from opset 16, ai.graphrun GatherElementsGrad before), ScatterElements and ScatterND
 // (reduction none or add: data's gradient is dY with the overwritten positions zeroed, the
 // updates' the gather of dY at the indices), GatherND (ScatterND with reduction add from opset 16,
-// ai.graphrun GatherNDGrad before) and TopK's values (dY written back at the indices along the axis). Indices carry no gradient.
+// ai.graphrun GatherNDGrad before), TopK's values (dY written back at the indices along the axis), Compress
+// (dY written back where the condition holds), ReverseSequence (reversed again) and the old Scatter.
+// Indices and conditions carry no gradient.
 #include "autodiff/rules/rules.h"
 
 namespace graphrun::autodiff {
@@ -62,6 +64,48 @@ void topk_grad(GradContext& ctx) {
                        {{"axis", Attribute::Int(ctx.fwd().attr_i("axis", -1))}}));
 }
 
+// Compress: Y = the slices of X along `axis` (of flattened X without one) where the condition holds,
+// in order. dX = zeros with dY written back there: ScatterElements (Scatter before opset 11) at the
+// positions NonZero(condition) gives, broadcast over the other axes. They are distinct, so writing
+// (no reduction) is exact; positions the condition does not cover, or covers with false, get zero.
+void compress_grad(GradContext& ctx) {
+  if (!ctx.needs(0) || ctx.dy().empty()) return;
+  const Node& n = ctx.fwd();
+  const std::string& x = ctx.in(0);
+  const bool has_axis = n.has_attr("axis");
+  const int r = has_axis ? ctx.rank(x) : 1;
+  GR_CHECK(r >= 1, n.describe() << ": the Compress gradient needs the rank of '" << x << "'");
+  const int64_t axis = has_axis ? norm_axis(n.attr_i("axis", 0), r, n) : 0;
+  const std::string scatter = ctx.opset() >= 11 ? "ScatterElements" : "Scatter";
+  std::vector<int64_t> view(static_cast<size_t>(r), 1);
+  view[static_cast<size_t>(axis)] = -1;
+  const std::string picked = ctx.reshape(ctx.op("NonZero", {ctx.in(1)}), ctx.ints(view));  // [1.., K, ..1]
+  const std::string idx = ctx.op("Expand", {picked, ctx.op("Shape", {ctx.dy()})});
+  const std::string base = has_axis ? x : ctx.reshape(x, ctx.ints({-1}));
+  const std::string d = ctx.op(scatter, {ctx.zeros_like(base), idx, ctx.dy()}, {{"axis", Attribute::Int(axis)}});
+  ctx.set_dx(0, has_axis ? d : ctx.reshape(d, ctx.shape_of(x)));
+}
+
+// ReverseSequence reverses the first sequence_lens[b] steps of each batch entry b: a permutation that is
+// its own inverse, so dX is dY reversed the same way.
+void reverse_sequence_grad(GradContext& ctx) {
+  if (!ctx.needs(0) || ctx.dy().empty()) return;
+  const Node& n = ctx.fwd();
+  ctx.set_dx(0, ctx.op("ReverseSequence", {ctx.dy(), ctx.in(1)},
+                       {{"batch_axis", Attribute::Int(n.attr_i("batch_axis", 1))},
+                        {"time_axis", Attribute::Int(n.attr_i("time_axis", 0))}}));
+}
+
+// Scatter (opsets 9 and 10; ScatterElements' name before opset 11): the same rule, with Scatter and
+// GatherElements.
+void scatter_old_grad(GradContext& ctx) {
+  const Node& n = ctx.fwd();
+  if (ctx.dy().empty() || (!ctx.needs(0) && !ctx.needs(2))) return;
+  const std::map<std::string, Attribute> axis{{"axis", Attribute::Int(n.attr_i("axis", 0))}};
+  if (ctx.needs(0)) ctx.set_dx(0, ctx.op("Scatter", {ctx.dy(), ctx.in(1), ctx.zeros_like(ctx.in(2))}, axis));
+  if (ctx.needs(2)) ctx.set_dx(2, ctx.op("GatherElements", {ctx.dy(), ctx.in(1)}, axis));
+}
+
 void scatter_elements_grad(GradContext& ctx) { scatter_grad(ctx, true); }
 void scatter_nd_grad(GradContext& ctx) { scatter_grad(ctx, false); }
 
@@ -73,6 +117,9 @@ GR_REGISTER_OPS(indexing) {
   ops.op("ScatterND").gradient(scatter_nd_grad);
   ops.op("GatherND").gradient(gather_nd_grad);
   ops.op("TopK").gradient(topk_grad).output_dtype(1, DType::I64);
+  ops.op("Compress").gradient(compress_grad);
+  ops.op("ReverseSequence").gradient(reverse_sequence_grad);
+  ops.op("Scatter").gradient(scatter_old_grad);
 }
 
 }  // namespace graphrun::autodiff

@@ -22,4 +22,12 @@ struct RuleEntry {
 // error naming op and node.
 const std::unordered_map<std::string, RuleEntry>& gradient_rules();
 
+// A node's axis attribute in [0, rank): negative counts from the end; an error naming the node when the
+// rank is unknown (-1) or the axis outside it.
+inline int64_t norm_axis(int64_t axis, int rank, const Node& n) {
+  int64_t a = axis < 0 ? axis + rank : axis;
+  GR_CHECK(rank >= 0 && a >= 0 && a < (rank > 1 ? rank : 1), n.describe() << ": axis " << axis << " needs a known rank");
+  return a;
+}
+
 }  // namespace graphrun::autodiff

@@ -12,12 +12,6 @@ namespace graphrun::autodiff {
 
 namespace {
 
-int64_t norm_axis(int64_t axis, int rank, const Node& n) {
-  int64_t a = axis < 0 ? axis + rank : axis;
-  GR_CHECK(rank >= 0 && a >= 0 && a < std::max(rank, 1), n.describe() << ": axis " << axis << " needs a known rank");
-  return a;
-}
-
 int64_t static_dim(GradContext& ctx, const std::string& v, int64_t axis, const char* why) {
   const ValueInfo* vi = ctx.info(v);
   Shape s;
