@@ -89,7 +89,7 @@ void Profiler::finish(const std::string& path, const std::string& phase, std::os
   if (windowed()) {
     os << "profile: steps " << first_step_ << " to " << (last_step_ > 0 ? std::to_string(last_step_) : "the end")
        << " (--profile-steps)";
-    if (phase_ns(phase) == 0) os << "; the run recorded none of them (it ended before step " << first_step_ << ")";
+    if (phase_ns(phase) == 0) os << "; the run trained none of them";
     os << "\n";
   }
   print_table(os, phase);

@@ -194,6 +194,7 @@ TEST(CheckCli, UnloadableModelAndBadFlagsExit2) {
   }
   for (const std::string& args : {dir + "/missing.onnx", dir + "/junk.onnx", std::string(""),
                                   make_model(dir, "ok", kTrainable) + " --directions 0",
+                                  make_model(dir, "ok", kTrainable) + " --directions 4294967297",  // not 1 as an int
                                   make_model(dir, "ok", kTrainable) + " --nope"}) {
     auto r = run_command(graphrun_cli() + " check " + args);
     EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;

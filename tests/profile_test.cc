@@ -238,8 +238,7 @@ TEST(Profile, TrainProfileStepsFlag) {
   EXPECT_NE(r.output.find("--profile-steps needs --profile FILE"), std::string::npos) << r.output;
   r = testing::run_command(train + " --profile " + dir + "/t.json --profile-steps 10:");
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("profile: steps 10 to the end (--profile-steps); the run recorded none of them (it ended "
-                          "before step 10)"),
+  EXPECT_NE(r.output.find("profile: steps 10 to the end (--profile-steps); the run trained none of them\n"),
             std::string::npos)
       << r.output;
 }

@@ -262,6 +262,10 @@ TEST(TrainerResume, CliRefusesCorruptAndForeignCheckpoints) {
     EXPECT_EQ(r.exit_code, 2) << bad << "\n" << r.output;
     EXPECT_NE(r.output.find("--checkpoint-dir"), std::string::npos) << bad << "\n" << r.output;
   }
+  // 2^32 + 1 is checked as given: narrowed to an int first it was 1, and kept one checkpoint.
+  r = testing::run_command(cli + lenet_path() + common + dir + "/k --keep-checkpoints 4294967297");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--keep-checkpoints must be in 1..1000000, got 4294967297"), std::string::npos) << r.output;
 }
 
 }  // namespace

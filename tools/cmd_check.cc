@@ -268,8 +268,9 @@ int cmd_check(const std::vector<std::string>& argv) {
     throw Error(args.usage_error(args.positional().empty() ? "no model given"
                                                            : "expected one model file, got " +
                                                                  std::to_string(args.positional().size())));
-  const int directions = static_cast<int>(args.get_int("directions", 3));
-  if (directions < 1 || directions > 100) throw Error(args.usage_error("--directions must be in 1..100"));
+  const int64_t directions64 = args.get_int("directions", 3);  // (checked before it narrows to int)
+  if (directions64 < 1 || directions64 > 100) throw Error(args.usage_error("--directions must be in 1..100"));
+  const int directions = static_cast<int>(directions64);
   const uint64_t seed = static_cast<uint64_t>(args.get_int("seed", 1));
   const double smoothing = args.has("label-smoothing") ? parse_label_smoothing(args, autodiff::LossKind::CrossEntropy) : -1;
   const std::map<std::string, int64_t> dims = parse_dims(args);

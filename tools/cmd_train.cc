@@ -388,9 +388,10 @@ int cmd_train(const std::vector<std::string>& argv) {
   o.checkpoint_every = args.get_int("checkpoint-every", 0);
   if (o.checkpoint_every < 0) throw bad("--checkpoint-every must be >= 0, got " + args.get("checkpoint-every"));
   if (o.checkpoint_every > 0 && o.checkpoint_dir.empty()) throw bad("--checkpoint-every needs --checkpoint-dir");
-  o.keep_checkpoints = static_cast<int>(args.get_int("keep-checkpoints", 3));
-  if (o.keep_checkpoints < 1 || o.keep_checkpoints > 1000000)
-    throw bad("--keep-checkpoints must be at least 1, got " + args.get("keep-checkpoints"));
+  const int64_t keep = args.get_int("keep-checkpoints", 3);  // (checked before it narrows to int)
+  if (keep < 1 || keep > 1000000)
+    throw bad("--keep-checkpoints must be in 1..1000000, got " + args.get("keep-checkpoints"));
+  o.keep_checkpoints = static_cast<int>(keep);
   if (args.has("keep-checkpoints") && o.checkpoint_dir.empty()) throw bad("--keep-checkpoints needs --checkpoint-dir");
   o.resume = args.has("resume");
   if (o.resume && o.checkpoint_dir.empty()) throw bad("--resume needs --checkpoint-dir DIR");
