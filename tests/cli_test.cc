@@ -265,6 +265,15 @@ TEST(Cli, OutputsNeverDestroyInputsAndAreCheckedFirst) {
   expect_one_line_error("train relu.onnx --metrics relu.onnx", {"--metrics relu.onnx is the model"});
   expect_one_line_error("train relu.onnx --data x.npy --profile x.npy", {"--profile x.npy is --data's file"});
   expect_one_line_error("train relu.onnx --save s.onnx --metrics s.onnx", {"--metrics and --save name the same file"});
+  // A file inside a --data folder (the test labels of an MNIST folder, say), at any depth.
+  std::filesystem::create_directories(data_dir() + "/dfolder/sub");
+  std::ofstream(data_dir() + "/dfolder/sub/t10k-labels-idx1-ubyte.gz") << "labels\n";
+  expect_one_line_error("train relu.onnx --data dfolder --metrics dfolder/sub/t10k-labels-idx1-ubyte.gz",
+                        {"--metrics dfolder/sub/t10k-labels-idx1-ubyte.gz is a file in --data's folder dfolder, which "
+                         "this command reads: writing it could destroy the data"});
+  expect_one_line_error("train relu.onnx --data x.npy --test-data ./dfolder --save dfolder/sub/t10k-labels-idx1-ubyte.gz",
+                        {"is a file in --test-data's folder ./dfolder"});
+  EXPECT_EQ(bytes("dfolder/sub/t10k-labels-idx1-ubyte.gz"), "labels\n");
   EXPECT_EQ(bytes("relu.onnx"), relu);
   EXPECT_EQ(bytes("x.npy").size(), 152u);
   expect_one_line_error("train relu.onnx --save nodir/s.onnx", {"--save nodir/s.onnx: cannot write there", "no directory 'nodir'"});

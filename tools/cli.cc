@@ -242,7 +242,22 @@ void check_distinct_paths(const std::vector<PathUse>& inputs, const std::vector<
     if (outputs[i].path.empty()) continue;
     const std::string o = key(outputs[i].path);
     for (const PathUse& in : inputs) {
-      if (in.path.empty() || key(in.path) != o) continue;
+      if (in.path.empty()) continue;
+      // A folder of data (--data DIR): an output that would replace a file in it (at any depth) could
+      // destroy what the command reads, the test labels of a dataset for instance.
+      std::error_code ec;
+      const bool model_kept = std::find(may_replace.begin(), may_replace.end(), outputs[i].flag) != may_replace.end() &&
+                              std::any_of(inputs.begin(), inputs.end(), [&](const PathUse& m) {
+                                return m.flag == "the model" && !m.path.empty() && key(m.path) == o;
+                              });
+      if (!model_kept && fs::is_directory(in.path, ec) && fs::exists(outputs[i].path, ec) &&
+          !fs::is_directory(outputs[i].path, ec)) {
+        const std::string dir = key(in.path) + "/";
+        if (o.compare(0, dir.size(), dir) == 0)
+          throw Error(outputs[i].flag + " " + outputs[i].path + " is a file in " + in.flag + "'s folder " + in.path +
+                      ", which this command reads: writing it could destroy the data; give a path outside it");
+      }
+      if (key(in.path) != o) continue;
       if (in.flag == "the model" &&
           std::find(may_replace.begin(), may_replace.end(), outputs[i].flag) != may_replace.end())
         continue;

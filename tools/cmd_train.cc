@@ -427,7 +427,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   std::string profile_path = args.get("profile");
   if (!profile_path.empty() && !speaks) profile_path += ".rank" + std::to_string(runtime::mpi::rank());
   // Output files: never one this command reads, checked writable now (unchanged), not after training.
-  check_distinct_paths({{"the model", args.positional()[0]}, {"--data", args.get("data")}, {"--test-data", o.test_data}},
+  check_distinct_paths({{"the model", args.positional()[0]}, {"--data", o.data_dir}, {"--test-data", o.test_data}},
                        {{"--save", o.save_path}, {"--metrics", o.metrics_path}, {"--profile", profile_path}}, {"--save"});
   if (speaks)
     for (const auto& [flag, path] : {std::pair{"--save", o.save_path}, std::pair{"--metrics", o.metrics_path}})
