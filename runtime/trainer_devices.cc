@@ -159,6 +159,11 @@ Trainer::Trainer(Graph model, TrainOptions opts) : opts_(std::move(opts)) {
   check_options();
   check_world_agrees(model);
   load_data(model);
+  // Every replica needs an example of each step: fewer examples than replicas would train no step at all.
+  GR_CHECK(opts_.test_only || train_src_->size() >= total_replicas_,
+           "the training data (" << train_src_->describe() << ") has " << train_src_->size() << " example" << (train_src_->size() == 1 ? "" : "s")
+                                    << ", fewer than the " << total_replicas_
+                                    << " replicas: each needs at least one per step (train on fewer replicas)");
   set_schedule();
   PipelineOptions po = opts_.pipeline;
   po.executor_passes = true;  // the replicas run the executor's graph; nothing here is exported

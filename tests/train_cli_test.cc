@@ -145,6 +145,23 @@ TEST(TrainCli, EvaluationShrinksItsBatchToTheMemoryTrainingLeaves) {
   EXPECT_NEAR(field(tight_metrics, "test_loss"), field(ample_metrics, "test_loss"), 1e-5) << tight_metrics;
 }
 
+// Fewer training examples than replicas: no step could give each replica one, so it is one line (it
+// trained no step, printed loss 0.0000 and saved the model unchanged, exit 0).
+TEST(TrainCli, FewerExamplesThanReplicasIsAnError) {
+  const std::string d = testing::temp_dir("train_cli_one_example");
+  auto r = testing::run_command(testing::python() + " -c \"import numpy as np; "
+                                "np.savez('" + d + "/one.npz', x=np.zeros((1, 1, 28, 28), np.float32), labels=np.zeros(1, np.int64)); "
+                                "np.savez('" + d + "/two.npz', x=np.zeros((2, 1, 28, 28), np.float32), labels=np.zeros(2, np.int64))\"");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string base = testing::graphrun_cli() + " train " + lenet() + " --devices cpu:2 --epochs 1 --test-data " + d + "/two.npz";
+  r = testing::run_command(base + " --data " + d + "/one.npz --save " + d + "/s.onnx");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("one.npz') has 1 example, fewer than the 2 replicas"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(d + "/s.onnx"));
+  r = testing::run_command(base + " --data " + d + "/two.npz");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
 // Under an address-space limit too tight for any run (ulimit -v 400 MB), one line before anything
 // starts: it crashed inside oneDNN's first GEMM (SIGSEGV) or aborted in the unwinder.
 TEST(TrainCli, AnAddressSpaceLimitBelowTheFloorIsOneLine) {
