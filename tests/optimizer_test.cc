@@ -84,7 +84,10 @@ double optimizer_vs_torch(const passes::OptimizerOptions& opt, const std::string
   eo.fetch = {};
   runtime::Executor ex(reps[0].graph, eo);
 
-  const std::string dir = testing::temp_dir("optim_vs_torch_" + opt.kind + (f64 ? "_f64" : ""));
+  // A folder per test (ctest runs tests at once, and two of them compare SGD in float64).
+  const std::string dir = testing::temp_dir(std::string("optim_vs_torch_") +
+                                            ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" +
+                                            opt.kind + (f64 ? "_f64" : ""));
   {
     std::ofstream f(dir + "/in.txt");
     write_tensor(f, w0);
