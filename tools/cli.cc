@@ -241,26 +241,26 @@ void check_distinct_paths(const std::vector<PathUse>& inputs, const std::vector<
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (outputs[i].path.empty()) continue;
     const std::string o = key(outputs[i].path);
+    const bool may_be_model =
+        std::find(may_replace.begin(), may_replace.end(), outputs[i].flag) != may_replace.end();
+    const bool model_kept = may_be_model && std::any_of(inputs.begin(), inputs.end(), [&](const PathUse& m) {
+                              return m.flag == "the model" && !m.path.empty() && key(m.path) == o;
+                            });
+    std::error_code ec;
+    // A file the output would replace (not a folder, nor the model it may replace).
+    const bool replaces_file = !model_kept && fs::exists(outputs[i].path, ec) && !fs::is_directory(outputs[i].path, ec);
     for (const PathUse& in : inputs) {
       if (in.path.empty()) continue;
       // A folder of data (--data DIR): an output that would replace a file in it (at any depth) could
       // destroy what the command reads, the test labels of a dataset for instance.
-      std::error_code ec;
-      const bool model_kept = std::find(may_replace.begin(), may_replace.end(), outputs[i].flag) != may_replace.end() &&
-                              std::any_of(inputs.begin(), inputs.end(), [&](const PathUse& m) {
-                                return m.flag == "the model" && !m.path.empty() && key(m.path) == o;
-                              });
-      if (!model_kept && fs::is_directory(in.path, ec) && fs::exists(outputs[i].path, ec) &&
-          !fs::is_directory(outputs[i].path, ec)) {
+      if (replaces_file && fs::is_directory(in.path, ec)) {
         const std::string dir = key(in.path) + "/";
         if (o.compare(0, dir.size(), dir) == 0)
           throw Error(outputs[i].flag + " " + outputs[i].path + " is a file in " + in.flag + "'s folder " + in.path +
                       ", which this command reads: writing it could destroy the data; give a path outside it");
       }
       if (key(in.path) != o) continue;
-      if (in.flag == "the model" &&
-          std::find(may_replace.begin(), may_replace.end(), outputs[i].flag) != may_replace.end())
-        continue;
+      if (in.flag == "the model" && may_be_model) continue;
       throw Error(outputs[i].flag + " " + outputs[i].path + " is " +
                   (in.flag == "the model" ? std::string("the model") : in.flag + "'s file") +
                   " this command reads: writing it would destroy it; give another file");

@@ -22,8 +22,9 @@ void gather_elements_grad(GradContext& ctx) {
                        kGraphrunDomain));
 }
 
-// Shared by ScatterElements (elements = true) and ScatterND: Y = data with updates written (or added) at indices.
-void scatter_grad(GradContext& ctx, bool elements) {
+// Shared by ScatterElements (elements = true; `op` "Scatter" for its name before opset 11) and ScatterND:
+// Y = data with updates written (or added) at indices.
+void scatter_grad(GradContext& ctx, bool elements, const char* op = "ScatterElements") {
   const Node& n = ctx.fwd();
   if (ctx.dy().empty() || (!ctx.needs(0) && !ctx.needs(2))) return;
   const std::string red = n.attr_s("reduction", "none");
@@ -34,8 +35,7 @@ void scatter_grad(GradContext& ctx, bool elements) {
   if (ctx.needs(0)) {
     // Positions the updates overwrote do not reach Y; with add, every position of data does.
     ctx.set_dx(0, red == "add" ? ctx.dy()
-                               : ctx.op(elements ? "ScatterElements" : "ScatterND",
-                                        {ctx.dy(), ctx.in(1), ctx.zeros_like(ctx.in(2))}, axis));
+                               : ctx.op(elements ? op : "ScatterND", {ctx.dy(), ctx.in(1), ctx.zeros_like(ctx.in(2))}, axis));
   }
   if (ctx.needs(2)) ctx.set_dx(2, ctx.op(elements ? "GatherElements" : "GatherND", {ctx.dy(), ctx.in(1)}, axis));
 }
@@ -96,17 +96,9 @@ void reverse_sequence_grad(GradContext& ctx) {
                         {"time_axis", Attribute::Int(n.attr_i("time_axis", 0))}}));
 }
 
-// Scatter (opsets 9 and 10; ScatterElements' name before opset 11): the same rule, with Scatter and
-// GatherElements.
-void scatter_old_grad(GradContext& ctx) {
-  const Node& n = ctx.fwd();
-  if (ctx.dy().empty() || (!ctx.needs(0) && !ctx.needs(2))) return;
-  const std::map<std::string, Attribute> axis{{"axis", Attribute::Int(n.attr_i("axis", 0))}};
-  if (ctx.needs(0)) ctx.set_dx(0, ctx.op("Scatter", {ctx.dy(), ctx.in(1), ctx.zeros_like(ctx.in(2))}, axis));
-  if (ctx.needs(2)) ctx.set_dx(2, ctx.op("GatherElements", {ctx.dy(), ctx.in(1)}, axis));
-}
-
 void scatter_elements_grad(GradContext& ctx) { scatter_grad(ctx, true); }
+// Scatter (opsets 9 and 10): ScatterElements' old name, without reduction.
+void scatter_old_grad(GradContext& ctx) { scatter_grad(ctx, true, "Scatter"); }
 void scatter_nd_grad(GradContext& ctx) { scatter_grad(ctx, false); }
 
 }  // namespace
