@@ -311,6 +311,7 @@ class Trainer {
   std::vector<Figures> resume_figures_;
   double resume_log_loss_ = 0;      // the open --log-every block's sums at resume_step_ (examples -1: none kept)
   int64_t resume_log_images_ = -1;
+  std::vector<std::string> resume_notes_;  // the step's settings this run changed ("--lr 0.05 (... had 0.1)")
   double resume_seconds_ = 0;
   double epoch_seconds_ = 0;  // the current epoch's training seconds so far (saved in a checkpoint)
 

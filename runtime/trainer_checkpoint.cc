@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <set>
 
 #include "runtime/checkpoint.h"
 #include "runtime/comm/mpi.h"
@@ -31,6 +32,17 @@ bool same_bits(const Tensor& a, const Tensor& b) {
   return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
 }
 
+std::string setting_key(const std::string& flag) { return "setting" + flag; }  // "setting--lr"
+
+// The key an older checkpoint (before run_settings) kept a setting under, or "".
+const char* legacy_key(const std::string& flag) {
+  if (flag == "--optimizer") return "optimizer";
+  if (flag == "--batch-size") return "batch_size";
+  if (flag == "--seed") return "seed";
+  if (flag == "--augment") return "augment";
+  return "";
+}
+
 const std::string& meta_of(const Checkpoint& ck, const std::string& key, const std::string& path) {
   auto it = ck.meta.find(key);
   GR_CHECK(it != ck.meta.end(), path << ": not a graphrun training checkpoint (no '" << key << "')");
@@ -50,13 +62,12 @@ std::string Trainer::save_checkpoint(int epoch, int64_t step) {
   ck.meta["format"] = kFormat;
   ck.meta["model"] = graphs_.forward.name;
   ck.meta["signature"] = shapes_signature(graphs_.forward.initializers);
-  ck.meta["optimizer"] = opts_.pipeline.optimizer.kind;
   ck.meta["replicas"] = std::to_string(total_replicas_);
-  ck.meta["batch_size"] = std::to_string(opts_.batch_size);
-  ck.meta["seed"] = std::to_string(opts_.seed);
-  // The data order is regenerated from (seed, epoch) over the same training set: data::epoch_order.
+  // The run's settings (the data order is regenerated from (seed, epoch) over the same training set:
+  // data::epoch_order; --augment's draws from (seed, epoch, example)).
+  for (const RunSetting& s : run_settings(opts_, graphs_.forward))
+    if (s.resume != RunSetting::Resume::Unchecked) ck.meta[setting_key(s.flag)] = s.value;
   ck.meta["train_size"] = std::to_string(train_src_->size());
-  ck.meta["augment"] = opts_.augment ? "on" : "off";  // its draws follow from (seed, epoch, example)
   ck.meta["epoch"] = std::to_string(epoch);
   ck.meta["step"] = std::to_string(step);
   ck.meta["global_step"] = std::to_string(global_step_);
@@ -142,29 +153,59 @@ void Trainer::load_checkpoint(const std::string& path) {
   const Checkpoint ck = runtime::load_checkpoint(path);
   GR_CHECK(meta_of(ck, "format", path) == kFormat,
            path << ": checkpoint format '" << ck.meta.at("format") << "' is not " << kFormat);
+  // The run's settings against the checkpoint's: those of what is trained must be the same (the
+  // precision first: a float64 copy's signature differs too), the step's may change.
+  const std::vector<RunSetting> settings = run_settings(opts_, graphs_.forward);
+  std::string may_change;
+  for (const RunSetting& s : settings)
+    if (s.resume == RunSetting::Resume::MayChange) may_change += (may_change.empty() ? "" : ", ") + s.flag;
+  resume_notes_.clear();
+  std::string ck_momentum;
+  auto compare = [&](const RunSetting& s) {
+    auto it = ck.meta.find(setting_key(s.flag));
+    if (it == ck.meta.end() && *legacy_key(s.flag)) it = ck.meta.find(legacy_key(s.flag));
+    if (it == ck.meta.end() || it->second == s.value) return;  // (an older checkpoint has fewer)
+    if (s.flag == "--momentum") ck_momentum = it->second;
+    GR_CHECK(s.resume == RunSetting::Resume::MayChange,
+             path << ": checkpoint was written with " << s.flag << " " << it->second << ", this run has " << s.value
+                  << "; resume with the same settings (only " << may_change << " may change)");
+    resume_notes_.push_back(s.flag + " " + s.value + " (the checkpoint's run had " + it->second +
+                            (s.flag == "--momentum" && it->second == "0" ? "; its buffers start at zero)" : ")"));
+  };
+  for (const RunSetting& s : settings)
+    if (s.flag == "--float64") compare(s);
   const std::string sig = shapes_signature(graphs_.forward.initializers);
   const std::string other = ck.meta.count("model") ? ck.meta.at("model") : std::string("?");
   GR_CHECK(meta_of(ck, "signature", path) == sig,
            path << ": checkpoint of another model ('" << other << "', parameter signature " << ck.meta.at("signature")
                 << "; '" << graphs_.forward.name << "' has " << sig << ")");
-  auto expect = [&](const char* key, const std::string& mine, const char* flag) {
-    const std::string& theirs = meta_of(ck, key, path);
-    GR_CHECK(theirs == mine, path << ": checkpoint was written with " << flag << " " << theirs << ", this run has "
-                                  << mine << "; resume with the same settings");
-  };
-  expect("optimizer", opts_.pipeline.optimizer.kind, "--optimizer");
+  for (const RunSetting& s : settings)
+    if (s.resume != RunSetting::Resume::Unchecked && s.flag != "--float64") compare(s);
+  GR_CHECK(ck.meta.count(setting_key("--optimizer")) || ck.meta.count("optimizer"),
+           path << ": not a graphrun training checkpoint (no optimizer)");
   // Another number of replicas (in-process or over MPI ranks) takes replica 0's state for all; a
   // replica without its RNG in the checkpoint keeps its fresh one (only Dropout's masks use it).
   const bool same_world = meta_of(ck, "replicas", path) == std::to_string(total_replicas_);
-  expect("batch_size", std::to_string(opts_.batch_size), "--batch-size");
-  expect("seed", std::to_string(opts_.seed), "--seed");
-  expect("train_size", std::to_string(train_src_->size()), "training images:");
-  if (ck.meta.count("augment")) expect("augment", opts_.augment ? "on" : "off", "--augment");
+  const std::string& theirs = meta_of(ck, "train_size", path), mine = std::to_string(train_src_->size());
+  GR_CHECK(theirs == mine, path << ": checkpoint was written with training images: " << theirs << ", this run has "
+                                << mine << "; resume with the same settings");
+  // What is restored: the model's tensors and what training updates (optimizer buffers, running
+  // statistics). The other constants (--weight-decay's, --clip-grad-norm's) are this run's settings.
+  // Momentum turned on at resume starts its buffers at zero, as a new torch.optim.SGD does.
+  std::set<std::string> restored;
+  for (const auto& [name, _] : graphs_.forward.initializers) restored.insert(name);
+  for (const auto& [_, init] : graphs_.replicas.at(0).state_updates)
+    if (ck_momentum != "0" || ck.tensors.count(init)) restored.insert(init);
+  auto source = [&](int d, const std::string& name) {
+    auto it = same_world ? ck.tensors.find(replica_key(first_replica_ + d, name)) : ck.tensors.end();
+    if (it == ck.tensors.end()) it = ck.tensors.find(name);
+    return it;
+  };
   for (int d = 0; d < replicas(); ++d) {
     Executor& ex = replica(d);
     for (const auto& [name, t] : ex.states()) {
-      auto it = same_world ? ck.tensors.find(replica_key(first_replica_ + d, name)) : ck.tensors.end();
-      if (it == ck.tensors.end()) it = ck.tensors.find(name);
+      if (!restored.count(name)) continue;
+      auto it = source(d, name);
       GR_CHECK(it != ck.tensors.end(), path << ": checkpoint has no tensor '" << name
                                             << "' (written for another model or optimizer?)");
       GR_CHECK(it->second.dtype() == t.dtype() && it->second.shape() == t.shape(),
@@ -177,12 +218,9 @@ void Trainer::load_checkpoint(const std::string& path) {
     for (int d = 0; d < replicas(); ++d) {
       Executor& ex = replica(d);
       std::vector<std::string> names;
-      for (const auto& [name, _] : ex.states()) names.push_back(name);
-      for (const auto& name : names) {
-        auto it = same_world ? ck.tensors.find(replica_key(first_replica_ + d, name)) : ck.tensors.end();
-        if (it == ck.tensors.end()) it = ck.tensors.find(name);
-        ex.set_state(name, it->second);
-      }
+      for (const auto& [name, _] : ex.states())
+        if (restored.count(name)) names.push_back(name);
+      for (const auto& name : names) ex.set_state(name, source(d, name)->second);
       const std::string rng = "rng." + std::to_string(first_replica_ + d);
       if (same_world || ck.meta.count(rng)) ex.set_rng_state(meta_of(ck, rng, path));
     }

@@ -232,7 +232,10 @@ int Trainer::resume() {
   }
   load_checkpoint(ck);
   const int first = resume_epoch_ < 0 ? opts_.epochs : resume_epoch_;
-  if (opts_.log) *opts_.log << "resumed from " << ck << " (epoch " << first + 1 << ", step " << global_step_ << ")" << std::endl;
+  if (opts_.log) {
+    *opts_.log << "resumed from " << ck << " (epoch " << first + 1 << ", step " << global_step_ << ")" << std::endl;
+    for (const std::string& n : resume_notes_) *opts_.log << "resuming with " << n << std::endl;
+  }
   return first;
 }
 

@@ -79,6 +79,17 @@ struct Trainer::Replica {
   ProfileTrack* profile = nullptr;  // --profile: this replica's track
 };
 
+// One setting of a training run as its flag and value ("--momentum", "0.9"; switches "on"/"off"): what
+// MPI ranks must share (all of them) and what --resume compares with the checkpoint's run. Same: a
+// resumed run refuses another value; MayChange: it takes the new one and says so; Unchecked: not
+// compared on resume (--epochs, the model's signature, which the checkpoint checks itself).
+struct RunSetting {
+  enum class Resume { Same, MayChange, Unchecked };
+  std::string flag, value;
+  Resume resume;
+};
+std::vector<RunSetting> run_settings(const TrainOptions& o, const Graph& model);
+
 // The metric graph: the inference graph plus the test set's correct count and summed cross-entropy,
 // accumulated as state over the batches and read once at the end. One copy per local device: each
 // evaluates its replica's contiguous share of the test set on that replica's threads, all at once,

@@ -41,53 +41,17 @@ void Trainer::setup_world() {
 
 void Trainer::check_world_agrees(const Graph& model) {
   if (!mpi::active() || mpi::size() == 1) return;
-  // What the ranks must share for one job: the model, the global batch and its split, the data's size,
-  // the update and its schedule, the epochs and their steps, the seed and resuming. (The devices, threads,
-  // paths and logging may differ by rank.) Numbers as their shortest exact text.
-  std::ostringstream os;
-  os.precision(17);
-  const auto& o = opts_;
-  const auto& opt = o.pipeline.optimizer;
-  os << "model " << model.name << " " << shapes_signature(model.initializers) << "\n"
-     << "--batch-size " << o.batch_size << " --lr " << o.lr << " --epochs " << o.epochs << " --max-steps "
-     << o.max_steps << " --seed " << o.seed << " --train-limit " << o.train_limit << " --test-limit " << o.test_limit
-     << " --optimizer " << opt.kind << " --momentum " << opt.momentum << (opt.nesterov ? " --nesterov" : "")
-     << " --weight-decay " << opt.weight_decay << " --beta1 " << opt.beta1 << " --beta2 " << opt.beta2 << " --eps "
-     << opt.eps << " --loss " << (o.pipeline.loss == autodiff::LossKind::MSE ? "mse" : "cross-entropy")
-     << (o.pipeline.output.empty() ? "" : " --loss-output " + o.pipeline.output);
-  if (o.pipeline.label_smoothing > 0) os << " --label-smoothing " << o.pipeline.label_smoothing;
-  os << (o.pipeline.sync_bn ? " --sync-bn" : "")
-     << " --lr-schedule " << static_cast<int>(o.schedule.kind) << "/" << o.schedule.warmup_steps << "/"
-     << o.schedule.step_size << "/" << o.schedule.gamma << (o.resume ? " --resume" : "") << " --labels " << o.labels;
-  const std::string mine = os.str();
+  // What the ranks must share for one job: every setting of run_settings, one line each (the devices,
+  // threads, paths and logging may differ by rank).
+  std::string mine;
+  for (const RunSetting& s : run_settings(opts_, model)) mine += s.flag + " " + s.value + "\n";
   const std::vector<std::string> all = mpi::allgather(mine);
   for (int r = 1; r < static_cast<int>(all.size()); ++r) {
     if (all[r] == all[0]) continue;
-    // The first line that differs, rank 0's and rank r's (a flag, or the model's signature).
-    auto lines = [](const std::string& s) {
-      std::vector<std::string> v;
-      std::istringstream is(s);
-      for (std::string l; std::getline(is, l);) v.push_back(l);
-      return v;
-    };
-    const auto a = lines(all[0]), b = lines(all[r]);
-    size_t i = 0;
-    while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
-    std::string theirs = i < b.size() ? b[i] : "", ours = i < a.size() ? a[i] : "";
-    // Within a line of flags, the first flag that differs.
-    std::istringstream ta(ours), tb(theirs);
-    std::string fa, fb, va, vb;
-    while (ta >> fa && tb >> fb) {
-      if (fa.rfind("--", 0) == 0 && fa == fb) {
-        if (!(ta >> va) || !(tb >> vb)) break;
-        if (va != vb) {
-          ours = fa + " " + va, theirs = fb + " " + vb;
-          break;
-        }
-      } else if (fa != fb) {
-        ours = fa, theirs = fb;
-        break;
-      }
+    // The first setting that differs, rank r's and rank 0's.
+    std::istringstream a(all[0]), b(all[r]);
+    std::string ours, theirs;
+    while (std::getline(a, ours) && std::getline(b, theirs) && ours == theirs) {
     }
     GR_FAIL("rank " << r << " does not run what rank 0 runs: " << theirs << " against rank 0's " << ours
                     << " (every rank trains the same model with the same settings)");

@@ -228,7 +228,7 @@ TEST(Profile, TrainProfileStepsFlag) {
   REQUIRE_LENET_AND_DATA();
   const std::string dir = testing::temp_dir("profile_steps_cli");
   const std::string train = testing::graphrun_cli() + " train " + testing::lenet_path() + " --epochs 1 --max-steps 3";
-  for (const std::string& w : {"0:3", "5:2", "3", "x:", ":4"}) {
+  for (const std::string w : {"0:3", "5:2", "3", "x:", ":4"}) {
     const auto r = testing::run_command(train + " --profile " + dir + "/t.json --profile-steps " + w);
     EXPECT_EQ(r.exit_code, 2) << w << ": " << r.output;
     EXPECT_NE(r.output.find("--profile-steps: '" + w + "' is not FIRST:LAST"), std::string::npos) << r.output;

@@ -227,6 +227,61 @@ TEST(TrainerResume, CliRefusesACheckpointFolderItCannotUseAsItsOwn) {
 }
 
 
+// A resumed run takes new values of the step's settings (--weight-decay, --clip-grad-norm: constants of
+// the training graph that the checkpoint holds too, and that won over the command line) and says so;
+// momentum turned on starts its buffers at zero. A change to what is trained (--normalize, --freeze,
+// --float64, --label-smoothing, ...) is refused with one line naming the flag and both values.
+TEST(TrainerResume, CliTakesNewStepSettingsAndRefusesOtherChanges) {
+  REQUIRE_LENET_AND_DATA();
+  const std::string dir = testing::temp_dir("trainer_resume_cli_settings");
+  const std::string run = testing::graphrun_cli() + " train " + lenet_path() +
+                          " --devices cpu:1 --threads 1 --batch-size 32 --max-steps 2 ";
+  auto r = testing::run_command(run + "--epochs 1 --weight-decay 0.1 --checkpoint-dir " + dir + "/ck");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // The first run's --weight-decay unless `flags` give their own.
+  auto resume = [&](const std::string& name, std::string flags) {
+    if (flags.find("--weight-decay") == std::string::npos) flags += " --weight-decay 0.1";
+    std::filesystem::remove_all(dir + "/" + name);
+    std::filesystem::copy(dir + "/ck", dir + "/" + name);
+    return testing::run_command(run + "--epochs 2 --resume --checkpoint-dir " + dir + "/" + name + " --save " + dir +
+                                "/" + name + ".onnx " + flags);
+  };
+  r = resume("same", "");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("resuming with"), std::string::npos) << r.output;
+  r = resume("wd3", "--weight-decay 3");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resuming with --weight-decay 3 (the checkpoint's run had 0.1)"), std::string::npos) << r.output;
+  const Graph same = load_onnx(dir + "/same.onnx"), wd3 = load_onnx(dir + "/wd3.onnx");
+  // Weight decay 3 at lr 0.2 shrinks every weight by 0.6 per step beyond its gradient's part.
+  EXPECT_GT(testing::max_abs_diff(same.initializers.at("fc1.weight"), wd3.initializers.at("fc1.weight")), 1e-3);
+  r = resume("clip", "--clip-grad-norm 0.001");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resuming with --clip-grad-norm 0.001 (the checkpoint's run had 0)"), std::string::npos) << r.output;
+  EXPECT_GT(testing::max_abs_diff(same.initializers.at("fc1.weight"), load_onnx(dir + "/clip.onnx").initializers.at("fc1.weight")),
+            0);  // (the checkpoint's clipping-free graph gave bitwise the weights of "same")
+  // Turned on at resume (clipping above too): their tensors are not in the checkpoint, which failed
+  // with "checkpoint has no tensor ...".
+  r = resume("on", "--weight-decay 0 --momentum 0.9 --nesterov");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resuming with --momentum 0.9 (the checkpoint's run had 0; its buffers start at zero)"),
+            std::string::npos)
+      << r.output;
+  for (const auto& [flags, says] : std::vector<std::pair<std::string, std::string>>{
+           {"--normalize 0.5,0.25", "--normalize off, this run has 0.5,0.25"},
+           {"--freeze conv1", "--freeze none, this run has conv1"},
+           {"--float64", "--float64 off, this run has on"},
+           {"--label-smoothing 0.1", "--label-smoothing 0, this run has 0.1"},
+           {"--seed 7", "--seed 0, this run has 7"}}) {
+    r = resume("refused", flags);
+    EXPECT_EQ(r.exit_code, 2) << flags << "\n" << r.output;
+    EXPECT_NE(r.output.find(": checkpoint was written with " + says + "; resume with the same settings (only --lr, "),
+              std::string::npos)
+        << flags << "\n" << r.output;
+    EXPECT_EQ(r.output.find("epoch 2/2"), std::string::npos) << flags << "\n" << r.output;
+  }
+}
+
 TEST(TrainerResume, CliRefusesCorruptAndForeignCheckpoints) {
   REQUIRE_LENET_AND_DATA();
   const std::string simplecnn = testing::source_dir() + "/models/simplecnn.onnx";

@@ -117,7 +117,10 @@ const Command& train_command() {
           {"keep-checkpoints", "K", "keep the newest K checkpoints (default 3)"},
           {"resume", "", "continue from the newest checkpoint in --checkpoint-dir (same model and\n"
                          "                            settings): the same weights and epoch figures as an\n"
-                         "                            uninterrupted run. A corrupt newest one (bad CRC or contents)\n"
+                         "                            uninterrupted run. The step's settings (--lr and its schedule,\n"
+                         "                            --momentum, --nesterov, --weight-decay, --clip-grad-norm, Adam's)\n"
+                         "                            may change, and each change is printed; another value of any\n"
+                         "                            other setting is an error. A corrupt newest one (bad CRC or contents)\n"
                          "                            is skipped with a warning for the newest good one; none good:\n"
                          "                            an error"},
           {"profile", "FILE", "write a Chrome trace of the run to FILE (one track per replica: every node's\n"

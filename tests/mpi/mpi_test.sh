@@ -237,7 +237,22 @@ PY
       "${T[@]:2}" --devices cpu:1 --max-steps 5 > model.out 2>&1
     RC=$?
     [ "$RC" = 2 ] || fail "exit $RC, not 2, with another model on rank 1"
-    grep -q "rank 1 does not run what rank 0 runs: simplecnn against rank 0's lenet" model.out || fail "no line naming rank 1's model"
+    grep -q "rank 1 does not run what rank 0 runs: model simplecnn [0-9a-f]* against rank 0's model lenet [0-9a-f]*" model.out ||
+      fail "no line naming rank 1's model"
+    # Every setting that changes the update is compared, switches and floats as given: --freeze on one
+    # rank failed mid-step inside MPI, and another --clip-grad-norm trained the replicas apart.
+    "${M[@]}" -np 1 "$G" "${T[@]}" --devices cpu:1 --max-steps 5 --freeze conv1 --momentum 0.9 --clip-grad-norm 1 : \
+      -np 1 "$G" "${T[@]}" --devices cpu:1 --max-steps 5 --freeze conv1 --momentum 0.9 > clip.out 2>&1
+    RC=$?
+    [ "$RC" = 2 ] || fail "exit $RC, not 2, with --clip-grad-norm on rank 0 only"
+    grep -q "rank 1 does not run what rank 0 runs: --clip-grad-norm 0 against rank 0's --clip-grad-norm 1 " clip.out ||
+      fail "no line naming rank 1's --clip-grad-norm"
+    "${M[@]}" -np 1 "$G" "${T[@]}" --devices cpu:1 --max-steps 5 --momentum 0.9 : \
+      -np 1 "$G" "${T[@]}" --devices cpu:1 --max-steps 5 --momentum 0.9 --freeze conv1 > freeze.out 2>&1
+    RC=$?
+    [ "$RC" = 2 ] || fail "exit $RC, not 2, with --freeze on rank 1 only"
+    grep -q "rank 1 does not run what rank 0 runs: --freeze conv1 against rank 0's --freeze none " freeze.out ||
+      fail "no line naming rank 1's --freeze"
     ;;
   resume)
     # --log-every 4: the block of steps 9-12 spans the resume at step 10.
