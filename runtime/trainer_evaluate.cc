@@ -164,6 +164,11 @@ void Trainer::setup_evaluation_parts() {
   for (size_t d = 0; d < devs.size(); ++d) {
     ExecOptions eo = eval_->options;
     eo.device = devs[d];  // with its replica's intra-op threads: the copies run at once
+    // --profile of an --eval-only run: the evaluation is all it runs, so its kernels are what the trace
+    // and the table show (a training run's evaluation stays one span, out of the steps' table).
+    if (opts_.profiler && opts_.test_only)
+      eval_->parts[d].profile = eo.profile =
+          &opts_.profiler->track("evaluation " + std::to_string(d) + " (" + devs[d].str() + ")");
     Graph g = eval_->graph;
     for (auto& [name, t] : g.initializers) {
       const Tensor* src = evaluation_source(static_cast<int>(d), name);
@@ -229,7 +234,8 @@ struct PartTotals {
 };
 
 EvalStats Trainer::evaluate_stats() {
-  ProfileScope scope(eval_->profile, "evaluate", "phase");
+  // (One span on the main thread's track; an --eval-only run's parts have their own, below.)
+  ProfileScope scope(opts_.test_only ? nullptr : eval_->profile, "evaluate", "phase");
   EvalStats st;
   const int64_t N = test_src_->size();
   st.images = N;
@@ -254,6 +260,7 @@ EvalStats Trainer::evaluate_stats() {
     Executor& ex = *eval_->parts[p].exec;
     const int64_t g = first_replica_ + p, first = N * g / G, end = N * (g + 1) / G;
     if (first == end) return;
+    ProfileScope span(eval_->parts[p].profile, "evaluate", "phase");
     // Batches are contiguous: views into the test set where the device keeps it resident, else read
     // from the source on the host.
     DeviceData data = *replicas_.at(p)->data;  // (shares the tensors' memory)

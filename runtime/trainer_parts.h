@@ -98,6 +98,7 @@ struct Trainer::Evaluation {
   struct Part {
     std::unique_ptr<Executor> exec;
     std::unique_ptr<HostReadback> totals;
+    ProfileTrack* profile = nullptr;  // --profile of an --eval-only run: this part's kernels and its "evaluate"
   };
   std::vector<Part> parts;                        // one per device of the run, in order
   Graph graph;            // the metric graph, until the parts are made (setup_evaluation_parts)

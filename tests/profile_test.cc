@@ -222,6 +222,27 @@ TEST(Profile, FlopsFromShapes) {
   EXPECT_EQ(runtime::kernel_flops(relu, {&x}, &x), 0);
 }
 
+// train --eval-only --profile: the evaluation is the run, so its kernels are recorded (on one track
+// per replica) and the table's share is of the evaluation's time; it recorded none ("all kernels 0.0").
+TEST(Profile, EvalOnlyRecordsTheEvaluationsKernels) {
+  REQUIRE_LENET_AND_DATA();
+  const std::string dir = testing::temp_dir("profile_eval_only");
+  const auto r = testing::run_command(testing::graphrun_cli() + " train " + testing::lenet_path() +
+                                      " --eval-only --devices cpu:2 --threads 1 --profile " + dir + "/e.json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("evaluate%"), std::string::npos) << r.output;
+  const size_t all = r.output.find("all kernels");
+  ASSERT_NE(all, std::string::npos) << r.output;
+  double ms = 0, share = 0;
+  ASSERT_EQ(std::sscanf(r.output.c_str() + all, "all kernels %lf %lf", &ms, &share), 2) << r.output;
+  EXPECT_GT(ms, 0) << r.output;
+  EXPECT_GT(share, 0) << r.output;  // of the evaluation spans (it was of the steps: 0)
+  EXPECT_LE(share, 100.5) << r.output;  // the kernels run inside the spans
+  std::ifstream f(dir + "/e.json");
+  const std::string trace((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_NE(trace.find("evaluation 1 (cpu:1)"), std::string::npos);
+}
+
 // train --profile-steps: a window that is not FIRST:LAST, or without --profile, is one line (exit 2);
 // one the run never reaches says so above the (empty) table.
 TEST(Profile, TrainProfileStepsFlag) {

@@ -34,7 +34,10 @@ TEST(TrainCli, NonsenseFlagsAreUsageErrors) {
   expect_usage_error(m + " --lr -0.5", "--lr");
   expect_usage_error(m + " --lr abc", "--lr");
   expect_usage_error(m + " --lr 1e40", "within float32's range");  // inf once fed as float32
+  expect_usage_error(m + " --lr 1e-50", "within float32's range");  // 0 once fed as float32: trained nothing
   expect_usage_error(m + " --epochs 0", "--epochs");
+  expect_usage_error(m + " --epochs 100001", "--epochs must be between 1 and 100000, got 100001");
+  expect_usage_error(m + " --device-data-mb 99999999999", "--device-data-mb must be between 0 and 1073741824");
   expect_usage_error(m + " --batch-size 0", "--batch-size");
   expect_usage_error(m + " --devices cpu:4 --batch-size 3", "smaller than the number of replicas");
   expect_usage_error(m + " --devices tpu:0", "--devices");
@@ -65,6 +68,10 @@ TEST(TrainCli, LabelSmoothingBadValuesAreUsageErrors) {
   expect_usage_error(m + " --label-smoothing", "--label-smoothing needs a value (EPS)");
   expect_usage_error(m + " --loss mse --label-smoothing 0.1", "--label-smoothing is for --loss cross-entropy, not --loss mse");
   expect_usage_error(m + " --eval-only --label-smoothing 0.1", "--eval-only's test loss is plain cross-entropy");
+  // The flags of training: --eval-only ignored them, printing the same figures.
+  for (const std::string f : {" --lr 0.5", " --epochs 5", " --optimizer adam", " --freeze conv1", " --augment",
+                              " --clip-grad-norm 1", " --plan", " --dump-after backward"})
+    expect_usage_error(m + " --eval-only" + f, "--eval-only trains nothing: it takes no " + f.substr(1, f.find(' ', 1) - 1));
   for (const std::string cmd : {" grad ", " show ", " plan ", " check "})
     for (const std::string bad : {" --label-smoothing 1", " --label-smoothing -0.1", " --label-smoothing abc"}) {
       const std::string args = cmd + m + bad + (cmd == " show " ? " --backward" : "");

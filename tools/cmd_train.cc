@@ -314,11 +314,13 @@ int cmd_train(const std::vector<std::string>& argv) {
     throw bad("--batch-size " + std::to_string(o.batch_size) + " is smaller than the number of replicas (" +
               std::to_string(devices.size()) + "): each replica needs at least one example");
   o.lr = args.get_double("lr", 0.2);
-  // (The graph feeds the rate as a float32: a value beyond its range would be inf there.)
-  if (!(o.lr > 0) || !std::isfinite(o.lr) || o.lr > std::numeric_limits<float>::max())
-    throw bad("--lr must be a positive number within float32's range, got " + args.get("lr"));
+  // (The graph feeds the rate as a float32: a value beyond its range would be inf there, one below
+  // its smallest 0, and the run would train nothing.)
+  if (!(o.lr > 0) || !std::isfinite(o.lr) || o.lr > std::numeric_limits<float>::max() ||
+      static_cast<float>(o.lr) == 0.0f)
+    throw bad("--lr must be a positive number within float32's range (about 1e-45 to 3e38), got " + args.get("lr"));
   const int64_t epochs = args.get_int("epochs", 10);
-  if (epochs < 1 || epochs > 100000) throw bad("--epochs must be at least 1, got " + args.get("epochs"));
+  if (epochs < 1 || epochs > 100000) throw bad("--epochs must be between 1 and 100000, got " + args.get("epochs"));
   o.epochs = static_cast<int>(epochs);
   if (args.has("threads")) {
     const int64_t t = args.get_int("threads", 1);
@@ -331,7 +333,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   o.max_steps = args.get_int("max-steps", 0);
   if (args.has("device-data-mb")) {
     const int64_t mb = args.get_int("device-data-mb", 0);
-    if (mb < 0 || mb > (int64_t(1) << 30)) throw bad("--device-data-mb must be 0 or more, got " + args.get("device-data-mb"));
+    if (mb < 0 || mb > (int64_t(1) << 30)) throw bad("--device-data-mb must be between 0 and 1073741824, got " + args.get("device-data-mb"));
     o.device_data_budget = mb << 20;
   }
   if (o.max_steps < 0) throw bad("--max-steps must be >= 0, got " + args.get("max-steps"));
@@ -361,7 +363,6 @@ int cmd_train(const std::vector<std::string>& argv) {
   o.pipeline.sync_bn = args.has("sync-bn");
   check_dump_after_option(args);
   o.pipeline.dump_after = args.get("dump-after");
-  o.pipeline.dump = &std::cout;
   if (args.has("normalize") && args.get("normalize").find('/') != std::string::npos) {
     try {
       o.channel_norm = runtime::data::parse_normalize(args.get("normalize"));
@@ -405,6 +406,13 @@ int cmd_train(const std::vector<std::string>& argv) {
   // change nothing there would suggest it did.
   if (eval_only && args.has("label-smoothing"))
     throw bad("--eval-only's test loss is plain cross-entropy: it takes no --label-smoothing");
+  // Nor the flags of training, which it would silently ignore.
+  if (eval_only)
+    for (const char* f : {"epochs", "max-steps", "lr", "lr-schedule", "warmup-steps", "lr-step-size", "lr-gamma", "optimizer",
+                          "momentum", "nesterov", "weight-decay", "clip-grad-norm", "beta1", "beta2", "eps", "freeze",
+                          "sync-bn", "augment", "log-every", "bucket-mb", "overlap-allreduce", "profile-steps",
+                          "dump-after", "plan"})
+      if (args.has(f)) throw bad(std::string("--eval-only trains nothing: it takes no --") + f);
   o.data_dir = args.get("data", runtime::data::kDefaultDataDir);
   o.test_data = args.get("test-data");
   o.test_only = eval_only;
@@ -425,6 +433,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   // Under MPI rank 0 alone speaks (runtime/comm/mpi.h); the trainer writes files only there.
   const bool speaks = runtime::mpi::rank() == 0;
   o.log = speaks ? &std::cout : nullptr;
+  o.pipeline.dump = speaks ? &std::cout : nullptr;  // --dump-after: every rank builds the same graph
   if (!speaks) o.progress = 0;
   // Every rank traces its own replicas: rank 0 to FILE (and prints the table), rank k to FILE.rankK.
   std::string profile_path = args.get("profile");
@@ -453,13 +462,13 @@ int cmd_train(const std::vector<std::string>& argv) {
       const std::string rest = colon == std::string::npos ? "" : w.substr(colon + 1);
       const int64_t last = rest.empty() ? 0 : number(rest);
       if (first < 1 || last < 0 || (last > 0 && last < first))
-        throw bad("--profile-steps: '" + w + "' is not FIRST:LAST (steps from 1, LAST >= FIRST) or FIRST:");
+        throw bad("--profile-steps: '" + w + "' is not FIRST:LAST (steps from 1 to 999999999999, LAST >= FIRST) or FIRST:");
       profiler->set_step_window(first, last);
     }
   }
   auto finish_profile = [&] {
     if (!profiler) return;
-    if (speaks) profiler->finish(profile_path, "step", std::cout);
+    if (speaks) profiler->finish(profile_path, eval_only ? "evaluate" : "step", std::cout);
     else profiler->write_trace(profile_path);
   };
   runtime::check_devices_available(devices);

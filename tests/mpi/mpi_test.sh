@@ -176,7 +176,8 @@ PY
     ;;
   voice)
     "${M[@]}" -np 2 "$G" "${T[@]}" --devices cpu:1 --max-steps 5 --metrics run.jsonl --save m.onnx \
-      --checkpoint-dir ck > voice.out 2>&1 || fail "mpirun failed"
+      --checkpoint-dir ck --dump-after attach_loss > voice.out 2>&1 || fail "mpirun failed"
+    [ "$(grep -c '^# graph after pass attach_loss' voice.out)" = 1 ] || fail "--dump-after is not printed once"
     [ "$(grep -c '^training ' voice.out)" = 1 ] || fail "the start line is not printed once"
     [ "$(grep -c '^epoch 1/1' voice.out)" = 1 ] || fail "the epoch line is not printed once"
     grep -q 'sec/epoch on \[rank0:cpu:0, rank1:cpu:0\]$' voice.out || fail "the closing line does not list every replica"
