@@ -176,6 +176,20 @@ TEST(Cli, RunWritesEachOutputAsNpy) {
   EXPECT_NE(r.output.find("nb: i64[2] {-7, 8}"), std::string::npos) << r.output;
 }
 
+// --output-dir's files are checked before the run like --profile: one that is an --input file, or the
+// --profile file, is one line and nothing is written (both were overwritten, exit 0).
+TEST(Cli, RunOutputDirNeverReplacesWhatItReadsOrTheProfile) {
+  auto mk = run_command("cd '" + data_dir() + "' && mkdir -p od_in && cp x.npy od_in/y_out_0.npy && rm -rf od_prof");
+  ASSERT_EQ(mk.exit_code, 0) << mk.output;
+  expect_one_line_error("run relu.onnx --input od_in/y_out_0.npy --output-dir od_in",
+                        {"--output-dir od_in/y_out_0.npy is --input x's file this command reads"});
+  auto same = run_command("cmp '" + data_dir() + "/x.npy' '" + data_dir() + "/od_in/y_out_0.npy'");
+  EXPECT_EQ(same.exit_code, 0) << "the input was replaced";
+  expect_one_line_error("run relu.onnx --input x.npy --output-dir od_prof --profile od_prof/y_out_0.npy",
+                        {"--output-dir and --profile name the same file, od_prof/y_out_0.npy"});
+  EXPECT_FALSE(std::filesystem::exists(data_dir() + "/od_prof/y_out_0.npy"));
+}
+
 // --input lists split at commas only before a new NAME= item (or an existing file): a path may hold
 // commas ("given twice" before: the list split it into "x=dir" and two bare files).
 TEST(Cli, RunInputPathsMayHoldCommas) {

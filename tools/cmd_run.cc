@@ -252,10 +252,28 @@ int cmd_run(const std::vector<std::string>& argv) {
   opts.threads = static_cast<int>(threads);
   const std::string profile_path = args.get("profile");
   runtime::Profiler profiler;
-  if (!profile_path.empty()) {
+  // The files the run writes: --profile, and each output's in --output-dir (DIR/<output>.npy, or .pb for
+  // bfloat16; a name that repeats after safe_file_name gets _2, _3). None may be a file it reads, nor
+  // one another.
+  const std::string dir = args.get("output-dir");
+  std::vector<std::string> out_files;  // per model output, its file's name without the extension
+  for (const auto& name : g.outputs) {
+    std::string base = safe_file_name(name), file = base;
+    for (int k = 2; std::find(out_files.begin(), out_files.end(), file) != out_files.end(); ++k)
+      file = base + "_" + std::to_string(k);
+    out_files.push_back(file);
+  }
+  {
     std::vector<PathUse> inputs{{"the model", model}};
     for (const auto& [name, file] : files) inputs.push_back({"--input " + name, file});
-    check_distinct_paths(inputs, {{"--profile", profile_path}});
+    std::vector<PathUse> outputs{{"--profile", profile_path}};
+    if (!dir.empty())
+      for (const auto& file : out_files)
+        for (const char* ext : {".npy", ".pb"})
+          outputs.push_back({"--output-dir", (std::filesystem::path(dir) / (file + ext)).string()});
+    check_distinct_paths(inputs, outputs);
+  }
+  if (!profile_path.empty()) {
     check_output_path("--profile", profile_path);  // an unwritable path fails before the run, the file unchanged
     opts.profile = &profiler.track("run (cpu:0)");
   }
@@ -272,21 +290,18 @@ int cmd_run(const std::vector<std::string>& argv) {
   }
   if (opts.profile) profiler.finish(profile_path, "run", std::cout);
 
-  std::string dir = args.get("output-dir");
   if (!dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     GR_CHECK(!ec && std::filesystem::is_directory(dir), "--output-dir " << dir << ": cannot create the folder"
                                                                          << (ec ? " (" + ec.message() + ")" : ""));
   }
-  std::set<std::string> used;
-  for (const auto& name : ex->graph().outputs) {
+  for (size_t i = 0; i < ex->graph().outputs.size(); ++i) {
+    const std::string& name = ex->graph().outputs[i];
     const Tensor& t = out.at(name);
     std::cout << name << ": " << t.str(6);
     if (!dir.empty()) {
-      std::string base = safe_file_name(name), file = base;
-      for (int k = 2; used.count(file); ++k) file = base + "_" + std::to_string(k);
-      used.insert(file);
+      const std::string& file = out_files[i];
       const bool pb = t.dtype() == DType::BF16;  // numpy has no bfloat16
       std::string path = (std::filesystem::path(dir) / (file + (pb ? ".pb" : ".npy"))).string();
       if (pb) write_tensor_pb(path, t, name);
