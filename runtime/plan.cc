@@ -181,8 +181,8 @@ LinkModel parse_link(const std::string& spec) {
     if (spec == p.name) return {p.name, p.gbytes_per_s, p.latency_us};
   char* end = nullptr;
   const double v = std::strtod(spec.c_str(), &end);
-  GR_CHECK(!spec.empty() && *end == 0 && v > 0 && std::isfinite(v),
-           "--link '" << spec << "': give nvlink, pcie, ib, ethernet, shm or a bandwidth in GB/s (e.g. 25)");
+  GR_CHECK(!spec.empty() && *end == 0 && v >= 1e-3 && v <= 1e6,
+           "--link '" << spec << "': give nvlink, pcie, ib, ethernet, shm or a bandwidth in GB/s from 0.001 to 1000000 (e.g. 25)");
   return {spec + " GB/s", v, 10};
 }
 

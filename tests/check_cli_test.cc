@@ -110,6 +110,18 @@ TEST(CheckCli, DimsGiveSymbolsSizesTheModelCanRun) {
   EXPECT_NE(r.output.find("\nverdict: trainable"), std::string::npos) << r.output;
   r = run_command(graphrun_cli() + " check " + dir + "/pools.onnx --dims H=0 2>&1");
   EXPECT_EQ(r.exit_code, 2) << r.output;
+  // A name no input has was ignored (a typo checked the default size 2).
+  r = run_command(graphrun_cli() + " check " + dir + "/pools.onnx --dims H=8,w=12 2>&1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--dims w=12: no input of the model has a dimension named 'w' (it names H, N, W)"), std::string::npos)
+      << r.output;
+  // A random batch larger than the machine is refused before it is drawn (10^18 values).
+  r = run_command(graphrun_cli() + " check " + dir + "/pools.onnx --dims N=999999,H=999999,W=999999 2>&1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("verdict: not checked: the gradient check cannot run: the gradient check's random batch needs "),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("give its dimensions smaller sizes with --dims"), std::string::npos) << r.output;
 }
 
 // Before opset 12 a Dropout says nothing of training and runs as the identity (graphrun run, and check's
@@ -195,6 +207,7 @@ TEST(CheckCli, UnloadableModelAndBadFlagsExit2) {
   for (const std::string& args : {dir + "/missing.onnx", dir + "/junk.onnx", std::string(""),
                                   make_model(dir, "ok", kTrainable) + " --directions 0",
                                   make_model(dir, "ok", kTrainable) + " --directions 4294967297",  // not 1 as an int
+                                  make_model(dir, "ok", kTrainable) + " --seed -1",
                                   make_model(dir, "ok", kTrainable) + " --nope"}) {
     auto r = run_command(graphrun_cli() + " check " + args);
     EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;

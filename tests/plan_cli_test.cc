@@ -42,6 +42,12 @@ TEST(PlanCli, BadInputIsOneLineAndExit2) {
   expect_usage_error(m + " --gpus 2 --devices 2", "not both");
   expect_usage_error(m + " --devices 8 --batch-size 4", "smaller than the number of replicas");
   expect_usage_error(m + " --device-tflops 0", "--device-tflops");
+  // Absurd figures printed 200-digit times that broke the table.
+  expect_usage_error(m + " --devices 2 --link 1e-300 --device-tflops 1", "a bandwidth in GB/s from 0.001 to 1000000");
+  expect_usage_error(m + " --devices 2 --device-tflops 1e-300", "--device-tflops must be between 1e-06 and 1e9");
+  // --dims names a dimension of an input other than the batch: a typo was ignored.
+  expect_usage_error(m + " --dims Q=5", "--dims Q=5: no input of the model has a dimension named 'Q' (it names none)");
+  expect_usage_error(m + " --dims N=5", "--dims N=5: 'N' is the inputs' batch dimension");
   expect_usage_error(m + " --kernel-us 3", "--kernel-us needs --device-tflops");
   expect_usage_error(m + " --bucket-mb -1", "--bucket-mb");
   expect_usage_error(m + " --overlap-allreduce maybe", "--overlap-allreduce");

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <sstream>
 
 #include "runtime/checkpoint.h"
@@ -209,6 +210,28 @@ std::map<std::string, int64_t> parse_dims(const Args& args) {
     dims[name] = size;
   }
   return dims;
+}
+
+void check_dims_known(const Args& args, const std::map<std::string, int64_t>& dims, const Graph& model, bool batch_first) {
+  std::set<std::string> named, batch;
+  for (const auto& in : model.inputs) {
+    if (model.is_initializer(in)) continue;
+    const ValueInfo* vi = model.info(in);
+    if (!vi || !vi->has_shape) continue;
+    for (size_t i = 0; i < vi->shape.size(); ++i)
+      if (!vi->shape[i].known() && !vi->shape[i].param.empty())
+        (batch_first && i == 0 ? batch : named).insert(vi->shape[i].param);
+  }
+  for (const auto& [name, size] : dims) {
+    if (named.count(name)) continue;
+    if (batch.count(name))
+      throw Error(args.usage_error("--dims " + name + "=" + std::to_string(size) + ": '" + name +
+                                   "' is the inputs' batch dimension, which --batch-size and the replicas size"));
+    std::string have;
+    for (const auto& n : named) have += (have.empty() ? "" : ", ") + n;
+    throw Error(args.usage_error("--dims " + name + "=" + std::to_string(size) + ": no input of the model has a dimension named '" +
+                                 name + "' (" + (have.empty() ? std::string("it names none") : "it names " + have) + ")"));
+  }
 }
 
 void check_checkpoint_dir(const std::string& dir, bool resume) {

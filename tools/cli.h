@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "graph/error.h"
+#include "graph/ir.h"
 
 namespace graphrun::cli {
 
@@ -59,6 +60,9 @@ void check_output_path(const std::string& flag, const std::string& path);
 void check_checkpoint_dir(const std::string& dir, bool resume);
 // --dims NAME=SIZE,... (check, plan): sizes of symbolic dimensions by name; a usage error names the item.
 std::map<std::string, int64_t> parse_dims(const Args& args);
+// Every --dims name is a symbolic dimension of one of `model`'s inputs (at an axis other than the first
+// where `batch_first`: plan sizes that by --batch-size); else a usage error naming it and the names there are.
+void check_dims_known(const Args& args, const std::map<std::string, int64_t>& dims, const Graph& model, bool batch_first);
 // The files a command reads and writes, by flag ("the model" for the positional one): an output that
 // is also an input, or two outputs that are one file, is an error naming both, since writing one
 // would destroy the other. `may_replace` names output flags allowed to be the model (train --save:

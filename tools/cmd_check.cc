@@ -14,7 +14,9 @@
 #include "graph/onnx_io.h"
 #include "graph/op_table.h"
 #include "graph/passes/convert_opset.h"
+#include "runtime/device.h"
 #include "runtime/executor.h"
+#include "runtime/plan.h"
 #include "runtime/pipeline.h"
 #include "tools/backward_options.h"
 #include "tools/cli.h"
@@ -152,16 +154,37 @@ GradCheck gradient_check(const Graph& model, int directions, uint64_t seed, cons
   Graph g = float64_copy(model);
   std::mt19937_64 rng(seed);
   std::map<std::string, Tensor> feeds;
+  // The random batch within this machine's memory (--dims N=100000 took 24 GB before it passed): its
+  // inputs are counted before they are drawn, and each executor's first run stops, naming --dims, where
+  // its activations would take more than is free.
+  const size_t avail = runtime::backend_for(Device::Kind::CPU)->free_memory(Device{});
+  double input_bytes = 0;
   for (const auto& in : g.inputs) {
     if (g.is_initializer(in)) continue;
     const ValueInfo* vi = g.info(in);
     GR_CHECK(vi && vi->has_shape, "input '" << in << "' has no declared shape");
-    feeds[in] = random_input(*vi, rng, dims);
+    double n = static_cast<double>(dtype_size(vi->dtype == DType::F32 ? DType::F64 : vi->dtype));
+    for (const Dim& d : vi->shape) n *= static_cast<double>(d.known() ? d.size : dims.count(d.param) ? dims.at(d.param) : 2);
+    input_bytes += n;
+  }
+  GR_CHECK(!avail || input_bytes <= static_cast<double>(avail),
+           "the gradient check's random batch needs " << runtime::bytes_str(input_bytes) << " for its inputs, and "
+                                                      << runtime::bytes_str(static_cast<double>(avail))
+                                                      << " is available: give its dimensions smaller sizes with --dims");
+  const std::string hint = "give the random batch's dimensions smaller sizes with --dims";
+  auto within_memory = [&](runtime::ExecOptions o) {
+    const size_t free = runtime::backend_for(Device::Kind::CPU)->free_memory(Device{});
+    if (free) o.memory_limit = free / 10 * 9, o.memory_hint = hint;
+    return o;
+  };
+  for (const auto& in : g.inputs) {
+    if (g.is_initializer(in)) continue;
+    feeds[in] = random_input(*g.info(in), rng, dims);
   }
   // The outputs' shapes, from a forward run; the loss is sum over float outputs of sum(output * R).
   std::map<std::string, Tensor> outs;
   {
-    runtime::Executor ex(g);
+    runtime::Executor ex(g, within_memory({}));
     for (const auto& [k, v] : ex.run(feeds)) outs[k] = v.clone();
   }
   std::string loss;
@@ -196,11 +219,11 @@ GradCheck gradient_check(const Graph& model, int directions, uint64_t seed, cons
   runtime::ExecOptions bo_exec;
   bo_exec.fetch = {loss};
   for (const auto& p : bo.params) bo_exec.fetch.push_back(p + bo.grad_suffix);
-  runtime::Executor bex(bg, bo_exec);
+  runtime::Executor bex(bg, within_memory(bo_exec));
   auto got = bex.run(feeds);
   runtime::ExecOptions fo;
   fo.fetch = {loss};
-  runtime::Executor fex(g, fo);
+  runtime::Executor fex(g, within_memory(fo));
   const double loss0 = fex.run(feeds).at(loss).as_doubles()[0];
   if (!std::isfinite(loss0))
     return {false, "the gradient check cannot run: the loss of its random batch is not finite (a model that masks with "
@@ -271,13 +294,16 @@ int cmd_check(const std::vector<std::string>& argv) {
   const int64_t directions64 = args.get_int("directions", 3);  // (checked before it narrows to int)
   if (directions64 < 1 || directions64 > 100) throw Error(args.usage_error("--directions must be in 1..100"));
   const int directions = static_cast<int>(directions64);
-  const uint64_t seed = static_cast<uint64_t>(args.get_int("seed", 1));
+  const int64_t seed64 = args.get_int("seed", 1);
+  if (seed64 < 0) throw Error(args.usage_error("--seed must be >= 0, got " + args.get("seed")));
+  const uint64_t seed = static_cast<uint64_t>(seed64);
   const double smoothing = args.has("label-smoothing") ? parse_label_smoothing(args, autodiff::LossKind::CrossEntropy) : -1;
   const std::map<std::string, int64_t> dims = parse_dims(args);
   const std::string path = args.positional()[0];
   // (As train and grad do before their backward pass: a model below opset 13 converted to opset 15, pads
   // torch computes from Constants folded.)
   const Graph model = runtime::fold_pads_on_cpu(passes::convert_opset_for_training(load_onnx(path)));  // Error: exit 2
+  check_dims_known(args, dims, model, false);
   std::set<std::string> read(model.outputs.begin(), model.outputs.end());
   for (const Node& n : model.nodes) read.insert(n.inputs.begin(), n.inputs.end());
 

@@ -121,8 +121,8 @@ int cmd_plan(const std::vector<std::string>& argv) {
     throw bad(e.what());
   }
   o.device_tflops = args.get_double("device-tflops", 0);
-  if (args.has("device-tflops") && !(o.device_tflops > 0 && o.device_tflops < 1e9))
-    throw bad("--device-tflops must be a positive number, got " + args.get("device-tflops"));
+  if (args.has("device-tflops") && !(o.device_tflops >= 1e-6 && o.device_tflops <= 1e9))
+    throw bad("--device-tflops must be between 1e-06 and 1e9 (TFLOP/s), got " + args.get("device-tflops"));
   o.kernel_us = args.get_double("kernel-us", 5);
   if (!(o.kernel_us >= 0 && o.kernel_us < 1e9)) throw bad("--kernel-us must be >= 0, got " + args.get("kernel-us"));
   if (args.has("kernel-us") && !args.has("device-tflops")) throw bad("--kernel-us needs --device-tflops");
@@ -164,6 +164,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
   if (!gpus && o.link.name == "shm") o.concurrent = o.devices;
 
   const Graph model = load_onnx(args.positional()[0]);
+  check_dims_known(args, o.dims, model, true);
   if (auto_placement) {  // time each split of the cores (as train --devices cpu:auto), then plan the fastest
     const auto ranked = runtime::compare_cpu_placements(model, o, cores);
     o.devices = o.concurrent = ranked.at(0).replicas;
