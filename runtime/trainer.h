@@ -196,6 +196,7 @@ class Trainer {
   const TrainingGraphs& graphs() const { return graphs_; }
   Executor& replica(int d);
   int replicas() const { return static_cast<int>(replicas_.size()); }
+  int total_replicas() const { return total_replicas_; }  // of the job: every rank's
   int threads_per_replica() const { return threads_; }
   // An MNIST folder's sets as loaded (empty for other sources); every source as the replicas read it.
   const data::Dataset& train_data() const { return train_; }

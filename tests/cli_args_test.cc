@@ -103,6 +103,7 @@ TEST(CliArgs, SwitchesTakeNoValue) {
   EXPECT_FALSE(parse({}).has("nesterov"));
   EXPECT_EQ(error_of({"--nesterov=1"}), "--nesterov takes no value");
   EXPECT_EQ(error_of({"--nesterov=false"}), "--nesterov takes no value");
+  EXPECT_EQ(error_of({"--nesterov="}), "--nesterov takes no value");  // CLI11 alone read it as the switch
   // The word after a switch is a positional, not its value.
   EXPECT_EQ(parse({"--nesterov", "m.onnx"}).positional(), (std::vector<std::string>{"m.onnx"}));
 }

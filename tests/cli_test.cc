@@ -93,6 +93,12 @@ TEST(Cli, HelpForRunAndShow) {
   }
   EXPECT_NE(graphrun("run --help").output.find("--output-dir"), std::string::npos);
   EXPECT_NE(graphrun("show --help").output.find("--format"), std::string::npos);
+  // "graphrun help run" is "graphrun run --help" (it printed the top-level usage).
+  for (const char* cmd : {"run", "train"}) {
+    CommandResult r = graphrun(std::string("help ") + cmd);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(r.output, graphrun(std::string(cmd) + " --help").output);
+  }
 }
 
 // Every command's help: exit 0, its usage first, every option in the two-column layout (name and

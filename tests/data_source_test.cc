@@ -362,6 +362,11 @@ np.savez('two.npz', a=np.zeros((3, 2), np.float32), b=np.ones((3, 5), np.int64),
   other.labels = "target";
   e = error_of([&] { fit_to_model(open_source(d + "/two.npz"), {{"a", DType::F32, {2}}, {"b", DType::I64, {5}}}, other); });
   EXPECT_NE(e.find("no array 'target' of targets"), std::string::npos) << e;
+  // --labels naming a model input: "has no array 'a' for model input 'a' (it has: a, ...)" contradicted itself.
+  other.labels = "a";
+  e = error_of([&] { fit_to_model(open_source(d + "/two.npz"), {{"a", DType::F32, {2}}, {"b", DType::I64, {5}}}, other); });
+  EXPECT_NE(e.find("--labels a names model input 'a', which "), std::string::npos) << e;
+  EXPECT_NE(e.find("feeds: the targets are another array (it has: a, b, labels)"), std::string::npos) << e;
   EXPECT_EQ(num_classes(*open_source(d + "/u8.npz")), 10);
   EXPECT_EQ(num_classes(*fit_to_model(open_source(d + "/u8.npz"), {{"image", DType::F32, {1, 28, 28}}}, FitOptions{})), 10);
   // Two inputs by name, i64 token ids.

@@ -157,6 +157,24 @@ double worst(const std::map<std::string, Tensor>& a, const std::map<std::string,
   return w;
 }
 
+// train --sync-bn where it changes nothing says so on stderr (it was silent): a model without
+// BatchNormalization, or one replica, whose shard is the whole batch. Two replicas of a BN model: no word.
+TEST(SyncBatchNorm, TrainWarnsWhereSyncBnChangesNothing) {
+  if (!testing::have_data()) GTEST_SKIP() << "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)";
+  const std::string train = testing::graphrun_cli() + " train ";
+  const std::string run = " --epochs 1 --max-steps 1 --batch-size 8 --threads 1 --sync-bn";
+  auto r = testing::run_command(train + testing::lenet_path() + run + " --devices cpu:2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("warning: --sync-bn changes nothing: 'lenet' has no BatchNormalization"), std::string::npos)
+      << r.output;
+  r = testing::run_command(train + bn_model_path() + run + " --devices cpu:1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("warning: --sync-bn changes nothing on one replica"), std::string::npos) << r.output;
+  r = testing::run_command(train + bn_model_path() + run + " --devices cpu:2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("warning"), std::string::npos) << r.output;
+}
+
 // Batch 10: shards of 5+5 and 4+3+3. 20 SGD steps with momentum. One replica without --sync-bn is
 // the reference (BatchNorm over the whole batch); 2 and 3 replicas with --sync-bn equal it, on every
 // replica, and differ from it without --sync-bn (each shard's own statistics).

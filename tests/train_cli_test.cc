@@ -35,6 +35,7 @@ TEST(TrainCli, NonsenseFlagsAreUsageErrors) {
   expect_usage_error(m + " --lr abc", "--lr");
   expect_usage_error(m + " --lr 1e40", "within float32's range");  // inf once fed as float32
   expect_usage_error(m + " --lr 1e-50", "within float32's range");  // 0 once fed as float32: trained nothing
+  expect_usage_error(m + " --normalize 0.1,,0.3", "--normalize takes MEAN,STD");  // was taken as 0.1,0.3
   expect_usage_error(m + " --epochs 0", "--epochs");
   expect_usage_error(m + " --epochs 100001", "--epochs must be between 1 and 100000, got 100001");
   expect_usage_error(m + " --device-data-mb 99999999999", "--device-data-mb must be between 0 and 1073741824");

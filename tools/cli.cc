@@ -99,6 +99,11 @@ Args::Args(const Command& cmd, const std::vector<std::string>& argv) : cmd_(cmd)
   // What follows "--" is positional. CLI11 knows "--" too, but after an option's value it takes it
   // for the end of that option's list and goes on parsing options, so it never sees it.
   const auto mark = std::find(argv.begin(), argv.end(), "--");
+  // A switch given "=" and nothing ("--eval-only="): CLI11 reads it as the switch alone.
+  for (auto it = argv.begin(); it != mark; ++it)
+    if (it->size() > 3 && it->rfind("--", 0) == 0 && it->back() == '=')
+      for (const Option& o : cmd_.options)
+        if (o.value.empty() && *it == "--" + o.name + "=") throw Error(usage_error("--" + o.name + " takes no value"));
   App a(cmd_);
   try {
     a.app->parse(std::vector<std::string>(std::make_reverse_iterator(mark), argv.rend()));  // last first

@@ -24,7 +24,8 @@ std::vector<Option> show_options() {
       {"output", "FILE", "write to FILE instead of stdout (also -o FILE)"},
       {"backward", "", "show forward + loss + backward (the graph `graphrun grad` writes)"},
       {"devices", "N", "the per-device training graph of N CPU replicas (or cpu:0,cpu:1): forward, loss,\n"
-                       "                            backward, AllReduce and SGD nodes (every replica runs the same graph)"},
+                       "                            backward, AllReduce and SGD nodes (every replica runs the same graph;\n"
+                       "                            it holds the backward graph, with or without --backward)"},
       {"passes", "", "print the pipeline instead of a graph: one line per pass (name, options, what it\n"
                      "                            does); that of graphrun train, or with --backward that of graphrun grad"},
       dump_after_option(),
@@ -38,7 +39,7 @@ std::vector<Option> show_options() {
 const Command& show_command() {
   static const Command cmd{
       "show",
-      "graphrun show MODEL.onnx [--format text|dot] [-o FILE] [--backward | --devices N] [--passes | --dump-after PASS]",
+      "graphrun show MODEL.onnx [--format text|dot] [-o FILE] [--backward] [--devices N] [--passes | --dump-after PASS]",
       "Prints a model: its inputs, parameters, one node a line with dtypes and shapes, and its outputs.",
       show_options(),
       "--backward and --devices print what the pipeline of passes makes of the model (the graph of\n"

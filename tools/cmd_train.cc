@@ -10,6 +10,7 @@
 #include <iostream>
 #include <memory>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "autodiff/autodiff.h"
@@ -370,7 +371,12 @@ int cmd_train(const std::vector<std::string>& argv) {
       throw bad(e.what());
     }
   } else if (args.has("normalize")) {
-    const auto ms = args.all("normalize");
+    // (Split strictly: "0.1,,0.3" is no MEAN,STD, where a list of names would skip the empty item.)
+    std::vector<std::string> ms;
+    {
+      std::stringstream list(args.get("normalize") + ",");
+      for (std::string item; std::getline(list, item, ',');) ms.push_back(item);
+    }
     double mean = 0, sd = 0;
     bool ok = ms.size() == 2;
     try {
@@ -548,6 +554,16 @@ int cmd_train(const std::vector<std::string>& argv) {
               << sched.total_steps << " steps): the learning rate never reaches --lr (its last step's is "
               << runtime::learning_rate(sched, sched.total_steps - 1) << ")" << std::endl;
   if (!eval_only && speaks) note_unreached(trainer.graphs(), o.pipeline.freeze);
+  if (speaks && o.pipeline.sync_bn) {
+    bool bn = false;
+    for (const Node& n : trainer.graphs().forward.nodes) bn = bn || n.op_type == "BatchNormalization";
+    if (!bn)
+      std::cerr << "graphrun train: warning: --sync-bn changes nothing: '" << trainer.graphs().forward.name
+                << "' has no BatchNormalization" << std::endl;
+    else if (trainer.total_replicas() == 1)
+      std::cerr << "graphrun train: warning: --sync-bn changes nothing on one replica (its shard is the whole batch)"
+                << std::endl;
+  }
   if (eval_only) {
     trainer.evaluate_only();  // its line on o.log (rank 0's), and --metrics
     finish_profile();

@@ -100,6 +100,8 @@ int run_command(const std::string& cmd, const std::vector<std::string>& args) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
+  // "graphrun help train" is "graphrun train --help".
+  if (args.size() >= 2 && args[0] == "help") args = {args[1], "--help"};
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::cout << kHelp;
     return args.empty() ? 2 : 0;

@@ -145,7 +145,11 @@ class FittedSource : public Source {
     for (const auto& in : inputs) {
       const ArraySpec* a = src_->find(in.name);
       if (!a && inputs.size() == 1 && non_targets == 1) a = only;
-      GR_CHECK(a && a->name != opts.labels, src_->describe() << " has no array '" << in.name << "' for model input '"
+      GR_CHECK(!a || a->name != opts.labels, "--labels " << opts.labels << " names model input '" << in.name
+                                                         << "', which " << src_->describe()
+                                                         << " feeds: the targets are another array (it has: "
+                                                         << names_of(*src_) << ")");
+      GR_CHECK(a, src_->describe() << " has no array '" << in.name << "' for model input '"
                                                              << in.name << "' (it has: " << names_of(*src_) << ")");
       add(*a, in.name, in.dtype, in.shape, false, "model input '" + in.name + "'");
     }
