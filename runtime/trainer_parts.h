@@ -82,7 +82,8 @@ struct Trainer::Replica {
 // One setting of a training run as its flag and value ("--momentum", "0.9"; switches "on"/"off"): what
 // MPI ranks must share (all of them) and what --resume compares with the checkpoint's run. Same: a
 // resumed run refuses another value; MayChange: it takes the new one and says so; Unchecked: not
-// compared on resume (--epochs, the model's signature, which the checkpoint checks itself).
+// compared on resume (the model's signature, which the checkpoint checks itself; the data limits,
+// whose effect its training-set size checks).
 struct RunSetting {
   enum class Resume { Same, MayChange, Unchecked };
   std::string flag, value;

@@ -80,10 +80,10 @@ std::vector<RunSetting> run_settings(const TrainOptions& o, const Graph& model) 
       {"--beta1", f(opt.beta1), R::MayChange},
       {"--beta2", f(opt.beta2), R::MayChange},
       {"--eps", f(opt.eps), R::MayChange},
-      // How long, and on what share of the data: a resumed run may be longer (its checkpoint records the
-      // training set's size and position).
-      {"--epochs", std::to_string(o.epochs), R::Unchecked},
-      {"--max-steps", std::to_string(o.max_steps), R::Unchecked},
+      // How long: a resumed run may be longer (a cosine schedule then spans the longer run).
+      {"--epochs", std::to_string(o.epochs), R::MayChange},
+      {"--max-steps", std::to_string(o.max_steps), R::MayChange},
+      // On what share of the data (the checkpoint records the training set's size).
       {"--train-limit", std::to_string(o.train_limit), R::Unchecked},
       {"--test-limit", std::to_string(o.test_limit), R::Unchecked},
       {"--val-split", o.val_split < 0 ? std::string("default") : d(o.val_split), R::Unchecked},

@@ -248,7 +248,10 @@ TEST(TrainerResume, CliTakesNewStepSettingsAndRefusesOtherChanges) {
   };
   r = resume("same", "");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(r.output.find("resuming with"), std::string::npos) << r.output;
+  // (Only the longer run is news: --epochs, whose cosine schedule would stretch.)
+  EXPECT_NE(r.output.find("resuming with --epochs 2 (the checkpoint's run had 1)\n"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("resuming with --weight-decay"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("resuming with --clip-grad-norm"), std::string::npos) << r.output;
   r = resume("wd3", "--weight-decay 3");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("resuming with --weight-decay 3 (the checkpoint's run had 0.1)"), std::string::npos) << r.output;
