@@ -241,6 +241,21 @@ TEST(Profile, EvalOnlyRecordsTheEvaluationsKernels) {
   std::ifstream f(dir + "/e.json");
   const std::string trace((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   EXPECT_NE(trace.find("evaluation 1 (cpu:1)"), std::string::npos);
+  // Two convolutions a batch: 10000 test images are 5000 a replica, in batches of 128 (40), or of
+  // --batch-size 5000 over the 2 replicas (2 of 2500), which --eval-only ignored.
+  auto conv_count = [](const std::string& out) {
+    const size_t at = out.find("\nFusedConv ");
+    long long n = -1;
+    if (at != std::string::npos) std::sscanf(out.c_str() + at, "\nFusedConv %lld", &n);
+    return n;
+  };
+  EXPECT_EQ(conv_count(r.output), 2 * 2 * 40) << r.output;
+  const auto big = testing::run_command(testing::graphrun_cli() + " train " + testing::lenet_path() +
+                                        " --eval-only --devices cpu:2 --threads 1 --batch-size 5000 --profile " + dir +
+                                        "/b.json");
+  ASSERT_EQ(big.exit_code, 0) << big.output;
+  EXPECT_EQ(conv_count(big.output), 2 * 2 * 2) << big.output;
+  EXPECT_EQ(big.output.substr(0, big.output.find('\n')), r.output.substr(0, r.output.find('\n')));  // the same figures
 }
 
 // train --profile-steps: a window that is not FIRST:LAST, or without --profile, is one line (exit 2);

@@ -50,7 +50,8 @@ const Command& train_command() {
                                 "                            every replica stops, naming the missing ones (hung or dead);\n"
                                 "                            under MPI, every collective between ranks too; on NCCL GPUs,\n"
                                 "                            every host wait for the device (then ncclCommAbort)"},
-          {"batch-size", "B", "global batch, split over the replicas (default 256)"},
+          {"batch-size", "B", "global batch, split over the replicas (default 256; with --eval-only\n"
+                                "                            the evaluation's, else 128 per replica)"},
           {"lr", "RATE", "learning rate (default 0.2)"},
           {"epochs", "E", "epochs (default 10)"},
           {"momentum", "M", "SGD momentum (default 0)"},
@@ -422,6 +423,12 @@ int cmd_train(const std::vector<std::string>& argv) {
   o.data_dir = args.get("data", runtime::data::kDefaultDataDir);
   o.test_data = args.get("test-data");
   o.test_only = eval_only;
+  // --eval-only --batch-size B: the evaluation's batch, B over the job's replicas (as a training batch
+  // is split); without it each replica evaluates 128 at a time.
+  if (eval_only && args.has("batch-size")) {
+    const int64_t replicas = static_cast<int64_t>(devices.size()) * runtime::mpi::size();
+    o.eval_batch = (o.batch_size + replicas - 1) / replicas;
+  }
   if (args.has("val-split")) {
     o.val_split = args.get_double("val-split", 0.1);
     if (!(o.val_split > 0 && o.val_split < 1)) throw bad("--val-split must be between 0 and 1, got " + args.get("val-split"));
