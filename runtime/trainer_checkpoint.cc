@@ -153,8 +153,9 @@ void Trainer::load_checkpoint(const std::string& path) {
   const Checkpoint ck = runtime::load_checkpoint(path);
   GR_CHECK(meta_of(ck, "format", path) == kFormat,
            path << ": checkpoint format '" << ck.meta.at("format") << "' is not " << kFormat);
-  // The run's settings against the checkpoint's: those of what is trained must be the same (the
-  // precision first: a float64 copy's signature differs too), the step's may change.
+  // The run's settings against the checkpoint's, in run_settings' order: those of what is trained must
+  // be the same (--float64 before the model's signature, which a float64 copy changes too), the step's
+  // may change.
   const std::vector<RunSetting> settings = run_settings(opts_, graphs_.forward);
   std::string may_change;
   for (const RunSetting& s : settings)
@@ -172,15 +173,17 @@ void Trainer::load_checkpoint(const std::string& path) {
     resume_notes_.push_back(s.flag + " " + s.value + " (the checkpoint's run had " + it->second +
                             (s.flag == "--momentum" && it->second == "0" ? "; its buffers start at zero)" : ")"));
   };
-  for (const RunSetting& s : settings)
-    if (s.flag == "--float64") compare(s);
-  const std::string sig = shapes_signature(graphs_.forward.initializers);
-  const std::string other = ck.meta.count("model") ? ck.meta.at("model") : std::string("?");
-  GR_CHECK(meta_of(ck, "signature", path) == sig,
-           path << ": checkpoint of another model ('" << other << "', parameter signature " << ck.meta.at("signature")
-                << "; '" << graphs_.forward.name << "' has " << sig << ")");
-  for (const RunSetting& s : settings)
-    if (s.resume != RunSetting::Resume::Unchecked && s.flag != "--float64") compare(s);
+  for (const RunSetting& s : settings) {
+    if (s.flag == "model") {
+      const std::string sig = shapes_signature(graphs_.forward.initializers);
+      const std::string other = ck.meta.count("model") ? ck.meta.at("model") : std::string("?");
+      GR_CHECK(meta_of(ck, "signature", path) == sig,
+               path << ": checkpoint of another model ('" << other << "', parameter signature " << ck.meta.at("signature")
+                    << "; '" << graphs_.forward.name << "' has " << sig << ")");
+    } else if (s.resume != RunSetting::Resume::Unchecked) {
+      compare(s);
+    }
+  }
   GR_CHECK(ck.meta.count(setting_key("--optimizer")) || ck.meta.count("optimizer"),
            path << ": not a graphrun training checkpoint (no optimizer)");
   // Another number of replicas (in-process or over MPI ranks) takes replica 0's state for all; a

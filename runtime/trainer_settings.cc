@@ -49,13 +49,10 @@ std::vector<RunSetting> run_settings(const TrainOptions& o, const Graph& model) 
   for (const auto& name : p.freeze) freeze += (freeze.empty() ? "" : ",") + name;
   std::string output = p.output;
   if (output.empty() && !model.outputs.empty()) output = model.outputs[0];
-  const char* schedule = o.schedule.kind == LrSchedule::Kind::Step     ? "step"
-                         : o.schedule.kind == LrSchedule::Kind::Cosine ? "cosine"
-                                                                        : "constant";
   return {
       // What is trained, on what, from where: the same on every rank, and on resume.
       {"--float64", on_off(f64), R::Same},
-      {"model", model.name + " " + shapes_signature(model.initializers), R::Unchecked},  // (a checkpoint's own check)
+      {"model", model.name + " " + shapes_signature(model.initializers), R::Unchecked},  // (checked against a checkpoint's "signature")
       {"--batch-size", std::to_string(o.batch_size), R::Same},
       {"--seed", std::to_string(o.seed), R::Same},
       {"--optimizer", opt.kind, R::Same},
@@ -69,7 +66,7 @@ std::vector<RunSetting> run_settings(const TrainOptions& o, const Graph& model) 
       {"--sync-bn", on_off(p.sync_bn), R::Same},
       // The step's size: a resumed run may take new values (as one lowers the lr by hand).
       {"--lr", d(o.lr), R::MayChange},
-      {"--lr-schedule", schedule, R::MayChange},
+      {"--lr-schedule", schedule_kind_name(o.schedule.kind), R::MayChange},
       {"--warmup-steps", std::to_string(o.schedule.warmup_steps), R::MayChange},
       {"--lr-step-size", std::to_string(o.schedule.step_size), R::MayChange},
       {"--lr-gamma", d(o.schedule.gamma), R::MayChange},

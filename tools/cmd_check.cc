@@ -57,12 +57,19 @@ const Command& check_command() {
   return cmd;
 }
 
-// A random tensor of a declared input type; symbolic dimensions take their --dims size, else 2.
-Tensor random_input(const ValueInfo& vi, std::mt19937_64& rng, const std::map<std::string, int64_t>& dims = {}) {
+// The random batch's tensor for a declared input: its type (f32 drawn as f64) and shape (symbolic
+// dimensions take their --dims size, else 2).
+DType random_dtype(const ValueInfo& vi) { return vi.dtype == DType::F32 ? DType::F64 : vi.dtype; }
+Shape random_shape(const ValueInfo& vi, const std::map<std::string, int64_t>& dims) {
   Shape s;
   for (const Dim& d : vi.shape) s.push_back(d.known() ? d.size : dims.count(d.param) ? dims.at(d.param) : 2);
-  const DType t = vi.dtype == DType::F32 ? DType::F64 : vi.dtype;
-  Tensor r(t, s);
+  return s;
+}
+
+// A random tensor of a declared input type, of random_dtype and random_shape.
+Tensor random_input(const ValueInfo& vi, std::mt19937_64& rng, const std::map<std::string, int64_t>& dims = {}) {
+  const DType t = random_dtype(vi);
+  Tensor r(t, random_shape(vi, dims));
   std::normal_distribution<double> normal;
   for (int64_t i = 0; i < r.numel(); ++i) {
     if (t == DType::F64) r.data<double>()[i] = normal(rng);
@@ -163,8 +170,8 @@ GradCheck gradient_check(const Graph& model, int directions, uint64_t seed, cons
     if (g.is_initializer(in)) continue;
     const ValueInfo* vi = g.info(in);
     GR_CHECK(vi && vi->has_shape, "input '" << in << "' has no declared shape");
-    double n = static_cast<double>(dtype_size(vi->dtype == DType::F32 ? DType::F64 : vi->dtype));
-    for (const Dim& d : vi->shape) n *= static_cast<double>(d.known() ? d.size : dims.count(d.param) ? dims.at(d.param) : 2);
+    double n = static_cast<double>(dtype_size(random_dtype(*vi)));
+    for (int64_t size : random_shape(*vi, dims)) n *= static_cast<double>(size);  // (in double: no overflow)
     input_bytes += n;
   }
   GR_CHECK(!avail || input_bytes <= static_cast<double>(avail),

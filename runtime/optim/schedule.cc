@@ -15,6 +15,17 @@ LrSchedule::Kind parse_schedule_kind(const std::string& s) {
   GR_FAIL("unknown learning-rate schedule '" << s << "' (choose constant, step or cosine)");
 }
 
+const char* schedule_kind_name(LrSchedule::Kind k) {
+  switch (k) {
+    case LrSchedule::Kind::Step:
+      return "step";
+    case LrSchedule::Kind::Cosine:
+      return "cosine";
+    default:
+      return "constant";
+  }
+}
+
 double learning_rate(const LrSchedule& s, int64_t step) {
   if (s.warmup_steps > 0 && step < s.warmup_steps)
     return s.base_lr * static_cast<double>(step + 1) / static_cast<double>(s.warmup_steps);

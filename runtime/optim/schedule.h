@@ -18,6 +18,8 @@ struct LrSchedule {
 
 // Parses "constant", "step", "cosine"; throws Error otherwise.
 LrSchedule::Kind parse_schedule_kind(const std::string& s);
+// The name parse_schedule_kind reads: "constant", "step" or "cosine".
+const char* schedule_kind_name(LrSchedule::Kind k);
 // The learning rate of global step `step` (0-based).
 double learning_rate(const LrSchedule& s, int64_t step);
 
