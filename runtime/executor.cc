@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -539,6 +540,88 @@ void Executor::validate_inputs(const std::map<std::string, Tensor>& inputs) cons
     GR_CHECK(graph_.is_input(name), "'" << name << "' is not an input of graph '" << graph_.name << "'");
 }
 
+namespace {
+
+// A dimension's size where `bound` gives its symbols' sizes: a number, a symbol ("N") or a product of
+// them ("4*N", "N*T", as graphrun's inference writes a reshape's); -1 where any factor is unknown.
+int64_t bound_size(const Dim& d, const std::map<std::string, int64_t>& bound) {
+  if (d.known()) return d.size;
+  if (d.param.empty()) return -1;
+  int64_t size = 1;
+  size_t at = 0;
+  while (at <= d.param.size()) {
+    const size_t end = std::min(d.param.find('*', at), d.param.size());
+    const std::string f = d.param.substr(at, end - at);
+    int64_t v = -1;
+    if (!f.empty() && std::all_of(f.begin(), f.end(), [](char c) { return c >= '0' && c <= '9'; }) && f.size() < 18)
+      v = std::stoll(f);
+    else if (auto it = bound.find(f); it != bound.end())
+      v = it->second;
+    if (v < 0 || (v > 0 && size > (int64_t{1} << 62) / v)) return -1;
+    size *= v;
+    at = end + 1;
+  }
+  return size;
+}
+
+}  // namespace
+
+size_t Executor::static_peak_bytes(const std::map<std::string, Tensor>& inputs) const {
+  const Layout& L = *layout_;
+  const int n = static_cast<int>(graph_.nodes.size());
+  // The symbols of the inputs' declared shapes, sized by the tensors given.
+  std::map<std::string, int64_t> bound;
+  for (const auto& name : graph_.inputs) {
+    auto vi = graph_.values.find(name);
+    if (vi == graph_.values.end() || !vi->second.has_shape || vi->second.shape.size() != inputs.at(name).shape().size())
+      continue;
+    for (size_t i = 0; i < vi->second.shape.size(); ++i) {
+      const Dim& d = vi->second.shape[i];
+      if (d.known() || d.param.empty() || d.param.find('*') != std::string::npos) continue;
+      const int64_t size = inputs.at(name).shape()[i];
+      auto [it, fresh] = bound.emplace(d.param, size);
+      if (!fresh) it->second = std::min(it->second, size);  // inputs that disagree: the smaller, still a bound
+    }
+  }
+  std::vector<size_t> bytes(L.nslots, 0);
+  for (const auto& [name, sl] : L.slot_of) {
+    auto vi = graph_.values.find(name);
+    if (vi == graph_.values.end() || !vi->second.has_shape || vi->second.dtype == DType::Undefined) continue;
+    double numel = 1;
+    for (const Dim& d : vi->second.shape) {
+      const int64_t v = bound_size(d, bound);
+      numel = v < 0 ? -1 : numel * static_cast<double>(v);
+      if (numel < 0) break;
+    }
+    if (numel >= 0) bytes[sl] = static_cast<size_t>(std::min(numel * dtype_size(vi->second.dtype), 1e18));
+  }
+  // What the planning run takes from its pool: each step's pooled outputs while its inputs are still
+  // held, freed after their last reader. Views and the AllReduce sums that may take their gradient's
+  // buffer count nothing, nor does scratch: a lower bound.
+  std::vector<bool> shared(L.nslots, false);
+  for (int s = 0; s < n; ++s)
+    if (L.view_step[s]) shared[L.out_slots[s][0]] = true;
+  for (const auto& [s, in, out] : L.allreduce_aliases) shared[out] = true;
+  size_t live = 0, peak = 0;
+  for (int s = 0; s < n; ++s) {
+    const Node& node = graph_.nodes[s];
+    for (size_t k = 0; k < L.out_slots[s].size(); ++k) {
+      const int o = L.out_slots[s][k];
+      if (node.has_output(k) && L.pooled[o] && !shared[o] && !L.is_host(o))
+        live += std::min(bytes[o], std::numeric_limits<size_t>::max() / 2 - live);  // saturates
+    }
+    peak = std::max(peak, live);
+    auto release = [&](int sl) {
+      if (sl >= 0 && L.def_step[sl] >= 0 && L.last_use[sl] == s && L.pooled[sl] && !shared[sl] && !L.is_host(sl))
+        live -= std::min(live, bytes[sl]);
+    };
+    std::set<int> once(L.in_slots[s].begin(), L.in_slots[s].end());
+    for (int o : L.out_slots[s]) once.insert(o);
+    for (int sl : once) release(sl);
+  }
+  return peak;
+}
+
 Executor::Plan& Executor::plan_for(const std::map<std::string, Tensor>& inputs) {
   std::vector<std::pair<DType, Shape>> key;
   for (const auto& name : graph_.inputs) key.emplace_back(inputs.at(name).dtype(), inputs.at(name).shape());
@@ -568,6 +651,16 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>&
   validate_inputs(inputs);
   Plan& P = plan_for(inputs);
   last_ = &P;
+  // A first run whose values alone, by their shapes, exceed the memory limit stops before any kernel
+  // runs (a huge batch used to find out at the limit, after minutes of its first step).
+  if (!P.planned && P.pool) {
+    const size_t need = P.stats.static_peak_bytes = static_peak_bytes(inputs);
+    if (P.memory_limit && need > P.memory_limit)
+      GR_FAIL("the first run needs more than " << bytes_str(P.memory_limit) << " of memory for its activations (at least "
+                                               << bytes_str(need) << " by the shapes of its values, counted before it runs)"
+                                               << (P.memory_hint && !P.memory_hint->empty() ? "; " + *P.memory_hint
+                                                                                            : std::string()));
+  }
   const Layout& L = *layout_;
   const int n = static_cast<int>(graph_.nodes.size());
   omp_set_num_threads(opts_.threads);
@@ -718,6 +811,7 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>&
       if (root[sl] >= 0) P.slot_tensor[sl] = Tensor();
     if (P.pool) {
       P.stats.planning_peak_bytes = P.pool->high_water();
+      P.stats.planning_live_peak_bytes = P.pool->peak_live();
       P.arena = P.pool->take_as_arena(std::max<size_t>(kAlign, arena_bytes));
       P.stats.arena_in_pool = P.arena != nullptr;
       P.pool.reset();

@@ -62,6 +62,11 @@ struct PlanStats {
   // which reached this many bytes; the arena took that range's start (its pages already there).
   size_t planning_peak_bytes = 0;
   bool arena_in_pool = false;
+  // CPU executors: the most the planning run's buffers held at once (ExecOptions::memory_limit bounds
+  // this), and the lower bound of it counted from the graph's shapes before that run (which a limit
+  // below it stops at once).
+  size_t planning_live_peak_bytes = 0;
+  size_t static_peak_bytes = 0;
 };
 
 class Executor {
@@ -112,6 +117,10 @@ class Executor {
 
  private:
   Plan& plan_for(const std::map<std::string, Tensor>& inputs);
+  // A lower bound of what the first (planning) run at these inputs takes from its pool: the graph's
+  // value shapes with the inputs' symbols sized, swept along the run's order and liveness (views, shared
+  // sums and scratch count nothing; a value whose shape is not known counts nothing).
+  size_t static_peak_bytes(const std::map<std::string, Tensor>& inputs) const;
   void validate_inputs(const std::map<std::string, Tensor>& inputs) const;
   // Asynchronous nodes (KernelContext::defer): keep their buffers through the planning run, and
   // extend their lifetimes in the plan to their completion point.

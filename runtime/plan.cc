@@ -53,9 +53,11 @@ std::string num(double v, int prec) {
 // The inputs graphrun train feeds one replica for a shard of n examples of the global batch; the
 // model's input gets seeded uniform [0, 1) values, labels class 0 (their values do not change the work).
 // The leading dimension is the shard; other symbolic ones take their sizes from `o` (PlanOptions).
-std::map<std::string, Tensor> shard_inputs(const Graph& g, const TrainingGraphs& tg, int64_t n, const PlanOptions& o) {
+std::map<std::string, Tensor> shard_inputs(const Graph& g, const TrainingGraphs& tg, int64_t n, const PlanOptions& o,
+                                           size_t avail, const std::string& hint) {
   const int64_t B = o.batch_size;
   std::map<std::string, Tensor> in;
+  double bytes = 0;  // drawn so far (in double: no overflow)
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(0, 1);
   for (const std::string& name : g.inputs) {
@@ -97,6 +99,13 @@ std::map<std::string, Tensor> shard_inputs(const Graph& g, const TrainingGraphs&
         GR_FAIL("plan: input '" << name << "' has the symbolic dimension '" << d.param << "' (axis " << i
                                 << "): give its size with --dims " << d.param << "=SIZE");
     }
+    double need = static_cast<double>(dtype_size(vi.dtype));
+    for (int64_t d : s) need *= static_cast<double>(d);
+    bytes += need;
+    GR_CHECK(!avail || bytes <= static_cast<double>(avail), "plan: the shard's inputs need at least "
+                                                                << bytes_str(bytes) << " and this machine has "
+                                                                << bytes_str(static_cast<double>(avail))
+                                                                << " available; " << hint);
     Tensor t(vi.dtype, s);
     if (vi.dtype == DType::F32) {
       float* p = t.data<float>();
@@ -124,10 +133,17 @@ Measured run_replica(const TrainingGraphs& tg, const DeviceGraph& dg, int64_t n,
   Profiler prof;
   std::vector<std::unique_ptr<Communicator>> comms;
   std::vector<std::unique_ptr<Executor>> execs;
+  // The shard runs on this machine: its inputs and each copy's first run stay within the memory available
+  // (one line naming --batch-size, before any kernel where the shapes say so, not the out-of-memory killer).
+  const size_t avail = backend_for(Device::Kind::CPU)->free_memory(Device{});
+  const bool baseline = n == o.batch_size && o.devices > 1;  // one device on the whole batch
+  const std::string hint = "lower --batch-size (planning runs " + std::to_string(n) + " examples on this machine" +
+                           (baseline ? ": the one-device baseline, which --device-tflops models instead)" : ")");
   for (int c = 0; c < copies; ++c) {
     for (auto& comm : backend_for(Device::Kind::CPU)->make_communicators({Device{}})) comms.push_back(std::move(comm));
     ExecOptions eo;
     eo.threads = o.threads;
+    if (avail) eo.memory_limit = avail / 10 * 9 / static_cast<size_t>(copies), eo.memory_hint = hint;
     eo.fetch = mse ? std::vector<std::string>{figures.loss} : std::vector<std::string>{figures.loss, figures.correct};
     eo.state_updates = dg.state_updates;
     eo.comm = comms.back().get();
@@ -136,7 +152,7 @@ Measured run_replica(const TrainingGraphs& tg, const DeviceGraph& dg, int64_t n,
   }
   Executor& exec = *execs[0];
   const ProfileTrack& track = *exec.options().profile;
-  const auto in = shard_inputs(g, tg, n, o);
+  const auto in = shard_inputs(g, tg, n, o, avail, hint);
   for (auto& e : execs) e->run(in);
   Measured m;
   m.stats = exec.plan_stats();

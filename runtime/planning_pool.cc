@@ -93,6 +93,7 @@ std::shared_ptr<void> PlanningPool::allocate(size_t requested) {
       high_water_ = offset + bytes;
     }
     live_ += bytes;
+    peak_live_ = std::max(peak_live_, live_);
   }
   char* p = static_cast<char*>(base_) + offset;
   GR_UNPOISON(p, requested);
@@ -146,6 +147,11 @@ size_t PlanningPool::high_water() const {
 size_t PlanningPool::live() const {
   std::lock_guard<std::mutex> lock(mu_);
   return live_;
+}
+
+size_t PlanningPool::peak_live() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peak_live_;
 }
 
 }  // namespace graphrun::runtime

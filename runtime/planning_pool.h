@@ -50,6 +50,7 @@ class PlanningPool : public std::enable_shared_from_this<PlanningPool> {
 
   size_t high_water() const;  // bytes of the range touched so far
   size_t live() const;        // bytes handed out and not yet returned
+  size_t peak_live() const;   // the most live() has been
 
  private:
   PlanningPool() = default;
@@ -63,6 +64,7 @@ class PlanningPool : public std::enable_shared_from_this<PlanningPool> {
   std::map<size_t, size_t> free_;  // offset -> length, below high_water_, coalesced
   size_t high_water_ = 0;
   size_t live_ = 0;
+  size_t peak_live_ = 0;
   bool closed_ = false;
 };
 

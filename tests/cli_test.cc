@@ -248,6 +248,28 @@ TEST(Cli, RunTakesAnImageFileForAnImageInput) {
   expect_one_line_error("run img.onnx --input x.png", {"x.png"});
 }
 
+// Inputs too large for the machine's memory stop in one line before any kernel runs (the shapes of LeNet's
+// values at 64 images need 3.5 MB in the first convolution alone), not in the out-of-memory killer.
+// GRAPHRUN_MEM_AVAILABLE_MB stands in for the memory available.
+TEST(Cli, RunInputsTooLargeForTheMemoryAreOneLine) {
+  auto mk = run_command("cd '" + data_dir() + "' && " + python() +
+                        " -c \"import numpy as np; np.save('lenet64.npy', np.zeros((64, 1, 28, 28), np.float32))\"");
+  ASSERT_EQ(mk.exit_code, 0) << mk.output;
+  const std::string run = "cd '" + data_dir() + "' && GRAPHRUN_MEM_AVAILABLE_MB=";
+  const std::string args = " '" + graphrun_cli() + "' run '" + testing::source_dir() + "/models/lenet.onnx' --input image=lenet64.npy";
+  auto r = run_command(run + "1" + args);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  EXPECT_NE(r.output.find("the first run needs more than 921.6 KiB of memory for its activations (at least"),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("counted before it runs); this machine had 1.0 MiB available; run the model on fewer "
+                          "examples at a time"),
+            std::string::npos) << r.output;
+  r = run_command(run + "40" + args);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("logits: f32[64,10]"), std::string::npos) << r.output;
+}
+
 TEST(Cli, RunBadInputsGiveOneLineAndExit2) {
   expect_one_line_error("run two.onnx --input a=x.npy", {"missing input b"});
   expect_one_line_error("run two.onnx --input a=x.npy --input b=b.npy --input c=b.npy", {"'c' is not an input"});

@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 
 #include "graph/onnx_io.h"
 #include "runtime/executor.h"
+#include "runtime/pipeline.h"
 #include "runtime/planning_pool.h"
+#include "runtime/profile.h"
 #include "tests/test_util.h"
 
 namespace graphrun {
@@ -192,6 +195,102 @@ TEST(MemoryPlan, PlanningRunTouchesAboutThePeakAndTheArenaTakesItsPages) {
     EXPECT_FLOAT_EQ(y.data<float>()[7], -(w0 + run * x7));
   }
   EXPECT_TRUE(st.plan_stats().arena_in_pool);
+}
+
+// The inputs of a training replica's graph at `batch` examples: the declared shapes with every symbolic
+// dimension the batch, uniform [0, 1) floats, zero integers (class 0, step 0).
+std::map<std::string, Tensor> training_inputs(const Graph& g, int64_t batch) {
+  std::map<std::string, Tensor> in;
+  for (const std::string& name : g.inputs) {
+    const ValueInfo& vi = g.values.at(name);
+    Shape s;
+    for (const Dim& d : vi.shape) s.push_back(d.known() ? d.size : batch);
+    in[name] = vi.dtype == DType::F32 ? testing::random_tensor(s, 5, 0.f, 1.f) : Tensor(vi.dtype, s);
+  }
+  return in;
+}
+
+// Before a first run, a CPU executor counts what that run will hold from the graph's shapes with the
+// inputs' symbols sized: a lower bound of the run's own peak (so a memory limit below it refuses no run
+// that would fit), close to it on the models graphrun ships, and a limit below it stops the run before
+// any kernel runs (a batch too large for the machine used to find out at the limit, minutes into its
+// first step). Products of symbols, as a reshape's inferred dimensions are, are sized too.
+TEST(MemoryPlan, ShapesBoundTheFirstRunBeforeItRuns) {
+  const std::vector<std::string> models = {testing::source_dir() + "/models/lenet.onnx",
+                                           testing::source_dir() + "/models/simplecnn.onnx",
+                                           testing::binary_dir() + "/models/resnet18.onnx"};
+  int between = 0;  // models whose scratch leaves room for a limit between the count and the peak
+  for (const std::string& path : models) {
+    if (!std::filesystem::exists(path)) {
+      std::cout << "skipping " << path << ": not generated\n";
+      continue;
+    }
+    runtime::PipelineOptions po;
+    po.executor_passes = true;
+    const runtime::TrainingGraphs tg = runtime::build_training_graphs(load_onnx(path), po);
+    const runtime::DeviceGraph& dg = tg.replicas[0];
+    runtime::ExecOptions o;
+    o.state_updates = dg.state_updates;
+    runtime::Executor ex(dg.graph, o);
+    const auto in = training_inputs(dg.graph, 64);
+    ex.run(in);
+    const runtime::PlanStats s = ex.plan_stats();
+    std::cout << path << " at 64 examples: " << s.static_peak_bytes << " bytes counted before the first run, "
+              << s.planning_live_peak_bytes << " held at most in it\n";
+    EXPECT_LE(s.static_peak_bytes, s.planning_live_peak_bytes) << path;
+    EXPECT_GE(s.static_peak_bytes, s.planning_live_peak_bytes / 100 * 85) << path;  // scratch is the rest
+
+    // The message of a first run under `limit` (it must stop).
+    const auto stopped_under = [&](size_t limit, runtime::ProfileTrack* track) {
+      o.profile = track;
+      o.memory_limit = limit;
+      o.memory_hint = "lower --batch-size";
+      runtime::Executor limited(dg.graph, o);
+      try {
+        limited.run(in);
+      } catch (const Error& e) {
+        return std::string(e.what());
+      }
+      ADD_FAILURE() << path << ": ran under a limit of " << limit;
+      return std::string();
+    };
+    // A limit under the count: one line naming the count, and no kernel ran.
+    runtime::Profiler prof;
+    runtime::ProfileTrack& track = prof.track("replica");
+    std::string m = stopped_under(s.static_peak_bytes - 1, &track);
+    EXPECT_NE(m.find("the first run needs more than"), std::string::npos) << m;
+    EXPECT_NE(m.find("by the shapes of its values, counted before it runs); lower --batch-size"), std::string::npos) << m;
+    EXPECT_TRUE(track.events().empty()) << path << ": " << track.events().size() << " events";
+
+    // A limit between the count and the run's peak (scratch makes the difference): the run stops at the
+    // node whose buffer would cross it.
+    if (s.planning_live_peak_bytes - s.static_peak_bytes < 4096) continue;
+    ++between;
+    m = stopped_under((s.static_peak_bytes + s.planning_live_peak_bytes) / 2, nullptr);
+    EXPECT_NE(m.find("the first run needs more than"), std::string::npos) << m;
+    EXPECT_NE(m.find(" held, "), std::string::npos) << m;
+    EXPECT_EQ(m.find("counted before it runs"), std::string::npos) << m;
+  }
+  EXPECT_GE(between, 1);  // SimpleCNN's and ResNet-18's convolutions take scratch
+
+  // x [N, 8] -> Reshape -> [4*N, 2] -> Relu: the symbol's product is sized, 4 * 1000 * 2 floats each.
+  Graph g;
+  g.name = "products";
+  g.opsets[""] = 17;
+  g.inputs = {"x"};
+  g.values["x"] = ValueInfo{DType::F32, true, {Dim("N"), 8}};
+  g.initializers["to"] = Tensor::from_vector<int64_t>({2}, {-1, 2});
+  g.values["r"] = ValueInfo{DType::F32, true, {Dim("4*N"), 2}};
+  g.values["y"] = ValueInfo{DType::F32, true, {Dim("4*N"), 2}};
+  g.nodes = {Node{"reshape", "Reshape", "", {"x", "to"}, {"r"}, {}}, Node{"relu", "Relu", "", {"r"}, {"y2"}, {}},
+             Node{"neg", "Neg", "", {"y2"}, {"y"}, {}}};
+  g.values["y2"] = g.values["y"];
+  g.outputs = {"y"};
+  runtime::Executor ex(g);
+  ex.run({{"x", testing::random_tensor({1000, 8}, 3)}});
+  // The reshape is a view and y is fetched (a buffer of its own): Relu's output is what the pool holds.
+  EXPECT_EQ(ex.plan_stats().static_peak_bytes, size_t{4} * 1000 * 2 * 4);
+  EXPECT_LE(ex.plan_stats().static_peak_bytes, ex.plan_stats().planning_live_peak_bytes);
 }
 
 }  // namespace

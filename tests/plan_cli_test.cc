@@ -57,6 +57,37 @@ TEST(PlanCli, BadInputIsOneLineAndExit2) {
   expect_usage_error(m + " --devices cpu:auto --link ib", "no --link or --device-tflops");
 }
 
+// plan runs the shard (and the one-device baseline) on this machine: a batch whose inputs or activations
+// cannot fit in the memory available is one line naming --batch-size, not the out-of-memory killer.
+// GRAPHRUN_MEM_AVAILABLE_MB stands in for that memory; LeNet's activations take about 15 MiB at 128
+// examples, 31 MiB at 256, and its inputs 3 KiB an image.
+TEST(PlanCli, BatchesTooLargeForThisMachineAreOneLine) {
+  const std::string m = lenet();
+  const auto with_mb = [&](int mb, const std::string& args) {
+    return testing::run_command("GRAPHRUN_MEM_AVAILABLE_MB=" + std::to_string(mb) + " " + testing::graphrun_cli() +
+                                " plan " + m + " " + args);
+  };
+  const auto expect_line = [](const testing::CommandResult& r, const std::vector<std::string>& what) {
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    for (const auto& w : what) EXPECT_NE(r.output.find(w), std::string::npos) << w << "\n" << r.output;
+  };
+  expect_line(with_mb(1, "--devices 1 --batch-size 1000"),
+              {"plan: the shard's inputs need at least 3.0 MiB and this machine has 1.0 MiB available; lower "
+               "--batch-size (planning runs 1000 examples on this machine)"});
+  expect_line(with_mb(4, "--devices 1 --batch-size 256"),
+              {"the first run needs more than", "by the shapes of its values, counted before it runs); lower "
+               "--batch-size (planning runs 256 examples on this machine)"});
+  // The shard of 128 fits, the baseline's 256 does not (one copy of the shard runs: --link ib).
+  expect_line(with_mb(25, "--devices 2 --batch-size 256 --link ib"),
+              {"counted before it runs", "(planning runs 256 examples on this machine: the one-device baseline, which "
+                                         "--device-tflops models instead)"});
+  auto r = with_mb(25, "--devices 2 --batch-size 256 --link ib --device-tflops 10");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = with_mb(60, "--devices 2 --batch-size 256 --link ib");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
 TEST(PlanCli, HelpExplainsTheModel) {
   auto r = plan("--help");
   EXPECT_EQ(r.exit_code, 0) << r.output;

@@ -98,7 +98,7 @@ TEST(TrainCli, GpusFailWithOneClearLine) {
 
 // A model whose replicas cannot fit (their parameters, gradients and optimizer buffers alone exceed what the
 // machine has) is refused in one line before any step, rather than killed by the kernel halfway through one;
-// a batch whose activations cannot fit beside them, in one line at the first step.
+// a batch whose activations cannot fit beside them, in one line before the first step.
 // GRAPHRUN_MEM_AVAILABLE_MB stands in for the machine's available memory: LeNet's 0.49 MiB of parameters on
 // two replicas need at least 2 x 2 x 0.49 MiB + 0.49 MiB of momentum (2.5 MiB).
 TEST(TrainCli, ReplicasOrBatchesThatCannotFitInMemoryAreRefused) {
@@ -109,12 +109,14 @@ TEST(TrainCli, ReplicasOrBatchesThatCannotFitInMemoryAreRefused) {
   EXPECT_NE(r.output.find("on 2 replicas on this machine needs at least"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("train on fewer replicas (--devices cpu:1)"), std::string::npos) << r.output;
   // Enough for them, not for the activations of a 128-example shard (6.6 MiB in the first convolution
-  // alone): the first step stops at the budget with one line naming --batch-size, before the machine runs out.
+  // alone): the first step stops before it runs, with one line naming --batch-size and the count of
+  // what the shapes of its values need (15.3 MiB), before the machine runs out.
   r = testing::run_command("GRAPHRUN_MEM_AVAILABLE_MB=3 " + testing::graphrun_cli() + " train " + lenet() +
                            " --devices cpu:2 --momentum 0.9 --epochs 1 --max-steps 1");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("the first run needs more than"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("lower --batch-size (256 over 2 replicas"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("MiB by the shapes of its values, counted before it runs); lower --batch-size (256 over 2 replicas"),
+            std::string::npos) << r.output;
   EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 2) << r.output;  // the start line and the error
   // Enough for both: it trains.
   r = testing::run_command("GRAPHRUN_MEM_AVAILABLE_MB=60 " + testing::graphrun_cli() + " train " + lenet() +

@@ -10,7 +10,9 @@
 #include "graph/tensor_io.h"
 #include "runtime/data/fit.h"
 #include "runtime/data/image.h"
+#include "runtime/device.h"
 #include "runtime/executor.h"
+#include "runtime/plan.h"
 #include "tools/cli.h"
 
 namespace graphrun::cli {
@@ -36,6 +38,8 @@ const Command& run_command() {
                               "                            ops by total time (README: Profiling)"},
       },
       "Inputs must have the dtype the model declares and a shape that matches its known dimensions.\n"
+      "The run's buffers may take 90% of the memory available: inputs too large for it are refused in one\n"
+      "line (before any kernel runs where the shapes of the model's values say so).\n"
       "float16 inputs come as .npy ('<f2') or .pb; bfloat16 inputs as .pb (an ONNX TensorProto of\n"
       "data_type BFLOAT16, the bits in raw_data or in int32_data).\n"
       "An image (.png, .jpg, .jpeg) feeds an f32 [N,C,H,W] or [C,H,W] input (C 1 or 3, H and W known) as\n"
@@ -250,6 +254,14 @@ int cmd_run(const std::vector<std::string>& argv) {
 
   runtime::ExecOptions opts;
   opts.threads = static_cast<int>(threads);
+  // Inputs too large for this machine stop in one line (before any kernel runs where the shapes of the
+  // model's values say so), not in the out-of-memory killer: the run's buffers may take 90% of the
+  // memory available once the model and the inputs are loaded.
+  if (const size_t free = runtime::backend_for(Device::Kind::CPU)->free_memory(Device{})) {
+    opts.memory_limit = free / 10 * 9;
+    opts.memory_hint = "this machine had " + runtime::bytes_str(static_cast<double>(free)) +
+                       " available; run the model on fewer examples at a time";
+  }
   const std::string profile_path = args.get("profile");
   runtime::Profiler profiler;
   // The files the run writes: --profile, and each output's in --output-dir (DIR/<output>.npy, or .pb for
