@@ -50,6 +50,11 @@ struct ExecOptions {
   std::string memory_hint;
 };
 
+// The memory_limit of a command that runs a model on this machine (run, check, plan) from the memory
+// available there: 90% of it, the rest left to what the process holds besides its runs' buffers,
+// split between `runs` executors whose first runs hold their buffers at once. 0 (unknown) stays 0.
+inline size_t run_memory_limit(size_t available, size_t runs = 1) { return available / 10 * 9 / runs; }
+
 // What the memory planner decided for one input signature.
 struct PlanStats {
   size_t arena_bytes = 0;          // one block holding every intermediate value and scratch buffer

@@ -143,7 +143,7 @@ Measured run_replica(const TrainingGraphs& tg, const DeviceGraph& dg, int64_t n,
     for (auto& comm : backend_for(Device::Kind::CPU)->make_communicators({Device{}})) comms.push_back(std::move(comm));
     ExecOptions eo;
     eo.threads = o.threads;
-    if (avail) eo.memory_limit = avail / 10 * 9 / static_cast<size_t>(copies), eo.memory_hint = hint;
+    if (avail) eo.memory_limit = run_memory_limit(avail, static_cast<size_t>(copies)), eo.memory_hint = hint;
     eo.fetch = mse ? std::vector<std::string>{figures.loss} : std::vector<std::string>{figures.loss, figures.correct};
     eo.state_updates = dg.state_updates;
     eo.comm = comms.back().get();

@@ -181,7 +181,7 @@ GradCheck gradient_check(const Graph& model, int directions, uint64_t seed, cons
   const std::string hint = "give the random batch's dimensions smaller sizes with --dims";
   auto within_memory = [&](runtime::ExecOptions o) {
     const size_t free = runtime::backend_for(Device::Kind::CPU)->free_memory(Device{});
-    if (free) o.memory_limit = free / 10 * 9, o.memory_hint = hint;
+    if (free) o.memory_limit = runtime::run_memory_limit(free), o.memory_hint = hint;
     return o;
   };
   for (const auto& in : g.inputs) {

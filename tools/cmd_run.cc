@@ -258,7 +258,7 @@ int cmd_run(const std::vector<std::string>& argv) {
   // model's values say so), not in the out-of-memory killer: the run's buffers may take 90% of the
   // memory available once the model and the inputs are loaded.
   if (const size_t free = runtime::backend_for(Device::Kind::CPU)->free_memory(Device{})) {
-    opts.memory_limit = free / 10 * 9;
+    opts.memory_limit = runtime::run_memory_limit(free);
     opts.memory_hint = "this machine had " + runtime::bytes_str(static_cast<double>(free)) +
                        " available; run the model on fewer examples at a time";
   }
