@@ -20,7 +20,7 @@ std::optional<std::vector<double>> constant_floats(const onnx::GraphProto& g, co
     std::vector<float> v(t.float_data().begin(), t.float_data().end());
     if (v.empty() && !t.raw_data().empty()) {
       v.resize(t.raw_data().size() / sizeof(float));
-      std::memcpy(v.data(), t.raw_data().data(), v.size() * sizeof(float));
+      if (!v.empty()) std::memcpy(v.data(), t.raw_data().data(), v.size() * sizeof(float));
     }
     return std::vector<double>(v.begin(), v.end());
   };

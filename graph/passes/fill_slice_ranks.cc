@@ -22,7 +22,7 @@ std::optional<std::vector<int64_t>> constant_ints(const onnx::GraphProto& g, con
     std::vector<int64_t> v(t.int64_data().begin(), t.int64_data().end());
     if (v.empty() && !t.raw_data().empty()) {
       v.resize(t.raw_data().size() / sizeof(int64_t));
-      std::memcpy(v.data(), t.raw_data().data(), v.size() * sizeof(int64_t));
+      if (!v.empty()) std::memcpy(v.data(), t.raw_data().data(), v.size() * sizeof(int64_t));
     }
     return v;
   };

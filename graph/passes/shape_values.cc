@@ -92,19 +92,19 @@ Dim add(const Dim& a, const Dim& b, int sign) {
 }
 
 std::optional<Value> from_tensor(const onnx::TensorProto& t) {
-  int64_t n = 1;
-  for (int64_t d : t.dims()) n *= d;
-  if (t.dims_size() > 1 || n > 64 || n < 0) return std::nullopt;
+  if (t.dims_size() > 1) return std::nullopt;
+  const int64_t n = t.dims_size() == 0 ? 1 : t.dims(0);
+  if (n > 64 || n < 0) return std::nullopt;
   std::vector<int64_t> ints;
   if (t.data_type() == onnx::TensorProto::INT64) {
     ints.assign(t.int64_data().begin(), t.int64_data().end());
-    if (ints.empty() && t.raw_data().size() == static_cast<size_t>(n) * sizeof(int64_t)) {
+    if (ints.empty() && n > 0 && t.raw_data().size() == static_cast<size_t>(n) * sizeof(int64_t)) {
       ints.resize(n);
       std::memcpy(ints.data(), t.raw_data().data(), n * sizeof(int64_t));
     }
   } else if (t.data_type() == onnx::TensorProto::INT32) {
     ints.assign(t.int32_data().begin(), t.int32_data().end());
-    if (ints.empty() && t.raw_data().size() == static_cast<size_t>(n) * sizeof(int32_t)) {
+    if (ints.empty() && n > 0 && t.raw_data().size() == static_cast<size_t>(n) * sizeof(int32_t)) {
       std::vector<int32_t> v(n);
       std::memcpy(v.data(), t.raw_data().data(), n * sizeof(int32_t));
       ints.assign(v.begin(), v.end());

@@ -193,6 +193,24 @@ def onnx_cases():
     yield "bad_initializer_typed_huge.onnx", lenet_like(extra=typed_huge)
     yield "bad_weight_rank_mismatch_convtranspose.onnx", single(
         "ConvTranspose", [("x", ["N", 2, 5, 5], F32)], inits=[init("w", weights((2,)))], out_rank=4)
+    # An empty int64 initializer (Reshape to a scalar): shape propagation once passed its null data pointer to
+    # memcpy (UBSan, found by fuzz_onnx in CI).
+    yield "good_reshape_to_scalar.onnx", single("Reshape", [("x", [1], F32)],
+                                                inits=[init("shape", np.zeros((0,), np.int64))], out_rank=0)
+
+    def short_constant(op, dtype, rest, before):  # a Constant whose raw_data is shorter than its one value
+        def build(m):
+            t = TensorProto(name="v", data_type=dtype, dims=[1], raw_data=b"\x01" * 3)
+            m.graph.node[0].input.insert(before, "c")
+            m.graph.node.insert(0, helper.make_node("Constant", [], ["c"], value=t))
+        m = single(op, rest[0], inits=rest[1], out_rank=rest[2])
+        build(m)
+        return m
+    yield "bad_slice_constant_starts_3_bytes.onnx", short_constant(
+        "Slice", TensorProto.INT64, ([("x", ["N", 3], F32)], [init("ends", np.array([2], np.int64)),
+                                                           init("axes", np.array([1], np.int64))], 2), 1)
+    yield "bad_resize_constant_scales_3_bytes.onnx", short_constant(
+        "Resize", TensorProto.FLOAT, ([("x", ["N", 3, 4, 4], F32)], [init("roi", np.zeros((0,), np.float32))], 4), 2)
     # Inputs a random fuzzer found crashing ONNX 1.12's inference (kept as found).
     probe = os.path.join(HERE, "corpus", "onnx")
     for name in sorted(os.listdir(probe)) if os.path.isdir(probe) else []:
