@@ -566,19 +566,21 @@ int64_t bound_size(const Dim& d, const std::map<std::string, int64_t>& bound) {
 
 }  // namespace
 
-size_t Executor::static_peak_bytes(const std::map<std::string, Tensor>& inputs) const {
+size_t Executor::static_peak_bytes(const std::map<std::string, Shape>& input_shapes) const {
   const Layout& L = *layout_;
   const int n = static_cast<int>(graph_.nodes.size());
   // The symbols of the inputs' declared shapes, sized by the tensors given.
   std::map<std::string, int64_t> bound;
   for (const auto& name : graph_.inputs) {
     auto vi = graph_.values.find(name);
-    if (vi == graph_.values.end() || !vi->second.has_shape || vi->second.shape.size() != inputs.at(name).shape().size())
+    auto given = input_shapes.find(name);
+    if (vi == graph_.values.end() || given == input_shapes.end() || !vi->second.has_shape ||
+        vi->second.shape.size() != given->second.size())
       continue;
     for (size_t i = 0; i < vi->second.shape.size(); ++i) {
       const Dim& d = vi->second.shape[i];
       if (d.known() || d.param.empty() || d.param.find('*') != std::string::npos) continue;
-      const int64_t size = inputs.at(name).shape()[i];
+      const int64_t size = given->second[i];
       auto [it, fresh] = bound.emplace(d.param, size);
       if (!fresh) it->second = std::min(it->second, size);  // inputs that disagree: the smaller, still a bound
     }
@@ -622,6 +624,16 @@ size_t Executor::static_peak_bytes(const std::map<std::string, Tensor>& inputs) 
   return peak;
 }
 
+size_t Executor::check_first_run_fits(const std::map<std::string, Shape>& input_shapes) const {
+  const size_t need = static_peak_bytes(input_shapes);
+  const size_t limit = opts_.memory_limit;
+  if (limit && need > limit)
+    GR_FAIL("the first run needs more than " << bytes_str(limit) << " of memory for its activations (at least "
+                                             << bytes_str(need) << " by the shapes of its values, counted before it runs)"
+                                             << (opts_.memory_hint.empty() ? std::string() : "; " + opts_.memory_hint));
+  return need;
+}
+
 Executor::Plan& Executor::plan_for(const std::map<std::string, Tensor>& inputs) {
   std::vector<std::pair<DType, Shape>> key;
   for (const auto& name : graph_.inputs) key.emplace_back(inputs.at(name).dtype(), inputs.at(name).shape());
@@ -654,12 +666,9 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>&
   // A first run whose values alone, by their shapes, exceed the memory limit stops before any kernel
   // runs (a huge batch used to find out at the limit, after minutes of its first step).
   if (!P.planned && P.pool) {
-    const size_t need = P.stats.static_peak_bytes = static_peak_bytes(inputs);
-    if (P.memory_limit && need > P.memory_limit)
-      GR_FAIL("the first run needs more than " << bytes_str(P.memory_limit) << " of memory for its activations (at least "
-                                               << bytes_str(need) << " by the shapes of its values, counted before it runs)"
-                                               << (P.memory_hint && !P.memory_hint->empty() ? "; " + *P.memory_hint
-                                                                                            : std::string()));
+    std::map<std::string, Shape> shapes;
+    for (const auto& name : graph_.inputs) shapes[name] = inputs.at(name).shape();
+    P.stats.static_peak_bytes = check_first_run_fits(shapes);
   }
   const Layout& L = *layout_;
   const int n = static_cast<int>(graph_.nodes.size());

@@ -116,16 +116,19 @@ class Executor {
   void set_memory_limit(size_t bytes, const std::string& hint);
   // Shapes every value had in the most recent run (for printers and tests).
   std::map<std::string, std::pair<DType, Shape>> value_types() const;
+  // A lower bound of what the first (planning) run at inputs of these shapes takes from its pool: the
+  // graph's value shapes with the inputs' symbols sized, swept along the run's order and liveness (views,
+  // shared sums and scratch count nothing; a value whose shape is not known counts nothing).
+  size_t static_peak_bytes(const std::map<std::string, Shape>& input_shapes) const;
+  // Throws the line the first run would stop with, before any kernel, when that count exceeds the memory
+  // limit; returns the count. A caller that builds large inputs (plan's random shard) asks first.
+  size_t check_first_run_fits(const std::map<std::string, Shape>& input_shapes) const;
 
   struct Plan;    // one per input signature; defined in executor.cc
   struct Layout;  // value slots and liveness, derived once from the graph
 
  private:
   Plan& plan_for(const std::map<std::string, Tensor>& inputs);
-  // A lower bound of what the first (planning) run at these inputs takes from its pool: the graph's
-  // value shapes with the inputs' symbols sized, swept along the run's order and liveness (views, shared
-  // sums and scratch count nothing; a value whose shape is not known counts nothing).
-  size_t static_peak_bytes(const std::map<std::string, Tensor>& inputs) const;
   void validate_inputs(const std::map<std::string, Tensor>& inputs) const;
   // Asynchronous nodes (KernelContext::defer): keep their buffers through the planning run, and
   // extend their lifetimes in the plan to their completion point.

@@ -50,27 +50,16 @@ std::string num(double v, int prec) {
   return b;
 }
 
-// The inputs graphrun train feeds one replica for a shard of n examples of the global batch; the
-// model's input gets seeded uniform [0, 1) values, labels class 0 (their values do not change the work).
-// The leading dimension is the shard; other symbolic ones take their sizes from `o` (PlanOptions).
-std::map<std::string, Tensor> shard_inputs(const Graph& g, const TrainingGraphs& tg, int64_t n, const PlanOptions& o,
-                                           size_t avail, const std::string& hint) {
-  const int64_t B = o.batch_size;
-  std::map<std::string, Tensor> in;
-  double bytes = 0;  // drawn so far (in double: no overflow)
-  std::mt19937 rng(1);
-  std::uniform_real_distribution<float> u(0, 1);
+// The shapes of the inputs graphrun train feeds one replica for a shard of n examples of the global batch.
+// The leading dimension is the shard; other symbolic ones take their sizes from `o` (PlanOptions). The
+// shard's inputs must fit in `avail` bytes (0: unknown), or one line ending in `hint`.
+std::map<std::string, Shape> shard_shapes(const Graph& g, const TrainingGraphs& tg, int64_t n, const PlanOptions& o,
+                                          size_t avail, const std::string& hint) {
+  std::map<std::string, Shape> shapes;
+  double bytes = 0;  // in double: no overflow
   for (const std::string& name : g.inputs) {
-    if (name == tg.loss_scale) {
-      in[name] = loss_scale_value(g, name, n, B);
-      continue;
-    }
-    if (name == "lr") {  // 0: the weights stay as they are over the timed steps
-      in[name] = Tensor::scalar<float>(0.f);
-      continue;
-    }
-    if (name == "step") {
-      in[name] = Tensor::scalar<int64_t>(1);
+    if (name == tg.loss_scale || name == "lr" || name == "step") {
+      shapes[name] = {};
       continue;
     }
     const ValueInfo& vi = g.values.at(name);
@@ -106,8 +95,33 @@ std::map<std::string, Tensor> shard_inputs(const Graph& g, const TrainingGraphs&
                                                                 << bytes_str(bytes) << " and this machine has "
                                                                 << bytes_str(static_cast<double>(avail))
                                                                 << " available; " << hint);
-    Tensor t(vi.dtype, s);
-    if (vi.dtype == DType::F32) {
+    shapes[name] = std::move(s);
+  }
+  return shapes;
+}
+
+// The inputs themselves, at `shapes` (shard_shapes): the model's input gets seeded uniform [0, 1) values,
+// labels class 0 (their values do not change the work).
+std::map<std::string, Tensor> shard_inputs(const Graph& g, const TrainingGraphs& tg, int64_t n, const PlanOptions& o,
+                                           const std::map<std::string, Shape>& shapes) {
+  std::map<std::string, Tensor> in;
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(0, 1);
+  for (const std::string& name : g.inputs) {
+    if (name == tg.loss_scale) {
+      in[name] = loss_scale_value(g, name, n, o.batch_size);
+      continue;
+    }
+    if (name == "lr") {  // 0: the weights stay as they are over the timed steps
+      in[name] = Tensor::scalar<float>(0.f);
+      continue;
+    }
+    if (name == "step") {
+      in[name] = Tensor::scalar<int64_t>(1);
+      continue;
+    }
+    Tensor t(g.values.at(name).dtype, shapes.at(name));
+    if (t.dtype() == DType::F32) {
       float* p = t.data<float>();
       for (int64_t i = 0; i < t.numel(); ++i) p[i] = u(rng);
     }
@@ -152,7 +166,10 @@ Measured run_replica(const TrainingGraphs& tg, const DeviceGraph& dg, int64_t n,
   }
   Executor& exec = *execs[0];
   const ProfileTrack& track = *exec.options().profile;
-  const auto in = shard_inputs(g, tg, n, o, avail, hint);
+  // Counted from the shapes before the inputs are drawn (a batch too large used to spend its random draw first).
+  const auto shapes = shard_shapes(g, tg, n, o, avail, hint);
+  for (auto& e : execs) e->check_first_run_fits(shapes);
+  const auto in = shard_inputs(g, tg, n, o, shapes);
   for (auto& e : execs) e->run(in);
   Measured m;
   m.stats = exec.plan_stats();
