@@ -600,6 +600,14 @@ size_t Executor::static_peak_bytes(const std::map<std::string, Shape>& input_sha
   // What the planning run takes from its pool: each step's pooled outputs while its inputs are still
   // held, freed after their last reader. Views and the AllReduce sums that may take their gradient's
   // buffer count nothing, nor does scratch: a lower bound.
+  // Counted: what the run frees again (on the CPU, what it takes from its pool; on a device, what it
+  // allocates there), never fetched values or state.
+  std::vector<bool> counted = L.pooled;
+  if (!opts_.device.is_cpu()) {
+    counted.assign(L.nslots, true);
+    for (const auto& f : opts_.fetch) counted[L.slot_of.at(f)] = false;
+    for (const auto& [v, _] : opts_.state_updates) counted[L.slot_of.at(v)] = false;
+  }
   std::vector<bool> shared(L.nslots, false);
   for (int s = 0; s < n; ++s)
     if (L.view_step[s]) shared[L.out_slots[s][0]] = true;
@@ -609,12 +617,12 @@ size_t Executor::static_peak_bytes(const std::map<std::string, Shape>& input_sha
     const Node& node = graph_.nodes[s];
     for (size_t k = 0; k < L.out_slots[s].size(); ++k) {
       const int o = L.out_slots[s][k];
-      if (node.has_output(k) && L.pooled[o] && !shared[o] && !L.is_host(o))
+      if (node.has_output(k) && counted[o] && !shared[o] && !L.is_host(o))
         live += std::min(bytes[o], std::numeric_limits<size_t>::max() / 2 - live);  // saturates
     }
     peak = std::max(peak, live);
     auto release = [&](int sl) {
-      if (sl >= 0 && L.def_step[sl] >= 0 && L.last_use[sl] == s && L.pooled[sl] && !shared[sl] && !L.is_host(sl))
+      if (sl >= 0 && L.def_step[sl] >= 0 && L.last_use[sl] == s && counted[sl] && !shared[sl] && !L.is_host(sl))
         live -= std::min(live, bytes[sl]);
     };
     std::set<int> once(L.in_slots[s].begin(), L.in_slots[s].end());
@@ -665,7 +673,7 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>&
   last_ = &P;
   // A first run whose values alone, by their shapes, exceed the memory limit stops before any kernel
   // runs (a huge batch used to find out at the limit, after minutes of its first step).
-  if (!P.planned && P.pool) {
+  if (!P.planned && (P.pool || P.memory_limit)) {
     std::map<std::string, Shape> shapes;
     for (const auto& name : graph_.inputs) shapes[name] = inputs.at(name).shape();
     P.stats.static_peak_bytes = check_first_run_fits(shapes);

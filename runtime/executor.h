@@ -43,9 +43,10 @@ struct ExecOptions {
   // float or double), so a kernel that reads scratch it did not write gives NaN, not whatever fresh
   // memory held (zeros, mostly, which hides the bug until a training run reuses the arena).
   bool poison_scratch = false;
-  // CPU executors: the most memory a planning run's buffers (activations, gradients, scratch) may hold
-  // at once; 0: no limit. Past it the run stops with one line naming the node, the bytes and `memory_hint`
-  // (what the caller's user can change), before the machine runs out of memory.
+  // The most memory a planning run's buffers (activations, gradients, scratch) may hold at once; 0: no
+  // limit. Where the values' shapes already say the run needs more, it stops before any kernel runs (on
+  // every device); a CPU run also stops at the node where its buffers pass it. The line names the bytes
+  // and `memory_hint` (what the caller's user can change), before the machine runs out of memory.
   size_t memory_limit = 0;
   std::string memory_hint;
 };

@@ -277,6 +277,9 @@ class Trainer {
   // CPU: the memory each replica's first step may take for its activations, what check_memory found free
   // beyond the parameters, gradients and optimizer buffers, shared by this machine's replicas (0: unknown).
   size_t activation_budget_ = 0;
+  // On GPUs: the device memory check_memory found left per replica there, by device index (its first run's
+  // activations are held to it, counted from their shapes before any kernel runs).
+  std::map<int, size_t> device_activation_budget_;
   bool speaks() const;  // rank 0 (or no MPI): prints, writes --metrics, --save and checkpoints
   void setup_world();
   // Under MPI: every rank runs the same model (its parameters' names and shapes) and the same training

@@ -119,6 +119,7 @@ void Trainer::check_memory() {
                                   << bytes_str(avail) << " is free there; "
                                   << (n > 1 ? "put fewer replicas on it" : "train on a larger device")
                                   << (data ? " or keep the data on the host (--device-data-mb 0)" : ""));
+    device_activation_budget_[index] = (avail - need) / n;
   }
 }
 
@@ -243,6 +244,17 @@ void Trainer::setup_replicas() {
       hint << "lower --batch-size (" << opts_.batch_size << " over " << total_replicas_ << " replica"
            << (total_replicas_ > 1 ? "s" : "") << "; this machine had " << bytes_str(activation_budget_ * local)
            << " free for the activations of its " << local << ")";
+      ro.memory_hint = hint.str();
+    } else if (auto b = device_activation_budget_.find(devs[d].index);
+               !devs[d].is_cpu() && b != device_activation_budget_.end()) {
+      // A GPU's first run takes its buffers from the device as it goes: a batch too large used to fail
+      // allocating partway through the first step. The count from the shapes stops it before any kernel.
+      const auto there = std::count(devs.begin(), devs.end(), devs[d]);
+      ro.memory_limit = std::max<size_t>(b->second, 1);
+      std::ostringstream hint;
+      hint << "lower --batch-size (" << opts_.batch_size << " over " << total_replicas_ << " replica"
+           << (total_replicas_ > 1 ? "s" : "") << "; " << devs[d].str() << " had " << bytes_str(b->second * there)
+           << " free for the activations of its " << there << ")";
       ro.memory_hint = hint.str();
     }
     Graph g = graphs_.replicas[d].graph;

@@ -305,5 +305,33 @@ TEST(SimTrainer, ReplicasThatCannotFitOnTheirDeviceAreRefusedUpFront) {
   EXPECT_EQ(sim.counters().allocations, 0);
 }
 
+// A batch whose activations cannot fit in what a GPU has left after the replicas' tensors stops before
+// any kernel runs, counted from the values' shapes, with one line naming --batch-size and the device (it
+// used to fail allocating partway through the first step). A batch that fits still trains there.
+TEST(SimTrainer, ABatchTooLargeForTheDeviceStopsBeforeAnyKernel) {
+  REQUIRE_LENET_AND_DATA();
+  const Graph model = load_onnx(testing::lenet_path());
+  TrainOptions big = with_devices(testing::quick(2, 2048, 1, 100), sim_replicas(2));
+  big.device_data_budget = 0;  // batches come from the host: every kernel of the step is the replicas'
+  ScopedSimDevice sim(1, size_t(96) << 20);
+  std::string msg;
+  int64_t before_the_step = -1;
+  try {
+    Trainer t(model, big);
+    before_the_step = sim.counters().kernels;  // (setup ran some: the optimizer's zero fills, the broadcast)
+    t.train_epoch(0);
+  } catch (const std::exception& e) {
+    msg = e.what();
+  }
+  for (const char* want : {"the first run needs more than", "by the shapes of its values, counted before it runs); "
+                           "lower --batch-size (2048 over 2 replicas; cuda:0 had", "free for the activations of its 2)"})
+    EXPECT_NE(msg.find(want), std::string::npos) << want << " in: " << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  EXPECT_EQ(sim.counters().kernels, before_the_step) << msg;
+  const TrainOptions fits = with_devices(testing::quick(2, 64, 2, 100), sim_replicas(2));
+  Trainer t(model, fits);
+  EXPECT_NO_THROW(t.train_epoch(0));
+}
+
 }  // namespace
 }  // namespace graphrun
