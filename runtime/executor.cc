@@ -566,10 +566,10 @@ int64_t bound_size(const Dim& d, const std::map<std::string, int64_t>& bound) {
 
 }  // namespace
 
-size_t Executor::static_peak_bytes(const std::map<std::string, Shape>& input_shapes) const {
-  const Layout& L = *layout_;
-  const int n = static_cast<int>(graph_.nodes.size());
-  // The symbols of the inputs' declared shapes, sized by the tensors given.
+// The symbols of the inputs' declared shapes, sized by the shapes given; `leading`: the symbol of the
+// first input whose leading dimension has one (the batch, mostly).
+std::map<std::string, int64_t> Executor::bound_symbols(const std::map<std::string, Shape>& input_shapes,
+                                                       std::string* leading) const {
   std::map<std::string, int64_t> bound;
   for (const auto& name : graph_.inputs) {
     auto vi = graph_.values.find(name);
@@ -583,8 +583,19 @@ size_t Executor::static_peak_bytes(const std::map<std::string, Shape>& input_sha
       const int64_t size = given->second[i];
       auto [it, fresh] = bound.emplace(d.param, size);
       if (!fresh) it->second = std::min(it->second, size);  // inputs that disagree: the smaller, still a bound
+      if (i == 0 && leading && leading->empty()) *leading = d.param;
     }
   }
+  return bound;
+}
+
+size_t Executor::static_peak_bytes(const std::map<std::string, Shape>& input_shapes) const {
+  return static_peak_bytes_at(bound_symbols(input_shapes, nullptr));
+}
+
+size_t Executor::static_peak_bytes_at(const std::map<std::string, int64_t>& bound) const {
+  const Layout& L = *layout_;
+  const int n = static_cast<int>(graph_.nodes.size());
   std::vector<size_t> bytes(L.nslots, 0);
   for (const auto& [name, sl] : L.slot_of) {
     auto vi = graph_.values.find(name);
@@ -633,13 +644,31 @@ size_t Executor::static_peak_bytes(const std::map<std::string, Shape>& input_sha
 }
 
 size_t Executor::check_first_run_fits(const std::map<std::string, Shape>& input_shapes) const {
-  const size_t need = static_peak_bytes(input_shapes);
+  std::string leading;
+  auto bound = bound_symbols(input_shapes, &leading);
+  const size_t need = static_peak_bytes_at(bound);
   const size_t limit = opts_.memory_limit;
-  if (limit && need > limit)
-    GR_FAIL("the first run needs more than " << bytes_str(limit) << " of memory for its activations (at least "
-                                             << bytes_str(need) << " by the shapes of its values, counted before it runs)"
-                                             << (opts_.memory_hint.empty() ? std::string() : "; " + opts_.memory_hint));
-  return need;
+  if (!limit || need <= limit) return need;
+  // The most the leading symbol (the batch) could be by the same count, found by bisection (the count
+  // grows with it): an upper bound of what fits, since the count is a lower bound of what a run takes.
+  std::string most;
+  if (!leading.empty() && bound.at(leading) > 1) {
+    const int64_t given = bound.at(leading);
+    int64_t lo = 0, hi = given;  // count(lo) fits (or lo = 0), count(hi) does not
+    while (hi - lo > 1) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      bound[leading] = mid;
+      (static_peak_bytes_at(bound) <= limit ? lo : hi) = mid;
+    }
+    most = lo ? "; by that count at most " + std::to_string(lo) + " of its " + std::to_string(given) + " along '" +
+                    leading + "' could fit"
+              : "; by that count not even 1 along '" + leading + "' fits: the values that do not grow with it need " +
+                    bytes_str((bound[leading] = 0, static_peak_bytes_at(bound)));
+  }
+  GR_FAIL("the first run needs more than " << bytes_str(limit) << " of memory for its activations (at least "
+                                           << bytes_str(need) << " by the shapes of its values, counted before it runs"
+                                           << most << ")"
+                                           << (opts_.memory_hint.empty() ? std::string() : "; " + opts_.memory_hint));
 }
 
 Executor::Plan& Executor::plan_for(const std::map<std::string, Tensor>& inputs) {

@@ -121,6 +121,7 @@ class Executor {
   // graph's value shapes with the inputs' symbols sized, swept along the run's order and liveness (views,
   // shared sums and scratch count nothing; a value whose shape is not known counts nothing).
   size_t static_peak_bytes(const std::map<std::string, Shape>& input_shapes) const;
+  size_t static_peak_bytes_at(const std::map<std::string, int64_t>& symbols) const;  // the symbols' sizes given
   // Throws the line the first run would stop with, before any kernel, when that count exceeds the memory
   // limit; returns the count. A caller that builds large inputs (plan's random shard) asks first.
   size_t check_first_run_fits(const std::map<std::string, Shape>& input_shapes) const;
@@ -130,6 +131,8 @@ class Executor {
 
  private:
   Plan& plan_for(const std::map<std::string, Tensor>& inputs);
+  std::map<std::string, int64_t> bound_symbols(const std::map<std::string, Shape>& input_shapes,
+                                               std::string* leading) const;
   void validate_inputs(const std::map<std::string, Tensor>& inputs) const;
   // Asynchronous nodes (KernelContext::defer): keep their buffers through the planning run, and
   // extend their lifetimes in the plan to their completion point.

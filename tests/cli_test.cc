@@ -262,7 +262,8 @@ TEST(Cli, RunInputsTooLargeForTheMemoryAreOneLine) {
   EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
   EXPECT_NE(r.output.find("the first run needs more than 921.6 KiB of memory for its activations (at least"),
             std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("counted before it runs); this machine had 1.0 MiB available; run the model on fewer "
+  EXPECT_NE(r.output.find("counted before it runs; by that count at most 8 of its 64 along 'N' could fit); this "
+                          "machine had 1.0 MiB available; run the model on fewer "
                           "examples at a time"),
             std::string::npos) << r.output;
   r = run_command(run + "40" + args);

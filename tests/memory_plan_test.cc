@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <regex>
 
 #include "graph/onnx_io.h"
 #include "runtime/executor.h"
@@ -259,7 +260,14 @@ TEST(MemoryPlan, ShapesBoundTheFirstRunBeforeItRuns) {
     runtime::ProfileTrack& track = prof.track("replica");
     std::string m = stopped_under(s.static_peak_bytes - 1, &track);
     EXPECT_NE(m.find("the first run needs more than"), std::string::npos) << m;
-    EXPECT_NE(m.find("by the shapes of its values, counted before it runs); lower --batch-size"), std::string::npos) << m;
+    EXPECT_NE(m.find("by the shapes of its values, counted before it runs; by that count at most "), std::string::npos) << m;
+    EXPECT_NE(m.find("could fit); lower --batch-size"), std::string::npos) << m;
+    // The most that could fit, by the count: M along the batch's symbol fits the limit and M + 1 does not.
+    std::smatch most;
+    ASSERT_TRUE(std::regex_search(m, most, std::regex("at most ([0-9]+) of its 64 along '([^']+)' could fit"))) << m;
+    const int64_t M = std::stoll(most[1]);
+    EXPECT_LE(ex.static_peak_bytes_at({{most[2], M}}), s.static_peak_bytes - 1) << m;
+    EXPECT_GT(ex.static_peak_bytes_at({{most[2], M + 1}}), s.static_peak_bytes - 1) << m;
     EXPECT_TRUE(track.events().empty()) << path << ": " << track.events().size() << " events";
 
     // A limit between the count and the run's peak (scratch makes the difference): the run stops at the

@@ -76,7 +76,8 @@ TEST(PlanCli, BatchesTooLargeForThisMachineAreOneLine) {
               {"plan: the shard's inputs need at least 3.0 MiB and this machine has 1.0 MiB available; lower "
                "--batch-size (planning runs 1000 examples on this machine)"});
   expect_line(with_mb(4, "--devices 1 --batch-size 256"),
-              {"the first run needs more than", "by the shapes of its values, counted before it runs); lower "
+              {"the first run needs more than", "by the shapes of its values, counted before it runs; by that count at most 26 of "
+               "its 256 along 'N' could fit); lower "
                "--batch-size (planning runs 256 examples on this machine)"});
   // The shard of 128 fits, the baseline's 256 does not (one copy of the shard runs: --link ib).
   expect_line(with_mb(25, "--devices 2 --batch-size 256 --link ib"),
@@ -93,7 +94,7 @@ TEST(PlanCli, BatchesTooLargeForThisMachineAreOneLine) {
 #endif
   auto r = testing::run_command(address_limit + "GRAPHRUN_MEM_AVAILABLE_MB=8000 " + testing::graphrun_cli() + " plan " +
                                 m + " --devices 1 --batch-size 2000000");
-  expect_line(r, {"the first run needs more than", "counted before it runs); lower --batch-size (planning runs 2000000"});
+  expect_line(r, {"the first run needs more than", "of its 2000000 along 'N' could fit); lower --batch-size (planning runs 2000000"});
   r = with_mb(25, "--devices 2 --batch-size 256 --link ib --device-tflops 10");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   r = with_mb(60, "--devices 2 --batch-size 256 --link ib");

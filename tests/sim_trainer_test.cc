@@ -323,7 +323,8 @@ TEST(SimTrainer, ABatchTooLargeForTheDeviceStopsBeforeAnyKernel) {
   } catch (const std::exception& e) {
     msg = e.what();
   }
-  for (const char* want : {"the first run needs more than", "by the shapes of its values, counted before it runs); "
+  for (const char* want : {"the first run needs more than", "by the shapes of its values, counted before it runs; by that count at most ",
+                           " of its 1024 along 'N' could fit); "
                            "lower --batch-size (2048 over 2 replicas; cuda:0 had", "free for the activations of its 2)"})
     EXPECT_NE(msg.find(want), std::string::npos) << want << " in: " << msg;
   EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
