@@ -117,11 +117,12 @@ class Executor {
   void set_memory_limit(size_t bytes, const std::string& hint);
   // Shapes every value had in the most recent run (for printers and tests).
   std::map<std::string, std::pair<DType, Shape>> value_types() const;
-  // A lower bound of what the first (planning) run at inputs of these shapes takes from its pool: the
-  // graph's value shapes with the inputs' symbols sized, swept along the run's order and liveness (views,
-  // shared sums and scratch count nothing; a value whose shape is not known counts nothing).
+  // A lower bound of what the first (planning) run at inputs of these shapes takes from its pool (on a
+  // device, allocates there and frees again): the graph's value shapes with the inputs' symbols sized,
+  // swept along the run's order and liveness (views, shared sums and scratch count nothing; a value whose
+  // shape is not known counts nothing). static_peak_bytes_at takes the symbols' sizes themselves.
   size_t static_peak_bytes(const std::map<std::string, Shape>& input_shapes) const;
-  size_t static_peak_bytes_at(const std::map<std::string, int64_t>& symbols) const;  // the symbols' sizes given
+  size_t static_peak_bytes_at(const std::map<std::string, int64_t>& symbols) const;
   // Throws the line the first run would stop with, before any kernel, when that count exceeds the memory
   // limit; returns the count. A caller that builds large inputs (plan's random shard) asks first.
   size_t check_first_run_fits(const std::map<std::string, Shape>& input_shapes) const;
