@@ -196,7 +196,7 @@ void Trainer::share_evaluation_state() {
 
 double Trainer::evaluate() { return evaluate_stats().accuracy; }
 
-// The evaluation's batch (TrainerOptions::eval_batch), and its memory limit (CPU and GPUs). Each part runs
+// The evaluation's batch (TrainerOptions::eval_batch), and on the CPU its memory limit. Each part runs
 // beside its replica, which keeps its arenas between steps: the part gets what they leave of the
 // replica's share of the activation budget (check_memory). Per example, an inference run needs less
 // than a training step, which keeps every forward activation for the backward pass, and the gradients:
@@ -204,13 +204,10 @@ double Trainer::evaluate() { return evaluate_stats().accuracy; }
 // fits, so that the first evaluation, after a whole epoch, does not run the machine out of memory.
 int64_t Trainer::evaluation_batch() {
   int64_t batch = std::max<int64_t>(1, opts_.eval_batch);
-  // A replica's share: on the CPU the machine's, on GPUs the least any device left its replicas.
-  size_t budget = activation_budget_;
-  for (const auto& [_, b] : device_activation_budget_) budget = budget ? std::min(budget, b) : b;
-  if (!budget) return batch;
+  if (!activation_budget_) return batch;
   size_t held = 0;
   for (const auto& r : replicas_) held = std::max(held, r->exec->held_bytes());
-  const size_t left = budget > held ? budget - held : 0;
+  const size_t left = activation_budget_ > held ? activation_budget_ - held : 0;
   const int64_t shard = data::shard(opts_.batch_size, total_replicas_).size[0];
   if (held && shard > 0) {
     const size_t per_example = (held + static_cast<size_t>(shard) - 1) / static_cast<size_t>(shard);

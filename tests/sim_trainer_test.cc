@@ -334,32 +334,5 @@ TEST(SimTrainer, ABatchTooLargeForTheDeviceStopsBeforeAnyKernel) {
   EXPECT_NO_THROW(t.train_epoch(0));
 }
 
-// The evaluation after an epoch runs beside the replicas' arenas on the device: where its batch would not
-// fit in what they leave of the device's budget, it evaluates in smaller batches and says so once, with
-// the same figures as on a device with room (it used to run the device out of memory after the epoch).
-TEST(SimTrainer, EvaluationShrinksItsBatchToWhatTheDeviceLeaves) {
-  REQUIRE_LENET_AND_DATA();
-  const Graph model = load_onnx(testing::lenet_path());
-  TrainOptions o = with_devices(testing::quick(2, 32, 2, 2048), sim_replicas(2));
-  o.eval_batch = 2048;
-  o.device_data_budget = 0;
-  const auto run = [&](size_t pool, std::string* log) {
-    ScopedSimDevice sim(1, pool);
-    std::ostringstream out;
-    TrainOptions with_log = o;
-    with_log.log = &out;
-    Trainer t(model, with_log);
-    const runtime::EpochStats e = t.train_epoch(0);
-    *log = out.str();
-    return e;
-  };
-  std::string tight, ample;
-  const runtime::EpochStats small = run(size_t(96) << 20, &tight);
-  const runtime::EpochStats large = run(size_t(4) << 30, &ample);
-  EXPECT_NE(tight.find("evaluating in batches of "), std::string::npos) << tight;
-  EXPECT_EQ(ample.find("evaluating in batches"), std::string::npos) << ample;
-  expect_same_epoch(small, large, "96 MiB against 4 GiB");
-}
-
 }  // namespace
 }  // namespace graphrun
