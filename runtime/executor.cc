@@ -589,10 +589,6 @@ std::map<std::string, int64_t> Executor::bound_symbols(const std::map<std::strin
   return bound;
 }
 
-size_t Executor::static_peak_bytes(const std::map<std::string, Shape>& input_shapes) const {
-  return static_peak_bytes_at(bound_symbols(input_shapes, nullptr));
-}
-
 size_t Executor::static_peak_bytes_at(const std::map<std::string, int64_t>& bound) const {
   const Layout& L = *layout_;
   const int n = static_cast<int>(graph_.nodes.size());

@@ -120,8 +120,7 @@ class Executor {
   // A lower bound of what the first (planning) run at inputs of these shapes takes from its pool (on a
   // device, allocates there and frees again): the graph's value shapes with the inputs' symbols sized,
   // swept along the run's order and liveness (views, shared sums and scratch count nothing; a value whose
-  // shape is not known counts nothing). static_peak_bytes_at takes the symbols' sizes themselves.
-  size_t static_peak_bytes(const std::map<std::string, Shape>& input_shapes) const;
+  // shape is not known counts nothing), with the inputs' symbols at the sizes given.
   size_t static_peak_bytes_at(const std::map<std::string, int64_t>& symbols) const;
   // Throws the line the first run would stop with, before any kernel, when that count exceeds the memory
   // limit; returns the count. A caller that builds large inputs (plan's random shard) asks first.

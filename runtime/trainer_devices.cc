@@ -237,25 +237,22 @@ void Trainer::setup_replicas() {
     ExecOptions ro;
     ro.device = devs[d];
     ro.threads = threads_;
-    ro.memory_limit = activation_budget_;
-    if (activation_budget_) {
-      const int local = D * mpi::local_size();
+    // The first step's activations within a replica's share of what `where` had free for its `sharing` replicas.
+    auto hold_to = [&](size_t share, const std::string& where, int64_t sharing) {
+      ro.memory_limit = std::max<size_t>(share, 1);
       std::ostringstream hint;
       hint << "lower --batch-size (" << opts_.batch_size << " over " << total_replicas_ << " replica"
-           << (total_replicas_ > 1 ? "s" : "") << "; this machine had " << bytes_str(activation_budget_ * local)
-           << " free for the activations of its " << local << ")";
+           << (total_replicas_ > 1 ? "s" : "") << "; " << where << " had " << bytes_str(share * sharing)
+           << " free for the activations of its " << sharing << ")";
       ro.memory_hint = hint.str();
+    };
+    if (activation_budget_) {
+      hold_to(activation_budget_, "this machine", D * mpi::local_size());
     } else if (auto b = device_activation_budget_.find(devs[d].index);
                !devs[d].is_cpu() && b != device_activation_budget_.end()) {
       // A GPU's first run takes its buffers from the device as it goes: a batch too large used to fail
       // allocating partway through the first step. The count from the shapes stops it before any kernel.
-      const auto there = std::count(devs.begin(), devs.end(), devs[d]);
-      ro.memory_limit = std::max<size_t>(b->second, 1);
-      std::ostringstream hint;
-      hint << "lower --batch-size (" << opts_.batch_size << " over " << total_replicas_ << " replica"
-           << (total_replicas_ > 1 ? "s" : "") << "; " << devs[d].str() << " had " << bytes_str(b->second * there)
-           << " free for the activations of its " << there << ")";
-      ro.memory_hint = hint.str();
+      hold_to(b->second, devs[d].str(), std::count(devs.begin(), devs.end(), devs[d]));
     }
     Graph g = graphs_.replicas[d].graph;
     // The replica's graph keeps its structure only: the executor takes the tensors, and lends rather than
