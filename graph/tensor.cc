@@ -109,7 +109,7 @@ MappedBlock map_zeroed(size_t bytes) {
   MappedBlock b;
   b.len = (std::max<size_t>(bytes, 1) + kHuge - 1) / kHuge * kHuge + kHuge;  // room to align the start
   b.base = mmap(nullptr, b.len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  GR_CHECK(b.base != MAP_FAILED, "out of memory allocating " << bytes << " bytes");
+  if (b.base == MAP_FAILED) GR_FAIL_OUT_OF_MEMORY("out of memory allocating " << bytes << " bytes");
   b.data = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(b.base) + kHuge - 1) / kHuge * kHuge);
   madvise(b.data, b.len - kHuge, MADV_HUGEPAGE);  // advice only: a failure changes nothing
   return b;
@@ -133,7 +133,7 @@ Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape
   size_t alloc = ((bytes + 63) / 64) * 64;
   if (alloc == 0) alloc = 64;
   void* p = std::aligned_alloc(64, alloc);
-  GR_CHECK(p, "out of memory allocating " << bytes << " bytes");
+  if (!p) GR_FAIL_OUT_OF_MEMORY("out of memory allocating " << bytes << " bytes");
   std::memset(p, 0, alloc);
   storage_ = std::shared_ptr<void>(p, std::free);
   data_ = p;

@@ -135,9 +135,10 @@ void naming_node(const Node& node, F&& f) {
     if (msg.rfind("node '", 0) == 0) throw;
     msg = node.describe() + ": " + msg;
     if (dynamic_cast<const ReplicaAborted*>(&e)) throw ReplicaAborted(msg);  // still an echo
+    if (dynamic_cast<const OutOfMemory*>(&e)) throw OutOfMemory(msg);
     throw Error(msg);
   } catch (const std::bad_alloc&) {
-    throw Error(node.describe() + ": out of memory");
+    throw OutOfMemory(node.describe() + ": out of memory");
   }
 }
 
@@ -302,10 +303,11 @@ class RunContext final : public KernelContext {
   std::shared_ptr<void> pool_allocate(size_t bytes) {
     const size_t live = plan_.pool->live();
     if (plan_.memory_limit && live + bytes > plan_.memory_limit)
-      GR_FAIL("the first run needs more than " << bytes_str(plan_.memory_limit) << " of memory for its activations ("
-                                                << bytes_str(live) << " held, " << bytes_str(bytes) << " more asked)"
-                                                << (plan_.memory_hint && !plan_.memory_hint->empty()
-                                                        ? "; " + *plan_.memory_hint : std::string()));
+      GR_FAIL_OUT_OF_MEMORY("the first run needs more than "
+                            << bytes_str(plan_.memory_limit) << " of memory for its activations (" << bytes_str(live)
+                            << " held, " << bytes_str(bytes) << " more asked)"
+                            << (plan_.memory_hint && !plan_.memory_hint->empty() ? "; " + *plan_.memory_hint
+                                                                                   : std::string()));
     return plan_.pool->allocate(bytes);
   }
 
@@ -639,32 +641,42 @@ size_t Executor::static_peak_bytes_at(const std::map<std::string, int64_t>& boun
   return peak;
 }
 
+int64_t Executor::most_that_fits(const std::map<std::string, Shape>& input_shapes, size_t limit,
+                                 size_t per_unit) const {
+  std::string leading;
+  auto bound = bound_symbols(input_shapes, &leading);
+  if (leading.empty()) return -1;
+  // By bisection: the count grows with the symbol. count(lo) fits (or lo = 0), count(hi) does not.
+  int64_t lo = 0, hi = bound.at(leading) + 1;
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    bound[leading] = mid;
+    const bool room = !per_unit || static_cast<size_t>(mid) <= limit / per_unit;
+    (room && static_peak_bytes_at(bound) <= limit - per_unit * static_cast<size_t>(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
 size_t Executor::check_first_run_fits(const std::map<std::string, Shape>& input_shapes) const {
   std::string leading;
   auto bound = bound_symbols(input_shapes, &leading);
   const size_t need = static_peak_bytes_at(bound);
   const size_t limit = opts_.memory_limit;
   if (!limit || need <= limit) return need;
-  // The most the leading symbol (the batch) could be by the same count, found by bisection (the count
-  // grows with it): an upper bound of what fits, since the count is a lower bound of what a run takes.
+  // The most the leading symbol (the batch) could be by the same count: an upper bound of what fits,
+  // since the count is a lower bound of what a run takes.
   std::string most;
   if (!leading.empty() && bound.at(leading) > 1) {
-    const int64_t given = bound.at(leading);
-    int64_t lo = 0, hi = given;  // count(lo) fits (or lo = 0), count(hi) does not
-    while (hi - lo > 1) {
-      const int64_t mid = lo + (hi - lo) / 2;
-      bound[leading] = mid;
-      (static_peak_bytes_at(bound) <= limit ? lo : hi) = mid;
-    }
+    const int64_t given = bound.at(leading), lo = most_that_fits(input_shapes, limit);
     most = lo ? "; by that count at most " + std::to_string(lo) + " of its " + std::to_string(given) + " along '" +
                     leading + "' could fit"
               : "; by that count not even 1 along '" + leading + "' fits: the values that do not grow with it need " +
                     bytes_str((bound[leading] = 0, static_peak_bytes_at(bound)));
   }
-  GR_FAIL("the first run needs more than " << bytes_str(limit) << " of memory for its activations (at least "
-                                           << bytes_str(need) << " by the shapes of its values, counted before it runs"
-                                           << most << ")"
-                                           << (opts_.memory_hint.empty() ? std::string() : "; " + opts_.memory_hint));
+  GR_FAIL_OUT_OF_MEMORY("the first run needs more than "
+                        << bytes_str(limit) << " of memory for its activations (at least " << bytes_str(need)
+                        << " by the shapes of its values, counted before it runs" << most << ")"
+                        << (opts_.memory_hint.empty() ? std::string() : "; " + opts_.memory_hint));
 }
 
 Executor::Plan& Executor::plan_for(const std::map<std::string, Tensor>& inputs) {
@@ -672,7 +684,7 @@ Executor::Plan& Executor::plan_for(const std::map<std::string, Tensor>& inputs) 
   for (const auto& name : graph_.inputs) key.emplace_back(inputs.at(name).dtype(), inputs.at(name).shape());
   for (auto& p : plans_)
     if (p->key == key) return *p;
-  if (plans_.size() >= 8) plans_.erase(plans_.begin());
+  while (!plans_.empty() && plans_.size() >= std::max<size_t>(opts_.max_plans, 1)) plans_.erase(plans_.begin());
   const Layout& L = *layout_;
   auto p = std::make_unique<Plan>();
   p->key = key;
@@ -696,6 +708,23 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>&
   validate_inputs(inputs);
   Plan& P = plan_for(inputs);
   last_ = &P;
+  if (P.planned) return run_plan(P, inputs);
+  // A first run that fails leaves no half-made plan behind: its buffers go back, and a run at the same
+  // shape plans afresh (the evaluation retries a smaller batch after running out of memory).
+  try {
+    return run_plan(P, inputs);
+  } catch (...) {
+    for (auto it = plans_.begin(); it != plans_.end(); ++it)
+      if (it->get() == &P) {
+        plans_.erase(it);
+        break;
+      }
+    last_ = plans_.empty() ? nullptr : plans_.back().get();
+    throw;
+  }
+}
+
+std::map<std::string, Tensor> Executor::run_plan(Plan& P, const std::map<std::string, Tensor>& inputs) {
   // A first run whose values alone, by their shapes, exceed the memory limit stops before any kernel
   // runs (a huge batch used to find out at the limit, after minutes of its first step).
   if (!P.planned && (P.pool || P.memory_limit)) {

@@ -49,6 +49,10 @@ struct ExecOptions {
   // and `memory_hint` (what the caller's user can change), before the machine runs out of memory.
   size_t memory_limit = 0;
   std::string memory_hint;
+  // Plans (one per input shape, each holding its arena) kept at once; the oldest goes, with its memory,
+  // before a new one is made. An evaluation short of memory keeps 1: its batches' plan and its last
+  // batch's then never hold their arenas at the same time (each is made again every evaluation).
+  size_t max_plans = 8;
 };
 
 // The memory_limit of a command that runs a model on this machine (run, check, plan) from the memory
@@ -115,6 +119,7 @@ class Executor {
   size_t held_bytes() const;
   // ExecOptions::memory_limit and memory_hint for the plans made from now on (the first run at a shape).
   void set_memory_limit(size_t bytes, const std::string& hint);
+  void set_max_plans(size_t n) { opts_.max_plans = n; }  // (ExecOptions::max_plans)
   // Shapes every value had in the most recent run (for printers and tests).
   std::map<std::string, std::pair<DType, Shape>> value_types() const;
   // A lower bound of what the first (planning) run at inputs of these shapes takes from its pool (on a
@@ -125,12 +130,17 @@ class Executor {
   // Throws the line the first run would stop with, before any kernel, when that count exceeds the memory
   // limit; returns the count. A caller that builds large inputs (plan's random shard) asks first.
   size_t check_first_run_fits(const std::map<std::string, Shape>& input_shapes) const;
+  // The largest size of the inputs' leading symbol (the batch), up to its size in `input_shapes`, whose
+  // count (static_peak_bytes_at), plus `per_unit` bytes for each along it, is within `limit`: 0 where not
+  // even 1 is, -1 where the inputs have none.
+  int64_t most_that_fits(const std::map<std::string, Shape>& input_shapes, size_t limit, size_t per_unit = 0) const;
 
   struct Plan;    // one per input signature; defined in executor.cc
   struct Layout;  // value slots and liveness, derived once from the graph
 
  private:
   Plan& plan_for(const std::map<std::string, Tensor>& inputs);
+  std::map<std::string, Tensor> run_plan(Plan& P, const std::map<std::string, Tensor>& inputs);
   std::map<std::string, int64_t> bound_symbols(const std::map<std::string, Shape>& input_shapes,
                                                std::string* leading) const;
   void validate_inputs(const std::map<std::string, Tensor>& inputs) const;

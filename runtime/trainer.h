@@ -224,6 +224,7 @@ class Trainer {
   void share_evaluation_state();
   const Tensor* evaluation_source(int d, const std::string& name);
   int64_t evaluation_batch();
+  int64_t device_evaluation_batch(int64_t batch);
   // The step loop (trainer_step_loop.cc).
   void worker_loop(int d);
   void run_steps(Replica& r);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <sstream>
 
 #include "graph/passes/add_metrics.h"
@@ -196,7 +197,7 @@ void Trainer::share_evaluation_state() {
 
 double Trainer::evaluate() { return evaluate_stats().accuracy; }
 
-// The evaluation's batch (TrainerOptions::eval_batch), and on the CPU its memory limit. Each part runs
+// The evaluation's batch (TrainerOptions::eval_batch), and its memory limit (GPUs: below). Each part runs
 // beside its replica, which keeps its arenas between steps: the part gets what they leave of the
 // replica's share of the activation budget (check_memory). Per example, an inference run needs less
 // than a training step, which keeps every forward activation for the backward pass, and the gradients:
@@ -204,6 +205,7 @@ double Trainer::evaluate() { return evaluate_stats().accuracy; }
 // fits, so that the first evaluation, after a whole epoch, does not run the machine out of memory.
 int64_t Trainer::evaluation_batch() {
   int64_t batch = std::max<int64_t>(1, opts_.eval_batch);
+  if (!opts_.pipeline.devices.empty() && !opts_.pipeline.devices[0].is_cpu()) return device_evaluation_batch(batch);
   if (!activation_budget_) return batch;
   size_t held = 0;
   for (const auto& r : replicas_) held = std::max(held, r->exec->held_bytes());
@@ -225,6 +227,63 @@ int64_t Trainer::evaluation_batch() {
        << " each); lower --batch-size";
   for (auto& part : eval_->parts) part.exec->set_memory_limit(std::max<size_t>(left, 1), hint.str());
   return batch;
+}
+
+// On GPUs the evaluation's own count sizes its batch: each device's parts get what it has free when the
+// first evaluation starts (beside the replicas' arenas and tensors; a caching allocator's cached blocks
+// count, since it gives them back when it must), shared by the parts that run there at once, and less a
+// quarter for what the count leaves out (scratch and library workspaces, the allocator's rounding). The
+// batch is the largest whose values, counted from their shapes with the test batch's inputs, fit there
+// (Executor::most_that_fits): the training arena per example does not bound an inference run's need on
+// a device, where every value is allocated as the run goes. That room is each part's memory limit too,
+// so a batch of 1 that cannot fit stops before any kernel, in one line. Where it would not hold two
+// plans (the batches' and the share's last, smaller batch's), a part keeps one at a time.
+int64_t Trainer::device_evaluation_batch(int64_t batch) {
+  const std::vector<Device>& devs = opts_.pipeline.devices;
+  const Executor& ex = *eval_->parts.at(0).exec;
+  std::map<std::string, Shape> shapes;
+  size_t input_bytes = 0;  // per example: a batch read from the host is copied to the device
+  for (const auto& name : ex.graph().inputs) {
+    const data::ArraySpec& a = test_src_->spec(name == eval_->labels ? std::string(data::kLabels) : name);
+    Shape s{batch};
+    s.insert(s.end(), a.shape.begin(), a.shape.end());
+    shapes[name] = s;
+    input_bytes += a.bytes();
+  }
+  std::map<int, int> sharing;  // device index -> parts there
+  for (const Device& d : devs) ++sharing[d.index];
+  int64_t fits = batch;
+  bool tight = false;
+  std::string where;
+  size_t room_there = 0;
+  std::map<int, size_t> room;
+  for (const auto& [index, n] : sharing) {
+    const Device dev{devs[0].kind, index};
+    const size_t free = backend_->free_memory(dev);
+    if (!free) continue;
+    room[index] = free / static_cast<size_t>(n) / 4 * 3;
+    const int64_t most = ex.most_that_fits(shapes, room[index], input_bytes);
+    // The last batch of a share is a shape of its own: where two plans would not fit, one at a time.
+    if (most >= 0 && ex.most_that_fits(shapes, room[index] / 2, input_bytes) < batch) tight = true;
+    if (most >= 0 && most < fits) {
+      fits = std::max<int64_t>(1, most);
+      where = dev.str();
+      room_there = room[index];
+    }
+  }
+  if (fits < batch && opts_.log && speaks())
+    *opts_.log << "evaluating in batches of " << fits << ", not " << batch << ": the memory " << where
+               << " has left beside the training (" << bytes_str(room_there) << " for each evaluation there)"
+               << std::endl;
+  for (size_t p = 0; p < eval_->parts.size(); ++p)
+    if (auto r = room.find(devs[p].index); r != room.end()) {
+      std::ostringstream hint;
+      hint << "evaluation in batches of " << fits << " on " << devs[p].str() << " beside the training replicas ("
+           << bytes_str(r->second) << " for it there); lower --batch-size";
+      eval_->parts[p].exec->set_memory_limit(std::max<size_t>(r->second, 1), hint.str());
+      if (tight) eval_->parts[p].exec->set_max_plans(1);
+    }
+  return fits;
 }
 
 // What one replica's copy found over its share of the test set.
@@ -256,6 +315,38 @@ EvalStats Trainer::evaluate_stats() {
   // Replica g of the job's G evaluates examples [N g / G, N (g + 1) / G) in batches: the same shares,
   // and so the same figures, however the replicas are spread over ranks.
   const int64_t G = total_replicas_;
+  // Examples [i, i + n) of the test set through part `ex`, into its totals.
+  auto run_batch = [&](Executor& ex, DeviceData& data, int64_t per, int64_t i, int64_t n,
+                       std::map<std::string, Tensor>& xbufs, Tensor& ybuf, PartTotals& tot) {
+    std::map<std::string, Tensor> in;
+    Tensor y;
+    if (data.resident) {
+      Shape s = test_.images.shape();
+      s[0] = n;
+      in[graphs_.image] = Tensor::view(DType::F32, s, static_cast<float*>(data.test_images.raw()) + i * per,
+                                       data.test_images.device());
+      y = Tensor::view(DType::I64, {n}, static_cast<int64_t*>(data.test_labels.raw()) + i, data.test_labels.device());
+    } else {
+      in = read_inputs(*test_src_, graphs_.inputs, i, n, xbufs);
+      y = read_rows(*test_src_, data::kLabels, i, n, ybuf);
+    }
+    if (mse()) {
+      const Tensor out = to_host(ex.run(in).at(graphs_.logits));
+      // f32, or f64 outputs and targets (a float64 model): each difference in that type.
+      auto add_squares = [&](auto* o, auto* t) {
+        for (int64_t j = 0, m = out.numel(); j < m; ++j) tot.sq += double(o[j] - t[j]) * double(o[j] - t[j]);
+      };
+      if (out.dtype() == DType::F64) add_squares(out.data<double>(), y.data<double>());
+      else add_squares(out.data<float>(), y.data<float>());
+      return;
+    }
+    in[eval_->labels] = y;
+    auto out = ex.run(in);
+    if (eval_->classes > 10) tot.top5 += top5_count(to_host(out.at(graphs_.logits)), to_host(y));
+  };
+  std::mutex shrink_mu;
+  int64_t shrunk = batch;
+  bool said = false;
   auto run_part = [&](int p, PartTotals& tot) {
     Executor& ex = *eval_->parts[p].exec;
     const int64_t g = first_replica_ + p, first = N * g / G, end = N * (g + 1) / G;
@@ -267,33 +358,29 @@ EvalStats Trainer::evaluate_stats() {
     const int64_t per = data.resident ? test_.images.numel() / N : 0;
     std::map<std::string, Tensor> xbufs;
     Tensor ybuf;
-    for (int64_t i = first; i < end; i += batch) {
-      const int64_t n = std::min(batch, end - i);
-      std::map<std::string, Tensor> in;
-      Tensor y;
-      if (data.resident) {
-        Shape s = test_.images.shape();
-        s[0] = n;
-        in[graphs_.image] = Tensor::view(DType::F32, s, static_cast<float*>(data.test_images.raw()) + i * per,
-                                         data.test_images.device());
-        y = Tensor::view(DType::I64, {n}, static_cast<int64_t*>(data.test_labels.raw()) + i, data.test_labels.device());
-      } else {
-        in = read_inputs(*test_src_, graphs_.inputs, i, n, xbufs);
-        y = read_rows(*test_src_, data::kLabels, i, n, ybuf);
-      }
-      if (mse()) {
-        const Tensor out = to_host(ex.run(in).at(graphs_.logits));
-        // f32, or f64 outputs and targets (a float64 model): each difference in that type.
-        auto add_squares = [&](auto* o, auto* t) {
-          for (int64_t j = 0, m = out.numel(); j < m; ++j) tot.sq += double(o[j] - t[j]) * double(o[j] - t[j]);
-        };
-        if (out.dtype() == DType::F64) add_squares(out.data<double>(), y.data<double>());
-        else add_squares(out.data<float>(), y.data<float>());
+    // This part's batch: halved where its first run, at the first batch, runs out of memory (the count
+    // that chose it leaves out scratch and library workspaces). Nothing was added to its totals then.
+    int64_t per_run = batch;
+    for (int64_t i = first; i < end;) {
+      const int64_t n = std::min(per_run, end - i);
+      try {
+        run_batch(ex, data, per, i, n, xbufs, ybuf, tot);
+      } catch (const OutOfMemory& e) {
+        if (i != first || n == 1) throw;
+        per_run = n / 2;
+        ex.set_max_plans(1);
+        if (!mse()) {
+          ex.set_state(eval_->correct_total, zero);
+          ex.set_state(eval_->loss_total, zero);
+        }
+        std::lock_guard<std::mutex> lock(shrink_mu);
+        shrunk = std::min(shrunk, per_run);
+        if (!said && opts_.log && speaks())
+          *opts_.log << "evaluating in batches of " << per_run << ", not " << n << ": " << e.what() << std::endl;
+        said = true;
         continue;
       }
-      in[eval_->labels] = y;
-      auto out = ex.run(in);
-      if (eval_->classes > 10) tot.top5 += top5_count(to_host(out.at(graphs_.logits)), to_host(y));
+      i += n;
     }
     if (mse()) return;
     eval_->parts[p].totals->post(0, {&ex.state(eval_->correct_total), &ex.state(eval_->loss_total)});
@@ -303,6 +390,7 @@ EvalStats Trainer::evaluate_stats() {
   };
   std::vector<PartTotals> tots(static_cast<size_t>(P));
   run_at_once(P, [&](int p) { run_part(p, tots[p]); });
+  eval_->batch = shrunk;  // (the next evaluation starts there)
 
   // Every replica's totals, in the job's replica order (other ranks' through one allgather).
   if (G > P) {

@@ -248,7 +248,9 @@ void sim_allreduce(KernelContext& ctx) {
 // ---- SimBackend ----
 
 SimBackend::SimBackend(int devices, size_t pool_bytes) : devices_(devices) {
-  pool_bytes_ = round_up(pool_bytes, page_size());
+  capacity_ = pool_bytes;
+  // Address space for a device of that capacity whose blocks, given back, leave holes (see from_pool).
+  pool_bytes_ = round_up(pool_bytes + std::min(pool_bytes * 3, size_t(16) << 30) + (size_t(64) << 20), page_size());
   void* p = mmap(nullptr, pool_bytes_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   GR_CHECK(p != MAP_FAILED, "simulated device: cannot reserve " << pool_bytes_ << " bytes: " << std::strerror(errno));
   pool_ = static_cast<char*>(p);
@@ -313,22 +315,69 @@ void SimBackend::check_range(const void* p, size_t bytes, const char* what) cons
            "simulated device: " << what << " is not device memory (" << p << ", " << bytes << " bytes)");
 }
 
+// The pool stands for the device's memory as cudaMalloc hands it out, `free_` for the CUDA backend's
+// caching allocator on top (freed blocks kept by size class, served again to that class only). As that
+// allocator does when cudaMalloc fails, a request the device cannot serve gives every cached block back
+// and tries once more. The device's capacity is counted in bytes, not in contiguous addresses: the pool
+// reserves more address space than that (the driver maps a GPU's pages where it likes), and blocks given
+// back are reused first fit, merged with their neighbours.
+void* SimBackend::from_pool(size_t cls) {
+  if (reserved_ + cls > capacity_) return nullptr;
+  void* p = nullptr;
+  for (auto it = released_.begin(); it != released_.end(); ++it) {
+    if (it->second < cls) continue;
+    const size_t at = it->first, left = it->second - cls;
+    released_.erase(it);
+    if (left) released_[at + cls] = left;
+    p = pool_ + at;
+    break;
+  }
+  if (!p) {
+    if (top_ + cls > pool_bytes_) return nullptr;
+    p = pool_ + top_;
+    top_ += cls;
+    set_access(true);  // extend the accessible range over the new block
+  }
+  reserved_ += cls;
+  high_water_ = std::max(high_water_, reserved_);
+  return p;
+}
+
+void SimBackend::release_cached() {
+  for (auto& [cls, blocks] : free_)
+    for (void* b : blocks) {
+      reserved_ -= cls;
+      auto [it, _] = released_.emplace(static_cast<size_t>(static_cast<char*>(b) - pool_), cls);
+      if (auto next = std::next(it); next != released_.end() && it->first + it->second == next->first) {
+        it->second += next->second;
+        released_.erase(next);
+      }
+      if (it != released_.begin())
+        if (auto prev = std::prev(it); prev->first + prev->second == it->first) {
+          prev->second += it->second;
+          released_.erase(it);
+        }
+    }
+  free_.clear();
+}
+
 void* SimBackend::allocate(Device d, size_t bytes) {
   check_device(d, "allocate");
   const size_t cls = size_class(bytes);
   Access access(*this);
   ++counters_.allocations;
+  if (largest_ && bytes > largest_)
+    GR_FAIL_OUT_OF_MEMORY("out of simulated device memory allocating " << bytes << " bytes (more than the "
+                                                                       << largest_ << " one allocation may take)");
   void* p = nullptr;
   auto it = free_.find(cls);
   if (it != free_.end() && !it->second.empty()) {
     p = it->second.back();
     it->second.pop_back();
-  } else {
-    GR_CHECK(top_ + cls <= pool_bytes_, "out of simulated device memory allocating " << bytes << " bytes ("
-                                                                                     << top_ << " in use)");
-    p = pool_ + top_;
-    top_ += cls;
-    set_access(true);  // extend the accessible range over the new block
+  } else if (!(p = from_pool(cls))) {
+    release_cached();
+    p = from_pool(cls);
+    if (!p) GR_FAIL_OUT_OF_MEMORY("out of simulated device memory allocating " << bytes << " bytes (" << bytes_in_use() << " in use)");
   }
   live_[p] = cls;
   std::memset(p, kPoison, cls);  // contents are undefined: kernels that rely on zeros fail
@@ -351,14 +400,14 @@ void SimBackend::deallocate(Device d, void* p) {
 size_t SimBackend::free_memory(Device d) {
   check_device(d, "free_memory");
   std::lock_guard<std::recursive_mutex> lock(mu_);
-  size_t n = pool_bytes_ - top_;
+  size_t n = capacity_ - reserved_;
   for (const auto& [c, blocks] : free_) n += c * blocks.size();
   return n;
 }
 
 size_t SimBackend::high_water() const {
   std::lock_guard<std::recursive_mutex> lock(mu_);
-  return top_;
+  return high_water_;
 }
 
 size_t SimBackend::bytes_in_use() const {
@@ -504,6 +553,11 @@ std::vector<std::unique_ptr<Communicator>> SimBackend::make_communicators(const 
   std::vector<std::unique_ptr<Communicator>> r;
   for (int i = 0; i < static_cast<int>(replicas.size()); ++i) r.push_back(std::make_unique<SimCommunicator>(g, i));
   return r;
+}
+
+void SimBackend::fail_allocations_over(size_t bytes) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  largest_ = bytes;
 }
 
 void SimBackend::stall_replica(int rank, int64_t after_collectives) {

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -57,7 +58,8 @@ class SimBackend final : public runtime::DeviceBackend {
   void copy_device_to_device(Device d, void* dst, const void* src, size_t bytes) override;
   void memset(Device d, void* dst, int value, size_t bytes) override;
   void synchronize(Device d) override;
-  size_t free_memory(Device d) override;  // the pool's untouched part and its free blocks (shared by every device)
+  // The pool's untouched part, its cached free blocks and those given back (shared by every device).
+  size_t free_memory(Device d) override;
   void* allocate_pinned(Device d, size_t bytes) override;
   void free_pinned(Device d, void* p) override;
   void copy_device_to_host_async(Device d, void* dst, const void* src, size_t bytes) override;
@@ -75,9 +77,12 @@ class SimBackend final : public runtime::DeviceBackend {
   // `after_collectives` + 1: it never arrives there (so the others' timeout must end their wait)
   // and fails only once the group is aborted. rank -1: none.
   void stall_replica(int rank, int64_t after_collectives);
+  // From now on an allocation of more than `bytes` runs out of memory, however much is free (a device
+  // whose scratch and workspaces exceed every count); 0: no ceiling.
+  void fail_allocations_over(size_t bytes);
   bool is_device_memory(const void* p) const;  // inside the pool
   size_t bytes_in_use() const;
-  size_t high_water() const;  // the most of the pool ever handed out (a pool of this size serves the same run)
+  size_t high_water() const;  // the most of the device ever reserved (a device of this size serves the same run)
 
   // Holds the device lock with device memory accessible (kernels, copies, reductions; tests that
   // inspect memory deliberately). Nests.
@@ -100,19 +105,26 @@ class SimBackend final : public runtime::DeviceBackend {
   void check_device(Device d, const char* what) const;
   void check_range(const void* p, size_t bytes, const char* what) const;
   void set_access(bool on);
+  void* from_pool(size_t cls);  // first fit among the blocks given back, else fresh from the pool's top; or null
+  void release_cached();        // every cached free block back to the pool (the CUDA allocator's retry)
 
   int devices_;
   char* pool_ = nullptr;
   size_t pool_bytes_ = 0;
-  size_t top_ = 0;           // bytes of the pool handed out so far (bump pointer)
+  size_t capacity_ = 0;      // the simulated device's memory
+  size_t reserved_ = 0;      // of it, in blocks live or cached (what cudaMalloc has handed out)
+  size_t high_water_ = 0;    // the most reserved_ has been
+  size_t top_ = 0;           // address space of the pool handed out so far (bump pointer; never lowered)
   size_t accessible_ = 0;    // bytes at the start of the pool currently read/write
   int depth_ = 0;            // nesting of Access
   std::unordered_map<void*, size_t> live_;                 // block -> size class
   std::unordered_map<size_t, std::vector<void*>> free_;    // size class -> free blocks
+  std::map<size_t, size_t> released_;                      // offset -> bytes given back below top_ (merged)
   std::unordered_map<void*, size_t> pinned_;               // allocate_pinned blocks -> bytes
   mutable std::recursive_mutex mu_;
   SimCounters counters_;
   runtime::KernelTable table_;
+  size_t largest_ = 0;  // fail_allocations_over
   int stall_rank_ = -1;
   int64_t stall_after_ = 0;
 };

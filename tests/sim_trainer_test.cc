@@ -334,5 +334,75 @@ TEST(SimTrainer, ABatchTooLargeForTheDeviceStopsBeforeAnyKernel) {
   EXPECT_NO_THROW(t.train_epoch(0));
 }
 
+// The evaluation after an epoch runs beside the replicas on the device: where its batch would not fit in
+// what the device has left, it evaluates in smaller batches, sized by its own count from the values'
+// shapes, and says so once, with the same figures as on a device with room (it used to run the device
+// out of memory after the epoch). The simulated device gives its cached blocks back when it runs out, as
+// the CUDA backend's caching allocator does.
+TEST(SimTrainer, EvaluationShrinksItsBatchToWhatTheDeviceLeaves) {
+  REQUIRE_LENET_AND_DATA();
+  const Graph model = load_onnx(testing::lenet_path());
+  for (int replicas : {1, 2}) {
+    TrainOptions o = with_devices(testing::quick(replicas, 32, 2, 2048), sim_replicas(replicas));
+    o.eval_batch = 2048;
+    o.device_data_budget = 0;
+    const auto run = [&](size_t pool, std::string* log) {
+      ScopedSimDevice sim(1, pool);
+      std::ostringstream out;
+      TrainOptions with_log = o;
+      with_log.log = &out;
+      Trainer t(model, with_log);
+      const runtime::EpochStats e = t.train_epoch(0);
+      *log = out.str();
+      return e;
+    };
+    const std::string what = std::to_string(replicas) + " replica(s)";
+    std::string tight, ample;
+    // 40 MiB: the replicas' tensors and arenas take a few; the evaluation of 2048 examples needs over 100.
+    const runtime::EpochStats small = run(size_t(40) << 20, &tight);
+    const runtime::EpochStats large = run(size_t(4) << 30, &ample);
+    EXPECT_NE(tight.find(", not 2048: the memory cuda:0 has left beside the training ("), std::string::npos)
+        << what << ": " << tight;
+    EXPECT_EQ(tight.find("out of simulated device memory"), std::string::npos) << what << ": " << tight;
+    EXPECT_EQ(ample.find("evaluating in batches"), std::string::npos) << what << ": " << ample;
+    expect_same_epoch(small, large, what + ": 40 MiB against 4 GiB");
+  }
+}
+
+// Where the count from the shapes lets a batch through that the device cannot serve after all (scratch,
+// a library's workspace), the evaluation's first run at it runs out of memory: the part halves its batch
+// and starts again from a clean plan, says so once with the line it ran into, and keeps that batch for
+// the next evaluation. The figures are those of a device with room.
+TEST(SimTrainer, EvaluationThatRunsOutOfDeviceMemoryHalvesItsBatch) {
+  REQUIRE_LENET_AND_DATA();
+  const Graph model = load_onnx(testing::lenet_path());
+  TrainOptions o = with_devices(testing::quick(2, 32, 2, 2048), sim_replicas(2));
+  o.eval_batch = 1024;
+  o.device_data_budget = 0;
+  std::ostringstream out;
+  o.log = &out;
+  runtime::EpochStats want;
+  {
+    ScopedSimDevice sim(1, size_t(4) << 30);
+    Trainer t(model, o);
+    want = t.train_epoch(0);
+  }
+  EXPECT_EQ(out.str().find("evaluating in batches"), std::string::npos) << out.str();
+  out.str("");
+  ScopedSimDevice sim(1, size_t(4) << 30);
+  Trainer t(model, o);
+  // Per example, the first convolution's output is 18.4 KiB, its scratch more: 1024 and 512 do not fit.
+  sim.backend().fail_allocations_over(size_t(16) << 20);
+  expect_same_epoch(t.train_epoch(0), want, "allocations of at most 16 MiB against none");
+  const std::string first = out.str();
+  for (const char* w : {"evaluating in batches of 512, not 1024: node '", "out of simulated device memory allocating "})
+    EXPECT_NE(first.find(w), std::string::npos) << w << " in: " << first;
+  EXPECT_EQ(first.find("evaluating in batches"), first.rfind("evaluating in batches")) << "said once: " << first;
+  out.str("");
+  const runtime::EpochStats again = t.train_epoch(1);
+  EXPECT_EQ(out.str().find("evaluating in batches"), std::string::npos) << out.str();
+  EXPECT_GT(again.test_acc, 0);
+}
+
 }  // namespace
 }  // namespace graphrun

@@ -93,8 +93,8 @@ void* CachingAllocator::allocate(size_t bytes) {
   }
   if (e != cudaSuccess) {
     cudaGetLastError();
-    GR_FAIL("out of GPU memory on cuda:" << device_ << " allocating " << bytes << " bytes ("
-                                         << reserved_ << " bytes already in use): " << cudaGetErrorString(e));
+    GR_FAIL_OUT_OF_MEMORY("out of GPU memory on cuda:" << device_ << " allocating " << bytes << " bytes ("
+                          << reserved_ << " bytes already in use): " << cudaGetErrorString(e));
   }
   ++driver_allocations_;
   reserved_ += cls;
