@@ -263,9 +263,10 @@ int64_t Trainer::device_evaluation_batch(int64_t batch) {
     if (!free) continue;
     room[index] = free / static_cast<size_t>(n) / 4 * 3;
     const int64_t most = ex.most_that_fits(shapes, room[index], input_bytes);
+    if (most < 0) continue;  // (no batch symbol: nothing to size)
     // The last batch of a share is a shape of its own: where two plans would not fit, one at a time.
-    if (most >= 0 && ex.most_that_fits(shapes, room[index] / 2, input_bytes) < batch) tight = true;
-    if (most >= 0 && most < fits) {
+    if (ex.most_that_fits(shapes, room[index] / 2, input_bytes) < batch) tight = true;
+    if (most < fits) {
       fits = std::max<int64_t>(1, most);
       where = dev.str();
       room_there = room[index];
@@ -315,35 +316,6 @@ EvalStats Trainer::evaluate_stats() {
   // Replica g of the job's G evaluates examples [N g / G, N (g + 1) / G) in batches: the same shares,
   // and so the same figures, however the replicas are spread over ranks.
   const int64_t G = total_replicas_;
-  // Examples [i, i + n) of the test set through part `ex`, into its totals.
-  auto run_batch = [&](Executor& ex, DeviceData& data, int64_t per, int64_t i, int64_t n,
-                       std::map<std::string, Tensor>& xbufs, Tensor& ybuf, PartTotals& tot) {
-    std::map<std::string, Tensor> in;
-    Tensor y;
-    if (data.resident) {
-      Shape s = test_.images.shape();
-      s[0] = n;
-      in[graphs_.image] = Tensor::view(DType::F32, s, static_cast<float*>(data.test_images.raw()) + i * per,
-                                       data.test_images.device());
-      y = Tensor::view(DType::I64, {n}, static_cast<int64_t*>(data.test_labels.raw()) + i, data.test_labels.device());
-    } else {
-      in = read_inputs(*test_src_, graphs_.inputs, i, n, xbufs);
-      y = read_rows(*test_src_, data::kLabels, i, n, ybuf);
-    }
-    if (mse()) {
-      const Tensor out = to_host(ex.run(in).at(graphs_.logits));
-      // f32, or f64 outputs and targets (a float64 model): each difference in that type.
-      auto add_squares = [&](auto* o, auto* t) {
-        for (int64_t j = 0, m = out.numel(); j < m; ++j) tot.sq += double(o[j] - t[j]) * double(o[j] - t[j]);
-      };
-      if (out.dtype() == DType::F64) add_squares(out.data<double>(), y.data<double>());
-      else add_squares(out.data<float>(), y.data<float>());
-      return;
-    }
-    in[eval_->labels] = y;
-    auto out = ex.run(in);
-    if (eval_->classes > 10) tot.top5 += top5_count(to_host(out.at(graphs_.logits)), to_host(y));
-  };
   std::mutex shrink_mu;
   int64_t shrunk = batch;
   bool said = false;
@@ -358,13 +330,41 @@ EvalStats Trainer::evaluate_stats() {
     const int64_t per = data.resident ? test_.images.numel() / N : 0;
     std::map<std::string, Tensor> xbufs;
     Tensor ybuf;
+    // Examples [i, i + n) of the test set, into the part's totals.
+    auto run_batch = [&](int64_t i, int64_t n) {
+      std::map<std::string, Tensor> in;
+      Tensor y;
+      if (data.resident) {
+        Shape s = test_.images.shape();
+        s[0] = n;
+        in[graphs_.image] = Tensor::view(DType::F32, s, static_cast<float*>(data.test_images.raw()) + i * per,
+                                         data.test_images.device());
+        y = Tensor::view(DType::I64, {n}, static_cast<int64_t*>(data.test_labels.raw()) + i, data.test_labels.device());
+      } else {
+        in = read_inputs(*test_src_, graphs_.inputs, i, n, xbufs);
+        y = read_rows(*test_src_, data::kLabels, i, n, ybuf);
+      }
+      if (mse()) {
+        const Tensor out = to_host(ex.run(in).at(graphs_.logits));
+        // f32, or f64 outputs and targets (a float64 model): each difference in that type.
+        auto add_squares = [&](auto* o, auto* t) {
+          for (int64_t j = 0, m = out.numel(); j < m; ++j) tot.sq += double(o[j] - t[j]) * double(o[j] - t[j]);
+        };
+        if (out.dtype() == DType::F64) add_squares(out.data<double>(), y.data<double>());
+        else add_squares(out.data<float>(), y.data<float>());
+        return;
+      }
+      in[eval_->labels] = y;
+      auto out = ex.run(in);
+      if (eval_->classes > 10) tot.top5 += top5_count(to_host(out.at(graphs_.logits)), to_host(y));
+    };
     // This part's batch: halved where its first run, at the first batch, runs out of memory (the count
     // that chose it leaves out scratch and library workspaces). Nothing was added to its totals then.
     int64_t per_run = batch;
     for (int64_t i = first; i < end;) {
       const int64_t n = std::min(per_run, end - i);
       try {
-        run_batch(ex, data, per, i, n, xbufs, ybuf, tot);
+        run_batch(i, n);
       } catch (const OutOfMemory& e) {
         if (i != first || n == 1) throw;
         per_run = n / 2;
