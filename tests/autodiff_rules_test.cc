@@ -103,11 +103,20 @@ TEST(GradRules, GlobalMaxPoolTrilTileCumSum) {
     t.g.initializers["k"] = Tensor::scalar<int64_t>(1);
     check_gradients(t, t.node("Trilu", {t.param("x", {2, 4, 5}, 1), "k"}, {{"upper", A::Int(upper)}}));
   }
-  {
-    TestGraph t;
-    t.g.initializers["reps"] = i64s({2, 1, 3});
-    check_gradients(t, t.node("Tile", {t.param("x", {2, 3, 2}, 1), "reps"}));
-  }
+  // Tile with static, symbolic and no shapes (torch's x.expand(...).repeat(...) leaves the shape
+  // unknown), and with repeats computed at run time: the view [r0, d0, r1, d1, ...] is then built by
+  // interleaving the repeats with Shape(x) (a Concat), since only the rank must be known.
+  for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly, ShapeInfo::None})
+    for (int runtime_reps = 0; runtime_reps < 2; ++runtime_reps) {
+      SCOPED_TRACE(std::to_string(static_cast<int>(si)) + (runtime_reps ? " runtime repeats" : ""));
+      TestGraph t;
+      t.g.initializers["reps"] = i64s({2, 1, 3});
+      std::string reps = "reps";
+      if (runtime_reps) reps = t.node("Identity", {"reps"});
+      std::string x = t.node("Identity", {t.param("x", {2, 3, 2}, 1)});
+      Graph bg = check_gradients(t, t.node("Tile", {x, reps}), shapes(si));
+      EXPECT_EQ(count_ops(bg, "Concat") > 0, si != ShapeInfo::Static || runtime_reps == 1);
+    }
   for (int rev = 0; rev < 2; ++rev)
     for (int excl = 0; excl < 2; ++excl) {
       TestGraph t;

@@ -411,21 +411,51 @@ void trilu_grad(GradContext& ctx) {
   ctx.set_dx(0, ctx.op("Trilu", ins, a));
 }
 
-// Tile: dY viewed as [r0, d0, r1, d1, ...], summed over the repeat axes.
+// Tile: dY viewed as [r0, d0, r1, d1, ...], summed over the repeat axes. The view is a Constant
+// where x's shape and the repeats are known; otherwise it is built at run time by interleaving the
+// repeats with Shape(x). Where not even the rank is known, the axes are Range(0, 2 * Size(repeats), 2).
 void tile_grad(GradContext& ctx) {
+  if (!ctx.needs(0) || ctx.dy().empty()) return;
   const Node& n = ctx.fwd();
-  Shape xs;
-  GR_CHECK(ctx.static_shape(ctx.in(0), xs), n.describe() << ": the Tile gradient needs the static shape of its input");
-  Tensor rt = ctx.constant_value(ctx.in(1));
-  GR_CHECK(rt.defined(), n.describe() << ": the Tile gradient needs constant repeats");
-  std::vector<int64_t> reps = rt.as_int64s(), view, axes;
-  for (size_t i = 0; i < xs.size(); ++i) {
-    view.push_back(reps.at(i));
-    view.push_back(xs[i]);
-    axes.push_back(static_cast<int64_t>(2 * i));
+  const std::string& x = ctx.in(0);
+  int64_t r = ctx.rank(x);
+  if (r < 0) {
+    const ValueInfo* ri = ctx.info(ctx.in(1));
+    if (ri && ri->has_shape && ri->shape.size() == 1 && ri->shape[0].known()) r = ri->shape[0].size;
   }
-  std::string v = ctx.reshape(ctx.dy(), ctx.ints(view));
-  ctx.set_dx(0, xs.empty() ? ctx.dy() : ctx.reduce_sum(v, axes, false));
+  Tensor rt = ctx.constant_value(ctx.in(1));
+  if (r < 0 && rt.defined()) r = rt.numel();
+  if (r == 0) {
+    ctx.set_dx(0, ctx.dy());
+    return;
+  }
+  Shape xs;
+  std::string view;
+  if (ctx.static_shape(x, xs) && rt.defined()) {
+    std::vector<int64_t> reps = rt.as_int64s(), v;
+    for (int64_t i = 0; i < r; ++i) {
+      v.push_back(reps.at(static_cast<size_t>(i)));
+      v.push_back(xs[static_cast<size_t>(i)]);
+    }
+    view = ctx.ints(v);
+  } else {
+    std::string reps = ctx.unsqueeze(ctx.in(1), {1}), dims = ctx.unsqueeze(ctx.shape_of(x), {1});
+    std::string pairs = ctx.op("Concat", {reps, dims}, {{"axis", Attribute::Int(1)}});
+    view = ctx.reshape(pairs, ctx.ints({-1}));
+  }
+  std::string v = ctx.reshape(ctx.dy(), view);
+  if (r > 0) {
+    std::vector<int64_t> axes;
+    for (int64_t i = 0; i < r; ++i) axes.push_back(2 * i);
+    ctx.set_dx(0, ctx.reduce_sum(v, axes, false));
+    return;
+  }
+  GR_CHECK(ctx.opset() >= 13, n.describe() << ": the Tile gradient needs the rank of its input below opset 13 "
+                                              "(ReduceSum takes its axes at run time from opset 13)");
+  std::string twice_r = ctx.op("Mul", {ctx.op("Size", {ctx.in(1)}), ctx.scalar(2, DType::I64)});
+  std::string axes = ctx.op("Range", {ctx.scalar(0, DType::I64), twice_r, ctx.scalar(2, DType::I64)});
+  // noop_with_empty_axes: a scalar's Tile (no axes) passes its gradient through unchanged.
+  ctx.set_dx(0, ctx.op("ReduceSum", {v, axes}, {{"keepdims", Attribute::Int(0)}, {"noop_with_empty_axes", Attribute::Int(1)}}));
 }
 
 GR_REGISTER_OPS(shape) {
