@@ -428,6 +428,26 @@ TEST(GradRules, ResizeEveryModeWithScalesOrSizes) {
         }
 }
 
+// GridSample: every mode, padding and corner convention, the grid partly outside [-1, 1] so that every padding
+// acts; the gradients of X and of the grid against central differences (nearest's grid gradient is zero, as the
+// differences say: the samples stay on their pixels).
+TEST(GradRules, GridSampleEveryModeAndPadding) {
+  for (const char* mode : {"bilinear", "nearest", "bicubic"})
+    for (const char* padding : {"zeros", "border", "reflection"})
+      for (int align : {0, 1})
+        for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly}) {
+          SCOPED_TRACE(std::string(mode) + " " + padding + " align_corners " + std::to_string(align));
+          TestGraph t(16);
+          std::string x = t.param("x", {2, 3, 4, 5}, 7, -2, 2);
+          std::string grid = t.param("grid", {2, 3, 4, 2}, 8, -1.4, 1.4);
+          Graph bg = check_gradients(t, t.node("GridSample", {x, grid}, {{"mode", A::Str(mode)},
+                                                                         {"padding_mode", A::Str(padding)},
+                                                                         {"align_corners", A::Int(align)}}),
+                                     shapes(si));
+          EXPECT_EQ(count_ops(bg, "GridSampleGrad"), 1);
+        }
+}
+
 TEST(GradRules, ResizeOpset10AndUpsample) {
   for (const char* mode : {"nearest", "linear"}) {
     SCOPED_TRACE(mode);

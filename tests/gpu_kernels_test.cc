@@ -838,6 +838,23 @@ void resize_cases(Cases& cs) {
 }
 TEST(GpuKernels, ResizeUpsampleAndGrad) { expect_group_on_gpu(resize_cases); }
 
+// ---- GridSample, GridSampleGrad ----
+
+void grid_sample_cases(Cases& cs) {
+  Tensor x = random_tensor({2, 3, 5, 6}, 390, -2.f, 2.f);
+  Tensor grid = random_tensor({2, 4, 3, 2}, 391, -1.3f, 1.3f);  // partly outside: every padding acts
+  Tensor dy = random_tensor({2, 3, 4, 3}, 392);
+  for (const char* mode : {"bilinear", "nearest", "bicubic"})
+    for (const char* padding : {"zeros", "border", "reflection"})
+      for (int align : {0, 1}) {
+        std::map<std::string, Attribute> a{{"mode", Attribute::Str(mode)}, {"padding_mode", Attribute::Str(padding)},
+                                           {"align_corners", Attribute::Int(align)}};
+        cs.add("GridSample", {x, grid}, a, 1, 1e-5, 16);
+        cs.add("GridSampleGrad", {dy, x, grid}, a, 2, 1e-4, 16, kGraphrunDomain);
+      }
+}
+TEST(GpuKernels, GridSampleAndGrad) { expect_group_on_gpu(grid_sample_cases); }
+
 // ---- Einsum ----
 
 void einsum_cases(Cases& cs) {

@@ -4,11 +4,12 @@ the reference of tests/zoo_test.cc and of a by-hand check of the zoo.
 
 usage: zoo_parity.py MODEL OUT_DIR [--opset N] [--size S] [--batch N] [--seed S] [--functions]
 MODEL: vit (a 2-layer VisionTransformer), text / text_causal (TextClassifier on token ids, --size the length), convnext (a 2-stage ConvNeXt), shufflenet (shufflenet_v2_x0_5),
-unet (a small segmentation UNet, per-pixel labels [N,S,S]), lstm / gru / rnn / lstm1 / gru1 / rnn_relu1 (recurrent classifiers
+unet (a small segmentation UNet, per-pixel labels [N,S,S]), stn and stn_* (spatial transformers, GridSample's modes: see
+STN_MODELS), lstm / gru / rnn / lstm1 / gru1 / rnn_relu1 (recurrent classifiers
 reading the image row by row, see RowSequence), or any torchvision.models builder name (random weights;
 GoogLeNet and Inception without auxiliary heads, torchvision's ViTs at image_size S). Writes OUT_DIR/train.onnx
 (training-mode export, no constant folding), eval.onnx (eval mode), image.npy (f32 [N,3,S,S]; tokens.npy, i64 [N,S], for text), labels.npy
-(i64 [N]), logits.npy (eval-mode output), train_logits.npy and loss.npy (training mode: the output and its mean
+(i64 [N]), logits.npy (eval-mode output), buffers.txt (the float buffers exported as initializers: to freeze), train_logits.npy and loss.npy (training mode: the output and its mean
 cross-entropy), one <parameter>.npy per
 trainable parameter (its gradient), params.txt listing them, float32_errors.txt (each gradient's
 error in torch's own float32, relative to its scale floored at 1e-3 of the largest) and relu_float32_errors.txt (each
@@ -104,6 +105,45 @@ class TextClassifier(torch.nn.Module):
         return self.head((h * keep).sum(1) / keep.sum(1).clamp(min=1))
 
 
+class SpatialTransformer(torch.nn.Module):
+    """The spatial transformer network of PyTorch's tutorial, as users export it: a localisation net predicts an
+    affine theta (bias near, not at, the identity: the samples fall between pixels and some outside the image), the
+    grid is base @ theta^T by hand (torch 1.13 cannot export F.affine_grid), F.grid_sample resamples the image
+    (mode, padding_mode and align_corners as given), a small CNN classifies."""
+
+    def __init__(self, size, mode='bilinear', padding_mode='zeros', align_corners=False, classes=10):
+        super().__init__()
+        nn = torch.nn
+        self.mode, self.padding_mode, self.align_corners = mode, padding_mode, align_corners
+        self.loc = nn.Sequential(nn.Conv2d(3, 8, 5), nn.MaxPool2d(2), nn.ReLU(), nn.Conv2d(8, 10, 3), nn.ReLU(),
+                                 nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(40, 16), nn.ReLU(), nn.Linear(16, 6))
+        with torch.no_grad():
+            self.loc[-1].weight.mul_(0.5)
+            self.loc[-1].bias.copy_(torch.tensor([1.15, 0.2, 0.07, -0.15, 1.1, -0.05]))
+        # Pixel centres in [-1, 1], as F.affine_grid places them.
+        c = torch.linspace(-1, 1, size) if align_corners else (torch.arange(size) * 2 + 1) / size - 1
+        ys, xs = torch.meshgrid(c, c, indexing='ij')
+        self.register_buffer('base', torch.stack([xs, ys, torch.ones_like(xs)], -1).reshape(-1, 3))
+        self.size = size
+        self.head = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                                  nn.Linear(8, classes))
+
+    def forward(self, x):
+        theta = self.loc(x).view(-1, 2, 3)
+        grid = (self.base.to(x.dtype) @ theta.transpose(1, 2)).view(-1, self.size, self.size, 2)
+        x = F.grid_sample(x, grid, mode=self.mode, padding_mode=self.padding_mode, align_corners=self.align_corners)
+        return self.head(x)
+
+
+# The spatial transformers: GridSample's modes, paddings and corner conventions.
+STN_MODELS = {
+    'stn': dict(),
+    'stn_bicubic_reflection': dict(mode='bicubic', padding_mode='reflection', align_corners=True),
+    'stn_bilinear_reflection': dict(padding_mode='reflection'),
+    'stn_bicubic_border': dict(mode='bicubic', padding_mode='border'),
+    'stn_nearest_border': dict(mode='nearest', padding_mode='border', align_corners=True),
+}
+
 TEXT_MODELS = ('text', 'text_causal')
 
 
@@ -133,6 +173,8 @@ def build(name, size):
         return RowSequence(torch.nn.GRU, size, layers=1, bidirectional=False)
     if name == 'unet':
         return UNet()
+    if name in STN_MODELS:
+        return SpatialTransformer(size, **STN_MODELS[name])
     if name == 'vit':
         return VisionTransformer(image_size=size, patch_size=8, num_layers=2, num_heads=2, hidden_dim=16,
                                  mlp_dim=32, num_classes=10)
@@ -266,6 +308,13 @@ def main():
         names.append(pname)
     with open(os.path.join(a.out_dir, 'params.txt'), 'w') as f:
         f.write('\n'.join(names) + '\n')
+    # The buffers the export keeps as float initializers (an STN's base grid; not BatchNorm's running statistics,
+    # which graphrun knows as state): a user passes them to --freeze, and so does the test.
+    exported_inits = {t.name for t in onnx.load(os.path.join(a.out_dir, 'train.onnx')).graph.initializer}
+    with open(os.path.join(a.out_dir, 'buffers.txt'), 'w') as f:
+        for bname, b in model.named_buffers():
+            if b.is_floating_point() and bname in exported_inits and not bname.endswith(('running_mean', 'running_var')):
+                f.write(bname + '\n')
     model32.train()
     relus32 = ReluInputs(reference=relus64.seen)
     with relus32:

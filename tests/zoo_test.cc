@@ -1,11 +1,12 @@
 // Models nobody here wrote, as users export them: small torchvision ViT, ConvNeXt and ShuffleNet V2, a
-// segmentation UNet, recurrent and transformer text classifiers (random weights, tests/zoo_parity.py), forward (eval
+// segmentation UNet, spatial transformers (GridSample), recurrent and transformer text classifiers (random weights, tests/zoo_parity.py), forward (eval
 // export) and gradients (training export through attach_loss + backward) against PyTorch in float64, at opsets 13 to 17.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "autodiff/autodiff.h"
@@ -88,7 +89,12 @@ ZooResult check_zoo_model(const std::string& name, int opset, int size = 32, int
     EXPECT_LE(e, 1) << name << " opset " << opset << ": gradient of " << p;
     if (e > res.grads) res.grads = e, res.worst_param = p;
   }
-  EXPECT_EQ(grads.size(), autodiff::trainable_params(bg, {}).size()) << name;
+  // Every parameter of torch's, and no more: the buffers exported as initializers are frozen, as a user freezes them.
+  std::set<std::string> buffers;
+  std::ifstream buffer_names(dir + "/buffers.txt");
+  for (std::string b; std::getline(buffer_names, b);)
+    if (!b.empty()) buffers.insert(b);
+  EXPECT_EQ(grads.size(), autodiff::trainable_params(bg, buffers).size()) << name;
   res.ran = true;
   return res;
 }
@@ -107,6 +113,22 @@ TEST(Zoo, ShuffleNetV2Opset17) { skip_without_torchvision(); check_zoo_model("sh
 // A segmentation UNet (tests/zoo_parity.py): GroupNorm and InstanceNorm, Resize in nearest, half_pixel bilinear and
 // align_corners bilinear to a size, Concat skips, cross-entropy per pixel.
 // `graphrun check` gives it the passing verdict.
+// Spatial transformers (GridSample, opset 16 and up): every mode, every padding, both corner conventions, through a
+// grid computed from the image (so the grid's gradient reaches the localisation net's weights).
+TEST(Zoo, SpatialTransformerBilinearZeros) { skip_without_torchvision(); check_zoo_model("stn", 16, 16); }
+TEST(Zoo, SpatialTransformerBilinearReflection) {
+  skip_without_torchvision();
+  check_zoo_model("stn_bilinear_reflection", 17, 16);
+}
+TEST(Zoo, SpatialTransformerBicubicReflectionAlignCorners) {
+  skip_without_torchvision();
+  check_zoo_model("stn_bicubic_reflection", 17, 16);
+}
+TEST(Zoo, SpatialTransformerBicubicBorder) { skip_without_torchvision(); check_zoo_model("stn_bicubic_border", 16, 16); }
+TEST(Zoo, SpatialTransformerNearestBorderAlignCorners) {
+  skip_without_torchvision();
+  check_zoo_model("stn_nearest_border", 17, 16);
+}
 TEST(Zoo, UNetOpset17) {
   skip_without_torchvision();
   if (!check_zoo_model("unet", 17).ran) return;

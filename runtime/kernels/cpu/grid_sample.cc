@@ -1,0 +1,148 @@
+// CPU kernels of GridSample (opset 16: bilinear, nearest and bicubic; zeros, border and reflection padding;
+// align_corners), as torch's F.grid_sample computes it, and of graphrun's GridSampleGrad, which gives dX and
+// dGrid. The sampling math is runtime/kernels/grid_sample_taps.h, shared with the CUDA kernels; taps and
+// sums are computed in double for every element type.
+#include <algorithm>
+#include <vector>
+
+#include "runtime/kernels/cpu/half_compute.h"
+#include "runtime/kernels/cpu/math_common.h"
+#include "runtime/kernels/grid_sample_taps.h"
+
+namespace graphrun::runtime::cpu {
+namespace {
+
+namespace gs = grid_sample;
+
+int taps_per_point(gs::Mode m) { return m == gs::Mode::Cubic ? 16 : m == gs::Mode::Linear ? 4 : 1; }
+
+// Calls f(T{}, G{}) with the element types of X and grid.
+template <class F>
+void dispatch_x_grid(DType x, DType grid, const char* what, F&& f) {
+  dispatch_float(x, what, [&](auto xt) { dispatch_float(grid, what, [&](auto gt) { f(xt, gt); }); });
+}
+
+template <class T, class G>
+void forward(KernelContext& ctx) {
+  const Tensor &x = ctx.input(0), &grid = ctx.input(1);
+  const gs::Options o = gs::options_of(ctx.node());
+  const gs::Geometry g = gs::geometry_of(ctx.node(), x.shape(), grid.shape());
+  Tensor& y = ctx.output(0, {g.n, g.c, g.ho, g.wo}, x.dtype());
+  const int64_t plane = g.h * g.w, points = g.ho * g.wo;
+  const T* px = ptr<T>(x);
+  const G* pg = ptr<G>(grid);
+  T* py = ptr<T>(y);
+#pragma omp parallel for num_threads(threads_for(ctx, y.numel() * taps_per_point(o.mode))) schedule(static)
+  for (int64_t np = 0; np < g.n * points; ++np) {
+    const int64_t n = np / points, p = np % points;
+    gs::Taps<double> t;
+    gs::taps_at<double>(pg[2 * np], pg[2 * np + 1], g.h, g.w, o, t);
+    for (int64_t c = 0; c < g.c; ++c) {
+      const T* src = px + (n * g.c + c) * plane;
+      double acc = 0;
+      for (int k = 0; k < t.count; ++k) acc += t.weight[k] * src[t.at[k]];
+      py[(n * g.c + c) * points + p] = static_cast<T>(acc);
+    }
+  }
+}
+
+void grid_sample_kernel(KernelContext& ctx) {
+  dispatch_x_grid(ctx.input(0).dtype(), ctx.input(1).dtype(), "GridSample",
+                  [&](auto xt, auto gt) { forward<decltype(xt), decltype(gt)>(ctx); });
+}
+
+// GridSampleGrad(dY, X, grid) -> (dX, dGrid), either output optional. dGrid at each grid point is
+// sum over channels and taps of dY * X[tap] * d weight; dX adds weight * dY at every tap, summed per
+// (n, c) plane in double from a table of the image's taps (so each plane is one thread's, in a fixed order).
+template <class T, class G>
+void backward(KernelContext& ctx) {
+  const char* what = "GridSampleGrad";
+  const Tensor &dy = ctx.input(0), &x = ctx.input(1), &grid = ctx.input(2);
+  const gs::Options o = gs::options_of(ctx.node());
+  const gs::Geometry g = gs::geometry_of(ctx.node(), x.shape(), grid.shape());
+  GR_CHECK(dy.shape() == Shape({g.n, g.c, g.ho, g.wo}) && dy.dtype() == x.dtype(),
+           what << ": dY " << dtype_name(dy.dtype()) << shape_str(dy.shape()) << " must be "
+                << dtype_name(x.dtype()) << shape_str(Shape({g.n, g.c, g.ho, g.wo})));
+  const int64_t plane = g.h * g.w, points = g.ho * g.wo;
+  const T *pdy = ptr<T>(dy), *px = ptr<T>(x);
+  const G* pg = ptr<G>(grid);
+  if (ctx.has_output(1)) {
+    G* dgrid = ptr<G>(ctx.output(1, grid.shape(), grid.dtype()));
+#pragma omp parallel for num_threads(threads_for(ctx, dy.numel() * taps_per_point(o.mode))) schedule(static)
+    for (int64_t np = 0; np < g.n * points; ++np) {
+      const int64_t n = np / points, p = np % points;
+      gs::Taps<double> t;
+      gs::taps_at<double>(pg[2 * np], pg[2 * np + 1], g.h, g.w, o, t);
+      double sx = 0, sy = 0;
+      for (int64_t c = 0; c < g.c; ++c) {
+        const T* src = px + (n * g.c + c) * plane;
+        const double d = pdy[(n * g.c + c) * points + p];
+        for (int k = 0; k < t.count; ++k) {
+          const double v = d * src[t.at[k]];
+          sx += v * t.dwx[k];
+          sy += v * t.dwy[k];
+        }
+      }
+      dgrid[2 * np] = static_cast<G>(sx);
+      dgrid[2 * np + 1] = static_cast<G>(sy);
+    }
+  }
+  if (!ctx.has_output(0)) return;
+  T* dx = ptr<T>(ctx.output(0, x.shape(), x.dtype()));
+  const int per = taps_per_point(o.mode);
+  // One image's taps: point p's are at [p * per, p * per + count[p]).
+  std::vector<int64_t> at(static_cast<size_t>(points * per));
+  std::vector<double> weight(at.size());
+  std::vector<int> count(static_cast<size_t>(points));
+  const int threads = threads_for(ctx, dy.numel() * per);
+  for (int64_t n = 0; n < g.n; ++n) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t p = 0; p < points; ++p) {
+      gs::Taps<double> t;
+      const int64_t np = n * points + p;
+      gs::taps_at<double>(pg[2 * np], pg[2 * np + 1], g.h, g.w, o, t);
+      count[p] = t.count;
+      std::copy(t.at, t.at + t.count, at.begin() + p * per);
+      std::copy(t.weight, t.weight + t.count, weight.begin() + p * per);
+    }
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t c = 0; c < g.c; ++c) {
+      std::vector<double> acc(static_cast<size_t>(plane), 0.0);
+      const T* d = pdy + (n * g.c + c) * points;
+      for (int64_t p = 0; p < points; ++p)
+        for (int k = 0; k < count[p]; ++k) acc[at[p * per + k]] += weight[p * per + k] * d[p];
+      T* out = dx + (n * g.c + c) * plane;
+      for (int64_t i = 0; i < plane; ++i) out[i] = static_cast<T>(acc[i]);
+    }
+  }
+}
+
+void grid_sample_grad_kernel(KernelContext& ctx) {
+  dispatch_x_grid(ctx.input(1).dtype(), ctx.input(2).dtype(), "GridSampleGrad",
+                  [&](auto xt, auto gt) { backward<decltype(xt), decltype(gt)>(ctx); });
+}
+
+}  // namespace
+
+GR_REGISTER_OPS(grid_sample) {
+  ops.op("GridSample").cpu(via_f32<grid_sample_kernel>);
+  ops.op(kGraphrunDomain, "GridSampleGrad")
+      .cpu(via_f32<grid_sample_grad_kernel>)
+      .schema(OpSchemaSpec("gradients of `GridSample` w.r.t. X (dY added back along the forward's taps) and grid "
+                           "(dY times the derivative of the interpolation along the grid's x and y, through the "
+                           "padding mode's clip or reflection); nearest sampling has a zero grid gradient")
+                  .attr("mode", "as GridSample", Attribute::Str("bilinear"))
+                  .attr("padding_mode", "as GridSample", Attribute::Str("zeros"))
+                  .attr("align_corners", "as GridSample", Attribute::Int(0))
+                  .input("dY", "gradient of Y", "T1")
+                  .input("X", "the forward's X", "T1")
+                  .input("grid", "the forward's grid", "T2")
+                  .output("dX", "gradient of X", "T1", OpSchemaSpec::Arity::Optional)
+                  .output("dGrid", "gradient of grid", "T2", OpSchemaSpec::Arity::Optional)
+                  .type("T1", float_tensor_types(), "float tensors")
+                  .type("T2", float_tensor_types(), "float tensors")
+                  .output_like(0, 1)
+                  .output_like(1, 2));
+}
+
+}  // namespace graphrun::runtime::cpu

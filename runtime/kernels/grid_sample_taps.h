@@ -1,0 +1,231 @@
+// The sampling math of GridSample (opset 16; torch's F.grid_sample), shared by the CPU and CUDA kernels and
+// by both gradients: for one grid point, the input pixels it reads (its taps), their weights, and the
+// weights' derivatives along the grid point's x and y. The output is sum(weight * X[tap]); dX gets
+// weight * dY at each tap; dGrid gets dY * sum(X[tap] * d weight). A tap's pixel is piecewise constant in
+// the grid, so the weights carry the whole derivative. Taps outside the input (zeros padding) are left out.
+//
+// As torch computes it: a grid value g in [-1, 1] maps to the pixel coordinate ((g + 1) / 2) * (size - 1)
+// with align_corners, else ((g + 1) * size - 1) / 2. bilinear and nearest then apply the padding mode to
+// that coordinate (border clips it to [0, size - 1]; reflection folds it over the borders — at the pixel
+// centres with align_corners, else at the outer edges — then clips), and the gradient follows the fold;
+// nearest rounds half to even. bicubic takes the 4x4 neighbourhood of the unpadded coordinate (cubic
+// convolution, A = -0.75) and applies the padding to each tap's integer position.
+#pragma once
+#include <math.h>
+
+#include <cstdint>
+#include <string>
+
+#include "graph/error.h"
+#include "graph/ir.h"
+
+#ifdef __CUDACC__
+#define GR_GRID_HD __host__ __device__
+#else
+#define GR_GRID_HD
+#endif
+
+namespace graphrun::runtime::grid_sample {
+
+enum class Mode : int { Linear, Nearest, Cubic };
+enum class Padding : int { Zeros, Border, Reflection };
+
+struct Options {
+  Mode mode = Mode::Linear;
+  Padding padding = Padding::Zeros;
+  bool align_corners = false;
+};
+
+// The node's attributes (opset 16 names, and opset 20's "linear" and "cubic"); throws naming the node.
+inline Options options_of(const Node& n) {
+  Options o;
+  const std::string mode = n.attr_s("mode", "bilinear"), pad = n.attr_s("padding_mode", "zeros");
+  if (mode == "bilinear" || mode == "linear") o.mode = Mode::Linear;
+  else if (mode == "nearest") o.mode = Mode::Nearest;
+  else if (mode == "bicubic" || mode == "cubic") o.mode = Mode::Cubic;
+  else GR_FAIL(n.describe() << ": mode '" << mode << "' is not one of bilinear, nearest, bicubic");
+  if (pad == "zeros") o.padding = Padding::Zeros;
+  else if (pad == "border") o.padding = Padding::Border;
+  else if (pad == "reflection") o.padding = Padding::Reflection;
+  else GR_FAIL(n.describe() << ": padding_mode '" << pad << "' is not one of zeros, border, reflection");
+  o.align_corners = n.attr_i("align_corners", 0) != 0;
+  return o;
+}
+
+// X [N, C, H, W] sampled at grid [N, Ho, Wo, 2] (x, then y): the sizes, checked; throws naming the node.
+struct Geometry {
+  int64_t n = 0, c = 0, h = 0, w = 0, ho = 0, wo = 0;
+};
+inline Geometry geometry_of(const Node& node, const Shape& x, const Shape& grid) {
+  GR_CHECK(x.size() == 4, node.describe() << ": X must be [N, C, H, W] (only 2-D sampling is supported), got "
+                                          << shape_str(x));
+  GR_CHECK(grid.size() == 4 && grid[3] == 2 && grid[0] == x[0],
+           node.describe() << ": grid must be [N, H_out, W_out, 2] with X's N = " << x[0] << ", got " << shape_str(grid));
+  return {x[0], x[1], x[2], x[3], grid[1], grid[2]};
+}
+
+constexpr int kMaxTaps = 16;
+
+template <class S>
+struct Taps {
+  int count = 0;
+  int64_t at[kMaxTaps];                          // y * W + x in the input plane
+  S weight[kMaxTaps], dwx[kMaxTaps], dwy[kMaxTaps];  // weight and its derivatives by the grid's x and y
+};
+
+GR_GRID_HD inline float floor_of(float v) { return floorf(v); }
+GR_GRID_HD inline double floor_of(double v) { return floor(v); }
+GR_GRID_HD inline float fmod_of(float a, float b) { return fmodf(a, b); }
+GR_GRID_HD inline double fmod_of(double a, double b) { return fmod(a, b); }
+GR_GRID_HD inline float round_even(float v) { return rintf(v); }
+GR_GRID_HD inline double round_even(double v) { return rint(v); }
+
+// floor(v) as an index, held within [-8, size + 8]: every tap of a coordinate beyond that (or NaN) reads
+// outside the input or, padded, the same border pixel; a float far out of int64's range is never cast.
+template <class S>
+GR_GRID_HD int64_t index_of(S v, int64_t size) {
+  if (!(v > S(-8))) return -8;
+  if (!(v < S(size + 8))) return size + 8;
+  return static_cast<int64_t>(floor_of(v));
+}
+
+// The pixel coordinate of grid value g; *d = its derivative by g.
+template <class S>
+GR_GRID_HD S unnormalize(S g, int64_t size, bool align_corners, S* d) {
+  if (align_corners) {
+    *d = S(size - 1) / 2;
+    return (g + 1) / 2 * S(size - 1);
+  }
+  *d = S(size) / 2;
+  return ((g + 1) * S(size) - 1) / 2;
+}
+
+template <class S>
+GR_GRID_HD S clip(S v, int64_t size, S* d) {
+  if (v <= S(0)) {
+    *d = 0;
+    return 0;
+  }
+  const S hi = S(size - 1);
+  if (v >= hi) {
+    *d = 0;
+    return hi;
+  }
+  *d = 1;
+  return v;
+}
+
+// v folded into [twice_low / 2, twice_high / 2] by reflections at its ends; *d = +-1, the fold's slope.
+template <class S>
+GR_GRID_HD S reflect(S v, S twice_low, S twice_high, S* d) {
+  if (twice_low == twice_high) {
+    *d = 0;
+    return 0;
+  }
+  const S lo = twice_low / 2, span = (twice_high - twice_low) / 2;
+  v -= lo;
+  S sign = 1;
+  if (v < S(0)) {
+    sign = -1;
+    v = -v;
+  }
+  const S extra = fmod_of(v, span);
+  if (fmod_of(floor_of(v / span), S(2)) == S(0)) {  // an even number of flips
+    *d = sign;
+    return extra + lo;
+  }
+  *d = -sign;
+  return span - extra + lo;
+}
+
+// The padding mode applied to pixel coordinate v; *d = its derivative.
+template <class S>
+GR_GRID_HD S pad_coordinate(S v, int64_t size, const Options& o, S* d) {
+  *d = 1;
+  if (o.padding == Padding::Border) return clip(v, size, d);
+  if (o.padding == Padding::Reflection) {
+    S dr, dc;
+    v = o.align_corners ? reflect(v, S(0), S(2 * (size - 1)), &dr) : reflect(v, S(-1), S(2 * size - 1), &dr);
+    v = clip(v, size, &dc);
+    *d = dr * dc;
+  }
+  return v;
+}
+
+template <class S>
+GR_GRID_HD void add_tap(Taps<S>& t, int64_t y, int64_t x, int64_t h, int64_t w, S weight, S dwx, S dwy) {
+  if (y < 0 || y >= h || x < 0 || x >= w) return;
+  t.at[t.count] = y * w + x;
+  t.weight[t.count] = weight;
+  t.dwx[t.count] = dwx;
+  t.dwy[t.count] = dwy;
+  ++t.count;
+}
+
+// Cubic convolution (A = -0.75) for |x| <= 1 and 1 < |x| < 2, and their derivatives.
+template <class S> GR_GRID_HD S cubic_near(S x) { return ((S(1.25)) * x - S(2.25)) * x * x + 1; }
+template <class S> GR_GRID_HD S cubic_far(S x) { return ((S(-0.75) * x + S(3.75)) * x - S(6)) * x + S(3); }
+template <class S> GR_GRID_HD S cubic_near_d(S x) { return S(3.75) * x * x - S(4.5) * x; }
+template <class S> GR_GRID_HD S cubic_far_d(S x) { return S(-2.25) * x * x + S(7.5) * x - S(6); }
+
+// The weights of the 4 taps at offsets -1, 0, 1, 2 from floor, for fraction f; dw by f.
+template <class S>
+GR_GRID_HD void cubic_weights(S f, S* w, S* dw) {
+  w[0] = cubic_far(f + 1);
+  w[1] = cubic_near(f);
+  w[2] = cubic_near(1 - f);
+  w[3] = cubic_far(2 - f);
+  dw[0] = cubic_far_d(f + 1);
+  dw[1] = cubic_near_d(f);
+  dw[2] = -cubic_near_d(1 - f);
+  dw[3] = -cubic_far_d(2 - f);
+}
+
+// A bicubic tap's integer position after the padding mode; -1 when it reads outside (zeros).
+template <class S>
+GR_GRID_HD int64_t padded_index(int64_t i, int64_t size, const Options& o) {
+  S d;
+  const int64_t k = static_cast<int64_t>(pad_coordinate(S(i), size, o, &d));
+  return k >= 0 && k < size ? k : -1;
+}
+
+// The taps of grid point (gx, gy) in an h x w input plane.
+template <class S>
+GR_GRID_HD void taps_at(S gx, S gy, int64_t h, int64_t w, const Options& o, Taps<S>& t) {
+  t.count = 0;
+  S mx, my;
+  S ix = unnormalize(gx, w, o.align_corners, &mx), iy = unnormalize(gy, h, o.align_corners, &my);
+  if (o.mode == Mode::Cubic) {
+    const int64_t x0 = index_of(ix, w), y0 = index_of(iy, h);
+    S wx[4], dwx[4], wy[4], dwy[4];
+    cubic_weights(ix - floor_of(ix), wx, dwx);
+    cubic_weights(iy - floor_of(iy), wy, dwy);
+    for (int i = 0; i < 4; ++i) {
+      const int64_t yy = padded_index<S>(y0 - 1 + i, h, o);
+      if (yy < 0) continue;
+      for (int j = 0; j < 4; ++j) {
+        const int64_t xx = padded_index<S>(x0 - 1 + j, w, o);
+        if (xx < 0) continue;
+        add_tap(t, yy, xx, h, w, wy[i] * wx[j], wy[i] * dwx[j] * mx, dwy[i] * wx[j] * my);
+      }
+    }
+    return;
+  }
+  S px, py;
+  ix = pad_coordinate(ix, w, o, &px);
+  iy = pad_coordinate(iy, h, o, &py);
+  mx *= px;
+  my *= py;
+  if (o.mode == Mode::Nearest) {
+    add_tap(t, index_of(round_even(iy), h), index_of(round_even(ix), w), h, w, S(1), S(0), S(0));
+    return;
+  }
+  const S fx = ix - floor_of(ix), fy = iy - floor_of(iy);
+  const int64_t x = index_of(ix, w), y = index_of(iy, h);
+  add_tap(t, y, x, h, w, (1 - fx) * (1 - fy), -(1 - fy) * mx, -(1 - fx) * my);
+  add_tap(t, y, x + 1, h, w, fx * (1 - fy), (1 - fy) * mx, -fx * my);
+  add_tap(t, y + 1, x, h, w, (1 - fx) * fy, -fy * mx, (1 - fx) * my);
+  add_tap(t, y + 1, x + 1, h, w, fx * fy, fy * mx, fx * my);
+}
+
+}  // namespace graphrun::runtime::grid_sample
