@@ -26,6 +26,7 @@
 #include "graph/passes/fill_reshape_dims.h"
 #include "graph/passes/fill_resize_ranks.h"
 #include "graph/passes/fill_slice_ranks.h"
+#include "graph/passes/inline_static_ifs.h"
 #include "graph/passes/shape_values.h"
 #include "graph/validate.h"
 
@@ -448,9 +449,15 @@ void check_supported_features(const onnx::ModelProto& m, const std::string& what
     const auto& np = g.node(i);
     for (const auto& a : np.attribute())
       if (a.type() == onnx::AttributeProto::GRAPH || a.type() == onnx::AttributeProto::GRAPHS || a.has_g() ||
-          a.graphs_size())
+          a.graphs_size()) {
+        // inline_static_ifs took every If whose condition the model's shapes and constants decide.
+        if (np.op_type() == "If")
+          GR_FAIL(what << ": " << proto_node_desc(np, i) << ": its condition '" << (np.input_size() ? np.input(0) : "")
+                       << "' depends on the input data; graphrun takes an If only where the condition is known "
+                          "when the model loads (control flow, If, Loop, Scan, is not supported)");
         GR_FAIL(what << ": " << proto_node_desc(np, i) << " has a subgraph (attribute '" << a.name()
                      << "'); control flow (If, Loop, Scan) is not supported");
+      }
   }
 }
 
@@ -947,7 +954,7 @@ onnx::ModelProto model_from_graph(const Graph& g) {
 // symbols and the Divs ONNX's leaves unknown: torch's attention reshapes to [T, N * heads, head_dim]).
 // ONNX names the unknown dimensions it creates "unk__0", "unk__1", ...; graphrun shows those as "?"
 // (symbols the model itself uses, such as "N", stay).
-void run_inference(onnx::ModelProto& m, bool strict) {
+void run_inference(onnx::ModelProto& m, bool strict, passes::ShapeData* shape_data_out = nullptr) {
   register_graphrun_schemas();
   auto dims_of = [&](auto&& visit) {
     auto* g = m.mutable_graph();
@@ -1021,6 +1028,7 @@ void run_inference(onnx::ModelProto& m, bool strict) {
     infer(&shape_data);
     forget_generated();
   }
+  if (shape_data_out) *shape_data_out = std::move(shape_data);
 }
 
 // Graph outputs need a type in a valid model, and viewers (Netron) show value_info: take both from
@@ -1140,6 +1148,23 @@ Graph load_model(std::string bytes, const std::string& what, const std::string& 
   inline_functions(m, what);
   check_opsets(m, what);
   Weights weights = detach_initializers(m, what, dir);
+  // An If whose condition the shapes decide (torch's squeeze of a dimension it could not size) becomes the
+  // branch it takes; the nodes computing the condition are checked and inferred first, as the whole model is.
+  passes::inline_static_ifs(m, what, [&](onnx::ModelProto& prefix) {
+    check_supported_features(prefix, what);
+    convert_old_opset(prefix, what);
+    lower_new_opset(prefix, what);
+    validate_model(prefix, what);
+    sort_nodes(prefix.mutable_graph(), what);
+    validate_before_inference(prefix, what, [](onnx::ModelProto& part) { run_inference(part, false); });
+    passes::ShapeData data;
+    try {
+      run_inference(prefix, false, &data);
+    } catch (const std::exception& e) {
+      GR_FAIL(what << ": shape inference failed: " << first_line(e.what()));
+    }
+    return data;
+  });
   check_supported_features(m, what);
   convert_old_opset(m, what);
   lower_new_opset(m, what);

@@ -1033,6 +1033,7 @@ const std::vector<std::pair<const char*, CaseGroup>>& case_groups() {
       {"NegativeLogLikelihoodLossAndGrad", nll_loss_cases},
       {"GatherScatterElementsAndGrad", element_indexing_cases},
       {"ResizeUpsampleAndGrad", resize_cases},
+      {"GridSampleAndGrad", grid_sample_cases},
       {"Einsum", einsum_cases},
       {"LstmGruAndGrads", rnn_cases},
       {"GatherNDGradAndSize", nd_grad_size_cases},

@@ -759,6 +759,86 @@ TEST(OnnxIo, ModelLocalFunctionsAreInlined) {
   expect_load_error(dir + "/bomb.onnx", "inlining the model's functions would make over 262144 nodes");
 }
 
+// An If whose condition the shapes decide becomes the branch it takes (torch exports x.squeeze(1) of a dimension it
+// could not size as If(Shape(x)[1] == 1, Squeeze, Identity)); one that depends on the data is refused in one line.
+TEST(OnnxIo, IfsTheShapesDecideBecomeTheirBranch) {
+  const std::string dir = temp_dir("onnx_io_static_if");
+  run_onnx_python(dir, R"(
+def squeeze_model(dims, name, collide=False, nested=False, data_cond=False):
+    X = helper.make_tensor_value_info('x', TensorProto.FLOAT, dims)
+    Y = helper.make_tensor_value_info('y', TensorProto.FLOAT, ['a', 'b', 'c'][:3 if dims[1] != 1 else 2])
+    one = helper.make_tensor('one', TensorProto.INT64, [], [1])
+    axes = helper.make_tensor('axes', TensorProto.INT64, [1], [1])
+    # A branch's own value may have the name of one outside ('t', the Relu's): it is renamed, not merged.
+    inner = 't' if collide else 'sq'
+    then_nodes = [helper.make_node('Squeeze', ['x', 'axes'], [inner], name='sq')]
+    then_inits = [axes]
+    if nested:  # a second If inside, on a constant: taken as well
+        yes = helper.make_node('Constant', [], ['yes'], value=helper.make_tensor('v', TensorProto.BOOL, [], [True]))
+        neg = helper.make_graph([helper.make_node('Neg', [inner], ['n'])], 'neg', [],
+                                [helper.make_tensor_value_info('n', TensorProto.FLOAT, None)])
+        pos = helper.make_graph([helper.make_node('Identity', [inner], ['p'])], 'pos', [],
+                                [helper.make_tensor_value_info('p', TensorProto.FLOAT, None)])
+        then_nodes += [yes, helper.make_node('If', ['yes'], ['inner_out'], name='inner_if', then_branch=neg,
+                                             else_branch=pos)]
+        inner = 'inner_out'
+    then_g = helper.make_graph(then_nodes, 'then', [], [helper.make_tensor_value_info(inner, TensorProto.FLOAT, None)],
+                               initializer=then_inits)
+    else_g = helper.make_graph([helper.make_node('Identity', ['x'], ['same'])], 'else', [],
+                               [helper.make_tensor_value_info('same', TensorProto.FLOAT, None)])
+    if data_cond:
+        nodes = [helper.make_node('ReduceSum', ['x'], ['s'], keepdims=0),
+                 helper.make_node('Constant', [], ['zero'], value=helper.make_tensor('z', TensorProto.FLOAT, [], [0.0])),
+                 helper.make_node('Greater', ['s', 'zero'], ['cond'])]
+    else:
+        nodes = [helper.make_node('Shape', ['x'], ['shape']),
+                 helper.make_node('Gather', ['shape', 'one'], ['d1'], axis=0),
+                 helper.make_node('Equal', ['d1', 'one'], ['cond'])]
+    nodes += [helper.make_node('Relu', ['x'], ['t']),
+              helper.make_node('If', ['cond'], ['picked'], name='squeeze_if', then_branch=then_g, else_branch=else_g),
+              helper.make_node('Add', ['picked', 'picked'], ['y'])]
+    m = helper.make_model(helper.make_graph(nodes, 'g', [X], [Y, helper.make_tensor_value_info('t', TensorProto.FLOAT, dims)],
+                                            initializer=[one]), opset_imports=[helper.make_opsetid('', 17)])
+    onnx.save(m, name)
+squeeze_model([2, 1, 3], 'squeeze.onnx')
+squeeze_model(['N', 1, 3], 'squeeze_symbolic.onnx')
+squeeze_model([2, 4, 3], 'keep.onnx')
+squeeze_model([2, 1, 3], 'collide.onnx', collide=True)
+squeeze_model([2, 1, 3], 'nested.onnx', nested=True)
+squeeze_model([2, 1, 3], 'data.onnx', data_cond=True)
+)");
+  auto ops_of = [](const Graph& g) {
+    std::vector<std::string> ops;
+    for (const Node& n : g.nodes) ops.push_back(n.op_type);
+    return ops;
+  };
+  auto run = [](const Graph& g, const Tensor& x) { return runtime::Executor(g).run({{"x", x}}); };
+  std::vector<float> v(6);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i) - 2.5f;
+  const Tensor x = Tensor::from_vector<float>({2, 1, 3}, v);
+  for (const char* name : {"squeeze.onnx", "squeeze_symbolic.onnx", "collide.onnx"}) {
+    SCOPED_TRACE(name);
+    const Graph g = load_onnx(dir + "/" + name);
+    for (const std::string& op : ops_of(g)) EXPECT_NE(op, "If");
+    auto out = run(g, x);
+    EXPECT_EQ(shape_str(out.at("y").shape()), "[2,3]");
+    EXPECT_EQ(out.at("y").to_vector<float>(), (std::vector<float>{-5, -3, -1, 1, 3, 5}));
+    EXPECT_EQ(out.at("t").to_vector<float>(), (std::vector<float>{0, 0, 0, 0.5f, 1.5f, 2.5f}));  // not the branch's
+  }
+  {  // Shape(x)[1] is 4: the else branch, x unchanged
+    const Graph g = load_onnx(dir + "/keep.onnx");
+    for (const std::string& op : ops_of(g)) EXPECT_NE(op, "If");
+    const Tensor x4 = Tensor::from_vector<float>({2, 4, 3}, std::vector<float>(24, 1.f));
+    EXPECT_EQ(shape_str(run(g, x4).at("y").shape()), "[2,4,3]");
+  }
+  {  // the If inside the taken branch is taken too: y = 2 * -squeeze(x)
+    const Graph g = load_onnx(dir + "/nested.onnx");
+    for (const std::string& op : ops_of(g)) EXPECT_NE(op, "If");
+    EXPECT_EQ(run(g, x).at("y").to_vector<float>(), (std::vector<float>{5, 3, 1, -1, -3, -5}));
+  }
+  expect_load_error(dir + "/data.onnx", "node 'squeeze_if' (If): its condition 'cond' depends on the input data");
+}
+
 TEST(OnnxIo, BadFilesGiveOneClearLine) {
   std::string dir = temp_dir("onnx_io_bad");
   run_onnx_python(dir, std::string(kTinyModel) + R"(
@@ -795,7 +875,7 @@ cyc = onnx.load('tiny.onnx'); cyc.graph.node[0].input[0] = 'relu1'; onnx.save(cy
   expect_load_error(dir + "/text.onnx", "not");
   expect_load_error(dir + "/opset23.onnx", "opset 23 is not supported");
   expect_load_error(dir + "/opset0.onnx", "opset 0 is not supported");
-  expect_load_error(dir + "/if.onnx", "node 'branch' (If) has a subgraph");
+  expect_load_error(dir + "/if.onnx", "node 'branch' (If): its condition 'c' depends on the input data");
   expect_load_error(dir + "/dangling.onnx", "node 'relu1' (Relu): input 'nowhere' is not produced");
   expect_load_error(dir + "/cycle.onnx", "cycle");
   // Nodes out of order are merely sorted.

@@ -5,7 +5,7 @@ the reference of tests/zoo_test.cc and of a by-hand check of the zoo.
 usage: zoo_parity.py MODEL OUT_DIR [--opset N] [--size S] [--batch N] [--seed S] [--functions]
 MODEL: vit (a 2-layer VisionTransformer), text / text_causal (TextClassifier on token ids, --size the length), convnext (a 2-stage ConvNeXt), shufflenet (shufflenet_v2_x0_5),
 unet (a small segmentation UNet, per-pixel labels [N,S,S]), stn and stn_* (spatial transformers, GridSample's modes: see
-STN_MODELS), lstm / gru / rnn / lstm1 / gru1 / rnn_relu1 (recurrent classifiers
+STN_MODELS), lrn (a CNN with nn.LocalResponseNorm), lstm / gru / rnn / lstm1 / gru1 / rnn_relu1 (recurrent classifiers
 reading the image row by row, see RowSequence), or any torchvision.models builder name (random weights;
 GoogLeNet and Inception without auxiliary heads, torchvision's ViTs at image_size S). Writes OUT_DIR/train.onnx
 (training-mode export, no constant folding), eval.onnx (eval mode), image.npy (f32 [N,3,S,S]; tokens.npy, i64 [N,S], for text), labels.npy
@@ -135,6 +135,23 @@ class SpatialTransformer(torch.nn.Module):
         return self.head(x)
 
 
+class LrnNet(torch.nn.Module):
+    """An AlexNet-style CNN with nn.LocalResponseNorm after its convolutions (as AlexNet and GoogLeNet v1 have them;
+    alpha large enough to matter): torch exports LRN's padding of the channel axis from Constants through
+    ConstantOfShape, Slice and Transpose, and its squeeze as an If on the padded shape."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        nn = torch.nn
+        self.features = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.LocalResponseNorm(3, alpha=0.1),
+                                      nn.MaxPool2d(2), nn.Conv2d(8, 12, 3, padding=1), nn.ReLU(),
+                                      nn.LocalResponseNorm(4, alpha=0.2, beta=0.6, k=2.0))
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(12, classes))
+
+    def forward(self, x):
+        return self.head(self.features(x))
+
+
 # The spatial transformers: GridSample's modes, paddings and corner conventions.
 STN_MODELS = {
     'stn': dict(),
@@ -173,6 +190,8 @@ def build(name, size):
         return RowSequence(torch.nn.GRU, size, layers=1, bidirectional=False)
     if name == 'unet':
         return UNet()
+    if name == 'lrn':
+        return LrnNet()
     if name in STN_MODELS:
         return SpatialTransformer(size, **STN_MODELS[name])
     if name == 'vit':

@@ -1,0 +1,30 @@
+// Load-time pass inline_static_ifs: an If whose condition is known when the model loads is replaced by
+// the branch it takes. torch exports `x.squeeze(dim)` of a dimension it could not size as
+// If(Shape(x)[dim] == 1, Squeeze, Identity) (nn.LocalResponseNorm does so), a condition on shapes alone.
+// It rewrites the ONNX proto in graph::load_onnx before the model is checked, so it is not a Graph pass;
+// an If that depends on the data stays and is refused with the other control flow.
+#pragma once
+#include <onnx/onnx_pb.h>
+
+#include <functional>
+#include <string>
+#include <unordered_map>
+
+namespace graphrun::passes {
+
+// Shape inference on a model (checked first, as the whole model would be), returning the values of its
+// small int64 shape tensors (ONNX's data propagation and propagate_shape_values) by value name.
+using ShapeData = std::unordered_map<std::string, onnx::TensorShapeProto>;
+using InferShapeData = std::function<ShapeData(onnx::ModelProto& prefix)>;
+
+// Repeatedly: the Ifs of the main graph whose condition's inputs come from no other If get their
+// conditions from the part of the graph that computes them (`infer` on a model of just those nodes,
+// then Constants, int64 and bool initializers, the shape values found, and Equal, Not, And, Or, Xor,
+// Greater, Less, GreaterOrEqual, LessOrEqual, Cast, Identity, Squeeze, Unsqueeze, Reshape, Flatten,
+// Size and Gather over them); each known condition's If becomes its branch's nodes (a value of the
+// branch that has the name of one outside is renamed; the branch's initializers become Constants) and
+// an Identity from each branch output to the If's output. Returns how many Ifs it replaced. An If whose
+// condition stays unknown is left as it is (the caller refuses it naming the node).
+int inline_static_ifs(onnx::ModelProto& m, const std::string& what, const InferShapeData& infer);
+
+}  // namespace graphrun::passes
