@@ -1,6 +1,8 @@
 #include "graph/passes/inline_static_ifs.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -158,7 +160,8 @@ class Evaluator {
       if (!dims) return std::nullopt;
       if (op == "Size") {
         int64_t c = 1;
-        for (int64_t x : *dims) c *= x;
+        for (int64_t x : *dims)
+          if (x < 0 || __builtin_mul_overflow(c, x, &c)) return std::nullopt;
         return Value{TP::INT64, {}, {c}};
       }
       const auto r = static_cast<int64_t>(dims->size());
@@ -184,8 +187,11 @@ class Evaluator {
     }
     if (op == "Not" || op == "Neg" || op == "Abs") {
       std::optional<Value> v = input(n, 0);
-      if (v)
-        for (int64_t& x : v->data) x = op == "Not" ? !x : op == "Neg" ? -x : std::abs(x);
+      if (!v) return v;
+      for (int64_t& x : v->data) {
+        if (op != "Not" && x == std::numeric_limits<int64_t>::min()) return std::nullopt;
+        x = op == "Not" ? !x : op == "Neg" ? -x : std::abs(x);
+      }
       return v;
     }
     if (op == "Squeeze" || op == "Unsqueeze" || op == "Reshape" || op == "Flatten") return reshaped(n);
@@ -217,9 +223,10 @@ class Evaluator {
       if (!a || !b || !c || a->data.size() != 1 || b->data.size() != 1 || c->data.size() != 1 || c->data[0] == 0)
         return std::nullopt;
       Value v{a->type, {}, {}};
-      for (int64_t x = a->data[0]; c->data[0] > 0 ? x < b->data[0] : x > b->data[0]; x += c->data[0]) {
+      for (int64_t x = a->data[0]; c->data[0] > 0 ? x < b->data[0] : x > b->data[0];) {
         if (static_cast<int64_t>(v.data.size()) >= kMaxElements) return std::nullopt;
         v.data.push_back(x);
+        if (__builtin_add_overflow(x, c->data[0], &x)) break;
       }
       v.dims = {static_cast<int64_t>(v.data.size())};
       return v;
@@ -251,7 +258,7 @@ class Evaluator {
         if (dims[k] == -1) {
           if (infer >= 0) return std::nullopt;
           infer = static_cast<int64_t>(k);
-        } else if (dims[k] < 0) {
+        } else if (dims[k] < 0 || dims[k] > kMaxElements) {
           return std::nullopt;
         } else {
           known *= dims[k];
@@ -330,6 +337,7 @@ class Evaluator {
         if (static_cast<int64_t>(k) != *axis && v.dims[k] != parts[0].dims[k]) return std::nullopt;
       out.dims[static_cast<size_t>(*axis)] += v.dims[static_cast<size_t>(*axis)];
     }
+    if (count_of(out.dims) < 0) return std::nullopt;
     int64_t outer = 1;
     for (int64_t k = 0; k < *axis; ++k) outer *= out.dims[static_cast<size_t>(k)];
     for (int64_t o = 0; o < outer; ++o)
@@ -359,7 +367,7 @@ class Evaluator {
     std::vector<int64_t> first(r, 0), step(r, 1), count = v->dims;
     for (size_t i = 0; i < m; ++i) {
       std::optional<int64_t> k = axis_in(axes[i], r);
-      if (!k || steps[i] == 0) return std::nullopt;
+      if (!k || steps[i] == 0 || steps[i] == std::numeric_limits<int64_t>::min()) return std::nullopt;
       const int64_t dim = v->dims[static_cast<size_t>(*k)];
       int64_t b = starts->data[i], e = ends->data[i];
       b = b < 0 ? b + dim : b;
@@ -367,11 +375,11 @@ class Evaluator {
       if (steps[i] > 0) {
         b = std::clamp(b, int64_t(0), dim);
         e = std::clamp(e, int64_t(0), dim);
-        count[static_cast<size_t>(*k)] = e > b ? (e - b + steps[i] - 1) / steps[i] : 0;
+        count[static_cast<size_t>(*k)] = e > b ? (e - b - 1) / steps[i] + 1 : 0;
       } else {
         b = std::clamp(b, int64_t(-1), dim - 1);
         e = std::clamp(e, int64_t(-1), dim - 1);
-        count[static_cast<size_t>(*k)] = b > e ? (b - e - steps[i] - 1) / -steps[i] : 0;
+        count[static_cast<size_t>(*k)] = b > e ? (b - e - 1) / -steps[i] + 1 : 0;
       }
       first[static_cast<size_t>(*k)] = b;
       step[static_cast<size_t>(*k)] = steps[i];
@@ -442,11 +450,17 @@ class Evaluator {
     const size_t len = std::max(a->data.size(), b->data.size());
     for (size_t i = 0; i < len; ++i) {
       const int64_t x = a->data[a->data.size() == 1 ? 0 : i], y = b->data[b->data.size() == 1 ? 0 : i];
-      if (op == "Div" && y == 0) return std::nullopt;
-      r.data.push_back(op == "Add"              ? x + y
-                       : op == "Sub"            ? x - y
-                       : op == "Mul"            ? x * y
-                       : op == "Div"            ? x / y
+      int64_t z = 0;
+      if (op == "Add" || op == "Sub" || op == "Mul") {
+        const bool overflow = op == "Add"   ? __builtin_add_overflow(x, y, &z)
+                              : op == "Sub" ? __builtin_sub_overflow(x, y, &z)
+                                            : __builtin_mul_overflow(x, y, &z);
+        if (overflow) return std::nullopt;
+        r.data.push_back(z);
+        continue;
+      }
+      if (op == "Div" && (y == 0 || (x == std::numeric_limits<int64_t>::min() && y == -1))) return std::nullopt;
+      r.data.push_back(op == "Div"              ? x / y
                        : op == "Equal"          ? x == y
                        : op == "Greater"        ? x > y
                        : op == "Less"           ? x < y
