@@ -228,4 +228,36 @@ GR_GRID_HD void taps_at(S gx, S gy, int64_t h, int64_t w, const Options& o, Taps
   add_tap(t, y + 1, x + 1, h, w, fx * fy, fy * mx, fx * my);
 }
 
+// Grid point p's samples in image n, every channel: y[c * points + p] = sum over taps of weight * x[c * plane + tap].
+// `x` and `y` point at the image's first channel.
+template <class S, class T>
+GR_GRID_HD void sample_point(const Taps<S>& t, const T* x, T* y, int64_t channels, int64_t plane, int64_t points,
+                             int64_t p) {
+  for (int64_t c = 0; c < channels; ++c) {
+    const T* src = x + c * plane;
+    S acc = 0;
+    for (int k = 0; k < t.count; ++k) acc += t.weight[k] * static_cast<S>(src[t.at[k]]);
+    y[c * points + p] = static_cast<T>(acc);
+  }
+}
+
+// Grid point p's gradient in image n: the sums over channels and taps of dY * X[tap] * d weight. `x` and `dy`
+// point at the image's first channel; a channel of x has `plane` elements, one of dy `points`.
+template <class S, class T>
+GR_GRID_HD void point_gradient(const Taps<S>& t, const T* x, const T* dy, int64_t channels, int64_t plane,
+                               int64_t points, int64_t p, S* gx, S* gy) {
+  S sx = 0, sy = 0;
+  for (int64_t c = 0; c < channels; ++c) {
+    const T* src = x + c * plane;
+    const S d = static_cast<S>(dy[c * points + p]);
+    for (int k = 0; k < t.count; ++k) {
+      const S v = d * static_cast<S>(src[t.at[k]]);
+      sx += v * t.dwx[k];
+      sy += v * t.dwy[k];
+    }
+  }
+  *gx = sx;
+  *gy = sy;
+}
+
 }  // namespace graphrun::runtime::grid_sample

@@ -37,12 +37,7 @@ void forward(KernelContext& ctx) {
     const int64_t n = np / points, p = np % points;
     gs::Taps<double> t;
     gs::taps_at<double>(pg[2 * np], pg[2 * np + 1], g.h, g.w, o, t);
-    for (int64_t c = 0; c < g.c; ++c) {
-      const T* src = px + (n * g.c + c) * plane;
-      double acc = 0;
-      for (int k = 0; k < t.count; ++k) acc += t.weight[k] * src[t.at[k]];
-      py[(n * g.c + c) * points + p] = static_cast<T>(acc);
-    }
+    gs::sample_point(t, px + n * g.c * plane, py + n * g.c * points, g.c, plane, points, p);
   }
 }
 
@@ -73,16 +68,8 @@ void backward(KernelContext& ctx) {
       const int64_t n = np / points, p = np % points;
       gs::Taps<double> t;
       gs::taps_at<double>(pg[2 * np], pg[2 * np + 1], g.h, g.w, o, t);
-      double sx = 0, sy = 0;
-      for (int64_t c = 0; c < g.c; ++c) {
-        const T* src = px + (n * g.c + c) * plane;
-        const double d = pdy[(n * g.c + c) * points + p];
-        for (int k = 0; k < t.count; ++k) {
-          const double v = d * src[t.at[k]];
-          sx += v * t.dwx[k];
-          sy += v * t.dwy[k];
-        }
-      }
+      double sx, sy;
+      gs::point_gradient(t, px + n * g.c * plane, pdy + n * g.c * points, g.c, plane, points, p, &sx, &sy);
       dgrid[2 * np] = static_cast<G>(sx);
       dgrid[2 * np + 1] = static_cast<G>(sy);
     }

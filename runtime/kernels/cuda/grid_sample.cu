@@ -16,12 +16,7 @@ __global__ void grid_sample_kernel(const float* x, const float* grid, float* y, 
     const int64_t n = np / points, p = np % points;
     gs::Taps<float> t;
     gs::taps_at<float>(grid[2 * np], grid[2 * np + 1], g.h, g.w, o, t);
-    for (int64_t c = 0; c < g.c; ++c) {
-      const float* src = x + (n * g.c + c) * plane;
-      float acc = 0.f;
-      for (int k = 0; k < t.count; ++k) acc += t.weight[k] * src[t.at[k]];
-      y[(n * g.c + c) * points + p] = acc;
-    }
+    gs::sample_point(t, x + n * g.c * plane, y + n * g.c * points, g.c, plane, points, p);
   }
 }
 
@@ -32,16 +27,8 @@ __global__ void grid_sample_dgrid_kernel(const float* dy, const float* x, const 
     const int64_t n = np / points, p = np % points;
     gs::Taps<float> t;
     gs::taps_at<float>(grid[2 * np], grid[2 * np + 1], g.h, g.w, o, t);
-    float sx = 0.f, sy = 0.f;
-    for (int64_t c = 0; c < g.c; ++c) {
-      const float* src = x + (n * g.c + c) * plane;
-      const float d = dy[(n * g.c + c) * points + p];
-      for (int k = 0; k < t.count; ++k) {
-        const float v = d * src[t.at[k]];
-        sx += v * t.dwx[k];
-        sy += v * t.dwy[k];
-      }
-    }
+    float sx, sy;
+    gs::point_gradient(t, x + n * g.c * plane, dy + n * g.c * points, g.c, plane, points, p, &sx, &sy);
     dgrid[2 * np] = sx;
     dgrid[2 * np + 1] = sy;
   }
