@@ -764,7 +764,7 @@ TEST(OnnxIo, ModelLocalFunctionsAreInlined) {
 TEST(OnnxIo, IfsTheShapesDecideBecomeTheirBranch) {
   const std::string dir = temp_dir("onnx_io_static_if");
   run_onnx_python(dir, R"(
-def squeeze_model(dims, name, collide=False, nested=False, data_cond=False):
+def squeeze_model(dims, name, collide=False, nested=False, data_cond=False, min_max=False):
     X = helper.make_tensor_value_info('x', TensorProto.FLOAT, dims)
     Y = helper.make_tensor_value_info('y', TensorProto.FLOAT, ['a', 'b', 'c'][:3 if dims[1] != 1 else 2])
     one = helper.make_tensor('one', TensorProto.INT64, [], [1])
@@ -790,6 +790,15 @@ def squeeze_model(dims, name, collide=False, nested=False, data_cond=False):
         nodes = [helper.make_node('ReduceSum', ['x'], ['s'], keepdims=0),
                  helper.make_node('Constant', [], ['zero'], value=helper.make_tensor('z', TensorProto.FLOAT, [], [0.0])),
                  helper.make_node('Greater', ['s', 'zero'], ['cond'])]
+    elif min_max:  # as torch.diagonal tests its length: Not(Max(Min(d0 - 1, d1 - 1), 0) == 0), d1 == 1 here
+        zero = helper.make_node('Constant', [], ['zero'], value=helper.make_tensor('z', TensorProto.INT64, [], [0]))
+        nodes = [zero, helper.make_node('Shape', ['x'], ['shape']),
+                 helper.make_node('Gather', ['shape', 'zero'], ['d0'], axis=0),
+                 helper.make_node('Gather', ['shape', 'one'], ['d1'], axis=0),
+                 helper.make_node('Sub', ['d0', 'one'], ['d0m']), helper.make_node('Sub', ['d1', 'one'], ['d1m']),
+                 helper.make_node('Min', ['d0m', 'd1m'], ['lo']), helper.make_node('Max', ['lo', 'zero'], ['len']),
+                 helper.make_node('Equal', ['len', 'zero'], ['empty']), helper.make_node('Not', ['empty'], ['not_empty']),
+                 helper.make_node('Not', ['not_empty'], ['cond'])]
     else:
         nodes = [helper.make_node('Shape', ['x'], ['shape']),
                  helper.make_node('Gather', ['shape', 'one'], ['d1'], axis=0),
@@ -806,6 +815,7 @@ squeeze_model([2, 4, 3], 'keep.onnx')
 squeeze_model([2, 1, 3], 'collide.onnx', collide=True)
 squeeze_model([2, 1, 3], 'nested.onnx', nested=True)
 squeeze_model([2, 1, 3], 'data.onnx', data_cond=True)
+squeeze_model([2, 1, 3], 'min_max.onnx', min_max=True)
 )");
   auto ops_of = [](const Graph& g) {
     std::vector<std::string> ops;
@@ -816,7 +826,7 @@ squeeze_model([2, 1, 3], 'data.onnx', data_cond=True)
   std::vector<float> v(6);
   for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i) - 2.5f;
   const Tensor x = Tensor::from_vector<float>({2, 1, 3}, v);
-  for (const char* name : {"squeeze.onnx", "squeeze_symbolic.onnx", "collide.onnx"}) {
+  for (const char* name : {"squeeze.onnx", "squeeze_symbolic.onnx", "collide.onnx", "min_max.onnx"}) {
     SCOPED_TRACE(name);
     const Graph g = load_onnx(dir + "/" + name);
     for (const std::string& op : ops_of(g)) EXPECT_NE(op, "If");

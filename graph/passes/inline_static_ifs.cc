@@ -231,6 +231,20 @@ class Evaluator {
       v.dims = {static_cast<int64_t>(v.data.size())};
       return v;
     }
+    if ((op == "Min" || op == "Max") && n.input_size() >= 1) {  // variadic; one side a single element or the same dims
+      std::optional<Value> acc = input(n, 0);
+      for (int i = 1; acc && i < n.input_size(); ++i) {
+        std::optional<Value> b = input(n, i);
+        if (!b || b->data.empty() || acc->data.empty()) return std::nullopt;
+        if (acc->dims != b->dims && acc->data.size() != 1 && b->data.size() != 1) return std::nullopt;
+        if (acc->data.size() == 1 && b->data.size() != 1) acc = Value{acc->type, b->dims, std::vector<int64_t>(b->data.size(), acc->data[0])};
+        for (size_t k = 0; k < acc->data.size(); ++k) {
+          const int64_t y = b->data[b->data.size() == 1 ? 0 : k];
+          acc->data[k] = op == "Min" ? std::min(acc->data[k], y) : std::max(acc->data[k], y);
+        }
+      }
+      return acc;
+    }
     static const std::set<std::string> binary = {"Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "And",
                                                  "Or",    "Xor",     "Add",  "Sub",            "Mul",         "Div"};
     if (binary.count(op)) return elementwise(n);

@@ -18,13 +18,17 @@ using ShapeData = std::unordered_map<std::string, onnx::TensorShapeProto>;
 using InferShapeData = std::function<ShapeData(onnx::ModelProto& prefix)>;
 
 // Repeatedly: the Ifs of the main graph whose condition's inputs come from no other If get their
-// conditions from the part of the graph that computes them (`infer` on a model of just those nodes,
-// then Constants, int64 and bool initializers, the shape values found, and Equal, Not, And, Or, Xor,
-// Greater, Less, GreaterOrEqual, LessOrEqual, Cast, Identity, Squeeze, Unsqueeze, Reshape, Flatten,
-// Size and Gather over them); each known condition's If becomes its branch's nodes (a value of the
-// branch that has the name of one outside is renamed; the branch's initializers become Constants) and
-// an Identity from each branch output to the If's output. Returns how many Ifs it replaced. An If whose
-// condition stays unknown is left as it is (the caller refuses it naming the node).
+// conditions from the part of the graph that computes them. That part's nodes that Constants alone decide
+// are folded into Constants first (torch computes F.pad's pads through ConstantOfShape, Slice and
+// Transpose; ONNX's inference needs them constant to size the padded value), then `infer` runs on it, then
+// the condition is evaluated over Constants, integer and bool initializers and the shape values found:
+// Equal, Not, And, Or, Xor, Greater, Less, GreaterOrEqual, LessOrEqual, Add, Sub, Mul, Div, Min, Max, Neg,
+// Abs, Cast, Identity, Squeeze, Unsqueeze, Reshape, Flatten, Shape, Size, Gather, Concat, Slice, Transpose,
+// ConstantOfShape and Range, on tensors of at most 64 elements. Each known condition's If becomes its
+// branch's nodes (a value of the branch that has the name of one outside is renamed; the branch's
+// initializers become Constants) and an Identity from each branch output to the If's output. Returns how
+// many Ifs it replaced. An If whose condition stays unknown is left as it is (the caller refuses it naming
+// the node).
 int inline_static_ifs(onnx::ModelProto& m, const std::string& what, const InferShapeData& infer);
 
 }  // namespace graphrun::passes
