@@ -162,6 +162,28 @@ TEST(CheckCli, BrokenGradientRuleFailsTheNumericCheck) {
   }
 }
 
+// A kink within the first step (here the model's only parameter, k = 4e-7, feeds a Relu: the step of 1e-6 crosses
+// 0) makes that central difference wrong where the backward is right; the smaller steps tried then agree.
+TEST(CheckCli, AKinkWithinTheStepIsToldFromAWrongGradient) {
+  const std::string dir = temp_dir("check_cli_kink");
+  const std::string path = dir + "/kink.onnx";
+  auto py = run_command(python() + " -c \"import numpy as np, onnx\n"
+                        "from onnx import helper as h, numpy_helper as nh, TensorProto as T\n"
+                        "g = h.make_graph([h.make_node('Relu', ['k'], ['r']), h.make_node('Mul', ['x', 'r'], ['y'])], 'kink',\n"
+                        "  [h.make_tensor_value_info('x', T.FLOAT, ['N', 4])], [h.make_tensor_value_info('y', T.FLOAT, ['N', 4])],\n"
+                        "  [nh.from_array(np.array([4e-7], np.float32), 'k')])\n"
+                        "onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 17)]), '" + path + "')\"");
+  ASSERT_EQ(py.exit_code, 0) << py.output;
+  auto r = run_command(graphrun_cli() + " check " + path + " --directions 1 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("a kink (ReLU, max, clip) within that step: at step 2.5e-07"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("FAILED"), std::string::npos) << r.output;
+  // The same model with the Relu's gradient broken fails at every step.
+  auto broken = run_command("GRAPHRUN_TEST_BREAK_GRADIENT=Relu " + graphrun_cli() + " check " + path + " --directions 1 2>&1");
+  EXPECT_EQ(broken.exit_code, 1) << broken.output;
+  EXPECT_NE(broken.output.find("FAILED"), std::string::npos) << broken.output;
+}
+
 TEST(CheckCli, ListsEveryNodeWithoutAGradientRuleOrKernel) {
   const std::string dir = temp_dir("check_cli_missing");
   // Every op with a kernel now has a rule: Mod, the last example here of a kernel without one, passes
