@@ -5,10 +5,12 @@
 // host adds the totals in replica order, with top-5 hits (more than 10 classes) and, with --loss mse,
 // the squared errors.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <string>
 
 #include "graph/passes/add_metrics.h"
 #include "graph/passes/remove_noops.h"
@@ -197,6 +199,21 @@ void Trainer::share_evaluation_state() {
 
 double Trainer::evaluate() { return evaluate_stats().accuracy; }
 
+namespace {
+
+// The smallest of the ranks' evaluation batches, where ranks = true (MPI): each rank sizes its own from its
+// own devices' memory, and the batch decides how the test loss's float sums are grouped, so ranks that agree
+// on it report the figures one process with all the replicas would.
+int64_t agreed_batch(int64_t mine, bool ranks) {
+  if (!ranks) return mine;
+  int64_t least = mine;
+  for (const std::string& theirs : mpi::allgather(std::to_string(mine), "evaluation batch"))
+    least = std::min(least, std::max<int64_t>(1, std::atoll(theirs.c_str())));
+  return least;
+}
+
+}  // namespace
+
 // The evaluation's batch (TrainerOptions::eval_batch), and its memory limit (GPUs: below). Each part runs
 // beside its replica, which keeps its arenas between steps: the part gets what they leave of the
 // replica's share of the activation budget (check_memory). Per example, an inference run needs less
@@ -300,7 +317,15 @@ EvalStats Trainer::evaluate_stats() {
   const int64_t N = test_src_->size();
   st.images = N;
   const int P = static_cast<int>(eval_->parts.size());
-  if (!eval_->batch) eval_->batch = evaluation_batch();
+  const int64_t G = total_replicas_;
+  if (!eval_->batch) {
+    const int64_t own = evaluation_batch();
+    eval_->batch = agreed_batch(own, G > P);
+    if (eval_->batch < own && opts_.log && speaks())
+      *opts_.log << "evaluating in batches of " << eval_->batch << ", not " << own
+                 << ": the smallest batch the ranks' memory allows (every rank evaluates in the same batches)"
+                 << std::endl;
+  }
   const int64_t batch = eval_->batch;
   const Tensor zero = Tensor::scalar<float>(0.f);
   share_evaluation_state();
@@ -315,7 +340,6 @@ EvalStats Trainer::evaluate_stats() {
 
   // Replica g of the job's G evaluates examples [N g / G, N (g + 1) / G) in batches: the same shares,
   // and so the same figures, however the replicas are spread over ranks.
-  const int64_t G = total_replicas_;
   std::mutex shrink_mu;
   int64_t shrunk = batch;
   bool said = false;
@@ -390,7 +414,7 @@ EvalStats Trainer::evaluate_stats() {
   };
   std::vector<PartTotals> tots(static_cast<size_t>(P));
   run_at_once(P, [&](int p) { run_part(p, tots[p]); });
-  eval_->batch = shrunk;  // (the next evaluation starts there)
+  eval_->batch = agreed_batch(shrunk, G > P);  // (the next evaluation starts there)
 
   // Every replica's totals, in the job's replica order (other ranks' through one allgather).
   if (G > P) {

@@ -22,6 +22,8 @@
 #   syncbn64         the same CNN in float64 (--float64), 20 SGD steps: --sync-bn over 2 ranks x cpu:1 (5+5) and
 #                    1 + 2 replicas (4+3+3) within 1e-10 (relative) of 1 replica on the whole batch, and bitwise
 #                    cpu:2 / cpu:3; without --sync-bn over 2 ranks more than 1e-3 away
+#   evalbatch        rank 1 alone with little memory: every rank evaluates in rank 1's (smaller) batch, and the
+#                    figures are those of both ranks tight
 set -u
 FAULT_ENV=()
 G=$1 MPIRUN=$2 MODEL=$3 CASE=$4
@@ -306,6 +308,23 @@ PY
     "$G" "${R[@]}" --devices cpu:2 --save full.onnx > full.out 2>&1 || fail "cpu:2 failed"
     cmp resumed.onnx full.onnx || fail "stopped and resumed on -np 2: not the weights of the uninterrupted cpu:2 run"
     echo "stopped by SIGUSR1 ($(grep -o 'stopped by SIGUSR1 [^:]*' stop.out)), resumed: bitwise cpu:2's weights"
+    ;;
+  evalbatch)
+    # Each rank sizes its evaluation batch from its own memory; the ranks then take the smallest, so that every
+    # share is summed in the same batches. Rank 1 alone is tight here: rank 0 says it evaluates in rank 1's batch,
+    # and the figures are those of the run where both ranks are tight.
+    A=("$G" "${T[@]}" --devices cpu:1 --max-steps 30 --optimizer adam --lr 0.003)
+    "${M[@]}" -np 1 "${A[@]}" --metrics one.jsonl : -np 1 -x GRAPHRUN_MEM_AVAILABLE_MB=35 "${A[@]}" > one.out 2>&1 ||
+      fail "mpirun with rank 1 tight failed"
+    grep -q '^evaluating in batches of [0-9]*, not [0-9]*: the smallest batch the ranks' one.out ||
+      fail "rank 0 did not say it evaluates in the tight rank's batch"
+    "${M[@]}" -np 2 -x GRAPHRUN_MEM_AVAILABLE_MB=35 "${A[@]}" --metrics both.jsonl > both.out 2>&1 ||
+      fail "mpirun with both ranks tight failed"
+    mine=$(grep -o 'evaluating in batches of [0-9]*' one.out) theirs=$(grep -o 'evaluating in batches of [0-9]*' both.out)
+    [ "$mine" = "$theirs" ] || fail "rank 1 tight: '$mine'; both tight: '$theirs'"
+    strip() { sed -E 's/"(seconds|images_per_sec)":[0-9.e+-]*,//g' "$1"; }
+    [ "$(strip one.jsonl)" = "$(strip both.jsonl)" ] || fail "the figures differ: $(cat one.jsonl) vs $(cat both.jsonl)"
+    echo "rank 1 tight: $mine on every rank, the figures of both ranks tight"
     ;;
   *) fail "unknown case" ;;
 esac
