@@ -186,8 +186,6 @@ Tensor parse_npy(const std::string& bytes, const std::string& path) {
     GR_FAIL(path << ": big-endian .npy data ('" << descr << "') is not supported; save it little-endian");
   GR_CHECK(order == '<' || order == '|' || order == '=' || order == '>',
            path << ": .npy element type '" << descr << "' is not supported");
-  if (h.fortran) GR_FAIL(path << ": .npy array is in Fortran order; save it in C order (numpy.ascontiguousarray)");
-
   const Shape& shape = h.shape;
   const int64_t numel = checked_numel(dt, shape, path + ": .npy array");
   const size_t need = static_cast<size_t>(numel) * dtype_size(dt);
@@ -199,7 +197,25 @@ Tensor parse_npy(const std::string& bytes, const std::string& path) {
     GR_FAIL(path << ": corrupt .npy file (" << have - need << " bytes after the data of " << dtype_name(dt)
                  << shape_str(shape) << ")");
   Tensor t(dt, shape);
-  if (need) std::memcpy(t.raw(), bytes.data() + header_start + header_len, need);
+  const char* data = bytes.data() + header_start + header_len;
+  if (h.fortran && shape.size() > 1) {
+    // Column-major (numpy saves a transposed array so): element (i0, ..., ik) at i0 + d0 (i1 + d1 (...)).
+    const size_t size = dtype_size(dt);
+    std::vector<int64_t> at(shape.size(), 0), stride(shape.size(), 1);
+    for (size_t k = 1; k < shape.size(); ++k) stride[k] = stride[k - 1] * shape[k - 1];
+    auto* out = static_cast<char*>(t.raw());
+    for (int64_t i = 0; i < numel; ++i) {
+      int64_t from = 0;
+      for (size_t k = 0; k < shape.size(); ++k) from += at[k] * stride[k];
+      std::memcpy(out + static_cast<size_t>(i) * size, data + static_cast<size_t>(from) * size, size);
+      for (size_t k = shape.size(); k-- > 0;) {  // the C-order index of i + 1
+        if (++at[k] < shape[k]) break;
+        at[k] = 0;
+      }
+    }
+  } else if (need) {
+    std::memcpy(t.raw(), data, need);
+  }
   if (dt == DType::Bool) {
     auto* p = static_cast<uint8_t*>(t.raw());
     for (int64_t i = 0; i < numel; ++i) p[i] = p[i] != 0;

@@ -5,7 +5,8 @@ the reference of tests/zoo_test.cc and of a by-hand check of the zoo.
 usage: zoo_parity.py MODEL OUT_DIR [--opset N] [--size S] [--batch N] [--seed S] [--functions]
 MODEL: vit (a 2-layer VisionTransformer), text / text_causal (TextClassifier on token ids, --size the length), convnext (a 2-stage ConvNeXt), shufflenet (shufflenet_v2_x0_5),
 unet (a small segmentation UNet, per-pixel labels [N,S,S]), stn and stn_* (spatial transformers, GridSample's modes: see
-STN_MODELS), lrn (a CNN with nn.LocalResponseNorm), lstm / gru / rnn / lstm1 / gru1 / rnn_relu1 (recurrent classifiers
+STN_MODELS), lrn (a CNN with nn.LocalResponseNorm), glow (an invertible 1x1
+convolution and its log-determinant), lstm / gru / rnn / lstm1 / gru1 / rnn_relu1 (recurrent classifiers
 reading the image row by row, see RowSequence), or any torchvision.models builder name (random weights;
 GoogLeNet and Inception without auxiliary heads, torchvision's ViTs at image_size S). Writes OUT_DIR/train.onnx
 (training-mode export, no constant folding), eval.onnx (eval mode), image.npy (f32 [N,3,S,S]; tokens.npy, i64 [N,S], for text), labels.npy
@@ -152,6 +153,26 @@ class LrnNet(torch.nn.Module):
         return self.head(self.features(x))
 
 
+class GlowStep(torch.nn.Module):
+    """A Glow-style flow step as users write one: an invertible 1x1 convolution whose weight starts orthogonal with
+    determinant +1, its log-determinant times the pixel count (torch.logdet, exported as Log(Det)) added to the
+    logits as Glow adds it to the log-likelihood, then a small classifier head."""
+
+    def __init__(self, size, c=3, classes=10):
+        super().__init__()
+        q, _ = torch.linalg.qr(torch.randn(c, c))
+        if torch.det(q) < 0:
+            q[0] = -q[0]
+        self.w = torch.nn.Parameter(q + 0.1 * torch.randn(c, c))  # near, not at, orthogonal
+        self.pixels = size * size
+        self.head = torch.nn.Sequential(torch.nn.Conv2d(c, 8, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+                                        torch.nn.Flatten(), torch.nn.Linear(8, classes))
+
+    def forward(self, x):
+        z = F.conv2d(x, self.w.view(self.w.shape[0], self.w.shape[1], 1, 1))
+        return self.head(z) + 1e-3 * self.pixels * torch.logdet(self.w)
+
+
 # The spatial transformers: GridSample's modes, paddings and corner conventions.
 STN_MODELS = {
     'stn': dict(),
@@ -192,6 +213,8 @@ def build(name, size):
         return UNet()
     if name == 'lrn':
         return LrnNet()
+    if name == 'glow':
+        return GlowStep(size)
     if name in STN_MODELS:
         return SpatialTransformer(size, **STN_MODELS[name])
     if name == 'vit':
