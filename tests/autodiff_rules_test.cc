@@ -448,6 +448,29 @@ TEST(GradRules, GridSampleEveryModeAndPadding) {
         }
 }
 
+// Det: the cofactor matrix, on a batch, a 1x1, and on singular matrices (rank n-1: cofactors from the minors;
+// rank n-2: all zero), where the numeric gradient is as well defined as anywhere (det is a polynomial).
+TEST(GradRules, DetOnABatchAndOnSingularMatrices) {
+  for (const Shape& s : {Shape{2, 3, 3}, Shape{1, 1}, Shape{4, 4}, Shape{2, 1, 5, 5}}) {
+    SCOPED_TRACE(shape_str(s));
+    TestGraph t(11);
+    Graph bg = check_gradients(t, t.node("Det", {t.param("x", s, 21, -2, 2)}));
+    EXPECT_EQ(count_ops(bg, "DetGrad"), 1);
+  }
+  const std::vector<std::vector<double>> singular = {
+      {1, 2, 3, 4, 5, 6, 5, 7, 9},           // row 3 = row 1 + row 2 (rank 2)
+      {0.3, -1.1, 2, 0.6, -2.2, 4, 1, 0.5, -0.25},  // row 2 = 2 row 1
+      {1, 2, 3, 2, 4, 6, -1, -2, -3},        // rank 1: every cofactor 0
+      // row 3 = 0.3 row 1 + 0.7 row 2 in rounded decimals: its last pivot is rounding, not 0
+      {0.1, 0.7, 0.3, 0.2, 0.4, 0.9, 0.3 * 0.1 + 0.7 * 0.2, 0.3 * 0.7 + 0.7 * 0.4, 0.3 * 0.3 + 0.7 * 0.9}};
+  for (const auto& v : singular) {
+    TestGraph t(11);
+    Tensor x(DType::F64, {3, 3});
+    std::copy(v.begin(), v.end(), x.data<double>());
+    check_gradients(t, t.node("Det", {t.param("x", x)}));
+  }
+}
+
 TEST(GradRules, ResizeOpset10AndUpsample) {
   for (const char* mode : {"nearest", "linear"}) {
     SCOPED_TRACE(mode);

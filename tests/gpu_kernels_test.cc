@@ -855,6 +855,20 @@ void grid_sample_cases(Cases& cs) {
 }
 TEST(GpuKernels, GridSampleAndGrad) { expect_group_on_gpu(grid_sample_cases); }
 
+// ---- Det, DetGrad ----
+
+void det_cases(Cases& cs) {
+  for (const Shape& s : {Shape{3, 3}, Shape{2, 4, 4}, Shape{2, 1, 1}, Shape{5, 2, 2}}) {
+    Tensor x = random_tensor(s, 400 + s.back(), -2.f, 2.f);
+    cs.add("Det", {x}, {}, 1, 1e-4, 13);
+    cs.add("DetGrad", {random_tensor(Shape(s.begin(), s.end() - 2), 410 + s.back()), x}, {}, 1, 1e-4, 13, kGraphrunDomain);
+  }
+  // Singular: rank 2 (cofactors from the minors) and rank 1 (all zero).
+  Tensor rank2 = f32s({3, 3}, {1, 2, 3, 4, 5, 6, 5, 7, 9}), rank1 = f32s({3, 3}, {1, 2, 3, 2, 4, 6, -1, -2, -3});
+  for (const Tensor& x : {rank2, rank1}) cs.add("DetGrad", {f32s({}, {0.5f}), x}, {}, 1, 1e-4, 13, kGraphrunDomain);
+}
+TEST(GpuKernels, DetAndGrad) { expect_group_on_gpu(det_cases); }
+
 // ---- Einsum ----
 
 void einsum_cases(Cases& cs) {
@@ -1034,6 +1048,7 @@ const std::vector<std::pair<const char*, CaseGroup>>& case_groups() {
       {"GatherScatterElementsAndGrad", element_indexing_cases},
       {"ResizeUpsampleAndGrad", resize_cases},
       {"GridSampleAndGrad", grid_sample_cases},
+      {"DetAndGrad", det_cases},
       {"Einsum", einsum_cases},
       {"LstmGruAndGrads", rnn_cases},
       {"GatherNDGradAndSize", nd_grad_size_cases},

@@ -1,5 +1,5 @@
 // Models nobody here wrote, as users export them: small torchvision ViT, ConvNeXt and ShuffleNet V2, a
-// segmentation UNet, spatial transformers (GridSample), a CNN with LocalResponseNorm, recurrent and transformer text classifiers (random weights, tests/zoo_parity.py), forward (eval
+// segmentation UNet, spatial transformers (GridSample), a CNN with LocalResponseNorm, a Glow step (Det), recurrent and transformer text classifiers (random weights, tests/zoo_parity.py), forward (eval
 // export) and gradients (training export through attach_loss + backward) against PyTorch in float64, at opsets 13 to 17.
 #include <gtest/gtest.h>
 
@@ -133,6 +133,8 @@ TEST(Zoo, SpatialTransformerNearestBorderAlignCorners) {
 // If on the padded shape, which graphrun takes at load (passes::inline_static_ifs); opset 13 and 17.
 TEST(Zoo, LocalResponseNormOpset17) { skip_without_torchvision(); check_zoo_model("lrn", 17, 16); }
 TEST(Zoo, LocalResponseNormOpset13) { skip_without_torchvision(); check_zoo_model("lrn", 13, 16); }
+// A Glow-style flow step: an invertible 1x1 convolution's log-determinant (torch.logdet: Log(Det)) in the loss.
+TEST(Zoo, GlowStepLogDeterminantOpset17) { skip_without_torchvision(); check_zoo_model("glow", 17, 16); }
 TEST(Zoo, UNetOpset17) {
   skip_without_torchvision();
   if (!check_zoo_model("unet", 17).ran) return;
