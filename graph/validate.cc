@@ -456,6 +456,15 @@ void check_plain_attrs(const NodeCheck& c) {
     c.int_in("sorted", 0, 1);
   } else if (op == "Trilu") {
     c.int_in("upper", 0, 1);
+  } else if (op == "Slice" && c.opset() >= 10) {
+    // ONNX 1.12's data propagation of Slice (a slice of a Shape) takes its steps as 32-bit ints: a step beyond
+    // them looped until memory ran out, or read outside the shape and crashed, before any check of graphrun's.
+    constexpr int64_t kMaxStep = (int64_t{1} << 31) - 1;
+    if (auto steps = c.const_ints(4))
+      for (int64_t s : *steps)
+        if (s == 0 || s < -kMaxStep || s > kMaxStep)
+          c.fail("steps " + c.input_desc(4) + " is " + shape_str(*steps) + "; each value must be in " +
+                 range_str(-kMaxStep, kMaxStep) + " and not 0");
   }
 }
 

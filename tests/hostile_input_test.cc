@@ -128,6 +128,10 @@ TEST(HostileInput, MessagesNameTheNodeTheAttributeAndTheRange) {
   expect_refused("show", f("bad_sequence_input.onnx"), "optional/sequence types are not supported");
   expect_refused("show", f("bad_expand_huge.onnx"), "more than the limit");
   expect_refused("show", f("bad_initializer_typed_huge.onnx"), "more than the limit");
+  expect_refused("show", f("bad_slice_step_huge.onnx"),
+                 "node 'slice' (Slice): steps input 'steps' (i64[1]) is [2147483648]; each value must be in");
+  expect_refused("show", f("bad_if_on_data.onnx"), "node 'if' (If): its condition 'cond' depends on the input data");
+  expect_refused("show", f("bad_if_branch_huge.onnx"), "more than the limit");
   expect_refused("show", f("bad_conv_no_kernel_weight_rank_5.onnx"),
                  "has rank 5; it must have the rank of input 'image'");
 }

@@ -156,6 +156,7 @@ class Evaluator {
       return std::nullopt;
     }
     if (op == "Shape" || op == "Size") {
+      if (n.input_size() < 1) return std::nullopt;
       std::optional<std::vector<int64_t>> dims = constant_dims(n.input(0));
       if (!dims) return std::nullopt;
       if (op == "Size") {

@@ -158,6 +158,13 @@ def onnx_cases():
                                           inits=[init("starts", np.array([0], np.int64)), init("ends", np.array([2], np.int64)),
                                                  init("axes", np.array([1], np.int64)), init("steps", np.array([0], np.int64))],
                                           out_rank=2)
+    # ONNX 1.12's data propagation of a Slice of a Shape narrows the steps to 32 bits (it looped out of memory or
+    # crashed at 2**31 and beyond).
+    yield "bad_slice_step_huge.onnx", single("Slice", [("x", [2, 3], F32)],
+                                             inits=[init("starts", np.array([0], np.int64)),
+                                                    init("ends", np.array([10], np.int64)),
+                                                    init("axes", np.array([0], np.int64)),
+                                                    init("steps", np.array([2**31], np.int64))], out_rank=2)
     yield "bad_gemm_rank3.onnx", single("Gemm", [("a", [2, 3, 4], F32), ("b", [4, 5], F32)], out_rank=2)
     yield "bad_batchnorm_rank0.onnx", single("BatchNormalization", [("x", [], F32), ("s", [1], F32), ("b", [1], F32),
                                                                    ("m", [1], F32), ("v", [1], F32)], out_rank=0)
@@ -211,6 +218,30 @@ def onnx_cases():
                                                            init("axes", np.array([1], np.int64))], 2), 1)
     yield "bad_resize_constant_scales_3_bytes.onnx", short_constant(
         "Resize", TensorProto.FLOAT, ([("x", ["N", 3, 4, 4], F32)], [init("roi", np.zeros((0,), np.float32))], 4), 2)
+    # If (passes::inline_static_ifs): on a shape, taken on load; on data, refused; a taken branch with a huge
+    # constant, refused after it is inlined; a condition computed through Slice with the most negative step.
+    def if_model(cond_nodes, then_nodes, then_out, extra_inits=(), y_shape=("N", 3)):
+        then_g = helper.make_graph(then_nodes, "then", [], [vi(then_out, None)])
+        else_g = helper.make_graph([helper.make_node("Identity", ["x"], ["same"])], "else", [], [vi("same", None)])
+        nodes = cond_nodes + [helper.make_node("If", ["cond"], ["y"], name="if", then_branch=then_g, else_branch=else_g)]
+        return model_of(nodes, [vi("x", ["N", 1, 3])], [vi("y", list(y_shape))],
+                        [init("one", np.array(1, np.int64)), init("axes", np.array([1], np.int64))] + list(extra_inits),
+                        opset=13, name="if")
+    on_shape = [helper.make_node("Shape", ["x"], ["shape"]), helper.make_node("Gather", ["shape", "one"], ["d1"]),
+                helper.make_node("Equal", ["d1", "one"], ["cond"])]
+    squeeze = [helper.make_node("Squeeze", ["x", "axes"], ["sq"])]
+    yield "good_if_on_shape.onnx", if_model(on_shape, squeeze, "sq")
+    yield "bad_if_on_data.onnx", if_model([helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+                                           helper.make_node("Cast", ["s"], ["cond"], to=TensorProto.BOOL)], squeeze, "sq")
+    yield "bad_if_branch_huge.onnx", if_model(on_shape, [helper.make_node(
+        "ConstantOfShape", ["big"], ["sq"])], "sq", [init("big", np.array([2**40, 2**40], np.int64))], (None, None))
+    yield "bad_if_slice_min_step.onnx", if_model(
+        [helper.make_node("Slice", ["vec", "s0", "s1", "s2", "s3"], ["sl"]),
+         helper.make_node("Gather", ["sl", "one"], ["m"]), helper.make_node("Equal", ["m", "one"], ["cond0"]),
+         helper.make_node("Identity", ["cond0"], ["cond"])], squeeze, "sq",
+        [init("vec", np.array([1, 1, 1], np.int64)),
+         init("s0", np.array([2**62], np.int64)), init("s1", np.array([-2**63], np.int64)),
+         init("s2", np.array([0], np.int64)), init("s3", np.array([-2**63], np.int64))])
     # Inputs a random fuzzer found crashing ONNX 1.12's inference (kept as found).
     probe = os.path.join(HERE, "corpus", "onnx")
     for name in sorted(os.listdir(probe)) if os.path.isdir(probe) else []:
