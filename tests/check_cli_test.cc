@@ -187,7 +187,7 @@ TEST(CheckCli, AKinkWithinTheStepIsToldFromAWrongGradient) {
 TEST(CheckCli, ListsEveryNodeWithoutAGradientRuleOrKernel) {
   const std::string dir = temp_dir("check_cli_missing");
   // Every op with a kernel now has a rule: Mod, the last example here of a kernel without one, passes
-  // the numeric check (twice, on both operands). Det has neither kernel nor rule (twice).
+  // the numeric check (twice, on both operands). GlobalLpPool has neither kernel nor rule (twice).
   const std::string norule = make_model(
       dir, "norule",
       "[h.make_node('MatMul', ['x', 'w'], ['m'], name='mm'),"
@@ -205,16 +205,17 @@ TEST(CheckCli, ListsEveryNodeWithoutAGradientRuleOrKernel) {
   const std::string nokernel = make_model(
       dir, "nokernel",
       "[h.make_node('Reshape', ['w', 'sh'], ['w3'], name='reshape'),"
-      " h.make_node('Det', ['w3'], ['d1'], name='det_a'),"
-      " h.make_node('Det', ['w3'], ['d2'], name='det_b'),"
+      " h.make_node('GlobalLpPool', ['w3'], ['d1'], name='lp_a'),"
+      " h.make_node('GlobalLpPool', ['w3'], ['d2'], name='lp_b'),"
       " h.make_node('Add', ['d1', 'd2'], ['d'], name='add'),"
-      " h.make_node('Mul', ['x', 'd'], ['y'], name='mul'),"
+      " h.make_node('ReduceSum', ['d'], ['ds'], name='sum', keepdims=0),"
+      " h.make_node('Mul', ['x', 'ds'], ['y'], name='mul'),"
       " h.make_node('Constant', [], ['sh'], name='shape', value=nh.from_array(np.array([1, 4, 4], np.int64)))]");
   r = run_command(graphrun_cli() + " check " + nokernel);
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("ops without a kernel: 2\n  op 'Det' (node 'det_a')\n  op 'Det' (node 'det_b')\n"),
+  EXPECT_NE(r.output.find("ops without a kernel: 2\n  op 'GlobalLpPool' (node 'lp_a')\n  op 'GlobalLpPool' (node 'lp_b')\n"),
             std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("no gradient rule for op 'Det' (node 'det_a')\n  no gradient rule for op 'Det' (node 'det_b')"),
+  EXPECT_NE(r.output.find("no gradient rule for op 'GlobalLpPool' (node 'lp_a')\n  no gradient rule for op 'GlobalLpPool' (node 'lp_b')"),
             std::string::npos) << r.output;
   EXPECT_NE(r.output.find("verdict: not trainable: ops have no kernel; gradient rules are missing"), std::string::npos)
       << r.output;

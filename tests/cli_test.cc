@@ -38,8 +38,9 @@ save([helper.make_node('Relu', ['a'], ['ra'], name='relu_a'), helper.make_node('
      'two', [f32('a', [2, 3]), helper.make_tensor_value_info('b', TensorProto.INT64, [2])],
      [f32('ra', [2, 3]), helper.make_tensor_value_info('nb', TensorProto.INT64, [2])])
 # Two ops graphrun does not implement (valid ONNX).
-save([helper.make_node('LpNormalization', ['m'], ['h'], name='lpnorm_node'), helper.make_node('Det', ['h'], ['d'], name='det_node')],
-     'unsupported', [f32('m', [3, 3])], [f32('d', [])])
+save([helper.make_node('LpNormalization', ['m'], ['h'], name='lpnorm_node'),
+      helper.make_node('GlobalLpPool', ['h'], ['d'], name='lppool_node')],
+     'unsupported', [f32('m', [1, 3, 3])], [f32('d', [1, 3, 1])])
 # An image model that returns its input: run feeds an image file as training reads an image folder.
 save([helper.make_node('Identity', ['image'], ['pixels'], name='id')], 'img', [f32('image', ['N', 3, 4, 5])],
      [f32('pixels', ['N', 3, 4, 5])])
@@ -58,7 +59,7 @@ open('x.pb', 'wb').write(numpy_helper.from_array(np.load('x.npy'), 'x').Serializ
 np.save('x_wide.npy', np.zeros((2, 4), dtype=np.float32))
 np.save('x_f64.npy', np.zeros((2, 3), dtype=np.float64))
 np.save('b.npy', np.array([7, -8], dtype=np.int64))
-np.save('m.npy', np.eye(3, dtype=np.float32))
+np.save('m.npy', np.eye(3, dtype=np.float32)[None])
 data = open('relu.onnx', 'rb').read()
 open('truncated.onnx', 'wb').write(data[:len(data) // 2])
 open('corrupt.onnx', 'wb').write(data[:4] + b'\xff' * 40 + data[44:])
@@ -285,7 +286,7 @@ TEST(Cli, RunBadInputsGiveOneLineAndExit2) {
   expect_one_line_error("run corrupt.onnx --input x.npy", {"corrupt.onnx"});
   expect_one_line_error("run notonnx.onnx --input x.npy", {"notonnx.onnx", "not"});
   expect_one_line_error("run unsupported.onnx --input m.npy",
-                        {"unsupported.onnx", "LpNormalization (node 'lpnorm_node')", "Det (node 'det_node')"});
+                        {"unsupported.onnx", "LpNormalization (node 'lpnorm_node')", "GlobalLpPool (node 'lppool_node')"});
   expect_one_line_error("run", {"no model"});
   expect_one_line_error("run relu.onnx --input x.npy --threads zero", {"--threads"});
   expect_one_line_error("run relu.onnx --input x.npy --bogus", {"unknown option --bogus"});
