@@ -9,7 +9,7 @@ Tensor to_f64(const Tensor& t) { return Tensor::from_vector<double>(t.shape(), t
 
 }  // namespace
 
-Graph float64_copy(const Graph& g) {
+Graph float64_copy(const Graph& g, bool fixed_random) {
   Graph d = g;
   for (auto& [name, t] : d.initializers)
     if (t.dtype() == DType::F32) t = to_f64(t);
@@ -34,7 +34,14 @@ Graph float64_copy(const Graph& g) {
       n.attrs.erase("value_floats");
     }
     if (n.op_type == "LayerNormalization") n.attrs["stash_type"] = Attribute::Int(f64);
-    if (n.op_type == "Dropout" && !n.has_attr("seed")) n.attrs["seed"] = Attribute::Int(1);
+    // Fixed: the same mask and noise at every run (the random ops' seed is a float in ONNX).
+    const bool random = n.op_type == "RandomNormal" || n.op_type == "RandomUniform" || n.op_type == "RandomNormalLike" ||
+                        n.op_type == "RandomUniformLike" || n.op_type == "Bernoulli";
+    if (fixed_random && n.op_type == "Dropout" && !n.has_attr("seed")) n.attrs["seed"] = Attribute::Int(1);
+    if (fixed_random && random && !n.has_attr("seed")) n.attrs["seed"] = Attribute::Float(1.f);
+    // RandomNormal and RandomUniform without a dtype mean float.
+    if ((n.op_type == "RandomNormal" || n.op_type == "RandomUniform") && n.attr_i("dtype", f32) == f32)
+      n.attrs["dtype"] = Attribute::Int(f64);
   }
   return d;
 }

@@ -869,6 +869,22 @@ void det_cases(Cases& cs) {
 }
 TEST(GpuKernels, DetAndGrad) { expect_group_on_gpu(det_cases); }
 
+// ---- the random ops: drawn on the host, so the CPU's draws bit for bit (seeded: each case runs twice on the
+// device, and an unseeded node draws afresh at each run) ----
+
+void random_cases(Cases& cs) {
+  const auto seed = [](std::map<std::string, Attribute> a) {
+    a["seed"] = Attribute::Float(3.f);
+    return a;
+  };
+  cs.add("RandomNormal", {}, seed({{"shape", Attribute::Ints({3, 4})}, {"mean", Attribute::Float(1.f)}}), 1, 0, 17);
+  cs.add("RandomUniform", {}, seed({{"shape", Attribute::Ints({5})}, {"dtype", Attribute::Int(11)}}), 1, 0, 17);
+  cs.add("RandomNormalLike", {random_tensor({2, 3}, 420)}, seed({}), 1, 0, 17);
+  cs.add("RandomUniformLike", {random_tensor({4}, 421)}, seed({{"low", Attribute::Float(-2.f)}}), 1, 0, 17);
+  cs.add("Bernoulli", {f32s({6}, {0.f, 1.f, 0.5f, 0.2f, 0.9f, 0.5f})}, seed({}), 1, 0, 17);
+}
+TEST(GpuKernels, RandomOps) { expect_group_on_gpu(random_cases); }
+
 // ---- Einsum ----
 
 void einsum_cases(Cases& cs) {
@@ -1049,6 +1065,7 @@ const std::vector<std::pair<const char*, CaseGroup>>& case_groups() {
       {"ResizeUpsampleAndGrad", resize_cases},
       {"GridSampleAndGrad", grid_sample_cases},
       {"DetAndGrad", det_cases},
+      {"RandomOps", random_cases},
       {"Einsum", einsum_cases},
       {"LstmGruAndGrads", rnn_cases},
       {"GatherNDGradAndSize", nd_grad_size_cases},

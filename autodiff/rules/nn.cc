@@ -203,6 +203,7 @@ GR_REGISTER_OPS(nn) {
   ops.op("RandomUniform").no_gradient();
   ops.op("RandomNormalLike").no_gradient();
   ops.op("RandomUniformLike").no_gradient();
+  ops.op("Bernoulli").no_gradient();
 }
 
 }  // namespace graphrun::autodiff

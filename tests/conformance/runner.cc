@@ -61,6 +61,13 @@ const std::map<std::string, std::string> kKnownUnsupported = {
 const std::set<std::string> kRandomDropoutTests = {"test_training_dropout", "test_training_dropout_default",
                                                    "test_training_dropout_default_mask", "test_training_dropout_mask"};
 
+// Bernoulli (and its expanded form, RandomUniformLike + Less + Cast): the expected draws come from numpy's
+// generator too; each output element must be 0 or 1, of the stored output's type and shape, and 1 (0) where the
+// probability is 1 (0).
+const std::set<std::string> kRandomBernoulliTests = {"test_bernoulli",        "test_bernoulli_double",
+                                                     "test_bernoulli_double_expanded", "test_bernoulli_expanded",
+                                                     "test_bernoulli_seed",   "test_bernoulli_seed_expanded"};
+
 constexpr int64_t kMaxOpset = 17;  // below 7, graphrun's loader converts (onnx's version converter)
 constexpr double kRtol = 1e-3, kAtol = 1e-7;  // as onnx.backend.test's runner
 
@@ -225,6 +232,20 @@ std::string check_random_dropout(const std::map<std::string, Tensor>& feeds, con
   return "";
 }
 
+std::string check_random_bernoulli(const Tensor& p, const Tensor& y, const Tensor& want, const std::string& name) {
+  if (y.dtype() != want.dtype() || y.shape() != want.shape())
+    return "output '" + name + "': " + dtype_name(y.dtype()) + shape_str(y.shape()) + ", expected " +
+           dtype_name(want.dtype()) + shape_str(want.shape());
+  const std::vector<double> pv = p.as_doubles(), yv = y.as_doubles();
+  for (size_t i = 0; i < yv.size(); ++i) {
+    const bool sure = pv.at(i) == 0 || pv.at(i) == 1;
+    if ((yv[i] != 0 && yv[i] != 1) || (sure && yv[i] != pv[i]))
+      return "output '" + name + "': element " + std::to_string(i) + " is " + std::to_string(yv[i]) +
+             " for probability " + std::to_string(pv[i]);
+  }
+  return "";
+}
+
 // onnx 1.12 writes bfloat16 test data as uint16 tensors holding the bit patterns (numpy has no bfloat16); a
 // uint16 tensor read for a value the model declares bfloat16 is taken as those bits.
 Tensor as_declared(Tensor t, const onnx::ValueInfoProto& v, bool* reinterpreted) {
@@ -296,7 +317,10 @@ Verdict run_test(const fs::path& dir, const runtime::KernelTable& kernels) {
         fs::path p = ds / ("output_" + std::to_string(j) + ".pb");
         if (!fs::exists(p)) continue;
         Tensor want = as_declared(read_tensor_pb(p.string()), *output_infos[j], &reinterpreted);
-        std::string diff = compare(out.at(output_names[j]), want, output_names[j]);
+        std::string diff = kRandomBernoulliTests.count(name)
+                               ? check_random_bernoulli(feeds.at(input_names.at(0)), out.at(output_names[j]), want,
+                                                        output_names[j])
+                               : compare(out.at(output_names[j]), want, output_names[j]);
         if (!diff.empty()) return {Verdict::Fail, (data_sets.size() > 1 ? ds.filename().string() + ": " : "") + diff};
       }
     }
