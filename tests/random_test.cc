@@ -7,6 +7,7 @@
 #include <cmath>
 #include <fstream>
 
+#include "graph/float64.h"
 #include "runtime/executor.h"
 #include "tests/test_util.h"
 
@@ -86,6 +87,26 @@ TEST(Random, FreshDrawsEachRunUnlessSeeded) {
   EXPECT_THROW(run_node("RandomUniform", {}, {{"shape", A::Ints({2})}, {"low", A::Float(2.f)}, {"high", A::Float(1.f)}}),
                Error);
   EXPECT_THROW(run_node("Bernoulli", {Tensor::from_vector<float>({1}, {1.5f})}, {}, 1, 15), Error);
+}
+
+// The float64 copy fixes the draws only for graphrun check: train --float64 keeps Dropout's mask and the random ops'
+// noise fresh at each step (it once fixed Dropout's mask for a whole run).
+TEST(Random, Float64CopySeedsOnlyWhenAsked) {
+  Graph g;
+  g.inputs = {"x"};
+  g.values["x"] = ValueInfo{DType::F32, true, {Dim(2), Dim(3)}};
+  g.nodes.push_back(make_node("drop", "Dropout", {"x"}, {"d"}));
+  g.nodes.push_back(make_node("noise", "RandomNormalLike", {"d"}, {"n"}));
+  g.nodes.push_back(make_node("uniform", "RandomUniform", {}, {"u"}));
+  g.nodes.back().attrs["shape"] = A::Ints({2});
+  g.outputs = {"n", "u"};
+  for (bool fixed : {false, true}) {
+    const Graph d = float64_copy(g, fixed);
+    EXPECT_EQ(d.nodes[0].has_attr("seed"), fixed);
+    EXPECT_EQ(d.nodes[1].has_attr("seed"), fixed);
+    EXPECT_EQ(d.nodes[2].has_attr("seed"), fixed);
+    EXPECT_EQ(d.nodes[2].attr_i("dtype", 0), static_cast<int64_t>(DType::F64));  // RandomUniform's default float
+  }
 }
 
 // A VAE's reparameterisation z = mu + eps * exp(logvar / 2), eps = RandomNormalLike(mu), as torch exports
