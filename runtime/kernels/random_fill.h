@@ -37,6 +37,15 @@ inline DType output_type(const KernelContext& ctx, const Shape& input_shape, DTy
   return dt;
 }
 
+// The node's output type and shape, from its input where it has one (the *Like forms, Bernoulli).
+inline DType planned_output(const KernelContext& ctx, Shape* shape) {
+  const bool has_input = ctx.num_inputs() > 0 && ctx.has_input(0);
+  GR_CHECK(ctx.node().op_type == "RandomNormal" || ctx.node().op_type == "RandomUniform" || has_input,
+           ctx.node().describe() << ": input is required");
+  return has_input ? output_type(ctx, ctx.input(0).shape(), ctx.input(0).dtype(), shape)
+                   : output_type(ctx, Shape{}, DType::F32, shape);
+}
+
 // Stores v as element i of a `dt` buffer.
 inline void store(void* out, DType dt, int64_t i, double v) {
   switch (dt) {

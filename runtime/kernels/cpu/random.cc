@@ -7,17 +7,11 @@ namespace graphrun::runtime::cpu {
 namespace {
 
 void random_kernel(KernelContext& ctx) {
-  const bool has_input = ctx.num_inputs() > 0 && ctx.has_input(0);
-  const Tensor none;
-  const Tensor& in = has_input ? ctx.input(0) : none;
   Shape shape;
-  const DType dt = random_ops::output_type(ctx, has_input ? in.shape() : Shape{}, has_input ? in.dtype() : DType::F32,
-                                           &shape);
-  GR_CHECK(ctx.node().op_type == "RandomNormal" || ctx.node().op_type == "RandomUniform" || has_input,
-           ctx.node().describe() << ": input is required");
+  const DType dt = random_ops::planned_output(ctx, &shape);
   Tensor& y = ctx.output(0, shape, dt);
   std::vector<double> p;
-  if (ctx.node().op_type == "Bernoulli") p = in.as_doubles();
+  if (ctx.node().op_type == "Bernoulli") p = ctx.input(0).as_doubles();
   random_ops::fill(ctx, y.raw(), dt, y.numel(), p);
 }
 

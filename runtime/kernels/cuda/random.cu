@@ -10,14 +10,8 @@ namespace graphrun::runtime::cuda {
 namespace {
 
 void random_op(KernelContext& ctx) {
-  const bool has_input = ctx.num_inputs() > 0 && ctx.has_input(0);
-  const Tensor none;
-  const Tensor& in = has_input ? ctx.input(0) : none;
-  GR_CHECK(ctx.node().op_type == "RandomNormal" || ctx.node().op_type == "RandomUniform" || has_input,
-           ctx.node().describe() << ": input is required");
   Shape shape;
-  const DType dt = random_ops::output_type(ctx, has_input ? in.shape() : Shape{}, has_input ? in.dtype() : DType::F32,
-                                           &shape);
+  const DType dt = random_ops::planned_output(ctx, &shape);
   Tensor& y = ctx.output(0, shape, dt);
   if (y.numel() == 0) return;
   std::vector<double> p;
