@@ -261,6 +261,49 @@ TEST(TrainCli, ShortRunPrintsEpochLinesMetricsAndSavesTheModel) {
   EXPECT_LE(printed, 1.0);
 }
 
+// A spatial transformer as PyTorch's tutorial writes it for 28x28 images (the affine grid built by hand, since
+// torch 1.13 cannot export F.affine_grid), exported at opset 16, trains on cpu:2 through GridSample: it learns,
+// its frozen base grid (a buffer the export holds as an initializer) comes back unchanged, and the localisation
+// net's last layer, which only the grid's gradient reaches, moves.
+TEST(TrainCli, SpatialTransformerTrainsThroughGridSample) {
+  if (!have_data()) GTEST_SKIP() << "needs Fashion-MNIST";
+  const std::string d = testing::temp_dir("train_cli_stn");
+  std::ofstream(d + "/export.py") << R"(import sys, torch, torch.nn as nn, torch.nn.functional as F
+torch.manual_seed(0)
+class STN(nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.loc = nn.Sequential(nn.Conv2d(1, 8, 7), nn.MaxPool2d(2), nn.ReLU(), nn.Conv2d(8, 10, 5), nn.MaxPool2d(2),
+                              nn.ReLU(), nn.Flatten(), nn.Linear(90, 32), nn.ReLU(), nn.Linear(32, 6))
+        with torch.no_grad():
+            s.loc[-1].weight.zero_()
+            s.loc[-1].bias.copy_(torch.tensor([1., 0, 0, 0, 1, 0]))
+        c = (torch.arange(28) * 2 + 1) / 28 - 1
+        ys, xs = torch.meshgrid(c, c, indexing='ij')
+        s.register_buffer('base', torch.stack([xs, ys, torch.ones_like(xs)], -1).reshape(-1, 3))
+        s.cls = nn.Sequential(nn.Conv2d(1, 10, 5), nn.MaxPool2d(2), nn.ReLU(), nn.Conv2d(10, 20, 5), nn.MaxPool2d(2),
+                              nn.ReLU(), nn.Flatten(), nn.Linear(320, 50), nn.ReLU(), nn.Linear(50, 10))
+    def forward(s, x):
+        grid = (s.base @ s.loc(x).view(-1, 2, 3).transpose(1, 2)).view(-1, 28, 28, 2)
+        return s.cls(F.grid_sample(x, grid, align_corners=False))
+torch.onnx.export(STN().train(), torch.randn(2, 1, 28, 28), sys.argv[1], opset_version=16,
+                  training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False, input_names=['image'],
+                  output_names=['logits'], dynamic_axes={'image': {0: 'N'}, 'logits': {0: 'N'}})
+)";
+  auto py = testing::run_command(testing::python() + " " + d + "/export.py " + d + "/stn.onnx 2>&1");
+  ASSERT_EQ(py.exit_code, 0) << py.output;
+  auto r = testing::run_command(testing::graphrun_cli() + " train " + d + "/stn.onnx --devices cpu:2 --threads 1" +
+                                " --epochs 1 --max-steps 120 --optimizer adam --lr 0.003 --freeze base --save " + d +
+                                "/trained.onnx 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const size_t at = r.output.find("test acc: ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  EXPECT_GT(std::stod(r.output.substr(at + 10)), 0.6) << r.output;  // 0.81 after 200 steps; chance is 0.1
+  const Graph before = load_onnx(d + "/stn.onnx"), after = load_onnx(d + "/trained.onnx");
+  EXPECT_EQ(testing::max_abs_diff(after.initializers.at("base"), before.initializers.at("base")), 0.0);
+  EXPECT_GT(testing::max_abs_diff(after.initializers.at("loc.9.bias"), before.initializers.at("loc.9.bias")), 1e-4);
+}
+
 // --warmup-steps longer than the whole run (epochs x steps, --max-steps honoured) is one warning line on
 // stderr, not an error: the rate never reaches --lr. As long as the run: no warning.
 TEST(TrainCli, WarmupLongerThanTheRunIsAWarning) {
