@@ -46,9 +46,10 @@ void grid_sample_kernel(KernelContext& ctx) {
                   [&](auto xt, auto gt) { forward<decltype(xt), decltype(gt)>(ctx); });
 }
 
-// GridSampleGrad(dY, X, grid) -> (dX, dGrid), either output optional. dGrid at each grid point is
-// sum over channels and taps of dY * X[tap] * d weight; dX adds weight * dY at every tap, summed per
-// (n, c) plane in double from a table of the image's taps (so each plane is one thread's, in a fixed order).
+// GridSampleGrad(dY, X, grid) -> (dX, dGrid), either output optional. Image by image, each grid point's taps are
+// computed once: its dGrid is the sum over channels and taps of dY * X[tap] * d weight, and its taps go into a
+// table from which dX adds weight * dY, summed per (n, c) plane in double (each plane one thread's, in a fixed
+// order).
 template <class T, class G>
 void backward(KernelContext& ctx) {
   const char* what = "GridSampleGrad";
@@ -61,26 +62,13 @@ void backward(KernelContext& ctx) {
   const int64_t plane = g.h * g.w, points = g.ho * g.wo;
   const T *pdy = ptr<T>(dy), *px = ptr<T>(x);
   const G* pg = ptr<G>(grid);
-  if (ctx.has_output(1)) {
-    G* dgrid = ptr<G>(ctx.output(1, grid.shape(), grid.dtype()));
-#pragma omp parallel for num_threads(threads_for(ctx, dy.numel() * taps_per_point(o.mode))) schedule(static)
-    for (int64_t np = 0; np < g.n * points; ++np) {
-      const int64_t n = np / points, p = np % points;
-      gs::Taps<double> t;
-      gs::taps_at<double>(pg[2 * np], pg[2 * np + 1], g.h, g.w, o, t);
-      double sx, sy;
-      gs::point_gradient(t, px + n * g.c * plane, pdy + n * g.c * points, g.c, plane, points, p, &sx, &sy);
-      dgrid[2 * np] = static_cast<G>(sx);
-      dgrid[2 * np + 1] = static_cast<G>(sy);
-    }
-  }
-  if (!ctx.has_output(0)) return;
-  T* dx = ptr<T>(ctx.output(0, x.shape(), x.dtype()));
+  G* dgrid = ctx.has_output(1) ? ptr<G>(ctx.output(1, grid.shape(), grid.dtype())) : nullptr;
+  T* dx = ctx.has_output(0) ? ptr<T>(ctx.output(0, x.shape(), x.dtype())) : nullptr;
   const int per = taps_per_point(o.mode);
   // One image's taps: point p's are at [p * per, p * per + count[p]).
-  std::vector<int64_t> at(static_cast<size_t>(points * per));
+  std::vector<int64_t> at(dx ? static_cast<size_t>(points * per) : 0);
   std::vector<double> weight(at.size());
-  std::vector<int> count(static_cast<size_t>(points));
+  std::vector<int> count(dx ? static_cast<size_t>(points) : 0);
   const int threads = threads_for(ctx, dy.numel() * per);
   for (int64_t n = 0; n < g.n; ++n) {
 #pragma omp parallel for num_threads(threads) schedule(static)
@@ -88,10 +76,18 @@ void backward(KernelContext& ctx) {
       gs::Taps<double> t;
       const int64_t np = n * points + p;
       gs::taps_at<double>(pg[2 * np], pg[2 * np + 1], g.h, g.w, o, t);
+      if (dgrid) {
+        double sx, sy;
+        gs::point_gradient(t, px + n * g.c * plane, pdy + n * g.c * points, g.c, plane, points, p, &sx, &sy);
+        dgrid[2 * np] = static_cast<G>(sx);
+        dgrid[2 * np + 1] = static_cast<G>(sy);
+      }
+      if (!dx) continue;
       count[p] = t.count;
       std::copy(t.at, t.at + t.count, at.begin() + p * per);
       std::copy(t.weight, t.weight + t.count, weight.begin() + p * per);
     }
+    if (!dx) continue;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t c = 0; c < g.c; ++c) {
       std::vector<double> acc(static_cast<size_t>(plane), 0.0);
