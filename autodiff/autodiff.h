@@ -71,4 +71,14 @@ std::vector<std::string> trainable_params(const Graph& g, const std::set<std::st
 std::set<std::string> resolve_freeze(const std::vector<std::string>& params, const Graph& g,
                                      const std::set<std::string>& freeze);
 
+// ScatterElements, Scatter and ScatterND without a reduction: how many updates (elements; ScatterND's
+// index tuples) a later update to the same target overwrites (they apply in index order, on every device),
+// for constant `indices` and the data's dims `data` (-1 unknown: only a negative index needs its dim);
+// -1 when it cannot be told. (autodiff/rules/indexing.cc)
+int64_t overwritten_scatter_updates(const Node& n, const Tensor& indices, const Shape& data);
+// One note per such node of g whose constant indices collide: ONNX leaves the result undefined, graphrun
+// lets the last update win, PyTorch (whose scatter_add below opset 16 and index_put with accumulate=True
+// export this way) adds them. `graphrun check` and `train` print them.
+std::vector<std::string> colliding_scatter_notes(const Graph& g);
+
 }  // namespace graphrun::autodiff

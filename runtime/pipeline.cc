@@ -74,6 +74,8 @@ passes::FoldConstantsOptions pads_folding() {
 
 Graph fold_pads_on_cpu(const Graph& g) { return passes::fold_pads(g, pads_folding()); }
 
+Graph fold_constants_on_cpu(const Graph& g) { return passes::fold_constants(g, pads_folding()); }
+
 passes::Pipeline training_pipeline(const Graph& model, const PipelineOptions& opts) {
   const TrainingGraphs names;
   if (opts.data_parallel) {

@@ -77,6 +77,9 @@ std::vector<passes::Pass> executor_passes();
 // Pass fold_pads with the CPU kernels as its evaluator: what training_pipeline runs before the backward
 // pass, for callers that differentiate a model themselves (graphrun check).
 Graph fold_pads_on_cpu(const Graph& g);
+// g with every node whose inputs are all constants folded (passes::fold_constants on the CPU kernels):
+// what a look at computed constants (a scatter's indices torch builds from Constants) reads.
+Graph fold_constants_on_cpu(const Graph& g);
 
 // Runs training_pipeline(model, opts) (dumping as opts say; an unknown --dump-after pass is an
 // Error listing the passes): `training` is the graph after backward, `replicas` one copy of the final

@@ -507,7 +507,7 @@ TEST(GradRules, GatherElementsAddsDuplicates) {
 TEST(GradRules, ScatterElementsAndScatterND) {
   for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly, ShapeInfo::None}) {
     for (int64_t opset : {13, 16}) {
-      // reduction none: unique indices (duplicates leave the result undefined).
+      // reduction none: unique indices.
       TestGraph t(opset);
       std::string d = t.param("data", {3, 4}, 1), u = t.param("upd", {2, 4}, 2);
       t.g.initializers["idx"] = i64s({1, 0, 2, -3, 2, 2, 1, 1}, {2, 4});
@@ -527,6 +527,32 @@ TEST(GradRules, ScatterElementsAndScatterND) {
     std::string d2 = nd.param("data", {2, 3, 2}, 3), u2 = nd.param("upd", {3, 2}, 4);
     nd.g.initializers["idx"] = i64s({0, 1, 0, 1, 1, 2}, {3, 2});
     check_gradients(nd, nd.node("ScatterND", {d2, "idx", u2}, {{"reduction", A::Str("add")}}), shapes(si));
+  }
+  // reduction none with updates that collide (torch's scatter_add below opset 16 and index_put export
+  // this): they apply in index order, so only each element's last writer has a gradient. With constant
+  // indices (-1 and 3 are one target) and with indices computed at run time (through Identity, which
+  // the rule cannot read); constant indices without collisions need no mask.
+  for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly, ShapeInfo::None})
+  for (bool runtime : {false, true}) {
+    TestGraph t(13);
+    std::string d = t.param("data", {2, 4}, 1), u = t.param("upd", {2, 3}, 2);
+    t.g.initializers["idx"] = i64s({0, 3, -1, 2, 2, 2}, {2, 3});
+    std::string idx = runtime ? t.node("Identity", {"idx"}) : "idx";
+    Graph bg = check_gradients(t, t.node("ScatterElements", {d, idx, u}, {{"axis", A::Int(1)}}), shapes(si));
+    EXPECT_EQ(count_ops(bg, "Equal"), 1);
+    TestGraph nd(13);
+    std::string d2 = nd.param("data", {3, 2}, 3), u2 = nd.param("upd", {4, 2}, 4);
+    nd.g.initializers["idx"] = i64s({2, 0, -1, 2}, {4, 1});
+    std::string idx2 = runtime ? nd.node("Identity", {"idx"}) : "idx";
+    bg = check_gradients(nd, nd.node("ScatterND", {d2, idx2, u2}), shapes(si));
+    EXPECT_EQ(count_ops(bg, "Equal"), 1);
+  }
+  {
+    TestGraph t(13);
+    std::string d = t.param("data", {3, 4}, 1), u = t.param("upd", {2, 4}, 2);
+    t.g.initializers["idx"] = i64s({1, 0, 2, -3, 2, 2, 1, 1}, {2, 4});
+    Graph bg = check_gradients(t, t.node("ScatterElements", {d, "idx", u}, {{"axis", A::Int(0)}}));
+    EXPECT_EQ(count_ops(bg, "Equal"), 0);
   }
   TestGraph t(16);
   std::string d = t.param("data", {3}, 1), u = t.param("upd", {1}, 2);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <regex>
 
 #include "tests/test_util.h"
 
@@ -240,6 +241,40 @@ TEST(CheckCli, UnloadableModelAndBadFlagsExit2) {
   auto help = run_command(graphrun_cli() + " check --help");
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_NE(help.output.find("exit status: 0 trainable, 1 the check failed"), std::string::npos) << help.output;
+}
+
+// torch's scatter_add below opset 16 (and index_put with accumulate=True at any opset) exports a
+// ScatterElements (ScatterND) without reduction whose indices, computed from Constants, send several
+// updates to one element. graphrun applies them in index order, so only the last writer's gradient is
+// dY's: the check passes (it failed when every update got dY) and a note says what PyTorch computes
+// instead, naming the node and counting the overwritten updates (row 0: 3 twice; row 1: 1 and -3 three
+// times: 1 + 2). With reduction add there is nothing to say.
+TEST(CheckCli, CollidingScatterUpdatesAreDifferentiatedAndNoted) {
+  const std::string dir = temp_dir("check_cli_scatter");
+  const std::string nodes =
+      "[h.make_node('MatMul', ['x', 'w'], ['m'], name='mm'),"
+      " h.make_node('Constant', [], ['st'], value=nh.from_array(np.array([0], np.int64))),"
+      " h.make_node('Constant', [], ['en'], value=nh.from_array(np.array([3], np.int64))),"
+      " h.make_node('Constant', [], ['ax'], value=nh.from_array(np.array([1], np.int64))),"
+      " h.make_node('Slice', ['m', 'st', 'en', 'ax'], ['u'], name='slice'),"
+      " h.make_node('Constant', [], ['i0'], value=nh.from_array(np.array([[0, 3, 3], [1, 1, -3]], np.int64))),"
+      " h.make_node('Constant', [], ['zero'], value=nh.from_array(np.array(0, np.int64))),"
+      " h.make_node('Add', ['i0', 'zero'], ['idx'], name='idx'),"
+      " h.make_node('Constant', [], ['d'], value=nh.from_array(np.ones((2, 4), np.float32))),"
+      " h.make_node('ScatterElements', ['d', 'idx', 'u'], ['y'], name='scatter', axis=1REDUCTION)]";
+  const std::string none = make_model(dir, "none", std::regex_replace(nodes, std::regex("REDUCTION"), ""), "[2, 4]");
+  auto r = run_command(graphrun_cli() + " check " + none);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("note: node 'scatter' (ScatterElements): 3 updates land where a later update "
+                          "overwrites them"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("PyTorch adds them instead"), std::string::npos) << r.output;
+  const std::string add =
+      make_model(dir, "add", std::regex_replace(nodes, std::regex("REDUCTION"), ", reduction='add'"), "[2, 4]");
+  r = run_command(graphrun_cli() + " check " + add);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("note:"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -347,6 +347,7 @@ int cmd_check(const std::vector<std::string>& argv) {
   GradCheck gc;
   gc.failure = missing_rules(model, &no_rule);
   print_list("ops without a gradient rule on the path to the outputs", no_rule);
+  for (const auto& note : autodiff::colliding_scatter_notes(runtime::fold_constants_on_cpu(model))) std::cout << "note: " << note << "\n";
   if (!no_kernel.empty()) {
     gc.failure = no_rule.empty() && gc.failure.empty() ? "ops have no kernel" : "ops have no kernel; " + gc.failure;
   } else if (gc.failure.empty()) {

@@ -21,6 +21,7 @@
 #include "runtime/trainer.h"
 #include "runtime/device.h"
 #include "runtime/interrupt.h"
+#include "runtime/pipeline.h"
 #include "tools/backward_options.h"
 #include "tools/cli.h"
 #include "tools/optimizer_options.h"
@@ -561,6 +562,9 @@ int cmd_train(const std::vector<std::string>& argv) {
               << sched.total_steps << " steps): the learning rate never reaches --lr (its last step's is "
               << runtime::learning_rate(sched, sched.total_steps - 1) << ")" << std::endl;
   if (!eval_only && speaks) note_unreached(trainer.graphs(), o.pipeline.freeze);
+  if (speaks)
+    for (const auto& note : autodiff::colliding_scatter_notes(runtime::fold_constants_on_cpu(trainer.graphs().forward)))
+      std::cerr << "graphrun train: note: " << note << std::endl;
   if (speaks && o.pipeline.sync_bn) {
     bool bn = false;
     for (const Node& n : trainer.graphs().forward.nodes) bn = bn || n.op_type == "BatchNormalization";
