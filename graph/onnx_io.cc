@@ -24,6 +24,7 @@
 #include "graph/graphrun_schemas.h"
 #include "graph/onnx_tensor.h"
 #include "graph/passes/fill_reshape_dims.h"
+#include "graph/passes/fill_old_negative_axes.h"
 #include "graph/passes/fill_resize_ranks.h"
 #include "graph/passes/fill_slice_ranks.h"
 #include "graph/passes/inline_static_ifs.h"
@@ -491,6 +492,24 @@ void mend_converted(onnx::ModelProto& m) {
   }
 }
 
+// What onnx 1.12's version converter needs that the spec leaves optional: its Pad 10 -> 11 adapter
+// reads the `value` attribute unchecked (torch's opset-9 export of F.pad and of LocalResponseNorm
+// writes a Pad without it); below opset 11 the default, 0, is written out before converting.
+void mend_for_converter(onnx::ModelProto& m) {
+  for (const auto& op : m.opset_import())
+    if (normal_domain(op.domain()).empty() && op.version() >= 11) return;  // (Pad-11 has no `value`)
+  for (auto& n : *m.mutable_graph()->mutable_node()) {
+    if (n.op_type() != "Pad" || !normal_domain(n.domain()).empty()) continue;
+    bool has_value = false;
+    for (const auto& a : n.attribute()) has_value = has_value || a.name() == "value";
+    if (has_value) continue;
+    auto* a = n.add_attribute();
+    a->set_name("value");
+    a->set_type(onnx::AttributeProto::FLOAT);
+    a->set_f(0.f);
+  }
+}
+
 // Opsets 1 to 6 are brought to opset 7 by onnx's own version converter (its adapters know each op's
 // schema changes); graphrun's kernels and rules know opsets 7 and up. Says so once per model on stderr.
 void convert_old_opset(onnx::ModelProto& m, const std::string& what) {
@@ -525,6 +544,7 @@ void convert_old_opset(onnx::ModelProto& m, const std::string& what) {
     GR_CHECK(defined.count(v.name()), what << ": graph output '" << v.name() << "' is defined by nothing");
   try {
     onnx::checker::check_model(m);  // the converter assumes a well-formed model
+    mend_for_converter(m);
     m = onnx::version_conversion::ConvertVersion(m, static_cast<int>(kMinOpset));
     mend_converted(m);
   } catch (const std::exception& e) {
@@ -1023,7 +1043,8 @@ void run_inference(onnx::ModelProto& m, bool strict, passes::ShapeData* shape_da
     const bool reshaped = passes::fill_reshape_dims(m, shape_data);
     const bool sliced = passes::fill_slice_ranks(m, shape_data);
     const bool resized = passes::fill_resize_ranks(m, shape_data);
-    if (!reshaped && !sliced && !resized) break;
+    const bool axes = passes::fill_old_negative_axes(m);
+    if (!reshaped && !sliced && !resized && !axes) break;
     shape_data.clear();
     infer(&shape_data);
     forget_generated();
@@ -1273,6 +1294,7 @@ Graph convert_opset(const Graph& g, int64_t to) {
   }
   // (No checker first: the graph passed it on load, and an opset-9 BatchNormalization with three outputs,
   // as the adapter needs it, is not valid opset 9.)
+  mend_for_converter(m);
   try {
     m = onnx::version_conversion::ConvertVersion(m, static_cast<int>(to));
   } catch (const std::exception& e) {

@@ -81,6 +81,30 @@ class RowSequence(torch.nn.Module):
         return self.head(y[:, -1] if self.batch_first else y[-1])
 
 
+class AttentionReader(torch.nn.Module):
+    """A seq2seq-style reader as users wrote them when opset 9 was torch's default: the image zero-padded by F.pad
+    (a constant Pad without `value` at opset 9), read row by row by a GRU, then a GRUCell decoder attends over the
+    rows for a few steps (dot scores, softmax over the rows, the context and the state joined by
+    torch.cat(..., -1), a Concat with axis -1 that opset 9 does not allow), a Linear head on the last state."""
+
+    def __init__(self, size, hidden=8, steps=3, classes=10):
+        super().__init__()
+        self.steps = steps
+        self.enc = torch.nn.GRU(3 * (size + 2), hidden, batch_first=True)
+        self.dec = torch.nn.GRUCell(2 * hidden, hidden)
+        self.head = torch.nn.Linear(hidden, classes)
+
+    def forward(self, x):
+        seq = F.pad(x, (1, 1, 2, 0)).permute(0, 2, 1, 3).flatten(2)  # [N, rows + 2, 3 * (columns + 2)]
+        e, h = self.enc(seq)
+        h = h[0]
+        for _ in range(self.steps):
+            a = torch.softmax((e @ h.unsqueeze(-1)).squeeze(-1), -1)
+            c = (a.unsqueeze(-1) * e).sum(1)
+            h = self.dec(torch.cat([c, h], -1), h)
+        return self.head(h)
+
+
 class TextClassifier(torch.nn.Module):
     """A text classifier as users write one: token ids [N, T] (0 pads), nn.Embedding with padding_idx, a learned
     position embedding, nn.TransformerEncoder (batch_first) told the padding by src_key_padding_mask, the mean over
@@ -209,6 +233,8 @@ def build(name, size):
         return RowSequence(torch.nn.LSTM, size, layers=1, bidirectional=False, batch_first=False)
     if name == 'gru1':  # 1 layer, one direction, batch_first
         return RowSequence(torch.nn.GRU, size, layers=1, bidirectional=False)
+    if name == 'attention':
+        return AttentionReader(size)
     if name == 'unet':
         return UNet()
     if name == 'lrn':
