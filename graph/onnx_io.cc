@@ -500,9 +500,12 @@ void mend_for_converter(onnx::ModelProto& m) {
     if (normal_domain(op.domain()).empty() && op.version() >= 11) return;  // (Pad-11 has no `value`)
   for (auto& n : *m.mutable_graph()->mutable_node()) {
     if (n.op_type() != "Pad" || !normal_domain(n.domain()).empty()) continue;
-    bool has_value = false;
-    for (const auto& a : n.attribute()) has_value = has_value || a.name() == "value";
-    if (has_value) continue;
+    bool has_value = false, constant = true;  // (the adapter leaves `value` an attribute in the other modes)
+    for (const auto& a : n.attribute()) {
+      has_value = has_value || a.name() == "value";
+      if (a.name() == "mode") constant = a.s() == "constant";
+    }
+    if (has_value || !constant) continue;
     auto* a = n.add_attribute();
     a->set_name("value");
     a->set_type(onnx::AttributeProto::FLOAT);
