@@ -297,5 +297,70 @@ TEST(CheckCli, OpsetNinePadsOfEveryModeTrain) {
   EXPECT_NE(r.output.find("\nverdict: trainable"), std::string::npos) << r.output;
 }
 
+// A training-mode BatchNormalization over 1x1 maps (a 32x32 image at a CNN's last stage) normalises only
+// N values per channel; at the default batch of 2 the loss is too steep for central differences
+// (torchvision's MobileNet V2 and RegNet exported for 32x32 failed the check). The check sizes the batch to
+// give it 8 values and says so; --dims N=... overrides; the export's fixed batch becomes N, as in train.
+TEST(CheckCli, BatchNormOverFewValuesGetsALargerRandomBatch) {
+  const std::string dir = temp_dir("check_cli_bn1x1");
+  const std::string nodes =
+      "[h.make_node('MatMul', ['x', 'w'], ['m'], name='mm'),"
+      " h.make_node('Constant', [], ['to4d'], value=nh.from_array(np.array([0, 4, 1, 1], np.int64))),"
+      " h.make_node('Constant', [], ['to2d'], value=nh.from_array(np.array([0, 4], np.int64))),"
+      " h.make_node('Constant', [], ['mu'], value=nh.from_array(np.zeros(4, np.float32))),"
+      " h.make_node('Constant', [], ['var'], value=nh.from_array(np.ones(4, np.float32))),"
+      " h.make_node('Reshape', ['m', 'to4d'], ['m4'], name='r4'),"
+      " h.make_node('BatchNormalization', ['m4', 's', 'b', 'mu', 'var'], ['n4', 'rm', 'rv'], name='bn',"
+      "             training_mode=1),"
+      " h.make_node('Reshape', ['n4', 'to2d'], ['n'], name='r2'),"
+      " h.make_node('Mul', ['n', 'm'], ['y'], name='mul')]";
+  const std::string model = make_model(dir, "bn1x1", nodes);
+  auto r = run_command(graphrun_cli() + " check " + model);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("random batch: N=8, since BatchNormalization 'bn' normalises 1 value per example and "
+                          "channel"),
+            std::string::npos)
+      << r.output;
+  r = run_command(graphrun_cli() + " check " + model + " --dims N=3");
+  EXPECT_EQ(r.output.find("random batch:"), std::string::npos) << r.output;
+  // A fixed export batch of 2: sized all the same.
+  const std::string fixed = make_model(dir, "bn1x1_fixed", nodes, "[2, 4]");
+  std::string py = dir + "/fix.py";
+  std::ofstream(py) << "import onnx\nm = onnx.load('" << fixed << "')\n"
+                    << "m.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 2\nonnx.save(m, '" << fixed << "')\n";
+  ASSERT_EQ(run_command(python() + " " + py).exit_code, 0);
+  r = run_command(graphrun_cli() + " check " + fixed);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("random batch: N=8"), std::string::npos) << r.output;
+}
+
+// Weights that sit on a corner of the loss, which no smaller step leaves: a zeroed layer before a ReLU
+// (PyTorch's spatial transformer tutorial zeroes its localisation net's last layer, and its identity grid
+// then samples exactly at pixel centres, bilinear interpolation's corners). The backward takes ReLU's
+// derivative at 0 as 0, the central difference sees half the slope: the check fails there, runs again at
+// weights moved by 1e-4 of each tensor's scale, and passes. A wrong gradient fails at both points
+// (CheckCli.BrokenGradientRuleFailsTheNumericCheck).
+TEST(CheckCli, WeightsOnACornerAreCheckedAgainJustOffIt) {
+  const std::string dir = temp_dir("check_cli_corner");
+  const std::string path = dir + "/corner.onnx";
+  std::ofstream(dir + "/corner.py")
+      << "import numpy as np, onnx\n"
+         "from onnx import helper as h, numpy_helper as nh, TensorProto as T\n"
+         "r = np.random.default_rng(5)\n"
+         "inits = [nh.from_array(np.zeros((4, 4), np.float32), 'z'),\n"
+         "         nh.from_array(r.standard_normal((4, 4)).astype(np.float32), 'w')]\n"
+         "g = h.make_graph([h.make_node('MatMul', ['x', 'z'], ['m'], name='zeroed'),\n"
+         "                  h.make_node('Relu', ['m'], ['r'], name='relu'),\n"
+         "                  h.make_node('MatMul', ['r', 'w'], ['y'], name='head')], 'corner',\n"
+         "                 [h.make_tensor_value_info('x', T.FLOAT, ['N', 4])],\n"
+         "                 [h.make_tensor_value_info('y', T.FLOAT, ['N', 4])], inits)\n"
+         "onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 17)]), '" << path << "')\n";
+  ASSERT_EQ(run_command(python() + " " + dir + "/corner.py").exit_code, 0);
+  auto r = run_command(graphrun_cli() + " check " + path);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("FAILED\nat weights moved by 1e-4 of each tensor's scale"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\nverdict: trainable"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace graphrun::testing

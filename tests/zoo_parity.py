@@ -160,6 +160,32 @@ class SpatialTransformer(torch.nn.Module):
         return self.head(x)
 
 
+class TutorialSpatialTransformer(torch.nn.Module):
+    """PyTorch's spatial transformer tutorial as users start it: the localisation net's last layer zeroed and its bias
+    the identity, so the grid is the pixel centres themselves (computed in float32: within a float's rounding of the
+    bilinear kernel's corners), the zoo's 3 channels."""
+
+    def __init__(self, size, classes=10):
+        super().__init__()
+        nn = torch.nn
+        self.size = size
+        self.loc = nn.Sequential(nn.Conv2d(3, 8, 7), nn.MaxPool2d(2), nn.ReLU(), nn.Conv2d(8, 10, 5), nn.MaxPool2d(2),
+                                 nn.ReLU(), nn.Flatten(), nn.Linear(10 * (((size - 6) // 2 - 4) // 2) ** 2, 32), nn.ReLU(),
+                                 nn.Linear(32, 6))
+        with torch.no_grad():
+            self.loc[-1].weight.zero_()
+            self.loc[-1].bias.copy_(torch.tensor([1., 0, 0, 0, 1, 0]))
+        c = (torch.arange(size) * 2 + 1) / size - 1
+        ys, xs = torch.meshgrid(c, c, indexing='ij')
+        self.register_buffer('base', torch.stack([xs, ys, torch.ones_like(xs)], -1).reshape(-1, 3))
+        self.cls = nn.Sequential(nn.Conv2d(3, 10, 5), nn.MaxPool2d(2), nn.ReLU(), nn.Flatten(),
+                                 nn.Linear(10 * ((size - 4) // 2) ** 2, classes))
+
+    def forward(self, x):
+        grid = (self.base.to(x.dtype) @ self.loc(x).view(-1, 2, 3).transpose(1, 2)).view(-1, self.size, self.size, 2)
+        return self.cls(F.grid_sample(x, grid, align_corners=False))
+
+
 class LrnNet(torch.nn.Module):
     """An AlexNet-style CNN with nn.LocalResponseNorm after its convolutions (as AlexNet and GoogLeNet v1 have them;
     alpha large enough to matter): torch exports LRN's padding of the channel axis from Constants through
@@ -233,6 +259,8 @@ def build(name, size):
         return RowSequence(torch.nn.LSTM, size, layers=1, bidirectional=False, batch_first=False)
     if name == 'gru1':  # 1 layer, one direction, batch_first
         return RowSequence(torch.nn.GRU, size, layers=1, bidirectional=False)
+    if name == 'stn_tutorial':
+        return TutorialSpatialTransformer(size)
     if name == 'attention':
         return AttentionReader(size)
     if name == 'unet':
