@@ -471,6 +471,22 @@ TEST(GradRules, DetOnABatchAndOnSingularMatrices) {
   }
 }
 
+// LRN: odd and even windows (the spec's window is floor((size - 1) / 2) channels before, the rest after), a
+// window wider than the channels, size 1, 3-D to 5-D inputs, with every dimension symbolic too.
+TEST(GradRules, LrnEveryWindow) {
+  for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly})
+    for (const auto& [shape, size] : std::vector<std::pair<Shape, int64_t>>{
+             {{2, 5, 3, 2}, 3}, {{1, 4, 6}, 2}, {{2, 3, 2, 2, 2}, 7}, {{1, 6, 2, 3}, 4}, {{2, 3, 4}, 1}}) {
+      SCOPED_TRACE(shape_str(shape) + " size " + std::to_string(size));
+      TestGraph t(13);
+      check_gradients(t,
+                      t.node("LRN", {t.param("x", shape, 31, -2, 2)},
+                             {{"size", A::Int(size)}, {"alpha", A::Float(0.4f)}, {"beta", A::Float(0.7f)},
+                              {"bias", A::Float(1.2f)}}),
+                      shapes(si));
+    }
+}
+
 TEST(GradRules, ResizeOpset10AndUpsample) {
   for (const char* mode : {"nearest", "linear"}) {
     SCOPED_TRACE(mode);

@@ -869,6 +869,22 @@ void det_cases(Cases& cs) {
 }
 TEST(GpuKernels, DetAndGrad) { expect_group_on_gpu(det_cases); }
 
+// ---- LRN (its gradient is standard nodes) ----
+
+void lrn_cases(Cases& cs) {
+  // Odd and even windows, a window wider than the channels, 3-D and 5-D inputs, the defaults.
+  const std::vector<std::pair<Shape, int64_t>> shapes = {{{2, 5, 3, 4}, 3}, {{1, 4, 6}, 2}, {{2, 3, 2, 2, 2}, 7}, {{1, 6, 5, 5}, 5}};
+  int seed = 420;
+  for (const auto& [shape, size] : shapes) {
+    cs.add("LRN", {random_tensor(shape, seed++, -2.f, 2.f)},
+           {{"size", Attribute::Int(size)}, {"alpha", Attribute::Float(0.3f)}, {"beta", Attribute::Float(0.6f)},
+            {"bias", Attribute::Float(1.5f)}},
+           1, 1e-5, 13);
+    cs.add("LRN", {random_tensor(shape, seed++, -2.f, 2.f)}, {{"size", Attribute::Int(size)}}, 1, 1e-5, 13);
+  }
+}
+TEST(GpuKernels, Lrn) { expect_group_on_gpu(lrn_cases); }
+
 // ---- the random ops: drawn on the host, so the CPU's draws bit for bit (seeded: each case runs twice on the
 // device, and an unseeded node draws afresh at each run) ----
 
@@ -1065,6 +1081,7 @@ const std::vector<std::pair<const char*, CaseGroup>>& case_groups() {
       {"ResizeUpsampleAndGrad", resize_cases},
       {"GridSampleAndGrad", grid_sample_cases},
       {"DetAndGrad", det_cases},
+      {"Lrn", lrn_cases},
       {"RandomOps", random_cases},
       {"Einsum", einsum_cases},
       {"LstmGruAndGrads", rnn_cases},
