@@ -8,6 +8,7 @@
 #include <google/protobuf/unknown_field_set.h>
 
 #include <algorithm>
+#include <deque>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -23,6 +24,7 @@
 #include "graph/atomic_file.h"
 #include "graph/graphrun_schemas.h"
 #include "graph/onnx_tensor.h"
+#include "graph/op_table.h"
 #include "graph/passes/fill_reshape_dims.h"
 #include "graph/passes/fill_old_negative_axes.h"
 #include "graph/passes/fill_resize_ranks.h"
@@ -402,9 +404,68 @@ struct Inliner {
   }
 };
 
+}  // namespace
+
+namespace {
+// Whether every op of the function body has a CPU kernel or expands in turn (`depth` bounds the recursion).
+bool body_runs(const onnx::FunctionProto& f, int64_t opset, int depth);
+
+bool expands(const std::string& op_type, int64_t opset, int depth) {
+  if (const OpFacts* f = op_table().find(op_type); f && f->kernel(Device::Kind::CPU)) return false;
+  const auto* schema = onnx::OpSchemaRegistry::Schema(op_type, static_cast<int>(opset), "");
+  return depth < 8 && schema && schema->HasFunction() && schema->GetFunction() &&
+         body_runs(*schema->GetFunction(), opset, depth + 1);
+}
+
+bool body_runs(const onnx::FunctionProto& f, int64_t opset, int depth) {
+  for (const auto& n : f.node()) {
+    if (!normal_domain(n.domain()).empty()) return false;
+    const OpFacts* k = op_table().find(n.op_type());
+    if (!(k && k->kernel(Device::Kind::CPU)) && !expands(n.op_type(), opset, depth)) return false;
+  }
+  return true;
+}
+}  // namespace
+
+bool expands_on_load(const std::string& op_type, int64_t opset) { return expands(op_type, opset, 0); }
+
+namespace {
+
+// ONNX ops that the spec defines as a function of other ops (MeanVarianceNormalization, the Hann, Hamming
+// and Blackman windows) and that have no graphrun kernel are inlined like a model's functions, from the
+// body in the op's schema at the model's opset: they run, and differentiate, as the ops the spec writes them
+// with. The bodies outlive the inlining in `storage`.
+void add_schema_functions(const onnx::ModelProto& m, Inliner& in, std::deque<onnx::FunctionProto>& storage) {
+  int64_t opset = 0;
+  for (const auto& op : m.opset_import())
+    if (normal_domain(op.domain()).empty()) opset = op.version();
+  if (opset == 0) return;
+  auto consider = [&](const onnx::NodeProto& n) {
+    if (!normal_domain(n.domain()).empty()) return;
+    const Inliner::Key key{"", n.op_type(), ""};
+    if (in.functions.count(key)) return;
+    if (!expands_on_load(n.op_type(), opset)) return;
+    const auto* schema = onnx::OpSchemaRegistry::Schema(n.op_type(), static_cast<int>(opset), "");
+    storage.push_back(*schema->GetFunction());
+    const onnx::FunctionProto* f = &storage.back();
+    in.functions[key] = f;
+    for (const auto& [name, attr] : schema->attributes())
+      if (attr.default_value.type() != onnx::AttributeProto::UNDEFINED) {
+        onnx::AttributeProto a = attr.default_value;
+        a.set_name(name);
+        in.defaults[f][name] = a;
+      }
+  };
+  for (const auto& n : m.graph().node()) consider(n);
+  for (const auto& f : m.functions())
+    for (const auto& n : f.node()) consider(n);
+}
+
 void inline_functions(onnx::ModelProto& m, const std::string& what) {
-  if (m.functions_size() == 0) return;
   Inliner in{{}, {}, what, {}, 0, {}, {}};
+  std::deque<onnx::FunctionProto> schema_bodies;
+  add_schema_functions(m, in, schema_bodies);
+  if (m.functions_size() == 0 && in.functions.empty()) return;
   std::map<std::string, int64_t> model_opsets;
   for (const auto& op : m.opset_import()) model_opsets[normal_domain(op.domain())] = op.version();
   for (const auto& f : m.functions()) {

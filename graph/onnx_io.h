@@ -16,6 +16,9 @@ namespace graphrun {
 // takes its file's name (net.onnx: 'net') for messages; Graph::meta keeps the file's name for save_onnx,
 // with what else the model says of itself (metadata_props, doc_string, model_version, domain, ...).
 Graph load_onnx(const std::string& path);
+// Whether load_onnx expands an ai.onnx op at `opset` into the ops its schema defines it by (the op has no
+// CPU kernel and a function body in its schema: MeanVarianceNormalization, HannWindow, ...).
+bool expands_on_load(const std::string& op_type, int64_t opset);
 // Same, from serialized bytes; `what` names the source in errors. External data is refused (no folder).
 Graph load_onnx_bytes(const std::string& bytes, const std::string& what);
 

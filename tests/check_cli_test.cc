@@ -362,5 +362,19 @@ TEST(CheckCli, WeightsOnACornerAreCheckedAgainJustOffIt) {
   EXPECT_NE(r.output.find("\nverdict: trainable"), std::string::npos) << r.output;
 }
 
+// MeanVarianceNormalization has no kernel of its own: the spec defines it as a function of ReduceMean, Pow,
+// Sub, Sqrt, Div (its schema's body), which the loader inlines, so it runs and differentiates as those.
+TEST(CheckCli, AnOpTheSpecDefinesAsAFunctionIsInlinedAndTrainable) {
+  const std::string dir = temp_dir("check_cli_mvn");
+  const std::string model = make_model(dir, "mvn",
+      "[h.make_node('MatMul', ['x', 'w'], ['m'], name='mm'),"
+      " h.make_node('MeanVarianceNormalization', ['m'], ['n'], name='mvn', axes=[0, 1]),"
+      " h.make_node('Mul', ['n', 's'], ['y'], name='scale')]");
+  auto r = run_command(graphrun_cli() + " check " + model);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("ops without a kernel: none"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\nverdict: trainable"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace graphrun::testing
