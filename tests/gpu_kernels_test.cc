@@ -290,6 +290,60 @@ void comparison_where_cast_cases(Cases& cs) {
 }
 TEST(GpuKernels, ComparisonsWhereCast) { expect_group_on_gpu(comparison_where_cast_cases); }
 
+// ---- activations with attributes, trigonometry, Clip, PRelu, bool logic (MobileNet's ReLU6, GELU's Erf,
+// DCGAN's LeakyRelu, MobileNet V3's HardSwish, the masks of their gradients) ----
+
+Tensor as_f64(const Tensor& t);
+
+void activation_logic_cases(Cases& cs) {
+  Tensor x = random_tensor({6, 11}, 30, -4.f, 4.f), unit = random_tensor({6, 11}, 31, -0.95f, 0.95f);
+  Tensor above1 = random_tensor({6, 11}, 32, 1.05f, 4.f);
+  // Halves (Round's ties to even), zeros of both signs, a NaN and infinities (IsNaN, IsInf, Sign).
+  const float inf = std::numeric_limits<float>::infinity();
+  Tensor special = Tensor::from_vector<float>({10}, {-2.5f, -0.5f, 0.5f, 1.5f, 2.5f, -0.f, 0.f, std::nanf(""), inf, -inf});
+  for (const char* op : {"Erf", "Softplus", "Sin", "Cos", "Tan", "Atan", "Sinh", "Cosh", "Asinh", "Softsign",
+                         "HardSwish", "Sign", "Round"})
+    cs.add(op, {x}, {}, 1, 1e-5);
+  for (const char* op : {"Asin", "Acos", "Atanh"}) cs.add(op, {unit}, {}, 1, 1e-5);
+  cs.add("Acosh", {above1}, {}, 1, 1e-5);
+  for (const char* op : {"Round", "Sign", "IsNaN", "IsInf"}) cs.add(op, {special});
+  cs.add("IsInf", {special}, {{"detect_negative", Attribute::Int(0)}});
+  cs.add("Sign", {i64({5}, {-3, 0, 2, -1, 7})});
+  cs.add("Erf", {as_f64(x)}, {}, 1, 1e-12);
+  using A = Attribute;
+  cs.add("LeakyRelu", {x});
+  cs.add("LeakyRelu", {x}, {{"alpha", A::Float(0.2f)}});
+  cs.add("Elu", {x}, {{"alpha", A::Float(0.7f)}}, 1, 1e-5);
+  cs.add("HardSigmoid", {x});
+  cs.add("HardSigmoid", {x}, {{"alpha", A::Float(1.f / 6)}, {"beta", A::Float(0.5f)}});
+  cs.add("Selu", {x}, {}, 1, 1e-5);
+  cs.add("ThresholdedRelu", {x}, {{"alpha", A::Float(0.5f)}});
+  cs.add("Celu", {x}, {{"alpha", A::Float(1.5f)}}, 1, 1e-5);
+  cs.add("LeakyRelu", {as_f64(x)}, {{"alpha", A::Float(0.2f)}});
+  // Clip: ReLU6 (torch's export: scalar inputs), only a max, only a min, min > max, the attributes of opset 6.
+  const Tensor zero = Tensor::scalar<float>(0.f), six = Tensor::scalar<float>(6.f), empty;
+  Tensor big = random_tensor({6, 11}, 33, -9.f, 9.f);
+  cs.add("Clip", {big, zero, six});
+  cs.add("Clip", {big, empty, six});
+  cs.add("Clip", {big, Tensor::scalar<float>(-1.f)});
+  cs.add("Clip", {big, Tensor::scalar<float>(2.f), Tensor::scalar<float>(1.f)});
+  cs.add("Clip", {special, zero, six});
+  cs.add("Clip", {i64({5}, {-3, 0, 2, -1, 7}), Tensor::scalar<int64_t>(-1), Tensor::scalar<int64_t>(3)});
+  cs.add("Clip", {big}, {{"min", A::Float(-2.f)}, {"max", A::Float(3.f)}}, 1, 1e-5, 6);
+  // PRelu with a slope per channel (broadcast over [N, C, H, W]) and one for all.
+  Tensor img = random_tensor({2, 3, 4, 4}, 34, -2.f, 2.f);
+  cs.add("PRelu", {img, random_tensor({3, 1, 1}, 35, 0.f, 0.5f)});
+  cs.add("PRelu", {img, Tensor::from_vector<float>({1}, {0.25f})});
+  // Bool logic, broadcast too.
+  Tensor p = bool_tensor({4, 5}, 36), q = bool_tensor({4, 5}, 37), row = bool_tensor({5}, 38);
+  for (const char* op : {"And", "Or", "Xor"}) {
+    cs.add(op, {p, q});
+    cs.add(op, {p, row});
+  }
+  cs.add("Not", {p});
+}
+TEST(GpuKernels, ActivationsTrigonometryClipLogic) { expect_group_on_gpu(activation_logic_cases); }
+
 // ---- shape ----
 
 Tensor as_f64(const Tensor& t);
@@ -326,6 +380,25 @@ void shape_cases(Cases& cs) {
   for (const char* mode : {"constant", "edge", "reflect"})
     cs.add("Pad", {x, i64({6}, {0, 1, 2, 1, -1, 1}), Tensor::scalar<float>(0.5f)}, {{"mode", Attribute::Str(mode)}}, 1,
                   0, 13);
+  // ConstantOfShape on the device (a gradient's zeros): f32, i64 and bool values, the default 0, an empty shape.
+  cs.add("ConstantOfShape", {i64({2}, {3, 4})}, {{"value", Attribute::Tens(Tensor::from_vector<float>({1}, {1.5f}))}});
+  cs.add("ConstantOfShape", {i64({1}, {5})}, {{"value", Attribute::Tens(i64({1}, {-7}))}});
+  cs.add("ConstantOfShape", {i64({2}, {2, 2})}, {{"value", Attribute::Tens(bool_tensor({1}, 40))}});
+  cs.add("ConstantOfShape", {i64({3}, {2, 0, 3})});
+  // Split (torch.chunk and split): sizes as an input, equal parts, the attribute of opset 11, a middle axis.
+  cs.add("Split", {x, i64({2}, {1, 3})}, {{"axis", Attribute::Int(2)}}, 2, 0, 13);
+  cs.add("Split", {x}, {{"axis", Attribute::Int(-1)}}, 2, 0, 13);
+  cs.add("Split", {x}, {{"axis", Attribute::Int(1)}, {"split", Attribute::Ints({2, 0, 1})}}, 3, 0, 11);
+  cs.add("Split", {i64({6}, {1, 2, 3, 4, 5, 6})}, {}, 3, 0, 13);
+  // Tile (x.repeat): every axis, a zero repeat, int64.
+  cs.add("Tile", {x, i64({3}, {2, 1, 3})});
+  cs.add("Tile", {x, i64({3}, {1, 0, 2})});
+  cs.add("Tile", {i64({2, 2}, {1, 2, 3, 4}), i64({2}, {3, 2})});
+  // PixelShuffle / PixelUnshuffle and both DepthToSpace modes.
+  Tensor img = random_tensor({2, 8, 3, 2}, 29);
+  cs.add("DepthToSpace", {img}, {{"blocksize", Attribute::Int(2)}});
+  cs.add("DepthToSpace", {img}, {{"blocksize", Attribute::Int(2)}, {"mode", Attribute::Str("CRD")}});
+  cs.add("SpaceToDepth", {random_tensor({2, 3, 4, 6}, 39)}, {{"blocksize", Attribute::Int(2)}});
 }
 TEST(GpuKernels, ShapeOps) { expect_group_on_gpu(shape_cases); }
 
@@ -348,6 +421,21 @@ void reduction_cases(Cases& cs) {
   cs.add("SumToShape", {x, i64({2}, {3, 1})}, {}, 1, 1e-5, 17, kGraphrunDomain);
   // Long reductions take the block-per-output path.
   cs.add("SumToShape", {random_tensor({64, 6, 28, 28}, 31), i64({3}, {6, 1, 1})}, {}, 1, 1e-4, 17, kGraphrunDomain);
+  // The other reductions (a thread per output, in double as the CPU folds): over one axis, two, all; kept
+  // and dropped dims; a NaN, which Max and Min pass on; LogSumExp of values that would overflow exp.
+  Tensor withnan = x.clone();
+  withnan.data<float>()[7] = std::nanf("");
+  Tensor large = random_tensor({3, 4}, 32, 80.f, 120.f);
+  for (const char* op : {"ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare", "ReduceL1", "ReduceL2",
+                         "ReduceLogSum", "ReduceLogSumExp"}) {
+    const Tensor& in = std::string(op) == "ReduceLogSum" ? random_tensor({4, 3, 5}, 33, 0.1f, 2.f) : x;
+    cs.add(op, {in}, ints("axes", {1}), 1, 1e-5, 17);
+    cs.add(op, {in}, {{"axes", Attribute::Ints({-1, 0})}, {"keepdims", Attribute::Int(0)}}, 1, 1e-5, 17);
+    cs.add(op, {in}, {}, 1, 1e-5, 17);
+  }
+  cs.add("ReduceMax", {withnan}, ints("axes", {2}), 1, 1e-5, 17);
+  cs.add("ReduceMin", {withnan}, ints("axes", {2}), 1, 1e-5, 17);
+  cs.add("ReduceLogSumExp", {large}, ints("axes", {1}), 1, 1e-5, 17);
 }
 TEST(GpuKernels, Reductions) { expect_group_on_gpu(reduction_cases); }
 
@@ -1060,6 +1148,7 @@ const std::vector<std::pair<const char*, CaseGroup>>& case_groups() {
   static const std::vector<std::pair<const char*, CaseGroup>> groups = {
       {"BinaryArithmeticBroadcasts", binary_arithmetic_cases},
       {"UnaryMath", unary_math_cases},
+      {"ActivationsTrigonometryClipLogic", activation_logic_cases},
       {"NaNPropagatesAndMaxMinAreVariadic", nan_and_variadic_max_min_cases},
       {"ComparisonsWhereCast", comparison_where_cast_cases},
       {"ShapeOps", shape_cases},

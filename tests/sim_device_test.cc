@@ -5,11 +5,15 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <thread>
 
 #include "autodiff/autodiff.h"
 #include "graph/onnx_io.h"
+#include "graph/op_table.h"
+#include "graph/passes/place_shape_computations.h"
+#include "graph/tensor_io.h"
 #include "runtime/device.h"
 #include "runtime/executor.h"
 #include "runtime/trainer.h"
@@ -275,6 +279,67 @@ TEST(SimDevice, CollidingScatterGradientEqualsTheCpu) {
   EXPECT_EQ(v[3], 0.f);
   EXPECT_EQ(v[4], 0.f);
   EXPECT_NE(v[5], 0.f);
+}
+
+// Training graphs of models users export, on the simulated device: every node of the forward and backward
+// graph has a CUDA kernel or is a shape computation the host runs (no "unsupported op" when the executor
+// plans), and the step gives the CPU's gradients bit for bit (the simulated device runs the CPU kernels:
+// this proves the device path, not the CUDA code). MobileNet V2's ReLU6 is Clip (its gradient And, Less,
+// Greater, Where), ViT's GELU Erf, ShuffleNet V2's channel split Split,
+// MobileNet V3's HardSwish and HardSigmoid, a UNet's Resize and InstanceNormalization, LocalResponseNorm's padding
+// through ConstantOfShape, a transformer's masks, an LSTM, a spatial transformer's GridSample, a flow's Det.
+TEST(SimDevice, TorchvisionTrainingGraphsRunOnTheDeviceAsOnTheCpu) {
+  if (testing::run_command(testing::python() + " -c 'import torchvision' 2>&1").exit_code != 0)
+    GTEST_SKIP() << testing::python() << " lacks torchvision";
+  ScopedSimDevice sim;
+  bool cuda_kernels_registered = false;
+  for (const auto& [key, f] : op_table().ops()) cuda_kernels_registered = cuda_kernels_registered || f.kernel(Device::Kind::CUDA);
+  for (const auto& [name, size] : std::vector<std::pair<std::string, int>>{
+           {"mobilenet_v2", 32}, {"mobilenet_v3_small", 32}, {"vit", 32}, {"shufflenet", 64}, {"unet", 32}, {"lrn", 16},
+           {"text", 12}, {"lstm", 8}, {"stn", 16}, {"glow", 16}}) {
+    SCOPED_TRACE(name);
+    const std::string dir = testing::temp_dir("sim_zoo_" + name);
+    auto py = testing::run_command(testing::python() + " " + testing::source_dir() + "/tests/zoo_parity.py " + name +
+                                   " " + dir + " --opset 17 --size " + std::to_string(size) + " --batch 2 2>&1");
+    ASSERT_EQ(py.exit_code, 0) << py.output;
+    Graph bg = autodiff::backward(autodiff::attach_loss(load_onnx(dir + "/train.onnx")));
+    // The model's one input: an image, or token ids (the text classifiers).
+    const std::string input = std::ifstream(dir + "/tokens.npy").good() ? "tokens" : "image";
+    std::map<std::string, Tensor> feeds{{input, read_npy(dir + "/" + input + ".npy")}, {"labels", read_npy(dir + "/labels.npy")}};
+    // The simulated device runs every op with the CPU's kernels; a GPU runs what has a CUDA kernel, and the
+    // shape computations the executor keeps on the host. (A build without CUDA registers none: not checked.)
+    if (cuda_kernels_registered) {
+      std::set<std::string> pinned(bg.outputs.begin(), bg.outputs.end());
+      for (const auto& [init, t] : bg.initializers) pinned.insert(init);
+      const passes::HostPlacement host = passes::place_shape_computations(bg, pinned);
+      std::set<std::string> missing;
+      for (size_t i = 0; i < bg.nodes.size(); ++i) {
+        const OpFacts* f = op_table().find(bg.nodes[i]);
+        if (!host.host_nodes[i] && (!f || !f->kernel(Device::Kind::CUDA))) missing.insert(bg.nodes[i].op_key());
+      }
+      std::string list;
+      for (const auto& op : missing) list += " " + op;
+      EXPECT_TRUE(missing.empty()) << "no CUDA kernel for:" << list;
+    }
+    runtime::ExecOptions so;
+    so.device = kSim;
+    Executor cpu(bg);
+    std::unique_ptr<Executor> dev;
+    try {
+      dev = std::make_unique<Executor>(bg, so);
+    } catch (const Error& e) {
+      ADD_FAILURE() << e.what();
+      continue;
+    }
+    auto want = cpu.run(feeds);
+    auto got = dev->run(feeds);
+    int compared = 0;
+    for (const auto& [out, t] : want) {
+      EXPECT_EQ(testing::max_abs_diff(runtime::to_host(got.at(out)), t), 0) << out;
+      ++compared;
+    }
+    EXPECT_GT(compared, 3);
+  }
 }
 
 // ---- The trainer on the device ----

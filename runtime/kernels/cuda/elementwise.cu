@@ -1,6 +1,7 @@
 // CUDA kernels: elementwise family (the CPU's elementwise.cc op set): arithmetic and comparisons with
 // numpy broadcasting, unary math, Where, Cast, Identity, Expand, Sum; FusedAdd (Relu(Add), pass fuse_relu_bn_add).
 #include <cmath>
+#include <limits>
 #include <type_traits>
 
 #include "runtime/kernels/cuda/common.cuh"
@@ -164,14 +165,77 @@ struct ReciprocalOp { template <class T> __device__ T operator()(T x) const { re
 struct FloorOp { template <class T> __device__ T operator()(T x) const { return floor(x); } };
 struct CeilOp { template <class T> __device__ T operator()(T x) const { return ceil(x); } };
 
+// The CPU's formulas (runtime/kernels/cpu/elementwise.cc), written with its comparisons so that NaN goes
+// the same way: std::max(a, b) is (a < b ? b : a), std::min(a, b) is (b < a ? b : a).
+template <class T> __device__ T max_like_std(T a, T b) { return a < b ? b : a; }
+template <class T> __device__ T min_like_std(T a, T b) { return b < a ? b : a; }
+
+struct SignOp { template <class T> __device__ T operator()(T v) const { return static_cast<T>(v > T(0) ? 1 : (v < T(0) ? -1 : 0)); } };
+struct ErfOp { template <class T> __device__ T operator()(T v) const { return erf(v); } };
+struct SoftplusOp {
+  template <class T> __device__ T operator()(T v) const { return v > T(0) ? v + log1p(exp(-v)) : log1p(exp(v)); }
+};
+struct RoundOp { template <class T> __device__ T operator()(T v) const { return rint(v); } };  // half to even
+struct SinOp { template <class T> __device__ T operator()(T v) const { return sin(v); } };
+struct CosOp { template <class T> __device__ T operator()(T v) const { return cos(v); } };
+struct TanOp { template <class T> __device__ T operator()(T v) const { return tan(v); } };
+struct AsinOp { template <class T> __device__ T operator()(T v) const { return asin(v); } };
+struct AcosOp { template <class T> __device__ T operator()(T v) const { return acos(v); } };
+struct AtanOp { template <class T> __device__ T operator()(T v) const { return atan(v); } };
+struct SinhOp { template <class T> __device__ T operator()(T v) const { return sinh(v); } };
+struct CoshOp { template <class T> __device__ T operator()(T v) const { return cosh(v); } };
+struct AsinhOp { template <class T> __device__ T operator()(T v) const { return asinh(v); } };
+struct AcoshOp { template <class T> __device__ T operator()(T v) const { return acosh(v); } };
+struct AtanhOp { template <class T> __device__ T operator()(T v) const { return atanh(v); } };
+struct SoftsignOp { template <class T> __device__ T operator()(T v) const { return v / (T(1) + fabs(v)); } };
+struct HardSwishOp {
+  template <class T> __device__ T operator()(T v) const {
+    return v * max_like_std(T(0), min_like_std(T(1), v / T(6) + T(0.5)));
+  }
+};
+// Activations with float attributes (a, b as the CPU reads them: the attribute's float, widened).
+struct LeakyReluOp {
+  double a = 0.01;
+  template <class T> __device__ T operator()(T v) const { return v >= T(0) ? v : static_cast<T>(a) * v; }
+};
+struct EluOp {
+  double a = 1;
+  template <class T> __device__ T operator()(T v) const { return v >= T(0) ? v : static_cast<T>(a) * (exp(v) - T(1)); }
+};
+struct HardSigmoidOp {
+  double a = 0.2, b = 0.5;
+  template <class T> __device__ T operator()(T v) const {
+    return max_like_std(T(0), min_like_std(T(1), static_cast<T>(a) * v + static_cast<T>(b)));
+  }
+};
+struct SeluOp {
+  double a = 1.67326319217681884765625, g = 1.05070102214813232421875;
+  template <class T> __device__ T operator()(T v) const {
+    const T ta = static_cast<T>(a), tg = static_cast<T>(g);
+    return v > T(0) ? tg * v : tg * (ta * exp(v) - ta);
+  }
+};
+struct ThresholdedReluOp {
+  double a = 1;
+  template <class T> __device__ T operator()(T v) const { return v > static_cast<T>(a) ? v : T(0); }
+};
+struct CeluOp {
+  double a = 1;
+  template <class T> __device__ T operator()(T v) const {
+    const T ta = static_cast<T>(a);
+    return max_like_std(T(0), v) + min_like_std(T(0), ta * (exp(v / ta) - T(1)));
+  }
+};
+
 template <class T, class Op>
 __global__ void unary_kernel(const T* x, T* y, int64_t n, Op op) {
   GR_GRID_STRIDE(i, n) y[i] = op(x[i]);
 }
 
-// Float-only unary ops (exp, log, ...) and sign ops that also take integers (Neg, Abs, Relu).
+// Float-only unary ops (exp, log, ...) and sign ops that also take integers (Neg, Abs, Relu); `op` carries
+// the node's attributes where it has some.
 template <class Op, bool kIntegersToo>
-void unary(KernelContext& ctx) {
+void unary_with(KernelContext& ctx, Op op) {
   const Tensor& X = ctx.input(0);
   Tensor& Y = ctx.output(0, X.shape(), X.dtype());
   int64_t n = X.numel();
@@ -179,7 +243,7 @@ void unary(KernelContext& ctx) {
   cudaStream_t s = stream_of(ctx);
   auto go = [&](auto tag) {
     using T = decltype(tag);
-    unary_kernel<<<grid_for(n), kThreads, 0, s>>>(dptr<T>(X), dptr<T>(Y), n, Op{});
+    unary_kernel<<<grid_for(n), kThreads, 0, s>>>(dptr<T>(X), dptr<T>(Y), n, op);
   };
   if (X.dtype() == DType::F32) {
     go(float{});
@@ -194,6 +258,131 @@ void unary(KernelContext& ctx) {
     GR_CHECK(done, ctx.node().op_type << " on " << dtype_name(X.dtype()) << " is not supported on CUDA");
   }
   GR_LAUNCH_CHECK("unary");
+}
+template <class Op, bool kIntegersToo> void unary(KernelContext& ctx) { unary_with<Op, kIntegersToo>(ctx, Op{}); }
+
+double attr_or(KernelContext& ctx, const char* name, float def) { return ctx.node().attr_f(name, def); }
+void leaky_relu_op(KernelContext& ctx) { unary_with<LeakyReluOp, false>(ctx, LeakyReluOp{attr_or(ctx, "alpha", 0.01f)}); }
+void elu_op(KernelContext& ctx) { unary_with<EluOp, false>(ctx, EluOp{attr_or(ctx, "alpha", 1.f)}); }
+void hard_sigmoid_op(KernelContext& ctx) {
+  unary_with<HardSigmoidOp, false>(ctx, HardSigmoidOp{attr_or(ctx, "alpha", 0.2f), attr_or(ctx, "beta", 0.5f)});
+}
+void selu_op(KernelContext& ctx) {
+  unary_with<SeluOp, false>(
+      ctx, SeluOp{attr_or(ctx, "alpha", 1.67326319217681884765625f), attr_or(ctx, "gamma", 1.05070102214813232421875f)});
+}
+void thresholded_relu_op(KernelContext& ctx) {
+  unary_with<ThresholdedReluOp, false>(ctx, ThresholdedReluOp{attr_or(ctx, "alpha", 1.f)});
+}
+void celu_op(KernelContext& ctx) { unary_with<CeluOp, false>(ctx, CeluOp{attr_or(ctx, "alpha", 1.f)}); }
+
+// ---- Clip: min(hi, max(lo, v)) as the CPU computes it (NaN stays NaN; min > max gives max). The bounds are
+// attributes before opset 11, optional scalar inputs from 11 on: read on the device, where they are.
+template <class T>
+__global__ void clip_kernel(const T* x, T* y, int64_t n, const T* lo_in, const T* hi_in, T lo_attr, T hi_attr) {
+  const T lo = lo_in ? *lo_in : lo_attr, hi = hi_in ? *hi_in : hi_attr;
+  GR_GRID_STRIDE(i, n) {
+    const T up = x[i] < lo ? lo : x[i];
+    y[i] = hi < up ? hi : up;
+  }
+}
+
+void clip_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  Tensor& Y = ctx.output(0, X.shape(), X.dtype());
+  const int64_t n = X.numel();
+  const bool attrs = ctx.opset() < 11;
+  for (int i = 1; i <= 2 && !attrs; ++i) {
+    if (!ctx.has_input(i)) continue;
+    const Tensor& b = ctx.input(i);
+    GR_CHECK(b.numel() == 1, "Clip: " << (i == 1 ? "min" : "max") << " must be a scalar, got shape " << shape_str(b.shape()));
+    GR_CHECK(b.dtype() == X.dtype(), "Clip: " << (i == 1 ? "min" : "max") << " is " << dtype_name(b.dtype())
+                                              << " but the input is " << dtype_name(X.dtype()));
+  }
+  if (n == 0) return;
+  auto go = [&](auto tag) {
+    using T = decltype(tag);
+    T lo = std::numeric_limits<T>::lowest(), hi = std::numeric_limits<T>::max();
+    if (attrs) {
+      lo = static_cast<T>(ctx.node().attr_f("min", -std::numeric_limits<float>::max()));
+      hi = static_cast<T>(ctx.node().attr_f("max", std::numeric_limits<float>::max()));
+    }
+    const T* lo_in = !attrs && ctx.has_input(1) ? dptr<T>(ctx.input(1)) : nullptr;
+    const T* hi_in = !attrs && ctx.has_input(2) ? dptr<T>(ctx.input(2)) : nullptr;
+    clip_kernel<T><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dptr<T>(X), dptr<T>(Y), n, lo_in, hi_in, lo, hi);
+  };
+  switch (X.dtype()) {
+    case DType::F32: go(float{}); break;
+    case DType::F64: go(double{}); break;
+    case DType::I64: go(int64_t{}); break;
+    case DType::I32: go(int32_t{}); break;
+    default: GR_FAIL("Clip on " << dtype_name(X.dtype()) << " is not supported on CUDA");
+  }
+  GR_LAUNCH_CHECK("clip");
+}
+
+// ---- bool results and bool logic (a byte per element, as comparisons write them) ----
+template <class T>
+__global__ void isnan_kernel(const T* x, uint8_t* y, int64_t n) {
+  GR_GRID_STRIDE(i, n) y[i] = isnan(x[i]);
+}
+template <class T>
+__global__ void isinf_kernel(const T* x, uint8_t* y, int64_t n, bool neg, bool pos) {
+  GR_GRID_STRIDE(i, n) y[i] = isinf(x[i]) && ((x[i] > T(0) && pos) || (x[i] < T(0) && neg));
+}
+
+template <bool kIsInf>
+void float_test_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  Tensor& Y = ctx.output(0, X.shape(), DType::Bool);
+  const int64_t n = X.numel();
+  GR_CHECK(X.dtype() == DType::F32 || X.dtype() == DType::F64,
+           ctx.node().op_type << " on " << dtype_name(X.dtype()) << " is not supported on CUDA");
+  if (n == 0) return;
+  const bool neg = ctx.node().attr_i("detect_negative", 1) != 0, pos = ctx.node().attr_i("detect_positive", 1) != 0;
+  auto go = [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (kIsInf)
+      isinf_kernel<T><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dptr<T>(X), dptr<uint8_t>(Y), n, neg, pos);
+    else
+      isnan_kernel<T><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dptr<T>(X), dptr<uint8_t>(Y), n);
+  };
+  if (X.dtype() == DType::F32) go(float{});
+  else go(double{});
+  GR_LAUNCH_CHECK("float_test");
+}
+
+__global__ void not_kernel(const uint8_t* x, uint8_t* y, int64_t n) {
+  GR_GRID_STRIDE(i, n) y[i] = !x[i];
+}
+void not_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  GR_CHECK(X.dtype() == DType::Bool, "Not takes bool, got " << dtype_name(X.dtype()));
+  Tensor& Y = ctx.output(0, X.shape(), DType::Bool);
+  const int64_t n = X.numel();
+  if (n == 0) return;
+  not_kernel<<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dptr<uint8_t>(X), dptr<uint8_t>(Y), n);
+  GR_LAUNCH_CHECK("not");
+}
+
+struct AndOp { __device__ uint8_t operator()(uint8_t a, uint8_t b) const { return a && b; } };
+struct OrOp { __device__ uint8_t operator()(uint8_t a, uint8_t b) const { return a || b; } };
+struct XorOp { __device__ uint8_t operator()(uint8_t a, uint8_t b) const { return (a != 0) != (b != 0); } };
+
+template <class Op>
+void logic_op(KernelContext& ctx) {
+  const Tensor &A = ctx.input(0), &B = ctx.input(1);
+  GR_CHECK(A.dtype() == DType::Bool && B.dtype() == DType::Bool,
+           ctx.node().op_type << " takes bool inputs, got " << dtype_name(A.dtype()) << " and " << dtype_name(B.dtype()));
+  Tensor& Y = ctx.output(0, broadcast_shapes({A.shape(), B.shape()}), DType::Bool);
+  launch_binary<uint8_t>(ctx, A, B, Y, Op{});
+}
+
+// PRelu: x where x >= 0, slope * x elsewhere; slope broadcasts to x.
+struct PReluOp { template <class T> __device__ T operator()(T v, T a) const { return v < T(0) ? static_cast<T>(a * v) : v; } };
+void prelu_op(KernelContext& ctx) {
+  GR_CHECK(ctx.num_inputs() == 2, "PRelu takes 2 inputs, got " << ctx.num_inputs());
+  run_binary(ctx, PReluOp{});
 }
 
 // ---- Where ----
@@ -388,6 +577,37 @@ GR_REGISTER_OPS(elementwise) {
   ops.op("Reciprocal").cuda(locked<unary<ReciprocalOp, false>>);
   ops.op("Floor").cuda(locked<unary<FloorOp, false>>);
   ops.op("Ceil").cuda(locked<unary<CeilOp, false>>);
+  ops.op("Sign").cuda(locked<unary<SignOp, true>>);
+  ops.op("Erf").cuda(locked<unary<ErfOp, false>>);
+  ops.op("Softplus").cuda(locked<unary<SoftplusOp, false>>);
+  ops.op("Round").cuda(locked<unary<RoundOp, false>>);
+  ops.op("Sin").cuda(locked<unary<SinOp, false>>);
+  ops.op("Cos").cuda(locked<unary<CosOp, false>>);
+  ops.op("Tan").cuda(locked<unary<TanOp, false>>);
+  ops.op("Asin").cuda(locked<unary<AsinOp, false>>);
+  ops.op("Acos").cuda(locked<unary<AcosOp, false>>);
+  ops.op("Atan").cuda(locked<unary<AtanOp, false>>);
+  ops.op("Sinh").cuda(locked<unary<SinhOp, false>>);
+  ops.op("Cosh").cuda(locked<unary<CoshOp, false>>);
+  ops.op("Asinh").cuda(locked<unary<AsinhOp, false>>);
+  ops.op("Acosh").cuda(locked<unary<AcoshOp, false>>);
+  ops.op("Atanh").cuda(locked<unary<AtanhOp, false>>);
+  ops.op("Softsign").cuda(locked<unary<SoftsignOp, false>>);
+  ops.op("HardSwish").cuda(locked<unary<HardSwishOp, false>>);
+  ops.op("LeakyRelu").cuda(locked<leaky_relu_op>);
+  ops.op("Elu").cuda(locked<elu_op>);
+  ops.op("HardSigmoid").cuda(locked<hard_sigmoid_op>);
+  ops.op("Selu").cuda(locked<selu_op>);
+  ops.op("ThresholdedRelu").cuda(locked<thresholded_relu_op>);
+  ops.op("Celu").cuda(locked<celu_op>);
+  ops.op("Clip").cuda(locked<clip_op>);
+  ops.op("IsNaN").cuda(locked<float_test_op<false>>);
+  ops.op("IsInf").cuda(locked<float_test_op<true>>);
+  ops.op("Not").cuda(locked<not_op>);
+  ops.op("And").cuda(locked<logic_op<AndOp>>);
+  ops.op("Or").cuda(locked<logic_op<OrOp>>);
+  ops.op("Xor").cuda(locked<logic_op<XorOp>>);
+  ops.op("PRelu").cuda(locked<prelu_op>);
   ops.op("Where").cuda(locked<where_op>);
   ops.op("Cast").cuda(locked<cast_op>);
   ops.op("Identity").cuda(locked<identity_op>);

@@ -1,5 +1,6 @@
-// CUDA kernels: reduce family (the CPU's reduce.cc op set): ReduceSum, ReduceMean, SumToShape,
-// Softmax, LogSoftmax, ArgMax, ArgMin. One generic reduction: each output sums a strided subspace of X.
+// CUDA kernels: reduce family (the CPU's reduce.cc op set): ReduceSum, ReduceMean, ReduceMax, ReduceMin,
+// ReduceProd, ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp, SumToShape, Softmax,
+// LogSoftmax, ArgMax, ArgMin. One generic reduction: each output sums a strided subspace of X.
 #include <cfloat>
 
 #include "runtime/kernels/cuda/common.cuh"
@@ -86,12 +87,11 @@ void reduce_sum(KernelContext& ctx, const Tensor& X, Tensor& Y, const std::vecto
   GR_LAUNCH_CHECK("reduce");
 }
 
-template <bool kMean>
-void reduce_op(KernelContext& ctx) {
-  const Tensor& X = ctx.input(0);
+// The reduced axes of a Reduce* node on X and its output shape. Axes moved from an attribute to an input:
+// ReduceSum in opset 13, the others in opset 18.
+std::vector<bool> reduced_axes(KernelContext& ctx, const Tensor& X, Shape* out_shape) {
   const Node& n = ctx.node();
-  // Axes moved from an attribute to an input: ReduceSum in opset 13, the others in opset 18.
-  bool axes_input = kMean ? ctx.opset() >= 18 : ctx.opset() >= 13;
+  bool axes_input = n.op_type == "ReduceSum" ? ctx.opset() >= 13 : ctx.opset() >= 18;
   std::vector<int64_t> axes;
   if (axes_input) {
     if (ctx.has_input(1)) axes = host_int64s(ctx, 1);
@@ -102,13 +102,79 @@ void reduce_op(KernelContext& ctx) {
   bool noop = n.attr_i("noop_with_empty_axes", 0) != 0;
   std::vector<bool> reduced(X.rank(), axes.empty() && !noop);
   for (int64_t a : axes) reduced[normalize_axis(a, X.rank(), "reduce axis")] = true;
-  Shape out;
+  Shape& out = *out_shape;
+  out.clear();
   for (int d = 0; d < X.rank(); ++d) {
     if (!reduced[d]) out.push_back(X.dim(d));
     else if (keepdims) out.push_back(1);
   }
+  return reduced;
+}
+
+template <bool kMean>
+void reduce_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  Shape out;
+  const std::vector<bool> reduced = reduced_axes(ctx, X, &out);
   Tensor& Y = ctx.output(0, out, X.dtype());
   reduce_sum(ctx, X, Y, reduced, kMean);
+}
+
+// ReduceMax, ReduceMin, ReduceProd, ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp on f32:
+// a thread per output folds its subspace in double, in order, as the CPU's reduce.cc does (NaN wins Max and
+// Min; LogSumExp subtracts the output's maximum first, rounded to f32 as the CPU keeps it).
+enum class Red { Max, Min, Prod, SumSquare, L1, L2, LogSum, LogSumExp };
+
+template <Red K>
+__global__ void reduce_general_kernel(const float* x, float* y, ReducePlan p) {
+  GR_GRID_STRIDE(o, p.nout) {
+    int64_t off[3];
+    map_offsets(p.out_map, o, 1, off);
+    const float* base = x + off[0];
+    auto at = [&](int64_t r) {
+      int64_t ro[3];
+      map_offsets(p.red_map, r, 1, ro);
+      return base[ro[0]];
+    };
+    float shift = 0.f;
+    if (K == Red::LogSumExp) {
+      double mx = -INFINITY;
+      for (int64_t r = 0; r < p.nred; ++r) {
+        const double v = at(r);
+        mx = mx < v ? v : mx;
+      }
+      shift = isfinite(mx) ? static_cast<float>(mx) : 0.f;
+    }
+    double a = K == Red::Max ? -INFINITY : K == Red::Min ? INFINITY : K == Red::Prod ? 1.0 : 0.0;
+    for (int64_t r = 0; r < p.nred; ++r) {
+      const float v = at(r);
+      const double d = v;
+      if (K == Red::Max) a = d > a || isnan(v) ? d : a;
+      else if (K == Red::Min) a = d < a || isnan(v) ? d : a;
+      else if (K == Red::Prod) a = a * d;
+      else if (K == Red::SumSquare || K == Red::L2) a = a + d * d;
+      else if (K == Red::L1) a = a + (v < 0.f ? -d : d);
+      else if (K == Red::LogSumExp) a = a + exp(static_cast<double>(static_cast<float>(v - shift)));
+      else a = a + d;
+    }
+    if (K == Red::LogSumExp) a = log(a) + static_cast<double>(shift);
+    else if (K == Red::L2) a = sqrt(a);
+    else if (K == Red::LogSum) a = log(a);
+    y[o] = static_cast<float>(a);
+  }
+}
+
+template <Red K>
+void reduce_general_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  GR_CHECK(X.dtype() == DType::F32, ctx.node().op_type << " on CUDA takes f32, got " << dtype_name(X.dtype()));
+  Shape out;
+  const std::vector<bool> reduced = reduced_axes(ctx, X, &out);
+  Tensor& Y = ctx.output(0, out, X.dtype());
+  const ReducePlan p = plan_reduction(X.shape(), reduced);
+  if (p.nout == 0) return;
+  reduce_general_kernel<K><<<grid_for(p.nout), kThreads, 0, stream_of(ctx)>>>(dptr<float>(X), dptr<float>(Y), p);
+  GR_LAUNCH_CHECK("reduce_general");
 }
 
 void sum_to_shape_op(KernelContext& ctx) {
@@ -217,6 +283,14 @@ GR_REGISTER_OPS(reduce) {
   ops.op("ArgMin").cuda(locked<arg_op<false>>);
   ops.op("ReduceSum").cuda(locked<reduce_op<false>>);
   ops.op("ReduceMean").cuda(locked<reduce_op<true>>);
+  ops.op("ReduceMax").cuda(locked<reduce_general_op<Red::Max>>);
+  ops.op("ReduceMin").cuda(locked<reduce_general_op<Red::Min>>);
+  ops.op("ReduceProd").cuda(locked<reduce_general_op<Red::Prod>>);
+  ops.op("ReduceSumSquare").cuda(locked<reduce_general_op<Red::SumSquare>>);
+  ops.op("ReduceL1").cuda(locked<reduce_general_op<Red::L1>>);
+  ops.op("ReduceL2").cuda(locked<reduce_general_op<Red::L2>>);
+  ops.op("ReduceLogSum").cuda(locked<reduce_general_op<Red::LogSum>>);
+  ops.op("ReduceLogSumExp").cuda(locked<reduce_general_op<Red::LogSumExp>>);
   ops.op(kGraphrunDomain, "SumToShape").cuda(locked<sum_to_shape_op>);
   ops.op("Softmax").cuda(locked<softmax_op<false>>);
   ops.op("LogSoftmax").cuda(locked<softmax_op<true>>);

@@ -1,5 +1,5 @@
 // CUDA kernels: shape family (the CPU's shape.cc op set): Reshape, Flatten, Transpose, Shape, Constant,
-// Gather, Concat, Unsqueeze, Squeeze, Slice, GatherElements, ScatterElements (and opset 9's Scatter), ScatterND,
+// ConstantOfShape, Gather, Concat, Split, Tile, DepthToSpace, SpaceToDepth, Unsqueeze, Squeeze, Slice, GatherElements, ScatterElements (and opset 9's Scatter), ScatterND,
 // ai.graphrun SliceGrad and GatherElementsGrad. Shape-like int64 inputs are read on the host (common.cuh).
 #include <cstring>
 
@@ -35,17 +35,20 @@ __global__ void strided_copy_kernel(const U* x, U* y, IndexMap m, int64_t base, 
   }
 }
 
-// y[i] = x[base + sum_d c_d * in_strides[d]] for the coordinates c of i in Y's shape.
-void strided_copy(KernelContext& ctx, const Tensor& X, Tensor& Y, const std::vector<int64_t>& in_strides, int64_t base) {
+// y[i] = x[base + sum_d c_d * in_strides[d]] for the coordinates c of i in `shape` (Y's shape unless given:
+// Y seen as a view of another shape of its size, DepthToSpace's 6-D one).
+void strided_copy(KernelContext& ctx, const Tensor& X, Tensor& Y, const std::vector<int64_t>& in_strides, int64_t base,
+                  const Shape* shape = nullptr) {
   int64_t n = Y.numel();
   if (n == 0) return;
-  GR_CHECK(Y.rank() <= kMaxRank, "rank " << Y.rank() << " exceeds " << kMaxRank << " on CUDA");
+  const Shape& ys = shape ? *shape : Y.shape();
+  GR_CHECK(ys.size() <= static_cast<size_t>(kMaxRank), "rank " << ys.size() << " exceeds " << kMaxRank << " on CUDA");
   IndexMap m;
-  m.rank = Y.rank();
+  m.rank = static_cast<int>(ys.size());
   for (int k = 0; k < 3; ++k)
     for (int d = 0; d < kMaxRank; ++d) m.strides[k][d] = 0;
   for (int d = 0; d < m.rank; ++d) {
-    m.dims[d] = Y.dim(d);
+    m.dims[d] = ys[d];
     m.strides[0][d] = in_strides[d];
   }
   dispatch_width(X.dtype(), [&](auto tag) {
@@ -237,6 +240,156 @@ void concat_op(KernelContext& ctx) {
     offset += X.dim(static_cast<int>(axis));
   }
 }
+
+// ConstantOfShape where its output feeds device kernels (a gradient's zeros, torch's padding masks): the
+// shape read on the host, the value's bytes written into every element.
+template <class U>
+__global__ void fill_kernel(U* y, U v, int64_t n) {
+  GR_GRID_STRIDE(i, n) y[i] = v;
+}
+void constant_of_shape_op(KernelContext& ctx) {
+  const Shape out = host_int64s(ctx, 0);
+  for (int64_t d : out) GR_CHECK(d >= 0, "ConstantOfShape: negative dimension in " << shape_str(out));
+  Tensor v = Tensor::scalar<float>(0.f);
+  if (const Attribute* a = ctx.node().attr("value")) {
+    GR_CHECK(a->kind == Attribute::Kind::Tensor && a->t.numel() == 1, "ConstantOfShape: 'value' must be a one-element tensor");
+    v = a->t;
+  }
+  Tensor& Y = ctx.output(0, out, v.dtype());
+  const int64_t n = Y.numel();
+  if (n == 0) return;
+  dispatch_width(v.dtype(), [&](auto tag) {
+    using U = decltype(tag);
+    U bits;
+    std::memcpy(&bits, v.raw(), sizeof(U));
+    fill_kernel<U><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dptr<U>(Y), bits, n);
+  });
+  GR_LAUNCH_CHECK("constant_of_shape");
+}
+
+// Split: Concat backwards, one 2-D copy per output. The sizes as the CPU's split_kernel takes them: an
+// attribute before opset 13, an optional input since, else equal parts.
+void split_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  const int axis = static_cast<int>(normalize_axis(ctx.node().attr_i("axis", 0), X.rank(), "Split axis"));
+  const int n = ctx.num_outputs();
+  std::vector<int64_t> split;
+  if (ctx.opset() < 13) split = ctx.node().attr_ints("split");
+  else if (ctx.has_input(1)) split = host_int64s(ctx, 1);
+  const int64_t dim = X.dim(axis);
+  if (split.empty()) {
+    GR_CHECK(n > 0 && dim % n == 0, "Split: axis " << axis << " of shape " << shape_str(X.shape())
+                                                   << " cannot be split into " << n << " equal parts");
+    split.assign(static_cast<size_t>(n), dim / n);
+  }
+  GR_CHECK(static_cast<int>(split.size()) == n, "Split: " << split.size() << " split sizes for " << n << " outputs");
+  int64_t total = 0;
+  for (int64_t v : split) {
+    GR_CHECK(v >= 0, "Split: negative size " << v);
+    total += v;
+  }
+  GR_CHECK(total == dim, "Split: sizes " << shape_str(split) << " do not add up to " << dim << " (axis " << axis << " of "
+                                         << shape_str(X.shape()) << ")");
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < axis; ++d) outer *= X.dim(d);
+  for (int d = axis + 1; d < X.rank(); ++d) inner *= X.dim(d);
+  const size_t es = dtype_size(X.dtype()), spitch = static_cast<size_t>(dim * inner) * es;
+  int64_t offset = 0;
+  for (int i = 0; i < n; ++i) {
+    Shape s = X.shape();
+    s[axis] = split[i];
+    Tensor& Y = ctx.output(i, s, X.dtype());
+    const size_t width = static_cast<size_t>(split[i] * inner) * es;
+    if (width && outer)
+      GR_CUDA_CHECK(cudaMemcpy2DAsync(Y.raw(), width, static_cast<const char*>(X.raw()) + offset * inner * es, spitch,
+                                      width, static_cast<size_t>(outer), cudaMemcpyDeviceToDevice, stream_of(ctx)));
+    offset += split[i];
+  }
+}
+
+// Tile: Y's coordinate c reads X at c mod X's shape.
+struct TileGeom {
+  int rank = 0;
+  int64_t out[kMaxRank], in[kMaxRank], in_strides[kMaxRank];
+};
+template <class U>
+__global__ void tile_kernel(const U* x, U* y, TileGeom g, int64_t n) {
+  GR_GRID_STRIDE(i, n) {
+    int64_t rest = i, off = 0;
+    for (int d = g.rank - 1; d >= 0; --d) {
+      const int64_t c = rest % g.out[d];
+      rest /= g.out[d];
+      off += (c % g.in[d]) * g.in_strides[d];
+    }
+    y[i] = x[off];
+  }
+}
+void tile_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  const std::vector<int64_t> rep = host_int64s(ctx, 1);
+  GR_CHECK(static_cast<int>(rep.size()) == X.rank(), "Tile: " << rep.size() << " repeats for input shape "
+                                                              << shape_str(X.shape()));
+  GR_CHECK(X.rank() <= kMaxRank, "Tile: rank " << X.rank() << " exceeds " << kMaxRank << " on CUDA");
+  TileGeom g;
+  g.rank = X.rank();
+  Shape out(static_cast<size_t>(X.rank()));
+  const std::vector<int64_t> st = row_major_strides(X.shape());
+  for (int d = 0; d < X.rank(); ++d) {
+    GR_CHECK(rep[d] >= 0, "Tile: negative repeat " << rep[d]);
+    out[d] = X.dim(d) * rep[d];
+    g.out[d] = out[d];
+    g.in[d] = X.dim(d);
+    g.in_strides[d] = st[d];
+  }
+  Tensor& Y = ctx.output(0, out, X.dtype());
+  const int64_t n = Y.numel();
+  if (n == 0) return;
+  dispatch_width(X.dtype(), [&](auto tag) {
+    using U = decltype(tag);
+    tile_kernel<U><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dptr<U>(X), dptr<U>(Y), g, n);
+  });
+  GR_LAUNCH_CHECK("tile");
+}
+
+// DepthToSpace / SpaceToDepth: a reshape, a transpose and a reshape, as the CPU's depth_space: one strided
+// copy with Y seen as the transposed 6-D view.
+void depth_space_op(KernelContext& ctx, bool to_space) {
+  const Tensor& X = ctx.input(0);
+  const char* what = to_space ? "DepthToSpace" : "SpaceToDepth";
+  GR_CHECK(X.rank() == 4, what << ": input must be 4-D, got " << shape_str(X.shape()));
+  const int64_t b = ctx.node().attr_i("blocksize", 0);
+  GR_CHECK(b > 0, what << ": attribute 'blocksize' must be positive");
+  const int64_t n = X.dim(0), c = X.dim(1), h = X.dim(2), w = X.dim(3);
+  Shape tmp, out;
+  std::vector<int64_t> perm;
+  if (to_space) {
+    GR_CHECK(c % (b * b) == 0, what << ": channels " << c << " are not divisible by blocksize^2 = " << b * b);
+    if (ctx.node().attr_s("mode", "DCR") == "CRD") {
+      tmp = {n, c / (b * b), b, b, h, w};
+      perm = {0, 1, 4, 2, 5, 3};
+    } else {
+      tmp = {n, b, b, c / (b * b), h, w};
+      perm = {0, 3, 4, 1, 5, 2};
+    }
+    out = {n, c / (b * b), h * b, w * b};
+  } else {
+    GR_CHECK(h % b == 0 && w % b == 0, what << ": spatial size " << h << "x" << w << " is not divisible by " << b);
+    tmp = {n, c, h / b, b, w / b, b};
+    perm = {0, 3, 5, 1, 2, 4};
+    out = {n, c * b * b, h / b, w / b};
+  }
+  const std::vector<int64_t> ts = row_major_strides(tmp);
+  Shape view(6);
+  std::vector<int64_t> st(6);
+  for (int k = 0; k < 6; ++k) {
+    view[k] = tmp[perm[k]];
+    st[k] = ts[perm[k]];
+  }
+  Tensor& Y = ctx.output(0, out, X.dtype());
+  strided_copy(ctx, X, Y, st, 0, &view);
+}
+void depth_to_space_op(KernelContext& ctx) { depth_space_op(ctx, true); }
+void space_to_depth_op(KernelContext& ctx) { depth_space_op(ctx, false); }
 
 // Axes of Unsqueeze/Squeeze: an attribute before opset 13, an optional input since.
 std::vector<int64_t> axes_of(KernelContext& ctx, bool* given) {
@@ -680,6 +833,11 @@ GR_REGISTER_OPS(shape) {
   ops.op("Constant").cuda(locked<constant_op>);
   ops.op("Gather").cuda(locked<gather_op>);
   ops.op("Concat").cuda(locked<concat_op>);
+  ops.op("ConstantOfShape").cuda(locked<constant_of_shape_op>);
+  ops.op("Split").cuda(locked<split_op>);
+  ops.op("Tile").cuda(locked<tile_op>);
+  ops.op("DepthToSpace").cuda(locked<depth_to_space_op>);
+  ops.op("SpaceToDepth").cuda(locked<space_to_depth_op>);
   ops.op("Unsqueeze").cuda(locked<unsqueeze_op>);
   ops.op("Squeeze").cuda(locked<squeeze_op>);
   ops.op("Slice").cuda(locked<slice_op>);
