@@ -505,6 +505,24 @@ void conv_cases(Cases& cs) {
   fa["activation"] = Attribute::Str("Relu");
   cs.add("FusedConv", {x, w, b}, fa, 1, 1e-5, 17, kGraphrunDomain);
   cs.add("FusedConv", {x, w}, {{"activation", Attribute::Str("Relu")}}, 1, 1e-5, 17, kGraphrunDomain);
+  // ConvTranspose (DCGAN's and UNet decoders' upsampling): stride 2 with pads and output_padding (torch's
+  // ConvTranspose2d(4, 3, 3, stride=2, padding=1, output_padding=1)), groups and dilation, a bias, output_shape,
+  // and its gradient with each of those geometries.
+  Tensor tx = random_tensor({2, 4, 5, 5}, 68), tw = random_tensor({4, 3, 3, 3}, 69), tb = random_tensor({3}, 70);
+  const std::vector<std::map<std::string, Attribute>> geoms = {
+      {{"strides", Attribute::Ints({2, 2})}, {"pads", Attribute::Ints({1, 1, 1, 1})}, {"output_padding", Attribute::Ints({1, 1})}},
+      {{"strides", Attribute::Ints({2, 2})}, {"output_shape", Attribute::Ints({11, 11})}},
+      {{"dilations", Attribute::Ints({2, 1})}, {"pads", Attribute::Ints({1, 0, 1, 0})}}};
+  for (const auto& ta : geoms) {
+    cs.add("ConvTranspose", {tx, tw, tb}, ta, 1, 1e-5);
+    auto ty = testing::run_node("ConvTranspose", {tx, tw}, ta, 1, 17)[0];
+    cs.add("ConvTransposeGrad", {random_tensor(ty.shape(), 71), tx, tw}, ta, 3, 1e-5, 17, kGraphrunDomain);
+  }
+  std::map<std::string, Attribute> tg{{"group", Attribute::Int(2)}, {"strides", Attribute::Ints({2, 2})}};
+  Tensor twg = random_tensor({4, 2, 4, 4}, 72);
+  cs.add("ConvTranspose", {tx, twg}, tg, 1, 1e-5);
+  auto tyg = testing::run_node("ConvTranspose", {tx, twg}, tg, 1, 17)[0];
+  cs.add("ConvTransposeGrad", {random_tensor(tyg.shape(), 73), tx, twg}, tg, 3, 1e-5, 17, kGraphrunDomain);
 }
 TEST(GpuKernels, ConvAndConvGrad) { expect_group_on_gpu(conv_cases); }
 

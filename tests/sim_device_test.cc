@@ -287,7 +287,8 @@ TEST(SimDevice, CollidingScatterGradientEqualsTheCpu) {
 // this proves the device path, not the CUDA code). MobileNet V2's ReLU6 is Clip (its gradient And, Less,
 // Greater, Where), ViT's GELU Erf, ShuffleNet V2's channel split Split,
 // MobileNet V3's HardSwish and HardSigmoid, a UNet's Resize and InstanceNormalization, LocalResponseNorm's padding
-// through ConstantOfShape, a transformer's masks, an LSTM, a spatial transformer's GridSample, a flow's Det.
+// through ConstantOfShape, a transformer's masks, an LSTM, a spatial transformer's GridSample, a flow's Det, a
+// DCGAN-style decoder's ConvTranspose and LeakyRelu.
 TEST(SimDevice, TorchvisionTrainingGraphsRunOnTheDeviceAsOnTheCpu) {
   if (testing::run_command(testing::python() + " -c 'import torchvision' 2>&1").exit_code != 0)
     GTEST_SKIP() << testing::python() << " lacks torchvision";
@@ -296,7 +297,7 @@ TEST(SimDevice, TorchvisionTrainingGraphsRunOnTheDeviceAsOnTheCpu) {
   for (const auto& [key, f] : op_table().ops()) cuda_kernels_registered = cuda_kernels_registered || f.kernel(Device::Kind::CUDA);
   for (const auto& [name, size] : std::vector<std::pair<std::string, int>>{
            {"mobilenet_v2", 32}, {"mobilenet_v3_small", 32}, {"vit", 32}, {"shufflenet", 64}, {"unet", 32}, {"lrn", 16},
-           {"text", 12}, {"lstm", 8}, {"stn", 16}, {"glow", 16}}) {
+           {"text", 12}, {"lstm", 8}, {"stn", 16}, {"glow", 16}, {"upsampling", 16}}) {
     SCOPED_TRACE(name);
     const std::string dir = testing::temp_dir("sim_zoo_" + name);
     auto py = testing::run_command(testing::python() + " " + testing::source_dir() + "/tests/zoo_parity.py " + name +

@@ -105,6 +105,23 @@ class AttentionReader(torch.nn.Module):
         return self.head(h)
 
 
+class UpsamplingNet(torch.nn.Module):
+    """A DCGAN-style decoder inside a classifier, as users write generators and segmentation decoders: strided Conv
+    down, ConvTranspose2d up (stride 2, padding 1, output_padding 1: the size doubles), BatchNorm, LeakyReLU, a
+    grouped ConvTranspose2d, Tanh, then a pooled Linear head."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        nn = torch.nn
+        self.body = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.LeakyReLU(0.2),
+                                  nn.ConvTranspose2d(8, 6, 3, stride=2, padding=1, output_padding=1), nn.BatchNorm2d(6),
+                                  nn.LeakyReLU(0.2), nn.ConvTranspose2d(6, 4, 4, stride=2, padding=1, groups=2),
+                                  nn.Tanh(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, classes))
+
+    def forward(self, x):
+        return self.body(x)
+
+
 class TextClassifier(torch.nn.Module):
     """A text classifier as users write one: token ids [N, T] (0 pads), nn.Embedding with padding_idx, a learned
     position embedding, nn.TransformerEncoder (batch_first) told the padding by src_key_padding_mask, the mean over
@@ -259,6 +276,8 @@ def build(name, size):
         return RowSequence(torch.nn.LSTM, size, layers=1, bidirectional=False, batch_first=False)
     if name == 'gru1':  # 1 layer, one direction, batch_first
         return RowSequence(torch.nn.GRU, size, layers=1, bidirectional=False)
+    if name == 'upsampling':
+        return UpsamplingNet()
     if name == 'stn_tutorial':
         return TutorialSpatialTransformer(size)
     if name == 'attention':

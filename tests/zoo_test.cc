@@ -137,6 +137,8 @@ TEST(Zoo, SpatialTransformerNearestBorderAlignCorners) {
 // exactly at pixel centres (rows and columns 3, 10, 17, 24 of 28 exactly, in float32): bilinear interpolation's
 // corners, where graphrun takes the same one-sided derivative as torch.
 TEST(Zoo, SpatialTransformerTutorialIdentityGrid) { skip_without_torchvision(); check_zoo_model("stn_tutorial", 16, 28); }
+// A DCGAN-style decoder: ConvTranspose2d with stride, padding, output_padding and groups, BatchNorm, LeakyReLU, Tanh.
+TEST(Zoo, UpsamplingNetConvTransposeOpset17) { skip_without_torchvision(); check_zoo_model("upsampling", 17, 16); }
 // nn.LocalResponseNorm: its export pads the channel axis by pads computed from Constants and squeezes through an
 // If on the padded shape, which graphrun takes at load (passes::inline_static_ifs); opset 13 and 17.
 TEST(Zoo, LocalResponseNormOpset17) { skip_without_torchvision(); check_zoo_model("lrn", 17, 16); }

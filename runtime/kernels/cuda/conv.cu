@@ -1,10 +1,13 @@
-// CUDA kernels: conv family (the CPU's conv.cc op set, minus ConvTranspose): Conv and ai.graphrun ConvGrad
-// through cuDNN. Descriptors and algorithms are chosen once per shape (cudnnFind*, benchmarked on the
+// CUDA kernels: conv family (the CPU's conv.cc op set): Conv, ConvTranspose and ai.graphrun ConvGrad and
+// ConvTransposeGrad (2-D) through cuDNN. ConvTranspose is cuDNN's backward-data of the convolution whose input
+// is its output; its gradient is that convolution forward (dX) and its backward-filter with the roles of X and
+// Y exchanged (dW). Descriptors and algorithms are chosen once per shape (cudnnFind*, benchmarked on the
 // first run) and cached per device; deterministic algorithms only when the backend is set so.
 #include <sstream>
 
 #include "runtime/kernels/cuda/common.cuh"
 #include "runtime/kernels/cuda/fused.cuh"
+#include "runtime/kernels/cpu/window.h"
 
 namespace graphrun::runtime::cuda {
 namespace {
@@ -232,9 +235,146 @@ void conv_grad_op(KernelContext& ctx) {
   }
 }
 
+// ConvTranspose(X [N, Cin, H, W], W [Cin, Cout/group, kh, kw]) as the geometry of the Conv whose input is the
+// ConvTranspose output [N, Cout, OH, OW] and whose output is X: g.c, g.h, g.w describe Y, g.m, g.oh, g.ow X.
+// The output size and pads as the CPU's conv_transpose_shape computes them (output_padding, output_shape,
+// auto_pad); cuDNN needs the pads symmetric, and output_padding below the stride.
+ConvGeom conv_transpose_geom(const Node& node, const Tensor& X, const Tensor& W) {
+  GR_CHECK(X.rank() == 4 && W.rank() == 4, "ConvTranspose on CUDA supports 2-D convolutions (X and W of rank 4), got X "
+                                               << shape_str(X.shape()) << ", W " << shape_str(W.shape()));
+  GR_CHECK(X.dtype() == DType::F32 && W.dtype() == DType::F32, "ConvTranspose on CUDA takes f32");
+  ConvGeom g;
+  g.group = node.attr_i("group", 1);
+  GR_CHECK(g.group >= 1 && X.dim(1) == W.dim(0) && X.dim(1) % g.group == 0,
+           "ConvTranspose: X has " << X.dim(1) << " channels, W " << shape_str(W.shape()) << ", group " << g.group);
+  g.n = X.dim(0);
+  g.m = X.dim(1);
+  g.c = W.dim(1) * g.group;
+  g.kh = W.dim(2);
+  g.kw = W.dim(3);
+  g.oh = X.dim(2);
+  g.ow = X.dim(3);
+  if (node.has_attr("kernel_shape"))
+    GR_CHECK(node.attr_ints("kernel_shape") == std::vector<int64_t>({g.kh, g.kw}),
+             "ConvTranspose: kernel_shape does not match W " << shape_str(W.shape()));
+  const cpu::WindowAttrs a = cpu::read_window_attrs(node, 2);
+  std::vector<int64_t> out_pad = node.attr_ints("output_padding", {0, 0}), out_shape = node.attr_ints("output_shape");
+  if (out_shape.size() == 4) out_shape.erase(out_shape.begin(), out_shape.begin() + 2);
+  GR_CHECK(out_pad.size() == 2 && (out_shape.empty() || out_shape.size() == 2),
+           "ConvTranspose: output_padding or output_shape of the wrong length");
+  int64_t size[2], pad[2];
+  for (int i = 0; i < 2; ++i) {
+    const int64_t in = X.dim(2 + i), k = W.dim(2 + i), s = a.strides[i], d = a.dilations[i], op = out_pad[i];
+    GR_CHECK(op >= 0 && op < s, "ConvTranspose on CUDA needs output_padding below the stride, got " << op << " for stride " << s);
+    const int64_t full = s * (in - 1) + op + (k - 1) * d + 1;
+    int64_t pb = a.pads[i], pe = a.pads[i + 2];
+    if (!out_shape.empty() || a.auto_pad == "SAME_UPPER" || a.auto_pad == "SAME_LOWER") {
+      size[i] = out_shape.empty() ? in * s : out_shape[i];
+      const int64_t total = full - size[i], half = total >= 0 ? total / 2 : -((1 - total) / 2);
+      if (a.auto_pad == "SAME_UPPER") pb = half, pe = total - half;
+      else pb = total - half, pe = half;
+    } else {
+      if (a.auto_pad == "VALID") pb = pe = 0;
+      size[i] = full - pb - pe;
+    }
+    GR_CHECK(size[i] >= 1, "ConvTranspose: spatial axis " << i << ": the output size would be " << size[i]);
+    GR_CHECK(pb == pe && pb >= 0, "ConvTranspose on CUDA needs symmetric padding (cuDNN), got " << pb << " and " << pe
+                                                                                                 << " on axis " << i);
+    // The convolution of the output must give X back (cuDNN's descriptors check the same).
+    GR_CHECK((size[i] + 2 * pb - (k - 1) * d - 1) / s + 1 == in,
+             "ConvTranspose on CUDA: this output size (output_shape) is not the convolution's inverse");
+    pad[i] = pb;
+  }
+  g.h = size[0];
+  g.w = size[1];
+  g.pad_h = pad[0];
+  g.pad_w = pad[1];
+  g.stride_h = a.strides[0];
+  g.stride_w = a.strides[1];
+  g.dil_h = a.dilations[0];
+  g.dil_w = a.dilations[1];
+  for (int64_t numel : {X.numel(), W.numel(), g.n * g.c * g.h * g.w})
+    GR_CHECK(numel <= INT32_MAX, "ConvTranspose on CUDA: a tensor of " << numel << " elements exceeds cuDNN's 2^31 - 1");
+  return g;
+}
+
+// The bias (or its gradient) of ConvTranspose: one value per output channel of Y ([1, Cout, 1, 1]).
+struct BiasDesc {
+  cudnnTensorDescriptor_t d = nullptr;
+  explicit BiasDesc(int64_t channels) {
+    GR_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d));
+    GR_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, static_cast<int>(channels), 1, 1));
+  }
+  ~BiasDesc() { cudnnDestroyTensorDescriptor(d); }
+};
+
+void conv_transpose_op(KernelContext& ctx) {
+  const Tensor &X = ctx.input(0), &W = ctx.input(1);
+  const ConvGeom g = conv_transpose_geom(ctx.node(), X, W);
+  Tensor& Y = ctx.output(0, {g.n, g.c, g.h, g.w}, DType::F32);
+  if (g.n == 0) return;
+  DeviceContext& dc = ctx_device(ctx);
+  ConvEntry& e = conv_entry(ctx, g, true);
+  void* ws = e.data_ws ? ctx.scratch(e.data_ws) : nullptr;
+  const float one = 1.f, zero = 0.f;
+  GR_CUDNN_CHECK(cudnnConvolutionBackwardData(dc.cudnn, &one, e.w, W.raw(), e.y, X.raw(), e.conv, e.bwd_data, ws,
+                                              e.data_ws, &zero, e.x, Y.raw()));
+  if (ctx.has_input(2)) {
+    const Tensor& B = ctx.input(2);
+    GR_CHECK(B.dtype() == DType::F32 && B.numel() == g.c,
+             "ConvTranspose: bias must be f32[" << g.c << "], got " << shape_str(B.shape()));
+    BiasDesc b(g.c);
+    GR_CUDNN_CHECK(cudnnAddTensor(dc.cudnn, &one, b.d, B.raw(), &one, e.x, Y.raw()));
+  }
+}
+
+// ConvTransposeGrad(dY, X, W) -> dX = Conv(dY, W), dW = the conv's backward-filter with dY as its input and
+// X as its output's gradient, dB = dY summed per output channel.
+void conv_transpose_grad_op(KernelContext& ctx) {
+  const Tensor &dY = ctx.input(0), &X = ctx.input(1), &W = ctx.input(2);
+  const ConvGeom g = conv_transpose_geom(ctx.node(), X, W);
+  const Shape yshape{g.n, g.c, g.h, g.w};
+  GR_CHECK(dY.shape() == yshape && dY.dtype() == DType::F32,
+           "ConvTransposeGrad: dY is " << shape_str(dY.shape()) << ", the ConvTranspose gives f32" << shape_str(yshape));
+  DeviceContext& dc = ctx_device(ctx);
+  const bool want_dx = ctx.has_output(0), want_dw = ctx.has_output(1), want_db = ctx.has_output(2);
+  if (g.n == 0) {
+    if (want_dx) ctx.output(0, X.shape(), DType::F32);
+    for (int i : {1, 2}) {
+      if (!ctx.has_output(i)) continue;
+      Tensor& t = ctx.output(i, i == 1 ? W.shape() : Shape{g.c}, DType::F32);
+      if (t.nbytes()) GR_CUDA_CHECK(cudaMemsetAsync(t.raw(), 0, t.nbytes(), dc.stream));
+    }
+    return;
+  }
+  const float one = 1.f, zero = 0.f;
+  ConvEntry* f = want_dx ? &conv_entry(ctx, g, false) : nullptr;
+  ConvEntry& b = conv_entry(ctx, g, true);
+  // One scratch request per kernel call (the planned scratch is one block).
+  const size_t ws_bytes = std::max(f ? f->fwd_ws : 0, want_dw ? b.filter_ws : 0);
+  void* ws = ws_bytes ? ctx.scratch(ws_bytes) : nullptr;
+  if (f) {
+    Tensor& dX = ctx.output(0, X.shape(), DType::F32);
+    GR_CUDNN_CHECK(cudnnConvolutionForward(dc.cudnn, &one, f->x, dY.raw(), f->w, W.raw(), f->conv, f->fwd, ws, f->fwd_ws,
+                                           &zero, f->y, dX.raw()));
+  }
+  if (want_dw) {
+    Tensor& dW = ctx.output(1, W.shape(), DType::F32);
+    GR_CUDNN_CHECK(cudnnConvolutionBackwardFilter(dc.cudnn, &one, b.x, dY.raw(), b.y, X.raw(), b.conv, b.bwd_filter, ws,
+                                                  b.filter_ws, &zero, b.w, dW.raw()));
+  }
+  if (want_db) {
+    Tensor& dB = ctx.output(2, {g.c}, DType::F32);
+    BiasDesc bd(g.c);
+    GR_CUDNN_CHECK(cudnnConvolutionBackwardBias(dc.cudnn, &one, b.x, dY.raw(), &zero, bd.d, dB.raw()));
+  }
+}
+
 }  // namespace
 
 GR_REGISTER_OPS(conv) {
+  ops.op("ConvTranspose").cuda(locked<conv_transpose_op>);
+  ops.op(kGraphrunDomain, "ConvTransposeGrad").cuda(locked<conv_transpose_grad_op>);
   ops.op("Conv").cuda(locked<conv_op>);
   ops.op(kGraphrunDomain, "FusedConv").cuda(locked<fused_conv_op>);
   ops.op(kGraphrunDomain, "ConvGrad").cuda(locked<conv_grad_op>);
