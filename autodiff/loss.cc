@@ -29,7 +29,7 @@ std::string scalar_constant(Graph& g, const std::string& name, DType t, double v
 // (LogSoftmax of the scores on the class axis), whose gradient its rule adds to the scores'. Every node
 // is a standard op with a CPU and a CUDA kernel, and so is every node of its gradient: the count is
 // Size (metadata; the batch is symbolic) cast to the loss type, as sync_batchnorm counts a shard, where
-// ReduceMean's gradient would count a symbolic shape with ConstantOfShape (no CUDA kernel). `loss` is
+// ReduceMean's gradient would count a symbolic shape by summing ones from ConstantOfShape. `loss` is
 // still one scalar mean over the shard's positions, so the replicas' loss_scale seed (shard / global
 // batch) weighs it as it weighs the plain cross-entropy.
 void append_label_smoothing(Graph& g, const std::string& nll, const std::string& log_prob, const std::string& loss,

@@ -80,7 +80,7 @@ void global_average_pool_grad(GradContext& ctx) {
     count = ctx.scalar(static_cast<double>(n), t);
   } else {
     // The count at run time: Size(X) / Size(Y) (Y is [N, C, 1, ...]) in integers, then X's type. (Not a
-    // sum of ones from ConstantOfShape, which no GPU kernel runs.)
+    // sum of ones from ConstantOfShape: two scalars instead of a tensor of X's size.)
     count = ctx.op("Cast", {ctx.op("Div", {ctx.op("Size", {x}), ctx.op("Size", {ctx.out(0)})})},
                    {{"to", Attribute::Int(static_cast<int64_t>(t))}});
   }

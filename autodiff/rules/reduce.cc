@@ -104,8 +104,8 @@ void reduce_mean_grad(GradContext& ctx) {
     scaled = ctx.op("Div", {ctx.dy(), ctx.scalar(static_cast<double>(count), t)});
   } else {
     // The count at run time: Size(X) / Size(Y) in integers, then the type of X. (It summed a tensor of
-    // ones of X's shape, made by ConstantOfShape, which no GPU kernel runs: --loss mse's mean over a
-    // symbolic batch could not train on a GPU.)
+    // ones of X's shape, made by ConstantOfShape, which had no CUDA kernel then: --loss mse's mean over a
+    // symbolic batch could not train on a GPU; two scalars are cheaper anyway.)
     const std::string n = ctx.op("Cast", {ctx.op("Div", {ctx.op("Size", {x}), ctx.op("Size", {ctx.out(0)})})},
                                  {{"to", Attribute::Int(static_cast<int64_t>(t))}});
     scaled = ctx.op("Div", {ctx.dy(), n});
