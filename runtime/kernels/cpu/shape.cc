@@ -13,6 +13,7 @@
 
 #include "graph/slice_layout.h"
 #include "runtime/kernels/cpu/math_common.h"
+#include "runtime/kernels/depth_space.h"
 
 namespace graphrun::runtime::cpu {
 namespace {
@@ -922,43 +923,14 @@ void eye_like_kernel(KernelContext& ctx) {
   });
 }
 
-// DepthToSpace / SpaceToDepth: both are a reshape, a transpose and a reshape.
+// DepthToSpace / SpaceToDepth: a reshape, a transpose and a reshape (runtime/kernels/depth_space.h).
 void depth_space(KernelContext& ctx, bool to_space) {
   const Tensor& x = ctx.input(0);
-  const char* what = to_space ? "DepthToSpace" : "SpaceToDepth";
-  GR_CHECK(x.rank() == 4, what << ": input must be 4-D, got " << shape_str(x.shape()));
-  const int64_t b = ctx.node().attr_i("blocksize", 0);
-  GR_CHECK(b > 0, what << ": attribute 'blocksize' must be positive");
-  const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), w = x.dim(3);
-  Shape tmp, out;
-  std::vector<int64_t> perm;
-  if (to_space) {
-    GR_CHECK(c % (b * b) == 0, what << ": channels " << c << " are not divisible by blocksize^2 = " << b * b);
-    if (ctx.node().attr_s("mode", "DCR") == "CRD") {
-      tmp = {n, c / (b * b), b, b, h, w};
-      perm = {0, 1, 4, 2, 5, 3};
-    } else {
-      tmp = {n, b, b, c / (b * b), h, w};
-      perm = {0, 3, 4, 1, 5, 2};
-    }
-    out = {n, c / (b * b), h * b, w * b};
-  } else {
-    GR_CHECK(h % b == 0 && w % b == 0, what << ": spatial size " << h << "x" << w << " is not divisible by " << b);
-    tmp = {n, c, h / b, b, w / b, b};
-    perm = {0, 3, 5, 1, 2, 4};
-    out = {n, c * b * b, h / b, w / b};
-  }
-  const auto ts = contiguous_strides(tmp);
-  Shape pshape(6);
-  std::vector<int64_t> st(6);
-  for (int k = 0; k < 6; ++k) {
-    pshape[k] = tmp[perm[k]];
-    st[k] = ts[perm[k]];
-  }
-  Tensor& y = ctx.output(0, out, x.dtype());
-  dispatch_bytes(x.dtype(), what, [&](auto tag) {
+  const DepthSpaceCopy c = depth_space_copy(ctx.node(), x.shape(), to_space);
+  Tensor& y = ctx.output(0, c.out, x.dtype());
+  dispatch_bytes(x.dtype(), to_space ? "DepthToSpace" : "SpaceToDepth", [&](auto tag) {
     using E = decltype(tag);
-    strided_gather<E>(pshape, st, 0, ptr<E>(x), ptr<E>(y));
+    strided_gather<E>(c.view, c.strides, 0, ptr<E>(x), ptr<E>(y));
   });
 }
 void depth_to_space_kernel(KernelContext& ctx) { depth_space(ctx, true); }

@@ -5,6 +5,7 @@
 
 #include "graph/slice_layout.h"
 #include "runtime/kernels/cuda/common.cuh"
+#include "runtime/kernels/depth_space.h"
 
 namespace graphrun::runtime::cuda {
 namespace {
@@ -351,42 +352,13 @@ void tile_op(KernelContext& ctx) {
   GR_LAUNCH_CHECK("tile");
 }
 
-// DepthToSpace / SpaceToDepth: a reshape, a transpose and a reshape, as the CPU's depth_space: one strided
-// copy with Y seen as the transposed 6-D view.
+// DepthToSpace / SpaceToDepth: one strided copy with Y seen as the transposed 6-D view
+// (runtime/kernels/depth_space.h, shared with the CPU).
 void depth_space_op(KernelContext& ctx, bool to_space) {
   const Tensor& X = ctx.input(0);
-  const char* what = to_space ? "DepthToSpace" : "SpaceToDepth";
-  GR_CHECK(X.rank() == 4, what << ": input must be 4-D, got " << shape_str(X.shape()));
-  const int64_t b = ctx.node().attr_i("blocksize", 0);
-  GR_CHECK(b > 0, what << ": attribute 'blocksize' must be positive");
-  const int64_t n = X.dim(0), c = X.dim(1), h = X.dim(2), w = X.dim(3);
-  Shape tmp, out;
-  std::vector<int64_t> perm;
-  if (to_space) {
-    GR_CHECK(c % (b * b) == 0, what << ": channels " << c << " are not divisible by blocksize^2 = " << b * b);
-    if (ctx.node().attr_s("mode", "DCR") == "CRD") {
-      tmp = {n, c / (b * b), b, b, h, w};
-      perm = {0, 1, 4, 2, 5, 3};
-    } else {
-      tmp = {n, b, b, c / (b * b), h, w};
-      perm = {0, 3, 4, 1, 5, 2};
-    }
-    out = {n, c / (b * b), h * b, w * b};
-  } else {
-    GR_CHECK(h % b == 0 && w % b == 0, what << ": spatial size " << h << "x" << w << " is not divisible by " << b);
-    tmp = {n, c, h / b, b, w / b, b};
-    perm = {0, 3, 5, 1, 2, 4};
-    out = {n, c * b * b, h / b, w / b};
-  }
-  const std::vector<int64_t> ts = row_major_strides(tmp);
-  Shape view(6);
-  std::vector<int64_t> st(6);
-  for (int k = 0; k < 6; ++k) {
-    view[k] = tmp[perm[k]];
-    st[k] = ts[perm[k]];
-  }
-  Tensor& Y = ctx.output(0, out, X.dtype());
-  strided_copy(ctx, X, Y, st, 0, &view);
+  const DepthSpaceCopy c = depth_space_copy(ctx.node(), X.shape(), to_space);
+  Tensor& Y = ctx.output(0, c.out, X.dtype());
+  strided_copy(ctx, X, Y, c.strides, 0, &c.view);
 }
 void depth_to_space_op(KernelContext& ctx) { depth_space_op(ctx, true); }
 void space_to_depth_op(KernelContext& ctx) { depth_space_op(ctx, false); }
