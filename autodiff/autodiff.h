@@ -74,7 +74,7 @@ std::set<std::string> resolve_freeze(const std::vector<std::string>& params, con
 // ScatterElements, Scatter and ScatterND without a reduction: how many updates (elements; ScatterND's
 // index tuples) a later update to the same target overwrites (they apply in index order, on every device),
 // for constant `indices` and the data's dims `data` (-1 unknown: only a negative index needs its dim);
-// -1 when it cannot be told. (autodiff/rules/indexing.cc)
+// -1 when it cannot be told (or is not worth telling: over 2^20 indices). (autodiff/rules/indexing.cc)
 int64_t overwritten_scatter_updates(const Node& n, const Tensor& indices, const Shape& data);
 // One note per such node of g whose constant indices collide: ONNX leaves the result undefined, graphrun
 // lets the last update win, PyTorch (whose scatter_add below opset 16 and index_put with accumulate=True

@@ -1,9 +1,10 @@
 // Gradient rules of the element-indexing ops: GatherElements (scatter-add of dY: ScatterElements with
 // reduction add from opset 16, ai.graphrun GatherElementsGrad before), ScatterElements and ScatterND
 // (reduction none or add: data's gradient is dY with the overwritten positions zeroed, the
-// updates' the gather of dY at the indices, masked to each element's last writer without reduction), GatherND (ScatterND with reduction add from opset 16,
-// ai.graphrun GatherNDGrad before), TopK's values (dY written back at the indices along the axis), Compress
-// (dY written back where the condition holds), ReverseSequence (reversed again) and the old Scatter.
+// updates' the gather of dY at the indices, masked to each element's last writer without reduction),
+// GatherND (ScatterND with reduction add from opset 16, ai.graphrun GatherNDGrad before), TopK's values
+// (dY written back at the indices along the axis), Compress (dY written back where the condition holds),
+// ReverseSequence (reversed again) and the old Scatter.
 // Indices and conditions carry no gradient.
 #include <map>
 #include <sstream>
@@ -147,6 +148,8 @@ int64_t overwritten_scatter_updates(const Node& n, const Tensor& idx, const Shap
   if (!idx.defined() || data.empty() || (idx.dtype() != DType::I64 && idx.dtype() != DType::I32)) return -1;
   const Shape& is = idx.shape();
   const int64_t count = idx.numel();
+  // Not worth a map of a million targets at load: the mask tells at run time.
+  if (count > (int64_t(1) << 20)) return -1;
   auto at = [&](int64_t i) { return idx.dtype() == DType::I64 ? idx.data<int64_t>()[i] : idx.data<int32_t>()[i]; };
   bool unknown = false;  // a negative index along a dim of unknown size: its target cannot be told
   auto norm = [&](int64_t v, int64_t d) {
