@@ -187,6 +187,17 @@ void conv_forward_op(KernelContext& ctx, bool relu) {
 void conv_op(KernelContext& ctx) { conv_forward_op(ctx, false); }
 void fused_conv_op(KernelContext& ctx) { conv_forward_op(ctx, true); }
 
+// The gradients of a convolution (or ConvTranspose) over an empty batch: no descriptors (cuDNN refuses zero
+// dimensions); dX is empty, dW and dB (`bias_channels` values) are zero.
+void empty_batch_gradients(KernelContext& ctx, const Tensor& X, const Tensor& W, int64_t bias_channels) {
+  if (ctx.has_output(0)) ctx.output(0, X.shape(), DType::F32);
+  for (int i : {1, 2}) {
+    if (!ctx.has_output(i)) continue;
+    Tensor& t = ctx.output(i, i == 1 ? W.shape() : Shape{bias_channels}, DType::F32);
+    if (t.nbytes()) GR_CUDA_CHECK(cudaMemsetAsync(t.raw(), 0, t.nbytes(), stream_of(ctx)));
+  }
+}
+
 void conv_grad_op(KernelContext& ctx) {
   const Tensor& dY = ctx.input(0);
   const Tensor& X = ctx.input(1);
@@ -197,16 +208,7 @@ void conv_grad_op(KernelContext& ctx) {
   GR_CHECK(dY.dtype() == DType::F32, "ConvGrad on CUDA takes f32");
   DeviceContext& dc = ctx_device(ctx);
   bool want_dx = ctx.has_output(0), want_dw = ctx.has_output(1), want_db = ctx.has_output(2);
-  if (g.n == 0) {
-    // An empty batch: no descriptors (cuDNN refuses zero dimensions); dX is empty, dW and dB are zero.
-    if (want_dx) ctx.output(0, X.shape(), DType::F32);
-    for (int i : {1, 2}) {
-      if (!ctx.has_output(i)) continue;
-      Tensor& t = ctx.output(i, i == 1 ? W.shape() : Shape{g.m}, DType::F32);
-      if (t.nbytes()) GR_CUDA_CHECK(cudaMemsetAsync(t.raw(), 0, t.nbytes(), dc.stream));
-    }
-    return;
-  }
+  if (g.n == 0) return empty_batch_gradients(ctx, X, W, g.m);
   ConvEntry& e = conv_entry(ctx, g, true);
   size_t ws_bytes = std::max(want_dx ? e.data_ws : 0, want_dw ? e.filter_ws : 0);
   // One scratch request per kernel call (the planned scratch is one block).
@@ -214,24 +216,17 @@ void conv_grad_op(KernelContext& ctx) {
   const float one = 1.f, zero = 0.f;
   if (want_dx) {
     Tensor& dX = ctx.output(0, X.shape(), DType::F32);
-    if (g.n)
-      GR_CUDNN_CHECK(cudnnConvolutionBackwardData(dc.cudnn, &one, e.w, W.raw(), e.y, dY.raw(), e.conv, e.bwd_data, ws,
-                                                  e.data_ws, &zero, e.x, dX.raw()));
+    GR_CUDNN_CHECK(cudnnConvolutionBackwardData(dc.cudnn, &one, e.w, W.raw(), e.y, dY.raw(), e.conv, e.bwd_data, ws,
+                                                e.data_ws, &zero, e.x, dX.raw()));
   }
   if (want_dw) {
     Tensor& dW = ctx.output(1, W.shape(), DType::F32);
-    if (g.n)
-      GR_CUDNN_CHECK(cudnnConvolutionBackwardFilter(dc.cudnn, &one, e.x, X.raw(), e.y, dY.raw(), e.conv, e.bwd_filter, ws,
-                                                    e.filter_ws, &zero, e.w, dW.raw()));
-    else
-      GR_CUDA_CHECK(cudaMemsetAsync(dW.raw(), 0, dW.nbytes(), dc.stream));
+    GR_CUDNN_CHECK(cudnnConvolutionBackwardFilter(dc.cudnn, &one, e.x, X.raw(), e.y, dY.raw(), e.conv, e.bwd_filter, ws,
+                                                  e.filter_ws, &zero, e.w, dW.raw()));
   }
   if (want_db) {
     Tensor& dB = ctx.output(2, {g.m}, DType::F32);
-    if (g.n)
-      GR_CUDNN_CHECK(cudnnConvolutionBackwardBias(dc.cudnn, &one, e.y, dY.raw(), &zero, e.b, dB.raw()));
-    else
-      GR_CUDA_CHECK(cudaMemsetAsync(dB.raw(), 0, dB.nbytes(), dc.stream));
+    GR_CUDNN_CHECK(cudnnConvolutionBackwardBias(dc.cudnn, &one, e.y, dY.raw(), &zero, e.b, dB.raw()));
   }
 }
 
@@ -338,15 +333,7 @@ void conv_transpose_grad_op(KernelContext& ctx) {
            "ConvTransposeGrad: dY is " << shape_str(dY.shape()) << ", the ConvTranspose gives f32" << shape_str(yshape));
   DeviceContext& dc = ctx_device(ctx);
   const bool want_dx = ctx.has_output(0), want_dw = ctx.has_output(1), want_db = ctx.has_output(2);
-  if (g.n == 0) {
-    if (want_dx) ctx.output(0, X.shape(), DType::F32);
-    for (int i : {1, 2}) {
-      if (!ctx.has_output(i)) continue;
-      Tensor& t = ctx.output(i, i == 1 ? W.shape() : Shape{g.c}, DType::F32);
-      if (t.nbytes()) GR_CUDA_CHECK(cudaMemsetAsync(t.raw(), 0, t.nbytes(), dc.stream));
-    }
-    return;
-  }
+  if (g.n == 0) return empty_batch_gradients(ctx, X, W, g.c);
   const float one = 1.f, zero = 0.f;
   ConvEntry* f = want_dx ? &conv_entry(ctx, g, false) : nullptr;
   ConvEntry& b = conv_entry(ctx, g, true);
