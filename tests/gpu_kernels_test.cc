@@ -1159,6 +1159,176 @@ void nd_grad_size_cases(Cases& cs) {
 }
 TEST(GpuKernels, GatherNDGradAndSize) { expect_group_on_gpu(nd_grad_size_cases); }
 
+// ---- Mean, Mod, Shrink, CastLike, BitShift ----
+
+template <class U>
+Tensor unsigned_tensor(DType dt, const Shape& shape, uint64_t seed, int64_t lo, int64_t hi) {
+  Tensor r = random_int_tensor(shape, seed, lo, hi);
+  Tensor u(dt, shape);
+  for (int64_t i = 0; i < u.numel(); ++i) static_cast<U*>(u.raw())[i] = static_cast<U>(r.data<int64_t>()[i]);
+  return u;
+}
+
+void mean_mod_shrink_cases(Cases& cs) {
+  uint64_t seed = 900;
+  const Tensor a = random_tensor({3, 4}, seed++), b = random_tensor({4}, seed++), c = random_tensor({3, 1}, seed++);
+  cs.add("Mean", {a}, {}, 1, 1e-6, 13);
+  cs.add("Mean", {a, b}, {}, 1, 1e-6, 13);
+  cs.add("Mean", {a, b, c}, {}, 1, 1e-6, 13);
+  cs.add("Mean", {as_f64(a), as_f64(c)}, {}, 1, 1e-12, 13);
+  // Mod: C's fmod on floats and ints, Python's remainder (the divisor's sign) on ints, negative operands.
+  const Tensor fa = random_tensor({4, 5}, seed++, -9.f, 9.f), fb = random_tensor({5}, seed++, 0.5f, 3.f);
+  cs.add("Mod", {fa, fb}, {{"fmod", Attribute::Int(1)}}, 1, 1e-6, 13);
+  cs.add("Mod", {as_f64(fa), as_f64(fb)}, {{"fmod", Attribute::Int(1)}}, 1, 1e-12, 13);
+  Tensor ia = random_int_tensor({4, 5}, seed++, -20, 20), ib = random_int_tensor({4, 5}, seed++, 1, 7);
+  for (int64_t i = 0; i < ib.numel(); i += 2) ib.data<int64_t>()[i] = -ib.data<int64_t>()[i];
+  cs.add("Mod", {ia, ib}, {}, 1, 0, 13);
+  cs.add("Mod", {ia, ib}, {{"fmod", Attribute::Int(1)}}, 1, 0, 13);
+  cs.add("Shrink", {random_tensor({3, 7}, seed++, -3.f, 3.f)}, {{"lambd", Attribute::Float(1.5f)}, {"bias", Attribute::Float(0.5f)}},
+         1, 1e-6, 13);
+  cs.add("Shrink", {random_int_tensor({3, 7}, seed++, -5, 5)}, {{"lambd", Attribute::Float(2.f)}, {"bias", Attribute::Float(1.f)}},
+         1, 0, 13);
+  // CastLike takes only the element type of its second input.
+  cs.add("CastLike", {random_tensor({2, 5}, seed++, -4.f, 4.f), i64({1}, {0})}, {}, 1, 0, 15);
+  cs.add("CastLike", {random_int_tensor({2, 5}, seed++, -4, 4), random_tensor({3}, seed++)}, {}, 1, 0, 15);
+  cs.add("CastLike", {random_tensor({2, 5}, seed++), bool_scalar(true)}, {}, 1, 0, 15);
+  // BitShift: unsigned ints, shifts up to past the width (which give 0).
+  cs.add("BitShift", {unsigned_tensor<uint8_t>(DType::U8, {4, 3}, seed, 0, 256), unsigned_tensor<uint8_t>(DType::U8, {3}, seed + 1, 0, 10)},
+         {{"direction", Attribute::Str("LEFT")}}, 1, 0, 11);
+  cs.add("BitShift", {unsigned_tensor<uint32_t>(DType::U32, {4, 3}, seed + 2, 0, 1 << 30), unsigned_tensor<uint32_t>(DType::U32, {4, 3}, seed + 3, 0, 40)},
+         {{"direction", Attribute::Str("RIGHT")}}, 1, 0, 11);
+  cs.add("BitShift", {unsigned_tensor<uint64_t>(DType::U64, {5}, seed + 4, 0, 1 << 30), unsigned_tensor<uint64_t>(DType::U64, {5}, seed + 5, 0, 70)},
+         {{"direction", Attribute::Str("LEFT")}}, 1, 0, 11);
+}
+TEST(GpuKernels, MeanModShrinkCastLikeBitShift) { expect_group_on_gpu(mean_mod_shrink_cases); }
+
+// ---- CumSum, TopK, Hardmax, GlobalMaxPool ----
+
+void scan_select_cases(Cases& cs) {
+  uint64_t seed = 940;
+  const Tensor x = random_tensor({3, 4, 5}, seed++);
+  for (int64_t ex : {0, 1})
+    for (int64_t rev : {0, 1})
+      cs.add("CumSum", {x, i64({}, {1})}, {{"exclusive", Attribute::Int(ex)}, {"reverse", Attribute::Int(rev)}}, 1, 1e-6, 14);
+  cs.add("CumSum", {as_f64(x), i64({}, {-1})}, {}, 1, 1e-12, 14);
+  cs.add("CumSum", {random_int_tensor({6, 3}, seed++, -9, 9), Tensor::from_vector<int32_t>({1}, {0})},
+         {{"reverse", Attribute::Int(1)}}, 1, 0, 14);
+  // TopK: ties (small integers as floats) keep the lower index first; NaN is the largest.
+  Tensor ties = random_int_tensor({4, 12}, seed++, 0, 4);
+  Tensor tf(DType::F32, {4, 12});
+  for (int64_t i = 0; i < 48; ++i) tf.data<float>()[i] = static_cast<float>(ties.data<int64_t>()[i]);
+  tf.data<float>()[5] = NAN;
+  tf.data<float>()[30] = NAN;
+  for (int64_t largest : {0, 1}) {
+    cs.add("TopK", {tf, i64({1}, {5})}, {{"largest", Attribute::Int(largest)}}, 2, 0, 11);
+    cs.add("TopK", {tf, i64({1}, {3})}, {{"axis", Attribute::Int(0)}, {"largest", Attribute::Int(largest)}}, 2, 0, 11);
+  }
+  cs.add("TopK", {as_f64(random_tensor({2, 3, 7}, seed++)), i64({1}, {7})}, {{"axis", Attribute::Int(2)}}, 2, 0, 11);
+  cs.add("TopK", {random_int_tensor({3, 9}, seed++, -3, 3), i64({1}, {4})}, {}, 2, 0, 11);
+  cs.add("TopK", {tf}, {{"k", Attribute::Int(2)}}, 2, 0, 9);
+  // More than 64 (the insertion path's limit): the ranking kernel.
+  Tensor wide = random_int_tensor({2, 150}, seed++, 0, 40);
+  Tensor wf(DType::F32, {2, 150});
+  for (int64_t i = 0; i < 300; ++i) wf.data<float>()[i] = static_cast<float>(wide.data<int64_t>()[i]);
+  cs.add("TopK", {wf, i64({1}, {90})}, {}, 2, 0, 11);
+  cs.add("TopK", {wf, i64({1}, {0})}, {}, 2, 0, 11);
+  // Hardmax: one axis from opset 13, the flattened trailing axes before; ties and NaN as TopK.
+  cs.add("Hardmax", {tf}, {}, 1, 0, 13);
+  cs.add("Hardmax", {tf}, {{"axis", Attribute::Int(0)}}, 1, 0, 13);
+  cs.add("Hardmax", {as_f64(random_tensor({2, 3, 4}, seed++))}, {{"axis", Attribute::Int(1)}}, 1, 0, 11);
+  cs.add("Hardmax", {random_tensor({2, 3, 4}, seed++)}, {}, 1, 0, 11);
+  Tensor gm = random_tensor({2, 3, 5, 4}, seed++);
+  cs.add("GlobalMaxPool", {gm});
+  gm.data<float>()[7] = NAN;
+  cs.add("GlobalMaxPool", {as_f64(gm)});
+  cs.add("GlobalMaxPool", {random_tensor({2, 4, 6}, seed++)});
+}
+TEST(GpuKernels, CumSumTopKHardmaxGlobalMaxPool) { expect_group_on_gpu(scan_select_cases); }
+
+// ---- GatherND, NonZero, Compress, ReverseSequence, OneHot, Trilu, EyeLike, Range ----
+
+void index_generate_cases(Cases& cs) {
+  uint64_t seed = 980;
+  const Tensor x = random_tensor({4, 5, 3}, seed++);
+  cs.add("GatherND", {x, i64({3, 2}, {0, 1, -1, 4, 2, 0})}, {}, 1, 0, 13);
+  cs.add("GatherND", {x, i64({2, 1, 3}, {1, 2, 0, 3, -5, 2})}, {}, 1, 0, 13);
+  cs.add("GatherND", {x, Tensor::from_vector<int32_t>({4, 1}, {0, 4, 2, -3})}, {{"batch_dims", Attribute::Int(1)}}, 1, 0, 13);
+  cs.add("GatherND", {random_int_tensor({2, 3}, seed++, 0, 9), i64({2, 2, 1}, {0, 2, 1, 1})}, {{"batch_dims", Attribute::Int(1)}},
+         1, 0, 13);
+  Tensor nz = random_tensor({3, 4, 2}, seed++);
+  for (int64_t i = 0; i < nz.numel(); i += 3) nz.data<float>()[i] = 0.f;
+  cs.add("NonZero", {nz}, {}, 1, 0, 13);
+  cs.add("NonZero", {bool_tensor({5, 3}, seed++)}, {}, 1, 0, 13);
+  cs.add("NonZero", {random_int_tensor({7}, seed++, 0, 3)}, {}, 1, 0, 13);
+  cs.add("NonZero", {Tensor(DType::F32, {2, 0})}, {}, 1, 0, 13);
+  cs.add("Compress", {x, bool_tensor({5}, 77)}, {{"axis", Attribute::Int(1)}}, 1, 0, 11);
+  cs.add("Compress", {x, bool_tensor({3}, 78)}, {{"axis", Attribute::Int(-1)}}, 1, 0, 11);
+  cs.add("Compress", {x, bool_tensor({9}, 79)}, {}, 1, 0, 11);
+  cs.add("ReverseSequence", {x, i64({5}, {4, 1, 0, 2, 3})}, {}, 1, 0, 10);
+  cs.add("ReverseSequence", {as_f64(x), Tensor::from_vector<int32_t>({4}, {5, 2, 0, 1})},
+         {{"batch_axis", Attribute::Int(0)}, {"time_axis", Attribute::Int(1)}}, 1, 0, 10);
+  const Tensor fvals = Tensor::from_vector<float>({2}, {-1.f, 3.f});
+  cs.add("OneHot", {i64({2, 3}, {0, 4, -1, 2, 7, -6}), i64({}, {5}), fvals}, {}, 1, 0, 11);
+  cs.add("OneHot", {Tensor::from_vector<float>({4}, {1.f, 0.f, 2.7f, -2.f}), Tensor::from_vector<float>({1}, {3.f}), i64({2}, {0, 1})},
+         {{"axis", Attribute::Int(0)}}, 1, 0, 11);
+  for (int64_t upper : {0, 1}) {
+    cs.add("Trilu", {random_tensor({2, 4, 5}, seed++)}, {{"upper", Attribute::Int(upper)}}, 1, 0, 14);
+    cs.add("Trilu", {random_int_tensor({3, 6}, seed++, -5, 5), i64({}, {-1})}, {{"upper", Attribute::Int(upper)}}, 1, 0, 14);
+    cs.add("Trilu", {bool_tensor({5, 3}, seed++), i64({}, {2})}, {{"upper", Attribute::Int(upper)}}, 1, 0, 14);
+  }
+  cs.add("EyeLike", {random_tensor({3, 5}, seed++)}, {}, 1, 0, 9);
+  cs.add("EyeLike", {random_tensor({4, 3}, seed++)}, {{"k", Attribute::Int(-1)}, {"dtype", Attribute::Int(7)}}, 1, 0, 9);
+  cs.add("EyeLike", {random_int_tensor({2, 4}, seed++, 0, 3)}, {{"k", Attribute::Int(2)}}, 1, 0, 9);
+  cs.add("Range", {i64({}, {-3}), i64({}, {10}), i64({}, {4})}, {}, 1, 0, 11);
+  cs.add("Range", {Tensor::scalar<float>(0.5f), Tensor::scalar<float>(-2.f), Tensor::scalar<float>(-0.3f)}, {}, 1, 0, 11);
+  cs.add("Range", {Tensor::scalar<double>(1.0), Tensor::scalar<double>(1.0), Tensor::scalar<double>(0.25)}, {}, 1, 0, 11);
+}
+TEST(GpuKernels, GatherNDNonZeroCompressReverseOneHotTriluEyeLikeRange) { expect_group_on_gpu(index_generate_cases); }
+
+// ---- RNN and RNNGrad ----
+
+void vanilla_rnn_cases(Cases& cs) {
+  uint64_t seed = 1020;
+  const int64_t T = 5, N = 3, I = 4, H = 3;
+  struct C {
+    const char* dir;
+    int64_t layout;
+    bool extras, clip, f64;
+    std::vector<std::string> acts;
+  };
+  const std::vector<C> all = {{"forward", 0, false, false, false, {"Tanh"}},
+                              {"reverse", 1, true, false, false, {"Relu"}},
+                              {"bidirectional", 0, true, true, false, {"Sigmoid", "Tanh"}},
+                              {"bidirectional", 1, true, false, true, {"Tanh", "Relu"}}};
+  for (const C& c : all) {
+    const int64_t D = std::string(c.dir) == "bidirectional" ? 2 : 1;
+    auto t = [&](const Shape& sh, float lo, float hi) {
+      Tensor r = random_tensor(sh, seed++, lo, hi);
+      return c.f64 ? as_f64(r) : r;
+    };
+    std::vector<Tensor> in{t(c.layout ? Shape{N, T, I} : Shape{T, N, I}, -2.f, 2.f), t({D, H, I}, -0.7f, 0.7f),
+                           t({D, H, H}, -0.7f, 0.7f)};
+    in.resize(6);
+    if (c.extras) {
+      in[3] = t({D, 2 * H}, -0.5f, 0.5f);
+      in[4] = Tensor::from_vector<int32_t>({N}, {5, 2, 0});
+      in[5] = t(c.layout ? Shape{N, D, H} : Shape{D, N, H}, -1.f, 1.f);
+    }
+    std::map<std::string, Attribute> a{{"direction", Attribute::Str(c.dir)}, {"hidden_size", Attribute::Int(H)},
+                                       {"layout", Attribute::Int(c.layout)}, {"activations", Attribute::Strs(c.acts)}};
+    if (c.clip) a["clip"] = Attribute::Float(0.8f);
+    const double tol = c.f64 ? 1e-10 : 1e-4;
+    cs.add("RNN", in, a, 2, tol, 14);
+    const std::vector<Tensor> y = testing::run_node("RNN", in, a, 2, 14);
+    std::vector<Tensor> gin = in;
+    for (int k = 0; k < 2; ++k) gin.push_back(t(y[k].shape(), -1.f, 1.f));
+    cs.add("RNNGrad", gin, a, 5, tol, 14, kGraphrunDomain);
+    gin[in.size()] = Tensor();  // only Y_h's gradient
+    cs.add("RNNGrad", gin, a, 5, tol, 14, kGraphrunDomain);
+  }
+}
+TEST(GpuKernels, RnnAndGrad) { expect_group_on_gpu(vanilla_rnn_cases); }
+
 // ---- the op table: every CUDA kernel has a CPU reference and cases ----
 
 // Every case group, by the name of the GpuKernels test that runs it on a GPU.
@@ -1193,6 +1363,10 @@ const std::vector<std::pair<const char*, CaseGroup>>& case_groups() {
       {"Einsum", einsum_cases},
       {"LstmGruAndGrads", rnn_cases},
       {"GatherNDGradAndSize", nd_grad_size_cases},
+      {"MeanModShrinkCastLikeBitShift", mean_mod_shrink_cases},
+      {"CumSumTopKHardmaxGlobalMaxPool", scan_select_cases},
+      {"GatherNDNonZeroCompressReverseOneHotTriluEyeLikeRange", index_generate_cases},
+      {"RnnAndGrad", vanilla_rnn_cases},
   };
   return groups;
 }

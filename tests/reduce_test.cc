@@ -163,6 +163,29 @@ TEST(Reduce, CumSumTopKMatchNumpy) {
   expect_error([&] { run_op("TopK", {x, i64s({5})}, {}, 2); }, {"k = 5"});
 }
 
+// NaN is the largest value, as in torch.topk (torch.tensor([1, nan, 3, 3, nan]).topk(3) gives indices 1, 4, 2;
+// smallest first, it comes last) and numpy's argmax (Hardmax marks the first NaN). Without an order for NaN
+// the sort's comparison was no strict weak order, and where NaN went depended on the sort.
+TEST(Reduce, TopKAndHardmaxTakeNaNAsTheLargest) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (DType dt : {DType::F32, DType::F64}) {
+    const Tensor x = make(dt, {5}, {1, nan, 3, 3, nan});
+    auto big = run_op("TopK", {x, i64s({3})}, {}, 2);
+    expect_close(big[1], i64s({1, 4, 2}), 0, "TopK largest indices");
+    EXPECT_TRUE(std::isnan(big[0].as_doubles()[0]) && std::isnan(big[0].as_doubles()[1]));
+    EXPECT_EQ(big[0].as_doubles()[2], 3);
+    auto small = run_op("TopK", {x, i64s({4})}, {{"largest", Attribute::Int(0)}}, 2);
+    expect_close(small[1], i64s({0, 2, 3, 1}), 0, "TopK smallest indices");
+    expect_close(as_f64(run_op("Hardmax", {x}, {}, 1, 13)[0]), make(DType::F64, {5}, {0, 1, 0, 0, 0}), 0, "Hardmax NaN");
+  }
+  // Hardmax: the first of equal largest values; before opset 13 over the flattened axes from `axis`.
+  const Tensor t = make(DType::F32, {2, 2, 2}, {1, 5, 5, 2, 0, 0, 0, 0});
+  expect_close(as_f64(run_op("Hardmax", {t}, {}, 1, 13)[0]), make(DType::F64, {2, 2, 2}, {0, 1, 1, 0, 1, 0, 1, 0}), 0,
+               "Hardmax opset 13");
+  expect_close(as_f64(run_op("Hardmax", {t}, {}, 1, 11)[0]), make(DType::F64, {2, 2, 2}, {0, 1, 0, 0, 1, 0, 0, 0}), 0,
+               "Hardmax opset 11");
+}
+
 TEST(Reduce, SoftmaxAndLogSoftmaxInBothAxisConventions) {
   const Shape shape = {2, 3, 4};
   Tensor x = sin_tensor(shape, 3);

@@ -7,7 +7,8 @@ MODEL: vit (a 2-layer VisionTransformer), text / text_causal (TextClassifier on 
 unet (a small segmentation UNet, per-pixel labels [N,S,S]), stn and stn_* (spatial transformers, GridSample's modes: see
 STN_MODELS), lrn (a CNN with nn.LocalResponseNorm), glow (an invertible 1x1
 convolution and its log-determinant), lstm / gru / rnn / lstm1 / gru1 / rnn_relu1 (recurrent classifiers
-reading the image row by row, see RowSequence), or any torchvision.models builder name (random weights;
+reading the image row by row, see RowSequence), upsampling (a DCGAN-style decoder), pooling_heads (GlobalMaxPool,
+TopK, CumSum, Trilu and boolean indexing heads, see PoolingHeads), or any torchvision.models builder name (random weights;
 GoogLeNet and Inception without auxiliary heads, torchvision's ViTs at image_size S). Writes OUT_DIR/train.onnx
 (training-mode export, no constant folding), eval.onnx (eval mode), image.npy (f32 [N,3,S,S]; tokens.npy, i64 [N,S], for text), labels.npy
 (i64 [N]), logits.npy (eval-mode output), buffers.txt (the float buffers exported as initializers: to freeze), train_logits.npy and loss.npy (training mode: the output and its mean
@@ -120,6 +121,32 @@ class UpsamplingNet(torch.nn.Module):
 
     def forward(self, x):
         return self.body(x)
+
+
+class PoolingHeads(torch.nn.Module):
+    """A CNN with the pooling heads users write for variable-sized images: nn.AdaptiveMaxPool2d(1) (GlobalMaxPool),
+    k-max pooling over the positions (topk), a cumulative sum over the channels (cumsum), the upper triangle of the
+    channels' Gram matrix (torch.triu, Trilu) and the positions picked by a data-dependent mask (boolean indexing:
+    NonZero and GatherND), then a Linear head."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        nn = torch.nn
+        self.body = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1), nn.ReLU())
+        self.gmp = nn.AdaptiveMaxPool2d(1)
+        self.head = nn.Linear(8 * 4 + 1, classes)
+
+    def forward(self, x):
+        h = self.body(x)  # [N, 8, H, W]
+        flat = h.flatten(2)  # [N, 8, HW]
+        g = self.gmp(h).flatten(1)
+        k = flat.topk(3, dim=2).values.mean(2)
+        c = torch.cumsum(g, dim=1) / 8
+        gram = torch.triu(flat @ flat.transpose(1, 2) / flat.shape[2])  # [N, 8, 8]
+        t = gram.sum(2)
+        m = flat[flat > flat.mean()]  # the positions above the mean, over the whole batch
+        s = (m.sum() / flat.numel()).expand(x.shape[0], 1)
+        return self.head(torch.cat([g, k, c, t, s], 1))
 
 
 class TextClassifier(torch.nn.Module):
@@ -278,6 +305,8 @@ def build(name, size):
         return RowSequence(torch.nn.GRU, size, layers=1, bidirectional=False)
     if name == 'upsampling':
         return UpsamplingNet()
+    if name == 'pooling_heads':
+        return PoolingHeads()
     if name == 'stn_tutorial':
         return TutorialSpatialTransformer(size)
     if name == 'attention':

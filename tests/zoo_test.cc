@@ -139,6 +139,8 @@ TEST(Zoo, SpatialTransformerNearestBorderAlignCorners) {
 TEST(Zoo, SpatialTransformerTutorialIdentityGrid) { skip_without_torchvision(); check_zoo_model("stn_tutorial", 16, 28); }
 // A DCGAN-style decoder: ConvTranspose2d with stride, padding, output_padding and groups, BatchNorm, LeakyReLU, Tanh.
 TEST(Zoo, UpsamplingNetConvTransposeOpset17) { skip_without_torchvision(); check_zoo_model("upsampling", 17, 16); }
+// GlobalMaxPool's MaxPool form, TopK, CumSum, Trilu, and boolean indexing (NonZero + GatherND) in one head.
+TEST(Zoo, PoolingHeadsTopKCumSumTriluMaskOpset17) { skip_without_torchvision(); check_zoo_model("pooling_heads", 17, 16); }
 // nn.LocalResponseNorm: its export pads the channel axis by pads computed from Constants and squeezes through an
 // If on the padded shape, which graphrun takes at load (passes::inline_static_ifs); opset 13 and 17.
 TEST(Zoo, LocalResponseNormOpset17) { skip_without_torchvision(); check_zoo_model("lrn", 17, 16); }

@@ -317,6 +317,17 @@ void cumsum_kernel(KernelContext& ctx) {
   });
 }
 
+// The order of TopK and Hardmax (runtime/kernels/cuda/reduce.cu has the same): NaN is larger than every
+// number and equal to itself, as in PyTorch's topk and numpy's argmax, so the comparison is a strict weak
+// order even with NaNs and they come first among the largest, last among the smallest.
+template <class T> bool above(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (std::isnan(a)) return !std::isnan(b);
+    if (std::isnan(b)) return false;
+  }
+  return a > b;
+}
+
 // TopK: the k largest (or smallest) along axis; equal values keep the lower index first.
 void topk_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
@@ -347,12 +358,35 @@ void topk_kernel(KernelContext& ctx) {
         const T* line = px + o * n * inner + i;
         for (int64_t j = 0; j < n; ++j) order[j] = j;
         std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-          return largest ? line[a * inner] > line[b * inner] : line[a * inner] < line[b * inner];
+          return largest ? above(line[a * inner], line[b * inner]) : above(line[b * inner], line[a * inner]);
         });
         for (int64_t j = 0; j < k; ++j) {
           pv[(o * k + j) * inner + i] = line[order[j] * inner];
           pi[(o * k + j) * inner + i] = order[j];
         }
+      }
+  });
+}
+
+// Hardmax: 1 at the first largest value along the axis (a NaN, if any, is the largest), 0 elsewhere;
+// before opset 13 over the flattened axes [axis, rank), as Softmax.
+void hardmax_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  int64_t outer, n, inner;
+  softmax_layout(ctx, x, "Hardmax", &outer, &n, &inner);
+  Tensor& y = ctx.output(0, x.shape(), x.dtype());
+  if (x.numel() == 0) return;
+  dispatch_float(x.dtype(), "Hardmax", [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = ptr<T>(x);
+    T* py = ptr<T>(y);
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i) {
+        const int64_t at = o * n * inner + i;
+        int64_t best = 0;
+        for (int64_t j = 1; j < n; ++j)
+          if (above(px[at + j * inner], px[at + best * inner])) best = j;
+        for (int64_t j = 0; j < n; ++j) py[at + j * inner] = j == best ? T(1) : T(0);
       }
   });
 }
@@ -376,6 +410,7 @@ GR_REGISTER_OPS(reduce) {
   ops.op("LogSoftmax").cpu(via_f32<softmax_kernel<true>>);
   ops.op("CumSum").cpu(cumsum_kernel).host_inputs({1});
   ops.op("TopK").cpu(topk_kernel).host_inputs({1});
+  ops.op("Hardmax").cpu(via_f32<hardmax_kernel>);
 }
 
 }  // namespace graphrun::runtime::cpu

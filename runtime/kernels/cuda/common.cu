@@ -38,6 +38,15 @@ static std::vector<char> read_back(const KernelContext& ctx, const Tensor& t) {
   return bytes;
 }
 
+std::vector<char> host_bytes(const KernelContext& ctx, int input) {
+  const Tensor& t = ctx.input(input);
+  if (t.device().is_cpu()) {
+    const char* p = static_cast<const char*>(t.raw());
+    return std::vector<char>(p, p + t.nbytes());
+  }
+  return read_back(ctx, t);
+}
+
 std::vector<int64_t> host_int64s(const KernelContext& ctx, int input) {
   const Tensor& t = ctx.input(input);
   if (t.device().is_cpu()) return t.as_int64s();

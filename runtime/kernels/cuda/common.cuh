@@ -46,6 +46,9 @@ void locked(KernelContext& ctx) {
 // the device like every other value; reading one waits for the stream (one small copy through a
 // pinned buffer), which is why the graph's shape computations should stay few.
 std::vector<int64_t> host_int64s(const KernelContext& ctx, int input);
+// Reads a whole tensor's bytes on the host the same way (the ops whose output shape depends on values:
+// NonZero, Compress's condition).
+std::vector<char> host_bytes(const KernelContext& ctx, int input);
 // Reads a small tensor's values as doubles on the host the same way (Resize's roi, scales, sizes).
 std::vector<double> host_doubles(const KernelContext& ctx, int input);
 // Reads a scalar float input (e.g. Dropout's ratio) on the host the same way.

@@ -424,10 +424,7 @@ __global__ void cast_to_bool_kernel(const S* x, uint8_t* y, int64_t n) {
   GR_GRID_STRIDE(i, n) y[i] = x[i] != S(0);
 }
 
-void cast_op(KernelContext& ctx) {
-  const Tensor& X = ctx.input(0);
-  GR_CHECK(ctx.node().has_attr("to"), "Cast: attribute 'to' is required");
-  DType to = static_cast<DType>(ctx.node().attr_i("to", 0));
+void cast_to(KernelContext& ctx, const Tensor& X, DType to) {
   Tensor& Y = ctx.output(0, X.shape(), to);
   int64_t n = X.numel();
   if (n == 0) return;
@@ -450,6 +447,13 @@ void cast_op(KernelContext& ctx) {
   });
   GR_LAUNCH_CHECK("cast");
 }
+
+void cast_op(KernelContext& ctx) {
+  GR_CHECK(ctx.node().has_attr("to"), "Cast: attribute 'to' is required");
+  cast_to(ctx, ctx.input(0), static_cast<DType>(ctx.node().attr_i("to", 0)));
+}
+// CastLike(x, like): Cast to the element type of `like` (only its type is read; it stays on the device).
+void cast_like_op(KernelContext& ctx) { cast_to(ctx, ctx.input(0), ctx.input(1).dtype()); }
 
 // ---- Identity, Expand, Sum ----
 void identity_op(KernelContext& ctx) {
@@ -550,6 +554,113 @@ void variadic_kernel(KernelContext& ctx) {
   }
 }
 
+// Mean: the inputs summed in order as Sum does, then times 1/k (the CPU's rounding).
+template <class T>
+__global__ void scale_kernel(T* y, int64_t n, T s) {
+  GR_GRID_STRIDE(i, n) y[i] *= s;
+}
+void mean_op(KernelContext& ctx) {
+  const int k = ctx.num_inputs();
+  GR_CHECK(k >= 1, "Mean needs at least one input");
+  const DType dt = ctx.input(0).dtype();
+  GR_CHECK(dt == DType::F32 || dt == DType::F64, "Mean on CUDA takes f32 or f64, got " << dtype_name(dt));
+  std::vector<Shape> shapes;
+  for (int i = 0; i < k; ++i) {
+    GR_CHECK(ctx.input(i).dtype() == dt, "Mean inputs differ in type");
+    shapes.push_back(ctx.input(i).shape());
+  }
+  const Shape out = broadcast_shapes(shapes);
+  Tensor& Y = ctx.output(0, out, dt);
+  broadcast_copy(ctx, ctx.input(0), Y);
+  const int64_t n = Y.numel();
+  if (n == 0) return;
+  auto go = [&](auto tag) {
+    using T = decltype(tag);
+    for (int i = 1; i < k; ++i) {
+      IndexMap m = make_index_map(out, {out, ctx.input(i).shape()});
+      binary_broadcast<T, T, AddOp><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dptr<T>(Y), dptr<T>(ctx.input(i)),
+                                                                                  dptr<T>(Y), m, n, AddOp{});
+    }
+    if (k > 1) scale_kernel<T><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dptr<T>(Y), n, T(1) / T(k));
+  };
+  if (dt == DType::F32) go(float{});
+  else go(double{});
+  GR_LAUNCH_CHECK("mean");
+}
+
+// Mod: fmod for floats (fmod=1 required, as on the CPU); for integers the remainder takes the divisor's
+// sign unless fmod=1 (C's, the dividend's). A zero integer divisor gives 0: the device cannot raise
+// (the CPU kernel reports it).
+struct FmodOp {
+  template <class T> __device__ T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) return fmod(a, b);
+    else return b == T(0) ? T(0) : static_cast<T>(a % b);
+  }
+};
+struct PyModOp {
+  template <class T> __device__ T operator()(T a, T b) const {
+    if (b == T(0)) return T(0);
+    T r = static_cast<T>(a % b);
+    if (r != 0 && ((r < 0) != (b < 0))) r = static_cast<T>(r + b);
+    return r;
+  }
+};
+void mod_op(KernelContext& ctx) {
+  GR_CHECK(ctx.num_inputs() == 2, "Mod takes 2 inputs, got " << ctx.num_inputs());
+  const bool fmod = ctx.node().attr_i("fmod", 0) != 0;
+  const DType dt = ctx.input(0).dtype();
+  if (dt == DType::F32 || dt == DType::F64) {
+    GR_CHECK(fmod, "Mod: floating-point inputs need fmod=1");
+    run_binary(ctx, FmodOp{});
+  } else if (fmod) {
+    run_binary(ctx, FmodOp{});
+  } else {
+    const Tensor &A = ctx.input(0), &B = ctx.input(1);
+    GR_CHECK(A.dtype() == B.dtype(), "Mod: inputs are " << dtype_name(A.dtype()) << " and " << dtype_name(B.dtype()));
+    Tensor& Y = ctx.output(0, broadcast_shapes({A.shape(), B.shape()}), dt);
+    if (dt == DType::I64) launch_binary<int64_t>(ctx, A, B, Y, PyModOp{});
+    else if (dt == DType::I32) launch_binary<int32_t>(ctx, A, B, Y, PyModOp{});
+    else GR_FAIL("Mod on " << dtype_name(dt) << " is not supported on CUDA");
+  }
+}
+
+// Shrink: x + bias below -lambd, x - bias above lambd, 0 between, computed in double as on the CPU.
+struct ShrinkOp {
+  double lambd = 0.5, bias = 0;
+  template <class T> __device__ T operator()(T v) const {
+    const double d = static_cast<double>(v);
+    return static_cast<T>(d < -lambd ? d + bias : (d > lambd ? d - bias : 0.0));
+  }
+};
+void shrink_op(KernelContext& ctx) {
+  unary_with<ShrinkOp, true>(ctx, ShrinkOp{ctx.node().attr_f("lambd", 0.5f), ctx.node().attr_f("bias", 0.0f)});
+}
+
+// BitShift on unsigned integers; a shift by the type's width or more gives 0 (as on the CPU).
+struct ShiftOp {
+  bool left = true;
+  template <class T> __device__ T operator()(T x, T s) const {
+    const T bits = static_cast<T>(sizeof(T) * 8);
+    if (s >= bits) return T(0);
+    return left ? static_cast<T>(x << s) : static_cast<T>(x >> s);
+  }
+};
+void bitshift_op(KernelContext& ctx) {
+  const Tensor &A = ctx.input(0), &B = ctx.input(1);
+  GR_CHECK(A.dtype() == B.dtype(), "BitShift: inputs are " << dtype_name(A.dtype()) << " and " << dtype_name(B.dtype()));
+  const std::string dir = ctx.node().attr_s("direction", "");
+  GR_CHECK(dir == "LEFT" || dir == "RIGHT", "BitShift: direction must be LEFT or RIGHT, got '" << dir << "'");
+  Tensor& Y = ctx.output(0, broadcast_shapes({A.shape(), B.shape()}), A.dtype());
+  const ShiftOp op{dir == "LEFT"};
+  switch (A.dtype()) {
+    case DType::U8: launch_binary<uint8_t>(ctx, A, B, Y, op); break;
+    case DType::U16: launch_binary<uint16_t>(ctx, A, B, Y, op); break;
+    case DType::U32: launch_binary<uint32_t>(ctx, A, B, Y, op); break;
+    case DType::U64: launch_binary<uint64_t>(ctx, A, B, Y, op); break;
+    default: GR_FAIL("BitShift: element type " << dtype_name(A.dtype()) << " is not supported (unsigned ints)");
+  }
+}
+
 }  // namespace
 
 GR_REGISTER_OPS(elementwise) {
@@ -613,6 +724,11 @@ GR_REGISTER_OPS(elementwise) {
   ops.op("Identity").cuda(locked<identity_op>);
   ops.op("Expand").cuda(locked<expand_op>);
   ops.op("Sum").cuda(locked<sum_op>);
+  ops.op("Mean").cuda(locked<mean_op>);
+  ops.op("Mod").cuda(locked<mod_op>);
+  ops.op("Shrink").cuda(locked<shrink_op>);
+  ops.op("CastLike").cuda(locked<cast_like_op>);
+  ops.op("BitShift").cuda(locked<bitshift_op>);
 }
 
 }  // namespace graphrun::runtime::cuda

@@ -295,12 +295,45 @@ void global_avgpool_op(KernelContext& ctx) {
   GR_LAUNCH_CHECK("global_avgpool");
 }
 
+// GlobalMaxPool: the largest value of each plane, by the CPU's rule (a NaN, once met, stays).
+template <class T>
+__global__ void global_max_kernel(const T* x, T* y, int64_t nc, int64_t hw) {
+  GR_GRID_STRIDE(o, nc) {
+    const T* p = x + o * hw;
+    T acc = -INFINITY;
+    for (int64_t k = 0; k < hw; ++k) acc = (p[k] > acc || isnan(p[k])) ? p[k] : acc;
+    y[o] = acc;
+  }
+}
+
+void global_maxpool_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  GR_CHECK(X.rank() >= 3 && (X.dtype() == DType::F32 || X.dtype() == DType::F64),
+           "GlobalMaxPool on CUDA takes f32 or f64 [N, C, ...], got " << dtype_name(X.dtype()) << shape_str(X.shape()));
+  Shape out{X.dim(0), X.dim(1)};
+  int64_t hw = 1;
+  for (int d = 2; d < X.rank(); ++d) {
+    out.push_back(1);
+    hw *= X.dim(d);
+  }
+  const int64_t nc = X.dim(0) * X.dim(1);
+  GR_CHECK(hw > 0 || nc == 0, "X " << shape_str(X.shape()) << " has empty spatial axes");
+  Tensor& Y = ctx.output(0, out, X.dtype());
+  if (nc == 0) return;
+  if (X.dtype() == DType::F32)
+    global_max_kernel<float><<<grid_for(nc), kThreads, 0, stream_of(ctx)>>>(dptr<float>(X), dptr<float>(Y), nc, hw);
+  else
+    global_max_kernel<double><<<grid_for(nc), kThreads, 0, stream_of(ctx)>>>(dptr<double>(X), dptr<double>(Y), nc, hw);
+  GR_LAUNCH_CHECK("global_maxpool");
+}
+
 }  // namespace
 
 GR_REGISTER_OPS(pool) {
   ops.op("MaxPool").cuda(locked<maxpool_op>);
   ops.op("AveragePool").cuda(locked<avgpool_op>);
   ops.op("GlobalAveragePool").cuda(locked<global_avgpool_op>);
+  ops.op("GlobalMaxPool").cuda(locked<global_maxpool_op>);
   ops.op(kGraphrunDomain, "MaxPoolGrad").cuda(locked<maxpool_grad_op>);
   ops.op(kGraphrunDomain, "AveragePoolGrad").cuda(locked<avgpool_grad_op>);
 }

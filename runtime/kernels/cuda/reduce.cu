@@ -1,7 +1,8 @@
 // CUDA kernels: reduce family (the CPU's reduce.cc op set): ReduceSum, ReduceMean, ReduceMax, ReduceMin,
 // ReduceProd, ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp, SumToShape, Softmax,
-// LogSoftmax, ArgMax, ArgMin. One generic reduction: each output sums a strided subspace of X.
+// LogSoftmax, ArgMax, ArgMin, CumSum, TopK, Hardmax. One generic reduction: each output sums a strided subspace of X.
 #include <cfloat>
+#include <type_traits>
 
 #include "runtime/kernels/cuda/common.cuh"
 
@@ -276,6 +277,195 @@ void arg_op(KernelContext& ctx) {
   GR_LAUNCH_CHECK("argmax");
 }
 
+// ---- CumSum, TopK, Hardmax ----
+
+// CumSum: one thread per (outer, inner) line adds along the axis in the CPU's order (bit for bit).
+template <class T>
+__global__ void cumsum_kernel(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, bool exclusive, bool reverse) {
+  GR_GRID_STRIDE(line, outer * inner) {
+    const int64_t base = (line / inner) * n * inner + line % inner;
+    T acc = T(0);
+    for (int64_t s = 0; s < n; ++s) {
+      const int64_t at = base + (reverse ? n - 1 - s : s) * inner;
+      const T v = x[at];
+      if (exclusive) {
+        y[at] = acc;
+        acc = static_cast<T>(acc + v);
+      } else {
+        acc = static_cast<T>(acc + v);
+        y[at] = acc;
+      }
+    }
+  }
+}
+
+void cumsum_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  const std::vector<int64_t> axis_v = host_int64s(ctx, 1);
+  GR_CHECK(axis_v.size() == 1, "CumSum: axis must be a scalar");
+  GR_CHECK(X.rank() >= 1, "CumSum: the input must have rank 1 or more, got a scalar");
+  const int axis = static_cast<int>(normalize_axis(axis_v[0], X.rank(), "CumSum axis"));
+  const bool exclusive = ctx.node().attr_i("exclusive", 0) != 0, reverse = ctx.node().attr_i("reverse", 0) != 0;
+  Tensor& Y = ctx.output(0, X.shape(), X.dtype());
+  int64_t outer = 1, inner = 1;
+  const int64_t n = X.dim(axis);
+  for (int d = 0; d < axis; ++d) outer *= X.dim(d);
+  for (int d = axis + 1; d < X.rank(); ++d) inner *= X.dim(d);
+  if (X.numel() == 0) return;
+  auto go = [&](auto tag) {
+    using T = decltype(tag);
+    cumsum_kernel<T><<<grid_for(outer * inner), kThreads, 0, stream_of(ctx)>>>(dptr<T>(X), dptr<T>(Y), outer, n, inner,
+                                                                               exclusive, reverse);
+  };
+  switch (X.dtype()) {
+    case DType::F32: go(float{}); break;
+    case DType::F64: go(double{}); break;
+    case DType::I64: go(int64_t{}); break;
+    case DType::I32: go(int32_t{}); break;
+    default: GR_FAIL("CumSum on " << dtype_name(X.dtype()) << " is not supported on CUDA");
+  }
+  GR_LAUNCH_CHECK("cumsum");
+}
+
+// The CPU's order of TopK and Hardmax (runtime/kernels/cpu/reduce.cc): NaN above every number and equal to
+// itself; among equals the lower index first.
+template <class T> __device__ bool above(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (isnan(a)) return !isnan(b);
+    if (isnan(b)) return false;
+  }
+  return a > b;
+}
+// True when element (va, a) comes before (vb, b) in TopK's output.
+template <class T> __device__ bool comes_first(T va, int64_t a, T vb, int64_t b, bool largest) {
+  const bool ab = largest ? above(va, vb) : above(vb, va), ba = largest ? above(vb, va) : above(va, vb);
+  return ab || (!ba && a < b);
+}
+
+constexpr int64_t kTopKInsert = 64;  // up to this k, a thread keeps its line's best k in order
+
+// Small k: one thread per line keeps the k first elements seen so far, sorted (insertion).
+template <class T>
+__global__ void topk_insert_kernel(const T* x, T* vals, int64_t* idx, int64_t lines, int64_t n, int64_t inner, int64_t k,
+                                   bool largest) {
+  GR_GRID_STRIDE(line, lines) {
+    const int64_t o = line / inner, i = line % inner;
+    const T* s = x + o * n * inner + i;
+    T* v = vals + o * k * inner + i;
+    int64_t* ix = idx + o * k * inner + i;
+    int64_t have = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      const T val = s[j * inner];
+      if (have == k && !comes_first(val, j, v[(k - 1) * inner], ix[(k - 1) * inner], largest)) continue;
+      int64_t p = have < k ? have++ : k - 1;
+      while (p > 0 && comes_first(val, j, v[(p - 1) * inner], ix[(p - 1) * inner], largest)) {
+        v[p * inner] = v[(p - 1) * inner];
+        ix[p * inner] = ix[(p - 1) * inner];
+        --p;
+      }
+      v[p * inner] = val;
+      ix[p * inner] = j;
+    }
+  }
+}
+
+// Large k: one thread per element counts the elements of its line that come first; rank < k is written.
+template <class T>
+__global__ void topk_rank_kernel(const T* x, T* vals, int64_t* idx, int64_t lines, int64_t n, int64_t inner, int64_t k,
+                                 bool largest) {
+  GR_GRID_STRIDE(e, lines * n) {
+    const int64_t line = e / n, j = e % n, o = line / inner, i = line % inner;
+    const T* s = x + o * n * inner + i;
+    const T val = s[j * inner];
+    int64_t rank = 0;
+    for (int64_t q = 0; q < n && rank < k; ++q) rank += comes_first(s[q * inner], q, val, j, largest);
+    if (rank < k) {
+      vals[(o * k + rank) * inner + i] = val;
+      idx[(o * k + rank) * inner + i] = j;
+    }
+  }
+}
+
+void topk_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  GR_CHECK(X.rank() >= 1, "TopK: input must have rank >= 1");
+  const int axis = static_cast<int>(normalize_axis(ctx.node().attr_i("axis", -1), X.rank(), "TopK axis"));
+  int64_t k = 0;
+  if (ctx.opset() < 10) {
+    k = ctx.node().attr_i("k", 0);
+  } else {
+    const std::vector<int64_t> kv = host_int64s(ctx, 1);
+    GR_CHECK(kv.size() == 1, "TopK: K must hold one value");
+    k = kv[0];
+  }
+  const bool largest = ctx.node().attr_i("largest", 1) != 0;
+  const int64_t n = X.dim(axis);
+  GR_CHECK(k >= 0 && k <= n, "TopK: k = " << k << " is out of range for axis " << axis << " of size " << n);
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < axis; ++d) outer *= X.dim(d);
+  for (int d = axis + 1; d < X.rank(); ++d) inner *= X.dim(d);
+  Shape out = X.shape();
+  out[axis] = k;
+  Tensor& V = ctx.output(0, out, X.dtype());
+  Tensor& I = ctx.output(1, out, DType::I64);
+  const int64_t lines = outer * inner;
+  if (lines == 0 || k == 0) return;
+  auto go = [&](auto tag) {
+    using T = decltype(tag);
+    if (k <= kTopKInsert)
+      topk_insert_kernel<T><<<grid_for(lines), kThreads, 0, stream_of(ctx)>>>(dptr<T>(X), dptr<T>(V), dptr<int64_t>(I),
+                                                                              lines, n, inner, k, largest);
+    else
+      topk_rank_kernel<T><<<grid_for(lines * n), kThreads, 0, stream_of(ctx)>>>(dptr<T>(X), dptr<T>(V), dptr<int64_t>(I),
+                                                                                 lines, n, inner, k, largest);
+  };
+  switch (X.dtype()) {
+    case DType::F32: go(float{}); break;
+    case DType::F64: go(double{}); break;
+    case DType::I64: go(int64_t{}); break;
+    case DType::I32: go(int32_t{}); break;
+    default: GR_FAIL("TopK on " << dtype_name(X.dtype()) << " is not supported on CUDA");
+  }
+  GR_LAUNCH_CHECK("topk");
+}
+
+template <class T>
+__global__ void hardmax_kernel(const T* x, T* y, int64_t outer, int64_t n, int64_t inner) {
+  GR_GRID_STRIDE(line, outer * inner) {
+    const int64_t at = (line / inner) * n * inner + line % inner;
+    int64_t best = 0;
+    for (int64_t j = 1; j < n; ++j)
+      if (above(x[at + j * inner], x[at + best * inner])) best = j;
+    for (int64_t j = 0; j < n; ++j) y[at + j * inner] = j == best ? T(1) : T(0);
+  }
+}
+
+void hardmax_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  GR_CHECK(X.dtype() == DType::F32 || X.dtype() == DType::F64,
+           "Hardmax on CUDA takes f32 or f64, got " << dtype_name(X.dtype()));
+  // As Softmax: opset 13 along one axis (default -1); earlier opsets over the flattened axes [axis, rank).
+  const bool v13 = ctx.opset() >= 13;
+  const int r = X.rank();
+  int64_t axis = ctx.node().attr_i("axis", v13 ? -1 : 1);
+  GR_CHECK(axis >= -r && (v13 ? axis < std::max(r, 1) : axis <= r), "Hardmax: axis " << axis << " is out of range for rank " << r);
+  if (axis < 0) axis += r;
+  int64_t outer = 1, len = 1, inner = 1;
+  for (int d = 0; d < r; ++d) {
+    if (d < axis) outer *= X.dim(d);
+    else if (d == axis || !v13) len *= X.dim(d);
+    else inner *= X.dim(d);
+  }
+  Tensor& Y = ctx.output(0, X.shape(), X.dtype());
+  if (X.numel() == 0) return;
+  if (X.dtype() == DType::F32)
+    hardmax_kernel<float><<<grid_for(outer * inner), kThreads, 0, stream_of(ctx)>>>(dptr<float>(X), dptr<float>(Y), outer, len, inner);
+  else
+    hardmax_kernel<double><<<grid_for(outer * inner), kThreads, 0, stream_of(ctx)>>>(dptr<double>(X), dptr<double>(Y), outer, len,
+                                                                                     inner);
+  GR_LAUNCH_CHECK("hardmax");
+}
+
 }  // namespace
 
 GR_REGISTER_OPS(reduce) {
@@ -294,6 +484,9 @@ GR_REGISTER_OPS(reduce) {
   ops.op(kGraphrunDomain, "SumToShape").cuda(locked<sum_to_shape_op>);
   ops.op("Softmax").cuda(locked<softmax_op<false>>);
   ops.op("LogSoftmax").cuda(locked<softmax_op<true>>);
+  ops.op("CumSum").cuda(locked<cumsum_op>);
+  ops.op("TopK").cuda(locked<topk_op>);
+  ops.op("Hardmax").cuda(locked<hardmax_op>);
 }
 
 }  // namespace graphrun::runtime::cuda

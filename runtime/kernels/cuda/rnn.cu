@@ -1,5 +1,5 @@
-// CUDA kernels: rnn family (the CPU's rnn.cc op set): LSTM, GRU and ai.graphrun LSTMGrad / GRUGrad, f32 and
-// f64. The host plans the node as the CPU does (runtime/kernels/rnn_plan.h). Per direction one cuBLAS GEMM
+// CUDA kernels: rnn family (the CPU's rnn.cc op set): LSTM, GRU, RNN and ai.graphrun LSTMGrad / GRUGrad /
+// RNNGrad, f32 and f64. The host plans the node as the CPU does (runtime/kernels/rnn_plan.h). Per direction one cuBLAS GEMM
 // projects every step's input (X W^T), then per time step one GEMM gives H_prev R^T and one elementwise kernel
 // the gates (GRU: two, around its reset-gated GEMM). The gradients are the CPU's back-propagation through time
 // over a recomputed forward; every sum is a GEMM or one thread's loop in the CPU's order: deterministic, no
@@ -51,6 +51,7 @@ struct Geo {
   int d = 0;
   bool layout1 = false, rev = false, has_clip = false, lbr = false;
   double clip = 0;
+  RnnAct act = RnnAct::Tanh;  // RNN: this direction's activation
   // Row of step t, sequence n in X (and in the input projections and the gates' gradients).
   __device__ int64_t xrow(int64_t t, int64_t n) const { return layout1 ? n * T + t : t * N + n; }
   __device__ int64_t y_at(int64_t t, int64_t n) const {
@@ -68,10 +69,19 @@ Geo geo_of(const RnnPlan& r, int d) {
   Geo g;
   g.T = r.T, g.N = r.N, g.H = r.H, g.D = r.D, g.d = d;
   g.layout1 = r.layout1, g.rev = r.reverse(d), g.has_clip = r.has_clip, g.lbr = r.lbr, g.clip = r.clip;
+  if (r.cell == RnnCell::RNN) g.act = r.acts[static_cast<size_t>(d)];
   return g;
 }
 
 template <class T> __device__ T sigm(T v) { return T(1) / (T(1) + exp(-v)); }
+// RNN's activations and their derivatives from the output (runtime/kernels/cpu/rnn.cc's activate and
+// activate_grad).
+template <class T> __device__ T activate(RnnAct a, T v) {
+  return a == RnnAct::Tanh ? tanh(v) : a == RnnAct::Relu ? (v < T(0) ? T(0) : v) : sigm(v);
+}
+template <class T> __device__ T activate_grad(RnnAct a, T y) {
+  return a == RnnAct::Tanh ? T(1) - y * y : a == RnnAct::Relu ? T(y > T(0)) : y * (T(1) - y);
+}
 
 // The pre-activation v of gate element idx, clipped when the node clips (and where, for the gradient).
 template <class T>
@@ -150,6 +160,21 @@ __global__ void lstm_step_kernel(Geo g, int64_t t, Step<T> s) {
       gt[o] = ig, gt[o + H] = og, gt[o + 2 * H] = fg, gt[o + 3 * H] = cg;
     }
     end_step(g, t, s, i, 4, live);
+  }
+}
+
+// RNN step: H = f(X W^T + Wb + H_prev R^T + Rb); the trace's "gate" is the new state.
+template <class T>
+__global__ void rnn_step_kernel(Geo g, int64_t t, Step<T> s) {
+  GR_GRID_STRIDE(i, g.N * g.H) {
+    const int64_t n = i / g.H, j = i % g.H, xr = g.xrow(t, n);
+    const bool live = t < s.lens[n];
+    if (live) {
+      const T v = activate(g.act, act_in(g, x_in(s.xw, s.b, xr, g.H, j, false) + s.hr[i], s.clipped, i));
+      s.h[i] = v;
+      s.gates[i] = v;
+    }
+    end_step(g, t, s, i, 1, live);
   }
 }
 
@@ -286,6 +311,8 @@ void run_direction(KernelContext& ctx, const RnnPlan& r, int d, Buffers<T>& b, T
     mm<T>(ctx, false, true, N, GH, H, b.h, H, rw, H, T(0), b.hr, GH);
     if (lstm) {
       lstm_step_kernel<T><<<grid_for(N * H), kThreads, 0, st>>>(g, t, s);
+    } else if (r.cell == RnnCell::RNN) {
+      rnn_step_kernel<T><<<grid_for(N * H), kThreads, 0, st>>>(g, t, s);
     } else {
       gru_zr_kernel<T><<<grid_for(N * H), kThreads, 0, st>>>(g, t, s);
       if (!r.lbr) mm<T>(ctx, false, true, N, H, H, b.rh, H, rw + 2 * H * H, H, T(0), b.rhr, H);
@@ -360,6 +387,17 @@ __global__ void lstm_back_kernel(Geo g, int64_t t, BackStep bs, const T* gates, 
     dc[k] = dC * fg + (p ? p[j] * dai + p[2 * H + j] * daf : T(0));
     T* da = dA + xr * GH + j;
     da[0] = dai, da[H] = dao, da[2 * H] = daf, da[3 * H] = dag;
+  }
+}
+
+// RNN step t backwards: dA = dH f'(H) (zero past a sequence's end, where dA was cleared).
+template <class T>
+__global__ void rnn_back_kernel(Geo g, int64_t t, BackStep bs, const T* gates, const T* dy, const T* dh, T* dA) {
+  GR_GRID_STRIDE(k, g.N * g.H) {
+    const int64_t n = k / g.H, j = k % g.H;
+    if (t >= bs.lens[n]) continue;
+    const T dH = step_dh(g, dh, dy, t, n, j, true);
+    dA[g.xrow(t, n) * g.H + j] = dH * activate_grad(g.act, gates[k]) * live_mask<T>(g, bs.clipped, k);
   }
 }
 
@@ -445,12 +483,12 @@ __global__ void peephole_grad_kernel(Geo g, const T* dA, const T* cprev, const T
   }
 }
 
-// LSTMGrad / GRUGrad: inputs the forward's then dY, dY_h [, dY_c]; outputs dX dW dR dB dinitial_h
+// LSTMGrad / GRUGrad / RNNGrad: inputs the forward's then dY, dY_h [, dY_c]; outputs dX dW dR dB dinitial_h
 // [dinitial_c dP], each optional.
 template <class T>
 void rnn_backward(KernelContext& ctx, RnnCell cell) {
   const RnnPlan r = plan_on_device(ctx, cell);
-  const bool lstm = cell == RnnCell::LSTM;
+  const bool lstm = cell == RnnCell::LSTM, gru = cell == RnnCell::GRU;
   const DType dt = ctx.input(0).dtype();
   const int64_t H = r.H, N = r.N, GH = r.G * H, TN = r.T * N, I = r.I;
   const T* dy = opt_in<T>(ctx, r.nin);
@@ -483,7 +521,7 @@ void rnn_backward(KernelContext& ctx, RnnCell cell) {
     load_state_kernel<T><<<grid_nh, kThreads, 0, st>>>(g, dyc, b.dc);
     GR_LAUNCH_CHECK("rnn_back_setup");
     GR_CUDA_CHECK(cudaMemsetAsync(b.dA, 0, TN * GH * sizeof(T), st));
-    if (!lstm) GR_CUDA_CHECK(cudaMemsetAsync(b.dAR, 0, TN * GH * sizeof(T), st));
+    if (gru) GR_CUDA_CHECK(cudaMemsetAsync(b.dAR, 0, TN * GH * sizeof(T), st));
     // Step t's rows of dA / dAR as an [N, G*H] matrix: in layout 1 they lie T rows apart.
     const int64_t ld = r.layout1 ? r.T * GH : GH;
     for (int64_t s = r.T - 1; s >= 0; --s) {
@@ -496,6 +534,10 @@ void rnn_backward(KernelContext& ctx, RnnCell cell) {
                                                           b.dA);
         GR_LAUNCH_CHECK("lstm_back");
         mm<T>(ctx, false, false, N, H, GH, b.dA + row0, ld, rw, H, T(0), b.dhp, H);
+      } else if (!gru) {
+        rnn_back_kernel<T><<<grid_nh, kThreads, 0, st>>>(g, t, bs, gates, dy, b.dh, b.dA);
+        GR_LAUNCH_CHECK("rnn_back");
+        mm<T>(ctx, false, false, N, H, H, b.dA + row0, ld, rw, H, T(0), b.dhp, H);
       } else {
         gru_back_zh_kernel<T><<<grid_nh, kThreads, 0, st>>>(g, t, bs, gates, b.hprev, dy, b.dh, b.dhp, b.rhp, b.dA);
         GR_LAUNCH_CHECK("gru_back_zh");
@@ -515,14 +557,14 @@ void rnn_backward(KernelContext& ctx, RnnCell cell) {
     if (dW) mm<T>(ctx, true, false, GH, I, TN, b.dA, GH, x, I, T(0), dW + d * GH * I, I);
     if (dR) {
       T* dRd = dR + d * GH * H;
-      if (lstm) {
+      if (!gru) {
         mm<T>(ctx, true, false, GH, H, TN, b.dA, GH, b.hprev, H, T(0), dRd, H);
       } else {
         mm<T>(ctx, true, false, r.lbr ? GH : 2 * H, H, TN, b.dAR, GH, b.hprev, H, T(0), dRd, H);
         if (!r.lbr) mm<T>(ctx, true, false, H, H, TN, b.dAR + 2 * H, GH, b.rhp, H, T(0), dRd + 2 * H * H, H);
       }
     }
-    if (dB) bias_grad_kernel<T><<<grid_for(2 * GH), kThreads, 0, st>>>(g, GH, b.dA, lstm ? b.dA : b.dAR, dB + d * 2 * GH);
+    if (dB) bias_grad_kernel<T><<<grid_for(2 * GH), kThreads, 0, st>>>(g, GH, b.dA, gru ? b.dAR : b.dA, dB + d * 2 * GH);
     if (dP) {
       if (p) peephole_grad_kernel<T><<<grid_for(3 * H), kThreads, 0, st>>>(g, b.dA, b.cprev, b.tc, dP + d * 3 * H);
       else GR_CUDA_CHECK(cudaMemsetAsync(dP + d * 3 * H, 0, 3 * H * sizeof(T), st));
@@ -551,6 +593,8 @@ GR_REGISTER_OPS(rnn) {
   ops.op("GRU").cuda(locked<rnn_op<RnnCell::GRU, false>>);
   ops.op(kGraphrunDomain, "LSTMGrad").cuda(locked<rnn_op<RnnCell::LSTM, true>>);
   ops.op(kGraphrunDomain, "GRUGrad").cuda(locked<rnn_op<RnnCell::GRU, true>>);
+  ops.op("RNN").cuda(locked<rnn_op<RnnCell::RNN, false>>);
+  ops.op(kGraphrunDomain, "RNNGrad").cuda(locked<rnn_op<RnnCell::RNN, true>>);
 }
 
 }  // namespace graphrun::runtime::cuda
