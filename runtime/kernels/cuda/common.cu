@@ -54,6 +54,13 @@ std::vector<int64_t> host_int64s(const KernelContext& ctx, int input) {
   return Tensor::view(t.dtype(), t.shape(), bytes.data()).as_int64s();
 }
 
+Shape host_shape(const KernelContext& ctx, int input, const char* what) {
+  const std::vector<int64_t> v = host_int64s(ctx, input);
+  const Shape s(v.begin(), v.end());
+  for (int64_t d : s) GR_CHECK(d >= 0, what << ": bad shape " << shape_str(s));
+  return s;
+}
+
 std::vector<double> host_doubles(const KernelContext& ctx, int input) {
   const Tensor& t = ctx.input(input);
   if (t.device().is_cpu()) return t.as_doubles();

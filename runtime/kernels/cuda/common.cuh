@@ -49,6 +49,9 @@ std::vector<int64_t> host_int64s(const KernelContext& ctx, int input);
 // Reads a whole tensor's bytes on the host the same way (the ops whose output shape depends on values:
 // NonZero, Compress's condition).
 std::vector<char> host_bytes(const KernelContext& ctx, int input);
+// Reads a shape given as an input (the gradient ops' `shape`) on the host; a negative dimension is an
+// Error led by `what`.
+Shape host_shape(const KernelContext& ctx, int input, const char* what);
 // Reads a small tensor's values as doubles on the host the same way (Resize's roi, scales, sizes).
 std::vector<double> host_doubles(const KernelContext& ctx, int input);
 // Reads a scalar float input (e.g. Dropout's ratio) on the host the same way.
@@ -94,6 +97,19 @@ void dispatch_any(DType t, const char* what, F f) {
 template <class F>
 void dispatch_any(DType t, F f) {
   dispatch_any(t, nullptr, f);
+}
+
+// Calls f(T{}) for the arithmetic types the device kernels compute in (f32, f64, i64, i32); for any other
+// dtype, an Error: "<what> on <dtype> is not supported on CUDA".
+template <class F>
+void dispatch_arith(DType t, const std::string& what, F f) {
+  switch (t) {
+    case DType::F32: f(float{}); break;
+    case DType::F64: f(double{}); break;
+    case DType::I64: f(int64_t{}); break;
+    case DType::I32: f(int32_t{}); break;
+    default: GR_FAIL(what << " on " << dtype_name(t) << " is not supported on CUDA");
+  }
 }
 
 }  // namespace graphrun::runtime::cuda

@@ -87,13 +87,7 @@ void run_binary(KernelContext& ctx, Op op) {
     Tensor& Y = ctx.output(0, out, kOut);
     launch_binary<T>(ctx, A, B, Y, op);
   };
-  switch (A.dtype()) {
-    case DType::F32: go(float{}); break;
-    case DType::F64: go(double{}); break;
-    case DType::I64: go(int64_t{}); break;
-    case DType::I32: go(int32_t{}); break;
-    default: GR_FAIL(ctx.node().op_type << " on " << dtype_name(A.dtype()) << " is not supported on CUDA");
-  }
+  dispatch_arith(A.dtype(), ctx.node().op_type, go);
 }
 
 template <class Op> void binary_kernel(KernelContext& ctx) {
@@ -311,13 +305,7 @@ void clip_op(KernelContext& ctx) {
     const T* hi_in = !attrs && ctx.has_input(2) ? dptr<T>(ctx.input(2)) : nullptr;
     clip_kernel<T><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dptr<T>(X), dptr<T>(Y), n, lo_in, hi_in, lo, hi);
   };
-  switch (X.dtype()) {
-    case DType::F32: go(float{}); break;
-    case DType::F64: go(double{}); break;
-    case DType::I64: go(int64_t{}); break;
-    case DType::I32: go(int32_t{}); break;
-    default: GR_FAIL("Clip on " << dtype_name(X.dtype()) << " is not supported on CUDA");
-  }
+  dispatch_arith(X.dtype(), "Clip", go);
   GR_LAUNCH_CHECK("clip");
 }
 
@@ -545,13 +533,7 @@ void variadic_kernel(KernelContext& ctx) {
       GR_LAUNCH_CHECK("variadic");
     }
   };
-  switch (Y.dtype()) {
-    case DType::F32: go(float{}); break;
-    case DType::F64: go(double{}); break;
-    case DType::I64: go(int64_t{}); break;
-    case DType::I32: go(int32_t{}); break;
-    default: GR_FAIL(ctx.node().op_type << " on " << dtype_name(Y.dtype()) << " is not supported on CUDA");
-  }
+  dispatch_arith(Y.dtype(), ctx.node().op_type, go);
 }
 
 // Mean: the inputs summed in order as Sum does, then times 1/k (the CPU's rounding).

@@ -15,17 +15,49 @@
 namespace graphrun::runtime::cuda {
 namespace {
 
-struct NdGradShape {
+// The geometry of GatherND over data of shape xs, and of its gradient (the CPU's nd_index, checked the same).
+struct NdShape {
   int m = 0;                  // length of an index tuple
-  int64_t dims[kMaxRank];     // dX's dims batch_dims .. batch_dims + m - 1
+  int64_t dims[kMaxRank];     // data's dims batch_dims .. batch_dims + m - 1
   int64_t strides[kMaxRank];  // their element strides within one batch entry
   int64_t per_batch = 0;      // tuples per batch entry
-  int64_t batch_elems = 1;    // dX elements per batch entry
+  int64_t batch_elems = 1;    // data elements per batch entry
   int64_t slice = 1;          // elements of a selected slice
 };
 
+// The geometry, and GatherND's output shape (dY's of the gradient) in *out.
+NdShape plan_nd(const char* what, const Shape& xs, const Tensor& ind, int64_t batch_dims, Shape* out) {
+  GR_CHECK(ind.dtype() == DType::I64 || ind.dtype() == DType::I32, what << ": indices must be int64 or int32");
+  const int r = static_cast<int>(xs.size()), q = ind.rank();
+  GR_CHECK(q >= 1 && batch_dims >= 0 && batch_dims < std::min(r, q),
+           what << ": batch_dims " << batch_dims << " is out of range for data " << shape_str(xs) << " and indices "
+                << shape_str(ind.shape()));
+  const int bd = static_cast<int>(batch_dims);
+  const int64_t m = ind.dim(q - 1);
+  GR_CHECK(m >= 1 && bd + m <= r && m <= kMaxRank,
+           what << ": index tuples of length " << m << " do not fit data " << shape_str(xs));
+  for (int k = 0; k < bd; ++k)
+    GR_CHECK(ind.dim(k) == xs[k], what << ": batch dims of data " << shape_str(xs) << " and indices "
+                                       << shape_str(ind.shape()) << " differ");
+  NdShape s;
+  out->assign(ind.shape().begin(), ind.shape().end() - 1);
+  out->insert(out->end(), xs.begin() + bd + m, xs.end());
+  s.m = static_cast<int>(m);
+  for (int a = bd + s.m; a < r; ++a) s.slice *= xs[a];
+  int64_t stride = s.slice;
+  for (int a = s.m - 1; a >= 0; --a) {
+    s.dims[a] = xs[bd + a];
+    s.strides[a] = stride;
+    stride *= s.dims[a];
+  }
+  s.batch_elems = stride;
+  s.per_batch = 1;
+  for (int k = bd; k < q - 1; ++k) s.per_batch *= ind.dim(k);
+  return s;
+}
+
 template <class T, class I>
-__global__ void gather_nd_grad_kernel(const T* dy, const I* idx, T* dx, NdGradShape s, int64_t n) {
+__global__ void gather_nd_grad_kernel(const T* dy, const I* idx, T* dx, NdShape s, int64_t n) {
   GR_GRID_STRIDE(i, n) {
     const int64_t b = i / s.batch_elems, within = i % s.batch_elems, j = within % s.slice;
     int64_t at[kMaxRank];
@@ -49,39 +81,12 @@ __global__ void gather_nd_grad_kernel(const T* dy, const I* idx, T* dx, NdGradSh
 void gather_nd_grad_op(KernelContext& ctx) {
   const char* what = "GatherNDGrad";
   const Tensor &dY = ctx.input(0), &ind = ctx.input(1);
-  const std::vector<int64_t> sv = host_int64s(ctx, 2);
-  const Shape xs(sv.begin(), sv.end());
-  for (int64_t d : xs) GR_CHECK(d >= 0, what << ": bad shape " << shape_str(xs));
-  GR_CHECK(ind.dtype() == DType::I64 || ind.dtype() == DType::I32, what << ": indices must be int64 or int32");
+  const Shape xs = host_shape(ctx, 2, what);
   GR_CHECK(dY.dtype() == DType::F32 || dY.dtype() == DType::F64,
            what << " on CUDA takes f32 or f64, got " << dtype_name(dY.dtype()));
-  const int r = static_cast<int>(xs.size()), q = ind.rank();
-  const int64_t batch_dims = ctx.node().attr_i("batch_dims", 0);
-  GR_CHECK(q >= 1 && batch_dims >= 0 && batch_dims < std::min(r, q),
-           what << ": batch_dims " << batch_dims << " is out of range for data " << shape_str(xs) << " and indices "
-                << shape_str(ind.shape()));
-  const int bd = static_cast<int>(batch_dims);
-  const int64_t m = ind.dim(q - 1);
-  GR_CHECK(m >= 1 && bd + m <= r && m <= kMaxRank,
-           what << ": index tuples of length " << m << " do not fit data " << shape_str(xs));
-  for (int k = 0; k < bd; ++k)
-    GR_CHECK(ind.dim(k) == xs[k], what << ": batch dims of data " << shape_str(xs) << " and indices "
-                                       << shape_str(ind.shape()) << " differ");
-  Shape want(ind.shape().begin(), ind.shape().end() - 1);
-  want.insert(want.end(), xs.begin() + bd + m, xs.end());
+  Shape want;
+  const NdShape s = plan_nd(what, xs, ind, ctx.node().attr_i("batch_dims", 0), &want);
   GR_CHECK(dY.shape() == want, what << ": dY has shape " << shape_str(dY.shape()) << ", expected " << shape_str(want));
-  NdGradShape s;
-  s.m = static_cast<int>(m);
-  for (int a = bd + s.m; a < r; ++a) s.slice *= xs[a];
-  int64_t stride = s.slice;
-  for (int a = s.m - 1; a >= 0; --a) {
-    s.dims[a] = xs[bd + a];
-    s.strides[a] = stride;
-    stride *= s.dims[a];
-  }
-  s.batch_elems = stride;
-  s.per_batch = 1;
-  for (int k = bd; k < q - 1; ++k) s.per_batch *= ind.dim(k);
   Tensor& dX = ctx.output(0, xs, dY.dtype());
   const int64_t n = dX.numel();
   if (n == 0) return;
@@ -102,21 +107,12 @@ void gather_nd_grad_op(KernelContext& ctx) {
 
 // ---- GatherND ----
 
-struct NdShape {
-  int m = 0;                  // length of an index tuple
-  int64_t dims[kMaxRank];     // data's dims batch_dims .. batch_dims + m - 1
-  int64_t strides[kMaxRank];  // their element strides
-  int64_t per_batch = 0;      // tuples per batch entry
-  int64_t batch_stride = 0;   // data elements per batch entry
-  int64_t slice = 1;          // elements of a selected slice
-};
-
 template <class T, class I>
 __global__ void gather_nd_kernel(const T* x, const I* idx, T* y, NdShape s, int64_t n) {
   GR_GRID_STRIDE(i, n) {
     const int64_t t = i / s.slice, j = i % s.slice, b = t / s.per_batch;
     const I* tuple = idx + t * s.m;
-    int64_t off = b * s.batch_stride;
+    int64_t off = b * s.batch_elems;
     bool ok = true;
     for (int a = 0; a < s.m; ++a) {
       int64_t c = static_cast<int64_t>(tuple[a]);
@@ -131,33 +127,8 @@ __global__ void gather_nd_kernel(const T* x, const I* idx, T* y, NdShape s, int6
 void gather_nd_op(KernelContext& ctx) {
   const char* what = "GatherND";
   const Tensor &X = ctx.input(0), &ind = ctx.input(1);
-  GR_CHECK(ind.dtype() == DType::I64 || ind.dtype() == DType::I32, what << ": indices must be int64 or int32");
-  const int r = X.rank(), q = ind.rank();
-  const int64_t batch_dims = ctx.node().attr_i("batch_dims", 0);
-  GR_CHECK(q >= 1 && batch_dims >= 0 && batch_dims < std::min(r, q),
-           what << ": batch_dims " << batch_dims << " is out of range for data " << shape_str(X.shape())
-                << " and indices " << shape_str(ind.shape()));
-  const int bd = static_cast<int>(batch_dims);
-  const int64_t m = ind.dim(q - 1);
-  GR_CHECK(m >= 1 && bd + m <= r && m <= kMaxRank,
-           what << ": index tuples of length " << m << " do not fit data " << shape_str(X.shape()));
-  for (int k = 0; k < bd; ++k)
-    GR_CHECK(ind.dim(k) == X.dim(k), what << ": batch dims of data " << shape_str(X.shape()) << " and indices "
-                                          << shape_str(ind.shape()) << " differ");
-  Shape out(ind.shape().begin(), ind.shape().end() - 1);
-  out.insert(out.end(), X.shape().begin() + bd + m, X.shape().end());
-  NdShape s;
-  s.m = static_cast<int>(m);
-  for (int a = bd + s.m; a < r; ++a) s.slice *= X.dim(a);
-  int64_t stride = s.slice;
-  for (int a = s.m - 1; a >= 0; --a) {
-    s.dims[a] = X.dim(bd + a);
-    s.strides[a] = stride;
-    stride *= s.dims[a];
-  }
-  s.batch_stride = stride;
-  s.per_batch = 1;
-  for (int k = bd; k < q - 1; ++k) s.per_batch *= ind.dim(k);
+  Shape out;
+  const NdShape s = plan_nd(what, X.shape(), ind, ctx.node().attr_i("batch_dims", 0), &out);
   Tensor& Y = ctx.output(0, out, X.dtype());
   const int64_t n = Y.numel();
   if (n == 0) return;
@@ -414,13 +385,7 @@ void range_op(KernelContext& ctx) {
     using T = decltype(tag);
     range_kernel<T><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dptr<T>(Y), static_cast<T>(start), static_cast<T>(delta), n);
   };
-  switch (S.dtype()) {
-    case DType::F32: go(float{}); break;
-    case DType::F64: go(double{}); break;
-    case DType::I64: go(int64_t{}); break;
-    case DType::I32: go(int32_t{}); break;
-    default: GR_FAIL("Range on " << dtype_name(S.dtype()) << " is not supported on CUDA");
-  }
+  dispatch_arith(S.dtype(), "Range", go);
   GR_LAUNCH_CHECK("range");
 }
 

@@ -317,13 +317,7 @@ void cumsum_op(KernelContext& ctx) {
     cumsum_kernel<T><<<grid_for(outer * inner), kThreads, 0, stream_of(ctx)>>>(dptr<T>(X), dptr<T>(Y), outer, n, inner,
                                                                                exclusive, reverse);
   };
-  switch (X.dtype()) {
-    case DType::F32: go(float{}); break;
-    case DType::F64: go(double{}); break;
-    case DType::I64: go(int64_t{}); break;
-    case DType::I32: go(int32_t{}); break;
-    default: GR_FAIL("CumSum on " << dtype_name(X.dtype()) << " is not supported on CUDA");
-  }
+  dispatch_arith(X.dtype(), "CumSum", go);
   GR_LAUNCH_CHECK("cumsum");
 }
 
@@ -419,13 +413,7 @@ void topk_op(KernelContext& ctx) {
       topk_rank_kernel<T><<<grid_for(lines * n), kThreads, 0, stream_of(ctx)>>>(dptr<T>(X), dptr<T>(V), dptr<int64_t>(I),
                                                                                  lines, n, inner, k, largest);
   };
-  switch (X.dtype()) {
-    case DType::F32: go(float{}); break;
-    case DType::F64: go(double{}); break;
-    case DType::I64: go(int64_t{}); break;
-    case DType::I32: go(int32_t{}); break;
-    default: GR_FAIL("TopK on " << dtype_name(X.dtype()) << " is not supported on CUDA");
-  }
+  dispatch_arith(X.dtype(), "TopK", go);
   GR_LAUNCH_CHECK("topk");
 }
 

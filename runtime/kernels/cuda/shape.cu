@@ -450,9 +450,7 @@ __global__ void strided_scatter_kernel(const U* y, U* x, IndexMap m, int64_t bas
 // it where the Slice took it (distinct elements: no two threads write one place).
 void slice_grad_op(KernelContext& ctx) {
   const Tensor& dY = ctx.input(0);
-  const std::vector<int64_t> sv = host_int64s(ctx, 1);
-  const Shape xs(sv.begin(), sv.end());
-  for (int64_t d : xs) GR_CHECK(d >= 0, "SliceGrad: bad shape " << shape_str(xs));
+  const Shape xs = host_shape(ctx, 1, "SliceGrad");
   const SliceLayout L = slice_layout_of(ctx, xs, 2, "SliceGrad");
   GR_CHECK(dY.shape() == L.out, "SliceGrad: dY has shape " << shape_str(dY.shape()) << ", the slice of "
                                                            << shape_str(xs) << " has " << shape_str(L.out));
@@ -713,9 +711,7 @@ void scatter_elements_op(KernelContext& ctx) {
 void gather_elements_grad_op(KernelContext& ctx) {
   const char* what = "GatherElementsGrad";
   const Tensor &dY = ctx.input(0), &ind = ctx.input(1);
-  const std::vector<int64_t> sv = host_int64s(ctx, 2);
-  const Shape xs(sv.begin(), sv.end());
-  for (int64_t d : xs) GR_CHECK(d >= 0, what << ": bad shape " << shape_str(xs));
+  const Shape xs = host_shape(ctx, 2, what);
   GR_CHECK(dY.shape() == ind.shape(), what << ": dY " << shape_str(dY.shape()) << " and indices " << shape_str(ind.shape())
                                            << " differ in shape");
   GR_CHECK(dY.dtype() == DType::F32 || dY.dtype() == DType::F64, what << ": dY must be f32 or f64, got " << dtype_name(dY.dtype()));
