@@ -30,6 +30,7 @@
 #include "graph/passes/fill_resize_ranks.h"
 #include "graph/passes/fill_slice_ranks.h"
 #include "graph/passes/inline_static_ifs.h"
+#include "graph/passes/vectorize_bag_loops.h"
 #include "graph/passes/shape_values.h"
 #include "graph/validate.h"
 
@@ -1250,6 +1251,8 @@ Graph load_model(std::string bytes, const std::string& what, const std::string& 
     }
     return data;
   });
+  // The Loop torch writes for nn.EmbeddingBag becomes the same computation without a loop.
+  passes::vectorize_bag_loops(m, what);
   check_supported_features(m, what);
   convert_old_opset(m, what);
   lower_new_opset(m, what);

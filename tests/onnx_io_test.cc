@@ -759,6 +759,92 @@ TEST(OnnxIo, ModelLocalFunctionsAreInlined) {
   expect_load_error(dir + "/bomb.onnx", "inlining the model's functions would make over 262144 nodes");
 }
 
+// nn.EmbeddingBag exports a Loop over the bags; graphrun computes it without the loop on load, with the Loop's ONNX
+// meaning: each bag reduces the rows of text[starts[i]:ends[i]] (Slice's reading of bounds: a negative one counts
+// from the end, one past the end is clamped), an empty bag giving 0 (sum), NaN (mean, 0 / 0) or -inf (max) where torch writes 0. The expected values
+// come from numpy doing what the Loop body says, bag by bag; torch's own where every bag has tokens. The 1-D
+// text + offsets form, per_sample_weights, include_last_offset, opsets 11 and 17. Any other Loop is refused.
+TEST(OnnxIo, EmbeddingBagLoopsRunWithoutTheLoop) {
+  if (run_command(python() + " -c 'import torch' 2>&1").exit_code != 0) GTEST_SKIP() << python() << " lacks torch";
+  const std::string dir = temp_dir("onnx_bag_loops");
+  run_onnx_python(dir, R"(
+import torch
+torch.manual_seed(0)
+class Bag(torch.nn.Module):
+    def __init__(s, mode, last):
+        super().__init__()
+        s.bag = torch.nn.EmbeddingBag(30, 5, mode=mode, include_last_offset=last)
+    def forward(s, text, offsets, w=None):
+        return s.bag(text, offsets, per_sample_weights=w)
+text = torch.randint(0, 30, (12,))
+cases = []
+for mode, psw, last, opset in [('sum', True, False, 17), ('mean', False, False, 11), ('max', False, True, 17),
+                                ('mean', False, True, 13), ('sum', False, False, 11)]:
+    m = Bag(mode, last)
+    offsets = torch.tensor([0, 4, 4, 9] + ([12] if last else []))
+    w = torch.rand(12) if psw else None
+    args = (text, offsets) + ((w,) if psw else ())
+    name = f'{mode}_{int(psw)}_{int(last)}_{opset}'
+    torch.onnx.export(m, args, name + '.onnx', opset_version=opset, input_names=['text', 'offsets'] + (['w'] if psw else []),
+                      output_names=['y'], do_constant_folding=False, dynamic_axes={'text': [0], 'offsets': [0]})
+    np.save(name + '_torch.npy', m(*args).detach().numpy())
+    # The Loop's meaning, bag by bag; then again with an offset past the end of the text (an empty last bag).
+    for tag, off in (('', offsets.numpy()), ('_past', np.array([0, 4, -3, 20] + ([25] if last else []), np.int64))):
+        starts, ends = (off[:-1], off[1:]) if last else (off, np.append(off[1:], 12))
+        wt = m.bag.weight.detach().numpy().astype(np.float64)
+        rows = []
+        for s0, e0 in zip(starts, ends):
+            r = wt[text.numpy()[s0:e0]]
+            if psw:
+                r = r * w.numpy()[s0:e0, None]
+            rows.append(r.sum(0) if mode == 'sum' else (r.sum(0) / len(r) if len(r) else np.full(5, np.nan))
+                        if mode == 'mean' else (r.max(0) if len(r) else np.full(5, -np.inf)))
+        np.save(name + tag + '_loop.npy', np.array(rows, np.float32))
+        np.save(name + tag + '_offsets.npy', off)
+    np.save('text.npy', text.numpy())
+    if psw:
+        np.save('w.npy', w.numpy())
+    cases.append(name)
+open('cases.txt', 'w').write('\n'.join(cases))
+# A Loop that carries a value from one iteration to the next is no bag loop: refused.
+body = helper.make_graph([helper.make_node('Add', ['acc_in', 'x'], ['acc_out']), helper.make_node('Identity', ['c'], ['c_out'])],
+                         'body', [helper.make_tensor_value_info('i', TensorProto.INT64, []),
+                                  helper.make_tensor_value_info('c', TensorProto.BOOL, []),
+                                  helper.make_tensor_value_info('acc_in', TensorProto.FLOAT, [2])],
+                         [helper.make_tensor_value_info('c_out', TensorProto.BOOL, []),
+                          helper.make_tensor_value_info('acc_out', TensorProto.FLOAT, [2])])
+g = helper.make_graph([helper.make_node('Loop', ['n', '', 'x'], ['y'], body=body, name='accumulate')], 'carried',
+                      [helper.make_tensor_value_info('n', TensorProto.INT64, []), helper.make_tensor_value_info('x', TensorProto.FLOAT, [2])],
+                      [helper.make_tensor_value_info('y', TensorProto.FLOAT, [2])])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), 'carried.onnx')
+)");
+  std::ifstream list(dir + "/cases.txt");
+  int cases = 0;
+  for (std::string name; std::getline(list, name); ++cases) {
+    SCOPED_TRACE(name);
+    const Graph g = load_onnx(dir + "/" + name + ".onnx");
+    for (const Node& n : g.nodes) EXPECT_NE(n.op_type, "Loop");
+    runtime::Executor ex(g);
+    for (const std::string tag : {"", "_past"}) {
+      std::map<std::string, Tensor> feeds{{"text", read_npy(dir + "/text.npy")},
+                                          {"offsets", read_npy(dir + "/" + name + tag + "_offsets.npy")}};
+      if (name.rfind("sum_1", 0) == 0) feeds["w"] = read_npy(dir + "/w.npy");
+      const Tensor y = ex.run(feeds).at("y");
+      const Tensor want = read_npy(dir + "/" + name + tag + "_loop.npy");
+      ASSERT_EQ(y.shape(), want.shape()) << tag;
+      const float *a = y.data<float>(), *b = want.data<float>();
+      for (int64_t i = 0; i < y.numel(); ++i) {
+        if (std::isnan(b[i]) || std::isinf(b[i])) EXPECT_TRUE(std::isnan(b[i]) ? std::isnan(a[i]) : a[i] == b[i]) << tag << " " << i;
+        else EXPECT_NEAR(a[i], b[i], 1e-5) << tag << " " << i;
+      }
+      if (!tag[0] && name.find("sum") == 0)  // no empty bag gives torch's numbers too (its sums)
+        EXPECT_LE(testing::max_abs_diff(y, read_npy(dir + "/" + name + "_torch.npy")), 1e-5);
+    }
+  }
+  EXPECT_EQ(cases, 5);
+  expect_load_error(dir + "/carried.onnx", "node 'accumulate' (Loop) has a subgraph");
+}
+
 // An If whose condition the shapes decide becomes the branch it takes (torch exports x.squeeze(1) of a dimension it
 // could not size as If(Shape(x)[1] == 1, Squeeze, Identity)); one that depends on the data is refused in one line.
 TEST(OnnxIo, IfsTheShapesDecideBecomeTheirBranch) {

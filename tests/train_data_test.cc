@@ -474,6 +474,48 @@ torch.onnx.export(SeqClassifier(), torch.from_numpy(tok[:2]), 'seq.onnx', input_
   EXPECT_GT(closing(out, "test acc"), 0.8) << out;
 }
 
+// PyTorch's text-classification tutorial model on padded token ids [N, T]: nn.EmbeddingBag exports a Loop over
+// the bags, which graphrun computes without the loop on load; on two replicas each runs its own shard's bags.
+TEST(TrainData, EmbeddingBagTextClassifierTrains) {
+  if (testing::run_command(testing::python() + " -c 'import torch' 2>&1").exit_code != 0)
+    GTEST_SKIP() << testing::python() << " lacks torch (python3-torch)";
+  const std::string d = testing::temp_dir("train_data_bag");
+  run_python(d, R"(
+import torch
+torch.manual_seed(0)
+V, T = 100, 10
+class BagClassifier(torch.nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.bag = torch.nn.EmbeddingBag(V, 16, mode='mean')
+        s.head = torch.nn.Linear(16, 4)
+    def forward(s, tokens):
+        return s.head(s.bag(tokens))
+r = np.random.RandomState(0)
+y = r.randint(0, 4, size=1200)
+# a class draws most of its tokens from its own quarter of the vocabulary
+tok = np.where(r.rand(1200, T) < 0.6, y[:, None] * 25 + r.randint(0, 25, size=(1200, T)), r.randint(0, V, size=(1200, T)))
+np.savez('train.npz', tokens=tok[:1000].astype(np.int64), labels=y[:1000].astype(np.int64))
+np.savez('test.npz', tokens=tok[1000:].astype(np.int64), labels=y[1000:].astype(np.int64))
+torch.onnx.export(BagClassifier(), torch.from_numpy(tok[:2]), 'bag.onnx', input_names=['tokens'],
+                  output_names=['logits'], dynamic_axes={'tokens': {0: 'N'}, 'logits': {0: 'N'}}, opset_version=17,
+                  training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+)");
+  auto check = testing::run_command(testing::graphrun_cli() + " check " + d + "/bag.onnx");
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+  EXPECT_NE(check.output.find("nn.EmbeddingBag Loop (mean) computed without a loop"), std::string::npos) << check.output;
+  const std::string out = train(d + "/bag.onnx", "--data " + d + "/train.npz --test-data " + d +
+                                                     "/test.npz --devices cpu:2 --threads 1 --epochs 3 --batch-size 32 "
+                                                     "--lr 0.5 --metrics " + d + "/m.jsonl");
+  std::ifstream metrics(d + "/m.jsonl");
+  std::vector<double> losses;
+  for (std::string line; std::getline(metrics, line);)
+    losses.push_back(nlohmann::json::parse(line).at("loss").get<double>());
+  ASSERT_EQ(losses.size(), 3u) << out;
+  EXPECT_LT(losses.back(), 0.7 * losses.front()) << out;
+  EXPECT_GT(closing(out, "test acc"), 0.75) << out;
+}
+
 // Runs graphrun train expecting bad input: exit 2, one line, naming each of `what`.
 void expect_bad(const std::string& model, const std::string& args, const std::vector<std::string>& what) {
   auto r = testing::run_command(testing::graphrun_cli() + " train " + model + " --devices cpu:1 " + args);

@@ -3,7 +3,8 @@
 the reference of tests/zoo_test.cc and of a by-hand check of the zoo.
 
 usage: zoo_parity.py MODEL OUT_DIR [--opset N] [--size S] [--batch N] [--seed S] [--functions]
-MODEL: vit (a 2-layer VisionTransformer), text / text_causal (TextClassifier on token ids, --size the length), convnext (a 2-stage ConvNeXt), shufflenet (shufflenet_v2_x0_5),
+MODEL: vit (a 2-layer VisionTransformer), text / text_causal (TextClassifier on token ids, --size the length), bag
+(nn.EmbeddingBag in its three modes on token ids, see BagClassifier), convnext (a 2-stage ConvNeXt), shufflenet (shufflenet_v2_x0_5),
 unet (a small segmentation UNet, per-pixel labels [N,S,S]), stn and stn_* (spatial transformers, GridSample's modes: see
 STN_MODELS), lrn (a CNN with nn.LocalResponseNorm), glow (an invertible 1x1
 convolution and its log-determinant), lstm / gru / rnn / lstm1 / gru1 / rnn_relu1 (recurrent classifiers
@@ -149,6 +150,21 @@ class PoolingHeads(torch.nn.Module):
         return self.head(torch.cat([g, k, c, t, s], 1))
 
 
+class BagClassifier(torch.nn.Module):
+    """A bag-of-words classifier as in PyTorch's text classification tutorial: nn.EmbeddingBag over each row of
+    token ids [N, T] (torch exports each as a Loop over the bags), in its three modes side by side, then a Linear
+    head."""
+
+    def __init__(self, vocab=50, d=8, classes=10):
+        super().__init__()
+        nn = torch.nn
+        self.bags = nn.ModuleList([nn.EmbeddingBag(vocab, d, mode=m) for m in ('mean', 'max', 'sum')])
+        self.head = nn.Linear(3 * d, classes)
+
+    def forward(self, tokens):
+        return self.head(torch.cat([bag(tokens) for bag in self.bags], 1))
+
+
 class TextClassifier(torch.nn.Module):
     """A text classifier as users write one: token ids [N, T] (0 pads), nn.Embedding with padding_idx, a learned
     position embedding, nn.TransformerEncoder (batch_first) told the padding by src_key_padding_mask, the mean over
@@ -276,7 +292,7 @@ STN_MODELS = {
     'stn_nearest_border': dict(mode='nearest', padding_mode='border', align_corners=True),
 }
 
-TEXT_MODELS = ('text', 'text_causal')
+TEXT_MODELS = ('text', 'text_causal', 'bag')
 
 
 def tokens(rng, batch, seq, vocab=50):
@@ -288,6 +304,8 @@ def tokens(rng, batch, seq, vocab=50):
 
 
 def build(name, size):
+    if name == 'bag':  # size: the sequence length
+        return BagClassifier()
     if name in TEXT_MODELS:  # size: the sequence length
         return TextClassifier(size, causal=name == 'text_causal')
     if name == 'lstm':  # 2 layers, bidirectional, batch_first

@@ -177,6 +177,9 @@ TEST(Zoo, RnnReluOneLayerOpset17) { skip_without_torchvision(); check_zoo_model(
 // length, nn.TransformerEncoder with src_key_padding_mask (Equal, Where into -inf before Softmax), the mean over
 // the real tokens; post-norm GELU (Erf), and pre-norm ReLU with a causal mask as well. 12 tokens, 3 sequences of
 // lengths 12, 6 and 4.
+// nn.EmbeddingBag's Loop over the bags (mean, max and sum), computed without the loop on load.
+TEST(Zoo, EmbeddingBagClassifierOpset17) { skip_without_torchvision(); check_zoo_model("bag", 17, 12, 3); }
+TEST(Zoo, EmbeddingBagClassifierOpset11) { skip_without_torchvision(); check_zoo_model("bag", 11, 12, 3); }
 TEST(Zoo, TextTransformerWithPaddingMaskOpset17) { skip_without_torchvision(); check_zoo_model("text", 17, 12, 3); }
 TEST(Zoo, TextTransformerCausalPreNormOpset14) {
   skip_without_torchvision();
