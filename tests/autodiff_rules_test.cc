@@ -1128,6 +1128,24 @@ TEST(GradRules, TopKValues) {
         }
 }
 
+// Unique: dY lands at each value's first occurrence; also when the node did not output `indices` (the rule
+// names that output). Values are distinct here (a tie moved by the numeric step would change Y's shape).
+TEST(GradRules, UniqueValues) {
+  for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly}) {
+    for (int64_t sorted : {0, 1}) {
+      TestGraph t(11);
+      std::string x = t.param("x", {3, 4}, 5);
+      std::vector<std::string> y = t.node_n("Unique", {x}, 1, {{"sorted", A::Int(sorted)}});
+      Graph bg = check_gradients(t, y[0], shapes(si));
+      EXPECT_EQ(count_ops(bg, "ScatterElements"), 1);
+    }
+    TestGraph t(13);
+    std::string x = t.param("x", {2, 5, 3}, 6);
+    std::vector<std::string> y = t.node_n("Unique", {x}, 4, {{"axis", A::Int(-2)}});
+    check_gradients(t, y[0], shapes(si));
+  }
+}
+
 // Mod on floats (fmod 1): dA = dY, dB = -dY * trunc(A / B), B broadcast. A / B keeps 0.3 or 0.6 away
 // from an integer (where Mod jumps) and takes both signs.
 TEST(GradRules, ModOnFloats) {

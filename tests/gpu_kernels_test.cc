@@ -1245,7 +1245,7 @@ void scan_select_cases(Cases& cs) {
 }
 TEST(GpuKernels, CumSumTopKHardmaxGlobalMaxPool) { expect_group_on_gpu(scan_select_cases); }
 
-// ---- GatherND, NonZero, Compress, ReverseSequence, OneHot, Trilu, EyeLike, Range ----
+// ---- GatherND, NonZero, Unique, Compress, ReverseSequence, OneHot, Trilu, EyeLike, Range ----
 
 void index_generate_cases(Cases& cs) {
   uint64_t seed = 980;
@@ -1261,6 +1261,15 @@ void index_generate_cases(Cases& cs) {
   cs.add("NonZero", {bool_tensor({5, 3}, seed++)}, {}, 1, 0, 13);
   cs.add("NonZero", {random_int_tensor({7}, seed++, 0, 3)}, {}, 1, 0, 13);
   cs.add("NonZero", {Tensor(DType::F32, {2, 0})}, {}, 1, 0, 13);
+  // Unique: flattened (sorted, by first occurrence), along an axis, with ties and NaN.
+  Tensor uq = random_int_tensor({4, 6}, seed++, -3, 3);
+  cs.add("Unique", {uq}, {}, 4, 0, 11);
+  cs.add("Unique", {uq}, {{"sorted", Attribute::Int(0)}}, 4, 0, 11);
+  Tensor rows = i64({4, 3}, {1, 2, 3, 0, 0, 1, 1, 2, 3, -4, 5, 6});
+  cs.add("Unique", {rows}, {{"axis", Attribute::Int(0)}}, 4, 0, 11);
+  cs.add("Unique", {as_f64(random_tensor({2, 5, 2}, seed++))}, {{"axis", Attribute::Int(-2)}}, 4, 0, 11);
+  Tensor fu = Tensor::from_vector<float>({7}, {2.f, NAN, -1.f, 2.f, NAN, 0.f, -1.f});
+  cs.add("Unique", {fu}, {}, 4, 0, 11);
   cs.add("Compress", {x, bool_tensor({5}, 77)}, {{"axis", Attribute::Int(1)}}, 1, 0, 11);
   cs.add("Compress", {x, bool_tensor({3}, 78)}, {{"axis", Attribute::Int(-1)}}, 1, 0, 11);
   cs.add("Compress", {x, bool_tensor({9}, 79)}, {}, 1, 0, 11);

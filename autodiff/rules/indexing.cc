@@ -126,6 +126,31 @@ void compress_grad(GradContext& ctx) {
   ctx.set_dx(0, has_axis ? d : ctx.reshape(d, ctx.shape_of(x)));
 }
 
+// Unique: Y is X (flattened without `axis`) gathered at each unique's first occurrence, the `indices` output
+// (named on the forward node when it had none). dX = zeros with dY written there: the first occurrences are
+// distinct, so writing is exact; the other occurrences of a value get no gradient, as Y does not read them.
+// (PyTorch has no derivative for torch.unique.)
+void unique_grad(GradContext& ctx) {
+  if (!ctx.needs(0) || ctx.dy(0).empty()) return;
+  const Node& n = ctx.fwd();
+  const std::string& x = ctx.in(0);
+  const std::string first = ctx.fwd_output(1);
+  const std::string scatter = "ScatterElements";
+  if (!n.has_attr("axis")) {
+    const std::string base = ctx.reshape(x, ctx.ints({-1}));
+    const std::string d = ctx.op(scatter, {ctx.zeros_like(base), first, ctx.dy(0)}, {{"axis", Attribute::Int(0)}});
+    ctx.set_dx(0, ctx.reshape(d, ctx.shape_of(x)));
+    return;
+  }
+  const int r = ctx.rank(x);
+  GR_CHECK(r >= 1, n.describe() << ": the Unique gradient needs the rank of '" << x << "'");
+  const int64_t axis = norm_axis(n.attr_i("axis", 0), r, n);
+  std::vector<int64_t> view(static_cast<size_t>(r), 1);
+  view[static_cast<size_t>(axis)] = -1;
+  const std::string idx = ctx.op("Expand", {ctx.reshape(first, ctx.ints(view)), ctx.op("Shape", {ctx.dy(0)})});
+  ctx.set_dx(0, ctx.op(scatter, {ctx.zeros_like(x), idx, ctx.dy(0)}, {{"axis", Attribute::Int(axis)}}));
+}
+
 // ReverseSequence reverses the first sequence_lens[b] steps of each batch entry b: a permutation that is
 // its own inverse, so dX is dY reversed the same way.
 void reverse_sequence_grad(GradContext& ctx) {
@@ -218,6 +243,11 @@ GR_REGISTER_OPS(indexing) {
   ops.op("TopK").gradient(topk_grad).output_dtype(1, DType::I64);
   ops.op("Compress").gradient(compress_grad);
   ops.op("ReverseSequence").gradient(reverse_sequence_grad);
+  ops.op("Unique")
+      .gradient(unique_grad)
+      .output_dtype(1, DType::I64)
+      .output_dtype(2, DType::I64)
+      .output_dtype(3, DType::I64);
   ops.op("Scatter").gradient(scatter_old_grad);
 }
 

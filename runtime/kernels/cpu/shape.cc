@@ -14,6 +14,7 @@
 #include "graph/slice_layout.h"
 #include "runtime/kernels/cpu/math_common.h"
 #include "runtime/kernels/depth_space.h"
+#include "runtime/kernels/unique_plan.h"
 
 namespace graphrun::runtime::cpu {
 namespace {
@@ -977,6 +978,21 @@ void nonzero_kernel(KernelContext& ctx) {
     for (int k = 0; k < r; ++k) py[k * nnz + j] = (at[j] / st[k]) % x.shape()[k];
 }
 
+// Unique: its plan (runtime/kernels/unique_plan.h) is shared with the CUDA kernel; the output shapes depend on
+// the values, as NonZero's.
+void unique_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const UniquePlan p = plan_unique(ctx.node(), x);
+  gather_unique(p, x, ctx.output(0, p.y_shape, x.dtype()).raw());
+  const std::vector<int64_t>* lists[] = {&p.first, &p.inverse, &p.counts};
+  for (int i = 1; i <= 3; ++i)
+    if (ctx.has_output(i)) {
+      const std::vector<int64_t>& v = *lists[i - 1];
+      Tensor& t = ctx.output(i, {static_cast<int64_t>(v.size())}, DType::I64);
+      if (!v.empty()) std::memcpy(t.raw(), v.data(), v.size() * sizeof(int64_t));
+    }
+}
+
 void reverse_sequence_kernel(KernelContext& ctx) {
   const Tensor &x = ctx.input(0), &lens_t = ctx.input(1);
   GR_CHECK(x.rank() >= 2, "ReverseSequence: input must have rank >= 2");
@@ -1142,6 +1158,7 @@ GR_REGISTER_OPS(shape) {
   ops.op("Tile").cpu(tile_kernel).host_inputs({1});
   ops.op("Compress").cpu(compress_kernel);
   ops.op("NonZero").cpu(nonzero_kernel);
+  ops.op("Unique").cpu(unique_kernel);
   ops.op("ReverseSequence").cpu(reverse_sequence_kernel);
   ops.op("GatherND").cpu(gather_nd_kernel);
   ops.op("ScatterND").cpu(scatter_nd_kernel);

@@ -1,4 +1,4 @@
-// CUDA kernels: indexing family. GatherND and its gradient GatherNDGrad, NonZero and Compress (their
+// CUDA kernels: indexing family. GatherND and its gradient GatherNDGrad, NonZero, Compress and Unique (their
 // output shapes depend on values: read on the host), ReverseSequence, OneHot, Trilu, EyeLike and Range;
 // the CPU's kernels are in shape.cc.
 //
@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "runtime/kernels/cuda/common.cuh"
+#include "runtime/kernels/unique_plan.h"
 
 namespace graphrun::runtime::cuda {
 namespace {
@@ -178,6 +179,26 @@ void nonzero_op(KernelContext& ctx) {
   if (!host.empty())
     GR_CUDA_CHECK(cudaMemcpyAsync(Y.raw(), host.data(), host.size() * sizeof(int64_t), cudaMemcpyHostToDevice,
                                   stream_of(ctx)));
+}
+
+// Unique on the host (runtime/kernels/unique_plan.h, as the CPU kernel), its outputs copied up.
+void unique_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  std::vector<char> bytes = host_bytes(ctx, 0);
+  const Tensor hx = Tensor::view(X.dtype(), X.shape(), bytes.data());
+  const UniquePlan p = plan_unique(ctx.node(), hx);
+  Tensor& Y = ctx.output(0, p.y_shape, X.dtype());
+  std::vector<char> y(Y.nbytes());
+  gather_unique(p, hx, y.data());
+  cudaStream_t st = stream_of(ctx);
+  if (!y.empty()) GR_CUDA_CHECK(cudaMemcpyAsync(Y.raw(), y.data(), y.size(), cudaMemcpyHostToDevice, st));
+  const std::vector<int64_t>* lists[] = {&p.first, &p.inverse, &p.counts};
+  for (int i = 1; i <= 3; ++i)
+    if (ctx.has_output(i)) {
+      const std::vector<int64_t>& v = *lists[i - 1];
+      Tensor& t = ctx.output(i, {static_cast<int64_t>(v.size())}, DType::I64);
+      if (!v.empty()) GR_CUDA_CHECK(cudaMemcpyAsync(t.raw(), v.data(), v.size() * sizeof(int64_t), cudaMemcpyHostToDevice, st));
+    }
 }
 
 template <class E>
@@ -396,6 +417,7 @@ GR_REGISTER_OPS(indexing) {
   ops.op(kGraphrunDomain, "GatherNDGrad").cuda(locked<gather_nd_grad_op>);
   ops.op("NonZero").cuda(locked<nonzero_op>);
   ops.op("Compress").cuda(locked<compress_op>);
+  ops.op("Unique").cuda(locked<unique_op>);
   ops.op("ReverseSequence").cuda(locked<reverse_sequence_op>);
   ops.op("OneHot").cuda(locked<onehot_op>);
   ops.op("Trilu").cuda(locked<trilu_op>);
