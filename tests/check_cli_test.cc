@@ -334,6 +334,41 @@ TEST(CheckCli, BatchNormOverFewValuesGetsALargerRandomBatch) {
   EXPECT_NE(r.output.find("random batch: N=8"), std::string::npos) << r.output;
 }
 
+// An export with a fixed batch that a Constant repeats, where shape inference cannot see it (here behind
+// torch.unique's inverse indices, whose length depends on the values): the random batch of size 2 fails at
+// run time, and the check runs again at the export's own batch, saying so. With --dims the size stays the
+// user's (and fails, naming the node).
+TEST(CheckCli, AFixedBatchKeptInAConstantIsCheckedAtThatBatch) {
+  if (run_command(python() + " -c 'import torch' 2>&1").exit_code != 0) GTEST_SKIP() << python() << " lacks torch";
+  const std::string dir = temp_dir("check_cli_fixed_batch");
+  std::ofstream(dir + "/export.py") << R"(import torch
+torch.manual_seed(0)
+class Lookup(torch.nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.table = torch.nn.Parameter(torch.randn(10, 4))
+        s.fc = torch.nn.Linear(4, 3)
+    def forward(s, x):
+        u, inv = torch.unique(x, return_inverse=True)
+        return s.fc(s.table[inv.flatten()].reshape(x.shape[0], -1, 4).mean(1))
+torch.onnx.export(Lookup(), torch.randint(0, 10, (4, 5)), ')" << dir << R"(/lookup.onnx', opset_version=13,
+                  input_names=['x'], output_names=['y'], training=torch.onnx.TrainingMode.TRAINING,
+                  do_constant_folding=False)
+)";
+  auto e = run_command(python() + " " + dir + "/export.py");
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  auto r = run_command(graphrun_cli() + " check " + dir + "/lookup.onnx");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("random batch: the export's own batch, since at another size node '/Reshape' (Reshape)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("verdict: trainable"), std::string::npos) << r.output;
+  r = run_command(graphrun_cli() + " check " + dir + "/lookup.onnx --dims N=5");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("verdict: not checked: the gradient check cannot run: node '/Reshape'"), std::string::npos)
+      << r.output;
+}
+
 // Weights that sit on a corner of the loss, which no smaller step leaves: a zeroed layer before a ReLU
 // (PyTorch's spatial transformer tutorial zeroes its localisation net's last layer, and its identity grid
 // then samples exactly at pixel centres, bilinear interpolation's corners). The backward takes ReLU's

@@ -396,11 +396,15 @@ int cmd_check(const std::vector<std::string>& argv) {
   Graph model = runtime::fold_pads_on_cpu(passes::convert_opset_for_training(load_onnx(path)));  // Error: exit 2
   // The batch symbolic as train makes it (a fixed export batch becomes N), so that --dims can size it;
   // a model that bakes its batch into a constant, which train refuses, is checked at its own batch.
+  const Graph exported = model;
+  bool made_symbolic = false;
+  const bool dims_given = !dims.empty();
   try {
     std::vector<std::string> data_inputs;
     for (const auto& in : model.inputs)
       if (!model.is_initializer(in)) data_inputs.push_back(in);
     model = passes::make_batch_symbolic_pass(data_inputs).run(model);
+    made_symbolic = true;
   } catch (const Error&) {
   }
   check_dims_known(args, dims, model, false);
@@ -428,26 +432,42 @@ int cmd_check(const std::vector<std::string>& argv) {
   if (!no_kernel.empty()) {
     gc.failure = no_rule.empty() && gc.failure.empty() ? "ops have no kernel" : "ops have no kernel; " + gc.failure;
   } else if (gc.failure.empty()) {
-    try {
-      gc = gradient_check(model, directions, seed, dims, smoothing);
+    auto check = [&](const Graph& m, std::map<std::string, int64_t>& d) {
+      GradCheck r = gradient_check(m, directions, seed, d, smoothing);
       // The weights themselves may sit on corners of the loss that no step leaves: an identity grid samples
       // exactly at pixel centres (PyTorch's spatial transformer tutorial zeroes the localisation net's last
       // layer), where bilinear interpolation has a corner, and a zeroed layer makes values tie. Then the
       // check runs again at weights moved by 1e-4 of each tensor's scale, off those corners; a wrong
       // gradient fails there as well.
-      if (!gc.passed && gc.failure == kDisagrees) {
-        GradCheck moved = gradient_check(model, directions, seed, dims, smoothing, 1e-4);
-        gc.lines.push_back("at weights moved by 1e-4 of each tensor's scale (off corners the weights themselves may "
-                           "sit on: a grid at exact pixel centres, a zeroed layer's ties):");
+      if (!r.passed && r.failure == kDisagrees) {
+        GradCheck moved = gradient_check(m, directions, seed, d, smoothing, 1e-4);
+        r.lines.push_back("at weights moved by 1e-4 of each tensor's scale (off corners the weights themselves may "
+                          "sit on: a grid at exact pixel centres, a zeroed layer's ties):");
         if (!moved.lines.empty())  // (not its header line again)
-          gc.lines.insert(gc.lines.end(), moved.lines.begin() + 1, moved.lines.end());
-        gc.passed = moved.passed;
-        gc.failure = moved.failure;
+          r.lines.insert(r.lines.end(), moved.lines.begin() + 1, moved.lines.end());
+        r.passed = moved.passed;
+        r.failure = moved.failure;
       }
+      return r;
+    };
+    try {
+      gc = check(model, dims);
     } catch (const Error& e) {
       gc = {false, std::string("the gradient check cannot run: ") + e.what() +
                        (dims.empty() ? " (its random batch gives symbolic dimensions the size 2: --dims NAME=SIZE)" : ""),
             {}};
+      // An export that keeps its batch in a constant (a Reshape to [4, -1, ...]) cannot run at another batch
+      // size: without --dims, the check runs again at the batch the model was exported with.
+      if (made_symbolic && !dims_given) {
+        try {
+          std::map<std::string, int64_t> none;
+          GradCheck own = check(exported, none);
+          own.lines.insert(own.lines.begin(), std::string("random batch: the export's own batch, since at another size ") +
+                                                  e.what());
+          gc = own;
+        } catch (const Error&) {
+        }
+      }
     }
     for (const auto& l : gc.lines) std::cout << l << "\n";
   }
