@@ -6,6 +6,7 @@
 
 #include "graph/passes/bucket_allreduce.h"
 #include "graph/passes/convert_opset.h"
+#include "graph/passes/fake_quantize.h"
 #include "graph/passes/fold_constants.h"
 #include "graph/passes/fold_pads.h"
 #include "graph/passes/fuse_relu_bn_add.h"
@@ -95,6 +96,8 @@ passes::Pipeline training_pipeline(const Graph& model, const PipelineOptions& op
   if (opts.data_parallel && opts.sync_bn) p.add(passes::sync_batchnorm_pass());
   // After sync_batchnorm: the BatchNormalizations it rewrote keep running statistics of their own.
   p.add(passes::unbiased_running_var_pass());
+  // Quantize/dequantize pairs train as PyTorch's fake quantization does (straight through).
+  p.add(passes::fake_quantize_pass());
 
   autodiff::LossOptions lo;
   lo.kind = opts.loss;

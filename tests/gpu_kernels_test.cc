@@ -1338,6 +1338,67 @@ void vanilla_rnn_cases(Cases& cs) {
 }
 TEST(GpuKernels, RnnAndGrad) { expect_group_on_gpu(vanilla_rnn_cases); }
 
+// ---- QuantizeLinear, DequantizeLinear, FakeQuantize, MatMulInteger, QLinearMatMul ----
+
+Tensor to_i32(const Tensor& t) {
+  Tensor r(DType::I32, t.shape());
+  for (int64_t i = 0; i < t.numel(); ++i) static_cast<int32_t*>(r.raw())[i] = static_cast<int32_t>(t.data<int64_t>()[i]);
+  return r;
+}
+
+void quantize_cases(Cases& cs) {
+  uint64_t seed = 1060;
+  const Tensor x = random_tensor({2, 3, 4}, seed++, -3.f, 3.f);
+  const Tensor s = Tensor::scalar<float>(0.02f);
+  const Tensor u8zp = unsigned_tensor<uint8_t>(DType::U8, {}, seed++, 100, 140);
+  Tensor i8zp(DType::I8, {});
+  *static_cast<int8_t*>(i8zp.raw()) = -3;
+  cs.add("QuantizeLinear", {x, s}, {}, 1, 0, 13);  // uint8, zero point 0: the negatives saturate
+  cs.add("QuantizeLinear", {x, s, u8zp}, {}, 1, 0, 13);
+  cs.add("QuantizeLinear", {x, s, i8zp}, {}, 1, 0, 13);
+  // Per axis: 3 scales along axis 1, int8 zero points; halves land on exact ties (round half to even).
+  const Tensor sc = Tensor::from_vector<float>({3}, {0.5f, 0.25f, 0.125f});
+  Tensor zc(DType::I8, {3});
+  for (int k = 0; k < 3; ++k) static_cast<int8_t*>(zc.raw())[k] = static_cast<int8_t>(k - 1);
+  Tensor halves = Tensor::from_vector<float>({2, 3, 2}, {0.25f, -0.75f, 0.125f, 0.375f, 1.f, -1.f,
+                                                         100.f, -100.f, 0.0625f, -0.1875f, 3.f, 0.f});
+  cs.add("QuantizeLinear", {halves, sc, zc}, {{"axis", Attribute::Int(1)}}, 1, 0, 13);
+  cs.add("QuantizeLinear", {as_f64(x), Tensor::from_vector<double>({4}, {0.01, 0.02, 0.03, 0.04})}, {{"axis", Attribute::Int(-1)}}, 1, 0,
+         13);
+  cs.add("QuantizeLinear", {to_i32(random_int_tensor({5}, seed++, -500, 500)), s}, {}, 1, 0, 13);
+  const Tensor q = unsigned_tensor<uint8_t>(DType::U8, {2, 3, 4}, seed++, 0, 256);
+  Tensor cap(DType::U8, {});
+  *static_cast<uint8_t*>(cap.raw()) = 127;
+  cs.add("Clip", {q, Tensor(), cap}, {}, 1, 0, 13);  // torch's reduce_range between a Q/DQ pair
+  cs.add("DequantizeLinear", {q, s, u8zp}, {}, 1, 0, 13);
+  cs.add("FakeQuantize", {x, s, u8zp}, {{"quant_max", Attribute::Int(127)}}, 1, 1e-6,
+         13, kGraphrunDomain);
+  cs.add("FakeQuantize", {halves, sc, zc}, {{"axis", Attribute::Int(1)}}, 1, 1e-6, 13, kGraphrunDomain);
+  cs.add("FakeQuantize", {as_f64(x), Tensor::scalar<double>(0.05)}, {}, 1, 1e-12, 13, kGraphrunDomain);
+  cs.add("DequantizeLinear", {q, sc, unsigned_tensor<uint8_t>(DType::U8, {3}, seed++, 0, 256)}, {{"axis", Attribute::Int(1)}}, 1,
+         0, 13);
+  cs.add("DequantizeLinear", {to_i32(random_int_tensor({6}, seed++, -1000, 1000)), Tensor::scalar<double>(0.5)}, {},
+         1, 0, 13);
+  // Integer matrix products: 2-D with per-row and per-column zero points, batched with broadcasting.
+  const Tensor a = unsigned_tensor<uint8_t>(DType::U8, {3, 5}, seed++, 0, 256);
+  Tensor b(DType::I8, {5, 4});
+  Tensor br = random_int_tensor({5, 4}, seed++, -128, 128);
+  for (int64_t k = 0; k < 20; ++k) static_cast<int8_t*>(b.raw())[k] = static_cast<int8_t>(br.data<int64_t>()[k]);
+  cs.add("MatMulInteger", {a, b}, {}, 1, 0, 10);
+  Tensor bzp(DType::I8, {4});
+  for (int k = 0; k < 4; ++k) static_cast<int8_t*>(bzp.raw())[k] = static_cast<int8_t>(3 * k - 5);
+  cs.add("MatMulInteger", {a, b, unsigned_tensor<uint8_t>(DType::U8, {3}, seed++, 0, 256), bzp}, {}, 1, 0, 10);
+  cs.add("MatMulInteger", {unsigned_tensor<uint8_t>(DType::U8, {2, 1, 3, 5}, seed++, 0, 256),
+                           unsigned_tensor<uint8_t>(DType::U8, {3, 5, 2}, seed++, 0, 256)},
+         {}, 1, 0, 10);
+  const Tensor ys = Tensor::scalar<float>(40.f);
+  cs.add("QLinearMatMul", {a, Tensor::scalar<float>(0.1f), u8zp, b, Tensor::scalar<float>(0.3f), i8zp, ys, u8zp}, {}, 1, 0, 10);
+  cs.add("QLinearMatMul", {a, Tensor::from_vector<float>({3}, {0.1f, 0.2f, 0.05f}), u8zp, b,
+                           Tensor::from_vector<float>({4}, {0.3f, 0.1f, 0.2f, 0.4f}), i8zp, Tensor::scalar<float>(3.f), i8zp},
+         {}, 1, 0, 10);
+}
+TEST(GpuKernels, QuantizeDequantizeIntegerMatMul) { expect_group_on_gpu(quantize_cases); }
+
 // ---- the op table: every CUDA kernel has a CPU reference and cases ----
 
 // Every case group, by the name of the GpuKernels test that runs it on a GPU.
@@ -1376,6 +1437,7 @@ const std::vector<std::pair<const char*, CaseGroup>>& case_groups() {
       {"CumSumTopKHardmaxGlobalMaxPool", scan_select_cases},
       {"GatherNDNonZeroCompressReverseOneHotTriluEyeLikeRange", index_generate_cases},
       {"RnnAndGrad", vanilla_rnn_cases},
+      {"QuantizeDequantizeIntegerMatMul", quantize_cases},
   };
   return groups;
 }

@@ -95,12 +95,12 @@ TEST(Pipeline, TrainGradAndShowBuildTheirPassesInOneFunction) {
   runtime::PipelineOptions po;
   EXPECT_EQ(names_of(runtime::training_pipeline(model, po)),
             (std::vector<std::string>{"convert_opset", "remove_noops", "to_training", "fold_pads", "make_batch_symbolic",
-                                      "unbiased_running_var", "attach_loss", "backward", "bucket_allreduce", "add_optimizer",
-                                      "state_updates"}));
+                                      "unbiased_running_var", "fake_quantize", "attach_loss", "backward", "bucket_allreduce",
+                                      "add_optimizer", "state_updates"}));
   po.data_parallel = false;  // grad, show --backward
   EXPECT_EQ(names_of(runtime::training_pipeline(model, po)),
-            (std::vector<std::string>{"convert_opset", "remove_noops", "to_training", "fold_pads", "unbiased_running_var", "attach_loss",
-                                      "backward"}));
+            (std::vector<std::string>{"convert_opset", "remove_noops", "to_training", "fold_pads", "unbiased_running_var",
+                                      "fake_quantize", "attach_loss", "backward"}));
   EXPECT_EQ(names_of(runtime::training_pipeline(model, po).until("to_training")),
             (std::vector<std::string>{"convert_opset", "remove_noops", "to_training"}));
 }
@@ -114,17 +114,18 @@ TEST(Pipeline, ListingNamesEachPassWithItsOptionsAndDescription) {
   std::istringstream lines(listing);
   std::vector<std::string> got;
   for (std::string l; std::getline(lines, l);) got.push_back(l);
-  ASSERT_EQ(got.size(), 11u) << listing;
+  ASSERT_EQ(got.size(), 12u) << listing;
   EXPECT_EQ(got[0].rfind("convert_opset ", 0), 0u) << got[0];
   EXPECT_EQ(got[1].rfind("remove_noops ", 0), 0u) << got[1];
   EXPECT_EQ(got[3].rfind("fold_pads ", 0), 0u) << got[3];
   EXPECT_NE(got[4].find("input=image "), std::string::npos) << got[4];
   EXPECT_EQ(got[4].find("dim="), std::string::npos) << got[4];  // the symbol depends on the model
   EXPECT_EQ(got[5].rfind("unbiased_running_var ", 0), 0u) << got[5];
-  EXPECT_NE(got[6].find("loss=cross-entropy output=logits labels=labels"), std::string::npos) << got[6];
-  EXPECT_NE(got[7].find("seed=loss_scale freeze=conv1.bias"), std::string::npos) << got[7];
-  EXPECT_NE(got[8].find("bucket_bytes=4194304"), std::string::npos) << got[8];
-  EXPECT_NE(got[9].find("optimizer=adam beta1=0.9 beta2=0.999 eps=1e-08"), std::string::npos) << got[9];
+  EXPECT_EQ(got[6].rfind("fake_quantize ", 0), 0u) << got[6];
+  EXPECT_NE(got[7].find("loss=cross-entropy output=logits labels=labels"), std::string::npos) << got[7];
+  EXPECT_NE(got[8].find("seed=loss_scale freeze=conv1.bias"), std::string::npos) << got[8];
+  EXPECT_NE(got[9].find("bucket_bytes=4194304"), std::string::npos) << got[9];
+  EXPECT_NE(got[10].find("optimizer=adam beta1=0.9 beta2=0.999 eps=1e-08"), std::string::npos) << got[10];
   for (const auto& l : got)
     EXPECT_NE(l.find(passes::find_pass(l.substr(0, l.find(' ')))->description), std::string::npos) << l;
 }
@@ -138,7 +139,7 @@ TEST(Pipeline, RunShowsTheGraphAfterEachPassAndBuildGraphsDumpsOne) {
     seen.push_back(p.name());
     if (p.name() == "backward") after_backward = g;
   });
-  EXPECT_EQ(seen.size(), 11u);
+  EXPECT_EQ(seen.size(), 12u);
   std::ostringstream dump;
   po.dump_after = "backward";
   po.dump = &dump;
@@ -543,7 +544,7 @@ TEST(PassesCli, ShowPassesListsThePipelineOfTheCommand) {
   auto r = graphrun("show " + lenet() + " --passes");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::vector<std::string> order = {"convert_opset", "remove_noops", "to_training", "fold_pads", "make_batch_symbolic", "unbiased_running_var",
-                                          "attach_loss", "backward", "bucket_allreduce", "add_optimizer", "state_updates"};
+                                          "fake_quantize", "attach_loss", "backward", "bucket_allreduce", "add_optimizer", "state_updates"};
   size_t at = 0;
   for (const auto& p : order) {
     at = r.output.find("\n" + p + " ", at);
@@ -625,7 +626,7 @@ TEST(PassesCli, AnUnknownPassIsOneLineListingTheValidNames) {
   expect_one_line_error("train " + lenet() + " --dump-after nope", "unknown pass 'nope' " + names);
   expect_one_line_error("show " + lenet() + " --backward --dump-after add_optimizer",
                         "pass 'add_optimizer' is not in this pipeline (its passes: convert_opset, remove_noops, to_training, fold_pads, "
-                        "unbiased_running_var, attach_loss, backward)");
+                        "unbiased_running_var, fake_quantize, attach_loss, backward)");
   expect_one_line_error("show " + lenet() + " --passes --format dot", "--passes");
 }
 

@@ -305,7 +305,10 @@ void clip_op(KernelContext& ctx) {
     const T* hi_in = !attrs && ctx.has_input(2) ? dptr<T>(ctx.input(2)) : nullptr;
     clip_kernel<T><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dptr<T>(X), dptr<T>(Y), n, lo_in, hi_in, lo, hi);
   };
-  dispatch_arith(X.dtype(), "Clip", go);
+  // (uint8 and int8 too: torch narrows a quantized range with a Clip between QuantizeLinear and DequantizeLinear.)
+  if (X.dtype() == DType::U8) go(uint8_t{});
+  else if (X.dtype() == DType::I8) go(int8_t{});
+  else dispatch_arith(X.dtype(), "Clip", go);
   GR_LAUNCH_CHECK("clip");
 }
 

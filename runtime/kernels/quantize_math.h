@@ -1,0 +1,138 @@
+// The arithmetic of ONNX's linear quantization, shared by the CPU kernels (runtime/kernels/cpu/quantize.cc) and
+// the CUDA kernels (runtime/kernels/cuda/quantize.cu) so both round and saturate alike, and the host-side
+// checks of a node's scale and zero point (per tensor, or per axis with a 1-D scale).
+//   QuantizeLinear:   y = saturate(round_half_even(x / scale) + zero_point)   (uint8 [0, 255], int8 [-128, 127])
+//   DequantizeLinear: y = (x - zero_point) * scale
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#ifdef __CUDACC__
+#define GR_QUANT_HD __host__ __device__
+#else
+#define GR_QUANT_HD
+#endif
+
+namespace graphrun::runtime {
+
+// The integer range of a quantized type.
+struct QuantRange {
+  double lo = 0, hi = 255;
+};
+
+// round(v) half to even, then + zero point, saturated: in double, exact for the float inputs the spec has.
+template <class Q>
+GR_QUANT_HD inline Q quantize_value(double scaled, double zero_point, QuantRange r) {
+  double q = rint(scaled) + zero_point;
+  q = q < r.lo ? r.lo : (q > r.hi ? r.hi : q);
+  return static_cast<Q>(q);
+}
+
+// The position along the quantization axis of element i of a tensor whose axis has c entries and `inner`
+// elements after it (c = 1: per tensor).
+GR_QUANT_HD inline int64_t quant_channel(int64_t i, int64_t c, int64_t inner) { return c == 1 ? 0 : (i / inner) % c; }
+
+}  // namespace graphrun::runtime
+
+#include "graph/error.h"
+#include "graph/ir.h"
+#include "graph/tensor.h"
+
+namespace graphrun::runtime {
+
+// How a node's scale (input `at`) and zero point (input `at + 1`, optional) apply to x: per tensor (a scalar
+// or one-element scale), or along `axis` (default 1, opset 13) with 1-D ones as long as that axis.
+struct QuantLayout {
+  int64_t c = 1, inner = 1;
+  DType q = DType::U8;  // the quantized type: the zero point's, uint8 without one
+};
+
+inline QuantLayout quant_layout(const Node& n, const Shape& x, const Shape& scale, const Shape* zero_point,
+                                DType zp_type, const char* what) {
+  QuantLayout l;
+  int64_t count = 1;
+  for (int64_t d : scale) count *= d;
+  GR_CHECK(scale.size() <= 1, what << ": the scale must be a scalar or 1-D, got " << shape_str(scale));
+  if (zero_point) {
+    GR_CHECK(*zero_point == scale || (zero_point->size() <= 1 && scale.size() <= 1 && count == 1),
+             what << ": the zero point " << shape_str(*zero_point) << " and the scale " << shape_str(scale)
+                  << " differ in shape");
+    l.q = zp_type;
+  }
+  if (scale.size() == 1 && (count != 1 || n.has_attr("axis"))) {
+    const int r = static_cast<int>(x.size());
+    int64_t axis = n.attr_i("axis", 1);
+    GR_CHECK(axis >= -r && axis < r, what << ": axis " << axis << " is out of range for rank " << r);
+    if (axis < 0) axis += r;
+    GR_CHECK(x[static_cast<size_t>(axis)] == count, what << ": a scale of " << count << " values for axis " << axis
+                                                         << " of " << shape_str(x));
+    l.c = count;
+    for (size_t d = static_cast<size_t>(axis) + 1; d < x.size(); ++d) l.inner *= x[d];
+  } else {
+    GR_CHECK(count == 1, what << ": a scale of " << count << " values needs a 1-D scale along an axis");
+  }
+  return l;
+}
+
+// MatMulInteger's and QLinearMatMul's shapes: A [..., M, K] times B [..., K, N] with matmul's batch
+// broadcasting; per output matrix, the element offsets of its A and B matrices.
+struct IntMatMul {
+  Shape out;
+  int64_t m = 0, k = 0, n = 0;
+  std::vector<int64_t> a_off, b_off;
+};
+
+inline IntMatMul plan_int_matmul(const Shape& a, const Shape& b, const char* what) {
+  GR_CHECK(a.size() >= 2 && b.size() >= 2, what << ": operands must have rank 2 or more, got " << shape_str(a)
+                                                 << " and " << shape_str(b));
+  IntMatMul p;
+  p.m = a[a.size() - 2], p.k = a.back(), p.n = b.back();
+  GR_CHECK(b[b.size() - 2] == p.k, what << ": " << shape_str(a) << " and " << shape_str(b) << " do not multiply");
+  const size_t rank = std::max(a.size(), b.size()) - 2;
+  Shape batch(rank, 1), as(rank, 1), bs(rank, 1);
+  for (size_t i = 0; i < a.size() - 2; ++i) as[rank - (a.size() - 2) + i] = a[i];
+  for (size_t i = 0; i < b.size() - 2; ++i) bs[rank - (b.size() - 2) + i] = b[i];
+  for (size_t i = 0; i < rank; ++i) {
+    GR_CHECK(as[i] == bs[i] || as[i] == 1 || bs[i] == 1, what << ": batch dims of " << shape_str(a) << " and "
+                                                              << shape_str(b) << " do not broadcast");
+    batch[i] = std::max(as[i], bs[i]);
+  }
+  int64_t count = 1;
+  for (int64_t d : batch) count *= d;
+  for (int64_t t = 0; t < count; ++t) {
+    int64_t rest = t, ao = 0, bo = 0, astride = 1, bstride = 1;
+    for (size_t i = rank; i-- > 0;) {
+      const int64_t c = rest % batch[i];
+      rest /= batch[i];
+      ao += (as[i] == 1 ? 0 : c) * astride;
+      bo += (bs[i] == 1 ? 0 : c) * bstride;
+      astride *= as[i];
+      bstride *= bs[i];
+    }
+    p.a_off.push_back(ao * p.m * p.k);
+    p.b_off.push_back(bo * p.k * p.n);
+  }
+  p.out = batch;
+  p.out.push_back(p.m);
+  p.out.push_back(p.n);
+  return p;
+}
+
+inline QuantRange quant_range(DType q, const char* what) {
+  if (q == DType::U8) return {0, 255};
+  if (q == DType::I8) return {-128, 127};
+  GR_FAIL(what << ": quantized type " << dtype_name(q) << " is not supported (uint8, int8)");
+}
+
+// FakeQuantize's range: the quantized type's, narrowed by the node's quant_min and quant_max where given.
+inline QuantRange fake_quant_range(const Node& n, DType q) {
+  QuantRange r = quant_range(q, "FakeQuantize");
+  if (n.has_attr("quant_min")) r.lo = std::max(r.lo, static_cast<double>(n.attr_i("quant_min", 0)));
+  if (n.has_attr("quant_max")) r.hi = std::min(r.hi, static_cast<double>(n.attr_i("quant_max", 0)));
+  GR_CHECK(r.lo <= r.hi, "FakeQuantize: quant_min " << r.lo << " is above quant_max " << r.hi);
+  return r;
+}
+
+}  // namespace graphrun::runtime
