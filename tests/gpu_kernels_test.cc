@@ -1399,6 +1399,37 @@ void quantize_cases(Cases& cs) {
 }
 TEST(GpuKernels, QuantizeDequantizeIntegerMatMul) { expect_group_on_gpu(quantize_cases); }
 
+// ConvInteger and QLinearConv: padding, strides, groups, per-channel weight zero points and scales, a bias.
+void int_conv_cases(Cases& cs) {
+  uint64_t seed = 1100;
+  const Tensor x = unsigned_tensor<uint8_t>(DType::U8, {2, 4, 6, 5}, seed++, 0, 256);
+  Tensor w(DType::I8, {6, 2, 3, 3});
+  const Tensor wr = random_int_tensor({6, 2, 3, 3}, seed++, -128, 128);
+  for (int64_t k = 0; k < w.numel(); ++k) static_cast<int8_t*>(w.raw())[k] = static_cast<int8_t>(wr.data<int64_t>()[k]);
+  const Tensor xzp = unsigned_tensor<uint8_t>(DType::U8, {}, seed++, 100, 140);
+  Tensor wzp(DType::I8, {6});
+  for (int k = 0; k < 6; ++k) static_cast<int8_t*>(wzp.raw())[k] = static_cast<int8_t>(2 * k - 5);
+  const std::map<std::string, Attribute> a{{"group", Attribute::Int(2)}, {"pads", Attribute::Ints({1, 0, 1, 2})},
+                                           {"strides", Attribute::Ints({2, 1})}};
+  cs.add("ConvInteger", {x, w}, a, 1, 0, 10);
+  cs.add("ConvInteger", {x, w, xzp, wzp}, a, 1, 0, 10);
+  Tensor w1(DType::U8, {3, 4, 2});
+  const Tensor w1r = random_int_tensor({3, 4, 2}, seed++, 0, 256);
+  for (int64_t k = 0; k < w1.numel(); ++k) static_cast<uint8_t*>(w1.raw())[k] = static_cast<uint8_t>(w1r.data<int64_t>()[k]);
+  cs.add("ConvInteger", {unsigned_tensor<uint8_t>(DType::U8, {1, 4, 7}, seed++, 0, 256), w1}, {{"dilations", Attribute::Ints({2})}},
+         1, 0, 10);
+  const Tensor bias = Tensor::from_vector<int32_t>({6}, {100, -2000, 0, 35000, -7, 12});
+  const Tensor ws = Tensor::from_vector<float>({6}, {0.01f, 0.02f, 0.005f, 0.03f, 0.01f, 0.015f});
+  cs.add("QLinearConv", {x, Tensor::scalar<float>(0.05f), xzp, w, ws, wzp, Tensor::scalar<float>(2.f), xzp, bias}, a, 1, 0, 10);
+  Tensor i8zp(DType::I8, {});
+  *static_cast<int8_t*>(i8zp.raw()) = 4;
+  Tensor wzp1(DType::I8, {});
+  *static_cast<int8_t*>(wzp1.raw()) = 0;
+  cs.add("QLinearConv", {x, Tensor::scalar<float>(0.05f), xzp, w, Tensor::scalar<float>(0.02f), wzp1, Tensor::scalar<float>(0.5f), i8zp},
+         a, 1, 0, 10);
+}
+TEST(GpuKernels, ConvIntegerQLinearConv) { expect_group_on_gpu(int_conv_cases); }
+
 // ---- the op table: every CUDA kernel has a CPU reference and cases ----
 
 // Every case group, by the name of the GpuKernels test that runs it on a GPU.
@@ -1438,6 +1469,7 @@ const std::vector<std::pair<const char*, CaseGroup>>& case_groups() {
       {"GatherNDNonZeroCompressReverseOneHotTriluEyeLikeRange", index_generate_cases},
       {"RnnAndGrad", vanilla_rnn_cases},
       {"QuantizeDequantizeIntegerMatMul", quantize_cases},
+      {"ConvIntegerQLinearConv", int_conv_cases},
   };
   return groups;
 }

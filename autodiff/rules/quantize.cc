@@ -1,5 +1,5 @@
-// Gradient rules of the quantize family. QuantizeLinear's output, MatMulInteger's and QLinearMatMul's are
-// integers: no gradient flows back through them (rounding is flat almost everywhere). DequantizeLinear,
+// Gradient rules of the quantize family. QuantizeLinear's output, MatMulInteger's, QLinearMatMul's, ConvInteger's
+// and QLinearConv's are integers: no gradient flows back through them (rounding is flat almost everywhere). DequantizeLinear,
 // Y = (X - zero_point) * scale, is linear in its float scale: dScale = the sum of dY * (X - zero_point) over
 // every element of the scale's channel (all of them for a per-tensor scale); X and the zero point are
 // integers.
@@ -81,6 +81,8 @@ GR_REGISTER_OPS(quantize) {
   ops.op("DequantizeLinear").gradient(dequantize_linear_grad);
   ops.op("MatMulInteger").no_gradient().output_dtype(0, DType::I32);
   ops.op("QLinearMatMul").no_gradient();
+  ops.op("ConvInteger").no_gradient().output_dtype(0, DType::I32);
+  ops.op("QLinearConv").no_gradient();
 }
 
 }  // namespace graphrun::autodiff

@@ -16,6 +16,7 @@
 #include "runtime/kernels/cpu/half_compute.h"
 #include "runtime/kernels/cpu/gemm.h"
 #include "runtime/kernels/cpu/window.h"
+#include "runtime/kernels/quantize_math.h"
 
 namespace graphrun::runtime::cpu {
 namespace {
@@ -894,12 +895,92 @@ OpSchemaSpec fused_conv_schema() {
 
 }  // namespace
 
+namespace {
+
+// ---- ConvInteger and QLinearConv: the convolution of (X - x_zero_point) and (W - w_zero_point), uint8 or int8,
+// as exact int32 sums. The products of 8-bit values summed in double are exact (below 2^53), so the float64
+// convolution above computes them. x_zero_point is per tensor, w_zero_point per tensor or per output channel.
+
+// The zero point's value for output channel m (or the one value), 0 without one.
+double int_zero_point(const Tensor* zp, int64_t m, const char* what) {
+  if (!zp) return 0;
+  GR_CHECK(zp->dtype() == DType::U8 || zp->dtype() == DType::I8, what << ": zero points must be uint8 or int8, got "
+                                                                      << dtype_name(zp->dtype()));
+  const int64_t at = zp->numel() == 1 ? 0 : m;
+  return zp->dtype() == DType::U8 ? static_cast<const uint8_t*>(zp->raw())[at] : static_cast<const int8_t*>(zp->raw())[at];
+}
+
+std::vector<int32_t> int_conv(KernelContext& ctx, const ConvShape& cs, const Tensor& x, const Tensor& w, const Tensor* xzp,
+                              const Tensor* wzp, const char* what) {
+  for (const Tensor* t : {&x, &w})
+    GR_CHECK(t->dtype() == DType::U8 || t->dtype() == DType::I8, what << ": X and W must be uint8 or int8, got "
+                                                                      << dtype_name(t->dtype()));
+  GR_CHECK(!xzp || xzp->numel() == 1, what << ": x_zero_point must be a scalar");
+  GR_CHECK(!wzp || wzp->numel() == 1 || wzp->numel() == cs.M, what << ": w_zero_point must be a scalar or hold " << cs.M);
+  const double xz = int_zero_point(xzp, 0, what);
+  std::vector<double> xd = x.as_doubles(), wd = w.as_doubles();
+  for (double& v : xd) v -= xz;
+  const int64_t per_m = w.numel() / std::max<int64_t>(cs.M, 1);
+  for (int64_t m = 0; m < cs.M; ++m) {
+    const double wz = int_zero_point(wzp, m, what);
+    for (int64_t i = 0; i < per_m; ++i) wd[static_cast<size_t>(m * per_m + i)] -= wz;
+  }
+  std::vector<double> yd(static_cast<size_t>(cs.N * cs.M * cs.P()));
+  conv_forward<double>(ctx, cs, xd.data(), wd.data(), nullptr, yd.data());
+  return std::vector<int32_t>(yd.begin(), yd.end());
+}
+
+void conv_integer_kernel(KernelContext& ctx) {
+  const Tensor &x = ctx.input(0), &w = ctx.input(1);
+  const ConvShape cs = conv_shape(ctx.node(), x, w);
+  const std::vector<int32_t> y = int_conv(ctx, cs, x, w, ctx.has_input(2) ? &ctx.input(2) : nullptr,
+                                          ctx.has_input(3) ? &ctx.input(3) : nullptr, "ConvInteger");
+  Tensor& out = ctx.output(0, output_shape(cs.N, cs.M, cs.w, false), DType::I32);
+  if (!y.empty()) std::memcpy(out.raw(), y.data(), y.size() * sizeof(int32_t));
+}
+
+// QLinearConv(x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp[, B]): the int32 convolution plus B (int32),
+// times x_scale * w_scale / y_scale in float (w_scale per tensor or per output channel), rounded half to even,
+// plus y_zp, saturated.
+void qlinear_conv_kernel(KernelContext& ctx) {
+  const Tensor &x = ctx.input(0), &xs = ctx.input(1), &w = ctx.input(3), &ws = ctx.input(4), &ys = ctx.input(6),
+               &yzp = ctx.input(7);
+  const ConvShape cs = conv_shape(ctx.node(), x, w);
+  const std::vector<int32_t> acc = int_conv(ctx, cs, x, w, &ctx.input(2), &ctx.input(5), "QLinearConv");
+  GR_CHECK(xs.numel() == 1 && ys.numel() == 1 && yzp.numel() == 1,
+           "QLinearConv: x_scale, y_scale and y_zero_point must be scalars");
+  GR_CHECK(ws.numel() == 1 || ws.numel() == cs.M, "QLinearConv: w_scale must be a scalar or hold " << cs.M);
+  std::vector<int32_t> bias(static_cast<size_t>(cs.M), 0);
+  if (ctx.has_input(8)) {
+    const Tensor& b = ctx.input(8);
+    GR_CHECK(b.dtype() == DType::I32 && b.numel() == cs.M, "QLinearConv: B must be int32 with " << cs.M << " values");
+    std::memcpy(bias.data(), b.raw(), bias.size() * sizeof(int32_t));
+  }
+  const std::vector<double> wsv = ws.as_doubles();
+  const float x_scale = static_cast<float>(xs.as_doubles()[0]), y_scale = static_cast<float>(ys.as_doubles()[0]);
+  const QuantRange r = quant_range(yzp.dtype(), "QLinearConv");
+  const double z = int_zero_point(&yzp, 0, "QLinearConv");
+  Tensor& y = ctx.output(0, output_shape(cs.N, cs.M, cs.w, false), yzp.dtype());
+  const int64_t P = cs.P();
+  for (size_t e = 0; e < acc.size(); ++e) {
+    const int64_t m = static_cast<int64_t>(e) / P % cs.M;
+    const float mult = x_scale * static_cast<float>(wsv[wsv.size() == 1 ? 0 : static_cast<size_t>(m)]) / y_scale;
+    const double scaled = static_cast<double>(static_cast<float>(acc[e] + bias[static_cast<size_t>(m)]) * mult);
+    if (yzp.dtype() == DType::U8) static_cast<uint8_t*>(y.raw())[e] = quantize_value<uint8_t>(scaled, z, r);
+    else static_cast<int8_t*>(y.raw())[e] = quantize_value<int8_t>(scaled, z, r);
+  }
+}
+
+}  // namespace
+
 GR_REGISTER_OPS(conv) {
   ops.op("Conv").cpu(via_f32<by_float<0, conv_kernel<float>, conv_kernel<double>>>);
   ops.op(kGraphrunDomain, "FusedConv")
       .cpu(by_float<0, conv_kernel<float, true>, conv_kernel<double, true>>)
       .schema(fused_conv_schema());
   ops.op("ConvTranspose").cpu(by_float<0, conv_transpose_kernel<float>, conv_transpose_kernel<double>>);
+  ops.op("ConvInteger").cpu(conv_integer_kernel);
+  ops.op("QLinearConv").cpu(qlinear_conv_kernel);
   ops.op(kGraphrunDomain, "ConvGrad")
       .cpu(by_float<1, conv_grad_kernel<float>, conv_grad_kernel<double>>)
       .schema(conv_grad_schema(false));

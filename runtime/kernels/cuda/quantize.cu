@@ -1,7 +1,8 @@
-// CUDA kernels: quantize family (the CPU's quantize.cc op set): QuantizeLinear, DequantizeLinear, MatMulInteger,
-// QLinearMatMul and ai.graphrun FakeQuantize, with the CPU's arithmetic (runtime/kernels/quantize_math.h). Scales and zero points are
+// CUDA kernels: quantize family (the CPU's quantize.cc op set, and ConvInteger and QLinearConv, whose CPU kernels
+// are conv.cc's): QuantizeLinear, DequantizeLinear, MatMulInteger, QLinearMatMul and ai.graphrun FakeQuantize, with the CPU's arithmetic (runtime/kernels/quantize_math.h). Scales and zero points are
 // read on the device; MatMulInteger and QLinearMatMul take a thread per output element (for the small
 // quantized layers of inference, not for speed).
+#include "runtime/kernels/cpu/window.h"
 #include "runtime/kernels/cuda/common.cuh"
 #include "runtime/kernels/quantize_math.h"
 
@@ -256,6 +257,140 @@ void qlinear_matmul_op(KernelContext& ctx) {
   GR_LAUNCH_CHECK("qlinear_matmul");
 }
 
+// ---- ConvInteger, QLinearConv: a thread per output element sums (x - x_zp) * (w - w_zp) over its window in
+// int32 (exact, as the CPU's), then QLinearConv requantizes as QLinearMatMul does. For the small quantized
+// convolutions of inference, not for speed. ----
+
+struct IntConv {
+  int64_t N, C, M, group;
+  cpu::Window w;
+  int64_t wzp_count;
+};
+
+template <class X, class W>
+__device__ int32_t int_conv_at(const X* x, const W* wt, const X* xzp, const W* wzp, const IntConv& p, int64_t e,
+                               int64_t* m_out) {
+  const int64_t P = p.w.out[0] * p.w.out[1] * p.w.out[2];
+  const int64_t pix = e % P, m = e / P % p.M, n = e / (P * p.M);
+  const int64_t o0 = pix / (p.w.out[1] * p.w.out[2]), o1 = pix / p.w.out[2] % p.w.out[1], o2 = pix % p.w.out[2];
+  const int64_t Cg = p.C / p.group, g = m / (p.M / p.group);
+  const int32_t zx = xzp ? static_cast<int32_t>(xzp[0]) : 0;
+  const int32_t zw = wzp ? static_cast<int32_t>(wzp[p.wzp_count == 1 ? 0 : m]) : 0;
+  const int64_t I = p.w.in[0] * p.w.in[1] * p.w.in[2], K = p.w.k[0] * p.w.k[1] * p.w.k[2];
+  int32_t acc = 0;
+  for (int64_t c = 0; c < Cg; ++c) {
+    const X* xc = x + (n * p.C + g * Cg + c) * I;
+    const W* wc = wt + (m * Cg + c) * K;
+    for (int64_t k0 = 0; k0 < p.w.k[0]; ++k0) {
+      const int64_t i0 = o0 * p.w.s[0] - p.w.pb[0] + k0 * p.w.d[0];
+      if (i0 < 0 || i0 >= p.w.in[0]) continue;
+      for (int64_t k1 = 0; k1 < p.w.k[1]; ++k1) {
+        const int64_t i1 = o1 * p.w.s[1] - p.w.pb[1] + k1 * p.w.d[1];
+        if (i1 < 0 || i1 >= p.w.in[1]) continue;
+        for (int64_t k2 = 0; k2 < p.w.k[2]; ++k2) {
+          const int64_t i2 = o2 * p.w.s[2] - p.w.pb[2] + k2 * p.w.d[2];
+          if (i2 < 0 || i2 >= p.w.in[2]) continue;
+          acc += (static_cast<int32_t>(xc[(i0 * p.w.in[1] + i1) * p.w.in[2] + i2]) - zx) *
+                 (static_cast<int32_t>(wc[(k0 * p.w.k[1] + k1) * p.w.k[2] + k2]) - zw);
+        }
+      }
+    }
+  }
+  *m_out = m;
+  return acc;
+}
+
+template <class X, class W>
+__global__ void conv_integer_kernel(const X* x, const W* w, const X* xzp, const W* wzp, int32_t* y, IntConv p, int64_t n) {
+  GR_GRID_STRIDE(e, n) {
+    int64_t m;
+    y[e] = int_conv_at(x, w, xzp, wzp, p, e, &m);
+  }
+}
+
+template <class X, class W, class Q>
+__global__ void qlinear_conv_kernel(const X* x, const float* xs, const X* xzp, const W* w, const float* ws, const W* wzp,
+                                    const float* ys, const Q* yzp, const int32_t* bias, Q* y, IntConv p, int64_t n,
+                                    int64_t ws_count, QuantRange r) {
+  GR_GRID_STRIDE(e, n) {
+    int64_t m;
+    const int32_t acc = int_conv_at(x, w, xzp, wzp, p, e, &m) + (bias ? bias[m] : 0);
+    const float mult = xs[0] * ws[ws_count == 1 ? 0 : m] / ys[0];
+    y[e] = quantize_value<Q>(static_cast<double>(static_cast<float>(acc) * mult), static_cast<double>(yzp[0]), r);
+  }
+}
+
+// The shape of an integer convolution, checked as the CPU's conv_shape: X [N, C, 1 to 3 spatial], W [M, C/group, k...].
+IntConv int_conv_plan(const Node& node, const Tensor& X, const Tensor& W, const Tensor* xzp, const Tensor* wzp,
+                      const char* what, Shape* out) {
+  GR_CHECK(X.rank() >= 3 && X.rank() <= 5 && W.rank() == X.rank(),
+           what << ": X and W must have one rank of 3 to 5, got " << shape_str(X.shape()) << " and " << shape_str(W.shape()));
+  IntConv p{X.dim(0), X.dim(1), W.dim(0), node.attr_i("group", 1), {}, wzp ? wzp->numel() : 1};
+  GR_CHECK(p.group >= 1 && p.C == W.dim(1) * p.group && p.M % p.group == 0,
+           what << ": X " << shape_str(X.shape()) << " and W " << shape_str(W.shape()) << " do not fit group " << p.group);
+  GR_CHECK(!xzp || xzp->numel() == 1, what << ": x_zero_point must be a scalar");
+  GR_CHECK(!wzp || wzp->numel() == 1 || wzp->numel() == p.M, what << ": w_zero_point must be a scalar or hold " << p.M);
+  const Shape in(X.shape().begin() + 2, X.shape().end());
+  const std::vector<int64_t> kernel(W.shape().begin() + 2, W.shape().end());
+  p.w = cpu::forward_window(node, in, kernel, false);
+  *out = {p.N, p.M};
+  for (int a = 0; a < p.w.nd; ++a) out->push_back(p.w.out[cpu::Window::kMax - p.w.nd + a]);  // (right-aligned axes)
+  return p;
+}
+
+void conv_integer_op(KernelContext& ctx) {
+  const Tensor &X = ctx.input(0), &W = ctx.input(1);
+  const Tensor* xzp = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+  const Tensor* wzp = ctx.has_input(3) ? &ctx.input(3) : nullptr;
+  Shape out;
+  const IntConv p = int_conv_plan(ctx.node(), X, W, xzp, wzp, "ConvInteger", &out);
+  Tensor& Y = ctx.output(0, out, DType::I32);
+  const int64_t n = Y.numel();
+  if (n == 0) return;
+  with_operands(X, W, "ConvInteger", [&](auto xtag, auto wtag) {
+    using XT = decltype(xtag);
+    using WT = decltype(wtag);
+    conv_integer_kernel<XT, WT><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(
+        dptr<XT>(X), dptr<WT>(W), xzp ? dptr<XT>(*xzp) : nullptr, wzp ? dptr<WT>(*wzp) : nullptr, dptr<int32_t>(Y), p, n);
+  });
+  GR_LAUNCH_CHECK("conv_integer");
+}
+
+void qlinear_conv_op(KernelContext& ctx) {
+  const Tensor &X = ctx.input(0), &Xs = ctx.input(1), &Xzp = ctx.input(2), &W = ctx.input(3), &Ws = ctx.input(4),
+               &Wzp = ctx.input(5), &Ys = ctx.input(6), &Yzp = ctx.input(7);
+  Shape out;
+  const IntConv p = int_conv_plan(ctx.node(), X, W, &Xzp, &Wzp, "QLinearConv", &out);
+  GR_CHECK(Xs.numel() == 1 && Ys.numel() == 1 && Yzp.numel() == 1,
+           "QLinearConv: x_scale, y_scale and y_zero_point must be scalars");
+  GR_CHECK(Ws.numel() == 1 || Ws.numel() == p.M, "QLinearConv: w_scale must be a scalar or hold " << p.M);
+  for (const Tensor* s : {&Xs, &Ws, &Ys})
+    GR_CHECK(s->dtype() == DType::F32, "QLinearConv on CUDA takes f32 scales, got " << dtype_name(s->dtype()));
+  const int32_t* bias = nullptr;
+  if (ctx.has_input(8)) {
+    const Tensor& B = ctx.input(8);
+    GR_CHECK(B.dtype() == DType::I32 && B.numel() == p.M, "QLinearConv: B must be int32 with " << p.M << " values");
+    bias = dptr<int32_t>(B);
+  }
+  const QuantRange r = quant_range(Yzp.dtype(), "QLinearConv");
+  Tensor& Y = ctx.output(0, out, Yzp.dtype());
+  const int64_t n = Y.numel();
+  if (n == 0) return;
+  with_operands(X, W, "QLinearConv", [&](auto xtag, auto wtag) {
+    using XT = decltype(xtag);
+    using WT = decltype(wtag);
+    auto go = [&](auto qtag) {
+      using Q = decltype(qtag);
+      qlinear_conv_kernel<XT, WT, Q><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(
+          dptr<XT>(X), dptr<float>(Xs), dptr<XT>(Xzp), dptr<WT>(W), dptr<float>(Ws), dptr<WT>(Wzp), dptr<float>(Ys),
+          dptr<Q>(Yzp), bias, dptr<Q>(Y), p, n, Ws.numel(), r);
+    };
+    if (Yzp.dtype() == DType::U8) go(uint8_t{});
+    else go(int8_t{});
+  });
+  GR_LAUNCH_CHECK("qlinear_conv");
+}
+
 }  // namespace
 
 GR_REGISTER_OPS(quantize) {
@@ -264,6 +399,8 @@ GR_REGISTER_OPS(quantize) {
   ops.op("MatMulInteger").cuda(locked<matmul_integer_op>);
   ops.op("QLinearMatMul").cuda(locked<qlinear_matmul_op>);
   ops.op(kGraphrunDomain, "FakeQuantize").cuda(locked<fake_quantize_op>);
+  ops.op("ConvInteger").cuda(locked<conv_integer_op>);
+  ops.op("QLinearConv").cuda(locked<qlinear_conv_op>);
 }
 
 }  // namespace graphrun::runtime::cuda
