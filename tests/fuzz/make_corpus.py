@@ -242,6 +242,34 @@ def onnx_cases():
         [init("vec", np.array([1, 1, 1], np.int64)),
          init("s0", np.array([2**62], np.int64)), init("s1", np.array([-2**63], np.int64)),
          init("s2", np.array([0], np.int64)), init("s3", np.array([-2**63], np.int64))])
+    # nn.EmbeddingBag's Loop (passes::vectorize_bag_loops rewrites it on load): the shape torch writes, and one
+    # whose bounds are huge (the mask must not be sized from them).
+    def bag_loop(offsets_init=None):
+        I64 = TensorProto.INT64
+        body = helper.make_graph(
+            [helper.make_node("Gather", ["bounds", "i"], ["s"], axis=0), helper.make_node("Gather", ["ends", "i"], ["e"], axis=0),
+             helper.make_node("Unsqueeze", ["s", "zero1"], ["s1"]), helper.make_node("Unsqueeze", ["e", "zero1"], ["e1"]),
+             helper.make_node("Slice", ["text", "s1", "e1", "zero1"], ["ids"]),
+             helper.make_node("Gather", ["weight", "ids"], ["rows"], axis=0),
+             helper.make_node("ReduceMean", ["rows"], ["bag"], axes=[0], keepdims=0),
+             helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+            "bag_body", [vi("i", [], I64), vi("cond_in", [], TensorProto.BOOL)],
+            [vi("cond_out", [], TensorProto.BOOL), vi("bag", [4])])
+        nodes = [helper.make_node("Shape", ["text"], ["tshape"]), helper.make_node("Gather", ["tshape", "zero"], ["t"]),
+                 helper.make_node("Unsqueeze", ["t", "zero1"], ["t1"]),
+                 helper.make_node("Concat", ["offsets", "t1"], ["bounds"], axis=0),
+                 helper.make_node("Slice", ["bounds", "one1", "big1", "zero1"], ["ends"]),
+                 helper.make_node("Shape", ["ends"], ["eshape"]), helper.make_node("Gather", ["eshape", "zero"], ["m"]),
+                 helper.make_node("Loop", ["m", "true"], ["y"], name="bag_loop", body=body)]
+        inputs = [vi("text", ["T"], I64)] + ([] if offsets_init is not None else [vi("offsets", ["B"], I64)])
+        inits = [init("weight", weights((10, 4))), init("zero", np.array(0, np.int64)), init("zero1", np.array([0], np.int64)),
+                 init("one1", np.array([1], np.int64)), init("big1", np.array([2**62], np.int64)),
+                 init("true", np.array(True))]
+        if offsets_init is not None:
+            inits.append(init("offsets", offsets_init))
+        return model_of(nodes, inputs, [vi("y", ["B", 4])], inits, opset=13, name="bag")
+    yield "good_embedding_bag_loop.onnx", bag_loop()
+    yield "bad_embedding_bag_loop_bounds_huge.onnx", bag_loop(np.array([0, 2**62, -2**62, 7], np.int64))
     # Inputs a random fuzzer found crashing ONNX 1.12's inference (kept as found).
     probe = os.path.join(HERE, "corpus", "onnx")
     for name in sorted(os.listdir(probe)) if os.path.isdir(probe) else []:
