@@ -1430,6 +1430,22 @@ void int_conv_cases(Cases& cs) {
 }
 TEST(GpuKernels, ConvIntegerQLinearConv) { expect_group_on_gpu(int_conv_cases); }
 
+// NonMaxSuppression: two batches and classes of overlapping boxes, both box formats, with and without a score
+// threshold; ties of score.
+void nms_cases(Cases& cs) {
+  uint64_t seed = 1140;
+  Tensor boxes = random_tensor({2, 12, 4}, seed++, 0.f, 1.f);
+  Tensor scores = random_int_tensor({2, 3, 12}, seed++, 0, 6);
+  Tensor sf(DType::F32, {2, 3, 12});
+  for (int64_t i = 0; i < sf.numel(); ++i) sf.data<float>()[i] = 0.1f * static_cast<float>(scores.data<int64_t>()[i]);
+  const Tensor most = i64({1}, {4}), iou = Tensor::from_vector<float>({1}, {0.3f}), min_score = Tensor::from_vector<float>({1}, {0.15f});
+  cs.add("NonMaxSuppression", {boxes, sf, most, iou, min_score}, {}, 1, 0, 11);
+  cs.add("NonMaxSuppression", {boxes, sf, most, iou}, {{"center_point_box", Attribute::Int(1)}}, 1, 0, 11);
+  cs.add("NonMaxSuppression", {as_f64(boxes), as_f64(sf), i64({1}, {20}), Tensor::from_vector<float>({1}, {0.f})}, {}, 1, 0, 11);
+  cs.add("NonMaxSuppression", {boxes, sf}, {}, 1, 0, 11);  // no max_output_boxes_per_class: nothing selected
+}
+TEST(GpuKernels, NonMaxSuppression) { expect_group_on_gpu(nms_cases); }
+
 // ---- the op table: every CUDA kernel has a CPU reference and cases ----
 
 // Every case group, by the name of the GpuKernels test that runs it on a GPU.
@@ -1470,6 +1486,7 @@ const std::vector<std::pair<const char*, CaseGroup>>& case_groups() {
       {"RnnAndGrad", vanilla_rnn_cases},
       {"QuantizeDequantizeIntegerMatMul", quantize_cases},
       {"ConvIntegerQLinearConv", int_conv_cases},
+      {"NonMaxSuppression", nms_cases},
   };
   return groups;
 }

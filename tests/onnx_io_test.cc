@@ -845,6 +845,40 @@ onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), 'ca
   expect_load_error(dir + "/carried.onnx", "node 'accumulate' (Loop) has a subgraph");
 }
 
+// torchvision.ops.nms exports NonMaxSuppression asking for INT64_MAX boxes per class; graphrun keeps what
+// torchvision keeps, in its order (overlapping random boxes, IoU 0.4; batched_nms's class offsets too).
+TEST(OnnxIo, TorchvisionNmsKeepsWhatTorchvisionKeeps) {
+  if (run_command(python() + " -c 'import torchvision' 2>&1").exit_code != 0) GTEST_SKIP() << python() << " lacks torchvision";
+  const std::string dir = temp_dir("onnx_nms");
+  run_onnx_python(dir, R"(
+import torch, torchvision
+class Nms(torch.nn.Module):
+    def forward(s, boxes, scores, classes):
+        return torchvision.ops.nms(boxes, scores, 0.4), torchvision.ops.batched_nms(boxes, scores, classes, 0.5)
+r = np.random.default_rng(0)
+xy = r.random((40, 2)).astype(np.float32)
+b = np.concatenate([xy, xy + r.random((40, 2)).astype(np.float32) * 0.4], 1)
+sc = r.random(40).astype(np.float32)
+cl = r.integers(0, 3, 40)
+args = (torch.from_numpy(b), torch.from_numpy(sc), torch.from_numpy(cl))
+torch.onnx.export(Nms(), args, 'nms.onnx', opset_version=11, input_names=['boxes', 'scores', 'classes'],
+                  output_names=['keep', 'keep_batched'])
+keep, batched = Nms()(*args)
+np.save('boxes.npy', b); np.save('scores.npy', sc); np.save('classes.npy', cl)
+np.save('keep.npy', keep.numpy()); np.save('keep_batched.npy', batched.numpy())
+)");
+  const Graph g = load_onnx(dir + "/nms.onnx");
+  auto out = runtime::Executor(g).run({{"boxes", read_npy(dir + "/boxes.npy")},
+                                       {"scores", read_npy(dir + "/scores.npy")},
+                                       {"classes", read_npy(dir + "/classes.npy")}});
+  for (const char* k : {"keep", "keep_batched"}) {
+    const Tensor want = read_npy(dir + "/" + k + ".npy");
+    ASSERT_EQ(out.at(k).shape(), want.shape()) << k;
+    EXPECT_EQ(out.at(k).as_int64s(), want.as_int64s()) << k;
+    EXPECT_GT(want.numel(), 5) << k;
+  }
+}
+
 // An If whose condition the shapes decide becomes the branch it takes (torch exports x.squeeze(1) of a dimension it
 // could not size as If(Shape(x)[1] == 1, Squeeze, Identity)); one that depends on the data is refused in one line.
 TEST(OnnxIo, IfsTheShapesDecideBecomeTheirBranch) {
