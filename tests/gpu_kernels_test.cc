@@ -1446,6 +1446,24 @@ void nms_cases(Cases& cs) {
 }
 TEST(GpuKernels, NonMaxSuppression) { expect_group_on_gpu(nms_cases); }
 
+// RoiAlign: both coordinate modes, a fixed and an adaptive grid, regions partly outside the image.
+void roi_align_cases(Cases& cs) {
+  uint64_t seed = 1160;
+  const Tensor x = random_tensor({2, 3, 9, 7}, seed++);
+  const Tensor rois = Tensor::from_vector<float>({4, 4}, {0.f, 0.f, 6.f, 8.f, -2.f, 1.f, 5.5f, 4.f, 3.f, 3.f, 3.5f, 3.2f,
+                                                          1.f, -1.f, 12.f, 11.f});
+  const Tensor batch = i64({4}, {0, 1, 1, 0});
+  const std::map<std::string, Attribute> fixed{{"output_height", Attribute::Int(3)}, {"output_width", Attribute::Int(2)},
+                                               {"sampling_ratio", Attribute::Int(2)}, {"spatial_scale", Attribute::Float(0.8f)}};
+  cs.add("RoiAlign", {x, rois, batch}, fixed, 1, 1e-5, 16);
+  auto legacy = fixed;
+  legacy["coordinate_transformation_mode"] = Attribute::Str("output_half_pixel");
+  legacy["sampling_ratio"] = Attribute::Int(0);
+  cs.add("RoiAlign", {x, rois, batch}, legacy, 1, 1e-5, 16);
+  cs.add("RoiAlign", {as_f64(x), as_f64(rois), batch}, fixed, 1, 1e-12, 10);
+}
+TEST(GpuKernels, RoiAlign) { expect_group_on_gpu(roi_align_cases); }
+
 // ---- the op table: every CUDA kernel has a CPU reference and cases ----
 
 // Every case group, by the name of the GpuKernels test that runs it on a GPU.
@@ -1487,6 +1505,7 @@ const std::vector<std::pair<const char*, CaseGroup>>& case_groups() {
       {"QuantizeDequantizeIntegerMatMul", quantize_cases},
       {"ConvIntegerQLinearConv", int_conv_cases},
       {"NonMaxSuppression", nms_cases},
+      {"RoiAlign", roi_align_cases},
   };
   return groups;
 }

@@ -879,6 +879,43 @@ np.save('keep.npy', keep.numpy()); np.save('keep_batched.npy', batched.numpy())
   }
 }
 
+// torchvision.ops.roi_align exports RoiAlign without saying how its boxes align (its symbolic ignores
+// `aligned`), so the file means what its opset's default says: half_pixel at opset 16 (torchvision's
+// aligned=True), output_half_pixel before (aligned=False). graphrun gives torchvision's answer there, with a
+// sampling grid of 2 and the adaptive one (sampling_ratio -1, exported as 0), boxes partly outside the image.
+TEST(OnnxIo, TorchvisionRoiAlignGivesTorchvisionsAnswerAsItsOpsetMeans) {
+  if (run_command(python() + " -c 'import torchvision' 2>&1").exit_code != 0) GTEST_SKIP() << python() << " lacks torchvision";
+  const std::string dir = temp_dir("onnx_roi_align");
+  run_onnx_python(dir, R"(
+import torch, torchvision
+class Roi(torch.nn.Module):
+    def __init__(s, aligned):
+        super().__init__()
+        s.aligned = aligned
+    def forward(s, x, boxes):
+        return (torchvision.ops.roi_align(x, boxes, (3, 4), spatial_scale=0.5, sampling_ratio=2, aligned=s.aligned),
+                torchvision.ops.roi_align(x, boxes, (2, 2), spatial_scale=0.25, sampling_ratio=-1, aligned=s.aligned))
+r = np.random.default_rng(0)
+x = r.standard_normal((2, 3, 16, 12)).astype(np.float32)
+b = np.concatenate([r.integers(0, 2, (6, 1)).astype(np.float32), r.random((6, 2)).astype(np.float32) * 20 - 2,
+                    r.random((6, 2)).astype(np.float32) * 20 + 5], 1)
+np.save('x.npy', x); np.save('boxes.npy', b)
+for aligned, opset in ((True, 16), (False, 11)):
+    m = Roi(aligned)
+    torch.onnx.export(m, (torch.from_numpy(x), torch.from_numpy(b)), f'roi{opset}.onnx', opset_version=opset,
+                      input_names=['x', 'boxes'], output_names=['fixed', 'adaptive'])
+    for name, y in zip(('fixed', 'adaptive'), m(torch.from_numpy(x), torch.from_numpy(b))):
+        np.save(f'{name}{opset}.npy', y.numpy())
+)");
+  for (const char* opset : {"16", "11"}) {
+    SCOPED_TRACE(std::string("opset ") + opset);
+    const Graph g = load_onnx(dir + "/roi" + opset + ".onnx");
+    auto out = runtime::Executor(g).run({{"x", read_npy(dir + "/x.npy")}, {"boxes", read_npy(dir + "/boxes.npy")}});
+    for (const char* k : {"fixed", "adaptive"})
+      EXPECT_LE(testing::max_abs_diff(out.at(k), read_npy(dir + "/" + std::string(k) + opset + ".npy")), 1e-5) << k;
+  }
+}
+
 // An If whose condition the shapes decide becomes the branch it takes (torch exports x.squeeze(1) of a dimension it
 // could not size as If(Shape(x)[1] == 1, Squeeze, Identity)); one that depends on the data is refused in one line.
 TEST(OnnxIo, IfsTheShapesDecideBecomeTheirBranch) {

@@ -1,7 +1,8 @@
-// CUDA kernel: detection family (the CPU's detection.cc). NonMaxSuppression reads its inputs back and selects
-// on the host (runtime/kernels/nms.h, as the CPU): its output's length depends on the values.
+// CUDA kernels: detection family (the CPU's detection.cc). NonMaxSuppression reads its inputs back and selects
+// on the host (runtime/kernels/nms.h, as the CPU): its output's length depends on the values. RoiAlign.
 #include "runtime/kernels/cuda/common.cuh"
 #include "runtime/kernels/nms.h"
+#include "runtime/kernels/roi_align.h"
 
 namespace graphrun::runtime::cuda {
 namespace {
@@ -23,8 +24,45 @@ void nms_op(KernelContext& ctx) {
     GR_CUDA_CHECK(cudaMemcpyAsync(Y.raw(), sel.data(), sel.size() * sizeof(int64_t), cudaMemcpyHostToDevice, stream_of(ctx)));
 }
 
+// RoiAlign: a thread per output element, runtime/kernels/roi_align.h's formula (as the CPU's). The regions
+// and batch indices are read back first, to check them as the CPU does (the device cannot raise).
+template <class T>
+__global__ void roi_align_kernel(const T* x, const T* rois, const int64_t* batch, T* y, roi::Params p, int64_t C,
+                                 int64_t n) {
+  GR_GRID_STRIDE(i, n) {
+    const int64_t bins = p.out_h * p.out_w, k = i % bins, rc = i / bins, r = rc / C, c = rc % C;
+    const T* plane = x + (batch[r] * C + c) * p.H * p.W;
+    y[i] = roi::value(plane, rois + 4 * r, k / p.out_w, k % p.out_w, p);
+  }
+}
+
+void roi_align_op(KernelContext& ctx) {
+  const Tensor &X = ctx.input(0), &Rois = ctx.input(1), &B = ctx.input(2);
+  GR_CHECK(B.dtype() == DType::I64, "RoiAlign on CUDA takes int64 batch_indices, got " << dtype_name(B.dtype()));
+  GR_CHECK(Rois.dtype() == X.dtype() && (X.dtype() == DType::F32 || X.dtype() == DType::F64),
+           "RoiAlign on CUDA takes f32 or f64 X and rois alike");
+  const roi::Params p = roi::params(ctx.node(), ctx.opset(), X.shape(), Rois.shape(), B.shape());
+  roi::check_regions(p, host_doubles(ctx, 1));
+  for (int64_t b : host_int64s(ctx, 2))
+    GR_CHECK(b >= 0 && b < X.dim(0), "RoiAlign: batch index " << b << " is out of range for " << X.dim(0) << " images");
+  const int64_t R = Rois.dim(0), C = X.dim(1);
+  Tensor& Y = ctx.output(0, {R, C, p.out_h, p.out_w}, X.dtype());
+  const int64_t n = Y.numel();
+  if (n == 0) return;
+  if (X.dtype() == DType::F32)
+    roi_align_kernel<float><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dptr<float>(X), dptr<float>(Rois),
+                                                                          dptr<int64_t>(B), dptr<float>(Y), p, C, n);
+  else
+    roi_align_kernel<double><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dptr<double>(X), dptr<double>(Rois),
+                                                                           dptr<int64_t>(B), dptr<double>(Y), p, C, n);
+  GR_LAUNCH_CHECK("roi_align");
+}
+
 }  // namespace
 
-GR_REGISTER_OPS(detection) { ops.op("NonMaxSuppression").cuda(locked<nms_op>); }
+GR_REGISTER_OPS(detection) {
+  ops.op("NonMaxSuppression").cuda(locked<nms_op>);
+  ops.op("RoiAlign").cuda(locked<roi_align_op>);
+}
 
 }  // namespace graphrun::runtime::cuda

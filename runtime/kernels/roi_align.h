@@ -1,0 +1,126 @@
+// ONNX RoiAlign (opsets 10 and 16, mode "avg"): one output element's value, shared by the CPU kernel
+// (runtime/kernels/cpu/detection.cc) and the CUDA kernel (runtime/kernels/cuda/detection.cu). The region
+// [x1, y1, x2, y2] * spatial_scale (less half a pixel with coordinate_transformation_mode half_pixel, opset
+// 16's default; output_half_pixel, opset 10's only mode, keeps it and makes a region at least 1x1) is cut into
+// output_height x output_width bins; each bin averages the bilinear samples of a grid of sampling_ratio points
+// a side (the bin's size rounded up when 0). A sample more than a pixel outside the image counts as 0; one
+// within it is clamped to the border.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#ifdef __CUDACC__
+#define GR_ROI_HD __host__ __device__
+#else
+#define GR_ROI_HD
+#endif
+
+namespace graphrun::runtime::roi {
+
+struct Params {
+  int64_t out_h = 1, out_w = 1, sampling_ratio = 0, H = 0, W = 0;
+  double spatial_scale = 1;
+  bool half_pixel = true;
+};
+
+template <class T>
+GR_ROI_HD inline T bilinear(const T* plane, int64_t H, int64_t W, T y, T x) {
+  if (y < T(-1) || y > T(H) || x < T(-1) || x > T(W)) return T(0);
+  if (y <= T(0)) y = T(0);
+  if (x <= T(0)) x = T(0);
+  int64_t y0 = static_cast<int64_t>(y), x0 = static_cast<int64_t>(x), y1, x1;
+  if (y0 >= H - 1) {
+    y0 = y1 = H - 1;
+    y = static_cast<T>(y0);
+  } else {
+    y1 = y0 + 1;
+  }
+  if (x0 >= W - 1) {
+    x0 = x1 = W - 1;
+    x = static_cast<T>(x0);
+  } else {
+    x1 = x0 + 1;
+  }
+  const T ly = y - static_cast<T>(y0), lx = x - static_cast<T>(x0), hy = T(1) - ly, hx = T(1) - lx;
+  return hy * hx * plane[y0 * W + x0] + hy * lx * plane[y0 * W + x1] + ly * hx * plane[y1 * W + x0] +
+         ly * lx * plane[y1 * W + x1];
+}
+
+// Output bin (ph, pw) of the region `box` ([x1, y1, x2, y2]) over one channel's plane.
+template <class T>
+GR_ROI_HD inline T value(const T* plane, const T* box, int64_t ph, int64_t pw, const Params& p) {
+  const T offset = p.half_pixel ? T(0.5) : T(0);
+  const T scale = static_cast<T>(p.spatial_scale);
+  const T x1 = box[0] * scale - offset, y1 = box[1] * scale - offset;
+  T w = box[2] * scale - offset - x1, h = box[3] * scale - offset - y1;
+  if (!p.half_pixel) {
+    w = w > T(1) ? w : T(1);
+    h = h > T(1) ? h : T(1);
+  }
+  const T bin_h = h / static_cast<T>(p.out_h), bin_w = w / static_cast<T>(p.out_w);
+  const int64_t gh = p.sampling_ratio > 0 ? p.sampling_ratio : static_cast<int64_t>(ceil(h / static_cast<T>(p.out_h)));
+  const int64_t gw = p.sampling_ratio > 0 ? p.sampling_ratio : static_cast<int64_t>(ceil(w / static_cast<T>(p.out_w)));
+  const int64_t count = gh * gw > 1 ? gh * gw : 1;
+  T sum = T(0);
+  for (int64_t iy = 0; iy < gh; ++iy) {
+    const T y = y1 + static_cast<T>(ph) * bin_h + (static_cast<T>(iy) + T(0.5)) * bin_h / static_cast<T>(gh);
+    for (int64_t ix = 0; ix < gw; ++ix) {
+      const T x = x1 + static_cast<T>(pw) * bin_w + (static_cast<T>(ix) + T(0.5)) * bin_w / static_cast<T>(gw);
+      sum += bilinear(plane, p.H, p.W, y, x);
+    }
+  }
+  return sum / static_cast<T>(count);
+}
+
+}  // namespace graphrun::runtime::roi
+
+#include <algorithm>
+#include <vector>
+
+#include "graph/error.h"
+#include "graph/ir.h"
+#include "graph/tensor.h"
+
+namespace graphrun::runtime::roi {
+
+// The node's parameters for X [N, C, H, W], rois [R, 4] and batch_indices [R]; throws naming what is wrong.
+inline Params params(const Node& n, int64_t opset, const Shape& x, const Shape& rois, const Shape& batch) {
+  GR_CHECK(x.size() == 4, "RoiAlign: X must be [N, C, H, W], got " << shape_str(x));
+  GR_CHECK(rois.size() == 2 && rois[1] == 4, "RoiAlign: rois must be [num_rois, 4], got " << shape_str(rois));
+  GR_CHECK(batch.size() == 1 && batch[0] == rois[0], "RoiAlign: batch_indices " << shape_str(batch) << " do not fit rois "
+                                                                               << shape_str(rois));
+  const std::string mode = n.attr_s("mode", "avg");
+  GR_CHECK(mode == "avg", "RoiAlign: mode '" << mode << "' is not supported (avg)");
+  Params p;
+  p.out_h = n.attr_i("output_height", 1);
+  p.out_w = n.attr_i("output_width", 1);
+  p.sampling_ratio = n.attr_i("sampling_ratio", 0);
+  p.spatial_scale = n.attr_f("spatial_scale", 1.f);
+  GR_CHECK(p.out_h >= 1 && p.out_w >= 1 && p.out_h <= 65536 && p.out_w <= 65536,
+           "RoiAlign: output_height and output_width must be in [1, 65536]");
+  GR_CHECK(p.sampling_ratio >= 0 && p.sampling_ratio <= 1024, "RoiAlign: sampling_ratio must be in [0, 1024]");
+  const std::string ct = n.attr_s("coordinate_transformation_mode", opset >= 16 ? "half_pixel" : "output_half_pixel");
+  GR_CHECK(ct == "half_pixel" || ct == "output_half_pixel",
+           "RoiAlign: coordinate_transformation_mode '" << ct << "' is not supported");
+  p.half_pixel = ct == "half_pixel";
+  p.H = x[2];
+  p.W = x[3];
+  return p;
+}
+
+// Each region's sampling grid, checked before any work: coordinates must be finite, and a grid (the bin's
+// size rounded up when sampling_ratio is 0) of more than 2^20 samples per bin is refused naming the region,
+// as a region far larger than the image would take hours.
+inline void check_regions(const Params& p, const std::vector<double>& rois) {
+  for (size_t r = 0; r * 4 + 3 < rois.size(); ++r) {
+    const double* b = rois.data() + 4 * r;
+    for (int k = 0; k < 4; ++k) GR_CHECK(std::isfinite(b[k]), "RoiAlign: region " << r << " has a coordinate that is not finite");
+    if (p.sampling_ratio > 0) continue;
+    double h = (b[3] - b[1]) * p.spatial_scale, w = (b[2] - b[0]) * p.spatial_scale;
+    if (!p.half_pixel) h = std::max(h, 1.0), w = std::max(w, 1.0);
+    const double grid = std::ceil(std::max(h, 0.0) / static_cast<double>(p.out_h)) * std::ceil(std::max(w, 0.0) / static_cast<double>(p.out_w));
+    GR_CHECK(grid <= double(1 << 20), "RoiAlign: region " << r << " would take " << grid << " samples per bin (at most 2^20)");
+  }
+}
+
+}  // namespace graphrun::runtime::roi
