@@ -717,6 +717,23 @@ void momentum_cases(Cases& cs) {
 }
 TEST(GpuKernels, MomentumUpdate) { expect_group_on_gpu(momentum_cases); }
 
+// Adagrad: two tensors, the rate's decay over T, an L2 term, epsilon; H starts at 0 and at random sums.
+void adagrad_cases(Cases& cs) {
+  std::vector<Tensor> in{Tensor::scalar<float>(0.1f), Tensor::scalar<int64_t>(4), random_tensor({10}, 124),
+                         random_tensor({2, 3}, 125), random_tensor({10}, 126), random_tensor({2, 3}, 127),
+                         random_tensor({10}, 128, 0.f, 1.f), random_tensor({2, 3}, 129, 0.f, 1.f)};
+  cs.add("Adagrad", in,
+         {{"decay_factor", Attribute::Float(0.1f)}, {"epsilon", Attribute::Float(1e-6f)}, {"norm_coefficient", Attribute::Float(1e-3f)}},
+         4, 1e-6, 17, kTrainingDomain);
+  in[6] = Tensor(DType::F32, {10});
+  in[7] = Tensor(DType::F32, {2, 3});
+  std::memset(in[6].raw(), 0, in[6].nbytes());
+  std::memset(in[7].raw(), 0, in[7].nbytes());
+  in[1] = Tensor::scalar<int64_t>(0);
+  cs.add("Adagrad", in, {{"epsilon", Attribute::Float(1e-10f)}}, 4, 1e-6, 17, kTrainingDomain);
+}
+TEST(GpuKernels, AdagradUpdate) { expect_group_on_gpu(adagrad_cases); }
+
 void adam_cases(Cases& cs) {
   std::vector<Tensor> in{Tensor::scalar<float>(1e-2f), Tensor::scalar<int64_t>(1), random_tensor({10}, 116),
                          random_tensor({2, 3}, 117), random_tensor({10}, 118), random_tensor({2, 3}, 119),
@@ -1485,6 +1502,7 @@ const std::vector<std::pair<const char*, CaseGroup>>& case_groups() {
       {"BatchNormalizationAndDropout", batch_norm_cases},
       {"GemmAndMatMul", gemm_matmul_cases},
       {"MomentumUpdate", momentum_cases},
+      {"AdagradUpdate", adagrad_cases},
       {"AdamUpdate", adam_cases},
       {"AllReduceAlone", all_reduce_cases},
       {"InstanceNormalizationAndGrad", instance_norm_cases},

@@ -837,8 +837,9 @@ onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), 'ca
         if (std::isnan(b[i]) || std::isinf(b[i])) EXPECT_TRUE(std::isnan(b[i]) ? std::isnan(a[i]) : a[i] == b[i]) << tag << " " << i;
         else EXPECT_NEAR(a[i], b[i], 1e-5) << tag << " " << i;
       }
-      if (!tag[0] && name.find("sum") == 0)  // no empty bag gives torch's numbers too (its sums)
+      if (!tag[0] && name.find("sum") == 0) {  // no empty bag gives torch's numbers too (its sums)
         EXPECT_LE(testing::max_abs_diff(y, read_npy(dir + "/" + name + "_torch.npy")), 1e-5);
+      }
     }
   }
   EXPECT_EQ(cases, 5);

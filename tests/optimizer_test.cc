@@ -170,6 +170,23 @@ TEST(Optimizer, AdamWEqualsTorchOptimAdamW) {
             1e-6);
 }
 
+// Adagrad (ai.onnx.preview.training's node): torch.optim.Adagrad with its defaults, with weight decay, with
+// lr_decay (T, the updates before this one, is torch's step - 1) and a large epsilon, which shows where it sits.
+TEST(Optimizer, AdagradEqualsTorchOptimAdagrad) {
+  passes::OptimizerOptions o;
+  o.kind = "adagrad";
+  o.eps = 1e-10f;
+  EXPECT_LE(optimizer_vs_torch(o, "torch.optim.Adagrad([w], lr=0.01)"), 1e-6);
+  o.weight_decay = 0.05f;
+  o.lr_decay = 0.25f;
+  o.eps = 0.125f;
+  EXPECT_LE(optimizer_vs_torch(o, "torch.optim.Adagrad([w], lr=0.01, lr_decay=0.25, weight_decay=0.05, eps=0.125)"), 1e-6);
+  o.weight_decay = 0.0625f;  // (exact in float, as the f64 comparison needs: the attributes are float)
+  EXPECT_LE(optimizer_vs_torch(o, "torch.optim.Adagrad([w], lr=0.01, lr_decay=0.25, weight_decay=0.0625, eps=0.125)",
+                               DType::F64),
+            1e-13);
+}
+
 // f64 parameters (train --float64) keep f64 optimizer state: every optimizer equals torch.optim in
 // float64 to 1e-13, where an f32 state or update would be off by 1e-8 or more (the weights are near 1). The hyper-parameters
 // are exact in float (ONNX attributes and the rate input are float); Adam's epsilon (2^-7, large enough
@@ -298,6 +315,8 @@ TEST(Optimizer, ScheduleFeedsTheLearningRatePerStep) {
 TEST(Optimizer, CliRefusesContradictoryOptimizerAndScheduleFlags) {
   if (!std::filesystem::exists(lenet_path())) GTEST_SKIP() << "models/lenet.onnx is missing";
   for (const char* bad : {" --optimizer rmsprop", " --optimizer adam --momentum 0.9", " --beta1 0.9",
+                          " --optimizer adam --lr-decay 0.1", " --optimizer adagrad --beta2 0.9",
+                          " --optimizer adagrad --lr-decay -1", " --optimizer adagrad --momentum 0.9",
                           " --lr-schedule step", " --lr-schedule wavy", " --lr-gamma 0.5", " --clip-grad-norm 0",
                           " --clip-grad-norm -1", " --clip-grad-norm inf", " --clip-grad-norm big"}) {
     auto r = testing::run_command(testing::graphrun_cli() + " train " + lenet_path() + bad);

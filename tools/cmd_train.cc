@@ -35,7 +35,7 @@ const Command& train_command() {
       "train",
       "graphrun train MODEL.onnx [--devices cpu:N] [--batch-size 256] [--lr 0.2] [--epochs 10] [options]",
       "Trains a classifier (or, with --loss mse, a regressor) data-parallel: the training graph is replicated once per device, gradients are summed\n"
-      "by AllReduce nodes, and every replica applies the same optimizer update (SGD, Adam or AdamW).",
+      "by AllReduce nodes, and every replica applies the same optimizer update (SGD, Adam, AdamW or Adagrad).",
       {
           {"devices", "LIST", "cpu:N (N CPU replicas), cpu:0,cpu:1, or cuda:0,1 (default: cpu:R, R = min(cores, 4));\n"
                               "                            cpu:auto: time each split of the cores into replicas x threads\n"
@@ -88,11 +88,13 @@ const Command& train_command() {
                                      "                            epoch and --log-every losses are this loss; the test figures\n"
                                      "                            are not smoothed (--eval-only's test loss: plain cross-entropy)"},
           {"max-steps", "N", "stop each epoch after N steps (for quick runs; 0: the whole epoch, the default)"},
-          {"optimizer", "NAME", "sgd (default; with --momentum/--nesterov), adam, or adamw (decoupled weight\n"
-                                "                            decay, as torch.optim.AdamW); adam's --weight-decay is L2, as torch's"},
+          {"optimizer", "NAME", "sgd (default; with --momentum/--nesterov), adam, adamw (decoupled weight\n"
+                                "                            decay, as torch.optim.AdamW; adam's --weight-decay is L2, as torch's)\n"
+                                "                            or adagrad (torch.optim.Adagrad; --eps, --lr-decay, --weight-decay)"},
           {"beta1", "B1", "adam/adamw: decay of the first moment (default 0.9)"},
           {"beta2", "B2", "adam/adamw: decay of the second moment (default 0.999)"},
-          {"eps", "EPS", "adam/adamw: epsilon (default 1e-8)"},
+          {"eps", "EPS", "adam/adamw: epsilon (default 1e-8); adagrad: its epsilon (default 1e-10)"},
+          {"lr-decay", "D", "adagrad: the learning rate's decay, lr / (1 + step x D) (default 0)"},
           {"clip-grad-norm", "MAX", "scale the summed gradients so that their global L2 norm is at most MAX,\n"
                                     "                            before weight decay and the step (torch's clip_grad_norm_)"},
           {"lr-schedule", "KIND", "constant (default), step (x --lr-gamma every --lr-step-size steps) or cosine\n"

@@ -25,9 +25,11 @@ ValueInfo scalar_info(DType t) {
 
 Graph add_optimizer(const Graph& in, const AddOptimizerOptions& opts) {
   const OptimizerOptions& opt = opts.optimizer;
-  GR_CHECK(opt.kind == "sgd" || opt.kind == "adam" || opt.kind == "adamw",
-           "unknown optimizer '" << opt.kind << "' (sgd, adam, adamw)");
+  GR_CHECK(opt.kind == "sgd" || opt.kind == "adam" || opt.kind == "adamw" || opt.kind == "adagrad",
+           "unknown optimizer '" << opt.kind << "' (sgd, adam, adamw, adagrad)");
   const bool adam_like = opt.kind == "adam" || opt.kind == "adamw";
+  const bool adagrad = opt.kind == "adagrad";
+  GR_CHECK(opt.lr_decay >= 0 && std::isfinite(opt.lr_decay), "lr_decay must be >= 0");
   GR_CHECK(opt.momentum >= 0 && opt.weight_decay >= 0, "momentum and weight decay must be >= 0");
   GR_CHECK(!opt.nesterov || opt.momentum > 0, "nesterov needs a momentum > 0");
   const auto buckets = reduced_gradients(in, opts.grad_suffix);
@@ -35,8 +37,8 @@ Graph add_optimizer(const Graph& in, const AddOptimizerOptions& opts) {
            "add_optimizer: graph '" << in.name << "' has no AllReduce node (run bucket_allreduce first)");
 
   Graph g = in;
-  const bool stateful = adam_like || opt.momentum > 0;
-  if (opt.momentum > 0 && !adam_like) g.opsets[kTrainingDomain] = 1;
+  const bool stateful = adam_like || adagrad || opt.momentum > 0;
+  if ((opt.momentum > 0 && !adam_like) || adagrad) g.opsets[kTrainingDomain] = 1;
   if (adam_like) g.opsets[kGraphrunDomain] = 1;
   if (g.opset("") == 0) g.opsets[""] = 17;
   GR_CHECK(!g.is_input(opts.lr_input) && !g.values.count(opts.lr_input),
@@ -169,7 +171,7 @@ Graph add_optimizer(const Graph& in, const AddOptimizerOptions& opts) {
     up.domain = adam_like ? kGraphrunDomain : kTrainingDomain;
     std::vector<std::string> xs, gs, xnew;
     std::vector<std::vector<std::string>> bufs(adam_like ? 2 : 1), bufnew(bufs.size());
-    const char* buf_names[2] = {adam_like ? ".adam_m" : ".momentum", ".adam_v"};
+    const char* buf_names[2] = {adam_like ? ".adam_m" : adagrad ? ".adagrad_sum" : ".momentum", ".adam_v"};
     // AdamW (torch.optim.AdamW): X_new = X - lr * wd * X - adam_step(G). The decay is decoupled from
     // the moments and scaled by this step's lr, which ONNX Adam's norm_coefficient_post (a constant
     // factor on the whole update) cannot say; so the Adam node (norm_coefficient 0) yields
@@ -212,6 +214,13 @@ Graph add_optimizer(const Graph& in, const AddOptimizerOptions& opts) {
       up.attrs["beta"] = Attribute::Float(opt.beta2);
       up.attrs["epsilon"] = Attribute::Float(opt.eps);
       up.attrs["norm_coefficient"] = Attribute::Float(opt.kind == "adamw" ? 0.f : opt.weight_decay);
+    } else if (adagrad) {
+      // T = the updates before this one: torch's lr / (1 + (step - 1) * lr_decay).
+      up.op_type = "Adagrad";
+      up.name = g.unique_name("adagrad_" + std::to_string(b));
+      up.attrs["decay_factor"] = Attribute::Float(opt.lr_decay);
+      up.attrs["epsilon"] = Attribute::Float(opt.eps);
+      up.attrs["norm_coefficient"] = Attribute::Float(opt.weight_decay);
     } else {
       up.op_type = "Momentum";
       up.name = g.unique_name("momentum_" + std::to_string(b));
@@ -266,6 +275,9 @@ Pass add_optimizer_pass(const AddOptimizerOptions& opts) {
   if (o.kind == "sgd") {
     if (o.momentum > 0) kv.push_back({"momentum", num(o.momentum)});
     if (o.nesterov) kv.push_back({"nesterov", "1"});
+  } else if (o.kind == "adagrad") {
+    kv.push_back({"eps", num(o.eps)});
+    if (o.lr_decay > 0) kv.push_back({"lr_decay", num(o.lr_decay)});
   } else {
     kv.insert(kv.end(), {{"beta1", num(o.beta1)}, {"beta2", num(o.beta2)}, {"eps", num(o.eps)}});
   }

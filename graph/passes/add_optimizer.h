@@ -9,7 +9,7 @@
 namespace graphrun::passes {
 
 struct OptimizerOptions {
-  std::string kind = "sgd";  // "sgd" (plain or with momentum), "adam" or "adamw"
+  std::string kind = "sgd";  // "sgd" (plain or with momentum), "adam", "adamw" or "adagrad"
   // sgd: torch.optim.SGD semantics (dampening 0). momentum 0: X - lr * (G + weight_decay * X) as
   // standard ops; momentum > 0: one ai.onnx.preview.training Momentum node per bucket.
   float momentum = 0;
@@ -21,6 +21,9 @@ struct OptimizerOptions {
   // adamw: the same Adam node without L2 (norm_coefficient 0), then X_new -= lr * weight_decay * X
   // as standard Mul/Sub nodes: torch.optim.AdamW's decoupled weight decay.
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+  // adagrad: one ai.onnx.preview.training Adagrad node per bucket (epsilon = eps, norm_coefficient =
+  // weight_decay, decay_factor = lr_decay, T = step): torch.optim.Adagrad, its accumulator starting at 0.
+  float lr_decay = 0;
   // > 0: torch.nn.utils.clip_grad_norm_(params, clip_grad_norm) between the backward pass and the
   // step: every summed gradient times min(1, max / (||all gradients||_2 + 1e-6)), before weight decay
   // and the optimizer, as standard nodes (Mul, ReduceSum, Sum, Sqrt, Add, Div, Min) named grad_clip_*.
@@ -37,7 +40,7 @@ struct AddOptimizerOptions {
 // For each AllReduce bucket (in order), the nodes that compute `<param>.new` from the parameter and
 // its summed gradient, appended after every other node (as DDP steps after backward: nothing reads
 // a sum before the backward pass is done). Momentum and Adam keep buffers (new initializers
-// `<param>.momentum`, `.adam_m`, `.adam_v`, zero). Appends the (new value, initializer) pairs of
+// `<param>.momentum`, `.adam_m`, `.adam_v`, `.adagrad_sum`, zero). Appends the (new value, initializer) pairs of
 // parameters and buffers to g.state_updates. Error when g has no AllReduce node.
 Graph add_optimizer(const Graph& g, const AddOptimizerOptions& opts);
 Pass add_optimizer_pass(const AddOptimizerOptions& opts);

@@ -1,5 +1,5 @@
-// CPU kernels: optimizer updates, the standard ai.onnx.preview.training ops, exactly as the ONNX
-// spec writes them (Momentum with norm_coefficient/alpha/beta is torch.optim.SGD's momentum,
+// CPU kernels: optimizer updates, the standard ai.onnx.preview.training ops (Momentum, Adam, Adagrad), exactly
+// as the ONNX spec writes them (Momentum with norm_coefficient/alpha/beta is torch.optim.SGD's momentum,
 // nesterov and weight_decay with dampening 0 when beta = 1), and ai.graphrun.Adam, torch.optim.Adam's
 // placement of epsilon.
 #include <cmath>
@@ -153,10 +153,38 @@ void adam(KernelContext& ctx) {
   });
 }
 
+// ai.onnx.preview.training's Adagrad as the spec writes it (torch.optim.Adagrad's lr_decay, weight_decay and
+// eps): r = R / (1 + T * decay_factor), G' = norm_coefficient * X + G, H' = H + G'^2,
+// X' = X - r * G' / (sqrt(H') + epsilon).
+void adagrad(KernelContext& ctx) {
+  const Node& node = ctx.node();
+  const float decay = node.attr_f("decay_factor", 0.f), eps = node.attr_f("epsilon", 0.f);
+  const float norm = node.attr_f("norm_coefficient", 0.f);
+  const double lr = scalar_f(ctx.input(0), "R (learning rate)");
+  const int64_t step = scalar_i(ctx.input(1), "T (update count)");
+  const double r = lr / (1.0 + static_cast<double>(step) * decay);
+  const int n = static_cast<int>(tensor_count(ctx, 3));
+  dispatch_float(ctx.input(2).dtype(), "Adagrad", [&](auto tag) {
+    using T = decltype(tag);
+    for_each_tensor<T, 3>(ctx, n, [&](const T* const* in, T* const* out, int64_t k0, int64_t k1) {
+      const T* x = in[0];
+      const T* g = in[1];
+      const T* h = in[2];
+      for (int64_t k = k0; k < k1; ++k) {
+        const T gr = static_cast<T>(norm) * x[k] + g[k];
+        const T hn = h[k] + gr * gr;
+        out[1][k] = hn;
+        out[0][k] = x[k] - static_cast<T>(r) * gr / (std::sqrt(hn) + static_cast<T>(eps));
+      }
+    });
+  });
+}
+
 }  // namespace
 
 GR_REGISTER_OPS(optim) {
   ops.op(kTrainingDomain, "Momentum").cpu(momentum);
+  ops.op(kTrainingDomain, "Adagrad").cpu(adagrad);
   ops.op(kTrainingDomain, "Adam").cpu(adam<false>);
   const auto variadic = OpSchemaSpec::Arity::Variadic;
   ops.op(kGraphrunDomain, "Adam")

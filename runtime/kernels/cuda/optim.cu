@@ -1,5 +1,5 @@
-// CUDA kernels: optim family (the CPU's optim.cc op set): the ai.onnx.preview.training Momentum and Adam
-// updates. The learning rate R and step count T stay on the device and are read by the kernels.
+// CUDA kernels: optim family (the CPU's optim.cc op set): the ai.onnx.preview.training Momentum, Adam and
+// Adagrad updates. The learning rate R and step count T stay on the device and are read by the kernels.
 #include "runtime/kernels/cuda/common.cuh"
 
 namespace graphrun::runtime::cuda {
@@ -108,9 +108,46 @@ void adam_op(KernelContext& ctx) {
   }
 }
 
+// ai.onnx.preview.training Adagrad, as the CPU computes it (f32).
+__global__ void adagrad_kernel(const float* r, const int64_t* t, const float* x, const float* g, const float* h,
+                               float* x_new, float* h_new, int64_t n, float decay, float eps, float norm) {
+  const float lr = static_cast<float>(static_cast<double>(*r) / (1.0 + static_cast<double>(*t) * decay));
+  GR_GRID_STRIDE(i, n) {
+    const float gr = norm * x[i] + g[i];
+    const float hn = h[i] + gr * gr;
+    h_new[i] = hn;
+    x_new[i] = x[i] - lr * gr / (sqrtf(hn) + eps);
+  }
+}
+
+void adagrad_op(KernelContext& ctx) {
+  check_scalars(ctx);
+  const int k = ctx.num_inputs() - 2;
+  GR_CHECK(k > 0 && k % 3 == 0, "Adagrad takes R, T, then X..., G..., H... (got " << ctx.num_inputs() << " inputs)");
+  const int n = k / 3;
+  GR_CHECK(ctx.num_outputs() == 2 * n, "Adagrad has " << ctx.num_outputs() << " outputs for " << n << " tensors (expected " << 2 * n << ")");
+  const Node& node = ctx.node();
+  const float decay = node.attr_f("decay_factor", 0.f), eps = node.attr_f("epsilon", 0.f), norm = node.attr_f("norm_coefficient", 0.f);
+  for (int i = 0; i < n; ++i) {
+    const Tensor &X = ctx.input(2 + i), &G = ctx.input(2 + n + i), &H = ctx.input(2 + 2 * n + i);
+    GR_CHECK(X.dtype() == DType::F32 && G.dtype() == DType::F32 && H.dtype() == DType::F32 && G.shape() == X.shape() &&
+                 H.shape() == X.shape(),
+             "Adagrad: X, G and H of tensor " << i << " must be f32 of one shape");
+    Tensor& Xn = ctx.output(i, X.shape(), DType::F32);
+    Tensor& Hn = ctx.output(n + i, X.shape(), DType::F32);
+    const int64_t cnt = X.numel();
+    if (!cnt) continue;
+    adagrad_kernel<<<grid_for(cnt), kThreads, 0, stream_of(ctx)>>>(dptr<float>(ctx.input(0)), dptr<int64_t>(ctx.input(1)),
+                                                                   dptr<float>(X), dptr<float>(G), dptr<float>(H),
+                                                                   dptr<float>(Xn), dptr<float>(Hn), cnt, decay, eps, norm);
+    GR_LAUNCH_CHECK("adagrad");
+  }
+}
+
 }  // namespace
 
 GR_REGISTER_OPS(optim) {
+  ops.op(kTrainingDomain, "Adagrad").cuda(locked<adagrad_op>);
   ops.op(kTrainingDomain, "Momentum").cuda(locked<momentum_op>);
   ops.op(kTrainingDomain, "Adam").cuda(locked<adam_op<false>>);
   ops.op(kGraphrunDomain, "Adam").cuda(locked<adam_op<true>>);
