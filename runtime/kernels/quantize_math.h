@@ -39,6 +39,7 @@ GR_QUANT_HD inline int64_t quant_channel(int64_t i, int64_t c, int64_t inner) { 
 #include "graph/error.h"
 #include "graph/ir.h"
 #include "graph/tensor.h"
+#include "runtime/kernel.h"
 
 namespace graphrun::runtime {
 
@@ -124,6 +125,33 @@ inline QuantRange quant_range(DType q, const char* what) {
   if (q == DType::U8) return {0, 255};
   if (q == DType::I8) return {-128, 127};
   GR_FAIL(what << ": quantized type " << dtype_name(q) << " is not supported (uint8, int8)");
+}
+
+enum class QuantOp { Quantize, Dequantize, Fake };
+
+// The checks of a QuantizeLinear, DequantizeLinear or FakeQuantize node's inputs (X, scale, the optional zero
+// point) and their layout, in one place for the CPU and CUDA kernels.
+inline QuantLayout quant_inputs(const KernelContext& ctx, QuantOp op) {
+  const char* what = op == QuantOp::Quantize ? "QuantizeLinear" : op == QuantOp::Dequantize ? "DequantizeLinear" : "FakeQuantize";
+  const Tensor &x = ctx.input(0), &scale = ctx.input(1);
+  const Tensor* zp = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+  GR_CHECK(scale.dtype() == DType::F32 || scale.dtype() == DType::F64,
+           what << ": the scale must be float, got " << dtype_name(scale.dtype()));
+  const DType t = x.dtype();
+  if (op == QuantOp::Quantize)
+    GR_CHECK(t == DType::F32 || t == DType::F64 || t == DType::I32,
+             what << ": input of type " << dtype_name(t) << " is not supported (float, int32)");
+  if (op == QuantOp::Dequantize) {
+    GR_CHECK(t == DType::U8 || t == DType::I8 || t == DType::I32,
+             what << ": input of type " << dtype_name(t) << " is not supported (uint8, int8, int32)");
+    GR_CHECK(!zp || zp->dtype() == t, what << ": the zero point is " << dtype_name(zp->dtype()) << ", the input " << dtype_name(t));
+  }
+  if (op == QuantOp::Fake)
+    GR_CHECK(t == scale.dtype(), what << ": X and the scale must be f32 or f64 alike, got " << dtype_name(t) << " and "
+                                      << dtype_name(scale.dtype()));
+  const Shape zs = zp ? zp->shape() : Shape{};
+  return quant_layout(ctx.node(), x.shape(), scale.shape(), zp ? &zs : nullptr,
+                      zp ? zp->dtype() : (op == QuantOp::Dequantize ? t : DType::U8), what);
 }
 
 // FakeQuantize's range: the quantized type's, narrowed by the node's quant_min and quant_max where given.

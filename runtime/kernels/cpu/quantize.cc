@@ -43,13 +43,7 @@ void quantize_into(const std::vector<double>& x, const Tensor& scale, const Tens
 void quantize_linear_kernel(KernelContext& ctx) {
   const Tensor &x = ctx.input(0), &scale = ctx.input(1);
   const Tensor* zp = ctx.has_input(2) ? &ctx.input(2) : nullptr;
-  GR_CHECK(scale.dtype() == DType::F32 || scale.dtype() == DType::F64,
-           "QuantizeLinear: the scale must be float, got " << dtype_name(scale.dtype()));
-  GR_CHECK(x.dtype() == DType::F32 || x.dtype() == DType::F64 || x.dtype() == DType::I32,
-           "QuantizeLinear: input of type " << dtype_name(x.dtype()) << " is not supported (float, int32)");
-  const Shape zs = zp ? zp->shape() : Shape{};
-  const QuantLayout l = quant_layout(ctx.node(), x.shape(), scale.shape(), zp ? &zs : nullptr,
-                                     zp ? zp->dtype() : DType::U8, "QuantizeLinear");
+  const QuantLayout l = quant_inputs(ctx, QuantOp::Quantize);
   Tensor& y = ctx.output(0, x.shape(), l.q);
   const std::vector<double> xv = x.as_doubles();
   if (l.q == DType::U8) quantize_into<uint8_t>(xv, scale, zp, l, static_cast<uint8_t*>(y.raw()));
@@ -60,12 +54,7 @@ void quantize_linear_kernel(KernelContext& ctx) {
 void dequantize_linear_kernel(KernelContext& ctx) {
   const Tensor &x = ctx.input(0), &scale = ctx.input(1);
   const Tensor* zp = ctx.has_input(2) ? &ctx.input(2) : nullptr;
-  GR_CHECK(x.dtype() == DType::U8 || x.dtype() == DType::I8 || x.dtype() == DType::I32,
-           "DequantizeLinear: input of type " << dtype_name(x.dtype()) << " is not supported (uint8, int8, int32)");
-  GR_CHECK(!zp || zp->dtype() == x.dtype(), "DequantizeLinear: the zero point is " << dtype_name(zp->dtype())
-                                                                                    << ", the input " << dtype_name(x.dtype()));
-  const Shape zs = zp ? zp->shape() : Shape{};
-  const QuantLayout l = quant_layout(ctx.node(), x.shape(), scale.shape(), zp ? &zs : nullptr, x.dtype(), "DequantizeLinear");
+  const QuantLayout l = quant_inputs(ctx, QuantOp::Dequantize);
   const std::vector<double> xv = x.as_doubles(), s = scale.as_doubles();
   dispatch_float(scale.dtype(), "DequantizeLinear scale", [&](auto tag) {
     using T = decltype(tag);
@@ -155,12 +144,7 @@ void fake_quantize_into(const T* x, const std::vector<double>& s, const Tensor* 
 void fake_quantize_kernel(KernelContext& ctx) {
   const Tensor &x = ctx.input(0), &scale = ctx.input(1);
   const Tensor* zp = ctx.has_input(2) ? &ctx.input(2) : nullptr;
-  GR_CHECK(x.dtype() == scale.dtype() && (x.dtype() == DType::F32 || x.dtype() == DType::F64),
-           "FakeQuantize: X and the scale must be f32 or f64 alike, got " << dtype_name(x.dtype()) << " and "
-                                                                        << dtype_name(scale.dtype()));
-  const Shape zs = zp ? zp->shape() : Shape{};
-  const QuantLayout l = quant_layout(ctx.node(), x.shape(), scale.shape(), zp ? &zs : nullptr,
-                                     zp ? zp->dtype() : DType::U8, "FakeQuantize");
+  const QuantLayout l = quant_inputs(ctx, QuantOp::Fake);
   const std::vector<double> s = scale.as_doubles();
   dispatch_float(x.dtype(), "FakeQuantize", [&](auto tag) {
     using T = decltype(tag);

@@ -29,13 +29,7 @@ __global__ void quantize_kernel(const X* x, const S* s, const Q* zp, Q* y, int64
 void quantize_linear_op(KernelContext& ctx) {
   const Tensor &X = ctx.input(0), &scale = ctx.input(1);
   const Tensor* zp = ctx.has_input(2) ? &ctx.input(2) : nullptr;
-  GR_CHECK(scale.dtype() == DType::F32 || scale.dtype() == DType::F64,
-           "QuantizeLinear: the scale must be float, got " << dtype_name(scale.dtype()));
-  GR_CHECK(X.dtype() == DType::F32 || X.dtype() == DType::F64 || X.dtype() == DType::I32,
-           "QuantizeLinear: input of type " << dtype_name(X.dtype()) << " is not supported (float, int32)");
-  const Shape zs = zp ? zp->shape() : Shape{};
-  const QuantLayout l = quant_layout(ctx.node(), X.shape(), scale.shape(), zp ? &zs : nullptr,
-                                     zp ? zp->dtype() : DType::U8, "QuantizeLinear");
+  const QuantLayout l = quant_inputs(ctx, QuantOp::Quantize);
   const QuantRange r = quant_range(l.q, "QuantizeLinear");
   Tensor& Y = ctx.output(0, X.shape(), l.q);
   const int64_t n = X.numel();
@@ -72,13 +66,7 @@ __global__ void dequantize_kernel(const Q* x, const T* s, const Q* zp, T* y, int
 void dequantize_linear_op(KernelContext& ctx) {
   const Tensor &X = ctx.input(0), &scale = ctx.input(1);
   const Tensor* zp = ctx.has_input(2) ? &ctx.input(2) : nullptr;
-  GR_CHECK(X.dtype() == DType::U8 || X.dtype() == DType::I8 || X.dtype() == DType::I32,
-           "DequantizeLinear: input of type " << dtype_name(X.dtype()) << " is not supported (uint8, int8, int32)");
-  GR_CHECK(!zp || zp->dtype() == X.dtype(), "DequantizeLinear: the zero point's type differs from the input's");
-  GR_CHECK(scale.dtype() == DType::F32 || scale.dtype() == DType::F64,
-           "DequantizeLinear: the scale must be float, got " << dtype_name(scale.dtype()));
-  const Shape zs = zp ? zp->shape() : Shape{};
-  const QuantLayout l = quant_layout(ctx.node(), X.shape(), scale.shape(), zp ? &zs : nullptr, X.dtype(), "DequantizeLinear");
+  const QuantLayout l = quant_inputs(ctx, QuantOp::Dequantize);
   Tensor& Y = ctx.output(0, X.shape(), scale.dtype());
   const int64_t n = X.numel();
   if (n == 0) return;
@@ -114,12 +102,7 @@ __global__ void fake_quantize_kernel(const T* x, const T* s, const Q* zp, T* y, 
 void fake_quantize_op(KernelContext& ctx) {
   const Tensor &X = ctx.input(0), &scale = ctx.input(1);
   const Tensor* zp = ctx.has_input(2) ? &ctx.input(2) : nullptr;
-  GR_CHECK(X.dtype() == scale.dtype() && (X.dtype() == DType::F32 || X.dtype() == DType::F64),
-           "FakeQuantize: X and the scale must be f32 or f64 alike, got " << dtype_name(X.dtype()) << " and "
-                                                                        << dtype_name(scale.dtype()));
-  const Shape zs = zp ? zp->shape() : Shape{};
-  const QuantLayout l = quant_layout(ctx.node(), X.shape(), scale.shape(), zp ? &zs : nullptr,
-                                     zp ? zp->dtype() : DType::U8, "FakeQuantize");
+  const QuantLayout l = quant_inputs(ctx, QuantOp::Fake);
   const QuantRange r = fake_quant_range(ctx.node(), l.q);
   Tensor& Y = ctx.output(0, X.shape(), X.dtype());
   const int64_t n = X.numel();
