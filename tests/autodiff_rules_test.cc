@@ -1150,16 +1150,17 @@ TEST(GradRules, UniqueValues) {
 // point are integers: no gradient).
 TEST(GradRules, DequantizeLinearScale) {
   for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly}) {
-    for (bool per_axis : {false, true}) {
-      SCOPED_TRACE(per_axis ? "per axis" : "per tensor");
+    // Per tensor (a scalar, or one value in 1-D whatever `axis` says) and per axis.
+    for (const Shape& ss : {Shape{}, Shape{1}, Shape{3}}) {
+      SCOPED_TRACE("scale " + shape_str(ss));
       TestGraph t(13);
-      Tensor q(DType::U8, {2, 3, 4}), zp(DType::U8, per_axis ? Shape{3} : Shape{});
+      Tensor q(DType::U8, {2, 3, 4}), zp(DType::U8, ss);
       for (int64_t i = 0; i < q.numel(); ++i) static_cast<uint8_t*>(q.raw())[i] = static_cast<uint8_t>((37 * i + 11) % 256);
       for (int64_t i = 0; i < zp.numel(); ++i) static_cast<uint8_t*>(zp.raw())[i] = static_cast<uint8_t>(120 + 5 * i);
       const std::string x = t.input("q", q), z = t.input("zp", zp);
-      const std::string scale = t.param("s", per_axis ? Shape{3} : Shape{}, 7, 0.01, 0.1);
+      const std::string scale = t.param("s", ss, 7, 0.01, 0.1);
       std::map<std::string, A> attrs;
-      if (per_axis) attrs["axis"] = A::Int(-2);
+      if (!ss.empty()) attrs["axis"] = A::Int(-2);
       check_gradients(t, t.node("DequantizeLinear", {x, scale, z}, attrs), shapes(si));
     }
   }

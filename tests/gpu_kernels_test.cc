@@ -1373,6 +1373,8 @@ void quantize_cases(Cases& cs) {
   cs.add("QuantizeLinear", {x, s}, {}, 1, 0, 13);  // uint8, zero point 0: the negatives saturate
   cs.add("QuantizeLinear", {x, s, u8zp}, {}, 1, 0, 13);
   cs.add("QuantizeLinear", {x, s, i8zp}, {}, 1, 0, 13);
+  // One scale value in 1-D is per tensor, whatever `axis` says (axis 1 has 3 entries here).
+  cs.add("QuantizeLinear", {x, Tensor::from_vector<float>({1}, {0.05f})}, {{"axis", Attribute::Int(1)}}, 1, 0, 13);
   // Per axis: 3 scales along axis 1, int8 zero points; halves land on exact ties (round half to even).
   const Tensor sc = Tensor::from_vector<float>({3}, {0.5f, 0.25f, 0.125f});
   Tensor zc(DType::I8, {3});

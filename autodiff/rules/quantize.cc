@@ -19,7 +19,7 @@ void dequantize_linear_grad(GradContext& ctx) {
   GR_CHECK(r >= 0 && rs >= 0, n.describe() << ": the DequantizeLinear gradient needs the ranks of '" << x << "' and '"
                                            << scale << "'");
   Shape ss;
-  const bool per_tensor = rs == 0 || (ctx.static_shape(scale, ss) && ss.size() == 1 && ss[0] == 1 && !n.has_attr("axis"));
+  const bool per_tensor = rs == 0 || (ctx.static_shape(scale, ss) && ss.size() == 1 && ss[0] == 1);  // (as the kernels)
   int64_t axis = -1;
   if (!per_tensor) axis = norm_axis(n.attr_i("axis", 1), r, n);
   std::string centred = to(x);
@@ -53,7 +53,7 @@ void fake_quantize_grad(GradContext& ctx) {
   const int r = ctx.rank(x), rs = ctx.rank(ctx.in(1));
   GR_CHECK(r >= 0 && rs >= 0, n.describe() << ": the FakeQuantize gradient needs the ranks of its inputs");
   Shape ss;
-  const bool per_tensor = rs == 0 || (ctx.static_shape(ctx.in(1), ss) && ss.size() == 1 && ss[0] == 1 && !n.has_attr("axis"));
+  const bool per_tensor = rs == 0 || (ctx.static_shape(ctx.in(1), ss) && ss.size() == 1 && ss[0] == 1);  // (as the kernels)
   auto channel_view = [&](const std::string& v) {  // [C] along the axis: [1, .., C, .., 1]
     if (per_tensor) return v;
     std::vector<int64_t> view(static_cast<size_t>(r), 1);

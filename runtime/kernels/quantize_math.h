@@ -43,8 +43,8 @@ GR_QUANT_HD inline int64_t quant_channel(int64_t i, int64_t c, int64_t inner) { 
 
 namespace graphrun::runtime {
 
-// How a node's scale (input `at`) and zero point (input `at + 1`, optional) apply to x: per tensor (a scalar
-// or one-element scale), or along `axis` (default 1, opset 13) with 1-D ones as long as that axis.
+// How a node's scale and zero point (optional) apply to x: per tensor (a scalar or one-element scale), or along
+// `axis` (default 1, opset 13) with 1-D ones as long as that axis.
 struct QuantLayout {
   int64_t c = 1, inner = 1;
   DType q = DType::U8;  // the quantized type: the zero point's, uint8 without one
@@ -62,7 +62,9 @@ inline QuantLayout quant_layout(const Node& n, const Shape& x, const Shape& scal
                   << " differ in shape");
     l.q = zp_type;
   }
-  if (scale.size() == 1 && (count != 1 || n.has_attr("axis"))) {
+  // One value is per tensor whatever `axis` says (as ONNX Runtime reads it; per axis it could only mean the same
+  // where the axis has one entry).
+  if (scale.size() == 1 && count != 1) {
     const int r = static_cast<int>(x.size());
     int64_t axis = n.attr_i("axis", 1);
     GR_CHECK(axis >= -r && axis < r, what << ": axis " << axis << " is out of range for rank " << r);
