@@ -85,6 +85,12 @@ TEST(Quantize, QatModelFromPyTorchGetsPyTorchsGradients) {
     const Tensor want = read_npy(d + "/torch_" + std::string(p) + "_grad.npy");
     EXPECT_LE(testing::max_rel_diff(got, want), 1e-6) << p;
   }
+  // `check` says how it checks such a model: the pairs as identities (no difference quotient can confirm a
+  // straight-through gradient), the rest numerically.
+  auto c = run_command(graphrun_cli() + " check " + d + "/qat.onnx");
+  EXPECT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_NE(c.output.find("note: 5 QuantizeLinear/DequantizeLinear pairs train straight through"), std::string::npos)
+      << c.output;
   // `run` keeps the model's standard pairs.
   for (const Node& n : load_onnx(d + "/qat.onnx").nodes) EXPECT_NE(n.op_type, "FakeQuantize");
 }

@@ -14,6 +14,7 @@
 #include "graph/onnx_io.h"
 #include "graph/op_table.h"
 #include "graph/passes/convert_opset.h"
+#include "graph/passes/fake_quantize.h"
 #include "graph/passes/make_batch_symbolic.h"
 #include "runtime/device.h"
 #include "runtime/executor.h"
@@ -394,6 +395,19 @@ int cmd_check(const std::vector<std::string>& argv) {
   // (As train and grad do before their backward pass: a model below opset 13 converted to opset 15, pads
   // torch computes from Constants folded.)
   Graph model = runtime::fold_pads_on_cpu(passes::convert_opset_for_training(load_onnx(path)));  // Error: exit 2
+  // Q/DQ pairs train straight through (pass fake_quantize, as PyTorch's QAT): that gradient is no derivative of
+  // the rounding, so no difference quotient can confirm it. The check takes each pair as the identity it is
+  // straight through and checks the rest of the model.
+  int fake_quantized = 0;
+  {
+    Graph fq = passes::fake_quantize(model);
+    for (Node& n : fq.nodes)
+      if (n.op_type == "FakeQuantize" && n.domain == kGraphrunDomain) {
+        n = Node{n.name, "Identity", "", {n.inputs[0]}, n.outputs, {}};
+        ++fake_quantized;
+      }
+    if (fake_quantized) model = fq;
+  }
   // The batch symbolic as train makes it (a fixed export batch becomes N), so that --dims can size it;
   // a model that bakes its batch into a constant, which train refuses, is checked at its own batch.
   const Graph exported = model;
@@ -412,6 +426,10 @@ int cmd_check(const std::vector<std::string>& argv) {
   for (const Node& n : model.nodes) read.insert(n.inputs.begin(), n.inputs.end());
 
   std::cout << "graphrun check " << path << ": " << model.nodes.size() << " nodes\n";
+  if (fake_quantized)
+    std::cout << "note: " << fake_quantized << " QuantizeLinear/DequantizeLinear pair" << (fake_quantized > 1 ? "s" : "")
+              << " train straight through (as PyTorch's quantization-aware training): the check takes them as "
+                 "identities, since a straight-through gradient is no derivative of the rounding\n";
   if (std::string why; !batch_for_batchnorm(model, dims, &why).empty()) std::cout << why << "\n";
   std::vector<std::string> no_kernel, no_rule, no_rank;
   for (const Node& n : model.nodes) {
