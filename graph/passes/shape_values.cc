@@ -251,7 +251,7 @@ bool propagate_shape_values(const onnx::ModelProto& m,
       auto a = in(0), b = in(1);
       if (!a || !b) continue;
       const size_t na = a->v.size(), nb = b->v.size();
-      if (na != nb && na != 1 && nb != 1) continue;
+      if (na == 0 || nb == 0 || (na != nb && na != 1 && nb != 1)) continue;  // (an empty operand: nothing to learn)
       out = Value{std::max(a->rank, b->rank), {}};
       for (size_t i = 0; i < std::max(na, nb); ++i) {
         const Dim& x = a->v[na == 1 ? 0 : i];
