@@ -2,6 +2,8 @@
 
 #include <set>
 
+#include "graph/passes/remove_noops.h"
+
 namespace graphrun::passes {
 namespace {
 
@@ -15,11 +17,7 @@ bool same_attr(const Node& a, const Node& b, const char* name) {
 
 // The one integer of an initializer or a Constant node's value; false when `v` is neither or holds more.
 bool constant_int(const Graph& g, const std::string& v, int64_t* out) {
-  const Tensor* t = nullptr;
-  if (auto it = g.initializers.find(v); it != g.initializers.end()) t = &it->second;
-  const int p = g.producer(v);
-  if (!t && p >= 0 && g.nodes[static_cast<size_t>(p)].op_type == "Constant")
-    if (const Attribute* a = g.nodes[static_cast<size_t>(p)].attr("value"); a && a->kind == Attribute::Kind::Tensor) t = &a->t;
+  const Tensor* t = constant_of(g, v);
   if (!t || t->numel() != 1 || t->dtype() == DType::F32 || t->dtype() == DType::F64) return false;
   *out = t->as_int64s()[0];
   return true;

@@ -30,6 +30,13 @@ GR_QUANT_HD inline Q quantize_value(double scaled, double zero_point, QuantRange
   return static_cast<Q>(q);
 }
 
+// QLinearMatMul's and QLinearConv's output: the int32 sum times in_scale * w_scale / y_scale (in float, as the
+// spec's reference), requantized.
+template <class Q>
+GR_QUANT_HD inline Q requantize(int32_t acc, float in_scale, float w_scale, float y_scale, double zero_point, QuantRange r) {
+  return quantize_value<Q>(static_cast<double>(static_cast<float>(acc) * (in_scale * w_scale / y_scale)), zero_point, r);
+}
+
 // The position along the quantization axis of element i of a tensor whose axis has c entries and `inner`
 // elements after it (c = 1: per tensor).
 GR_QUANT_HD inline int64_t quant_channel(int64_t i, int64_t c, int64_t inner) { return c == 1 ? 0 : (i / inner) % c; }
@@ -154,6 +161,18 @@ inline QuantLayout quant_inputs(const KernelContext& ctx, QuantOp op) {
   const Shape zs = zp ? zp->shape() : Shape{};
   return quant_layout(ctx.node(), x.shape(), scale.shape(), zp ? &zs : nullptr,
                       zp ? zp->dtype() : (op == QuantOp::Dequantize ? t : DType::U8), what);
+}
+
+// A zero point's value at channel c (per tensor: its one value), 0 without one; uint8, int8 or int32.
+inline double zero_point_value(const Tensor* zp, int64_t c) {
+  if (!zp) return 0;
+  const int64_t at = zp->numel() == 1 ? 0 : c;
+  switch (zp->dtype()) {
+    case DType::U8: return static_cast<const uint8_t*>(zp->raw())[at];
+    case DType::I8: return static_cast<const int8_t*>(zp->raw())[at];
+    case DType::I32: return static_cast<const int32_t*>(zp->raw())[at];
+    default: GR_FAIL("zero point of type " << dtype_name(zp->dtype()) << " is not supported");
+  }
 }
 
 // FakeQuantize's range: the quantized type's, narrowed by the node's quant_min and quant_max where given.

@@ -8,18 +8,13 @@
 #include <type_traits>
 
 #include "graph/error.h"
+#include "runtime/kernels/nan_order.h"
 
 namespace graphrun::runtime {
 namespace {
 
-// -1, 0, 1 as a is below, equal to or above b; NaN above every number and equal to NaN.
-template <class T> int order(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) {
-    const bool na = std::isnan(a), nb = std::isnan(b);
-    if (na || nb) return na == nb ? 0 : (na ? 1 : -1);
-  }
-  return a < b ? -1 : (b < a ? 1 : 0);
-}
+// -1, 0, 1 as a is below, equal to or above b, in runtime/kernels/nan_order.h's order.
+template <class T> int order(T a, T b) { return nan_above(a, b) ? 1 : (nan_above(b, a) ? -1 : 0); }
 
 template <class T>
 void plan_typed(const T* x, UniquePlan& p, bool sorted) {
@@ -111,6 +106,23 @@ void gather_unique(const UniquePlan& p, const Tensor& x, void* y) {
   for (int64_t o = 0; o < p.outer; ++o)
     for (size_t j = 0; j < u; ++j)
       std::memcpy(dst + (static_cast<size_t>(o) * u + j) * row, src + static_cast<size_t>(o * p.n + p.first[j]) * row, row);
+}
+
+std::vector<int64_t> nonzero_indices(const Tensor& x, int64_t* count) {
+  const std::vector<double> v = x.as_doubles();
+  std::vector<int64_t> at;
+  for (int64_t i = 0; i < x.numel(); ++i)
+    if (v[static_cast<size_t>(i)] != 0) at.push_back(i);
+  const int r = x.rank();
+  const size_t nnz = at.size();
+  *count = static_cast<int64_t>(nnz);
+  std::vector<int64_t> y(static_cast<size_t>(r) * nnz);
+  int64_t stride = 1;
+  for (int k = r - 1; k >= 0; --k) {
+    for (size_t j = 0; j < nnz; ++j) y[static_cast<size_t>(k) * nnz + j] = (at[j] / stride) % x.dim(k);
+    stride *= x.dim(k);
+  }
+  return y;
 }
 
 }  // namespace graphrun::runtime

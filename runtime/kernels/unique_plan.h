@@ -1,5 +1,5 @@
-// ONNX Unique (opset 11) on a tensor the host can read, shared by the CPU kernel and the CUDA kernel (which
-// reads its input back first: the output's shape depends on the values). Without `axis` the elements of the
+// ONNX Unique (opset 11) and NonZero on a tensor the host can read, shared by the CPU kernels and the CUDA
+// kernels (which read their input back first: the output's shape depends on the values). Without `axis` the elements of the
 // flattened input are compared, with it the slices along `axis` (lexicographically, element by element in
 // row-major order, as numpy.unique(axis=...) compares them); `sorted` (default 1) orders the unique values
 // ascending, 0 by first occurrence. NaN sorts above every number and equals NaN, as TopK's order.
@@ -25,5 +25,9 @@ UniquePlan plan_unique(const Node& node, const Tensor& x);
 
 // Y's bytes: the first slice of every unique, gathered (`y` holds prod(y_shape) elements of x's type).
 void gather_unique(const UniquePlan& p, const Tensor& x, void* y);
+
+// NonZero's output [rank, *count] in row-major order: the coordinates of x's *count nonzero elements, in order
+// (a scalar's output holds none, only its count).
+std::vector<int64_t> nonzero_indices(const Tensor& x, int64_t* count);
 
 }  // namespace graphrun::runtime

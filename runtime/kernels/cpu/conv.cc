@@ -901,28 +901,22 @@ namespace {
 // as exact int32 sums. The products of 8-bit values summed in double are exact (below 2^53), so the float64
 // convolution above computes them. x_zero_point is per tensor, w_zero_point per tensor or per output channel.
 
-// The zero point's value for output channel m (or the one value), 0 without one.
-double int_zero_point(const Tensor* zp, int64_t m, const char* what) {
-  if (!zp) return 0;
-  GR_CHECK(zp->dtype() == DType::U8 || zp->dtype() == DType::I8, what << ": zero points must be uint8 or int8, got "
-                                                                      << dtype_name(zp->dtype()));
-  const int64_t at = zp->numel() == 1 ? 0 : m;
-  return zp->dtype() == DType::U8 ? static_cast<const uint8_t*>(zp->raw())[at] : static_cast<const int8_t*>(zp->raw())[at];
-}
-
 std::vector<int32_t> int_conv(KernelContext& ctx, const ConvShape& cs, const Tensor& x, const Tensor& w, const Tensor* xzp,
                               const Tensor* wzp, const char* what) {
   for (const Tensor* t : {&x, &w})
     GR_CHECK(t->dtype() == DType::U8 || t->dtype() == DType::I8, what << ": X and W must be uint8 or int8, got "
                                                                       << dtype_name(t->dtype()));
+  for (const Tensor* t : {xzp, wzp})
+    GR_CHECK(!t || t->dtype() == DType::U8 || t->dtype() == DType::I8,
+             what << ": zero points must be uint8 or int8, got " << dtype_name(t->dtype()));
   GR_CHECK(!xzp || xzp->numel() == 1, what << ": x_zero_point must be a scalar");
   GR_CHECK(!wzp || wzp->numel() == 1 || wzp->numel() == cs.M, what << ": w_zero_point must be a scalar or hold " << cs.M);
-  const double xz = int_zero_point(xzp, 0, what);
+  const double xz = zero_point_value(xzp, 0);
   std::vector<double> xd = x.as_doubles(), wd = w.as_doubles();
   for (double& v : xd) v -= xz;
   const int64_t per_m = w.numel() / std::max<int64_t>(cs.M, 1);
   for (int64_t m = 0; m < cs.M; ++m) {
-    const double wz = int_zero_point(wzp, m, what);
+    const double wz = zero_point_value(wzp, m);
     for (int64_t i = 0; i < per_m; ++i) wd[static_cast<size_t>(m * per_m + i)] -= wz;
   }
   std::vector<double> yd(static_cast<size_t>(cs.N * cs.M * cs.P()));
@@ -959,15 +953,15 @@ void qlinear_conv_kernel(KernelContext& ctx) {
   const std::vector<double> wsv = ws.as_doubles();
   const float x_scale = static_cast<float>(xs.as_doubles()[0]), y_scale = static_cast<float>(ys.as_doubles()[0]);
   const QuantRange r = quant_range(yzp.dtype(), "QLinearConv");
-  const double z = int_zero_point(&yzp, 0, "QLinearConv");
+  const double z = zero_point_value(&yzp, 0);  // (quant_range took its type: uint8 or int8)
   Tensor& y = ctx.output(0, output_shape(cs.N, cs.M, cs.w, false), yzp.dtype());
   const int64_t P = cs.P();
   for (size_t e = 0; e < acc.size(); ++e) {
     const int64_t m = static_cast<int64_t>(e) / P % cs.M;
-    const float mult = x_scale * static_cast<float>(wsv[wsv.size() == 1 ? 0 : static_cast<size_t>(m)]) / y_scale;
-    const double scaled = static_cast<double>(static_cast<float>(acc[e] + bias[static_cast<size_t>(m)]) * mult);
-    if (yzp.dtype() == DType::U8) static_cast<uint8_t*>(y.raw())[e] = quantize_value<uint8_t>(scaled, z, r);
-    else static_cast<int8_t*>(y.raw())[e] = quantize_value<int8_t>(scaled, z, r);
+    const float w_scale = static_cast<float>(wsv[wsv.size() == 1 ? 0 : static_cast<size_t>(m)]);
+    const int32_t sum = acc[e] + bias[static_cast<size_t>(m)];
+    if (yzp.dtype() == DType::U8) static_cast<uint8_t*>(y.raw())[e] = requantize<uint8_t>(sum, x_scale, w_scale, y_scale, z, r);
+    else static_cast<int8_t*>(y.raw())[e] = requantize<int8_t>(sum, x_scale, w_scale, y_scale, z, r);
   }
 }
 

@@ -14,23 +14,12 @@ namespace graphrun::runtime::cpu {
 
 namespace {
 
-// The zero point's value at channel c (0 without one), of its integer type.
-double zero_point_at(const Tensor* zp, int64_t c) {
-  if (!zp) return 0;
-  switch (zp->dtype()) {
-    case DType::U8: return static_cast<const uint8_t*>(zp->raw())[zp->numel() == 1 ? 0 : c];
-    case DType::I8: return static_cast<const int8_t*>(zp->raw())[zp->numel() == 1 ? 0 : c];
-    case DType::I32: return static_cast<const int32_t*>(zp->raw())[zp->numel() == 1 ? 0 : c];
-    default: GR_FAIL("zero point of type " << dtype_name(zp->dtype()) << " is not supported");
-  }
-}
-
 template <class Q>
 void quantize_into(const std::vector<double>& x, const Tensor& scale, const Tensor* zp, const QuantLayout& l, Q* y) {
   const QuantRange r = quant_range(l.q, "QuantizeLinear");
   const std::vector<double> s = scale.as_doubles();
   std::vector<double> z(static_cast<size_t>(l.c));
-  for (int64_t c = 0; c < l.c; ++c) z[static_cast<size_t>(c)] = zero_point_at(zp, c);
+  for (int64_t c = 0; c < l.c; ++c) z[static_cast<size_t>(c)] = zero_point_value(zp, c);
   const bool f32 = scale.dtype() == DType::F32;
   for (size_t i = 0; i < x.size(); ++i) {
     const size_t c = static_cast<size_t>(quant_channel(static_cast<int64_t>(i), l.c, l.inner));
@@ -61,7 +50,7 @@ void dequantize_linear_kernel(KernelContext& ctx) {
     T* y = ptr<T>(ctx.output(0, x.shape(), scale.dtype()));
     for (size_t i = 0; i < xv.size(); ++i) {
       const int64_t c = quant_channel(static_cast<int64_t>(i), l.c, l.inner);
-      y[i] = static_cast<T>((static_cast<T>(xv[i]) - static_cast<T>(zero_point_at(zp, c))) * static_cast<T>(s[static_cast<size_t>(c)]));
+      y[i] = static_cast<T>((static_cast<T>(xv[i]) - static_cast<T>(zero_point_value(zp, c))) * static_cast<T>(s[static_cast<size_t>(c)]));
     }
   });
 }
@@ -79,7 +68,7 @@ std::vector<int32_t> int_products(const IntMatMul& p, const Tensor& a, const Ten
   for (size_t t = 0; t < p.a_off.size(); ++t)
     for (int64_t i = 0; i < p.m; ++i)
       for (int64_t j = 0; j < p.n; ++j) {
-        const int32_t za = static_cast<int32_t>(zero_point_at(azp, i)), zb = static_cast<int32_t>(zero_point_at(bzp, j));
+        const int32_t za = static_cast<int32_t>(zero_point_value(azp, i)), zb = static_cast<int32_t>(zero_point_value(bzp, j));
         int32_t acc = 0;
         for (int64_t q = 0; q < p.k; ++q)
           acc += (static_cast<int32_t>(av[static_cast<size_t>(p.a_off[t] + i * p.k + q)]) - za) *
@@ -111,15 +100,14 @@ void qlinear_matmul_kernel(KernelContext& ctx) {
   const std::vector<double> av = as.as_doubles(), bv = bs.as_doubles();
   const float y_scale = static_cast<float>(ys.as_doubles()[0]);
   const QuantRange r = quant_range(yzp.dtype(), "QLinearMatMul");
-  const double z = zero_point_at(&yzp, 0);
+  const double z = zero_point_value(&yzp, 0);
   Tensor& y = ctx.output(0, p.out, yzp.dtype());
   for (size_t e = 0; e < prod.size(); ++e) {
     const int64_t j = static_cast<int64_t>(e) % p.n, i = static_cast<int64_t>(e) / p.n % p.m;
-    const float mult = static_cast<float>(av[av.size() == 1 ? 0 : static_cast<size_t>(i)]) *
-                       static_cast<float>(bv[bv.size() == 1 ? 0 : static_cast<size_t>(j)]) / y_scale;
-    const double scaled = static_cast<double>(static_cast<float>(prod[e]) * mult);
-    if (yzp.dtype() == DType::U8) static_cast<uint8_t*>(y.raw())[e] = quantize_value<uint8_t>(scaled, z, r);
-    else static_cast<int8_t*>(y.raw())[e] = quantize_value<int8_t>(scaled, z, r);
+    const float sa = static_cast<float>(av[av.size() == 1 ? 0 : static_cast<size_t>(i)]);
+    const float sb = static_cast<float>(bv[bv.size() == 1 ? 0 : static_cast<size_t>(j)]);
+    if (yzp.dtype() == DType::U8) static_cast<uint8_t*>(y.raw())[e] = requantize<uint8_t>(prod[e], sa, sb, y_scale, z, r);
+    else static_cast<int8_t*>(y.raw())[e] = requantize<int8_t>(prod[e], sa, sb, y_scale, z, r);
   }
 }
 
@@ -133,7 +121,7 @@ void fake_quantize_into(const T* x, const std::vector<double>& s, const Tensor* 
                         bool f32, T* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const int64_t c = quant_channel(i, l.c, l.inner);
-    const double sc = s[static_cast<size_t>(c)], z = zero_point_at(zp, c);
+    const double sc = s[static_cast<size_t>(c)], z = zero_point_value(zp, c);
     // PyTorch's x * inv_scale (in the scale's precision), where QuantizeLinear divides.
     const double scaled = f32 ? static_cast<double>(static_cast<float>(x[i]) * (1.f / static_cast<float>(sc))) : x[i] * (1.0 / sc);
     const Q q = quantize_value<Q>(scaled, z, r);

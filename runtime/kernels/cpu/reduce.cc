@@ -8,6 +8,7 @@
 #include "runtime/kernels/cpu/exp_f32.h"
 #include "runtime/kernels/cpu/half_compute.h"
 #include "runtime/kernels/cpu/math_common.h"
+#include "runtime/kernels/nan_order.h"
 
 namespace graphrun::runtime::cpu {
 namespace {
@@ -317,18 +318,8 @@ void cumsum_kernel(KernelContext& ctx) {
   });
 }
 
-// The order of TopK and Hardmax (runtime/kernels/cuda/reduce.cu has the same): NaN is larger than every
-// number and equal to itself, as in PyTorch's topk and numpy's argmax, so the comparison is a strict weak
-// order even with NaNs and they come first among the largest, last among the smallest.
-template <class T> bool above(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) {
-    if (std::isnan(a)) return !std::isnan(b);
-    if (std::isnan(b)) return false;
-  }
-  return a > b;
-}
-
-// TopK: the k largest (or smallest) along axis; equal values keep the lower index first.
+// TopK: the k largest (or smallest) along axis, in runtime/kernels/nan_order.h's order; equal values keep the
+// lower index first.
 void topk_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   GR_CHECK(x.rank() >= 1, "TopK: input must have rank >= 1");
@@ -358,7 +349,7 @@ void topk_kernel(KernelContext& ctx) {
         const T* line = px + o * n * inner + i;
         for (int64_t j = 0; j < n; ++j) order[j] = j;
         std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-          return largest ? above(line[a * inner], line[b * inner]) : above(line[b * inner], line[a * inner]);
+          return largest ? nan_above(line[a * inner], line[b * inner]) : nan_above(line[b * inner], line[a * inner]);
         });
         for (int64_t j = 0; j < k; ++j) {
           pv[(o * k + j) * inner + i] = line[order[j] * inner];
@@ -385,7 +376,7 @@ void hardmax_kernel(KernelContext& ctx) {
         const int64_t at = o * n * inner + i;
         int64_t best = 0;
         for (int64_t j = 1; j < n; ++j)
-          if (above(px[at + j * inner], px[at + best * inner])) best = j;
+          if (nan_above(px[at + j * inner], px[at + best * inner])) best = j;
         for (int64_t j = 0; j < n; ++j) py[at + j * inner] = j == best ? T(1) : T(0);
       }
   });

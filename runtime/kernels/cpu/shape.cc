@@ -963,19 +963,13 @@ void compress_kernel(KernelContext& ctx) {
       std::memcpy(dst + (o * keep.size() + j) * inner, src + (o * dim + keep[j]) * inner, inner);
 }
 
+// NonZero: runtime/kernels/unique_plan.h's, shared with the CUDA kernel.
 void nonzero_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
-  std::vector<double> v = x.as_doubles();
-  std::vector<int64_t> at;
-  for (int64_t i = 0; i < x.numel(); ++i)
-    if (v[i] != 0) at.push_back(i);
-  const int r = x.rank();
-  const int64_t nnz = static_cast<int64_t>(at.size());
-  Tensor& y = ctx.output(0, {r, nnz}, DType::I64);
-  const auto st = contiguous_strides(x.shape());
-  int64_t* py = ptr<int64_t>(y);
-  for (int64_t j = 0; j < nnz; ++j)
-    for (int k = 0; k < r; ++k) py[k * nnz + j] = (at[j] / st[k]) % x.shape()[k];
+  int64_t nnz = 0;
+  const std::vector<int64_t> at = nonzero_indices(x, &nnz);
+  Tensor& y = ctx.output(0, {x.rank(), nnz}, DType::I64);
+  if (!at.empty()) std::memcpy(y.raw(), at.data(), at.size() * sizeof(int64_t));
 }
 
 // Unique: its plan (runtime/kernels/unique_plan.h) is shared with the CUDA kernel; the output shapes depend on

@@ -47,6 +47,14 @@ std::vector<char> host_bytes(const KernelContext& ctx, int input) {
   return read_back(ctx, t);
 }
 
+HostInput host_input(const KernelContext& ctx, int input) {
+  HostInput h;
+  h.bytes = host_bytes(ctx, input);
+  const Tensor& t = ctx.input(input);
+  h.t = Tensor::view(t.dtype(), t.shape(), h.bytes.data());
+  return h;
+}
+
 std::vector<int64_t> host_int64s(const KernelContext& ctx, int input) {
   const Tensor& t = ctx.input(input);
   if (t.device().is_cpu()) return t.as_int64s();

@@ -49,6 +49,18 @@ std::vector<int64_t> host_int64s(const KernelContext& ctx, int input);
 // Reads a whole tensor's bytes on the host the same way (the ops whose output shape depends on values:
 // NonZero, Compress's condition).
 std::vector<char> host_bytes(const KernelContext& ctx, int input);
+// A device input read back whole: its bytes, and a host tensor viewing them (move it, never copy it: the
+// view points into `bytes`).
+struct HostInput {
+  std::vector<char> bytes;
+  Tensor t;
+  HostInput() = default;
+  HostInput(HostInput&&) = default;
+  HostInput& operator=(HostInput&&) = default;
+  HostInput(const HostInput&) = delete;
+  HostInput& operator=(const HostInput&) = delete;
+};
+HostInput host_input(const KernelContext& ctx, int input);
 // Reads a shape given as an input (the gradient ops' `shape`) on the host; a negative dimension is an
 // Error led by `what`.
 Shape host_shape(const KernelContext& ctx, int input, const char* what);

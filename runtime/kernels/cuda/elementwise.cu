@@ -510,33 +510,39 @@ void sum_op(KernelContext& ctx) {
 }
 
 // Max and Min are variadic (one or more inputs, all broadcast together), like Sum.
-template <class Op>
-void variadic_kernel(KernelContext& ctx) {
+// The output of a variadic op (Max, Min, Mean): its inputs broadcast together, all of input 0's type, holding
+// input 0 broadcast; fold_later_inputs then applies Op with each later input, in order.
+Tensor& variadic_output(KernelContext& ctx) {
   const int k = ctx.num_inputs();
   GR_CHECK(k >= 1, ctx.node().op_type << " needs at least one input");
-  if (k == 2) {
-    run_binary(ctx, Op{});
-    return;
-  }
   std::vector<Shape> shapes;
   for (int i = 0; i < k; ++i) {
     GR_CHECK(ctx.input(i).dtype() == ctx.input(0).dtype(), ctx.node().op_type << " inputs differ in type");
     shapes.push_back(ctx.input(i).shape());
   }
-  Shape out = broadcast_shapes(shapes);
-  Tensor& Y = ctx.output(0, out, ctx.input(0).dtype());
+  Tensor& Y = ctx.output(0, broadcast_shapes(shapes), ctx.input(0).dtype());
   broadcast_copy(ctx, ctx.input(0), Y);
+  return Y;
+}
+template <class T, class Op>
+void fold_later_inputs(KernelContext& ctx, Tensor& Y) {
   const int64_t n = Y.numel();
-  auto go = [&](auto tag) {
-    using T = decltype(tag);
-    for (int i = 1; i < k && n; ++i) {
-      IndexMap m = make_index_map(out, {out, ctx.input(i).shape()});
-      binary_broadcast<T, T, Op><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dptr<T>(Y), dptr<T>(ctx.input(i)),
-                                                                               dptr<T>(Y), m, n, Op{});
-      GR_LAUNCH_CHECK("variadic");
-    }
-  };
-  dispatch_arith(Y.dtype(), ctx.node().op_type, go);
+  for (int i = 1; i < ctx.num_inputs() && n; ++i) {
+    IndexMap m = make_index_map(Y.shape(), {Y.shape(), ctx.input(i).shape()});
+    binary_broadcast<T, T, Op><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dptr<T>(Y), dptr<T>(ctx.input(i)), dptr<T>(Y),
+                                                                             m, n, Op{});
+    GR_LAUNCH_CHECK("variadic");
+  }
+}
+
+template <class Op>
+void variadic_kernel(KernelContext& ctx) {
+  if (ctx.num_inputs() == 2) {
+    run_binary(ctx, Op{});
+    return;
+  }
+  Tensor& Y = variadic_output(ctx);
+  dispatch_arith(Y.dtype(), ctx.node().op_type, [&](auto tag) { fold_later_inputs<decltype(tag), Op>(ctx, Y); });
 }
 
 // Mean: the inputs summed in order as Sum does, then times 1/k (the CPU's rounding).
@@ -549,23 +555,12 @@ void mean_op(KernelContext& ctx) {
   GR_CHECK(k >= 1, "Mean needs at least one input");
   const DType dt = ctx.input(0).dtype();
   GR_CHECK(dt == DType::F32 || dt == DType::F64, "Mean on CUDA takes f32 or f64, got " << dtype_name(dt));
-  std::vector<Shape> shapes;
-  for (int i = 0; i < k; ++i) {
-    GR_CHECK(ctx.input(i).dtype() == dt, "Mean inputs differ in type");
-    shapes.push_back(ctx.input(i).shape());
-  }
-  const Shape out = broadcast_shapes(shapes);
-  Tensor& Y = ctx.output(0, out, dt);
-  broadcast_copy(ctx, ctx.input(0), Y);
+  Tensor& Y = variadic_output(ctx);
   const int64_t n = Y.numel();
   if (n == 0) return;
   auto go = [&](auto tag) {
     using T = decltype(tag);
-    for (int i = 1; i < k; ++i) {
-      IndexMap m = make_index_map(out, {out, ctx.input(i).shape()});
-      binary_broadcast<T, T, AddOp><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dptr<T>(Y), dptr<T>(ctx.input(i)),
-                                                                                  dptr<T>(Y), m, n, AddOp{});
-    }
+    fold_later_inputs<T, AddOp>(ctx, Y);
     if (k > 1) scale_kernel<T><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dptr<T>(Y), n, T(1) / T(k));
   };
   if (dt == DType::F32) go(float{});

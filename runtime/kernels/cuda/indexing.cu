@@ -145,47 +145,25 @@ void gather_nd_op(KernelContext& ctx) {
 
 // ---- NonZero and Compress: the output's shape depends on the values, read on the host ----
 
-bool nonzero_at(DType dt, const char* p, int64_t i) {
-  switch (dt) {
-    case DType::F32: { float v; std::memcpy(&v, p + i * 4, 4); return v != 0; }
-    case DType::F64: { double v; std::memcpy(&v, p + i * 8, 8); return v != 0; }
-    default: break;
-  }
-  const size_t esz = dtype_size(dt);
-  for (size_t b = 0; b < esz; ++b)
-    if (p[i * esz + b]) return true;
-  return false;
-}
-
+// NonZero on the host (runtime/kernels/unique_plan.h, as the CPU kernel), its output copied up.
 void nonzero_op(KernelContext& ctx) {
   const Tensor& X = ctx.input(0);
   const DType dt = X.dtype();
   GR_CHECK(dt == DType::F32 || dt == DType::F64 || dt == DType::I64 || dt == DType::I32 || dt == DType::I8 ||
                dt == DType::U8 || dt == DType::Bool,
            "NonZero on " << dtype_name(dt) << " is not supported on CUDA");
-  const std::vector<char> bytes = host_bytes(ctx, 0);
-  std::vector<int64_t> at;
-  for (int64_t i = 0; i < X.numel(); ++i)
-    if (nonzero_at(dt, bytes.data(), i)) at.push_back(i);
-  const int r = X.rank();
-  const int64_t nnz = static_cast<int64_t>(at.size());
-  std::vector<int64_t> host(static_cast<size_t>(r * nnz));
-  int64_t stride = 1;
-  for (int k = r - 1; k >= 0; --k) {
-    for (int64_t j = 0; j < nnz; ++j) host[k * nnz + j] = (at[j] / stride) % X.dim(k);
-    stride *= X.dim(k);
-  }
-  Tensor& Y = ctx.output(0, {r, nnz}, DType::I64);
-  if (!host.empty())
-    GR_CUDA_CHECK(cudaMemcpyAsync(Y.raw(), host.data(), host.size() * sizeof(int64_t), cudaMemcpyHostToDevice,
-                                  stream_of(ctx)));
+  int64_t nnz = 0;
+  const std::vector<int64_t> at = nonzero_indices(host_input(ctx, 0).t, &nnz);
+  Tensor& Y = ctx.output(0, {X.rank(), nnz}, DType::I64);
+  if (!at.empty())
+    GR_CUDA_CHECK(cudaMemcpyAsync(Y.raw(), at.data(), at.size() * sizeof(int64_t), cudaMemcpyHostToDevice, stream_of(ctx)));
 }
 
 // Unique on the host (runtime/kernels/unique_plan.h, as the CPU kernel), its outputs copied up.
 void unique_op(KernelContext& ctx) {
   const Tensor& X = ctx.input(0);
-  std::vector<char> bytes = host_bytes(ctx, 0);
-  const Tensor hx = Tensor::view(X.dtype(), X.shape(), bytes.data());
+  const HostInput host = host_input(ctx, 0);
+  const Tensor& hx = host.t;
   const UniquePlan p = plan_unique(ctx.node(), hx);
   Tensor& Y = ctx.output(0, p.y_shape, X.dtype());
   std::vector<char> y(Y.nbytes());

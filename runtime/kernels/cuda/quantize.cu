@@ -156,9 +156,8 @@ __global__ void qlinear_matmul_kernel(const A* a, const float* as, int64_t as_co
                                       Q* y, IntMM p, QuantRange r) {
   GR_GRID_STRIDE(e, p.mats * p.m * p.n) {
     const int64_t i = e / p.n % p.m, j = e % p.n;
-    const float mult = as[as_count == 1 ? 0 : i] * bs[bs_count == 1 ? 0 : j] / ys[0];
-    const double scaled = static_cast<double>(static_cast<float>(int_product(a, b, azp, bzp, p, e)) * mult);
-    y[e] = quantize_value<Q>(scaled, static_cast<double>(yzp[0]), r);
+    y[e] = requantize<Q>(int_product(a, b, azp, bzp, p, e), as[as_count == 1 ? 0 : i], bs[bs_count == 1 ? 0 : j], ys[0],
+                         static_cast<double>(yzp[0]), r);
   }
 }
 
@@ -298,8 +297,7 @@ __global__ void qlinear_conv_kernel(const X* x, const float* xs, const X* xzp, c
   GR_GRID_STRIDE(e, n) {
     int64_t m;
     const int32_t acc = int_conv_at(x, w, xzp, wzp, p, e, &m) + (bias ? bias[m] : 0);
-    const float mult = xs[0] * ws[ws_count == 1 ? 0 : m] / ys[0];
-    y[e] = quantize_value<Q>(static_cast<double>(static_cast<float>(acc) * mult), static_cast<double>(yzp[0]), r);
+    y[e] = requantize<Q>(acc, xs[0], ws[ws_count == 1 ? 0 : m], ys[0], static_cast<double>(yzp[0]), r);
   }
 }
 

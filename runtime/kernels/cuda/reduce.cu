@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "runtime/kernels/cuda/common.cuh"
+#include "runtime/kernels/nan_order.h"
 
 namespace graphrun::runtime::cuda {
 namespace {
@@ -216,6 +217,21 @@ __global__ void softmax_kernel(const float* x, float* y, int64_t outer, int64_t 
   }
 }
 
+// (outer, len, inner) of a softmax-like op over X at `axis` (normalized): opset 13 along that one axis, earlier
+// opsets over the flattened axes [axis, rank).
+struct Lines {
+  int64_t outer = 1, len = 1, inner = 1;
+};
+Lines softmax_lines(const Tensor& X, int64_t axis, bool v13) {
+  Lines l;
+  for (int d = 0; d < X.rank(); ++d) {
+    if (d < axis) l.outer *= X.dim(d);
+    else if (d == axis || !v13) l.len *= X.dim(d);
+    else l.inner *= X.dim(d);
+  }
+  return l;
+}
+
 template <bool kLog>
 void softmax_op(KernelContext& ctx) {
   const Tensor& X = ctx.input(0);
@@ -223,12 +239,7 @@ void softmax_op(KernelContext& ctx) {
   // Opset 13 normalises along one axis (default -1); earlier opsets over the flattened axes [axis, rank).
   bool v13 = ctx.opset() >= 13;
   int64_t axis = normalize_axis(ctx.node().attr_i("axis", v13 ? -1 : 1), X.rank(), "Softmax axis");
-  int64_t outer = 1, len = 1, inner = 1;
-  for (int d = 0; d < X.rank(); ++d) {
-    if (d < axis) outer *= X.dim(d);
-    else if (d == axis || !v13) len *= X.dim(d);
-    else inner *= X.dim(d);
-  }
+  const auto [outer, len, inner] = softmax_lines(X, axis, v13);
   Tensor& Y = ctx.output(0, X.shape(), X.dtype());
   if (outer * inner == 0 || len == 0) return;
   softmax_kernel<kLog><<<grid_for(outer * inner), kThreads, 0, stream_of(ctx)>>>(dptr<float>(X), dptr<float>(Y), outer, len, inner);
@@ -321,18 +332,10 @@ void cumsum_op(KernelContext& ctx) {
   GR_LAUNCH_CHECK("cumsum");
 }
 
-// The CPU's order of TopK and Hardmax (runtime/kernels/cpu/reduce.cc): NaN above every number and equal to
-// itself; among equals the lower index first.
-template <class T> __device__ bool above(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) {
-    if (isnan(a)) return !isnan(b);
-    if (isnan(b)) return false;
-  }
-  return a > b;
-}
+// TopK and Hardmax order as the CPU (runtime/kernels/nan_order.h).
 // True when element (va, a) comes before (vb, b) in TopK's output.
 template <class T> __device__ bool comes_first(T va, int64_t a, T vb, int64_t b, bool largest) {
-  const bool ab = largest ? above(va, vb) : above(vb, va), ba = largest ? above(vb, va) : above(va, vb);
+  const bool ab = largest ? nan_above(va, vb) : nan_above(vb, va), ba = largest ? nan_above(vb, va) : nan_above(va, vb);
   return ab || (!ba && a < b);
 }
 
@@ -423,7 +426,7 @@ __global__ void hardmax_kernel(const T* x, T* y, int64_t outer, int64_t n, int64
     const int64_t at = (line / inner) * n * inner + line % inner;
     int64_t best = 0;
     for (int64_t j = 1; j < n; ++j)
-      if (above(x[at + j * inner], x[at + best * inner])) best = j;
+      if (nan_above(x[at + j * inner], x[at + best * inner])) best = j;
     for (int64_t j = 0; j < n; ++j) y[at + j * inner] = j == best ? T(1) : T(0);
   }
 }
@@ -438,12 +441,7 @@ void hardmax_op(KernelContext& ctx) {
   int64_t axis = ctx.node().attr_i("axis", v13 ? -1 : 1);
   GR_CHECK(axis >= -r && (v13 ? axis < std::max(r, 1) : axis <= r), "Hardmax: axis " << axis << " is out of range for rank " << r);
   if (axis < 0) axis += r;
-  int64_t outer = 1, len = 1, inner = 1;
-  for (int d = 0; d < r; ++d) {
-    if (d < axis) outer *= X.dim(d);
-    else if (d == axis || !v13) len *= X.dim(d);
-    else inner *= X.dim(d);
-  }
+  const auto [outer, len, inner] = softmax_lines(X, axis, v13);
   Tensor& Y = ctx.output(0, X.shape(), X.dtype());
   if (X.numel() == 0) return;
   if (X.dtype() == DType::F32)
