@@ -30,6 +30,7 @@
 #include "graph/passes/fill_resize_ranks.h"
 #include "graph/passes/fill_slice_ranks.h"
 #include "graph/passes/inline_static_ifs.h"
+#include "graph/passes/unroll_static_loops.h"
 #include "graph/passes/vectorize_bag_loops.h"
 #include "graph/passes/shape_values.h"
 #include "graph/validate.h"
@@ -518,6 +519,15 @@ void check_supported_features(const onnx::ModelProto& m, const std::string& what
           GR_FAIL(what << ": " << proto_node_desc(np, i) << ": its condition '" << (np.input_size() ? np.input(0) : "")
                        << "' depends on the input data; graphrun takes an If only where the condition is known "
                           "when the model loads (control flow, If, Loop, Scan, is not supported)");
+        // unroll_static_loops took every Loop and Scan whose count the model's shapes and constants decide.
+        if (np.op_type() == "Loop")
+          GR_FAIL(what << ": " << proto_node_desc(np, i)
+                       << ": its trip count or its condition depends on the input data; graphrun runs a Loop by "
+                          "unrolling it when the model loads, where both are known then");
+        if (np.op_type() == "Scan")
+          GR_FAIL(what << ": " << proto_node_desc(np, i)
+                       << ": the length of its sequence is not known when the model loads; graphrun runs a Scan by "
+                          "unrolling it then");
         GR_FAIL(what << ": " << proto_node_desc(np, i) << " has a subgraph (attribute '" << a.name()
                      << "'); control flow (If, Loop, Scan) is not supported");
       }
@@ -1236,7 +1246,7 @@ Graph load_model(std::string bytes, const std::string& what, const std::string& 
   Weights weights = detach_initializers(m, what, dir);
   // An If whose condition the shapes decide (torch's squeeze of a dimension it could not size) becomes the
   // branch it takes; the nodes computing the condition are checked and inferred first, as the whole model is.
-  passes::inline_static_ifs(m, what, [&](onnx::ModelProto& prefix) {
+  const passes::InferShapeData infer = [&](onnx::ModelProto& prefix) {
     check_supported_features(prefix, what);
     convert_old_opset(prefix, what);
     lower_new_opset(prefix, what);
@@ -1250,9 +1260,14 @@ Graph load_model(std::string bytes, const std::string& what, const std::string& 
       GR_FAIL(what << ": shape inference failed: " << first_line(e.what()));
     }
     return data;
-  });
+  };
+  passes::inline_static_ifs(m, what, infer);
   // The Loop torch writes for nn.EmbeddingBag becomes the same computation without a loop.
   passes::vectorize_bag_loops(m, what);
+  // Loops and Scans of a count known now become copies of their bodies; what they unroll may hold Ifs on the
+  // iteration number, and Loops of their own.
+  for (int64_t budget = passes::kMaxUnrolledNodes;;)
+    if (!passes::unroll_static_loops(m, what, infer, budget) && !passes::inline_static_ifs(m, what, infer)) break;
   check_supported_features(m, what);
   convert_old_opset(m, what);
   lower_new_opset(m, what);

@@ -843,7 +843,181 @@ onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), 'ca
     }
   }
   EXPECT_EQ(cases, 5);
-  expect_load_error(dir + "/carried.onnx", "node 'accumulate' (Loop) has a subgraph");
+  expect_load_error(dir + "/carried.onnx", "node 'accumulate' (Loop): its trip count or its condition depends on the input data");
+}
+
+// A Loop or Scan whose count is known when the model loads is unrolled into copies of its body, with the ONNX
+// meaning: torch's scripted `for t in range(x.size(1))` RNN cell and `while i < 3` refinement (forward against torch,
+// and `check`'s float64 gradient check), a Loop whose body condition stops it before its trip count and that stacks
+// scan outputs, nested Loops whose inner trip count and an If depend on the outer iteration number, a Loop that runs
+// zero times, Scans reading and writing in both directions along other axes (numpy computes what the ops say).
+// A trip count on the data is refused, and so is a count past the unrolling budget, without building it.
+TEST(OnnxIo, StaticLoopsAndScansAreUnrolled) {
+  if (run_command(python() + " -c 'import torch' 2>&1").exit_code != 0) GTEST_SKIP() << python() << " lacks torch";
+  const std::string dir = temp_dir("onnx_unroll");
+  run_onnx_python(dir, R"(
+import torch
+torch.manual_seed(0)
+@torch.jit.script
+def run_cell(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, u: torch.Tensor):
+    h = torch.zeros(x.size(0), w.size(0))
+    for t in range(x.size(1)):
+        h = torch.tanh(torch.nn.functional.linear(h, w, b) + torch.matmul(x[:, t], u))
+    return h
+@torch.jit.script
+def refine(h: torch.Tensor):
+    i = 0
+    while i < 3:
+        h = h * 0.5 + torch.sin(h)
+        i += 1
+    return h
+class Rnn(torch.nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.w = torch.nn.Parameter(torch.randn(4, 4) * 0.5)
+        s.b = torch.nn.Parameter(torch.randn(4) * 0.1)
+        s.u = torch.nn.Parameter(torch.randn(3, 4) * 0.5)
+        s.head = torch.nn.Linear(4, 2)
+    def forward(s, x):
+        return s.head(refine(run_cell(x, s.w, s.b, s.u)))
+m = Rnn()
+x = torch.randn(2, 5, 3)
+np.save('x.npy', x.numpy())
+np.save('rnn_torch.npy', m(x).detach().numpy())
+for opset in (13, 17):
+    torch.onnx.export(m, (x,), 'rnn_%d.onnx' % opset, opset_version=opset, input_names=['x'], output_names=['y'])
+
+def vi(name, shape, t=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, t, shape)
+def save(nodes, inputs, outputs, name, opset=17, inits=()):
+    onnx.save(helper.make_model(helper.make_graph(nodes, name, inputs, outputs, list(inits)),
+                                opset_imports=[helper.make_opsetid('', opset)]), name + '.onnx')
+i64 = lambda name, v: helper.make_tensor(name, TensorProto.INT64, [], [v])
+
+# acc += x * i while i + 1 < len(x): M = 10 but the condition stops it after len(x) = 4 iterations; scan output acc.
+body = helper.make_graph([
+    helper.make_node('Cast', ['i'], ['fi'], to=TensorProto.FLOAT),
+    helper.make_node('Mul', ['x', 'fi'], ['xi']),
+    helper.make_node('Add', ['acc_in', 'xi'], ['acc_out']),
+    helper.make_node('Add', ['i', 'one'], ['next']),
+    helper.make_node('Shape', ['x'], ['xs']),
+    helper.make_node('Gather', ['xs', 'zero'], ['len'], axis=0),
+    helper.make_node('Less', ['next', 'len'], ['c_out']),
+    helper.make_node('Identity', ['acc_out'], ['acc_scan'])], 'body',
+    [vi('i', [], TensorProto.INT64), vi('c', [], TensorProto.BOOL), vi('acc_in', [4])],
+    [vi('c_out', [], TensorProto.BOOL), vi('acc_out', [4]), vi('acc_scan', [4])],
+    [i64('one', 1), helper.make_tensor('zero', TensorProto.INT64, [], [0])])
+save([helper.make_node('Loop', ['M', 'T', 'x'], ['acc', 'stack'], body=body, name='early')], [vi('x', [4])],
+     [vi('acc', [4]), vi('stack', [4, 4])], 'early', inits=[i64('M', 10), helper.make_tensor('T', TensorProto.BOOL, [], [1])])
+xv = np.arange(1, 5, dtype=np.float32)
+acc, rows = xv.copy(), []
+for i in range(4):
+    acc = acc + xv * i
+    rows.append(acc.copy())
+np.save('early_x.npy', xv); np.save('early_acc.npy', acc); np.save('early_stack.npy', np.array(rows))
+
+# for i in range(3): (for j in range(i + 1): acc += x); if i == 0: acc = acc * 2  (inner count, If on the outer i)
+inner = helper.make_graph([helper.make_node('Add', ['a_in', 'x'], ['a_out']), helper.make_node('Identity', ['ci'], ['co'])],
+                          'inner', [vi('j', [], TensorProto.INT64), vi('ci', [], TensorProto.BOOL), vi('a_in', [2])],
+                          [vi('co', [], TensorProto.BOOL), vi('a_out', [2])])
+then_b = helper.make_graph([helper.make_node('Mul', ['summed', 'two'], ['doubled'])], 'then', [], [vi('doubled', [2])],
+                           [helper.make_tensor('two', TensorProto.FLOAT, [], [2.0])])
+else_b = helper.make_graph([helper.make_node('Identity', ['summed'], ['same'])], 'else', [], [vi('same', [2])])
+outer = helper.make_graph([
+    helper.make_node('Add', ['i', 'one'], ['count']),
+    helper.make_node('Loop', ['count', '', 'acc_in'], ['summed'], body=inner, name='inner_loop'),
+    helper.make_node('Equal', ['i', 'zero'], ['first']),
+    helper.make_node('If', ['first'], ['acc_out'], then_branch=then_b, else_branch=else_b, name='first_doubles'),
+    helper.make_node('Identity', ['c'], ['c_out'])], 'outer',
+    [vi('i', [], TensorProto.INT64), vi('c', [], TensorProto.BOOL), vi('acc_in', [2])],
+    [vi('c_out', [], TensorProto.BOOL), vi('acc_out', [2])], [i64('one', 1), i64('zero', 0)])
+save([helper.make_node('Loop', ['three', '', 'x'], ['y'], body=outer, name='outer_loop')], [vi('x', [2])], [vi('y', [2])],
+     'nested', inits=[i64('three', 3)])
+xn = np.array([1.5, -2.0], np.float32)
+acc = xn.copy()
+for i in range(3):
+    for j in range(i + 1):
+        acc = acc + xn
+    if i == 0:
+        acc = acc * 2
+np.save('nested_x.npy', xn); np.save('nested_y.npy', acc)
+
+# Zero iterations: the carried value passes through, the scan output is [0, 3] (the body declares [3]).
+zb = helper.make_graph([helper.make_node('Neg', ['v_in'], ['v_out']), helper.make_node('Identity', ['c'], ['c_out'])], 'zb',
+                       [vi('i', [], TensorProto.INT64), vi('c', [], TensorProto.BOOL), vi('v_in', [3])],
+                       [vi('c_out', [], TensorProto.BOOL), vi('v_out', [3])])
+zb2 = helper.make_graph(list(zb.node), 'zb2', list(zb.input), [vi('c_out', [], TensorProto.BOOL), vi('v_out', [3]), vi('v_out', [3])])
+save([helper.make_node('Loop', ['none', '', 'x'], ['v', 'vs'], body=zb2, name='never')], [vi('x', [3])],
+     [vi('v', [3]), vi('vs', [0, 3])], 'zero', inits=[i64('none', 0)])
+
+# Scan (opset 16): states s (cumulative sum of the rows read), scan inputs a read along axis 1 backwards and b along
+# axis 0; outputs: s per step along axis 1, and a * b written backwards along axis 0.
+sb = helper.make_graph([helper.make_node('Add', ['s_in', 'a_t'], ['s_out']), helper.make_node('Mul', ['a_t', 'b_t'], ['p']),
+                        helper.make_node('Identity', ['s_out'], ['s_scan'])], 'sb',
+                       [vi('s_in', [2]), vi('a_t', [2]), vi('b_t', [2])], [vi('s_out', [2]), vi('s_scan', [2]), vi('p', [2])])
+save([helper.make_node('Scan', ['s0', 'a', 'b'], ['s', 'ss', 'ps'], body=sb, num_scan_inputs=2, scan_input_axes=[1, 0],
+                       scan_input_directions=[1, 0], scan_output_axes=[1, 0], scan_output_directions=[0, 1], name='scan')],
+     [vi('s0', [2]), vi('a', [2, 3]), vi('b', [3, 2])], [vi('s', [2]), vi('ss', [2, 3]), vi('ps', [3, 2])], 'scan', opset=16)
+s0 = np.array([0.5, -1.0], np.float32); a = np.random.rand(2, 3).astype(np.float32); b = np.random.rand(3, 2).astype(np.float32)
+s, ss, ps = s0.copy(), [], []
+for t in range(3):
+    at, bt = a[:, 2 - t], b[t]
+    s = s + at
+    ss.append(s.copy()); ps.append(at * bt)
+for n_, v_ in (('s0', s0), ('a', a), ('b', b), ('s', s), ('ss', np.stack(ss, 1)), ('ps', np.stack(ps[::-1], 0))):
+    np.save('scan_%s.npy' % n_, v_)
+
+# A trip count past the budget, with a condition that stays true: refused before anything is built.
+save([helper.make_node('Loop', ['huge', '', 'x'], ['v'], body=zb, name='forever')], [vi('x', [3])], [vi('v', [3])],
+     'huge', inits=[i64('huge', 10**12)])
+)");
+  auto npy = [&](const std::string& f) { return read_npy(dir + "/" + f + ".npy"); };
+  auto no_control_flow = [](const Graph& g) {
+    for (const Node& n : g.nodes) EXPECT_TRUE(n.op_type != "Loop" && n.op_type != "Scan" && n.op_type != "If") << n.describe();
+  };
+  for (const char* name : {"rnn_13", "rnn_17"}) {
+    SCOPED_TRACE(name);
+    const Graph g = load_onnx(dir + "/" + name + ".onnx");
+    no_control_flow(g);
+    const Tensor y = runtime::Executor(g).run({{"x", npy("x")}}).at("y");
+    EXPECT_LE(testing::max_abs_diff(y, npy("rnn_torch")), 1e-5);
+    auto r = run_command(testing::graphrun_cli() + " check " + dir + "/" + name + ".onnx 2>&1");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("\nverdict: trainable"), std::string::npos) << r.output;
+  }
+  {
+    const Graph g = load_onnx(dir + "/early.onnx");
+    no_control_flow(g);
+    auto out = runtime::Executor(g).run({{"x", npy("early_x")}});
+    EXPECT_EQ(testing::max_abs_diff(out.at("acc"), npy("early_acc")), 0);
+    ASSERT_EQ(out.at("stack").shape(), (Shape{4, 4}));
+    EXPECT_EQ(testing::max_abs_diff(out.at("stack"), npy("early_stack")), 0);
+  }
+  {
+    const Graph g = load_onnx(dir + "/nested.onnx");
+    no_control_flow(g);
+    EXPECT_EQ(testing::max_abs_diff(runtime::Executor(g).run({{"x", npy("nested_x")}}).at("y"), npy("nested_y")), 0);
+  }
+  {
+    const Graph g = load_onnx(dir + "/zero.onnx");
+    no_control_flow(g);
+    const Tensor x = Tensor::from_vector<float>({3}, {1, 2, 3});
+    auto out = runtime::Executor(g).run({{"x", x}});
+    EXPECT_EQ(out.at("v").to_vector<float>(), x.to_vector<float>());
+    EXPECT_EQ(out.at("vs").shape(), (Shape{0, 3}));
+  }
+  {
+    const Graph g = load_onnx(dir + "/scan.onnx");
+    no_control_flow(g);
+    auto out = runtime::Executor(g).run({{"s0", npy("scan_s0")}, {"a", npy("scan_a")}, {"b", npy("scan_b")}});
+    for (const char* o : {"s", "ss", "ps"}) {
+      const Tensor want = npy(std::string("scan_") + o);
+      ASSERT_EQ(out.at(o).shape(), want.shape()) << o;
+      EXPECT_LE(testing::max_abs_diff(out.at(o), want), 1e-6) << o;
+    }
+  }
+  expect_load_error(dir + "/huge.onnx", "node 'forever' (Loop): unrolled, its at least ");
+  expect_load_error(dir + "/huge.onnx", "would pass graphrun's limit of 131072 unrolled nodes per model");
 }
 
 // torchvision.ops.nms exports NonMaxSuppression asking for INT64_MAX boxes per class; graphrun keeps what

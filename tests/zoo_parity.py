@@ -9,7 +9,8 @@ unet (a small segmentation UNet, per-pixel labels [N,S,S]), stn and stn_* (spati
 STN_MODELS), lrn (a CNN with nn.LocalResponseNorm), glow (an invertible 1x1
 convolution and its log-determinant), lstm / gru / rnn / lstm1 / gru1 / rnn_relu1 (recurrent classifiers
 reading the image row by row, see RowSequence), upsampling (a DCGAN-style decoder), pooling_heads (GlobalMaxPool,
-TopK, CumSum, Trilu and boolean indexing heads, see PoolingHeads), or any torchvision.models builder name (random weights;
+TopK, CumSum, Trilu and boolean indexing heads, see PoolingHeads), scripted_loops (torch.jit.script loops over rows and a
+counter, see ScriptedLoops), or any torchvision.models builder name (random weights;
 GoogLeNet and Inception without auxiliary heads, torchvision's ViTs at image_size S). Writes OUT_DIR/train.onnx
 (training-mode export, no constant folding), eval.onnx (eval mode), image.npy (f32 [N,3,S,S]; tokens.npy, i64 [N,S], for text), labels.npy
 (i64 [N]), logits.npy (eval-mode output), buffers.txt (the float buffers exported as initializers: to freeze), train_logits.npy and loss.npy (training mode: the output and its mean
@@ -148,6 +149,41 @@ class PoolingHeads(torch.nn.Module):
         m = flat[flat > flat.mean()]  # the positions above the mean, over the whole batch
         s = (m.sum() / flat.numel()).expand(x.shape[0], 1)
         return self.head(torch.cat([g, k, c, t, s], 1))
+
+
+@torch.jit.script
+def scan_rows(x: torch.Tensor, w: torch.Tensor, u: torch.Tensor, b: torch.Tensor):
+    h = x.new_zeros((x.size(0), w.size(0)))
+    for t in range(x.size(2)):
+        h = torch.tanh(torch.nn.functional.linear(h, w, b) + torch.matmul(x[:, :, t].flatten(1), u))
+    return h
+
+
+@torch.jit.script
+def settle(h: torch.Tensor):
+    i = 0
+    while i < 3:
+        h = h * 0.5 + torch.sin(h)
+        i += 1
+    return h
+
+
+class ScriptedLoops(torch.nn.Module):
+    """A CNN whose features a scripted recurrent cell reads row by row (`for t in range(x.size(2))`, a Loop over a
+    static shape), then a scripted `while i < 3` refinement over a counter (a Loop whose condition the counter
+    decides), then a Linear head: the Loops torch.jit.script writes, which graphrun unrolls when loading."""
+
+    def __init__(self, size, classes=10, hidden=12):
+        super().__init__()
+        nn = torch.nn
+        self.conv = nn.Conv2d(3, 4, 3, padding=1, stride=2)
+        self.w = nn.Parameter(torch.randn(hidden, hidden) * 0.3)
+        self.b = nn.Parameter(torch.zeros(hidden))
+        self.u = nn.Parameter(torch.randn(4 * ((size + 1) // 2), hidden) * 0.3)
+        self.head = nn.Linear(hidden, classes)
+
+    def forward(self, x):
+        return self.head(settle(scan_rows(torch.relu(self.conv(x)), self.w, self.u, self.b)))
 
 
 class BagClassifier(torch.nn.Module):
@@ -325,6 +361,8 @@ def build(name, size):
         return UpsamplingNet()
     if name == 'pooling_heads':
         return PoolingHeads()
+    if name == 'scripted_loops':
+        return ScriptedLoops(size)
     if name == 'stn_tutorial':
         return TutorialSpatialTransformer(size)
     if name == 'attention':

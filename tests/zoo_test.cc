@@ -141,6 +141,10 @@ TEST(Zoo, SpatialTransformerTutorialIdentityGrid) { skip_without_torchvision(); 
 TEST(Zoo, UpsamplingNetConvTransposeOpset17) { skip_without_torchvision(); check_zoo_model("upsampling", 17, 16); }
 // GlobalMaxPool's MaxPool form, TopK, CumSum, Trilu, and boolean indexing (NonZero + GatherND) in one head.
 TEST(Zoo, PoolingHeadsTopKCumSumTriluMaskOpset17) { skip_without_torchvision(); check_zoo_model("pooling_heads", 17, 16); }
+// torch.jit.script loops (a recurrent cell over the rows of a feature map, a while loop over a counter), unrolled when
+// the model loads.
+TEST(Zoo, ScriptedLoopsUnrolledOpset13) { skip_without_torchvision(); check_zoo_model("scripted_loops", 13, 8); }
+TEST(Zoo, ScriptedLoopsUnrolledOpset17) { skip_without_torchvision(); check_zoo_model("scripted_loops", 17, 8); }
 // nn.LocalResponseNorm: its export pads the channel axis by pads computed from Constants and squeezes through an
 // If on the padded shape, which graphrun takes at load (passes::inline_static_ifs); opset 13 and 17.
 TEST(Zoo, LocalResponseNormOpset17) { skip_without_torchvision(); check_zoo_model("lrn", 17, 16); }

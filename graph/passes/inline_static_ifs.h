@@ -6,16 +6,11 @@
 #pragma once
 #include <onnx/onnx_pb.h>
 
-#include <functional>
 #include <string>
-#include <unordered_map>
+
+#include "graph/passes/static_values.h"
 
 namespace graphrun::passes {
-
-// Shape inference on a model (checked first, as the whole model would be), returning the values of its
-// small int64 shape tensors (ONNX's data propagation and propagate_shape_values) by value name.
-using ShapeData = std::unordered_map<std::string, onnx::TensorShapeProto>;
-using InferShapeData = std::function<ShapeData(onnx::ModelProto& prefix)>;
 
 // Repeatedly: the Ifs of the main graph whose condition's inputs come from no other If get their
 // conditions from the part of the graph that computes them. That part's nodes that Constants alone decide
