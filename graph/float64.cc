@@ -34,6 +34,8 @@ Graph float64_copy(const Graph& g, bool fixed_random) {
       n.attrs.erase("value_floats");
     }
     if (n.op_type == "LayerNormalization") n.attrs["stash_type"] = Attribute::Int(f64);
+    if (n.op_type == "MelWeightMatrix" && n.attr_i("output_datatype", f32) == f32)
+      n.attrs["output_datatype"] = Attribute::Int(f64);
     // Fixed: the same mask and noise at every run (the random ops' seed is a float in ONNX).
     const bool random = n.op_type == "RandomNormal" || n.op_type == "RandomUniform" || n.op_type == "RandomNormalLike" ||
                         n.op_type == "RandomUniformLike" || n.op_type == "Bernoulli";

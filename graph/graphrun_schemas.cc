@@ -4,6 +4,7 @@
 
 #include <onnx/defs/schema.h>
 #include <onnx/defs/shape_inference.h>
+#include <onnx/defs/tensor_proto_util.h>
 
 #include <map>
 #include <mutex>
@@ -143,6 +144,41 @@ OpSchema to_onnx(const OpFacts& f) {
   return s;
 }
 
+// One scalar integer input known when the model is inferred (a Constant or initializer), or -1.
+int64_t known_scalar(InferenceContext& ctx, size_t i) {
+  if (ctx.getNumInputs() <= i || !ctx.getInputType(i)) return -1;
+  const onnx::TensorProto* t = ctx.getInputData(i);
+  if (!t || t->data_type() != onnx::TensorProto::INT64) return -1;
+  const std::vector<int64_t> v = onnx::ParseData<int64_t>(t);
+  return v.size() == 1 ? v[0] : -1;
+}
+
+// STFT's output [batch, frames, bins, 2] (runtime/kernels/spectral.h). ONNX 1.12's inference gives the batch
+// dimension 0 and ignores onesided (later onnx releases fixed both), which would make every STFT model's next op
+// fail to infer.
+void infer_stft(InferenceContext& ctx) {
+  onnx::propagateElemTypeFromInputToOutput(ctx, 0, 0);
+  if (!onnx::hasInputShape(ctx, 0)) return;
+  const auto& signal = onnx::getInputShape(ctx, 0);
+  if (signal.dim_size() != 3) fail_shape_inference("STFT: the signal must be [batch, length, 1 or 2]");
+  int64_t n = known_scalar(ctx, 3);
+  if (ctx.getNumInputs() > 2 && ctx.getInputType(2) && onnx::hasInputShape(ctx, 2)) {
+    const auto& w = onnx::getInputShape(ctx, 2);
+    if (w.dim_size() == 1 && w.dim(0).has_dim_value()) n = w.dim(0).dim_value();
+  }
+  const int64_t step = known_scalar(ctx, 1);
+  const bool onesided = onnx::getAttribute(ctx, "onesided", 1) != 0;
+  auto* out = ctx.getOutputType(0)->mutable_tensor_type()->mutable_shape();
+  out->clear_dim();
+  *out->add_dim() = signal.dim(0);
+  auto* frames = out->add_dim();
+  if (signal.dim(1).has_dim_value() && n >= 1 && step >= 1 && n <= signal.dim(1).dim_value())
+    frames->set_dim_value((signal.dim(1).dim_value() - n) / step + 1);
+  auto* bins = out->add_dim();
+  if (n >= 1) bins->set_dim_value(onesided ? n / 2 + 1 : n);
+  out->add_dim()->set_dim_value(2);
+}
+
 }  // namespace
 
 void register_graphrun_schemas() {
@@ -152,6 +188,9 @@ void register_graphrun_schemas() {
     if (!ranges.Map().count(kGraphrunDomain)) ranges.AddDomainToVersion(kGraphrunDomain, 1, 1);
     for (const auto& [key, f] : op_table().ops())
       if (f.schema && !onnx::OpSchemaRegistry::Schema(f.op, 1, f.domain)) onnx::RegisterSchema(to_onnx(f));
+    // The registry owns its schemas as mutable objects; only the inference function changes.
+    if (const onnx::OpSchema* stft = onnx::OpSchemaRegistry::Schema("STFT", 17, ""))
+      const_cast<onnx::OpSchema*>(stft)->TypeAndShapeInferenceFunction(infer_stft);
   });
 }
 

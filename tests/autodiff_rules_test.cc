@@ -448,6 +448,72 @@ TEST(GradRules, GridSampleEveryModeAndPadding) {
         }
 }
 
+// RoiAlign (avg): the gradient of X against central differences, in both coordinate modes, with a fixed and an
+// adaptive sampling grid, regions partly outside the image (their outside samples read 0, the border ones clamp)
+// and two regions on one image; the regions and batch indices are inputs, as torchvision differentiates neither.
+TEST(GradRules, RoiAlignAvgBothCoordinateModes) {
+  for (const char* ct : {"half_pixel", "output_half_pixel"})
+    for (int64_t ratio : {2, 0})
+      for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly}) {
+        SCOPED_TRACE(std::string(ct) + " sampling_ratio " + std::to_string(ratio));
+        TestGraph t(16);
+        std::string x = t.param("x", {2, 3, 6, 5}, 9, -2, 2);
+        // Box corners off the sampling points' pixel boundaries, so that the differences stay within one tap.
+        std::string rois = t.input("rois", Tensor::from_vector<double>({3, 4}, {0.3, 0.6, 4.1, 5.3, -1.7, 1.2, 3.3,
+                                                                                 7.4, 2.2, 0.9, 2.9, 2.6}));
+        std::string batch = t.input("batch", i64s({0, 1, 0}));
+        Graph bg = check_gradients(
+            t,
+            t.node("RoiAlign", {x, rois, batch},
+                   {{"output_height", A::Int(2)}, {"output_width", A::Int(3)}, {"sampling_ratio", A::Int(ratio)},
+                    {"spatial_scale", A::Float(0.9f)}, {"coordinate_transformation_mode", A::Str(ct)}}),
+            shapes(si));
+        EXPECT_EQ(count_ops(bg, "RoiAlignGrad"), 1);
+      }
+}
+
+// DFT: the adjoint (the transform the other way, unscaled) against central differences: a real input onesided with
+// dft_length padding, a real input truncated by dft_length along an inner axis, a complex input inverse along a
+// negative axis. The transformed axis and the last dimension are static; the batch may be symbolic.
+TEST(GradRules, DftRealOnesidedPaddedTruncatedAndInverse) {
+  struct Case {
+    Shape x;
+    int64_t axis, length, inverse, onesided;
+  };
+  for (const Case& c : {Case{{2, 6, 1}, 1, 9, 0, 1}, Case{{2, 3, 7, 1}, 2, 4, 0, 0}, Case{{2, 5, 3, 2}, -3, -1, 1, 0},
+                        Case{{3, 8, 1}, 1, -1, 0, 1}}) {
+    SCOPED_TRACE(shape_str(c.x) + " axis " + std::to_string(c.axis));
+    TestGraph t(17);
+    std::string x = t.param("x", c.x, 31, -2, 2);
+    std::vector<std::string> ins{x};
+    if (c.length > 0)
+      ins.push_back(t.node("Constant", {}, {{"value", A::Tens(Tensor::from_vector<int64_t>({}, {c.length}))}}));
+    Graph bg = check_gradients(t, t.node("DFT", ins, {{"axis", A::Int(c.axis)}, {"inverse", A::Int(c.inverse)},
+                                                      {"onesided", A::Int(c.onesided)}}));
+    EXPECT_GE(count_ops(bg, "DFT"), 2);  // the forward and its adjoint
+  }
+}
+
+// STFT: the signal's gradient (each frame's adjoint, windowed, added back where the frame was read: frames overlap)
+// and the window's, against central differences; a real signal onesided with a window, one with frame_length and no
+// window, a complex signal two-sided.
+TEST(GradRules, StftSignalAndWindow) {
+  for (int form = 0; form < 3; ++form) {
+    SCOPED_TRACE("form " + std::to_string(form));
+    TestGraph t(17);
+    std::string x = t.param("x", {2, 21, form == 2 ? 2 : 1}, 41 + form, -1, 1);
+    std::string step = t.node("Constant", {}, {{"value", A::Tens(Tensor::from_vector<int64_t>({}, {3}))}});
+    std::vector<std::string> ins{x, step};
+    if (form == 1) {
+      ins.push_back("");
+      ins.push_back(t.node("Constant", {}, {{"value", A::Tens(Tensor::from_vector<int64_t>({}, {8}))}}));
+    } else {
+      ins.push_back(t.param("window", {8}, 51 + form, 0.2, 1));
+    }
+    check_gradients(t, t.node("STFT", ins, {{"onesided", A::Int(form == 2 ? 0 : 1)}}));
+  }
+}
+
 // Det: the cofactor matrix, on a batch, a 1x1, and on singular matrices (rank n-1: cofactors from the minors;
 // rank n-2: all zero), where the numeric gradient is as well defined as anywhere (det is a polynomial).
 TEST(GradRules, DetOnABatchAndOnSingularMatrices) {

@@ -1480,8 +1480,36 @@ void roi_align_cases(Cases& cs) {
   legacy["sampling_ratio"] = Attribute::Int(0);
   cs.add("RoiAlign", {x, rois, batch}, legacy, 1, 1e-5, 16);
   cs.add("RoiAlign", {as_f64(x), as_f64(rois), batch}, fixed, 1, 1e-12, 10);
+  // Its gradient (the regions overlap on each image, so planes get several regions' taps).
+  const Tensor dy = random_tensor({4, 3, 3, 2}, seed++);
+  auto grad = fixed;
+  grad["coordinate_transformation_mode"] = Attribute::Str("half_pixel");
+  cs.add("RoiAlignGrad", {dy, x, rois, batch}, grad, 1, 1e-5, 16, kGraphrunDomain);
+  legacy["coordinate_transformation_mode"] = Attribute::Str("output_half_pixel");
+  cs.add("RoiAlignGrad", {dy, x, rois, batch}, legacy, 1, 1e-5, 16, kGraphrunDomain);
+  cs.add("RoiAlignGrad", {as_f64(dy), as_f64(x), as_f64(rois), batch}, grad, 1, 1e-12, 16, kGraphrunDomain);
 }
 TEST(GpuKernels, RoiAlign) { expect_group_on_gpu(roi_align_cases); }
+
+// DFT (real onesided padded, complex inverse along an inner axis, truncated), STFT (a window, frame_length alone, a
+// complex signal two-sided), MelWeightMatrix (float and double).
+void spectral_cases(Cases& cs) {
+  uint64_t seed = 1200;
+  const Tensor real = random_tensor({2, 9, 3, 1}, seed++), cplx = random_tensor({2, 5, 4, 2}, seed++);
+  cs.add("DFT", {real, i64({}, {12})}, {{"axis", Attribute::Int(1)}, {"onesided", Attribute::Int(1)}}, 1, 1e-4, 17);
+  cs.add("DFT", {cplx}, {{"axis", Attribute::Int(2)}, {"inverse", Attribute::Int(1)}}, 1, 1e-5, 17);
+  cs.add("DFT", {as_f64(cplx), i64({}, {3})}, {{"axis", Attribute::Int(-3)}}, 1, 1e-12, 17);
+  const Tensor signal = random_tensor({2, 40, 1}, seed++), window = random_tensor({8}, seed++);
+  cs.add("STFT", {signal, i64({}, {3}), window}, {}, 1, 1e-4, 17);
+  cs.add("STFT", {signal, i64({}, {5}), Tensor(), i64({}, {10})}, {}, 1, 1e-4, 17);
+  cs.add("STFT", {as_f64(random_tensor({1, 30, 2}, seed++)), i64({}, {4}), as_f64(window)},
+         {{"onesided", Attribute::Int(0)}}, 1, 1e-12, 17);
+  auto i32 = [](int32_t v) { return Tensor::from_vector<int32_t>({}, {v}); };
+  const std::vector<Tensor> bank{i32(20), i32(256), i32(16000), Tensor::scalar<float>(30.f), Tensor::scalar<float>(7000.f)};
+  cs.add("MelWeightMatrix", bank, {}, 1, 0, 17);
+  cs.add("MelWeightMatrix", bank, {{"output_datatype", Attribute::Int(11)}}, 1, 0, 17);
+}
+TEST(GpuKernels, Spectral) { expect_group_on_gpu(spectral_cases); }
 
 // ---- the op table: every CUDA kernel has a CPU reference and cases ----
 
@@ -1526,6 +1554,7 @@ const std::vector<std::pair<const char*, CaseGroup>>& case_groups() {
       {"ConvIntegerQLinearConv", int_conv_cases},
       {"NonMaxSuppression", nms_cases},
       {"RoiAlign", roi_align_cases},
+      {"DftStftMelWeightMatrix", spectral_cases},
   };
   return groups;
 }

@@ -1,4 +1,4 @@
-// ONNX RoiAlign (opsets 10 and 16, mode "avg"): one output element's value, shared by the CPU kernel
+// ONNX RoiAlign (opsets 10 and 16, mode "avg"): one output element's value and its gradient, shared by the CPU kernel
 // (runtime/kernels/cpu/detection.cc) and the CUDA kernel (runtime/kernels/cuda/detection.cu). The region
 // [x1, y1, x2, y2] * spatial_scale (less half a pixel with coordinate_transformation_mode half_pixel, opset
 // 16's default; output_half_pixel, opset 10's only mode, keeps it and makes a region at least 1x1) is cut into
@@ -23,32 +23,63 @@ struct Params {
   bool half_pixel = true;
 };
 
+// The four pixels a bilinear sample at (y, x) reads and their weights; `in` is false more than a pixel outside the
+// image (the sample counts as 0). Within a pixel of it the point is clamped to the border.
 template <class T>
-GR_ROI_HD inline T bilinear(const T* plane, int64_t H, int64_t W, T y, T x) {
-  if (y < T(-1) || y > T(H) || x < T(-1) || x > T(W)) return T(0);
+struct Corners {
+  bool in = false;
+  int64_t y0 = 0, y1 = 0, x0 = 0, x1 = 0;
+  T w00 = T(0), w01 = T(0), w10 = T(0), w11 = T(0);
+};
+
+template <class T>
+GR_ROI_HD inline Corners<T> corners(int64_t H, int64_t W, T y, T x) {
+  Corners<T> c;
+  if (y < T(-1) || y > T(H) || x < T(-1) || x > T(W)) return c;
+  c.in = true;
   if (y <= T(0)) y = T(0);
   if (x <= T(0)) x = T(0);
-  int64_t y0 = static_cast<int64_t>(y), x0 = static_cast<int64_t>(x), y1, x1;
-  if (y0 >= H - 1) {
-    y0 = y1 = H - 1;
-    y = static_cast<T>(y0);
+  c.y0 = static_cast<int64_t>(y);
+  c.x0 = static_cast<int64_t>(x);
+  if (c.y0 >= H - 1) {
+    c.y0 = c.y1 = H - 1;
+    y = static_cast<T>(c.y0);
   } else {
-    y1 = y0 + 1;
+    c.y1 = c.y0 + 1;
   }
-  if (x0 >= W - 1) {
-    x0 = x1 = W - 1;
-    x = static_cast<T>(x0);
+  if (c.x0 >= W - 1) {
+    c.x0 = c.x1 = W - 1;
+    x = static_cast<T>(c.x0);
   } else {
-    x1 = x0 + 1;
+    c.x1 = c.x0 + 1;
   }
-  const T ly = y - static_cast<T>(y0), lx = x - static_cast<T>(x0), hy = T(1) - ly, hx = T(1) - lx;
-  return hy * hx * plane[y0 * W + x0] + hy * lx * plane[y0 * W + x1] + ly * hx * plane[y1 * W + x0] +
-         ly * lx * plane[y1 * W + x1];
+  const T ly = y - static_cast<T>(c.y0), lx = x - static_cast<T>(c.x0), hy = T(1) - ly, hx = T(1) - lx;
+  c.w00 = hy * hx;
+  c.w01 = hy * lx;
+  c.w10 = ly * hx;
+  c.w11 = ly * lx;
+  return c;
 }
 
-// Output bin (ph, pw) of the region `box` ([x1, y1, x2, y2]) over one channel's plane.
 template <class T>
-GR_ROI_HD inline T value(const T* plane, const T* box, int64_t ph, int64_t pw, const Params& p) {
+GR_ROI_HD inline T bilinear(const T* plane, int64_t H, int64_t W, T y, T x) {
+  const Corners<T> c = corners(H, W, y, x);
+  if (!c.in) return T(0);
+  return c.w00 * plane[c.y0 * W + c.x0] + c.w01 * plane[c.y0 * W + c.x1] + c.w10 * plane[c.y1 * W + c.x0] +
+         c.w11 * plane[c.y1 * W + c.x1];
+}
+
+// The sampling grid of output bin (ph, pw) of the region `box` ([x1, y1, x2, y2]): gh x gw points, averaged.
+template <class T>
+struct Bin {
+  T y0 = T(0), x0 = T(0), dy = T(0), dx = T(0);  // point (iy, ix) is at (y0 + (iy + 0.5) dy, x0 + (ix + 0.5) dx)
+  int64_t gh = 0, gw = 0, count = 1;
+  GR_ROI_HD T y(int64_t iy) const { return y0 + (static_cast<T>(iy) + T(0.5)) * dy; }
+  GR_ROI_HD T x(int64_t ix) const { return x0 + (static_cast<T>(ix) + T(0.5)) * dx; }
+};
+
+template <class T>
+GR_ROI_HD inline Bin<T> bin(const T* box, int64_t ph, int64_t pw, const Params& p) {
   const T offset = p.half_pixel ? T(0.5) : T(0);
   const T scale = static_cast<T>(p.spatial_scale);
   const T x1 = box[0] * scale - offset, y1 = box[1] * scale - offset;
@@ -58,18 +89,42 @@ GR_ROI_HD inline T value(const T* plane, const T* box, int64_t ph, int64_t pw, c
     h = h > T(1) ? h : T(1);
   }
   const T bin_h = h / static_cast<T>(p.out_h), bin_w = w / static_cast<T>(p.out_w);
-  const int64_t gh = p.sampling_ratio > 0 ? p.sampling_ratio : static_cast<int64_t>(ceil(h / static_cast<T>(p.out_h)));
-  const int64_t gw = p.sampling_ratio > 0 ? p.sampling_ratio : static_cast<int64_t>(ceil(w / static_cast<T>(p.out_w)));
-  const int64_t count = gh * gw > 1 ? gh * gw : 1;
+  Bin<T> b;
+  b.gh = p.sampling_ratio > 0 ? p.sampling_ratio : static_cast<int64_t>(ceil(h / static_cast<T>(p.out_h)));
+  b.gw = p.sampling_ratio > 0 ? p.sampling_ratio : static_cast<int64_t>(ceil(w / static_cast<T>(p.out_w)));
+  b.count = b.gh * b.gw > 1 ? b.gh * b.gw : 1;
+  b.y0 = y1 + static_cast<T>(ph) * bin_h;
+  b.x0 = x1 + static_cast<T>(pw) * bin_w;
+  b.dy = bin_h / static_cast<T>(b.gh);
+  b.dx = bin_w / static_cast<T>(b.gw);
+  return b;
+}
+
+// Output bin (ph, pw) of the region `box` over one channel's plane.
+template <class T>
+GR_ROI_HD inline T value(const T* plane, const T* box, int64_t ph, int64_t pw, const Params& p) {
+  const Bin<T> b = bin(box, ph, pw, p);
   T sum = T(0);
-  for (int64_t iy = 0; iy < gh; ++iy) {
-    const T y = y1 + static_cast<T>(ph) * bin_h + (static_cast<T>(iy) + T(0.5)) * bin_h / static_cast<T>(gh);
-    for (int64_t ix = 0; ix < gw; ++ix) {
-      const T x = x1 + static_cast<T>(pw) * bin_w + (static_cast<T>(ix) + T(0.5)) * bin_w / static_cast<T>(gw);
-      sum += bilinear(plane, p.H, p.W, y, x);
+  for (int64_t iy = 0; iy < b.gh; ++iy)
+    for (int64_t ix = 0; ix < b.gw; ++ix) sum += bilinear(plane, p.H, p.W, b.y(iy), b.x(ix));
+  return sum / static_cast<T>(b.count);
+}
+
+// The gradient of value() w.r.t. the plane: g (dY of the bin) spread over the taps of every sample, each
+// sample's share g / count, added into `dplane`.
+template <class T>
+GR_ROI_HD inline void add_gradient(T* dplane, const T* box, int64_t ph, int64_t pw, const Params& p, T g) {
+  const Bin<T> b = bin(box, ph, pw, p);
+  const T share = g / static_cast<T>(b.count);
+  for (int64_t iy = 0; iy < b.gh; ++iy)
+    for (int64_t ix = 0; ix < b.gw; ++ix) {
+      const Corners<T> c = corners(p.H, p.W, b.y(iy), b.x(ix));
+      if (!c.in) continue;
+      dplane[c.y0 * p.W + c.x0] += c.w00 * share;
+      dplane[c.y0 * p.W + c.x1] += c.w01 * share;
+      dplane[c.y1 * p.W + c.x0] += c.w10 * share;
+      dplane[c.y1 * p.W + c.x1] += c.w11 * share;
     }
-  }
-  return sum / static_cast<T>(count);
 }
 
 }  // namespace graphrun::runtime::roi

@@ -1,5 +1,6 @@
 // CPU kernels: detection family. NonMaxSuppression (runtime/kernels/nms.h, shared with the CUDA kernel; its
-// output's length depends on the values, as NonZero's) and RoiAlign (runtime/kernels/roi_align.h).
+// output's length depends on the values, as NonZero's), RoiAlign and its gradient RoiAlignGrad
+// (runtime/kernels/roi_align.h).
 #include <cstring>
 
 #include "runtime/kernels/cpu/half_compute.h"
@@ -18,22 +19,29 @@ void nms_kernel(KernelContext& ctx) {
   if (!sel.empty()) std::memcpy(y.raw(), sel.data(), sel.size() * sizeof(int64_t));
 }
 
-// RoiAlign (mode avg; runtime/kernels/roi_align.h's formula per output element). A region can reach outside
-// the image, where it reads 0; the batch index must name an image; roi::check_regions refuses a region whose
-// sampling grid would take hours.
-template <class T>
-void roi_align_typed(KernelContext& ctx) {
-  const Tensor &x = ctx.input(0), &rois = ctx.input(1), &bi = ctx.input(2);
+// RoiAlign's inputs X, rois and batch_indices, checked: the node's parameters and the batch index of each region.
+// A region can reach outside the image, where it reads 0; the batch index must name an image; roi::check_regions
+// refuses a region whose sampling grid would take hours.
+roi::Params checked_regions(KernelContext& ctx, const Tensor& x, const Tensor& rois, const Tensor& bi,
+                            std::vector<int64_t>& b) {
   GR_CHECK(bi.dtype() == DType::I64 || bi.dtype() == DType::I32, "RoiAlign: batch_indices must be int64");
   GR_CHECK(rois.dtype() == x.dtype(), "RoiAlign: rois and X differ in element type");
   const roi::Params p = roi::params(ctx.node(), ctx.opset(), x.shape(), rois.shape(), bi.shape());
-  const int64_t R = rois.dim(0), C = x.dim(1), HW = p.H * p.W, bins = p.out_h * p.out_w;
-  const std::vector<int64_t> b = bi.as_int64s();
-  for (int64_t r = 0; r < R; ++r)
-    GR_CHECK(b[static_cast<size_t>(r)] >= 0 && b[static_cast<size_t>(r)] < x.dim(0),
-             "RoiAlign: batch index " << b[static_cast<size_t>(r)] << " of region " << r << " is out of range for "
-                                      << x.dim(0) << " images");
+  b = bi.as_int64s();
+  for (size_t r = 0; r < b.size(); ++r)
+    GR_CHECK(b[r] >= 0 && b[r] < x.dim(0),
+             "RoiAlign: batch index " << b[r] << " of region " << r << " is out of range for " << x.dim(0) << " images");
   roi::check_regions(p, rois.as_doubles());
+  return p;
+}
+
+// RoiAlign (mode avg; runtime/kernels/roi_align.h's formula per output element).
+template <class T>
+void roi_align_typed(KernelContext& ctx) {
+  const Tensor &x = ctx.input(0), &rois = ctx.input(1), &bi = ctx.input(2);
+  std::vector<int64_t> b;
+  const roi::Params p = checked_regions(ctx, x, rois, bi, b);
+  const int64_t R = rois.dim(0), C = x.dim(1), HW = p.H * p.W, bins = p.out_h * p.out_w;
   T* y = ptr<T>(ctx.output(0, {R, C, p.out_h, p.out_w}, x.dtype()));
   const T* px = ptr<T>(x);
   const T* pr = ptr<T>(rois);
@@ -45,8 +53,41 @@ void roi_align_typed(KernelContext& ctx) {
   }
 }
 
+// RoiAlignGrad(dY, X, rois, batch_indices) -> dX: each bin's dY spread back over its samples' taps. A thread owns
+// image planes, adding the regions of that image in their order, so the sums do not depend on the threads.
+template <class T>
+void roi_align_grad_typed(KernelContext& ctx) {
+  const Tensor &dy = ctx.input(0), &x = ctx.input(1), &rois = ctx.input(2), &bi = ctx.input(3);
+  std::vector<int64_t> b;
+  const roi::Params p = checked_regions(ctx, x, rois, bi, b);
+  const int64_t R = rois.dim(0), N = x.dim(0), C = x.dim(1), HW = p.H * p.W, bins = p.out_h * p.out_w;
+  GR_CHECK(dy.dtype() == x.dtype() && dy.shape() == Shape({R, C, p.out_h, p.out_w}),
+           "RoiAlignGrad: dY " << dtype_name(dy.dtype()) << shape_str(dy.shape()) << " does not fit "
+                               << shape_str(Shape({R, C, p.out_h, p.out_w})));
+  Tensor& dx = ctx.output(0, x.shape(), x.dtype());
+  if (dx.numel() == 0) return;
+  std::memset(dx.raw(), 0, dx.nbytes());
+  T* pdx = ptr<T>(dx);
+  const T* pdy = ptr<T>(dy);
+  const T* pr = ptr<T>(rois);
+#pragma omp parallel for num_threads(threads_for(ctx, R * C * bins * 16)) schedule(static)
+  for (int64_t nc = 0; nc < N * C; ++nc) {
+    const int64_t n = nc / C, c = nc % C;
+    T* plane = pdx + nc * HW;
+    for (int64_t r = 0; r < R; ++r) {
+      if (b[static_cast<size_t>(r)] != n) continue;
+      for (int64_t k = 0; k < bins; ++k)
+        roi::add_gradient(plane, pr + 4 * r, k / p.out_w, k % p.out_w, p, pdy[(r * C + c) * bins + k]);
+    }
+  }
+}
+
 void roi_align_kernel(KernelContext& ctx) {
   dispatch_float(ctx.input(0).dtype(), "RoiAlign", [&](auto tag) { roi_align_typed<decltype(tag)>(ctx); });
+}
+
+void roi_align_grad_kernel(KernelContext& ctx) {
+  dispatch_float(ctx.input(1).dtype(), "RoiAlignGrad", [&](auto tag) { roi_align_grad_typed<decltype(tag)>(ctx); });
 }
 
 }  // namespace
@@ -54,6 +95,25 @@ void roi_align_kernel(KernelContext& ctx) {
 GR_REGISTER_OPS(detection) {
   ops.op("NonMaxSuppression").cpu(nms_kernel);
   ops.op("RoiAlign").cpu(via_f32<roi_align_kernel>);
+  ops.op(kGraphrunDomain, "RoiAlignGrad")
+      .cpu(via_f32<roi_align_grad_kernel>)
+      .schema(OpSchemaSpec("gradient of `RoiAlign` (mode avg) w.r.t. X: each output bin's dY divided among its "
+                           "sampling points and added back into their four bilinear taps; the regions get none")
+                  .attr("mode", "as RoiAlign", Attribute::Str("avg"))
+                  .attr("output_height", "as RoiAlign", Attribute::Int(1))
+                  .attr("output_width", "as RoiAlign", Attribute::Int(1))
+                  .attr("sampling_ratio", "as RoiAlign", Attribute::Int(0))
+                  .attr("spatial_scale", "as RoiAlign", Attribute::Float(1.f))
+                  .attr("coordinate_transformation_mode", "as RoiAlign (the forward's, resolved at its opset)",
+                        Attribute::Str("half_pixel"))
+                  .input("dY", "gradient of Y", "T1")
+                  .input("X", "the forward's X", "T1")
+                  .input("rois", "the forward's rois", "T1")
+                  .input("batch_indices", "the forward's batch_indices", "T2")
+                  .output("dX", "gradient of X", "T1")
+                  .type("T1", float_tensor_types(), "float tensors")
+                  .type("T2", {"tensor(int64)"}, "int64")
+                  .output_like(0, 1));
 }
 
 }  // namespace graphrun::runtime::cpu

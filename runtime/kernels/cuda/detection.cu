@@ -1,5 +1,6 @@
 // CUDA kernels: detection family (the CPU's detection.cc). NonMaxSuppression reads its inputs back and selects
-// on the host (runtime/kernels/nms.h, as the CPU): its output's length depends on the values. RoiAlign.
+// on the host (runtime/kernels/nms.h, as the CPU): its output's length depends on the values. RoiAlign and
+// RoiAlignGrad.
 #include "runtime/kernels/cuda/common.cuh"
 #include "runtime/kernels/nms.h"
 #include "runtime/kernels/roi_align.h"
@@ -55,11 +56,54 @@ void roi_align_op(KernelContext& ctx) {
   GR_LAUNCH_CHECK("roi_align");
 }
 
+// RoiAlignGrad: a thread per image plane (n, c), adding the regions of image n in their order (no atomics, the
+// CPU's order), each bin's dY spread over its samples' taps (roi::add_gradient).
+template <class T>
+__global__ void roi_align_grad_kernel(const T* dy, const T* rois, const int64_t* batch, T* dx, roi::Params p,
+                                      int64_t R, int64_t C, int64_t planes) {
+  GR_GRID_STRIDE(nc, planes) {
+    const int64_t n = nc / C, c = nc % C, bins = p.out_h * p.out_w;
+    T* plane = dx + nc * p.H * p.W;
+    for (int64_t r = 0; r < R; ++r) {
+      if (batch[r] != n) continue;
+      for (int64_t k = 0; k < bins; ++k)
+        roi::add_gradient(plane, rois + 4 * r, k / p.out_w, k % p.out_w, p, dy[(r * C + c) * bins + k]);
+    }
+  }
+}
+
+void roi_align_grad_op(KernelContext& ctx) {
+  const Tensor &dY = ctx.input(0), &X = ctx.input(1), &Rois = ctx.input(2), &B = ctx.input(3);
+  GR_CHECK(B.dtype() == DType::I64, "RoiAlignGrad on CUDA takes int64 batch_indices, got " << dtype_name(B.dtype()));
+  GR_CHECK(Rois.dtype() == X.dtype() && dY.dtype() == X.dtype() && (X.dtype() == DType::F32 || X.dtype() == DType::F64),
+           "RoiAlignGrad on CUDA takes f32 or f64 dY, X and rois alike");
+  const roi::Params p = roi::params(ctx.node(), ctx.opset(), X.shape(), Rois.shape(), B.shape());
+  roi::check_regions(p, host_doubles(ctx, 2));
+  for (int64_t b : host_int64s(ctx, 3))
+    GR_CHECK(b >= 0 && b < X.dim(0), "RoiAlign: batch index " << b << " is out of range for " << X.dim(0) << " images");
+  const int64_t R = Rois.dim(0), C = X.dim(1);
+  GR_CHECK(dY.shape() == Shape({R, C, p.out_h, p.out_w}),
+           "RoiAlignGrad: dY " << shape_str(dY.shape()) << " does not fit " << shape_str(Shape({R, C, p.out_h, p.out_w})));
+  Tensor& dX = ctx.output(0, X.shape(), X.dtype());
+  if (dX.numel() == 0) return;
+  cudaStream_t st = stream_of(ctx);
+  GR_CUDA_CHECK(cudaMemsetAsync(dX.raw(), 0, dX.nbytes(), st));
+  const int64_t planes = X.dim(0) * C;
+  if (X.dtype() == DType::F32)
+    roi_align_grad_kernel<float><<<grid_for(planes), kThreads, 0, st>>>(
+        dptr<float>(dY), dptr<float>(Rois), dptr<int64_t>(B), dptr<float>(dX), p, R, C, planes);
+  else
+    roi_align_grad_kernel<double><<<grid_for(planes), kThreads, 0, st>>>(
+        dptr<double>(dY), dptr<double>(Rois), dptr<int64_t>(B), dptr<double>(dX), p, R, C, planes);
+  GR_LAUNCH_CHECK("roi_align_grad");
+}
+
 }  // namespace
 
 GR_REGISTER_OPS(detection) {
   ops.op("NonMaxSuppression").cuda(locked<nms_op>);
   ops.op("RoiAlign").cuda(locked<roi_align_op>);
+  ops.op(kGraphrunDomain, "RoiAlignGrad").cuda(locked<roi_align_grad_op>);
 }
 
 }  // namespace graphrun::runtime::cuda

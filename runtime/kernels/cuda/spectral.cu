@@ -1,0 +1,147 @@
+// CUDA kernels: spectral family. DFT and STFT: a thread per output bin, runtime/kernels/spectral.h's direct sum in
+// double (as the CPU's), f32 and f64. MelWeightMatrix: its scalar inputs read back, the matrix computed on the host
+// as the CPU does and copied up.
+#include "graph/half.h"
+#include "runtime/kernels/cuda/common.cuh"
+#include "runtime/kernels/spectral.h"
+
+namespace graphrun::runtime::cuda {
+namespace {
+
+// Line l = (o, i) = (l / inner, l % inner): its element j is at o * in_outer + i * in_inner + j * in_step (c parts
+// each); its bin k goes to o * out_outer + i * out_inner + k * out_bin (2 parts). A transform of length n.
+struct Lines {
+  int64_t lines = 0, inner = 1, len = 0, c = 1, n = 0, bins = 0;
+  int64_t in_outer = 0, in_inner = 0, in_step = 0, out_outer = 0, out_inner = 0, out_bin = 0;
+  double sign = -1, scale = 1;
+};
+
+template <class T>
+__global__ void transform_kernel(const T* x, const T* window, T* y, Lines g, int64_t total) {
+  GR_GRID_STRIDE(idx, total) {
+    const int64_t k = idx % g.bins, line = idx / g.bins;
+    const int64_t o = line / g.inner, i = line % g.inner;
+    const T* base = x + o * g.in_outer + i * g.in_inner;
+    auto get = [&](int64_t j, double& re, double& im) {
+      const double w = window ? static_cast<double>(window[j]) : 1.0;
+      const T* e = base + j * g.in_step;
+      re = static_cast<double>(e[0]) * w;
+      im = g.c == 2 ? static_cast<double>(e[1]) * w : 0.0;
+    };
+    auto tw = [&](int64_t m, double& c, double& s) { spectral::twiddle(m, g.n, c, s); };
+    double re, im;
+    spectral::bin(k, g.n, g.len, g.sign, get, tw, re, im);
+    T* out = y + o * g.out_outer + i * g.out_inner + k * g.out_bin;
+    out[0] = static_cast<T>(re * g.scale);
+    out[1] = static_cast<T>(im * g.scale);
+  }
+}
+
+void launch(KernelContext& ctx, const Tensor& x, const Tensor* window, Tensor& y, const Lines& g, const char* what) {
+  const int64_t total = g.lines * g.bins;
+  if (total == 0) return;
+  GR_CHECK(x.dtype() == DType::F32 || x.dtype() == DType::F64, what << " on CUDA takes f32 or f64, got " << dtype_name(x.dtype()));
+  if (x.dtype() == DType::F32)
+    transform_kernel<float><<<grid_for(total), kThreads, 0, stream_of(ctx)>>>(
+        dptr<float>(x), window ? dptr<float>(*window) : nullptr, dptr<float>(y), g, total);
+  else
+    transform_kernel<double><<<grid_for(total), kThreads, 0, stream_of(ctx)>>>(
+        dptr<double>(x), window ? dptr<double>(*window) : nullptr, dptr<double>(y), g, total);
+  GR_LAUNCH_CHECK("spectral_transform");
+}
+
+int64_t host_scalar_int(const KernelContext& ctx, int i, const char* what) {
+  const std::vector<int64_t> v = host_int64s(ctx, i);
+  GR_CHECK(v.size() == 1, what << ": expects one value, got " << v.size());
+  return v[0];
+}
+
+void dft_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  const spectral::DftPlan p = spectral::dft_plan(ctx.node(), X.shape(),
+                                                 ctx.has_input(1) ? host_scalar_int(ctx, 1, "DFT dft_length") : -1);
+  Tensor& Y = ctx.output(0, p.y_shape, X.dtype());
+  Lines g;
+  g.lines = p.outer * p.inner;
+  g.inner = p.inner;
+  g.len = p.len;
+  g.c = p.c;
+  g.n = p.n;
+  g.bins = p.bins;
+  g.in_outer = p.len * p.inner * p.c;
+  g.in_inner = p.c;
+  g.in_step = p.inner * p.c;
+  g.out_outer = p.bins * p.inner * 2;
+  g.out_inner = 2;
+  g.out_bin = p.inner * 2;
+  g.sign = p.inverse ? 1.0 : -1.0;
+  g.scale = p.inverse ? 1.0 / static_cast<double>(p.n) : 1.0;
+  launch(ctx, X, nullptr, Y, g, "DFT");
+}
+
+void stft_op(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  const Tensor* W = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+  const Shape window_shape = W ? W->shape() : Shape{};
+  const spectral::StftPlan p = spectral::stft_plan(
+      ctx.node(), X.shape(), host_scalar_int(ctx, 1, "STFT frame_step"), W ? &window_shape : nullptr,
+      ctx.has_input(3) ? host_scalar_int(ctx, 3, "STFT frame_length") : -1);
+  GR_CHECK(!W || W->dtype() == X.dtype(), "STFT: the window and the signal differ in element type");
+  Tensor& Y = ctx.output(0, p.y_shape, X.dtype());
+  Lines g;  // line (b, f): o = b, i = f, the frames `step` samples apart
+  g.lines = p.batch * p.frames;
+  g.inner = p.frames;
+  g.len = p.n;
+  g.c = p.c;
+  g.n = p.n;
+  g.bins = p.bins;
+  g.in_outer = p.length * p.c;
+  g.in_inner = p.step * p.c;
+  g.in_step = p.c;
+  g.out_outer = p.frames * p.bins * 2;
+  g.out_inner = p.bins * 2;
+  g.out_bin = 2;
+  launch(ctx, X, W, Y, g, "STFT");
+}
+
+void mel_weight_matrix_op(KernelContext& ctx) {
+  auto integer = [&](int i, const char* what) {
+    const std::vector<int64_t> v = host_int64s(ctx, i);
+    GR_CHECK(v.size() == 1, "MelWeightMatrix: " << what << " must be a scalar");
+    return v[0];
+  };
+  auto real = [&](int i, const char* what) {
+    const std::vector<double> v = host_doubles(ctx, i);
+    GR_CHECK(v.size() == 1 && dtype_is_float(ctx.input(i).dtype()), "MelWeightMatrix: " << what << " must be a float scalar");
+    return v[0];
+  };
+  const int64_t mel_bins = integer(0, "num_mel_bins"), dft_length = integer(1, "dft_length");
+  const std::vector<double> w = spectral::mel_weights(mel_bins, dft_length, integer(2, "sample_rate"),
+                                                      real(3, "lower_edge_hertz"), real(4, "upper_edge_hertz"));
+  const int64_t type = ctx.node().attr_i("output_datatype", 1);
+  GR_CHECK(type == 1 || type == 10 || type == 11 || type == 16,
+           "MelWeightMatrix: output_datatype " << type << " is not a float type (1, 10, 11 or 16)");
+  const DType dt = static_cast<DType>(type);
+  Tensor host(dt, {dft_length / 2 + 1, mel_bins});
+  for (size_t k = 0; k < w.size(); ++k) switch (dt) {
+      case DType::F32: static_cast<float*>(host.raw())[k] = static_cast<float>(w[k]); break;
+      case DType::F64: static_cast<double*>(host.raw())[k] = w[k]; break;
+      case DType::F16: static_cast<uint16_t*>(host.raw())[k] = wide_to_half(w[k]); break;
+      default: static_cast<uint16_t*>(host.raw())[k] = wide_to_bf16(w[k]); break;
+    }
+  Tensor& Y = ctx.output(0, host.shape(), dt);
+  if (Y.nbytes()) {
+    GR_CUDA_CHECK(cudaMemcpyAsync(Y.raw(), host.raw(), host.nbytes(), cudaMemcpyHostToDevice, stream_of(ctx)));
+    GR_CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));  // `host` leaves with this call
+  }
+}
+
+}  // namespace
+
+GR_REGISTER_OPS(spectral) {
+  ops.op("DFT").cuda(locked<dft_op>);
+  ops.op("STFT").cuda(locked<stft_op>);
+  ops.op("MelWeightMatrix").cuda(locked<mel_weight_matrix_op>);
+}
+
+}  // namespace graphrun::runtime::cuda

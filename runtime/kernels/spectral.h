@@ -1,0 +1,93 @@
+// ONNX DFT and STFT (opset 17) and MelWeightMatrix, shared by the CPU kernels (runtime/kernels/cpu/spectral.cc) and
+// the CUDA kernels (runtime/kernels/cuda/spectral.cu). A complex value is a last dimension of 2 (real, imaginary); a
+// real input has a last dimension of 1. Each output bin is the direct sum over the line, in double, with twiddles
+// exact at the quarter turns, so that a bin that is 0 in exact math comes out at the double's rounding (numpy's FFT
+// is the reference the ONNX tests store, at float32 tolerances where the expected value is 0).
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#ifdef __CUDACC__
+#define GR_SPECTRAL_HD __host__ __device__
+#else
+#define GR_SPECTRAL_HD
+#endif
+
+namespace graphrun::runtime::spectral {
+
+// cos and sin of 2 pi m / n for m in [0, n).
+GR_SPECTRAL_HD inline void twiddle(int64_t m, int64_t n, double& c, double& s) {
+  if (m == 0) {
+    c = 1, s = 0;
+  } else if (2 * m == n) {
+    c = -1, s = 0;
+  } else if (4 * m == n) {
+    c = 0, s = 1;
+  } else if (4 * m == 3 * n) {
+    c = 0, s = -1;
+  } else {
+    const double a = 6.283185307179586476925 * static_cast<double>(m) / static_cast<double>(n);
+    c = cos(a);
+    s = sin(a);
+  }
+}
+
+// Bin k (k < n) of the length-n transform of a line whose first `len` elements are get(j, re, im) (the rest 0):
+// sum_j x_j exp(sign 2 pi i k j / n), sign -1 forward, +1 inverse (unscaled). tw(m, c, s) gives twiddle m.
+template <class Get, class Tw>
+GR_SPECTRAL_HD inline void bin(int64_t k, int64_t n, int64_t len, double sign, Get get, Tw tw, double& re,
+                               double& im) {
+  re = 0, im = 0;
+  const int64_t m_len = len < n ? len : n;
+  int64_t m = 0;  // k j mod n
+  for (int64_t j = 0; j < m_len; ++j) {
+    double c, s, xr, xi;
+    tw(m, c, s);
+    s *= sign;
+    get(j, xr, xi);
+    re += xr * c - xi * s;
+    im += xr * s + xi * c;
+    m += k;
+    if (m >= n) m -= n;
+  }
+}
+
+}  // namespace graphrun::runtime::spectral
+
+#include <vector>
+
+#include "graph/ir.h"
+#include "graph/tensor.h"
+
+namespace graphrun::runtime::spectral {
+
+// At most this many points in one transform (2^24): a file cannot ask for a quadratic sum over more.
+constexpr int64_t kMaxLength = int64_t(1) << 24;
+
+// DFT of X seen as [outer, len, inner, c] (c = 1 real, 2 complex) along `axis`: Y is [outer, bins, inner, 2].
+struct DftPlan {
+  int64_t outer = 1, len = 0, inner = 1, c = 1;
+  int64_t n = 0, bins = 0;  // the transform's length (dft_length, else len) and the bins kept (n, or n/2+1 onesided)
+  bool inverse = false;
+  Shape y_shape;
+};
+
+// `dft_length` < 0: none given. Throws naming the attribute or dimension that is wrong.
+DftPlan dft_plan(const Node& node, const Shape& x, int64_t dft_length);
+
+// STFT of signal [batch, length, c]: frames of n samples every `step`, each times the window (when given) and
+// transformed: Y is [batch, frames, bins, 2].
+struct StftPlan {
+  int64_t batch = 0, length = 0, c = 1, step = 1, n = 0, frames = 0, bins = 0;
+  Shape y_shape;
+};
+
+// `window` null: none given; `frame_length` < 0: none given.
+StftPlan stft_plan(const Node& node, const Shape& signal, int64_t step, const Shape* window, int64_t frame_length);
+
+// MelWeightMatrix's [dft_length / 2 + 1, mel_bins] matrix, row-major, as ONNX's reference computes it (the band
+// edges floored to spectrogram bins; a band of zero width rising is a single 1). Throws on sizes out of range.
+std::vector<double> mel_weights(int64_t mel_bins, int64_t dft_length, int64_t sample_rate, double lower_hz,
+                                double upper_hz);
+
+}  // namespace graphrun::runtime::spectral
