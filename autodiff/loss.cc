@@ -77,7 +77,9 @@ Graph attach_loss(const Graph& forward, const LossOptions& opts) {
   }
   for (const std::string& name : {opts.labels, opts.loss})
     GR_CHECK(!g.is_input(name) && !g.is_initializer(name) && g.producer(name) < 0 && !g.info(name),
-             "attach_loss: the model already has a value named '" << name << "'");
+             "attach_loss: the model already has a value named '"
+                 << name << "', the name graphrun's loss gives its " << (name == opts.labels ? "targets" : "value")
+                 << ": rename it in the model");
   const ValueInfo* oi = g.info(out);
   DType t = oi ? oi->dtype : DType::F32;
   if (t == DType::Undefined) t = DType::F32;

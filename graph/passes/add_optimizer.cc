@@ -42,12 +42,16 @@ Graph add_optimizer(const Graph& in, const AddOptimizerOptions& opts) {
   if (adam_like) g.opsets[kGraphrunDomain] = 1;
   if (g.opset("") == 0) g.opsets[""] = 17;
   GR_CHECK(!g.is_input(opts.lr_input) && !g.values.count(opts.lr_input),
-           "add_optimizer: graph '" << in.name << "' already has a value named '" << opts.lr_input << "'");
+           "add_optimizer: model '" << in.name << "' has a value named '" << opts.lr_input
+                                    << "', the name of the learning rate graphrun's optimizer adds: rename it in the "
+                                       "model");
   g.inputs.push_back(opts.lr_input);
   g.values[opts.lr_input] = scalar_info(DType::F32);
   if (stateful) {
     GR_CHECK(!g.values.count(opts.step_input) && !g.is_input(opts.step_input),
-             "add_optimizer: graph '" << in.name << "' already has a value named '" << opts.step_input << "'");
+             "add_optimizer: model '" << in.name << "' has a value named '" << opts.step_input
+                                      << "', the name of the step count graphrun's optimizer adds: rename it in the "
+                                         "model");
     g.inputs.push_back(opts.step_input);
     g.values[opts.step_input] = scalar_info(DType::I64);
   }
