@@ -1225,7 +1225,36 @@ std::unique_ptr<AtomicFile> attach_weights(onnx::ModelProto& m, const Graph& g, 
   return f;
 }
 
-Graph load_model(std::string bytes, const std::string& what, const std::string& dir) {
+// Known small integer and bool graph inputs (graphrun run's) stand as initializers of their own names while control
+// flow is decided: the evaluator of inline_static_ifs and unroll_static_loops reads them. Returns their names.
+std::vector<std::string> bind_known_inputs(onnx::ModelProto& m, const std::map<std::string, Tensor>* known) {
+  std::vector<std::string> bound;
+  if (!known) return bound;
+  std::set<std::string> inits;
+  for (const auto& t : m.graph().initializer()) inits.insert(t.name());
+  for (const auto& in : m.graph().input()) {
+    auto k = known->find(in.name());
+    if (k == known->end() || inits.count(in.name()) || !in.type().has_tensor_type()) continue;
+    const Tensor& t = k->second;
+    const bool small_integer = (t.dtype() == DType::I64 || t.dtype() == DType::I32 || t.dtype() == DType::Bool) &&
+                               t.numel() <= 64 && static_cast<int32_t>(t.dtype()) == in.type().tensor_type().elem_type();
+    if (!small_integer) continue;
+    tensor_to_proto(t, in.name(), m.mutable_graph()->add_initializer());
+    bound.push_back(in.name());
+  }
+  return bound;
+}
+
+void unbind_known_inputs(onnx::ModelProto& m, const std::vector<std::string>& bound) {
+  if (bound.empty()) return;
+  const std::set<std::string> names(bound.begin(), bound.end());
+  auto* inits = m.mutable_graph()->mutable_initializer();
+  for (int i = inits->size() - 1; i >= 0; --i)
+    if (names.count(inits->Get(i).name())) inits->DeleteSubrange(i, 1);
+}
+
+Graph load_model(std::string bytes, const std::string& what, const std::string& dir,
+                 const std::map<std::string, Tensor>* known = nullptr) {
   register_graphrun_schemas();
   if (bytes.empty()) GR_FAIL(what << ": empty file, not an ONNX model");
   onnx::ModelProto m;
@@ -1261,6 +1290,7 @@ Graph load_model(std::string bytes, const std::string& what, const std::string& 
     }
     return data;
   };
+  const std::vector<std::string> bound = bind_known_inputs(m, known);
   passes::inline_static_ifs(m, what, infer);
   // The Loop torch writes for nn.EmbeddingBag becomes the same computation without a loop.
   passes::vectorize_bag_loops(m, what);
@@ -1268,6 +1298,7 @@ Graph load_model(std::string bytes, const std::string& what, const std::string& 
   // iteration number, and Loops of their own.
   for (int64_t budget = passes::kMaxUnrolledNodes;;)
     if (!passes::unroll_static_loops(m, what, infer, budget) && !passes::inline_static_ifs(m, what, infer)) break;
+  unbind_known_inputs(m, bound);
   check_supported_features(m, what);
   convert_old_opset(m, what);
   lower_new_opset(m, what);
@@ -1289,9 +1320,10 @@ Graph load_model(std::string bytes, const std::string& what, const std::string& 
   return graph_from_proto(m, what, std::move(weights));
 }
 
-Graph load_printable(std::string bytes, const std::string& what, const std::string& dir) {
+Graph load_printable(std::string bytes, const std::string& what, const std::string& dir,
+                     const std::map<std::string, Tensor>* known = nullptr) {
   try {
-    return load_model(std::move(bytes), what, dir);
+    return load_model(std::move(bytes), what, dir, known);
   } catch (const Error& e) {
     throw Error(printable(e.what()));
   }
@@ -1301,8 +1333,25 @@ Graph load_printable(std::string bytes, const std::string& what, const std::stri
 
 Graph load_onnx_bytes(const std::string& bytes, const std::string& what) { return load_printable(bytes, what, ""); }
 
-Graph load_onnx(const std::string& path) {
-  Graph g = load_printable(read_file(path), path, folder_of(path));
+Graph load_onnx_bytes(const std::string& bytes, const std::string& what, const std::map<std::string, Tensor>& known) {
+  return load_printable(bytes, what, "", &known);
+}
+
+std::vector<std::string> onnx_input_names(const std::string& path) {
+  onnx::ModelProto m;
+  if (!m.ParseFromString(read_file(path))) GR_FAIL(path << ": not a valid ONNX model (the protobuf does not parse)");
+  std::set<std::string> inits;
+  for (const auto& t : m.graph().initializer()) inits.insert(t.name());
+  std::vector<std::string> names;
+  for (const auto& in : m.graph().input())
+    if (!inits.count(in.name())) names.push_back(in.name());
+  return names;
+}
+
+Graph load_onnx(const std::string& path) { return load_onnx(path, {}); }
+
+Graph load_onnx(const std::string& path, const std::map<std::string, Tensor>& known) {
+  Graph g = load_printable(read_file(path), path, folder_of(path), known.empty() ? nullptr : &known);
   // An exporter's default graph name says nothing of the model (torch names every export "torch_jit"):
   // messages ("training 'torch_jit'") name it by its file instead. A model saved keeps the name it had.
   static const std::set<std::string> generic = {"graph", "torch_jit", "torch-jit-export", "main_graph"};

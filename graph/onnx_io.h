@@ -1,6 +1,8 @@
 // ONNX model files <-> graphrun Graph. The only place (with tensor_io) that touches ONNX protobuf.
 #pragma once
+#include <map>
 #include <string>
+#include <vector>
 
 #include "graph/ir.h"
 
@@ -16,11 +18,19 @@ namespace graphrun {
 // takes its file's name (net.onnx: 'net') for messages; Graph::meta keeps the file's name for save_onnx,
 // with what else the model says of itself (metadata_props, doc_string, model_version, domain, ...).
 Graph load_onnx(const std::string& path);
+// load_onnx for one run on known inputs (graphrun run): an If's condition, a Loop's trip count or condition that
+// the graph's small integer or bool inputs decide (at most 64 elements each, of the declared type) is decided by
+// the values in `known`, so that the control flow is taken or unrolled for those values. The graph holds for them
+// alone.
+Graph load_onnx(const std::string& path, const std::map<std::string, Tensor>& known);
+// The names of the model's graph inputs that are not initializers, from the file alone (nothing checked).
+std::vector<std::string> onnx_input_names(const std::string& path);
 // Whether load_onnx expands an ai.onnx op at `opset` into the ops its schema defines it by (the op has no
 // CPU kernel and a function body in its schema: MeanVarianceNormalization, HannWindow, ...).
 bool expands_on_load(const std::string& op_type, int64_t opset);
 // Same, from serialized bytes; `what` names the source in errors. External data is refused (no folder).
 Graph load_onnx_bytes(const std::string& bytes, const std::string& what);
+Graph load_onnx_bytes(const std::string& bytes, const std::string& what, const std::map<std::string, Tensor>& known);
 
 // Writes the graph as an ONNX model (opset imports for every domain used, ai.graphrun included).
 // With check, runs onnx::checker on the result first (full check) and refuses an invalid model.

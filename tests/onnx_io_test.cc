@@ -1020,6 +1020,53 @@ save([helper.make_node('Loop', ['huge', '', 'x'], ['v'], body=zb, name='forever'
   expect_load_error(dir + "/huge.onnx", "would pass graphrun's limit of 131072 unrolled nodes per model");
 }
 
+// graphrun run knows its inputs: an If on a bool input and a Loop over a count input are decided by the values
+// given, for that run (the model is loaded again with them known, and says so). Without such a run the same control
+// flow stays refused in one line (check, train), and an input of another type than declared is one line.
+TEST(OnnxIo, RunDecidesControlFlowByItsSmallInputs) {
+  const std::string dir = temp_dir("onnx_run_bound");
+  run_onnx_python(dir, R"(
+vi = lambda name, t, shape: helper.make_tensor_value_info(name, t, shape)
+then_b = helper.make_graph([helper.make_node('Mul', ['x', 'two'], ['doubled'])], 'then', [], [vi('doubled', TensorProto.FLOAT, [3])],
+                           [helper.make_tensor('two', TensorProto.FLOAT, [], [2.0])])
+else_b = helper.make_graph([helper.make_node('Neg', ['x'], ['negated'])], 'else', [], [vi('negated', TensorProto.FLOAT, [3])])
+body = helper.make_graph([helper.make_node('Add', ['acc_in', 'x'], ['acc_out']), helper.make_node('Identity', ['c'], ['c_out'])],
+                         'body', [vi('i', TensorProto.INT64, []), vi('c', TensorProto.BOOL, []), vi('acc_in', TensorProto.FLOAT, [3])],
+                         [vi('c_out', TensorProto.BOOL, []), vi('acc_out', TensorProto.FLOAT, [3])])
+g = helper.make_graph([helper.make_node('If', ['flag'], ['a'], then_branch=then_b, else_branch=else_b, name='choose'),
+                       helper.make_node('Loop', ['n', '', 'a'], ['y'], body=body, name='repeat')], 'ctrl',
+                      [vi('flag', TensorProto.BOOL, []), vi('n', TensorProto.INT64, []), vi('x', TensorProto.FLOAT, [3])],
+                      [vi('y', TensorProto.FLOAT, [3])])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), 'ctrl.onnx')
+x = np.array([1.0, -2.0, 0.5], np.float32)
+np.save('x.npy', x)
+for tag, flag, n in (('a', True, 3), ('b', False, 0)):
+    np.save('flag_%s.npy' % tag, np.array(flag))
+    np.save('n_%s.npy' % tag, np.array(n, np.int64))
+    np.save('want_%s.npy' % tag, ((x * 2 if flag else -x) + n * x).astype(np.float32))
+np.save('n_float.npy', np.array(3.0, np.float32))
+)");
+  for (const std::string tag : {"a", "b"}) {
+    SCOPED_TRACE(tag);
+    auto r = run_command(testing::graphrun_cli() + " run " + dir + "/ctrl.onnx --input flag=" + dir + "/flag_" + tag +
+                         ".npy,n=" + dir + "/n_" + tag + ".npy,x=" + dir + "/x.npy --output-dir " + dir + "/out_" + tag + " 2>&1");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("control flow decided by the values of 'flag', 'n' for this run"), std::string::npos)
+        << r.output;
+    EXPECT_EQ(testing::max_abs_diff(read_npy(dir + "/out_" + tag + "/y.npy"), read_npy(dir + "/want_" + tag + ".npy")), 0);
+  }
+  auto check = run_command(testing::graphrun_cli() + " check " + dir + "/ctrl.onnx 2>&1");
+  EXPECT_EQ(check.exit_code, 2) << check.output;
+  EXPECT_NE(check.output.find("node 'choose' (If): its condition 'flag' depends on the input data"), std::string::npos)
+      << check.output;
+  auto wrong = run_command(testing::graphrun_cli() + " run " + dir + "/ctrl.onnx --input flag=" + dir + "/flag_a.npy,n=" +
+                           dir + "/n_float.npy,x=" + dir + "/x.npy 2>&1");
+  EXPECT_EQ(wrong.exit_code, 2) << wrong.output;
+  EXPECT_NE(wrong.output.find("'repeat' (Loop): its trip count or its condition depends on the input data"),
+            std::string::npos)
+      << wrong.output;
+}
+
 // torchvision.ops.nms exports NonMaxSuppression asking for INT64_MAX boxes per class; graphrun keeps what
 // torchvision keeps, in its order (overlapping random boxes, IoU 0.4; batched_nms's class offsets too).
 TEST(OnnxIo, TorchvisionNmsKeepsWhatTorchvisionKeeps) {

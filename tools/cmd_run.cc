@@ -47,6 +47,8 @@ const Command& run_command() {
       "(bilinear), pixels / 255, then --normalize; a batch of one.\n"
       "Output names are made safe as file names: characters other than letters, digits, '.', '-' and\n"
       "'_' become '_'.\n"
+      "An If or Loop whose condition or trip count the small integer or bool inputs decide (a flag, a\n"
+      "count) is decided by the values given: taken or unrolled for this run, as stderr says.\n"
       "\nexample:\n  graphrun run models/lenet.onnx --input image=x.npy --output-dir out/   # writes out/logits.npy"};
   return cmd;
 }
@@ -239,7 +241,35 @@ int cmd_run(const std::vector<std::string>& argv) {
   if (threads < 1 || threads > 1024) throw Error(args.usage_error("--threads must be between 1 and 1024"));
 
   const runtime::data::Normalize norm = parse_run_normalize(args);
-  Graph g = load_onnx(model);
+  Graph g;
+  try {
+    g = load_onnx(model);
+  } catch (const Error& e) {
+    // Control flow that the inputs decide (an If on a flag input, a Loop over a count input) is decided by this
+    // run's values: the model loads again with its small integer and bool inputs known.
+    if (std::string(e.what()).find("depends on the input data") == std::string::npos) throw;
+    Graph shell;
+    shell.inputs = onnx_input_names(model);
+    std::map<std::string, Tensor> known;
+    for (const auto& [name, file] : input_files(args, shell, model)) {
+      std::error_code ec;
+      const auto size = std::filesystem::file_size(file, ec);
+      if (ec || size > 65536 || is_image_file(file)) continue;
+      try {
+        Tensor t = read_tensor_file(file, name);
+        if ((t.dtype() == DType::I64 || t.dtype() == DType::I32 || t.dtype() == DType::Bool) && t.numel() <= 64)
+          known[name] = std::move(t);
+      } catch (const Error&) {
+        // read again below, where its error is reported
+      }
+    }
+    if (known.empty()) throw;
+    g = load_onnx(model, known);
+    std::string names;
+    for (const auto& [name, t] : known) names += (names.empty() ? "'" : ", '") + name + "'";
+    std::cerr << "graphrun run: " << model << ": control flow decided by the values of " << names
+              << " for this run\n";
+  }
   std::map<std::string, std::string> files = input_files(args, g, model);
   std::map<std::string, Tensor> feeds;
   bool image = false;
