@@ -90,13 +90,8 @@ int inline_static_ifs(onnx::ModelProto& m, const std::string& what, const InferS
     }
     if (ready.empty()) return replaced;
     // A model of those nodes alone (in the file's order), inferred as the whole model would be.
-    onnx::ModelProto prefix = m;
-    auto* pg = prefix.mutable_graph();
-    pg->clear_node();
-    pg->clear_output();
-    pg->clear_value_info();
-    for (int i : needed) *pg->add_node() = g.node(i);
-    fold_constant_integers(*pg);
+    onnx::ModelProto prefix = model_of(m, needed);
+    fold_constant_integers(*prefix.mutable_graph());
     const ShapeData data = infer(prefix);
     Evaluator ev(prefix.graph(), data);
     std::map<int, bool> taken;  // by If node index: the branch it takes (then: true)

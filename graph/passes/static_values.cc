@@ -524,6 +524,16 @@ std::set<int> ancestors(const onnx::GraphProto& g, const std::map<std::string, i
   return seen;
 }
 
+onnx::ModelProto model_of(const onnx::ModelProto& m, const std::set<int>& nodes) {
+  onnx::ModelProto prefix = m;
+  auto* pg = prefix.mutable_graph();
+  pg->clear_node();
+  pg->clear_output();
+  pg->clear_value_info();
+  for (int i : nodes) *pg->add_node() = m.graph().node(i);
+  return prefix;
+}
+
 void collect_names(const onnx::GraphProto& g, std::set<std::string>& values, std::set<std::string>& nodes) {
   for (const auto& v : g.input()) values.insert(v.name());
   for (const auto& t : g.initializer()) values.insert(t.name());

@@ -103,6 +103,10 @@ void fold_constant_integers(onnx::GraphProto& g);
 // The nodes that compute `name`, through their inputs.
 std::set<int> ancestors(const onnx::GraphProto& g, const std::map<std::string, int>& producer, const std::string& name);
 
+// A model of the nodes `nodes` (indices) of m's main graph alone, in the file's order, without graph outputs or value
+// infos: what a pass infers to learn the values its decisions need.
+onnx::ModelProto model_of(const onnx::ModelProto& m, const std::set<int>& nodes);
+
 // Every value and node name a graph and its subgraphs define: an inlined
 // subgraph's must not take one.
 void collect_names(const onnx::GraphProto& g, std::set<std::string>& values, std::set<std::string>& nodes);

@@ -483,12 +483,8 @@ int unroll_static_loops(onnx::ModelProto& m, const std::string& what, const Infe
   if (ready.empty()) return 0;
   // A model of those nodes alone (in the file's order), with a Shape of each Scan's inputs, inferred as the whole
   // model would be.
-  onnx::ModelProto prefix = m;
+  onnx::ModelProto prefix = model_of(m, needed);
   auto* pg = prefix.mutable_graph();
-  pg->clear_node();
-  pg->clear_output();
-  pg->clear_value_info();
-  for (int i : needed) *pg->add_node() = g.node(i);
   for (int i : ready) {
     const auto& n = g.node(i);
     if (n.op_type() != "Scan") continue;

@@ -23,9 +23,9 @@ DftPlan dft_plan(const Node& node, const Shape& x, int64_t dft_length) {
   GR_CHECK(r >= 2 && (x.back() == 1 || x.back() == 2),
            "DFT: the input must be [batch, signal dims..., 1 or 2] (real or complex), got " << shape_str(x));
   int64_t axis = node.attr_i("axis", 1);
-  GR_CHECK(axis >= -r && axis <= r - 2 && axis != -1,
-           "DFT: axis " << axis << " is out of range for an input of rank " << r << " (the last dimension holds the "
-                        << "real and imaginary parts)");
+  GR_CHECK(axis >= -r && axis <= r - 2 && axis != -1, "DFT: axis " << axis << " is out of range for an input of rank "
+                                                                   << r << " (the last dimension holds the "
+                                                                   << "real and imaginary parts)");
   if (axis < 0) axis += r;
   DftPlan p;
   p.c = x.back();
@@ -74,6 +74,24 @@ StftPlan stft_plan(const Node& node, const Shape& signal, int64_t step, const Sh
   check_work("STFT", p.batch * p.frames, p.bins, p.n);
   p.y_shape = {p.batch, p.frames, p.bins, 2};
   return p;
+}
+
+Lines lines_of(const DftPlan& p) {
+  Lines g;
+  g.lines = p.outer * p.inner, g.inner = p.inner, g.len = p.len, g.c = p.c, g.n = p.n, g.bins = p.bins;
+  g.in_outer = p.len * p.inner * p.c, g.in_inner = p.c, g.in_step = p.inner * p.c;
+  g.out_outer = p.bins * p.inner * 2, g.out_inner = 2, g.out_bin = p.inner * 2;
+  g.sign = p.inverse ? 1.0 : -1.0;
+  g.scale = p.inverse ? 1.0 / static_cast<double>(p.n) : 1.0;
+  return g;
+}
+
+Lines lines_of(const StftPlan& p) {
+  Lines g;
+  g.lines = p.batch * p.frames, g.inner = p.frames, g.len = p.n, g.c = p.c, g.n = p.n, g.bins = p.bins;
+  g.in_outer = p.length * p.c, g.in_inner = p.step * p.c, g.in_step = p.c;
+  g.out_outer = p.frames * p.bins * 2, g.out_inner = p.bins * 2, g.out_bin = 2;
+  return g;
 }
 
 std::vector<double> mel_weights(int64_t mel_bins, int64_t dft_length, int64_t sample_rate, double lower_hz,

@@ -35,8 +35,7 @@ GR_SPECTRAL_HD inline void twiddle(int64_t m, int64_t n, double& c, double& s) {
 // Bin k (k < n) of the length-n transform of a line whose first `len` elements are get(j, re, im) (the rest 0):
 // sum_j x_j exp(sign 2 pi i k j / n), sign -1 forward, +1 inverse (unscaled). tw(m, c, s) gives twiddle m.
 template <class Get, class Tw>
-GR_SPECTRAL_HD inline void bin(int64_t k, int64_t n, int64_t len, double sign, Get get, Tw tw, double& re,
-                               double& im) {
+GR_SPECTRAL_HD inline void bin(int64_t k, int64_t n, int64_t len, double sign, Get get, Tw tw, double& re, double& im) {
   re = 0, im = 0;
   const int64_t m_len = len < n ? len : n;
   int64_t m = 0;  // k j mod n
@@ -50,6 +49,33 @@ GR_SPECTRAL_HD inline void bin(int64_t k, int64_t n, int64_t len, double sign, G
     m += k;
     if (m >= n) m -= n;
   }
+}
+
+// The lines a node transforms. Line l = (o, i) = (l / inner, l % inner): its element j is at
+// o * in_outer + i * in_inner + j * in_step (c parts each; times window[j] where there is a window); its bin k goes to
+// o * out_outer + i * out_inner + k * out_bin (2 parts), scaled by `scale`.
+struct Lines {
+  int64_t lines = 0, inner = 1, len = 0, c = 1, n = 0, bins = 0;
+  int64_t in_outer = 0, in_inner = 0, in_step = 0, out_outer = 0, out_inner = 0, out_bin = 0;
+  double sign = -1, scale = 1;
+};
+
+// Bin k of line `line` of `x` into `y`; tw(m, c, s) gives twiddle m of g.n.
+template <class T, class Tw>
+GR_SPECTRAL_HD inline void line_bin(const T* x, const T* window, T* y, const Lines& g, int64_t line, int64_t k, Tw tw) {
+  const int64_t o = line / g.inner, i = line % g.inner;
+  const T* base = x + o * g.in_outer + i * g.in_inner;
+  auto get = [&](int64_t j, double& re, double& im) {
+    const double w = window ? static_cast<double>(window[j]) : 1.0;
+    const T* e = base + j * g.in_step;
+    re = static_cast<double>(e[0]) * w;
+    im = g.c == 2 ? static_cast<double>(e[1]) * w : 0.0;
+  };
+  double re, im;
+  bin(k, g.n, g.len, g.sign, get, tw, re, im);
+  T* out = y + o * g.out_outer + i * g.out_inner + k * g.out_bin;
+  out[0] = static_cast<T>(re * g.scale);
+  out[1] = static_cast<T>(im * g.scale);
 }
 
 }  // namespace graphrun::runtime::spectral
@@ -84,6 +110,11 @@ struct StftPlan {
 
 // `window` null: none given; `frame_length` < 0: none given.
 StftPlan stft_plan(const Node& node, const Shape& signal, int64_t step, const Shape* window, int64_t frame_length);
+
+// The lines of each: a DFT's [outer, len, inner, c] into [outer, bins, inner, 2]; an STFT's frames (b, f), `step`
+// samples apart, into [batch, frames, bins, 2].
+Lines lines_of(const DftPlan& p);
+Lines lines_of(const StftPlan& p);
 
 // MelWeightMatrix's [dft_length / 2 + 1, mel_bins] matrix, row-major, as ONNX's reference computes it (the band
 // edges floored to spectrogram bins; a band of zero width rising is a single 1). Throws on sizes out of range.

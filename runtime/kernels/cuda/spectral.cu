@@ -8,36 +8,16 @@
 namespace graphrun::runtime::cuda {
 namespace {
 
-// Line l = (o, i) = (l / inner, l % inner): its element j is at o * in_outer + i * in_inner + j * in_step (c parts
-// each); its bin k goes to o * out_outer + i * out_inner + k * out_bin (2 parts). A transform of length n.
-struct Lines {
-  int64_t lines = 0, inner = 1, len = 0, c = 1, n = 0, bins = 0;
-  int64_t in_outer = 0, in_inner = 0, in_step = 0, out_outer = 0, out_inner = 0, out_bin = 0;
-  double sign = -1, scale = 1;
-};
-
 template <class T>
-__global__ void transform_kernel(const T* x, const T* window, T* y, Lines g, int64_t total) {
+__global__ void transform_kernel(const T* x, const T* window, T* y, spectral::Lines g, int64_t total) {
   GR_GRID_STRIDE(idx, total) {
-    const int64_t k = idx % g.bins, line = idx / g.bins;
-    const int64_t o = line / g.inner, i = line % g.inner;
-    const T* base = x + o * g.in_outer + i * g.in_inner;
-    auto get = [&](int64_t j, double& re, double& im) {
-      const double w = window ? static_cast<double>(window[j]) : 1.0;
-      const T* e = base + j * g.in_step;
-      re = static_cast<double>(e[0]) * w;
-      im = g.c == 2 ? static_cast<double>(e[1]) * w : 0.0;
-    };
     auto tw = [&](int64_t m, double& c, double& s) { spectral::twiddle(m, g.n, c, s); };
-    double re, im;
-    spectral::bin(k, g.n, g.len, g.sign, get, tw, re, im);
-    T* out = y + o * g.out_outer + i * g.out_inner + k * g.out_bin;
-    out[0] = static_cast<T>(re * g.scale);
-    out[1] = static_cast<T>(im * g.scale);
+    spectral::line_bin(x, window, y, g, idx / g.bins, idx % g.bins, tw);
   }
 }
 
-void launch(KernelContext& ctx, const Tensor& x, const Tensor* window, Tensor& y, const Lines& g, const char* what) {
+void launch(KernelContext& ctx, const Tensor& x, const Tensor* window, Tensor& y, const spectral::Lines& g,
+            const char* what) {
   const int64_t total = g.lines * g.bins;
   if (total == 0) return;
   GR_CHECK(x.dtype() == DType::F32 || x.dtype() == DType::F64, what << " on CUDA takes f32 or f64, got " << dtype_name(x.dtype()));
@@ -61,22 +41,7 @@ void dft_op(KernelContext& ctx) {
   const spectral::DftPlan p = spectral::dft_plan(ctx.node(), X.shape(),
                                                  ctx.has_input(1) ? host_scalar_int(ctx, 1, "DFT dft_length") : -1);
   Tensor& Y = ctx.output(0, p.y_shape, X.dtype());
-  Lines g;
-  g.lines = p.outer * p.inner;
-  g.inner = p.inner;
-  g.len = p.len;
-  g.c = p.c;
-  g.n = p.n;
-  g.bins = p.bins;
-  g.in_outer = p.len * p.inner * p.c;
-  g.in_inner = p.c;
-  g.in_step = p.inner * p.c;
-  g.out_outer = p.bins * p.inner * 2;
-  g.out_inner = 2;
-  g.out_bin = p.inner * 2;
-  g.sign = p.inverse ? 1.0 : -1.0;
-  g.scale = p.inverse ? 1.0 / static_cast<double>(p.n) : 1.0;
-  launch(ctx, X, nullptr, Y, g, "DFT");
+  launch(ctx, X, nullptr, Y, spectral::lines_of(p), "DFT");
 }
 
 void stft_op(KernelContext& ctx) {
@@ -88,20 +53,7 @@ void stft_op(KernelContext& ctx) {
       ctx.has_input(3) ? host_scalar_int(ctx, 3, "STFT frame_length") : -1);
   GR_CHECK(!W || W->dtype() == X.dtype(), "STFT: the window and the signal differ in element type");
   Tensor& Y = ctx.output(0, p.y_shape, X.dtype());
-  Lines g;  // line (b, f): o = b, i = f, the frames `step` samples apart
-  g.lines = p.batch * p.frames;
-  g.inner = p.frames;
-  g.len = p.n;
-  g.c = p.c;
-  g.n = p.n;
-  g.bins = p.bins;
-  g.in_outer = p.length * p.c;
-  g.in_inner = p.step * p.c;
-  g.in_step = p.c;
-  g.out_outer = p.frames * p.bins * 2;
-  g.out_inner = p.bins * 2;
-  g.out_bin = 2;
-  launch(ctx, X, W, Y, g, "STFT");
+  launch(ctx, X, W, Y, spectral::lines_of(p), "STFT");
 }
 
 void mel_weight_matrix_op(KernelContext& ctx) {
