@@ -847,46 +847,13 @@ onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), 'ca
 }
 
 // A Loop or Scan whose count is known when the model loads is unrolled into copies of its body, with the ONNX
-// meaning: torch's scripted `for t in range(x.size(1))` RNN cell and `while i < 3` refinement (forward against torch,
-// and `check`'s float64 gradient check), a Loop whose body condition stops it before its trip count and that stacks
-// scan outputs, nested Loops whose inner trip count and an If depend on the outer iteration number, a Loop that runs
+// meaning (torch.jit.script's loops: Zoo.ScriptedLoopsUnrolled*): a Loop whose body condition stops it before its
+// trip count and that stacks scan outputs, nested Loops whose inner trip count and an If depend on the outer iteration number, a Loop that runs
 // zero times, Scans reading and writing in both directions along other axes (numpy computes what the ops say).
 // A trip count on the data is refused, and so is a count past the unrolling budget, without building it.
 TEST(OnnxIo, StaticLoopsAndScansAreUnrolled) {
-  if (run_command(python() + " -c 'import torch' 2>&1").exit_code != 0) GTEST_SKIP() << python() << " lacks torch";
   const std::string dir = temp_dir("onnx_unroll");
   run_onnx_python(dir, R"(
-import torch
-torch.manual_seed(0)
-@torch.jit.script
-def run_cell(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, u: torch.Tensor):
-    h = torch.zeros(x.size(0), w.size(0))
-    for t in range(x.size(1)):
-        h = torch.tanh(torch.nn.functional.linear(h, w, b) + torch.matmul(x[:, t], u))
-    return h
-@torch.jit.script
-def refine(h: torch.Tensor):
-    i = 0
-    while i < 3:
-        h = h * 0.5 + torch.sin(h)
-        i += 1
-    return h
-class Rnn(torch.nn.Module):
-    def __init__(s):
-        super().__init__()
-        s.w = torch.nn.Parameter(torch.randn(4, 4) * 0.5)
-        s.b = torch.nn.Parameter(torch.randn(4) * 0.1)
-        s.u = torch.nn.Parameter(torch.randn(3, 4) * 0.5)
-        s.head = torch.nn.Linear(4, 2)
-    def forward(s, x):
-        return s.head(refine(run_cell(x, s.w, s.b, s.u)))
-m = Rnn()
-x = torch.randn(2, 5, 3)
-np.save('x.npy', x.numpy())
-np.save('rnn_torch.npy', m(x).detach().numpy())
-for opset in (13, 17):
-    torch.onnx.export(m, (x,), 'rnn_%d.onnx' % opset, opset_version=opset, input_names=['x'], output_names=['y'])
-
 def vi(name, shape, t=TensorProto.FLOAT):
     return helper.make_tensor_value_info(name, t, shape)
 def save(nodes, inputs, outputs, name, opset=17, inits=()):
@@ -975,16 +942,6 @@ save([helper.make_node('Loop', ['huge', '', 'x'], ['v'], body=zb, name='forever'
   auto no_control_flow = [](const Graph& g) {
     for (const Node& n : g.nodes) EXPECT_TRUE(n.op_type != "Loop" && n.op_type != "Scan" && n.op_type != "If") << n.describe();
   };
-  for (const char* name : {"rnn_13", "rnn_17"}) {
-    SCOPED_TRACE(name);
-    const Graph g = load_onnx(dir + "/" + name + ".onnx");
-    no_control_flow(g);
-    const Tensor y = runtime::Executor(g).run({{"x", npy("x")}}).at("y");
-    EXPECT_LE(testing::max_abs_diff(y, npy("rnn_torch")), 1e-5);
-    auto r = run_command(testing::graphrun_cli() + " check " + dir + "/" + name + ".onnx 2>&1");
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_NE(r.output.find("\nverdict: trainable"), std::string::npos) << r.output;
-  }
   {
     const Graph g = load_onnx(dir + "/early.onnx");
     no_control_flow(g);
