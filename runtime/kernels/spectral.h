@@ -1,8 +1,9 @@
 // ONNX DFT and STFT (opset 17) and MelWeightMatrix, shared by the CPU kernels (runtime/kernels/cpu/spectral.cc) and
 // the CUDA kernels (runtime/kernels/cuda/spectral.cu). A complex value is a last dimension of 2 (real, imaginary); a
-// real input has a last dimension of 1. Each output bin is the direct sum over the line, in double, with twiddles
-// exact at the quarter turns, so that a bin that is 0 in exact math comes out at the double's rounding (numpy's FFT
-// is the reference the ONNX tests store, at float32 tolerances where the expected value is 0).
+// real input has a last dimension of 1. The transforms compute in double with twiddles exact at the quarter turns, so
+// that a bin that is 0 in exact math comes out at the double's rounding (numpy's FFT is the reference the ONNX tests
+// store, at float32 tolerances where the expected value is 0): the CPU by a radix-2 FFT where the length is a power
+// of two, else (and CUDA always) by the direct sum per bin below.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -60,22 +61,31 @@ struct Lines {
   double sign = -1, scale = 1;
 };
 
-// Bin k of line `line` of `x` into `y`; tw(m, c, s) gives twiddle m of g.n.
-template <class T, class Tw>
-GR_SPECTRAL_HD inline void line_bin(const T* x, const T* window, T* y, const Lines& g, int64_t line, int64_t k, Tw tw) {
-  const int64_t o = line / g.inner, i = line % g.inner;
-  const T* base = x + o * g.in_outer + i * g.in_inner;
-  auto get = [&](int64_t j, double& re, double& im) {
-    const double w = window ? static_cast<double>(window[j]) : 1.0;
-    const T* e = base + j * g.in_step;
-    re = static_cast<double>(e[0]) * w;
-    im = g.c == 2 ? static_cast<double>(e[1]) * w : 0.0;
-  };
-  double re, im;
-  bin(k, g.n, g.len, g.sign, get, tw, re, im);
-  T* out = y + o * g.out_outer + i * g.out_inner + k * g.out_bin;
+// Element j of line `line` (times the window), as doubles.
+template <class T>
+GR_SPECTRAL_HD inline void line_element(const T* x, const T* window, const Lines& g, int64_t line, int64_t j,
+                                        double& re, double& im) {
+  const T* e = x + (line / g.inner) * g.in_outer + (line % g.inner) * g.in_inner + j * g.in_step;
+  const double w = window ? static_cast<double>(window[j]) : 1.0;
+  re = static_cast<double>(e[0]) * w;
+  im = g.c == 2 ? static_cast<double>(e[1]) * w : 0.0;
+}
+
+// Writes bin k of line `line`, scaled.
+template <class T>
+GR_SPECTRAL_HD inline void put_bin(T* y, const Lines& g, int64_t line, int64_t k, double re, double im) {
+  T* out = y + (line / g.inner) * g.out_outer + (line % g.inner) * g.out_inner + k * g.out_bin;
   out[0] = static_cast<T>(re * g.scale);
   out[1] = static_cast<T>(im * g.scale);
+}
+
+// Bin k of line `line` of `x` into `y` by the direct sum; tw(m, c, s) gives twiddle m of g.n.
+template <class T, class Tw>
+GR_SPECTRAL_HD inline void line_bin(const T* x, const T* window, T* y, const Lines& g, int64_t line, int64_t k, Tw tw) {
+  auto get = [&](int64_t j, double& re, double& im) { line_element(x, window, g, line, j, re, im); };
+  double re, im;
+  bin(k, g.n, g.len, g.sign, get, tw, re, im);
+  put_bin(y, g, line, k, re, im);
 }
 
 }  // namespace graphrun::runtime::spectral

@@ -1,5 +1,8 @@
-// CPU kernels: spectral family. DFT and STFT (opset 17; runtime/kernels/spectral.h's direct sums, in double, with a
-// table of the transform's n twiddles) and MelWeightMatrix (ONNX's reference filter bank).
+// CPU kernels: spectral family. DFT and STFT (opset 17; in double, with a table of the transform's n twiddles: a
+// radix-2 FFT per line where n is a power of two, else runtime/kernels/spectral.h's direct sums) and MelWeightMatrix
+// (ONNX's reference filter bank).
+#include <complex>
+
 #include "graph/half.h"
 #include "runtime/kernels/cpu/half_compute.h"
 #include "runtime/kernels/cpu/math_common.h"
@@ -24,7 +27,30 @@ int64_t scalar_input(KernelContext& ctx, int i, const char* what) {
   return v[0];
 }
 
-// Every bin of every line, with a table of the n twiddles.
+// In-place iterative radix-2 FFT of a.size() (a power of two) values: sum_j a_j exp(sign 2 pi i k j / n), unscaled;
+// `tw` holds the n twiddles.
+void fft_pow2(std::vector<std::complex<double>>& a, const std::vector<double>& tw, double sign) {
+  const size_t n = a.size();
+  for (size_t i = 1, j = 0; i < n; ++i) {  // bit-reversed order
+    size_t bit = n >> 1;
+    for (; j & bit; bit >>= 1) j ^= bit;
+    j ^= bit;
+    if (i < j) std::swap(a[i], a[j]);
+  }
+  for (size_t len = 2; len <= n; len <<= 1) {
+    const size_t step = n / len, half = len / 2;
+    for (size_t i = 0; i < n; i += len)
+      for (size_t k = 0; k < half; ++k) {
+        const std::complex<double> w(tw[2 * k * step], sign * tw[2 * k * step + 1]);
+        const std::complex<double> u = a[i + k], v = a[i + k + half] * w;
+        a[i + k] = u + v;
+        a[i + k + half] = u - v;
+      }
+  }
+}
+
+// Every bin of every line, with a table of the n twiddles: by the FFT where n is a power of two (n log n per line),
+// else by the direct sums.
 template <class T>
 void transform(KernelContext& ctx, const spectral::Lines& g, const Tensor& x, const Tensor* window, Tensor& y) {
   const std::vector<double> tw = twiddles(g.n);
@@ -35,9 +61,33 @@ void transform(KernelContext& ctx, const spectral::Lines& g, const Tensor& x, co
   const T* px = ptr<T>(x);
   const T* pw = window ? ptr<T>(*window) : nullptr;
   T* py = ptr<T>(y);
-#pragma omp parallel for num_threads(threads_for(ctx, g.lines* g.bins* std::min(g.n, g.len) * 4)) schedule(static)
-  for (int64_t line = 0; line < g.lines; ++line)
-    for (int64_t k = 0; k < g.bins; ++k) spectral::line_bin(px, pw, py, g, line, k, twiddle);
+  const int64_t points = std::min(g.n, g.len);
+  if ((g.n & (g.n - 1)) != 0) {
+    const int threads = threads_for(ctx, g.lines * g.bins * points * 4);
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t line = 0; line < g.lines; ++line)
+      for (int64_t k = 0; k < g.bins; ++k) spectral::line_bin(px, pw, py, g, line, k, twiddle);
+    return;
+  }
+  int64_t log_n = 0;
+  while ((int64_t(1) << log_n) < g.n) ++log_n;
+  const int threads = threads_for(ctx, g.lines * g.n * (log_n + 1) * 4);
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<std::complex<double>> a(static_cast<size_t>(g.n));
+#pragma omp for schedule(static)
+    for (int64_t line = 0; line < g.lines; ++line) {
+      std::fill(a.begin(), a.end(), std::complex<double>());
+      for (int64_t j = 0; j < points; ++j) {
+        double re, im;
+        spectral::line_element(px, pw, g, line, j, re, im);
+        a[static_cast<size_t>(j)] = {re, im};
+      }
+      fft_pow2(a, tw, g.sign);
+      for (int64_t k = 0; k < g.bins; ++k)
+        spectral::put_bin(py, g, line, k, a[static_cast<size_t>(k)].real(), a[static_cast<size_t>(k)].imag());
+    }
+  }
 }
 
 void dft_kernel(KernelContext& ctx) {
