@@ -30,6 +30,7 @@
 #include "graph/passes/fill_resize_ranks.h"
 #include "graph/passes/fill_slice_ranks.h"
 #include "graph/passes/inline_static_ifs.h"
+#include "graph/passes/resolve_static_sequences.h"
 #include "graph/passes/unroll_static_loops.h"
 #include "graph/passes/vectorize_bag_loops.h"
 #include "graph/passes/shape_values.h"
@@ -1296,8 +1297,12 @@ Graph load_model(std::string bytes, const std::string& what, const std::string& 
   passes::vectorize_bag_loops(m, what);
   // Loops and Scans of a count known now become copies of their bodies; what they unroll may hold Ifs on the
   // iteration number, and Loops of their own.
-  for (int64_t budget = passes::kMaxUnrolledNodes;;)
-    if (!passes::unroll_static_loops(m, what, infer, budget) && !passes::inline_static_ifs(m, what, infer)) break;
+  // Then the sequences of what they unrolled (a scripted list appended to in a loop) hold known tensors.
+  for (int64_t budget = passes::kMaxUnrolledNodes;;) {
+    const int unrolled = passes::unroll_static_loops(m, what, infer, budget);
+    const int inlined = passes::inline_static_ifs(m, what, infer);
+    if (!passes::resolve_static_sequences(m, what) && !unrolled && !inlined) break;
+  }
   unbind_known_inputs(m, bound);
   check_supported_features(m, what);
   convert_old_opset(m, what);

@@ -977,6 +977,49 @@ save([helper.make_node('Loop', ['huge', '', 'x'], ['v'], body=zb, name='forever'
   expect_load_error(dir + "/huge.onnx", "would pass graphrun's limit of 131072 unrolled nodes per model");
 }
 
+// Sequences whose contents are known when loading become their tensors (passes::resolve_static_sequences): built by
+// SequenceConstruct, SplitToSequence with split sizes, SequenceInsert at the front, SequenceErase, Identity; read by
+// SequenceAt (a negative position), SequenceLength and ConcatFromSequence with and without new_axis; numpy computes
+// what the ops say. A sequence that is a graph output stays refused in one line. (The scripted list a loop appends
+// to: Zoo.ScriptedLoopsUnrolled*.)
+TEST(OnnxIo, StaticSequencesBecomeTheirTensors) {
+  const std::string dir = temp_dir("onnx_sequences");
+  run_onnx_python(dir, R"(
+vi = lambda name, shape, t=TensorProto.FLOAT: helper.make_tensor_value_info(name, t, shape)
+i64 = lambda name, v: helper.make_tensor(name, TensorProto.INT64, [len(v)] if isinstance(v, list) else [], v if isinstance(v, list) else [v])
+nodes = [
+    helper.make_node('SplitToSequence', ['x', 'sizes'], ['parts'], axis=1),              # x[:, 0:1], x[:, 1:3], x[:, 3:6]
+    helper.make_node('SequenceConstruct', ['y', 'y'], ['pair']),
+    helper.make_node('SequenceInsert', ['parts', 'x', 'zero'], ['front']),                # [x, p0, p1, p2]
+    helper.make_node('SequenceErase', ['front', 'one'], ['erased']),                      # [x, p1, p2]
+    helper.make_node('Identity', ['erased'], ['same']),
+    helper.make_node('SequenceAt', ['same', 'minus_one'], ['last']),                      # p2
+    helper.make_node('SequenceLength', ['same'], ['count']),                              # 3
+    helper.make_node('ConcatFromSequence', ['parts'], ['rejoined'], axis=1),              # x
+    helper.make_node('ConcatFromSequence', ['pair'], ['stacked'], axis=0, new_axis=1),    # [y, y]
+]
+g = helper.make_graph(nodes, 'seqs', [vi('x', [2, 6]), vi('y', [3])],
+                      [vi('last', [2, 3]), vi('count', [], TensorProto.INT64), vi('rejoined', [2, 6]), vi('stacked', [2, 3])],
+                      [i64('sizes', [1, 2, 3]), i64('zero', 0), i64('one', 1), i64('minus_one', -1)])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), 'seqs.onnx')
+x = np.arange(12, dtype=np.float32).reshape(2, 6)
+y = np.array([1.0, -1.0, 0.5], np.float32)
+np.save('x.npy', x); np.save('y.npy', y)
+np.save('last.npy', x[:, 3:6]); np.save('stacked.npy', np.stack([y, y]))
+g2 = helper.make_graph([helper.make_node('SequenceConstruct', ['y'], ['s'])], 'out', [vi('y', [3])],
+                       [helper.make_tensor_sequence_value_info('s', TensorProto.FLOAT, [3])])
+onnx.save(helper.make_model(g2, opset_imports=[helper.make_opsetid('', 17)]), 'seq_output.onnx')
+)");
+  const Graph g = load_onnx(dir + "/seqs.onnx");
+  for (const Node& n : g.nodes) EXPECT_EQ(n.op_type.find("Sequence"), std::string::npos) << n.describe();
+  auto out = runtime::Executor(g).run({{"x", read_npy(dir + "/x.npy")}, {"y", read_npy(dir + "/y.npy")}});
+  EXPECT_EQ(testing::max_abs_diff(out.at("last"), read_npy(dir + "/last.npy")), 0);
+  EXPECT_EQ(out.at("count").to_vector<int64_t>(), std::vector<int64_t>{3});
+  EXPECT_EQ(testing::max_abs_diff(out.at("rejoined"), read_npy(dir + "/x.npy")), 0);
+  EXPECT_EQ(testing::max_abs_diff(out.at("stacked"), read_npy(dir + "/stacked.npy")), 0);
+  expect_load_error(dir + "/seq_output.onnx", "output 's' has a sequence type");
+}
+
 // graphrun run knows its inputs: an If on a bool input and a Loop over a count input are decided by the values
 // given, for that run (the model is loaded again with them known, and says so). Without such a run the same control
 // flow stays refused in one line (check, train), and an input of another type than declared is one line.

@@ -23,6 +23,7 @@ up one to one: their counts, and their shapes where ONNX shape inference knows t
 the float32 weights and batch; results are stored as f32.
 """
 import argparse
+from typing import List
 import copy
 import functools
 import os
@@ -154,9 +155,11 @@ class PoolingHeads(torch.nn.Module):
 @torch.jit.script
 def scan_rows(x: torch.Tensor, w: torch.Tensor, u: torch.Tensor, b: torch.Tensor):
     h = x.new_zeros((x.size(0), w.size(0)))
+    states: List[torch.Tensor] = []
     for t in range(x.size(2)):
         h = torch.tanh(torch.nn.functional.linear(h, w, b) + torch.matmul(x[:, :, t].flatten(1), u))
-    return h
+        states.append(h)
+    return 0.5 * h + 0.5 * torch.stack(states, 1).amax(1)
 
 
 @torch.jit.script
@@ -170,8 +173,9 @@ def settle(h: torch.Tensor):
 
 class ScriptedLoops(torch.nn.Module):
     """A CNN whose features a scripted recurrent cell reads row by row (`for t in range(x.size(2))`, a Loop over a
-    static shape), then a scripted `while i < 3` refinement over a counter (a Loop whose condition the counter
-    decides), then a Linear head: the Loops torch.jit.script writes, which graphrun unrolls when loading."""
+    static shape) keeping its states in a list (SequenceInsert per row, then torch.stack: ConcatFromSequence), then a
+    scripted `while i < 3` refinement over a counter (a Loop whose condition the counter decides), then a Linear
+    head: the Loops and lists torch.jit.script writes, which graphrun unrolls and resolves when loading."""
 
     def __init__(self, size, classes=10, hidden=12):
         super().__init__()

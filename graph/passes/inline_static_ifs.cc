@@ -84,7 +84,7 @@ int inline_static_ifs(onnx::ModelProto& m, const std::string& what, const InferS
       const auto& n = g.node(i);
       if (n.op_type() != "If" || !default_domain(n.domain()) || n.input_size() < 1 || n.input(0).empty()) continue;
       const std::set<int> a = ancestors(g, producer, n.input(0));
-      if (std::any_of(a.begin(), a.end(), [&](int j) { return has_subgraph(g.node(j)); })) continue;
+      if (std::any_of(a.begin(), a.end(), [&](int j) { return opaque(g.node(j)); })) continue;
       ready.push_back(i);
       needed.insert(a.begin(), a.end());
     }

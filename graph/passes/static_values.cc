@@ -41,6 +41,12 @@ bool integer_type(int32_t t) {
   return t == TP::INT64 || t == TP::INT32 || t == TP::INT16 || t == TP::INT8 || t == TP::UINT8 || t == TP::BOOL;
 }
 
+bool opaque(const onnx::NodeProto& n) {
+  const std::string& op = n.op_type();
+  return has_subgraph(n) || (default_domain(n.domain()) && (op.rfind("Sequence", 0) == 0 || op == "SplitToSequence" ||
+                                                           op == "ConcatFromSequence" || op.rfind("Optional", 0) == 0));
+}
+
 bool has_subgraph(const onnx::NodeProto& n) {
   for (const auto& a : n.attribute())
     if (a.type() == onnx::AttributeProto::GRAPH || a.type() == onnx::AttributeProto::GRAPHS || a.has_g() ||

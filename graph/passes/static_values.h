@@ -41,6 +41,9 @@ constexpr int kMaxDepth = 256;
 bool default_domain(const std::string& d);
 bool integer_type(int32_t t);
 bool has_subgraph(const onnx::NodeProto& n);
+// A node a pass cannot see through when it infers what decides control flow: one with a subgraph, or one of
+// sequences or optionals (which only resolve_static_sequences takes, after unrolling).
+bool opaque(const onnx::NodeProto& n);
 const onnx::AttributeProto* attr(const onnx::NodeProto& n, const char* name);
 
 // The values of the small integer and bool tensors a condition is computed

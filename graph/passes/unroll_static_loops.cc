@@ -440,7 +440,7 @@ int unroll_static_loops(onnx::ModelProto& m, const std::string& what, const Infe
   for (int i = 0; i < g.node_size(); ++i)
     for (const auto& o : g.node(i).output()) producer[o] = i;
   auto free_of_control_flow = [&](const std::set<int>& a) {
-    return std::none_of(a.begin(), a.end(), [&](int j) { return has_subgraph(g.node(j)); });
+    return std::none_of(a.begin(), a.end(), [&](int j) { return opaque(g.node(j)); });
   };
   // The Loops whose trip count and condition, and the Scans whose scan inputs, no control flow computes; the
   // nodes that compute those, and the outer values their bodies read where no control flow computes them.
