@@ -77,8 +77,26 @@ Graph fold_pads_on_cpu(const Graph& g) { return passes::fold_pads(g, pads_foldin
 
 Graph fold_constants_on_cpu(const Graph& g) { return passes::fold_constants(g, pads_folding()); }
 
+TrainingGraphs training_names(const Graph& model) {
+  auto used = [&](const std::string& v) {
+    return model.is_input(v) || model.is_initializer(v) || model.is_output(v) || model.producer(v) >= 0 ||
+           model.values.count(v);
+  };
+  auto free = [&](const std::string& base) {
+    std::string name = base;
+    for (int k = 2; used(name); ++k) name = base + "__" + std::to_string(k);
+    return name;
+  };
+  TrainingGraphs names;
+  names.loss = free(names.loss);
+  names.loss_scale = free(names.loss_scale);
+  names.lr = free(names.lr);
+  names.step = free(names.step);
+  return names;
+}
+
 passes::Pipeline training_pipeline(const Graph& model, const PipelineOptions& opts) {
-  const TrainingGraphs names;
+  const TrainingGraphs names = training_names(model);
   if (opts.data_parallel) {
     GR_CHECK(!model.inputs.empty(), "model '" << model.name << "' has no inputs to feed");
     GR_CHECK(!model.outputs.empty(), "model '" << model.name << "' has no outputs");
@@ -119,6 +137,8 @@ passes::Pipeline training_pipeline(const Graph& model, const PipelineOptions& op
 
   if (opts.data_parallel) {
     ReplicateOptions ro;
+    ro.lr_input = names.lr;
+    ro.step_input = names.step;
     ro.devices = opts.devices;
     ro.optimizer = opts.optimizer;
     ro.bucket_bytes = opts.bucket_bytes;
@@ -154,7 +174,7 @@ std::vector<passes::Pass> executor_passes() {
 TrainingGraphs build_training_graphs(const Graph& model, const PipelineOptions& opts) {
   const passes::Pipeline pipeline = training_pipeline(model, opts);
   if (!opts.dump_after.empty()) passes::check_dump_after(opts.dump_after, &pipeline);
-  TrainingGraphs tg;
+  TrainingGraphs tg = training_names(model);
   tg.forward = model;
   if (opts.data_parallel) {
     tg.inputs = model.inputs, tg.image = model.inputs[0];

@@ -23,8 +23,15 @@ struct TrainingGraphs {
   // The model inputs fed from the data, in the model's order (image: the first, what an MNIST folder
   // feeds).
   std::vector<std::string> inputs;
+  // The values training adds, named as below unless the model has a value of that name (training_names). The
+  // labels keep their name: the data's array of targets feeds them by it.
   std::string image, logits, labels = "labels", loss = "loss", loss_scale = "loss_scale";
+  std::string lr = "lr", step = "step";  // the optimizer's inputs: the learning rate, the updates done so far
 };
+
+// A TrainingGraphs holding only the names training gives what it adds to `model`: "loss", "loss_scale", "lr" and
+// "step", or the first of NAME__2, NAME__3, ... that the model does not use.
+TrainingGraphs training_names(const Graph& model);
 
 // The value fed to graph input `loss_scale` of `training` for a shard of n of a global batch of b:
 // n / b in the input's type (f32, or f64 in a float64 model's graph, where 3/10 must be exact to f64).

@@ -58,7 +58,7 @@ std::map<std::string, Shape> shard_shapes(const Graph& g, const TrainingGraphs& 
   std::map<std::string, Shape> shapes;
   double bytes = 0;  // in double: no overflow
   for (const std::string& name : g.inputs) {
-    if (name == tg.loss_scale || name == "lr" || name == "step") {
+    if (name == tg.loss_scale || name == tg.lr || name == tg.step) {
       shapes[name] = {};
       continue;
     }
@@ -112,11 +112,11 @@ std::map<std::string, Tensor> shard_inputs(const Graph& g, const TrainingGraphs&
       in[name] = loss_scale_value(g, name, n, o.batch_size);
       continue;
     }
-    if (name == "lr") {  // 0: the weights stay as they are over the timed steps
+    if (name == tg.lr) {  // 0: the weights stay as they are over the timed steps
       in[name] = Tensor::scalar<float>(0.f);
       continue;
     }
-    if (name == "step") {
+    if (name == tg.step) {
       in[name] = Tensor::scalar<int64_t>(1);
       continue;
     }

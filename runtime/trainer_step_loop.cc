@@ -53,7 +53,7 @@ void Trainer::replica_failed(std::exception_ptr error) {
 
 void Trainer::run_steps(Replica& r) {
   const int64_t B = opts_.batch_size, N = train_src_->size();
-  const bool stateful = graphs_.replicas[r.rank].graph.is_input("step");
+  const bool stateful = graphs_.replicas[r.rank].graph.is_input(graphs_.step);
   r.feed->begin_epoch(order_, order_gen_, cur_epoch_, seg_begin_);
   int64_t pending = -1;  // the step whose figures are in flight
   for (int64_t s = seg_begin_; s < seg_end_; ++s) {
@@ -89,8 +89,8 @@ void Trainer::run_steps(Replica& r) {
 std::map<std::string, Tensor> Trainer::step_inputs(int64_t s, int64_t n, int64_t b, bool stateful) const {
   std::map<std::string, Tensor> in{
       {graphs_.loss_scale, loss_scale_value(graphs_.training, graphs_.loss_scale, n, b)},
-      {"lr", Tensor::scalar<float>(static_cast<float>(learning_rate(opts_.schedule, step_base_ + s)))}};
-  if (stateful) in["step"] = Tensor::scalar<int64_t>(step_base_ + s);
+      {graphs_.lr, Tensor::scalar<float>(static_cast<float>(learning_rate(opts_.schedule, step_base_ + s)))}};
+  if (stateful) in[graphs_.step] = Tensor::scalar<int64_t>(step_base_ + s);
   return in;
 }
 

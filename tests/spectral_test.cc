@@ -147,7 +147,8 @@ for k, args in enumerate([(8, 16, 8192, 0.0, 4096.0), (40, 512, 16000, 20.0, 800
 }
 
 // An audio classifier's front end in the graph: STFT of the raw signal with a learnable window, power, a mel filter
-// bank (MelWeightMatrix), log, then a linear head. Three classes of tones in noise.
+// bank (MelWeightMatrix), log, then a linear head. Three classes of tones in noise. Its hop is a value named 'step',
+// the name of the step count Adam's update reads: training names that one step__2.
 TEST(Spectral, AudioFrontEndChecksAndTrains) {
   if (run_command(python() + " -c 'import numpy' 2>&1").exit_code != 0) GTEST_SKIP() << python() << " lacks numpy";
   const std::string dir = temp_dir("spectral_audio");
@@ -162,7 +163,7 @@ r = np.random.default_rng(0)
 const = lambda t: helper.make_node('Constant', [], [t.name], value=t)
 nodes = [const(i32('mels', 16)), const(i32('dft', n)), const(i32('rate', 8000)), const(f32('lo', 0.0)),
          const(f32('hi', 4000.0)), const(f32('eps', 1e-3)),
-    helper.make_node('STFT', ['audio', 'hop', 'window'], ['spec']),
+    helper.make_node('STFT', ['audio', 'step', 'window'], ['spec']),
     helper.make_node('Mul', ['spec', 'spec'], ['sq']),
     helper.make_node('ReduceSum', ['sq', 'last'], ['power'], keepdims=0),
     helper.make_node('MelWeightMatrix', ['mels', 'dft', 'rate', 'lo', 'hi'], ['bank']),
@@ -172,7 +173,7 @@ nodes = [const(i32('mels', 16)), const(i32('dft', n)), const(i32('rate', 8000)),
     helper.make_node('Flatten', ['logmel'], ['features']),
     helper.make_node('Gemm', ['features', 'w', 'b'], ['logits']),
 ]
-inits = [i64('hop', 32), numpy_helper.from_array(window, 'window'), helper.make_tensor('last', TensorProto.INT64, [1], [-1]),
+inits = [i64('step', 32), numpy_helper.from_array(window, 'window'), helper.make_tensor('last', TensorProto.INT64, [1], [-1]),
          numpy_helper.from_array((r.standard_normal((frames * 16, 3)) * 0.01).astype(np.float32), 'w'),
          numpy_helper.from_array(np.zeros(3, np.float32), 'b')]
 g = helper.make_graph(nodes, 'audio', [helper.make_tensor_value_info('audio', TensorProto.FLOAT, ['N', length, 1])],
