@@ -519,18 +519,20 @@ void check_supported_features(const onnx::ModelProto& m, const std::string& what
         if (np.op_type() == "If")
           GR_FAIL(what << ": " << proto_node_desc(np, i) << ": its condition '" << (np.input_size() ? np.input(0) : "")
                        << "' depends on the input data; graphrun takes an If only where the condition is known "
-                          "when the model loads (control flow, If, Loop, Scan, is not supported)");
+                          "when the model loads (graphrun run also takes it from a small integer or bool input of "
+                          "the declared type and shape)");
         // unroll_static_loops took every Loop and Scan whose count the model's shapes and constants decide.
         if (np.op_type() == "Loop")
           GR_FAIL(what << ": " << proto_node_desc(np, i)
                        << ": its trip count or its condition depends on the input data; graphrun runs a Loop by "
-                          "unrolling it when the model loads, where both are known then");
+                          "unrolling it when the model loads, where both are known then (graphrun run also takes "
+                          "them from small integer or bool inputs of the declared type and shape)");
         if (np.op_type() == "Scan")
           GR_FAIL(what << ": " << proto_node_desc(np, i)
                        << ": the length of its sequence is not known when the model loads; graphrun runs a Scan by "
                           "unrolling it then");
         GR_FAIL(what << ": " << proto_node_desc(np, i) << " has a subgraph (attribute '" << a.name()
-                     << "'); control flow (If, Loop, Scan) is not supported");
+                     << "'); graphrun takes control flow only as If, Loop and Scan it can resolve when loading");
       }
   }
 }
@@ -1240,6 +1242,14 @@ std::vector<std::string> bind_known_inputs(onnx::ModelProto& m, const std::map<s
     const bool small_integer = (t.dtype() == DType::I64 || t.dtype() == DType::I32 || t.dtype() == DType::Bool) &&
                                t.numel() <= 64 && static_cast<int32_t>(t.dtype()) == in.type().tensor_type().elem_type();
     if (!small_integer) continue;
+    // Of the declared shape too (else the run refuses the input, naming it).
+    if (in.type().tensor_type().has_shape()) {
+      const auto& dims = in.type().tensor_type().shape().dim();
+      bool fits = dims.size() == t.rank();
+      for (int d = 0; fits && d < dims.size(); ++d)
+        fits = !dims[d].has_dim_value() || dims[d].dim_value() == t.dim(d);
+      if (!fits) continue;
+    }
     tensor_to_proto(t, in.name(), m.mutable_graph()->add_initializer());
     bound.push_back(in.name());
   }
