@@ -514,6 +514,24 @@ TEST(GradRules, StftSignalAndWindow) {
   }
 }
 
+// MaxUnpool: each X element's gradient is dY where its index put it, against central differences; with output_shape
+// too (the unpooled result padded at the end of each spatial axis, so the index lands elsewhere in Y).
+TEST(GradRules, MaxUnpoolGathersDyAtTheIndices) {
+  for (bool with_shape : {false, true}) {
+    SCOPED_TRACE(with_shape ? "output_shape" : "default shape");
+    TestGraph t(17);
+    std::string x = t.param("x", {1, 2, 2, 3}, 61, -2, 2);
+    std::vector<int64_t> at;  // a maximum in each 2x2 window of the [1, 2, 4, 6] unpooled tensor, as MaxPool's
+    for (int64_t c = 0; c < 2; ++c)
+      for (int64_t i = 0; i < 2; ++i)
+        for (int64_t j = 0; j < 3; ++j) at.push_back(c * 24 + (2 * i + (i + j + c) % 2) * 6 + 2 * j + (j + c) % 2);
+    std::vector<std::string> ins{x, t.node("Constant", {}, {{"value", A::Tens(Tensor::from_vector<int64_t>({1, 2, 2, 3}, at))}})};
+    if (with_shape)
+      ins.push_back(t.node("Constant", {}, {{"value", A::Tens(Tensor::from_vector<int64_t>({4}, {1, 2, 5, 7}))}}));
+    check_gradients(t, t.node("MaxUnpool", ins, {{"kernel_shape", A::Ints({2, 2})}, {"strides", A::Ints({2, 2})}}));
+  }
+}
+
 // Det: the cofactor matrix, on a batch, a 1x1, and on singular matrices (rank n-1: cofactors from the minors;
 // rank n-2: all zero), where the numeric gradient is as well defined as anywhere (det is a polynomial).
 TEST(GradRules, DetOnABatchAndOnSingularMatrices) {

@@ -1511,6 +1511,20 @@ void spectral_cases(Cases& cs) {
 }
 TEST(GpuKernels, Spectral) { expect_group_on_gpu(spectral_cases); }
 
+// MaxUnpool: the default shape and output_shape (padded at the end of each spatial axis).
+void unpool_cases(Cases& cs) {
+  const Tensor x = random_tensor({1, 2, 2, 3}, 1300);
+  std::vector<int64_t> at;
+  for (int64_t c = 0; c < 2; ++c)
+    for (int64_t i = 0; i < 2; ++i)
+      for (int64_t j = 0; j < 3; ++j) at.push_back(c * 24 + (2 * i + (i + j) % 2) * 6 + 2 * j + j % 2);
+  const Tensor idx = i64({1, 2, 2, 3}, at);
+  const std::map<std::string, Attribute> attrs{{"kernel_shape", Attribute::Ints({2, 2})}, {"strides", Attribute::Ints({2, 2})}};
+  cs.add("MaxUnpool", {x, idx}, attrs, 1, 0, 11);
+  cs.add("MaxUnpool", {as_f64(x), idx, i64({4}, {1, 2, 5, 7})}, attrs, 1, 0, 11);
+}
+TEST(GpuKernels, MaxUnpool) { expect_group_on_gpu(unpool_cases); }
+
 // ---- the op table: every CUDA kernel has a CPU reference and cases ----
 
 // Every case group, by the name of the GpuKernels test that runs it on a GPU.
@@ -1555,6 +1569,7 @@ const std::vector<std::pair<const char*, CaseGroup>>& case_groups() {
       {"NonMaxSuppression", nms_cases},
       {"RoiAlign", roi_align_cases},
       {"DftStftMelWeightMatrix", spectral_cases},
+      {"MaxUnpool", unpool_cases},
   };
   return groups;
 }
