@@ -1228,6 +1228,14 @@ std::unique_ptr<AtomicFile> attach_weights(onnx::ModelProto& m, const Graph& g, 
   return f;
 }
 
+}  // namespace
+
+bool small_control_value(const Tensor& t) {
+  return (t.dtype() == DType::I64 || t.dtype() == DType::I32 || t.dtype() == DType::Bool) && t.numel() <= 64;
+}
+
+namespace {
+
 // Known small integer and bool graph inputs (graphrun run's) stand as initializers of their own names while control
 // flow is decided: the evaluator of inline_static_ifs and unroll_static_loops reads them. Returns their names.
 std::vector<std::string> bind_known_inputs(onnx::ModelProto& m, const std::map<std::string, Tensor>* known) {
@@ -1239,9 +1247,7 @@ std::vector<std::string> bind_known_inputs(onnx::ModelProto& m, const std::map<s
     auto k = known->find(in.name());
     if (k == known->end() || inits.count(in.name()) || !in.type().has_tensor_type()) continue;
     const Tensor& t = k->second;
-    const bool small_integer = (t.dtype() == DType::I64 || t.dtype() == DType::I32 || t.dtype() == DType::Bool) &&
-                               t.numel() <= 64 && static_cast<int32_t>(t.dtype()) == in.type().tensor_type().elem_type();
-    if (!small_integer) continue;
+    if (!small_control_value(t) || static_cast<int32_t>(t.dtype()) != in.type().tensor_type().elem_type()) continue;
     // Of the declared shape too (else the run refuses the input, naming it).
     if (in.type().tensor_type().has_shape()) {
       const auto& dims = in.type().tensor_type().shape().dim();

@@ -23,6 +23,8 @@ Graph load_onnx(const std::string& path);
 // the values in `known`, so that the control flow is taken or unrolled for those values. The graph holds for them
 // alone.
 Graph load_onnx(const std::string& path, const std::map<std::string, Tensor>& known);
+// Whether `t` can stand for a graph input in `known`: an integer or bool tensor of at most 64 elements.
+bool small_control_value(const Tensor& t);
 // The names of the model's graph inputs that are not initializers, from the file alone (nothing checked).
 std::vector<std::string> onnx_input_names(const std::string& path);
 // Whether load_onnx expands an ai.onnx op at `opset` into the ops its schema defines it by (the op has no

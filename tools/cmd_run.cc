@@ -257,8 +257,7 @@ int cmd_run(const std::vector<std::string>& argv) {
       if (ec || size > 65536 || is_image_file(file)) continue;
       try {
         Tensor t = read_tensor_file(file, name);
-        if ((t.dtype() == DType::I64 || t.dtype() == DType::I32 || t.dtype() == DType::Bool) && t.numel() <= 64)
-          known[name] = std::move(t);
+        if (small_control_value(t)) known[name] = std::move(t);
       } catch (const Error&) {
         // read again below, where its error is reported
       }

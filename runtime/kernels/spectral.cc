@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "graph/error.h"
+#include "graph/half.h"
 
 namespace graphrun::runtime::spectral {
 namespace {
@@ -134,6 +135,30 @@ std::vector<double> mel_weights(int64_t mel_bins, int64_t dft_length, int64_t sa
         set(j, i, static_cast<double>(right - j) / static_cast<double>(right - center));
   }
   return w;
+}
+
+Tensor mel_weight_tensor(int64_t mel_bins, int64_t dft_length, int64_t sample_rate, double lower_hz, double upper_hz,
+                         int64_t output_datatype) {
+  GR_CHECK(output_datatype == 1 || output_datatype == 10 || output_datatype == 11 || output_datatype == 16,
+           "MelWeightMatrix: output_datatype " << output_datatype << " is not a float type (1, 10, 11 or 16)");
+  const std::vector<double> w = mel_weights(mel_bins, dft_length, sample_rate, lower_hz, upper_hz);
+  const auto dt = static_cast<DType>(output_datatype);
+  Tensor t(dt, {dft_length / 2 + 1, mel_bins});
+  for (size_t k = 0; k < w.size(); ++k) switch (dt) {
+      case DType::F32:
+        static_cast<float*>(t.raw())[k] = static_cast<float>(w[k]);
+        break;
+      case DType::F64:
+        static_cast<double*>(t.raw())[k] = w[k];
+        break;
+      case DType::F16:
+        static_cast<uint16_t*>(t.raw())[k] = wide_to_half(w[k]);
+        break;
+      default:
+        static_cast<uint16_t*>(t.raw())[k] = wide_to_bf16(w[k]);
+        break;
+    }
+  return t;
 }
 
 }  // namespace graphrun::runtime::spectral

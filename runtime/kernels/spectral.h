@@ -131,4 +131,9 @@ Lines lines_of(const StftPlan& p);
 std::vector<double> mel_weights(int64_t mel_bins, int64_t dft_length, int64_t sample_rate, double lower_hz,
                                 double upper_hz);
 
+// The same matrix as a host tensor of ONNX element type `output_datatype` (float, float16, double or bfloat16;
+// another is an Error).
+Tensor mel_weight_tensor(int64_t mel_bins, int64_t dft_length, int64_t sample_rate, double lower_hz, double upper_hz,
+                         int64_t output_datatype);
+
 }  // namespace graphrun::runtime::spectral

@@ -3,7 +3,6 @@
 // (ONNX's reference filter bank).
 #include <complex>
 
-#include "graph/half.h"
 #include "runtime/kernels/cpu/half_compute.h"
 #include "runtime/kernels/cpu/math_common.h"
 #include "runtime/kernels/spectral.h"
@@ -123,27 +122,9 @@ void mel_weight_matrix_kernel(KernelContext& ctx) {
     return ctx.input(i).as_doubles()[0];
   };
   const int64_t mel_bins = integer(0, "num_mel_bins"), dft_length = integer(1, "dft_length");
-  const std::vector<double> w = spectral::mel_weights(mel_bins, dft_length, integer(2, "sample_rate"),
-                                                      real(3, "lower_edge_hertz"), real(4, "upper_edge_hertz"));
-  const int64_t type = ctx.node().attr_i("output_datatype", 1);
-  const DType dt = static_cast<DType>(type);
-  GR_CHECK(type == 1 || type == 10 || type == 11 || type == 16,
-           "MelWeightMatrix: output_datatype " << type << " is not a float type (1, 10, 11 or 16)");
-  Tensor& y = ctx.output(0, {dft_length / 2 + 1, mel_bins}, dt);
-  for (size_t k = 0; k < w.size(); ++k) switch (dt) {
-      case DType::F32:
-        ptr<float>(y)[k] = static_cast<float>(w[k]);
-        break;
-      case DType::F64:
-        ptr<double>(y)[k] = w[k];
-        break;
-      case DType::F16:
-        static_cast<uint16_t*>(y.raw())[k] = wide_to_half(w[k]);
-        break;
-      default:
-        static_cast<uint16_t*>(y.raw())[k] = wide_to_bf16(w[k]);
-        break;
-    }
+  const Tensor w = spectral::mel_weight_tensor(mel_bins, dft_length, integer(2, "sample_rate"), real(3, "lower_edge_hertz"),
+                                              real(4, "upper_edge_hertz"), ctx.node().attr_i("output_datatype", 1));
+  ctx.output(0, w.shape(), w.dtype()).copy_from(w);
 }
 
 }  // namespace

@@ -34,15 +34,23 @@ __global__ void roi_align_kernel(const T* x, const T* rois, const int64_t* batch
   }
 }
 
+// The node's parameters for inputs X, rois and batch_indices at positions x, x + 1, x + 2, checked as the CPU checks
+// them: the regions and batch indices are read back first (the device cannot raise).
+roi::Params checked_regions(KernelContext& ctx, int x, const char* op) {
+  const Tensor &X = ctx.input(x), &Rois = ctx.input(x + 1), &B = ctx.input(x + 2);
+  GR_CHECK(B.dtype() == DType::I64, op << " on CUDA takes int64 batch_indices, got " << dtype_name(B.dtype()));
+  GR_CHECK(Rois.dtype() == X.dtype() && (X.dtype() == DType::F32 || X.dtype() == DType::F64),
+           op << " on CUDA takes f32 or f64 X and rois alike");
+  const roi::Params p = roi::params(ctx.node(), ctx.opset(), X.shape(), Rois.shape(), B.shape());
+  roi::check_regions(p, host_doubles(ctx, x + 1));
+  for (int64_t b : host_int64s(ctx, x + 2))
+    GR_CHECK(b >= 0 && b < X.dim(0), "RoiAlign: batch index " << b << " is out of range for " << X.dim(0) << " images");
+  return p;
+}
+
 void roi_align_op(KernelContext& ctx) {
   const Tensor &X = ctx.input(0), &Rois = ctx.input(1), &B = ctx.input(2);
-  GR_CHECK(B.dtype() == DType::I64, "RoiAlign on CUDA takes int64 batch_indices, got " << dtype_name(B.dtype()));
-  GR_CHECK(Rois.dtype() == X.dtype() && (X.dtype() == DType::F32 || X.dtype() == DType::F64),
-           "RoiAlign on CUDA takes f32 or f64 X and rois alike");
-  const roi::Params p = roi::params(ctx.node(), ctx.opset(), X.shape(), Rois.shape(), B.shape());
-  roi::check_regions(p, host_doubles(ctx, 1));
-  for (int64_t b : host_int64s(ctx, 2))
-    GR_CHECK(b >= 0 && b < X.dim(0), "RoiAlign: batch index " << b << " is out of range for " << X.dim(0) << " images");
+  const roi::Params p = checked_regions(ctx, 0, "RoiAlign");
   const int64_t R = Rois.dim(0), C = X.dim(1);
   Tensor& Y = ctx.output(0, {R, C, p.out_h, p.out_w}, X.dtype());
   const int64_t n = Y.numel();
@@ -74,13 +82,8 @@ __global__ void roi_align_grad_kernel(const T* dy, const T* rois, const int64_t*
 
 void roi_align_grad_op(KernelContext& ctx) {
   const Tensor &dY = ctx.input(0), &X = ctx.input(1), &Rois = ctx.input(2), &B = ctx.input(3);
-  GR_CHECK(B.dtype() == DType::I64, "RoiAlignGrad on CUDA takes int64 batch_indices, got " << dtype_name(B.dtype()));
-  GR_CHECK(Rois.dtype() == X.dtype() && dY.dtype() == X.dtype() && (X.dtype() == DType::F32 || X.dtype() == DType::F64),
-           "RoiAlignGrad on CUDA takes f32 or f64 dY, X and rois alike");
-  const roi::Params p = roi::params(ctx.node(), ctx.opset(), X.shape(), Rois.shape(), B.shape());
-  roi::check_regions(p, host_doubles(ctx, 2));
-  for (int64_t b : host_int64s(ctx, 3))
-    GR_CHECK(b >= 0 && b < X.dim(0), "RoiAlign: batch index " << b << " is out of range for " << X.dim(0) << " images");
+  const roi::Params p = checked_regions(ctx, 1, "RoiAlignGrad");
+  GR_CHECK(dY.dtype() == X.dtype(), "RoiAlignGrad on CUDA takes dY of X's type");
   const int64_t R = Rois.dim(0), C = X.dim(1);
   GR_CHECK(dY.shape() == Shape({R, C, p.out_h, p.out_w}),
            "RoiAlignGrad: dY " << shape_str(dY.shape()) << " does not fit " << shape_str(Shape({R, C, p.out_h, p.out_w})));

@@ -1,7 +1,6 @@
 // CUDA kernels: spectral family. DFT and STFT: a thread per output bin, runtime/kernels/spectral.h's direct sum in
 // double (as the CPU's), f32 and f64. MelWeightMatrix: its scalar inputs read back, the matrix computed on the host
 // as the CPU does and copied up.
-#include "graph/half.h"
 #include "runtime/kernels/cuda/common.cuh"
 #include "runtime/kernels/spectral.h"
 
@@ -68,20 +67,10 @@ void mel_weight_matrix_op(KernelContext& ctx) {
     return v[0];
   };
   const int64_t mel_bins = integer(0, "num_mel_bins"), dft_length = integer(1, "dft_length");
-  const std::vector<double> w = spectral::mel_weights(mel_bins, dft_length, integer(2, "sample_rate"),
-                                                      real(3, "lower_edge_hertz"), real(4, "upper_edge_hertz"));
-  const int64_t type = ctx.node().attr_i("output_datatype", 1);
-  GR_CHECK(type == 1 || type == 10 || type == 11 || type == 16,
-           "MelWeightMatrix: output_datatype " << type << " is not a float type (1, 10, 11 or 16)");
-  const DType dt = static_cast<DType>(type);
-  Tensor host(dt, {dft_length / 2 + 1, mel_bins});
-  for (size_t k = 0; k < w.size(); ++k) switch (dt) {
-      case DType::F32: static_cast<float*>(host.raw())[k] = static_cast<float>(w[k]); break;
-      case DType::F64: static_cast<double*>(host.raw())[k] = w[k]; break;
-      case DType::F16: static_cast<uint16_t*>(host.raw())[k] = wide_to_half(w[k]); break;
-      default: static_cast<uint16_t*>(host.raw())[k] = wide_to_bf16(w[k]); break;
-    }
-  Tensor& Y = ctx.output(0, host.shape(), dt);
+  const Tensor host =
+      spectral::mel_weight_tensor(mel_bins, dft_length, integer(2, "sample_rate"), real(3, "lower_edge_hertz"),
+                                  real(4, "upper_edge_hertz"), ctx.node().attr_i("output_datatype", 1));
+  Tensor& Y = ctx.output(0, host.shape(), host.dtype());
   if (Y.nbytes()) {
     GR_CUDA_CHECK(cudaMemcpyAsync(Y.raw(), host.raw(), host.nbytes(), cudaMemcpyHostToDevice, stream_of(ctx)));
     GR_CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));  // `host` leaves with this call
