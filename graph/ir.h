@@ -99,6 +99,16 @@ struct ModelMeta {
   std::map<std::string, std::string> value_docs;  // the doc_string of inputs and outputs, by value name
 };
 
+// A graph input or output the model file declares as a sequence or an optional, in a graph loaded for one run on
+// known inputs (load_onnx with `composite`, graphrun run): the tensor inputs or outputs that stand for it now.
+struct CompositeSlot {
+  std::string name;                // as the file declares it
+  std::string type;                // "sequence", "optional" (of a tensor) or "optional(sequence)"
+  int position = 0;                // among the file's graph inputs (outputs), initializers not counted
+  bool none = false;               // an optional without a value
+  std::vector<std::string> parts;  // its elements' graph inputs (outputs), in order; none for an empty sequence
+};
+
 struct Graph {
   std::string name = "graph";
   std::vector<Node> nodes;            // topological order
@@ -119,6 +129,8 @@ struct Graph {
   // add_optimizer and state_updates fill it; the executor takes it as ExecOptions::state_updates.
   // Not written to ONNX files.
   std::vector<std::pair<std::string, std::string>> state_updates;
+  // The sequence and optional inputs and outputs of a graph loaded for one run (above); empty otherwise.
+  std::vector<CompositeSlot> composite_inputs, composite_outputs;
 
   int64_t opset(const std::string& domain = "") const;  // 0 when not imported
   const ValueInfo* info(const std::string& value) const;  // nullptr when unknown

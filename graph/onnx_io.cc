@@ -531,6 +531,9 @@ void check_supported_features(const onnx::ModelProto& m, const std::string& what
           GR_FAIL(what << ": " << proto_node_desc(np, i)
                        << ": the length of its sequence is not known when the model loads; graphrun runs a Scan by "
                           "unrolling it then");
+        if (sequence_or_optional_op(np))
+          GR_FAIL(what << ": " << proto_node_desc(np, i) << ": " << kSequenceRefusal << " here "
+                       << kSequenceRefusalWhy);
         GR_FAIL(what << ": " << proto_node_desc(np, i) << " has a subgraph (attribute '" << a.name()
                      << "'); graphrun takes control flow only as If, Loop and Scan it can resolve when loading");
       }
@@ -1238,14 +1241,14 @@ namespace {
 
 // Known small integer and bool graph inputs (graphrun run's) stand as initializers of their own names while control
 // flow is decided: the evaluator of inline_static_ifs and unroll_static_loops reads them. Returns their names.
-std::vector<std::string> bind_known_inputs(onnx::ModelProto& m, const std::map<std::string, Tensor>* known) {
+std::vector<std::string> bind_known_inputs(onnx::ModelProto& m, const KnownInputs* known) {
   std::vector<std::string> bound;
   if (!known) return bound;
   std::set<std::string> inits;
   for (const auto& t : m.graph().initializer()) inits.insert(t.name());
   for (const auto& in : m.graph().input()) {
-    auto k = known->find(in.name());
-    if (k == known->end() || inits.count(in.name()) || !in.type().has_tensor_type()) continue;
+    auto k = known->small.find(in.name());
+    if (k == known->small.end() || inits.count(in.name()) || !in.type().has_tensor_type()) continue;
     const Tensor& t = k->second;
     if (!small_control_value(t) || static_cast<int32_t>(t.dtype()) != in.type().tensor_type().elem_type()) continue;
     // Of the declared shape too (else the run refuses the input, naming it).
@@ -1262,6 +1265,114 @@ std::vector<std::string> bind_known_inputs(onnx::ModelProto& m, const std::map<s
   return bound;
 }
 
+// "sequence", "optional", "optional(sequence)" for a type graphrun binds (of tensors), "unsupported" for another
+// sequence or optional, "" for the rest.
+std::string composite_type(const onnx::TypeProto& t) {
+  if (t.has_sequence_type()) return t.sequence_type().elem_type().has_tensor_type() ? "sequence" : "unsupported";
+  if (!t.has_optional_type()) return "";
+  const onnx::TypeProto& e = t.optional_type().elem_type();
+  if (e.has_tensor_type()) return "optional";
+  return e.has_sequence_type() && e.sequence_type().elem_type().has_tensor_type() ? "optional(sequence)"
+                                                                                  : "unsupported";
+}
+
+// A sequence or optional graph input of one run becomes the tensor inputs of its elements, NAME[0], NAME[1], ...,
+// and the nodes that build it from them (SequenceConstruct or SequenceEmpty; Optional), which
+// resolve_static_sequences follows as any sequence built in the graph.
+std::vector<CompositeSlot> bind_composite_inputs(onnx::ModelProto& m, const KnownInputs* known,
+                                                 const std::string& what) {
+  std::vector<CompositeSlot> slots;
+  if (!known) return slots;
+  auto& g = *m.mutable_graph();
+  std::set<std::string> inits, values, node_names;
+  for (const auto& t : g.initializer()) inits.insert(t.name());
+  passes::static_values::collect_names(g, values, node_names);
+  google::protobuf::RepeatedPtrField<onnx::ValueInfoProto> inputs;
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+  auto node = [&](const std::string& op, const std::string& base, const std::vector<std::string>& in,
+                  const std::string& out) -> onnx::NodeProto& {
+    onnx::NodeProto& n = *nodes.Add();
+    n.set_op_type(op);
+    n.set_name(passes::static_values::unused(base, node_names));
+    for (const auto& i : in) n.add_input(i);
+    n.add_output(out);
+    return n;
+  };
+  int position = 0;
+  for (const auto& in : g.input()) {
+    if (inits.count(in.name())) {
+      *inputs.Add() = in;
+      continue;
+    }
+    const int pos = position++;
+    const std::string declared = composite_type(in.type());
+    if (declared.empty()) {
+      *inputs.Add() = in;
+      continue;
+    }
+    const std::string& name = in.name();
+    GR_CHECK(declared != "unsupported",
+             what << ": input '" << name
+                  << "' is a sequence or optional of values other than tensors; graphrun "
+                     "reads sequences of tensors, and optionals of a tensor or of such a sequence");
+    CompositeValue none;
+    none.optional = true;
+    none.none = true;
+    none.sequence = declared == "optional(sequence)";
+    auto it = known->composite.find(name);
+    GR_CHECK(it != known->composite.end() || declared != "sequence",
+             what << ": input '" << name << "' is a sequence, and no value was given for it");
+    const CompositeValue& v = it == known->composite.end() ? none : it->second;
+    GR_CHECK(v.type() == declared || (v.none && declared != "sequence"),
+             what << ": input '" << name << "' is " << (declared == "sequence" ? "a " : "an ") << declared
+                  << ", but the value given is " << (v.optional ? "an " : "a ") << v.type());
+    const onnx::TypeProto& declared_elem =
+        in.type().has_sequence_type() ? in.type().sequence_type().elem_type() : in.type().optional_type().elem_type();
+    const onnx::TypeProto& tensor_type =
+        declared_elem.has_sequence_type() ? declared_elem.sequence_type().elem_type() : declared_elem;
+    CompositeSlot slot{name, declared, pos, v.none, {}};
+    for (size_t k = 0; k < v.tensors.size(); ++k) {
+      onnx::ValueInfoProto& part = *inputs.Add();
+      part.set_name(passes::static_values::unused(name + "[" + std::to_string(k) + "]", values));
+      *part.mutable_type() = tensor_type;
+      // A main graph's input has a shape: where the file gives none, the rank of the value given.
+      auto* tt = part.mutable_type()->mutable_tensor_type();
+      if (!tt->has_shape())
+        for (int d = 0; d < v.tensors[k].rank(); ++d) tt->mutable_shape()->add_dim();
+      slot.parts.push_back(part.name());
+    }
+    std::string held = slot.parts.empty() ? std::string() : slot.parts[0];
+    if (v.sequence && !v.none) {
+      held = v.optional ? passes::static_values::unused(name + "/sequence", values) : name;
+      if (slot.parts.empty()) {
+        auto* a = node("SequenceEmpty", name + "/sequence", {}, held).add_attribute();
+        a->set_name("dtype");
+        a->set_type(onnx::AttributeProto::INT);
+        a->set_i(tensor_type.tensor_type().elem_type() ? tensor_type.tensor_type().elem_type()
+                                                       : static_cast<int64_t>(onnx::TensorProto::FLOAT));
+      } else {
+        node("SequenceConstruct", name + "/sequence", slot.parts, held);
+      }
+    }
+    if (v.optional) {
+      onnx::NodeProto& o =
+          node("Optional", name + "/optional", v.none ? std::vector<std::string>{} : std::vector{held}, name);
+      if (v.none) {
+        auto* a = o.add_attribute();
+        a->set_name("type");
+        a->set_type(onnx::AttributeProto::TYPE_PROTO);
+        *a->mutable_tp() = declared_elem;
+      }
+    }
+    slots.push_back(std::move(slot));
+  }
+  if (slots.empty()) return slots;
+  g.mutable_input()->Swap(&inputs);
+  for (const auto& n : g.node()) *nodes.Add() = n;
+  g.mutable_node()->Swap(&nodes);
+  return slots;
+}
+
 void unbind_known_inputs(onnx::ModelProto& m, const std::vector<std::string>& bound) {
   if (bound.empty()) return;
   const std::set<std::string> names(bound.begin(), bound.end());
@@ -1271,7 +1382,7 @@ void unbind_known_inputs(onnx::ModelProto& m, const std::vector<std::string>& bo
 }
 
 Graph load_model(std::string bytes, const std::string& what, const std::string& dir,
-                 const std::map<std::string, Tensor>* known = nullptr) {
+                 const KnownInputs* known = nullptr) {
   register_graphrun_schemas();
   if (bytes.empty()) GR_FAIL(what << ": empty file, not an ONNX model");
   onnx::ModelProto m;
@@ -1308,6 +1419,7 @@ Graph load_model(std::string bytes, const std::string& what, const std::string& 
     return data;
   };
   const std::vector<std::string> bound = bind_known_inputs(m, known);
+  std::vector<CompositeSlot> composite_inputs = bind_composite_inputs(m, known, what), composite_outputs;
   passes::inline_static_ifs(m, what, infer);
   // The Loop torch writes for nn.EmbeddingBag becomes the same computation without a loop.
   passes::vectorize_bag_loops(m, what);
@@ -1317,7 +1429,8 @@ Graph load_model(std::string bytes, const std::string& what, const std::string& 
   for (int64_t budget = passes::kMaxUnrolledNodes;;) {
     const int unrolled = passes::unroll_static_loops(m, what, infer, budget);
     const int inlined = passes::inline_static_ifs(m, what, infer);
-    if (!passes::resolve_static_sequences(m, what) && !unrolled && !inlined) break;
+    if (!passes::resolve_static_sequences(m, what, known ? &composite_outputs : nullptr) && !unrolled && !inlined)
+      break;
   }
   unbind_known_inputs(m, bound);
   check_supported_features(m, what);
@@ -1327,7 +1440,17 @@ Graph load_model(std::string bytes, const std::string& what, const std::string& 
   validate_model(m, what);
   sort_nodes(m.mutable_graph(), what);
   try {
-    onnx::checker::check_model(m);
+    if (composite_outputs.empty()) {
+      onnx::checker::check_model(m);
+    } else {
+      // The outputs that stand for a sequence's elements take their types from inference (below), which the
+      // checker does not wait for.
+      onnx::ModelProto checked = m;
+      auto* outs = checked.mutable_graph()->mutable_output();
+      for (int i = outs->size() - 1; i >= 0; --i)
+        if (!outs->Get(i).has_type()) outs->DeleteSubrange(i, 1);
+      onnx::checker::check_model(checked);
+    }
   } catch (const std::exception& e) {
     GR_FAIL(what << ": invalid ONNX model: " << first_line(e.what()));
   }
@@ -1338,11 +1461,14 @@ Graph load_model(std::string bytes, const std::string& what, const std::string& 
     GR_FAIL(what << ": shape inference failed: " << first_line(e.what()));
   }
   validate_inferred(m, what);
-  return graph_from_proto(m, what, std::move(weights));
+  Graph g = graph_from_proto(m, what, std::move(weights));
+  g.composite_inputs = std::move(composite_inputs);
+  g.composite_outputs = std::move(composite_outputs);
+  return g;
 }
 
 Graph load_printable(std::string bytes, const std::string& what, const std::string& dir,
-                     const std::map<std::string, Tensor>* known = nullptr) {
+                     const KnownInputs* known = nullptr) {
   try {
     return load_model(std::move(bytes), what, dir, known);
   } catch (const Error& e) {
@@ -1354,25 +1480,27 @@ Graph load_printable(std::string bytes, const std::string& what, const std::stri
 
 Graph load_onnx_bytes(const std::string& bytes, const std::string& what) { return load_printable(bytes, what, ""); }
 
-Graph load_onnx_bytes(const std::string& bytes, const std::string& what, const std::map<std::string, Tensor>& known) {
+Graph load_onnx_bytes(const std::string& bytes, const std::string& what, const KnownInputs& known) {
   return load_printable(bytes, what, "", &known);
 }
 
-std::vector<std::string> onnx_input_names(const std::string& path) {
+std::vector<DeclaredInput> onnx_inputs_of_bytes(const std::string& bytes, const std::string& what) {
   onnx::ModelProto m;
-  if (!m.ParseFromString(read_file(path))) GR_FAIL(path << ": not a valid ONNX model (the protobuf does not parse)");
+  if (!m.ParseFromString(bytes)) GR_FAIL(what << ": not a valid ONNX model (the protobuf does not parse)");
   std::set<std::string> inits;
   for (const auto& t : m.graph().initializer()) inits.insert(t.name());
-  std::vector<std::string> names;
+  std::vector<DeclaredInput> r;
   for (const auto& in : m.graph().input())
-    if (!inits.count(in.name())) names.push_back(in.name());
-  return names;
+    if (!inits.count(in.name())) r.push_back({in.name(), composite_type(in.type())});
+  return r;
 }
 
-Graph load_onnx(const std::string& path) { return load_onnx(path, {}); }
+std::vector<DeclaredInput> onnx_inputs(const std::string& path) { return onnx_inputs_of_bytes(read_file(path), path); }
 
-Graph load_onnx(const std::string& path, const std::map<std::string, Tensor>& known) {
-  Graph g = load_printable(read_file(path), path, folder_of(path), known.empty() ? nullptr : &known);
+namespace {
+
+Graph load_named(const std::string& path, const KnownInputs* known) {
+  Graph g = load_printable(read_file(path), path, folder_of(path), known);
   // An exporter's default graph name says nothing of the model (torch names every export "torch_jit"):
   // messages ("training 'torch_jit'") name it by its file instead. A model saved keeps the name it had.
   static const std::set<std::string> generic = {"graph", "torch_jit", "torch-jit-export", "main_graph"};
@@ -1387,6 +1515,12 @@ Graph load_onnx(const std::string& path, const std::map<std::string, Tensor>& kn
   }
   return g;
 }
+
+}  // namespace
+
+Graph load_onnx(const std::string& path) { return load_named(path, nullptr); }
+
+Graph load_onnx(const std::string& path, const KnownInputs& known) { return load_named(path, &known); }
 
 std::string onnx_bytes(const Graph& g) {
   onnx::ModelProto m = model_from_graph(g);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "graph/ir.h"
+#include "graph/tensor_io.h"
 
 namespace graphrun {
 
@@ -18,21 +19,36 @@ namespace graphrun {
 // takes its file's name (net.onnx: 'net') for messages; Graph::meta keeps the file's name for save_onnx,
 // with what else the model says of itself (metadata_props, doc_string, model_version, domain, ...).
 Graph load_onnx(const std::string& path);
-// load_onnx for one run on known inputs (graphrun run): an If's condition, a Loop's trip count or condition that
-// the graph's small integer or bool inputs decide (at most 64 elements each, of the declared type) is decided by
-// the values in `known`, so that the control flow is taken or unrolled for those values. The graph holds for them
-// alone.
-Graph load_onnx(const std::string& path, const std::map<std::string, Tensor>& known);
-// Whether `t` can stand for a graph input in `known`: an integer or bool tensor of at most 64 elements.
+// What one run's inputs tell the loader (graphrun run, the conformance runner).
+struct KnownInputs {
+  // Small integer and bool inputs (small_control_value): an If's condition, a Loop's trip count or condition that
+  // they decide is decided by these values, the control flow taken or unrolled for them.
+  std::map<std::string, Tensor> small;
+  // The sequence and optional inputs. Each becomes the tensor inputs of its elements, NAME[0], NAME[1], ...
+  // (Graph::composite_inputs), and the sequence and optional ops follow the lists known now
+  // (passes/resolve_static_sequences.h). An optional input missing here holds no value. The graph's sequence and
+  // optional outputs become the tensor outputs of their elements (Graph::composite_outputs).
+  std::map<std::string, CompositeValue> composite;
+};
+// load_onnx for one run on known inputs (graphrun run). The graph holds for those values alone.
+Graph load_onnx(const std::string& path, const KnownInputs& known);
+// Whether `t` can stand for a graph input in KnownInputs::small: an integer or bool tensor of at most 64 elements.
 bool small_control_value(const Tensor& t);
-// The names of the model's graph inputs that are not initializers, from the file alone (nothing checked).
-std::vector<std::string> onnx_input_names(const std::string& path);
+// A graph input that is not an initializer, as the file declares it (nothing checked): `composite` is "" for a
+// tensor, else "sequence", "optional" (of a tensor) or "optional(sequence)", and "unsupported" for a sequence or
+// optional of other values (maps, sequences of sequences).
+struct DeclaredInput {
+  std::string name;
+  std::string composite;
+};
+std::vector<DeclaredInput> onnx_inputs(const std::string& path);
+std::vector<DeclaredInput> onnx_inputs_of_bytes(const std::string& bytes, const std::string& what);
 // Whether load_onnx expands an ai.onnx op at `opset` into the ops its schema defines it by (the op has no
 // CPU kernel and a function body in its schema: MeanVarianceNormalization, HannWindow, ...).
 bool expands_on_load(const std::string& op_type, int64_t opset);
 // Same, from serialized bytes; `what` names the source in errors. External data is refused (no folder).
 Graph load_onnx_bytes(const std::string& bytes, const std::string& what);
-Graph load_onnx_bytes(const std::string& bytes, const std::string& what, const std::map<std::string, Tensor>& known);
+Graph load_onnx_bytes(const std::string& bytes, const std::string& what, const KnownInputs& known);
 
 // Writes the graph as an ONNX model (opset imports for every domain used, ai.graphrun included).
 // With check, runs onnx::checker on the result first (full check) and refuses an invalid model.

@@ -10,6 +10,8 @@
 
 #include "graph/onnx_tensor.h"
 
+#include <onnx/onnx-data_pb.h>
+
 namespace graphrun {
 
 namespace {
@@ -280,6 +282,90 @@ Tensor read_tensor_file(const std::string& path, const std::string& expected_nam
   if (ends_with(".npy")) return read_npy(path);
   if (ends_with(".pb")) return read_tensor_pb(path, expected_name);
   GR_FAIL(path << ": unknown tensor file type (expected a .npy or .pb file)");
+}
+
+std::string CompositeValue::type() const {
+  return !optional ? "sequence" : sequence ? "optional(sequence)" : "optional";
+}
+
+namespace {
+
+// onnx's SequenceProto::DataType and OptionalProto::DataType share these numbers.
+constexpr int32_t kElemTensor = 1, kElemSequence = 3;
+
+std::vector<Tensor> sequence_tensors(const onnx::SequenceProto& s, const std::string& path) {
+  GR_CHECK(s.elem_type() == kElemTensor || (s.elem_type() == 0 && s.tensor_values_size() == 0),
+           path << ": the sequence holds "
+                << (s.elem_type() == kElemSequence ? "sequences" : "values other than tensors")
+                << "; graphrun reads sequences of tensors only");
+  std::vector<Tensor> r;
+  for (const auto& t : s.tensor_values()) r.push_back(tensor_from_proto(t, path));
+  return r;
+}
+
+}  // namespace
+
+CompositeValue parse_composite_pb(const std::string& bytes, const std::string& path, bool optional,
+                                  const std::string& expected_name) {
+  CompositeValue v;
+  v.optional = optional;
+  auto check_name = [&](const std::string& name) {
+    if (!expected_name.empty() && !name.empty() && name != expected_name)
+      GR_FAIL(path << ": holds the " << (optional ? "optional" : "sequence") << " '" << name << "', not '"
+                   << expected_name << "' (is the file meant for another input?)");
+  };
+  if (!optional) {
+    onnx::SequenceProto s;
+    if (!s.ParseFromString(bytes))
+      GR_FAIL(path << ": not an ONNX SequenceProto file (truncated, corrupt or another format)");
+    check_name(s.name());
+    v.tensors = sequence_tensors(s, path);
+    return v;
+  }
+  onnx::OptionalProto o;
+  if (!o.ParseFromString(bytes))
+    GR_FAIL(path << ": not an ONNX OptionalProto file (truncated, corrupt or another format)");
+  check_name(o.name());
+  if (o.has_tensor_value()) {
+    v.sequence = false;
+    v.tensors.push_back(tensor_from_proto(o.tensor_value(), path));
+  } else if (o.has_sequence_value()) {
+    v.tensors = sequence_tensors(o.sequence_value(), path);
+  } else {
+    GR_CHECK(o.elem_type() == kElemTensor || o.elem_type() == kElemSequence || o.elem_type() == 0,
+             path << ": the optional holds a value other than a tensor or a sequence of tensors");
+    v.none = true;
+    v.sequence = o.elem_type() != kElemTensor;
+  }
+  return v;
+}
+
+CompositeValue read_composite_pb(const std::string& path, bool optional, const std::string& expected_name) {
+  return parse_composite_pb(read_whole(path), path, optional, expected_name);
+}
+
+void write_composite_pb(const std::string& path, const CompositeValue& v, const std::string& name) {
+  auto fill = [&](onnx::SequenceProto& s) {
+    s.set_elem_type(kElemTensor);
+    for (const Tensor& t : v.tensors) tensor_to_proto(t, "", s.add_tensor_values());
+  };
+  std::string out;
+  bool ok;
+  if (!v.optional) {
+    onnx::SequenceProto s;
+    s.set_name(name);
+    fill(s);
+    ok = s.SerializeToString(&out);
+  } else {
+    onnx::OptionalProto o;
+    o.set_name(name);
+    o.set_elem_type(v.sequence ? kElemSequence : kElemTensor);
+    if (!v.none && v.sequence) fill(*o.mutable_sequence_value());
+    if (!v.none && !v.sequence) tensor_to_proto(v.tensors.at(0), "", o.mutable_tensor_value());
+    ok = o.SerializeToString(&out);
+  }
+  GR_CHECK(ok, path << ": cannot serialize the " << v.type() << " (over 2 GiB?)");
+  write_whole(path, out, nullptr, 0);
 }
 
 }  // namespace graphrun

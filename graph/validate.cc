@@ -18,6 +18,13 @@
 
 namespace graphrun {
 
+bool sequence_or_optional_op(const onnx::NodeProto& n) {
+  const std::string& op = n.op_type();
+  return (n.domain().empty() || n.domain() == "ai.onnx") &&
+         (op.rfind("Sequence", 0) == 0 || op == "SplitToSequence" || op == "ConcatFromSequence" ||
+          op.rfind("Optional", 0) == 0);
+}
+
 std::string proto_node_desc(const onnx::NodeProto& np, int index) {
   Node n;
   n.name = np.name().empty() ? "#" + std::to_string(index) : np.name();
@@ -290,7 +297,7 @@ void check_value_type(const onnx::ValueInfoProto& v, const char* role, const std
     case TypeProto::kOptionalType:
     case TypeProto::kSequenceType:
       GR_FAIL(what << ": " << name << " has " << (t.has_optional_type() ? "an optional" : "a sequence")
-                   << " type: optional/sequence types are not supported (graphrun reads tensors only)");
+                   << " type: " << kSequenceRefusal << " " << kSequenceRefusalWhy);
     case TypeProto::VALUE_NOT_SET:
       return;
     default:
@@ -834,10 +841,7 @@ void validate_model(const onnx::ModelProto& m, const std::string& what) {
   Facts f = facts_of(m, what);
   for (int i = 0; i < g.node_size(); ++i) {
     NodeCheck c(g.node(i), i, f);
-    const std::string& op = g.node(i).op_type();
-    if (is_default_domain(g.node(i).domain()) && (op.rfind("Sequence", 0) == 0 || op == "SplitToSequence" ||
-                                                  op == "ConcatFromSequence" || op.rfind("Optional", 0) == 0))
-      c.fail("optional/sequence types are not supported (graphrun reads tensors only)");
+    if (sequence_or_optional_op(g.node(i))) c.fail(std::string(kSequenceRefusal) + " here " + kSequenceRefusalWhy);
     if (is_window_op(g.node(i)))
       check_window_attrs(c);
     else if (is_default_domain(g.node(i).domain()))

@@ -12,6 +12,16 @@ namespace graphrun {
 // "node 'conv1' (Conv)", or "node #3 (Conv)" for a node without a name.
 std::string proto_node_desc(const onnx::NodeProto& np, int index);
 
+// Whether the node is one of ONNX's sequence or optional ops (SequenceConstruct, SplitToSequence,
+// ConcatFromSequence, OptionalHasElement, ...). graphrun's kernels read tensors only: these run where the
+// load-time pass resolve_static_sequences turns them into the tensors they hold, and are refused elsewhere.
+bool sequence_or_optional_op(const onnx::NodeProto& n);
+// How a refusal of sequence and optional values begins; graphrun run loads such a model again with its inputs known.
+constexpr const char* kSequenceRefusal = "optional/sequence types are not supported";
+constexpr const char* kSequenceRefusalWhy =
+    "(graphrun reads tensors: graphrun run takes sequence and optional inputs and outputs, and a list whose length "
+    "is known when the model loads becomes its tensors)";
+
 // Before the checker: value types (tensors only), names, graph outputs, initializer sizes against their
 // data, and every node's attributes that do not depend on shapes (strides > 0, list lengths that
 // agree, known enum values).

@@ -1067,6 +1067,98 @@ np.save('n_float.npy', np.array(3.0, np.float32))
       << wrong.output;
 }
 
+// graphrun run takes sequence and optional inputs and outputs (onnx's SequenceProto and OptionalProto .pb files; a
+// .npy for an optional tensor; an optional input left out holds no value): the model loads for the lists given, its
+// sequence and optional ops become the tensors they hold (SequenceMap one body copy per element), and a sequence or
+// optional output is printed element by element and written whole as a .pb. Against numpy doing what the ops say.
+TEST(OnnxIo, RunTakesSequenceAndOptionalInputsAndOutputs) {
+  const std::string dir = temp_dir("onnx_run_sequences");
+  run_onnx_python(dir, R"(
+from onnx import numpy_helper
+vi = lambda name, shape, t=TensorProto.FLOAT: helper.make_tensor_value_info(name, t, shape)
+seq = lambda name: helper.make_tensor_sequence_value_info(name, TensorProto.FLOAT, [2])
+opt_t = helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [2]))
+body = helper.make_graph([helper.make_node('Mul', ['x', 'scale'], ['scaled']), helper.make_node('Relu', ['scaled'], ['y']),
+                          helper.make_node('ReduceSum', ['x'], ['s'], keepdims=0)],
+                         'body', [vi('x', [2]), vi('scale', [2])], [vi('y', [2]), vi('s', [])])
+then_b = helper.make_graph([helper.make_node('OptionalGetElement', ['maybe'], ['got']), helper.make_node('Add', ['got', 'one'], ['m_then'])],
+                           'then', [], [vi('m_then', [2])])
+else_b = helper.make_graph([helper.make_node('Identity', ['zeros'], ['m_else'])], 'else', [], [vi('m_else', [2])])
+nodes = [
+    helper.make_node('SequenceMap', ['xs', 'scale'], ['mapped', 'sums'], body=body),
+    helper.make_node('ConcatFromSequence', ['mapped'], ['total'], axis=0, new_axis=1),
+    helper.make_node('SequenceLength', ['xs'], ['count']),
+    helper.make_node('OptionalHasElement', ['maybe'], ['has']),
+    helper.make_node('If', ['has'], ['m'], then_branch=then_b, else_branch=else_b, name='given'),
+    helper.make_node('SequenceInsert', ['sums', 'm'], ['back']),
+    helper.make_node('Optional', ['m'], ['opt_out']),
+]
+g = helper.make_graph(nodes, 'seqs', [seq('xs'), helper.make_value_info('maybe', opt_t), vi('scale', [2])],
+                      [vi('total', ['n', 2]), vi('count', [], TensorProto.INT64), helper.make_tensor_sequence_value_info('back', TensorProto.FLOAT, None),
+                       helper.make_value_info('opt_out', opt_t)],
+                      [helper.make_tensor('one', TensorProto.FLOAT, [], [1.0]), helper.make_tensor('zeros', TensorProto.FLOAT, [2], [0.0, 0.0])])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), 'seqs.onnx')
+rng = np.random.default_rng(3)
+scale = np.array([2.0, -0.5], np.float32)
+np.save('scale.npy', scale)
+for tag, n, maybe in (('a', 3, np.array([0.25, -4.0], np.float32)), ('b', 1, None)):
+    xs = [rng.standard_normal(2).astype(np.float32) for _ in range(n)]
+    open('xs_%s.pb' % tag, 'wb').write(numpy_helper.from_list(xs, 'xs').SerializeToString())
+    if maybe is not None: np.save('maybe_%s.npy' % tag, maybe)
+    np.save('total_%s.npy' % tag, np.stack([np.maximum(x * scale, 0) for x in xs]))
+    m = maybe + 1 if maybe is not None else np.zeros(2, np.float32)
+    np.save('m_%s.npy' % tag, m)
+    for k, x in enumerate(xs): np.save('sum_%s_%d.npy' % (tag, k), np.array(x.sum(), np.float32))
+open('xs_long.pb', 'wb').write(numpy_helper.from_list([np.zeros(2, np.float32)] * 2, 'xs').SerializeToString())
+two = helper.make_graph([helper.make_node('SequenceMap', ['p', 'q'], ['r'], body=helper.make_graph(
+                             [helper.make_node('Add', ['a', 'b'], ['c'])], 'add', [vi('a', [2]), vi('b', [2])], [vi('c', [2])]))],
+                        'two', [seq('p'), seq('q')], [helper.make_tensor_sequence_value_info('r', TensorProto.FLOAT, [2])])
+onnx.save(helper.make_model(two, opset_imports=[helper.make_opsetid('', 17)]), 'two.onnx')
+open('p.pb', 'wb').write(numpy_helper.from_list([np.ones(2, np.float32)] * 3, 'p').SerializeToString())
+open('q.pb', 'wb').write(numpy_helper.from_list([np.ones(2, np.float32)] * 2, 'q').SerializeToString())
+)");
+  const std::string cli = testing::graphrun_cli();
+  for (const std::string tag : {"a", "b"}) {
+    SCOPED_TRACE(tag);
+    const bool given = tag == "a";
+    const auto r = run_command(
+        cli + " run " + dir + "/seqs.onnx --input xs=" + dir + "/xs_" + tag + ".pb,scale=" + dir + "/scale.npy" +
+        (given ? ",maybe=" + dir + "/maybe_a.npy" : std::string()) + " --output-dir " + dir + "/out_" + tag + " 2>&1");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const size_t n = given ? 3 : 1;
+    EXPECT_NE(r.output.find("back: sequence of " + std::to_string(n + 1) + " tensors"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("  back[0]: f32"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("opt_out: optional holding a tensor"), std::string::npos) << r.output;
+    const std::string out = dir + "/out_" + tag;
+    EXPECT_LT(testing::max_abs_diff(read_npy(out + "/total.npy"), read_npy(dir + "/total_" + tag + ".npy")), 1e-6);
+    EXPECT_EQ(read_npy(out + "/count.npy").to_vector<int64_t>(), std::vector<int64_t>{static_cast<int64_t>(n)});
+    const CompositeValue back = read_composite_pb(out + "/back.pb", false, "back");
+    ASSERT_EQ(back.tensors.size(), n + 1);
+    for (size_t k = 0; k < n; ++k)
+      EXPECT_LT(
+          testing::max_abs_diff(back.tensors[k], read_npy(dir + "/sum_" + tag + "_" + std::to_string(k) + ".npy")),
+          1e-6);
+    EXPECT_EQ(testing::max_abs_diff(back.tensors[n], read_npy(dir + "/m_" + tag + ".npy")), 0);
+    const CompositeValue opt = read_composite_pb(out + "/opt_out.pb", true, "opt_out");
+    ASSERT_TRUE(opt.optional && !opt.none && !opt.sequence && opt.tensors.size() == 1);
+    EXPECT_EQ(testing::max_abs_diff(opt.tensors[0], read_npy(dir + "/m_" + tag + ".npy")), 0);
+  }
+  // Sequences of different lengths in one SequenceMap, a sequence given as a tensor file: one line each, exit 2.
+  auto bad = run_command(cli + " run " + dir + "/two.onnx --input p=" + dir + "/p.pb,q=" + dir + "/q.pb 2>&1");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("its sequences 'p' and 'q' hold 3 and 2 tensors"), std::string::npos) << bad.output;
+  bad =
+      run_command(cli + " run " + dir + "/seqs.onnx --input xs=" + dir + "/scale.npy,scale=" + dir + "/scale.npy 2>&1");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("input 'xs' is a sequence: " + dir + "/scale.npy is not a .pb file"), std::string::npos)
+      << bad.output;
+  // Without a run's values, the model stays refused in one line (check, train).
+  auto check = run_command(cli + " check " + dir + "/seqs.onnx 2>&1");
+  EXPECT_EQ(check.exit_code, 2) << check.output;
+  EXPECT_NE(check.output.find("node '#0' (SequenceMap): optional/sequence types are not supported"), std::string::npos)
+      << check.output;
+}
+
 // torchvision.ops.nms exports NonMaxSuppression asking for INT64_MAX boxes per class; graphrun keeps what
 // torchvision keeps, in its order (overlapping random boxes, IoU 0.4; batched_nms's class offsets too).
 TEST(OnnxIo, TorchvisionNmsKeepsWhatTorchvisionKeeps) {

@@ -8,6 +8,7 @@
 
 #include "graph/onnx_io.h"
 #include "graph/tensor_io.h"
+#include "graph/validate.h"
 #include "runtime/data/fit.h"
 #include "runtime/data/image.h"
 #include "runtime/device.h"
@@ -25,17 +26,22 @@ const Command& run_command() {
       "graphrun run MODEL.onnx --input NAME=FILE [--input NAME=FILE ...] [options]",
       "Runs MODEL.onnx forward on the CPU and prints each output (name, dtype, shape, first values).",
       {
-          {"input", "NAME=FILE", "a model input from a .npy or .pb file, or a PNG/JPEG image for an image\n"
-                                 "                            input; repeat for each input, or list them with commas (a\n"
-                                 "                            comma followed by neither NAME= nor an existing file is part\n"
-                                 "                            of the path); a model with one input also takes --input FILE", true},
-          {"normalize", "MEAN,STD", "image inputs: feed (x - MEAN) / STD, as train --normalize did; per channel\n"
-                                    "                            M1,M2,M3/S1,S2,S3"},
-          {"output-dir", "DIR", "write each output to DIR/<output>.npy (created if missing); a bfloat16\n"
-                                "                            output, which numpy has no type for, to DIR/<output>.pb"},
+          {"input", "NAME=FILE",
+           "a model input from a .npy or .pb file, or a PNG/JPEG image for an image\n"
+           "                            input; repeat for each input, or list them with commas (a\n"
+           "                            comma followed by neither NAME= nor an existing file is part\n"
+           "                            of the path); a model with one input also takes --input FILE",
+           true},
+          {"normalize", "MEAN,STD",
+           "image inputs: feed (x - MEAN) / STD, as train --normalize did; per channel\n"
+           "                            M1,M2,M3/S1,S2,S3"},
+          {"output-dir", "DIR",
+           "write each output to DIR/<output>.npy (created if missing); a bfloat16\n"
+           "                            output, which numpy has no type for, to DIR/<output>.pb"},
           {"threads", "N", "intra-op threads (default 1)"},
-          {"profile", "FILE", "write a Chrome trace of the run (every node's kernel) to FILE and print the\n"
-                              "                            ops by total time (README: Profiling)"},
+          {"profile", "FILE",
+           "write a Chrome trace of the run (every node's kernel) to FILE and print the\n"
+           "                            ops by total time (README: Profiling)"},
       },
       "Inputs must have the dtype the model declares and a shape that matches its known dimensions.\n"
       "The run's buffers may take 90% of the memory available: inputs too large for it are refused in one\n"
@@ -49,6 +55,11 @@ const Command& run_command() {
       "'_' become '_'.\n"
       "An If or Loop whose condition or trip count the small integer or bool inputs decide (a flag, a\n"
       "count) is decided by the values given: taken or unrolled for this run, as stderr says.\n"
+      "A sequence input comes as a .pb holding an ONNX SequenceProto (onnx.numpy_helper.from_list), an\n"
+      "optional input as a .pb holding an OptionalProto, or a .npy for an optional tensor; an optional\n"
+      "input left out holds no value. The model is then taken for those lists (its sequence ops become\n"
+      "the tensors they hold). A sequence or optional output prints one line per element, NAME[0], ...,\n"
+      "and --output-dir writes it whole as DIR/<output>.pb (a SequenceProto or OptionalProto).\n"
       "\nexample:\n  graphrun run models/lenet.onnx --input image=x.npy --output-dir out/   # writes out/logits.npy"};
   return cmd;
 }
@@ -108,8 +119,10 @@ std::vector<std::string> input_items(const Args& args, const Graph& g) {
   return items;
 }
 
-// Pairs each --input with a model input: NAME=FILE, or a bare FILE when the model has one input.
-std::map<std::string, std::string> input_files(const Args& args, const Graph& g, const std::string& model) {
+// Pairs each --input with a model input: NAME=FILE, or a bare FILE when the model has one input. The inputs in
+// `optional` may be left out (an optional input without a value).
+std::map<std::string, std::string> input_files(const Args& args, const Graph& g, const std::string& model,
+                                               const std::set<std::string>& optional = {}) {
   std::map<std::string, std::string> files;
   for (const auto& spec : input_items(args, g)) {
     std::string name, file;
@@ -133,7 +146,7 @@ std::map<std::string, std::string> input_files(const Args& args, const Graph& g,
   }
   std::vector<std::string> missing;
   for (const auto& in : g.inputs)
-    if (!files.count(in)) missing.push_back(in);
+    if (!files.count(in) && !optional.count(in)) missing.push_back(in);
   if (!missing.empty())
     throw Error(args.usage_error("missing input" + std::string(missing.size() > 1 ? "s " : " ") + join(missing) +
                                  " of " + model + " (give --input NAME=FILE for each)"));
@@ -224,6 +237,25 @@ std::string safe_file_name(const std::string& name) {
   return r;
 }
 
+// An output as the file declares it: a tensor output of the graph, or a sequence or optional (`slot`) whose
+// elements the graph outputs.
+struct Shown {
+  std::string name;
+  const CompositeSlot* slot = nullptr;
+};
+
+// The model's outputs in the file's order.
+std::vector<Shown> shown_outputs(const Graph& g) {
+  std::set<std::string> parts;
+  for (const auto& slot : g.composite_outputs) parts.insert(slot.parts.begin(), slot.parts.end());
+  std::vector<Shown> r;
+  for (const auto& name : g.outputs)
+    if (!parts.count(name)) r.push_back({name, nullptr});
+  for (const auto& slot : g.composite_outputs)  // in order of position
+    r.insert(r.begin() + std::min<size_t>(static_cast<size_t>(slot.position), r.size()), Shown{slot.name, &slot});
+  return r;
+}
+
 }  // namespace
 
 int cmd_run(const std::vector<std::string>& argv) {
@@ -242,37 +274,86 @@ int cmd_run(const std::vector<std::string>& argv) {
 
   const runtime::data::Normalize norm = parse_run_normalize(args);
   Graph g;
+  bool decided_by_values = false, composite = false;
   try {
     g = load_onnx(model);
   } catch (const Error& e) {
     // Control flow that the inputs decide (an If on a flag input, a Loop over a count input) is decided by this
-    // run's values: the model loads again with its small integer and bool inputs known.
-    if (std::string(e.what()).find("depends on the input data") == std::string::npos) throw;
+    // run's values, and sequence and optional inputs and outputs are followed for this run's values: the model
+    // loads again with its small integer and bool inputs and its sequence and optional inputs known.
+    const std::string why = e.what();
+    decided_by_values = why.find("depends on the input data") != std::string::npos;
+    composite = why.find(kSequenceRefusal) != std::string::npos;
+    if (!decided_by_values && !composite) throw;
+  }
+  std::map<std::string, std::string> files;
+  std::map<std::string, CompositeValue> composite_values;
+  if (decided_by_values || composite) {
     Graph shell;
-    shell.inputs = onnx_input_names(model);
-    std::map<std::string, Tensor> known;
-    for (const auto& [name, file] : input_files(args, shell, model)) {
+    std::set<std::string> optional;
+    std::map<std::string, std::string> declared;  // composite inputs: their declared type
+    for (const auto& in : onnx_inputs(model)) {
+      shell.inputs.push_back(in.name);
+      if (!in.composite.empty()) declared[in.name] = in.composite;
+      if (in.composite.rfind("optional", 0) == 0) optional.insert(in.name);
+    }
+    files = input_files(args, shell, model, optional);
+    KnownInputs known;
+    for (const auto& [name, file] : files) {
+      if (auto d = declared.find(name); d != declared.end()) {
+        // A sequence from a SequenceProto .pb; an optional from an OptionalProto .pb, or a tensor file (a value).
+        if (d->second == "optional" && file.size() >= 4 && file.compare(file.size() - 4, 4, ".npy") == 0) {
+          CompositeValue v;
+          v.optional = true;
+          v.sequence = false;
+          v.tensors.push_back(read_npy(file));
+          known.composite[name] = std::move(v);
+        } else if (d->second != "unsupported") {
+          GR_CHECK(
+              file.size() >= 3 && file.compare(file.size() - 3, 3, ".pb") == 0,
+              "input '" << name << "' is " << (d->second == "sequence" ? "a " : "an ") << d->second << ": " << file
+                        << " is not a .pb file holding an ONNX "
+                        << (d->second == "sequence" ? "SequenceProto (onnx.numpy_helper.from_list writes one)"
+                                                    : "OptionalProto (onnx.numpy_helper.from_optional writes one), "
+                                                      "nor a .npy tensor for an optional tensor"));
+          known.composite[name] = read_composite_pb(file, d->second != "sequence", name);
+        }
+        continue;
+      }
       std::error_code ec;
       const auto size = std::filesystem::file_size(file, ec);
       if (ec || size > 65536 || is_image_file(file)) continue;
       try {
         Tensor t = read_tensor_file(file, name);
-        if (small_control_value(t)) known[name] = std::move(t);
+        if (small_control_value(t)) known.small[name] = std::move(t);
       } catch (const Error&) {
         // read again below, where its error is reported
       }
     }
-    if (known.empty()) throw;
     g = load_onnx(model, known);
-    std::string names;
-    for (const auto& [name, t] : known) names += (names.empty() ? "'" : ", '") + name + "'";
-    std::cerr << "graphrun run: " << model << ": control flow decided by the values of " << names
-              << " for this run\n";
+    if (decided_by_values && !known.small.empty()) {
+      std::string names;
+      for (const auto& [name, t] : known.small) names += (names.empty() ? "'" : ", '") + name + "'";
+      std::cerr << "graphrun run: " << model << ": control flow decided by the values of " << names
+                << " for this run\n";
+    }
+    composite_values = std::move(known.composite);
+  } else {
+    files = input_files(args, g, model);
   }
-  std::map<std::string, std::string> files = input_files(args, g, model);
   std::map<std::string, Tensor> feeds;
   bool image = false;
   for (const auto& [name, file] : files) {
+    if (composite_values.count(name)) {
+      const CompositeValue& v = composite_values.at(name);
+      for (const auto& slot : g.composite_inputs)
+        if (slot.name == name)
+          for (size_t k = 0; k < slot.parts.size(); ++k) {
+            check_input(g, slot.parts[k], file, v.tensors.at(k));
+            feeds[slot.parts[k]] = v.tensors[k];
+          }
+      continue;
+    }
     const bool is_image = is_image_file(file);
     image |= is_image;
     Tensor t = is_image ? read_image_input(g, name, file, norm) : read_tensor_file(file, name);
@@ -297,9 +378,10 @@ int cmd_run(const std::vector<std::string>& argv) {
   // bfloat16; a name that repeats after safe_file_name gets _2, _3). None may be a file it reads, nor
   // one another.
   const std::string dir = args.get("output-dir");
-  std::vector<std::string> out_files;  // per model output, its file's name without the extension
-  for (const auto& name : g.outputs) {
-    std::string base = safe_file_name(name), file = base;
+  const std::vector<Shown> shown = shown_outputs(g);
+  std::vector<std::string> out_files;  // per output shown, its file's name without the extension
+  for (const auto& o : shown) {
+    std::string base = safe_file_name(o.name), file = base;
     for (int k = 2; std::find(out_files.begin(), out_files.end(), file) != out_files.end(); ++k)
       file = base + "_" + std::to_string(k);
     out_files.push_back(file);
@@ -337,19 +419,45 @@ int cmd_run(const std::vector<std::string>& argv) {
     GR_CHECK(!ec && std::filesystem::is_directory(dir), "--output-dir " << dir << ": cannot create the folder"
                                                                          << (ec ? " (" + ec.message() + ")" : ""));
   }
-  for (size_t i = 0; i < ex->graph().outputs.size(); ++i) {
-    const std::string& name = ex->graph().outputs[i];
-    const Tensor& t = out.at(name);
-    std::cout << name << ": " << t.str(6);
+  for (size_t i = 0; i < shown.size(); ++i) {
+    const Shown& o = shown[i];
+    const std::string path = dir.empty() ? std::string() : (std::filesystem::path(dir) / out_files[i]).string();
+    if (!o.slot) {
+      const Tensor& t = out.at(o.name);
+      std::cout << o.name << ": " << t.str(6);
+      if (!dir.empty()) {
+        const bool pb = t.dtype() == DType::BF16;  // numpy has no bfloat16
+        if (pb)
+          write_tensor_pb(path + ".pb", t, o.name);
+        else
+          write_npy(path + ".npy", t);
+        std::cout << "  -> " << path << (pb ? ".pb" : ".npy");
+      }
+      std::cout << "\n";
+      continue;
+    }
+    // A sequence or an optional: a line of its own, then one per element; written whole as one .pb.
+    const CompositeSlot& slot = *o.slot;
+    CompositeValue v;
+    v.optional = slot.type != "sequence";
+    v.sequence = slot.type != "optional";
+    v.none = slot.none;
+    for (const auto& part : slot.parts) v.tensors.push_back(out.at(part));
+    std::cout << o.name << ": ";
+    if (slot.none)
+      std::cout << slot.type << " without a value";
+    else if (v.sequence)
+      std::cout << (v.optional ? "optional holding a sequence of " : "sequence of ") << v.tensors.size() << " tensor"
+                << (v.tensors.size() == 1 ? "" : "s");
+    else
+      std::cout << "optional holding a tensor";
     if (!dir.empty()) {
-      const std::string& file = out_files[i];
-      const bool pb = t.dtype() == DType::BF16;  // numpy has no bfloat16
-      std::string path = (std::filesystem::path(dir) / (file + (pb ? ".pb" : ".npy"))).string();
-      if (pb) write_tensor_pb(path, t, name);
-      else write_npy(path, t);
-      std::cout << "  -> " << path;
+      write_composite_pb(path + ".pb", v, o.name);
+      std::cout << "  -> " << path << ".pb";
     }
     std::cout << "\n";
+    for (size_t k = 0; k < v.tensors.size(); ++k)
+      std::cout << "  " << slot.parts[k] << ": " << v.tensors[k].str(6) << "\n";
   }
   return 0;
 }

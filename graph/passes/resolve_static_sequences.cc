@@ -1,27 +1,25 @@
 #include "graph/passes/resolve_static_sequences.h"
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <optional>
 #include <set>
 #include <vector>
 
+#include "graph/error.h"
 #include "graph/onnx_tensor.h"
 #include "graph/passes/static_values.h"
+#include "graph/validate.h"
 
 namespace graphrun::passes {
 namespace {
 
 using namespace static_values;
 
-bool sequence_op(const onnx::NodeProto& n) {
-  const std::string& op = n.op_type();
-  return default_domain(n.domain()) && (op.rfind("Sequence", 0) == 0 || op == "SplitToSequence" ||
-                                        op == "ConcatFromSequence" || op.rfind("Optional", 0) == 0);
-}
-
 // Whether a subgraph of `n` (at any depth) reads one of `names`.
-bool subgraph_reads(const onnx::NodeProto& n, const std::map<std::string, std::vector<std::string>>& names) {
+template <typename Known>
+bool subgraph_reads(const onnx::NodeProto& n, const Known& names) {
   for (const auto& a : n.attribute()) {
     std::vector<const onnx::GraphProto*> graphs;
     if (a.has_g()) graphs.push_back(&a.g());
@@ -36,12 +34,25 @@ bool subgraph_reads(const onnx::NodeProto& n, const std::map<std::string, std::v
   return false;
 }
 
+// What an optional value holds, where that is known.
+struct Held {
+  bool none = false;
+  bool sequence = false;
+  std::string tensor;              // what it holds, not a sequence
+  std::vector<std::string> elems;  // what it holds, a sequence
+};
+
+// "node 'NAME' (OP)", or for a node without a name (the pass walks copies too) the value it writes.
+std::string node_desc(const onnx::NodeProto& n) {
+  if (!n.name().empty() || n.output_size() == 0) return proto_node_desc(n, 0);
+  return "the " + n.op_type() + " node writing '" + n.output(0) + "'";
+}
+
 }  // namespace
 
-int resolve_static_sequences(onnx::ModelProto& m, const std::string& what) {
-  (void)what;
+int resolve_static_sequences(onnx::ModelProto& m, const std::string& what, std::vector<CompositeSlot>* outputs) {
   auto& g = *m.mutable_graph();
-  if (std::none_of(g.node().begin(), g.node().end(), sequence_op)) return 0;
+  if (std::none_of(g.node().begin(), g.node().end(), sequence_or_optional_op)) return 0;
   int64_t opset = 0;
   for (const auto& op : m.opset_import())
     if (default_domain(op.domain())) opset = op.version();
@@ -50,8 +61,11 @@ int resolve_static_sequences(onnx::ModelProto& m, const std::string& what) {
   std::set<std::string> values, node_names;
   collect_names(g, values, node_names);
   std::map<std::string, std::vector<std::string>> seqs;  // each sequence value: the tensors it holds, in order
+  std::map<std::string, Held> opts;                      // each optional value: what it holds
+  std::map<std::string, Tensor> facts;  // SequenceLength and OptionalHasElement outputs known, by value name
   google::protobuf::RepeatedPtrField<onnx::NodeProto> out;
   int removed = 0;
+  bool complete = true;
 
   auto add = [&](const std::string& op, const std::string& name, const std::vector<std::string>& inputs,
                  const std::vector<std::string>& outputs) -> onnx::NodeProto& {
@@ -68,13 +82,19 @@ int resolve_static_sequences(onnx::ModelProto& m, const std::string& what) {
     a->set_type(onnx::AttributeProto::INT);
     a->set_i(v);
   };
-  auto constant = [&](const Tensor& t, const std::string& base) {
+  auto constant_proto = [&](const onnx::TensorProto& t, const std::string& base) {
     const std::string v = unused(base, values);
     auto* a = add("Constant", base, {}, {v}).add_attribute();
     a->set_name("value");
     a->set_type(onnx::AttributeProto::TENSOR);
-    tensor_to_proto(t, "", a->mutable_t());
+    *a->mutable_t() = t;
+    a->mutable_t()->clear_name();
     return v;
+  };
+  auto constant = [&](const Tensor& t, const std::string& base) {
+    onnx::TensorProto p;
+    tensor_to_proto(t, "", &p);
+    return constant_proto(p, base);
   };
   // A position input: absent gives `fallback`; a constant in [-size, size + extra) gives its index; else none.
   auto position = [&](const onnx::NodeProto& n, int i, int64_t size, int64_t extra,
@@ -86,120 +106,269 @@ int resolve_static_sequences(onnx::ModelProto& m, const std::string& what) {
     if (at < 0 || at >= size + extra) return std::nullopt;
     return at;
   };
+  // Whether a name is a sequence or optional value the pass follows.
+  struct Followed {
+    const std::map<std::string, std::vector<std::string>>& seqs;
+    const std::map<std::string, Held>& opts;
+    size_t count(const std::string& v) const { return seqs.count(v) + opts.count(v); }
+  } followed{seqs, opts};
 
-  for (const auto& n : g.node()) {
+  std::deque<onnx::NodeProto> work(g.node().begin(), g.node().end());
+  for (; !work.empty(); work.pop_front()) {
+    const onnx::NodeProto& n = work.front();
     const std::string& op = n.op_type();
     auto seq = [&](int i) -> const std::vector<std::string>* {
       if (n.input_size() <= i) return nullptr;
       auto it = seqs.find(n.input(i));
       return it == seqs.end() ? nullptr : &it->second;
     };
+    auto opt = [&](int i) -> const Held* {
+      if (n.input_size() <= i) return nullptr;
+      auto it = opts.find(n.input(i));
+      return it == opts.end() ? nullptr : &it->second;
+    };
     const std::string base = n.name().empty() ? op : n.name();
-    if (op == "Identity" && default_domain(n.domain()) && seq(0)) {
-      seqs[n.output(0)] = *seq(0);
+    if (op == "Identity" && default_domain(n.domain()) && n.input_size() == 1 && n.output_size() == 1 &&
+        followed.count(n.input(0))) {
+      if (seq(0)) seqs[n.output(0)] = *seq(0);
+      if (opt(0)) opts[n.output(0)] = *opt(0);
       ++removed;
       continue;
     }
-    if (!sequence_op(n)) {
+    if (!sequence_or_optional_op(n)) {
       for (const auto& in : n.input())
-        if (seqs.count(in)) return 0;  // an op that reads a sequence as such
-      if (subgraph_reads(n, seqs)) return 0;
+        if (followed.count(in)) complete = false;  // an op that reads a sequence or optional as such
+      if (subgraph_reads(n, followed)) complete = false;
       *out.Add() = n;
       continue;
     }
-    if (n.output_size() < 1 || n.output(0).empty()) return 0;
-    if (op == "SequenceEmpty") {
+    bool done = true;
+    if (n.output_size() < 1 || n.output(0).empty()) {
+      done = false;
+    } else if (op == "SequenceEmpty") {
       seqs[n.output(0)] = {};
     } else if (op == "SequenceConstruct") {
       seqs[n.output(0)] = {n.input().begin(), n.input().end()};
     } else if (op == "SequenceInsert") {
       const auto* s = seq(0);
-      if (!s || n.input_size() < 2) return 0;
-      const auto size = static_cast<int64_t>(s->size());
-      const std::optional<int64_t> at = position(n, 2, size, 1, size);
-      if (!at) return 0;
-      std::vector<std::string> l = *s;
-      l.insert(l.begin() + *at, n.input(1));
-      seqs[n.output(0)] = std::move(l);
+      const std::optional<int64_t> at =
+          s && n.input_size() >= 2 ? position(n, 2, static_cast<int64_t>(s->size()), 1, static_cast<int64_t>(s->size()))
+                                   : std::nullopt;
+      if ((done = at.has_value())) {
+        std::vector<std::string> l = *s;
+        l.insert(l.begin() + *at, n.input(1));
+        seqs[n.output(0)] = std::move(l);
+      }
     } else if (op == "SequenceErase") {
       const auto* s = seq(0);
-      if (!s || s->empty()) return 0;
-      const auto size = static_cast<int64_t>(s->size());
-      const std::optional<int64_t> at = position(n, 1, size, 0, size - 1);
-      if (!at) return 0;
-      std::vector<std::string> l = *s;
-      l.erase(l.begin() + *at);
-      seqs[n.output(0)] = std::move(l);
+      const auto size = s ? static_cast<int64_t>(s->size()) : 0;
+      const std::optional<int64_t> at = size > 0 ? position(n, 1, size, 0, size - 1) : std::nullopt;
+      if ((done = at.has_value())) {
+        std::vector<std::string> l = *s;
+        l.erase(l.begin() + *at);
+        seqs[n.output(0)] = std::move(l);
+      }
     } else if (op == "SequenceAt") {
       const auto* s = seq(0);
-      if (!s) return 0;
-      const std::optional<int64_t> at = position(n, 1, static_cast<int64_t>(s->size()), 0, -1);
-      if (!at || *at < 0) return 0;
-      add("Identity", base, {(*s)[static_cast<size_t>(*at)]}, {n.output(0)});
+      const std::optional<int64_t> at = s ? position(n, 1, static_cast<int64_t>(s->size()), 0, -1) : std::nullopt;
+      if ((done = at && *at >= 0)) add("Identity", base, {(*s)[static_cast<size_t>(*at)]}, {n.output(0)});
     } else if (op == "SequenceLength") {
-      const auto* s = seq(0);
-      if (!s) return 0;
-      add("Identity", base, {constant(Tensor::scalar<int64_t>(static_cast<int64_t>(s->size())), base + "/length")},
-          {n.output(0)});
+      if (const auto* s = seq(0)) {
+        const Tensor length = Tensor::scalar<int64_t>(static_cast<int64_t>(s->size()));
+        facts[n.output(0)] = length;
+        add("Identity", base, {constant(length, base + "/length")}, {n.output(0)});
+      } else {
+        done = false;
+      }
     } else if (op == "ConcatFromSequence") {
       const auto* s = seq(0);
       const auto* axis = attr(n, "axis");
-      if (!s || s->empty() || !axis) return 0;
-      const auto* new_axis = attr(n, "new_axis");
-      std::vector<std::string> parts = *s;
-      if (new_axis && new_axis->i() != 0) {
-        const std::string axes =
-            opset >= 13 ? constant(Tensor::from_vector<int64_t>({1}, {axis->i()}), base + "/axes") : std::string();
-        for (auto& p : parts) {
-          const std::string u = unused(p + "/unsqueezed", values);
-          if (opset >= 13) {
-            add("Unsqueeze", base + "/unsqueeze", {p, axes}, {u});
-          } else {
-            auto* a = add("Unsqueeze", base + "/unsqueeze", {p}, {u}).add_attribute();
-            a->set_name("axes");
-            a->set_type(onnx::AttributeProto::INTS);
-            a->add_ints(axis->i());
+      if ((done = s && !s->empty() && axis)) {
+        const auto* new_axis = attr(n, "new_axis");
+        std::vector<std::string> parts = *s;
+        if (new_axis && new_axis->i() != 0) {
+          const std::string axes =
+              opset >= 13 ? constant(Tensor::from_vector<int64_t>({1}, {axis->i()}), base + "/axes") : std::string();
+          for (auto& p : parts) {
+            const std::string u = unused(p + "/unsqueezed", values);
+            if (opset >= 13) {
+              add("Unsqueeze", base + "/unsqueeze", {p, axes}, {u});
+            } else {
+              auto* a = add("Unsqueeze", base + "/unsqueeze", {p}, {u}).add_attribute();
+              a->set_name("axes");
+              a->set_type(onnx::AttributeProto::INTS);
+              a->add_ints(axis->i());
+            }
+            p = u;
           }
-          p = u;
         }
+        int_attr(add("Concat", base, parts, {n.output(0)}), "axis", axis->i());
       }
-      int_attr(add("Concat", base, parts, {n.output(0)}), "axis", axis->i());
     } else if (op == "SplitToSequence") {
       // Constant split sizes only: without them the count of parts depends on the input's shape.
-      if (n.input_size() < 2 || n.input(1).empty()) return 0;
-      std::optional<Value> split = ev.value_of(n.input(1));
-      if (!split || split->dims.size() != 1 || split->data.empty()) return 0;
-      const auto* axis = attr(n, "axis");
-      std::vector<std::string> parts;
-      for (size_t k = 0; k < split->data.size(); ++k)
-        parts.push_back(unused(n.output(0) + "/" + std::to_string(k), values));
-      onnx::NodeProto& sp =
-          opset >= 13
-              ? add("Split", base,
-                    {n.input(0),
-                     constant(Tensor::from_vector<int64_t>({static_cast<int64_t>(split->data.size())}, split->data),
-                              base + "/split")},
-                    parts)
-              : add("Split", base, {n.input(0)}, parts);
-      int_attr(sp, "axis", axis ? axis->i() : 0);
-      if (opset < 13) {
-        auto* a = sp.add_attribute();
-        a->set_name("split");
-        a->set_type(onnx::AttributeProto::INTS);
-        for (int64_t v : split->data) a->add_ints(v);
+      std::optional<Value> split;
+      if (n.input_size() >= 2 && !n.input(1).empty()) split = ev.value_of(n.input(1));
+      if ((done = split && split->dims.size() == 1 && !split->data.empty())) {
+        const auto* axis = attr(n, "axis");
+        std::vector<std::string> parts;
+        for (size_t k = 0; k < split->data.size(); ++k)
+          parts.push_back(unused(n.output(0) + "/" + std::to_string(k), values));
+        onnx::NodeProto& sp =
+            opset >= 13
+                ? add("Split", base,
+                      {n.input(0),
+                       constant(Tensor::from_vector<int64_t>({static_cast<int64_t>(split->data.size())}, split->data),
+                                base + "/split")},
+                      parts)
+                : add("Split", base, {n.input(0)}, parts);
+        int_attr(sp, "axis", axis ? axis->i() : 0);
+        if (opset < 13) {
+          auto* a = sp.add_attribute();
+          a->set_name("split");
+          a->set_type(onnx::AttributeProto::INTS);
+          for (int64_t v : split->data) a->add_ints(v);
+        }
+        seqs[n.output(0)] = parts;
       }
-      seqs[n.output(0)] = parts;
+    } else if (op == "SequenceMap") {
+      // One copy of the body per element; the copies go through this pass in turn.
+      const auto* body = attr(n, "body");
+      const auto* s = seq(0);
+      if ((done = s && body && body->has_g() && body->g().input_size() == n.input_size() &&
+                  body->g().output_size() == n.output_size())) {
+        const onnx::GraphProto& b = body->g();
+        for (int k = 1; k < n.input_size(); ++k)
+          if (const auto* other = seq(k))
+            GR_CHECK(other->size() == s->size(), what << ": " << node_desc(n) << ": its sequences '" << n.input(0)
+                                                      << "' and '" << n.input(k) << "' hold " << s->size() << " and "
+                                                      << other->size()
+                                                      << " tensors; SequenceMap needs them of one length");
+        std::map<std::string, std::string> inits;
+        for (const auto& t : b.initializer()) inits[t.name()] = constant_proto(t, base + "/" + t.name());
+        google::protobuf::RepeatedPtrField<onnx::NodeProto> copies;
+        std::vector<std::vector<std::string>> results(static_cast<size_t>(n.output_size()));
+        for (size_t i = 0; i < s->size(); ++i) {
+          std::vector<std::string> inputs;
+          for (int k = 0; k < n.input_size(); ++k) inputs.push_back(seq(k) ? (*seq(k))[i] : n.input(k));
+          const std::vector<std::string> outs =
+              instantiate(b, inputs, inits, "/map" + std::to_string(i), values, node_names, copies);
+          for (size_t j = 0; j < outs.size(); ++j) results[j].push_back(outs[j]);
+        }
+        for (int j = 0; j < n.output_size(); ++j)
+          if (!n.output(j).empty()) seqs[n.output(j)] = results[static_cast<size_t>(j)];
+        const onnx::NodeProto self = n;
+        work.pop_front();
+        for (int k = copies.size() - 1; k >= 0; --k) work.push_front(copies.Get(k));
+        work.push_front(self);  // popped by the loop
+        ++removed;
+        continue;
+      }
+    } else if (op == "Optional") {
+      Held h;
+      if (n.input_size() == 0 || n.input(0).empty()) {
+        h.none = true;
+      } else if (const auto* s = seq(0)) {
+        h.sequence = true;
+        h.elems = *s;
+      } else {
+        h.tensor = n.input(0);
+      }
+      opts[n.output(0)] = h;
+    } else if (op == "OptionalHasElement") {
+      // Opset 18 takes a tensor or a sequence too, and no input (none).
+      const bool absent = n.input_size() == 0 || n.input(0).empty();
+      if ((done = absent || opt(0) || seq(0))) {
+        const Tensor has = Tensor::scalar<bool>(!absent && !(opt(0) && opt(0)->none));
+        facts[n.output(0)] = has;
+        add("Identity", base, {constant(has, base + "/has_element")}, {n.output(0)});
+      }
+    } else if (op == "OptionalGetElement") {
+      if (const auto* h = opt(0)) {
+        GR_CHECK(!h->none, what << ": " << node_desc(n) << ": the optional '" << n.input(0)
+                                << "' holds no value here, so it has no element to get");
+        if (h->sequence)
+          seqs[n.output(0)] = h->elems;
+        else
+          add("Identity", base, {h->tensor}, {n.output(0)});
+      } else if (const auto* s = seq(0)) {
+        seqs[n.output(0)] = *s;  // opset 18: a sequence is its own element
+      } else {
+        done = false;
+      }
     } else {
-      return 0;  // SequenceMap, the optionals
+      done = false;
+    }
+    if (!done) {
+      complete = false;
+      *out.Add() = n;
+      continue;
     }
     ++removed;
   }
-  for (const auto& o : g.output())
-    if (seqs.count(o.name())) return 0;
+
+  // The graph's sequence and optional outputs become the tensor outputs of their elements.
+  google::protobuf::RepeatedPtrField<onnx::ValueInfoProto> kept;
+  std::vector<CompositeSlot> slots;
+  for (int pos = 0; complete && pos < g.output_size(); ++pos) {
+    const onnx::ValueInfoProto& o = g.output(pos);
+    const bool is_seq = seqs.count(o.name()) != 0, is_opt = opts.count(o.name()) != 0;
+    if (!is_seq && !is_opt) {
+      *kept.Add() = o;
+      continue;
+    }
+    if (!outputs) {
+      complete = false;
+      break;
+    }
+    CompositeSlot slot;
+    slot.name = o.name();
+    slot.position = pos;
+    std::vector<std::string> elems;
+    if (is_seq) {
+      slot.type = "sequence";
+      elems = seqs.at(o.name());
+    } else {
+      const Held& h = opts.at(o.name());
+      const bool of_seq = h.none ? o.type().optional_type().elem_type().has_sequence_type() : h.sequence;
+      slot.type = of_seq ? "optional(sequence)" : "optional";
+      slot.none = h.none;
+      if (!h.none) elems = h.sequence ? h.elems : std::vector<std::string>{h.tensor};
+    }
+    for (size_t k = 0; k < elems.size(); ++k) {
+      const std::string part = unused(o.name() + "[" + std::to_string(k) + "]", values);
+      add("Identity", o.name() + "/element", {elems[k]}, {part});
+      kept.Add()->set_name(part);  // its type as inference finds it
+      slot.parts.push_back(part);
+    }
+    slots.push_back(std::move(slot));
+  }
+
+  if (!complete) {
+    // Only the facts the rest of the model may be decided by: SequenceLength and OptionalHasElement of known values.
+    int replaced = 0;
+    for (auto& n : *g.mutable_node()) {
+      if (n.output_size() != 1 || !facts.count(n.output(0)) || !sequence_or_optional_op(n)) continue;
+      const std::string output = n.output(0), name = n.name();
+      n.Clear();
+      n.set_op_type("Constant");
+      n.set_name(name);
+      n.add_output(output);
+      auto* a = n.add_attribute();
+      a->set_name("value");
+      a->set_type(onnx::AttributeProto::TENSOR);
+      tensor_to_proto(facts.at(output), "", a->mutable_t());
+      ++replaced;
+    }
+    return replaced;
+  }
   g.mutable_node()->Swap(&out);
+  if (outputs) {
+    g.mutable_output()->Swap(&kept);
+    outputs->insert(outputs->end(), slots.begin(), slots.end());
+  }
   auto* vi = g.mutable_value_info();
   for (int i = vi->size() - 1; i >= 0; --i)
-    if (seqs.count(vi->Get(i).name())) vi->DeleteSubrange(i, 1);
+    if (followed.count(vi->Get(i).name())) vi->DeleteSubrange(i, 1);
   return removed;
 }
 

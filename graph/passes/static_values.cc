@@ -6,6 +6,7 @@
 
 #include "graph/error.h"
 #include "graph/onnx_tensor.h"
+#include "graph/validate.h"
 
 namespace graphrun::passes::static_values {
 namespace {
@@ -41,11 +42,7 @@ bool integer_type(int32_t t) {
   return t == TP::INT64 || t == TP::INT32 || t == TP::INT16 || t == TP::INT8 || t == TP::UINT8 || t == TP::BOOL;
 }
 
-bool opaque(const onnx::NodeProto& n) {
-  const std::string& op = n.op_type();
-  return has_subgraph(n) || (default_domain(n.domain()) && (op.rfind("Sequence", 0) == 0 || op == "SplitToSequence" ||
-                                                           op == "ConcatFromSequence" || op.rfind("Optional", 0) == 0));
-}
+bool opaque(const onnx::NodeProto& n) { return has_subgraph(n) || sequence_or_optional_op(n); }
 
 bool has_subgraph(const onnx::NodeProto& n) {
   for (const auto& a : n.attribute())
@@ -580,6 +577,36 @@ void rename_reads(onnx::GraphProto& g, const std::map<std::string, std::string>&
     auto it = outer.find(o.name());
     if (it != outer.end()) o.set_name(it->second);
   }
+}
+
+std::vector<std::string> instantiate(const onnx::GraphProto& body, const std::vector<std::string>& inputs,
+                                     std::map<std::string, std::string> renamed, const std::string& tag,
+                                     std::set<std::string>& values, std::set<std::string>& nodes,
+                                     google::protobuf::RepeatedPtrField<onnx::NodeProto>& out) {
+  for (int k = 0; k < body.input_size(); ++k) renamed[body.input(k).name()] = inputs.at(static_cast<size_t>(k));
+  for (const auto& bn : body.node())
+    for (const auto& o : bn.output())
+      if (!o.empty()) renamed[o] = unused(o + tag, values);
+  auto read = [&](const std::string& v) {
+    auto it = renamed.find(v);
+    return it == renamed.end() ? v : it->second;
+  };
+  for (const auto& bn : body.node()) {
+    onnx::NodeProto& c = *out.Add();
+    c = bn;
+    c.set_name(bn.name().empty() ? std::string() : unused(bn.name() + tag, nodes));
+    for (auto& in : *c.mutable_input())
+      if (!in.empty()) in = read(in);
+    for (auto& o : *c.mutable_output())
+      if (!o.empty()) o = read(o);
+    for (auto& a : *c.mutable_attribute()) {
+      if (a.has_g()) rename_reads(*a.mutable_g(), renamed);
+      for (auto& sub : *a.mutable_graphs()) rename_reads(sub, renamed);
+    }
+  }
+  std::vector<std::string> outs;
+  for (const auto& o : body.output()) outs.push_back(read(o.name()));
+  return outs;
 }
 
 }  // namespace graphrun::passes::static_values

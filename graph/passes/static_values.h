@@ -122,5 +122,14 @@ std::string unused(const std::string& base, std::set<std::string>& taken);
 // their new names (except where it defines the name itself).
 void rename_reads(onnx::GraphProto& g, const std::map<std::string, std::string>& rename);
 
+// Appends one copy of `body` to `out`: its inputs read `inputs` (by position; an empty name for an input the body
+// does not read), the names in `renamed` read what they map to (the body's initializers, as Constants), its nodes'
+// outputs take fresh names ending in `tag` (not in `values`, which gains them), its named nodes fresh names (from
+// `nodes`). Returns the names of the copy's outputs.
+std::vector<std::string> instantiate(const onnx::GraphProto& body, const std::vector<std::string>& inputs,
+                                     std::map<std::string, std::string> renamed, const std::string& tag,
+                                     std::set<std::string>& values, std::set<std::string>& nodes,
+                                     google::protobuf::RepeatedPtrField<onnx::NodeProto>& out);
+
 }  // namespace static_values
 }  // namespace graphrun::passes

@@ -150,36 +150,11 @@ class Emitter {
     add("Identity", base, {x}, output);
   }
 
-  // One copy of `body`: its inputs read `inputs` (by position), its initializers the Constants in `inits`, its
-  // nodes' outputs get new names ending in `tag`. Returns the names of the copy's outputs.
+  // One copy of `body` (static_values::instantiate).
   std::vector<std::string> instantiate(const onnx::GraphProto& body, const std::vector<std::string>& inputs,
                                        const std::map<std::string, std::string>& inits, const std::string& tag) {
-    std::map<std::string, std::string> rename = inits;
-    for (int k = 0; k < body.input_size(); ++k) rename[body.input(k).name()] = inputs[static_cast<size_t>(k)];
-    for (const auto& bn : body.node())
-      for (const auto& o : bn.output())
-        if (!o.empty()) rename[o] = value(o + tag);
-    auto renamed = [&](const std::string& v) {
-      auto it = rename.find(v);
-      return it == rename.end() ? v : it->second;
-    };
-    for (const auto& bn : body.node()) {
-      onnx::NodeProto& c = *out_.Add();
-      ++added_;
-      c = bn;
-      c.set_name(node_name(bn.name().empty() ? std::string() : bn.name() + tag));
-      for (auto& in : *c.mutable_input())
-        if (!in.empty()) in = renamed(in);
-      for (auto& o : *c.mutable_output())
-        if (!o.empty()) o = renamed(o);
-      for (auto& a : *c.mutable_attribute()) {
-        if (a.has_g()) rename_reads(*a.mutable_g(), rename);
-        for (auto& sub : *a.mutable_graphs()) rename_reads(sub, rename);
-      }
-    }
-    std::vector<std::string> outs;
-    for (const auto& o : body.output()) outs.push_back(renamed(o.name()));
-    return outs;
+    added_ += body.node_size();
+    return static_values::instantiate(body, inputs, inits, tag, values_, nodes_, out_);
   }
 
   // The body's initializers, as Constants shared by every copy: their new names by initializer name.

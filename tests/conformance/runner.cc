@@ -23,6 +23,7 @@
 
 #include "graph/onnx_io.h"
 #include "graph/tensor_io.h"
+#include "graph/validate.h"
 #include "runtime/executor.h"
 
 namespace fs = std::filesystem;
@@ -104,11 +105,16 @@ void collect_nodes(const onnx::GraphProto& g, std::vector<const onnx::NodeProto*
   }
 }
 
-// Why a value's type keeps the test from running on graphrun, or "".
+// Why a value's type keeps the test from running on graphrun, or "". Sequences of tensors and optionals of a tensor
+// or of such a sequence run as graphrun run runs them (load_onnx with KnownInputs).
 std::string type_problem(const onnx::ValueInfoProto& v, const char* role) {
   const auto& t = v.type();
-  if (t.has_sequence_type()) return std::string(role) + " '" + v.name() + "' is a sequence (only tensors are supported)";
-  if (t.has_optional_type()) return std::string(role) + " '" + v.name() + "' is an optional (only tensors are supported)";
+  const onnx::TypeProto* e = &t;
+  if (e->has_optional_type()) e = &e->optional_type().elem_type();
+  if (e->has_sequence_type()) e = &e->sequence_type().elem_type();
+  if (e != &t && !e->has_tensor_type())
+    return std::string(role) + " '" + v.name() + "' is a sequence or optional of values other than tensors";
+  if (e != &t) return "";
   if (t.has_map_type()) return std::string(role) + " '" + v.name() + "' is a map (only tensors are supported)";
   if (t.has_sparse_tensor_type()) return std::string(role) + " '" + v.name() + "' is a sparse tensor (only dense tensors are supported)";
   if (!t.has_tensor_type()) return std::string(role) + " '" + v.name() + "' has no tensor type";
@@ -139,6 +145,8 @@ Verdict classify(onnx::ModelProto& m, const runtime::KernelTable& kernels, const
     // Control flow is resolved when the model loads (an If taken, a Loop or Scan unrolled); its body's ops are
     // among `nodes`.
     if (key == "If" || key == "Loop" || key == "Scan") continue;
+    // So are the sequence and optional ops, where the lists they hold are known then.
+    if (sequence_or_optional_op(*n)) continue;
     // An op the spec defines as a function of others (MeanVarianceNormalization, the windows) runs as them.
     if ((n->domain().empty() || n->domain() == "ai.onnx") && default_opset &&
         expands_on_load(n->op_type(), default_opset->version()))
@@ -287,15 +295,21 @@ Verdict run_test(const fs::path& dir, const runtime::KernelTable& kernels) {
   Verdict v = classify(m, kernels, name);
   if (v.kind != Verdict::Pass) return v;
 
-  std::set<std::string> initializer_names;
-  for (const auto& t : m.graph().initializer()) initializer_names.insert(t.name());
-  std::vector<std::string> input_names, output_names;
-  std::vector<const onnx::ValueInfoProto*> input_infos, output_infos;
-  for (const auto& i : m.graph().input())
-    if (!initializer_names.count(i.name())) {
-      input_names.push_back(i.name());
-      input_infos.push_back(&i);
-    }
+  std::string bytes;
+  m.SerializeToString(&bytes);
+  const std::string what = (dir / "model.onnx").string();
+  const std::vector<DeclaredInput> inputs = onnx_inputs_of_bytes(bytes, what);
+  std::vector<std::string> input_names;
+  std::vector<const onnx::ValueInfoProto*> input_infos;
+  for (const auto& in : inputs)
+    for (const auto& i : m.graph().input())
+      if (i.name() == in.name) {
+        input_names.push_back(i.name());
+        input_infos.push_back(&i);
+        break;
+      }
+  std::vector<std::string> output_names;
+  std::vector<const onnx::ValueInfoProto*> output_infos;
   for (const auto& o : m.graph().output()) {
     output_names.push_back(o.name());
     output_infos.push_back(&o);
@@ -309,43 +323,73 @@ Verdict run_test(const fs::path& dir, const runtime::KernelTable& kernels) {
   if (data_sets.empty()) return {Verdict::Fail, "no test_data_set_* folder"};
 
   try {
-    std::string bytes;
-    m.SerializeToString(&bytes);
-    const std::string what = (dir / "model.onnx").string();
-    // Control flow the inputs decide (an If on a flag input, a Loop over a count input) is decided per data set, as
-    // graphrun run decides it for its inputs.
+    // Control flow the inputs decide (an If on a flag input, a Loop over a count input), and sequence and optional
+    // inputs and outputs, are decided per data set, as graphrun run decides them for its inputs.
     std::unique_ptr<runtime::Executor> ex;
     runtime::ExecOptions opts;
-    opts.fetch = output_names;
     try {
-      ex = std::make_unique<runtime::Executor>(load_onnx_bytes(bytes, what), opts);
+      Graph g = load_onnx_bytes(bytes, what);
+      opts.fetch = g.outputs;
+      ex = std::make_unique<runtime::Executor>(std::move(g), opts);
     } catch (const Error& e) {
-      if (std::string(e.what()).find("depends on the input data") == std::string::npos) throw;
+      const std::string why = e.what();
+      if (why.find("depends on the input data") == std::string::npos && why.find(kSequenceRefusal) == std::string::npos)
+        throw;
     }
     for (const auto& ds : data_sets) {
       std::map<std::string, Tensor> feeds;
+      KnownInputs known;
       for (size_t j = 0; j < input_names.size(); ++j) {
         fs::path p = ds / ("input_" + std::to_string(j) + ".pb");
         if (!fs::exists(p)) return {Verdict::Fail, ds.filename().string() + ": missing " + p.filename().string()};
-        feeds[input_names[j]] = as_declared(read_tensor_pb(p.string()), *input_infos[j], &reinterpreted);
+        if (!inputs[j].composite.empty())
+          known.composite[input_names[j]] = read_composite_pb(p.string(), inputs[j].composite != "sequence");
+        else
+          feeds[input_names[j]] = as_declared(read_tensor_pb(p.string()), *input_infos[j], &reinterpreted);
       }
       std::unique_ptr<runtime::Executor> bound;
-      if (!ex) bound = std::make_unique<runtime::Executor>(load_onnx_bytes(bytes, what, feeds), opts);
-      auto out = (ex ? *ex : *bound).run(feeds);
+      if (!ex) {
+        known.small = feeds;
+        Graph g = load_onnx_bytes(bytes, what, known);
+        for (const auto& slot : g.composite_inputs)
+          for (size_t k = 0; k < slot.parts.size(); ++k)
+            feeds[slot.parts[k]] = known.composite.at(slot.name).tensors.at(k);
+        opts.fetch = g.outputs;
+        bound = std::make_unique<runtime::Executor>(std::move(g), opts);
+      }
+      runtime::Executor& run = ex ? *ex : *bound;
+      auto out = run.run(feeds);
       if (kRandomDropoutTests.count(name)) {
         std::string diff = check_random_dropout(feeds, input_names, out, output_names);
         if (!diff.empty()) return {Verdict::Fail, diff};
         continue;
       }
+      const std::string at = data_sets.size() > 1 ? ds.filename().string() + ": " : "";
       for (size_t j = 0; j < output_names.size(); ++j) {
         fs::path p = ds / ("output_" + std::to_string(j) + ".pb");
         if (!fs::exists(p)) continue;
+        const CompositeSlot* slot = nullptr;
+        for (const auto& s : run.graph().composite_outputs)
+          if (s.name == output_names[j]) slot = &s;
+        if (slot) {
+          const CompositeValue want = read_composite_pb(p.string(), slot->type != "sequence");
+          if (want.none != slot->none || want.tensors.size() != slot->parts.size())
+            return {Verdict::Fail,
+                    at + "output '" + output_names[j] +
+                        "': " + (slot->none ? "no value" : std::to_string(slot->parts.size()) + " tensors") +
+                        ", expected " + (want.none ? "no value" : std::to_string(want.tensors.size()) + " tensors")};
+          for (size_t k = 0; k < slot->parts.size(); ++k) {
+            std::string diff = compare(out.at(slot->parts[k]), want.tensors[k], slot->parts[k]);
+            if (!diff.empty()) return {Verdict::Fail, at + diff};
+          }
+          continue;
+        }
         Tensor want = as_declared(read_tensor_pb(p.string()), *output_infos[j], &reinterpreted);
         std::string diff = kRandomBernoulliTests.count(name)
                                ? check_random_bernoulli(feeds.at(input_names.at(0)), out.at(output_names[j]), want,
                                                         output_names[j])
                                : compare(out.at(output_names[j]), want, output_names[j]);
-        if (!diff.empty()) return {Verdict::Fail, (data_sets.size() > 1 ? ds.filename().string() + ": " : "") + diff};
+        if (!diff.empty()) return {Verdict::Fail, at + diff};
       }
     }
   } catch (const std::exception& e) {
