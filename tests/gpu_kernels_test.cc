@@ -1525,6 +1525,25 @@ void unpool_cases(Cases& cs) {
 }
 TEST(GpuKernels, MaxUnpool) { expect_group_on_gpu(unpool_cases); }
 
+// TfIdfVectorizer: unigrams and bigrams with skips over int32 rows, and TFIDF weights over an int64 vector.
+void tfidf_cases(Cases& cs) {
+  const Tensor rows = Tensor::from_vector<int32_t>({2, 6}, {1, 1, 3, 3, 3, 7, 8, 6, 7, 5, 6, 8});
+  const std::map<std::string, Attribute> a{{"mode", Attribute::Str("TF")},
+                                           {"min_gram_length", Attribute::Int(1)},
+                                           {"max_gram_length", Attribute::Int(2)},
+                                           {"max_skip_count", Attribute::Int(2)},
+                                           {"ngram_counts", Attribute::Ints({0, 4})},
+                                           {"ngram_indexes", Attribute::Ints({0, 1, 2, 3, 4, 5, 6})},
+                                           {"pool_int64s", Attribute::Ints({2, 3, 5, 4, 5, 6, 7, 8, 6, 7})}};
+  cs.add("TfIdfVectorizer", {rows}, a, 1, 0, 9);
+  std::map<std::string, Attribute> w = a;
+  w["mode"] = Attribute::Str("TFIDF");
+  w["weights"] = Attribute::Floats({0.5f, 1.f, 2.f, 0.25f, 3.f, 1.5f, 0.75f});
+  w["ngram_indexes"] = Attribute::Ints({6, 5, 4, 3, 2, 1, 0});
+  cs.add("TfIdfVectorizer", {i64({12}, {2, 3, 5, 4, 5, 6, 7, 8, 6, 7, 5, 6})}, w, 1, 0, 9);
+}
+TEST(GpuKernels, TfIdfVectorizer) { expect_group_on_gpu(tfidf_cases); }
+
 // ---- the op table: every CUDA kernel has a CPU reference and cases ----
 
 // Every case group, by the name of the GpuKernels test that runs it on a GPU.
@@ -1568,8 +1587,9 @@ const std::vector<std::pair<const char*, CaseGroup>>& case_groups() {
       {"ConvIntegerQLinearConv", int_conv_cases},
       {"NonMaxSuppression", nms_cases},
       {"RoiAlign", roi_align_cases},
-      {"DftStftMelWeightMatrix", spectral_cases},
+      {"Spectral", spectral_cases},
       {"MaxUnpool", unpool_cases},
+      {"TfIdfVectorizer", tfidf_cases},
   };
   return groups;
 }
