@@ -8,6 +8,7 @@
 #include <google/protobuf/unknown_field_set.h>
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <cstdio>
 #include <fstream>
@@ -1381,6 +1382,120 @@ void unbind_known_inputs(onnx::ModelProto& m, const std::vector<std::string>& bo
     if (names.count(inits->Get(i).name())) inits->DeleteSubrange(i, 1);
 }
 
+// Ops whose values a second run would not repeat: a control value computed from them is left to the refusal.
+bool draws_at_random(const onnx::NodeProto& n) {
+  const std::string& op = n.op_type();
+  return op.rfind("Random", 0) == 0 || op == "Bernoulli" || op == "Multinomial" || op == "Dropout";
+}
+
+// graphrun run: an If's condition, a Loop's trip count or condition that the data decide (`if x.sum() > 0`, a count
+// computed in floating point) is computed by running the part of the model before it on the run's inputs
+// (KnownInputs::compute) and becomes a Constant the If or Loop reads, so that the passes can take it. Only values
+// no control flow or random op computes. Returns how many it computed.
+int compute_control_values(onnx::ModelProto& m, const std::string& what, const passes::InferShapeData& infer,
+                           const Weights& weights, const KnownInputs& known,
+                           const std::vector<CompositeSlot>& composite) {
+  namespace sv = passes::static_values;
+  if (!known.compute) return 0;
+  auto& g = *m.mutable_graph();
+  std::map<std::string, int> producer;
+  for (int i = 0; i < g.node_size(); ++i)
+    for (const auto& o : g.node(i).output()) producer[o] = i;
+  std::vector<std::pair<int, int>> wanted;  // (If or Loop node, its control input)
+  std::vector<std::string> names;           // the values to compute
+  std::set<int> needed;
+  for (int i = 0; i < g.node_size(); ++i) {
+    const auto& n = g.node(i);
+    if (!sv::default_domain(n.domain()) || (n.op_type() != "If" && n.op_type() != "Loop")) continue;
+    for (int k = 0; k < std::min(n.op_type() == "If" ? 1 : 2, n.input_size()); ++k) {
+      const std::string& v = n.input(k);
+      auto p = producer.find(v);
+      if (v.empty() || p == producer.end() || g.node(p->second).op_type() == "Constant") continue;
+      const std::set<int> a = sv::ancestors(g, producer, v);
+      if (std::any_of(a.begin(), a.end(), [&](int j) { return sv::opaque(g.node(j)) || draws_at_random(g.node(j)); }))
+        continue;
+      wanted.emplace_back(i, k);
+      if (std::find(names.begin(), names.end(), v) == names.end()) names.push_back(v);
+      needed.insert(a.begin(), a.end());
+    }
+  }
+  if (wanted.empty()) return 0;
+  // The part of the model computing them, checked and inferred as the whole model would be; its outputs typed by
+  // that inference, its inputs those its nodes read.
+  onnx::ModelProto prefix = sv::model_of(m, needed);
+  infer(prefix);
+  auto* pg = prefix.mutable_graph();
+  for (const auto& name : names) {
+    const onnx::ValueInfoProto* typed = nullptr;
+    for (const auto& v : pg->value_info())
+      if (v.name() == name) typed = &v;
+    if (!typed || !typed->type().tensor_type().has_shape()) return 0;
+    *pg->add_output() = *typed;
+  }
+  std::set<std::string> read;
+  for (const auto& n : pg->node())
+    for (const auto& in : n.input()) read.insert(in);
+  auto* inputs = pg->mutable_input();
+  for (int i = inputs->size() - 1; i >= 0; --i)
+    if (!read.count(inputs->Get(i).name())) inputs->DeleteSubrange(i, 1);
+  std::string bytes;
+  if (!prefix.SerializeToString(&bytes)) return 0;
+  Graph part = load_onnx_bytes(bytes, what);
+  std::map<std::string, Tensor> feeds;
+  for (const auto& in : part.inputs) {
+    if (auto w = weights.tensors.find(in); w != weights.tensors.end()) {
+      feeds[in] = w->second;
+    } else if (auto t = known.tensors.find(in); t != known.tensors.end()) {
+      feeds[in] = t->second;
+    } else {
+      for (const auto& slot : composite)
+        for (size_t k = 0; k < slot.parts.size(); ++k)
+          if (slot.parts[k] == in) feeds[in] = known.composite.at(slot.name).tensors.at(k);
+      if (!feeds.count(in)) return 0;  // an input the run does not give as a tensor (an image)
+    }
+  }
+  std::map<std::string, Tensor> values = known.compute(std::move(part), feeds);
+  std::set<std::string> value_names, node_names;
+  sv::collect_names(g, value_names, node_names);
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> constants;
+  std::map<std::string, std::string> constant_of;
+  std::string said;
+  std::set<std::string> counts;  // the values Loops read as their trip count
+  for (const auto& [i, k] : wanted)
+    if (g.node(i).op_type() == "Loop" && k == 0) counts.insert(g.node(i).input(0));
+  for (const auto& name : names) {
+    auto v = values.find(name);
+    if (v == values.end() || v->second.numel() > sv::kMaxElements) continue;
+    // torch 1.13 exports `range(int(t))` with the float t as the Loop's trip count, which ONNX types int64: a whole
+    // number is read as the count it means.
+    if (counts.count(name) && dtype_is_float(v->second.dtype()) && v->second.numel() == 1) {
+      const double x = v->second.as_doubles()[0];
+      if (!(x == std::floor(x) && std::fabs(x) < 9e18)) continue;
+      v->second = Tensor::scalar<int64_t>(static_cast<int64_t>(x));
+    }
+    onnx::NodeProto& c = *constants.Add();
+    c.set_op_type("Constant");
+    c.set_name(sv::unused(name + "/computed", node_names));
+    c.add_output(constant_of[name] = sv::unused(name + "/computed", value_names));
+    auto* a = c.add_attribute();
+    a->set_name("value");
+    a->set_type(onnx::AttributeProto::TENSOR);
+    tensor_to_proto(v->second, "", a->mutable_t());
+    said += (said.empty() ? "'" : ", '") + name + "' = " + v->second.str(4);
+  }
+  int computed = 0;
+  for (const auto& [i, k] : wanted)
+    if (auto c = constant_of.find(g.node(i).input(k)); c != constant_of.end()) {
+      g.mutable_node(i)->set_input(k, c->second);
+      ++computed;
+    }
+  if (!computed) return 0;
+  for (const auto& n : g.node()) *constants.Add() = n;
+  g.mutable_node()->Swap(&constants);
+  std::cerr << "graphrun: " << what << ": control flow computed from this run's inputs: " << said << "\n";
+  return computed;
+}
+
 Graph load_model(std::string bytes, const std::string& what, const std::string& dir,
                  const KnownInputs* known = nullptr) {
   register_graphrun_schemas();
@@ -1426,11 +1541,13 @@ Graph load_model(std::string bytes, const std::string& what, const std::string& 
   // Loops and Scans of a count known now become copies of their bodies; what they unroll may hold Ifs on the
   // iteration number, and Loops of their own.
   // Then the sequences of what they unrolled (a scripted list appended to in a loop) hold known tensors.
+  // Under graphrun run, what the data decide is computed then from the run's inputs.
   for (int64_t budget = passes::kMaxUnrolledNodes;;) {
     const int unrolled = passes::unroll_static_loops(m, what, infer, budget);
     const int inlined = passes::inline_static_ifs(m, what, infer);
-    if (!passes::resolve_static_sequences(m, what, known ? &composite_outputs : nullptr) && !unrolled && !inlined)
-      break;
+    if (passes::resolve_static_sequences(m, what, known ? &composite_outputs : nullptr) || unrolled || inlined)
+      continue;
+    if (!known || !compute_control_values(m, what, infer, weights, *known, composite_inputs)) break;
   }
   unbind_known_inputs(m, bound);
   check_supported_features(m, what);

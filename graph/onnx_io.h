@@ -1,5 +1,6 @@
 // ONNX model files <-> graphrun Graph. The only place (with tensor_io) that touches ONNX protobuf.
 #pragma once
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -29,6 +30,12 @@ struct KnownInputs {
   // (passes/resolve_static_sequences.h). An optional input missing here holds no value. The graph's sequence and
   // optional outputs become the tensor outputs of their elements (Graph::composite_outputs).
   std::map<std::string, CompositeValue> composite;
+  // Every tensor input of the run, and a way to run a graph on the CPU (graphrun run's executor: fetch its outputs
+  // for these feeds). Where both are given, an If's condition, a Loop's trip count or condition that the data decide
+  // (computed from the inputs outside any loop body, by no random op) is computed by running the part of the model
+  // before it, and the control flow is taken or unrolled for that value.
+  std::map<std::string, Tensor> tensors;
+  std::function<std::map<std::string, Tensor>(Graph, const std::map<std::string, Tensor>&)> compute;
 };
 // load_onnx for one run on known inputs (graphrun run). The graph holds for those values alone.
 Graph load_onnx(const std::string& path, const KnownInputs& known);

@@ -1067,6 +1067,66 @@ np.save('n_float.npy', np.array(3.0, np.float32))
       << wrong.output;
 }
 
+// graphrun run computes the control flow its inputs decide through the model: a scripted `if x.sum() > 0` and a
+// `for` over `range(int(ceil(...)))` of the data (torch 1.13 writes that trip count as the float it computes) are
+// computed by running the part of the model before them on the inputs, then taken and unrolled; the outputs match
+// torch for inputs that take each branch. A condition drawn at random is not computed (a second run would draw
+// another): refused in one line, as is the model under `check`, which has no inputs to compute from.
+TEST(OnnxIo, RunComputesTheControlFlowItsInputsDecide) {
+  if (run_command(python() + " -c 'import torch' 2>&1").exit_code != 0) GTEST_SKIP() << python() << " lacks torch";
+  const std::string dir = temp_dir("onnx_run_computed");
+  run_onnx_python(dir, R"(
+import torch
+torch.manual_seed(0)
+@torch.jit.script
+def steps(x: torch.Tensor, w: torch.Tensor):
+    if bool(x.sum() > 0):
+        y = x @ w
+    else:
+        y = -(x @ w)
+    for i in range(int(torch.ceil(x.abs().max() * 3))):
+        y = torch.tanh(y) + 0.5
+    return y
+class M(torch.nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.w = torch.nn.Parameter(torch.randn(4, 3))
+    def forward(s, x):
+        return steps(x, s.w)
+m = M()
+x = torch.randn(2, 4)
+torch.onnx.export(m, (x,), 'scripted.onnx', opset_version=17, input_names=['x'], output_names=['y'])
+for tag, v in (('a', x), ('b', -x * 0.3)):
+    np.save('x_%s.npy' % tag, v.numpy()); np.save('y_%s.npy' % tag, m(v).detach().numpy())
+vi = lambda name, shape, t=TensorProto.FLOAT: helper.make_tensor_value_info(name, t, shape)
+then_b = helper.make_graph([helper.make_node('Neg', ['x'], ['n'])], 'then', [], [vi('n', [3])])
+else_b = helper.make_graph([helper.make_node('Identity', ['x'], ['i'])], 'else', [], [vi('i', [3])])
+g = helper.make_graph([helper.make_node('RandomUniformLike', ['x'], ['u']), helper.make_node('ReduceSum', ['u'], ['s'], keepdims=0),
+                       helper.make_node('Greater', ['s', 'half'], ['c']),
+                       helper.make_node('If', ['c'], ['y'], then_branch=then_b, else_branch=else_b, name='coin')],
+                      'coin', [vi('x', [3])], [vi('y', [3])], [helper.make_tensor('half', TensorProto.FLOAT, [], [1.5])])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), 'coin.onnx')
+np.save('x3.npy', np.ones(3, np.float32))
+)");
+  const std::string cli = testing::graphrun_cli();
+  for (const std::string tag : {"a", "b"}) {
+    SCOPED_TRACE(tag);
+    const auto r = run_command(cli + " run " + dir + "/scripted.onnx --input " + dir + "/x_" + tag +
+                               ".npy --output-dir " + dir + "/out_" + tag + " 2>&1");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("control flow computed from this run's inputs"), std::string::npos) << r.output;
+    EXPECT_LT(testing::max_abs_diff(read_npy(dir + "/out_" + tag + "/y.npy"), read_npy(dir + "/y_" + tag + ".npy")),
+              1e-5);
+  }
+  auto coin = run_command(cli + " run " + dir + "/coin.onnx --input " + dir + "/x3.npy 2>&1");
+  EXPECT_EQ(coin.exit_code, 2) << coin.output;
+  EXPECT_NE(coin.output.find("node 'coin' (If): its condition 'c' depends on the input data"), std::string::npos)
+      << coin.output;
+  auto check = run_command(cli + " check " + dir + "/scripted.onnx 2>&1");
+  EXPECT_EQ(check.exit_code, 2) << check.output;
+  EXPECT_NE(check.output.find("depends on the input data"), std::string::npos) << check.output;
+}
+
 // graphrun run takes sequence and optional inputs and outputs (onnx's SequenceProto and OptionalProto .pb files; a
 // .npy for an optional tensor; an optional input left out holds no value): the model loads for the lists given, its
 // sequence and optional ops become the tensors they hold (SequenceMap one body copy per element), and a sequence or

@@ -54,7 +54,9 @@ const Command& run_command() {
       "Output names are made safe as file names: characters other than letters, digits, '.', '-' and\n"
       "'_' become '_'.\n"
       "An If or Loop whose condition or trip count the small integer or bool inputs decide (a flag, a\n"
-      "count) is decided by the values given: taken or unrolled for this run, as stderr says.\n"
+      "count) is decided by the values given: taken or unrolled for this run, as stderr says. A\n"
+      "condition or count computed from the inputs (if x.sum() > 0) is computed by running the part of\n"
+      "the model before it on them, then taken or unrolled likewise.\n"
       "A sequence input comes as a .pb holding an ONNX SequenceProto (onnx.numpy_helper.from_list), an\n"
       "optional input as a .pb holding an OptionalProto, or a .npy for an optional tensor; an optional\n"
       "input left out holds no value. The model is then taken for those lists (its sequence ops become\n"
@@ -288,6 +290,7 @@ int cmd_run(const std::vector<std::string>& argv) {
   }
   std::map<std::string, std::string> files;
   std::map<std::string, CompositeValue> composite_values;
+  std::map<std::string, Tensor> read;  // the inputs read already
   if (decided_by_values || composite) {
     Graph shell;
     std::set<std::string> optional;
@@ -320,16 +323,21 @@ int cmd_run(const std::vector<std::string>& argv) {
         }
         continue;
       }
-      std::error_code ec;
-      const auto size = std::filesystem::file_size(file, ec);
-      if (ec || size > 65536 || is_image_file(file)) continue;
+      if (is_image_file(file)) continue;
       try {
         Tensor t = read_tensor_file(file, name);
-        if (small_control_value(t)) known.small[name] = std::move(t);
+        if (small_control_value(t)) known.small[name] = t;
+        known.tensors[name] = std::move(t);
       } catch (const Error&) {
         // read again below, where its error is reported
       }
     }
+    known.compute = [threads](Graph part, const std::map<std::string, Tensor>& feeds) {
+      runtime::ExecOptions o;
+      o.fetch = part.outputs;
+      o.threads = static_cast<int>(threads);
+      return runtime::Executor(std::move(part), o).run(feeds);
+    };
     g = load_onnx(model, known);
     if (decided_by_values && !known.small.empty()) {
       std::string names;
@@ -338,6 +346,7 @@ int cmd_run(const std::vector<std::string>& argv) {
                 << " for this run\n";
     }
     composite_values = std::move(known.composite);
+    read = std::move(known.tensors);
   } else {
     files = input_files(args, g, model);
   }
@@ -356,7 +365,9 @@ int cmd_run(const std::vector<std::string>& argv) {
     }
     const bool is_image = is_image_file(file);
     image |= is_image;
-    Tensor t = is_image ? read_image_input(g, name, file, norm) : read_tensor_file(file, name);
+    Tensor t = is_image           ? read_image_input(g, name, file, norm)
+               : read.count(name) ? std::move(read.at(name))
+                                  : read_tensor_file(file, name);
     check_input(g, name, file, t);
     feeds[name] = std::move(t);
   }
