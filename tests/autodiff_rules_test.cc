@@ -472,6 +472,22 @@ TEST(GradRules, RoiAlignAvgBothCoordinateModes) {
       }
 }
 
+// MaxRoiPool: the gradient of X against central differences (dY at each bin's maximum): bins that overlap, a region
+// reaching past the image, one thinner than a bin (its bins repeat rows), two regions on one image; the regions are
+// an input, as torchvision differentiates none.
+TEST(GradRules, MaxRoiPoolAtEachBinsMaximum) {
+  for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly}) {
+    TestGraph t(16);
+    std::string x = t.param("x", {2, 3, 7, 6}, 21, -2, 2);
+    std::string rois = t.input("rois", Tensor::from_vector<double>({3, 5}, {0, 0.4, 1.1, 5.2, 6.3, 1, -2.6, 3.2, 9.4,
+                                                                            12.1, 0, 2.2, 0.6, 2.4, 7.3}));
+    Graph bg = check_gradients(
+        t, t.node("MaxRoiPool", {x, rois}, {{"pooled_shape", A::Ints({2, 3})}, {"spatial_scale", A::Float(0.8f)}}),
+        shapes(si));
+    EXPECT_EQ(count_ops(bg, "MaxRoiPoolGrad"), 1);
+  }
+}
+
 // DFT: the adjoint (the transform the other way, unscaled) against central differences: a real input onesided with
 // dft_length padding, a real input truncated by dft_length along an inner axis, a complex input inverse along a
 // negative axis. The transformed axis and the last dimension are static; the batch may be symbolic.

@@ -1511,6 +1511,19 @@ void spectral_cases(Cases& cs) {
 }
 TEST(GpuKernels, Spectral) { expect_group_on_gpu(spectral_cases); }
 
+// MaxRoiPool and its gradient: overlapping bins, a region past the image, a thin one, two images.
+void roi_pool_cases(Cases& cs) {
+  const Tensor x = random_tensor({2, 3, 7, 6}, 1320);
+  const Tensor rois = Tensor::from_vector<float>(
+      {3, 5}, {0, 0.4f, 1.1f, 5.2f, 6.3f, 1, -2.6f, 3.2f, 9.4f, 12.1f, 0, 2.2f, 0.6f, 2.4f, 7.3f});
+  const std::map<std::string, Attribute> a{{"pooled_shape", Attribute::Ints({2, 3})},
+                                           {"spatial_scale", Attribute::Float(0.8f)}};
+  cs.add("MaxRoiPool", {x, rois}, a, 1, 0, 11);
+  cs.add("MaxRoiPool", {as_f64(x), as_f64(rois)}, a, 1, 0, 11);
+  cs.add("MaxRoiPoolGrad", {random_tensor({3, 3, 2, 3}, 1321), x, rois}, a, 1, 0, 11, kGraphrunDomain);
+}
+TEST(GpuKernels, MaxRoiPool) { expect_group_on_gpu(roi_pool_cases); }
+
 // MaxUnpool: the default shape and output_shape (padded at the end of each spatial axis).
 void unpool_cases(Cases& cs) {
   const Tensor x = random_tensor({1, 2, 2, 3}, 1300);
@@ -1587,6 +1600,7 @@ const std::vector<std::pair<const char*, CaseGroup>>& case_groups() {
       {"ConvIntegerQLinearConv", int_conv_cases},
       {"NonMaxSuppression", nms_cases},
       {"RoiAlign", roi_align_cases},
+      {"MaxRoiPool", roi_pool_cases},
       {"Spectral", spectral_cases},
       {"MaxUnpool", unpool_cases},
       {"TfIdfVectorizer", tfidf_cases},

@@ -289,18 +289,31 @@ TEST(SimDevice, CollidingScatterGradientEqualsTheCpu) {
 // MobileNet V3's HardSwish and HardSigmoid, a UNet's Resize and InstanceNormalization, LocalResponseNorm's padding
 // through ConstantOfShape, a transformer's masks, an LSTM, a spatial transformer's GridSample, a flow's Det, a
 // DCGAN-style decoder's ConvTranspose and LeakyRelu, a vanilla RNN, and pooling heads of TopK, CumSum, Trilu
-// and boolean indexing (NonZero + GatherND, whose gradient is GatherNDGrad), nn.EmbeddingBag's loop computed without it,
-// torch.jit.script's loops and list unrolled.
+// and boolean indexing (NonZero + GatherND, whose gradient is GatherNDGrad), nn.EmbeddingBag's loop computed without
+// it, torch.jit.script's loops and list unrolled, torchvision's roi_pool (MaxRoiPool and its gradient).
 TEST(SimDevice, TorchvisionTrainingGraphsRunOnTheDeviceAsOnTheCpu) {
   if (testing::run_command(testing::python() + " -c 'import torchvision' 2>&1").exit_code != 0)
     GTEST_SKIP() << testing::python() << " lacks torchvision";
   ScopedSimDevice sim;
   bool cuda_kernels_registered = false;
   for (const auto& [key, f] : op_table().ops()) cuda_kernels_registered = cuda_kernels_registered || f.kernel(Device::Kind::CUDA);
-  for (const auto& [name, size] : std::vector<std::pair<std::string, int>>{
-           {"mobilenet_v2", 32}, {"mobilenet_v3_small", 32}, {"vit", 32}, {"shufflenet", 64}, {"unet", 32}, {"lrn", 16},
-           {"text", 12}, {"text_causal", 12}, {"lstm", 8}, {"rnn", 8}, {"stn", 16}, {"glow", 16}, {"upsampling", 16},
-           {"pooling_heads", 16}, {"bag", 12}, {"scripted_loops", 8}}) {
+  for (const auto& [name, size] : std::vector<std::pair<std::string, int>>{{"mobilenet_v2", 32},
+                                                                           {"mobilenet_v3_small", 32},
+                                                                           {"vit", 32},
+                                                                           {"shufflenet", 64},
+                                                                           {"unet", 32},
+                                                                           {"lrn", 16},
+                                                                           {"text", 12},
+                                                                           {"text_causal", 12},
+                                                                           {"lstm", 8},
+                                                                           {"rnn", 8},
+                                                                           {"stn", 16},
+                                                                           {"glow", 16},
+                                                                           {"upsampling", 16},
+                                                                           {"pooling_heads", 16},
+                                                                           {"bag", 12},
+                                                                           {"scripted_loops", 8},
+                                                                           {"roi_pool", 16}}) {
     SCOPED_TRACE(name);
     const std::string dir = testing::temp_dir("sim_zoo_" + name);
     auto py = testing::run_command(testing::python() + " " + testing::source_dir() + "/tests/zoo_parity.py " + name +

@@ -10,7 +10,7 @@ STN_MODELS), lrn (a CNN with nn.LocalResponseNorm), glow (an invertible 1x1
 convolution and its log-determinant), lstm / gru / rnn / lstm1 / gru1 / rnn_relu1 (recurrent classifiers
 reading the image row by row, see RowSequence), upsampling (a DCGAN-style decoder), pooling_heads (GlobalMaxPool,
 TopK, CumSum, Trilu and boolean indexing heads, see PoolingHeads), scripted_loops (torch.jit.script loops over rows and a
-counter, see ScriptedLoops), or any torchvision.models builder name (random weights;
+counter, see ScriptedLoops), roi_pool (a Fast R-CNN-style head, torchvision.ops.roi_pool: see RoiPoolHead), or any torchvision.models builder name (random weights;
 GoogLeNet and Inception without auxiliary heads, torchvision's ViTs at image_size S). Writes OUT_DIR/train.onnx
 (training-mode export, no constant folding), eval.onnx (eval mode), image.npy (f32 [N,3,S,S]; tokens.npy, i64 [N,S], for text), labels.npy
 (i64 [N]), logits.npy (eval-mode output), buffers.txt (the float buffers exported as initializers: to freeze), train_logits.npy and loss.npy (training mode: the output and its mean
@@ -150,6 +150,28 @@ class PoolingHeads(torch.nn.Module):
         m = flat[flat > flat.mean()]  # the positions above the mean, over the whole batch
         s = (m.sum() / flat.numel()).expand(x.shape[0], 1)
         return self.head(torch.cat([g, k, c, t, s], 1))
+
+
+class RoiPoolHead(torch.nn.Module):
+    """A Fast R-CNN-style head: a convolution's feature map at half the image's size, torchvision.ops.roi_pool (ONNX
+    MaxRoiPool) of three fixed regions of each image (a buffer of [batch_index, x1, y1, x2, y2] in image pixels,
+    spatial_scale 1/2; one region reaches past the image, one is thinner than a bin), ReLU, a Linear classifier of
+    each pooled region, averaged over an image's regions."""
+
+    def __init__(self, size, batch, classes=10):
+        super().__init__()
+        nn = torch.nn
+        self.conv = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        boxes = [[1.3, 2.2, 0.6 * size, 0.7 * size], [0.25 * size, 0.1 * size, 1.2 * size, 0.9 * size],
+                 [0.4 * size, 0.3 * size, 0.45 * size, 0.8 * size]]
+        self.register_buffer('rois', torch.tensor([[float(n)] + b for n in range(batch) for b in boxes]))
+        self.regions = len(boxes)
+        self.head = nn.Linear(8 * 3 * 3, classes)
+
+    def forward(self, x):
+        f = self.conv(x)
+        p = torch.relu(torchvision.ops.roi_pool(f, self.rois, (3, 3), 0.5))  # [N * regions, 8, 3, 3]
+        return self.head(p.flatten(1)).reshape(x.shape[0], self.regions, -1).mean(1)
 
 
 @torch.jit.script
@@ -343,7 +365,9 @@ def tokens(rng, batch, seq, vocab=50):
     return ids
 
 
-def build(name, size):
+def build(name, size, batch):
+    if name == 'roi_pool':
+        return RoiPoolHead(size, batch)
     if name == 'bag':  # size: the sequence length
         return BagClassifier()
     if name in TEXT_MODELS:  # size: the sequence length
@@ -460,7 +484,7 @@ def main():
                     help="export every module as a model-local function (torch's export_modules_as_functions)")
     a = ap.parse_args()
     torch.manual_seed(a.seed)
-    model = build(a.model, a.size)
+    model = build(a.model, a.size, a.batch)
     randomize(model, a.seed)
     os.makedirs(a.out_dir, exist_ok=True)
 

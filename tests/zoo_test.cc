@@ -145,6 +145,16 @@ TEST(Zoo, PoolingHeadsTopKCumSumTriluMaskOpset17) { skip_without_torchvision(); 
 // the model loads.
 TEST(Zoo, ScriptedLoopsUnrolledOpset13) { skip_without_torchvision(); check_zoo_model("scripted_loops", 13, 8); }
 TEST(Zoo, ScriptedLoopsUnrolledOpset17) { skip_without_torchvision(); check_zoo_model("scripted_loops", 17, 8); }
+// torchvision.ops.roi_pool (ONNX MaxRoiPool) in a Fast R-CNN-style head (tests/zoo_parity.py RoiPoolHead): regions
+// past the image and thinner than a bin; forward and gradients against torchvision's own kernel and autograd.
+TEST(Zoo, RoiPoolHeadOpset11) {
+  skip_without_torchvision();
+  check_zoo_model("roi_pool", 11, 16);
+}
+TEST(Zoo, RoiPoolHeadOpset17) {
+  skip_without_torchvision();
+  check_zoo_model("roi_pool", 17, 16);
+}
 // nn.LocalResponseNorm: its export pads the channel axis by pads computed from Constants and squeezes through an
 // If on the padded shape, which graphrun takes at load (passes::inline_static_ifs); opset 13 and 17.
 TEST(Zoo, LocalResponseNormOpset17) { skip_without_torchvision(); check_zoo_model("lrn", 17, 16); }

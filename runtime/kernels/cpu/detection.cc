@@ -1,12 +1,13 @@
 // CPU kernels: detection family. NonMaxSuppression (runtime/kernels/nms.h, shared with the CUDA kernel; its
 // output's length depends on the values, as NonZero's), RoiAlign and its gradient RoiAlignGrad
-// (runtime/kernels/roi_align.h).
+// (runtime/kernels/roi_align.h), MaxRoiPool and its gradient MaxRoiPoolGrad (runtime/kernels/roi_pool.h).
 #include <cstring>
 
 #include "runtime/kernels/cpu/half_compute.h"
 #include "runtime/kernels/cpu/math_common.h"
 #include "runtime/kernels/nms.h"
 #include "runtime/kernels/roi_align.h"
+#include "runtime/kernels/roi_pool.h"
 
 namespace graphrun::runtime::cpu {
 
@@ -82,6 +83,66 @@ void roi_align_grad_typed(KernelContext& ctx) {
   }
 }
 
+// MaxRoiPool: each output bin the maximum of its window (roi_pool::max_of), a thread's share of the region planes.
+template <class T>
+void max_roi_pool_typed(KernelContext& ctx) {
+  const Tensor &x = ctx.input(0), &rois = ctx.input(1);
+  const roi_pool::Params p = roi_pool::params(ctx.node(), x.shape(), rois.shape());
+  GR_CHECK(rois.dtype() == x.dtype(), "MaxRoiPool: rois and X differ in element type");
+  const std::vector<int64_t> b = roi_pool::batches(rois.as_doubles(), x.dim(0), p);
+  const int64_t R = rois.dim(0), C = x.dim(1), HW = p.H * p.W, bins = p.out_h * p.out_w;
+  Tensor& y = ctx.output(0, {R, C, p.out_h, p.out_w}, x.dtype());
+  T* py = ptr<T>(y);
+  const T *px = ptr<T>(x), *pr = ptr<T>(rois);
+#pragma omp parallel for num_threads(threads_for(ctx, R* C* bins * 16)) schedule(static)
+  for (int64_t rc = 0; rc < R * C; ++rc) {
+    const int64_t r = rc / C, c = rc % C;
+    const T* plane = px + (b[static_cast<size_t>(r)] * C + c) * HW;
+    for (int64_t k = 0; k < bins; ++k)
+      py[rc * bins + k] = roi_pool::max_of(plane, roi_pool::window(pr + 5 * r, k / p.out_w, k % p.out_w, p), p.W).value;
+  }
+}
+
+// MaxRoiPoolGrad: a thread's share of the image planes (n, c), each adding the dY of every bin of the regions of
+// image n, in their order, at the bin's maximum.
+template <class T>
+void max_roi_pool_grad_typed(KernelContext& ctx) {
+  const Tensor &dy = ctx.input(0), &x = ctx.input(1), &rois = ctx.input(2);
+  const roi_pool::Params p = roi_pool::params(ctx.node(), x.shape(), rois.shape());
+  GR_CHECK(rois.dtype() == x.dtype() && dy.dtype() == x.dtype(), "MaxRoiPoolGrad: dY, X and rois differ in type");
+  const std::vector<int64_t> b = roi_pool::batches(rois.as_doubles(), x.dim(0), p);
+  const int64_t R = rois.dim(0), N = x.dim(0), C = x.dim(1), HW = p.H * p.W, bins = p.out_h * p.out_w;
+  GR_CHECK(dy.shape() == Shape({R, C, p.out_h, p.out_w}), "MaxRoiPoolGrad: dY "
+                                                              << shape_str(dy.shape()) << " does not fit "
+                                                              << shape_str(Shape({R, C, p.out_h, p.out_w})));
+  Tensor& dx = ctx.output(0, x.shape(), x.dtype());
+  if (dx.numel() == 0) return;
+  std::memset(dx.raw(), 0, dx.nbytes());
+  T* pdx = ptr<T>(dx);
+  const T *px = ptr<T>(x), *pdy = ptr<T>(dy), *pr = ptr<T>(rois);
+#pragma omp parallel for num_threads(threads_for(ctx, R* C* bins * 16)) schedule(static)
+  for (int64_t nc = 0; nc < N * C; ++nc) {
+    const int64_t n = nc / C, c = nc % C;
+    for (int64_t r = 0; r < R; ++r) {
+      if (b[static_cast<size_t>(r)] != n) continue;
+      for (int64_t k = 0; k < bins; ++k) {
+        const roi_pool::Max<T> m =
+            roi_pool::max_of(px + nc * HW, roi_pool::window(pr + 5 * r, k / p.out_w, k % p.out_w, p), p.W);
+        if (m.at >= 0) pdx[nc * HW + m.at] += pdy[(r * C + c) * bins + k];
+      }
+    }
+  }
+}
+
+void max_roi_pool_kernel(KernelContext& ctx) {
+  dispatch_float(ctx.input(0).dtype(), "MaxRoiPool", [&](auto tag) { max_roi_pool_typed<decltype(tag)>(ctx); });
+}
+
+void max_roi_pool_grad_kernel(KernelContext& ctx) {
+  dispatch_float(ctx.input(1).dtype(), "MaxRoiPoolGrad",
+                 [&](auto tag) { max_roi_pool_grad_typed<decltype(tag)>(ctx); });
+}
+
 void roi_align_kernel(KernelContext& ctx) {
   dispatch_float(ctx.input(0).dtype(), "RoiAlign", [&](auto tag) { roi_align_typed<decltype(tag)>(ctx); });
 }
@@ -113,6 +174,19 @@ GR_REGISTER_OPS(detection) {
                   .output("dX", "gradient of X", "T1")
                   .type("T1", float_tensor_types(), "float tensors")
                   .type("T2", {"tensor(int64)"}, "int64")
+                  .output_like(0, 1));
+  ops.op("MaxRoiPool").cpu(via_f32<max_roi_pool_kernel>);
+  ops.op(kGraphrunDomain, "MaxRoiPoolGrad")
+      .cpu(via_f32<max_roi_pool_grad_kernel>)
+      .schema(OpSchemaSpec("gradient of `MaxRoiPool` w.r.t. X: each output bin's dY added at the first position of its "
+                           "window's maximum (none for an empty window); the regions get none")
+                  .attr("pooled_shape", "as MaxRoiPool", Attribute::Ints({1, 1}))
+                  .attr("spatial_scale", "as MaxRoiPool", Attribute::Float(1.f))
+                  .input("dY", "gradient of Y", "T")
+                  .input("X", "the forward's X", "T")
+                  .input("rois", "the forward's rois", "T")
+                  .output("dX", "gradient of X", "T")
+                  .type("T", float_tensor_types(), "float tensors")
                   .output_like(0, 1));
 }
 

@@ -1,9 +1,10 @@
 // CUDA kernels: detection family (the CPU's detection.cc). NonMaxSuppression reads its inputs back and selects
 // on the host (runtime/kernels/nms.h, as the CPU): its output's length depends on the values. RoiAlign and
-// RoiAlignGrad.
+// RoiAlignGrad; MaxRoiPool and MaxRoiPoolGrad.
 #include "runtime/kernels/cuda/common.cuh"
 #include "runtime/kernels/nms.h"
 #include "runtime/kernels/roi_align.h"
+#include "runtime/kernels/roi_pool.h"
 
 namespace graphrun::runtime::cuda {
 namespace {
@@ -80,25 +81,108 @@ __global__ void roi_align_grad_kernel(const T* dy, const T* rois, const int64_t*
   }
 }
 
+// A region op's gradient (dY at input 0, X at input 1): dY checked to be [R, C, out_h, out_w] of X's type, and dX
+// zeroed; nullptr when X is empty.
+Tensor* zeroed_region_grad(KernelContext& ctx, const char* op, int64_t R, int64_t out_h, int64_t out_w) {
+  const Tensor &dY = ctx.input(0), &X = ctx.input(1);
+  GR_CHECK(dY.dtype() == X.dtype(), op << " on CUDA takes dY of X's type");
+  const Shape want{R, X.dim(1), out_h, out_w};
+  GR_CHECK(dY.shape() == want, op << ": dY " << shape_str(dY.shape()) << " does not fit " << shape_str(want));
+  Tensor& dX = ctx.output(0, X.shape(), X.dtype());
+  if (dX.numel() == 0) return nullptr;
+  GR_CUDA_CHECK(cudaMemsetAsync(dX.raw(), 0, dX.nbytes(), stream_of(ctx)));
+  return &dX;
+}
+
 void roi_align_grad_op(KernelContext& ctx) {
   const Tensor &dY = ctx.input(0), &X = ctx.input(1), &Rois = ctx.input(2), &B = ctx.input(3);
   const roi::Params p = checked_regions(ctx, 1, "RoiAlignGrad");
-  GR_CHECK(dY.dtype() == X.dtype(), "RoiAlignGrad on CUDA takes dY of X's type");
   const int64_t R = Rois.dim(0), C = X.dim(1);
-  GR_CHECK(dY.shape() == Shape({R, C, p.out_h, p.out_w}),
-           "RoiAlignGrad: dY " << shape_str(dY.shape()) << " does not fit " << shape_str(Shape({R, C, p.out_h, p.out_w})));
-  Tensor& dX = ctx.output(0, X.shape(), X.dtype());
-  if (dX.numel() == 0) return;
+  Tensor* dX = zeroed_region_grad(ctx, "RoiAlignGrad", R, p.out_h, p.out_w);
+  if (!dX) return;
   cudaStream_t st = stream_of(ctx);
-  GR_CUDA_CHECK(cudaMemsetAsync(dX.raw(), 0, dX.nbytes(), st));
   const int64_t planes = X.dim(0) * C;
   if (X.dtype() == DType::F32)
     roi_align_grad_kernel<float><<<grid_for(planes), kThreads, 0, st>>>(
-        dptr<float>(dY), dptr<float>(Rois), dptr<int64_t>(B), dptr<float>(dX), p, R, C, planes);
+        dptr<float>(dY), dptr<float>(Rois), dptr<int64_t>(B), dptr<float>(*dX), p, R, C, planes);
   else
     roi_align_grad_kernel<double><<<grid_for(planes), kThreads, 0, st>>>(
-        dptr<double>(dY), dptr<double>(Rois), dptr<int64_t>(B), dptr<double>(dX), p, R, C, planes);
+        dptr<double>(dY), dptr<double>(Rois), dptr<int64_t>(B), dptr<double>(*dX), p, R, C, planes);
   GR_LAUNCH_CHECK("roi_align_grad");
+}
+
+// MaxRoiPool: a thread per output element (roi_pool::max_of, as the CPU's). The regions are read back first, to
+// check their batch indices and corners as the CPU does (the device cannot raise).
+template <class T>
+__global__ void max_roi_pool_kernel(const T* x, const T* rois, T* y, roi_pool::Params p, int64_t C, int64_t n) {
+  GR_GRID_STRIDE(i, n) {
+    const int64_t bins = p.out_h * p.out_w, k = i % bins, rc = i / bins, r = rc / C, c = rc % C;
+    const T* roi = rois + 5 * r;
+    const T* plane = x + (static_cast<int64_t>(roi[0]) * C + c) * p.H * p.W;
+    y[i] = roi_pool::max_of(plane, roi_pool::window(roi, k / p.out_w, k % p.out_w, p), p.W).value;
+  }
+}
+
+// The node's parameters for X and rois at positions x, x + 1, the regions checked on the host as the CPU checks them.
+roi_pool::Params checked_pool_regions(KernelContext& ctx, int x, const char* op) {
+  const Tensor &X = ctx.input(x), &Rois = ctx.input(x + 1);
+  GR_CHECK(Rois.dtype() == X.dtype() && (X.dtype() == DType::F32 || X.dtype() == DType::F64),
+           op << " on CUDA takes f32 or f64 X and rois alike");
+  const roi_pool::Params p = roi_pool::params(ctx.node(), X.shape(), Rois.shape());
+  roi_pool::batches(host_doubles(ctx, x + 1), X.dim(0), p);
+  return p;
+}
+
+void max_roi_pool_op(KernelContext& ctx) {
+  const Tensor &X = ctx.input(0), &Rois = ctx.input(1);
+  const roi_pool::Params p = checked_pool_regions(ctx, 0, "MaxRoiPool");
+  const int64_t R = Rois.dim(0), C = X.dim(1);
+  Tensor& Y = ctx.output(0, {R, C, p.out_h, p.out_w}, X.dtype());
+  const int64_t n = Y.numel();
+  if (n == 0) return;
+  if (X.dtype() == DType::F32)
+    max_roi_pool_kernel<float>
+        <<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dptr<float>(X), dptr<float>(Rois), dptr<float>(Y), p, C, n);
+  else
+    max_roi_pool_kernel<double>
+        <<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dptr<double>(X), dptr<double>(Rois), dptr<double>(Y), p, C, n);
+  GR_LAUNCH_CHECK("max_roi_pool");
+}
+
+// MaxRoiPoolGrad: a thread per image plane (n, c), adding the dY of the regions of image n in their order at each
+// bin's maximum (no atomics, the CPU's order).
+template <class T>
+__global__ void max_roi_pool_grad_kernel(const T* dy, const T* x, const T* rois, T* dx, roi_pool::Params p, int64_t R,
+                                         int64_t C, int64_t planes) {
+  GR_GRID_STRIDE(nc, planes) {
+    const int64_t n = nc / C, c = nc % C, bins = p.out_h * p.out_w, HW = p.H * p.W;
+    for (int64_t r = 0; r < R; ++r) {
+      const T* roi = rois + 5 * r;
+      if (static_cast<int64_t>(roi[0]) != n) continue;
+      for (int64_t k = 0; k < bins; ++k) {
+        const roi_pool::Max<T> m =
+            roi_pool::max_of(x + nc * HW, roi_pool::window(roi, k / p.out_w, k % p.out_w, p), p.W);
+        if (m.at >= 0) dx[nc * HW + m.at] += dy[(r * C + c) * bins + k];
+      }
+    }
+  }
+}
+
+void max_roi_pool_grad_op(KernelContext& ctx) {
+  const Tensor &dY = ctx.input(0), &X = ctx.input(1), &Rois = ctx.input(2);
+  const roi_pool::Params p = checked_pool_regions(ctx, 1, "MaxRoiPoolGrad");
+  const int64_t R = Rois.dim(0), C = X.dim(1);
+  Tensor* dX = zeroed_region_grad(ctx, "MaxRoiPoolGrad", R, p.out_h, p.out_w);
+  if (!dX) return;
+  cudaStream_t st = stream_of(ctx);
+  const int64_t planes = X.dim(0) * C;
+  if (X.dtype() == DType::F32)
+    max_roi_pool_grad_kernel<float><<<grid_for(planes), kThreads, 0, st>>>(
+        dptr<float>(dY), dptr<float>(X), dptr<float>(Rois), dptr<float>(*dX), p, R, C, planes);
+  else
+    max_roi_pool_grad_kernel<double><<<grid_for(planes), kThreads, 0, st>>>(
+        dptr<double>(dY), dptr<double>(X), dptr<double>(Rois), dptr<double>(*dX), p, R, C, planes);
+  GR_LAUNCH_CHECK("max_roi_pool_grad");
 }
 
 }  // namespace
@@ -107,6 +191,8 @@ GR_REGISTER_OPS(detection) {
   ops.op("NonMaxSuppression").cuda(locked<nms_op>);
   ops.op("RoiAlign").cuda(locked<roi_align_op>);
   ops.op(kGraphrunDomain, "RoiAlignGrad").cuda(locked<roi_align_grad_op>);
+  ops.op("MaxRoiPool").cuda(locked<max_roi_pool_op>);
+  ops.op(kGraphrunDomain, "MaxRoiPoolGrad").cuda(locked<max_roi_pool_grad_op>);
 }
 
 }  // namespace graphrun::runtime::cuda
