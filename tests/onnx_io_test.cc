@@ -1219,6 +1219,55 @@ open('q.pb', 'wb').write(numpy_helper.from_list([np.ones(2, np.float32)] * 2, 'q
       << check.output;
 }
 
+// A whole torchvision detector, exported as users export it (fasterrcnn_mobilenet_v3_large_320_fpn, random weights,
+// opset 11): its Ifs on the number of boxes are computed from the image (graphrun run's computed control flow), and its
+// detections match torchvision's: every box, label and score of one found in the other (tolerances for the float
+// sums; detections whose scores tie may come in another order).
+TEST(OnnxIo, TorchvisionFasterRcnnRunsAsTorchvisionDetects) {
+  if (run_command(python() + " -c 'import torchvision' 2>&1").exit_code != 0) GTEST_SKIP() << python() << " lacks torchvision";
+  const std::string dir = temp_dir("onnx_faster_rcnn");
+  run_onnx_python(dir, R"(
+import torch, torchvision, warnings
+warnings.filterwarnings('ignore')
+torch.manual_seed(0)
+m = torchvision.models.detection.fasterrcnn_mobilenet_v3_large_320_fpn(weights=None, weights_backbone=None, num_classes=5,
+                                                                       box_score_thresh=0.0)
+m.eval()
+x = [torch.rand(3, 320, 320)]
+with torch.no_grad():
+    out = m(x)[0]
+torch.onnx.export(m, (x,), 'frcnn.onnx', opset_version=11, input_names=['image'], output_names=['boxes', 'labels', 'scores'])
+np.save('image.npy', x[0].numpy())
+for k in ('boxes', 'labels', 'scores'): np.save('want_%s.npy' % k, out[k].numpy())
+)");
+  const auto r = run_command(testing::graphrun_cli() + " run " + dir + "/frcnn.onnx --input image=" + dir +
+                             "/image.npy --output-dir " + dir + "/out 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("control flow computed from this run's inputs"), std::string::npos) << r.output;
+  const Tensor boxes = read_npy(dir + "/out/boxes.npy"), labels = read_npy(dir + "/out/labels.npy"),
+               scores = read_npy(dir + "/out/scores.npy");
+  const Tensor want_boxes = read_npy(dir + "/want_boxes.npy"), want_labels = read_npy(dir + "/want_labels.npy"),
+               want_scores = read_npy(dir + "/want_scores.npy");
+  ASSERT_EQ(scores.shape(), want_scores.shape());
+  ASSERT_GT(scores.numel(), 10);
+  const std::vector<double> b = boxes.as_doubles(), wb = want_boxes.as_doubles(), s = scores.as_doubles(),
+                            ws = want_scores.as_doubles();
+  const std::vector<int64_t> l = labels.as_int64s(), wl = want_labels.as_int64s();
+  std::vector<bool> used(ws.size());
+  int unmatched = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    bool found = false;
+    for (size_t j = 0; j < ws.size() && !found; ++j) {
+      if (used[j] || l[i] != wl[j] || std::fabs(s[i] - ws[j]) > 1e-4) continue;
+      double d = 0;
+      for (int k = 0; k < 4; ++k) d = std::max(d, std::fabs(b[4 * i + k] - wb[4 * j + k]));
+      found = used[j] = d < 0.05;
+    }
+    unmatched += !found;
+  }
+  EXPECT_EQ(unmatched, 0) << "of " << s.size() << " detections";
+}
+
 // torchvision.ops.nms exports NonMaxSuppression asking for INT64_MAX boxes per class; graphrun keeps what
 // torchvision keeps, in its order (overlapping random boxes, IoU 0.4; batched_nms's class offsets too).
 TEST(OnnxIo, TorchvisionNmsKeepsWhatTorchvisionKeeps) {
