@@ -15,6 +15,8 @@
 #include <iostream>
 #include <map>
 #include <iterator>
+#include <limits>
+#include <optional>
 #include <memory>
 #include <set>
 #include <tuple>
@@ -1388,15 +1390,71 @@ bool draws_at_random(const onnx::NodeProto& n) {
   return op.rfind("Random", 0) == 0 || op == "Bernoulli" || op == "Multinomial" || op == "Dropout";
 }
 
+// What a load for one run computes values with (graphrun run's KnownInputs, the detached weights).
+struct RunContext {
+  const std::string& what;
+  const passes::InferShapeData& infer;
+  const Weights& weights;
+  const KnownInputs& known;
+  const std::vector<CompositeSlot>& composite;
+  bool quiet = false;  // a scratch copy of the model: nothing said on stderr
+};
+
+// The values `names` of m's main graph, computed by the nodes `needed` (free of control flow) on the run's inputs;
+// nullopt where the run cannot compute them (an input it has no tensor for, a value inference cannot type).
+std::optional<std::map<std::string, Tensor>> compute_values(const onnx::ModelProto& m, const std::set<int>& needed,
+                                                            const std::vector<std::string>& names,
+                                                            const RunContext& run) {
+  // The part of the model computing them, checked and inferred as the whole model would be; its outputs typed by
+  // that inference, its inputs those its nodes read.
+  onnx::ModelProto prefix = passes::static_values::model_of(m, needed);
+  run.infer(prefix);
+  auto* pg = prefix.mutable_graph();
+  for (const auto& name : names) {
+    const onnx::ValueInfoProto* typed = nullptr;
+    for (const auto& v : pg->value_info())
+      if (v.name() == name) typed = &v;
+    if (!typed || !typed->type().tensor_type().has_shape()) return std::nullopt;
+    *pg->add_output() = *typed;
+  }
+  std::set<std::string> read;
+  for (const auto& n : pg->node())
+    for (const auto& in : n.input()) read.insert(in);
+  auto* inputs = pg->mutable_input();
+  for (int i = inputs->size() - 1; i >= 0; --i)
+    if (!read.count(inputs->Get(i).name())) inputs->DeleteSubrange(i, 1);
+  std::string bytes;
+  if (!prefix.SerializeToString(&bytes)) return std::nullopt;
+  Graph part = load_onnx_bytes(bytes, run.what);
+  std::map<std::string, Tensor> feeds;
+  for (const auto& in : part.inputs) {
+    if (auto w = run.weights.tensors.find(in); w != run.weights.tensors.end()) {
+      feeds[in] = w->second;
+    } else if (auto t = run.known.tensors.find(in); t != run.known.tensors.end()) {
+      feeds[in] = t->second;
+    } else {
+      for (const auto& slot : run.composite)
+        for (size_t k = 0; k < slot.parts.size(); ++k)
+          if (slot.parts[k] == in) feeds[in] = run.known.composite.at(slot.name).tensors.at(k);
+      if (!feeds.count(in)) return std::nullopt;  // an input the run does not give as a tensor (an image)
+    }
+  }
+  return run.known.compute(std::move(part), feeds);
+}
+
+// Whether every node in `nodes` is free of control flow and of random draws (a second run would draw others).
+bool computable(const onnx::GraphProto& g, const std::set<int>& nodes) {
+  return std::none_of(nodes.begin(), nodes.end(),
+                      [&](int j) { return passes::static_values::opaque(g.node(j)) || draws_at_random(g.node(j)); });
+}
+
 // graphrun run: an If's condition, a Loop's trip count or condition that the data decide (`if x.sum() > 0`, a count
 // computed in floating point) is computed by running the part of the model before it on the run's inputs
 // (KnownInputs::compute) and becomes a Constant the If or Loop reads, so that the passes can take it. Only values
 // no control flow or random op computes. Returns how many it computed.
-int compute_control_values(onnx::ModelProto& m, const std::string& what, const passes::InferShapeData& infer,
-                           const Weights& weights, const KnownInputs& known,
-                           const std::vector<CompositeSlot>& composite) {
+int compute_control_values(onnx::ModelProto& m, const RunContext& run) {
   namespace sv = passes::static_values;
-  if (!known.compute) return 0;
+  if (!run.known.compute) return 0;
   auto& g = *m.mutable_graph();
   std::map<std::string, int> producer;
   for (int i = 0; i < g.node_size(); ++i)
@@ -1412,49 +1470,16 @@ int compute_control_values(onnx::ModelProto& m, const std::string& what, const p
       auto p = producer.find(v);
       if (v.empty() || p == producer.end() || g.node(p->second).op_type() == "Constant") continue;
       const std::set<int> a = sv::ancestors(g, producer, v);
-      if (std::any_of(a.begin(), a.end(), [&](int j) { return sv::opaque(g.node(j)) || draws_at_random(g.node(j)); }))
-        continue;
+      if (!computable(g, a)) continue;
       wanted.emplace_back(i, k);
       if (std::find(names.begin(), names.end(), v) == names.end()) names.push_back(v);
       needed.insert(a.begin(), a.end());
     }
   }
   if (wanted.empty()) return 0;
-  // The part of the model computing them, checked and inferred as the whole model would be; its outputs typed by
-  // that inference, its inputs those its nodes read.
-  onnx::ModelProto prefix = sv::model_of(m, needed);
-  infer(prefix);
-  auto* pg = prefix.mutable_graph();
-  for (const auto& name : names) {
-    const onnx::ValueInfoProto* typed = nullptr;
-    for (const auto& v : pg->value_info())
-      if (v.name() == name) typed = &v;
-    if (!typed || !typed->type().tensor_type().has_shape()) return 0;
-    *pg->add_output() = *typed;
-  }
-  std::set<std::string> read;
-  for (const auto& n : pg->node())
-    for (const auto& in : n.input()) read.insert(in);
-  auto* inputs = pg->mutable_input();
-  for (int i = inputs->size() - 1; i >= 0; --i)
-    if (!read.count(inputs->Get(i).name())) inputs->DeleteSubrange(i, 1);
-  std::string bytes;
-  if (!prefix.SerializeToString(&bytes)) return 0;
-  Graph part = load_onnx_bytes(bytes, what);
-  std::map<std::string, Tensor> feeds;
-  for (const auto& in : part.inputs) {
-    if (auto w = weights.tensors.find(in); w != weights.tensors.end()) {
-      feeds[in] = w->second;
-    } else if (auto t = known.tensors.find(in); t != known.tensors.end()) {
-      feeds[in] = t->second;
-    } else {
-      for (const auto& slot : composite)
-        for (size_t k = 0; k < slot.parts.size(); ++k)
-          if (slot.parts[k] == in) feeds[in] = known.composite.at(slot.name).tensors.at(k);
-      if (!feeds.count(in)) return 0;  // an input the run does not give as a tensor (an image)
-    }
-  }
-  std::map<std::string, Tensor> values = known.compute(std::move(part), feeds);
+  std::optional<std::map<std::string, Tensor>> found = compute_values(m, needed, names, run);
+  if (!found) return 0;
+  std::map<std::string, Tensor>& values = *found;
   std::set<std::string> value_names, node_names;
   sv::collect_names(g, value_names, node_names);
   google::protobuf::RepeatedPtrField<onnx::NodeProto> constants;
@@ -1492,8 +1517,158 @@ int compute_control_values(onnx::ModelProto& m, const std::string& what, const p
   if (!computed) return 0;
   for (const auto& n : g.node()) *constants.Add() = n;
   g.mutable_node()->Swap(&constants);
-  std::cerr << "graphrun: " << what << ": control flow computed from this run's inputs: " << said << "\n";
+  if (!run.quiet)
+    std::cerr << "graphrun: " << run.what << ": control flow computed from this run's inputs: " << said << "\n";
   return computed;
+}
+
+// Whether a graph or its subgraphs draw at random.
+bool draws_inside(const onnx::GraphProto& g) {
+  for (const auto& n : g.node()) {
+    if (draws_at_random(n)) return true;
+    for (const auto& a : n.attribute()) {
+      if (a.has_g() && draws_inside(a.g())) return true;
+      for (const auto& sub : a.graphs())
+        if (draws_inside(sub)) return true;
+    }
+  }
+  return false;
+}
+
+// Loop `loop`'s body condition made true; with `collect`, the body's own condition becomes a new last scan output of
+// the Loop, named `collect`. `values` and `nodes` hold the model's names.
+void make_condition_true(onnx::NodeProto& loop, const std::string& collect, std::set<std::string>& values,
+                         std::set<std::string>& nodes) {
+  namespace sv = passes::static_values;
+  for (auto& a : *loop.mutable_attribute()) {
+    if (a.name() != "body" || !a.has_g()) continue;
+    onnx::GraphProto& body = *a.mutable_g();
+    const onnx::ValueInfoProto cond = body.output(0);
+    onnx::NodeProto& t = *body.add_node();
+    t.set_op_type("Constant");
+    t.set_name(sv::unused(cond.name() + "/true", nodes));
+    t.add_output(sv::unused(cond.name() + "/true", values));
+    auto* v = t.add_attribute();
+    v->set_name("value");
+    v->set_type(onnx::AttributeProto::TENSOR);
+    tensor_to_proto(Tensor::scalar<bool>(true), "", v->mutable_t());
+    body.mutable_output(0)->set_name(t.output(0));
+    if (!collect.empty()) {
+      *body.add_output() = cond;
+      loop.add_output(collect);
+    }
+  }
+}
+
+// m's Loop `i` reads `count` as its trip count, a Constant put first in the graph.
+void set_trip_count(onnx::ModelProto& m, int i, int64_t count, std::set<std::string>& values,
+                    std::set<std::string>& nodes) {
+  namespace sv = passes::static_values;
+  auto& g = *m.mutable_graph();
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> out;
+  onnx::NodeProto& c = *out.Add();
+  c.set_op_type("Constant");
+  const std::string base = (g.node(i).name().empty() ? std::string("Loop") : g.node(i).name()) + "/trip_count";
+  c.set_name(sv::unused(base, nodes));
+  c.add_output(sv::unused(base, values));
+  auto* v = c.add_attribute();
+  v->set_name("value");
+  v->set_type(onnx::AttributeProto::TENSOR);
+  tensor_to_proto(Tensor::scalar<int64_t>(count), "", v->mutable_t());
+  if (g.node(i).input_size() == 0) g.mutable_node(i)->add_input();
+  g.mutable_node(i)->set_input(0, c.output(0));
+  for (const auto& n : g.node()) *out.Add() = n;
+  g.mutable_node()->Swap(&out);
+}
+
+// graphrun run: a Loop whose trip count and first condition are known but whose body decides from the data when to
+// stop (torch.jit.script's `while` on the data) runs as many times as the data say. In a scratch copy of the model
+// the body's condition becomes true and a new scan output collects the body's own condition, and the Loop is
+// unrolled k = 1, 2, 4, ... iterations (within the unrolling limit), those conditions computed from the run's inputs
+// until one is false or the trip count is reached. The Loop then gets that many iterations as its trip count and a
+// body whose condition is true, which unroll_static_loops takes. One Loop at a time; returns 1 where it counted one.
+int compute_loop_counts(onnx::ModelProto& m, const RunContext& run, int64_t budget) {
+  namespace sv = passes::static_values;
+  if (!run.known.compute) return 0;
+  auto& g = *m.mutable_graph();
+  const passes::ShapeData no_shapes;
+  sv::Evaluator ev(g, no_shapes);
+  for (int i = 0; i < g.node_size(); ++i) {
+    const auto& n = g.node(i);
+    if (!sv::default_domain(n.domain()) || n.op_type() != "Loop" || n.input_size() < 2) continue;
+    const auto* body_attr = sv::attr(n, "body");
+    if (!body_attr || !body_attr->has_g()) continue;
+    const onnx::GraphProto& body = body_attr->g();
+    if (body.input_size() != n.input_size() || body.output_size() < n.input_size() - 1 || draws_inside(body)) continue;
+    int64_t most = std::numeric_limits<int64_t>::max();
+    if (!n.input(0).empty()) {
+      const std::optional<sv::Value> c = ev.value_of(n.input(0));
+      if (!c || c->data.size() != 1) continue;
+      most = c->data[0];
+    }
+    if (!n.input(1).empty()) {
+      const std::optional<sv::Value> c = ev.value_of(n.input(1));
+      if (!c || c->data.size() != 1 || c->data[0] == 0) continue;
+    }
+    const bool counted = std::any_of(body.node().begin(), body.node().end(), [&](const onnx::NodeProto& b) {
+      return b.op_type() == "Constant" && b.output_size() == 1 && b.output(0) == body.output(0).name();
+    });
+    if (most <= 0 || counted) continue;
+    const int64_t per_iteration = std::max(1, body.node_size() + 4);
+    int64_t trips = -1;
+    for (int64_t k = 1;; k = std::min(most, 2 * k)) {
+      onnx::ModelProto trial = m;
+      std::set<std::string> values, nodes;
+      sv::collect_names(trial.graph(), values, nodes);
+      const std::string conds = sv::unused((n.name().empty() ? std::string("Loop") : n.name()) + "/conditions", values);
+      make_condition_true(*trial.mutable_graph()->mutable_node(i), conds, values, nodes);
+      set_trip_count(trial, i, k, values, nodes);
+      // The copy unrolled, and what its iterations decide from the data (an If of `a and b` in the body) computed.
+      RunContext scratch = run;
+      scratch.quiet = true;
+      try {
+        for (int64_t trial_budget = budget;;) {
+          const int unrolled = passes::unroll_static_loops(trial, run.what, run.infer, trial_budget, /*quiet=*/true);
+          const int inlined = passes::inline_static_ifs(trial, run.what, run.infer);
+          if (!passes::resolve_static_sequences(trial, run.what) && !unrolled && !inlined &&
+              !compute_control_values(trial, scratch))
+            break;
+        }
+      } catch (const Error&) {
+        break;  // past the unrolling limit: the Loop is refused as before
+      }
+      std::map<std::string, int> producer;
+      for (int j = 0; j < trial.graph().node_size(); ++j)
+        for (const auto& o : trial.graph().node(j).output()) producer[o] = j;
+      if (!producer.count(conds)) break;  // not unrolled
+      const std::set<int> needed = sv::ancestors(trial.graph(), producer, conds);
+      if (!computable(trial.graph(), needed)) break;
+      const std::optional<std::map<std::string, Tensor>> c = compute_values(trial, needed, {conds}, run);
+      if (!c || !c->count(conds)) break;
+      const std::vector<int64_t> stop = c->at(conds).as_int64s();
+      const auto first_false = std::find(stop.begin(), stop.end(), int64_t{0});
+      if (first_false != stop.end()) {
+        trips = (first_false - stop.begin()) + 1;
+        break;
+      }
+      if (k >= most) {
+        trips = most;
+        break;
+      }
+      if (2 * k > budget / per_iteration) break;
+    }
+    if (trips < 0) continue;
+    std::set<std::string> values, nodes;
+    sv::collect_names(g, values, nodes);
+    make_condition_true(*g.mutable_node(i), "", values, nodes);
+    const std::string name = n.name();
+    set_trip_count(m, i, trips, values, nodes);
+    std::cerr << "graphrun: " << run.what << ": the condition of "
+              << (name.empty() ? "a Loop" : "'" + name + "' (Loop)") << " computed from this run's inputs: " << trips
+              << " iteration" << (trips == 1 ? "" : "s") << "\n";
+    return 1;
+  }
+  return 0;
 }
 
 Graph load_model(std::string bytes, const std::string& what, const std::string& dir,
@@ -1547,7 +1722,9 @@ Graph load_model(std::string bytes, const std::string& what, const std::string& 
     const int inlined = passes::inline_static_ifs(m, what, infer);
     if (passes::resolve_static_sequences(m, what, known ? &composite_outputs : nullptr) || unrolled || inlined)
       continue;
-    if (!known || !compute_control_values(m, what, infer, weights, *known, composite_inputs)) break;
+    if (!known) break;
+    const RunContext run{what, infer, weights, *known, composite_inputs};
+    if (!compute_control_values(m, run) && !compute_loop_counts(m, run, budget)) break;
   }
   unbind_known_inputs(m, bound);
   check_supported_features(m, what);

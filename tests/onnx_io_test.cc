@@ -1127,6 +1127,74 @@ np.save('x3.npy', np.ones(3, np.float32))
   EXPECT_NE(check.output.find("depends on the input data"), std::string::npos) << check.output;
 }
 
+// graphrun run counts the Loops its inputs stop: torch.jit.script's `while` on the data (a refinement until the
+// values are small, its condition an If of `a and b` in the body; a greedy decoder appending to a list, with a
+// `break`) runs as many times as the data say, counted by unrolling a scratch copy 1, 2, 4, ... iterations and
+// computing its conditions. Two inputs that stop after different counts match torch.
+TEST(OnnxIo, RunCountsTheLoopsItsInputsStop) {
+  if (run_command(python() + " -c 'import torch' 2>&1").exit_code != 0) GTEST_SKIP() << python() << " lacks torch";
+  const std::string dir = temp_dir("onnx_run_while");
+  run_onnx_python(dir, R"(
+import torch
+from typing import List
+@torch.jit.script
+def refine(x: torch.Tensor, w: torch.Tensor):
+    y = x
+    i = 0
+    while bool(y.abs().max() > 0.05) and i < 40:
+        y = torch.tanh(y @ w) * 0.7
+        i += 1
+    return y
+@torch.jit.script
+def decode(h: torch.Tensor, e: torch.Tensor, out: torch.Tensor):
+    toks: List[torch.Tensor] = []
+    t = torch.zeros(h.size(0), dtype=torch.long)
+    steps = 0
+    while steps < 12:
+        h = torch.tanh(h @ out + e[t])
+        t = h.argmax(1)
+        toks.append(t)
+        steps += 1
+        if bool((t == 0).all()):
+            break
+    return torch.stack(toks, 1)
+class M(torch.nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.w = torch.nn.Parameter(torch.randn(4, 4) * 0.6)
+        s.e = torch.nn.Parameter(torch.randn(4, 4))
+        s.o = torch.nn.Parameter(torch.randn(4, 4))
+    def forward(s, x):
+        return refine(x, s.w), decode(x, s.e, s.o)
+torch.manual_seed(0)
+m = M()
+with torch.no_grad():
+    m.e[0] = -3.0; m.e[0, 0] = 3.0  # token 0 leads to token 0: a decoder that reaches it stops
+x = torch.randn(2, 4)
+torch.onnx.export(m, (x,), 'while.onnx', opset_version=17, input_names=['x'], output_names=['y', 'tokens'])
+for tag, v in (('a', x), ('b', x * 0.01), ('c', torch.tensor([[5.0, -1, -1, -1], [5.0, -1, -1, -1]]))):
+    y, t = m(v)
+    np.save('x_%s.npy' % tag, v.numpy()); np.save('y_%s.npy' % tag, y.detach().numpy()); np.save('t_%s.npy' % tag, t.numpy())
+)");
+  const std::string cli = testing::graphrun_cli();
+  std::set<std::string> counts;
+  for (const std::string tag : {"a", "b", "c"}) {
+    SCOPED_TRACE(tag);
+    const auto r = run_command(cli + " run " + dir + "/while.onnx --input " + dir + "/x_" + tag + ".npy --output-dir " +
+                               dir + "/out_" + tag + " 2>&1");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const size_t at = r.output.find("(Loop) computed from this run's inputs: ");
+    ASSERT_NE(at, std::string::npos) << r.output;
+    counts.insert(r.output.substr(at, r.output.find('\n', at) - at));
+    EXPECT_LT(testing::max_abs_diff(read_npy(dir + "/out_" + tag + "/y.npy"), read_npy(dir + "/y_" + tag + ".npy")),
+              1e-5);
+    const Tensor tokens = read_npy(dir + "/out_" + tag + "/tokens.npy"), want = read_npy(dir + "/t_" + tag + ".npy");
+    EXPECT_EQ(tokens.shape(), want.shape());
+    EXPECT_EQ(tokens.as_int64s(), want.as_int64s());
+  }
+  EXPECT_GT(counts.size(), 1u) << "the inputs should stop the refinement after different counts";
+}
+
 // graphrun run takes sequence and optional inputs and outputs (onnx's SequenceProto and OptionalProto .pb files; a
 // .npy for an optional tensor; an optional input left out holds no value): the model loads for the lists given, its
 // sequence and optional ops become the tensors they hold (SequenceMap one body copy per element), and a sequence or

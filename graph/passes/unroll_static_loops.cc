@@ -406,7 +406,8 @@ void unroll_scan(const onnx::NodeProto& n, const onnx::GraphProto& body, const S
 
 }  // namespace
 
-int unroll_static_loops(onnx::ModelProto& m, const std::string& what, const InferShapeData& infer, int64_t& budget) {
+int unroll_static_loops(onnx::ModelProto& m, const std::string& what, const InferShapeData& infer, int64_t& budget,
+                        bool quiet) {
   auto& g = *m.mutable_graph();
   int64_t opset = 0;
   for (const auto& op : m.opset_import())
@@ -538,7 +539,7 @@ int unroll_static_loops(onnx::ModelProto& m, const std::string& what, const Infe
   g.mutable_node()->Swap(&nodes);
   // Said once per model file (a model is loaded more than once by some commands), the first few by name.
   static std::set<std::string> said;
-  if (said.insert(what + "\n" + done.front()).second) {
+  if (!quiet && said.insert(what + "\n" + done.front()).second) {
     std::string list;
     for (size_t k = 0; k < std::min<size_t>(done.size(), 3); ++k) list += (k ? ", " : "") + done[k];
     if (done.size() > 3) list += " and " + std::to_string(done.size() - 3) + " more";

@@ -32,8 +32,8 @@ constexpr int64_t kMaxUnrolledNodes = int64_t(1) << 17;
 // Unrolls every Loop and Scan of the main graph whose count is known and whose count does not depend on another
 // control-flow node's output; returns how many. `budget` is what unrolling may still add, in nodes; it is
 // spent. Called again after inline_static_ifs until neither changes the model (a Loop inside a Loop's body, an If
-// on the iteration number).
-int unroll_static_loops(onnx::ModelProto& m, const std::string& what, const InferShapeData& infer,
-                        int64_t& budget);
+// on the iteration number). `quiet`: no line on stderr (a scratch copy of the model).
+int unroll_static_loops(onnx::ModelProto& m, const std::string& what, const InferShapeData& infer, int64_t& budget,
+                        bool quiet = false);
 
 }  // namespace graphrun::passes
