@@ -448,28 +448,33 @@ TEST(GradRules, GridSampleEveryModeAndPadding) {
         }
 }
 
-// RoiAlign (avg): the gradient of X against central differences, in both coordinate modes, with a fixed and an
-// adaptive sampling grid, regions partly outside the image (their outside samples read 0, the border ones clamp)
-// and two regions on one image; the regions and batch indices are inputs, as torchvision differentiates neither.
-TEST(GradRules, RoiAlignAvgBothCoordinateModes) {
-  for (const char* ct : {"half_pixel", "output_half_pixel"})
-    for (int64_t ratio : {2, 0})
-      for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly}) {
-        SCOPED_TRACE(std::string(ct) + " sampling_ratio " + std::to_string(ratio));
-        TestGraph t(16);
-        std::string x = t.param("x", {2, 3, 6, 5}, 9, -2, 2);
-        // Box corners off the sampling points' pixel boundaries, so that the differences stay within one tap.
-        std::string rois = t.input("rois", Tensor::from_vector<double>({3, 4}, {0.3, 0.6, 4.1, 5.3, -1.7, 1.2, 3.3,
-                                                                                 7.4, 2.2, 0.9, 2.9, 2.6}));
-        std::string batch = t.input("batch", i64s({0, 1, 0}));
-        Graph bg = check_gradients(
-            t,
-            t.node("RoiAlign", {x, rois, batch},
-                   {{"output_height", A::Int(2)}, {"output_width", A::Int(3)}, {"sampling_ratio", A::Int(ratio)},
-                    {"spatial_scale", A::Float(0.9f)}, {"coordinate_transformation_mode", A::Str(ct)}}),
-            shapes(si));
-        EXPECT_EQ(count_ops(bg, "RoiAlignGrad"), 1);
-      }
+// RoiAlign: the gradient of X against central differences, in modes avg and max (the largest weighted tap), in both
+// coordinate modes, with a fixed and an adaptive sampling grid, regions partly outside the image (their outside
+// samples read 0, the border ones clamp) and two regions on one image; the regions and batch indices are inputs, as
+// torchvision differentiates neither.
+TEST(GradRules, RoiAlignBothModesBothCoordinateModes) {
+  for (const char* mode : {"avg", "max"})
+    for (const char* ct : {"half_pixel", "output_half_pixel"})
+      for (int64_t ratio : {2, 0})
+        for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly}) {
+          SCOPED_TRACE(std::string(mode) + " " + ct + " sampling_ratio " + std::to_string(ratio));
+          TestGraph t(16);
+          std::string x = t.param("x", {2, 3, 6, 5}, 9, -2, 2);
+          // Box corners off the sampling points' pixel boundaries, so that the differences stay within one tap.
+          std::string rois = t.input("rois", Tensor::from_vector<double>({3, 4}, {0.3, 0.6, 4.1, 5.3, -1.7, 1.2, 3.3,
+                                                                                  7.4, 2.2, 0.9, 2.9, 2.6}));
+          std::string batch = t.input("batch", i64s({0, 1, 0}));
+          Graph bg = check_gradients(t,
+                                     t.node("RoiAlign", {x, rois, batch},
+                                            {{"output_height", A::Int(2)},
+                                             {"output_width", A::Int(3)},
+                                             {"sampling_ratio", A::Int(ratio)},
+                                             {"spatial_scale", A::Float(0.9f)},
+                                             {"coordinate_transformation_mode", A::Str(ct)},
+                                             {"mode", A::Str(mode)}}),
+                                     shapes(si));
+          EXPECT_EQ(count_ops(bg, "RoiAlignGrad"), 1);
+        }
 }
 
 // MaxRoiPool: the gradient of X against central differences (dY at each bin's maximum): bins that overlap, a region

@@ -1488,6 +1488,12 @@ void roi_align_cases(Cases& cs) {
   legacy["coordinate_transformation_mode"] = Attribute::Str("output_half_pixel");
   cs.add("RoiAlignGrad", {dy, x, rois, batch}, legacy, 1, 1e-5, 16, kGraphrunDomain);
   cs.add("RoiAlignGrad", {as_f64(dy), as_f64(x), as_f64(rois), batch}, grad, 1, 1e-12, 16, kGraphrunDomain);
+  // Mode max: the largest weighted tap, and its gradient.
+  auto max = fixed;
+  max["mode"] = Attribute::Str("max");
+  cs.add("RoiAlign", {x, rois, batch}, max, 1, 1e-6, 16);
+  max["coordinate_transformation_mode"] = Attribute::Str("half_pixel");
+  cs.add("RoiAlignGrad", {dy, x, rois, batch}, max, 1, 1e-6, 16, kGraphrunDomain);
 }
 TEST(GpuKernels, RoiAlign) { expect_group_on_gpu(roi_align_cases); }
 

@@ -1370,6 +1370,74 @@ np.save('keep.npy', keep.numpy()); np.save('keep_batched.npy', batched.numpy())
   }
 }
 
+// RoiAlign in mode max, against numpy computing what ONNX Runtime computes (the spec says only "max pooling"): per
+// sampling point the largest of its four weighted bilinear taps, per bin the largest over its points; points
+// outside the image count 0. Both coordinate modes, a fixed and an adaptive grid, regions partly outside.
+TEST(OnnxIo, RoiAlignMaxModeTakesTheLargestWeightedTap) {
+  const std::string dir = temp_dir("onnx_roi_align_max");
+  run_onnx_python(dir, R"(
+import math
+rng = np.random.default_rng(5)
+x = rng.standard_normal((2, 3, 9, 7)).astype(np.float32)
+rois = np.array([[0, 0, 6, 8], [-2, 1, 5.5, 4], [3, 3, 3.5, 3.2], [1, -1, 12, 11]], np.float32)
+batch = np.array([0, 1, 1, 0], np.int64)
+def roi_align_max(x, rois, batch, oh, ow, ratio, scale, half):
+    N, C, H, W = x.shape
+    y = np.zeros((len(rois), C, oh, ow), np.float64)
+    off = 0.5 if half else 0.0
+    for r, (bx) in enumerate(rois.astype(np.float64)):
+        x1, y1, x2, y2 = bx * scale - off
+        w, h = x2 - x1, y2 - y1
+        if not half: w, h = max(w, 1.0), max(h, 1.0)
+        bh, bw = h / oh, w / ow
+        gh = ratio if ratio > 0 else int(math.ceil(h / oh))
+        gw = ratio if ratio > 0 else int(math.ceil(w / ow))
+        for c in range(C):
+            plane = x[batch[r], c].astype(np.float64)
+            for ph in range(oh):
+                for pw in range(ow):
+                    best = None
+                    for iy in range(gh):
+                        for ix in range(gw):
+                            yy = y1 + ph * bh + (iy + 0.5) * bh / gh
+                            xx = x1 + pw * bw + (ix + 0.5) * bw / gw
+                            if yy < -1 or yy > H or xx < -1 or xx > W:
+                                v = 0.0
+                            else:
+                                yy, xx = max(yy, 0.0), max(xx, 0.0)
+                                y0, x0 = int(yy), int(xx)
+                                if y0 >= H - 1: y0 = y1_ = H - 1; yy = float(y0)
+                                else: y1_ = y0 + 1
+                                if x0 >= W - 1: x0 = x1_ = W - 1; xx = float(x0)
+                                else: x1_ = x0 + 1
+                                ly, lx = yy - y0, xx - x0
+                                hy, hx = 1 - ly, 1 - lx
+                                v = max(hy * hx * plane[y0, x0], hy * lx * plane[y0, x1_], ly * hx * plane[y1_, x0], ly * lx * plane[y1_, x1_])
+                            best = v if best is None else max(best, v)
+                    y[r, c, ph, pw] = 0.0 if best is None else best
+    return y.astype(np.float32)
+cases = [('half_pixel', 2), ('output_half_pixel', 0), ('half_pixel', 0)]
+for k, (ct, ratio) in enumerate(cases):
+    node = helper.make_node('RoiAlign', ['x', 'rois', 'batch'], ['y'], mode='max', output_height=3, output_width=2,
+                            sampling_ratio=ratio, spatial_scale=0.8, coordinate_transformation_mode=ct)
+    g = helper.make_graph([node], 'ra', [helper.make_tensor_value_info('x', TensorProto.FLOAT, [2, 3, 9, 7]),
+                                         helper.make_tensor_value_info('rois', TensorProto.FLOAT, [4, 4]),
+                                         helper.make_tensor_value_info('batch', TensorProto.INT64, [4])],
+                          [helper.make_tensor_value_info('y', TensorProto.FLOAT, [4, 3, 3, 2])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 16)]), 'max_%d.onnx' % k)
+    np.save('want_%d.npy' % k, roi_align_max(x, rois, batch, 3, 2, ratio, 0.8, ct == 'half_pixel'))
+np.save('x.npy', x); np.save('rois.npy', rois); np.save('batch.npy', batch)
+)");
+  for (int k = 0; k < 3; ++k) {
+    SCOPED_TRACE(k);
+    auto out = runtime::Executor(load_onnx(dir + "/max_" + std::to_string(k) + ".onnx"))
+                   .run({{"x", read_npy(dir + "/x.npy")},
+                         {"rois", read_npy(dir + "/rois.npy")},
+                         {"batch", read_npy(dir + "/batch.npy")}});
+    EXPECT_LT(testing::max_abs_diff(out.at("y"), read_npy(dir + "/want_" + std::to_string(k) + ".npy")), 1e-6);
+  }
+}
+
 // torchvision.ops.roi_align exports RoiAlign without saying how its boxes align (its symbolic ignores
 // `aligned`), so the file means what its opset's default says: half_pixel at opset 16 (torchvision's
 // aligned=True), output_half_pixel before (aligned=False). graphrun gives torchvision's answer there, with a

@@ -1,10 +1,12 @@
-// ONNX RoiAlign (opsets 10 and 16, mode "avg"): one output element's value and its gradient, shared by the CPU kernel
+// ONNX RoiAlign (opsets 10 and 16): one output element's value and its gradient, shared by the CPU kernel
 // (runtime/kernels/cpu/detection.cc) and the CUDA kernel (runtime/kernels/cuda/detection.cu). The region
 // [x1, y1, x2, y2] * spatial_scale (less half a pixel with coordinate_transformation_mode half_pixel, opset
 // 16's default; output_half_pixel, opset 10's only mode, keeps it and makes a region at least 1x1) is cut into
-// output_height x output_width bins; each bin averages the bilinear samples of a grid of sampling_ratio points
-// a side (the bin's size rounded up when 0). A sample more than a pixel outside the image counts as 0; one
-// within it is clamped to the border.
+// output_height x output_width bins; each bin takes a grid of sampling_ratio points a side (the bin's size rounded
+// up when 0). Mode avg averages their bilinear samples. Mode max takes, as ONNX Runtime does (the spec says only
+// "max pooling"), the largest of the four weighted taps w * v of each point, then the largest over the points; the
+// gradient goes to the first such tap, times its weight. A sample more than a pixel outside the image counts as 0;
+// one within it is clamped to the border.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -21,6 +23,7 @@ struct Params {
   int64_t out_h = 1, out_w = 1, sampling_ratio = 0, H = 0, W = 0;
   double spatial_scale = 1;
   bool half_pixel = true;
+  bool max = false;  // mode max (else avg)
 };
 
 // The four pixels a bilinear sample at (y, x) reads and their weights; `in` is false more than a pixel outside the
@@ -100,21 +103,59 @@ GR_ROI_HD inline Bin<T> bin(const T* box, int64_t ph, int64_t pw, const Params& 
   return b;
 }
 
+// Mode max: the bin's largest weighted tap, and where it is in the plane (-1: outside the image, or no point).
+template <class T>
+struct Tap {
+  T value = T(0);
+  int64_t at = -1;
+  T weight = T(0);
+};
+
+template <class T>
+GR_ROI_HD inline Tap<T> max_tap(const T* plane, const Bin<T>& b, const Params& p) {
+  Tap<T> best;
+  bool first = true;
+  for (int64_t iy = 0; iy < b.gh; ++iy)
+    for (int64_t ix = 0; ix < b.gw; ++ix) {
+      const Corners<T> c = corners(p.H, p.W, b.y(iy), b.x(ix));
+      Tap<T> t;  // a point outside the image: 0, no tap
+      if (c.in) {
+        const int64_t at[4] = {c.y0 * p.W + c.x0, c.y0 * p.W + c.x1, c.y1 * p.W + c.x0, c.y1 * p.W + c.x1};
+        const T w[4] = {c.w00, c.w01, c.w10, c.w11};
+        for (int k = 0; k < 4; ++k) {
+          const T v = w[k] * plane[at[k]];
+          if (k == 0 || v > t.value) t = Tap<T>{v, at[k], w[k]};
+        }
+      }
+      if (first || t.value > best.value) best = t;
+      first = false;
+    }
+  return best;
+}
+
 // Output bin (ph, pw) of the region `box` over one channel's plane.
 template <class T>
 GR_ROI_HD inline T value(const T* plane, const T* box, int64_t ph, int64_t pw, const Params& p) {
   const Bin<T> b = bin(box, ph, pw, p);
+  if (p.max) return max_tap(plane, b, p).value;
   T sum = T(0);
   for (int64_t iy = 0; iy < b.gh; ++iy)
     for (int64_t ix = 0; ix < b.gw; ++ix) sum += bilinear(plane, p.H, p.W, b.y(iy), b.x(ix));
   return sum / static_cast<T>(b.count);
 }
 
-// The gradient of value() w.r.t. the plane: g (dY of the bin) spread over the taps of every sample, each
-// sample's share g / count, added into `dplane`.
+// The gradient of value() w.r.t. the plane, added into `dplane`: mode avg spreads g (dY of the bin) over the taps of
+// every sample, each sample's share g / count; mode max gives the largest tap g times its weight. Mode max reads the
+// forward's `plane`.
 template <class T>
-GR_ROI_HD inline void add_gradient(T* dplane, const T* box, int64_t ph, int64_t pw, const Params& p, T g) {
+GR_ROI_HD inline void add_gradient(T* dplane, const T* plane, const T* box, int64_t ph, int64_t pw, const Params& p,
+                                   T g) {
   const Bin<T> b = bin(box, ph, pw, p);
+  if (p.max) {
+    const Tap<T> t = max_tap(plane, b, p);
+    if (t.at >= 0) dplane[t.at] += t.weight * g;
+    return;
+  }
   const T share = g / static_cast<T>(b.count);
   for (int64_t iy = 0; iy < b.gh; ++iy)
     for (int64_t ix = 0; ix < b.gw; ++ix) {
@@ -145,8 +186,9 @@ inline Params params(const Node& n, int64_t opset, const Shape& x, const Shape& 
   GR_CHECK(batch.size() == 1 && batch[0] == rois[0], "RoiAlign: batch_indices " << shape_str(batch) << " do not fit rois "
                                                                                << shape_str(rois));
   const std::string mode = n.attr_s("mode", "avg");
-  GR_CHECK(mode == "avg", "RoiAlign: mode '" << mode << "' is not supported (avg)");
+  GR_CHECK(mode == "avg" || mode == "max", "RoiAlign: mode '" << mode << "' is not avg or max");
   Params p;
+  p.max = mode == "max";
   p.out_h = n.attr_i("output_height", 1);
   p.out_w = n.attr_i("output_width", 1);
   p.sampling_ratio = n.attr_i("sampling_ratio", 0);

@@ -36,7 +36,7 @@ roi::Params checked_regions(KernelContext& ctx, const Tensor& x, const Tensor& r
   return p;
 }
 
-// RoiAlign (mode avg; runtime/kernels/roi_align.h's formula per output element).
+// RoiAlign (modes avg and max; runtime/kernels/roi_align.h's formula per output element).
 template <class T>
 void roi_align_typed(KernelContext& ctx) {
   const Tensor &x = ctx.input(0), &rois = ctx.input(1), &bi = ctx.input(2);
@@ -69,16 +69,15 @@ void roi_align_grad_typed(KernelContext& ctx) {
   if (dx.numel() == 0) return;
   std::memset(dx.raw(), 0, dx.nbytes());
   T* pdx = ptr<T>(dx);
-  const T* pdy = ptr<T>(dy);
-  const T* pr = ptr<T>(rois);
+  const T *px = ptr<T>(x), *pdy = ptr<T>(dy), *pr = ptr<T>(rois);
 #pragma omp parallel for num_threads(threads_for(ctx, R * C * bins * 16)) schedule(static)
   for (int64_t nc = 0; nc < N * C; ++nc) {
     const int64_t n = nc / C, c = nc % C;
-    T* plane = pdx + nc * HW;
     for (int64_t r = 0; r < R; ++r) {
       if (b[static_cast<size_t>(r)] != n) continue;
       for (int64_t k = 0; k < bins; ++k)
-        roi::add_gradient(plane, pr + 4 * r, k / p.out_w, k % p.out_w, p, pdy[(r * C + c) * bins + k]);
+        roi::add_gradient(pdx + nc * HW, px + nc * HW, pr + 4 * r, k / p.out_w, k % p.out_w, p,
+                          pdy[(r * C + c) * bins + k]);
     }
   }
 }
@@ -158,8 +157,9 @@ GR_REGISTER_OPS(detection) {
   ops.op("RoiAlign").cpu(via_f32<roi_align_kernel>);
   ops.op(kGraphrunDomain, "RoiAlignGrad")
       .cpu(via_f32<roi_align_grad_kernel>)
-      .schema(OpSchemaSpec("gradient of `RoiAlign` (mode avg) w.r.t. X: each output bin's dY divided among its "
-                           "sampling points and added back into their four bilinear taps; the regions get none")
+      .schema(OpSchemaSpec("gradient of `RoiAlign` w.r.t. X: mode avg divides each output bin's dY among its "
+                           "sampling points and adds it back into their four bilinear taps; mode max gives it to the "
+                           "bin's largest weighted tap, times the weight; the regions get none")
                   .attr("mode", "as RoiAlign", Attribute::Str("avg"))
                   .attr("output_height", "as RoiAlign", Attribute::Int(1))
                   .attr("output_width", "as RoiAlign", Attribute::Int(1))

@@ -66,17 +66,17 @@ void roi_align_op(KernelContext& ctx) {
 }
 
 // RoiAlignGrad: a thread per image plane (n, c), adding the regions of image n in their order (no atomics, the
-// CPU's order), each bin's dY spread over its samples' taps (roi::add_gradient).
+// CPU's order), each bin's dY given to its taps (roi::add_gradient: spread in mode avg, the largest in mode max).
 template <class T>
-__global__ void roi_align_grad_kernel(const T* dy, const T* rois, const int64_t* batch, T* dx, roi::Params p,
-                                      int64_t R, int64_t C, int64_t planes) {
+__global__ void roi_align_grad_kernel(const T* dy, const T* x, const T* rois, const int64_t* batch, T* dx,
+                                      roi::Params p, int64_t R, int64_t C, int64_t planes) {
   GR_GRID_STRIDE(nc, planes) {
-    const int64_t n = nc / C, c = nc % C, bins = p.out_h * p.out_w;
-    T* plane = dx + nc * p.H * p.W;
+    const int64_t n = nc / C, c = nc % C, bins = p.out_h * p.out_w, HW = p.H * p.W;
     for (int64_t r = 0; r < R; ++r) {
       if (batch[r] != n) continue;
       for (int64_t k = 0; k < bins; ++k)
-        roi::add_gradient(plane, rois + 4 * r, k / p.out_w, k % p.out_w, p, dy[(r * C + c) * bins + k]);
+        roi::add_gradient(dx + nc * HW, x + nc * HW, rois + 4 * r, k / p.out_w, k % p.out_w, p,
+                          dy[(r * C + c) * bins + k]);
     }
   }
 }
@@ -104,10 +104,10 @@ void roi_align_grad_op(KernelContext& ctx) {
   const int64_t planes = X.dim(0) * C;
   if (X.dtype() == DType::F32)
     roi_align_grad_kernel<float><<<grid_for(planes), kThreads, 0, st>>>(
-        dptr<float>(dY), dptr<float>(Rois), dptr<int64_t>(B), dptr<float>(*dX), p, R, C, planes);
+        dptr<float>(dY), dptr<float>(X), dptr<float>(Rois), dptr<int64_t>(B), dptr<float>(*dX), p, R, C, planes);
   else
     roi_align_grad_kernel<double><<<grid_for(planes), kThreads, 0, st>>>(
-        dptr<double>(dY), dptr<double>(Rois), dptr<int64_t>(B), dptr<double>(*dX), p, R, C, planes);
+        dptr<double>(dY), dptr<double>(X), dptr<double>(Rois), dptr<int64_t>(B), dptr<double>(*dX), p, R, C, planes);
   GR_LAUNCH_CHECK("roi_align_grad");
 }
 
