@@ -240,6 +240,17 @@ std::string safe_file_name(const std::string& name) {
   return r;
 }
 
+// Inputs too large for this machine stop in one line (before any kernel runs where the shapes of the model's values
+// say so), not in the out-of-memory killer: the run's buffers may take 90% of the memory available once the model and
+// the inputs are loaded.
+void limit_memory(runtime::ExecOptions& opts) {
+  if (const size_t free = runtime::backend_for(Device::Kind::CPU)->free_memory(Device{})) {
+    opts.memory_limit = runtime::run_memory_limit(free);
+    opts.memory_hint = "this machine had " + runtime::bytes_str(static_cast<double>(free)) +
+                       " available; run the model on fewer examples at a time";
+  }
+}
+
 // An output as the file declares it: a tensor output of the graph, or a sequence or optional (`slot`) whose
 // elements the graph outputs.
 struct Shown {
@@ -337,6 +348,7 @@ int cmd_run(const std::vector<std::string>& argv) {
       runtime::ExecOptions o;
       o.fetch = part.outputs;
       o.threads = static_cast<int>(threads);
+      limit_memory(o);  // as the run itself
       return runtime::Executor(std::move(part), o).run(feeds);
     };
     g = load_onnx(model, known);
@@ -376,14 +388,7 @@ int cmd_run(const std::vector<std::string>& argv) {
 
   runtime::ExecOptions opts;
   opts.threads = static_cast<int>(threads);
-  // Inputs too large for this machine stop in one line (before any kernel runs where the shapes of the
-  // model's values say so), not in the out-of-memory killer: the run's buffers may take 90% of the
-  // memory available once the model and the inputs are loaded.
-  if (const size_t free = runtime::backend_for(Device::Kind::CPU)->free_memory(Device{})) {
-    opts.memory_limit = runtime::run_memory_limit(free);
-    opts.memory_hint = "this machine had " + runtime::bytes_str(static_cast<double>(free)) +
-                       " available; run the model on fewer examples at a time";
-  }
+  limit_memory(opts);
   const std::string profile_path = args.get("profile");
   runtime::Profiler profiler;
   // The files the run writes: --profile, and each output's in --output-dir (DIR/<output>.npy, or .pb for
