@@ -17,6 +17,13 @@ std::string ValueInfo::str() const {
   return r + "]";
 }
 
+bool batch_norm_training(const Node& n, int64_t opset) {
+  if (opset >= 14) return n.attr_i("training_mode", 0) != 0;
+  for (size_t i = 1; i < n.outputs.size(); ++i)
+    if (!n.outputs[i].empty()) return true;
+  return false;
+}
+
 std::string printable(const std::string& s) {
   std::string r;
   for (unsigned char c : s) {

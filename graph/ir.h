@@ -153,6 +153,10 @@ struct Graph {
   std::unordered_map<std::string, int> name_counter_;
 };
 
+// Whether a BatchNormalization node normalises by the batch's statistics: its training_mode attribute from opset 14;
+// before, whether it writes the running statistics (an output past the first).
+bool batch_norm_training(const Node& n, int64_t opset);
+
 // `s` on one line, for messages and the text printer: a newline shows as \n, other control characters
 // (and DEL) as \xNN; everything else, UTF-8 included, as it is. Names in a model file can hold any bytes.
 std::string printable(const std::string& s);

@@ -345,10 +345,7 @@ std::string batch_for_batchnorm(const Graph& model, std::map<std::string, int64_
   std::string node;
   for (const Node& n : model.nodes) {
     if (n.op_type != "BatchNormalization" || !n.domain.empty() || n.inputs.empty()) continue;
-    // Training mode: the attribute from opset 14; before, running statistics among the outputs.
-    int outputs = 0;
-    for (const auto& o : n.outputs) outputs += !o.empty();
-    if (model.opset("") >= 14 ? n.attr_i("training_mode", 0) != 1 : outputs < 2) continue;
+    if (!batch_norm_training(n, model.opset(""))) continue;
     const ValueInfo* vi = model.info(n.inputs[0]);
     if (!vi || !vi->has_shape || vi->shape.empty() || vi->shape[0].param != batch) continue;
     int64_t per_example = 1;

@@ -28,15 +28,7 @@ void conv_like_grad(GradContext& ctx, const char* grad_op, bool transpose) {
     if (!d[i].empty()) ctx.set_dx(i, d[i]);
 }
 
-// BatchNormalization runs on batch statistics in training mode (attribute from opset 14; before, a
-// node computing the running statistics outputs is a training node).
-bool bn_training(GradContext& ctx) {
-  const Node& n = ctx.fwd();
-  if (ctx.opset() >= 14) return n.attr_i("training_mode", 0) != 0;
-  int outs = 0;
-  for (const auto& o : n.outputs) outs += !o.empty();
-  return outs > 1;
-}
+bool bn_training(GradContext& ctx) { return batch_norm_training(ctx.fwd(), ctx.opset()); }
 
 // Axes [0, 2, 3, ...]: every axis of X but the channel axis.
 std::vector<int64_t> all_but_channel(int rank) {

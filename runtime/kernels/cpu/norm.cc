@@ -91,9 +91,7 @@ void batch_norm_kernel(KernelContext& ctx) {
   const BnShape s = bn_shape(x, per_channel);
   const char* names[] = {"X", "scale", "B", "input_mean", "input_var"};
   for (int i = 1; i < 5; ++i) check_param(ctx.input(i), x, s, names[i]);
-  const bool training = ctx.opset() >= 14 ? node.attr_i("training_mode", 0) != 0
-                                          : (ctx.has_output(1) || ctx.has_output(2) || ctx.has_output(3) ||
-                                             ctx.has_output(4));
+  const bool training = batch_norm_training(node, ctx.opset());
   if (ctx.opset() >= 14)
     GR_CHECK(training || (!ctx.has_output(1) && !ctx.has_output(2)),
              "running_mean/running_var outputs need training_mode=1");
