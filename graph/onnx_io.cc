@@ -1785,7 +1785,7 @@ std::vector<DeclaredInput> onnx_inputs_of_bytes(const std::string& bytes, const 
   for (const auto& t : m.graph().initializer()) inits.insert(t.name());
   std::vector<DeclaredInput> r;
   for (const auto& in : m.graph().input())
-    if (!inits.count(in.name())) r.push_back({in.name(), composite_type(in.type())});
+    if (!inits.count(in.name())) r.push_back({in.name(), composite_type(in.type()), value_info_from_type(in.type())});
   return r;
 }
 

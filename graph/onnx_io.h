@@ -47,6 +47,7 @@ bool small_control_value(const Tensor& t);
 struct DeclaredInput {
   std::string name;
   std::string composite;
+  ValueInfo info;  // a tensor input's declared type and shape
 };
 std::vector<DeclaredInput> onnx_inputs(const std::string& path);
 std::vector<DeclaredInput> onnx_inputs_of_bytes(const std::string& bytes, const std::string& what);

@@ -1307,7 +1307,14 @@ with torch.no_grad():
 torch.onnx.export(m, (x,), 'frcnn.onnx', opset_version=11, input_names=['image'], output_names=['boxes', 'labels', 'scores'])
 np.save('image.npy', x[0].numpy())
 for k in ('boxes', 'labels', 'scores'): np.save('want_%s.npy' % k, out[k].numpy())
+from PIL import Image
+Image.fromarray((x[0].permute(1, 2, 0).numpy() * 255).astype(np.uint8)).save('photo.png')
 )");
+  // A photo as its input: the image is read before the control flow is computed from it.
+  const auto photo =
+      run_command(testing::graphrun_cli() + " run " + dir + "/frcnn.onnx --input " + dir + "/photo.png 2>&1");
+  EXPECT_EQ(photo.exit_code, 0) << photo.output;
+  EXPECT_NE(photo.output.find("scores: f32["), std::string::npos) << photo.output;
   const auto r = run_command(testing::graphrun_cli() + " run " + dir + "/frcnn.onnx --input image=" + dir +
                              "/image.npy --output-dir " + dir + "/out 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -309,6 +309,7 @@ int cmd_run(const std::vector<std::string>& argv) {
     std::map<std::string, std::string> declared;  // composite inputs: their declared type
     for (const auto& in : onnx_inputs(model)) {
       shell.inputs.push_back(in.name);
+      shell.values[in.name] = in.info;
       if (!in.composite.empty()) declared[in.name] = in.composite;
       if (in.composite.rfind("optional", 0) == 0) optional.insert(in.name);
     }
@@ -335,9 +336,8 @@ int cmd_run(const std::vector<std::string>& argv) {
         }
         continue;
       }
-      if (is_image_file(file)) continue;
       try {
-        Tensor t = read_tensor_file(file, name);
+        Tensor t = is_image_file(file) ? read_image_input(shell, name, file, norm) : read_tensor_file(file, name);
         if (small_control_value(t)) known.small[name] = t;
         known.tensors[name] = std::move(t);
       } catch (const Error&) {
@@ -378,9 +378,9 @@ int cmd_run(const std::vector<std::string>& argv) {
     }
     const bool is_image = is_image_file(file);
     image |= is_image;
-    Tensor t = is_image           ? read_image_input(g, name, file, norm)
-               : read.count(name) ? std::move(read.at(name))
-                                  : read_tensor_file(file, name);
+    Tensor t = read.count(name) ? std::move(read.at(name))
+               : is_image       ? read_image_input(g, name, file, norm)
+                                : read_tensor_file(file, name);
     check_input(g, name, file, t);
     feeds[name] = std::move(t);
   }
