@@ -54,6 +54,20 @@ void roi_align_typed(KernelContext& ctx) {
   }
 }
 
+// A region op's gradient (dY at input 0, X at input 1): dY checked to be [R, C, out_h, out_w] of X's type, and dX
+// zeroed; nullptr when X is empty.
+Tensor* zeroed_region_grad(KernelContext& ctx, const char* op, int64_t R, int64_t out_h, int64_t out_w) {
+  const Tensor &dy = ctx.input(0), &x = ctx.input(1);
+  const Shape want{R, x.dim(1), out_h, out_w};
+  GR_CHECK(dy.dtype() == x.dtype() && dy.shape() == want, op << ": dY " << dtype_name(dy.dtype())
+                                                             << shape_str(dy.shape()) << " does not fit "
+                                                             << dtype_name(x.dtype()) << shape_str(want));
+  Tensor& dx = ctx.output(0, x.shape(), x.dtype());
+  if (dx.numel() == 0) return nullptr;
+  std::memset(dx.raw(), 0, dx.nbytes());
+  return &dx;
+}
+
 // RoiAlignGrad(dY, X, rois, batch_indices) -> dX: each bin's dY spread back over its samples' taps. A thread owns
 // image planes, adding the regions of that image in their order, so the sums do not depend on the threads.
 template <class T>
@@ -62,13 +76,9 @@ void roi_align_grad_typed(KernelContext& ctx) {
   std::vector<int64_t> b;
   const roi::Params p = checked_regions(ctx, x, rois, bi, b);
   const int64_t R = rois.dim(0), N = x.dim(0), C = x.dim(1), HW = p.H * p.W, bins = p.out_h * p.out_w;
-  GR_CHECK(dy.dtype() == x.dtype() && dy.shape() == Shape({R, C, p.out_h, p.out_w}),
-           "RoiAlignGrad: dY " << dtype_name(dy.dtype()) << shape_str(dy.shape()) << " does not fit "
-                               << shape_str(Shape({R, C, p.out_h, p.out_w})));
-  Tensor& dx = ctx.output(0, x.shape(), x.dtype());
-  if (dx.numel() == 0) return;
-  std::memset(dx.raw(), 0, dx.nbytes());
-  T* pdx = ptr<T>(dx);
+  Tensor* dx = zeroed_region_grad(ctx, "RoiAlignGrad", R, p.out_h, p.out_w);
+  if (!dx) return;
+  T* pdx = ptr<T>(*dx);
   const T *px = ptr<T>(x), *pdy = ptr<T>(dy), *pr = ptr<T>(rois);
 #pragma omp parallel for num_threads(threads_for(ctx, R * C * bins * 16)) schedule(static)
   for (int64_t nc = 0; nc < N * C; ++nc) {
@@ -111,13 +121,9 @@ void max_roi_pool_grad_typed(KernelContext& ctx) {
   GR_CHECK(rois.dtype() == x.dtype() && dy.dtype() == x.dtype(), "MaxRoiPoolGrad: dY, X and rois differ in type");
   const std::vector<int64_t> b = roi_pool::batches(rois.as_doubles(), x.dim(0), p);
   const int64_t R = rois.dim(0), N = x.dim(0), C = x.dim(1), HW = p.H * p.W, bins = p.out_h * p.out_w;
-  GR_CHECK(dy.shape() == Shape({R, C, p.out_h, p.out_w}), "MaxRoiPoolGrad: dY "
-                                                              << shape_str(dy.shape()) << " does not fit "
-                                                              << shape_str(Shape({R, C, p.out_h, p.out_w})));
-  Tensor& dx = ctx.output(0, x.shape(), x.dtype());
-  if (dx.numel() == 0) return;
-  std::memset(dx.raw(), 0, dx.nbytes());
-  T* pdx = ptr<T>(dx);
+  Tensor* dx = zeroed_region_grad(ctx, "MaxRoiPoolGrad", R, p.out_h, p.out_w);
+  if (!dx) return;
+  T* pdx = ptr<T>(*dx);
   const T *px = ptr<T>(x), *pdy = ptr<T>(dy), *pr = ptr<T>(rois);
 #pragma omp parallel for num_threads(threads_for(ctx, R* C* bins * 16)) schedule(static)
   for (int64_t nc = 0; nc < N * C; ++nc) {
