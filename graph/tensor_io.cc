@@ -292,12 +292,16 @@ namespace {
 
 // onnx's SequenceProto::DataType and OptionalProto::DataType share these numbers.
 constexpr int32_t kElemTensor = 1, kElemSequence = 3;
+constexpr int kMaxElements = 4096;  // tensors in one sequence
 
 std::vector<Tensor> sequence_tensors(const onnx::SequenceProto& s, const std::string& path) {
   GR_CHECK(s.elem_type() == kElemTensor || (s.elem_type() == 0 && s.tensor_values_size() == 0),
            path << ": the sequence holds "
                 << (s.elem_type() == kElemSequence ? "sequences" : "values other than tensors")
                 << "; graphrun reads sequences of tensors only");
+  GR_CHECK(s.tensor_values_size() <= kMaxElements,
+           path << ": the sequence holds " << s.tensor_values_size() << " tensors; graphrun takes at most "
+                << kMaxElements << " (each becomes an input of the graph)");
   std::vector<Tensor> r;
   for (const auto& t : s.tensor_values()) r.push_back(tensor_from_proto(t, path));
   return r;
@@ -309,6 +313,7 @@ CompositeValue parse_composite_pb(const std::string& bytes, const std::string& p
                                   const std::string& expected_name) {
   CompositeValue v;
   v.optional = optional;
+  if (bytes.empty()) GR_FAIL(path << ": empty file, not an ONNX " << (optional ? "OptionalProto" : "SequenceProto"));
   auto check_name = [&](const std::string& name) {
     if (!expected_name.empty() && !name.empty() && name != expected_name)
       GR_FAIL(path << ": holds the " << (optional ? "optional" : "sequence") << " '" << name << "', not '"
