@@ -1498,14 +1498,8 @@ int compute_control_values(onnx::ModelProto& m, const RunContext& run) {
       if (!(x == std::floor(x) && std::fabs(x) < 9e18)) continue;
       v->second = Tensor::scalar<int64_t>(static_cast<int64_t>(x));
     }
-    onnx::NodeProto& c = *constants.Add();
-    c.set_op_type("Constant");
-    c.set_name(sv::unused(name + "/computed", node_names));
-    c.add_output(constant_of[name] = sv::unused(name + "/computed", value_names));
-    auto* a = c.add_attribute();
-    a->set_name("value");
-    a->set_type(onnx::AttributeProto::TENSOR);
-    tensor_to_proto(v->second, "", a->mutable_t());
+    constant_of[name] = sv::unused(name + "/computed", value_names);
+    *constants.Add() = sv::constant_node(v->second, sv::unused(name + "/computed", node_names), constant_of[name]);
     said += (said.empty() ? "'" : ", '") + name + "' = " + v->second.str(4);
   }
   int computed = 0;
@@ -1544,15 +1538,9 @@ void make_condition_true(onnx::NodeProto& loop, const std::string& collect, std:
     if (a.name() != "body" || !a.has_g()) continue;
     onnx::GraphProto& body = *a.mutable_g();
     const onnx::ValueInfoProto cond = body.output(0);
-    onnx::NodeProto& t = *body.add_node();
-    t.set_op_type("Constant");
-    t.set_name(sv::unused(cond.name() + "/true", nodes));
-    t.add_output(sv::unused(cond.name() + "/true", values));
-    auto* v = t.add_attribute();
-    v->set_name("value");
-    v->set_type(onnx::AttributeProto::TENSOR);
-    tensor_to_proto(Tensor::scalar<bool>(true), "", v->mutable_t());
-    body.mutable_output(0)->set_name(t.output(0));
+    const std::string truth = sv::unused(cond.name() + "/true", values);
+    *body.add_node() = sv::constant_node(Tensor::scalar<bool>(true), sv::unused(cond.name() + "/true", nodes), truth);
+    body.mutable_output(0)->set_name(truth);
     if (!collect.empty()) {
       *body.add_output() = cond;
       loop.add_output(collect);
@@ -1566,17 +1554,11 @@ void set_trip_count(onnx::ModelProto& m, int i, int64_t count, std::set<std::str
   namespace sv = passes::static_values;
   auto& g = *m.mutable_graph();
   google::protobuf::RepeatedPtrField<onnx::NodeProto> out;
-  onnx::NodeProto& c = *out.Add();
-  c.set_op_type("Constant");
   const std::string base = (g.node(i).name().empty() ? std::string("Loop") : g.node(i).name()) + "/trip_count";
-  c.set_name(sv::unused(base, nodes));
-  c.add_output(sv::unused(base, values));
-  auto* v = c.add_attribute();
-  v->set_name("value");
-  v->set_type(onnx::AttributeProto::TENSOR);
-  tensor_to_proto(Tensor::scalar<int64_t>(count), "", v->mutable_t());
+  const std::string output = sv::unused(base, values);
+  *out.Add() = sv::constant_node(Tensor::scalar<int64_t>(count), sv::unused(base, nodes), output);
   if (g.node(i).input_size() == 0) g.mutable_node(i)->add_input();
-  g.mutable_node(i)->set_input(0, c.output(0));
+  g.mutable_node(i)->set_input(0, output);
   for (const auto& n : g.node()) *out.Add() = n;
   g.mutable_node()->Swap(&out);
 }

@@ -348,15 +348,7 @@ int resolve_static_sequences(onnx::ModelProto& m, const std::string& what, std::
     int replaced = 0;
     for (auto& n : *g.mutable_node()) {
       if (n.output_size() != 1 || !facts.count(n.output(0)) || !sequence_or_optional_op(n)) continue;
-      const std::string output = n.output(0), name = n.name();
-      n.Clear();
-      n.set_op_type("Constant");
-      n.set_name(name);
-      n.add_output(output);
-      auto* a = n.add_attribute();
-      a->set_name("value");
-      a->set_type(onnx::AttributeProto::TENSOR);
-      tensor_to_proto(facts.at(output), "", a->mutable_t());
+      n = constant_node(facts.at(n.output(0)), n.name(), n.output(0));
       ++replaced;
     }
     return replaced;

@@ -500,15 +500,7 @@ void fold_constant_integers(onnx::GraphProto& g) {
       default:
         continue;  // the narrower integers: left to the node
     }
-    onnx::NodeProto c;
-    c.set_op_type("Constant");
-    c.set_name(n.name());
-    c.add_output(n.output(0));
-    auto* a = c.add_attribute();
-    a->set_name("value");
-    a->set_type(onnx::AttributeProto::TENSOR);
-    tensor_to_proto(t, "", a->mutable_t());
-    n = std::move(c);
+    n = constant_node(t, n.name(), n.output(0));
   }
 }
 
@@ -577,6 +569,18 @@ void rename_reads(onnx::GraphProto& g, const std::map<std::string, std::string>&
     auto it = outer.find(o.name());
     if (it != outer.end()) o.set_name(it->second);
   }
+}
+
+onnx::NodeProto constant_node(const Tensor& t, const std::string& name, const std::string& output) {
+  onnx::NodeProto c;
+  c.set_op_type("Constant");
+  c.set_name(name);
+  c.add_output(output);
+  auto* a = c.add_attribute();
+  a->set_name("value");
+  a->set_type(onnx::AttributeProto::TENSOR);
+  tensor_to_proto(t, "", a->mutable_t());
+  return c;
 }
 
 std::vector<std::string> instantiate(const onnx::GraphProto& body, const std::vector<std::string>& inputs,

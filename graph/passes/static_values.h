@@ -15,6 +15,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "graph/tensor.h"
+
 namespace graphrun::passes {
 
 // Shape inference on a model (checked first, as the whole model would be),
@@ -121,6 +123,9 @@ std::string unused(const std::string& base, std::set<std::string>& taken);
 // A nested subgraph reads the renamed values of the subgraph it sits in by
 // their new names (except where it defines the name itself).
 void rename_reads(onnx::GraphProto& g, const std::map<std::string, std::string>& rename);
+
+// A Constant node `name` writing `t` to `output`.
+onnx::NodeProto constant_node(const Tensor& t, const std::string& name, const std::string& output);
 
 // Appends one copy of `body` to `out`: its inputs read `inputs` (by position; an empty name for an input the body
 // does not read), the names in `renamed` read what they map to (the body's initializers, as Constants), its nodes'
