@@ -1268,6 +1268,25 @@ std::vector<std::string> bind_known_inputs(onnx::ModelProto& m, const KnownInput
   return bound;
 }
 
+// A graph loaded for one run holds for its inputs alone: a tensor input declared with symbolic dimensions takes the
+// run's tensor's, so that what follows from the shapes (SplitToSequence's count of parts, an If on a dimension) is
+// known when loading. An input whose declared shape the tensor does not fit keeps it (the run refuses the input,
+// naming it).
+void pin_known_shapes(onnx::ModelProto& m, const KnownInputs* known) {
+  if (!known) return;
+  for (auto& in : *m.mutable_graph()->mutable_input()) {
+    auto k = known->tensors.find(in.name());
+    if (k == known->tensors.end() || !in.type().has_tensor_type() || !in.type().tensor_type().has_shape()) continue;
+    const Tensor& t = k->second;
+    auto* dims = in.mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim();
+    bool fits = dims->size() == t.rank() && static_cast<int32_t>(t.dtype()) == in.type().tensor_type().elem_type();
+    for (int d = 0; fits && d < dims->size(); ++d)
+      fits = !dims->Get(d).has_dim_value() || dims->Get(d).dim_value() == t.dim(d);
+    if (!fits) continue;
+    for (int d = 0; d < dims->size(); ++d) dims->Mutable(d)->set_dim_value(t.dim(d));
+  }
+}
+
 // "sequence", "optional", "optional(sequence)" for a type graphrun binds (of tensors), "unsupported" for another
 // sequence or optional, "" for the rest.
 std::string composite_type(const onnx::TypeProto& t) {
@@ -1612,7 +1631,7 @@ int compute_loop_counts(onnx::ModelProto& m, const RunContext& run, int64_t budg
         for (int64_t trial_budget = budget;;) {
           const int unrolled = passes::unroll_static_loops(trial, run.what, run.infer, trial_budget, /*quiet=*/true);
           const int inlined = passes::inline_static_ifs(trial, run.what, run.infer);
-          if (!passes::resolve_static_sequences(trial, run.what) && !unrolled && !inlined &&
+          if (!passes::resolve_static_sequences(trial, run.what, nullptr, &run.infer) && !unrolled && !inlined &&
               !compute_control_values(trial, scratch))
             break;
         }
@@ -1690,6 +1709,7 @@ Graph load_model(std::string bytes, const std::string& what, const std::string& 
     }
     return data;
   };
+  pin_known_shapes(m, known);
   const std::vector<std::string> bound = bind_known_inputs(m, known);
   std::vector<CompositeSlot> composite_inputs = bind_composite_inputs(m, known, what), composite_outputs;
   passes::inline_static_ifs(m, what, infer);
@@ -1702,8 +1722,10 @@ Graph load_model(std::string bytes, const std::string& what, const std::string& 
   for (int64_t budget = passes::kMaxUnrolledNodes;;) {
     const int unrolled = passes::unroll_static_loops(m, what, infer, budget);
     const int inlined = passes::inline_static_ifs(m, what, infer);
-    if (passes::resolve_static_sequences(m, what, known ? &composite_outputs : nullptr) || unrolled || inlined)
-      continue;
+    std::vector<std::string> said;
+    const int resolved = passes::resolve_static_sequences(m, what, known ? &composite_outputs : nullptr, &infer, &said);
+    for (const auto& note : said) std::cerr << "graphrun: " << what << ": " << note << "\n";
+    if (resolved || unrolled || inlined) continue;
     if (!known) break;
     const RunContext run{what, infer, weights, *known, composite_inputs};
     if (!compute_control_values(m, run) && !compute_loop_counts(m, run, budget)) break;

@@ -33,7 +33,8 @@ struct KnownInputs {
   // Every tensor input of the run, and a way to run a graph on the CPU (graphrun run's executor: fetch its outputs
   // for these feeds). Where both are given, an If's condition, a Loop's trip count or condition that the data decide
   // (computed from the inputs outside any loop body, by no random op) is computed by running the part of the model
-  // before it, and the control flow is taken or unrolled for that value.
+  // before it, and the control flow is taken or unrolled for that value. The tensors' shapes stand for the symbolic
+  // dimensions their inputs declare (a SplitToSequence's count of parts follows).
   std::map<std::string, Tensor> tensors;
   std::function<std::map<std::string, Tensor>(Graph, const std::map<std::string, Tensor>&)> compute;
 };

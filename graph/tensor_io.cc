@@ -292,16 +292,15 @@ namespace {
 
 // onnx's SequenceProto::DataType and OptionalProto::DataType share these numbers.
 constexpr int32_t kElemTensor = 1, kElemSequence = 3;
-constexpr int kMaxElements = 4096;  // tensors in one sequence
 
 std::vector<Tensor> sequence_tensors(const onnx::SequenceProto& s, const std::string& path) {
   GR_CHECK(s.elem_type() == kElemTensor || (s.elem_type() == 0 && s.tensor_values_size() == 0),
            path << ": the sequence holds "
                 << (s.elem_type() == kElemSequence ? "sequences" : "values other than tensors")
                 << "; graphrun reads sequences of tensors only");
-  GR_CHECK(s.tensor_values_size() <= kMaxElements,
+  GR_CHECK(s.tensor_values_size() <= kMaxSequenceLength,
            path << ": the sequence holds " << s.tensor_values_size() << " tensors; graphrun takes at most "
-                << kMaxElements << " (each becomes an input of the graph)");
+                << kMaxSequenceLength << " (each becomes an input of the graph)");
   std::vector<Tensor> r;
   for (const auto& t : s.tensor_values()) r.push_back(tensor_from_proto(t, path));
   return r;

@@ -30,8 +30,10 @@ struct CompositeValue {
   std::vector<Tensor> tensors;
   std::string type() const;  // "sequence", "optional" (of a tensor) or "optional(sequence)"
 };
-// A .pb file holding an onnx SequenceProto (`optional` false) or OptionalProto, of at most 4096 tensors; errors name
-// the file.
+// The most tensors a sequence holds in graphrun (each becomes a value of the graph: an input, a Split's output).
+constexpr int64_t kMaxSequenceLength = 4096;
+// A .pb file holding an onnx SequenceProto (`optional` false) or OptionalProto, of at most kMaxSequenceLength
+// tensors; errors name the file.
 CompositeValue read_composite_pb(const std::string& path, bool optional, const std::string& expected_name = "");
 CompositeValue parse_composite_pb(const std::string& bytes, const std::string& path, bool optional,
                                   const std::string& expected_name = "");

@@ -163,7 +163,7 @@ TEST(HostileInput, BadTensorFilesAreOneLineAndExit2) {
 
 // Optional- and sequence-typed graph outputs (inputs: MessagesNameTheNodeTheAttributeAndTheRange) are
 // refused with one line naming the value, before any op or allocation, where graphrun cannot follow them (a
-// SplitToSequence without split sizes; show and grad, which have no run's values).
+// SplitToSequence with split sizes the data decide; show and grad, which have no run's values).
 TEST(HostileInput, OptionalAndSequenceOutputsAreOneLineAndExit2) {
   const std::string d = testing::temp_dir("hostile_seq_outputs");
   auto r = testing::run_command(
@@ -171,21 +171,30 @@ TEST(HostileInput, OptionalAndSequenceOutputsAreOneLineAndExit2) {
       "import onnx; from onnx import helper as h, TensorProto as T; "
       "x = h.make_tensor_value_info('x', T.FLOAT, [4]); "
       "t = h.make_tensor_type_proto(T.FLOAT, [2]); "
-      "onnx.save(h.make_model(h.make_graph([h.make_node('SplitToSequence', ['x'], ['pieces'])], 'g', [x], "
+      "xn = h.make_tensor_value_info('x', T.FLOAT, ['N']); "
+      "onnx.save(h.make_model(h.make_graph([h.make_node('SplitToSequence', ['x'], ['pieces'])], 'g', [xn], "
       "[h.make_value_info('pieces', h.make_sequence_type_proto(t))]), "
       "opset_imports=[h.make_opsetid('', 15)]), 'seq.onnx'); "
+      "onnx.save(h.make_model(h.make_graph([h.make_node('Cast', ['x'], ['sizes'], to=T.INT64), "
+      "h.make_node('SplitToSequence', ['x', 'sizes'], ['pieces'])], 'g', [xn], "
+      "[h.make_value_info('pieces', h.make_sequence_type_proto(t))]), "
+      "opset_imports=[h.make_opsetid('', 15)]), 'seq_data.onnx'); "
       "onnx.save(h.make_model(h.make_graph([h.make_node('Optional', ['x'], ['maybe'])], 'g', [x], "
       "[h.make_value_info('maybe', h.make_optional_type_proto(h.make_tensor_type_proto(T.FLOAT, [4])))]), "
       "opset_imports=[h.make_opsetid('', 15)]), 'opt.onnx'); "
       "import numpy as np; np.save('x.npy', np.zeros(4, np.float32))\"");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  expect_refused("run", d + "/seq.onnx --input " + d + "/x.npy",
+  expect_refused("run", d + "/seq_data.onnx --input " + d + "/x.npy",
                  "output 'pieces' has a sequence type: optional/sequence types are not supported");
   expect_refused("show", d + "/opt.onnx",
                  "output 'maybe' has an optional type: optional/sequence types are not supported");
   expect_refused("grad", d + "/seq.onnx",
                  "output 'pieces' has a sequence type: optional/sequence types are not supported");
-  // graphrun run follows an optional it can see the value of (an optional output holding x).
+  // graphrun run follows a sequence whose count its input's shape gives, and an optional it can see the value of
+  // (an optional output holding x).
+  r = graphrun("run " + d + "/seq.onnx --input " + d + "/x.npy");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("pieces: sequence of 4 tensors\n  pieces[0]: f32[1] {0}"), std::string::npos) << r.output;
   r = graphrun("run " + d + "/opt.onnx --input " + d + "/x.npy");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("maybe: optional holding a tensor\n  maybe[0]: f32[4] {0, 0, 0, 0}"), std::string::npos)

@@ -1020,6 +1020,65 @@ onnx.save(helper.make_model(g2, opset_imports=[helper.make_opsetid('', 17)]), 's
   expect_load_error(dir + "/seq_output.onnx", "output 's' has a sequence type");
 }
 
+// SplitToSequence without split sizes (parts of one, squeezed when keepdims is 0) or with one size for every part (the
+// last part shorter; keepdims ignored, as the spec says) takes its count of parts from the input's static dimension, at
+// opsets 11 and 17 (Split and Squeeze with attributes or inputs); numpy computes what the ops say. A dimension
+// inference does not know keeps the sequence refused, in one line, except under graphrun run, whose inputs give it.
+TEST(OnnxIo, SplitToSequenceTakesItsCountFromTheShape) {
+  const std::string dir = temp_dir("onnx_split_to_sequence");
+  run_onnx_python(dir, R"(
+vi = lambda name, shape, t=TensorProto.FLOAT: helper.make_tensor_value_info(name, t, shape)
+for opset in (11, 17):
+    nodes = [
+        helper.make_node('Relu', ['x'], ['r']),
+        helper.make_node('SplitToSequence', ['r'], ['rows'], axis=0, keepdims=0),        # r[0], r[1], r[2]
+        helper.make_node('SplitToSequence', ['r'], ['cols'], axis=-1),                   # r[:, 0:1] .. r[:, 4:5]
+        helper.make_node('SplitToSequence', ['r', 'two'], ['pairs'], axis=1),            # r[:, 0:2], r[:, 2:4], r[:, 4:5]
+        # keepdims 0 ignored where split is given (the spec; torch.unbind's export meant it otherwise): r[:, 0:1] ..
+        helper.make_node('SplitToSequence', ['r', 'one'], ['units'], axis=1, keepdims=0),
+        helper.make_node('SequenceAt', ['units', 'minus_one'], ['unit_last']),
+        helper.make_node('SequenceAt', ['rows', 'one'], ['row1']),
+        helper.make_node('SequenceAt', ['cols', 'minus_one'], ['col_last']),
+        helper.make_node('SequenceAt', ['pairs', 'minus_one'], ['pair_last']),
+        helper.make_node('SequenceLength', ['pairs'], ['pair_count']),
+        helper.make_node('ConcatFromSequence', ['rows'], ['stacked'], axis=1, new_axis=1),  # r transposed
+    ]
+    g = helper.make_graph(nodes, 'split', [vi('x', [3, 5])],
+                          [vi('row1', [5]), vi('col_last', [3, 1]), vi('pair_last', [3, 1]), vi('unit_last', [3, 1]),
+                           vi('pair_count', [], TensorProto.INT64), vi('stacked', [5, 3])],
+                          [helper.make_tensor('two', TensorProto.INT64, [], [2]),
+                           helper.make_tensor('one', TensorProto.INT64, [], [1]),
+                           helper.make_tensor('minus_one', TensorProto.INT64, [], [-1])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', opset)]), 'split%d.onnx' % opset)
+x = (np.arange(15, dtype=np.float32).reshape(3, 5) - 7)
+r = np.maximum(x, 0)
+np.save('x.npy', x); np.save('row1.npy', r[1]); np.save('col_last.npy', r[:, 4:5]); np.save('stacked.npy', r.T)
+g = helper.make_graph([helper.make_node('SplitToSequence', ['x'], ['parts'], name='unbind', keepdims=0),
+                       helper.make_node('ConcatFromSequence', ['parts'], ['y'], axis=0)], 'dyn',
+                      [vi('x', ['N', 5])], [vi('y', [None])])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), 'dynamic.onnx')
+)");
+  for (const std::string opset : {"11", "17"}) {
+    SCOPED_TRACE(opset);
+    const Graph g = load_onnx(dir + "/split" + opset + ".onnx");
+    for (const Node& n : g.nodes) EXPECT_EQ(n.op_type.find("Sequence"), std::string::npos) << n.describe();
+    auto out = runtime::Executor(g).run({{"x", read_npy(dir + "/x.npy")}});
+    EXPECT_EQ(testing::max_abs_diff(out.at("row1"), read_npy(dir + "/row1.npy")), 0);
+    EXPECT_EQ(testing::max_abs_diff(out.at("col_last"), read_npy(dir + "/col_last.npy")), 0);
+    EXPECT_EQ(testing::max_abs_diff(out.at("pair_last"), read_npy(dir + "/col_last.npy")), 0);
+    EXPECT_EQ(testing::max_abs_diff(out.at("unit_last"), read_npy(dir + "/col_last.npy")), 0);
+    EXPECT_EQ(out.at("pair_count").to_vector<int64_t>(), std::vector<int64_t>{3});
+    EXPECT_EQ(testing::max_abs_diff(out.at("stacked"), read_npy(dir + "/stacked.npy")), 0);
+  }
+  expect_load_error(dir + "/dynamic.onnx", "node 'unbind' (SplitToSequence)");
+  // graphrun run has the input: its shape gives the count (rows of x, squeezed, joined: x flattened).
+  auto r = run_command(testing::graphrun_cli() + " run " + dir + "/dynamic.onnx --input x=" + dir +
+                       "/x.npy --output-dir " + dir + "/out 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const Tensor x = read_npy(dir + "/x.npy");
+  EXPECT_EQ(testing::max_abs_diff(read_npy(dir + "/out/y.npy"), x.reshaped({15})), 0) << r.output;
+}
+
 // graphrun run knows its inputs: an If on a bool input and a Loop over a count input are decided by the values
 // given, for that run (the model is loaded again with them known, and says so). Without such a run the same control
 // flow stays refused in one line (check, train), and an input of another type than declared is one line.

@@ -10,6 +10,7 @@
 #include "graph/error.h"
 #include "graph/onnx_tensor.h"
 #include "graph/passes/static_values.h"
+#include "graph/tensor_io.h"
 #include "graph/validate.h"
 
 namespace graphrun::passes {
@@ -50,7 +51,8 @@ std::string node_desc(const onnx::NodeProto& n) {
 
 }  // namespace
 
-int resolve_static_sequences(onnx::ModelProto& m, const std::string& what, std::vector<CompositeSlot>* outputs) {
+int resolve_static_sequences(onnx::ModelProto& m, const std::string& what, std::vector<CompositeSlot>* outputs,
+                             const InferShapeData* infer, std::vector<std::string>* said) {
   auto& g = *m.mutable_graph();
   if (std::none_of(g.node().begin(), g.node().end(), sequence_or_optional_op)) return 0;
   int64_t opset = 0;
@@ -66,6 +68,7 @@ int resolve_static_sequences(onnx::ModelProto& m, const std::string& what, std::
   google::protobuf::RepeatedPtrField<onnx::NodeProto> out;
   int removed = 0;
   bool complete = true;
+  std::vector<std::string> notes;  // said where the pass completes
 
   auto add = [&](const std::string& op, const std::string& name, const std::vector<std::string>& inputs,
                  const std::vector<std::string>& outputs) -> onnx::NodeProto& {
@@ -105,6 +108,37 @@ int resolve_static_sequences(onnx::ModelProto& m, const std::string& what, std::
     const int64_t at = p->data[0] < 0 ? p->data[0] + size : p->data[0];
     if (at < 0 || at >= size + extra) return std::nullopt;
     return at;
+  };
+  // The static dimensions of a value of the main graph, from inferring the nodes that compute it (none where
+  // control flow or sequences compute it, a dimension is not known, or no inference is given).
+  std::map<std::string, int> producer;
+  for (int i = 0; i < g.node_size(); ++i)
+    for (const auto& o : g.node(i).output()) producer[o] = i;
+  auto dims_of = [&](const std::string& v) -> std::optional<std::vector<int64_t>> {
+    if (!infer) return std::nullopt;
+    const std::set<int> a = ancestors(g, producer, v);
+    if (std::any_of(a.begin(), a.end(), [&](int j) { return opaque(g.node(j)); })) return std::nullopt;
+    bool defined = producer.count(v) != 0;
+    for (const auto& in : g.input()) defined |= in.name() == v;
+    for (const auto& t : g.initializer()) defined |= t.name() == v;
+    if (!defined) return std::nullopt;  // a copy's value (SequenceMap's body), not in the graph yet
+    onnx::ModelProto prefix = model_of(m, a);
+    std::set<std::string> taken = values;
+    const std::string shape = unused(v + "/shape", taken);
+    auto* sn = prefix.mutable_graph()->add_node();
+    sn->set_op_type("Shape");
+    sn->add_input(v);
+    sn->add_output(shape);
+    fold_constant_integers(*prefix.mutable_graph());
+    const ShapeData data = (*infer)(prefix);
+    auto it = data.find(shape);
+    if (it == data.end()) return std::nullopt;
+    std::vector<int64_t> dims;
+    for (const auto& d : it->second.dim()) {
+      if (!d.has_dim_value()) return std::nullopt;
+      dims.push_back(d.dim_value());
+    }
+    return dims;
   };
   // Whether a name is a sequence or optional value the pass follows.
   struct Followed {
@@ -205,30 +239,83 @@ int resolve_static_sequences(onnx::ModelProto& m, const std::string& what, std::
         int_attr(add("Concat", base, parts, {n.output(0)}), "axis", axis->i());
       }
     } else if (op == "SplitToSequence") {
-      // Constant split sizes only: without them the count of parts depends on the input's shape.
+      // Split sizes from the split input where it is constant; without it (parts of 1, squeezed unless keepdims)
+      // or with one size for every part, the count of parts follows from the input's dimension along the axis.
+      const auto* axis_attr = attr(n, "axis");
+      const int64_t axis = axis_attr ? axis_attr->i() : 0;
+      const bool given = n.input_size() >= 2 && !n.input(1).empty();
       std::optional<Value> split;
-      if (n.input_size() >= 2 && !n.input(1).empty()) split = ev.value_of(n.input(1));
-      if ((done = split && split->dims.size() == 1 && !split->data.empty())) {
-        const auto* axis = attr(n, "axis");
+      if (given) split = ev.value_of(n.input(1));
+      std::vector<int64_t> sizes;
+      bool squeeze = false;
+      done = false;
+      if (split && split->dims.size() == 1 && !split->data.empty()) {
+        sizes = split->data;
+        done = true;
+      } else if (!given || (split && split->dims.empty() && split->data.size() == 1)) {
+        if (const auto dims = dims_of(n.input(0))) {
+          const auto rank = static_cast<int64_t>(dims->size());
+          GR_CHECK(axis >= -rank && axis < rank, what << ": " << node_desc(n) << ": axis " << axis
+                                                      << " is out of range for '" << n.input(0) << "' of rank "
+                                                      << rank);
+          const int64_t dim = (*dims)[static_cast<size_t>(axis < 0 ? axis + rank : axis)];
+          const int64_t each = given ? split->data[0] : 1;
+          GR_CHECK(each > 0, what << ": " << node_desc(n) << ": split " << each << " must be positive");
+          const int64_t count = dim == 0 ? 0 : (dim + each - 1) / each;
+          GR_CHECK(count <= kMaxSequenceLength, what << ": " << node_desc(n) << ": splitting '" << n.input(0)
+                                                     << "' makes " << count << " tensors; a sequence holds at most "
+                                                     << kMaxSequenceLength);
+          for (int64_t at = 0; at < dim; at += each) sizes.push_back(std::min(each, dim - at));
+          const auto* keepdims = attr(n, "keepdims");
+          squeeze = !given && keepdims && keepdims->i() == 0;
+          if (given && keepdims && keepdims->i() == 0)
+            notes.push_back(node_desc(n) +
+                            ": keepdims 0 is ignored where split is given (the ONNX spec): its parts "
+                            "keep axis " +
+                            std::to_string(axis) +
+                            "; ONNX Runtime drops the axis for a scalar "
+                            "split, as torch's export of torch.unbind in a script expects");
+          done = true;
+        }
+      }
+      if (!sizes.empty()) {
         std::vector<std::string> parts;
-        for (size_t k = 0; k < split->data.size(); ++k)
+        for (size_t k = 0; k < sizes.size(); ++k)
           parts.push_back(unused(n.output(0) + "/" + std::to_string(k), values));
+        std::vector<std::string> split_out = parts;
+        if (squeeze)
+          for (auto& p : split_out) p = unused(p + "/unsqueezed", values);
         onnx::NodeProto& sp =
             opset >= 13
                 ? add("Split", base,
-                      {n.input(0),
-                       constant(Tensor::from_vector<int64_t>({static_cast<int64_t>(split->data.size())}, split->data),
-                                base + "/split")},
-                      parts)
-                : add("Split", base, {n.input(0)}, parts);
-        int_attr(sp, "axis", axis ? axis->i() : 0);
+                      {n.input(0), constant(Tensor::from_vector<int64_t>({static_cast<int64_t>(sizes.size())}, sizes),
+                                            base + "/split")},
+                      split_out)
+                : add("Split", base, {n.input(0)}, split_out);
+        int_attr(sp, "axis", axis);
         if (opset < 13) {
           auto* a = sp.add_attribute();
           a->set_name("split");
           a->set_type(onnx::AttributeProto::INTS);
-          for (int64_t v : split->data) a->add_ints(v);
+          for (int64_t v : sizes) a->add_ints(v);
+        }
+        if (squeeze) {
+          const std::string axes =
+              opset >= 13 ? constant(Tensor::from_vector<int64_t>({1}, {axis}), base + "/axes") : std::string();
+          for (size_t k = 0; k < parts.size(); ++k) {
+            if (opset >= 13) {
+              add("Squeeze", base + "/squeeze", {split_out[k], axes}, {parts[k]});
+            } else {
+              auto* a = add("Squeeze", base + "/squeeze", {split_out[k]}, {parts[k]}).add_attribute();
+              a->set_name("axes");
+              a->set_type(onnx::AttributeProto::INTS);
+              a->add_ints(axis);
+            }
+          }
         }
         seqs[n.output(0)] = parts;
+      } else if (done) {
+        seqs[n.output(0)] = {};  // a dimension of 0: no parts
       }
     } else if (op == "SequenceMap") {
       // One copy of the body per element; the copies go through this pass in turn.
@@ -354,6 +441,8 @@ int resolve_static_sequences(onnx::ModelProto& m, const std::string& what, std::
     return replaced;
   }
   g.mutable_node()->Swap(&out);
+  if (said)
+    for (const auto& note : notes) said->push_back(note);
   if (outputs) {
     g.mutable_output()->Swap(&kept);
     outputs->insert(outputs->end(), slots.begin(), slots.end());

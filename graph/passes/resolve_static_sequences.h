@@ -3,11 +3,11 @@
 // SequenceInsert per iteration and ConcatFromSequence (torch.stack, torch.cat); once unroll_static_loops has
 // unrolled the loop, each sequence is a known list of tensors. graphrun run's sequence and optional inputs are known
 // lists too (graph::load_onnx binds them). The pass follows SequenceEmpty, SequenceConstruct, SequenceInsert and
-// SequenceErase (at a constant position, or the end), Identity of a sequence, SplitToSequence with constant split
-// sizes, SequenceMap (one copy of its body per element) and Optional, and rewrites their readers: SequenceAt at a
-// constant position becomes an Identity, SequenceLength and OptionalHasElement Constants, OptionalGetElement what
-// the optional holds, ConcatFromSequence a Concat (of Unsqueezes with new_axis). What it gives is the ONNX meaning
-// of the ops.
+// SequenceErase (at a constant position, or the end), Identity of a sequence, SplitToSequence (constant split
+// sizes, or a count the input's static shape gives), SequenceMap (one copy of its body per element) and Optional, and
+// rewrites their readers: SequenceAt at a constant position becomes an Identity, SequenceLength and OptionalHasElement
+// Constants, OptionalGetElement what the optional holds, ConcatFromSequence a Concat (of Unsqueezes with new_axis).
+// What it gives is the ONNX meaning of the ops.
 //
 // All or nothing: where any sequence or optional value is read by something else (a Loop or If that is left, an op
 // not listed, a position not constant), the model keeps its sequence ops and is refused in one line as before. Only
@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "graph/ir.h"
+#include "graph/passes/static_values.h"
 
 namespace graphrun::passes {
 
@@ -27,7 +28,11 @@ namespace graphrun::passes {
 // was). A graph output that is a sequence or an optional becomes the tensor outputs of its elements (NAME[0],
 // NAME[1], ...), described in `outputs`, where `outputs` is given (a graph loaded for one run); else such an output
 // keeps the sequence ops.
+// With `infer`, a SplitToSequence without constant split sizes takes its count of parts from the dimension
+// inference finds along its axis (at most kMaxSequenceLength parts). `said` gains what a user should be told (a
+// keepdims the spec ignores), where given.
 int resolve_static_sequences(onnx::ModelProto& m, const std::string& what,
-                             std::vector<CompositeSlot>* outputs = nullptr);
+                             std::vector<CompositeSlot>* outputs = nullptr, const InferShapeData* infer = nullptr,
+                             std::vector<std::string>* said = nullptr);
 
 }  // namespace graphrun::passes

@@ -6,8 +6,10 @@ installed python3-onnx, for graphrun's conformance runner.
 
 onnx 1.12's case files use numpy aliases that numpy 1.24 removed (np.float, np.int, np.bool, ...);
 the shim below restores them before the cases are imported. A case file that still fails to import
-is reported and left out rather than aborting the whole generation. Only node tests are written
-(into OUTPUT_DIR/node/<test name>/), not the model-zoo tests that would need downloads.
+is reported and left out rather than aborting the whole generation. The node tests are written into
+OUTPUT_DIR/node/<test name>/ and ONNX's small model tests, built in code like them (sequences, expand, the
+training domain's Gradient, ...), into OUTPUT_DIR/simple/<test name>/; not the model-zoo tests, which would need
+downloads.
 """
 import argparse
 import importlib
@@ -55,13 +57,18 @@ def main():
 
     failures = []
     node_cases.import_recursive = tolerant_import_recursive(failures)
-    model_cases.collect_testcases = lambda *args, **kw: []  # model tests need downloads; node tests only
+    collect_models = model_cases.collect_testcases
+    # The model-zoo ("real") tests need downloads; the "simple" ones are built in code.
+    model_cases.collect_testcases = lambda *args, **kw: [c for c in collect_models(*args, **kw) if c.kind != 'real']
     cmd_tools.generate_data(argparse.Namespace(output=a.output, op_type=None))
 
     for module, why in failures:
         print(f'generate_data.py: skipped case file {module}: {why}', file=sys.stderr)
     count = len(os.listdir(os.path.join(a.output, 'node')))
     print(f'generate_data.py: {count} node tests in {os.path.join(a.output, "node")}')
+    simple = os.path.join(a.output, 'simple')
+    if os.path.isdir(simple):
+        print(f'generate_data.py: {len(os.listdir(simple))} model tests in {simple}')
     if count == 0:
         sys.exit('generate_data.py: no node tests were generated')
     if a.stamp:

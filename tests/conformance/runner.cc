@@ -1,7 +1,9 @@
-// ONNX conformance: runs the ONNX backend node tests (model.onnx + test_data_set_*/*.pb) through
-// load_onnx and the CPU executor and compares every output; tests of ops graphrun lacks are skipped.
+// ONNX conformance: runs the ONNX backend node tests, or its small model tests (model.onnx +
+// test_data_set_*/*.pb), through load_onnx and the CPU executor and compares every output; tests of ops graphrun
+// lacks are skipped.
 //
 //   conformance_runner DATA_DIR/node [NAME_SUBSTRING...]
+//   conformance_runner DATA_DIR/simple [NAME_SUBSTRING...]
 // Prints one line per failure, then every skip with its reason, then a note per deliberate deviation, then
 // "conformance: N passed, M failed, K skipped". Exit 1 if any failed, 77 if there is no data.
 #include <onnx/defs/schema.h>
@@ -401,7 +403,7 @@ Verdict run_test(const fs::path& dir, const runtime::KernelTable& kernels) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::cerr << "usage: conformance_runner DATA_DIR/node [NAME_SUBSTRING...]\n";
+    std::cerr << "usage: conformance_runner DATA_DIR/node|DATA_DIR/simple [NAME_SUBSTRING...]\n";
     return 2;
   }
   fs::path root = argv[1];
