@@ -54,6 +54,18 @@ struct BackwardOptions {
 Graph backward(const Graph& with_loss, const BackwardOptions& opts = {});
 passes::Pass backward_pass(const BackwardOptions& opts);
 
+// The core of the backward builder, for the backward pass and ai.onnx.preview.training's Gradient op: appends to g
+// the gradient nodes of `y` with respect to each root, walking only nodes between the roots and y (a value in `cut`
+// is independent: nothing flows through the node that writes it). `seed` is the value holding dy (y's shape). Returns
+// per root the values whose sum is its gradient (none: y does not depend on it). Throws Error listing every op on
+// the way without a gradient rule. Nodes are appended unsorted (topo_sort after).
+struct Differentiation {
+  std::vector<std::string> roots;
+  std::set<std::string> cut;
+  std::string y, seed;
+};
+std::vector<std::vector<std::string>> differentiate(Graph& g, const Differentiation& d);
+
 // The one rule for what is trained (grad, show and train all reach it through the backward pass):
 // every initializer of a float type (f16, bf16, f32, f64), in name order, except
 //   - BatchNormalization's running mean and variance (inputs 3 and 4: state the forward pass updates),

@@ -43,24 +43,15 @@ bool is_float_or_unknown(DType t) { return t == DType::Undefined || dtype_is_flo
 
 }  // namespace
 
-Graph backward(const Graph& with_loss, const BackwardOptions& opts) {
-  Graph g = with_loss;
-  // The candidates once (trainable_params reads every weight), the frozen names resolved (and checked) on them.
-  const std::vector<std::string> all = trainable_params(g, {});
-  const std::set<std::string> frozen = resolve_freeze(all, g, opts.freeze);
-  std::vector<std::string> params;
-  for (const auto& p : opts.params.empty() ? all : opts.params)
-    if (!frozen.count(p)) params.push_back(p);
-  for (const auto& p : params)
-    GR_CHECK(g.is_initializer(p), "backward: '" << p << "' is not a parameter (initializer) of the graph");
-  GR_CHECK(g.producer(opts.loss) >= 0, "backward: no node computes the loss '" << opts.loss
-                                                                              << "' (attach a loss first)");
+std::vector<std::vector<std::string>> differentiate(Graph& g, const Differentiation& d) {
   const auto& rules = gradient_rules();
   ValueTypes types(g);
   const size_t nfwd = g.nodes.size();
+  // A cut value is independent: nothing flows through the node that writes it.
+  auto cut = [&](const std::string& v) { return d.cut.count(v) != 0; };
 
-  // Values that depend on a trainable parameter through differentiable ops.
-  std::unordered_set<std::string> depends(params.begin(), params.end());
+  // Values that depend on a root through differentiable ops.
+  std::unordered_set<std::string> depends(d.roots.begin(), d.roots.end());
   for (const Node& n : g.nodes) {
     bool any = false;
     for (const auto& in : n.inputs) any |= !in.empty() && depends.count(in);
@@ -68,26 +59,26 @@ Graph backward(const Graph& with_loss, const BackwardOptions& opts) {
     auto it = rules.find(n.op_key());
     if (it != rules.end() && !it->second.differentiable) continue;
     for (const auto& o : n.outputs)
-      if (!o.empty() && is_float_or_unknown(types.dtype(o))) depends.insert(o);
+      if (!o.empty() && !cut(o) && is_float_or_unknown(types.dtype(o))) depends.insert(o);
   }
-  // Values the loss depends on.
-  std::unordered_set<std::string> reaches{opts.loss};
+  // Values y depends on.
+  std::unordered_set<std::string> reaches{d.y};
   for (size_t i = nfwd; i-- > 0;) {
     const Node& n = g.nodes[i];
     bool any = false;
-    for (const auto& o : n.outputs) any |= !o.empty() && reaches.count(o);
+    for (const auto& o : n.outputs) any |= !o.empty() && !cut(o) && reaches.count(o);
     if (any)
       for (const auto& in : n.inputs)
         if (!in.empty()) reaches.insert(in);
   }
-  // Nodes on a path from a parameter to the loss; each needs a rule.
+  // Nodes on a path from a root to y; each needs a rule.
   std::vector<bool> active(nfwd, false);
   std::string missing;
   for (size_t i = 0; i < nfwd; ++i) {
     const Node& n = g.nodes[i];
     bool in_dep = false, out_useful = false;
     for (const auto& in : n.inputs) in_dep |= !in.empty() && depends.count(in);
-    for (const auto& o : n.outputs) out_useful |= !o.empty() && depends.count(o) && reaches.count(o);
+    for (const auto& o : n.outputs) out_useful |= !o.empty() && !cut(o) && depends.count(o) && reaches.count(o);
     active[i] = in_dep && out_useful;
     if (!active[i]) continue;
     auto it = rules.find(n.op_key());
@@ -98,8 +89,63 @@ Graph backward(const Graph& with_loss, const BackwardOptions& opts) {
   if (!missing.empty()) throw Error(missing);
 
   std::map<std::string, std::vector<std::string>> contrib;
+  contrib[d.y].push_back(d.seed);
+
+  // The gradient of a value: its contributions summed.
+  auto gradient_of = [&](const std::string& v) -> std::string {
+    auto it = contrib.find(v);
+    if (it == contrib.end() || it->second.empty()) return "";
+    if (it->second.size() == 1) return it->second[0];
+    std::string s = emit(g, "Sum", it->second, g.unique_name(v + "_grad_sum"));
+    if (const ValueInfo* vi = g.info(v)) g.values[s] = *vi;
+    it->second = {s};
+    return s;
+  };
+
+  for (size_t i = nfwd; i-- > 0;) {
+    if (!active[i]) continue;
+    const Node n = g.nodes[i];
+    std::vector<std::string> dys;
+    bool any = false;
+    for (const auto& o : n.outputs) {
+      dys.push_back(o.empty() || cut(o) ? "" : gradient_of(o));
+      any |= !dys.back().empty();
+    }
+    if (!any) continue;
+    std::vector<bool> needs;
+    for (const auto& in : n.inputs)
+      needs.push_back(!in.empty() && depends.count(in) && is_float_or_unknown(types.dtype(in)));
+    GradContext ctx(g, static_cast<int>(i), types, dys, needs);
+    rules.at(n.op_key()).rule(ctx);
+    for (const auto& [j, dx] : ctx.dx()) {
+      if (dx.empty()) continue;
+      // Tests of numeric gradient checks (graphrun check) break one op's rule: its gradients doubled.
+      static const char* broken = std::getenv("GRAPHRUN_TEST_BREAK_GRADIENT");
+      contrib[n.inputs[j]].push_back(
+          broken && n.op_key() == broken ? emit(g, "Add", {dx, dx}, g.unique_name(dx + "_broken")) : dx);
+    }
+  }
+  std::vector<std::vector<std::string>> r;
+  for (const auto& x : d.roots) r.push_back(contrib[x]);
+  return r;
+}
+
+Graph backward(const Graph& with_loss, const BackwardOptions& opts) {
+  Graph g = with_loss;
+  // The candidates once (trainable_params reads every weight), the frozen names resolved (and checked) on them.
+  const std::vector<std::string> all = trainable_params(g, {});
+  const std::set<std::string> frozen = resolve_freeze(all, g, opts.freeze);
+  std::vector<std::string> params;
+  for (const auto& p : opts.params.empty() ? all : opts.params)
+    if (!frozen.count(p)) params.push_back(p);
+  for (const auto& p : params)
+    GR_CHECK(g.is_initializer(p), "backward: '" << p << "' is not a parameter (initializer) of the graph");
+  GR_CHECK(g.producer(opts.loss) >= 0,
+           "backward: no node computes the loss '" << opts.loss << "' (attach a loss first)");
+  const size_t nfwd = g.nodes.size();
+
   // The seed: d loss / d loss.
-  const DType loss_type = types.dtype(opts.loss);
+  const DType loss_type = ValueTypes(g).dtype(opts.loss);
   const ValueInfo* li = g.info(opts.loss);
   GR_CHECK(!li || !li->has_shape || li->shape.empty(),
            "backward: the loss '" << opts.loss << "' must be a scalar, not " << li->str());
@@ -121,43 +167,13 @@ Graph backward(const Graph& with_loss, const BackwardOptions& opts) {
                 {{"value", Attribute::Tens(scalar_of(t, 1, {}))}});
     g.values[seed] = ValueInfo{t, true, {}};
   }
-  contrib[opts.loss].push_back(seed);
-
-  // The gradient of a value: its contributions summed.
-  auto gradient_of = [&](const std::string& v) -> std::string {
-    auto it = contrib.find(v);
-    if (it == contrib.end() || it->second.empty()) return "";
-    if (it->second.size() == 1) return it->second[0];
-    std::string s = emit(g, "Sum", it->second, g.unique_name(v + "_grad_sum"));
-    if (const ValueInfo* vi = g.info(v)) g.values[s] = *vi;
-    it->second = {s};
-    return s;
-  };
-
-  for (size_t i = nfwd; i-- > 0;) {
-    if (!active[i]) continue;
-    const Node n = g.nodes[i];
-    std::vector<std::string> dys;
-    bool any = false;
-    for (const auto& o : n.outputs) {
-      dys.push_back(o.empty() ? "" : gradient_of(o));
-      any |= !dys.back().empty();
-    }
-    if (!any) continue;
-    std::vector<bool> needs;
-    for (const auto& in : n.inputs)
-      needs.push_back(!in.empty() && depends.count(in) && is_float_or_unknown(types.dtype(in)));
-    GradContext ctx(g, static_cast<int>(i), types, dys, needs);
-    rules.at(n.op_key()).rule(ctx);
-    for (const auto& [j, d] : ctx.dx()) {
-      if (d.empty()) continue;
-      // Tests of numeric gradient checks (graphrun check) break one op's rule: its gradients doubled.
-      static const char* broken = std::getenv("GRAPHRUN_TEST_BREAK_GRADIENT");
-      contrib[n.inputs[j]].push_back(broken && n.op_key() == broken
-                                         ? emit(g, "Add", {d, d}, g.unique_name(d + "_broken"))
-                                         : d);
-    }
-  }
+  Differentiation diff;
+  diff.roots = params;
+  diff.y = opts.loss;
+  diff.seed = seed;
+  const std::vector<std::vector<std::string>> grads = differentiate(g, diff);
+  std::map<std::string, std::vector<std::string>> contrib;
+  for (size_t k = 0; k < params.size(); ++k) contrib[params[k]] = grads[k];
 
   // One output per parameter, named <param>_grad.
   std::unordered_set<std::string> consumed;

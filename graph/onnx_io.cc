@@ -1672,6 +1672,11 @@ int compute_loop_counts(onnx::ModelProto& m, const RunContext& run, int64_t budg
   return 0;
 }
 
+std::vector<LoadExpansion>& load_expansions() {
+  static std::vector<LoadExpansion> registered;
+  return registered;
+}
+
 Graph load_model(std::string bytes, const std::string& what, const std::string& dir,
                  const KnownInputs* known = nullptr) {
   register_graphrun_schemas();
@@ -1760,6 +1765,7 @@ Graph load_model(std::string bytes, const std::string& what, const std::string& 
   }
   validate_inferred(m, what);
   Graph g = graph_from_proto(m, what, std::move(weights));
+  for (LoadExpansion expand : load_expansions()) expand(g, what);
   g.composite_inputs = std::move(composite_inputs);
   g.composite_outputs = std::move(composite_outputs);
   return g;
@@ -1775,6 +1781,11 @@ Graph load_printable(std::string bytes, const std::string& what, const std::stri
 }
 
 }  // namespace
+
+bool register_load_expansion(LoadExpansion fn) {
+  load_expansions().push_back(fn);
+  return true;
+}
 
 Graph load_onnx_bytes(const std::string& bytes, const std::string& what) { return load_printable(bytes, what, ""); }
 

@@ -59,6 +59,12 @@ bool expands_on_load(const std::string& op_type, int64_t opset);
 Graph load_onnx_bytes(const std::string& bytes, const std::string& what);
 Graph load_onnx_bytes(const std::string& bytes, const std::string& what, const KnownInputs& known);
 
+// A load-time expansion from a layer above graph/ (autodiff expands ai.onnx.preview.training's Gradient nodes into the
+// nodes that compute them: autodiff/gradient_op.cc). load_onnx runs every registered expansion on each graph it
+// returns, in registration order; `what` names the model in errors. Register at static initialisation.
+using LoadExpansion = void (*)(Graph& g, const std::string& what);
+bool register_load_expansion(LoadExpansion fn);
+
 // Writes the graph as an ONNX model (opset imports for every domain used, ai.graphrun included).
 // With check, runs onnx::checker on the result first (full check) and refuses an invalid model.
 // A graph loaded with external data, or with over 1 GiB of weights, is written with its initializers

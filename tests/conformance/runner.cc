@@ -145,6 +145,8 @@ Verdict classify(onnx::ModelProto& m, const runtime::KernelTable& kernels, const
     if ((n->domain().empty() || n->domain() == "ai.onnx") && default_opset &&
         expands_on_load(n->op_type(), default_opset->version()))
       continue;
+    // ai.onnx.preview.training's Gradient becomes its gradient nodes on load (autodiff/gradient_op.cc).
+    if (key == std::string(kTrainingDomain) + "::Gradient") continue;
     (kRequiredOps.count(key) ? missing_required : missing).insert(key);
   }
   for (const auto& v : m.graph().input()) {

@@ -270,6 +270,25 @@ def onnx_cases():
         return model_of(nodes, inputs, [vi("y", ["B", 4])], inits, opset=13, name="bag")
     yield "good_embedding_bag_loop.onnx", bag_loop()
     yield "good_embedding_bag_loop_bounds_huge.onnx", bag_loop(np.array([0, 2**62, -2**62, 7], np.int64))
+    # ai.onnx.preview.training's Gradient (expanded on load by autodiff): at the values, at another value, second
+    # order, and inputs that do not match xs and zs.
+    def gradient_model(grads, inputs=("x", "h1")):
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["p"]), helper.make_node("Tanh", ["p"], ["z"]),
+                 helper.make_node("ReduceSum", ["z"], ["y"], keepdims=0)]
+        outs = []
+        for k, (ins, outputs, attrs) in enumerate(grads):
+            nodes.append(helper.make_node("Gradient", ins, outputs, name="grad%d" % k,
+                                          domain="ai.onnx.preview.training", **attrs))
+            outs += [vi(o, [3, 3] if o.endswith("w") else ["N", 3]) for o in outputs if o]
+        m = model_of(nodes, [vi(i, ["N", 3]) for i in inputs], [vi("y", [])] + outs, [init("w", weights((3, 3)))],
+                     opset=13, name="gradient")
+        m.opset_import.append(helper.make_opsetid("ai.onnx.preview.training", 1))
+        return m
+    yield "good_gradient.onnx", gradient_model([(["x", "w"], ["dx", "dw"], {"xs": ["x", "w"], "y": "y"}),
+                                                (["h1"], ["dz"], {"xs": ["z"], "y": "y"}),
+                                                (["w", "x"], ["ddw"], {"xs": ["w"], "zs": ["x"], "y": "dw"})])
+    yield "bad_gradient_inputs.onnx", gradient_model([(["x"], ["dx"], {"xs": ["x"], "zs": ["w"], "y": "y"})])
+
     # Inputs a random fuzzer found crashing ONNX 1.12's inference (kept as found).
     probe = os.path.join(HERE, "corpus", "onnx")
     for name in sorted(os.listdir(probe)) if os.path.isdir(probe) else []:

@@ -1,0 +1,223 @@
+// ai.onnx.preview.training's Gradient op, expanded when a model loads: each Gradient node becomes the gradient
+// nodes graphrun's own backward builder writes for it (autodiff::differentiate), so that `graphrun run` computes
+// it on every device and `show` prints it. The spec: Gradient(xs, zs, y) gives dy/dx for each name in xs, y being a
+// function of the independent values xs and zs; its inputs are the values at which to take it, one per name of xs
+// then zs. Where they are those very values the forward nodes are reused (cut at xs and zs); otherwise the nodes
+// computing y from xs and zs are copied, reading the inputs instead. A y that is not a scalar is differentiated as
+// its sum (torch.autograd.grad with grad_outputs of ones). Gradients of Gradient (second order) need the rules of
+// the gradient ops in turn: a missing one is an error naming it.
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "autodiff/autodiff.h"
+#include "autodiff/grad_context.h"
+#include "graph/error.h"
+#include "graph/onnx_io.h"
+
+namespace graphrun::autodiff {
+namespace {
+
+bool is_gradient_op(const Node& n) { return n.domain == kTrainingDomain && n.op_type == "Gradient"; }
+
+Node make_node(const std::string& op, std::vector<std::string> inputs, std::vector<std::string> outputs,
+               const std::string& name, std::map<std::string, Attribute> attrs = {}) {
+  Node n;
+  n.op_type = op;
+  n.name = name;
+  n.inputs = std::move(inputs);
+  n.outputs = std::move(outputs);
+  n.attrs = std::move(attrs);
+  return n;
+}
+
+// `v` as a tensor of `shape`, f64 for f64, else f32 (ConstantOfShape and Constant hold it; a Cast makes it f16).
+Tensor filled(DType t, double v, Shape shape) {
+  if (t == DType::F64) return Tensor::from_vector<double>(std::move(shape), {v});
+  return Tensor::from_vector<float>(std::move(shape), {static_cast<float>(v)});
+}
+
+// `value` cast to element type `t`, as `out`.
+std::string cast_to(Graph& g, const std::string& value, DType t, const std::string& out, const std::string& base) {
+  g.add_node(make_node("Cast", {value}, {out}, g.unique_name(base + "/cast"),
+                       {{"to", Attribute::Int(static_cast<int64_t>(t))}}));
+  return out;
+}
+
+// A tensor of `value` shaped like `like`, of element type `t`: ConstantOfShape(Shape(like)).
+std::string filled_like(Graph& g, const std::string& like, DType t, double value, const std::string& out,
+                        const std::string& base) {
+  const std::string shape = g.unique_name(base + "/shape");
+  g.add_node(make_node("Shape", {like}, {shape}, shape));
+  const Tensor v = filled(t, value, {1});
+  const bool cast = t != DType::Undefined && t != v.dtype();
+  const std::string fill = cast ? g.unique_name(base + "/fill") : out;
+  g.add_node(
+      make_node("ConstantOfShape", {shape}, {fill}, g.unique_name(base + "/fill"), {{"value", Attribute::Tens(v)}}));
+  return cast ? cast_to(g, fill, t, out, base) : out;
+}
+
+void expand_one(Graph& g, size_t at, const std::string& what) {
+  const Node node = g.nodes[at];
+  const std::string desc = what + ": " + node.describe();
+  const Attribute* xs_attr = node.attr("xs");
+  const Attribute* y_attr = node.attr("y");
+  GR_CHECK(xs_attr && y_attr, desc << ": needs the attributes xs and y");
+  const std::vector<std::string> xs = xs_attr->strings;
+  const std::vector<std::string> zs = node.attr("zs") ? node.attr("zs")->strings : std::vector<std::string>{};
+  const std::string y = y_attr->s;
+  GR_CHECK(!xs.empty(), desc << ": xs names no value");
+  GR_CHECK(node.inputs.size() == xs.size() + zs.size(),
+           desc << ": has " << node.inputs.size() << " input" << (node.inputs.size() == 1 ? "" : "s")
+                << "; xs and zs name " << xs.size() + zs.size() << " value" << (xs.size() + zs.size() == 1 ? "" : "s")
+                << ", one input each");
+  GR_CHECK(node.outputs.size() <= xs.size(), desc << ": has " << node.outputs.size() << " output"
+                                                  << (node.outputs.size() == 1 ? "" : "s") << "; xs names " << xs.size()
+                                                  << " value" << (xs.size() == 1 ? "" : "s"));
+  std::vector<std::string> names = xs;
+  names.insert(names.end(), zs.begin(), zs.end());
+  auto defined = [&](const std::string& v) { return g.is_input(v) || g.is_initializer(v) || g.producer(v) >= 0; };
+  for (const auto& v : names) GR_CHECK(defined(v), desc << ": xs or zs names '" << v << "', which the graph lacks");
+  GR_CHECK(defined(y), desc << ": y names '" << y << "', which the graph lacks");
+  for (size_t k = 0; k < node.inputs.size(); ++k)
+    GR_CHECK(!node.inputs[k].empty(), desc << ": input " << k << " (the value of '" << names[k] << "') is missing");
+  {
+    const std::set<std::string> unique(names.begin(), names.end());
+    GR_CHECK(unique.size() == names.size(), desc << ": xs and zs name one value twice");
+  }
+  ValueTypes types(g);
+  for (size_t k = 0; k < xs.size(); ++k) {
+    const DType t = types.dtype(node.inputs[k]);
+    GR_CHECK(t == DType::Undefined || dtype_is_float(t),
+             desc << ": xs names '" << xs[k] << "' of type " << dtype_name(t) << "; only float tensors have gradients");
+  }
+
+  g.nodes.erase(g.nodes.begin() + static_cast<std::ptrdiff_t>(at));
+  Differentiation d;
+  bool same = true;
+  for (size_t k = 0; k < names.size(); ++k) same &= node.inputs[k] == names[k];
+  const std::string base = node.name.empty() ? "Gradient" : node.name;
+  if (same) {
+    // At the values themselves: the forward nodes serve, cut at xs and zs.
+    d.roots = xs;
+    d.cut.insert(names.begin(), names.end());
+    d.y = y;
+  } else {
+    // At other values: the nodes between xs, zs and y, copied to read the inputs.
+    std::map<std::string, std::string> renamed;
+    for (size_t k = 0; k < names.size(); ++k) {
+      std::string v = node.inputs[k];
+      if (k < xs.size()) {
+        // Its own value, so that only the copy's paths reach it.
+        const std::string fresh = g.unique_name(base + "/" + xs[k]);
+        g.add_node(make_node("Identity", {v}, {fresh}, fresh));
+        if (const ValueInfo* vi = g.info(node.inputs[k])) g.values[fresh] = *vi;
+        v = fresh;
+        d.roots.push_back(v);
+      }
+      renamed[names[k]] = v;
+    }
+    std::set<int> cone;
+    std::vector<std::string> todo{y};
+    while (!todo.empty()) {
+      const std::string v = todo.back();
+      todo.pop_back();
+      if (renamed.count(v)) continue;
+      const int p = g.producer(v);
+      if (p < 0 || !cone.insert(p).second) continue;
+      for (const auto& in : g.nodes[static_cast<size_t>(p)].inputs)
+        if (!in.empty()) todo.push_back(in);
+    }
+    std::vector<Node> copies;
+    for (int i : cone) {
+      Node c = g.nodes[static_cast<size_t>(i)];
+      for (auto& o : c.outputs)
+        if (!o.empty()) {
+          const std::string fresh = g.unique_name(o + "/at_" + base);
+          renamed[o] = fresh;
+          o = fresh;
+        }
+      c.name = g.unique_name((c.name.empty() ? c.op_type : c.name) + "/at_" + base);
+      copies.push_back(std::move(c));
+    }
+    for (Node& c : copies) {
+      for (auto& in : c.inputs) {
+        auto it = renamed.find(in);
+        if (!in.empty() && it != renamed.end()) in = it->second;
+      }
+      g.add_node(std::move(c));
+    }
+    d.y = renamed.count(y) ? renamed.at(y) : y;
+    g.topo_sort();
+    infer_shapes(g);
+  }
+
+  // dy: ones like y (a scalar y: the constant 1).
+  const DType yt = ValueTypes(g).dtype(d.y);
+  const ValueInfo* yi = g.info(d.y);
+  if (yi && yi->has_shape && yi->shape.empty()) {
+    const Tensor one = filled(yt, 1, {});
+    const bool cast = yt != DType::Undefined && yt != one.dtype();
+    const std::string c = g.unique_name(base + (cast ? "/one" : "/dy"));
+    g.add_node(make_node("Constant", {}, {c}, c, {{"value", Attribute::Tens(one)}}));
+    d.seed = cast ? cast_to(g, c, yt, g.unique_name(base + "/dy"), base + "/dy") : c;
+  } else {
+    d.seed = filled_like(g, d.y, yt, 1, g.unique_name(base + "/dy"), base + "/dy");
+  }
+  std::vector<std::vector<std::string>> grads;
+  try {
+    grads = differentiate(g, d);
+  } catch (const Error& e) {
+    throw Error(desc + ": " + e.what());
+  }
+  for (size_t k = 0; k < node.outputs.size(); ++k) {
+    const std::string& out = node.outputs[k];
+    if (out.empty()) continue;
+    const std::vector<std::string>& c = grads[k];
+    if (c.empty()) {
+      // y does not depend on it: zeros like it.
+      filled_like(g, node.inputs[k], ValueTypes(g).dtype(node.inputs[k]), 0, out, base + "/zero_" + xs[k]);
+    } else {
+      g.add_node(make_node(c.size() == 1 ? "Identity" : "Sum", c, {out}, g.unique_name(base + "/" + out)));
+    }
+  }
+}
+
+// Whether the nodes computing `y` hold a Gradient node.
+bool computed_by_gradient(const Graph& g, const std::string& y) {
+  std::set<int> seen;
+  std::vector<std::string> todo{y};
+  while (!todo.empty()) {
+    const int p = g.producer(todo.back());
+    todo.pop_back();
+    if (p < 0 || !seen.insert(p).second) continue;
+    if (is_gradient_op(g.nodes[static_cast<size_t>(p)])) return true;
+    for (const auto& in : g.nodes[static_cast<size_t>(p)].inputs)
+      if (!in.empty()) todo.push_back(in);
+  }
+  return false;
+}
+
+// Every Gradient node, each once the nodes computing its y hold no other (a Gradient of a Gradient's output
+// differentiates the first one's nodes).
+void expand_gradient_ops(Graph& g, const std::string& what) {
+  for (;;) {
+    std::optional<size_t> first, ready;
+    for (size_t i = 0; i < g.nodes.size() && !ready; ++i) {
+      if (!is_gradient_op(g.nodes[i])) continue;
+      if (!first) first = i;
+      const Attribute* y = g.nodes[i].attr("y");
+      if (!y || !computed_by_gradient(g, y->s)) ready = i;
+    }
+    if (!first) return;
+    expand_one(g, ready ? *ready : *first, what);  // none ready: expand_one names what it cannot differentiate
+    g.topo_sort();
+    infer_shapes(g);
+  }
+}
+
+const bool kRegistered = register_load_expansion(expand_gradient_ops);
+
+}  // namespace
+}  // namespace graphrun::autodiff

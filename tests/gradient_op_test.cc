@@ -1,0 +1,144 @@
+// ai.onnx.preview.training's Gradient op (autodiff/gradient_op.cc): expanded on load into graphrun's gradient
+// nodes, so `graphrun run` computes it. Checked against closed forms in float64, written by numpy: at the values
+// themselves (forward nodes reused), at other values (the subgraph copied), with zs, with a y that is not a scalar
+// (its sum), second order (a Gradient of a Gradient's output), and one-line errors for what the spec forbids.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "graph/onnx_io.h"
+#include "graph/tensor_io.h"
+#include "runtime/executor.h"
+#include "tests/data_test_util.h"
+#include "tests/test_util.h"
+
+namespace graphrun {
+namespace {
+
+using testing::run_command;
+using testing::run_onnx_python;
+using testing::temp_dir;
+
+// Builds the models and the expected values (numpy, float64) in `dir`.
+void make_models(const std::string& dir) {
+  run_onnx_python(dir, R"(
+D = TensorProto.DOUBLE
+vi = lambda name, shape, t=D: helper.make_tensor_value_info(name, t, shape)
+training = helper.make_opsetid('ai.onnx.preview.training', 1)
+grad = lambda inputs, outputs, name, **kw: helper.make_node('Gradient', inputs, outputs, name=name,
+                                                             domain='ai.onnx.preview.training', **kw)
+rng = np.random.default_rng(7)
+x = rng.standard_normal((3, 4)); W = rng.standard_normal((4, 2)) * 0.5; W2 = rng.standard_normal((2, 5)); H1 = rng.standard_normal((3, 2))
+np.save('x.npy', x); np.save('H1.npy', H1)
+
+# y = sum(tanh(x W)^2); Z = tanh(x W) (not a scalar: its sum); u = sum(sigmoid(H W2)), H = Z.
+nodes = [
+    helper.make_node('MatMul', ['x', 'W'], ['P']), helper.make_node('Tanh', ['P'], ['Z']),
+    helper.make_node('Mul', ['Z', 'Z'], ['Z2']), helper.make_node('ReduceSum', ['Z2'], ['y'], keepdims=0),
+    helper.make_node('MatMul', ['Z', 'W2'], ['Q']), helper.make_node('Sigmoid', ['Q'], ['S']),
+    helper.make_node('ReduceSum', ['S'], ['u'], keepdims=0),
+    grad(['x', 'W'], ['dy_dx', 'dy_dW'], 'at_values', xs=['x', 'W'], y='y'),
+    grad(['W', 'x'], ['dZ_dW'], 'of_a_tensor', xs=['W'], zs=['x'], y='Z'),
+    grad(['Z', 'W2'], ['du_dH'], 'cut_at_Z', xs=['Z'], zs=['W2'], y='u'),
+    grad(['H1', 'W2'], ['du_dH_at_H1', 'du_dW2_at_H1'], 'at_H1', xs=['Z', 'W2'], y='u'),
+    # Z independent of W here (the spec's minimal set is the caller's to keep): u reaches W only through Z, so zeros.
+    grad(['Z', 'W'], ['du_dZ', 'du_dW'], 'cut_above_W', xs=['Z', 'W'], y='u'),
+]
+g = helper.make_graph(nodes, 'gradients', [vi('x', [3, 4]), vi('H1', [3, 2])],
+                      [vi('y', []), vi('u', []), vi('dy_dx', [3, 4]), vi('dy_dW', [4, 2]), vi('dZ_dW', [4, 2]),
+                       vi('du_dH', [3, 2]), vi('du_dH_at_H1', [3, 2]), vi('du_dW2_at_H1', [2, 5]),
+                       vi('du_dZ', [3, 2]), vi('du_dW', [4, 2])],
+                      [numpy_helper.from_array(W, 'W'), numpy_helper.from_array(W2, 'W2')])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 12), training]), 'first.onnx')
+Z = np.tanh(x @ W)
+dP = 2 * Z * (1 - Z * Z)
+np.save('dy_dx.npy', dP @ W.T); np.save('dy_dW.npy', x.T @ dP)
+np.save('dZ_dW.npy', x.T @ (1 - Z * Z))
+sig = lambda v: 1 / (1 + np.exp(-v))
+def du(H):
+    s = sig(H @ W2); dQ = s * (1 - s)
+    return dQ @ W2.T, H.T @ dQ
+np.save('du_dH.npy', du(Z)[0]); np.save('du_dZ.npy', du(Z)[0]); np.save('du_dW.npy', np.zeros((4, 2))); np.save('du_dH_at_H1.npy', du(H1)[0]); np.save('du_dW2_at_H1.npy', du(H1)[1])
+
+# Second order: y = sum(w^3), dw = 3 w^2, then the gradient of sum(dw): 6 w.
+w = rng.standard_normal(5)
+np.save('w.npy', w); np.save('dw.npy', 3 * w * w); np.save('ddw.npy', 6 * w)
+nodes = [helper.make_node('Mul', ['w', 'w'], ['w2']), helper.make_node('Mul', ['w2', 'w'], ['w3']),
+         helper.make_node('ReduceSum', ['w3'], ['c'], keepdims=0),
+         # The second first in the file: it is expanded after the one its y needs.
+         grad(['w'], ['ddw'], 'second', xs=['w'], y='dw'), grad(['w'], ['dw'], 'first', xs=['w'], y='c')]
+g = helper.make_graph(nodes, 'second', [vi('w', [5])], [vi('dw', [5]), vi('ddw', [5])])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 12), training]), 'second.onnx')
+
+# What the spec forbids, each refused in one line naming the node.
+def bad(name, node, inputs):
+    g = helper.make_graph([helper.make_node('Mul', ['a', 'a'], ['b']), helper.make_node('Cast', ['a'], ['n'], to=TensorProto.INT64), node],
+                          'bad', inputs, [vi('g', [2])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 12), training]), name + '.onnx')
+bad('count', grad(['a', 'a'], ['g'], 'two_inputs', xs=['a'], y='b'), [vi('a', [2])])
+bad('integer', grad(['n'], ['g'], 'of_ints', xs=['n'], y='b'), [vi('a', [2])])
+bad('unknown', grad(['a'], ['g'], 'no_such_y', xs=['a'], y='nowhere'), [vi('a', [2])])
+np.save('a.npy', np.ones(2))
+)");
+}
+
+Tensor npy(const std::string& dir, const std::string& name) { return read_npy(dir + "/" + name + ".npy"); }
+
+TEST(GradientOp, MatchesClosedFormsAtTheValuesAndAtOthers) {
+  const std::string dir = temp_dir("gradient_op");
+  make_models(dir);
+  const Graph g = load_onnx(dir + "/first.onnx");
+  for (const Node& n : g.nodes) EXPECT_NE(n.op_type, "Gradient") << n.describe();
+  auto out = runtime::Executor(g).run({{"x", npy(dir, "x")}, {"H1", npy(dir, "H1")}});
+  for (const char* name : {"dy_dx", "dy_dW", "dZ_dW", "du_dH", "du_dH_at_H1", "du_dW2_at_H1", "du_dZ", "du_dW"}) {
+    SCOPED_TRACE(name);
+    EXPECT_LT(testing::max_abs_diff(out.at(name), npy(dir, name)), 1e-12);
+  }
+  // The gradient at the values themselves reuses the forward nodes: one Tanh, one Sigmoid computed for the values;
+  // the gradient at H1 copies the Sigmoid's subgraph (a second MatMul and Sigmoid), not the Tanh's.
+  int tanh = 0, sigmoid = 0;
+  for (const Node& n : g.nodes) {
+    tanh += n.op_type == "Tanh";
+    sigmoid += n.op_type == "Sigmoid";
+  }
+  EXPECT_EQ(tanh, 1);
+  EXPECT_EQ(sigmoid, 2);
+}
+
+TEST(GradientOp, SecondOrderDifferentiatesTheFirstGradientsNodes) {
+  const std::string dir = temp_dir("gradient_op_second");
+  make_models(dir);
+  const Graph g = load_onnx(dir + "/second.onnx");
+  auto out = runtime::Executor(g).run({{"w", npy(dir, "w")}});
+  EXPECT_LT(testing::max_abs_diff(out.at("dw"), npy(dir, "dw")), 1e-12);
+  EXPECT_LT(testing::max_abs_diff(out.at("ddw"), npy(dir, "ddw")), 1e-12);
+  // graphrun run prints them.
+  auto r = run_command(testing::graphrun_cli() + " run " + dir + "/second.onnx --input w=" + dir + "/w.npy 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("ddw: f64[5]"), std::string::npos) << r.output;
+}
+
+TEST(GradientOp, WhatTheSpecForbidsIsOneLineNamingTheNode) {
+  const std::string dir = temp_dir("gradient_op_bad");
+  make_models(dir);
+  const std::pair<const char*, const char*> cases[] = {
+      {"count",
+       "node 'two_inputs' (ai.onnx.preview.training.Gradient): has 2 inputs; xs and zs name 1 value, one input each"},
+      {"integer",
+       "node 'of_ints' (ai.onnx.preview.training.Gradient): xs names 'n' of type i64; only float tensors have "
+       "gradients"},
+      {"unknown", "node 'no_such_y' (ai.onnx.preview.training.Gradient): y names 'nowhere', which the graph lacks"},
+  };
+  for (const auto& [name, want] : cases) {
+    SCOPED_TRACE(name);
+    auto r =
+        run_command(testing::graphrun_cli() + " run " + dir + "/" + name + ".onnx --input a=" + dir + "/a.npy 2>&1");
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(want), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(name + std::string(".onnx: ")), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace graphrun
