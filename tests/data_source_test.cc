@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -126,9 +127,34 @@ TEST(NpyFolder, BadFoldersNameTheFile) {
   EXPECT_NE(error_of([&] { open_source(d); }).find("0-d array"), std::string::npos);
 }
 
+// GRAPHRUN_NPZ_MEMORY_MB for one scope: 0 reads every stored entry in place, seeking (the path of data larger than
+// the in-memory budget); unset, the default (small entries read into memory at open).
+class NpzMemory {
+ public:
+  explicit NpzMemory(const char* mb) {
+    if (const char* old = std::getenv("GRAPHRUN_NPZ_MEMORY_MB")) old_ = old;
+    if (mb)
+      setenv("GRAPHRUN_NPZ_MEMORY_MB", mb, 1);
+    else
+      unsetenv("GRAPHRUN_NPZ_MEMORY_MB");
+  }
+  ~NpzMemory() {
+    if (old_.empty())
+      unsetenv("GRAPHRUN_NPZ_MEMORY_MB");
+    else
+      setenv("GRAPHRUN_NPZ_MEMORY_MB", old_.c_str(), 1);
+  }
+
+ private:
+  std::string old_;
+};
+
 TEST(Npz, StoredAndDeflatedReadAlike) {
-  std::string d = testing::temp_dir("npz_read");
-  run_python(d, R"(
+  for (const char* budget : {static_cast<const char*>(nullptr), "0"}) {
+    SCOPED_TRACE(budget ? "stored entries read in place" : "stored entries in memory");
+    NpzMemory memory(budget);
+    std::string d = testing::temp_dir("npz_read");
+    run_python(d, R"(
 x = (np.arange(7*3*4, dtype=np.float32) * 0.5).reshape(7, 3, 4)
 labels = np.array([0, 1, 2, 3, 4, 5, 6], dtype=np.int64)
 tok = np.arange(7*5, dtype=np.int32).reshape(7, 5)
@@ -137,24 +163,25 @@ np.savez_compressed('packed.npz', x=x, labels=labels, tok=tok)
 os.makedirs('folder')
 np.save('folder/x.npy', x); np.save('folder/labels.npy', labels); np.save('folder/tok.npy', tok)
 )");
-  SourcePtr plain = open_source(d + "/plain.npz"), packed = open_source(d + "/packed.npz"),
-            folder = open_source(d + "/folder");
-  EXPECT_EQ(source_kind(d + "/plain.npz"), "npz");
-  ASSERT_EQ(plain->size(), 7);
-  EXPECT_EQ(plain->spec("tok").dtype, DType::I32);
-  auto a = read_all(*plain), b = read_all(*packed), c = read_all(*folder);
-  for (const char* k : {"x", "labels", "tok"}) {
-    EXPECT_TRUE(testing::bytes_equal(a.at(k), b.at(k))) << k;
-    EXPECT_TRUE(testing::bytes_equal(a.at(k), c.at(k))) << k;
+    SourcePtr plain = open_source(d + "/plain.npz"), packed = open_source(d + "/packed.npz"),
+              folder = open_source(d + "/folder");
+    EXPECT_EQ(source_kind(d + "/plain.npz"), "npz");
+    ASSERT_EQ(plain->size(), 7);
+    EXPECT_EQ(plain->spec("tok").dtype, DType::I32);
+    auto a = read_all(*plain), b = read_all(*packed), c = read_all(*folder);
+    for (const char* k : {"x", "labels", "tok"}) {
+      EXPECT_TRUE(testing::bytes_equal(a.at(k), b.at(k))) << k;
+      EXPECT_TRUE(testing::bytes_equal(a.at(k), c.at(k))) << k;
+    }
+    EXPECT_EQ(a.at("x").data<float>()[12 * 3 + 1], 18.5f);
+    // Shuffled reads from both kinds of entry.
+    Tensor x1(DType::F32, {2, 3, 4}), x2(DType::F32, {2, 3, 4});
+    std::vector<int64_t> idx{6, 2};
+    plain->read(idx.data(), 2, {{"x", &x1}});
+    packed->read(idx.data(), 2, {{"x", &x2}});
+    EXPECT_TRUE(testing::bytes_equal(x1, x2));
+    EXPECT_EQ(x1.data<float>()[0], 6 * 12 * 0.5f);
   }
-  EXPECT_EQ(a.at("x").data<float>()[12 * 3 + 1], 18.5f);
-  // Shuffled reads from both kinds of entry.
-  Tensor x1(DType::F32, {2, 3, 4}), x2(DType::F32, {2, 3, 4});
-  std::vector<int64_t> idx{6, 2};
-  plain->read(idx.data(), 2, {{"x", &x1}});
-  packed->read(idx.data(), 2, {{"x", &x2}});
-  EXPECT_TRUE(testing::bytes_equal(x1, x2));
-  EXPECT_EQ(x1.data<float>()[0], 6 * 12 * 0.5f);
 }
 
 // Concurrent reads of disjoint batches (as loader threads make them) give what one reader gets.
@@ -166,8 +193,10 @@ np.savez('plain.npz', x=x, labels=np.arange(400))
 np.savez_compressed('packed.npz', x=x, labels=np.arange(400))
 os.makedirs('folder'); np.save('folder/x.npy', x); np.save('folder/labels.npy', np.arange(400))
 )");
-  for (const char* f : {"plain.npz", "packed.npz", "folder"}) {
-    SourcePtr s = open_source(d + "/" + f);
+  for (const char* f : {"plain.npz", "plain.npz (in place)", "packed.npz", "folder"}) {
+    const std::string name = f;
+    NpzMemory memory(name.find("in place") != std::string::npos ? "0" : nullptr);
+    SourcePtr s = open_source(d + "/" + name.substr(0, name.find(' ')));
     auto want = read_all(*s);
     Tensor got(DType::F32, {400, 33});
     std::vector<std::thread> threads;
@@ -222,6 +251,11 @@ open('flipped.npz', 'wb').write(bytes(b))
                {"cut.npz", "npz"},                  {"flipped.npz", "does not match the zip's checksum"}};
   for (const auto& c : cases) {
     std::string e = error_of([&] { open_source(d + "/" + c.file); });
+    if (std::string(c.file) == "flipped.npz") {  // also where the stored entry is read in place
+      NpzMemory memory("0");
+      const std::string in_place = error_of([&] { open_source(d + "/" + c.file); });
+      EXPECT_NE(in_place.find(c.says), std::string::npos) << in_place;
+    }
     std::printf("%s\n", e.c_str());
     EXPECT_NE(e.find(c.file), std::string::npos) << c.file << ": " << e;
     EXPECT_NE(e.find(c.says), std::string::npos) << c.file << ": " << e;

@@ -1,7 +1,9 @@
-// numpy .npz files as a Source, read with libzip: stored entries (np.savez) are checked against their
-// CRC-32 once at open, then read in place on demand; deflated ones (np.savez_compressed) are inflated once, to the size the zip justifies.
+// numpy .npz files as a Source, read with libzip: stored entries (np.savez) are read into memory at open while they
+// take at most kStoredInMemory bytes in all, else checked against their CRC-32 once at open and read in place on
+// demand, seeking; deflated ones (np.savez_compressed) are inflated once, to the size the zip justifies.
 #include <zip.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 
@@ -21,6 +23,19 @@ std::string zip_message(int code) {
 
 // Deflate cannot expand data more than about 1032:1; a larger claim is a lie (or a zip bomb).
 constexpr uint64_t kMaxInflateRatio = 1032;
+// Stored entries up to this many bytes in all are read into memory when the archive opens: a shuffled batch then
+// copies its rows from memory, where reading them in place costs a seek and a read per row (a batch of 2048
+// one-float rows took 3.7 ms so, against a step of 2.7 ms). Larger data stays on disk. 256 MiB, or
+// GRAPHRUN_NPZ_MEMORY_MB from the environment (0: every stored entry read in place).
+uint64_t stored_in_memory() {
+  const char* mb = std::getenv("GRAPHRUN_NPZ_MEMORY_MB");
+  if (!mb) return uint64_t{256} << 20;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(mb, &end, 10);
+  GR_CHECK(end != mb && *end == 0 && *mb != '-' && v < (1ull << 40),
+           "GRAPHRUN_NPZ_MEMORY_MB must be a whole number of MiB, not '" << mb << "'");
+  return static_cast<uint64_t>(v) << 20;
+}
 
 class NpzSource : public ArraySetSource {
  public:
@@ -69,6 +84,7 @@ class NpzSource : public ArraySetSource {
   void load_entries() {
     const zip_int64_t n = zip_get_num_entries(zip_, 0);
     GR_CHECK(n > 0, describe() << " holds no arrays (an empty zip)");
+    const uint64_t budget = stored_in_memory();
     for (zip_int64_t i = 0; i < n; ++i) {
       zip_stat_t st;
       zip_stat_init(&st);
@@ -86,7 +102,20 @@ class NpzSource : public ArraySetSource {
       zip_file_t* f = zip_fopen_index(zip_, i, 0);
       GR_CHECK(f, origin << ": cannot open (" << zip_strerror(zip_) << ")");
       stored_.emplace_back();
-      if (st.comp_method == ZIP_CM_STORE) {
+      // Read whole into memory (libzip compares it with the CRC-32 at its end); the rows are read from there.
+      auto whole = [&](bool stored) {
+        inflated_.emplace_back(static_cast<size_t>(st.size));
+        std::vector<unsigned char>& buf = inflated_.back();
+        std::string problem = read_all(f, buf, stored);
+        zip_fclose(f);
+        GR_CHECK(problem.empty(), origin << ": " << problem);
+        NpyHeader h = parse_npy_header(buf.data(), buf.size(), buf.size(), origin);
+        add(array, origin, h, buf.data() + h.data_offset);
+      };
+      if (st.comp_method == ZIP_CM_STORE && in_memory_ + st.size <= budget) {
+        in_memory_ += st.size;
+        whole(/*stored=*/true);
+      } else if (st.comp_method == ZIP_CM_STORE) {
         stored_.back().file = f;  // closed by close()
         std::vector<unsigned char> head = read_head(f, st.size, origin);
         NpyHeader h = parse_npy_header(head.data(), head.size(), st.size, origin);
@@ -99,13 +128,7 @@ class NpzSource : public ArraySetSource {
           GR_FAIL(origin << " claims " << st.size << " bytes from " << st.comp_size
                          << " compressed: more than deflate can expand (a corrupt or hostile zip)");
         }
-        inflated_.emplace_back(static_cast<size_t>(st.size));
-        std::vector<unsigned char>& buf = inflated_.back();
-        std::string problem = read_all(f, buf);
-        zip_fclose(f);
-        GR_CHECK(problem.empty(), origin << ": " << problem);
-        NpyHeader h = parse_npy_header(buf.data(), buf.size(), buf.size(), origin);
-        add(array, origin, h, buf.data() + h.data_offset);
+        whole(/*stored=*/false);
       }
     }
   }
@@ -154,18 +177,24 @@ class NpzSource : public ArraySetSource {
     GR_CHECK(rest == 0, origin << ": the entry ends " << rest << " bytes before the size the zip claims");
   }
 
-  // Inflates the whole entry into `buf` (sized from the zip's claim); "" or what went wrong.
-  static std::string read_all(zip_file_t* f, std::vector<unsigned char>& buf) {
+  // Reads (inflates) the whole entry into `buf` (sized from the zip's claim), libzip comparing it with the CRC-32 at
+  // its end; "" or what went wrong.
+  static std::string read_all(zip_file_t* f, std::vector<unsigned char>& buf, bool stored) {
+    const std::string corrupt = stored
+                                    ? "its data does not match the zip's checksum, or cannot be read (a corrupt file: "
+                                    : "corrupt compressed data (";
     size_t got = 0;
     while (got < buf.size()) {
       zip_int64_t k = zip_fread(f, buf.data() + got, buf.size() - got);
-      if (k < 0) return std::string("corrupt compressed data (") + zip_error_strerror(zip_file_get_error(f)) + ")";
-      if (k == 0) return "compressed data ends after " + std::to_string(got) + " of " + std::to_string(buf.size()) + " bytes";
+      if (k < 0) return corrupt + zip_error_strerror(zip_file_get_error(f)) + ")";
+      if (k == 0)
+        return std::string(stored ? "the entry ends" : "compressed data ends") + " after " + std::to_string(got) +
+               " of " + std::to_string(buf.size()) + " bytes";
       got += static_cast<size_t>(k);
     }
     unsigned char extra;
     zip_int64_t k = zip_fread(f, &extra, 1);
-    if (k != 0) return k < 0 ? "corrupt compressed data (checksum)" : "more data than the zip entry claims";
+    if (k != 0) return k < 0 ? corrupt + "checksum)" : "more data than the zip entry claims";
     return "";
   }
 
@@ -180,6 +209,7 @@ class NpzSource : public ArraySetSource {
   zip_t* zip_ = nullptr;
   std::vector<Stored> stored_;                        // parallel to arrays_
   std::vector<std::vector<unsigned char>> inflated_;  // rows_at points into these (moves keep buffers)
+  uint64_t in_memory_ = 0;                            // bytes of stored entries read into inflated_
   mutable std::mutex mu_;
 };
 
