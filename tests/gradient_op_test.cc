@@ -1,7 +1,8 @@
 // ai.onnx.preview.training's Gradient op (autodiff/gradient_op.cc): expanded on load into graphrun's gradient
 // nodes, so `graphrun run` computes it. Checked against closed forms in float64, written by numpy: at the values
 // themselves (forward nodes reused), at other values (the subgraph copied), with zs, with a y that is not a scalar
-// (its sum), second order (a Gradient of a Gradient's output), and one-line errors for what the spec forbids.
+// (its sum), second order (a Gradient of a Gradient's output), and one-line errors for what the spec forbids; and
+// training through it (a physics-informed network).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -138,6 +139,33 @@ TEST(GradientOp, WhatTheSpecForbidsIsOneLineNamingTheNode) {
     EXPECT_NE(r.output.find(name + std::string(".onnx: ")), std::string::npos) << r.output;
     EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << r.output;
   }
+}
+
+// A physics-informed network (tests/pinn_model.py): u = MLP(x) with the ODE's residuals u' - cos x and u'' + u in the
+// model, through two Gradient nodes (u'' a Gradient of the first one's output), whose only solution is sin x. `check`
+// verifies the backward graph through them (d/dW of du/dx: the rules' own nodes differentiated) numerically, and
+// `train` (MSE of the residuals against 0, Adam, two replicas) fits sin x, which the untrained net is far from.
+TEST(GradientOp, APhysicsInformedNetTrainsThroughSecondDerivatives) {
+  const std::string dir = temp_dir("gradient_op_pinn");
+  auto made = run_command(testing::python() + " " + testing::source_dir() + "/tests/pinn_model.py " + dir + " 2>&1");
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const std::string cli = testing::graphrun_cli();
+  auto r = run_command(cli + " check " + dir + "/pinn.onnx 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("verdict: trainable"), std::string::npos) << r.output;
+  const Tensor sin = read_npy(dir + "/sin.npy");
+  auto u_of = [&](const std::string& model) {
+    auto run = run_command(cli + " run " + model + " --input x=" + dir + "/xt.npy --output-dir " + dir + "/out 2>&1");
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    return read_npy(dir + "/out/u.npy");
+  };
+  EXPECT_GT(testing::max_abs_diff(u_of(dir + "/pinn.onnx"), sin), 0.3);
+  r = run_command(cli + " train " + dir + "/pinn.onnx --data " + dir + "/train.npz --test-data " + dir +
+                  "/test.npz --loss mse --loss-output residual --optimizer adam --lr 0.01 --epochs 20 --batch-size 64 "
+                  "--devices cpu:2 --save " +
+                  dir + "/trained.onnx 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_LT(testing::max_abs_diff(u_of(dir + "/trained.onnx"), sin), 0.05) << r.output;
 }
 
 }  // namespace

@@ -291,12 +291,51 @@ TEST(SimDevice, CollidingScatterGradientEqualsTheCpu) {
 // DCGAN-style decoder's ConvTranspose and LeakyRelu, a vanilla RNN, and pooling heads of TopK, CumSum, Trilu
 // and boolean indexing (NonZero + GatherND, whose gradient is GatherNDGrad), nn.EmbeddingBag's loop computed without
 // it, torch.jit.script's loops and list unrolled, torchvision's roi_pool (MaxRoiPool and its gradient).
+// The training graph `bg` on the simulated device gives the CPU executor's outputs bitwise, and each of its nodes has a
+// CUDA kernel or runs on the host (its shape computations).
+void expect_device_equals_cpu(const Graph& bg, const std::map<std::string, Tensor>& feeds) {
+  // The simulated device runs every op with the CPU's kernels; a GPU runs what has a CUDA kernel, and the
+  // shape computations the executor keeps on the host. (A build without CUDA registers none: not checked.)
+  bool cuda_kernels_registered = false;
+  for (const auto& [key, f] : op_table().ops())
+    cuda_kernels_registered = cuda_kernels_registered || f.kernel(Device::Kind::CUDA);
+  if (cuda_kernels_registered) {
+    std::set<std::string> pinned(bg.outputs.begin(), bg.outputs.end());
+    for (const auto& [init, t] : bg.initializers) pinned.insert(init);
+    const passes::HostPlacement host = passes::place_shape_computations(bg, pinned);
+    std::set<std::string> missing;
+    for (size_t i = 0; i < bg.nodes.size(); ++i) {
+      const OpFacts* f = op_table().find(bg.nodes[i]);
+      if (!host.host_nodes[i] && (!f || !f->kernel(Device::Kind::CUDA))) missing.insert(bg.nodes[i].op_key());
+    }
+    std::string list;
+    for (const auto& op : missing) list += " " + op;
+    EXPECT_TRUE(missing.empty()) << "no CUDA kernel for:" << list;
+  }
+  runtime::ExecOptions so;
+  so.device = kSim;
+  Executor cpu(bg);
+  std::unique_ptr<Executor> dev;
+  try {
+    dev = std::make_unique<Executor>(bg, so);
+  } catch (const Error& e) {
+    ADD_FAILURE() << e.what();
+    return;
+  }
+  auto want = cpu.run(feeds);
+  auto got = dev->run(feeds);
+  int compared = 0;
+  for (const auto& [out, t] : want) {
+    EXPECT_EQ(testing::max_abs_diff(runtime::to_host(got.at(out)), t), 0) << out;
+    ++compared;
+  }
+  EXPECT_GT(compared, 3);
+}
+
 TEST(SimDevice, TorchvisionTrainingGraphsRunOnTheDeviceAsOnTheCpu) {
   if (testing::run_command(testing::python() + " -c 'import torchvision' 2>&1").exit_code != 0)
     GTEST_SKIP() << testing::python() << " lacks torchvision";
   ScopedSimDevice sim;
-  bool cuda_kernels_registered = false;
-  for (const auto& [key, f] : op_table().ops()) cuda_kernels_registered = cuda_kernels_registered || f.kernel(Device::Kind::CUDA);
   for (const auto& [name, size] : std::vector<std::pair<std::string, int>>{{"mobilenet_v2", 32},
                                                                            {"mobilenet_v3_small", 32},
                                                                            {"vit", 32},
@@ -322,41 +361,27 @@ TEST(SimDevice, TorchvisionTrainingGraphsRunOnTheDeviceAsOnTheCpu) {
     Graph bg = autodiff::backward(autodiff::attach_loss(load_onnx(dir + "/train.onnx")));
     // The model's one input: an image, or token ids (the text classifiers).
     const std::string input = std::ifstream(dir + "/tokens.npy").good() ? "tokens" : "image";
-    std::map<std::string, Tensor> feeds{{input, read_npy(dir + "/" + input + ".npy")}, {"labels", read_npy(dir + "/labels.npy")}};
-    // The simulated device runs every op with the CPU's kernels; a GPU runs what has a CUDA kernel, and the
-    // shape computations the executor keeps on the host. (A build without CUDA registers none: not checked.)
-    if (cuda_kernels_registered) {
-      std::set<std::string> pinned(bg.outputs.begin(), bg.outputs.end());
-      for (const auto& [init, t] : bg.initializers) pinned.insert(init);
-      const passes::HostPlacement host = passes::place_shape_computations(bg, pinned);
-      std::set<std::string> missing;
-      for (size_t i = 0; i < bg.nodes.size(); ++i) {
-        const OpFacts* f = op_table().find(bg.nodes[i]);
-        if (!host.host_nodes[i] && (!f || !f->kernel(Device::Kind::CUDA))) missing.insert(bg.nodes[i].op_key());
-      }
-      std::string list;
-      for (const auto& op : missing) list += " " + op;
-      EXPECT_TRUE(missing.empty()) << "no CUDA kernel for:" << list;
-    }
-    runtime::ExecOptions so;
-    so.device = kSim;
-    Executor cpu(bg);
-    std::unique_ptr<Executor> dev;
-    try {
-      dev = std::make_unique<Executor>(bg, so);
-    } catch (const Error& e) {
-      ADD_FAILURE() << e.what();
-      continue;
-    }
-    auto want = cpu.run(feeds);
-    auto got = dev->run(feeds);
-    int compared = 0;
-    for (const auto& [out, t] : want) {
-      EXPECT_EQ(testing::max_abs_diff(runtime::to_host(got.at(out)), t), 0) << out;
-      ++compared;
-    }
-    EXPECT_GT(compared, 3);
+    expect_device_equals_cpu(
+        bg, {{input, read_npy(dir + "/" + input + ".npy")}, {"labels", read_npy(dir + "/labels.npy")}});
   }
+}
+
+// The training graph of a physics-informed network (tests/pinn_model.py): ONNX's Gradient op twice in the model, and
+// the backward pass through the gradient nodes it became.
+TEST(SimDevice, GradientOpTrainingGraphRunsOnTheDeviceAsOnTheCpu) {
+  ScopedSimDevice sim;
+  const std::string dir = testing::temp_dir("sim_pinn");
+  auto py =
+      testing::run_command(testing::python() + " " + testing::source_dir() + "/tests/pinn_model.py " + dir + " 2>&1");
+  ASSERT_EQ(py.exit_code, 0) << py.output;
+  autodiff::LossOptions lo;
+  lo.kind = autodiff::LossKind::MSE;
+  lo.output = "residual";
+  Graph bg = autodiff::backward(autodiff::attach_loss(load_onnx(dir + "/pinn.onnx"), lo));
+  const Tensor x = read_npy(dir + "/xt.npy");
+  Tensor labels(DType::F32, {x.dim(0), 2});
+  std::fill(labels.data<float>(), labels.data<float>() + labels.numel(), 0.5f);
+  expect_device_equals_cpu(bg, {{"x", x}, {"labels", labels}});
 }
 
 // ---- The trainer on the device ----
