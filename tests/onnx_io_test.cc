@@ -1291,11 +1291,13 @@ np.save('scale.npy', scale)
 for tag, n, maybe in (('a', 3, np.array([0.25, -4.0], np.float32)), ('b', 1, None)):
     xs = [rng.standard_normal(2).astype(np.float32) for _ in range(n)]
     open('xs_%s.pb' % tag, 'wb').write(numpy_helper.from_list(xs, 'xs').SerializeToString())
+    for k, x in enumerate(xs): np.save('x_%s_%d.npy' % (tag, k), x)
     if maybe is not None: np.save('maybe_%s.npy' % tag, maybe)
     np.save('total_%s.npy' % tag, np.stack([np.maximum(x * scale, 0) for x in xs]))
     m = maybe + 1 if maybe is not None else np.zeros(2, np.float32)
     np.save('m_%s.npy' % tag, m)
     for k, x in enumerate(xs): np.save('sum_%s_%d.npy' % (tag, k), np.array(x.sum(), np.float32))
+np.save('count_i64.npy', np.zeros(2, np.int64))
 open('xs_long.pb', 'wb').write(numpy_helper.from_list([np.zeros(2, np.float32)] * 2, 'xs').SerializeToString())
 two = helper.make_graph([helper.make_node('SequenceMap', ['p', 'q'], ['r'], body=helper.make_graph(
                              [helper.make_node('Add', ['a', 'b'], ['c'])], 'add', [vi('a', [2]), vi('b', [2])], [vi('c', [2])]))],
@@ -1334,11 +1336,26 @@ open('q.pb', 'wb').write(numpy_helper.from_list([np.ones(2, np.float32)] * 2, 'q
   auto bad = run_command(cli + " run " + dir + "/two.onnx --input p=" + dir + "/p.pb,q=" + dir + "/q.pb 2>&1");
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_NE(bad.output.find("its sequences 'p' and 'q' hold 3 and 2 tensors"), std::string::npos) << bad.output;
-  bad =
-      run_command(cli + " run " + dir + "/seqs.onnx --input xs=" + dir + "/scale.npy,scale=" + dir + "/scale.npy 2>&1");
+  // A sequence given as its tensors, one --input each, in order: as the SequenceProto of the same tensors.
+  std::string each;
+  for (int k = 0; k < 3; ++k) each += " --input xs=" + dir + "/x_a_" + std::to_string(k) + ".npy";
+  auto listed =
+      run_command(cli + " run " + dir + "/seqs.onnx" + each + " --input scale=" + dir +
+                  "/scale.npy --input maybe=" + dir + "/maybe_a.npy --output-dir " + dir + "/out_listed 2>&1");
+  ASSERT_EQ(listed.exit_code, 0) << listed.output;
+  EXPECT_LT(testing::max_abs_diff(read_npy(dir + "/out_listed/total.npy"), read_npy(dir + "/total_a.npy")), 1e-6);
+  // One tensor file is a sequence of one; a tensor of another type than the elements is one line.
+  listed = run_command(cli + " run " + dir + "/seqs.onnx --input xs=" + dir + "/x_a_1.npy --input scale=" + dir +
+                       "/scale.npy --output-dir " + dir + "/out_one 2>&1");
+  ASSERT_EQ(listed.exit_code, 0) << listed.output;
+  EXPECT_EQ(read_npy(dir + "/out_one/count.npy").to_vector<int64_t>(), std::vector<int64_t>{1});
+  bad = run_command(cli + " run " + dir + "/seqs.onnx --input xs=" + dir + "/x_a_0.npy --input xs=" + dir +
+                    "/count_i64.npy --input scale=" + dir + "/scale.npy 2>&1");
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
-  EXPECT_NE(bad.output.find("input 'xs' is a sequence: " + dir + "/scale.npy is not a .pb file"), std::string::npos)
+  EXPECT_NE(bad.output.find("input 'xs[1]' from " + dir + "/count_i64.npy is i64[2], but the model expects f32[2]"),
+            std::string::npos)
       << bad.output;
+  EXPECT_EQ(std::count(bad.output.begin(), bad.output.end(), '\n'), 1) << bad.output;
   // Without a run's values, the model stays refused in one line (check, train).
   auto check = run_command(cli + " check " + dir + "/seqs.onnx 2>&1");
   EXPECT_EQ(check.exit_code, 2) << check.output;

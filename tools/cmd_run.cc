@@ -58,7 +58,8 @@ const Command& run_command() {
       "condition or count computed from the inputs (if x.sum() > 0) is computed by running the part of\n"
       "the model before it on them, then taken or unrolled likewise; a Loop whose body decides when to\n"
       "stop (a while on the data) is unrolled as many times as the data say.\n"
-      "A sequence input comes as a .pb holding an ONNX SequenceProto (onnx.numpy_helper.from_list), an\n"
+      "A sequence input comes as a .pb holding an ONNX SequenceProto (onnx.numpy_helper.from_list), or as\n"
+      "its tensors, --input NAME=FILE once per element in order (--input xs=a.npy --input xs=b.npy); an\n"
       "optional input as a .pb holding an OptionalProto, or a .npy for an optional tensor; an optional\n"
       "input left out holds no value. The model is then taken for those lists (its sequence ops become\n"
       "the tensors they hold). A sequence or optional output prints one line per element, NAME[0], ...,\n"
@@ -123,9 +124,12 @@ std::vector<std::string> input_items(const Args& args, const Graph& g) {
 }
 
 // Pairs each --input with a model input: NAME=FILE, or a bare FILE when the model has one input. The inputs in
-// `optional` may be left out (an optional input without a value).
+// `optional` may be left out (an optional input without a value). A name in `sequences` may come several times, its
+// files in `lists` in order (the first also in the result).
 std::map<std::string, std::string> input_files(const Args& args, const Graph& g, const std::string& model,
-                                               const std::set<std::string>& optional = {}) {
+                                               const std::set<std::string>& optional = {},
+                                               const std::set<std::string>& sequences = {},
+                                               std::map<std::string, std::vector<std::string>>* lists = nullptr) {
   std::map<std::string, std::string> files;
   for (const auto& spec : input_items(args, g)) {
     std::string name, file;
@@ -144,6 +148,8 @@ std::map<std::string, std::string> input_files(const Args& args, const Graph& g,
                                    "; write --input NAME=FILE"));
     }
     if (file.empty()) throw Error(args.usage_error("--input " + spec + " names no file"));
+    if (lists && sequences.count(name)) (*lists)[name].push_back(file);
+    if (files.count(name) && sequences.count(name)) continue;
     if (files.count(name)) throw Error(args.usage_error("input '" + name + "' given twice"));
     files[name] = file;
   }
@@ -302,6 +308,7 @@ int cmd_run(const std::vector<std::string>& argv) {
   }
   std::map<std::string, std::string> files;
   std::map<std::string, CompositeValue> composite_values;
+  std::map<std::string, std::vector<std::string>> lists;  // a sequence input's files, one per element
   std::map<std::string, Tensor> read;  // the inputs read already
   if (decided_by_values || composite) {
     Graph shell;
@@ -313,9 +320,23 @@ int cmd_run(const std::vector<std::string>& argv) {
       if (!in.composite.empty()) declared[in.name] = in.composite;
       if (in.composite.rfind("optional", 0) == 0) optional.insert(in.name);
     }
-    files = input_files(args, shell, model, optional);
+    std::set<std::string> sequences;
+    for (const auto& [name, type] : declared)
+      if (type == "sequence") sequences.insert(name);
+    files = input_files(args, shell, model, optional, sequences, &lists);
     KnownInputs known;
     for (const auto& [name, file] : files) {
+      const bool pb = file.size() >= 3 && file.compare(file.size() - 3, 3, ".pb") == 0;
+      if (auto l = lists.find(name); l != lists.end() && (l->second.size() > 1 || !pb)) {
+        // A sequence given as its tensors, one --input each, in order (.npy, or .pb TensorProto files).
+        CompositeValue v;
+        for (const auto& f : l->second) v.tensors.push_back(read_tensor_file(f, name));
+        GR_CHECK(static_cast<int64_t>(v.tensors.size()) <= kMaxSequenceLength,
+                 "input '" << name << "' is a sequence of " << v.tensors.size() << " tensors; graphrun takes at most "
+                           << kMaxSequenceLength << " (each becomes an input of the graph)");
+        known.composite[name] = std::move(v);
+        continue;
+      }
       if (auto d = declared.find(name); d != declared.end()) {
         // A sequence from a SequenceProto .pb; an optional from an OptionalProto .pb, or a tensor file (a value).
         if (d->second == "optional" && file.size() >= 4 && file.compare(file.size() - 4, 4, ".npy") == 0) {
@@ -326,12 +347,11 @@ int cmd_run(const std::vector<std::string>& argv) {
           known.composite[name] = std::move(v);
         } else if (d->second != "unsupported") {
           GR_CHECK(
-              file.size() >= 3 && file.compare(file.size() - 3, 3, ".pb") == 0,
-              "input '" << name << "' is " << (d->second == "sequence" ? "a " : "an ") << d->second << ": " << file
-                        << " is not a .pb file holding an ONNX "
-                        << (d->second == "sequence" ? "SequenceProto (onnx.numpy_helper.from_list writes one)"
-                                                    : "OptionalProto (onnx.numpy_helper.from_optional writes one), "
-                                                      "nor a .npy tensor for an optional tensor"));
+              pb, "input '" << name << "' is " << (d->second == "sequence" ? "a " : "an ") << d->second << ": " << file
+                            << " is not a .pb file holding an ONNX "
+                            << (d->second == "sequence" ? "SequenceProto (onnx.numpy_helper.from_list writes one)"
+                                                        : "OptionalProto (onnx.numpy_helper.from_optional writes one), "
+                                                          "nor a .npy tensor for an optional tensor"));
           known.composite[name] = read_composite_pb(file, d->second != "sequence", name);
         }
         continue;
@@ -371,7 +391,9 @@ int cmd_run(const std::vector<std::string>& argv) {
       for (const auto& slot : g.composite_inputs)
         if (slot.name == name)
           for (size_t k = 0; k < slot.parts.size(); ++k) {
-            check_input(g, slot.parts[k], file, v.tensors.at(k));
+            auto l = lists.find(name);
+            const bool each = l != lists.end() && l->second.size() == slot.parts.size() && l->second.size() > 1;
+            check_input(g, slot.parts[k], each ? l->second[k] : file, v.tensors.at(k));
             feeds[slot.parts[k]] = v.tensors[k];
           }
       continue;
