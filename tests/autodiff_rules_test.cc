@@ -258,6 +258,42 @@ TEST(GradRules, ConvAttributes) {
   }
 }
 
+// ConvGrad's own gradient (second derivatives through a convolution): dX, dW and dB of ConvGrad, each read by the
+// loss, differentiated w.r.t. dY, X and W against central differences, in every attribute case of ConvAttributes.
+TEST(GradRules, ConvGradOfEveryConvAttributes) {
+  struct Case {
+    Shape x, w;
+    std::map<std::string, A> attrs;
+  };
+  std::vector<Case> cases = {
+      {{2, 3, 7, 7}, {4, 3, 3, 3}, {}},
+      {{2, 3, 8, 7}, {4, 3, 3, 2}, {{"strides", A::Ints({2, 1})}, {"pads", A::Ints({1, 0, 2, 1})}}},
+      {{1, 2, 9, 9}, {3, 2, 3, 3}, {{"dilations", A::Ints({2, 2})}, {"pads", A::Ints({1, 1, 1, 1})}}},
+      {{2, 4, 6, 6}, {6, 2, 3, 3}, {{"group", A::Int(2)}, {"strides", A::Ints({2, 2})}}},
+      {{2, 4, 6, 6}, {4, 1, 3, 3}, {{"group", A::Int(4)}, {"auto_pad", A::Str("SAME_UPPER")}}},
+      {{2, 3, 10}, {2, 3, 3}, {{"strides", A::Ints({3})}, {"pads", A::Ints({2, 1})}}}};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE("case " + std::to_string(i));
+    const auto& c = cases[i];
+    // dY in the convolution's output shape.
+    TestGraph shape_probe;
+    const std::string y =
+        shape_probe.node("Conv", {shape_probe.param("x", c.x, 1), shape_probe.param("w", c.w, 2)}, c.attrs);
+    runtime::ExecOptions o;
+    o.fetch = {y};
+    const Shape dy_shape = runtime::Executor(shape_probe.g, o).run({}).at(y).shape();
+    TestGraph t;
+    const std::string dy = t.param("dy", dy_shape, 3), x = t.param("x", c.x, 1), w = t.param("w", c.w, 2);
+    const auto d = t.node_n("ConvGrad", {dy, x, w}, 3, c.attrs, kGraphrunDomain);
+    const std::string flat = t.node("Constant", {}, {{"value", A::Tens(Tensor::from_vector<int64_t>({1}, {-1}))}});
+    const std::string all = t.node("Concat", {t.node("Reshape", {d[0], flat}), t.node("Reshape", {d[1], flat}), d[2]},
+                                   {{"axis", A::Int(0)}});
+    Graph bg = check_gradients(t, all);
+    EXPECT_GE(count_ops(bg, "Conv"), 2);      // dY's from dX and from dW
+    EXPECT_GE(count_ops(bg, "ConvGrad"), 3);  // the forward ConvGrad, then X's and W's
+  }
+}
+
 TEST(GradRules, ConvTransposeAttributes) {
   struct Case { Shape x, w; std::map<std::string, A> attrs; };
   std::vector<Case> cases = {

@@ -168,5 +168,35 @@ TEST(GradientOp, APhysicsInformedNetTrainsThroughSecondDerivatives) {
   EXPECT_LT(testing::max_abs_diff(u_of(dir + "/trained.onnx"), sin), 0.05) << r.output;
 }
 
+// A gradient penalty through a convolution (WGAN-GP's, R1's: the squared norm of a critic's gradient w.r.t. its input,
+// added to its output): training differentiates ConvGrad, whose own rule `check` verifies numerically. Through a
+// gradient op without a rule (MaxPoolGrad) `check` names it.
+TEST(GradientOp, AGradientPenaltyThroughAConvolutionChecks) {
+  const std::string dir = temp_dir("gradient_op_penalty");
+  run_onnx_python(dir, R"(
+F = TensorProto.FLOAT
+def critic(pool):
+    body = [helper.make_node('Conv', ['x', 'w'], ['c'], pads=[1, 1, 1, 1]), helper.make_node('Tanh', ['c'], ['r'])]
+    if pool:
+        body += [helper.make_node('MaxPool', ['r'], ['p'], kernel_shape=[2, 2], strides=[2, 2])]
+    body += [helper.make_node('ReduceMean', ['p' if pool else 'r'], ['s'], axes=[1, 2, 3], keepdims=0),
+             helper.make_node('Gradient', ['x'], ['gx'], domain='ai.onnx.preview.training', xs=['x'], y='s', name='penalty'),
+             helper.make_node('Mul', ['gx', 'gx'], ['g2']), helper.make_node('ReduceSum', ['g2'], ['pen'], axes=[1, 2, 3], keepdims=0),
+             helper.make_node('Add', ['pen', 's'], ['out'])]
+    g = helper.make_graph(body, 'critic', [helper.make_tensor_value_info('x', F, ['N', 2, 6, 6])],
+                          [helper.make_tensor_value_info('out', F, ['N'])],
+                          [numpy_helper.from_array(np.random.default_rng(1).standard_normal((3, 2, 3, 3)).astype(np.float32), 'w')])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid('', 12), helper.make_opsetid('ai.onnx.preview.training', 1)])
+onnx.save(critic(False), 'critic.onnx')
+onnx.save(critic(True), 'critic_pool.onnx')
+)");
+  auto r = run_command(testing::graphrun_cli() + " check " + dir + "/critic.onnx 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("verdict: trainable"), std::string::npos) << r.output;
+  r = run_command(testing::graphrun_cli() + " check " + dir + "/critic_pool.onnx 2>&1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("no gradient rule for op 'ai.graphrun::MaxPoolGrad'"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace graphrun

@@ -40,6 +40,34 @@ std::vector<int64_t> all_but_channel(int rank) {
 }  // namespace
 
 void conv_grad(GradContext& ctx) { conv_like_grad(ctx, "ConvGrad", false); }
+
+// The gradient of graphrun's ConvGrad (dX, dW, dB from dY, X, W), for second derivatives (ONNX's Gradient op in a
+// model that trains: a gradient penalty, a physics-informed net). dX is linear in dY and in W, dW in X and in dY,
+// dB in dY; with g0, g1, g2 flowing into dX, dW, dB:
+//   d dY = Conv(g0, W) + Conv(X, g1) + g2 over dY's batch and positions,
+//   d X  = the dX of ConvGrad(dY, X, g1),  d W = the dW of ConvGrad(dY, g0, W).
+void conv_grad_grad(GradContext& ctx) {
+  const auto attrs = copy_attrs(ctx.fwd(), {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
+  const std::string &dy = ctx.in(0), &x = ctx.in(1), &w = ctx.in(2);
+  const std::string &g0 = ctx.dy(0), &g1 = ctx.dy(1), &g2 = ctx.dy(2);
+  if (ctx.needs(0)) {
+    std::vector<std::string> parts;
+    if (!g0.empty()) parts.push_back(ctx.op("Conv", {g0, w}, attrs));
+    if (!g1.empty()) parts.push_back(ctx.op("Conv", {x, g1}, attrs));
+    if (!g2.empty()) {
+      const int r = ctx.rank(dy) >= 0 ? ctx.rank(dy) : ctx.rank(x);
+      GR_CHECK(r >= 3, ctx.fwd().describe() << ": the gradient of dB needs the rank of '" << dy << "'");
+      std::vector<int64_t> axes{0};
+      for (int i = 2; i < r; ++i) axes.push_back(i);
+      parts.push_back(ctx.op("Expand", {ctx.unsqueeze(g2, axes), ctx.shape_of(dy)}));
+    }
+    if (!parts.empty()) ctx.set_dx(0, parts.size() == 1 ? parts[0] : ctx.op("Sum", parts));
+  }
+  if (ctx.needs(1) && !g1.empty())
+    ctx.set_dx(1, ctx.op_n("ConvGrad", {dy, x, g1}, {true, false, false}, attrs, kGraphrunDomain)[0]);
+  if (ctx.needs(2) && !g0.empty())
+    ctx.set_dx(2, ctx.op_n("ConvGrad", {dy, g0, w}, {false, true, false}, attrs, kGraphrunDomain)[1]);
+}
 void conv_transpose_grad(GradContext& ctx) { conv_like_grad(ctx, "ConvTransposeGrad", true); }
 
 void max_pool_grad(GradContext& ctx) {
@@ -182,6 +210,7 @@ void global_max_pool_grad(GradContext& ctx) {
 
 GR_REGISTER_OPS(nn) {
   ops.op("Conv").gradient(conv_grad);
+  ops.op(kGraphrunDomain, "ConvGrad").gradient(conv_grad_grad);
   ops.op("ConvTranspose").gradient(conv_transpose_grad);
   ops.op("MaxPool").gradient(max_pool_grad).output_dtype(1, DType::I64);
   ops.op("AveragePool").gradient(average_pool_grad);
