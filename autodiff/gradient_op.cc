@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "autodiff/autodiff.h"
@@ -58,6 +59,15 @@ std::string filled_like(Graph& g, const std::string& like, DType t, double value
   return cast ? cast_to(g, fill, t, out, base) : out;
 }
 
+// Each value's producing node (Graph::producer scans every node: a walk over a large graph would be quadratic).
+std::unordered_map<std::string, int> producers(const Graph& g) {
+  std::unordered_map<std::string, int> r;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (const auto& o : g.nodes[i].outputs)
+      if (!o.empty()) r[o] = static_cast<int>(i);
+  return r;
+}
+
 void expand_one(Graph& g, size_t at, const std::string& what) {
   const Node node = g.nodes[at];
   const std::string desc = what + ": " + node.describe();
@@ -77,7 +87,8 @@ void expand_one(Graph& g, size_t at, const std::string& what) {
                                                   << " value" << (xs.size() == 1 ? "" : "s"));
   std::vector<std::string> names = xs;
   names.insert(names.end(), zs.begin(), zs.end());
-  auto defined = [&](const std::string& v) { return g.is_input(v) || g.is_initializer(v) || g.producer(v) >= 0; };
+  const std::unordered_map<std::string, int> made = producers(g);
+  auto defined = [&](const std::string& v) { return g.is_input(v) || g.is_initializer(v) || made.count(v) != 0; };
   for (const auto& v : names) GR_CHECK(defined(v), desc << ": xs or zs names '" << v << "', which the graph lacks");
   GR_CHECK(defined(y), desc << ": y names '" << y << "', which the graph lacks");
   for (size_t k = 0; k < node.inputs.size(); ++k)
@@ -120,11 +131,13 @@ void expand_one(Graph& g, size_t at, const std::string& what) {
     }
     std::set<int> cone;
     std::vector<std::string> todo{y};
+    const std::unordered_map<std::string, int> producer = producers(g);
     while (!todo.empty()) {
       const std::string v = todo.back();
       todo.pop_back();
       if (renamed.count(v)) continue;
-      const int p = g.producer(v);
+      auto it = producer.find(v);
+      const int p = it == producer.end() ? -1 : it->second;
       if (p < 0 || !cone.insert(p).second) continue;
       for (const auto& in : g.nodes[static_cast<size_t>(p)].inputs)
         if (!in.empty()) todo.push_back(in);
@@ -185,11 +198,12 @@ void expand_one(Graph& g, size_t at, const std::string& what) {
 }
 
 // Whether the nodes computing `y` hold a Gradient node.
-bool computed_by_gradient(const Graph& g, const std::string& y) {
+bool computed_by_gradient(const Graph& g, const std::unordered_map<std::string, int>& producer, const std::string& y) {
   std::set<int> seen;
   std::vector<std::string> todo{y};
   while (!todo.empty()) {
-    const int p = g.producer(todo.back());
+    auto it = producer.find(todo.back());
+    const int p = it == producer.end() ? -1 : it->second;
     todo.pop_back();
     if (p < 0 || !seen.insert(p).second) continue;
     if (is_gradient_op(g.nodes[static_cast<size_t>(p)])) return true;
@@ -199,19 +213,62 @@ bool computed_by_gradient(const Graph& g, const std::string& y) {
   return false;
 }
 
+// The most nodes the expansions may add to a model. A Gradient copies and differentiates the nodes computing its y,
+// and a Gradient of a Gradient's output does so again: a chain of them in a small file would grow as 3^k. Each
+// expansion is refused before it is built where the nodes computing its y, times kGrowth (the gradient nodes a rule
+// writes per forward node, about 2 to 3, and the copy), would pass the limit, and after it where it did.
+constexpr size_t kMaxExpandedNodes = 32768;
+constexpr size_t kGrowth = 4;
+
+// How many nodes compute the Gradient node's y from its xs and zs (the walk stops at those names).
+size_t cone_size(const Graph& g, const std::unordered_map<std::string, int>& producer, const Node& grad) {
+  std::set<std::string> stop;
+  for (const char* k : {"xs", "zs"})
+    if (const Attribute* a = grad.attr(k)) stop.insert(a->strings.begin(), a->strings.end());
+  const Attribute* y = grad.attr("y");
+  if (!y) return 0;
+  std::set<int> seen;
+  std::vector<std::string> todo{y->s};
+  while (!todo.empty()) {
+    const std::string v = todo.back();
+    todo.pop_back();
+    auto it = producer.find(v);
+    if (stop.count(v) || it == producer.end() || !seen.insert(it->second).second) continue;
+    for (const auto& in : g.nodes[static_cast<size_t>(it->second)].inputs)
+      if (!in.empty()) todo.push_back(in);
+  }
+  return seen.size();
+}
+
 // Every Gradient node, each once the nodes computing its y hold no other (a Gradient of a Gradient's output
 // differentiates the first one's nodes).
 void expand_gradient_ops(Graph& g, const std::string& what) {
+  const size_t before = g.nodes.size();
   for (;;) {
     std::optional<size_t> first, ready;
+    std::unordered_map<std::string, int> producer;
     for (size_t i = 0; i < g.nodes.size() && !ready; ++i) {
       if (!is_gradient_op(g.nodes[i])) continue;
-      if (!first) first = i;
+      if (!first) {
+        first = i;
+        producer = producers(g);
+      }
       const Attribute* y = g.nodes[i].attr("y");
-      if (!y || !computed_by_gradient(g, y->s)) ready = i;
+      if (!y || !computed_by_gradient(g, producer, y->s)) ready = i;
     }
     if (!first) return;
-    expand_one(g, ready ? *ready : *first, what);  // none ready: expand_one names what it cannot differentiate
+    const size_t at = ready ? *ready : *first;  // none ready: expand_one names what it cannot differentiate
+    const std::string name = g.nodes[at].describe();
+    const size_t added = g.nodes.size() > before ? g.nodes.size() - before : 0;
+    const size_t next = kGrowth * cone_size(g, producer, g.nodes[at]);
+    auto too_many = [&](size_t n) {
+      return Error(what + ": " + name + ": expanding the Gradient nodes up to it adds " + (n > added ? "about " : "") +
+                   std::to_string(n) + " nodes, past graphrun's limit of " + std::to_string(kMaxExpandedNodes) +
+                   " (each Gradient of a Gradient's output differentiates the nodes of the one before)");
+    };
+    if (added + next > kMaxExpandedNodes) throw too_many(added + next);
+    expand_one(g, at, what);
+    if (g.nodes.size() > before + kMaxExpandedNodes) throw too_many(g.nodes.size() - before);
     g.topo_sort();
     infer_shapes(g);
   }

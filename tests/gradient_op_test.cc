@@ -139,6 +139,15 @@ TEST(GradientOp, WhatTheSpecForbidsIsOneLineNamingTheNode) {
     EXPECT_NE(r.output.find(name + std::string(".onnx: ")), std::string::npos) << r.output;
     EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << r.output;
   }
+  // Each Gradient of the one before's output (the fuzz corpus's chain of 24): nodes would grow as 3^k; refused in one
+  // line before the expansion that would pass the limit is built.
+  auto r = run_command(testing::graphrun_cli() + " show " + testing::source_dir() +
+                       "/tests/fuzz/corpus/onnx/bad_gradient_chain.onnx 2>&1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("(ai.onnx.preview.training.Gradient): expanding the Gradient nodes up to it adds about"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("past graphrun's limit of 32768"), std::string::npos) << r.output;
 }
 
 // A physics-informed network (tests/pinn_model.py): u = MLP(x) with the ODE's residuals u' - cos x and u'' + u in the

@@ -279,7 +279,7 @@ def onnx_cases():
         for k, (ins, outputs, attrs) in enumerate(grads):
             nodes.append(helper.make_node("Gradient", ins, outputs, name="grad%d" % k,
                                           domain="ai.onnx.preview.training", **attrs))
-            outs += [vi(o, [3, 3] if o.endswith("w") else ["N", 3]) for o in outputs if o]
+            outs += [vi(o, [3, 3] if o.endswith("w") else ["N", 3]) for o in outputs if o and o[0] != "g"]
         m = model_of(nodes, [vi(i, ["N", 3]) for i in inputs], [vi("y", [])] + outs, [init("w", weights((3, 3)))],
                      opset=13, name="gradient")
         m.opset_import.append(helper.make_opsetid("ai.onnx.preview.training", 1))
@@ -288,6 +288,11 @@ def onnx_cases():
                                                 (["h1"], ["dz"], {"xs": ["z"], "y": "y"}),
                                                 (["w", "x"], ["ddw"], {"xs": ["w"], "zs": ["x"], "y": "dw"})])
     yield "bad_gradient_inputs.onnx", gradient_model([(["x"], ["dx"], {"xs": ["x"], "zs": ["w"], "y": "y"})])
+    # Each Gradient of the one before's output: nodes grow as 3^k (refused past the expansion limit).
+    chain = [(["x"], ["g0"], {"xs": ["x"], "y": "y"})]
+    for k in range(1, 24):
+        chain.append((["x"], ["g%d" % k], {"xs": ["x"], "y": "g%d" % (k - 1)}))
+    yield "bad_gradient_chain.onnx", gradient_model(chain)
 
     # Inputs a random fuzzer found crashing ONNX 1.12's inference (kept as found).
     probe = os.path.join(HERE, "corpus", "onnx")
