@@ -6,6 +6,7 @@
 // computing y from xs and zs are copied, reading the inputs instead. A y that is not a scalar is differentiated as
 // its sum (torch.autograd.grad with grad_outputs of ones). Gradients of Gradient (second order) need the rules of
 // the gradient ops in turn: a missing one is an error naming it.
+#include <algorithm>
 #include <optional>
 #include <set>
 #include <string>
@@ -59,13 +60,21 @@ std::string filled_like(Graph& g, const std::string& like, DType t, double value
   return cast ? cast_to(g, fill, t, out, base) : out;
 }
 
-// Each value's producing node (Graph::producer scans every node: a walk over a large graph would be quadratic).
-std::unordered_map<std::string, int> producers(const Graph& g) {
-  std::unordered_map<std::string, int> r;
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    for (const auto& o : g.nodes[i].outputs)
-      if (!o.empty()) r[o] = static_cast<int>(i);
-  return r;
+// The nodes writing `from` and what they read, transitively, not past the names in `stop` (nor graph inputs and
+// initializers), by `producer` (Graph::producers).
+std::set<int> upstream(const Graph& g, const std::unordered_map<std::string, int>& producer, const std::string& from,
+                       const std::set<std::string>& stop) {
+  std::set<int> seen;
+  std::vector<std::string> todo{from};
+  while (!todo.empty()) {
+    const std::string v = todo.back();
+    todo.pop_back();
+    auto it = producer.find(v);
+    if (stop.count(v) || it == producer.end() || !seen.insert(it->second).second) continue;
+    for (const auto& in : g.nodes[static_cast<size_t>(it->second)].inputs)
+      if (!in.empty()) todo.push_back(in);
+  }
+  return seen;
 }
 
 void expand_one(Graph& g, size_t at, const std::string& what) {
@@ -87,7 +96,7 @@ void expand_one(Graph& g, size_t at, const std::string& what) {
                                                   << " value" << (xs.size() == 1 ? "" : "s"));
   std::vector<std::string> names = xs;
   names.insert(names.end(), zs.begin(), zs.end());
-  const std::unordered_map<std::string, int> made = producers(g);
+  const std::unordered_map<std::string, int> made = g.producers();
   auto defined = [&](const std::string& v) { return g.is_input(v) || g.is_initializer(v) || made.count(v) != 0; };
   for (const auto& v : names) GR_CHECK(defined(v), desc << ": xs or zs names '" << v << "', which the graph lacks");
   GR_CHECK(defined(y), desc << ": y names '" << y << "', which the graph lacks");
@@ -129,19 +138,7 @@ void expand_one(Graph& g, size_t at, const std::string& what) {
       }
       renamed[names[k]] = v;
     }
-    std::set<int> cone;
-    std::vector<std::string> todo{y};
-    const std::unordered_map<std::string, int> producer = producers(g);
-    while (!todo.empty()) {
-      const std::string v = todo.back();
-      todo.pop_back();
-      if (renamed.count(v)) continue;
-      auto it = producer.find(v);
-      const int p = it == producer.end() ? -1 : it->second;
-      if (p < 0 || !cone.insert(p).second) continue;
-      for (const auto& in : g.nodes[static_cast<size_t>(p)].inputs)
-        if (!in.empty()) todo.push_back(in);
-    }
+    const std::set<int> cone = upstream(g, g.producers(), y, {names.begin(), names.end()});
     std::vector<Node> copies;
     for (int i : cone) {
       Node c = g.nodes[static_cast<size_t>(i)];
@@ -184,33 +181,18 @@ void expand_one(Graph& g, size_t at, const std::string& what) {
   } catch (const Error& e) {
     throw Error(desc + ": " + e.what());
   }
+  ValueTypes after(g);
   for (size_t k = 0; k < node.outputs.size(); ++k) {
     const std::string& out = node.outputs[k];
     if (out.empty()) continue;
     const std::vector<std::string>& c = grads[k];
     if (c.empty()) {
       // y does not depend on it: zeros like it.
-      filled_like(g, node.inputs[k], ValueTypes(g).dtype(node.inputs[k]), 0, out, base + "/zero_" + xs[k]);
+      filled_like(g, node.inputs[k], after.dtype(node.inputs[k]), 0, out, base + "/zero_" + xs[k]);
     } else {
       g.add_node(make_node(c.size() == 1 ? "Identity" : "Sum", c, {out}, g.unique_name(base + "/" + out)));
     }
   }
-}
-
-// Whether the nodes computing `y` hold a Gradient node.
-bool computed_by_gradient(const Graph& g, const std::unordered_map<std::string, int>& producer, const std::string& y) {
-  std::set<int> seen;
-  std::vector<std::string> todo{y};
-  while (!todo.empty()) {
-    auto it = producer.find(todo.back());
-    const int p = it == producer.end() ? -1 : it->second;
-    todo.pop_back();
-    if (p < 0 || !seen.insert(p).second) continue;
-    if (is_gradient_op(g.nodes[static_cast<size_t>(p)])) return true;
-    for (const auto& in : g.nodes[static_cast<size_t>(p)].inputs)
-      if (!in.empty()) todo.push_back(in);
-  }
-  return false;
 }
 
 // The most nodes the expansions may add to a model. A Gradient copies and differentiates the nodes computing its y,
@@ -220,24 +202,13 @@ bool computed_by_gradient(const Graph& g, const std::unordered_map<std::string, 
 constexpr size_t kMaxExpandedNodes = 32768;
 constexpr size_t kGrowth = 4;
 
-// How many nodes compute the Gradient node's y from its xs and zs (the walk stops at those names).
+// How many nodes compute the Gradient node's y from its xs and zs.
 size_t cone_size(const Graph& g, const std::unordered_map<std::string, int>& producer, const Node& grad) {
   std::set<std::string> stop;
   for (const char* k : {"xs", "zs"})
     if (const Attribute* a = grad.attr(k)) stop.insert(a->strings.begin(), a->strings.end());
   const Attribute* y = grad.attr("y");
-  if (!y) return 0;
-  std::set<int> seen;
-  std::vector<std::string> todo{y->s};
-  while (!todo.empty()) {
-    const std::string v = todo.back();
-    todo.pop_back();
-    auto it = producer.find(v);
-    if (stop.count(v) || it == producer.end() || !seen.insert(it->second).second) continue;
-    for (const auto& in : g.nodes[static_cast<size_t>(it->second)].inputs)
-      if (!in.empty()) todo.push_back(in);
-  }
-  return seen.size();
+  return y ? upstream(g, producer, y->s, stop).size() : 0;
 }
 
 // Every Gradient node, each once the nodes computing its y hold no other (a Gradient of a Gradient's output
@@ -251,10 +222,12 @@ void expand_gradient_ops(Graph& g, const std::string& what) {
       if (!is_gradient_op(g.nodes[i])) continue;
       if (!first) {
         first = i;
-        producer = producers(g);
+        producer = g.producers();
       }
+      // Ready once no other Gradient node computes its y.
       const Attribute* y = g.nodes[i].attr("y");
-      if (!y || !computed_by_gradient(g, producer, y->s)) ready = i;
+      const std::set<int> before_y = y ? upstream(g, producer, y->s, {}) : std::set<int>{};
+      if (std::none_of(before_y.begin(), before_y.end(), [&](int j) { return is_gradient_op(g.nodes[j]); })) ready = i;
     }
     if (!first) return;
     const size_t at = ready ? *ready : *first;  // none ready: expand_one names what it cannot differentiate

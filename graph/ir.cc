@@ -185,6 +185,14 @@ int Graph::producer(const std::string& value) const {
   return -1;
 }
 
+std::unordered_map<std::string, int> Graph::producers() const {
+  std::unordered_map<std::string, int> r;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    for (const auto& o : nodes[i].outputs)
+      if (!o.empty()) r[o] = static_cast<int>(i);
+  return r;
+}
+
 std::unordered_map<std::string, std::vector<int>> Graph::consumers() const {
   std::unordered_map<std::string, std::vector<int>> r;
   for (size_t i = 0; i < nodes.size(); ++i)

@@ -143,6 +143,8 @@ struct Graph {
   int producer(const std::string& value) const;
   // value name -> indices of the nodes reading it.
   std::unordered_map<std::string, std::vector<int>> consumers() const;
+  // value name -> index of the node writing it (producer() for many values: one pass instead of one each).
+  std::unordered_map<std::string, int> producers() const;
   // Reorders nodes topologically (stable, topological_order); throws Error naming a node on a cycle
   // or an undefined input.
   void topo_sort();

@@ -178,6 +178,11 @@ void check_input(const Graph& g, const std::string& name, const std::string& fil
                                  : ""));
 }
 
+// Whether `path` ends in `ext` (".pb"), as written.
+bool has_extension(const std::string& path, const std::string& ext) {
+  return path.size() >= ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
+}
+
 bool is_image_file(const std::string& path) {
   std::string e = std::filesystem::path(path).extension().string();
   std::transform(e.begin(), e.end(), e.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
@@ -326,7 +331,7 @@ int cmd_run(const std::vector<std::string>& argv) {
     files = input_files(args, shell, model, optional, sequences, &lists);
     KnownInputs known;
     for (const auto& [name, file] : files) {
-      const bool pb = file.size() >= 3 && file.compare(file.size() - 3, 3, ".pb") == 0;
+      const bool pb = has_extension(file, ".pb");
       if (auto l = lists.find(name); l != lists.end() && (l->second.size() > 1 || !pb)) {
         // A sequence given as its tensors, one --input each, in order (.npy, or .pb TensorProto files).
         CompositeValue v;
@@ -339,7 +344,7 @@ int cmd_run(const std::vector<std::string>& argv) {
       }
       if (auto d = declared.find(name); d != declared.end()) {
         // A sequence from a SequenceProto .pb; an optional from an OptionalProto .pb, or a tensor file (a value).
-        if (d->second == "optional" && file.size() >= 4 && file.compare(file.size() - 4, 4, ".npy") == 0) {
+        if (d->second == "optional" && has_extension(file, ".npy")) {
           CompositeValue v;
           v.optional = true;
           v.sequence = false;
@@ -388,11 +393,12 @@ int cmd_run(const std::vector<std::string>& argv) {
   for (const auto& [name, file] : files) {
     if (composite_values.count(name)) {
       const CompositeValue& v = composite_values.at(name);
+      // A sequence given as its tensors names each element's file; one .pb names the file that held them all.
+      auto l = lists.find(name);
       for (const auto& slot : g.composite_inputs)
         if (slot.name == name)
           for (size_t k = 0; k < slot.parts.size(); ++k) {
-            auto l = lists.find(name);
-            const bool each = l != lists.end() && l->second.size() == slot.parts.size() && l->second.size() > 1;
+            const bool each = l != lists.end() && l->second.size() == slot.parts.size();
             check_input(g, slot.parts[k], each ? l->second[k] : file, v.tensors.at(k));
             feeds[slot.parts[k]] = v.tensors[k];
           }

@@ -17,10 +17,15 @@ std::map<std::string, Attribute> copy_attrs(const Node& n, std::initializer_list
   return r;
 }
 
+// Conv's attributes, which ConvGrad carries too.
+std::map<std::string, Attribute> conv_attrs(const Node& n) {
+  return copy_attrs(n, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
+}
+
 void conv_like_grad(GradContext& ctx, const char* grad_op, bool transpose) {
   auto attrs = transpose ? copy_attrs(ctx.fwd(), {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides",
                                                   "output_padding", "output_shape"})
-                         : copy_attrs(ctx.fwd(), {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
+                         : conv_attrs(ctx.fwd());
   bool want_b = ctx.fwd().has_input(2) && ctx.needs(2);
   auto d = ctx.op_n(grad_op, {ctx.dy(), ctx.in(0), ctx.in(1)}, {ctx.needs(0), ctx.needs(1), want_b}, attrs,
                     kGraphrunDomain);
@@ -47,7 +52,7 @@ void conv_grad(GradContext& ctx) { conv_like_grad(ctx, "ConvGrad", false); }
 //   d dY = Conv(g0, W) + Conv(X, g1) + g2 over dY's batch and positions,
 //   d X  = the dX of ConvGrad(dY, X, g1),  d W = the dW of ConvGrad(dY, g0, W).
 void conv_grad_grad(GradContext& ctx) {
-  const auto attrs = copy_attrs(ctx.fwd(), {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
+  const auto attrs = conv_attrs(ctx.fwd());
   const std::string &dy = ctx.in(0), &x = ctx.in(1), &w = ctx.in(2);
   const std::string &g0 = ctx.dy(0), &g1 = ctx.dy(1), &g2 = ctx.dy(2);
   if (ctx.needs(0)) {
@@ -57,9 +62,7 @@ void conv_grad_grad(GradContext& ctx) {
     if (!g2.empty()) {
       const int r = ctx.rank(dy) >= 0 ? ctx.rank(dy) : ctx.rank(x);
       GR_CHECK(r >= 3, ctx.fwd().describe() << ": the gradient of dB needs the rank of '" << dy << "'");
-      std::vector<int64_t> axes{0};
-      for (int i = 2; i < r; ++i) axes.push_back(i);
-      parts.push_back(ctx.op("Expand", {ctx.unsqueeze(g2, axes), ctx.shape_of(dy)}));
+      parts.push_back(ctx.op("Expand", {ctx.unsqueeze(g2, all_but_channel(r)), ctx.shape_of(dy)}));
     }
     if (!parts.empty()) ctx.set_dx(0, parts.size() == 1 ? parts[0] : ctx.op("Sum", parts));
   }

@@ -85,6 +85,12 @@ int resolve_static_sequences(onnx::ModelProto& m, const std::string& what, std::
     a->set_type(onnx::AttributeProto::INT);
     a->set_i(v);
   };
+  auto ints_attr = [](onnx::NodeProto& n, const char* key, const std::vector<int64_t>& v) {
+    auto* a = n.add_attribute();
+    a->set_name(key);
+    a->set_type(onnx::AttributeProto::INTS);
+    for (int64_t x : v) a->add_ints(x);
+  };
   auto constant_proto = [&](const onnx::TensorProto& t, const std::string& base) {
     const std::string v = unused(base, values);
     auto* a = add("Constant", base, {}, {v}).add_attribute();
@@ -98,6 +104,19 @@ int resolve_static_sequences(onnx::ModelProto& m, const std::string& what, std::
     onnx::TensorProto p;
     tensor_to_proto(t, "", &p);
     return constant_proto(p, base);
+  };
+  // Squeeze or Unsqueeze `input` along `axis`: from opset 13 the axes are an input (`axes`, a Constant from
+  // axes_constant that such nodes share), before an attribute.
+  auto axes_constant = [&](int64_t axis, const std::string& base) {
+    return opset >= 13 ? constant(Tensor::from_vector<int64_t>({1}, {axis}), base + "/axes") : std::string();
+  };
+  auto along_axis = [&](const std::string& op, const std::string& name, const std::string& input,
+                        const std::string& output, const std::string& axes, int64_t axis) {
+    if (opset >= 13) {
+      add(op, name, {input, axes}, {output});
+    } else {
+      ints_attr(add(op, name, {input}, {output}), "axes", {axis});
+    }
   };
   // A position input: absent gives `fallback`; a constant in [-size, size + extra) gives its index; else none.
   auto position = [&](const onnx::NodeProto& n, int i, int64_t size, int64_t extra,
@@ -221,18 +240,10 @@ int resolve_static_sequences(onnx::ModelProto& m, const std::string& what, std::
         const auto* new_axis = attr(n, "new_axis");
         std::vector<std::string> parts = *s;
         if (new_axis && new_axis->i() != 0) {
-          const std::string axes =
-              opset >= 13 ? constant(Tensor::from_vector<int64_t>({1}, {axis->i()}), base + "/axes") : std::string();
+          const std::string axes = axes_constant(axis->i(), base);
           for (auto& p : parts) {
             const std::string u = unused(p + "/unsqueezed", values);
-            if (opset >= 13) {
-              add("Unsqueeze", base + "/unsqueeze", {p, axes}, {u});
-            } else {
-              auto* a = add("Unsqueeze", base + "/unsqueeze", {p}, {u}).add_attribute();
-              a->set_name("axes");
-              a->set_type(onnx::AttributeProto::INTS);
-              a->add_ints(axis->i());
-            }
+            along_axis("Unsqueeze", base + "/unsqueeze", p, u, axes, axis->i());
             p = u;
           }
         }
@@ -293,25 +304,11 @@ int resolve_static_sequences(onnx::ModelProto& m, const std::string& what, std::
                       split_out)
                 : add("Split", base, {n.input(0)}, split_out);
         int_attr(sp, "axis", axis);
-        if (opset < 13) {
-          auto* a = sp.add_attribute();
-          a->set_name("split");
-          a->set_type(onnx::AttributeProto::INTS);
-          for (int64_t v : sizes) a->add_ints(v);
-        }
+        if (opset < 13) ints_attr(sp, "split", sizes);
         if (squeeze) {
-          const std::string axes =
-              opset >= 13 ? constant(Tensor::from_vector<int64_t>({1}, {axis}), base + "/axes") : std::string();
-          for (size_t k = 0; k < parts.size(); ++k) {
-            if (opset >= 13) {
-              add("Squeeze", base + "/squeeze", {split_out[k], axes}, {parts[k]});
-            } else {
-              auto* a = add("Squeeze", base + "/squeeze", {split_out[k]}, {parts[k]}).add_attribute();
-              a->set_name("axes");
-              a->set_type(onnx::AttributeProto::INTS);
-              a->add_ints(axis);
-            }
-          }
+          const std::string axes = axes_constant(axis, base);
+          for (size_t k = 0; k < parts.size(); ++k)
+            along_axis("Squeeze", base + "/squeeze", split_out[k], parts[k], axes, axis);
         }
         seqs[n.output(0)] = parts;
       } else if (done) {
