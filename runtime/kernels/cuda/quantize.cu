@@ -296,7 +296,9 @@ __global__ void qlinear_conv_kernel(const X* x, const float* xs, const X* xzp, c
                                     int64_t ws_count, QuantRange r) {
   GR_GRID_STRIDE(e, n) {
     int64_t m;
-    const int32_t acc = int_conv_at(x, w, xzp, wzp, p, e, &m) + (bias ? bias[m] : 0);
+    // Two statements: the operands of + are unsequenced, and bias[m] must read the m int_conv_at sets.
+    int32_t acc = int_conv_at(x, w, xzp, wzp, p, e, &m);
+    if (bias) acc += bias[m];
     y[e] = requantize<Q>(acc, xs[0], ws[ws_count == 1 ? 0 : m], ys[0], static_cast<double>(yzp[0]), r);
   }
 }
