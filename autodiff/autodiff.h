@@ -9,12 +9,21 @@
 
 namespace graphrun::autodiff {
 
-enum class LossKind { CrossEntropy, MSE };
+// CrossEntropy: softmax cross-entropy of an output's scores against int64 class ids. MSE: the mean squared error
+// of an output against float targets of its shape. Output: the model computes its own loss (a module exported as
+// forward(x, y) -> loss, a VAE's ELBO, a physics-informed net's residual): the loss is the mean of that output's
+// elements, and no labels input is added.
+enum class LossKind { CrossEntropy, MSE, Output };
+// "cross-entropy", "mse", "output": the --loss flag's words.
+const char* loss_kind_name(LossKind k);
+// The kind a --loss word names; false for another word.
+bool parse_loss_kind(const std::string& word, LossKind* k);
 
 struct LossOptions {
   LossKind kind = LossKind::CrossEntropy;
   std::string output;             // which model output the loss reads; default the first
-  std::string labels = "labels";  // name of the new input: int64 [N, d1..] for cross-entropy, float (output's shape) for mse
+  std::string labels = "labels";  // name of the new input: int64 [N, d1..] for cross-entropy, float (output's shape)
+                                  // for mse; none for Output
   std::string loss = "loss";      // name of the scalar loss output (mean over the batch)
   // Cross-entropy on scores [N, d1.., classes] with labels [N, d1..]: transposed to ONNX's
   // [N, classes, d1..] for SoftmaxCrossEntropyLoss (a language model's per-token loss).
@@ -27,7 +36,8 @@ struct LossOptions {
   double label_smoothing = 0;
 };
 
-// Adds the loss node(s), the labels input and the scalar `loss` output. The model's outputs stay outputs.
+// Adds the loss node(s), the labels input and the scalar `loss` output. The model's outputs stay outputs. Output: one
+// node, `loss` = Identity of a scalar output or ReduceMean (keepdims 0, every axis) of any other; no labels input.
 Graph attach_loss(const Graph& forward, const LossOptions& opts = {});
 passes::Pass attach_loss_pass(const LossOptions& opts);
 

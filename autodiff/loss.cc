@@ -1,6 +1,7 @@
 // attach_loss: appends the training loss to a forward graph (cross-entropy on logits with int64 labels,
 // or mean squared error against a float target), as a new `labels` input and a scalar `loss` output;
-// cross-entropy optionally with label smoothing, as torch.nn.CrossEntropyLoss(label_smoothing=eps).
+// cross-entropy optionally with label smoothing, as torch.nn.CrossEntropyLoss(label_smoothing=eps); or the
+// model's own loss (an output it computes, averaged to a scalar), with no labels input.
 #include "autodiff/autodiff.h"
 
 #include <sstream>
@@ -62,6 +63,24 @@ void append_label_smoothing(Graph& g, const std::string& nll, const std::string&
 
 }  // namespace
 
+const char* loss_kind_name(LossKind k) {
+  switch (k) {
+    case LossKind::CrossEntropy:
+      return "cross-entropy";
+    case LossKind::MSE:
+      return "mse";
+    case LossKind::Output:
+      return "output";
+  }
+  return "?";
+}
+
+bool parse_loss_kind(const std::string& word, LossKind* k) {
+  for (LossKind c : {LossKind::CrossEntropy, LossKind::MSE, LossKind::Output})
+    if (word == loss_kind_name(c)) return *k = c, true;
+  return false;
+}
+
 Graph attach_loss(const Graph& forward, const LossOptions& opts) {
   GR_CHECK(opts.label_smoothing >= 0 && opts.label_smoothing < 1,
            "attach_loss: label smoothing must be in [0, 1), got " << opts.label_smoothing);
@@ -75,19 +94,38 @@ Graph attach_loss(const Graph& forward, const LossOptions& opts) {
     for (const auto& o : g.outputs) names += (names.empty() ? "" : ", ") + o;
     GR_FAIL("the model has no output named '" << out << "' for the loss (--loss-output; its outputs: " << names << ")");
   }
+  const bool own = opts.kind == LossKind::Output;
   for (const std::string& name : {opts.labels, opts.loss})
-    GR_CHECK(!g.is_input(name) && !g.is_initializer(name) && g.producer(name) < 0 && !g.info(name),
-             "attach_loss: the model already has a value named '"
-                 << name << "', the name graphrun's loss gives its " << (name == opts.labels ? "targets" : "value")
-                 << ": rename it in the model");
+    GR_CHECK((own && name == opts.labels) ||
+                 (!g.is_input(name) && !g.is_initializer(name) && g.producer(name) < 0 && !g.info(name)),
+             "attach_loss: the model already has a value named '" << name << "', the name graphrun's loss gives its "
+                                                                  << (name == opts.labels ? "targets" : "value")
+                                                                  << ": rename it in the model");
   const ValueInfo* oi = g.info(out);
   DType t = oi ? oi->dtype : DType::F32;
   if (t == DType::Undefined) t = DType::F32;
   GR_CHECK(dtype_is_float(t), "attach_loss: output '" << out << "' is " << dtype_name(t) << ", not a float tensor");
   g.unique_name(opts.loss);  // reserve both names before generating others
-  g.unique_name(opts.labels);
+  if (!own) g.unique_name(opts.labels);
 
   Node loss;
+  if (own) {
+    // The model's own loss: a scalar as it is, anything else averaged (per-example losses [N] give their mean,
+    // the reduction torch's losses default to), so that the replicas' loss_scale seed (shard / global batch)
+    // weighs it as it weighs the built-in losses.
+    const bool scalar = oi && oi->has_shape && oi->shape.empty();
+    Node n{g.unique_name(opts.loss + (scalar ? "_output" : "_mean")),
+           scalar ? "Identity" : "ReduceMean",
+           "",
+           {out},
+           {opts.loss},
+           {}};
+    if (!scalar) n.attrs["keepdims"] = Attribute::Int(0);  // no axes: the mean over every element
+    g.add_node(std::move(n));
+    g.values[opts.loss] = ValueInfo{t, true, {}};
+    g.outputs.push_back(opts.loss);
+    return g;
+  }
   if (opts.kind == LossKind::CrossEntropy) {
     GR_CHECK(g.opset("") >= 12, "attach_loss: cross-entropy uses SoftmaxCrossEntropyLoss, which needs opset >= 12; "
                                 "the model imports opset " << g.opset(""));
@@ -149,8 +187,8 @@ Graph attach_loss(const Graph& forward, const LossOptions& opts) {
 }
 
 passes::Pass attach_loss_pass(const LossOptions& opts) {
-  std::vector<std::pair<std::string, std::string>> kv{
-      {"loss", opts.kind == LossKind::MSE ? "mse" : "cross-entropy"}, {"output", opts.output}, {"labels", opts.labels}};
+  std::vector<std::pair<std::string, std::string>> kv{{"loss", loss_kind_name(opts.kind)}, {"output", opts.output}};
+  if (opts.kind != LossKind::Output) kv.emplace_back("labels", opts.labels);
   if (opts.classes_last) kv.emplace_back("classes", "last axis");
   if (opts.label_smoothing > 0) {
     std::ostringstream eps;

@@ -140,10 +140,10 @@ struct Measured {
 // same fetches and state updates) at shard n: once to plan, then `timed` times, timing every node.
 // `copies` > 1: that many replicas run the timed steps at once on their own threads, as graphrun
 // train's in-process replicas do (they share this machine's cores); the times are replica 0's.
-Measured run_replica(const TrainingGraphs& tg, const DeviceGraph& dg, int64_t n, int timed, bool mse,
+Measured run_replica(const TrainingGraphs& tg, const DeviceGraph& dg, int64_t n, int timed, bool count,
                      const PlanOptions& o, int copies = 1) {
   Graph g = dg.graph;
-  const auto figures = passes::append_step_figures(g, tg.loss, tg.logits, tg.labels, !mse);
+  const auto figures = passes::append_step_figures(g, tg.loss, tg.logits, tg.labels, count);
   Profiler prof;
   std::vector<std::unique_ptr<Communicator>> comms;
   std::vector<std::unique_ptr<Executor>> execs;
@@ -158,7 +158,7 @@ Measured run_replica(const TrainingGraphs& tg, const DeviceGraph& dg, int64_t n,
     ExecOptions eo;
     eo.threads = o.threads;
     if (avail) eo.memory_limit = run_memory_limit(avail, static_cast<size_t>(copies)), eo.memory_hint = hint;
-    eo.fetch = mse ? std::vector<std::string>{figures.loss} : std::vector<std::string>{figures.loss, figures.correct};
+    eo.fetch = count ? std::vector<std::string>{figures.loss, figures.correct} : std::vector<std::string>{figures.loss};
     eo.state_updates = dg.state_updates;
     eo.comm = comms.back().get();
     eo.profile = &prof.track("plan " + std::to_string(c));
@@ -269,12 +269,12 @@ Plan make_plan(const Graph& model, const PlanOptions& options) {
   po.executor_passes = true;  // train's replicas run the executor's graph (folded, fused, views)
   const TrainingGraphs tg = build_training_graphs(model, po);
   const DeviceGraph& dg = tg.replicas.at(0);
-  const bool mse = po.loss == autodiff::LossKind::MSE;
+  const bool count = po.loss == autodiff::LossKind::CrossEntropy;  // (mse and output count nothing correct)
   const int64_t B = options.batch_size;
   plan.shard = data::shard(B, options.devices).size[0];
   const bool measure = options.predict && options.device_tflops <= 0;
   const int timed = measure ? std::max(1, options.measure_steps) : 0;
-  Measured m = run_replica(tg, dg, plan.shard, timed, mse, options, measure ? std::max(1, options.concurrent) : 1);
+  Measured m = run_replica(tg, dg, plan.shard, timed, count, options, measure ? std::max(1, options.concurrent) : 1);
 
   // Memory, from the executor's plan and its state.
   const std::set<std::string> params(tg.params.begin(), tg.params.end());
@@ -337,7 +337,7 @@ Plan make_plan(const Graph& model, const PlanOptions& options) {
     // One device on the whole batch is timed too: per-node overheads do not shrink with the shard.
     plan.compute_1 = !options.baseline ? 0
                      : plan.shard == B ? compute_seconds(plan.nodes)
-                                       : compute_seconds(run_replica(tg, dg, B, timed, mse, options).nodes);
+                                       : compute_seconds(run_replica(tg, dg, B, timed, count, options).nodes);
     plan.timing = "node times measured on this machine's CPU (" + std::to_string(options.threads) + " thread" +
                   (options.threads > 1 ? "s" : "") + ", mean of " + std::to_string(timed) + " steps" +
                   (options.concurrent > 1 ? ", " + std::to_string(options.concurrent) + " replicas at once" : "") + ")";

@@ -136,6 +136,8 @@ struct EvalStats {
   // Over the test set; loss: mean cross-entropy of the model output (summed in f32 on every device).
   // --loss mse: accuracy is 0 and loss the mean squared error per target element. top5: the share of
   // examples whose label is among the 5 highest scores, when there are more than 10 classes (else -1).
+  // --loss output: accuracy is 0 and loss the mean of the model's loss output over the test examples (each
+  // batch's output averaged, weighted by its examples).
   double accuracy = 0, loss = 0, top5 = -1;
   int64_t images = 0;
 };
@@ -146,7 +148,8 @@ struct EpochStats {
   double loss = 0;       // mean training loss over the epoch's examples
   double train_acc = 0;  // from the logits of the training forward passes
   double test_acc = 0;
-  double test_loss = 0;   // the mean cross-entropy over the test set (--loss mse: test_mse instead)
+  double test_loss = 0;   // the mean cross-entropy over the test set (--loss mse: test_mse instead; --loss
+                          // output: the model's own loss, train_acc and test_acc 0)
   double test_top5 = -1;  // more than 10 classes only
   double test_mse = -1;   // --loss mse only (test_acc and train_acc are then 0)
   double seconds = 0;    // training steps only (not evaluation), as d2l's timer
@@ -204,6 +207,10 @@ class Trainer {
   const data::SourcePtr& train_source() const { return train_src_; }
   const data::SourcePtr& test_source() const { return test_src_; }
   bool mse() const { return opts_.pipeline.loss == autodiff::LossKind::MSE; }
+  // --loss output: the model computes its loss; no labels are fed, and the figures are that loss alone.
+  bool own_loss() const { return opts_.pipeline.loss == autodiff::LossKind::Output; }
+  // Cross-entropy: class ids, so correct counts and accuracies.
+  bool counts() const { return opts_.pipeline.loss == autodiff::LossKind::CrossEntropy; }
 
  private:
   struct Replica;     // runtime/trainer_parts.h

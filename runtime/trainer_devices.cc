@@ -228,7 +228,10 @@ void Trainer::setup_replicas() {
   const int D = static_cast<int>(devs.size());
   // Resident sets are fed as they are (f32): a float64 model (--float64) reads batches through its
   // source, which converts them.
-  const auto data = place_data(train_, test_, devs, f32_images() ? opts_.device_data_budget : 0, opts_.log);
+  // (--loss output: the model's inputs are whatever arrays it names, read batch by batch, not the resident images
+  // and labels.)
+  const auto data =
+      place_data(train_, test_, devs, f32_images() && !own_loss() ? opts_.device_data_budget : 0, opts_.log);
   comms_ = world_communicators();
   for (int d = 0; d < D; ++d) {
     auto r = std::make_unique<Replica>();
@@ -258,13 +261,13 @@ void Trainer::setup_replicas() {
     // The replica's graph keeps its structure only: the executor takes the tensors, and lends rather than
     // copies those nothing else holds (the optimizer's zero-filled buffers).
     graphs_.replicas[d].graph.initializers.clear();
-    // The figures read back, f32 (a float64 loss through a Cast node). --loss mse counts nothing
+    // The figures read back, f32 (a float64 loss through a Cast node). --loss mse and output count nothing
     // correct: the loss stands in for the count, which is ignored.
-    const auto figures = passes::append_step_figures(g, graphs_.loss, graphs_.logits, graphs_.labels, !mse(),
+    const auto figures = passes::append_step_figures(g, graphs_.loss, graphs_.logits, graphs_.labels, counts(),
                                                      opts_.pipeline.classes_last);
     loss_f32_ = figures.loss;
     correct_ = figures.correct;
-    ro.fetch = mse() ? std::vector<std::string>{loss_f32_} : std::vector<std::string>{loss_f32_, correct_};
+    ro.fetch = counts() ? std::vector<std::string>{loss_f32_, correct_} : std::vector<std::string>{loss_f32_};
     ro.state_updates = graphs_.replicas[d].state_updates;
     ro.comm = comms_[d].get();
     ro.comm->set_timeout(opts_.comm_timeout);

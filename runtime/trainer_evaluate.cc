@@ -3,7 +3,7 @@
 // executor state, read once at the end. Every replica of the job (all ranks') evaluates its own
 // contiguous share of the test set, the local ones at once (the replicas' threads are idle then); the
 // host adds the totals in replica order, with top-5 hits (more than 10 classes) and, with --loss mse,
-// the squared errors.
+// the squared errors; with --loss output, the model's own loss output, each batch's mean times its examples.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -72,7 +72,7 @@ Graph for_executor(Graph g) {
 }  // namespace
 
 // Before any training: the model must map the inputs to one score per class of the labels (or, with
-// --loss mse, to one value per target).
+// --loss mse, to one value per target; with --loss output, to a float loss).
 void Trainer::setup_evaluation() {
   const Graph inference = passes::remove_noops(passes::to_inference(graphs_.forward));
   ExecOptions eo;
@@ -95,7 +95,12 @@ void Trainer::setup_evaluation() {
       GR_FAIL("model '" << graphs_.forward.name << "' cannot run on the " << (train_.size() ? "images" : "data")
                         << " of " << test_src_->describe() << ": " << e.what());
     }
-    if (mse()) {
+    if (own_loss()) {
+      GR_CHECK((out.dtype() == DType::F32 || out.dtype() == DType::F64) && out.numel() >= 1,
+               "--loss output trains on the model's own loss, but output '"
+                   << graphs_.logits << "' is " << dtype_name(out.dtype()) << shape_str(out.shape()) << " for " << n
+                   << " examples: a float scalar (or per-example losses, averaged) is a loss");
+    } else if (mse()) {
       const data::ArraySpec& t = test_src_->spec(data::kLabels);
       GR_CHECK((out.dtype() == DType::F32 || out.dtype() == DType::F64) && out.rank() >= 1 && out.dim(0) == n && out.numel() == n * t.numel(),
                "model output '" << graphs_.logits << "' is " << dtype_name(out.dtype()) << shape_str(out.shape())
@@ -123,9 +128,10 @@ void Trainer::setup_evaluation() {
       eval_->classes = per.empty() ? c : 0;  // (top-5 is for one label per example)
     }
   }
-  // --loss mse: the host sums the squared errors from the outputs; else the metric graph counts.
+  // --loss mse: the host sums the squared errors from the outputs; --loss output, the outputs; else the metric
+  // graph counts.
   Graph g;
-  if (mse()) {
+  if (!counts()) {
     g = inference;
     eo.fetch = {graphs_.logits};
   } else {
@@ -178,7 +184,7 @@ void Trainer::setup_evaluation_parts() {
       if (src && src->dtype() == t.dtype() && src->shape() == t.shape()) t = *src;
     }
     eval_->parts[d].exec = std::make_unique<Executor>(std::move(g), eo);
-    if (!mse()) eval_->parts[d].totals = std::make_unique<HostReadback>(backend_, devs[d], 1, 2);
+    if (counts()) eval_->parts[d].totals = std::make_unique<HostReadback>(backend_, devs[d], 1, 2);
   }
   eval_->graph = Graph();
 }
@@ -331,7 +337,7 @@ EvalStats Trainer::evaluate_stats() {
   share_evaluation_state();
   for (auto& part : eval_->parts) {
     Executor& ex = *part.exec;
-    if (!mse()) {
+    if (counts()) {
       ex.set_state(eval_->correct_total, zero);
       ex.set_state(eval_->loss_total, zero);
     }
@@ -366,7 +372,18 @@ EvalStats Trainer::evaluate_stats() {
         y = Tensor::view(DType::I64, {n}, static_cast<int64_t*>(data.test_labels.raw()) + i, data.test_labels.device());
       } else {
         in = read_inputs(*test_src_, graphs_.inputs, i, n, xbufs);
-        y = read_rows(*test_src_, data::kLabels, i, n, ybuf);
+        if (!own_loss()) y = read_rows(*test_src_, data::kLabels, i, n, ybuf);
+      }
+      if (own_loss()) {
+        // The batch's loss, the mean of the output as training takes it, counted once per example.
+        const Tensor out = to_host(ex.run(in).at(graphs_.logits));
+        double sum = 0;
+        if (out.dtype() == DType::F64)
+          for (int64_t j = 0, m = out.numel(); j < m; ++j) sum += out.data<double>()[j];
+        else
+          for (int64_t j = 0, m = out.numel(); j < m; ++j) sum += out.data<float>()[j];
+        tot.loss += sum / double(out.numel()) * double(n);
+        return;
       }
       if (mse()) {
         const Tensor out = to_host(ex.run(in).at(graphs_.logits));
@@ -393,7 +410,7 @@ EvalStats Trainer::evaluate_stats() {
         if (i != first || n == 1) throw;
         per_run = n / 2;
         ex.set_max_plans(1);
-        if (!mse()) {
+        if (counts()) {
           ex.set_state(eval_->correct_total, zero);
           ex.set_state(eval_->loss_total, zero);
         }
@@ -406,7 +423,7 @@ EvalStats Trainer::evaluate_stats() {
       }
       i += n;
     }
-    if (mse()) return;
+    if (!counts()) return;
     eval_->parts[p].totals->post(0, {&ex.state(eval_->correct_total), &ex.state(eval_->loss_total)});
     const float* t = eval_->parts[p].totals->read(0);
     tot.correct = t[0];
@@ -440,6 +457,10 @@ EvalStats Trainer::evaluate_stats() {
   }
   if (mse()) {
     st.loss = all.sq / double(N * test_src_->spec(data::kLabels).numel());
+    return st;
+  }
+  if (own_loss()) {
+    st.loss = all.loss / double(N);
     return st;
   }
   st.accuracy = all.correct / (double(N) * positions_);

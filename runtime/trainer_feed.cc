@@ -18,9 +18,9 @@ namespace {
 // is not the host's).
 class HostFeed final : public Feed {
  public:
-  HostFeed(data::SourcePtr train, std::vector<std::string> inputs) : train_(std::move(train)) {
+  HostFeed(data::SourcePtr train, std::vector<std::string> inputs, bool labels) : train_(std::move(train)) {
     names_ = std::move(inputs);
-    names_.push_back(data::kLabels);
+    if (labels) names_.push_back(data::kLabels);
   }
   void begin_epoch(const std::vector<int64_t>& order, int64_t, int64_t, int64_t) override { order_ = &order; }
   void shard(int64_t first, int64_t n, std::map<std::string, Tensor>& in) override {
@@ -40,7 +40,7 @@ class HostFeed final : public Feed {
     return Tensor(a.dtype, s);
   }
   data::SourcePtr train_;
-  std::vector<std::string> names_;  // the inputs, then the labels
+  std::vector<std::string> names_;  // the inputs, then the labels (if fed)
   const std::vector<int64_t>* order_ = nullptr;
   std::map<int64_t, std::map<std::string, Tensor>> buffers_;  // by shard size
 };
@@ -50,7 +50,7 @@ class HostFeed final : public Feed {
 class LoaderFeed final : public Feed {
  public:
   LoaderFeed(data::SourcePtr train, const FeedOptions& o) : names_(o.inputs), steps_(o.steps_per_epoch) {
-    names_.push_back(data::kLabels);
+    if (o.labels) names_.push_back(data::kLabels);
     data::LoaderOptions lo;
     lo.batch = o.batch;
     lo.steps_per_epoch = o.steps_per_epoch;
@@ -77,7 +77,7 @@ class LoaderFeed final : public Feed {
   }
 
  private:
-  std::vector<std::string> names_;  // the inputs, then the labels
+  std::vector<std::string> names_;  // the inputs, then the labels (if fed)
   int64_t steps_;
   std::unique_ptr<data::Loader> loader_;
   int64_t epoch_ = -1, step_ = -1;  // the batch next() hands out next
@@ -140,7 +140,7 @@ std::unique_ptr<Feed> make_feed(const data::SourcePtr& train, const DeviceData& 
                                 const FeedOptions& opts) {
   if (data.resident) return std::make_unique<DeviceFeed>(data, device, opts.inputs.at(0));
   if (opts.loader_threads > 0 || opts.augment) return std::make_unique<LoaderFeed>(train, opts);
-  return std::make_unique<HostFeed>(train, opts.inputs);
+  return std::make_unique<HostFeed>(train, opts.inputs, opts.labels);
 }
 
 int64_t data_bytes(const data::Dataset& train, const data::Dataset& test) {
@@ -238,6 +238,7 @@ void Trainer::load_data(const Graph& model) {
   per_sec_unit_ = image ? "img" : "samples";
   data::FitOptions fo;
   fo.labels = opts_.labels;
+  fo.targets = !own_loss();
   const std::string out = opts_.pipeline.output.empty() && !model.outputs.empty() ? model.outputs[0] : opts_.pipeline.output;
   const ValueInfo* ov = model.info(out);
   if (mse()) {
@@ -250,7 +251,7 @@ void Trainer::load_data(const Graph& model) {
   const bool whole = kind == "idx" && opts_.test_data.empty() && opts_.val_split < 0 && data::has_idx(opts_.data_dir, "t10k");
   // A user's labels out of range are an error naming the example; MNIST's are right, so there the
   // model is wrong, and setup_evaluation says how many classes each has.
-  if (!mse() && !whole && ov && ov->has_shape && ov->shape.size() == 2 && ov->shape[1].known())
+  if (counts() && !whole && ov && ov->has_shape && ov->shape.size() == 2 && ov->shape[1].known())
     fo.num_classes = ov->shape[1].size;
   data::Normalize norm = opts_.channel_norm;
   if (opts_.normalize && whole) {
@@ -270,7 +271,7 @@ void Trainer::load_data(const Graph& model) {
                                                         << " (class ids train with --loss cross-entropy)");
     // Scores with more than a class axis: one class id per position ([T] for [T,V], [H,W] for [C,H,W]).
     const Shape scores = ov && ov->has_shape ? input_spec(model, out).shape : Shape{};
-    if (!mse() && t && scores.size() >= 2) {
+    if (counts() && t && scores.size() >= 2) {
       const bool last = classes_last(scores, t->shape, "model output '" + out + "' is " + ov->str() + " and " +
                                                            s->describe() + " has labels " + dtype_name(t->dtype) +
                                                            shape_str(t->shape));
@@ -290,7 +291,7 @@ void Trainer::load_data(const Graph& model) {
     GR_CHECK(test_src_->size() > 0, "no examples to test on in '" << opts_.test_data << "'");
     train_src_ = test_src_;
     test_from_ = test_src_->describe();
-    if (!mse()) positions_ = std::max<int64_t>(1, test_src_->spec(data::kLabels).numel());
+    if (counts()) positions_ = std::max<int64_t>(1, test_src_->spec(data::kLabels).numel());
     return;
   }
   if (!whole) {
@@ -299,7 +300,7 @@ void Trainer::load_data(const Graph& model) {
     test_src_ = opts_.test_limit > 0 ? data::head(d.test, opts_.test_limit) : d.test;
     test_from_ = d.test_from;
     GR_CHECK(train_src_->size() > 0 && test_src_->size() > 0, "no examples to train or test on in '" << opts_.data_dir << "'");
-    if (!mse()) positions_ = std::max<int64_t>(1, train_src_->spec(data::kLabels).numel());
+    if (counts()) positions_ = std::max<int64_t>(1, train_src_->spec(data::kLabels).numel());
     return;
   }
   train_ = data::load_split(opts_.data_dir, "train");
@@ -345,6 +346,7 @@ FeedOptions Trainer::feed_options(int d) const {
   f.steps_per_epoch = steps_per_epoch_;
   f.seed = opts_.seed;
   f.augment = opts_.augment;
+  f.labels = !own_loss();
   if (opts_.augment) {
     // The loader augments every f32 [C,H,W] array; a model none of whose inputs is an image has none.
     bool image = false;

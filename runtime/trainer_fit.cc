@@ -113,7 +113,7 @@ EpochStats Trainer::train_epoch(int epoch) {
   st.test_acc = ev.accuracy;
   st.test_loss = ev.loss;
   st.test_top5 = ev.top5;
-  if (mse()) st.test_mse = ev.loss, st.train_acc = 0;
+  if (mse()) st.test_mse = ev.loss;
   return st;
 }
 
@@ -208,7 +208,7 @@ EpochStats Trainer::epoch_stats(int epoch, double seconds) const {
   }
   sum_over_ranks(loss, correct, st.images);
   st.loss = st.images ? loss / st.images : 0;
-  st.train_acc = st.images ? double(correct) / (double(st.images) * positions_) : 0;
+  st.train_acc = st.images && counts() ? double(correct) / (double(st.images) * positions_) : 0;
   return st;
 }
 

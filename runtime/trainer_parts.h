@@ -53,6 +53,7 @@ struct FeedOptions {
   bool augment = false;
   std::vector<float> fill;    // augment: the padding's value per channel (normalised black)
   int loader_threads = 0;     // > 0 or augment: through a data::Loader (prefetching the replica's shards)
+  bool labels = true;         // the targets too, as data::kLabels (not with --loss output)
 };
 
 // A gather on the device from resident data (the order uploaded once per epoch); a gather on the host

@@ -59,6 +59,8 @@ void Trainer::report_epoch(const EpochStats& st) const {
   *opts_.log << "epoch " << st.epoch << "/" << opts_.epochs << "  loss " << fmt(st.loss, 4);
   if (mse())
     *opts_.log << "  test mse " << fmt(st.test_mse, 4);
+  else if (own_loss())
+    *opts_.log << "  test loss " << fmt(st.test_loss, 4);
   else
     *opts_.log << "  train acc " << fmt(st.train_acc, 3) << "  test acc " << fmt(st.test_acc, 3);
   if (st.test_top5 >= 0) *opts_.log << "  top-5 " << fmt(st.test_top5, 3);
@@ -71,6 +73,8 @@ void Trainer::report_end(const std::vector<EpochStats>& all) const {
   for (const auto& st : all) sec += st.seconds;
   if (mse())
     *opts_.log << "test mse: " << fmt(all.back().test_mse, 4);
+  else if (own_loss())
+    *opts_.log << "test loss: " << fmt(all.back().test_loss, 4);
   else
     *opts_.log << "test acc: " << fmt(all.back().test_acc, 2);
   if (all.back().test_top5 >= 0) *opts_.log << ", top-5: " << fmt(all.back().test_top5, 2);
@@ -83,8 +87,10 @@ void Trainer::write_metrics(std::ostream& os, const EpochStats& st) const {
   j["epoch"] = st.epoch;
   j["steps"] = st.steps;
   j["loss"] = rounded(st.loss, 6);
-  j["train_acc"] = rounded(st.train_acc, 6);
-  j["test_acc"] = rounded(st.test_acc, 6);
+  if (!own_loss()) {  // (--loss mse keeps its zeros: files have always held them)
+    j["train_acc"] = rounded(st.train_acc, 6);
+    j["test_acc"] = rounded(st.test_acc, 6);
+  }
   if (!mse()) j["test_loss"] = rounded(st.test_loss, 6);
   if (st.test_top5 >= 0) j["test_top5"] = rounded(st.test_top5, 6);
   if (mse()) j["test_mse"] = rounded(st.test_mse, -1);
@@ -108,6 +114,8 @@ void Trainer::report_evaluation(const EvalStats& st) const {
                            (per_sec_unit_ == "img" ? " images: " : " examples: ") + test_from_ + ")";
   if (mse())
     *opts_.log << "test mse: " << st.loss << what << "\n";
+  else if (own_loss())
+    *opts_.log << "test loss: " << fmt(st.loss, 4) << what << "\n";
   else
     *opts_.log << "test acc: " << fmt(st.accuracy, 4) << ", test loss: " << fmt(st.loss, 4)
                << (st.top5 >= 0 ? ", top-5: " + fmt(st.top5, 4) : std::string()) << what << "\n";
@@ -119,6 +127,8 @@ void Trainer::write_eval_metrics(std::ostream& os, const EvalStats& st) const {
   nlohmann::ordered_json j;
   if (mse()) {
     j["test_mse"] = rounded(st.loss, -1);
+  } else if (own_loss()) {
+    j["test_loss"] = rounded(st.loss, 6);
   } else {
     j["test_acc"] = rounded(st.accuracy, 6);
     j["test_loss"] = rounded(st.loss, 6);

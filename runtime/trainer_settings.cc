@@ -52,11 +52,12 @@ std::vector<RunSetting> run_settings(const TrainOptions& o, const Graph& model) 
   return {
       // What is trained, on what, from where: the same on every rank, and on resume.
       {"--float64", on_off(f64), R::Same},
-      {"model", model.name + " " + shapes_signature(model.initializers), R::Unchecked},  // (checked against a checkpoint's "signature")
+      {"model", model.name + " " + shapes_signature(model.initializers),
+       R::Unchecked},  // (checked against a checkpoint's "signature")
       {"--batch-size", std::to_string(o.batch_size), R::Same},
       {"--seed", std::to_string(o.seed), R::Same},
       {"--optimizer", opt.kind, R::Same},
-      {"--loss", p.loss == autodiff::LossKind::MSE ? "mse" : "cross-entropy", R::Same},
+      {"--loss", autodiff::loss_kind_name(p.loss), R::Same},
       {"--loss-output", output, R::Same},
       {"--label-smoothing", d(p.label_smoothing), R::Same},
       {"--labels", o.labels, R::Same},

@@ -271,6 +271,56 @@ TEST(AttachLoss, MseAddsTargetOfTheOutputsShape) {
   EXPECT_TRUE(find_op(g, "ReduceMean"));
 }
 
+// --loss output: no labels input; a scalar output is the loss as it is (Identity), any other is averaged
+// (ReduceMean over every axis), and its gradient reaches the parameters; an integer output is refused.
+TEST(AttachLoss, OutputKindAveragesTheModelsOwnLossWithoutLabels) {
+  autodiff::LossOptions lo;
+  lo.kind = autodiff::LossKind::Output;
+  const Graph cnn = small_cnn().g;
+  Graph g = autodiff::attach_loss(cnn, lo);
+  EXPECT_EQ(g.inputs, cnn.inputs);
+  EXPECT_FALSE(g.info("labels"));
+  EXPECT_EQ(g.info("loss")->str(), "f32[]");
+  const int p = g.producer("loss");
+  ASSERT_GE(p, 0);
+  EXPECT_EQ(g.nodes[p].op_type, "ReduceMean");
+  EXPECT_EQ(g.nodes[p].inputs, std::vector<std::string>{"logits"});
+  EXPECT_EQ(g.nodes[p].attrs.at("keepdims").i, 0);
+  EXPECT_FALSE(g.nodes[p].attrs.count("axes"));
+  const Graph bw = autodiff::backward(g);
+  for (const char* o : {"w1_grad", "b1_grad", "w2_grad", "b2_grad"}) EXPECT_TRUE(bw.is_output(o)) << o;
+
+  // A model whose output already is its scalar loss.
+  Graph own = autodiff::attach_loss(cnn, lo);
+  own.outputs = {"loss"};
+  lo.loss = "loss2";
+  Graph h = autodiff::attach_loss(own, lo);
+  const int q = h.producer("loss2");
+  ASSERT_GE(q, 0);
+  EXPECT_EQ(h.nodes[q].op_type, "Identity");
+  EXPECT_EQ(h.nodes[q].inputs, std::vector<std::string>{"loss"});
+
+  Graph ints = cnn;
+  ints.nodes.push_back(Node{"am", "ArgMax", "", {"logits"}, {"best"}, {}});
+  ints.values["best"] = ValueInfo{DType::I64, true, {Dim(std::string("N")), Dim(1)}};
+  ints.outputs = {"best"};
+  EXPECT_THROW(
+      {
+        try {
+          autodiff::attach_loss(ints, lo);
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("output 'best' is i64, not a float tensor"), std::string::npos)
+              << e.what();
+          throw;
+        }
+      },
+      Error);
+  EXPECT_STREQ(autodiff::loss_kind_name(autodiff::LossKind::Output), "output");
+  autodiff::LossKind k{};
+  EXPECT_TRUE(autodiff::parse_loss_kind("mse", &k) && k == autodiff::LossKind::MSE);
+  EXPECT_FALSE(autodiff::parse_loss_kind("hinge", &k));
+}
+
 // The ops docs/ops.md's table lists with a CUDA kernel.
 std::set<std::string> ops_with_cuda_kernels() {
   std::ifstream f(source_dir() + "/docs/ops.md");

@@ -135,6 +135,30 @@ TEST(SimTrainer, EqualsCpuReplicasWithAdamNormalizationLoggingAndWithoutResident
   }
 }
 
+// --loss output on the device: LeNet computing its own cross-entropy (its labels a model input, fed from the MNIST
+// folder's array of that name) trains as the CPU replicas train it, bit for bit, on shards of different sizes; the
+// inputs are read batch by batch (nothing resident: the model names its arrays), and the test loss is the same.
+TEST(SimTrainer, AModelsOwnLossTrainsAsOnCpuReplicas) {
+  REQUIRE_LENET_AND_DATA();
+  ScopedSimDevice sim;
+  Graph model = load_onnx(testing::lenet_path());
+  model.inputs.push_back("labels");
+  model.values["labels"] = ValueInfo{DType::I64, true, {Dim(std::string("N"))}};
+  model.add_node(Node{"own_xent", "SoftmaxCrossEntropyLoss", "", {"logits", "labels"}, {"xent"}, {}});
+  model.values["xent"] = ValueInfo{DType::F32, true, {}};
+  model.outputs = {"xent"};
+  TrainOptions o = testing::quick(2, 51, 4, 200);  // shards of 26 and 25
+  o.pipeline.loss = autodiff::LossKind::Output;
+  Trainer cpu(model, o), dev(model, with_devices(o, sim_replicas(2)));
+  const runtime::EpochStats ec = cpu.train_epoch(0), ed = dev.train_epoch(0);
+  expect_same_epoch(ed, ec, "own loss");
+  expect_same_states(cpu, dev, "own loss");
+  EXPECT_GT(ec.loss, 0.5);  // (a cross-entropy over 10 classes, early in training)
+  EXPECT_EQ(ec.train_acc, 0);
+  EXPECT_EQ(ed.test_loss, ec.test_loss);
+  EXPECT_GT(ec.test_loss, 0.5);
+}
+
 TEST(SimTrainer, NonFiniteLossStopsAtTheStepTheCpuNames) {
   REQUIRE_LENET_AND_DATA();
   ScopedSimDevice sim;

@@ -8,9 +8,13 @@ namespace graphrun::cli {
 
 std::vector<Option> backward_options() {
   return {
-      {"loss", "KIND", "cross-entropy (default; on logits, int64 labels [N]) or mse (float target, output's shape)"},
-      {"freeze", "NAMES", "parameters that get no gradient (comma-separated or repeated); a module\n"
-                          "                            name (fc1) freezes its parameters (fc1.weight, fc1.bias)", true},
+      {"loss", "KIND",
+       "cross-entropy (default; on logits, int64 labels [N]), mse (float target, output's\n"
+       "                            shape) or output (the model computes its loss: the mean of --loss-output)"},
+      {"freeze", "NAMES",
+       "parameters that get no gradient (comma-separated or repeated); a module\n"
+       "                            name (fc1) freezes its parameters (fc1.weight, fc1.bias)",
+       true},
       {"loss-output", "NAME", "the model output the loss reads (default: the first output)"},
       label_smoothing_option(),
   };
@@ -22,13 +26,24 @@ Option label_smoothing_option() {
                                     "                            + EPS x mean over examples of -(1/C) sum_c log_softmax(x)_c"};
 }
 
+autodiff::LossKind parse_loss(const Args& args) {
+  autodiff::LossKind k = autodiff::LossKind::CrossEntropy;
+  const std::string word = args.get("loss", "cross-entropy");
+  if (!autodiff::parse_loss_kind(word, &k))
+    throw Error(args.usage_error("--loss '" + word +
+                                 "': choose cross-entropy (class labels), mse (float targets) or "
+                                 "output (the model's own loss, no labels)"));
+  return k;
+}
+
 double parse_label_smoothing(const Args& args, autodiff::LossKind loss) {
   if (!args.has("label-smoothing")) return 0;
   const double eps = args.get_double("label-smoothing", 0);  // not a number: a usage error
   if (!(eps >= 0 && eps < 1))
     throw Error(args.usage_error("--label-smoothing must be in [0, 1), got " + args.get("label-smoothing")));
   if (loss != autodiff::LossKind::CrossEntropy)
-    throw Error(args.usage_error("--label-smoothing is for --loss cross-entropy, not --loss mse"));
+    throw Error(args.usage_error(std::string("--label-smoothing is for --loss cross-entropy, not --loss ") +
+                                 autodiff::loss_kind_name(loss)));
   return eps;
 }
 
@@ -54,10 +69,7 @@ Option sync_bn_option() {
 runtime::PipelineOptions parse_pipeline_options(const Args& args, bool data_parallel) {
   runtime::PipelineOptions po;
   po.data_parallel = data_parallel;
-  const std::string loss = args.get("loss", "cross-entropy");
-  if (loss == "cross-entropy") po.loss = autodiff::LossKind::CrossEntropy;
-  else if (loss == "mse") po.loss = autodiff::LossKind::MSE;
-  else throw Error(args.usage_error("--loss must be cross-entropy or mse, got '" + loss + "'"));
+  po.loss = parse_loss(args);
   po.output = args.get("loss-output");
   po.label_smoothing = parse_label_smoothing(args, po.loss);
   for (const auto& f : args.all("freeze")) po.freeze.insert(f);

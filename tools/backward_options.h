@@ -15,6 +15,8 @@ std::vector<Option> backward_options();
 Option label_smoothing_option();
 // --label-smoothing's EPS (0 when not given): a usage error (exit 2) unless a number with 0 <= EPS < 1,
 // and with a `loss` other than cross-entropy.
+// --loss's kind (default cross-entropy); a usage error for another word.
+autodiff::LossKind parse_loss(const Args& args);
 double parse_label_smoothing(const Args& args, autodiff::LossKind loss);
 // --dump-after PASS (show, grad and train).
 Option dump_after_option();

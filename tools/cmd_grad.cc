@@ -17,8 +17,9 @@ namespace {
 const Command& grad_command() {
   static const Command cmd = [] {
     Command c{"grad",
-              "graphrun grad MODEL.onnx [-o OUT.onnx] [--loss cross-entropy|mse] [--freeze NAMES] [--loss-output NAME]",
-              "Writes forward + loss + backward as one ONNX model: its inputs are the model's inputs plus 'labels',\n"
+              "graphrun grad MODEL.onnx [-o OUT.onnx] [--loss cross-entropy|mse|output] [--freeze NAMES] [--loss-output NAME]",
+              "Writes forward + loss + backward as one ONNX model: its inputs are the model's inputs plus 'labels'\n"
+              "(none with --loss output: the loss is the mean of the model's own output --loss-output),\n"
               "its outputs the model's outputs, 'loss' (scalar, mean over the batch) and one '<parameter>_grad'\n"
               "per trainable parameter (every float initializer but --freeze'd ones and BatchNorm statistics).",
               {{"output", "FILE", "where to write the model (also -o FILE; default: MODEL.grad.onnx here); weights\n"

@@ -36,7 +36,7 @@ std::vector<Option> plan_options() {
                                       "                            train: on for GPUs, off for CPU replicas)"},
       {"threads", "N", "intra-op threads of the timed replica (default as graphrun train: cores / replicas)"},
       {"steps", "K", "timed steps per measurement, after one planning step (default 3)"},
-      {"loss", "KIND", "cross-entropy (default) or mse, as graphrun train"},
+      {"loss", "KIND", "cross-entropy (default), mse or output, as graphrun train"},
       label_smoothing_option(),
       {"freeze", "NAMES", "parameters that are not trained, as graphrun train: no gradient, no bucket, no\n"
                           "                            optimizer state (comma-separated or repeated); a module name\n"
@@ -155,9 +155,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
   const int64_t steps = args.get_int("steps", 3);
   if (steps < 1 || steps > 1000) throw bad("--steps must be between 1 and 1000, got " + args.get("steps"));
   o.measure_steps = static_cast<int>(steps);
-  const std::string loss = args.get("loss", "cross-entropy");
-  if (loss == "mse") o.pipeline.loss = autodiff::LossKind::MSE;
-  else if (loss != "cross-entropy") throw bad("--loss must be cross-entropy or mse, got '" + loss + "'");
+  o.pipeline.loss = parse_loss(args);
   o.pipeline.label_smoothing = parse_label_smoothing(args, o.pipeline.loss);
   o.pipeline.optimizer = parse_optimizer_options(args, true);
   for (const auto& f : args.all("freeze")) o.pipeline.freeze.insert(f);

@@ -34,7 +34,8 @@ const Command& train_command() {
   static const Command cmd{
       "train",
       "graphrun train MODEL.onnx [--devices cpu:N] [--batch-size 256] [--lr 0.2] [--epochs 10] [options]",
-      "Trains a classifier (or, with --loss mse, a regressor) data-parallel: the training graph is replicated once per device, gradients are summed\n"
+      "Trains a classifier (or, with --loss mse, a regressor; with --loss output, a model that computes its own loss)\n"
+      "data-parallel: the training graph is replicated once per device, gradients are summed\n"
       "by AllReduce nodes, and every replica applies the same optimizer update (SGD, Adam, AdamW or Adagrad).",
       {
           {"devices", "LIST", "cpu:N (N CPU replicas), cpu:0,cpu:1, or cuda:0,1 (default: cpu:R, R = min(cores, 4));\n"
@@ -79,8 +80,11 @@ const Command& train_command() {
                            "                            a model read with external data, or over 1 GiB of weights,\n"
                            "                            keeps its weights in FILE.data beside it"},
           {"metrics", "FILE", "write one JSON object per epoch (with --eval-only: one for the evaluation)"},
-          {"loss", "NAME", "cross-entropy (default; integer class ids) or mse (float targets of the\n"
-                           "                            output's shape; the test figure is the mean squared error)"},
+          {"loss", "NAME", "cross-entropy (default; integer class ids), mse (float targets of the\n"
+                           "                            output's shape; the test figure is the mean squared error) or\n"
+                           "                            output: the model computes its loss (forward(x, y) -> loss, an ELBO):\n"
+                           "                            no labels; the data's arrays feed every input by name; training\n"
+                           "                            minimises --loss-output's mean, and the test figure is that mean"},
           {"loss-output", "NAME", "the model output the loss and the evaluation read (default: the first output)"},
           {"label-smoothing", "EPS", "cross-entropy with label smoothing EPS, 0 <= EPS < 1 (default 0: none), as\n"
                                      "                            torch.nn.CrossEntropyLoss(label_smoothing=EPS): (1 - EPS) x NLL\n"
@@ -177,6 +181,7 @@ const Command& train_command() {
       "  graphrun train model.onnx --data train.npz --test-data test.npz\n"
       "  graphrun train resnet18.onnx --data images/train --test-data images/val --augment\n"
       "  graphrun train regressor.onnx --data houses.npz --loss mse --val-split 0.2\n"
+      "  graphrun train vae.onnx --loss output --optimizer adam --lr 1e-3   # its output is its loss\n"
       "\n"
       "Under MPI (mpirun -np K graphrun train ...) each rank trains its --devices (or --gpus N: the GPUs from\n"
       "local rank x N); the batch splits over the replicas of all ranks as in one process, and the CPU sums in\n"
@@ -342,10 +347,7 @@ int cmd_train(const std::vector<std::string>& argv) {
     o.device_data_budget = mb << 20;
   }
   if (o.max_steps < 0) throw bad("--max-steps must be >= 0, got " + args.get("max-steps"));
-  const std::string loss = args.get("loss", "cross-entropy");
-  if (loss != "cross-entropy" && loss != "mse")
-    throw bad("--loss '" + loss + "': choose cross-entropy (class labels) or mse (float targets)");
-  if (loss == "mse") o.pipeline.loss = autodiff::LossKind::MSE;
+  o.pipeline.loss = parse_loss(args);
   o.pipeline.output = args.get("loss-output");
   o.pipeline.label_smoothing = parse_label_smoothing(args, o.pipeline.loss);
   o.pipeline.optimizer = parse_optimizer_options(args, true);
@@ -438,6 +440,8 @@ int cmd_train(const std::vector<std::string>& argv) {
     if (!o.test_data.empty()) throw bad("give --test-data or --val-split, not both");
   }
   o.labels = args.get("labels", runtime::data::kLabels);
+  if (args.has("labels") && o.pipeline.loss == autodiff::LossKind::Output)
+    throw bad("--loss output reads no targets: the model computes its loss from its inputs (it takes no --labels)");
   o.augment = args.has("augment");
   if (args.has("loader-threads")) {
     const int64_t t = args.get_int("loader-threads", 0);

@@ -145,13 +145,16 @@ class FittedSource : public Source {
     for (const auto& in : inputs) {
       const ArraySpec* a = src_->find(in.name);
       if (!a && inputs.size() == 1 && non_targets == 1) a = only;
-      GR_CHECK(!a || a->name != opts.labels, "--labels " << opts.labels << " names model input '" << in.name
-                                                         << "', which " << src_->describe()
-                                                         << " feeds: the targets are another array (it has: "
-                                                         << names_of(*src_) << ")");
+      GR_CHECK(!a || !opts.targets || a->name != opts.labels,
+               "--labels " << opts.labels << " names model input '" << in.name << "', which " << src_->describe()
+                           << " feeds: the targets are another array (it has: " << names_of(*src_) << ")");
       GR_CHECK(a, src_->describe() << " has no array '" << in.name << "' for model input '"
                                                              << in.name << "' (it has: " << names_of(*src_) << ")");
       add(*a, in.name, in.dtype, in.shape, false, "model input '" + in.name + "'");
+    }
+    if (!opts.targets) {
+      if (!opts.normalize.empty()) set_normalize(opts.normalize, feeds_.size());
+      return;
     }
     const ArraySpec* t = src_->find(opts.labels);
     GR_CHECK(t, src_->describe() << " has no array '" << opts.labels << "' of targets (it has: " << names_of(*src_)
@@ -162,7 +165,7 @@ class FittedSource : public Source {
                                 << (t->dtype == DType::U64 ? ": class ids must be signed or at most 32-bit integers (store them as int64)"
                                                            : ": class ids must be integers (float targets train with --loss mse)"));
     add(*t, kLabels, opts.label_dtype, opts.check_label_shape ? opts.label_shape : t->shape, true, "the targets");
-    if (!opts.normalize.empty()) set_normalize(opts.normalize);
+    if (!opts.normalize.empty()) set_normalize(opts.normalize, feeds_.size() - 1);  // (the last feed is the targets)
     check_targets(opts);
   }
 
@@ -231,9 +234,10 @@ class FittedSource : public Source {
     feeds_.push_back({a.name, a.dtype, c, shape_numel(shape), {}, {}, 0});
   }
 
-  void set_normalize(const Normalize& nz) {
+  // On the float inputs among the first `inputs` feeds.
+  void set_normalize(const Normalize& nz, size_t inputs) {
     bool any = false;
-    for (size_t k = 0; k + 1 < feeds_.size(); ++k) {  // the last feed is the targets
+    for (size_t k = 0; k < inputs; ++k) {
       const ArraySpec& s = specs_[k];
       if (s.dtype != DType::F32 || s.shape.empty()) continue;
       const int64_t C = s.shape[0];

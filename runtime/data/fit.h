@@ -26,6 +26,9 @@ Normalize parse_normalize(const std::string& text);  // errors name --normalize
 
 struct FitOptions {
   std::string labels = kLabels;    // the targets array in the source (--labels NAME)
+  // false (--loss output: the model computes its own loss): no targets are fed. The array `labels` may then feed a
+  // model input of that name; it is still no candidate for a one-input model's only array.
+  bool targets = true;
   DType label_dtype = DType::I64;  // I64: class ids (cross-entropy); F32: float targets (--loss mse)
   bool check_label_shape = false;  // when set, the targets must have label_shape per example
   Shape label_shape;               // -1: any size
@@ -34,12 +37,11 @@ struct FitOptions {
 };
 
 // A view of `src` with exactly the arrays the trainer feeds: each model input under the model's name
-// and dtype, and the targets as "labels". A model with one input takes the source's only non-target
-// array whatever its name. Conversions: u8 -> f32 is x / 255 (images, as the MNIST reader does),
-// f64 -> f32 narrows (numpy's default float), integers widen to i64/i32, f32 -> f64; targets are
-// never scaled. Per-example shapes must match up to dimensions of size 1 (u8[28,28] feeds
-// f32[1,28,28]). The targets are scanned once here: class ids out of range and NaN/Inf float targets
-// are errors naming the source and the example.
+// and dtype, and the targets as "labels" (unless opts.targets is false). A model with one input takes the source's only
+// non-target array whatever its name. Conversions: u8 -> f32 is x / 255 (images, as the MNIST reader does), f64 -> f32
+// narrows (numpy's default float), integers widen to i64/i32, f32 -> f64; targets are never scaled. Per-example shapes
+// must match up to dimensions of size 1 (u8[28,28] feeds f32[1,28,28]). The targets are scanned once here: class ids
+// out of range and NaN/Inf float targets are errors naming the source and the example.
 SourcePtr fit_to_model(SourcePtr src, const std::vector<InputSpec>& inputs, const FitOptions& opts);
 
 // The largest class id in the integer array `labels` of `src`, plus one (an image folder: its class
