@@ -12,7 +12,8 @@ and, where OpenBLAS is installed (Debian's libopenblas0-pthread), PyTorch with 2
 PyTorch 1.13 is built with BLAS_INFO=generic: nn.Linear's matrix products call whatever libblas.so.3 the system's
 alternatives select, the reference BLAS unless OpenBLAS is installed (about 5 GFLOP/s here against OpenBLAS's
 several times that); the OpenBLAS row loads OpenBLAS's libblas.so.3 through LD_LIBRARY_PATH, leaving the
-system's choice alone. Seconds are the
+system's choice alone, with OPENBLAS_NUM_THREADS=1 (PyTorch's own threads run the rest; OpenBLAS's threads
+beside them were slower: 11.7 ms a step against 6.9). Seconds are the
 training epochs only (graphrun's --metrics epoch seconds, its first epoch holding the planning step; torch's loop
 timed over the same epochs). Each row prints the test loss after the last epoch (the negative ELBO per test image,
 with the latent drawn as in training: both sides draw their own noise, so the figures agree in size, not in
@@ -67,6 +68,7 @@ def torch_row(a, out, threads, blas_dir=None):
     env = dict(os.environ)
     if blas_dir:
         env['LD_LIBRARY_PATH'] = blas_dir + (':' + env['LD_LIBRARY_PATH'] if env.get('LD_LIBRARY_PATH') else '')
+        env['OPENBLAS_NUM_THREADS'] = '1'
     cmd = [sys.executable, os.path.abspath(__file__), '--torch-only', out, '--threads', str(threads),
            '--epochs', str(a.epochs), '--batch', str(a.batch), '--lr', str(a.lr), '--hidden', str(a.hidden),
            '--latent', str(a.latent)]
