@@ -22,6 +22,8 @@
 #   syncbn64         the same CNN in float64 (--float64), 20 SGD steps: --sync-bn over 2 ranks x cpu:1 (5+5) and
 #                    1 + 2 replicas (4+3+3) within 1e-10 (relative) of 1 replica on the whole batch, and bitwise
 #                    cpu:2 / cpu:3; without --sync-bn over 2 ranks more than 1e-3 away
+#   ownloss          --loss output (LeNet computing its own cross-entropy): 1 + 2 replicas over 2 ranks save bitwise
+#                    the weights of cpu:3 and print its test loss
 #   evalbatch        rank 1 alone with little memory: every rank evaluates in rank 1's (smaller) batch, and the
 #                    figures are those of both ranks tight
 set -u
@@ -325,6 +327,28 @@ PY
     strip() { sed -E 's/"(seconds|images_per_sec)":[0-9.e+-]*,//g' "$1"; }
     [ "$(strip one.jsonl)" = "$(strip both.jsonl)" ] || fail "the figures differ: $(cat one.jsonl) vs $(cat both.jsonl)"
     echo "rank 1 tight: $mine on every rank, the figures of both ranks tight"
+    ;;
+  ownloss)
+    # LeNet computing its own cross-entropy (labels a model input, fed from the data's labels by name).
+    /usr/bin/python3 - "$MODEL" <<'PY' || fail "could not write the own-loss model"
+import sys, onnx
+from onnx import helper as h, TensorProto as T
+m = onnx.load(sys.argv[1])
+m.graph.input.append(h.make_tensor_value_info('labels', T.INT64, ['N']))
+m.graph.node.append(h.make_node('SoftmaxCrossEntropyLoss', [m.graph.output[0].name, 'labels'], ['xent']))
+del m.graph.output[:]
+m.graph.output.append(h.make_tensor_value_info('xent', T.FLOAT, []))
+onnx.save(m, 'own.onnx')
+PY
+    O=(train own.onnx --epochs 1 --threads 1 --loss output --max-steps 20 --optimizer adam --lr 2e-3)  # (past chance)
+    "${M[@]}" -np 1 "$G" "${O[@]}" --devices cpu:1 --save mpi.onnx : -np 1 "$G" "${O[@]}" --devices cpu:2 \
+      > mpi.out 2>&1 || fail "mpirun --loss output failed"
+    "$G" "${O[@]}" --devices cpu:3 --save local.onnx > local.out 2>&1 || fail "cpu:3 --loss output failed"
+    cmp mpi.onnx local.onnx || fail "--loss output: 1 + 2 replicas over 2 ranks and cpu:3 saved different weights"
+    want=$(grep '^test loss:' local.out | cut -d, -f1)
+    [ -n "$want" ] || fail "cpu:3 printed no test loss"
+    [ "$(grep '^test loss:' mpi.out | cut -d, -f1)" = "$want" ] || fail "test loss over 2 ranks: $(grep '^test loss:' mpi.out); cpu:3: $want"
+    echo "--loss output: rank0 cpu:1 + rank1 cpu:2 == cpu:3 bitwise after 20 steps, $want"
     ;;
   *) fail "unknown case" ;;
 esac
