@@ -90,7 +90,9 @@ std::string op_table_markdown(const OpTable& table) {
      << "ONNX ops with a kernel but no gradient rule yet (a model using one on the path to the loss fails "
         "with the op and node names): "
      << code_list(ops_missing_a_gradient_rule(table)) << ".\n\n"
-     << "graphrun's backward and training ops are never differentiated: " << code_list(never) << ".\n";
+     << "graphrun's own ops without a rule (a second derivative through one, an ONNX Gradient node on the loss's "
+        "path, fails naming it; the training ops are never on that path): "
+     << code_list(never) << ".\n";
   return os.str();
 }
 

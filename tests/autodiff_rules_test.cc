@@ -341,6 +341,104 @@ TEST(GradRules, AveragePoolAttributes) {
   }
 }
 
+// The output shape of `op` on x (a probe run), for a dY of that shape.
+Shape probe_shape(const std::string& op, const Shape& x, const std::map<std::string, A>& attrs) {
+  TestGraph probe;
+  const std::string y = probe.node(op, {probe.param("x", x, 1)}, attrs);
+  runtime::ExecOptions o;
+  o.fetch = {y};
+  return runtime::Executor(probe.g, o).run({}).at(y).shape();
+}
+
+std::string const_i64(TestGraph& t, const std::string& name, const std::vector<int64_t>& v) {
+  t.g.initializers[name] = Tensor::from_vector<int64_t>({static_cast<int64_t>(v.size())}, v);
+  return name;
+}
+
+// Second derivatives through the pooling gradients (a gradient penalty through a pooled network): MaxPoolGrad and
+// AveragePoolGrad differentiated w.r.t. dY (linear) and X (no gradient: the numeric check sees none either), with
+// overlapping windows, pads, count_include_pad and ceil_mode, at static shapes and at symbolic ones.
+TEST(GradRules, PoolingGradientsOfSecondOrder) {
+  const std::vector<std::map<std::string, A>> cases = {
+      {{"kernel_shape", A::Ints({2, 2})}, {"strides", A::Ints({2, 2})}},
+      {{"kernel_shape", A::Ints({3, 3})}, {"strides", A::Ints({2, 2})}, {"pads", A::Ints({1, 1, 1, 1})}},
+      {{"kernel_shape", A::Ints({3, 3})},
+       {"strides", A::Ints({2, 2})},
+       {"pads", A::Ints({1, 1, 1, 1})},
+       {"count_include_pad", A::Int(1)}},
+      {{"kernel_shape", A::Ints({3, 2})}, {"strides", A::Ints({2, 1})}, {"ceil_mode", A::Int(1)}}};
+  const Shape xs{2, 3, 7, 7};
+  for (size_t i = 0; i < cases.size(); ++i)
+    for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly}) {
+      SCOPED_TRACE("case " + std::to_string(i) + (si == ShapeInfo::Static ? ", static" : ", symbolic"));
+      auto max_attrs = cases[i];
+      max_attrs.erase("count_include_pad");
+      {
+        TestGraph t;
+        const std::string x = t.param("x", xs, 1), dy = t.param("dy", probe_shape("MaxPool", xs, max_attrs), 2);
+        const auto pooled = t.node_n("MaxPool", {x}, 2, max_attrs);
+        const std::string dx = t.node_n("MaxPoolGrad", {dy, pooled[1], x}, 1, {}, kGraphrunDomain)[0];
+        Graph bg = check_gradients(t, dx, shapes(si));
+        EXPECT_EQ(count_ops(bg, "Gather"), 1);
+      }
+      {
+        TestGraph t;
+        const std::string x = t.param("x", xs, 1), dy = t.param("dy", probe_shape("AveragePool", xs, cases[i]), 2);
+        const std::string dx = t.node_n("AveragePoolGrad", {dy, x}, 1, cases[i], kGraphrunDomain)[0];
+        Graph bg = check_gradients(t, dx, shapes(si));
+        EXPECT_EQ(count_ops(bg, "AveragePool"), 1);
+      }
+    }
+}
+
+// Second derivatives through graphrun's reverse ops of broadcasting, slicing and gathering (what first derivatives
+// at symbolic shapes and below opset 16 are made of): SumToShape, SliceGrad (steps, negative steps, omitted axes),
+// GatherElementsGrad with repeated indices, GatherNDGrad with batch_dims.
+TEST(GradRules, ReverseOpsOfSecondOrder) {
+  {
+    TestGraph t;
+    const std::string x = t.param("x", {2, 3, 4}, 1);
+    check_gradients(t, t.node_n("SumToShape", {x, const_i64(t, "to", {3, 1})}, 1, {}, kGraphrunDomain)[0]);
+  }
+  struct SliceCase {
+    std::vector<int64_t> starts, ends, axes, steps;
+  };
+  for (const SliceCase& c : {SliceCase{{1, 0}, {3, 6}, {0, 2}, {1, 2}}, SliceCase{{4, -1}, {0, -5}, {1, 2}, {-2, -1}},
+                             SliceCase{{1}, {3}, {}, {}}}) {
+    TestGraph t;
+    const Shape xs{4, 5, 6};
+    std::vector<std::string> bounds{const_i64(t, "starts", c.starts), const_i64(t, "ends", c.ends)};
+    if (!c.axes.empty()) bounds.push_back(const_i64(t, "axes", c.axes));
+    if (!c.steps.empty()) bounds.push_back(const_i64(t, "steps", c.steps));
+    TestGraph probe;
+    std::vector<std::string> pin{probe.param("x", xs, 1)};
+    for (const auto& b : bounds) pin.push_back(const_i64(probe, b, t.g.initializers.at(b).as_int64s()));
+    const std::string py = probe.node("Slice", pin);
+    runtime::ExecOptions o;
+    o.fetch = {py};
+    const Shape dys = runtime::Executor(probe.g, o).run({}).at(py).shape();
+    std::vector<std::string> ins{t.param("dy", dys, 2), const_i64(t, "shape", xs)};
+    ins.insert(ins.end(), bounds.begin(), bounds.end());
+    Graph bg = check_gradients(t, t.node_n("SliceGrad", ins, 1, {}, kGraphrunDomain)[0]);
+    EXPECT_EQ(count_ops(bg, "Slice"), 1);
+  }
+  {
+    TestGraph t;
+    const std::string dy = t.param("dy", {3, 2}, 1);
+    t.g.initializers["idx"] = Tensor::from_vector<int64_t>({3, 2}, {0, 3, 2, 2, 1, 0});
+    check_gradients(t, t.node_n("GatherElementsGrad", {dy, "idx", const_i64(t, "shape", {3, 4})}, 1,
+                                {{"axis", A::Int(1)}}, kGraphrunDomain)[0]);
+  }
+  for (int64_t batch_dims : {0, 1}) {
+    TestGraph t;
+    const std::string dy = t.param("dy", batch_dims ? Shape{2, 4} : Shape{3, 4}, 1);
+    t.g.initializers["idx"] = batch_dims ? Tensor::from_vector<int64_t>({2, 1}, {2, 0})
+                                         : Tensor::from_vector<int64_t>({3, 2}, {1, 2, 0, 0, 1, 2});
+    check_gradients(t, t.node_n("GatherNDGrad", {dy, "idx", const_i64(t, "shape", {2, 3, 4})}, 1,
+                                {{"batch_dims", A::Int(batch_dims)}}, kGraphrunDomain)[0]);
+  }
+}
+
 TEST(GradRules, GlobalAveragePool) {
   for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly}) {
     TestGraph t;

@@ -178,33 +178,47 @@ TEST(GradientOp, APhysicsInformedNetTrainsThroughSecondDerivatives) {
 }
 
 // A gradient penalty through a convolution (WGAN-GP's, R1's: the squared norm of a critic's gradient w.r.t. its input,
-// added to its output): training differentiates ConvGrad, whose own rule `check` verifies numerically. Through a
-// gradient op without a rule (MaxPoolGrad) `check` names it.
+// added to its output): training differentiates ConvGrad, whose own rule `check` verifies numerically, and through
+// pooling the pooling gradients (MaxPoolGrad from the MaxPool's Indices, AveragePoolGrad), at a symbolic batch.
+// Through a gradient op without a rule (InstanceNormalizationGrad) `check` names it.
 TEST(GradientOp, AGradientPenaltyThroughAConvolutionChecks) {
   const std::string dir = temp_dir("gradient_op_penalty");
   run_onnx_python(dir, R"(
 F = TensorProto.FLOAT
-def critic(pool):
+def critic(middle):
     body = [helper.make_node('Conv', ['x', 'w'], ['c'], pads=[1, 1, 1, 1]), helper.make_node('Tanh', ['c'], ['r'])]
-    if pool:
-        body += [helper.make_node('MaxPool', ['r'], ['p'], kernel_shape=[2, 2], strides=[2, 2])]
-    body += [helper.make_node('ReduceMean', ['p' if pool else 'r'], ['s'], axes=[1, 2, 3], keepdims=0),
+    out = 'r'
+    if middle == 'pool':
+        body += [helper.make_node('MaxPool', ['r'], ['p'], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+                 helper.make_node('Relu', ['p'], ['q']),
+                 helper.make_node('AveragePool', ['q'], ['a'], kernel_shape=[2, 2], strides=[1, 1])]
+        out = 'a'
+    if middle == 'norm':
+        body += [helper.make_node('InstanceNormalization', ['r', 'scale', 'bias'], ['n'])]
+        out = 'n'
+    body += [helper.make_node('ReduceMean', [out], ['s'], axes=[1, 2, 3], keepdims=0),
              helper.make_node('Gradient', ['x'], ['gx'], domain='ai.onnx.preview.training', xs=['x'], y='s', name='penalty'),
              helper.make_node('Mul', ['gx', 'gx'], ['g2']), helper.make_node('ReduceSum', ['g2'], ['pen'], axes=[1, 2, 3], keepdims=0),
              helper.make_node('Add', ['pen', 's'], ['out'])]
+    inits = [numpy_helper.from_array(np.random.default_rng(1).standard_normal((3, 2, 3, 3)).astype(np.float32), 'w'),
+             numpy_helper.from_array(np.full(3, 1.5, np.float32), 'scale'), numpy_helper.from_array(np.zeros(3, np.float32), 'bias')]
     g = helper.make_graph(body, 'critic', [helper.make_tensor_value_info('x', F, ['N', 2, 6, 6])],
-                          [helper.make_tensor_value_info('out', F, ['N'])],
-                          [numpy_helper.from_array(np.random.default_rng(1).standard_normal((3, 2, 3, 3)).astype(np.float32), 'w')])
+                          [helper.make_tensor_value_info('out', F, ['N'])], inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid('', 12), helper.make_opsetid('ai.onnx.preview.training', 1)])
-onnx.save(critic(False), 'critic.onnx')
-onnx.save(critic(True), 'critic_pool.onnx')
+onnx.save(critic(None), 'critic.onnx')
+onnx.save(critic('pool'), 'critic_pool.onnx')
+onnx.save(critic('norm'), 'critic_norm.onnx')
 )");
-  auto r = run_command(testing::graphrun_cli() + " check " + dir + "/critic.onnx 2>&1");
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("verdict: trainable"), std::string::npos) << r.output;
-  r = run_command(testing::graphrun_cli() + " check " + dir + "/critic_pool.onnx 2>&1");
+  for (const char* m : {"critic.onnx", "critic_pool.onnx"}) {
+    SCOPED_TRACE(m);
+    auto r = run_command(testing::graphrun_cli() + " check " + dir + "/" + m + " 2>&1");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("verdict: trainable"), std::string::npos) << r.output;
+  }
+  auto r = run_command(testing::graphrun_cli() + " check " + dir + "/critic_norm.onnx 2>&1");
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("no gradient rule for op 'ai.graphrun::MaxPoolGrad'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("no gradient rule for op 'ai.graphrun::InstanceNormalizationGrad'"), std::string::npos)
+      << r.output;
 }
 
 }  // namespace

@@ -235,11 +235,28 @@ std::vector<std::string> colliding_scatter_notes(const Graph& g) {
   return notes;
 }
 
+// Second derivatives through graphrun's scatter-add gradients, linear in dY: d dY = the forward gather of g.
+void gather_elements_grad_grad(GradContext& ctx) {
+  if (!ctx.needs(0) || ctx.dy().empty()) return;
+  ctx.set_dx(0,
+             ctx.op("GatherElements", {ctx.dy(), ctx.in(1)}, {{"axis", Attribute::Int(ctx.fwd().attr_i("axis", 0))}}));
+}
+
+void gather_nd_grad_grad(GradContext& ctx) {
+  if (!ctx.needs(0) || ctx.dy().empty()) return;
+  const int64_t batch_dims = ctx.fwd().attr_i("batch_dims", 0);
+  std::map<std::string, Attribute> attrs;
+  if (batch_dims != 0) attrs["batch_dims"] = Attribute::Int(batch_dims);
+  ctx.set_dx(0, ctx.op("GatherND", {ctx.dy(), ctx.in(1)}, attrs));
+}
+
 GR_REGISTER_OPS(indexing) {
   ops.op("GatherElements").gradient(gather_elements_grad);
   ops.op("ScatterElements").gradient(scatter_elements_grad);
   ops.op("ScatterND").gradient(scatter_nd_grad);
   ops.op("GatherND").gradient(gather_nd_grad);
+  ops.op(kGraphrunDomain, "GatherElementsGrad").gradient(gather_elements_grad_grad);
+  ops.op(kGraphrunDomain, "GatherNDGrad").gradient(gather_nd_grad_grad);
   ops.op("TopK").gradient(topk_grad).output_dtype(1, DType::I64);
   ops.op("Compress").gradient(compress_grad);
   ops.op("ReverseSequence").gradient(reverse_sequence_grad);

@@ -1,7 +1,8 @@
 // Gradient rules of neural-network ops: Conv/ConvTranspose (ai.graphrun ConvGrad), pooling (MaxPoolGrad
 // from the forward's Indices, AveragePoolGrad; GlobalAveragePool with standard ops), BatchNormalization,
 // LayerNormalization (LayerNormalizationGrad from the forward's saved Mean and InvStdDev) and Dropout
-// (the mask saved by the forward pass).
+// (the mask saved by the forward pass); and the second-order rules of graphrun's ConvGrad, MaxPoolGrad and
+// AveragePoolGrad.
 #include <climits>
 
 #include "autodiff/rules/rules.h"
@@ -84,6 +85,28 @@ void average_pool_grad(GradContext& ctx) {
   auto attrs = copy_attrs(ctx.fwd(), {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides",
                                       "dilations"});
   ctx.set_dx(0, ctx.op("AveragePoolGrad", {ctx.dy(), ctx.in(0)}, attrs, kGraphrunDomain));
+}
+
+// Second derivatives through graphrun's pooling gradients (a gradient penalty or double backprop through a pooled
+// network). Both are linear in dY and constant in X's values (X gives the shape; MaxPoolGrad's argmax is its
+// Indices input), so X gets no gradient and dY gets the transpose of the map applied to g, the gradient of dX.
+// MaxPoolGrad added dY at the flat Indices of X: d dY = g gathered there.
+void max_pool_grad_grad(GradContext& ctx) {
+  GR_CHECK(ctx.fwd().attr_i("relu", 0) == 0, ctx.fwd().describe() << ": no gradient for the relu form (executor only)");
+  GR_CHECK(ctx.fwd().has_input(1), ctx.fwd().describe()
+                                       << ": no gradient for MaxPoolGrad without Indices (executor only)");
+  if (!ctx.needs(0) || ctx.dy().empty()) return;
+  ctx.set_dx(0, ctx.op("Gather", {ctx.reshape(ctx.dy(), ctx.ints({-1})), ctx.in(1)}));
+}
+
+// AveragePoolGrad spread dY over each window by AveragePool's weights: its transpose is AveragePool of the same
+// window, d dY = AveragePool(g).
+void average_pool_grad_grad(GradContext& ctx) {
+  GR_CHECK(ctx.fwd().attr_i("relu", 0) == 0, ctx.fwd().describe() << ": no gradient for the relu form (executor only)");
+  if (!ctx.needs(0) || ctx.dy().empty()) return;
+  auto attrs = copy_attrs(
+      ctx.fwd(), {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides", "dilations"});
+  ctx.set_dx(0, ctx.op("AveragePool", {ctx.dy()}, attrs));
 }
 
 // Y = mean over the spatial axes: dX = Expand(dY, Shape(X)) / (number of spatial positions).
@@ -217,6 +240,8 @@ GR_REGISTER_OPS(nn) {
   ops.op("ConvTranspose").gradient(conv_transpose_grad);
   ops.op("MaxPool").gradient(max_pool_grad).output_dtype(1, DType::I64);
   ops.op("AveragePool").gradient(average_pool_grad);
+  ops.op(kGraphrunDomain, "MaxPoolGrad").gradient(max_pool_grad_grad);
+  ops.op(kGraphrunDomain, "AveragePoolGrad").gradient(average_pool_grad_grad);
   ops.op("GlobalAveragePool").gradient(global_average_pool_grad);
   ops.op("GlobalMaxPool").gradient(global_max_pool_grad);
   ops.op("BatchNormalization").gradient(batch_norm_grad);

@@ -458,6 +458,36 @@ void tile_grad(GradContext& ctx) {
   ctx.set_dx(0, ctx.op("ReduceSum", {v, axes}, {{"keepdims", Attribute::Int(0)}, {"noop_with_empty_axes", Attribute::Int(1)}}));
 }
 
+// Second derivatives through graphrun's reverse ops, each linear in its first input: d dY = the forward op again,
+// applied to g (the gradient of their output). SumToShape(X, shape) summed X over broadcast axes: d X = g expanded
+// back to X's shape.
+void sum_to_shape_grad(GradContext& ctx) {
+  if (!ctx.needs(0) || ctx.dy().empty()) return;
+  ctx.set_dx(0, ctx.op("Expand", {ctx.dy(), ctx.shape_of(ctx.in(0))}));
+}
+
+// SliceGrad(dY, shape, starts, ends[, axes][, steps]) wrote dY where the Slice took its elements: d dY = the Slice of
+// g (below opset 10, where SliceGrad's bounds are the Slice's attributes as Constants, the Slice takes them back).
+void slice_grad_grad(GradContext& ctx) {
+  if (!ctx.needs(0) || ctx.dy().empty()) return;
+  const Node& n = ctx.fwd();
+  if (ctx.opset() >= 10) {
+    std::vector<std::string> ins{ctx.dy()};
+    for (size_t i = 2; i < n.inputs.size(); ++i) ins.push_back(n.inputs[i]);
+    ctx.set_dx(0, ctx.op("Slice", ins));
+    return;
+  }
+  std::map<std::string, Attribute> attrs;
+  const char* names[] = {"starts", "ends", "axes"};
+  for (size_t i = 2; i < n.inputs.size() && i < 5; ++i) {
+    if (n.inputs[i].empty()) continue;
+    const Tensor v = ctx.constant_value(n.inputs[i]);
+    GR_CHECK(v.defined(), n.describe() << ": below opset 10 the gradient needs constant Slice bounds");
+    attrs[names[i - 2]] = Attribute::Ints(v.as_int64s());
+  }
+  ctx.set_dx(0, ctx.op("Slice", {ctx.dy()}, attrs));
+}
+
 GR_REGISTER_OPS(shape) {
   ops.op("Reshape").gradient(reshape_grad);
   ops.op("Flatten").gradient(reshape_grad);
@@ -474,6 +504,8 @@ GR_REGISTER_OPS(shape) {
   ops.op("Tile").gradient(tile_grad);
   ops.op("DepthToSpace").gradient(depth_to_space_grad);
   ops.op("SpaceToDepth").gradient(space_to_depth_grad);
+  ops.op(kGraphrunDomain, "SumToShape").gradient(sum_to_shape_grad);
+  ops.op(kGraphrunDomain, "SliceGrad").gradient(slice_grad_grad);
   // Shapes, sizes, indices and constants carry no gradient.
   ops.op("Shape").no_gradient().output_dtype(0, DType::I64);
   ops.op("Size").no_gradient().output_dtype(0, DType::I64);
