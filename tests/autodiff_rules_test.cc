@@ -439,6 +439,42 @@ TEST(GradRules, ReverseOpsOfSecondOrder) {
   }
 }
 
+// Second derivatives through the loss gradients (double backprop): SoftmaxCrossEntropyLossGrad w.r.t. dloss and,
+// through the forward's log_prob, the scores; NegativeLogLikelihoodLossGrad w.r.t. dloss. Every reduction, class
+// weights, an ignored label, and positions after the class axis.
+TEST(GradRules, LossGradientsOfSecondOrder) {
+  for (const char* reduction : {"mean", "sum", "none"})
+    for (bool spatial : {false, true}) {
+      SCOPED_TRACE(std::string(reduction) + (spatial ? ", [N, C, D]" : ", [N, C]"));
+      const Shape xs = spatial ? Shape{3, 4, 2} : Shape{5, 4};
+      const Shape ls = spatial ? Shape{3, 2} : Shape{5};
+      const std::vector<int64_t> labels =
+          spatial ? std::vector<int64_t>{0, 3, -1, 2, 1, 1} : std::vector<int64_t>{2, -1, 0, 3, 3};
+      const std::map<std::string, A> attrs{{"reduction", A::Str(reduction)}, {"ignore_index", A::Int(-1)}};
+      const Shape dls = std::string(reduction) == "none" ? ls : Shape{};
+      {
+        TestGraph t;
+        const std::string x = t.param("x", xs, 1, -2, 2), dloss = t.param("dloss", dls, 2, 0.5, 1.5);
+        t.g.initializers["labels"] = Tensor::from_vector<int64_t>(ls, labels);
+        t.g.initializers["w"] = random_f64({4}, 3, 0.5, 1.5);
+        const auto fwd = t.node_n("SoftmaxCrossEntropyLoss", {x, "labels", "w"}, 2, attrs);
+        const std::string dx =
+            t.node_n("SoftmaxCrossEntropyLossGrad", {dloss, fwd[1], "labels", "w"}, 1, attrs, kGraphrunDomain)[0];
+        Graph bg = check_gradients(t, dx, wrt({"x", "dloss"}));
+        EXPECT_EQ(count_ops(bg, "NegativeLogLikelihoodLossGrad"), 1);
+      }
+      {
+        TestGraph t;
+        const std::string x = t.param("x", xs, 1, -2, 2), dloss = t.param("dloss", dls, 2, 0.5, 1.5);
+        t.g.initializers["labels"] = Tensor::from_vector<int64_t>(ls, labels);
+        t.g.initializers["w"] = random_f64({4}, 3, 0.5, 1.5);
+        check_gradients(
+            t, t.node_n("NegativeLogLikelihoodLossGrad", {dloss, x, "labels", "w"}, 1, attrs, kGraphrunDomain)[0],
+            wrt({"x", "dloss"}));
+      }
+    }
+}
+
 TEST(GradRules, GlobalAveragePool) {
   for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly}) {
     TestGraph t;

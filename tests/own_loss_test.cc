@@ -182,6 +182,81 @@ json.dump(want, open('want.json', 'w'))
   }
 }
 
+// Double backprop (Drucker and LeCun's input-gradient penalty): a classifier whose loss is its cross-entropy plus
+// lambda times the squared norm of that cross-entropy's gradient w.r.t. the image, the gradient taken by ONNX's
+// Gradient node (appended to torch's export, which cannot export autograd.grad). Training differentiates the
+// backward of the convolution, the Relu, the MaxPool and the loss a second time; full-batch SGD for 4 steps matches
+// PyTorch's `torch.autograd.grad(..., create_graph=True)` at every step and in the test loss.
+TEST(OwnLoss, DoubleBackpropTrainsAsInPyTorch) {
+  if (!testing::have_fashion_mnist())
+    GTEST_SKIP() << "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)";
+  const std::string d = testing::temp_dir("own_loss_double_backprop");
+  run_python(d, R"(
+import gzip, json, onnx, torch, torch.nn as nn, torch.nn.functional as F
+from onnx import helper
+D = '/usr/share/datasets/fashion-mnist'
+def load(p, off): return np.frombuffer(gzip.open(os.path.join(D, p)).read(), np.uint8, offset=off)
+x = (load('train-images-idx3-ubyte.gz', 16).reshape(-1, 1, 28, 28)[:384] / 255.0).astype(np.float32)
+y = load('train-labels-idx1-ubyte.gz', 8)[:384].astype(np.int64)
+np.savez('train.npz', image=x[:256], labels=y[:256]); np.savez('test.npz', image=x[256:], labels=y[256:])
+torch.manual_seed(0)
+LAM = 2000.0
+class Clf(nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.net = nn.Sequential(nn.Conv2d(1, 4, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(4 * 12 * 12, 10))
+    def forward(s, image, labels): return F.cross_entropy(s.net(image), labels)
+m = Clf()
+torch.onnx.export(m, (torch.from_numpy(x[:2]), torch.from_numpy(y[:2])), 'clf.onnx', input_names=['image', 'labels'],
+                  output_names=['ce'], dynamic_axes={'image': {0: 'N'}, 'labels': {0: 'N'}}, opset_version=17)
+g = onnx.load('clf.onnx')
+g.graph.node.extend([
+    helper.make_node('Gradient', ['image', 'labels'], ['gx'], domain='ai.onnx.preview.training', xs=['image'],
+                     zs=['labels'], y='ce', name='dce_dimage'),
+    helper.make_node('Mul', ['gx', 'gx'], ['gx2']), helper.make_node('ReduceSum', ['gx2'], ['pen'], keepdims=0),
+    helper.make_node('Constant', [], ['lam'], value=helper.make_tensor('lam', onnx.TensorProto.FLOAT, [], [LAM])),
+    helper.make_node('Mul', ['pen', 'lam'], ['wpen']), helper.make_node('Add', ['ce', 'wpen'], ['loss'])])
+del g.graph.output[:]
+g.graph.output.append(helper.make_tensor_value_info('loss', onnx.TensorProto.FLOAT, []))
+g.opset_import.append(helper.make_opsetid('ai.onnx.preview.training', 1))
+onnx.save(g, 'dbp.onnx')
+def loss(a, b):
+    a = torch.from_numpy(a).requires_grad_(True)
+    ce = m(a, torch.from_numpy(b))
+    gx, = torch.autograd.grad(ce, a, create_graph=True)
+    return ce + LAM * (gx ** 2).sum()
+opt = torch.optim.SGD(m.parameters(), lr=0.5)
+first_test = loss(x[256:], y[256:]).item()
+steps, tests = [], []
+for k in range(4):
+    opt.zero_grad(); l = loss(x[:256], y[:256]); l.backward(); opt.step(); steps.append(l.item())
+    tests.append(loss(x[256:], y[256:]).item())
+json.dump({'first_test': first_test, 'steps': steps, 'tests': tests}, open('want.json', 'w'))
+)");
+  std::ifstream wf(d + "/want.json");
+  const nlohmann::json w = nlohmann::json::parse(wf);
+  const std::string model = d + "/dbp.onnx", data = " --data " + d + "/train.npz --test-data " + d + "/test.npz";
+  // The penalty of a batch's mean loss depends on the batch (its gradient shrinks as 1/B): one batch of everything,
+  // one replica (two would each take their shard's penalty, as DDP's ranks do).
+  train(model, data + " --eval-only --loss output --devices cpu:1 --batch-size 256 --metrics " + d + "/eval.jsonl");
+  const auto ev = metrics(d + "/eval.jsonl");
+  ASSERT_EQ(ev.size(), 1u);
+  const double first = w["first_test"].get<double>();
+  EXPECT_NEAR(ev[0]["test_loss"].get<double>(), first, 1e-4 * first);  // float32 through two backward passes
+  const std::string out = train(model, data +
+                                           " --loss output --devices cpu:1 --threads 2 --batch-size 256 --epochs 4 "
+                                           "--lr 0.5 --metrics " +
+                                           d + "/m.jsonl");
+  const auto got = metrics(d + "/m.jsonl");
+  ASSERT_EQ(got.size(), 4u) << out;
+  for (size_t k = 0; k < 4; ++k) {
+    const double step = w["steps"][k].get<double>(), test = w["tests"][k].get<double>();
+    EXPECT_NEAR(got[k]["loss"].get<double>(), step, 2e-4 * step) << k;
+    EXPECT_NEAR(got[k]["test_loss"].get<double>(), test, 2e-4 * test) << k;
+  }
+  EXPECT_LT(w["tests"][3].get<double>(), 0.98 * first);  // it learns, by far more than the tolerance
+}
+
 TEST(OwnLoss, WhatItCannotTrainIsOneLineAndExit2) {
   const std::string d = testing::temp_dir("own_loss_refused");
   run_python(d, kRegressors);
