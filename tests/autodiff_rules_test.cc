@@ -598,6 +598,37 @@ TEST(GradRules, ResizeEveryModeWithScalesOrSizes) {
         }
 }
 
+// ResizeGrad's own gradient (second derivatives through an upsampling network): Resize of the incoming gradient at
+// the same scales, or at dY's size where the forward gave sizes, at opsets 11 and 13 (whose Resize takes an empty
+// roi and scales where 11 needs empty tensors).
+TEST(GradRules, ResizeGradOfSecondOrder) {
+  struct Case {
+    const char* mode;
+    const char* coord;
+  };
+  for (const Case& c : {Case{"nearest", "asymmetric"}, Case{"nearest", "half_pixel"}, Case{"linear", "half_pixel"},
+                        Case{"linear", "align_corners"}, Case{"cubic", "pytorch_half_pixel"}})
+    for (int64_t opset : {11, 13})
+      for (bool by_sizes : {false, true})
+        for (bool up : {true, false}) {
+          SCOPED_TRACE(std::string(c.mode) + " " + c.coord + " opset " + std::to_string(opset) +
+                       (by_sizes ? " sizes" : " scales") + (up ? " up" : " down"));
+          TestGraph t(opset);
+          const Shape dys = up ? Shape{1, 2, 8, 7} : Shape{1, 2, 2, 3};
+          std::map<std::string, A> attrs{{"mode", A::Str(c.mode)}, {"coordinate_transformation_mode", A::Str(c.coord)}};
+          std::vector<std::string> ins{t.param("dy", dys, 1, -2, 2), const_i64(t, "shape", {1, 2, 4, 5})};
+          if (!by_sizes) {
+            Tensor s(DType::F32, {4});
+            const std::vector<float> v = up ? std::vector<float>{1, 1, 2, 1.5f} : std::vector<float>{1, 1, 0.5f, 0.6f};
+            std::copy(v.begin(), v.end(), s.data<float>());
+            t.g.initializers["scales"] = s;
+            ins.insert(ins.end(), {"", "scales"});
+          }
+          Graph bg = check_gradients(t, t.node_n("ResizeGrad", ins, 1, attrs, kGraphrunDomain)[0]);
+          EXPECT_EQ(count_ops(bg, "Resize"), 1);
+        }
+}
+
 // GridSample: every mode, padding and corner convention, the grid partly outside [-1, 1] so that every padding
 // acts; the gradients of X and of the grid against central differences (nearest's grid gradient is zero, as the
 // differences say: the samples stay on their pixels).
