@@ -505,6 +505,45 @@ TEST(GradRules, BatchNormalizationInference) {
   check_gradients(t, t.node("BatchNormalization", {x, s, b, "mean", "var"}), wrt({"x", "scale", "bias"}));
 }
 
+// Second derivatives through the normalisation gradients: BatchNormalizationGrad (training mode, statistics from X)
+// and LayerNormalizationGrad (statistics from the forward LayerNormalization, whose Mean and InvStdDev are X's):
+// every output's gradient w.r.t. dY, X and the scale, numerically, at static and symbolic shapes.
+TEST(GradRules, NormalizationGradientsOfSecondOrder) {
+  auto flat_concat = [](TestGraph& t, const std::vector<std::string>& parts) {
+    const std::string flat = t.node("Constant", {}, {{"value", A::Tens(Tensor::from_vector<int64_t>({1}, {-1}))}});
+    std::vector<std::string> r;
+    for (const auto& p : parts) r.push_back(t.node("Reshape", {p, flat}));
+    return t.node("Concat", r, {{"axis", A::Int(0)}});
+  };
+  for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly}) {
+    SCOPED_TRACE(si == ShapeInfo::Static ? "static" : "symbolic");
+    {
+      TestGraph t;
+      const std::string dy = t.param("dy", {4, 3, 3, 2}, 1), x = t.param("x", {4, 3, 3, 2}, 2, -2, 2),
+                        s = t.param("scale", {3}, 3, 0.5, 1.5);
+      const auto d = t.node_n("BatchNormalizationGrad", {dy, x, s}, 3, {{"epsilon", A::Float(1e-3f)}}, kGraphrunDomain);
+      check_gradients(t, flat_concat(t, d), shapes(si));
+      // dX alone, and dscale alone (a penalty on one of them).
+      check_gradients(t, d[0], shapes(si));
+      check_gradients(t, d[1], shapes(si));
+    }
+    for (int64_t axis : {-1, 1, 0}) {
+      SCOPED_TRACE("axis " + std::to_string(axis));
+      TestGraph t(17);
+      const Shape xs{2, 3, 4};
+      const Shape ps(xs.begin() + (axis < 0 ? axis + 3 : axis), xs.end());
+      const std::string x = t.param("x", xs, 1, -2, 2), s = t.param("scale", ps, 2, 0.5, 1.5),
+                        b = t.param("bias", ps, 3), dy = t.param("dy", xs, 4);
+      const auto f = t.node_n("LayerNormalization", {x, s, b}, 3,
+                              {{"axis", A::Int(axis)}, {"epsilon", A::Float(1e-3f)}, {"stash_type", A::Int(11)}});
+      const auto d =
+          t.node_n("LayerNormalizationGrad", {dy, x, s, f[1], f[2]}, 3, {{"axis", A::Int(axis)}}, kGraphrunDomain);
+      check_gradients(t, flat_concat(t, d), CheckOptions{si, {"dy", "x", "scale"}});
+      check_gradients(t, d[0], CheckOptions{si, {"dy", "x", "scale"}});
+    }
+  }
+}
+
 TEST(GradRules, LayerNormalizationReusesTheForwardStatistics) {
   for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly, ShapeInfo::None})
     for (int64_t axis : {-1, 1}) {

@@ -179,7 +179,8 @@ TEST(GradientOp, APhysicsInformedNetTrainsThroughSecondDerivatives) {
 
 // A gradient penalty through a convolution (WGAN-GP's, R1's: the squared norm of a critic's gradient w.r.t. its input,
 // added to its output): training differentiates ConvGrad, whose own rule `check` verifies numerically, and through
-// pooling the pooling gradients (MaxPoolGrad from the MaxPool's Indices, AveragePoolGrad), at a symbolic batch.
+// pooling the pooling gradients (MaxPoolGrad from the MaxPool's Indices, AveragePoolGrad), through BatchNormalization
+// in training mode and LayerNormalization their gradients, at a symbolic batch.
 // Through a gradient op without a rule (InstanceNormalizationGrad) `check` names it.
 TEST(GradientOp, AGradientPenaltyThroughAConvolutionChecks) {
   const std::string dir = temp_dir("gradient_op_penalty");
@@ -196,24 +197,51 @@ def critic(middle):
     if middle == 'norm':
         body += [helper.make_node('InstanceNormalization', ['r', 'scale', 'bias'], ['n'])]
         out = 'n'
+    if middle == 'bn':  # BatchNormalization in training mode (batch statistics in the penalty's gradient too)
+        body += [helper.make_node('BatchNormalization', ['r', 'scale', 'bias', 'rmean', 'rvar'], ['n'], training_mode=1),
+                 helper.make_node('Relu', ['n'], ['nr'])]
+        out = 'nr'
+    if middle == 'ln':  # LayerNormalization over the channels and the image, as a transformer block's
+        body += [helper.make_node('LayerNormalization', ['r', 'lscale', 'lbias'], ['n'], axis=1)]
+        out = 'n'
+    opset = {'ln': 17, 'bn': 15}.get(middle, 12)
+    axes = {'axes': [1, 2, 3]} if opset < 13 else {}
+    sum_in = ['g2'] if opset < 13 else ['g2', 'axes']
     body += [helper.make_node('ReduceMean', [out], ['s'], axes=[1, 2, 3], keepdims=0),
              helper.make_node('Gradient', ['x'], ['gx'], domain='ai.onnx.preview.training', xs=['x'], y='s', name='penalty'),
-             helper.make_node('Mul', ['gx', 'gx'], ['g2']), helper.make_node('ReduceSum', ['g2'], ['pen'], axes=[1, 2, 3], keepdims=0),
+             helper.make_node('Mul', ['gx', 'gx'], ['g2']), helper.make_node('ReduceSum', sum_in, ['pen'], keepdims=0, **axes),
              helper.make_node('Add', ['pen', 's'], ['out'])]
     inits = [numpy_helper.from_array(np.random.default_rng(1).standard_normal((3, 2, 3, 3)).astype(np.float32), 'w'),
-             numpy_helper.from_array(np.full(3, 1.5, np.float32), 'scale'), numpy_helper.from_array(np.zeros(3, np.float32), 'bias')]
+             numpy_helper.from_array(np.full(3, 1.5, np.float32), 'scale'), numpy_helper.from_array(np.zeros(3, np.float32), 'bias'),
+             numpy_helper.from_array(np.zeros(3, np.float32), 'rmean'), numpy_helper.from_array(np.ones(3, np.float32), 'rvar'),
+             numpy_helper.from_array(np.random.default_rng(2).uniform(0.5, 1.5, (3, 6, 6)).astype(np.float32), 'lscale'),
+             numpy_helper.from_array(np.zeros((3, 6, 6), np.float32), 'lbias'),
+             numpy_helper.from_array(np.array([1, 2, 3], np.int64), 'axes')]
     g = helper.make_graph(body, 'critic', [helper.make_tensor_value_info('x', F, ['N', 2, 6, 6])],
                           [helper.make_tensor_value_info('out', F, ['N'])], inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid('', 12), helper.make_opsetid('ai.onnx.preview.training', 1)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid('', opset), helper.make_opsetid('ai.onnx.preview.training', 1)])
 onnx.save(critic(None), 'critic.onnx')
 onnx.save(critic('pool'), 'critic_pool.onnx')
 onnx.save(critic('norm'), 'critic_norm.onnx')
+onnx.save(critic('bn'), 'critic_bn.onnx')
+onnx.save(critic('ln'), 'critic_ln.onnx')
 )");
-  for (const char* m : {"critic.onnx", "critic_pool.onnx"}) {
+  for (const char* m : {"critic.onnx", "critic_pool.onnx", "critic_bn.onnx", "critic_ln.onnx"}) {
     SCOPED_TRACE(m);
     auto r = run_command(testing::graphrun_cli() + " check " + dir + "/" + m + " 2>&1");
     EXPECT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("verdict: trainable"), std::string::npos) << r.output;
+  }
+  // Both normalisations run in training form in the penalty: its gradient holds the gradient op (so the training
+  // graph differentiates it by its rule, standard ops), and the output's own term 's' another.
+  for (const auto& [m, op] : {std::pair<const char*, const char*>{"critic_bn.onnx", "BatchNormalizationGrad"},
+                              {"critic_ln.onnx", "LayerNormalizationGrad"}}) {
+    const auto r = run_command(testing::graphrun_cli() + " grad " + dir + "/" + m + " --loss output -o " + dir +
+                               "/grad_" + m + " 2>&1");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    int count = 0;
+    for (const Node& n : load_onnx(dir + "/grad_" + m).nodes) count += n.op_type == op;
+    EXPECT_EQ(count, 2) << m;
   }
   auto r = run_command(testing::graphrun_cli() + " check " + dir + "/critic_norm.onnx 2>&1");
   EXPECT_EQ(r.exit_code, 1) << r.output;

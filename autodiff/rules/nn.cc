@@ -1,9 +1,10 @@
 // Gradient rules of neural-network ops: Conv/ConvTranspose (ai.graphrun ConvGrad), pooling (MaxPoolGrad
 // from the forward's Indices, AveragePoolGrad; GlobalAveragePool with standard ops), BatchNormalization,
 // LayerNormalization (LayerNormalizationGrad from the forward's saved Mean and InvStdDev) and Dropout
-// (the mask saved by the forward pass); and the second-order rules of graphrun's ConvGrad, MaxPoolGrad and
-// AveragePoolGrad.
+// (the mask saved by the forward pass); and the second-order rules of graphrun's ConvGrad, MaxPoolGrad,
+// AveragePoolGrad, BatchNormalizationGrad and LayerNormalizationGrad.
 #include <climits>
+#include <functional>
 
 #include "autodiff/rules/rules.h"
 
@@ -109,6 +110,97 @@ void average_pool_grad_grad(GradContext& ctx) {
   ctx.set_dx(0, ctx.op("AveragePool", {ctx.dy()}, attrs));
 }
 
+// Second derivatives through the normalisation gradients (a gradient penalty through a ResNet or a transformer).
+// With a the normalised axes (M elements each), mu = mean_a(X), s = 1/sqrt(var_a(X) + eps), h = (X - mu) s and
+// d = dY gamma, the first derivatives are
+//   dX = s (d - A - h B) with A = mean_a(d), B = mean_a(d h);  dgamma = sum(dY h);  dbeta = sum(dY)
+// (the sums over the axes gamma is broadcast along). With g0, g1, g2 flowing into dX, dgamma, dbeta, u = g0 s,
+// U1 = sum_a u, U2 = sum_a u h, the partials by d, h, s and mu, each other one held, are
+//   G_d = u - (U1 + h U2) / M,  G_h = -(d U2 / M + B u) + g1 dY,  G_s = sum_a g0 (d - A - h B) + sum_a G_h (X - mu),
+//   G_mu = -s sum_a G_h,
+// and mu and s are X's statistics (d mu / dX = 1/M, d s / dX = -s^3 (X - mu) / M), so
+//   d dY = G_d gamma + g1 h + g2,  d gamma = sum(G_d dY),  d X = G_h s + (G_mu - G_s s^3 (X - mu)) / M.
+// `stat_axes` are a; `gamma_axes` the axes dgamma sums over; `per_gamma` broadcasts gamma-shaped values over X;
+// mean and invstd are the statistics (kept dims), or empty to compute them from X with `eps`.
+void norm_grad_grad(GradContext& ctx, const std::vector<int64_t>& stat_axes, const std::vector<int64_t>& gamma_axes,
+                    const std::function<std::string(const std::string&)>& per_gamma, std::string mu, std::string s,
+                    double eps) {
+  const Node& n = ctx.fwd();
+  const std::string &dy = ctx.in(0), &x = ctx.in(1), &gamma = ctx.in(2);
+  auto g = [&](size_t i) { return i < n.outputs.size() && !n.outputs[i].empty() ? ctx.dy(i) : std::string(); };
+  const std::string g0 = g(0), g1 = g(1), g2 = g(2);
+  const DType t = ctx.dtype(x);
+  auto op2 = [&](const char* o, const std::string& a, const std::string& b) { return ctx.op(o, {a, b}); };
+  auto add = [&](const std::string& a, const std::string& b) {
+    return a.empty() ? b : b.empty() ? a : op2("Add", a, b);
+  };
+  auto sum_a = [&](const std::string& v) { return ctx.reduce_sum(v, stat_axes, true); };
+  // 1/M, at run time (a batch axis may be symbolic): the statistics' size over X's.
+  auto size_f = [&](const std::string& v) {
+    return ctx.op("Cast", {ctx.op("Size", {v})}, {{"to", Attribute::Int(static_cast<int64_t>(t))}});
+  };
+  const std::string xm0 = mu.empty() ? "" : op2("Sub", x, mu);
+  if (mu.empty()) {
+    const std::string inv_m0 = op2("Div", size_f(sum_a(x)), size_f(x));
+    mu = op2("Mul", sum_a(x), inv_m0);
+    const std::string c = op2("Sub", x, mu);
+    const std::string var = op2("Mul", sum_a(op2("Mul", c, c)), inv_m0);
+    s = ctx.op("Reciprocal", {ctx.op("Sqrt", {op2("Add", var, ctx.scalar(eps, t))})});
+  }
+  const std::string inv_m = op2("Div", size_f(mu), size_f(x));
+  const std::string xm = xm0.empty() ? op2("Sub", x, mu) : xm0;
+  const std::string h = op2("Mul", xm, s);
+  const std::string gam = per_gamma(gamma);
+  const std::string d = op2("Mul", dy, gam);
+  std::string G_d, G_h, G_s;
+  if (!g0.empty()) {
+    const std::string u = op2("Mul", g0, s);
+    const std::string U1 = sum_a(u), U2 = sum_a(op2("Mul", u, h));
+    const std::string A = op2("Mul", sum_a(d), inv_m), B = op2("Mul", sum_a(op2("Mul", d, h)), inv_m);
+    G_d = op2("Sub", u, op2("Mul", add(U1, op2("Mul", h, U2)), inv_m));
+    G_h = ctx.op("Neg", {add(op2("Mul", op2("Mul", d, U2), inv_m), op2("Mul", B, u))});
+    G_s = sum_a(op2("Mul", g0, op2("Sub", op2("Sub", d, A), op2("Mul", h, B))));
+  }
+  if (!g1.empty()) G_h = add(G_h, op2("Mul", per_gamma(g1), dy));
+  if (ctx.needs(0)) {
+    std::string r;
+    if (!G_d.empty()) r = op2("Mul", G_d, gam);
+    if (!g1.empty()) r = add(r, op2("Mul", per_gamma(g1), h));
+    if (!g2.empty()) r = add(r, ctx.op("Expand", {per_gamma(g2), ctx.shape_of(dy)}));
+    if (!r.empty()) ctx.set_dx(0, r);
+  }
+  if (ctx.needs(1) && !G_h.empty()) {
+    G_s = add(G_s, sum_a(op2("Mul", G_h, xm)));
+    const std::string G_mu = ctx.op("Neg", {op2("Mul", s, sum_a(G_h))});
+    const std::string s3 = op2("Mul", op2("Mul", s, s), s);
+    const std::string stats = op2("Mul", op2("Sub", G_mu, op2("Mul", op2("Mul", G_s, s3), xm)), inv_m);
+    ctx.set_dx(1, op2("Add", op2("Mul", G_h, s), stats));
+  }
+  if (ctx.needs(2) && !G_d.empty()) {
+    const std::string gd = op2("Mul", G_d, dy);
+    ctx.set_dx(2, gamma_axes.empty() ? gd : ctx.reduce_sum(gd, gamma_axes, false));
+  }
+}
+
+void batch_norm_grad_grad(GradContext& ctx) {
+  const int r = ctx.rank(ctx.in(1));
+  GR_CHECK(r >= 2, ctx.fwd().describe() << ": its gradient needs the rank of '" << ctx.in(1) << "'");
+  const std::vector<int64_t> a = all_but_channel(r);
+  norm_grad_grad(
+      ctx, a, a, [&](const std::string& v) { return ctx.unsqueeze(v, a); }, "", "", ctx.fwd().attr_f("epsilon", 1e-5f));
+}
+
+void layer_norm_grad_grad(GradContext& ctx) {
+  const int r = ctx.rank(ctx.in(1));
+  GR_CHECK(r >= 1, ctx.fwd().describe() << ": its gradient needs the rank of '" << ctx.in(1) << "'");
+  int64_t axis = ctx.fwd().attr_i("axis", -1);
+  if (axis < 0) axis += r;
+  std::vector<int64_t> a, rest;
+  for (int64_t i = 0; i < r; ++i) (i >= axis ? a : rest).push_back(i);
+  norm_grad_grad(
+      ctx, a, rest, [](const std::string& v) { return v; }, ctx.in(3), ctx.in(4), 0);
+}
+
 // Y = mean over the spatial axes: dX = Expand(dY, Shape(X)) / (number of spatial positions).
 void global_average_pool_grad(GradContext& ctx) {
   const std::string& x = ctx.in(0);
@@ -167,6 +259,8 @@ void batch_norm_grad(GradContext& ctx) {
 // The forward's Mean and InvStdDev outputs (added to the node when the model did not ask for them) feed
 // LayerNormalizationGrad, as ONNX Runtime's gradient does: the statistics are computed once.
 void layer_norm_grad(GradContext& ctx) {
+  GR_CHECK(ctx.dy(1).empty() && ctx.dy(2).empty(),
+           ctx.fwd().describe() << ": no gradient through its Mean or InvStdDev output (only through Y)");
   const bool want_b = ctx.fwd().has_input(2) && ctx.needs(2);
   if (ctx.dy().empty() || (!ctx.needs(0) && !ctx.needs(1) && !want_b)) return;
   std::string mean = ctx.fwd_output(1), invstd = ctx.fwd_output(2);
@@ -242,6 +336,8 @@ GR_REGISTER_OPS(nn) {
   ops.op("AveragePool").gradient(average_pool_grad);
   ops.op(kGraphrunDomain, "MaxPoolGrad").gradient(max_pool_grad_grad);
   ops.op(kGraphrunDomain, "AveragePoolGrad").gradient(average_pool_grad_grad);
+  ops.op(kGraphrunDomain, "BatchNormalizationGrad").gradient(batch_norm_grad_grad);
+  ops.op(kGraphrunDomain, "LayerNormalizationGrad").gradient(layer_norm_grad_grad);
   ops.op("GlobalAveragePool").gradient(global_average_pool_grad);
   ops.op("GlobalMaxPool").gradient(global_max_pool_grad);
   ops.op("BatchNormalization").gradient(batch_norm_grad);
