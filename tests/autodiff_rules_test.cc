@@ -294,6 +294,38 @@ TEST(GradRules, ConvGradOfEveryConvAttributes) {
   }
 }
 
+// ConvTransposeGrad's own rule (a penalty through a generator or a decoder): every output's gradient w.r.t. dY, X
+// and W, with strides, pads, output_padding, groups and dilations.
+TEST(GradRules, ConvTransposeGradOfSecondOrder) {
+  struct Case {
+    Shape x, w;
+    std::map<std::string, A> attrs;
+  };
+  const std::vector<Case> cases = {
+      {{2, 3, 4, 4}, {3, 2, 3, 3}, {}},
+      {{1, 4, 3, 3},
+       {4, 3, 3, 3},
+       {{"strides", A::Ints({2, 2})}, {"pads", A::Ints({1, 1, 1, 1})}, {"output_padding", A::Ints({1, 1})}}},
+      {{1, 4, 3, 3}, {4, 1, 2, 2}, {{"group", A::Int(2)}, {"dilations", A::Ints({2, 2})}}}};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE("case " + std::to_string(i));
+    const auto& c = cases[i];
+    TestGraph probe;
+    const std::string y = probe.node("ConvTranspose", {probe.param("x", c.x, 1), probe.param("w", c.w, 2)}, c.attrs);
+    runtime::ExecOptions o;
+    o.fetch = {y};
+    const Shape dys = runtime::Executor(probe.g, o).run({}).at(y).shape();
+    TestGraph t;
+    const std::string dy = t.param("dy", dys, 3), x = t.param("x", c.x, 1), w = t.param("w", c.w, 2);
+    const auto d = t.node_n("ConvTransposeGrad", {dy, x, w}, 3, c.attrs, kGraphrunDomain);
+    const std::string flat = t.node("Constant", {}, {{"value", A::Tens(Tensor::from_vector<int64_t>({1}, {-1}))}});
+    const std::string all = t.node("Concat", {t.node("Reshape", {d[0], flat}), t.node("Reshape", {d[1], flat}), d[2]},
+                                   {{"axis", A::Int(0)}});
+    Graph bg = check_gradients(t, all);
+    EXPECT_GE(count_ops(bg, "ConvTranspose"), 2);
+  }
+}
+
 TEST(GradRules, ConvTransposeAttributes) {
   struct Case { Shape x, w; std::map<std::string, A> attrs; };
   std::vector<Case> cases = {
@@ -505,9 +537,10 @@ TEST(GradRules, BatchNormalizationInference) {
   check_gradients(t, t.node("BatchNormalization", {x, s, b, "mean", "var"}), wrt({"x", "scale", "bias"}));
 }
 
-// Second derivatives through the normalisation gradients: BatchNormalizationGrad (training mode, statistics from X)
-// and LayerNormalizationGrad (statistics from the forward LayerNormalization, whose Mean and InvStdDev are X's):
-// every output's gradient w.r.t. dY, X and the scale, numerically, at static and symbolic shapes.
+// Second derivatives through the normalisation gradients: BatchNormalizationGrad (training mode, statistics from X),
+// InstanceNormalizationGrad (the same per image and channel) and LayerNormalizationGrad (statistics from the forward
+// LayerNormalization, whose Mean and InvStdDev are X's): every output's gradient w.r.t. dY, X and the scale,
+// numerically, at static and symbolic shapes.
 TEST(GradRules, NormalizationGradientsOfSecondOrder) {
   auto flat_concat = [](TestGraph& t, const std::vector<std::string>& parts) {
     const std::string flat = t.node("Constant", {}, {{"value", A::Tens(Tensor::from_vector<int64_t>({1}, {-1}))}});
@@ -526,6 +559,14 @@ TEST(GradRules, NormalizationGradientsOfSecondOrder) {
       // dX alone, and dscale alone (a penalty on one of them).
       check_gradients(t, d[0], shapes(si));
       check_gradients(t, d[1], shapes(si));
+    }
+    for (const Shape& xs : {Shape{2, 3, 3, 2}, Shape{2, 3, 5}}) {
+      TestGraph t;
+      const std::string dy = t.param("dy", xs, 1), x = t.param("x", xs, 2, -2, 2),
+                        s = t.param("scale", {3}, 3, 0.5, 1.5);
+      const auto d =
+          t.node_n("InstanceNormalizationGrad", {dy, x, s}, 3, {{"epsilon", A::Float(1e-3f)}}, kGraphrunDomain);
+      check_gradients(t, flat_concat(t, d), shapes(si));
     }
     for (int64_t axis : {-1, 1, 0}) {
       SCOPED_TRACE("axis " + std::to_string(axis));

@@ -180,8 +180,8 @@ TEST(GradientOp, APhysicsInformedNetTrainsThroughSecondDerivatives) {
 // A gradient penalty through a convolution (WGAN-GP's, R1's: the squared norm of a critic's gradient w.r.t. its input,
 // added to its output): training differentiates ConvGrad, whose own rule `check` verifies numerically, and through
 // pooling the pooling gradients (MaxPoolGrad from the MaxPool's Indices, AveragePoolGrad), through BatchNormalization
-// in training mode and LayerNormalization their gradients, at a symbolic batch.
-// Through a gradient op without a rule (InstanceNormalizationGrad) `check` names it.
+// in training mode, InstanceNormalization and LayerNormalization their gradients, through ConvTranspose
+// ConvTransposeGrad, at a symbolic batch. Through a gradient op without a rule (DetGrad) `check` names it.
 TEST(GradientOp, AGradientPenaltyThroughAConvolutionChecks) {
   const std::string dir = temp_dir("gradient_op_penalty");
   run_onnx_python(dir, R"(
@@ -196,6 +196,12 @@ def critic(middle):
         out = 'a'
     if middle == 'norm':
         body += [helper.make_node('InstanceNormalization', ['r', 'scale', 'bias'], ['n'])]
+        out = 'n'
+    if middle == 'tconv':
+        body += [helper.make_node('ConvTranspose', ['r', 'wt'], ['n'], strides=[2, 2], output_padding=[1, 1])]
+        out = 'n'
+    if middle == 'det':  # the determinants of the 6x6 images, [N, 3] -> [N, 3, 1, 1]
+        body += [helper.make_node('Det', ['r'], ['dt']), helper.make_node('Unsqueeze', ['dt'], ['n'], axes=[2, 3])]
         out = 'n'
     if middle == 'bn':  # BatchNormalization in training mode (batch statistics in the penalty's gradient too)
         body += [helper.make_node('BatchNormalization', ['r', 'scale', 'bias', 'rmean', 'rvar'], ['n'], training_mode=1),
@@ -216,7 +222,8 @@ def critic(middle):
              numpy_helper.from_array(np.zeros(3, np.float32), 'rmean'), numpy_helper.from_array(np.ones(3, np.float32), 'rvar'),
              numpy_helper.from_array(np.random.default_rng(2).uniform(0.5, 1.5, (3, 6, 6)).astype(np.float32), 'lscale'),
              numpy_helper.from_array(np.zeros((3, 6, 6), np.float32), 'lbias'),
-             numpy_helper.from_array(np.array([1, 2, 3], np.int64), 'axes')]
+             numpy_helper.from_array(np.array([1, 2, 3], np.int64), 'axes'),
+             numpy_helper.from_array(np.random.default_rng(3).standard_normal((3, 2, 3, 3)).astype(np.float32), 'wt')]
     g = helper.make_graph(body, 'critic', [helper.make_tensor_value_info('x', F, ['N', 2, 6, 6])],
                           [helper.make_tensor_value_info('out', F, ['N'])], inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid('', opset), helper.make_opsetid('ai.onnx.preview.training', 1)])
@@ -224,9 +231,12 @@ onnx.save(critic(None), 'critic.onnx')
 onnx.save(critic('pool'), 'critic_pool.onnx')
 onnx.save(critic('norm'), 'critic_norm.onnx')
 onnx.save(critic('bn'), 'critic_bn.onnx')
+onnx.save(critic('tconv'), 'critic_tconv.onnx')
+onnx.save(critic('det'), 'critic_det.onnx')
 onnx.save(critic('ln'), 'critic_ln.onnx')
 )");
-  for (const char* m : {"critic.onnx", "critic_pool.onnx", "critic_bn.onnx", "critic_ln.onnx"}) {
+  for (const char* m : {"critic.onnx", "critic_pool.onnx", "critic_bn.onnx", "critic_ln.onnx", "critic_norm.onnx",
+                        "critic_tconv.onnx"}) {
     SCOPED_TRACE(m);
     auto r = run_command(testing::graphrun_cli() + " check " + dir + "/" + m + " 2>&1");
     EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -243,10 +253,9 @@ onnx.save(critic('ln'), 'critic_ln.onnx')
     for (const Node& n : load_onnx(dir + "/grad_" + m).nodes) count += n.op_type == op;
     EXPECT_EQ(count, 2) << m;
   }
-  auto r = run_command(testing::graphrun_cli() + " check " + dir + "/critic_norm.onnx 2>&1");
+  auto r = run_command(testing::graphrun_cli() + " check " + dir + "/critic_det.onnx 2>&1");
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("no gradient rule for op 'ai.graphrun::InstanceNormalizationGrad'"), std::string::npos)
-      << r.output;
+  EXPECT_NE(r.output.find("no gradient rule for op 'ai.graphrun::DetGrad'"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 // from the forward's Indices, AveragePoolGrad; GlobalAveragePool with standard ops), BatchNormalization,
 // LayerNormalization (LayerNormalizationGrad from the forward's saved Mean and InvStdDev) and Dropout
 // (the mask saved by the forward pass); and the second-order rules of graphrun's ConvGrad, MaxPoolGrad,
-// AveragePoolGrad, BatchNormalizationGrad and LayerNormalizationGrad.
+// AveragePoolGrad, BatchNormalizationGrad, LayerNormalizationGrad and InstanceNormalizationGrad.
 #include <climits>
 #include <functional>
 
@@ -49,18 +49,19 @@ std::vector<int64_t> all_but_channel(int rank) {
 void conv_grad(GradContext& ctx) { conv_like_grad(ctx, "ConvGrad", false); }
 
 // The gradient of graphrun's ConvGrad (dX, dW, dB from dY, X, W), for second derivatives (ONNX's Gradient op in a
-// model that trains: a gradient penalty, a physics-informed net). dX is linear in dY and in W, dW in X and in dY,
-// dB in dY; with g0, g1, g2 flowing into dX, dW, dB:
+// model that trains: a gradient penalty, a physics-informed net); ConvTransposeGrad's the same with ConvTranspose.
+// dX is linear in dY and in W, dW in X and in dY, dB in dY; with g0, g1, g2 flowing into dX, dW, dB:
 //   d dY = Conv(g0, W) + Conv(X, g1) + g2 over dY's batch and positions,
 //   d X  = the dX of ConvGrad(dY, X, g1),  d W = the dW of ConvGrad(dY, g0, W).
-void conv_grad_grad(GradContext& ctx) {
-  const auto attrs = conv_attrs(ctx.fwd());
+void conv_like_grad_grad(GradContext& ctx, const char* fwd_op, const char* grad_op) {
+  const auto attrs = copy_attrs(ctx.fwd(), {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides",
+                                            "output_padding", "output_shape"});
   const std::string &dy = ctx.in(0), &x = ctx.in(1), &w = ctx.in(2);
   const std::string &g0 = ctx.dy(0), &g1 = ctx.dy(1), &g2 = ctx.dy(2);
   if (ctx.needs(0)) {
     std::vector<std::string> parts;
-    if (!g0.empty()) parts.push_back(ctx.op("Conv", {g0, w}, attrs));
-    if (!g1.empty()) parts.push_back(ctx.op("Conv", {x, g1}, attrs));
+    if (!g0.empty()) parts.push_back(ctx.op(fwd_op, {g0, w}, attrs));
+    if (!g1.empty()) parts.push_back(ctx.op(fwd_op, {x, g1}, attrs));
     if (!g2.empty()) {
       const int r = ctx.rank(dy) >= 0 ? ctx.rank(dy) : ctx.rank(x);
       GR_CHECK(r >= 3, ctx.fwd().describe() << ": the gradient of dB needs the rank of '" << dy << "'");
@@ -69,10 +70,12 @@ void conv_grad_grad(GradContext& ctx) {
     if (!parts.empty()) ctx.set_dx(0, parts.size() == 1 ? parts[0] : ctx.op("Sum", parts));
   }
   if (ctx.needs(1) && !g1.empty())
-    ctx.set_dx(1, ctx.op_n("ConvGrad", {dy, x, g1}, {true, false, false}, attrs, kGraphrunDomain)[0]);
+    ctx.set_dx(1, ctx.op_n(grad_op, {dy, x, g1}, {true, false, false}, attrs, kGraphrunDomain)[0]);
   if (ctx.needs(2) && !g0.empty())
-    ctx.set_dx(2, ctx.op_n("ConvGrad", {dy, g0, w}, {false, true, false}, attrs, kGraphrunDomain)[1]);
+    ctx.set_dx(2, ctx.op_n(grad_op, {dy, g0, w}, {false, true, false}, attrs, kGraphrunDomain)[1]);
 }
+void conv_grad_grad(GradContext& ctx) { conv_like_grad_grad(ctx, "Conv", "ConvGrad"); }
+void conv_transpose_grad_grad(GradContext& ctx) { conv_like_grad_grad(ctx, "ConvTranspose", "ConvTransposeGrad"); }
 void conv_transpose_grad(GradContext& ctx) { conv_like_grad(ctx, "ConvTransposeGrad", true); }
 
 void max_pool_grad(GradContext& ctx) {
@@ -188,6 +191,18 @@ void batch_norm_grad_grad(GradContext& ctx) {
   const std::vector<int64_t> a = all_but_channel(r);
   norm_grad_grad(
       ctx, a, a, [&](const std::string& v) { return ctx.unsqueeze(v, a); }, "", "", ctx.fwd().attr_f("epsilon", 1e-5f));
+}
+
+// InstanceNormalizationGrad: statistics per (n, c) over the spatial axes, recomputed from X; gamma per channel.
+void instance_norm_grad_grad(GradContext& ctx) {
+  const int r = ctx.rank(ctx.in(1));
+  GR_CHECK(r >= 3, ctx.fwd().describe() << ": its gradient needs the rank of '" << ctx.in(1) << "'");
+  std::vector<int64_t> spatial;
+  for (int64_t i = 2; i < r; ++i) spatial.push_back(i);
+  const std::vector<int64_t> a = all_but_channel(r);
+  norm_grad_grad(
+      ctx, spatial, a, [&](const std::string& v) { return ctx.unsqueeze(v, a); }, "", "",
+      ctx.fwd().attr_f("epsilon", 1e-5f));
 }
 
 void layer_norm_grad_grad(GradContext& ctx) {
@@ -332,12 +347,14 @@ GR_REGISTER_OPS(nn) {
   ops.op("Conv").gradient(conv_grad);
   ops.op(kGraphrunDomain, "ConvGrad").gradient(conv_grad_grad);
   ops.op("ConvTranspose").gradient(conv_transpose_grad);
+  ops.op(kGraphrunDomain, "ConvTransposeGrad").gradient(conv_transpose_grad_grad);
   ops.op("MaxPool").gradient(max_pool_grad).output_dtype(1, DType::I64);
   ops.op("AveragePool").gradient(average_pool_grad);
   ops.op(kGraphrunDomain, "MaxPoolGrad").gradient(max_pool_grad_grad);
   ops.op(kGraphrunDomain, "AveragePoolGrad").gradient(average_pool_grad_grad);
   ops.op(kGraphrunDomain, "BatchNormalizationGrad").gradient(batch_norm_grad_grad);
   ops.op(kGraphrunDomain, "LayerNormalizationGrad").gradient(layer_norm_grad_grad);
+  ops.op(kGraphrunDomain, "InstanceNormalizationGrad").gradient(instance_norm_grad_grad);
   ops.op("GlobalAveragePool").gradient(global_average_pool_grad);
   ops.op("GlobalMaxPool").gradient(global_max_pool_grad);
   ops.op("BatchNormalization").gradient(batch_norm_grad);
