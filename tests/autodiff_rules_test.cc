@@ -258,14 +258,32 @@ TEST(GradRules, ConvAttributes) {
   }
 }
 
-// ConvGrad's own gradient (second derivatives through a convolution): dX, dW and dB of ConvGrad, each read by the
-// loss, differentiated w.r.t. dY, X and W against central differences, in every attribute case of ConvAttributes.
+struct ConvCase {
+  Shape x, w;
+  std::map<std::string, A> attrs;
+};
+
+// `grad` (ConvGrad or ConvTransposeGrad, the gradient op of `fwd`) differentiated: dX, dW and dB, each read by the
+// loss, w.r.t. dY, X and W against central differences. Returns the backward graph.
+Graph check_conv_grad_grad(const char* fwd, const char* grad, const ConvCase& c) {
+  // dY in the convolution's output shape.
+  TestGraph probe;
+  const std::string y = probe.node(fwd, {probe.param("x", c.x, 1), probe.param("w", c.w, 2)}, c.attrs);
+  runtime::ExecOptions o;
+  o.fetch = {y};
+  const Shape dys = runtime::Executor(probe.g, o).run({}).at(y).shape();
+  TestGraph t;
+  const std::string dy = t.param("dy", dys, 3), x = t.param("x", c.x, 1), w = t.param("w", c.w, 2);
+  const auto d = t.node_n(grad, {dy, x, w}, 3, c.attrs, kGraphrunDomain);
+  const std::string flat = t.node("Constant", {}, {{"value", A::Tens(Tensor::from_vector<int64_t>({1}, {-1}))}});
+  const std::string all =
+      t.node("Concat", {t.node("Reshape", {d[0], flat}), t.node("Reshape", {d[1], flat}), d[2]}, {{"axis", A::Int(0)}});
+  return check_gradients(t, all);
+}
+
+// ConvGrad's own gradient (second derivatives through a convolution), in every attribute case of ConvAttributes.
 TEST(GradRules, ConvGradOfEveryConvAttributes) {
-  struct Case {
-    Shape x, w;
-    std::map<std::string, A> attrs;
-  };
-  std::vector<Case> cases = {
+  const std::vector<ConvCase> cases = {
       {{2, 3, 7, 7}, {4, 3, 3, 3}, {}},
       {{2, 3, 8, 7}, {4, 3, 3, 2}, {{"strides", A::Ints({2, 1})}, {"pads", A::Ints({1, 0, 2, 1})}}},
       {{1, 2, 9, 9}, {3, 2, 3, 3}, {{"dilations", A::Ints({2, 2})}, {"pads", A::Ints({1, 1, 1, 1})}}},
@@ -274,34 +292,16 @@ TEST(GradRules, ConvGradOfEveryConvAttributes) {
       {{2, 3, 10}, {2, 3, 3}, {{"strides", A::Ints({3})}, {"pads", A::Ints({2, 1})}}}};
   for (size_t i = 0; i < cases.size(); ++i) {
     SCOPED_TRACE("case " + std::to_string(i));
-    const auto& c = cases[i];
-    // dY in the convolution's output shape.
-    TestGraph shape_probe;
-    const std::string y =
-        shape_probe.node("Conv", {shape_probe.param("x", c.x, 1), shape_probe.param("w", c.w, 2)}, c.attrs);
-    runtime::ExecOptions o;
-    o.fetch = {y};
-    const Shape dy_shape = runtime::Executor(shape_probe.g, o).run({}).at(y).shape();
-    TestGraph t;
-    const std::string dy = t.param("dy", dy_shape, 3), x = t.param("x", c.x, 1), w = t.param("w", c.w, 2);
-    const auto d = t.node_n("ConvGrad", {dy, x, w}, 3, c.attrs, kGraphrunDomain);
-    const std::string flat = t.node("Constant", {}, {{"value", A::Tens(Tensor::from_vector<int64_t>({1}, {-1}))}});
-    const std::string all = t.node("Concat", {t.node("Reshape", {d[0], flat}), t.node("Reshape", {d[1], flat}), d[2]},
-                                   {{"axis", A::Int(0)}});
-    Graph bg = check_gradients(t, all);
+    Graph bg = check_conv_grad_grad("Conv", "ConvGrad", cases[i]);
     EXPECT_GE(count_ops(bg, "Conv"), 2);      // dY's from dX and from dW
     EXPECT_GE(count_ops(bg, "ConvGrad"), 3);  // the forward ConvGrad, then X's and W's
   }
 }
 
-// ConvTransposeGrad's own rule (a penalty through a generator or a decoder): every output's gradient w.r.t. dY, X
-// and W, with strides, pads, output_padding, groups and dilations.
+// ConvTransposeGrad's own rule (a penalty through a generator or a decoder), with strides, pads, output_padding,
+// groups and dilations.
 TEST(GradRules, ConvTransposeGradOfSecondOrder) {
-  struct Case {
-    Shape x, w;
-    std::map<std::string, A> attrs;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<ConvCase> cases = {
       {{2, 3, 4, 4}, {3, 2, 3, 3}, {}},
       {{1, 4, 3, 3},
        {4, 3, 3, 3},
@@ -309,20 +309,9 @@ TEST(GradRules, ConvTransposeGradOfSecondOrder) {
       {{1, 4, 3, 3}, {4, 1, 2, 2}, {{"group", A::Int(2)}, {"dilations", A::Ints({2, 2})}}}};
   for (size_t i = 0; i < cases.size(); ++i) {
     SCOPED_TRACE("case " + std::to_string(i));
-    const auto& c = cases[i];
-    TestGraph probe;
-    const std::string y = probe.node("ConvTranspose", {probe.param("x", c.x, 1), probe.param("w", c.w, 2)}, c.attrs);
-    runtime::ExecOptions o;
-    o.fetch = {y};
-    const Shape dys = runtime::Executor(probe.g, o).run({}).at(y).shape();
-    TestGraph t;
-    const std::string dy = t.param("dy", dys, 3), x = t.param("x", c.x, 1), w = t.param("w", c.w, 2);
-    const auto d = t.node_n("ConvTransposeGrad", {dy, x, w}, 3, c.attrs, kGraphrunDomain);
-    const std::string flat = t.node("Constant", {}, {{"value", A::Tens(Tensor::from_vector<int64_t>({1}, {-1}))}});
-    const std::string all = t.node("Concat", {t.node("Reshape", {d[0], flat}), t.node("Reshape", {d[1], flat}), d[2]},
-                                   {{"axis", A::Int(0)}});
-    Graph bg = check_gradients(t, all);
+    Graph bg = check_conv_grad_grad("ConvTranspose", "ConvTransposeGrad", cases[i]);
     EXPECT_GE(count_ops(bg, "ConvTranspose"), 2);
+    EXPECT_GE(count_ops(bg, "ConvTransposeGrad"), 3);
   }
 }
 
