@@ -210,8 +210,9 @@ PY
   hung)
     fault STOP 30
     [ "$RC" != 0 ] || fail "exit code 0 after a rank hung"
-    # (At an allreduce, or, when rank 1 stopped while evaluating, at the exchange of the test figures.)
-    grep -Eq 'rank 0: .*(allreduce|evaluation) at step [0-9]+: rank 1 did not answer within 5 s' job.out || fail "rank 0 does not name rank 1 and the step"
+    # (At an allreduce, or, when rank 1 stopped while evaluating, at the exchange of the test figures or of the
+    # evaluation batch size, which the ranks agree on as an epoch's evaluation starts.)
+    grep -Eq 'rank 0: .*(allreduce|evaluation|evaluation batch) at step [0-9]+: rank 1 did not answer within 5 s' job.out || fail "rank 0 does not name rank 1 and the step"
     ;;
   hung3)
     # Three ranks, the chain pipelined in 4 KiB segments: a stopped rank 1 is named by the rank that
