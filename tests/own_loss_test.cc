@@ -108,6 +108,18 @@ TEST(OwnLoss, TrainsBitwiseAsTheSameLossAttachedByGraphrun) {
   EXPECT_TRUE(grad.is_output("w1_grad") && grad.is_output("loss__2"));
 }
 
+// The prologue of the torch comparisons below: 384 Fashion-MNIST training images, the first 256 the training set
+// (train.npz, the whole of it one batch) and the rest the test set (test.npz); x and y in numpy; torch seeded.
+const char* kFashionBatches = R"(
+import gzip, json, onnx, torch, torch.nn as nn, torch.nn.functional as F
+D = '/usr/share/datasets/fashion-mnist'
+def load(p, off): return np.frombuffer(gzip.open(os.path.join(D, p)).read(), np.uint8, offset=off)
+x = (load('train-images-idx3-ubyte.gz', 16).reshape(-1, 1, 28, 28)[:384] / 255.0).astype(np.float32)
+y = load('train-labels-idx1-ubyte.gz', 8)[:384].astype(np.int64)
+np.savez('train.npz', image=x[:256], labels=y[:256]); np.savez('test.npz', image=x[256:], labels=y[256:])
+torch.manual_seed(0)
+)";
+
 // Modules written as users write them, each returning its loss, exported by torch and trained by it with full-batch
 // SGD: an autoencoder of Fashion-MNIST images (forward(image) -> its reconstruction's mean squared error) and a
 // classifier that takes its labels (forward(image, labels) -> F.cross_entropy, SoftmaxCrossEntropyLoss in the export).
@@ -117,14 +129,7 @@ TEST(OwnLoss, TorchModulesThatReturnTheirLossTrainAsInPyTorch) {
   if (!testing::have_fashion_mnist())
     GTEST_SKIP() << "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)";
   const std::string d = testing::temp_dir("own_loss_torch");
-  run_python(d, R"(
-import gzip, json, torch, torch.nn as nn, torch.nn.functional as F
-D = '/usr/share/datasets/fashion-mnist'
-def load(p, off): return np.frombuffer(gzip.open(os.path.join(D, p)).read(), np.uint8, offset=off)
-x = (load('train-images-idx3-ubyte.gz', 16).reshape(-1, 1, 28, 28)[:384] / 255.0).astype(np.float32)
-y = load('train-labels-idx1-ubyte.gz', 8)[:384].astype(np.int64)
-np.savez('train.npz', image=x[:256], labels=y[:256]); np.savez('test.npz', image=x[256:], labels=y[256:])
-torch.manual_seed(0)
+  run_python(d, std::string(kFashionBatches) + R"(
 class AE(nn.Module):
     def __init__(s):
         super().__init__()
@@ -191,15 +196,8 @@ TEST(OwnLoss, DoubleBackpropTrainsAsInPyTorch) {
   if (!testing::have_fashion_mnist())
     GTEST_SKIP() << "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)";
   const std::string d = testing::temp_dir("own_loss_double_backprop");
-  run_python(d, R"(
-import gzip, json, onnx, torch, torch.nn as nn, torch.nn.functional as F
+  run_python(d, std::string(kFashionBatches) + R"(
 from onnx import helper
-D = '/usr/share/datasets/fashion-mnist'
-def load(p, off): return np.frombuffer(gzip.open(os.path.join(D, p)).read(), np.uint8, offset=off)
-x = (load('train-images-idx3-ubyte.gz', 16).reshape(-1, 1, 28, 28)[:384] / 255.0).astype(np.float32)
-y = load('train-labels-idx1-ubyte.gz', 8)[:384].astype(np.int64)
-np.savez('train.npz', image=x[:256], labels=y[:256]); np.savez('test.npz', image=x[256:], labels=y[256:])
-torch.manual_seed(0)
 LAM = 2000.0
 class Clf(nn.Module):
     def __init__(s):
