@@ -216,11 +216,12 @@ PY
     ;;
   hung3)
     # Three ranks, the chain pipelined in 4 KiB segments: a stopped rank 1 is named by the rank that
-    # waits for it inside a transfer, or it is "not every rank" at the allreduce's barrier.
+    # waits for it inside a transfer, or it is "not every rank" at the allreduce's barrier (or, stopped while
+    # evaluating, at the exchange of the test figures or of the evaluation batch size, as in hung).
     FAULT_NP=3 FAULT_ENV=(-x GRAPHRUN_MPI_SEGMENT_KB=4)
     fault STOP 30
     [ "$RC" != 0 ] || fail "exit code 0 after a rank hung"
-    grep -Eq 'rank [02]: .*allreduce at step [0-9]+: (rank 1( \(or a rank it waits for\))? did not answer|not every rank arrived) within 5 s' job.out \
+    grep -Eq 'rank [02]: .*(allreduce|evaluation|evaluation batch) at step [0-9]+: (rank 1( \(or a rank it waits for\))? did not answer|not every rank arrived) within 5 s' job.out \
       || fail "no rank names the allreduce, the step and the missing rank"
     ;;
   badinput)
