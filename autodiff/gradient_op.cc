@@ -5,7 +5,8 @@
 // then zs. Where they are those very values the forward nodes are reused (cut at xs and zs); otherwise the nodes
 // computing y from xs and zs are copied, reading the inputs instead. A y that is not a scalar is differentiated as
 // its sum (torch.autograd.grad with grad_outputs of ones). Gradients of Gradient (second order) need the rules of
-// the gradient ops in turn: a missing one is an error naming it.
+// the gradient ops in turn: a missing one is an error naming it. Loaded for training (load_onnx_for_training), the
+// model is brought to its training form before the expansion, so that the Gradient differentiates what trains.
 #include <algorithm>
 #include <optional>
 #include <set>
@@ -17,6 +18,8 @@
 #include "autodiff/grad_context.h"
 #include "graph/error.h"
 #include "graph/onnx_io.h"
+#include "graph/passes/convert_opset.h"
+#include "graph/passes/train_mode.h"
 
 namespace graphrun::autodiff {
 namespace {
@@ -212,8 +215,11 @@ size_t cone_size(const Graph& g, const std::unordered_map<std::string, int>& pro
 }
 
 // Every Gradient node, each once the nodes computing its y hold no other (a Gradient of a Gradient's output
-// differentiates the first one's nodes).
-void expand_gradient_ops(Graph& g, const std::string& what) {
+// differentiates the first one's nodes). Loaded for training, the model takes its training form first, so that a
+// BatchNormalization exported in eval mode is differentiated on the batch statistics the forward trains on.
+bool expand_gradient_ops(Graph& g, const std::string& what, bool training) {
+  if (std::none_of(g.nodes.begin(), g.nodes.end(), is_gradient_op)) return false;
+  if (training) g = passes::to_training(passes::convert_opset_for_training(g));
   const size_t before = g.nodes.size();
   for (;;) {
     std::optional<size_t> first, ready;
@@ -229,7 +235,7 @@ void expand_gradient_ops(Graph& g, const std::string& what) {
       const std::set<int> before_y = y ? upstream(g, producer, y->s, {}) : std::set<int>{};
       if (std::none_of(before_y.begin(), before_y.end(), [&](int j) { return is_gradient_op(g.nodes[j]); })) ready = i;
     }
-    if (!first) return;
+    if (!first) return true;
     const size_t at = ready ? *ready : *first;  // none ready: expand_one names what it cannot differentiate
     const std::string name = g.nodes[at].describe();
     const size_t added = g.nodes.size() > before ? g.nodes.size() - before : 0;

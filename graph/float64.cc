@@ -45,6 +45,7 @@ Graph float64_copy(const Graph& g, bool fixed_random) {
     if ((n.op_type == "RandomNormal" || n.op_type == "RandomUniform") && n.attr_i("dtype", f32) == f32)
       n.attrs["dtype"] = Attribute::Int(f64);
   }
+  if (g.as_written) d.as_written = std::make_shared<const Graph>(float64_copy(*g.as_written, fixed_random));
   return d;
 }
 

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -131,6 +132,10 @@ struct Graph {
   std::vector<std::pair<std::string, std::string>> state_updates;
   // The sequence and optional inputs and outputs of a graph loaded for one run (above); empty otherwise.
   std::vector<CompositeSlot> composite_inputs, composite_outputs;
+  // Where a load expansion rewrote the graph (ONNX's Gradient nodes, autodiff/gradient_op.cc), the graph as it
+  // was before (its initializers shared with this one's); null otherwise. The trainer saves it with the trained
+  // weights, so that a saved model keeps its Gradient nodes rather than graphrun's expansion of them.
+  std::shared_ptr<const Graph> as_written;
 
   int64_t opset(const std::string& domain = "") const;  // 0 when not imported
   const ValueInfo* info(const std::string& value) const;  // nullptr when unknown

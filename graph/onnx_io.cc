@@ -1677,8 +1677,8 @@ std::vector<LoadExpansion>& load_expansions() {
   return registered;
 }
 
-Graph load_model(std::string bytes, const std::string& what, const std::string& dir,
-                 const KnownInputs* known = nullptr) {
+Graph load_model(std::string bytes, const std::string& what, const std::string& dir, const KnownInputs* known,
+                 bool training) {
   register_graphrun_schemas();
   if (bytes.empty()) GR_FAIL(what << ": empty file, not an ONNX model");
   onnx::ModelProto m;
@@ -1765,16 +1765,29 @@ Graph load_model(std::string bytes, const std::string& what, const std::string& 
   }
   validate_inferred(m, what);
   Graph g = graph_from_proto(m, what, std::move(weights));
-  for (LoadExpansion expand : load_expansions()) expand(g, what);
+  {
+    auto before = std::make_shared<Graph>(g);  // (its weights shared)
+    bool expanded = false;
+    for (LoadExpansion expand : load_expansions()) expanded = expand(g, what, training) || expanded;
+    if (expanded) {
+      // ONNX infers no type for what a Gradient node computes, nor for what reads it; the expansion did: the graph
+      // as written keeps those types (so that it saves as a model the checker's shape inference passes).
+      for (const Node& n : before->nodes)
+        for (const std::string& o : n.outputs)
+          if (const ValueInfo* vi = g.info(o), *was = before->info(o); vi && (!was || was->dtype == DType::Undefined))
+            before->values[o] = *vi;
+      g.as_written = std::move(before);
+    }
+  }
   g.composite_inputs = std::move(composite_inputs);
   g.composite_outputs = std::move(composite_outputs);
   return g;
 }
 
 Graph load_printable(std::string bytes, const std::string& what, const std::string& dir,
-                     const KnownInputs* known = nullptr) {
+                     const KnownInputs* known = nullptr, bool training = false) {
   try {
-    return load_model(std::move(bytes), what, dir, known);
+    return load_model(std::move(bytes), what, dir, known, training);
   } catch (const Error& e) {
     throw Error(printable(e.what()));
   }
@@ -1808,8 +1821,8 @@ std::vector<DeclaredInput> onnx_inputs(const std::string& path) { return onnx_in
 
 namespace {
 
-Graph load_named(const std::string& path, const KnownInputs* known) {
-  Graph g = load_printable(read_file(path), path, folder_of(path), known);
+Graph load_named(const std::string& path, const KnownInputs* known, bool training = false) {
+  Graph g = load_printable(read_file(path), path, folder_of(path), known, training);
   // An exporter's default graph name says nothing of the model (torch names every export "torch_jit"):
   // messages ("training 'torch_jit'") name it by its file instead. A model saved keeps the name it had.
   static const std::set<std::string> generic = {"graph", "torch_jit", "torch-jit-export", "main_graph"};
@@ -1830,6 +1843,8 @@ Graph load_named(const std::string& path, const KnownInputs* known) {
 Graph load_onnx(const std::string& path) { return load_named(path, nullptr); }
 
 Graph load_onnx(const std::string& path, const KnownInputs& known) { return load_named(path, &known); }
+
+Graph load_onnx_for_training(const std::string& path) { return load_named(path, nullptr, true); }
 
 std::string onnx_bytes(const Graph& g) {
   onnx::ModelProto m = model_from_graph(g);
@@ -1905,11 +1920,13 @@ Graph convert_opset(const Graph& g, int64_t to) {
   }
   std::string bytes;
   GR_CHECK(m.SerializeToString(&bytes), what << ": cannot serialize for the opset conversion (over 2 GiB?)");
-  Graph r = load_model(std::move(bytes), what + " (converted to opset " + std::to_string(to) + ")", "");
+  // (For training alone: a Gradient node still in the graph differentiates its training form.)
+  Graph r = load_model(std::move(bytes), what + " (converted to opset " + std::to_string(to) + ")", "", nullptr, true);
   r.name = g.name;
   r.external_data = g.external_data;
   r.doc = g.doc;
   r.meta = g.meta;
+  if (g.as_written) r.as_written = g.as_written;
   static std::set<std::string> said;
   if (said.insert(g.name).second)
     std::cerr << "graphrun: " << what << ": opset " << from << " converted to opset " << to

@@ -40,6 +40,12 @@ struct KnownInputs {
 };
 // load_onnx for one run on known inputs (graphrun run). The graph holds for those values alone.
 Graph load_onnx(const std::string& path, const KnownInputs& known);
+// load_onnx for the commands that train it (train, grad, plan, show's training views): where the model holds
+// Gradient nodes (ai.onnx.preview.training), they differentiate the form training runs, as torch's model.train()
+// does: the model is first brought to opset 15 if below 13 and to its training form (passes/train_mode.h:
+// BatchNormalization on batch statistics, Dropout drawing masks). A model without Gradient nodes loads as load_onnx
+// loads it.
+Graph load_onnx_for_training(const std::string& path);
 // Whether `t` can stand for a graph input in KnownInputs::small: an integer or bool tensor of at most 64 elements.
 bool small_control_value(const Tensor& t);
 // A graph input that is not an initializer, as the file declares it (nothing checked): `composite` is "" for a
@@ -61,8 +67,10 @@ Graph load_onnx_bytes(const std::string& bytes, const std::string& what, const K
 
 // A load-time expansion from a layer above graph/ (autodiff expands ai.onnx.preview.training's Gradient nodes into the
 // nodes that compute them: autodiff/gradient_op.cc). load_onnx runs every registered expansion on each graph it
-// returns, in registration order; `what` names the model in errors. Register at static initialisation.
-using LoadExpansion = void (*)(Graph& g, const std::string& what);
+// returns, in registration order; `what` names the model in errors, `training` says that the graph is loaded for
+// training (load_onnx_for_training). Register at static initialisation.
+// It returns whether it rewrote the graph (then Graph::as_written keeps the graph as it was before).
+using LoadExpansion = bool (*)(Graph& g, const std::string& what, bool training);
 bool register_load_expansion(LoadExpansion fn);
 
 // Writes the graph as an ONNX model (opset imports for every domain used, ai.graphrun included).

@@ -242,8 +242,11 @@ int Trainer::resume() {
 Graph Trainer::trained_model() const {
   // The inference form: what evaluation ran, so `graphrun run` on the saved file reproduces the
   // printed test accuracy (a model exported in training mode differs only in BatchNormalization's
-  // training_mode and Dropout's; graphrun train turns it back into the training form).
-  Graph g = passes::to_inference(graphs_.forward);
+  // training_mode and Dropout's; graphrun train turns it back into the training form). A model whose Gradient
+  // nodes the load expanded is saved as it was written, its Gradient nodes kept (Graph::as_written).
+  const Graph& forward = graphs_.forward.as_written ? *graphs_.forward.as_written : graphs_.forward;
+  Graph g = passes::to_inference(forward);
+  g.as_written.reset();
   const auto& st = replicas_.at(0)->exec->states();
   for (auto& [name, t] : g.initializers) {
     auto it = st.find(name);

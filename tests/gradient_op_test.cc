@@ -2,9 +2,12 @@
 // nodes, so `graphrun run` computes it. Checked against closed forms in float64, written by numpy: at the values
 // themselves (forward nodes reused), at other values (the subgraph copied), with zs, with a y that is not a scalar
 // (its sum), second order (a Gradient of a Gradient's output), and one-line errors for what the spec forbids; and
-// training through it (a physics-informed network).
+// training through it (a physics-informed network, gradient penalties; through an eval-mode BatchNormalization as
+// PyTorch's train mode computes it).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
 #include <string>
 
 #include "graph/onnx_io.h"
@@ -256,6 +259,98 @@ onnx.save(critic('ln'), 'critic_ln.onnx')
   auto r = run_command(testing::graphrun_cli() + " check " + dir + "/critic_det.onnx 2>&1");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("no gradient rule for op 'ai.graphrun::DetGrad'"), std::string::npos) << r.output;
+}
+
+// A gradient penalty through a BatchNormalization exported in eval mode (torch.onnx.export's default: one output,
+// no training_mode) trains as PyTorch's model.train() computes it: the Gradient node differentiates the batch
+// statistics the forward trains on. Two full-batch SGD steps match torch's to float32 rounding, for the eval-mode
+// file at opset 12 (converted to opset 15 before the Gradient is expanded; its Dropout of ratio 0 in training form
+// too) and for the same critic exported in training mode; under `graphrun run` the eval-mode file keeps ONNX's
+// meaning (running statistics, in the penalty's gradient too).
+TEST(GradientOp, APenaltyThroughAnEvalModeBatchNormTrainsOnBatchStatistics) {
+  const std::string dir = temp_dir("gradient_op_eval_bn");
+  run_onnx_python(dir, R"(
+import torch
+F = TensorProto.FLOAT
+def critic(opset):
+    bn = {'training_mode': 1} if opset >= 15 else {}
+    body = [helper.make_node('Conv', ['x', 'w'], ['c'], pads=[1, 1, 1, 1]), helper.make_node('Tanh', ['c'], ['r']),
+            helper.make_node('BatchNormalization', ['r', 'scale', 'bias', 'rmean', 'rvar'], ['n'], **bn),
+            helper.make_node('Dropout', ['n', 'ratio'], ['nd']), helper.make_node('Relu', ['nd'], ['nr']),
+            helper.make_node('ReduceMean', ['nr'], ['s'], axes=[1, 2, 3], keepdims=0),
+            helper.make_node('Gradient', ['x'], ['gx'], domain='ai.onnx.preview.training', xs=['x'], y='s', name='penalty'),
+            helper.make_node('Mul', ['gx', 'gx'], ['g2']),
+            helper.make_node('ReduceSum', ['g2', 'axes'][:1 if opset < 13 else 2], ['pen'], keepdims=0,
+                             **({'axes': [1, 2, 3]} if opset < 13 else {})),
+            helper.make_node('Add', ['pen', 's'], ['out'])]
+    inits = [numpy_helper.from_array(np.random.default_rng(1).standard_normal((3, 2, 3, 3)).astype(np.float32), 'w'),
+             numpy_helper.from_array(np.array([1.5, 0.7, 1.2], np.float32), 'scale'),
+             numpy_helper.from_array(np.array([0.1, -0.2, 0.3], np.float32), 'bias'),
+             numpy_helper.from_array(np.full(3, 0.3, np.float32), 'rmean'),
+             numpy_helper.from_array(np.full(3, 2.0, np.float32), 'rvar'),
+             numpy_helper.from_array(np.array(0.0, np.float32), 'ratio')]
+    if opset >= 13: inits.append(numpy_helper.from_array(np.array([1, 2, 3], np.int64), 'axes'))
+    g = helper.make_graph(body, 'critic', [helper.make_tensor_value_info('x', F, ['N', 2, 6, 6])],
+                          [helper.make_tensor_value_info('out', F, ['N'])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid('', opset), helper.make_opsetid('ai.onnx.preview.training', 1)])
+onnx.save(critic(12), 'eval_mode.onnx')
+onnx.save(critic(15), 'train_mode.onnx')
+x = np.random.default_rng(5).standard_normal((16, 2, 6, 6)).astype(np.float32)
+np.savez('train.npz', x=x)
+np.save('x4.npy', x[:4])
+W = {t.name: numpy_helper.to_array(t) for t in critic(12).graph.initializer}
+conv = torch.nn.Conv2d(2, 3, 3, padding=1, bias=False); bn = torch.nn.BatchNorm2d(3)
+with torch.no_grad():
+    conv.weight.copy_(torch.tensor(W['w'])); bn.weight.copy_(torch.tensor(W['scale'])); bn.bias.copy_(torch.tensor(W['bias']))
+    bn.running_mean.copy_(torch.tensor(W['rmean'])); bn.running_var.copy_(torch.tensor(W['rvar']))
+def out(xb):
+    xb = torch.tensor(xb, requires_grad=True)
+    s = torch.relu(bn(torch.tanh(conv(xb)))).mean(dim=(1, 2, 3))
+    gx, = torch.autograd.grad(s.sum(), xb, create_graph=True)
+    return (gx * gx).sum(dim=(1, 2, 3)) + s
+bn.eval()
+np.save('out_eval.npy', out(x[:4]).detach().numpy())
+bn.train()
+opt = torch.optim.SGD(list(conv.parameters()) + list(bn.parameters()), lr=0.1)
+for step in range(2):
+    loss = out(x).mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+bn.eval()
+np.save('out_trained.npy', out(x[:4]).detach().numpy())
+for k, t in {'w': conv.weight, 'scale': bn.weight, 'bias': bn.bias, 'rmean': bn.running_mean, 'rvar': bn.running_var}.items():
+    np.save('torch_' + k + '.npy', t.detach().numpy())
+)");
+  const std::string cli = testing::graphrun_cli();
+  auto r = run_command(cli + " run " + dir + "/eval_mode.onnx --input x=" + dir + "/x4.npy --output-dir " + dir +
+                       "/out 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_LT(testing::max_abs_diff(read_npy(dir + "/out/out.npy"), npy(dir, "out_eval")), 1e-5);
+  std::map<std::string, Tensor> expected;
+  for (const char* k : {"w", "scale", "bias", "rmean", "rvar"}) expected[k] = npy(dir, std::string("torch_") + k);
+  for (const char* m : {"eval_mode", "train_mode"}) {
+    SCOPED_TRACE(m);
+    r = run_command(cli + " train " + dir + "/" + m + ".onnx --data " + dir + "/train.npz --test-data " + dir +
+                    "/train.npz --loss output --devices cpu:1 --epochs 2 --batch-size 16 --lr 0.1 --save " + dir +
+                    "/trained_" + m + ".onnx 2>&1");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const Graph trained = load_onnx(dir + "/trained_" + m + ".onnx");
+    for (const auto& [k, t] : expected) {
+      ASSERT_TRUE(trained.initializers.count(k)) << k;
+      EXPECT_LT(testing::max_abs_diff(trained.initializers.at(k), t), 1e-6) << k;
+    }
+    // Saved as written: its Gradient node, none of graphrun's gradient ops (any ONNX runtime reads the file), and
+    // `run` computes it as torch's eval mode does with the trained weights.
+    const Graph as_saved = load_onnx(dir + "/trained_" + m + ".onnx");
+    ASSERT_TRUE(as_saved.as_written);  // (the file's graph, before its Gradient node was expanded)
+    EXPECT_EQ(as_saved.as_written->opsets.count("ai.graphrun"), 0u);
+    EXPECT_EQ(std::count_if(as_saved.as_written->nodes.begin(), as_saved.as_written->nodes.end(),
+                            [](const Node& n) { return n.op_type == "Gradient"; }),
+              1);
+    r = run_command(cli + " run " + dir + "/trained_" + m + ".onnx --input x=" + dir + "/x4.npy --output-dir " + dir +
+                    "/out_" + m + " 2>&1");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_LT(testing::max_abs_diff(read_npy(dir + "/out_" + m + "/out.npy"), npy(dir, "out_trained")), 1e-5);
+  }
 }
 
 }  // namespace

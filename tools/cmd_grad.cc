@@ -84,7 +84,7 @@ int cmd_grad(const std::vector<std::string>& argv) {
   po.dump = &std::cout;
   check_distinct_paths({{"the model", model}}, {{"--output", args.get("output", default_output(model))}});
   check_output_path("--output", args.get("output", default_output(model)));
-  const runtime::TrainingGraphs tg = runtime::build_training_graphs(load_onnx(model), po);
+  const runtime::TrainingGraphs tg = runtime::build_training_graphs(load_onnx_for_training(model), po);
   const Graph g = po.data_parallel ? name_state_outputs(tg.replicas[0].graph, tg.replicas[0].state_updates)
                                     : name_state_outputs(tg.training, passes::batchnorm_state_updates(tg.training));
   const std::string out = args.get("output", default_output(model));

@@ -163,7 +163,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
   // In-process CPU replicas share this machine's cores: timed running at once, as train runs them.
   if (!gpus && o.link.name == "shm") o.concurrent = o.devices;
 
-  const Graph model = load_onnx(args.positional()[0]);
+  const Graph model = load_onnx_for_training(args.positional()[0]);
   check_dims_known(args, o.dims, model, true);
   if (auto_placement) {  // time each split of the cores (as train --devices cpu:auto), then plan the fastest
     const auto ranked = runtime::compare_cpu_placements(model, o, cores);

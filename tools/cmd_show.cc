@@ -104,7 +104,7 @@ int cmd_show(const std::vector<std::string>& argv) {
     check_distinct_paths({{"the model", args.positional()[0]}}, {{"--output", args.get("output")}});
     check_output_path("--output", args.get("output"));
   }
-  Graph g = load_onnx(args.positional()[0]);
+  Graph g = transforms(args) ? load_onnx_for_training(args.positional()[0]) : load_onnx(args.positional()[0]);
   std::string text;
   if (args.has("passes")) {
     text = "# the passes of graphrun " +

@@ -76,9 +76,9 @@ const Command& train_command() {
           {"loader-threads", "N", "threads per replica reading batches ahead (default, for images or --augment:\n"
                                   "                            the cores the replicas leave over, at least 1; else 0)"},
           {"save", "FILE", "write the trained model as ONNX: the input's graph in inference form (BatchNorm\n"
-                           "                            on running statistics, Dropout off) with the trained weights;\n"
-                           "                            a model read with external data, or over 1 GiB of weights,\n"
-                           "                            keeps its weights in FILE.data beside it"},
+                           "                            on running statistics, Dropout off, Gradient nodes kept) with\n"
+                           "                            the trained weights; a model read with external data, or\n"
+                           "                            over 1 GiB of weights, keeps its weights in FILE.data beside it"},
           {"metrics", "FILE", "write one JSON object per epoch (with --eval-only: one for the evaluation)"},
           {"loss", "NAME", "cross-entropy (default; integer class ids), mse (float targets of the\n"
                            "                            output's shape; the test figure is the mean squared error) or\n"
@@ -496,7 +496,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   if (auto_placement || devices.empty() || devices[0].kind == Device::Kind::CPU)
     warm_up = std::make_unique<runtime::KernelWarmUp>();
 
-  Graph model = load_onnx(args.positional()[0]);
+  Graph model = load_onnx_for_training(args.positional()[0]);
   if (speaks && o.pipeline.loss == autodiff::LossKind::CrossEntropy) warn_softmax_output(model, o.pipeline.output);
   if (args.has("float64")) model = float64_copy(model);
   // Timing or planning the model (cpu:auto, --plan) at the data's sizes: a symbolic dimension other than
