@@ -8,6 +8,7 @@
 // the gradient ops in turn: a missing one is an error naming it. Loaded for training (load_onnx_for_training), the
 // model is brought to its training form before the expansion, so that the Gradient differentiates what trains.
 #include <algorithm>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -217,8 +218,9 @@ size_t cone_size(const Graph& g, const std::unordered_map<std::string, int>& pro
 // Every Gradient node, each once the nodes computing its y hold no other (a Gradient of a Gradient's output
 // differentiates the first one's nodes). Loaded for training, the model takes its training form first, so that a
 // BatchNormalization exported in eval mode is differentiated on the batch statistics the forward trains on.
-bool expand_gradient_ops(Graph& g, const std::string& what, bool training) {
-  if (std::none_of(g.nodes.begin(), g.nodes.end(), is_gradient_op)) return false;
+void expand_gradient_ops(Graph& g, const std::string& what, bool training) {
+  if (std::none_of(g.nodes.begin(), g.nodes.end(), is_gradient_op)) return;
+  auto written = std::make_shared<Graph>(g);  // Graph::as_written (its weights shared)
   if (training) g = passes::to_training(passes::convert_opset_for_training(g));
   const size_t before = g.nodes.size();
   for (;;) {
@@ -235,7 +237,7 @@ bool expand_gradient_ops(Graph& g, const std::string& what, bool training) {
       const std::set<int> before_y = y ? upstream(g, producer, y->s, {}) : std::set<int>{};
       if (std::none_of(before_y.begin(), before_y.end(), [&](int j) { return is_gradient_op(g.nodes[j]); })) ready = i;
     }
-    if (!first) return true;
+    if (!first) break;
     const size_t at = ready ? *ready : *first;  // none ready: expand_one names what it cannot differentiate
     const std::string name = g.nodes[at].describe();
     const size_t added = g.nodes.size() > before ? g.nodes.size() - before : 0;
@@ -251,6 +253,13 @@ bool expand_gradient_ops(Graph& g, const std::string& what, bool training) {
     g.topo_sort();
     infer_shapes(g);
   }
+  // ONNX infers no type for what a Gradient node computes, nor for what reads it; the expansion did: the graph as
+  // written keeps those types (so that it saves as a model the checker's shape inference passes).
+  for (const Node& n : written->nodes)
+    for (const std::string& o : n.outputs)
+      if (const ValueInfo* vi = g.info(o), *was = written->info(o); vi && (!was || was->dtype == DType::Undefined))
+        written->values[o] = *vi;
+  g.as_written = std::move(written);
 }
 
 const bool kRegistered = register_load_expansion(expand_gradient_ops);

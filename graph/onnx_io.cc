@@ -1765,20 +1765,7 @@ Graph load_model(std::string bytes, const std::string& what, const std::string& 
   }
   validate_inferred(m, what);
   Graph g = graph_from_proto(m, what, std::move(weights));
-  {
-    auto before = std::make_shared<Graph>(g);  // (its weights shared)
-    bool expanded = false;
-    for (LoadExpansion expand : load_expansions()) expanded = expand(g, what, training) || expanded;
-    if (expanded) {
-      // ONNX infers no type for what a Gradient node computes, nor for what reads it; the expansion did: the graph
-      // as written keeps those types (so that it saves as a model the checker's shape inference passes).
-      for (const Node& n : before->nodes)
-        for (const std::string& o : n.outputs)
-          if (const ValueInfo* vi = g.info(o), *was = before->info(o); vi && (!was || was->dtype == DType::Undefined))
-            before->values[o] = *vi;
-      g.as_written = std::move(before);
-    }
-  }
+  for (LoadExpansion expand : load_expansions()) expand(g, what, training);
   g.composite_inputs = std::move(composite_inputs);
   g.composite_outputs = std::move(composite_outputs);
   return g;

@@ -68,9 +68,9 @@ Graph load_onnx_bytes(const std::string& bytes, const std::string& what, const K
 // A load-time expansion from a layer above graph/ (autodiff expands ai.onnx.preview.training's Gradient nodes into the
 // nodes that compute them: autodiff/gradient_op.cc). load_onnx runs every registered expansion on each graph it
 // returns, in registration order; `what` names the model in errors, `training` says that the graph is loaded for
-// training (load_onnx_for_training). Register at static initialisation.
-// It returns whether it rewrote the graph (then Graph::as_written keeps the graph as it was before).
-using LoadExpansion = bool (*)(Graph& g, const std::string& what, bool training);
+// training (load_onnx_for_training). One that rewrites the graph keeps it as it was in Graph::as_written. Register at
+// static initialisation.
+using LoadExpansion = void (*)(Graph& g, const std::string& what, bool training);
 bool register_load_expansion(LoadExpansion fn);
 
 // Writes the graph as an ONNX model (opset imports for every domain used, ai.graphrun included).

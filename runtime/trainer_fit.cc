@@ -246,7 +246,6 @@ Graph Trainer::trained_model() const {
   // nodes the load expanded is saved as it was written, its Gradient nodes kept (Graph::as_written).
   const Graph& forward = graphs_.forward.as_written ? *graphs_.forward.as_written : graphs_.forward;
   Graph g = passes::to_inference(forward);
-  g.as_written.reset();
   const auto& st = replicas_.at(0)->exec->states();
   for (auto& [name, t] : g.initializers) {
     auto it = st.find(name);

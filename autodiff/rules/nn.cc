@@ -142,17 +142,19 @@ void norm_grad_grad(GradContext& ctx, const std::vector<int64_t>& stat_axes, con
   auto size_f = [&](const std::string& v) {
     return ctx.op("Cast", {ctx.op("Size", {v})}, {{"to", Attribute::Int(static_cast<int64_t>(t))}});
   };
-  std::string inv_m, xm;  // 1/M and X - mu
-  if (mu.empty()) {
+  const bool recompute = mu.empty();  // (then s is empty too)
+  std::string inv_m;                  // 1/M
+  if (recompute) {
     const std::string sum_x = sum_a(x);
     inv_m = op2("Div", size_f(sum_x), size_f(x));
     mu = op2("Mul", sum_x, inv_m);
-    xm = op2("Sub", x, mu);
-    const std::string var = op2("Mul", sum_a(op2("Mul", xm, xm)), inv_m);
-    s = ctx.op("Reciprocal", {ctx.op("Sqrt", {op2("Add", var, ctx.scalar(eps, t))})});
   } else {
     inv_m = op2("Div", size_f(mu), size_f(x));
-    xm = op2("Sub", x, mu);
+  }
+  const std::string xm = op2("Sub", x, mu);
+  if (recompute) {
+    const std::string var = op2("Mul", sum_a(op2("Mul", xm, xm)), inv_m);
+    s = ctx.op("Reciprocal", {ctx.op("Sqrt", {op2("Add", var, ctx.scalar(eps, t))})});
   }
   const std::string h = op2("Mul", xm, s);
   const std::string gam = per_gamma(gamma);
