@@ -117,7 +117,13 @@ void expand_one(Graph& g, size_t at, const std::string& what) {
              desc << ": xs names '" << xs[k] << "' of type " << dtype_name(t) << "; only float tensors have gradients");
   }
 
-  g.nodes.erase(g.nodes.begin() + static_cast<std::ptrdiff_t>(at));
+  // The node goes once nothing sorts the graph any more: what reads its outputs stays ordered after it.
+  auto erase_node = [&] {
+    auto it = std::find_if(g.nodes.begin(), g.nodes.end(), [&](const Node& n) {
+      return is_gradient_op(n) && n.name == node.name && n.inputs == node.inputs && n.outputs == node.outputs;
+    });
+    if (it != g.nodes.end()) g.nodes.erase(it);
+  };
   Differentiation d;
   bool same = true;
   for (size_t k = 0; k < names.size(); ++k) same &= node.inputs[k] == names[k];
@@ -127,6 +133,7 @@ void expand_one(Graph& g, size_t at, const std::string& what) {
     d.roots = xs;
     d.cut.insert(names.begin(), names.end());
     d.y = y;
+    erase_node();
   } else {
     // At other values: the nodes between xs, zs and y, copied to read the inputs.
     std::map<std::string, std::string> renamed;
@@ -165,6 +172,7 @@ void expand_one(Graph& g, size_t at, const std::string& what) {
     d.y = renamed.count(y) ? renamed.at(y) : y;
     g.topo_sort();
     infer_shapes(g);
+    erase_node();
   }
 
   // dy: ones like y (a scalar y: the constant 1).

@@ -47,11 +47,13 @@ nodes = [
     grad(['H1', 'W2'], ['du_dH_at_H1', 'du_dW2_at_H1'], 'at_H1', xs=['Z', 'W2'], y='u'),
     # Z independent of W here (the spec's minimal set is the caller's to keep): u reaches W only through Z, so zeros.
     grad(['Z', 'W'], ['du_dZ', 'du_dW'], 'cut_above_W', xs=['Z', 'W'], y='u'),
+    # A node reading what a Gradient at other values computes (the expansion keeps it after the gradient nodes).
+    helper.make_node('Neg', ['du_dW2_at_H1'], ['neg_du_dW2_at_H1']),
 ]
 g = helper.make_graph(nodes, 'gradients', [vi('x', [3, 4]), vi('H1', [3, 2])],
                       [vi('y', []), vi('u', []), vi('dy_dx', [3, 4]), vi('dy_dW', [4, 2]), vi('dZ_dW', [4, 2]),
                        vi('du_dH', [3, 2]), vi('du_dH_at_H1', [3, 2]), vi('du_dW2_at_H1', [2, 5]),
-                       vi('du_dZ', [3, 2]), vi('du_dW', [4, 2])],
+                       vi('du_dZ', [3, 2]), vi('du_dW', [4, 2]), vi('neg_du_dW2_at_H1', [2, 5])],
                       [numpy_helper.from_array(W, 'W'), numpy_helper.from_array(W2, 'W2')])
 onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 12), training]), 'first.onnx')
 Z = np.tanh(x @ W)
@@ -63,6 +65,7 @@ def du(H):
     s = sig(H @ W2); dQ = s * (1 - s)
     return dQ @ W2.T, H.T @ dQ
 np.save('du_dH.npy', du(Z)[0]); np.save('du_dZ.npy', du(Z)[0]); np.save('du_dW.npy', np.zeros((4, 2))); np.save('du_dH_at_H1.npy', du(H1)[0]); np.save('du_dW2_at_H1.npy', du(H1)[1])
+np.save('neg_du_dW2_at_H1.npy', -du(H1)[1])
 
 # Second order: y = sum(w^3), dw = 3 w^2, then the gradient of sum(dw): 6 w.
 w = rng.standard_normal(5)
@@ -94,7 +97,8 @@ TEST(GradientOp, MatchesClosedFormsAtTheValuesAndAtOthers) {
   const Graph g = load_onnx(dir + "/first.onnx");
   for (const Node& n : g.nodes) EXPECT_NE(n.op_type, "Gradient") << n.describe();
   auto out = runtime::Executor(g).run({{"x", npy(dir, "x")}, {"H1", npy(dir, "H1")}});
-  for (const char* name : {"dy_dx", "dy_dW", "dZ_dW", "du_dH", "du_dH_at_H1", "du_dW2_at_H1", "du_dZ", "du_dW"}) {
+  for (const char* name :
+       {"dy_dx", "dy_dW", "dZ_dW", "du_dH", "du_dH_at_H1", "du_dW2_at_H1", "du_dZ", "du_dW", "neg_du_dW2_at_H1"}) {
     SCOPED_TRACE(name);
     EXPECT_LT(testing::max_abs_diff(out.at(name), npy(dir, name)), 1e-12);
   }
