@@ -261,6 +261,8 @@ void expand_gradient_ops(Graph& g, const std::string& what, bool training) {
     g.topo_sort();
     infer_shapes(g);
   }
+  // A copy's BatchNormalization in training form updates the running statistics after the node it copies.
+  if (training) g = passes::to_training(g);
   // ONNX infers no type for what a Gradient node computes, nor for what reads it; the expansion did: the graph as
   // written keeps those types (so that it saves as a model the checker's shape inference passes).
   for (const Node& n : written->nodes)

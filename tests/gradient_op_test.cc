@@ -357,5 +357,80 @@ for k, t in {'w': conv.weight, 'scale': bn.weight, 'bias': bn.bias, 'rmean': bn.
   }
 }
 
+// WGAN-GP's penalty: a Gradient node evaluated at other values (interpolated inputs) than the critic's own, its
+// output read by other nodes (which the expansion must keep ordered after it), through a BatchNormalization in
+// training: the copy of the critic the Gradient evaluates updates the running statistics after the critic's own
+// pass, as torch's second call of the critic does. Two SGD steps match torch's weights and running statistics to
+// float32 rounding, with and without --sync-bn, and with the statistics read through Identity nodes (the
+// Gradient is expanded in the training form all the same); `run` equals torch's eval mode.
+TEST(GradientOp, AWganGpPenaltyAtInterpolatedInputsTrainsAsTorch) {
+  const std::string dir = temp_dir("gradient_op_wgan_gp");
+  run_onnx_python(dir, R"(
+import torch
+F = TensorProto.FLOAT
+body = [helper.make_node('Conv', ['x', 'w'], ['c'], pads=[1, 1, 1, 1]), helper.make_node('Tanh', ['c'], ['r']),
+        helper.make_node('BatchNormalization', ['r', 'scale', 'bias', 'rmean', 'rvar'], ['n']),
+        helper.make_node('Relu', ['n'], ['nr']), helper.make_node('ReduceMean', ['nr'], ['s'], axes=[1, 2, 3], keepdims=0),
+        helper.make_node('Gradient', ['xh'], ['gx'], domain='ai.onnx.preview.training', xs=['x'], y='s', name='penalty'),
+        helper.make_node('Mul', ['gx', 'gx'], ['g2']), helper.make_node('ReduceSum', ['g2'], ['pen'], keepdims=0, axes=[1, 2, 3]),
+        helper.make_node('Add', ['pen', 's'], ['out'])]
+rng = np.random.default_rng(5)
+W = {'w': rng.standard_normal((3, 2, 3, 3)).astype(np.float32), 'scale': np.array([1.5, 0.7, 1.2], np.float32),
+     'bias': np.array([0.1, -0.2, 0.3], np.float32), 'rmean': np.full(3, 0.3, np.float32), 'rvar': np.full(3, 2.0, np.float32)}
+x_in = lambda name: helper.make_tensor_value_info(name, F, ['N', 2, 6, 6])
+def save(body, name):
+    g = helper.make_graph(body, 'wgan_gp_critic', [x_in('x'), x_in('xh')], [helper.make_tensor_value_info('out', F, ['N'])],
+                          [numpy_helper.from_array(v, k) for k, v in W.items()])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 12), helper.make_opsetid('ai.onnx.preview.training', 1)]),
+              name)
+save(body, 'critic.onnx')
+# The statistics read through Identity nodes (as exporters write shared buffers): the same training form.
+body[2] = helper.make_node('BatchNormalization', ['r', 'scale', 'bias', 'rmean_i', 'rvar_i'], ['n'])
+save([helper.make_node('Identity', ['rmean'], ['rmean_i']), helper.make_node('Identity', ['rvar'], ['rvar_i'])] + body,
+     'critic_identity.onnx')
+x = rng.standard_normal((16, 2, 6, 6)).astype(np.float32)
+xh = (0.5 * rng.standard_normal((16, 2, 6, 6)) + 1).astype(np.float32)  # other statistics than x's
+np.savez('train.npz', x=x, xh=xh)
+np.save('x4.npy', x[:4]); np.save('xh4.npy', xh[:4])
+conv = torch.nn.Conv2d(2, 3, 3, padding=1, bias=False); bn = torch.nn.BatchNorm2d(3)
+with torch.no_grad():
+    conv.weight.copy_(torch.tensor(W['w'])); bn.weight.copy_(torch.tensor(W['scale'])); bn.bias.copy_(torch.tensor(W['bias']))
+    bn.running_mean.copy_(torch.tensor(W['rmean'])); bn.running_var.copy_(torch.tensor(W['rvar']))
+critic = lambda t: torch.relu(bn(torch.tanh(conv(t)))).mean(dim=(1, 2, 3))
+def out(a, b, create_graph):
+    s = critic(torch.tensor(a))
+    bt = torch.tensor(b, requires_grad=True)
+    gx, = torch.autograd.grad(critic(bt).sum(), bt, create_graph=create_graph)
+    return (gx * gx).sum(dim=(1, 2, 3)) + s
+bn.eval()
+np.save('out_eval.npy', out(x[:4], xh[:4], False).detach().numpy())
+bn.train()
+opt = torch.optim.SGD(list(conv.parameters()) + list(bn.parameters()), lr=0.1)
+for step in range(2):
+    loss = out(x, xh, True).mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+for k, t in {'w': conv.weight, 'scale': bn.weight, 'bias': bn.bias, 'rmean': bn.running_mean, 'rvar': bn.running_var}.items():
+    np.save('torch_' + k + '.npy', t.detach().numpy())
+)");
+  const std::string cli = testing::graphrun_cli();
+  auto r = run_command(cli + " run " + dir + "/critic.onnx --input x=" + dir + "/x4.npy --input xh=" + dir +
+                       "/xh4.npy --output-dir " + dir + "/out 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_LT(testing::max_abs_diff(read_npy(dir + "/out/out.npy"), npy(dir, "out_eval")), 1e-5);
+  for (const std::string model : {"critic", "critic_identity"})
+    for (const std::string sync : {"", " --sync-bn"}) {
+      SCOPED_TRACE(model + sync);
+      r = run_command(cli + " train " + dir + "/" + model + ".onnx --data " + dir + "/train.npz --test-data " + dir +
+                      "/train.npz --loss output --devices cpu:1 --epochs 2 --batch-size 16 --lr 0.1" + sync +
+                      " --save " + dir + "/trained.onnx 2>&1");
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      const Graph trained = load_onnx(dir + "/trained.onnx");
+      for (const char* k : {"w", "scale", "bias", "rmean", "rvar"}) {
+        ASSERT_TRUE(trained.initializers.count(k)) << k;
+        EXPECT_LT(testing::max_abs_diff(trained.initializers.at(k), npy(dir, std::string("torch_") + k)), 1e-6) << k;
+      }
+    }
+}
+
 }  // namespace
 }  // namespace graphrun

@@ -1,7 +1,12 @@
 // Pass sync_batchnorm: BatchNormalization on the statistics of the global batch (see the header).
 #include "graph/passes/sync_batchnorm.h"
 
+#include <algorithm>
+#include <map>
+#include <string>
 #include <utility>
+
+#include "graph/passes/train_mode.h"
 
 namespace graphrun::passes {
 
@@ -49,7 +54,8 @@ class Emitter {
   std::string base_;
 };
 
-void rewrite(Graph& g, const Node& bn, std::vector<Node>& out) {
+// (`roots`: running_stat_initializers of the graph before the rewrite.)
+void rewrite(Graph& g, const Node& bn, const std::map<std::string, std::string>& roots, std::vector<Node>& out) {
   GR_CHECK(bn.inputs.size() == 5 && g.is_initializer(bn.inputs[1]),
            bn.describe() << ": --sync-bn needs the scale (and B, mean, var) as inputs, the scale an initializer");
   const Tensor& scale = g.initializers.at(bn.inputs[1]);
@@ -96,7 +102,16 @@ void rewrite(Graph& g, const Node& bn, std::vector<Node>& out) {
   const auto running = [&](int k, const std::string& stat, const std::string& batch) {
     if (!bn.has_output(k)) return;
     e.op_to(bn.outputs[k], "Add", {e.op("Mul", {stat, mom}), e.op("Mul", {e.op("Reshape", {batch, cshape}), rest})});
-    g.state_updates.emplace_back(bn.outputs[k], stat);
+    // What the step persists (of a chain, to_training: its last node's update).
+    const auto root = roots.find(stat);
+    const std::string& init = root != roots.end() ? root->second : stat;
+    const auto it = std::find_if(g.state_updates.begin(), g.state_updates.end(),
+                                 [&](const std::pair<std::string, std::string>& u) { return u.second == init; });
+    if (it != g.state_updates.end()) {
+      it->first = bn.outputs[k];
+    } else {
+      g.state_updates.emplace_back(bn.outputs[k], init);
+    }
     // An output, so that no pass drops the update for reaching no other output.
     if (!g.is_output(bn.outputs[k])) g.outputs.push_back(bn.outputs[k]);
   };
@@ -110,9 +125,10 @@ Graph sync_batchnorm(const Graph& graph) {
   Graph g = graph;
   std::vector<Node> nodes;
   bool any = false;
+  const std::map<std::string, std::string> roots = running_stat_initializers(graph);
   for (const Node& n : graph.nodes) {
     if (n.domain.empty() && n.op_type == "BatchNormalization" && n.attr_i("training_mode", 0) == 1) {
-      rewrite(g, n, nodes);
+      rewrite(g, n, roots, nodes);
       any = true;
     } else {
       nodes.push_back(n);

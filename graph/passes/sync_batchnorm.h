@@ -19,8 +19,8 @@ namespace graphrun::passes {
 // BatchNormalization kernel keeps it over one replica's). Autodiff differentiates the nodes; the
 // gradient of a ReplicaSum is the ReplicaSum of its output gradients, which yields SyncBatchNorm's
 // two backward reductions (sum of dy and of dy * (x - mean)). The running statistics are recorded in
-// Graph::state_updates. On one replica (or without a communicator) ReplicaSum is the identity, and
-// the result is BatchNormalization's up to float rounding.
+// Graph::state_updates (of nodes chained on one statistic, to_training, the last one's). On one replica (or without a
+// communicator) ReplicaSum is the identity, and the result is BatchNormalization's up to float rounding.
 Graph sync_batchnorm(const Graph& g);
 Pass sync_batchnorm_pass();
 

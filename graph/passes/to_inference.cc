@@ -10,10 +10,14 @@ const PassInfo& kInfo =
 
 Graph to_inference(const Graph& g) {
   Graph r = g;
+  const std::map<std::string, std::string> roots = running_stat_initializers(g);
   for (Node& n : r.nodes) {
     if (n.domain.empty() && n.op_type == "BatchNormalization") {
       if (n.has_attr("training_mode")) n.attrs["training_mode"] = Attribute::Int(0);
       n.outputs.resize(1);
+      // A chain (to_training) read back from its initializers.
+      for (size_t k = 3; k < n.inputs.size() && k <= 4; ++k)
+        if (const auto it = roots.find(n.inputs[k]); it != roots.end()) n.inputs[k] = it->second;
     } else if (n.domain.empty() && n.op_type == "Dropout") {
       // Without training_mode (opset 12+) or with is_test semantics (earlier), Dropout passes X through.
       if (n.inputs.size() > 2) n.inputs.resize(2);

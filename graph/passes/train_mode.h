@@ -1,6 +1,7 @@
 // Train and eval forms of a forward graph: BatchNormalization with batch statistics (and running
 // mean/variance outputs) or with running statistics; Dropout drawing a mask or passing through.
 #pragma once
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,11 +18,16 @@ Graph to_inference(const Graph& g);
 Pass to_inference_pass();
 
 // Training form (graph/passes/to_training.cc): every BatchNormalization whose running mean and
-// variance are initializers gets training_mode = 1 and outputs running_mean/running_var (named
+// variance are initializers (directly or through Identity nodes, which it then reads past) gets training_mode = 1 and
+// outputs running_mean/running_var (named
 // `<mean>.updated`, `<var>.updated` unless present); every Dropout gets training_mode = true
 // (an initializer input). A node already in training form is left as it is. Needs opset >= 14
 // for BatchNormalization's training_mode (raises the opset from 9..13 to 15, the earliest whose
-// BatchNormalization schema both forms share).
+// BatchNormalization schema both forms share). BatchNormalizations that update one running statistic
+// (one torch module called twice exports two nodes reading the same initializers; a Gradient node
+// evaluated at other values copies the nodes it differentiates) are chained in graph order (g sorted):
+// each reads the running mean and variance the one before it output, as PyTorch's successive calls
+// update them, and the last one's outputs are persisted. to_inference undoes the chain.
 Graph to_training(const Graph& g);
 Pass to_training_pass();
 
@@ -35,7 +41,15 @@ Pass unbiased_running_var_pass();
 std::string unbiased_running_var_node(const Node& bn);
 
 // The (running statistic output, initializer) pairs of a training-form graph: what the executor's
-// state_updates must persist after each step (the running variance corrected, when it is).
+// state_updates must persist after each step (the running variance corrected, when it is); of a chain
+// (to_training), its last node's.
 std::vector<std::pair<std::string, std::string>> batchnorm_state_updates(const Graph& g);
+
+// Every value of g (sorted) that holds a BatchNormalization's running mean or variance, mapped to the
+// initializer it updates: the initializers the nodes read as input 3 or 4, the running_mean and
+// running_var outputs of the training-mode ones reading such a value (a chain, to_training), and the
+// corrections of unbiased_running_var. FusedBatchNormalization counts as BatchNormalization.
+std::map<std::string, std::string> running_stat_initializers(const Graph& g);
+bool is_batchnorm(const Node& n);  // BatchNormalization, or the executor's FusedBatchNormalization
 
 }  // namespace graphrun::passes

@@ -19,9 +19,9 @@ const PassInfo& kInfo = register_pass(
 // With r the running variance, m the momentum and r_b = m*r + (1-m)*var_b the op's running_var output,
 // PyTorch's is m*r + (r_b - m*r) * n/max(n-1, 1), n the elements per channel (per activation for
 // spatial=0): Size(X) / Size(r), known only at run time when the batch is symbolic.
-std::string correct(Graph& g, const Node& bn, std::vector<Node>& out) {
+std::string correct(Graph& g, const Node& bn, const Tensor& running_var, std::vector<Node>& out) {
   const std::string base = unbiased_running_var_node(bn);
-  const DType dt = g.initializers.at(bn.inputs[4]).dtype();
+  const DType dt = running_var.dtype();
   const auto op = [&](const char* type, std::vector<std::string> inputs, std::map<std::string, Attribute> attrs = {}) {
     Node n;
     n.op_type = type;
@@ -43,7 +43,7 @@ std::string correct(Graph& g, const Node& bn, std::vector<Node>& out) {
   // n from Shape and Gather (which every backend has), the dims of X but the channel's multiplied.
   const ValueInfo* xi = g.info(bn.inputs[0]);
   std::string n;
-  if (xi && xi->has_shape && g.initializers.at(var).rank() == 1) {
+  if (xi && xi->has_shape && running_var.rank() == 1) {
     const std::string dims = to_dt(op("Shape", {bn.inputs[0]}));
     for (size_t axis = 0; axis < xi->shape.size(); ++axis) {
       if (axis == 1) continue;
@@ -67,12 +67,20 @@ std::string correct(Graph& g, const Node& bn, std::vector<Node>& out) {
 Graph unbiased_running_var(const Graph& graph) {
   Graph g = graph;
   std::vector<Node> nodes;
-  for (const Node& n : graph.nodes) {
-    nodes.push_back(n);
+  const std::map<std::string, std::string> roots = running_stat_initializers(graph);
+  std::map<std::string, std::string> unbiased;  // a node's running_var output -> its correction
+  for (const Node& node : graph.nodes) {
+    nodes.push_back(node);
+    Node& n = nodes.back();
     if (!n.domain.empty() || n.op_type != "BatchNormalization" || n.attr_i("training_mode", 0) != 1) continue;
-    if (!n.has_output(2) || !n.has_input(4) || !g.is_initializer(n.inputs[4])) continue;
-    const std::string r = correct(g, n, nodes);
-    ValueInfo vi = value_info_of(g.initializers.at(n.inputs[4]));
+    if (!n.has_output(2) || !n.has_input(4) || !roots.count(n.inputs[4])) continue;
+    // In a chain (to_training), from the corrected variance the one before it left.
+    if (const auto it = unbiased.find(n.inputs[4]); it != unbiased.end()) n.inputs[4] = it->second;
+    const Tensor& running_var = g.initializers.at(roots.at(node.inputs[4]));
+    const Node bn = n;  // (correct appends to nodes)
+    const std::string r = correct(g, bn, running_var, nodes);
+    unbiased[bn.outputs[2]] = r;
+    ValueInfo vi = value_info_of(running_var);
     g.values[r] = vi;
     // An output, so that no pass drops the update for reaching no other output.
     g.outputs.push_back(r);
