@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace graphrun::autodiff {
@@ -10,13 +11,26 @@ namespace graphrun::autodiff {
 std::vector<std::string> trainable_params(const Graph& g, const std::set<std::string>& freeze) {
   // BatchNormalization's running mean and variance are state the forward pass updates, and Dropout's
   // ratio a setting: not parameters.
+  // Read directly or through Identity nodes (exporters write some so; `check` and `grad` see them, train's
+  // pipeline drops them first).
   std::unordered_set<std::string> state;
+  const std::unordered_map<std::string, int> producer = g.producers();
+  auto add_state = [&](std::string v) {
+    for (;;) {
+      state.insert(v);
+      const auto p = producer.find(v);
+      if (p == producer.end()) return;
+      const Node& id = g.nodes[static_cast<size_t>(p->second)];
+      if (!id.domain.empty() || id.op_type != "Identity" || id.inputs.size() != 1) return;
+      v = id.inputs[0];
+    }
+  };
   for (const Node& n : g.nodes) {
     if (!n.domain.empty() && n.domain != "ai.onnx") continue;
     if (n.op_type == "BatchNormalization")
-      for (size_t i = 3; i < 5 && i < n.inputs.size(); ++i) state.insert(n.inputs[i]);
+      for (size_t i = 3; i < 5 && i < n.inputs.size(); ++i) add_state(n.inputs[i]);
     if (n.op_type == "Dropout")
-      for (size_t i = 1; i < n.inputs.size(); ++i) state.insert(n.inputs[i]);
+      for (size_t i = 1; i < n.inputs.size(); ++i) add_state(n.inputs[i]);
   }
   // So is what a pass already made state (sync_batchnorm's running statistics).
   for (const auto& [next, init] : g.state_updates) state.insert(init);

@@ -148,6 +148,28 @@ TEST(CheckCli, OldOpsetDropoutAndTrainingBatchNormCheckTrainable) {
   EXPECT_NE(r.output.find("\nverdict: trainable"), std::string::npos) << r.output;
 }
 
+// Running statistics an exporter reads through Identity nodes are state, not parameters, as when the
+// BatchNormalization reads them directly: three parameters (w, s, b), and the check passes.
+TEST(CheckCli, RunningStatisticsReadThroughIdentitiesAreNoParameters) {
+  const std::string dir = temp_dir("check_cli_identity_stats");
+  auto made = run_command(
+      "cd '" + dir + "' && " + python() + " -c \"" +
+      "import numpy as np, onnx; from onnx import helper as h, numpy_helper as nh, TensorProto as T; "
+      "r = np.random.default_rng(1); f = lambda *s: r.standard_normal(s).astype(np.float32); "
+      "g = h.make_graph([h.make_node('MatMul', ['x', 'w'], ['m']), "
+      "h.make_node('Identity', ['mu'], ['mu_i']), h.make_node('Identity', ['v'], ['v_i']), "
+      "h.make_node('BatchNormalization', ['m', 's', 'b', 'mu_i', 'v_i'], ['y'])], 'identities', "
+      "[h.make_tensor_value_info('x', T.FLOAT, ['N', 4])], [h.make_tensor_value_info('y', T.FLOAT, ['N', 4])], "
+      "[nh.from_array(f(4, 4), 'w'), nh.from_array(f(4), 's'), nh.from_array(f(4), 'b'), "
+      "nh.from_array(f(4), 'mu'), nh.from_array(np.ones(4, np.float32) * 1.5, 'v')]); "
+      "onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 15)]), 'identities.onnx')\"");
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  auto r = run_command(graphrun_cli() + " check " + dir + "/identities.onnx 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("gradient check: float64, 3 parameters"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\nverdict: trainable"), std::string::npos) << r.output;
+}
+
 // A broken rule (the test-only switch doubles Relu's gradient) makes the numeric check fail; so does
 // one for the rule of the new LayerNormalization.
 TEST(CheckCli, BrokenGradientRuleFailsTheNumericCheck) {
