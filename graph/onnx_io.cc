@@ -35,6 +35,7 @@
 #include "graph/passes/inline_static_ifs.h"
 #include "graph/passes/resolve_static_sequences.h"
 #include "graph/passes/unroll_static_loops.h"
+#include "graph/passes/untie_initializers.h"
 #include "graph/passes/vectorize_bag_loops.h"
 #include "graph/passes/shape_values.h"
 #include "graph/validate.h"
@@ -1765,6 +1766,8 @@ Graph load_model(std::string bytes, const std::string& what, const std::string& 
   }
   validate_inferred(m, what);
   Graph g = graph_from_proto(m, what, std::move(weights));
+  // What the exporter merged by value trains apart (before a Gradient node is expanded in the training form).
+  if (training) passes::untie_initializers(g);
   for (LoadExpansion expand : load_expansions()) expand(g, what, training);
   g.composite_inputs = std::move(composite_inputs);
   g.composite_outputs = std::move(composite_outputs);

@@ -43,8 +43,9 @@ Graph load_onnx(const std::string& path, const KnownInputs& known);
 // load_onnx for the commands that train it (train, grad, plan, show's training views): where the model holds
 // Gradient nodes (ai.onnx.preview.training), they differentiate the form training runs, as torch's model.train()
 // does: the model is first brought to opset 15 if below 13 and to its training form (passes/train_mode.h:
-// BatchNormalization on batch statistics, Dropout drawing masks). A model without Gradient nodes loads as load_onnx
-// loads it.
+// BatchNormalization on batch statistics, Dropout drawing masks). Initializers the exporter merged by value
+// (Identity nodes of initializers: torch's eval-mode export) are separate again (passes/untie_initializers.h).
+// Otherwise the model loads as load_onnx loads it.
 Graph load_onnx_for_training(const std::string& path);
 // Whether `t` can stand for a graph input in KnownInputs::small: an integer or bool tensor of at most 64 elements.
 bool small_control_value(const Tensor& t);

@@ -16,6 +16,7 @@
 #include "graph/passes/convert_opset.h"
 #include "graph/passes/fake_quantize.h"
 #include "graph/passes/make_batch_symbolic.h"
+#include "graph/passes/untie_initializers.h"
 #include "runtime/device.h"
 #include "runtime/executor.h"
 #include "runtime/plan.h"
@@ -389,9 +390,11 @@ int cmd_check(const std::vector<std::string>& argv) {
   const double smoothing = args.has("label-smoothing") ? parse_label_smoothing(args, autodiff::LossKind::CrossEntropy) : -1;
   std::map<std::string, int64_t> dims = parse_dims(args);
   const std::string path = args.positional()[0];
-  // (As train and grad do before their backward pass: a model below opset 13 converted to opset 15, pads
-  // torch computes from Constants folded.)
-  Graph model = runtime::fold_pads_on_cpu(passes::convert_opset_for_training(load_onnx(path)));  // Error: exit 2
+  // (As train and grad do before their backward pass: initializers the exporter merged by value separate, a model
+  // below opset 13 converted to opset 15, pads torch computes from Constants folded.)
+  Graph loaded = load_onnx(path);  // Error: exit 2
+  passes::untie_initializers(loaded);
+  Graph model = runtime::fold_pads_on_cpu(passes::convert_opset_for_training(loaded));
   // Q/DQ pairs train straight through (pass fake_quantize, as PyTorch's QAT): that gradient is no derivative of
   // the rounding, so no difference quotient can confirm it. The check takes each pair as the identity it is
   // straight through and checks the rest of the model.
