@@ -6,7 +6,11 @@
 // of a float initializer becomes an initializer of its own, named as the Identity's output (the exported
 // parameter's name), holding the same values; inference is unchanged by it. It stays where it ties nothing (the
 // initializer has no other reader) and where its output is a graph output. A tie written plainly (one initializer
-// read by several nodes) is kept.
+// read by several nodes) is kept, except where a BatchNormalization reads it as its running mean or variance
+// and another input reads it in another role (an exporter that merges equal initializers by reading one from
+// several nodes, without an Identity): the statistic then gets a copy of its own, named
+// `<node>.running_mean` or `<node>.running_var`. Two BatchNormalizations reading one statistic share it
+// (to_training chains them).
 #pragma once
 #include <string>
 #include <utility>
