@@ -10,9 +10,8 @@ namespace graphrun::autodiff {
 
 std::vector<std::string> trainable_params(const Graph& g, const std::set<std::string>& freeze) {
   // BatchNormalization's running mean and variance are state the forward pass updates, and Dropout's
-  // ratio a setting: not parameters.
-  // Read directly or through Identity nodes (exporters write some so; `check` and `grad` see them, train's
-  // pipeline drops them first).
+  // ratio a setting: not parameters, read directly or through Identity nodes (which train's pipeline drops
+  // first, but `check` and `grad` see).
   std::unordered_set<std::string> state;
   const std::unordered_map<std::string, int> producer = g.producers();
   auto add_state = [&](std::string v) {

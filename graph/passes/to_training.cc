@@ -9,10 +9,10 @@
 namespace graphrun::passes {
 
 namespace {
-const PassInfo& kInfo = register_pass("to_training",
-                                      "the training form: BatchNorm on batch statistics (running-stat outputs; nodes "
-                                      "sharing them chained), Dropout drawing "
-                                      "masks");
+const PassInfo& kInfo = register_pass(
+    "to_training",
+    "the training form: BatchNorm on batch statistics (running-stat outputs; nodes sharing them chained), Dropout "
+    "drawing masks");
 }  // namespace
 
 Graph to_training(const Graph& g) {

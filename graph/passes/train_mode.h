@@ -18,12 +18,12 @@ Graph to_inference(const Graph& g);
 Pass to_inference_pass();
 
 // Training form (graph/passes/to_training.cc): every BatchNormalization whose running mean and
-// variance are initializers (directly or through Identity nodes, which it then reads past) gets training_mode = 1 and
-// outputs running_mean/running_var (named
-// `<mean>.updated`, `<var>.updated` unless present); every Dropout gets training_mode = true
-// (an initializer input). A node already in training form is left as it is. Needs opset >= 14
-// for BatchNormalization's training_mode (raises the opset from 9..13 to 15, the earliest whose
-// BatchNormalization schema both forms share). BatchNormalizations that update one running statistic
+// variance are initializers (directly or through Identity nodes, which it then reads past) gets
+// training_mode = 1 and outputs running_mean/running_var (named `<mean>.updated`, `<var>.updated`
+// unless present); every Dropout gets training_mode = true (an initializer input). A node already in
+// training form is left as it is. Needs opset >= 14 for BatchNormalization's training_mode (raises
+// the opset from 9..13 to 15, the earliest whose BatchNormalization schema both forms share).
+// BatchNormalizations that update one running statistic
 // (one torch module called twice exports two nodes reading the same initializers; a Gradient node
 // evaluated at other values copies the nodes it differentiates) are chained in graph order (g sorted):
 // each reads the running mean and variance the one before it output, as PyTorch's successive calls
