@@ -97,10 +97,9 @@ std::map<std::string, std::string> corrections(const Graph& g) {
     if (n.domain.empty() && !n.outputs.empty()) corrected[n.name] = n.outputs[0];
   return corrected;
 }
-}  // namespace
 
-std::map<std::string, std::string> running_stat_initializers(const Graph& g) {
-  const std::map<std::string, std::string> corrected = corrections(g);
+// running_stat_initializers, given corrections(g).
+std::map<std::string, std::string> roots_of(const Graph& g, const std::map<std::string, std::string>& corrected) {
   std::map<std::string, std::string> root;
   for (const Node& n : g.nodes) {
     if (!is_batchnorm(n)) continue;
@@ -119,10 +118,13 @@ std::map<std::string, std::string> running_stat_initializers(const Graph& g) {
   }
   return root;
 }
+}  // namespace
+
+std::map<std::string, std::string> running_stat_initializers(const Graph& g) { return roots_of(g, corrections(g)); }
 
 std::vector<std::pair<std::string, std::string>> batchnorm_state_updates(const Graph& g) {
   const std::map<std::string, std::string> corrected = corrections(g);
-  const std::map<std::string, std::string> roots = running_stat_initializers(g);
+  const std::map<std::string, std::string> roots = roots_of(g, corrected);
   std::vector<std::pair<std::string, std::string>> r;
   std::map<std::string, size_t> at;  // initializer -> its pair in r
   for (const Node& n : g.nodes) {
