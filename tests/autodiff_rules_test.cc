@@ -134,6 +134,24 @@ TEST(GradRules, ClipWithMinMaxInputs) {
   check_gradients(t, t.node("Clip", {x, "lo", "hi"}), wrt({"x"}));
 }
 
+// Bounds a model computes (torch.clamp(x, min=t.mean(), max=...) exports Clip reading them) get torch's clamp
+// gradient: one-sided, two-sided, and bounds crossed (min > max: Clip is max everywhere, all of dY goes to max).
+TEST(GradRules, ClipBoundsAreDifferentiable) {
+  struct Case {
+    double lo, hi;
+    bool has_lo, has_hi;
+  };
+  for (const Case& c : {Case{-0.8, 0.9, true, true}, Case{-0.5, 0, true, false}, Case{0, 0.4, false, true},
+                        Case{0.6, -0.3, true, true}}) {
+    SCOPED_TRACE(std::to_string(c.lo) + " " + std::to_string(c.hi));
+    TestGraph t;
+    std::string x = t.param("x", {4, 5}, 7, -2, 2);
+    std::string lo = c.has_lo ? t.param("lo", {}, 8, c.lo, c.lo) : "";
+    std::string hi = c.has_hi ? t.param("hi", {}, 9, c.hi, c.hi) : "";
+    check_gradients(t, t.node("Clip", {x, lo, hi}));
+  }
+}
+
 TEST(GradRules, WhereSumMeanMaxMin) {
   TestGraph t;
   std::string a = t.param("a", {3, 4}, 1);

@@ -151,6 +151,9 @@ void mean_grad(GradContext& ctx) {
 }
 
 // Passes dY where min <= X <= max (as torch.clamp's backward does).
+// Clip: dX where min <= X <= max. From opset 11 min and max are inputs, which a model can compute (torch.clamp with
+// tensor bounds); they get torch's clamp gradient: dmin where X < min (and min < max), dmax where X > max (or max <
+// min: then Clip's result is max everywhere), summed to their shape.
 void clip_grad(GradContext& ctx) {
   const std::string& x = ctx.in(0);
   DType t = ctx.dtype(x);
@@ -162,13 +165,26 @@ void clip_grad(GradContext& ctx) {
     if (ctx.fwd().has_attr("min")) lo = ctx.scalar(ctx.fwd().attr_f("min", 0), t);
     if (ctx.fwd().has_attr("max")) hi = ctx.scalar(ctx.fwd().attr_f("max", 0), t);
   }
-  std::string mask;
-  if (!lo.empty()) mask = ctx.op("GreaterOrEqual", {x, lo});
-  if (!hi.empty()) {
-    std::string m = ctx.op("LessOrEqual", {x, hi});
-    mask = mask.empty() ? m : ctx.op("And", {mask, m});
+  if (ctx.needs(0)) {
+    std::string mask;
+    if (!lo.empty()) mask = ctx.op("GreaterOrEqual", {x, lo});
+    if (!hi.empty()) {
+      std::string m = ctx.op("LessOrEqual", {x, hi});
+      mask = mask.empty() ? m : ctx.op("And", {mask, m});
+    }
+    ctx.set_dx(0, mask.empty() ? ctx.dy() : mask_grad(ctx, mask, ctx.dy()));
   }
-  ctx.set_dx(0, mask.empty() ? ctx.dy() : mask_grad(ctx, mask, ctx.dy()));
+  if (ctx.opset() < 11) return;
+  if (!lo.empty() && ctx.needs(1)) {
+    std::string below = ctx.op("Less", {x, lo});
+    if (!hi.empty()) below = ctx.op("And", {below, ctx.op("Less", {lo, hi})});
+    set_reduced(ctx, 1, mask_grad(ctx, below, ctx.dy()));
+  }
+  if (!hi.empty() && ctx.needs(2)) {
+    std::string above = ctx.op("Greater", {x, hi});
+    if (!lo.empty()) above = ctx.op("Or", {above, ctx.op("Less", {hi, lo})});
+    set_reduced(ctx, 2, mask_grad(ctx, above, ctx.dy()));
+  }
 }
 
 // Max/Min: the gradient goes to the input(s) equal to the result.
