@@ -2,6 +2,7 @@
 #include "autodiff/autodiff.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <unordered_map>
 #include <unordered_set>
@@ -33,6 +34,8 @@ std::vector<std::string> trainable_params(const Graph& g, const std::set<std::st
   }
   // So is what a pass already made state (sync_batchnorm's running statistics).
   for (const auto& [next, init] : g.state_updates) state.insert(init);
+  // And what the model's metadata says is no parameter (torch's buffers, frozen parameters).
+  for (const std::string& f : metadata_frozen(g)) state.insert(f);
   // A tensor holding -inf or NaN is a constant, not a parameter: torch exports its buffers (a causal
   // attention mask of -inf) as initializers like the weights, and no step could train one.
   auto finite = [](const Tensor& t) {
@@ -54,6 +57,35 @@ std::vector<std::string> trainable_params(const Graph& g, const std::set<std::st
   for (const auto& p : r)
     if (!frozen.count(p)) kept.push_back(p);
   return kept;
+}
+
+std::vector<std::string> metadata_frozen(const Graph& g) {
+  std::set<std::string> r;
+  for (const auto& [key, value] : g.meta.props) {
+    if (key != kFrozenMetadataKey) continue;
+    std::string name;
+    auto take = [&] {
+      if (name.empty()) return;
+      if (g.initializers.count(name)) {
+        r.insert(name);
+      } else {  // a module: every initializer named name + "." + something
+        const std::string prefix = name + ".";
+        for (auto it = g.initializers.lower_bound(prefix); it != g.initializers.end(); ++it) {
+          if (it->first.compare(0, prefix.size(), prefix) != 0) break;
+          r.insert(it->first);
+        }
+      }
+      name.clear();
+    };
+    for (char c : value) {
+      if (c == ',' || std::isspace(static_cast<unsigned char>(c)))
+        take();
+      else
+        name += c;
+    }
+    take();
+  }
+  return {r.begin(), r.end()};
 }
 
 std::set<std::string> resolve_freeze(const std::vector<std::string>& params, const Graph& g,

@@ -82,12 +82,21 @@ std::vector<std::vector<std::string>> differentiate(Graph& g, const Differentiat
 //   - Dropout's ratio and training_mode (inputs 1 and 2: settings),
 //   - f32/f64 tensors holding a NaN or an infinity (torch's buffers, e.g. a causal mask of -inf:
 //     no step can train them),
+//   - the initializers the model's metadata names under kFrozenMetadataKey (metadata_frozen),
 //   - the names in `freeze` (each an initializer, or a module: a name that is not an initializer but
 //     followed by '.' begins parameter names, as `fc1` for fc1.weight and fc1.bias, freezes all of
 //     those; a name that is neither is an error listing the parameters).
 // Integer and bool initializers (shapes, axes, masks) are constants. The optimizer trains f32 only
 // (bucket_allreduce refuses another float parameter, naming it for --freeze).
 std::vector<std::string> trainable_params(const Graph& g, const std::set<std::string>& freeze);
+// The model's own list of initializers that are no parameters: metadata_props["graphrun.frozen"], names
+// separated by commas or white space, each an initializer or a module (every initializer named module + "."
+// something). torch exports its buffers (a positional encoding, a mask) and its requires_grad=False
+// parameters as initializers like the weights; the exporting script can say which they are (README:
+// "Exporting a PyTorch model to train"). A name the model has no initializer for is skipped: an export
+// drops buffers it does not use or folds. The result is sorted and has each name once.
+inline constexpr const char* kFrozenMetadataKey = "graphrun.frozen";
+std::vector<std::string> metadata_frozen(const Graph& g);
 // The names `freeze` stands for among `params` (a graph's parameters before freezing) and g's other
 // initializers: each name itself, or a module's parameters (above); an Error for a name that is neither.
 std::set<std::string> resolve_freeze(const std::vector<std::string>& params, const Graph& g,

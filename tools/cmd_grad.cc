@@ -21,7 +21,8 @@ const Command& grad_command() {
               "Writes forward + loss + backward as one ONNX model: its inputs are the model's inputs plus 'labels'\n"
               "(none with --loss output: the loss is the mean of the model's own output --loss-output),\n"
               "its outputs the model's outputs, 'loss' (scalar, mean over the batch) and one '<parameter>_grad'\n"
-              "per trainable parameter (every float initializer but --freeze'd ones and BatchNorm statistics).",
+              "per trainable parameter (every float initializer but --freeze'd ones, BatchNorm statistics and\n"
+              "those the model's metadata_props 'graphrun.frozen' names: torch's buffers, see the README).",
               {{"output", "FILE", "where to write the model (also -o FILE; default: MODEL.grad.onnx here); weights\n"
                                   "                            in FILE.data beside it when the model had external data"}},
               "The gradient model passes onnx.checker (full check) and runs with graphrun run; graphrun's own\n"

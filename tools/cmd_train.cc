@@ -111,7 +111,8 @@ const Command& train_command() {
           {"lr-gamma", "G", "step schedule: the factor of each decay (default 0.1)"},
           {"freeze", "NAMES", "parameters that are not trained: no gradient, no allreduce, no update\n"
                               "                            (comma-separated or repeated); a module name (fc1) freezes\n"
-                              "                            its parameters (fc1.weight, fc1.bias)", true},
+                              "                            its parameters (fc1.weight, fc1.bias); the model's metadata\n"
+                              "                            may name more (graphrun.frozen: torch's buffers, README)", true},
           {"normalize", "MEAN,STD", "feed (x - MEAN) / STD (e.g. 0.1307,0.3081) in training and evaluation;\n"
                                     "                            per channel: M1,M2,M3/S1,S2,S3 (e.g. 0.485,0.456,0.406/0.229,0.224,0.225)"},
           {"eval-only", "", "evaluate the model as given on the test data training would use (--test-data\n"
@@ -212,6 +213,18 @@ void warn_softmax_output(const Graph& g, const std::string& output) {
                 << std::endl;
     return;
   }
+}
+
+// Initializers the model's metadata says are no parameters (torch's buffers): one note naming them, since
+// --freeze did not.
+void note_metadata_frozen(const Graph& forward) {
+  const std::vector<std::string> frozen = autodiff::metadata_frozen(forward);
+  if (frozen.empty()) return;
+  std::cerr << "graphrun train: note: the model's metadata (" << autodiff::kFrozenMetadataKey << ") names "
+            << frozen.size() << " initializer" << (frozen.size() > 1 ? "s" : "") << " no parameter (";
+  for (size_t i = 0; i < frozen.size() && i < 6; ++i) std::cerr << (i ? ", " : "") << frozen[i];
+  if (frozen.size() > 6) std::cerr << ", and " << frozen.size() - 6 << " more";
+  std::cerr << "): not trained" << std::endl;
 }
 
 // Parameters the loss does not reach get no gradient, so no update and no weight decay (torch's .grad
@@ -567,6 +580,7 @@ int cmd_train(const std::vector<std::string>& argv) {
     std::cerr << "graphrun train: warning: --warmup-steps " << sched.warmup_steps << " is longer than the run ("
               << sched.total_steps << " steps): the learning rate never reaches --lr (its last step's is "
               << runtime::learning_rate(sched, sched.total_steps - 1) << ")" << std::endl;
+  if (!eval_only && speaks) note_metadata_frozen(trainer.graphs().forward);
   if (!eval_only && speaks) note_unreached(trainer.graphs(), o.pipeline.freeze);
   if (speaks)
     for (const auto& note : autodiff::colliding_scatter_notes(runtime::fold_constants_on_cpu(trainer.graphs().forward)))
