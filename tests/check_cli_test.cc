@@ -356,6 +356,30 @@ TEST(CheckCli, BatchNormOverFewValuesGetsALargerRandomBatch) {
   EXPECT_NE(r.output.find("random batch: N=8"), std::string::npos) << r.output;
 }
 
+// A model exported in eval mode (torch's default) has its BatchNormalization in inference form, but train normalises
+// by the batch's statistics: the check differentiates that training form, as train does (here seen by the batch it
+// sizes for the training-mode node; the inference form has no such need). The running statistics are no parameters.
+TEST(CheckCli, AModelExportedInEvalModeIsCheckedInItsTrainingForm) {
+  const std::string dir = temp_dir("check_cli_eval_export");
+  const std::string model = make_model(
+      dir, "bn_eval",
+      "(inits.extend([nh.from_array(np.zeros(4, np.float32), 'mu'), nh.from_array(np.ones(4, np.float32), 'var')])"
+      " or [h.make_node('MatMul', ['x', 'w'], ['m'], name='mm'),"
+      " h.make_node('Constant', [], ['to4d'], value=nh.from_array(np.array([0, 4, 1, 1], np.int64))),"
+      " h.make_node('Constant', [], ['to2d'], value=nh.from_array(np.array([0, 4], np.int64))),"
+      " h.make_node('Reshape', ['m', 'to4d'], ['m4'], name='r4'),"
+      " h.make_node('BatchNormalization', ['m4', 's', 'b', 'mu', 'var'], ['n4'], name='bn'),"
+      " h.make_node('Reshape', ['n4', 'to2d'], ['n'], name='r2'),"
+      " h.make_node('Mul', ['n', 'm'], ['y'], name='mul')])");
+  auto r = run_command(graphrun_cli() + " check " + model);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("random batch: N=8, since BatchNormalization 'bn' normalises 1 value per example and "
+                          "channel"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("gradient check: float64, 3 parameters"), std::string::npos) << r.output;
+}
+
 // An export with a fixed batch that a Constant repeats, where shape inference cannot see it (here behind
 // torch.unique's inverse indices, whose length depends on the values): the random batch of size 2 fails at
 // run time, and the check runs again at the export's own batch, saying so. With --dims the size stays the

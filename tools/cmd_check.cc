@@ -16,6 +16,7 @@
 #include "graph/passes/convert_opset.h"
 #include "graph/passes/fake_quantize.h"
 #include "graph/passes/make_batch_symbolic.h"
+#include "graph/passes/train_mode.h"
 #include "graph/passes/untie_initializers.h"
 #include "runtime/device.h"
 #include "runtime/executor.h"
@@ -391,10 +392,12 @@ int cmd_check(const std::vector<std::string>& argv) {
   std::map<std::string, int64_t> dims = parse_dims(args);
   const std::string path = args.positional()[0];
   // (As train and grad do before their backward pass: initializers the exporter merged by value separate, a model
-  // below opset 13 converted to opset 15, pads torch computes from Constants folded.)
+  // below opset 13 converted to opset 15, BatchNormalization and Dropout in their training form, pads torch computes
+  // from Constants folded. The check differentiates what train differentiates: a model exported in eval mode
+  // normalises by its batch's statistics there, not by its running ones.)
   Graph loaded = load_onnx(path);  // Error: exit 2
   passes::untie_initializers(loaded);
-  Graph model = runtime::fold_pads_on_cpu(passes::convert_opset_for_training(loaded));
+  Graph model = runtime::fold_pads_on_cpu(passes::to_training(passes::convert_opset_for_training(loaded)));
   // Q/DQ pairs train straight through (pass fake_quantize, as PyTorch's QAT): that gradient is no derivative of
   // the rounding, so no difference quotient can confirm it. The check takes each pair as the identity it is
   // straight through and checks the rest of the model.
