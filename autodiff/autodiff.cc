@@ -7,6 +7,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "graph/passes/train_mode.h"
+
 namespace graphrun::autodiff {
 
 std::vector<std::string> trainable_params(const Graph& g, const std::set<std::string>& freeze) {
@@ -15,15 +17,8 @@ std::vector<std::string> trainable_params(const Graph& g, const std::set<std::st
   // first, but `check` and `grad` see).
   std::unordered_set<std::string> state;
   const std::unordered_map<std::string, int> producer = g.producers();
-  auto add_state = [&](std::string v) {
-    for (;;) {
-      state.insert(v);
-      const auto p = producer.find(v);
-      if (p == producer.end()) return;
-      const Node& id = g.nodes[static_cast<size_t>(p->second)];
-      if (!id.domain.empty() || id.op_type != "Identity" || id.inputs.size() != 1) return;
-      v = id.inputs[0];
-    }
+  auto add_state = [&](const std::string& v) {
+    for (const std::string& s : passes::identity_chain(g, v, producer)) state.insert(s);
   };
   for (const Node& n : g.nodes) {
     if (!n.domain.empty() && n.domain != "ai.onnx") continue;

@@ -22,13 +22,9 @@ Graph to_training(const Graph& g) {
   const std::unordered_map<std::string, int> producer = g.producers();
   // The initializer `v` is, through Identity nodes (remove_noops drops them later in the pipeline, but a Gradient
   // node is expanded in the training form before it runs), or `v`.
-  auto behind_identities = [&](std::string v) {
-    for (auto it = producer.find(v); it != producer.end() && !g.is_initializer(v); it = producer.find(v)) {
-      const Node& p = g.nodes[static_cast<size_t>(it->second)];
-      if (!p.domain.empty() || p.op_type != "Identity" || p.inputs.size() != 1) break;
-      v = p.inputs[0];
-    }
-    return g.is_initializer(v) ? v : std::string();
+  auto behind_identities = [&](const std::string& v) {
+    const std::string root = identity_chain(g, v, producer).back();
+    return g.is_initializer(root) ? root : std::string();
   };
   for (size_t i = 0; i < r.nodes.size(); ++i) {
     Node& n = r.nodes[i];
@@ -82,6 +78,17 @@ Graph to_training(const Graph& g) {
 }
 
 Pass to_training_pass() { return make_pass(kInfo, "", to_training); }
+
+std::vector<std::string> identity_chain(const Graph& g, const std::string& v,
+                                        const std::unordered_map<std::string, int>& producers) {
+  std::vector<std::string> chain{v};
+  for (auto it = producers.find(v); it != producers.end(); it = producers.find(chain.back())) {
+    const Node& p = g.nodes[static_cast<size_t>(it->second)];
+    if (!p.domain.empty() || p.op_type != "Identity" || p.inputs.size() != 1) break;
+    chain.push_back(p.inputs[0]);
+  }
+  return chain;
+}
 
 bool is_batchnorm(const Node& n) {
   // The executor's graph holds some as FusedBatchNormalization (pass fuse_relu_bn_add): the same inputs and outputs.

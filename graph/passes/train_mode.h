@@ -3,6 +3,7 @@
 #pragma once
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -51,5 +52,11 @@ std::vector<std::pair<std::string, std::string>> batchnorm_state_updates(const G
 // corrections of unbiased_running_var. FusedBatchNormalization counts as BatchNormalization.
 std::map<std::string, std::string> running_stat_initializers(const Graph& g);
 bool is_batchnorm(const Node& n);  // BatchNormalization, or the executor's FusedBatchNormalization
+
+// v and the values it is a standard Identity of, in order, back to the first one no Identity produces (an
+// initializer, an input, another op's output): how an exporter's Identity nodes before a running statistic are read
+// past. `producers` is g.producers().
+std::vector<std::string> identity_chain(const Graph& g, const std::string& v,
+                                        const std::unordered_map<std::string, int>& producers);
 
 }  // namespace graphrun::passes
