@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <map>
+#include <sstream>
 #include <string>
 
 #include "graph/onnx_io.h"
@@ -329,6 +330,18 @@ for k, t in {'w': conv.weight, 'scale': bn.weight, 'bias': bn.bias, 'rmean': bn.
                        "/out 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_LT(testing::max_abs_diff(read_npy(dir + "/out/out.npy"), npy(dir, "out_eval")), 1e-5);
+  // `check` differentiates what train does: both files, the penalty's Gradient node too, in the training form, to the
+  // same directional derivatives.
+  std::string checked[2];
+  for (int i = 0; i < 2; ++i) {
+    r = run_command(cli + " check " + dir + (i ? "/train_mode.onnx" : "/eval_mode.onnx") + " 2>&1");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    std::istringstream lines(r.output);
+    for (std::string line; std::getline(lines, line);)
+      if (line.rfind("  direction ", 0) == 0) checked[i] += line + "\n";
+  }
+  EXPECT_FALSE(checked[0].empty());
+  EXPECT_EQ(checked[0], checked[1]);
   std::map<std::string, Tensor> expected;
   for (const char* k : {"w", "scale", "bias", "rmean", "rvar"}) expected[k] = npy(dir, std::string("torch_") + k);
   for (const char* m : {"eval_mode", "train_mode"}) {

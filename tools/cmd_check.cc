@@ -17,7 +17,6 @@
 #include "graph/passes/fake_quantize.h"
 #include "graph/passes/make_batch_symbolic.h"
 #include "graph/passes/train_mode.h"
-#include "graph/passes/untie_initializers.h"
 #include "runtime/device.h"
 #include "runtime/executor.h"
 #include "runtime/plan.h"
@@ -43,17 +42,18 @@ const Command& check_command() {
                {"label-smoothing", "EPS", "check train's loss instead of sum(output * R): cross-entropy with label\n"
                                           "                            smoothing EPS (0 <= EPS < 1; 0: plain) on the first output,\n"
                                           "                            scores [N, classes, ...], against random labels"}},
-              "The gradient check runs a float64 copy of the model on a random batch of its declared input\n"
-              "shapes (symbolic dimensions: 2, or as --dims says; the batch symbolic as train makes it, N for a\n"
-              "fixed export batch, and large enough to give a training-mode BatchNormalization 8 values per\n"
-              "channel), with the loss sum(output * R) for a fixed random R, and compares\n"
-              "the backward graph's directional derivative along K random directions of all trainable\n"
-              "parameters with central differences of the loss (relative error at most 1e-5; where a\n"
-              "direction fails, steps 4 and 16 times smaller are tried, which leave a ReLU's or max's kink\n"
-              "that the first step crossed outside, while a wrong gradient fails at every step); where it\n"
-              "still disagrees, the check runs again at weights moved by 1e-4 of each tensor's scale, off any\n"
-              "corner the weights themselves sit on (a zeroed layer, a grid at exact pixel centres). With\n"
-              "--label-smoothing the loss is graphrun train's cross-entropy (its attach_loss nodes) instead.\n"
+              "The gradient check runs a float64 copy of the model, in the training form train differentiates\n"
+              "(BatchNormalization on batch statistics, Dropout drawing fixed masks), on a random batch of its\n"
+              "declared input shapes (symbolic dimensions: 2, or as --dims says; the batch symbolic as train\n"
+              "makes it, N for a fixed export batch, and large enough to give a training-mode BatchNormalization\n"
+              "8 values per channel), with the loss sum(output * R) for a fixed random R, and compares the\n"
+              "backward graph's directional derivative along K random directions of all trainable parameters with\n"
+              "central differences of the loss (relative error at most 1e-5; where a direction fails, steps 4 and\n"
+              "16 times smaller are tried, which leave a ReLU's or max's kink that the first step crossed\n"
+              "outside, while a wrong gradient fails at every step); where it still disagrees, the check runs\n"
+              "again at weights moved by 1e-4 of each tensor's scale, off any corner the weights themselves sit\n"
+              "on (a zeroed layer, a grid at exact pixel centres). With --label-smoothing the loss is graphrun\n"
+              "train's cross-entropy (its attach_loss nodes) instead.\n"
               "\n"
               "exit status: 0 trainable, 1 the check failed (the report says why), 2 the model cannot be loaded.\n"
               "\n"
@@ -391,12 +391,12 @@ int cmd_check(const std::vector<std::string>& argv) {
   const double smoothing = args.has("label-smoothing") ? parse_label_smoothing(args, autodiff::LossKind::CrossEntropy) : -1;
   std::map<std::string, int64_t> dims = parse_dims(args);
   const std::string path = args.positional()[0];
-  // (As train and grad do before their backward pass: initializers the exporter merged by value separate, a model
-  // below opset 13 converted to opset 15, BatchNormalization and Dropout in their training form, pads torch computes
-  // from Constants folded. The check differentiates what train differentiates: a model exported in eval mode
-  // normalises by its batch's statistics there, not by its running ones.)
-  Graph loaded = load_onnx(path);  // Error: exit 2
-  passes::untie_initializers(loaded);
+  // (As train and grad do before their backward pass: loaded for training (initializers the exporter merged by value
+  // separate, Gradient nodes expanded in the training form), a model below opset 13 converted to opset 15,
+  // BatchNormalization and Dropout in their training form, pads torch computes from Constants folded. The check
+  // differentiates what train differentiates: a model exported in eval mode normalises by its batch's statistics
+  // there, not by its running ones.)
+  Graph loaded = load_onnx_for_training(path);  // Error: exit 2
   Graph model = runtime::fold_pads_on_cpu(passes::to_training(passes::convert_opset_for_training(loaded)));
   // Q/DQ pairs train straight through (pass fake_quantize, as PyTorch's QAT): that gradient is no derivative of
   // the rounding, so no difference quotient can confirm it. The check takes each pair as the identity it is
