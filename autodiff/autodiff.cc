@@ -13,8 +13,8 @@ namespace graphrun::autodiff {
 
 std::vector<std::string> trainable_params(const Graph& g, const std::set<std::string>& freeze) {
   // BatchNormalization's running mean and variance are state the forward pass updates, and Dropout's
-  // ratio a setting: not parameters, read directly or through Identity nodes (which train's pipeline drops
-  // first, but `check` and `grad` see).
+  // ratio and Clip's bounds settings: not parameters, read directly or through Identity nodes (which train's pipeline
+  // drops first, but `check` and `grad` see).
   std::unordered_set<std::string> state;
   const std::unordered_map<std::string, int> producer = g.producers();
   auto add_state = [&](const std::string& v) {
@@ -26,6 +26,11 @@ std::vector<std::string> trainable_params(const Graph& g, const std::set<std::st
       for (size_t i = 3; i < 5 && i < n.inputs.size(); ++i) add_state(n.inputs[i]);
     if (n.op_type == "Dropout")
       for (size_t i = 1; i < n.inputs.size(); ++i) add_state(n.inputs[i]);
+    // Clip's bounds given as initializers are settings too (ReLU6's 0 and 6; the attributes of an old opset become
+    // them): torch.clamp's number bounds. Bounds a model computes (from its parameters) get their gradient.
+    if (n.op_type == "Clip")
+      for (size_t i = 1; i < n.inputs.size(); ++i)
+        if (!n.inputs[i].empty()) add_state(n.inputs[i]);
   }
   // So is what a pass already made state (sync_batchnorm's running statistics).
   for (const auto& [next, init] : g.state_updates) state.insert(init);

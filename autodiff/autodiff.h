@@ -79,7 +79,8 @@ std::vector<std::vector<std::string>> differentiate(Graph& g, const Differentiat
 // The one rule for what is trained (grad, show and train all reach it through the backward pass):
 // every initializer of a float type (f16, bf16, f32, f64), in name order, except
 //   - BatchNormalization's running mean and variance (inputs 3 and 4: state the forward pass updates),
-//   - Dropout's ratio and training_mode (inputs 1 and 2: settings),
+//   - Dropout's ratio and training_mode (inputs 1 and 2: settings), Clip's min and max (inputs 1 and 2: settings;
+//     bounds computed from parameters get their gradient through the computation),
 //   - f32/f64 tensors holding a NaN or an infinity (torch's buffers, e.g. a causal mask of -inf:
 //     no step can train them),
 //   - the initializers the model's metadata names under kFrozenMetadataKey (metadata_frozen),
