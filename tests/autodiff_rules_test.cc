@@ -765,6 +765,48 @@ TEST(GradRules, RoiAlignBothModesBothCoordinateModes) {
         }
 }
 
+// RoiAlignGrad's own gradient (mode avg, linear in dY): RoiAlign of the incoming gradient over the same regions,
+// against central differences in dY, in both coordinate modes at opset 16 and at opset 10 (no coordinate mode:
+// output_half_pixel), with a fixed and an adaptive sampling grid; X's values do not enter it (a zero gradient, as
+// the differences say). Mode max has no rule: one line naming the node.
+TEST(GradRules, RoiAlignGradOfSecondOrder) {
+  struct Case {
+    int64_t opset;
+    const char* ct;
+  };
+  for (const Case& c : {Case{16, "half_pixel"}, Case{16, "output_half_pixel"}, Case{10, "output_half_pixel"}})
+    for (int64_t ratio : {2, 0}) {
+      SCOPED_TRACE(std::string(c.ct) + " opset " + std::to_string(c.opset) + " sampling_ratio " +
+                   std::to_string(ratio));
+      TestGraph t(c.opset);
+      std::string dy = t.param("dy", {3, 3, 2, 3}, 4, -2, 2);
+      std::string x = t.param("x", {2, 3, 6, 5}, 9, -2, 2);
+      std::string rois = t.input(
+          "rois", Tensor::from_vector<double>({3, 4}, {0.3, 0.6, 4.1, 5.3, -1.7, 1.2, 3.3, 7.4, 2.2, 0.9, 2.9, 2.6}));
+      std::string batch = t.input("batch", i64s({0, 1, 0}));
+      Graph bg = check_gradients(t, t.node_n("RoiAlignGrad", {dy, x, rois, batch}, 1,
+                                             {{"output_height", A::Int(2)},
+                                              {"output_width", A::Int(3)},
+                                              {"sampling_ratio", A::Int(ratio)},
+                                              {"spatial_scale", A::Float(0.9f)},
+                                              {"coordinate_transformation_mode", A::Str(c.ct)},
+                                              {"mode", A::Str("avg")}},
+                                             kGraphrunDomain)[0]);
+      EXPECT_EQ(count_ops(bg, "RoiAlign"), 1);
+    }
+  TestGraph t(16);
+  std::string dy = t.param("dy", {1, 1, 1, 1}, 4);
+  std::string rois = t.input("rois", Tensor::from_vector<double>({1, 4}, {0, 0, 2, 2}));
+  std::string out = t.node_n("RoiAlignGrad", {dy, t.param("x", {1, 1, 3, 3}, 9), rois, t.input("batch", i64s({0}))}, 1,
+                             {{"mode", A::Str("max")}}, kGraphrunDomain)[0];
+  try {
+    check_gradients(t, out);
+    ADD_FAILURE() << "mode max differentiated";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a rule in mode avg only"), std::string::npos) << e.what();
+  }
+}
+
 // MaxRoiPool: the gradient of X against central differences (dY at each bin's maximum): bins that overlap, a region
 // reaching past the image, one thinner than a bin (its bins repeat rows), two regions on one image; the regions are
 // an input, as torchvision differentiates none.
