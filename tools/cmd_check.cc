@@ -253,9 +253,29 @@ GradCheck gradient_check(const Graph& model, int directions, uint64_t seed, cons
   for (const auto& p : bo.params) bo_exec.fetch.push_back(p + bo.grad_suffix);
   runtime::Executor bex(bg, within_memory(bo_exec));
   auto got = bex.run(feeds);
+  // The differences hold what StopGradient nodes pass (torch's .detach()) at its value here, as the backward graph
+  // does: each becomes an input, fed that value.
+  Graph fg = g;
+  {
+    std::vector<std::string> stopped;
+    std::vector<Node> kept;
+    for (const Node& n : fg.nodes)
+      if (n.domain == kGraphrunDomain && n.op_type == "StopGradient" && !n.outputs.empty())
+        stopped.push_back(n.outputs[0]);
+      else
+        kept.push_back(n);
+    if (!stopped.empty()) {
+      runtime::ExecOptions so;
+      so.fetch = stopped;
+      runtime::Executor sex(g, within_memory(so));
+      for (auto& [k, v] : sex.run(feeds)) feeds[k] = v.clone();
+      fg.nodes = std::move(kept);
+      fg.inputs.insert(fg.inputs.end(), stopped.begin(), stopped.end());
+    }
+  }
   runtime::ExecOptions fo;
   fo.fetch = {loss};
-  runtime::Executor fex(g, within_memory(fo));
+  runtime::Executor fex(fg, within_memory(fo));
   const double loss0 = fex.run(feeds).at(loss).as_doubles()[0];
   if (!std::isfinite(loss0))
     return {false, "the gradient check cannot run: the loss of its random batch is not finite (a model that masks with "

@@ -370,6 +370,8 @@ GR_REGISTER_OPS(elementwise) {
   ops.op("CastLike").gradient(cast_grad);
   // Comparisons and logic give booleans; Sign, Floor, Ceil and Round are piecewise constant.
   ops.op("Equal").no_gradient().output_dtype(0, DType::Bool);
+  // torch's .detach() (exported as ai.graphrun::StopGradient): X's value, none of its gradient.
+  ops.op(kGraphrunDomain, "StopGradient").no_gradient();
   ops.op("Greater").no_gradient().output_dtype(0, DType::Bool);
   ops.op("GreaterOrEqual").no_gradient().output_dtype(0, DType::Bool);
   ops.op("Less").no_gradient().output_dtype(0, DType::Bool);

@@ -1,11 +1,14 @@
 // Pass to_inference: the evaluation form of a forward graph (running statistics, no dropout).
 #include "graph/passes/train_mode.h"
 
+#include <algorithm>
+
 namespace graphrun::passes {
 
 namespace {
-const PassInfo& kInfo =
-    register_pass("to_inference", "the evaluation form: BatchNorm on running statistics, Dropout passing through");
+const PassInfo& kInfo = register_pass(
+    "to_inference",
+    "the evaluation form: BatchNorm on running statistics, Dropout passing through, StopGradient an Identity");
 }  // namespace
 
 Graph to_inference(const Graph& g) {
@@ -23,8 +26,14 @@ Graph to_inference(const Graph& g) {
       if (n.inputs.size() > 2) n.inputs.resize(2);
       while (n.inputs.size() > 1 && n.inputs.back().empty()) n.inputs.pop_back();
       n.outputs.resize(1);
+    } else if (n.domain == kGraphrunDomain && n.op_type == "StopGradient") {
+      // Only training tells it from Identity; any runtime reads an Identity.
+      n = Node{n.name, "Identity", "", n.inputs, n.outputs, {}};
     }
   }
+  if (r.opsets.count(kGraphrunDomain) &&
+      std::none_of(r.nodes.begin(), r.nodes.end(), [](const Node& n) { return n.domain == kGraphrunDomain; }))
+    r.opsets.erase(kGraphrunDomain);
   return r;
 }
 

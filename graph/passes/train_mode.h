@@ -14,7 +14,8 @@ namespace graphrun::passes {
 
 // Inference form (graph/passes/to_inference.cc): every BatchNormalization gets training_mode = 0
 // and only its Y output; every Dropout loses its training_mode input and mask output (so it passes
-// its input through). Other nodes are unchanged.
+// its input through); every ai.graphrun StopGradient becomes an Identity (the ai.graphrun opset import goes when no
+// node of that domain is left). Other nodes are unchanged.
 Graph to_inference(const Graph& g);
 Pass to_inference_pass();
 

@@ -687,6 +687,14 @@ GR_REGISTER_OPS(elementwise) {
   ops.op("Elu").cpu(via_f32<elu_kernel>);
   ops.op("Clip").cpu(via_f32<clip_kernel>);
   ops.op("Identity").cpu(identity_kernel).host_shapes();
+  ops.op(kGraphrunDomain, "StopGradient")
+      .cpu(identity_kernel)
+      .schema(OpSchemaSpec("X unchanged, and no gradient through it: torch's `.detach()` (README: \"Exporting a "
+                           "PyTorch model to train\"); a saved model has an Identity in its place")
+                  .input("X", "any tensor", "T")
+                  .output("Y", "X", "T")
+                  .type("T", numeric_tensor_types(), "numeric tensors")
+                  .output_like(0, 0));
   ops.op("IsNaN").cpu(via_f32<isnan_kernel>);
 
   ops.op("Where").cpu(via_f32<where_kernel>).host_shapes();

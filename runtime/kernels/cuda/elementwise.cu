@@ -702,6 +702,7 @@ GR_REGISTER_OPS(elementwise) {
   ops.op("Where").cuda(locked<where_op>);
   ops.op("Cast").cuda(locked<cast_op>);
   ops.op("Identity").cuda(locked<identity_op>);
+  ops.op(kGraphrunDomain, "StopGradient").cuda(locked<identity_op>);
   ops.op("Expand").cuda(locked<expand_op>);
   ops.op("Sum").cuda(locked<sum_op>);
   ops.op("Mean").cuda(locked<mean_op>);
