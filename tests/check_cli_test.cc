@@ -319,23 +319,37 @@ TEST(CheckCli, OpsetNinePadsOfEveryModeTrain) {
   EXPECT_NE(r.output.find("\nverdict: trainable"), std::string::npos) << r.output;
 }
 
+// Python for the nodes of a BatchNormalization 'bn' over 1x1 maps: y = Reshape(bn(Reshape(x w, [N, 4, 1, 1])), [N, 4])
+// * x w. training: in training mode on Constant statistics; else in inference form on initializer statistics, as
+// an eval-mode export has it.
+std::string bn_over_1x1_nodes(bool training) {
+  const std::string stats = training
+                                ? " h.make_node('Constant', [], ['mu'], value=nh.from_array(np.zeros(4, np.float32))),"
+                                  " h.make_node('Constant', [], ['var'], value=nh.from_array(np.ones(4, np.float32))),"
+                                : "";
+  const std::string bn = training ? " h.make_node('BatchNormalization', ['m4', 's', 'b', 'mu', 'var'], ['n4', 'rm', "
+                                    "'rv'], name='bn', training_mode=1),"
+                                  : " h.make_node('BatchNormalization', ['m4', 's', 'b', 'mu', 'var'], ['n4'], "
+                                    "name='bn'),";
+  return std::string(training ? ""
+                              : "(inits.extend([nh.from_array(np.zeros(4, np.float32), 'mu'), "
+                                "nh.from_array(np.ones(4, np.float32), 'var')]) or ") +
+         "[h.make_node('MatMul', ['x', 'w'], ['m'], name='mm'),"
+         " h.make_node('Constant', [], ['to4d'], value=nh.from_array(np.array([0, 4, 1, 1], np.int64))),"
+         " h.make_node('Constant', [], ['to2d'], value=nh.from_array(np.array([0, 4], np.int64)))," +
+         stats + " h.make_node('Reshape', ['m', 'to4d'], ['m4'], name='r4')," + bn +
+         " h.make_node('Reshape', ['n4', 'to2d'], ['n'], name='r2'),"
+         " h.make_node('Mul', ['n', 'm'], ['y'], name='mul')]" +
+         (training ? "" : ")");
+}
+
 // A training-mode BatchNormalization over 1x1 maps (a 32x32 image at a CNN's last stage) normalises only
 // N values per channel; at the default batch of 2 the loss is too steep for central differences
 // (torchvision's MobileNet V2 and RegNet exported for 32x32 failed the check). The check sizes the batch to
 // give it 8 values and says so; --dims N=... overrides; the export's fixed batch becomes N, as in train.
 TEST(CheckCli, BatchNormOverFewValuesGetsALargerRandomBatch) {
   const std::string dir = temp_dir("check_cli_bn1x1");
-  const std::string nodes =
-      "[h.make_node('MatMul', ['x', 'w'], ['m'], name='mm'),"
-      " h.make_node('Constant', [], ['to4d'], value=nh.from_array(np.array([0, 4, 1, 1], np.int64))),"
-      " h.make_node('Constant', [], ['to2d'], value=nh.from_array(np.array([0, 4], np.int64))),"
-      " h.make_node('Constant', [], ['mu'], value=nh.from_array(np.zeros(4, np.float32))),"
-      " h.make_node('Constant', [], ['var'], value=nh.from_array(np.ones(4, np.float32))),"
-      " h.make_node('Reshape', ['m', 'to4d'], ['m4'], name='r4'),"
-      " h.make_node('BatchNormalization', ['m4', 's', 'b', 'mu', 'var'], ['n4', 'rm', 'rv'], name='bn',"
-      "             training_mode=1),"
-      " h.make_node('Reshape', ['n4', 'to2d'], ['n'], name='r2'),"
-      " h.make_node('Mul', ['n', 'm'], ['y'], name='mul')]";
+  const std::string nodes = bn_over_1x1_nodes(true);
   const std::string model = make_model(dir, "bn1x1", nodes);
   auto r = run_command(graphrun_cli() + " check " + model);
   EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -361,16 +375,7 @@ TEST(CheckCli, BatchNormOverFewValuesGetsALargerRandomBatch) {
 // sizes for the training-mode node; the inference form has no such need). The running statistics are no parameters.
 TEST(CheckCli, AModelExportedInEvalModeIsCheckedInItsTrainingForm) {
   const std::string dir = temp_dir("check_cli_eval_export");
-  const std::string model = make_model(
-      dir, "bn_eval",
-      "(inits.extend([nh.from_array(np.zeros(4, np.float32), 'mu'), nh.from_array(np.ones(4, np.float32), 'var')])"
-      " or [h.make_node('MatMul', ['x', 'w'], ['m'], name='mm'),"
-      " h.make_node('Constant', [], ['to4d'], value=nh.from_array(np.array([0, 4, 1, 1], np.int64))),"
-      " h.make_node('Constant', [], ['to2d'], value=nh.from_array(np.array([0, 4], np.int64))),"
-      " h.make_node('Reshape', ['m', 'to4d'], ['m4'], name='r4'),"
-      " h.make_node('BatchNormalization', ['m4', 's', 'b', 'mu', 'var'], ['n4'], name='bn'),"
-      " h.make_node('Reshape', ['n4', 'to2d'], ['n'], name='r2'),"
-      " h.make_node('Mul', ['n', 'm'], ['y'], name='mul')])");
+  const std::string model = make_model(dir, "bn_eval", bn_over_1x1_nodes(false));
   auto r = run_command(graphrun_cli() + " check " + model);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("random batch: N=8, since BatchNormalization 'bn' normalises 1 value per example and "
