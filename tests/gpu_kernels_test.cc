@@ -285,6 +285,7 @@ void comparison_where_cast_cases(Cases& cs) {
   cs.add("Cast", {random_tensor({6}, 12, -5.f, 5.f)}, {{"to", Attribute::Int(7)}});
   cs.add("Cast", {random_int_tensor({6}, 13, -5, 5)}, {{"to", Attribute::Int(1)}});
   cs.add("Identity", {a});
+  cs.add("StopGradient", {a}, {}, 1, 0, 17, kGraphrunDomain);  // torch's .detach(): the identity
   cs.add("Expand", {random_tensor({3, 1}, 14), i64({3}, {2, 3, 4})});
   cs.add("Sum", {a, b, random_tensor({1, 5}, 15)});
 }
