@@ -215,6 +215,12 @@ void warn_softmax_output(const Graph& g, const std::string& output) {
   }
 }
 
+// The first six of `names` on stderr, comma-separated, then how many more.
+void print_first_names(const std::vector<std::string>& names) {
+  for (size_t i = 0; i < names.size() && i < 6; ++i) std::cerr << (i ? ", " : "") << names[i];
+  if (names.size() > 6) std::cerr << ", and " << names.size() - 6 << " more";
+}
+
 // Initializers the model's metadata says are no parameters (torch's buffers): one note naming them, since
 // --freeze did not.
 void note_metadata_frozen(const Graph& forward) {
@@ -222,8 +228,7 @@ void note_metadata_frozen(const Graph& forward) {
   if (frozen.empty()) return;
   std::cerr << "graphrun train: note: the model's metadata (" << autodiff::kFrozenMetadataKey << ") names "
             << frozen.size() << " initializer" << (frozen.size() > 1 ? "s" : "") << " no parameter (";
-  for (size_t i = 0; i < frozen.size() && i < 6; ++i) std::cerr << (i ? ", " : "") << frozen[i];
-  if (frozen.size() > 6) std::cerr << ", and " << frozen.size() - 6 << " more";
+  print_first_names(frozen);
   std::cerr << "): not trained" << std::endl;
 }
 
@@ -237,8 +242,7 @@ void note_unreached(const runtime::TrainingGraphs& tg, const std::set<std::strin
   if (unreached.empty()) return;
   std::cerr << "graphrun train: note: the loss does not reach " << unreached.size() << " parameter"
             << (unreached.size() > 1 ? "s" : "") << " (";
-  for (size_t i = 0; i < unreached.size() && i < 6; ++i) std::cerr << (i ? ", " : "") << unreached[i];
-  if (unreached.size() > 6) std::cerr << ", and " << unreached.size() - 6 << " more";
+  print_first_names(unreached);
   std::cerr << "): not trained, no weight decay, as torch leaves a parameter without a gradient" << std::endl;
 }
 
