@@ -11,6 +11,14 @@
 
 namespace graphrun::autodiff {
 
+namespace {
+// Whether parameter `p` belongs to module `m`, as torch names them: "m." followed by something (fc1.weight is fc1's,
+// fc10.weight is not).
+bool in_module(const std::string& p, const std::string& m) {
+  return p.size() > m.size() + 1 && p.compare(0, m.size(), m) == 0 && p[m.size()] == '.';
+}
+}  // namespace
+
 std::vector<std::string> trainable_params(const Graph& g, const std::set<std::string>& freeze) {
   // BatchNormalization's running mean and variance are state the forward pass updates, and Dropout's
   // ratio and Clip's bounds settings: not parameters, read directly or through Identity nodes (which train's pipeline
@@ -69,11 +77,8 @@ std::vector<std::string> metadata_frozen(const Graph& g) {
       if (g.initializers.count(name)) {
         r.insert(name);
       } else {  // a module: every initializer named name + "." + something
-        const std::string prefix = name + ".";
-        for (auto it = g.initializers.lower_bound(prefix); it != g.initializers.end(); ++it) {
-          if (it->first.compare(0, prefix.size(), prefix) != 0) break;
-          r.insert(it->first);
-        }
+        for (const auto& [init, t] : g.initializers)
+          if (in_module(init, name)) r.insert(init);
       }
       name.clear();
     };
@@ -99,7 +104,7 @@ std::set<std::string> resolve_freeze(const std::vector<std::string>& params, con
     // A module, as torch's model.fc1.parameters(): every parameter named f + "." + something.
     bool any = false;
     for (const auto& p : params)
-      if (p.size() > f.size() + 1 && p.compare(0, f.size(), f) == 0 && p[f.size()] == '.') frozen.insert(p), any = true;
+      if (in_module(p, f)) frozen.insert(p), any = true;
     if (any) continue;
     std::string names;
     for (const auto& p : params) names += (names.empty() ? "" : ", ") + p;
