@@ -2,38 +2,12 @@
 // a node in one place, so both devices accept the same nodes and compute over the same plan.
 #include "runtime/kernels/rnn_plan.h"
 
-#include <cctype>
-
 namespace graphrun::runtime {
 namespace {
-
-std::string lower(std::string s) {
-  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  return s;
-}
 
 void check_shape(const Tensor& t, const Shape& want, const char* what, const char* name) {
   GR_CHECK(t.shape() == want, what << ": input '" << name << "' must have shape " << shape_str(want) << ", got "
                                    << shape_str(t.shape()));
-}
-
-// RNN's activations: one per direction (one given for both directions applies to each), Tanh by default.
-std::vector<RnnAct> rnn_activations(const Node& node, int D, const char* what) {
-  const Attribute* a = node.attr("activations");
-  if (!a) return std::vector<RnnAct>(D, RnnAct::Tanh);
-  std::string list;
-  for (const auto& s : a->strings) list += (list.empty() ? "" : ",") + s;
-  const size_t n = a->strings.size();
-  GR_CHECK(n == 1 || n == static_cast<size_t>(D),
-           what << ": attribute 'activations' [" << list << "] must list one activation per direction (" << D << ")");
-  std::vector<RnnAct> acts;
-  for (int d = 0; d < D; ++d) {
-    const std::string f = lower(a->strings[n == 1 ? 0 : d]);
-    GR_CHECK(f == "tanh" || f == "relu" || f == "sigmoid",
-             what << ": attribute 'activations' [" << list << "] is not supported; only Tanh, Relu and Sigmoid are");
-    acts.push_back(f == "tanh" ? RnnAct::Tanh : f == "relu" ? RnnAct::Relu : RnnAct::Sigmoid);
-  }
-  return acts;
 }
 
 }  // namespace
@@ -47,35 +21,7 @@ RnnPlan plan_rnn(const KernelContext& ctx, RnnCell cell, const RnnIntReader& rea
   r.G = lstm ? 4 : cell == RnnCell::GRU ? 3 : 1;
   const Node& node = ctx.node();
   const char* what = r.what;
-  r.direction = node.attr_s("direction", "forward");
-  GR_CHECK(r.direction == "forward" || r.direction == "reverse" || r.direction == "bidirectional",
-           what << ": attribute 'direction' is '" << r.direction << "'; must be forward, reverse or bidirectional");
-  r.D = r.direction == "bidirectional" ? 2 : 1;
-  const int64_t layout = node.attr_i("layout", 0);
-  GR_CHECK(layout == 0 || layout == 1, what << ": attribute 'layout' is " << layout << "; must be 0 or 1");
-  r.layout1 = layout == 1;
-  if (const Attribute* a = node.attr("clip")) {
-    r.has_clip = true;
-    r.clip = a->f;
-    GR_CHECK(r.clip > 0, what << ": attribute 'clip' is " << r.clip << "; must be positive");
-  }
-  if (lstm)
-    GR_CHECK(node.attr_i("input_forget", 0) == 0,
-             what << ": attribute 'input_forget' = 1 (coupled input and forget gates) is not supported");
-  else
-    r.lbr = node.attr_i("linear_before_reset", 0) != 0;
-  if (cell == RnnCell::RNN) {
-    r.acts = rnn_activations(node, r.D, what);
-  } else if (const Attribute* a = node.attr("activations")) {
-    const std::vector<std::string> defaults =
-        lstm ? std::vector<std::string>{"sigmoid", "tanh", "tanh"} : std::vector<std::string>{"sigmoid", "tanh"};
-    bool ok = a->strings.size() == defaults.size() * r.D;
-    for (size_t i = 0; ok && i < a->strings.size(); ++i) ok = lower(a->strings[i]) == defaults[i % defaults.size()];
-    std::string list;
-    for (const auto& s : a->strings) list += (list.empty() ? "" : ",") + s;
-    GR_CHECK(ok, what << ": attribute 'activations' [" << list << "] is not supported; only the defaults ("
-                      << (lstm ? "Sigmoid, Tanh, Tanh" : "Sigmoid, Tanh") << " per direction) are");
-  }
+  static_cast<RnnAttrs&>(r) = rnn_attrs(node, what);
 
   const Tensor &x = ctx.input(0), &w = ctx.input(1), &rr = ctx.input(2);
   GR_CHECK(x.rank() == 3, what << ": input 'X' must have rank 3, got " << shape_str(x.shape()));

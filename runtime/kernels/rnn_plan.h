@@ -6,31 +6,24 @@
 #include <string>
 #include <vector>
 
+#include "graph/rnn_attrs.h"
 #include "runtime/kernel.h"
 
 namespace graphrun::runtime {
 
 enum class RnnCell { LSTM, GRU, RNN };
 
-// The activations RNN accepts. The derivative is taken from the activation's output, which the trace keeps.
-enum class RnnAct { Tanh, Relu, Sigmoid };
+// RnnAct (graph/rnn_attrs.h): the activations RNN accepts. The derivative is taken from the activation's output,
+// which the trace keeps.
 
 // The sizes and attributes of one LSTM/GRU/RNN node (forward or gradient: the same inputs 0..nin-1).
-struct RnnPlan {
+struct RnnPlan : RnnAttrs {
   RnnCell cell = RnnCell::LSTM;
   const char* what = "LSTM";
   int nin = 8;     // forward inputs: LSTM X W R B sequence_lens initial_h initial_c P; GRU, RNN without the last two
   int64_t G = 4;   // gates: LSTM i o f c, GRU z r h, RNN the activation's output
   int64_t T = 0, N = 0, I = 0, H = 0;
-  int D = 1;
-  bool layout1 = false;
-  std::string direction = "forward";
-  bool has_clip = false;
-  double clip = 0;
-  bool lbr = false;  // GRU linear_before_reset
-  std::vector<RnnAct> acts;  // RNN: per direction
   std::vector<int64_t> lens;
-  bool reverse(int d) const { return direction == "reverse" || d == 1; }
   // Offset of Y[t, d, n, :] in layout 0 [T, D, N, H] or layout 1 [N, T, D, H].
   int64_t y_at(int64_t t, int d, int64_t n) const {
     return layout1 ? ((n * T + t) * D + d) * H : ((t * D + d) * N + n) * H;
