@@ -21,6 +21,7 @@
 #include "graph/onnx_io.h"
 #include "graph/passes/convert_opset.h"
 #include "graph/passes/train_mode.h"
+#include "graph/passes/unroll_rnn.h"
 
 namespace graphrun::autodiff {
 namespace {
@@ -223,6 +224,35 @@ size_t cone_size(const Graph& g, const std::unordered_map<std::string, int>& pro
   return y ? upstream(g, producer, y->s, stop).size() : 0;
 }
 
+// The LSTM, GRU and RNN nodes whose gradient is differentiated again, unrolled into their time steps
+// (graph/passes/unroll_rnn.h): their fused gradient node has no gradient itself. Those are the ones between a
+// Gradient node's xs, zs and y, where the expanded gradient is trained (loaded for training) or where a Gradient's y
+// depends on another Gradient node (a second derivative under `run`).
+void unroll_twice_differentiated(Graph& g, const std::string& what, bool training) {
+  const std::unordered_map<std::string, int> producer = g.producers();
+  std::set<int> recurrent;
+  bool nested = false;
+  for (const Node& n : g.nodes) {
+    if (!is_gradient_op(n)) continue;
+    std::set<std::string> stop;
+    for (const char* k : {"xs", "zs"})
+      if (const Attribute* a = n.attr(k)) stop.insert(a->strings.begin(), a->strings.end());
+    const Attribute* y = n.attr("y");
+    if (!y) continue;
+    for (int i : upstream(g, producer, y->s, stop)) {
+      const Node& m = g.nodes[static_cast<size_t>(i)];
+      nested |= is_gradient_op(m);
+      if (passes::is_recurrent(m)) recurrent.insert(i);
+    }
+  }
+  if (recurrent.empty() || (!training && !nested)) return;
+  // From the last: unroll_rnn erases its node and appends, so the indices before it hold.
+  for (auto it = recurrent.rbegin(); it != recurrent.rend(); ++it)
+    passes::unroll_rnn(g, static_cast<size_t>(*it), what);
+  g.topo_sort();
+  infer_shapes(g);
+}
+
 // Every Gradient node, each once the nodes computing its y hold no other (a Gradient of a Gradient's output
 // differentiates the first one's nodes). Loaded for training, the model takes its training form first, so that a
 // BatchNormalization exported in eval mode is differentiated on the batch statistics the forward trains on.
@@ -230,6 +260,7 @@ void expand_gradient_ops(Graph& g, const std::string& what, bool training) {
   if (std::none_of(g.nodes.begin(), g.nodes.end(), is_gradient_op)) return;
   auto written = std::make_shared<Graph>(g);  // Graph::as_written (its weights shared)
   if (training) g = passes::to_training(passes::convert_opset_for_training(g));
+  unroll_twice_differentiated(g, what, training);
   const size_t before = g.nodes.size();
   for (;;) {
     std::optional<size_t> first, ready;

@@ -91,7 +91,8 @@ std::string op_table_markdown(const OpTable& table) {
         "with the op and node names): "
      << code_list(ops_missing_a_gradient_rule(table)) << ".\n\n"
      << "graphrun's own ops without a rule (a second derivative through one, an ONNX Gradient node on the loss's "
-        "path, fails naming it; the training ops are never on that path): "
+        "path, fails naming it; the training ops are never on that path; LSTM, GRU and RNN nodes that a Gradient "
+        "node differentiates twice are unrolled into standard ops instead, so their gradient ops are not reached): "
      << code_list(never) << ".\n";
   return os.str();
 }

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <sstream>
 #include <string>
@@ -443,6 +444,133 @@ for k, t in {'w': conv.weight, 'scale': bn.weight, 'bias': bn.bias, 'rmean': bn.
         EXPECT_LT(testing::max_abs_diff(trained.initializers.at(k), npy(dir, std::string("torch_") + k)), 1e-6) << k;
       }
     }
+}
+
+// A gradient penalty on a recurrent critic (WGAN-GP on sequences): the Gradient's backward pass goes through the
+// critic's LSTM or GRU, and training differentiates that again, which the fused LSTMGrad and GRUGrad cannot; the
+// expansion unrolls the recurrent nodes it differentiates (graph/passes/unroll_rnn.h). A bidirectional LSTM read
+// through a Transpose (as torch exports nn.LSTM(batch_first=True)) and a GRU in layout 1, each with a linear head:
+// two SGD steps match torch's nn.LSTM and nn.GRU with create_graph=True, and `check` passes.
+TEST(GradientOp, APenaltyThroughARecurrentCriticTrainsAsTorch) {
+  const std::string dir = temp_dir("gradient_op_recurrent_critic");
+  run_onnx_python(dir, R"(
+import torch
+torch.set_default_dtype(torch.float64)
+F = TensorProto.FLOAT
+N, T, I, H = 16, 5, 3, 4
+rng = np.random.default_rng(11)
+def onnx_blocks(torch_w, perm):  # torch's gate order -> ONNX's (the block perm[k] of ONNX is torch's block k)
+    out = np.empty_like(torch_w)
+    for k, j in enumerate(perm): out[j * H:(j + 1) * H] = torch_w[k * H:(k + 1) * H]
+    return out
+def model(cell, name):
+    lstm = cell == 'lstm'
+    D, G = (2, 4) if lstm else (1, 3)
+    perm = [0, 2, 3, 1] if lstm else [1, 0, 2]  # torch i f g o -> ONNX i o f c; torch r z n -> ONNX z r h
+    m = (torch.nn.LSTM(I, H, bidirectional=True) if lstm else torch.nn.GRU(I, H, batch_first=True))
+    head = torch.nn.Linear(D * H, 1, bias=False)
+    sfx = ['', '_reverse'][:D]
+    W = np.stack([onnx_blocks(getattr(m, 'weight_ih_l0' + s).detach().numpy(), perm) for s in sfx]).astype(np.float32)
+    R = np.stack([onnx_blocks(getattr(m, 'weight_hh_l0' + s).detach().numpy(), perm) for s in sfx]).astype(np.float32)
+    B = np.stack([np.concatenate([onnx_blocks(getattr(m, b + '_l0' + s).detach().numpy(), perm) for b in ('bias_ih', 'bias_hh')])
+                  for s in sfx]).astype(np.float32)
+    with torch.no_grad():  # torch computes from the float32 weights the file holds
+        for s, k in enumerate(sfx):
+            getattr(m, 'weight_ih_l0' + k).copy_(torch.tensor(W[s][np.concatenate([np.arange(j * H, (j + 1) * H) for j in perm])]))
+            getattr(m, 'weight_hh_l0' + k).copy_(torch.tensor(R[s][np.concatenate([np.arange(j * H, (j + 1) * H) for j in perm])]))
+            getattr(m, 'bias_ih_l0' + k).copy_(torch.tensor(B[s][:G * H][np.concatenate([np.arange(j * H, (j + 1) * H) for j in perm])]))
+            getattr(m, 'bias_hh_l0' + k).copy_(torch.tensor(B[s][G * H:][np.concatenate([np.arange(j * H, (j + 1) * H) for j in perm])]))
+        head.weight.copy_(torch.tensor(head.weight.detach().numpy().astype(np.float32)))
+    inits = [numpy_helper.from_array(W, 'W'), numpy_helper.from_array(R, 'R'), numpy_helper.from_array(B, 'B'),
+             numpy_helper.from_array(head.weight.detach().numpy().T.astype(np.float32), 'head'),
+             numpy_helper.from_array(np.array([-1, D * H], np.int64), 'rows'),
+             numpy_helper.from_array(np.array([-1], np.int64), 'flat'),
+             numpy_helper.from_array(np.array([1, 2], np.int64), 'axes')]
+    def critic(x, p):
+        if lstm:
+            return [helper.make_node('Transpose', [x], [p + 'xt'], perm=[1, 0, 2]),
+                    helper.make_node('LSTM', [p + 'xt', 'W', 'R', 'B'], ['', p + 'hn'], hidden_size=H, direction='bidirectional'),
+                    helper.make_node('Transpose', [p + 'hn'], [p + 'hb'], perm=[1, 0, 2]),
+                    helper.make_node('Reshape', [p + 'hb', 'rows'], [p + 'h']),
+                    helper.make_node('MatMul', [p + 'h', 'head'], [p + 'o']), helper.make_node('Reshape', [p + 'o', 'flat'], [p + 's'])]
+        return [helper.make_node('GRU', [x, 'W', 'R', 'B'], ['', p + 'hn'], hidden_size=H, layout=1, linear_before_reset=1),
+                helper.make_node('Reshape', [p + 'hn', 'rows'], [p + 'h']),
+                helper.make_node('MatMul', [p + 'h', 'head'], [p + 'o']), helper.make_node('Reshape', [p + 'o', 'flat'], [p + 's'])]
+    body = critic('x', '') + [
+        helper.make_node('Gradient', ['xh'], ['gx'], domain='ai.onnx.preview.training', xs=['x'], y='s', name='penalty'),
+        helper.make_node('Mul', ['gx', 'gx'], ['g2']), helper.make_node('ReduceSum', ['g2', 'axes'], ['pen'], keepdims=0),
+        helper.make_node('Add', ['pen', 's'], ['out'])]
+    x_in = lambda n: helper.make_tensor_value_info(n, F, ['N', T, I])
+    g = helper.make_graph(body, name, [x_in('x'), x_in('xh')], [helper.make_tensor_value_info('out', F, ['N'])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 14), helper.make_opsetid('ai.onnx.preview.training', 1)]),
+              name + '.onnx')
+    def crit(xb):
+        if lstm:
+            _, (hn, _) = m(xb.transpose(0, 1))
+            return head(hn.transpose(0, 1).reshape(-1, D * H)).reshape(-1)
+        _, hn = m(xb)
+        return head(hn.reshape(-1, H)).reshape(-1)
+    x = rng.standard_normal((N, T, I)).astype(np.float32)
+    xh = (0.5 * rng.standard_normal((N, T, I)) + 0.3).astype(np.float32)
+    np.savez(name + '.npz', x=x, xh=xh)
+    if not lstm:  # the reference of gru_second.onnx (below), at the initial weights
+        x2 = rng.standard_normal((2, T, I)).astype(np.float32)
+        np.save('x2.npy', x2)
+        bt = torch.tensor(x2.astype(np.float64), requires_grad=True)
+        gx, = torch.autograd.grad(crit(bt).sum(), bt, create_graph=True)
+        hx, = torch.autograd.grad((gx * gx).sum(), bt)
+        np.save('hx.npy', hx.numpy())
+    opt = torch.optim.SGD(list(m.parameters()) + list(head.parameters()), lr=0.1)
+    for step in range(2):
+        bt = torch.tensor(xh.astype(np.float64), requires_grad=True)
+        gx, = torch.autograd.grad(crit(bt).sum(), bt, create_graph=True)
+        loss = ((gx * gx).sum(dim=(1, 2)) + crit(torch.tensor(x.astype(np.float64)))).mean()
+        opt.zero_grad(); loss.backward(); opt.step()
+    trained = {'W': np.stack([onnx_blocks(getattr(m, 'weight_ih_l0' + s).detach().numpy(), perm) for s in sfx]),
+               'R': np.stack([onnx_blocks(getattr(m, 'weight_hh_l0' + s).detach().numpy(), perm) for s in sfx]),
+               'B': np.stack([np.concatenate([onnx_blocks(getattr(m, b + '_l0' + s).detach().numpy(), perm) for b in ('bias_ih', 'bias_hh')])
+                              for s in sfx]),
+               'head': head.weight.detach().numpy().T}
+    for k, v in trained.items(): np.save(name + '_torch_' + k + '.npy', v)
+    print(name, 'initial to trained:', max(float(np.abs(v - numpy_helper.to_array(t)).max())
+                                          for t in inits for k, v in trained.items() if t.name == k))
+    return inits, critic
+model('lstm', 'lstm_critic')
+inits, critic = model('gru', 'gru_critic')
+# Under `run`, a Gradient of a Gradient's output through the GRU: d/dx of sum((ds/dx)^2).
+body = critic('x', '') + [
+    helper.make_node('Gradient', ['x'], ['gx'], domain='ai.onnx.preview.training', xs=['x'], y='s', name='first'),
+    helper.make_node('Mul', ['gx', 'gx'], ['g2']), helper.make_node('ReduceSum', ['g2'], ['q'], keepdims=0),
+    helper.make_node('Gradient', ['x'], ['hx'], domain='ai.onnx.preview.training', xs=['x'], y='q', name='second')]
+g = helper.make_graph(body, 'second', [helper.make_tensor_value_info('x', F, [2, T, I])],
+                      [helper.make_tensor_value_info('hx', F, [2, T, I])], inits)
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 14), helper.make_opsetid('ai.onnx.preview.training', 1)]),
+          'gru_second.onnx')
+)");
+  const std::string cli = testing::graphrun_cli();
+  auto r = run_command(cli + " run " + dir + "/gru_second.onnx --input x=" + dir + "/x2.npy --output-dir " + dir +
+                       "/second 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const Tensor hx = npy(dir, "hx");
+  double scale = 0;
+  for (int64_t i = 0; i < hx.numel(); ++i) scale = std::max(scale, std::fabs(hx.data<double>()[i]));
+  ASSERT_GT(scale, 0);
+  EXPECT_LT(testing::max_abs_diff(read_npy(dir + "/second/hx.npy"), hx), 1e-5 * scale);
+  for (const std::string model : {"lstm_critic", "gru_critic"}) {
+    SCOPED_TRACE(model);
+    r = run_command(cli + " check " + dir + "/" + model + ".onnx 2>&1");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    r = run_command(cli + " train " + dir + "/" + model + ".onnx --data " + dir + "/" + model + ".npz --test-data " +
+                    dir + "/" + model +
+                    ".npz --loss output --devices cpu:1 --epochs 2 --batch-size 16 --lr 0.1 --save " + dir + "/" +
+                    model + "_trained.onnx 2>&1");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const Graph trained = load_onnx(dir + "/" + model + "_trained.onnx");
+    for (const char* k : {"W", "R", "B", "head"}) {
+      ASSERT_TRUE(trained.initializers.count(k)) << k;
+      EXPECT_LT(testing::max_abs_diff(trained.initializers.at(k), npy(dir, model + "_torch_" + k)), 2e-6) << k;
+    }
+  }
 }
 
 }  // namespace
