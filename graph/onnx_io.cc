@@ -45,6 +45,7 @@ namespace graphrun {
 namespace {
 
 constexpr int64_t kMinOpset = 7, kMaxOpset = 17;
+constexpr int64_t kMaxCol2ImBlock = 4096;  // values in one Col2Im block (its lowering's weights are the square)
 // Newer opsets are lowered to kMaxOpset on load where the model's nodes have an opset-17 form.
 constexpr int64_t kMaxLoweredOpset = 22;
 constexpr int64_t kMaxIrVersion = 8;  // what ONNX 1.12's checker accepts
@@ -709,6 +710,36 @@ void scalar_like(std::vector<onnx::NodeProto>& out, const std::string& name, flo
   out.push_back(make_proto_node("CastLike", {name + "_f", like}, name, name));
 }
 
+void set_int_attr(onnx::NodeProto& n, const char* name, int64_t v) {
+  auto* a = n.add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(v);
+}
+
+// A Constant node writing `name`: int64 values, or float32 ones (of shape `dims`).
+onnx::NodeProto ints_constant(const std::string& name, const std::vector<int64_t>& v) {
+  onnx::NodeProto c = make_proto_node("Constant", {}, name, name);
+  auto* a = c.add_attribute();
+  a->set_name("value");
+  a->set_type(onnx::AttributeProto::TENSOR);
+  a->mutable_t()->set_data_type(onnx::TensorProto::INT64);
+  a->mutable_t()->add_dims(static_cast<int64_t>(v.size()));
+  for (int64_t x : v) a->mutable_t()->add_int64_data(x);
+  return c;
+}
+onnx::NodeProto floats_constant(const std::string& name, const std::vector<int64_t>& dims,
+                                const std::vector<float>& v) {
+  onnx::NodeProto c = make_proto_node("Constant", {}, name, name);
+  auto* a = c.add_attribute();
+  a->set_name("value");
+  a->set_type(onnx::AttributeProto::TENSOR);
+  a->mutable_t()->set_data_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : dims) a->mutable_t()->add_dims(d);
+  for (float x : v) a->mutable_t()->add_float_data(x);
+  return c;
+}
+
 // The opset-17 nodes computing what opset-18+ node `n` computes (usually just `n`, rewritten).
 std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodeProto n, int index, int64_t from,
                                         const std::string& what) {
@@ -815,6 +846,116 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
     out.push_back(make_proto_node("Add", {inner, base + "_one"}, base + "_1p", base + "_1p"));
     out.push_back(make_proto_node("Mul", {x, base + "_half"}, base + "_hx", base + "_hx"));
     out.push_back(make_proto_node("Mul", {base + "_hx", base + "_1p"}, n.output(0), n.name().empty() ? base : n.name()));
+    return out;
+  } else if (op == "GroupNormalization") {
+    // 18 (scale and bias per group) and 21 (per channel), as torch writes F.group_norm at opset 17: X as
+    // [N, G, rest], InstanceNormalization over the rest, the scale and bias applied per group there (18) or per
+    // channel on X as [N, C, rest] (21), back to X's shape.
+    const std::string x = input(0), scale = input(1), bias = input(2);
+    const auto* groups = find_attr(n, "num_groups");
+    if (!groups || groups->i() < 1) refuse("needs the attribute num_groups, at least 1");
+    const int64_t G = groups->i();
+    const auto* eps = find_attr(n, "epsilon");
+    const bool per_group = from < 21;
+    const std::string name = n.name().empty() ? base : n.name();
+    std::vector<onnx::NodeProto> out;
+    out.push_back(ints_constant(base + "_groups_shape", {0, G, -1}));
+    out.push_back(make_proto_node("Reshape", {x, base + "_groups_shape"}, base + "_groups", base + "_groups"));
+    std::string s = scale, b = bias;
+    if (!per_group) {
+      out.push_back(floats_constant(base + "_ones_f", {G}, std::vector<float>(static_cast<size_t>(G), 1.0f)));
+      out.push_back(floats_constant(base + "_zeros_f", {G}, std::vector<float>(static_cast<size_t>(G), 0.0f)));
+      out.push_back(make_proto_node("CastLike", {base + "_ones_f", x}, base + "_ones", base + "_ones"));
+      out.push_back(make_proto_node("CastLike", {base + "_zeros_f", x}, base + "_zeros", base + "_zeros"));
+      s = base + "_ones", b = base + "_zeros";
+    }
+    onnx::NodeProto norm =
+        make_proto_node("InstanceNormalization", {base + "_groups", s, b}, base + "_normed", base + "_normed");
+    if (eps) *norm.add_attribute() = *eps;
+    out.push_back(norm);
+    out.push_back(make_proto_node("Shape", {x}, base + "_shape", base + "_shape"));
+    std::string y = base + "_normed";
+    if (!per_group) {
+      out.push_back(make_proto_node("Shape", {x}, base + "_nc", base + "_nc"));
+      set_int_attr(out.back(), "end", 2);
+      out.push_back(ints_constant(base + "_rest", {-1}));
+      out.push_back(make_proto_node("Concat", {base + "_nc", base + "_rest"}, base + "_nc_rest", base + "_nc_rest"));
+      set_int_attr(out.back(), "axis", 0);
+      out.push_back(make_proto_node("Reshape", {y, base + "_nc_rest"}, base + "_channels", base + "_channels"));
+      out.push_back(ints_constant(base + "_column", {-1, 1}));
+      out.push_back(make_proto_node("Reshape", {scale, base + "_column"}, base + "_scale", base + "_scale"));
+      out.push_back(make_proto_node("Reshape", {bias, base + "_column"}, base + "_bias", base + "_bias"));
+      out.push_back(make_proto_node("Mul", {base + "_channels", base + "_scale"}, base + "_scaled", base + "_scaled"));
+      out.push_back(make_proto_node("Add", {base + "_scaled", base + "_bias"}, base + "_shifted", base + "_shifted"));
+      y = base + "_shifted";
+    }
+    out.push_back(make_proto_node("Reshape", {y, base + "_shape"}, n.output(0), name));
+    return out;
+  } else if (op == "Col2Im") {
+    // 18: the sum of the sliding blocks into the image (torch's F.fold): a ConvTranspose of each channel's
+    // columns [N*C, K, L1, ..., Ls] by the one-hot blocks [K, 1, b1, ..., bs], output_padding making up what the
+    // strides leave over at the far edge.
+    std::vector<int64_t> image, block;
+    if (!constant_ints(g, input(1), image, what) || !constant_ints(g, input(2), block, what))
+      refuse("image_shape and block_shape must be constants (initializers or Constant nodes)");
+    const size_t S = image.size();
+    if (S == 0 || block.size() != S) refuse("image_shape and block_shape must list the same number of dimensions");
+    auto ints_attr = [&](const char* k, size_t count, int64_t dflt) {
+      std::vector<int64_t> v(count, dflt);
+      if (const auto* a = find_attr(n, k)) v.assign(a->ints().begin(), a->ints().end());
+      if (v.size() != count)
+        refuse(std::string("attribute '") + k + "' must list " + std::to_string(count) + " values");
+      return v;
+    };
+    const std::vector<int64_t> dil = ints_attr("dilations", S, 1), pads = ints_attr("pads", 2 * S, 0),
+                               strides = ints_attr("strides", S, 1);
+    int64_t K = 1;
+    std::vector<int64_t> counts, extra;
+    for (size_t i = 0; i < S; ++i) {
+      if (image[i] < 1 || block[i] < 1 || dil[i] < 1 || strides[i] < 1 || pads[i] < 0 || pads[S + i] < 0)
+        refuse("image_shape, block_shape, dilations and strides must be positive, pads not negative");
+      const int64_t span = dil[i] * (block[i] - 1) + 1, room = image[i] + pads[i] + pads[S + i] - span;
+      if (room < 0) refuse("a block of dimension " + std::to_string(i) + " is larger than the padded image");
+      counts.push_back(room / strides[i] + 1);
+      extra.push_back(room % strides[i]);
+      K *= block[i];
+      // The one-hot blocks are K x K values: a block of 64 x 64 is 64 MiB of them.
+      if (K > kMaxCol2ImBlock)
+        refuse("blocks of more than " + std::to_string(kMaxCol2ImBlock) + " values are not supported");
+    }
+    std::vector<int64_t> wdims{K, 1};
+    wdims.insert(wdims.end(), block.begin(), block.end());
+    std::vector<float> w(static_cast<size_t>(K * K), 0.0f);
+    for (int64_t k = 0; k < K; ++k) w[static_cast<size_t>(k * K + k)] = 1.0f;  // block position k of column k
+    std::vector<int64_t> cols{-1, K};
+    cols.insert(cols.end(), counts.begin(), counts.end());
+    std::vector<int64_t> rest{-1};
+    rest.insert(rest.end(), image.begin(), image.end());
+    std::vector<onnx::NodeProto> out;
+    out.push_back(ints_constant(base + "_cols_shape", cols));
+    out.push_back(make_proto_node("Reshape", {input(0), base + "_cols_shape"}, base + "_cols", base + "_cols"));
+    out.push_back(floats_constant(base + "_blocks_f", wdims, w));
+    out.push_back(make_proto_node("CastLike", {base + "_blocks_f", input(0)}, base + "_blocks", base + "_blocks"));
+    onnx::NodeProto ct = make_proto_node("ConvTranspose", {base + "_cols", base + "_blocks"}, base + "_images",
+                                         n.name().empty() ? base : n.name());
+    auto add_ints = [&](const char* k, const std::vector<int64_t>& v) {
+      auto* a = ct.add_attribute();
+      a->set_name(k);
+      a->set_type(onnx::AttributeProto::INTS);
+      for (int64_t x : v) a->add_ints(x);
+    };
+    add_ints("kernel_shape", block);
+    add_ints("dilations", dil);
+    add_ints("pads", pads);
+    add_ints("strides", strides);
+    add_ints("output_padding", extra);
+    out.push_back(ct);
+    out.push_back(make_proto_node("Shape", {input(0)}, base + "_batch", base + "_batch"));
+    set_int_attr(out.back(), "end", 1);
+    out.push_back(ints_constant(base + "_rest", rest));
+    out.push_back(make_proto_node("Concat", {base + "_batch", base + "_rest"}, base + "_shape", base + "_shape"));
+    set_int_attr(out.back(), "axis", 0);
+    out.push_back(make_proto_node("Reshape", {base + "_images", base + "_shape"}, n.output(0), base + "_out"));
     return out;
   } else if (!onnx::OpSchemaRegistry::Schema(op, static_cast<int>(kMaxOpset), "")) {
     refuse("op " + op + " is newer than opset " + std::to_string(kMaxOpset) + " and has no form there");

@@ -3,6 +3,8 @@
 // cannot express is refused in one line naming the node.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "graph/onnx_io.h"
 #include "graph/tensor_io.h"
 #include "runtime/executor.h"
@@ -95,9 +97,14 @@ save('pad_axes', [helper.make_node('Pad', ['x', 'pads', '', 'axes'], ['r'], name
           numpy_helper.from_array(np.array([2], np.int64), 'axes')])
 save('split_count', [helper.make_node('Split', ['x'], ['a', 'b'], name='halves', axis=2, num_outputs=3)], X,
      [vi('a', F, None), vi('b', F, None)], 18)
-save('col2im', [helper.make_node('Col2Im', ['x', 'size', 'block'], ['r'], name='fold')], X, [vi('r', F, None)], 18,
-     [numpy_helper.from_array(np.array([2, 2], np.int64), 'size'),
-      numpy_helper.from_array(np.array([1, 1], np.int64), 'block')])
+save('col2im', [helper.make_node('Col2Im', ['x', 'size', 'block'], ['r'], name='fold')],
+     X + [vi('size', TensorProto.INT64, [2])], [vi('r', F, None)], 18,
+     [numpy_helper.from_array(np.array([1, 1], np.int64), 'block')])
+save('huge_fold', [helper.make_node('Col2Im', ['x', 'size', 'block'], ['r'], name='big_fold')], X, [vi('r', F, None)], 18,
+     [numpy_helper.from_array(np.array([200, 200], np.int64), 'size'),
+      numpy_helper.from_array(np.array([100, 100], np.int64), 'block')])
+save('bitwise', [helper.make_node('Cast', ['x'], ['i'], to=TensorProto.INT32),
+                 helper.make_node('BitwiseAnd', ['i', 'i'], ['r'], name='mask')], X, [vi('r', TensorProto.INT32, None)], 18)
 save('gelu_kind', [helper.make_node('Gelu', ['x'], ['r'], name='act', approximate='erf')], X, [vi('r', F, None)], 20)
 save('ir11', [helper.make_node('Relu', ['x'], ['r'])], X, [vi('r', F, None)], 20, ir=11)
 )";
@@ -168,12 +175,110 @@ np.savez('mlp.npz', image=image, labels=(image[:, 0] > 0).astype(np.int64) + (im
   EXPECT_NE(r.output.find("epoch 2/2"), std::string::npos) << r.output;
 }
 
+// GroupNormalization (opset 18: scale and bias per group; 21: per channel) and Col2Im (18) have no opset-17 op;
+// they are written as torch writes F.group_norm at opset 17 (InstanceNormalization of X as [N, G, rest]) and
+// F.fold (a ConvTranspose by one-hot blocks). Their outputs against torch's F.group_norm and F.fold and against a
+// naive col2im in numpy (ONNX's node-test cases: blocks of 1 x 5, dilations, strides that leave a remainder,
+// asymmetric pads, three spatial dimensions); a classifier of both at opset 21 checks (float64 gradients).
+TEST_F(OpsetLowering, GroupNormalizationAndCol2ImMatchTorch) {
+  run_python(dir_, R"(
+import itertools, onnx, torch
+from onnx import helper, TensorProto, numpy_helper
+vi = helper.make_tensor_value_info
+F32 = TensorProto.FLOAT
+rng = np.random.default_rng(3)
+def model(name, node, x, opset, inits, out):
+    np.save(name + '_x.npy', x); np.save(name + '_y.npy', out.astype(np.float32))
+    g = helper.make_graph([node], name, [vi('x', F32, list(x.shape))], [vi('y', F32, list(out.shape))],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid('', opset)])
+    onnx.save(m, name + '.onnx')
+# GroupNormalization: per channel (21) against torch, per group (18) against numpy.
+for shape, groups in [((2, 6, 3, 4), 3), ((3, 4, 5), 2), ((2, 6, 2, 2, 3), 6)]:
+    x = rng.standard_normal(shape).astype(np.float32) * 2 + 1
+    C = shape[1]
+    w, b = rng.standard_normal(C).astype(np.float32), rng.standard_normal(C).astype(np.float32)
+    t = torch.nn.functional.group_norm(torch.tensor(x, dtype=torch.float64), groups, torch.tensor(w, dtype=torch.float64),
+                                       torch.tensor(b, dtype=torch.float64), eps=1e-3).numpy()
+    tag = '_'.join(map(str, shape))
+    model('gn21_' + tag, helper.make_node('GroupNormalization', ['x', 's', 'b'], ['y'], epsilon=1e-3, num_groups=groups),
+          x, 21, {'s': w, 'b': b}, t)
+    wg, bg = w[:groups], b[:groups]
+    xg = x.astype(np.float64).reshape(shape[0], groups, -1)
+    ng = (xg - xg.mean(-1, keepdims=True)) / np.sqrt(xg.var(-1, keepdims=True) + 1e-5)
+    model('gn18_' + tag, helper.make_node('GroupNormalization', ['x', 's', 'b'], ['y'], num_groups=groups),
+          x, 18, {'s': wg, 'b': bg}, (ng * wg[:, None] + bg[:, None]).reshape(shape))
+# Col2Im against a naive sum of the blocks.
+def col2im(x, image, block, dil, pads, strides):
+    N, CK, L = x.shape; S = len(image); K = int(np.prod(block)); C = CK // K
+    counts = [(image[i] + pads[i] + pads[S + i] - dil[i] * (block[i] - 1) - 1) // strides[i] + 1 for i in range(S)]
+    assert int(np.prod(counts)) == L
+    padded = np.zeros((N, C) + tuple(image[i] + pads[i] + pads[S + i] for i in range(S)))
+    xr = x.astype(np.float64).reshape(N, C, K, L)
+    for l, pos in enumerate(itertools.product(*[range(c) for c in counts])):
+        for k, off in enumerate(itertools.product(*[range(bb) for bb in block])):
+            idx = tuple(pos[i] * strides[i] + off[i] * dil[i] for i in range(S))
+            padded[(slice(None), slice(None)) + idx] += xr[:, :, k, l]
+    return padded[(slice(None), slice(None)) + tuple(slice(pads[i], pads[i] + image[i]) for i in range(S))]
+cases = {'basic': ((1, 5, 5), [5, 5], [1, 5], {}),
+         'dilations': ((1, 4, 5), [6, 6], [2, 2], {'dilations': [1, 5]}),
+         'strides': ((2, 18, 4), [5, 5], [3, 3], {'strides': [2, 2]}),
+         'remainder': ((2, 6, 4), [6, 7], [3, 2], {'strides': [2, 3]}),
+         'pads': ((1, 8, 12), [4, 5], [2, 2], {'pads': [1, 0, 0, 2], 'strides': [1, 2]}),
+         'nd': ((2, 8, 36), [3, 4, 5], [1, 2, 2], {'strides': [1, 1, 2], 'pads': [0, 0, 1, 0, 1, 0]})}
+for name, (shape, image, block, attrs) in cases.items():
+    S = len(image)
+    x = rng.standard_normal(shape).astype(np.float32)
+    out = col2im(x, image, block, attrs.get('dilations', [1] * S), attrs.get('pads', [0] * 2 * S), attrs.get('strides', [1] * S))
+    model('col2im_' + name, helper.make_node('Col2Im', ['x', 'image', 'block'], ['y'], **attrs), x, 18,
+          {'image': np.array(image, np.int64), 'block': np.array(block, np.int64)}, out)
+    if S == 2 and attrs.get('pads', [0] * 4)[:2] == attrs.get('pads', [0] * 4)[2:]:  # torch's F.fold pads symmetrically
+        t = torch.nn.functional.fold(torch.tensor(x, dtype=torch.float64), image, block, dilation=attrs.get('dilations', 1),
+                                     padding=attrs.get('pads', [0, 0])[:2], stride=attrs.get('strides', 1)).numpy()
+        assert np.abs(t - out).max() < 1e-12, name
+# A classifier at opset 21: Conv, GroupNormalization, Relu, Col2Im of a Conv's columns, ReduceMean, Gemm.
+body = [helper.make_node('Conv', ['image', 'w1'], ['c'], pads=[1, 1, 1, 1]),
+        helper.make_node('GroupNormalization', ['c', 'gs', 'gb'], ['n'], num_groups=2),
+        helper.make_node('Relu', ['n'], ['r']), helper.make_node('Reshape', ['r', 'cols'], ['rc']),
+        helper.make_node('Col2Im', ['rc', 'img', 'blk'], ['f'], strides=[2, 2]),
+        helper.make_node('ReduceMean', ['f', 'axes'], ['m'], keepdims=0),
+        helper.make_node('Gemm', ['m', 'w2', 'b2'], ['logits'], transB=1)]
+inits = {'w1': rng.standard_normal((8, 1, 3, 3)).astype(np.float32) * 0.5, 'gs': (1 + 0.1 * rng.standard_normal(8)).astype(np.float32),
+         'gb': (0.1 * rng.standard_normal(8)).astype(np.float32), 'cols': np.array([0, 8, 36], np.int64),
+         'img': np.array([13, 13], np.int64), 'blk': np.array([2, 2], np.int64), 'axes': np.array([2, 3], np.int64),
+         'w2': rng.standard_normal((3, 2)).astype(np.float32), 'b2': np.zeros(3, np.float32)}
+g = helper.make_graph(body, 'fold21', [vi('image', F32, ['N', 1, 6, 6])], [vi('logits', F32, ['N', 3])],
+                      [numpy_helper.from_array(v, k) for k, v in inits.items()])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 21)]), 'fold21.onnx')
+)");
+  int checked = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
+    const std::string file = entry.path().filename().string();
+    if (file.size() < 6 || file.substr(file.size() - 5) != ".onnx") continue;
+    const std::string name = file.substr(0, file.size() - 5);
+    if (name.rfind("gn", 0) != 0 && name.rfind("col2im_", 0) != 0) continue;
+    SCOPED_TRACE(name);
+    runtime::Executor ex(load_onnx(dir_ + "/" + file));
+    const auto out = ex.run({{"x", read_npy(dir_ + "/" + name + "_x.npy")}});
+    const Tensor want = read_npy(dir_ + "/" + name + "_y.npy");
+    ASSERT_EQ(shape_str(out.at("y").shape()), shape_str(want.shape()));
+    EXPECT_LT(testing::max_abs_diff(out.at("y"), want), 2e-5);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 12);
+  auto r = run_command(testing::graphrun_cli() + " check " + dir_ + "/fold21.onnx 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("\nverdict: trainable"), std::string::npos) << r.output;
+}
+
 TEST_F(OpsetLowering, WhatOpset17CannotSayIsRefusedNamingTheNode) {
   expect_refused("runtime_axes", "node 'mean_of_input' (ReduceMean): its axes are computed at run time");
   expect_refused("antialias", "node 'smooth' (Resize): antialias is not supported");
   expect_refused("pad_axes", "node 'pad_last' (Pad): pads for some axes only");
   expect_refused("split_count", "node 'halves' (Split): num_outputs 3 with 2 outputs");
-  expect_refused("col2im", "node 'fold' (Col2Im): op Col2Im is newer than opset 17");
+  expect_refused("col2im", "node 'fold' (Col2Im): image_shape and block_shape must be constants");
+  expect_refused("huge_fold", "node 'big_fold' (Col2Im): blocks of more than 4096 values are not supported");
+  expect_refused("bitwise", "node 'mask' (BitwiseAnd): op BitwiseAnd is newer than opset 17");
   expect_refused("gelu_kind", "node 'act' (Gelu): approximate 'erf' is not 'none' or 'tanh'");
   expect_refused("ir11", "IR version 11 is newer than graphrun reads");
 }
