@@ -740,6 +740,20 @@ onnx::NodeProto floats_constant(const std::string& name, const std::vector<int64
   return c;
 }
 
+// Dimension `axis` of `name` where the graph states it (an input, output or value_info with that dimension, or
+// an initializer); -1 otherwise.
+int64_t stated_dim(const onnx::GraphProto& g, const std::string& name, int axis) {
+  for (const auto& t : g.initializer())
+    if (t.name() == name) return axis < t.dims_size() ? t.dims(axis) : -1;
+  for (const auto* list : {&g.input(), &g.value_info(), &g.output()})
+    for (const auto& v : *list) {
+      if (v.name() != name || !v.type().has_tensor_type() || !v.type().tensor_type().has_shape()) continue;
+      const auto& shape = v.type().tensor_type().shape();
+      if (axis < shape.dim_size() && shape.dim(axis).has_dim_value()) return shape.dim(axis).dim_value();
+    }
+  return -1;
+}
+
 // The opset-17 nodes computing what opset-18+ node `n` computes (usually just `n`, rewritten).
 std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodeProto n, int index, int64_t from,
                                         const std::string& what) {
@@ -956,6 +970,80 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
     out.push_back(make_proto_node("Concat", {base + "_batch", base + "_rest"}, base + "_shape", base + "_shape"));
     set_int_attr(out.back(), "axis", 0);
     out.push_back(make_proto_node("Reshape", {base + "_images", base + "_shape"}, n.output(0), base + "_out"));
+    return out;
+  } else if (op == "AffineGrid") {
+    // 20: torch's F.affine_grid. The grid of normalised coordinates (x along W, y along H, z along D, and 1) times
+    // theta^T, in ops of opset 17: per axis of length L, (2 i - (L - 1)) / L, or / max(L - 1, 1) with
+    // align_corners (a single step at 0, as torch). The size is read at run time; whether the grid is 2-D
+    // (theta [N, 2, 3], size [N, C, H, W]) or 3-D (theta [N, 3, 4], size of 5) must be known when loading.
+    const std::string theta = input(0), size = input(1);
+    int64_t r = stated_dim(g, theta, 1);
+    std::vector<int64_t> size_values;
+    if (r < 0 && constant_ints(g, size, size_values, what)) r = static_cast<int64_t>(size_values.size()) - 2;
+    if (r < 0 && stated_dim(g, size, 0) > 0) r = stated_dim(g, size, 0) - 2;
+    if (r != 2 && r != 3)
+      refuse(r < 0 ? "whether it is 2-D or 3-D must be known when loading (theta's shape or size's length)"
+                   : "theta must be [N, 2, 3] or [N, 3, 4]");
+    const bool corners = attr_int("align_corners", 0) != 0;
+    std::vector<onnx::NodeProto> out;
+    auto node = [&](const std::string& type, std::vector<std::string> ins, const std::string& o) {
+      out.push_back(make_proto_node(type, std::move(ins), base + o, base + o));
+      return base + o;
+    };
+    auto constant = [&](const std::string& o, const std::vector<int64_t>& v, bool scalar) {
+      out.push_back(ints_constant(base + o, v));
+      if (scalar) out.back().mutable_attribute(0)->mutable_t()->clear_dims();
+      return base + o;
+    };
+    const std::string zero = constant("_zero", {0}, true), one = constant("_one", {1}, true),
+                      two = constant("_two", {2}, true);
+    scalar_like(out, base + "_onef", 1.0f, theta);
+    // The coordinates along spatial axis k (size index 2 + k), shaped to broadcast over the grid [D?, H, W].
+    std::vector<std::string> coords(static_cast<size_t>(r));
+    std::vector<std::string> dims;  // each spatial length as a 1-D tensor of one value
+    for (int64_t k = 0; k < r; ++k) {
+      const std::string sk = std::to_string(k);
+      const std::string len = node("Gather", {size, constant("_at" + sk, {2 + k}, true)}, "_len" + sk);
+      dims.push_back(node("Gather", {size, constant("_at1d" + sk, {2 + k}, false)}, "_dim" + sk));
+      const std::string i = node("Range", {zero, len, one}, "_i" + sk);
+      const std::string last = node("Sub", {len, one}, "_last" + sk);
+      const std::string num = node("Sub", {node("Mul", {i, two}, "_2i" + sk), last}, "_num" + sk);
+      const std::string den = corners ? node("Max", {last, one}, "_den" + sk) : len;
+      const std::string numf = node("CastLike", {num, theta}, "_numf" + sk);
+      const std::string denf = node("CastLike", {den, theta}, "_denf" + sk);
+      // Axis k of the grid [D?, H, W, 1] (0: D or H, ...): that length, ones elsewhere.
+      std::vector<int64_t> shape(static_cast<size_t>(r + 1), 1);
+      shape[static_cast<size_t>(k)] = -1;
+      coords[static_cast<size_t>(k)] = node(
+          "Reshape", {node("Div", {numf, denf}, "_lin" + sk), constant("_shape" + sk, shape, false)}, "_axis" + sk);
+    }
+    std::vector<std::string> grid_dims = dims;
+    grid_dims.push_back(constant("_one1d", {1}, false));
+    out.push_back(make_proto_node("Concat", grid_dims, base + "_grid_shape", base + "_grid_shape"));
+    set_int_attr(out.back(), "axis", 0);
+    // The homogeneous coordinates (x, y[, z], 1): x runs along the last axis (W).
+    std::vector<std::string> parts;
+    for (int64_t k = r - 1; k >= 0; --k)
+      parts.push_back(
+          node("Expand", {coords[static_cast<size_t>(k)], base + "_grid_shape"}, "_coord" + std::to_string(k)));
+    parts.push_back(node("Expand", {base + "_onef", base + "_grid_shape"}, "_ones"));
+    out.push_back(make_proto_node("Concat", parts, base + "_base", base + "_base"));
+    set_int_attr(out.back(), "axis", r);
+    const std::string flat = node("Reshape", {base + "_base", constant("_points", {-1, r + 1}, false)}, "_flat");
+    onnx::NodeProto tt = make_proto_node("Transpose", {theta}, base + "_theta_t", base + "_theta_t");
+    auto* perm = tt.add_attribute();
+    perm->set_name("perm");
+    perm->set_type(onnx::AttributeProto::INTS);
+    for (int64_t v : {0, 2, 1}) perm->add_ints(v);
+    out.push_back(tt);
+    const std::string points = node("MatMul", {flat, base + "_theta_t"}, "_points_out");  // [N, P, r]
+    std::vector<std::string> final_dims{node("Gather", {size, constant("_at1d_n", {0}, false)}, "_batch")};
+    final_dims.insert(final_dims.end(), dims.begin(), dims.end());
+    final_dims.push_back(constant("_r", {r}, false));
+    out.push_back(make_proto_node("Concat", final_dims, base + "_out_shape", base + "_out_shape"));
+    set_int_attr(out.back(), "axis", 0);
+    out.push_back(
+        make_proto_node("Reshape", {points, base + "_out_shape"}, n.output(0), n.name().empty() ? base : n.name()));
     return out;
   } else if (!onnx::OpSchemaRegistry::Schema(op, static_cast<int>(kMaxOpset), "")) {
     refuse("op " + op + " is newer than opset " + std::to_string(kMaxOpset) + " and has no form there");

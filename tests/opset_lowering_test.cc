@@ -3,6 +3,7 @@
 // cannot express is refused in one line naming the node.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "graph/onnx_io.h"
@@ -132,6 +133,27 @@ class OpsetLowering : public ::testing::Test {
     }
   }
 
+  // Runs each model NAME.onnx of the folder whose name starts with one of `prefixes` on NAME_IN.npy as input `in`,
+  // its output `out` against NAME_OUT.npy; returns how many.
+  int expect_each(const std::vector<std::string>& prefixes, const std::string& in, const std::string& out, double tol) {
+    int checked = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
+      const std::string file = entry.path().filename().string();
+      if (file.size() < 6 || file.substr(file.size() - 5) != ".onnx" ||
+          std::none_of(prefixes.begin(), prefixes.end(), [&](const std::string& p) { return file.rfind(p, 0) == 0; }))
+        continue;
+      const std::string name = file.substr(0, file.size() - 5);
+      SCOPED_TRACE(name);
+      runtime::Executor ex(load_onnx(dir_ + "/" + file));
+      const auto got = ex.run({{in, read_npy(dir_ + "/" + name + "_" + in + ".npy")}});
+      const Tensor want = read_npy(dir_ + "/" + name + "_" + out + ".npy");
+      EXPECT_EQ(shape_str(got.at(out).shape()), shape_str(want.shape()));
+      if (got.at(out).shape() == want.shape()) EXPECT_LT(testing::max_abs_diff(got.at(out), want), tol);
+      ++checked;
+    }
+    return checked;
+  }
+
   void expect_refused(const std::string& model, const std::string& what) {
     const std::string path = dir_ + "/" + model + ".onnx";
     try {
@@ -251,24 +273,62 @@ g = helper.make_graph(body, 'fold21', [vi('image', F32, ['N', 1, 6, 6])], [vi('l
                       [numpy_helper.from_array(v, k) for k, v in inits.items()])
 onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 21)]), 'fold21.onnx')
 )");
-  int checked = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
-    const std::string file = entry.path().filename().string();
-    if (file.size() < 6 || file.substr(file.size() - 5) != ".onnx") continue;
-    const std::string name = file.substr(0, file.size() - 5);
-    if (name.rfind("gn", 0) != 0 && name.rfind("col2im_", 0) != 0) continue;
-    SCOPED_TRACE(name);
-    runtime::Executor ex(load_onnx(dir_ + "/" + file));
-    const auto out = ex.run({{"x", read_npy(dir_ + "/" + name + "_x.npy")}});
-    const Tensor want = read_npy(dir_ + "/" + name + "_y.npy");
-    ASSERT_EQ(shape_str(out.at("y").shape()), shape_str(want.shape()));
-    EXPECT_LT(testing::max_abs_diff(out.at("y"), want), 2e-5);
-    ++checked;
-  }
-  EXPECT_EQ(checked, 12);
+  EXPECT_EQ(expect_each({"gn", "col2im_"}, "x", "y", 2e-5), 12);
   auto r = run_command(testing::graphrun_cli() + " check " + dir_ + "/fold21.onnx 2>&1");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("\nverdict: trainable"), std::string::npos) << r.output;
+}
+
+// AffineGrid (opset 20: torch's F.affine_grid, which torch 1.13 could not export) is written in opset-17 ops (Range,
+// Div, Expand, Concat, MatMul by theta^T, Reshape): 2-D and 3-D, both align_corners, lengths of 1, against torch in
+// float64; a spatial transformer (Gemm -> theta, AffineGrid of the input's Shape, GridSample of opset 20) matches
+// torch's forward and passes `check`.
+TEST_F(OpsetLowering, AffineGridOfOpset20MatchesTorch) {
+  run_python(dir_, R"(
+import onnx, torch
+from onnx import helper, TensorProto, numpy_helper
+vi = helper.make_tensor_value_info
+F32 = TensorProto.FLOAT
+rng = np.random.default_rng(4)
+def save(name, nodes, inputs, outputs, inits=(), value_info=()):
+    g = helper.make_graph(nodes, name, inputs, outputs, list(inits), value_info=list(value_info))
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 20)]), name + '.onnx')
+for size in ([2, 3, 5, 4], [2, 1, 1, 6], [3, 2, 3, 4, 5], [1, 1, 2, 1, 3]):
+    r = len(size) - 2
+    theta = rng.standard_normal((size[0], r, r + 1)).astype(np.float32)
+    for corners in (0, 1):
+        name = 'ag%dd_%s_c%d' % (r, '_'.join(map(str, size)), corners)
+        t = torch.nn.functional.affine_grid(torch.tensor(theta, dtype=torch.float64), size, align_corners=bool(corners))
+        np.save(name + '_theta.npy', theta); np.save(name + '_grid.npy', t.numpy().astype(np.float32))
+        save(name, [helper.make_node('AffineGrid', ['theta', 'size'], ['grid'], align_corners=corners)],
+             [vi('theta', F32, list(theta.shape))], [vi('grid', F32, list(t.shape))],
+             [numpy_helper.from_array(np.array(size, np.int64), 'size')])
+# A spatial transformer: theta from the image by a Gemm, the grid of the image's own size, sampled bilinearly.
+w = (0.1 * rng.standard_normal((6, 64))).astype(np.float32)
+b = np.array([1, 0.1, 0, -0.1, 0.9, 0.05], np.float32)
+nodes = [helper.make_node('Flatten', ['x'], ['flat']), helper.make_node('Gemm', ['flat', 'w', 'b'], ['t6'], transB=1),
+         helper.make_node('Reshape', ['t6', 'theta_shape'], ['theta']), helper.make_node('Shape', ['x'], ['size']),
+         helper.make_node('AffineGrid', ['theta', 'size'], ['grid'], name='stn_grid'),
+         helper.make_node('GridSample', ['x', 'grid'], ['stn_out'], mode='linear')]
+save('stn20', nodes, [vi('x', F32, ['N', 1, 8, 8])], [vi('stn_out', F32, ['N', 1, 8, 8])],
+     [numpy_helper.from_array(w, 'w'), numpy_helper.from_array(b, 'b'),
+      numpy_helper.from_array(np.array([-1, 2, 3], np.int64), 'theta_shape')], [vi('theta', F32, ['N', 2, 3])])
+x = rng.standard_normal((3, 1, 8, 8)).astype(np.float32)
+xt = torch.tensor(x, dtype=torch.float64)
+theta = (xt.reshape(3, -1) @ torch.tensor(w, dtype=torch.float64).T + torch.tensor(b, dtype=torch.float64)).reshape(-1, 2, 3)
+y = torch.nn.functional.grid_sample(xt, torch.nn.functional.affine_grid(theta, list(x.shape), align_corners=False),
+                                    align_corners=False)
+np.save('stn_x.npy', x); np.save('stn_out.npy', y.numpy().astype(np.float32))
+# Without theta's shape and with the size computed, 2-D or 3-D is not known when loading.
+save('ag_unknown', [helper.make_node('Shape', ['x'], ['size']), helper.make_node('AffineGrid', ['theta', 'size'], ['grid'], name='grid_of')],
+     [vi('x', F32, None), vi('theta', F32, None)], [vi('grid', F32, None)])
+)");
+  EXPECT_EQ(expect_each({"ag2d", "ag3d"}, "theta", "grid", 2e-6), 8);
+  expect_outputs("stn20", {{"x", read_npy(dir_ + "/stn_x.npy")}}, 2e-6);
+  auto r = run_command(testing::graphrun_cli() + " check " + dir_ + "/stn20.onnx 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("\nverdict: trainable"), std::string::npos) << r.output;
+  expect_refused("ag_unknown", "node 'grid_of' (AffineGrid): whether it is 2-D or 3-D must be known when loading");
 }
 
 TEST_F(OpsetLowering, WhatOpset17CannotSayIsRefusedNamingTheNode) {
