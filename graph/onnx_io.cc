@@ -46,6 +46,7 @@ namespace {
 
 constexpr int64_t kMinOpset = 7, kMaxOpset = 17;
 constexpr int64_t kMaxCol2ImBlock = 4096;  // values in one Col2Im block (its lowering's weights are the square)
+constexpr int64_t kMaxCol2ImDim = int64_t(1) << 30;  // each of its sizes, so that their sums and products fit
 // Newer opsets are lowered to kMaxOpset on load where the model's nodes have an opset-17 form.
 constexpr int64_t kMaxLoweredOpset = 22;
 constexpr int64_t kMaxIrVersion = 8;  // what ONNX 1.12's checker accepts
@@ -877,10 +878,14 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
     out.push_back(make_proto_node("Reshape", {x, base + "_groups_shape"}, base + "_groups", base + "_groups"));
     std::string s = scale, b = bias;
     if (!per_group) {
-      out.push_back(floats_constant(base + "_ones_f", {G}, std::vector<float>(static_cast<size_t>(G), 1.0f)));
-      out.push_back(floats_constant(base + "_zeros_f", {G}, std::vector<float>(static_cast<size_t>(G), 0.0f)));
-      out.push_back(make_proto_node("CastLike", {base + "_ones_f", x}, base + "_ones", base + "_ones"));
-      out.push_back(make_proto_node("CastLike", {base + "_zeros_f", x}, base + "_zeros", base + "_zeros"));
+      // Ones and zeros of G values, sized from X as [N, G, rest] (what the data holds, not what the file says).
+      out.push_back(make_proto_node("Shape", {base + "_groups"}, base + "_g", base + "_g"));
+      set_int_attr(out.back(), "start", 1);
+      set_int_attr(out.back(), "end", 2);
+      scalar_like(out, base + "_one", 1.0f, x);
+      scalar_like(out, base + "_zero", 0.0f, x);
+      out.push_back(make_proto_node("Expand", {base + "_one", base + "_g"}, base + "_ones", base + "_ones"));
+      out.push_back(make_proto_node("Expand", {base + "_zero", base + "_g"}, base + "_zeros", base + "_zeros"));
       s = base + "_ones", b = base + "_zeros";
     }
     onnx::NodeProto norm =
@@ -928,6 +933,8 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
     for (size_t i = 0; i < S; ++i) {
       if (image[i] < 1 || block[i] < 1 || dil[i] < 1 || strides[i] < 1 || pads[i] < 0 || pads[S + i] < 0)
         refuse("image_shape, block_shape, dilations and strides must be positive, pads not negative");
+      for (int64_t v : {image[i], block[i], dil[i], strides[i], pads[i], pads[S + i]})
+        if (v > kMaxCol2ImDim) refuse("image_shape, block_shape, dilations, strides and pads must be at most 2^30");
       const int64_t span = dil[i] * (block[i] - 1) + 1, room = image[i] + pads[i] + pads[S + i] - span;
       if (room < 0) refuse("a block of dimension " + std::to_string(i) + " is larger than the padded image");
       counts.push_back(room / strides[i] + 1);
