@@ -294,6 +294,18 @@ def onnx_cases():
         chain.append((["x"], ["g%d" % k], {"xs": ["x"], "y": "g%d" % (k - 1)}))
     yield "bad_gradient_chain.onnx", gradient_model(chain)
 
+    # Opset 21: the ops read through their opset-17 forms (GroupNormalization, Col2Im, AffineGrid).
+    lowered = [helper.make_node("GroupNormalization", ["x", "gs", "gb"], ["n"], name="gn", num_groups=2, epsilon=1e-3),
+               helper.make_node("Reshape", ["n", "cols"], ["c"], name="cols"),
+               helper.make_node("Col2Im", ["c", "img", "blk"], ["f"], name="fold", strides=[2, 2], pads=[0, 1, 1, 0]),
+               helper.make_node("AffineGrid", ["theta", "size"], ["grid"], name="grid", align_corners=1),
+               helper.make_node("GridSample", ["f", "grid"], ["y"], name="sample", mode="linear")]
+    yield "good_opset21_lowered.onnx", model_of(
+        lowered, [vi("x", ["N", 4, 3, 3]), vi("theta", ["N", 2, 3])], [vi("y", ["N", 1, 5, 4])],
+        [init("gs", np.ones(4, np.float32)), init("gb", np.zeros(4, np.float32)), init("cols", np.array([0, 4, 9], np.int64)),
+         init("img", np.array([5, 6], np.int64)), init("blk", np.array([2, 2], np.int64)),
+         init("size", np.array([2, 1, 5, 4], np.int64))], opset=21, name="lowered")
+
     # Inputs a random fuzzer found crashing ONNX 1.12's inference (kept as found).
     probe = os.path.join(HERE, "corpus", "onnx")
     for name in sorted(os.listdir(probe)) if os.path.isdir(probe) else []:
