@@ -741,18 +741,31 @@ onnx::NodeProto floats_constant(const std::string& name, const std::vector<int64
   return c;
 }
 
-// Dimension `axis` of `name` where the graph states it (an input, output or value_info with that dimension, or
-// an initializer); -1 otherwise.
-int64_t stated_dim(const onnx::GraphProto& g, const std::string& name, int axis) {
+// The shape the graph states for `name`: an initializer's dims, or an input's, output's or value_info's shape (-1
+// for a dimension without a value); false where none is stated.
+bool stated_shape(const onnx::GraphProto& g, const std::string& name, std::vector<int64_t>& dims) {
   for (const auto& t : g.initializer())
-    if (t.name() == name) return axis < t.dims_size() ? t.dims(axis) : -1;
+    if (t.name() == name) return dims.assign(t.dims().begin(), t.dims().end()), true;
   for (const auto* list : {&g.input(), &g.value_info(), &g.output()})
     for (const auto& v : *list) {
       if (v.name() != name || !v.type().has_tensor_type() || !v.type().tensor_type().has_shape()) continue;
-      const auto& shape = v.type().tensor_type().shape();
-      if (axis < shape.dim_size() && shape.dim(axis).has_dim_value()) return shape.dim(axis).dim_value();
+      dims.clear();
+      for (const auto& d : v.type().tensor_type().shape().dim()) dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
+      return true;
     }
-  return -1;
+  return false;
+}
+
+// The stated rank of `name`, or -1.
+int64_t stated_rank(const onnx::GraphProto& g, const std::string& name) {
+  std::vector<int64_t> dims;
+  return stated_shape(g, name, dims) ? static_cast<int64_t>(dims.size()) : -1;
+}
+
+// Dimension `axis` of `name` where the graph states it; -1 otherwise.
+int64_t stated_dim(const onnx::GraphProto& g, const std::string& name, size_t axis) {
+  std::vector<int64_t> dims;
+  return stated_shape(g, name, dims) && axis < dims.size() ? dims[axis] : -1;
 }
 
 // The opset-17 nodes computing what opset-18+ node `n` computes (usually just `n`, rewritten).
@@ -806,7 +819,29 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
     drop_attr(n, "antialias");
     drop_attr(n, "keep_aspect_ratio_policy");
   } else if (op == "Pad") {  // 18: axes; 19: wrap
-    if (!input(3).empty()) refuse("pads for some axes only (the axes input) are not supported; give every axis");
+    if (!input(3).empty()) {
+      // Pads for some axes only: the pads of every axis, where the input's rank is stated and both are constants.
+      std::vector<int64_t> axes, pads;
+      const int64_t r = stated_rank(g, input(0));
+      if (r < 0 || !constant_ints(g, input(3), axes, what) || !constant_ints(g, input(1), pads, what))
+        refuse("pads for some axes only (the axes input) need constant pads and axes and the input's rank stated");
+      if (pads.size() != 2 * axes.size()) refuse("pads must hold two values per axis");
+      std::vector<int64_t> full(static_cast<size_t>(2 * r), 0);
+      std::set<int64_t> seen;
+      for (size_t i = 0; i < axes.size(); ++i) {
+        const int64_t a = axes[i] < 0 ? axes[i] + r : axes[i];
+        if (a < 0 || a >= r || !seen.insert(a).second)
+          refuse("axes must name distinct axes of the input's rank " + std::to_string(r));
+        full[static_cast<size_t>(a)] = pads[i];
+        full[static_cast<size_t>(r + a)] = pads[axes.size() + i];
+      }
+      std::vector<onnx::NodeProto> out{ints_constant(base + "_pads", full)};
+      n.set_input(1, base + "_pads");
+      while (n.input_size() > 3) n.mutable_input()->RemoveLast();
+      if (attr_str("mode", "constant") == "wrap") refuse("mode 'wrap' is not supported");
+      out.push_back(n);
+      return out;
+    }
     if (attr_str("mode", "constant") == "wrap") refuse("mode 'wrap' is not supported");
   } else if (op == "ScatterElements" || op == "ScatterND") {  // 18: max, min
     const std::string r = attr_str("reduction", "none");
@@ -827,8 +862,13 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
       if (a->s() == "linear") a->set_s("bilinear");
       else if (a->s() == "cubic") a->set_s("bicubic");
     }
-  } else if (op == "DFT" && from >= 20) {
-    refuse("DFT of opset 20 (axis as an input) is not supported");
+  } else if (op == "DFT" && from >= 20) {  // 20: axis an input (default -2), 17's attribute (default 1)
+    std::vector<int64_t> axis{-2};
+    if (!input(2).empty() && (!constant_ints(g, input(2), axis, what) || axis.size() != 1))
+      refuse("its axis must be one constant value (an initializer or Constant node)");
+    while (n.input_size() > 2) n.mutable_input()->RemoveLast();
+    drop_attr(n, "axis");
+    set_int_attr(n, "axis", axis[0]);
   } else if (op == "Mish") {  // 18: x * tanh(softplus(x))
     const std::string x = input(0);
     return {make_proto_node("Softplus", {x}, base + "_softplus", base + "_softplus"),

@@ -71,6 +71,20 @@ save('acts20', [helper.make_node('Gelu', ['x'], ['gelu']),
                 helper.make_node('Mish', ['x'], ['mish'])],
      [vi('x', F, [2, 3, 4])], [vi(k, F, [2, 3, 4]) for k in acts], 20, ir=10)
 
+# Opset 20: DFT's axis as an input (and its default, -2); Pad's pads for some axes only (18), X's rank stated.
+sig = np.random.default_rng(5).standard_normal((2, 8, 1)).astype(np.float32)
+np.save('sig.npy', sig)
+spec = np.fft.fft(sig[..., 0].astype(np.float64), axis=1)
+outs20 = {'spectrum': np.stack([spec.real, spec.imag], -1), 'spectrum_default': np.stack([spec.real, spec.imag], -1),
+          'padded': np.pad(x, ((0, 0), (2, 0), (1, 3)))}
+for k, v in outs20.items(): np.save(k + '.npy', v.astype(np.float32))
+save('forms20', [helper.make_node('DFT', ['sig', '', 'one'], ['spectrum']),
+                 helper.make_node('DFT', ['sig'], ['spectrum_default']),
+                 helper.make_node('Pad', ['x', 'pads_some', '', 'axes_some'], ['padded'])],
+     [vi('sig', F, [2, 8, 1]), vi('x', F, [2, 3, 4])], [vi(k, F, list(v.shape)) for k, v in outs20.items()], 20,
+     [numpy_helper.from_array(np.array(1, np.int64), 'one'), numpy_helper.from_array(np.array([2, 1, 0, 3], np.int64), 'pads_some'),
+      numpy_helper.from_array(np.array([-2, 2], np.int64), 'axes_some')])
+
 # A classifier of opset 20 to train: Gemm, Gelu, ReduceMean over an axes input, Gemm.
 rng = np.random.default_rng(1)
 save('mlp20', [helper.make_node('Gemm', ['image', 'w1', 'b1'], ['h'], transB=1),
@@ -93,7 +107,7 @@ save('runtime_axes', [helper.make_node('ReduceMean', ['x', 'ax'], ['r'], name='m
 save('antialias', [helper.make_node('Resize', ['y', '', 'scales'], ['r'], name='smooth', mode='linear', antialias=1)],
      [vi('y', F, [1, 1, 4, 4])], [vi('r', F, None)], 18,
      [numpy_helper.from_array(np.array([1, 1, 0.5, 0.5], np.float32), 'scales')])
-save('pad_axes', [helper.make_node('Pad', ['x', 'pads', '', 'axes'], ['r'], name='pad_last')], X, [vi('r', F, None)],
+save('pad_axes', [helper.make_node('Pad', ['x', 'pads', '', 'axes'], ['r'], name='pad_last')], [vi('x', F, None)], [vi('r', F, None)],
      18, [numpy_helper.from_array(np.array([1, 1], np.int64), 'pads'),
           numpy_helper.from_array(np.array([2], np.int64), 'axes')])
 save('split_count', [helper.make_node('Split', ['x'], ['a', 'b'], name='halves', axis=2, num_outputs=3)], X,
@@ -179,6 +193,10 @@ TEST_F(OpsetLowering, Opset19FormsMatchNumpy) {
   const Graph g = load_onnx(dir_ + "/forms19.onnx");
   EXPECT_EQ(g.opset(""), 17);
   expect_outputs("forms19", {{"x", read_npy(dir_ + "/x.npy")}, {"y", read_npy(dir_ + "/y.npy")}}, 1e-6);
+}
+
+TEST_F(OpsetLowering, Opset20FormsMatchNumpy) {
+  expect_outputs("forms20", {{"sig", read_npy(dir_ + "/sig.npy")}, {"x", read_npy(dir_ + "/x.npy")}}, 1e-5);
 }
 
 TEST_F(OpsetLowering, GeluAndMishOfOpset20MatchNumpy) {
@@ -341,7 +359,9 @@ save('ag_unknown', [helper.make_node('Shape', ['x'], ['size']), helper.make_node
 TEST_F(OpsetLowering, WhatOpset17CannotSayIsRefusedNamingTheNode) {
   expect_refused("runtime_axes", "node 'mean_of_input' (ReduceMean): its axes are computed at run time");
   expect_refused("antialias", "node 'smooth' (Resize): antialias is not supported");
-  expect_refused("pad_axes", "node 'pad_last' (Pad): pads for some axes only");
+  expect_refused("pad_axes",
+                 "node 'pad_last' (Pad): pads for some axes only (the axes input) need constant pads and axes and the "
+                 "input's rank stated");
   expect_refused("split_count", "node 'halves' (Split): num_outputs 3 with 2 outputs");
   expect_refused("col2im", "node 'fold' (Col2Im): image_shape and block_shape must be constants");
   expect_refused("huge_fold", "node 'big_fold' (Col2Im): blocks of more than 4096 values are not supported");
