@@ -819,12 +819,17 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
     drop_attr(n, "antialias");
     drop_attr(n, "keep_aspect_ratio_policy");
   } else if (op == "Pad") {  // 18: axes; 19: wrap
+    const bool wrap = attr_str("mode", "constant") == "wrap";
+    if (input(3).empty() && !wrap) return {n};
+    // The pads of every axis: constants, and with axes (some axes only) the input's rank stated.
+    std::vector<int64_t> pads, axes;
+    if (!constant_ints(g, input(1), pads, what))
+      refuse(wrap ? "mode 'wrap' needs constant pads" : "pads for some axes only (the axes input) need constant pads");
+    int64_t r = static_cast<int64_t>(pads.size() / 2);
     if (!input(3).empty()) {
-      // Pads for some axes only: the pads of every axis, where the input's rank is stated and both are constants.
-      std::vector<int64_t> axes, pads;
-      const int64_t r = stated_rank(g, input(0));
-      if (r < 0 || !constant_ints(g, input(3), axes, what) || !constant_ints(g, input(1), pads, what))
-        refuse("pads for some axes only (the axes input) need constant pads and axes and the input's rank stated");
+      r = stated_rank(g, input(0));
+      if (r < 0 || !constant_ints(g, input(3), axes, what))
+        refuse("pads for some axes only (the axes input) need constant axes and the input's rank stated");
       if (pads.size() != 2 * axes.size()) refuse("pads must hold two values per axis");
       std::vector<int64_t> full(static_cast<size_t>(2 * r), 0);
       std::set<int64_t> seen;
@@ -835,14 +840,46 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
         full[static_cast<size_t>(a)] = pads[i];
         full[static_cast<size_t>(r + a)] = pads[axes.size() + i];
       }
-      std::vector<onnx::NodeProto> out{ints_constant(base + "_pads", full)};
+      pads = full;
+    }
+    std::vector<onnx::NodeProto> out;
+    if (!wrap) {
+      out.push_back(ints_constant(base + "_pads", pads));
       n.set_input(1, base + "_pads");
       while (n.input_size() > 3) n.mutable_input()->RemoveLast();
-      if (attr_str("mode", "constant") == "wrap") refuse("mode 'wrap' is not supported");
       out.push_back(n);
       return out;
     }
-    if (attr_str("mode", "constant") == "wrap") refuse("mode 'wrap' is not supported");
+    // wrap (torch's circular padding): along each padded axis, its last b and first e slices around it (Slice,
+    // Concat), the axes one after another, so that the corners wrap too. Pads up to the axis's stated size.
+    std::vector<int64_t> dims;
+    const bool stated = stated_shape(g, input(0), dims) && dims.size() == static_cast<size_t>(r);
+    std::string v = input(0);
+    for (int64_t ax = 0; ax < r; ++ax) {
+      const int64_t b = pads[static_cast<size_t>(ax)], e = pads[static_cast<size_t>(r + ax)];
+      if (b == 0 && e == 0) continue;
+      if (b < 0 || e < 0) refuse("mode 'wrap' with negative pads is not supported");
+      if (!stated || dims[static_cast<size_t>(ax)] < std::max(b, e))
+        refuse("mode 'wrap' needs pads no larger than the axis, whose size must be stated (axis " + std::to_string(ax) +
+               ")");
+      const std::string sa = base + "_axis" + std::to_string(ax);
+      out.push_back(ints_constant(sa, {ax}));
+      std::vector<std::string> parts;
+      auto slice = [&](const std::string& tag, int64_t from, int64_t to) {
+        out.push_back(ints_constant(sa + tag + "_from", {from}));
+        out.push_back(ints_constant(sa + tag + "_to", {to}));
+        out.push_back(make_proto_node("Slice", {v, sa + tag + "_from", sa + tag + "_to", sa}, sa + tag, sa + tag));
+        parts.push_back(sa + tag);
+      };
+      if (b > 0) slice("_before", -b, std::numeric_limits<int64_t>::max());
+      parts.push_back(v);
+      if (e > 0) slice("_after", 0, e);
+      out.push_back(make_proto_node("Concat", parts, sa + "_wrapped", sa + "_wrapped"));
+      set_int_attr(out.back(), "axis", ax);
+      v = sa + "_wrapped";
+    }
+    out.push_back(make_proto_node("Identity", {v}, n.output(0), n.name().empty() ? base : n.name()));
+    return out;
   } else if (op == "ScatterElements" || op == "ScatterND") {  // 18: max, min
     const std::string r = attr_str("reduction", "none");
     if (r == "max" || r == "min") refuse("reduction '" + r + "' is not supported");

@@ -76,14 +76,25 @@ sig = np.random.default_rng(5).standard_normal((2, 8, 1)).astype(np.float32)
 np.save('sig.npy', sig)
 spec = np.fft.fft(sig[..., 0].astype(np.float64), axis=1)
 outs20 = {'spectrum': np.stack([spec.real, spec.imag], -1), 'spectrum_default': np.stack([spec.real, spec.imag], -1),
-          'padded': np.pad(x, ((0, 0), (2, 0), (1, 3)))}
+          'padded': np.pad(x, ((0, 0), (2, 0), (1, 3))), 'wrapped': np.pad(x, ((0, 0), (1, 3), (2, 4)), mode='wrap')}
 for k, v in outs20.items(): np.save(k + '.npy', v.astype(np.float32))
 save('forms20', [helper.make_node('DFT', ['sig', '', 'one'], ['spectrum']),
                  helper.make_node('DFT', ['sig'], ['spectrum_default']),
-                 helper.make_node('Pad', ['x', 'pads_some', '', 'axes_some'], ['padded'])],
+                 helper.make_node('Pad', ['x', 'pads_some', '', 'axes_some'], ['padded']),
+                 helper.make_node('Pad', ['x', 'pads_wrap'], ['wrapped'], mode='wrap')],
      [vi('sig', F, [2, 8, 1]), vi('x', F, [2, 3, 4])], [vi(k, F, list(v.shape)) for k, v in outs20.items()], 20,
      [numpy_helper.from_array(np.array(1, np.int64), 'one'), numpy_helper.from_array(np.array([2, 1, 0, 3], np.int64), 'pads_some'),
-      numpy_helper.from_array(np.array([-2, 2], np.int64), 'axes_some')])
+      numpy_helper.from_array(np.array([-2, 2], np.int64), 'axes_some'),
+      numpy_helper.from_array(np.array([0, 1, 2, 0, 3, 4], np.int64), 'pads_wrap')])
+# torch's circular padding before a convolution, at opset 19 (Pad in mode wrap), to train.
+save('circular19', [helper.make_node('Pad', ['image', 'ring'], ['p'], mode='wrap'),
+                    helper.make_node('Conv', ['p', 'cw'], ['c']), helper.make_node('Tanh', ['c'], ['t']),
+                    helper.make_node('Flatten', ['t'], ['f']), helper.make_node('Gemm', ['f', 'fw', 'fb'], ['logits'], transB=1)],
+     [vi('image', F, ['N', 1, 4, 4])], [vi('logits', F, ['N', 3])], 19,
+     [numpy_helper.from_array(np.array([0, 0, 1, 2, 0, 0, 1, 2], np.int64), 'ring'),
+      numpy_helper.from_array(np.random.default_rng(6).standard_normal((2, 1, 3, 3)).astype(np.float32), 'cw'),
+      numpy_helper.from_array(np.random.default_rng(7).standard_normal((3, 48)).astype(np.float32) * 0.1, 'fw'),
+      numpy_helper.from_array(np.zeros(3, np.float32), 'fb')])
 
 # A classifier of opset 20 to train: Gemm, Gelu, ReduceMean over an axes input, Gemm.
 rng = np.random.default_rng(1)
@@ -123,6 +134,8 @@ save('far_fold', [helper.make_node('Col2Im', ['x', 'size', 'block'], ['r'], name
       numpy_helper.from_array(np.array([1, 2], np.int64), 'block')])
 m = onnx.load('far_fold.onnx'); m.graph.node[0].attribute.extend([helper.make_attribute('dilations', [1, 1 << 62])])
 onnx.save(m, 'far_fold.onnx')
+save('wide_wrap', [helper.make_node('Pad', ['x', 'pads'], ['r'], name='ring', mode='wrap')], X, [vi('r', F, None)], 19,
+     [numpy_helper.from_array(np.array([0, 0, 5, 0, 0, 0], np.int64), 'pads')])
 save('bitwise', [helper.make_node('Cast', ['x'], ['i'], to=TensorProto.INT32),
                  helper.make_node('BitwiseAnd', ['i', 'i'], ['r'], name='mask')], X, [vi('r', TensorProto.INT32, None)], 18)
 save('gelu_kind', [helper.make_node('Gelu', ['x'], ['r'], name='act', approximate='erf')], X, [vi('r', F, None)], 20)
@@ -197,6 +210,9 @@ TEST_F(OpsetLowering, Opset19FormsMatchNumpy) {
 
 TEST_F(OpsetLowering, Opset20FormsMatchNumpy) {
   expect_outputs("forms20", {{"sig", read_npy(dir_ + "/sig.npy")}, {"x", read_npy(dir_ + "/x.npy")}}, 1e-5);
+  auto r = run_command(testing::graphrun_cli() + " check " + dir_ + "/circular19.onnx 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("\nverdict: trainable"), std::string::npos) << r.output;
 }
 
 TEST_F(OpsetLowering, GeluAndMishOfOpset20MatchNumpy) {
@@ -360,13 +376,14 @@ TEST_F(OpsetLowering, WhatOpset17CannotSayIsRefusedNamingTheNode) {
   expect_refused("runtime_axes", "node 'mean_of_input' (ReduceMean): its axes are computed at run time");
   expect_refused("antialias", "node 'smooth' (Resize): antialias is not supported");
   expect_refused("pad_axes",
-                 "node 'pad_last' (Pad): pads for some axes only (the axes input) need constant pads and axes and the "
-                 "input's rank stated");
+                 "node 'pad_last' (Pad): pads for some axes only (the axes input) need constant axes and the input's "
+                 "rank stated");
   expect_refused("split_count", "node 'halves' (Split): num_outputs 3 with 2 outputs");
   expect_refused("col2im", "node 'fold' (Col2Im): image_shape and block_shape must be constants");
   expect_refused("huge_fold", "node 'big_fold' (Col2Im): blocks of more than 4096 values are not supported");
   expect_refused("far_fold",
                  "node 'far' (Col2Im): image_shape, block_shape, dilations, strides and pads must be at most 2^30");
+  expect_refused("wide_wrap", "node 'ring' (Pad): mode 'wrap' needs pads no larger than the axis");
   expect_refused("bitwise", "node 'mask' (BitwiseAnd): op BitwiseAnd is newer than opset 17");
   expect_refused("gelu_kind", "node 'act' (Gelu): approximate 'erf' is not 'none' or 'tanh'");
   expect_refused("ir11", "IR version 11 is newer than graphrun reads");
