@@ -65,12 +65,14 @@ const Command& train_command() {
           {"data", "PATH", "training data, recognised from what PATH is: an MNIST folder\n"
                            "                            {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] (default\n"
                            "                            /usr/share/datasets/fashion-mnist), an .npz file, a folder of\n"
-                           "                            .npy files (one array per model input, by name, and labels), or\n"
-                           "                            class folders of PNG/JPEG images (classes sorted by name)"},
+                           "                            .npy files (one array per model input, by name, and labels),\n"
+                           "                            class folders of PNG/JPEG images (classes sorted by name), or a\n"
+                           "                            .csv/.tsv table with a header (the --labels column the targets,\n"
+                           "                            the other columns the features)"},
           {"test-data", "PATH", "test data of the same kinds (default: an MNIST folder's t10k split, else --val-split)"},
           {"val-split", "F", "hold out a seeded fraction F of the training data as test data (default 0.1\n"
                              "                            when the data has no test split)"},
-          {"labels", "NAME", "the array of targets in .npz/.npy data (default labels)"},
+          {"labels", "NAME", "the array of targets in .npz/.npy data, the column of a table (default labels)"},
           {"augment", "", "image inputs: random crop with 4-pixel padding and horizontal flip, seeded by\n"
                           "                            --seed, on the loader threads"},
           {"loader-threads", "N", "threads per replica reading batches ahead (default, for images or --augment:\n"
@@ -527,7 +529,10 @@ int cmd_train(const std::vector<std::string>& argv) {
         for (size_t i = 1; i < vi->shape.size(); ++i) symbolic = symbolic || !vi->shape[i].known();
     if (symbolic) {
       try {
-        data_shapes = example_shapes(model, *runtime::data::open_source(o.data_dir), o.labels);
+        runtime::data::OpenOptions oo;
+        oo.labels = o.labels;
+        oo.targets = false;  // shapes only
+        data_shapes = example_shapes(model, *runtime::data::open_source(o.data_dir, oo), o.labels);
       } catch (const Error&) {
         // The trainer reports what is wrong with the data; the plan then names the dimension it lacks.
       }

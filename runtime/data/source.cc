@@ -177,6 +177,7 @@ std::string source_kind(const std::string& path) {
   if (fs::is_regular_file(path, ec)) {
     const std::string ext = lower_ext(path);
     if (ext == ".npz" || starts_with_zip_magic(path)) return "npz";
+    if (ext == ".csv" || ext == ".tsv") return "csv";
     if (ext == ".npy")
       GR_FAIL("data '" << path << "' is a single .npy array; put it in a folder beside labels.npy (one .npy per "
                           "array), or save them together with numpy.savez");
@@ -223,6 +224,7 @@ SourcePtr open_source(const std::string& path, const OpenOptions& opts) {
     return open_idx(path, prefix);
   }
   if (kind == "npz") return open_npz(path);
+  if (kind == "csv") return open_csv(path, opts);
   if (kind == "npy-folder") return open_npy_folder(path);
   return open_image_folder(path, opts.channels, opts.height, opts.width);
 }
@@ -237,6 +239,7 @@ DataSplits open_splits(const std::string& data_path, const std::string& test_pat
   d.train = fitted(open_source(data_path, train_opts));
   if (!test_path.empty()) {
     GR_CHECK(val_split < 0, "--val-split and --test-data both name test data: give one of them");
+    test_opts.classes = d.train->classes();  // a test table numbers its class names as the training table
     d.test = fitted(open_source(test_path, test_opts));
     d.test_from = d.test->describe();
     const std::vector<std::string> a = d.train->classes(), b = d.test->classes();

@@ -1,5 +1,5 @@
 // Data sources: what a training set is to the trainer (N examples, each a few named arrays) and the
-// kinds of files a user's data arrives in: MNIST folders, .npz files, .npy folders, image folders.
+// kinds of files a user's data arrives in: MNIST folders, .npz files, .npy folders, image folders, CSV tables.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -118,9 +118,20 @@ SourcePtr open_image_folder(const std::string& dir, int64_t channels, int64_t he
 struct OpenOptions {
   int64_t channels = 0, height = 0, width = 0;  // image folders: the model's C x H x W (C = 1 or 3)
   std::string idx_prefix = "train";             // MNIST folders: "train" or "t10k"
+  // Tables (CSV, TSV): the column of targets (--labels), whether targets are needed (not for --loss output), and
+  // the class names a training table numbered its targets by (a test table numbers its own the same way).
+  std::string labels = kLabels;
+  bool targets = true;
+  std::vector<std::string> classes{};
 };
 
-// What a path holds, judged by what it points at: "idx", "npz", "npy-folder", "image-folder".
+// A CSV (.csv) or TSV (.tsv) table with a header of column names: the column opts.labels as the targets
+// array of that name (int64 class ids, float64 numbers, or class names numbered in sorted order, or by
+// opts.classes), every other column a feature of one array "features" f64[F]. Read whole into memory; a
+// missing or non-numeric feature is an error naming the file, line and column.
+SourcePtr open_csv(const std::string& path, const OpenOptions& opts);
+
+// What a path holds, judged by what it points at: "idx", "npz", "npy-folder", "image-folder", "csv".
 // Errors name the path when it is none of these.
 std::string source_kind(const std::string& path);
 // Whether MNIST folder `dir` has the images of split `prefix` ("train", "t10k").

@@ -415,9 +415,21 @@ def ckpt_cases():
     yield "bad_truncated.grck", ckpt(good)[:-9]
 
 
+# ---- CSV / TSV tables (the fuzz target reads the first byte as the delimiter: "," or a tab) ----
+
+def csv_cases():
+    yield "good_classes.csv", b',\xef\xbb\xbfa, "b, c" ,labels\r\n1.5,-2,cat\r\n\r\n3e2,4,"dog ""rex"""\r\n'
+    yield "good_numbers.tsv", b'\tx\ty\tlabels\n1\t2\t0.5\n3\t"4"\t7\n'
+    yield "good_ids.csv", b',x,labels\n1,0\n2,1\n3,2'
+    yield "bad_unclosed_quote.csv", b',a,labels\n1,"0\n2,1\n'
+    yield "bad_short_row.csv", b',a,b,labels\n1,2,0\n3,4\n'
+    yield "bad_text_feature.csv", b',a,labels\n"two\nlines",0\n'
+    yield "bad_missing.csv", b',a,b,labels\n1,NA,0\n'
+
+
 def main():
     for reader, cases in [("onnx", onnx_cases), ("npy", npy_cases), ("pb", pb_cases), ("idx", idx_cases),
-                          ("checkpoint", ckpt_cases)]:
+                          ("checkpoint", ckpt_cases), ("csv", csv_cases)]:
         for name, data in cases():
             write(reader, name, data)
 

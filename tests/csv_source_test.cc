@@ -1,0 +1,164 @@
+// CSV and TSV tables as training data (runtime/data/csv.cc): what pandas reads (quoted fields with delimiters,
+// doubled quotes and line breaks, CRLF, a byte-order mark, blank lines, spaces around fields), the targets as
+// class ids, numbers or class names (a test table numbered as the training table), and every bad table one
+// line naming the file, line and column; a regression and a classifier trained from tables equal, bitwise,
+// the same training from the same values in .npz files.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <regex>
+
+#include "graph/onnx_io.h"
+#include "runtime/data/fit.h"
+#include "tests/data_test_util.h"
+#include "tests/test_util.h"
+
+namespace graphrun {
+namespace {
+
+using namespace runtime::data;
+using testing::error_of;
+
+std::string table(const std::string& name, const std::string& text) {
+  const std::string d = testing::temp_dir("csv_" + name);
+  const std::string path = d + "/" + name;
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+OpenOptions labels(const std::string& column) {
+  OpenOptions o;
+  o.labels = column;
+  return o;
+}
+
+TEST(Csv, ReadsWhatPandasReads) {
+  const std::string p = table("t.csv",
+                              "\xEF\xBB\xBF"
+                              "a, \"b, with a comma\" ,kind\r\n"
+                              "1.5, -2 ,\"cat\"\r\n"
+                              "\r\n"
+                              "3e2,4,\"dog \"\"rex\"\"\"\r\n"
+                              "5,6,\"cat\"");
+  EXPECT_EQ(source_kind(p), "csv");
+  SourcePtr s = open_source(p, labels("kind"));
+  ASSERT_EQ(s->size(), 3);
+  EXPECT_EQ(s->spec("features").shape, (Shape{2}));
+  EXPECT_EQ(s->spec("features").dtype, DType::F64);
+  EXPECT_EQ(s->spec("kind").dtype, DType::I64);
+  EXPECT_EQ(s->classes(), (std::vector<std::string>{"cat", "dog \"rex\""}));
+  Tensor x(DType::F64, {3, 2}), y(DType::I64, {3});
+  std::vector<int64_t> idx{2, 0, 1};
+  s->read(idx.data(), 3, {{"features", &x}, {"kind", &y}});
+  EXPECT_EQ(x.to_vector<double>(), (std::vector<double>{5, 6, 1.5, -2, 300, 4}));
+  EXPECT_EQ(y.to_vector<int64_t>(), (std::vector<int64_t>{0, 0, 1}));
+  // A quoted field may hold a line break (lines count on); a TSV splits at tabs; integer targets are class ids.
+  s = open_source(table("q.tsv", "x\tlabels\n1\t3\n2\t\"4\"\n"), labels("labels"));
+  EXPECT_EQ(s->spec("labels").dtype, DType::I64);
+  std::string e = error_of([&] { open_source(table("n.tsv", "x\tnote\tlabels\n1\t\"two\nlines\"\t3\n4\ty\t5\n")); });
+  EXPECT_NE(e.find("line 2: column 'note' holds 'two\\nlines'"), std::string::npos) << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  s = open_source(table("m.tsv", "x\tlabels\n1\t\"two\nlines\"\n2\tone\n"), labels("labels"));
+  EXPECT_EQ(s->classes(), (std::vector<std::string>{"one", "two\nlines"}));
+  s = open_source(table("f.csv", "x,y\n1,0.5\n2,7\n"), labels("y"));
+  EXPECT_EQ(s->spec("y").dtype, DType::F64);
+  // A test table numbers its class names as the training table does; a class it lacks there is an error.
+  OpenOptions given = labels("kind");
+  given.classes = {"ant", "cat", "dog"};
+  s = open_source(table("g.csv", "a,kind\n1,dog\n2,ant\n"), given);
+  y = Tensor(DType::I64, {2});
+  idx = {0, 1};
+  s->read(idx.data(), 2, {{"kind", &y}});
+  EXPECT_EQ(y.to_vector<int64_t>(), (std::vector<int64_t>{2, 0}));
+  e = error_of([&] { open_source(table("h.csv", "a,kind\n1,dog\n2,eel\n"), given); });
+  EXPECT_NE(e.find("line 3: class 'eel' is not among the training data's classes (ant, cat, dog)"), std::string::npos)
+      << e;
+  // Without targets (--loss output) every column is a feature.
+  OpenOptions none;
+  none.targets = false;
+  EXPECT_EQ(open_source(table("o.csv", "a,b\n1,2\n"), none)->spec("features").shape, (Shape{2}));
+}
+
+TEST(Csv, BadTablesAreOneLineNamingTheLineAndColumn) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"", "the table is empty"},
+      {"a,labels\n", "a header but no rows"},
+      {"a,b,labels\n1,,0\n", "line 2: column 'b' is missing (graphrun does not impute"},
+      {"a,b,labels\n1,NA,0\n", "line 2: column 'b' is missing"},
+      {"a,b,labels\n1,inf,0\n", "line 2: column 'b' holds 'inf', not a finite number"},
+      {"a,b,labels\n1,red,0\n", "line 2: column 'b' holds 'red', not a finite number (encode categories"},
+      {"a,b,labels\n1,2,0\n3,4\n", "line 3 has 2 fields, the header 3"},
+      {"a,b,labels\n1,2,\n", "line 2: the target 'labels' is missing"},
+      {"a,b\n1,2\n", "no column 'labels' of targets (its columns: a, b; name the target column with --labels NAME)"},
+      {"a,a,labels\n1,2,0\n", "the header names column 'a' twice"},
+      {"a,,labels\n1,2,0\n", "column 2 of the header has no name"},
+      {"labels\n1\n", "no column of features beside the targets 'labels'"},
+      {"a,labels\n\"1\" 2,0\n", "line 2: text after a closing quote"},
+      {"a,labels\n1,\"0\n2,1\n", "line 2: a quote that is never closed"},
+  };
+  int k = 0;
+  for (const auto& [text, want] : cases) {
+    SCOPED_TRACE(text);
+    const std::string p = table("bad" + std::to_string(k++) + ".csv", text);
+    const std::string e = error_of([&] { open_source(p); });
+    EXPECT_NE(e.find("data '" + p + "'"), std::string::npos) << e;
+    EXPECT_NE(e.find(want), std::string::npos) << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  }
+}
+
+// The same values from a table and from an .npz train the same weights, bitwise: a linear regression on a
+// CSV's float targets (--loss mse) and a classifier on a TSV's class names (numbered in sorted order, the test
+// table by the training table's numbering), against the class ids the script writes into the .npz.
+TEST(Csv, TablesTrainBitwiseAsTheSameArrays) {
+  const std::string d = testing::temp_dir("csv_train");
+  testing::run_python(d, R"(
+import onnx
+from onnx import helper as h, TensorProto as T, numpy_helper as nh
+r = np.random.RandomState(4)
+x = r.randn(300, 5).astype(np.float32); w = r.randn(5).astype(np.float32)
+y = (x @ w + 0.1 * r.randn(300)).astype(np.float32)
+np.savez('reg.npz', features=x, price=y)
+with open('reg.csv', 'w', newline='') as f:
+    f.write('"size, m2",rooms,age,lat,lon,price\r\n')
+    for i in range(300): f.write(','.join('%.9g' % v for v in x[i]) + ', %.9g\r\n' % y[i])
+names = np.array(['setosa', 'versicolor', 'virginica'])
+c = r.randint(0, 3, 300); c[:3] = [2, 1, 0]
+z = (r.randn(300, 5) + 2 * c[:, None]).astype(np.float32)
+np.savez('cls_train.npz', features=z[:240], labels=c[:240]); np.savez('cls_test.npz', features=z[240:], labels=c[240:])
+for name, lo, hi in (('cls_train.tsv', 0, 240), ('cls_test.tsv', 240, 300)):
+    with open(name, 'w') as f:
+        f.write('a\tb\tc\td\te\tspecies\n')
+        for i in range(lo, hi): f.write('\t'.join('%.9g' % v for v in z[i]) + '\t' + names[c[i]] + '\n')
+def model(name, out):
+    g = h.make_graph([h.make_node('Gemm', ['x', 'w', 'b'], ['y'], transB=1)], name,
+                     [h.make_tensor_value_info('x', T.FLOAT, ['N', 5])], [h.make_tensor_value_info('y', T.FLOAT, ['N', out])],
+                     [nh.from_array((0.1 * r.randn(out, 5)).astype(np.float32), 'w'), nh.from_array(np.zeros(out, np.float32), 'b')])
+    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), name + '.onnx')
+model('reg', 1); model('cls', 3)
+)");
+  const std::string cli = testing::graphrun_cli(),
+                    common = " --devices cpu:2 --threads 1 --epochs 2 --batch-size 16 --lr 0.05";
+  auto run = [&](const std::string& args) {
+    auto r = testing::run_command(cli + " train " + args + common + " 2>&1");
+    EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.output;
+    return r.output;
+  };
+  run(d + "/reg.onnx --data " + d + "/reg.csv --labels price --loss mse --val-split 0.2 --save " + d + "/reg_csv.onnx");
+  run(d + "/reg.onnx --data " + d + "/reg.npz --labels price --loss mse --val-split 0.2 --save " + d + "/reg_npz.onnx");
+  const std::string a = run(d + "/cls.onnx --data " + d + "/cls_train.tsv --test-data " + d +
+                            "/cls_test.tsv --labels species --save " + d + "/cls_tsv.onnx");
+  const std::string b = run(d + "/cls.onnx --data " + d + "/cls_train.npz --test-data " + d + "/cls_test.npz --save " +
+                            d + "/cls_npz.onnx");
+  for (const auto& [x, y] : {std::pair<std::string, std::string>{"reg_csv", "reg_npz"}, {"cls_tsv", "cls_npz"}}) {
+    const auto wa = load_onnx(d + "/" + x + ".onnx").initializers, wb = load_onnx(d + "/" + y + ".onnx").initializers;
+    for (const char* k : {"w", "b"}) EXPECT_TRUE(testing::bytes_equal(wa.at(k), wb.at(k))) << x << " " << k;
+  }
+  std::smatch ma, mb;
+  ASSERT_TRUE(std::regex_search(a, ma, std::regex("test acc: ([0-9.]+)"))) << a;
+  ASSERT_TRUE(std::regex_search(b, mb, std::regex("test acc: ([0-9.]+)"))) << b;
+  EXPECT_EQ(ma[1], mb[1]);
+}
+
+}  // namespace
+}  // namespace graphrun
