@@ -288,7 +288,13 @@ void Trainer::load_data(const Graph& model) {
   if (opts_.test_only && !opts_.test_data.empty()) {
     // --eval-only --test-data: the test set alone (the training data, given or default, is not read).
     oo.idx_prefix = "t10k";
+    // The class names a trained model's ids stand for: a table's are numbered by them, a folder's must be them.
+    for (const auto& [key, value] : model.meta.props)
+      if (key == data::kClassesMetadataKey)
+        oo.classes = data::classes_from_json(value, "model '" + model.name + "': metadata '" + key + "'");
     test_src_ = fit(data::open_source(opts_.test_data, oo));
+    if (!oo.classes.empty() && !test_src_->classes().empty())
+      data::check_same_classes(oo.classes, "model '" + model.name + "'", *test_src_, opts_.test_data);
     if (opts_.test_limit > 0) test_src_ = data::head(test_src_, opts_.test_limit);
     GR_CHECK(test_src_->size() > 0, "no examples to test on in '" << opts_.test_data << "'");
     train_src_ = test_src_;

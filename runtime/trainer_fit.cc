@@ -1,5 +1,6 @@
 // fit() and train_epoch(), as d2l's `train`: for each epoch, for each batch (on every replica, in
 // segments between checkpoints): shard, step, read the figures; then evaluate, report, checkpoint.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -252,6 +253,14 @@ Graph Trainer::trained_model() const {
     if (it != st.end() && it->second.dtype() == t.dtype() && it->second.numel() == t.numel())
       t = (it->second.device().is_cpu() ? it->second : to_host(it->second)).reshaped(t.shape());
   }
+  // The class names the class ids stand for (an image folder's, a table's; none for arrays of ids), so that
+  // --eval-only numbers a test set as this training did.
+  auto& props = g.meta.props;
+  props.erase(
+      std::remove_if(props.begin(), props.end(), [](const auto& p) { return p.first == data::kClassesMetadataKey; }),
+      props.end());
+  if (train_src_ && !train_src_->classes().empty())
+    props.emplace_back(data::kClassesMetadataKey, data::classes_json(train_src_->classes()));
   return g;
 }
 

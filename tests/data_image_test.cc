@@ -546,6 +546,40 @@ open('count', 'w').write(str(n))
   EXPECT_GE(refused, 12);
 }
 
+// A model trained on class folders keeps their names (metadata graphrun.classes); --eval-only on a test folder of
+// other classes is one line naming them, where it would have scored the folders' own numbering.
+TEST(ImageFolder, EvalOnlyChecksTheTrainedModelsClasses) {
+  std::string d = testing::temp_dir("imgf_eval_classes");
+  for (const char* c : {"train/cat", "train/dog", "odd/cat", "odd/emu"})
+    for (int k = 0; k < 4; ++k) {
+      fs::create_directories(d + "/" + c);
+      write_png(d + "/" + c + "/" + std::to_string(k) + ".png", pattern(8, 8, 3, k));
+    }
+  run_python(d, R"(
+import onnx
+from onnx import helper, TensorProto, numpy_helper
+g = helper.make_graph([helper.make_node('Flatten', ['input'], ['f']), helper.make_node('Gemm', ['f', 'w', 'b'], ['y'], transB=1)],
+                      'tiny', [helper.make_tensor_value_info('input', TensorProto.FLOAT, ['N', 3, 8, 8])],
+                      [helper.make_tensor_value_info('y', TensorProto.FLOAT, ['N', 2])],
+                      [numpy_helper.from_array(np.zeros((2, 192), np.float32), 'w'), numpy_helper.from_array(np.zeros(2, np.float32), 'b')])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 13)]), 'tiny.onnx')
+)");
+  const std::string cli = testing::graphrun_cli();
+  auto r = testing::run_command(cli + " train " + d + "/tiny.onnx --data " + d + "/train --val-split 0.25 --epochs 1 " +
+                                "--devices cpu:1 --save " + d + "/trained.onnx 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = testing::run_command(cli + " train " + d + "/trained.onnx --eval-only --test-data " + d +
+                           "/train --devices cpu:1 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = testing::run_command(cli + " train " + d + "/trained.onnx --eval-only --test-data " + d +
+                           "/odd --devices cpu:1 2>&1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("class folders of '" + d + "/odd' differ from those of model 'tiny': 'emu' only in '" + d +
+                          "/odd'; 'dog' only in model 'tiny'"),
+            std::string::npos)
+      << r.output;
+}
+
 TEST(ImageFolder, TrainAndTestFoldersMustHaveTheSameClasses) {
   std::string d = testing::temp_dir("imgf_splits");
   for (const char* c : {"train/cat", "train/dog", "val/cat", "val/dog", "odd/cat", "odd/emu"}) {

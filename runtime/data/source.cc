@@ -10,6 +10,10 @@
 #include <iterator>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
+#include "graph/ir.h"
+
 namespace graphrun::runtime::data {
 
 namespace fs = std::filesystem;
@@ -229,6 +233,42 @@ SourcePtr open_source(const std::string& path, const OpenOptions& opts) {
   return open_image_folder(path, opts.channels, opts.height, opts.width);
 }
 
+void check_same_classes(const std::vector<std::string>& want, const std::string& want_from, const Source& got,
+                        const std::string& got_path) {
+  std::vector<std::string> a = want, b = got.classes();
+  if (a == b) return;
+  // The differences, a few of each side.
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  std::vector<std::string> only_a, only_b;
+  std::set_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(only_a));
+  std::set_difference(b.begin(), b.end(), a.begin(), a.end(), std::back_inserter(only_b));
+  auto list = [](const std::vector<std::string>& v, const std::string& where) {
+    if (v.empty()) return std::string();
+    std::string s;
+    for (size_t i = 0; i < v.size() && i < 5; ++i) s += (i ? ", '" : "'") + printable(v[i]) + "'";
+    if (v.size() > 5) s += " and " + std::to_string(v.size() - 5) + " more";
+    return s + " only in " + where;
+  };
+  const std::string x = list(only_b, got.describe()), y = list(only_a, want_from);
+  GR_FAIL("the class " << (source_kind(got_path) == "csv" ? "names" : "folders") << " of " << got.describe()
+                       << " differ from those of " << want_from << ": " << x << (x.empty() || y.empty() ? "" : "; ")
+                       << y << " (the same classes, by name, are needed for labels to agree)");
+}
+
+std::string classes_json(const std::vector<std::string>& classes) { return nlohmann::json(classes).dump(); }
+
+std::vector<std::string> classes_from_json(const std::string& text, const std::string& what) {
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    std::vector<std::string> v = j.get<std::vector<std::string>>();
+    GR_CHECK(!v.empty(), what << " lists no class");
+    return v;
+  } catch (const nlohmann::json::exception&) {
+    GR_FAIL(what << " is not a JSON list of class names");
+  }
+}
+
 DataSplits open_splits(const std::string& data_path, const std::string& test_path, double val_split, uint64_t seed,
                        const OpenOptions& opts, const std::function<SourcePtr(SourcePtr)>& fit) {
   auto fitted = [&](SourcePtr s) { return fit ? fit(std::move(s)) : s; };
@@ -242,24 +282,7 @@ DataSplits open_splits(const std::string& data_path, const std::string& test_pat
     test_opts.classes = d.train->classes();  // a test table numbers its class names as the training table
     d.test = fitted(open_source(test_path, test_opts));
     d.test_from = d.test->describe();
-    const std::vector<std::string> a = d.train->classes(), b = d.test->classes();
-    if (a != b) {
-      // Both sorted by name: the differences, a few of each side.
-      std::vector<std::string> only_a, only_b;
-      std::set_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(only_a));
-      std::set_difference(b.begin(), b.end(), a.begin(), a.end(), std::back_inserter(only_b));
-      auto list = [](const std::vector<std::string>& v, const std::string& where) {
-        if (v.empty()) return std::string();
-        std::string s;
-        for (size_t i = 0; i < v.size() && i < 5; ++i) s += (i ? ", '" : "'") + v[i] + "'";
-        if (v.size() > 5) s += " and " + std::to_string(v.size() - 5) + " more";
-        return s + " only in " + where;
-      };
-      const std::string x = list(only_b, d.test->describe()), y = list(only_a, d.train->describe());
-      GR_FAIL("the class folders of " << d.test->describe() << " differ from those of " << d.train->describe() << ": "
-                                      << x << (x.empty() || y.empty() ? "" : "; ") << y
-                                      << " (the same classes, by name, are needed for labels to agree)");
-    }
+    check_same_classes(d.train->classes(), d.train->describe(), *d.test, test_path);
     return d;
   }
   if (val_split < 0 && source_kind(data_path) == "idx" && has_idx(data_path, "t10k") &&

@@ -139,6 +139,18 @@ bool has_idx(const std::string& dir, const std::string& prefix);
 // Opens `path` as the kind source_kind() names.
 SourcePtr open_source(const std::string& path, const OpenOptions& opts = {});
 
+// Where the class names of `got` (opened from `got_path`) are not `want` (those of `want_from`: the training data,
+// or a trained model's metadata): an error listing the differences.
+void check_same_classes(const std::vector<std::string>& want, const std::string& want_from, const Source& got,
+                        const std::string& got_path);
+
+// The metadata key under which a trained model keeps the class names its class ids stand for (an image folder's
+// or a table's, as a JSON list), so that --eval-only numbers a test set as training did.
+inline const char* kClassesMetadataKey = "graphrun.classes";
+std::string classes_json(const std::vector<std::string>& classes);
+// The list again; `what` names the model and key in the one-line error for anything else.
+std::vector<std::string> classes_from_json(const std::string& text, const std::string& what);
+
 // Training data and the data the figures are measured on, from --data, --test-data and --val-split.
 // `test_from` says in words where the test data came from, for the printed lines and --metrics.
 struct DataSplits {
