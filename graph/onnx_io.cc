@@ -48,7 +48,7 @@ constexpr int64_t kMinOpset = 7, kMaxOpset = 17;
 constexpr int64_t kMaxCol2ImBlock = 4096;  // values in one Col2Im block (its lowering's weights are the square)
 constexpr int64_t kMaxCol2ImDim = int64_t(1) << 30;  // each of its sizes, so that their sums and products fit
 // Newer opsets are lowered to kMaxOpset on load where the model's nodes have an opset-17 form.
-constexpr int64_t kMaxLoweredOpset = 22;
+constexpr int64_t kMaxLoweredOpset = 23;
 constexpr int64_t kMaxIrVersion = 8;  // what ONNX 1.12's checker accepts
 
 // ONNX errors come with multi-line context (a dump of the node); users get the first line.
@@ -644,12 +644,12 @@ void convert_old_opset(onnx::ModelProto& m, const std::string& what) {
               << " on load (onnx's version converter)\n";
 }
 
-// ---- opsets 18 to 22, lowered to 17 ----
+// ---- opsets 18 to 23, lowered to 17 ----
 //
 // ONNX 1.12 (the checker and shape inference graphrun builds on) knows opsets up to 17. What opsets 18
-// to 22 changed is, for the ops graphrun runs, mostly where an attribute lives (the Reduce ops' axes
+// to 23 changed is, for the ops graphrun runs, mostly where an attribute lives (the Reduce ops' axes
 // became an input in 18), attributes whose defaults mean what 17 means (Resize's antialias, Cast's
-// saturate), element types graphrun does not have (float8, int4) and new ops. Each node is rewritten
+// saturate), element types graphrun does not have (float8, int4, float4) and new ops. Each node is rewritten
 // into its opset-17 form; a node whose meaning 17 cannot express (non-default new attributes, axes
 // computed at run time, new ops without a decomposition) is refused in one line naming it.
 
@@ -906,6 +906,34 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
     while (n.input_size() > 2) n.mutable_input()->RemoveLast();
     drop_attr(n, "axis");
     set_int_attr(n, "axis", axis[0]);
+  } else if (op == "RMSNormalization") {
+    // 23 (torch's nn.RMSNorm): X / sqrt(mean(X^2 over the axes from `axis` on) + epsilon) * scale. The axes are
+    // negative (counted from the end) where `axis` is, else need the input's stated rank.
+    const std::string x = input(0), scale = input(1);
+    int64_t axis = attr_int("axis", -1);
+    std::vector<int64_t> axes;
+    if (axis >= 0) {
+      const int64_t r = stated_rank(g, x);
+      if (r < 0) refuse("a non-negative axis needs the input's rank stated");
+      if (axis >= r) refuse("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(r));
+      axis -= r;
+    }
+    for (int64_t a = axis; a < 0; ++a) axes.push_back(a);
+    const auto* eps = find_attr(n, "epsilon");
+    std::vector<onnx::NodeProto> out;
+    out.push_back(make_proto_node("Mul", {x, x}, base + "_sq", base + "_sq"));
+    out.push_back(make_proto_node("ReduceMean", {base + "_sq"}, base + "_ms", base + "_ms"));
+    auto* a = out.back().add_attribute();
+    a->set_name("axes");
+    a->set_type(onnx::AttributeProto::INTS);
+    for (int64_t v : axes) a->add_ints(v);
+    set_int_attr(out.back(), "keepdims", 1);
+    scalar_like(out, base + "_eps", eps ? eps->f() : 1e-5f, x);
+    out.push_back(make_proto_node("Add", {base + "_ms", base + "_eps"}, base + "_var", base + "_var"));
+    out.push_back(make_proto_node("Sqrt", {base + "_var"}, base + "_rms", base + "_rms"));
+    out.push_back(make_proto_node("Div", {x, base + "_rms"}, base + "_normed", base + "_normed"));
+    out.push_back(make_proto_node("Mul", {base + "_normed", scale}, n.output(0), n.name().empty() ? base : n.name()));
+    return out;
   } else if (op == "Mish") {  // 18: x * tanh(softplus(x))
     const std::string x = input(0);
     return {make_proto_node("Softplus", {x}, base + "_softplus", base + "_softplus"),
@@ -1135,7 +1163,7 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
   return {n};
 }
 
-// Opsets 18 to 22 are brought to opset 17 (above); says so once per model on stderr.
+// Opsets 18 to 23 are brought to opset 17 (above); says so once per model on stderr.
 void lower_new_opset(onnx::ModelProto& m, const std::string& what) {
   int64_t from = 0;
   for (const auto& op : m.opset_import())
@@ -2002,11 +2030,11 @@ Graph load_model(std::string bytes, const std::string& what, const std::string& 
   std::string().swap(bytes);  // the file's bytes are in the model now
   if (!m.has_graph() || m.ir_version() <= 0)
     GR_FAIL(what << ": not an ONNX model (no " << (m.has_graph() ? "ir_version" : "graph") << " in the file)");
-  if (m.ir_version() > kMaxIrVersion + 2)
+  if (m.ir_version() > kMaxIrVersion + 3)
     GR_FAIL(what << ": ONNX IR version " << m.ir_version() << " is newer than graphrun reads (up to "
-                 << kMaxIrVersion + 2 << ")");
-  // IR 9 and 10 added element types (float8, int4) graphrun has none of (the checker refuses a model that
-  // uses one) and features it does not read; a model without them reads as IR 8.
+                 << kMaxIrVersion + 3 << ")");
+  // IR 9 to 11 added element types (float8, int4, float4) graphrun has none of (the checker refuses a model that
+  // uses one) and features it does not read (11's multi-device configurations); a model without them reads as IR 8.
   if (m.ir_version() > kMaxIrVersion) m.set_ir_version(kMaxIrVersion);
   inline_functions(m, what);
   check_opsets(m, what);

@@ -1,5 +1,5 @@
-// Models of opsets 18 to 22 (what newer PyTorch exporters write): read as opset 17, the newer forms of the
-// nodes rewritten (graph/onnx_io.cc, "opsets 18 to 22"), their outputs checked against numpy; what opset 17
+// Models of opsets 18 to 23 (what newer PyTorch exporters write): read as opset 17, the newer forms of the
+// nodes rewritten (graph/onnx_io.cc, "opsets 18 to 23"), their outputs checked against numpy; what opset 17
 // cannot express is refused in one line naming the node.
 #include <gtest/gtest.h>
 
@@ -96,6 +96,17 @@ save('circular19', [helper.make_node('Pad', ['image', 'ring'], ['p'], mode='wrap
       numpy_helper.from_array(np.random.default_rng(7).standard_normal((3, 48)).astype(np.float32) * 0.1, 'fw'),
       numpy_helper.from_array(np.zeros(3, np.float32), 'fb')])
 
+# Opset 23, IR 11: RMSNormalization over the last axis (the default) and from axis 1 (the rank stated).
+xd = x.astype(np.float64)
+g23 = np.array([0.5, 1.5, -1, 2], np.float32); g23b = np.arange(12, dtype=np.float32).reshape(3, 4) / 10
+outs23 = {'rms_last': xd / np.sqrt((xd ** 2).mean(-1, keepdims=True) + 1e-5) * g23,
+          'rms_from1': xd / np.sqrt((xd ** 2).mean((1, 2), keepdims=True) + 1e-3) * g23b}
+for k, v in outs23.items(): np.save(k + '.npy', v.astype(np.float32))
+save('rms23', [helper.make_node('RMSNormalization', ['x', 'g23'], ['rms_last']),
+               helper.make_node('RMSNormalization', ['x', 'g23b'], ['rms_from1'], axis=1, epsilon=1e-3)],
+     [vi('x', F, [2, 3, 4])], [vi(k, F, [2, 3, 4]) for k in outs23], 23,
+     [numpy_helper.from_array(g23, 'g23'), numpy_helper.from_array(g23b, 'g23b')], ir=11)
+
 # A classifier of opset 20 to train: Gemm, Gelu, ReduceMean over an axes input, Gemm.
 rng = np.random.default_rng(1)
 save('mlp20', [helper.make_node('Gemm', ['image', 'w1', 'b1'], ['h'], transB=1),
@@ -139,7 +150,8 @@ save('wide_wrap', [helper.make_node('Pad', ['x', 'pads'], ['r'], name='ring', mo
 save('bitwise', [helper.make_node('Cast', ['x'], ['i'], to=TensorProto.INT32),
                  helper.make_node('BitwiseAnd', ['i', 'i'], ['r'], name='mask')], X, [vi('r', TensorProto.INT32, None)], 18)
 save('gelu_kind', [helper.make_node('Gelu', ['x'], ['r'], name='act', approximate='erf')], X, [vi('r', F, None)], 20)
-save('ir11', [helper.make_node('Relu', ['x'], ['r'])], X, [vi('r', F, None)], 20, ir=11)
+save('ir12', [helper.make_node('Relu', ['x'], ['r'])], X, [vi('r', F, None)], 20, ir=12)
+save('attention23', [helper.make_node('Attention', ['x', 'x', 'x'], ['r'], name='sdpa')], X, [vi('r', F, None)], 23, ir=11)
 )";
 
 class OpsetLowering : public ::testing::Test {
@@ -213,6 +225,10 @@ TEST_F(OpsetLowering, Opset20FormsMatchNumpy) {
   auto r = run_command(testing::graphrun_cli() + " check " + dir_ + "/circular19.onnx 2>&1");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("\nverdict: trainable"), std::string::npos) << r.output;
+}
+
+TEST_F(OpsetLowering, RmsNormalizationOfOpset23MatchesNumpy) {
+  expect_outputs("rms23", {{"x", read_npy(dir_ + "/x.npy")}}, 2e-6);
 }
 
 TEST_F(OpsetLowering, GeluAndMishOfOpset20MatchNumpy) {
@@ -386,7 +402,8 @@ TEST_F(OpsetLowering, WhatOpset17CannotSayIsRefusedNamingTheNode) {
   expect_refused("wide_wrap", "node 'ring' (Pad): mode 'wrap' needs pads no larger than the axis");
   expect_refused("bitwise", "node 'mask' (BitwiseAnd): op BitwiseAnd is newer than opset 17");
   expect_refused("gelu_kind", "node 'act' (Gelu): approximate 'erf' is not 'none' or 'tanh'");
-  expect_refused("ir11", "IR version 11 is newer than graphrun reads");
+  expect_refused("ir12", "IR version 12 is newer than graphrun reads (up to 11)");
+  expect_refused("attention23", "node 'sdpa' (Attention): op Attention is newer than opset 17 and has no form there");
 }
 
 }  // namespace
