@@ -215,13 +215,13 @@ void expand_one(Graph& g, size_t at, const std::string& what) {
 constexpr size_t kMaxExpandedNodes = 32768;
 constexpr size_t kGrowth = 4;
 
-// How many nodes compute the Gradient node's y from its xs and zs.
-size_t cone_size(const Graph& g, const std::unordered_map<std::string, int>& producer, const Node& grad) {
+// The nodes computing the Gradient node's y from its xs and zs.
+std::set<int> cone(const Graph& g, const std::unordered_map<std::string, int>& producer, const Node& grad) {
   std::set<std::string> stop;
   for (const char* k : {"xs", "zs"})
     if (const Attribute* a = grad.attr(k)) stop.insert(a->strings.begin(), a->strings.end());
   const Attribute* y = grad.attr("y");
-  return y ? upstream(g, producer, y->s, stop).size() : 0;
+  return y ? upstream(g, producer, y->s, stop) : std::set<int>{};
 }
 
 // The LSTM, GRU and RNN nodes whose gradient is differentiated again, unrolled into their time steps
@@ -234,12 +234,7 @@ void unroll_twice_differentiated(Graph& g, const std::string& what, bool trainin
   bool nested = false;
   for (const Node& n : g.nodes) {
     if (!is_gradient_op(n)) continue;
-    std::set<std::string> stop;
-    for (const char* k : {"xs", "zs"})
-      if (const Attribute* a = n.attr(k)) stop.insert(a->strings.begin(), a->strings.end());
-    const Attribute* y = n.attr("y");
-    if (!y) continue;
-    for (int i : upstream(g, producer, y->s, stop)) {
+    for (int i : cone(g, producer, n)) {
       const Node& m = g.nodes[static_cast<size_t>(i)];
       nested |= is_gradient_op(m);
       if (passes::is_recurrent(m)) recurrent.insert(i);
@@ -280,7 +275,7 @@ void expand_gradient_ops(Graph& g, const std::string& what, bool training) {
     const size_t at = ready ? *ready : *first;  // none ready: expand_one names what it cannot differentiate
     const std::string name = g.nodes[at].describe();
     const size_t added = g.nodes.size() > before ? g.nodes.size() - before : 0;
-    const size_t next = kGrowth * cone_size(g, producer, g.nodes[at]);
+    const size_t next = kGrowth * cone(g, producer, g.nodes[at]).size();
     auto too_many = [&](size_t n) {
       return Error(what + ": " + name + ": expanding the Gradient nodes up to it adds " + (n > added ? "about " : "") +
                    std::to_string(n) + " nodes, past graphrun's limit of " + std::to_string(kMaxExpandedNodes) +

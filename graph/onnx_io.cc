@@ -718,14 +718,21 @@ void set_int_attr(onnx::NodeProto& n, const char* name, int64_t v) {
   a->set_i(v);
 }
 
-// A Constant node writing `name`: int64 values, or float32 ones (of shape `dims`).
-onnx::NodeProto ints_constant(const std::string& name, const std::vector<int64_t>& v) {
+void set_ints_attr(onnx::NodeProto& n, const char* name, const std::vector<int64_t>& v) {
+  auto* a = n.add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INTS);
+  for (int64_t x : v) a->add_ints(x);
+}
+
+// A Constant node writing `name`: int64 values (a scalar: one value of shape []), or float32 ones (of shape `dims`).
+onnx::NodeProto ints_constant(const std::string& name, const std::vector<int64_t>& v, bool scalar = false) {
   onnx::NodeProto c = make_proto_node("Constant", {}, name, name);
   auto* a = c.add_attribute();
   a->set_name("value");
   a->set_type(onnx::AttributeProto::TENSOR);
   a->mutable_t()->set_data_type(onnx::TensorProto::INT64);
-  a->mutable_t()->add_dims(static_cast<int64_t>(v.size()));
+  if (!scalar) a->mutable_t()->add_dims(static_cast<int64_t>(v.size()));
   for (int64_t x : v) a->mutable_t()->add_int64_data(x);
   return c;
 }
@@ -798,10 +805,7 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
       n.set_op_type("Identity");
       n.clear_attribute();
     } else if (!axes.empty()) {
-      auto* a = n.add_attribute();
-      a->set_name("axes");
-      a->set_type(onnx::AttributeProto::INTS);
-      for (int64_t v : axes) a->add_ints(v);
+      set_ints_attr(n, "axes", axes);
     }
   } else if (op == "Split") {  // 18: num_outputs (17 splits evenly into the outputs when no sizes are given)
     if (const auto* a = find_attr(n, "num_outputs")) {
@@ -923,10 +927,7 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
     std::vector<onnx::NodeProto> out;
     out.push_back(make_proto_node("Mul", {x, x}, base + "_sq", base + "_sq"));
     out.push_back(make_proto_node("ReduceMean", {base + "_sq"}, base + "_ms", base + "_ms"));
-    auto* a = out.back().add_attribute();
-    a->set_name("axes");
-    a->set_type(onnx::AttributeProto::INTS);
-    for (int64_t v : axes) a->add_ints(v);
+    set_ints_attr(out.back(), "axes", axes);
     set_int_attr(out.back(), "keepdims", 1);
     scalar_like(out, base + "_eps", eps ? eps->f() : 1e-5f, x);
     out.push_back(make_proto_node("Add", {base + "_ms", base + "_eps"}, base + "_var", base + "_var"));
@@ -1064,17 +1065,11 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
     out.push_back(make_proto_node("CastLike", {base + "_blocks_f", input(0)}, base + "_blocks", base + "_blocks"));
     onnx::NodeProto ct = make_proto_node("ConvTranspose", {base + "_cols", base + "_blocks"}, base + "_images",
                                          n.name().empty() ? base : n.name());
-    auto add_ints = [&](const char* k, const std::vector<int64_t>& v) {
-      auto* a = ct.add_attribute();
-      a->set_name(k);
-      a->set_type(onnx::AttributeProto::INTS);
-      for (int64_t x : v) a->add_ints(x);
-    };
-    add_ints("kernel_shape", block);
-    add_ints("dilations", dil);
-    add_ints("pads", pads);
-    add_ints("strides", strides);
-    add_ints("output_padding", extra);
+    set_ints_attr(ct, "kernel_shape", block);
+    set_ints_attr(ct, "dilations", dil);
+    set_ints_attr(ct, "pads", pads);
+    set_ints_attr(ct, "strides", strides);
+    set_ints_attr(ct, "output_padding", extra);
     out.push_back(ct);
     out.push_back(make_proto_node("Shape", {input(0)}, base + "_batch", base + "_batch"));
     set_int_attr(out.back(), "end", 1);
@@ -1103,8 +1098,7 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
       return base + o;
     };
     auto constant = [&](const std::string& o, const std::vector<int64_t>& v, bool scalar) {
-      out.push_back(ints_constant(base + o, v));
-      if (scalar) out.back().mutable_attribute(0)->mutable_t()->clear_dims();
+      out.push_back(ints_constant(base + o, v, scalar));
       return base + o;
     };
     const std::string zero = constant("_zero", {0}, true), one = constant("_one", {1}, true),
@@ -1142,12 +1136,8 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
     out.push_back(make_proto_node("Concat", parts, base + "_base", base + "_base"));
     set_int_attr(out.back(), "axis", r);
     const std::string flat = node("Reshape", {base + "_base", constant("_points", {-1, r + 1}, false)}, "_flat");
-    onnx::NodeProto tt = make_proto_node("Transpose", {theta}, base + "_theta_t", base + "_theta_t");
-    auto* perm = tt.add_attribute();
-    perm->set_name("perm");
-    perm->set_type(onnx::AttributeProto::INTS);
-    for (int64_t v : {0, 2, 1}) perm->add_ints(v);
-    out.push_back(tt);
+    out.push_back(make_proto_node("Transpose", {theta}, base + "_theta_t", base + "_theta_t"));
+    set_ints_attr(out.back(), "perm", {0, 2, 1});
     const std::string points = node("MatMul", {flat, base + "_theta_t"}, "_points_out");  // [N, P, r]
     std::vector<std::string> final_dims{node("Gather", {size, constant("_at1d_n", {0}, false)}, "_batch")};
     final_dims.insert(final_dims.end(), dims.begin(), dims.end());

@@ -177,6 +177,14 @@ class OpsetLowering : public ::testing::Test {
     }
   }
 
+  // `graphrun check` of MODEL.onnx passes (its float64 gradient check included); returns its output.
+  std::string expect_trainable(const std::string& model) {
+    auto r = run_command(testing::graphrun_cli() + " check " + dir_ + "/" + model + ".onnx 2>&1");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("\nverdict: trainable"), std::string::npos) << r.output;
+    return r.output;
+  }
+
   // Runs each model NAME.onnx of the folder whose name starts with one of `prefixes` on NAME_IN.npy as input `in`,
   // its output `out` against NAME_OUT.npy; returns how many.
   int expect_each(const std::vector<std::string>& prefixes, const std::string& in, const std::string& out, double tol) {
@@ -222,9 +230,7 @@ TEST_F(OpsetLowering, Opset19FormsMatchNumpy) {
 
 TEST_F(OpsetLowering, Opset20FormsMatchNumpy) {
   expect_outputs("forms20", {{"sig", read_npy(dir_ + "/sig.npy")}, {"x", read_npy(dir_ + "/x.npy")}}, 1e-5);
-  auto r = run_command(testing::graphrun_cli() + " check " + dir_ + "/circular19.onnx 2>&1");
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("\nverdict: trainable"), std::string::npos) << r.output;
+  expect_trainable("circular19");
 }
 
 TEST_F(OpsetLowering, RmsNormalizationOfOpset23MatchesNumpy) {
@@ -239,17 +245,15 @@ TEST_F(OpsetLowering, GeluAndMishOfOpset20MatchNumpy) {
 // gradient check passes; `graphrun train` runs it on data of its own.
 TEST_F(OpsetLowering, Opset20ClassifierChecksAndTrains) {
   const std::string model = dir_ + "/mlp20.onnx";
-  auto r = run_command(testing::graphrun_cli() + " check " + model + " 2>&1");
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("opset 20 read as opset 17"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("\nverdict: trainable"), std::string::npos) << r.output;
+  const std::string checked = expect_trainable("mlp20");
+  EXPECT_NE(checked.find("opset 20 read as opset 17"), std::string::npos) << checked;
   run_python(dir_, R"(
 rng = np.random.default_rng(2)
 image = rng.standard_normal((256, 6)).astype(np.float32)
 np.savez('mlp.npz', image=image, labels=(image[:, 0] > 0).astype(np.int64) + (image[:, 1] > 1))
 )");
-  r = run_command(testing::graphrun_cli() + " train " + model + " --data " + dir_ +
-                  "/mlp.npz --epochs 2 --batch-size 32 --lr 0.1 --devices cpu:2 2>&1");
+  auto r = run_command(testing::graphrun_cli() + " train " + model + " --data " + dir_ +
+                       "/mlp.npz --epochs 2 --batch-size 32 --lr 0.1 --devices cpu:2 2>&1");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("epoch 2/2"), std::string::npos) << r.output;
 }
@@ -331,9 +335,7 @@ g = helper.make_graph(body, 'fold21', [vi('image', F32, ['N', 1, 6, 6])], [vi('l
 onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 21)]), 'fold21.onnx')
 )");
   EXPECT_EQ(expect_each({"gn", "col2im_"}, "x", "y", 2e-5), 12);
-  auto r = run_command(testing::graphrun_cli() + " check " + dir_ + "/fold21.onnx 2>&1");
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("\nverdict: trainable"), std::string::npos) << r.output;
+  expect_trainable("fold21");
 }
 
 // AffineGrid (opset 20: torch's F.affine_grid, which torch 1.13 could not export) is written in opset-17 ops (Range,
@@ -382,9 +384,7 @@ save('ag_unknown', [helper.make_node('Shape', ['x'], ['size']), helper.make_node
 )");
   EXPECT_EQ(expect_each({"ag2d", "ag3d"}, "theta", "grid", 2e-6), 8);
   expect_outputs("stn20", {{"x", read_npy(dir_ + "/stn_x.npy")}}, 2e-6);
-  auto r = run_command(testing::graphrun_cli() + " check " + dir_ + "/stn20.onnx 2>&1");
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("\nverdict: trainable"), std::string::npos) << r.output;
+  expect_trainable("stn20");
   expect_refused("ag_unknown", "node 'grid_of' (AffineGrid): whether it is 2-D or 3-D must be known when loading");
 }
 

@@ -128,9 +128,8 @@ void unroll_rnn(Graph& g, size_t at, const std::string& what) {
   // X as [T, N, I]; each step's input projection X W^T (+ the biases that add to it) in one MatMul.
   const std::string xs = layout == 1 ? e.transpose(x, {1, 0, 2}) : x;
   std::string zero, one, live_shape;
-  if (!lens.empty() || (gru && h0.empty())) zero = e.real(0);
+  if (!lens.empty()) zero = e.real(0), live_shape = e.ints({-1, 1});
   if (gru) one = e.real(1);
-  if (!lens.empty()) live_shape = e.ints({-1, 1});
   const std::optional<ValueInfo> li = lens.empty() ? std::nullopt : info_of(g, lens);
   const DType lens_type = li && li->dtype != DType::Undefined ? li->dtype : DType::I32;
   GR_CHECK(lens_type == DType::I32 || lens_type == DType::I64,
