@@ -1,5 +1,5 @@
 // Models of opsets 18 to 23 (what newer PyTorch exporters write): read as opset 17, the newer forms of the
-// nodes rewritten (graph/onnx_io.cc, "opsets 18 to 23"), their outputs checked against numpy; what opset 17
+// nodes rewritten (graph/opset_lowering.cc), their outputs checked against numpy; what opset 17
 // cannot express is refused in one line naming the node.
 #include <gtest/gtest.h>
 

@@ -1,0 +1,562 @@
+// Opsets 18 to 23, lowered to 17.
+#include "graph/opset_lowering.h"
+
+#include <onnx/defs/schema.h>
+
+#include <algorithm>
+#include <iostream>
+#include <limits>
+#include <set>
+#include <vector>
+
+#include "graph/error.h"
+#include "graph/onnx_tensor.h"
+#include "graph/validate.h"
+
+namespace graphrun {
+
+namespace {
+
+constexpr int64_t kMaxCol2ImBlock = 4096;  // values in one Col2Im block (its lowering's weights are the square)
+constexpr int64_t kMaxCol2ImDim = int64_t(1) << 30;  // each of its sizes, so that their sums and products fit
+
+//
+// ONNX 1.12 (the checker and shape inference graphrun builds on) knows opsets up to 17. What opsets 18
+// to 23 changed is, for the ops graphrun runs, mostly where an attribute lives (the Reduce ops' axes
+// became an input in 18), attributes whose defaults mean what 17 means (Resize's antialias, Cast's
+// saturate), element types graphrun does not have (float8, int4, float4) and new ops. Each node is rewritten
+// into its opset-17 form; a node whose meaning 17 cannot express (non-default new attributes, axes
+// computed at run time, new ops without a decomposition) is refused in one line naming it.
+
+// The int64 values of `name` when it is an initializer or a Constant node's output.
+bool constant_ints(const onnx::GraphProto& g, const std::string& name, std::vector<int64_t>& out,
+                   const std::string& what) {
+  auto from_tensor = [&](const onnx::TensorProto& t) {
+    const Tensor v = tensor_from_proto(t, what + ": '" + name + "'");
+    GR_CHECK(v.dtype() == DType::I64, what << ": '" << name << "' holds " << dtype_name(v.dtype()) << ", not int64");
+    out = v.to_vector<int64_t>();
+    return true;
+  };
+  for (const auto& t : g.initializer())
+    if (t.name() == name) return from_tensor(t);
+  for (const auto& n : g.node()) {
+    if (n.op_type() != "Constant" || n.output_size() != 1 || n.output(0) != name) continue;
+    for (const auto& a : n.attribute()) {
+      if (a.name() == "value" && a.has_t()) return from_tensor(a.t());
+      if (a.name() == "value_ints") return out.assign(a.ints().begin(), a.ints().end()), true;
+      if (a.name() == "value_int") return out.assign(1, a.i()), true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+onnx::AttributeProto* find_attr(onnx::NodeProto& n, const std::string& name) {
+  for (auto& a : *n.mutable_attribute())
+    if (a.name() == name) return &a;
+  return nullptr;
+}
+
+namespace {
+
+void drop_attr(onnx::NodeProto& n, const std::string& name) {
+  auto* attrs = n.mutable_attribute();
+  for (int i = 0; i < attrs->size(); ++i)
+    if (attrs->Get(i).name() == name) {
+      attrs->DeleteSubrange(i, 1);
+      return;
+    }
+}
+
+onnx::NodeProto make_proto_node(const std::string& op, std::vector<std::string> inputs, const std::string& output,
+                                const std::string& name) {
+  onnx::NodeProto n;
+  n.set_op_type(op);
+  n.set_name(name);
+  for (auto& i : inputs) n.add_input(i);
+  n.add_output(output);
+  return n;
+}
+
+// A float scalar constant cast to the type of `like` (CastLike), so a decomposition works for any float type.
+void scalar_like(std::vector<onnx::NodeProto>& out, const std::string& name, float v, const std::string& like) {
+  onnx::NodeProto c = make_proto_node("Constant", {}, name + "_f", name + "_f");
+  auto* a = c.add_attribute();
+  a->set_name("value_float");
+  a->set_type(onnx::AttributeProto::FLOAT);
+  a->set_f(v);
+  out.push_back(c);
+  out.push_back(make_proto_node("CastLike", {name + "_f", like}, name, name));
+}
+
+void set_int_attr(onnx::NodeProto& n, const char* name, int64_t v) {
+  auto* a = n.add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(v);
+}
+
+void set_ints_attr(onnx::NodeProto& n, const char* name, const std::vector<int64_t>& v) {
+  auto* a = n.add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INTS);
+  for (int64_t x : v) a->add_ints(x);
+}
+
+// A Constant node writing `name`: int64 values (a scalar: one value of shape []), or float32 ones (of shape `dims`).
+onnx::NodeProto ints_constant(const std::string& name, const std::vector<int64_t>& v, bool scalar = false) {
+  onnx::NodeProto c = make_proto_node("Constant", {}, name, name);
+  auto* a = c.add_attribute();
+  a->set_name("value");
+  a->set_type(onnx::AttributeProto::TENSOR);
+  a->mutable_t()->set_data_type(onnx::TensorProto::INT64);
+  if (!scalar) a->mutable_t()->add_dims(static_cast<int64_t>(v.size()));
+  for (int64_t x : v) a->mutable_t()->add_int64_data(x);
+  return c;
+}
+onnx::NodeProto floats_constant(const std::string& name, const std::vector<int64_t>& dims,
+                                const std::vector<float>& v) {
+  onnx::NodeProto c = make_proto_node("Constant", {}, name, name);
+  auto* a = c.add_attribute();
+  a->set_name("value");
+  a->set_type(onnx::AttributeProto::TENSOR);
+  a->mutable_t()->set_data_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : dims) a->mutable_t()->add_dims(d);
+  for (float x : v) a->mutable_t()->add_float_data(x);
+  return c;
+}
+
+// The shape the graph states for `name`: an initializer's dims, or an input's, output's or value_info's shape (-1
+// for a dimension without a value); false where none is stated.
+bool stated_shape(const onnx::GraphProto& g, const std::string& name, std::vector<int64_t>& dims) {
+  for (const auto& t : g.initializer())
+    if (t.name() == name) return dims.assign(t.dims().begin(), t.dims().end()), true;
+  for (const auto* list : {&g.input(), &g.value_info(), &g.output()})
+    for (const auto& v : *list) {
+      if (v.name() != name || !v.type().has_tensor_type() || !v.type().tensor_type().has_shape()) continue;
+      dims.clear();
+      for (const auto& d : v.type().tensor_type().shape().dim()) dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
+      return true;
+    }
+  return false;
+}
+
+// The stated rank of `name`, or -1.
+int64_t stated_rank(const onnx::GraphProto& g, const std::string& name) {
+  std::vector<int64_t> dims;
+  return stated_shape(g, name, dims) ? static_cast<int64_t>(dims.size()) : -1;
+}
+
+// Dimension `axis` of `name` where the graph states it; -1 otherwise.
+int64_t stated_dim(const onnx::GraphProto& g, const std::string& name, size_t axis) {
+  std::vector<int64_t> dims;
+  return stated_shape(g, name, dims) && axis < dims.size() ? dims[axis] : -1;
+}
+
+// The opset-17 nodes computing what opset-18+ node `n` computes (usually just `n`, rewritten).
+std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodeProto n, int index, int64_t from,
+                                        const std::string& what) {
+  const std::string op = n.op_type();
+  auto refuse = [&](const std::string& why) {
+    GR_FAIL(what << ": ONNX opset " << from << " cannot be read as opset " << kMaxOpset << ": "
+                 << proto_node_desc(n, index) << ": " << why);
+  };
+  auto attr_int = [&](const char* name, int64_t dflt) {
+    const auto* a = find_attr(n, name);
+    return a ? a->i() : dflt;
+  };
+  auto attr_str = [&](const char* name, const std::string& dflt) {
+    const auto* a = find_attr(n, name);
+    return a ? a->s() : dflt;
+  };
+  auto input = [&](int i) { return i < n.input_size() ? n.input(i) : std::string(); };
+  const std::string base = (n.name().empty() ? n.output(0) : n.name()) + "/opset17";
+  static const std::set<std::string> reduce18 = {"ReduceL1",  "ReduceL2",  "ReduceLogSum", "ReduceLogSumExp", "ReduceMax",
+                                                 "ReduceMean", "ReduceMin", "ReduceProd",   "ReduceSumSquare"};
+  if (reduce18.count(op)) {  // 18: axes an input, noop_with_empty_axes
+    const bool noop = attr_int("noop_with_empty_axes", 0) != 0;
+    drop_attr(n, "noop_with_empty_axes");
+    std::vector<int64_t> axes;
+    if (!input(1).empty() && !constant_ints(g, input(1), axes, what)) refuse("its axes are computed at run time");
+    while (n.input_size() > 1) n.mutable_input()->RemoveLast();
+    if (axes.empty() && noop) {
+      n.set_op_type("Identity");
+      n.clear_attribute();
+    } else if (!axes.empty()) {
+      set_ints_attr(n, "axes", axes);
+    }
+  } else if (op == "Split") {  // 18: num_outputs (17 splits evenly into the outputs when no sizes are given)
+    if (const auto* a = find_attr(n, "num_outputs")) {
+      if (a->i() != n.output_size()) refuse("num_outputs " + std::to_string(a->i()) + " with " +
+                                            std::to_string(n.output_size()) + " outputs");
+      drop_attr(n, "num_outputs");
+    }
+  } else if (op == "Resize") {  // 18: antialias, axes, keep_aspect_ratio_policy; 19: half_pixel_symmetric
+    if (attr_int("antialias", 0) != 0) refuse("antialias is not supported");
+    if (attr_str("keep_aspect_ratio_policy", "stretch") != "stretch")
+      refuse("keep_aspect_ratio_policy '" + attr_str("keep_aspect_ratio_policy", "") + "' is not supported");
+    if (find_attr(n, "axes")) refuse("axes is not supported (give scales or sizes for every axis)");
+    if (attr_str("coordinate_transformation_mode", "") == "half_pixel_symmetric")
+      refuse("coordinate_transformation_mode 'half_pixel_symmetric' is not supported");
+    drop_attr(n, "antialias");
+    drop_attr(n, "keep_aspect_ratio_policy");
+  } else if (op == "Pad") {  // 18: axes; 19: wrap
+    const bool wrap = attr_str("mode", "constant") == "wrap";
+    if (input(3).empty() && !wrap) return {n};
+    // The pads of every axis: constants, and with axes (some axes only) the input's rank stated.
+    std::vector<int64_t> pads, axes;
+    if (!constant_ints(g, input(1), pads, what))
+      refuse(wrap ? "mode 'wrap' needs constant pads" : "pads for some axes only (the axes input) need constant pads");
+    int64_t r = static_cast<int64_t>(pads.size() / 2);
+    if (!input(3).empty()) {
+      r = stated_rank(g, input(0));
+      if (r < 0 || !constant_ints(g, input(3), axes, what))
+        refuse("pads for some axes only (the axes input) need constant axes and the input's rank stated");
+      if (pads.size() != 2 * axes.size()) refuse("pads must hold two values per axis");
+      std::vector<int64_t> full(static_cast<size_t>(2 * r), 0);
+      std::set<int64_t> seen;
+      for (size_t i = 0; i < axes.size(); ++i) {
+        const int64_t a = axes[i] < 0 ? axes[i] + r : axes[i];
+        if (a < 0 || a >= r || !seen.insert(a).second)
+          refuse("axes must name distinct axes of the input's rank " + std::to_string(r));
+        full[static_cast<size_t>(a)] = pads[i];
+        full[static_cast<size_t>(r + a)] = pads[axes.size() + i];
+      }
+      pads = full;
+    }
+    std::vector<onnx::NodeProto> out;
+    if (!wrap) {
+      out.push_back(ints_constant(base + "_pads", pads));
+      n.set_input(1, base + "_pads");
+      while (n.input_size() > 3) n.mutable_input()->RemoveLast();
+      out.push_back(n);
+      return out;
+    }
+    // wrap (torch's circular padding): along each padded axis, its last b and first e slices around it (Slice,
+    // Concat), the axes one after another, so that the corners wrap too. Pads up to the axis's stated size.
+    std::vector<int64_t> dims;
+    const bool stated = stated_shape(g, input(0), dims) && dims.size() == static_cast<size_t>(r);
+    std::string v = input(0);
+    for (int64_t ax = 0; ax < r; ++ax) {
+      const int64_t b = pads[static_cast<size_t>(ax)], e = pads[static_cast<size_t>(r + ax)];
+      if (b == 0 && e == 0) continue;
+      if (b < 0 || e < 0) refuse("mode 'wrap' with negative pads is not supported");
+      if (!stated || dims[static_cast<size_t>(ax)] < std::max(b, e))
+        refuse("mode 'wrap' needs pads no larger than the axis, whose size must be stated (axis " + std::to_string(ax) +
+               ")");
+      const std::string sa = base + "_axis" + std::to_string(ax);
+      out.push_back(ints_constant(sa, {ax}));
+      std::vector<std::string> parts;
+      auto slice = [&](const std::string& tag, int64_t from, int64_t to) {
+        out.push_back(ints_constant(sa + tag + "_from", {from}));
+        out.push_back(ints_constant(sa + tag + "_to", {to}));
+        out.push_back(make_proto_node("Slice", {v, sa + tag + "_from", sa + tag + "_to", sa}, sa + tag, sa + tag));
+        parts.push_back(sa + tag);
+      };
+      if (b > 0) slice("_before", -b, std::numeric_limits<int64_t>::max());
+      parts.push_back(v);
+      if (e > 0) slice("_after", 0, e);
+      out.push_back(make_proto_node("Concat", parts, sa + "_wrapped", sa + "_wrapped"));
+      set_int_attr(out.back(), "axis", ax);
+      v = sa + "_wrapped";
+    }
+    out.push_back(make_proto_node("Identity", {v}, n.output(0), n.name().empty() ? base : n.name()));
+    return out;
+  } else if (op == "ScatterElements" || op == "ScatterND") {  // 18: max, min
+    const std::string r = attr_str("reduction", "none");
+    if (r == "max" || r == "min") refuse("reduction '" + r + "' is not supported");
+  } else if (op == "LpPool") {  // 18: ceil_mode
+    if (attr_int("ceil_mode", 0) != 0) refuse("ceil_mode 1 is not supported");
+    drop_attr(n, "ceil_mode");
+  } else if (op == "AveragePool") {  // 19: dilations
+    if (const auto* a = find_attr(n, "dilations")) {
+      for (int64_t d : a->ints())
+        if (d != 1) refuse("dilations other than 1 are not supported");
+      drop_attr(n, "dilations");
+    }
+  } else if (op == "Cast" || op == "CastLike" || op == "QuantizeLinear") {  // 19: saturate (float8 only)
+    drop_attr(n, "saturate");
+  } else if (op == "GridSample") {  // 20: mode names
+    if (auto* a = find_attr(n, "mode")) {
+      if (a->s() == "linear") a->set_s("bilinear");
+      else if (a->s() == "cubic") a->set_s("bicubic");
+    }
+  } else if (op == "DFT" && from >= 20) {  // 20: axis an input (default -2), 17's attribute (default 1)
+    std::vector<int64_t> axis{-2};
+    if (!input(2).empty() && (!constant_ints(g, input(2), axis, what) || axis.size() != 1))
+      refuse("its axis must be one constant value (an initializer or Constant node)");
+    while (n.input_size() > 2) n.mutable_input()->RemoveLast();
+    drop_attr(n, "axis");
+    set_int_attr(n, "axis", axis[0]);
+  } else if (op == "RMSNormalization") {
+    // 23 (torch's nn.RMSNorm): X / sqrt(mean(X^2 over the axes from `axis` on) + epsilon) * scale. The axes are
+    // negative (counted from the end) where `axis` is, else need the input's stated rank.
+    const std::string x = input(0), scale = input(1);
+    int64_t axis = attr_int("axis", -1);
+    std::vector<int64_t> axes;
+    if (axis >= 0) {
+      const int64_t r = stated_rank(g, x);
+      if (r < 0) refuse("a non-negative axis needs the input's rank stated");
+      if (axis >= r) refuse("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(r));
+      axis -= r;
+    }
+    for (int64_t a = axis; a < 0; ++a) axes.push_back(a);
+    const auto* eps = find_attr(n, "epsilon");
+    std::vector<onnx::NodeProto> out;
+    out.push_back(make_proto_node("Mul", {x, x}, base + "_sq", base + "_sq"));
+    out.push_back(make_proto_node("ReduceMean", {base + "_sq"}, base + "_ms", base + "_ms"));
+    set_ints_attr(out.back(), "axes", axes);
+    set_int_attr(out.back(), "keepdims", 1);
+    scalar_like(out, base + "_eps", eps ? eps->f() : 1e-5f, x);
+    out.push_back(make_proto_node("Add", {base + "_ms", base + "_eps"}, base + "_var", base + "_var"));
+    out.push_back(make_proto_node("Sqrt", {base + "_var"}, base + "_rms", base + "_rms"));
+    out.push_back(make_proto_node("Div", {x, base + "_rms"}, base + "_normed", base + "_normed"));
+    out.push_back(make_proto_node("Mul", {base + "_normed", scale}, n.output(0), n.name().empty() ? base : n.name()));
+    return out;
+  } else if (op == "Mish") {  // 18: x * tanh(softplus(x))
+    const std::string x = input(0);
+    return {make_proto_node("Softplus", {x}, base + "_softplus", base + "_softplus"),
+            make_proto_node("Tanh", {base + "_softplus"}, base + "_tanh", base + "_tanh"),
+            make_proto_node("Mul", {x, base + "_tanh"}, n.output(0), n.name().empty() ? base : n.name())};
+  } else if (op == "Gelu") {  // 20: 0.5 x (1 + erf(x / sqrt 2)), or with approximate = tanh its tanh form
+    const std::string x = input(0), approx = attr_str("approximate", "none");
+    std::vector<onnx::NodeProto> out;
+    std::string inner;
+    if (approx == "none") {
+      scalar_like(out, base + "_rsqrt2", static_cast<float>(0.70710678118654752), x);
+      out.push_back(make_proto_node("Mul", {x, base + "_rsqrt2"}, base + "_scaled", base + "_scaled"));
+      out.push_back(make_proto_node("Erf", {base + "_scaled"}, base + "_erf", base + "_erf"));
+      inner = base + "_erf";
+    } else if (approx == "tanh") {
+      scalar_like(out, base + "_c", 0.044715f, x);
+      scalar_like(out, base + "_k", static_cast<float>(0.79788456080286536), x);  // sqrt(2 / pi)
+      out.push_back(make_proto_node("Mul", {x, x}, base + "_x2", base + "_x2"));
+      out.push_back(make_proto_node("Mul", {base + "_x2", x}, base + "_x3", base + "_x3"));
+      out.push_back(make_proto_node("Mul", {base + "_x3", base + "_c"}, base + "_cx3", base + "_cx3"));
+      out.push_back(make_proto_node("Add", {x, base + "_cx3"}, base + "_sum", base + "_sum"));
+      out.push_back(make_proto_node("Mul", {base + "_sum", base + "_k"}, base + "_arg", base + "_arg"));
+      out.push_back(make_proto_node("Tanh", {base + "_arg"}, base + "_tanh", base + "_tanh"));
+      inner = base + "_tanh";
+    } else {
+      refuse("approximate '" + approx + "' is not 'none' or 'tanh'");
+    }
+    scalar_like(out, base + "_one", 1.0f, x);
+    scalar_like(out, base + "_half", 0.5f, x);
+    out.push_back(make_proto_node("Add", {inner, base + "_one"}, base + "_1p", base + "_1p"));
+    out.push_back(make_proto_node("Mul", {x, base + "_half"}, base + "_hx", base + "_hx"));
+    out.push_back(make_proto_node("Mul", {base + "_hx", base + "_1p"}, n.output(0), n.name().empty() ? base : n.name()));
+    return out;
+  } else if (op == "GroupNormalization") {
+    // 18 (scale and bias per group) and 21 (per channel), as torch writes F.group_norm at opset 17: X as
+    // [N, G, rest], InstanceNormalization over the rest, the scale and bias applied per group there (18) or per
+    // channel on X as [N, C, rest] (21), back to X's shape.
+    const std::string x = input(0), scale = input(1), bias = input(2);
+    const auto* groups = find_attr(n, "num_groups");
+    if (!groups || groups->i() < 1) refuse("needs the attribute num_groups, at least 1");
+    const int64_t G = groups->i();
+    const auto* eps = find_attr(n, "epsilon");
+    const bool per_group = from < 21;
+    const std::string name = n.name().empty() ? base : n.name();
+    std::vector<onnx::NodeProto> out;
+    out.push_back(ints_constant(base + "_groups_shape", {0, G, -1}));
+    out.push_back(make_proto_node("Reshape", {x, base + "_groups_shape"}, base + "_groups", base + "_groups"));
+    std::string s = scale, b = bias;
+    if (!per_group) {
+      // Ones and zeros of G values, sized from X as [N, G, rest] (what the data holds, not what the file says).
+      out.push_back(make_proto_node("Shape", {base + "_groups"}, base + "_g", base + "_g"));
+      set_int_attr(out.back(), "start", 1);
+      set_int_attr(out.back(), "end", 2);
+      scalar_like(out, base + "_one", 1.0f, x);
+      scalar_like(out, base + "_zero", 0.0f, x);
+      out.push_back(make_proto_node("Expand", {base + "_one", base + "_g"}, base + "_ones", base + "_ones"));
+      out.push_back(make_proto_node("Expand", {base + "_zero", base + "_g"}, base + "_zeros", base + "_zeros"));
+      s = base + "_ones", b = base + "_zeros";
+    }
+    onnx::NodeProto norm =
+        make_proto_node("InstanceNormalization", {base + "_groups", s, b}, base + "_normed", base + "_normed");
+    if (eps) *norm.add_attribute() = *eps;
+    out.push_back(norm);
+    out.push_back(make_proto_node("Shape", {x}, base + "_shape", base + "_shape"));
+    std::string y = base + "_normed";
+    if (!per_group) {
+      out.push_back(make_proto_node("Shape", {x}, base + "_nc", base + "_nc"));
+      set_int_attr(out.back(), "end", 2);
+      out.push_back(ints_constant(base + "_rest", {-1}));
+      out.push_back(make_proto_node("Concat", {base + "_nc", base + "_rest"}, base + "_nc_rest", base + "_nc_rest"));
+      set_int_attr(out.back(), "axis", 0);
+      out.push_back(make_proto_node("Reshape", {y, base + "_nc_rest"}, base + "_channels", base + "_channels"));
+      out.push_back(ints_constant(base + "_column", {-1, 1}));
+      out.push_back(make_proto_node("Reshape", {scale, base + "_column"}, base + "_scale", base + "_scale"));
+      out.push_back(make_proto_node("Reshape", {bias, base + "_column"}, base + "_bias", base + "_bias"));
+      out.push_back(make_proto_node("Mul", {base + "_channels", base + "_scale"}, base + "_scaled", base + "_scaled"));
+      out.push_back(make_proto_node("Add", {base + "_scaled", base + "_bias"}, base + "_shifted", base + "_shifted"));
+      y = base + "_shifted";
+    }
+    out.push_back(make_proto_node("Reshape", {y, base + "_shape"}, n.output(0), name));
+    return out;
+  } else if (op == "Col2Im") {
+    // 18: the sum of the sliding blocks into the image (torch's F.fold): a ConvTranspose of each channel's
+    // columns [N*C, K, L1, ..., Ls] by the one-hot blocks [K, 1, b1, ..., bs], output_padding making up what the
+    // strides leave over at the far edge.
+    std::vector<int64_t> image, block;
+    if (!constant_ints(g, input(1), image, what) || !constant_ints(g, input(2), block, what))
+      refuse("image_shape and block_shape must be constants (initializers or Constant nodes)");
+    const size_t S = image.size();
+    if (S == 0 || block.size() != S) refuse("image_shape and block_shape must list the same number of dimensions");
+    auto ints_attr = [&](const char* k, size_t count, int64_t dflt) {
+      std::vector<int64_t> v(count, dflt);
+      if (const auto* a = find_attr(n, k)) v.assign(a->ints().begin(), a->ints().end());
+      if (v.size() != count)
+        refuse(std::string("attribute '") + k + "' must list " + std::to_string(count) + " values");
+      return v;
+    };
+    const std::vector<int64_t> dil = ints_attr("dilations", S, 1), pads = ints_attr("pads", 2 * S, 0),
+                               strides = ints_attr("strides", S, 1);
+    int64_t K = 1;
+    std::vector<int64_t> counts, extra;
+    for (size_t i = 0; i < S; ++i) {
+      if (image[i] < 1 || block[i] < 1 || dil[i] < 1 || strides[i] < 1 || pads[i] < 0 || pads[S + i] < 0)
+        refuse("image_shape, block_shape, dilations and strides must be positive, pads not negative");
+      for (int64_t v : {image[i], block[i], dil[i], strides[i], pads[i], pads[S + i]})
+        if (v > kMaxCol2ImDim) refuse("image_shape, block_shape, dilations, strides and pads must be at most 2^30");
+      const int64_t span = dil[i] * (block[i] - 1) + 1, room = image[i] + pads[i] + pads[S + i] - span;
+      if (room < 0) refuse("a block of dimension " + std::to_string(i) + " is larger than the padded image");
+      counts.push_back(room / strides[i] + 1);
+      extra.push_back(room % strides[i]);
+      K *= block[i];
+      // The one-hot blocks are K x K values: a block of 64 x 64 is 64 MiB of them.
+      if (K > kMaxCol2ImBlock)
+        refuse("blocks of more than " + std::to_string(kMaxCol2ImBlock) + " values are not supported");
+    }
+    std::vector<int64_t> wdims{K, 1};
+    wdims.insert(wdims.end(), block.begin(), block.end());
+    std::vector<float> w(static_cast<size_t>(K * K), 0.0f);
+    for (int64_t k = 0; k < K; ++k) w[static_cast<size_t>(k * K + k)] = 1.0f;  // block position k of column k
+    std::vector<int64_t> cols{-1, K};
+    cols.insert(cols.end(), counts.begin(), counts.end());
+    std::vector<int64_t> rest{-1};
+    rest.insert(rest.end(), image.begin(), image.end());
+    std::vector<onnx::NodeProto> out;
+    out.push_back(ints_constant(base + "_cols_shape", cols));
+    out.push_back(make_proto_node("Reshape", {input(0), base + "_cols_shape"}, base + "_cols", base + "_cols"));
+    out.push_back(floats_constant(base + "_blocks_f", wdims, w));
+    out.push_back(make_proto_node("CastLike", {base + "_blocks_f", input(0)}, base + "_blocks", base + "_blocks"));
+    onnx::NodeProto ct = make_proto_node("ConvTranspose", {base + "_cols", base + "_blocks"}, base + "_images",
+                                         n.name().empty() ? base : n.name());
+    set_ints_attr(ct, "kernel_shape", block);
+    set_ints_attr(ct, "dilations", dil);
+    set_ints_attr(ct, "pads", pads);
+    set_ints_attr(ct, "strides", strides);
+    set_ints_attr(ct, "output_padding", extra);
+    out.push_back(ct);
+    out.push_back(make_proto_node("Shape", {input(0)}, base + "_batch", base + "_batch"));
+    set_int_attr(out.back(), "end", 1);
+    out.push_back(ints_constant(base + "_rest", rest));
+    out.push_back(make_proto_node("Concat", {base + "_batch", base + "_rest"}, base + "_shape", base + "_shape"));
+    set_int_attr(out.back(), "axis", 0);
+    out.push_back(make_proto_node("Reshape", {base + "_images", base + "_shape"}, n.output(0), base + "_out"));
+    return out;
+  } else if (op == "AffineGrid") {
+    // 20: torch's F.affine_grid. The grid of normalised coordinates (x along W, y along H, z along D, and 1) times
+    // theta^T, in ops of opset 17: per axis of length L, (2 i - (L - 1)) / L, or / max(L - 1, 1) with
+    // align_corners (a single step at 0, as torch). The size is read at run time; whether the grid is 2-D
+    // (theta [N, 2, 3], size [N, C, H, W]) or 3-D (theta [N, 3, 4], size of 5) must be known when loading.
+    const std::string theta = input(0), size = input(1);
+    int64_t r = stated_dim(g, theta, 1);
+    std::vector<int64_t> size_values;
+    if (r < 0 && constant_ints(g, size, size_values, what)) r = static_cast<int64_t>(size_values.size()) - 2;
+    if (r < 0 && stated_dim(g, size, 0) > 0) r = stated_dim(g, size, 0) - 2;
+    if (r != 2 && r != 3)
+      refuse(r < 0 ? "whether it is 2-D or 3-D must be known when loading (theta's shape or size's length)"
+                   : "theta must be [N, 2, 3] or [N, 3, 4]");
+    const bool corners = attr_int("align_corners", 0) != 0;
+    std::vector<onnx::NodeProto> out;
+    auto node = [&](const std::string& type, std::vector<std::string> ins, const std::string& o) {
+      out.push_back(make_proto_node(type, std::move(ins), base + o, base + o));
+      return base + o;
+    };
+    auto constant = [&](const std::string& o, const std::vector<int64_t>& v, bool scalar) {
+      out.push_back(ints_constant(base + o, v, scalar));
+      return base + o;
+    };
+    const std::string zero = constant("_zero", {0}, true), one = constant("_one", {1}, true),
+                      two = constant("_two", {2}, true);
+    scalar_like(out, base + "_onef", 1.0f, theta);
+    // The coordinates along spatial axis k (size index 2 + k), shaped to broadcast over the grid [D?, H, W].
+    std::vector<std::string> coords(static_cast<size_t>(r));
+    std::vector<std::string> dims;  // each spatial length as a 1-D tensor of one value
+    for (int64_t k = 0; k < r; ++k) {
+      const std::string sk = std::to_string(k);
+      const std::string len = node("Gather", {size, constant("_at" + sk, {2 + k}, true)}, "_len" + sk);
+      dims.push_back(node("Gather", {size, constant("_at1d" + sk, {2 + k}, false)}, "_dim" + sk));
+      const std::string i = node("Range", {zero, len, one}, "_i" + sk);
+      const std::string last = node("Sub", {len, one}, "_last" + sk);
+      const std::string num = node("Sub", {node("Mul", {i, two}, "_2i" + sk), last}, "_num" + sk);
+      const std::string den = corners ? node("Max", {last, one}, "_den" + sk) : len;
+      const std::string numf = node("CastLike", {num, theta}, "_numf" + sk);
+      const std::string denf = node("CastLike", {den, theta}, "_denf" + sk);
+      // Axis k of the grid [D?, H, W, 1] (0: D or H, ...): that length, ones elsewhere.
+      std::vector<int64_t> shape(static_cast<size_t>(r + 1), 1);
+      shape[static_cast<size_t>(k)] = -1;
+      coords[static_cast<size_t>(k)] = node(
+          "Reshape", {node("Div", {numf, denf}, "_lin" + sk), constant("_shape" + sk, shape, false)}, "_axis" + sk);
+    }
+    std::vector<std::string> grid_dims = dims;
+    grid_dims.push_back(constant("_one1d", {1}, false));
+    out.push_back(make_proto_node("Concat", grid_dims, base + "_grid_shape", base + "_grid_shape"));
+    set_int_attr(out.back(), "axis", 0);
+    // The homogeneous coordinates (x, y[, z], 1): x runs along the last axis (W).
+    std::vector<std::string> parts;
+    for (int64_t k = r - 1; k >= 0; --k)
+      parts.push_back(
+          node("Expand", {coords[static_cast<size_t>(k)], base + "_grid_shape"}, "_coord" + std::to_string(k)));
+    parts.push_back(node("Expand", {base + "_onef", base + "_grid_shape"}, "_ones"));
+    out.push_back(make_proto_node("Concat", parts, base + "_base", base + "_base"));
+    set_int_attr(out.back(), "axis", r);
+    const std::string flat = node("Reshape", {base + "_base", constant("_points", {-1, r + 1}, false)}, "_flat");
+    out.push_back(make_proto_node("Transpose", {theta}, base + "_theta_t", base + "_theta_t"));
+    set_ints_attr(out.back(), "perm", {0, 2, 1});
+    const std::string points = node("MatMul", {flat, base + "_theta_t"}, "_points_out");  // [N, P, r]
+    std::vector<std::string> final_dims{node("Gather", {size, constant("_at1d_n", {0}, false)}, "_batch")};
+    final_dims.insert(final_dims.end(), dims.begin(), dims.end());
+    final_dims.push_back(constant("_r", {r}, false));
+    out.push_back(make_proto_node("Concat", final_dims, base + "_out_shape", base + "_out_shape"));
+    set_int_attr(out.back(), "axis", 0);
+    out.push_back(
+        make_proto_node("Reshape", {points, base + "_out_shape"}, n.output(0), n.name().empty() ? base : n.name()));
+    return out;
+  } else if (!onnx::OpSchemaRegistry::Schema(op, static_cast<int>(kMaxOpset), "")) {
+    refuse("op " + op + " is newer than opset " + std::to_string(kMaxOpset) + " and has no form there");
+  }
+  return {n};
+}
+
+}  // namespace
+
+// Opsets 18 to 23 are brought to opset 17 (above); says so once per model on stderr.
+void lower_new_opset(onnx::ModelProto& m, const std::string& what) {
+  int64_t from = 0;
+  for (const auto& op : m.opset_import())
+    if (normal_domain(op.domain()).empty()) from = op.version();
+  if (from <= kMaxOpset) return;
+  auto* gp = m.mutable_graph();
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+  for (int i = 0; i < gp->node_size(); ++i) {
+    const auto& n = gp->node(i);
+    if (!normal_domain(n.domain()).empty() || n.output_size() == 0) {
+      *nodes.Add() = n;
+      continue;
+    }
+    for (auto& lowered : lower_node(*gp, n, i, from, what)) *nodes.Add() = std::move(lowered);
+  }
+  gp->mutable_node()->Swap(&nodes);
+  for (auto& op : *m.mutable_opset_import())
+    if (normal_domain(op.domain()).empty()) op.set_version(kMaxOpset);
+  static std::set<std::string> said;
+  if (said.insert(what).second)
+    std::cerr << "graphrun: " << what << ": opset " << from << " read as opset " << kMaxOpset
+              << " (nodes rewritten where opsets 18 to " << from << " changed them)\n";
+}
+
+}  // namespace graphrun

@@ -1,0 +1,25 @@
+// Opsets 18 to 23 read as opset 17: each node rewritten into its opset-17 form on load (graph/opset_lowering.cc).
+#pragma once
+
+#include <onnx/onnx_pb.h>
+
+#include <cstdint>
+#include <string>
+
+namespace graphrun {
+
+constexpr int64_t kMaxOpset = 17;         // what graphrun's kernels and rules know, and the opset it writes
+constexpr int64_t kMaxLoweredOpset = 23;  // newer opsets are read by lowering them to kMaxOpset
+
+// "" for the default domain, however a model spells it.
+inline std::string normal_domain(const std::string& d) { return d == "ai.onnx" ? "" : d; }
+
+// The attribute `name` of `n`, or null.
+onnx::AttributeProto* find_attr(onnx::NodeProto& n, const std::string& name);
+
+// A model of opset 18 to kMaxLoweredOpset becomes a model of opset 17 (nodes rewritten, or refused in one line
+// naming the node and `what` where 17 cannot express them); says so once per model on stderr. Other models are
+// left as they are.
+void lower_new_opset(onnx::ModelProto& m, const std::string& what);
+
+}  // namespace graphrun
