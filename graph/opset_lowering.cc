@@ -4,6 +4,8 @@
 #include <onnx/defs/schema.h>
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <set>
@@ -152,6 +154,217 @@ int64_t stated_rank(const onnx::GraphProto& g, const std::string& name) {
 int64_t stated_dim(const onnx::GraphProto& g, const std::string& name, size_t axis) {
   std::vector<int64_t> dims;
   return stated_shape(g, name, dims) && axis < dims.size() ? dims[axis] : -1;
+}
+
+// The element type the graph states for `name` (an onnx::TensorProto::DataType), 0 where none is stated.
+int32_t stated_elem_type(const onnx::GraphProto& g, const std::string& name) {
+  for (const auto& t : g.initializer())
+    if (t.name() == name) return t.data_type();
+  for (const auto* list : {&g.input(), &g.value_info(), &g.output()})
+    for (const auto& v : *list)
+      if (v.name() == name && v.type().has_tensor_type()) return v.type().tensor_type().elem_type();
+  return 0;
+}
+
+// Writes the nodes of one lowering into `out`, each value named `base` and a suffix.
+struct Emitter {
+  std::vector<onnx::NodeProto>& out;
+  std::string base;
+
+  // A node of one output, base + suffix; returns that name (attributes go on `last()`).
+  std::string node(const std::string& op, std::vector<std::string> ins, const std::string& suffix) {
+    out.push_back(make_proto_node(op, std::move(ins), base + suffix, base + suffix));
+    return base + suffix;
+  }
+  onnx::NodeProto& last() { return out.back(); }
+  // int64 values (a scalar: one value of shape []).
+  std::string ints(const std::string& suffix, const std::vector<int64_t>& v, bool scalar = false) {
+    out.push_back(ints_constant(base + suffix, v, scalar));
+    return base + suffix;
+  }
+  // A float scalar of the type of `like`.
+  std::string scalar(const std::string& suffix, float v, const std::string& like) {
+    scalar_like(out, base + suffix, v, like);
+    return base + suffix;
+  }
+  // Dimensions [start, end) of `x`'s shape, as a 1-D int64 tensor.
+  std::string dims(const std::string& x, int64_t start, int64_t end, const std::string& suffix) {
+    node("Shape", {x}, suffix);
+    set_int_attr(last(), "start", start);
+    set_int_attr(last(), "end", end);
+    return base + suffix;
+  }
+};
+
+// Attention (23: torch's F.scaled_dot_product_attention) in opset-17 ops, as ONNX's reference computes it:
+//   3-D Q [B, S, Hq*D], K and V [B, T, Hkv*D] as heads [B, H, S, D] (Reshape, Transpose); past_key/past_value
+//   prepended to K and V along the sequence (Concat; present_key/present_value are the results); for Hq > Hkv
+//   (grouped-query attention) each K and V head repeated Hq/Hkv times (Unsqueeze, Expand, Reshape);
+//   scores = (Q * scale) K^T, scale 1/sqrt(D) unless given; softcap * tanh(scores / softcap) where softcap > 0;
+//   the mask added (a bool mask as 0 where true and -inf where false; one shorter than the keys padded with -inf);
+//   is_causal: query i sees key j only where j <= i + the past's length (Where, -inf elsewhere); Softmax over the
+//   keys (in softmax_precision where given); times V; 3-D heads back to [B, S, Hq*Dv].
+// qk_matmul_output (the fourth output) is the scaled QK^T (mode 0, without softcap) or the softmax (mode 3).
+std::vector<onnx::NodeProto> lower_attention(const onnx::GraphProto& g, const onnx::NodeProto& n,
+                                             const std::function<void(const std::string&)>& refuse) {
+  auto input = [&](int i) { return i < n.input_size() ? n.input(i) : std::string(); };
+  auto output = [&](int i) { return i < n.output_size() ? n.output(i) : std::string(); };
+  auto attr = [&](const char* name) -> const onnx::AttributeProto* {
+    for (const auto& a : n.attribute())
+      if (a.name() == name) return &a;
+    return nullptr;
+  };
+  const std::string q = input(0), k = input(1), v = input(2), mask = input(3), past_k = input(4), past_v = input(5);
+  if (q.empty() || k.empty() || v.empty()) refuse("needs Q, K and V");
+  if (past_k.empty() != past_v.empty()) refuse("past_key and past_value must be given together");
+  const int64_t hq = attr("q_num_heads") ? attr("q_num_heads")->i() : 0;
+  const int64_t hkv = attr("kv_num_heads") ? attr("kv_num_heads")->i() : 0;
+  int64_t r = stated_rank(g, q);
+  if (r < 0) r = stated_rank(g, k);
+  if (r < 0 && hq > 0 && hkv > 0) r = 3;
+  if (r < 0) refuse("whether Q, K and V are 3-D or 4-D must be known when loading (their shapes stated)");
+  if (r != 3 && r != 4) refuse("Q, K and V must be 3-D or 4-D");
+  if (r == 3 && (hq < 1 || hkv < 1)) refuse("3-D Q, K and V need q_num_heads and kv_num_heads, at least 1");
+  const float softcap = attr("softcap") ? attr("softcap")->f() : 0.0f;
+  const int64_t mode = attr("qk_matmul_output_mode") ? attr("qk_matmul_output_mode")->i() : 0;
+  if (!output(3).empty() && !(mode == 3 || (mode == 0 && softcap <= 0)))
+    refuse("qk_matmul_output_mode " + std::to_string(mode) + (softcap > 0 ? " with softcap" : "") +
+           " is not supported (0 without softcap, or 3)");
+  const bool causal = attr("is_causal") && attr("is_causal")->i() != 0;
+
+  std::vector<onnx::NodeProto> out;
+  Emitter e{out, (n.name().empty() ? n.output(0) : n.name()) + "/opset17"};
+  // [B, S, H*D] -> [B, H, S, D]
+  auto split_heads = [&](const std::string& x, int64_t h, const std::string& tag) {
+    const std::string split = e.node("Reshape", {x, e.ints(tag + "_split_shape", {0, 0, h, -1})}, tag + "_split");
+    e.node("Transpose", {split}, tag + "_heads");
+    set_ints_attr(e.last(), "perm", {0, 2, 1, 3});
+    return e.base + tag + "_heads";
+  };
+  const std::string q4 = r == 3 ? split_heads(q, hq, "_q") : q;
+  std::string k4 = r == 3 ? split_heads(k, hkv, "_k") : k, v4 = r == 3 ? split_heads(v, hkv, "_v") : v;
+  if (!past_k.empty()) {
+    k4 = e.node("Concat", {past_k, k4}, "_all_k");
+    set_int_attr(e.last(), "axis", 2);
+    v4 = e.node("Concat", {past_v, v4}, "_all_v");
+    set_int_attr(e.last(), "axis", 2);
+  }
+  if (!output(1).empty()) out.push_back(make_proto_node("Identity", {k4}, output(1), e.base + "_present_key"));
+  if (!output(2).empty()) out.push_back(make_proto_node("Identity", {v4}, output(2), e.base + "_present_value"));
+
+  // Grouped-query attention: the heads of K and V repeated to Q's count, each head's copies side by side.
+  int64_t reps = 1, q_heads = hq;  // reps 0: counted at run time
+  if (r == 3) {
+    if (hq % hkv != 0) refuse("q_num_heads must be a multiple of kv_num_heads");
+    reps = hq / hkv;
+  } else {
+    const int64_t dq = stated_dim(g, q, 1), dk = stated_dim(g, k, 1);
+    q_heads = dq;
+    if (dq > 0 && dk > 0 && dq % dk != 0) refuse("Q's heads must be a multiple of K's");
+    reps = dq > 0 && dk > 0 ? dq / dk : 0;
+  }
+  if (reps != 1) {
+    const std::string reps_1d =
+        reps > 0 ? e.ints("_reps", {reps})
+                 : e.node("Div", {e.dims(q4, 1, 2, "_q_heads"), e.dims(k4, 1, 2, "_kv_heads")}, "_reps");
+    const std::string heads_1d = q_heads > 0 ? e.ints("_heads", {q_heads}) : e.dims(q4, 1, 2, "_heads");
+    const std::string one2 = e.ints("_one2", {1, 1}), at2 = e.ints("_at2", {2});
+    e.node("Concat", {one2, reps_1d, one2}, "_expand_shape");
+    set_int_attr(e.last(), "axis", 0);
+    auto repeat = [&](const std::string& x, const std::string& tag) {
+      const std::string x5 = e.node("Unsqueeze", {x, at2}, tag + "_5d");
+      const std::string wide = e.node("Expand", {x5, e.base + "_expand_shape"}, tag + "_repeated");
+      e.node("Concat", {e.dims(x, 0, 1, tag + "_b"), heads_1d, e.dims(x, 2, 4, tag + "_sd")}, tag + "_q_shape");
+      set_int_attr(e.last(), "axis", 0);
+      return e.node("Reshape", {wide, e.base + tag + "_q_shape"}, tag + "_grouped");
+    };
+    k4 = repeat(k4, "_k"), v4 = repeat(v4, "_v");
+  }
+
+  // scores = (Q * scale) K^T
+  std::string scale;
+  if (const auto* s = attr("scale")) {
+    scale = e.scalar("_scale", s->f(), q);
+  } else {
+    const int64_t d = r == 4 ? stated_dim(g, q, 3) : stated_dim(g, q, 2) > 0 ? stated_dim(g, q, 2) / hq : -1;
+    if (d > 0) {
+      scale = e.scalar("_scale", static_cast<float>(1 / std::sqrt(static_cast<double>(d))), q);
+    } else {
+      const std::string df = e.node("CastLike", {e.dims(q4, 3, 4, "_d"), q}, "_df");
+      scale = e.node("Reciprocal", {e.node("Sqrt", {df}, "_sqrt_d")}, "_scale");
+    }
+  }
+  const std::string kt = e.node("Transpose", {k4}, "_kt");
+  set_ints_attr(e.last(), "perm", {0, 1, 3, 2});
+  const std::string qk = e.node("MatMul", {e.node("Mul", {q4, scale}, "_q_scaled"), kt}, "_qk");
+  std::string scores = qk;
+  if (softcap > 0) {
+    const std::string cap = e.scalar("_softcap", softcap, q);
+    scores = e.node("Mul", {e.node("Tanh", {e.node("Div", {scores, cap}, "_over_cap")}, "_tanh"), cap}, "_capped");
+  }
+  std::string neg_inf;
+  if (!mask.empty() || causal) neg_inf = e.scalar("_neg_inf", -std::numeric_limits<float>::infinity(), q);
+  if (!mask.empty()) {
+    const int32_t type = stated_elem_type(g, mask);
+    const int64_t mr = stated_rank(g, mask);
+    if (type == 0 || mr < 1) refuse("the attention mask's element type and rank must be stated");
+    std::string bias = mask;
+    if (type == onnx::TensorProto::BOOL) {
+      bias = e.node("Where", {mask, e.scalar("_zero", 0.0f, q), neg_inf}, "_mask_bias");
+    } else if (type != stated_elem_type(g, q) && stated_elem_type(g, q) != 0) {
+      refuse("the attention mask must be bool or of Q's type");
+    }
+    // A mask over fewer keys than there are (the past's included) is padded with -inf.
+    const int64_t keys = r == 4 ? stated_dim(g, k, 2) : stated_dim(g, k, 1);
+    const int64_t past = past_k.empty() ? 0 : stated_dim(g, past_k, 2);
+    if (keys < 0 || past < 0 || stated_dim(g, mask, static_cast<size_t>(mr - 1)) != keys + past) {
+      const std::string width =
+          e.node("Sub", {e.dims(k4, 2, 3, "_keys"), e.dims(mask, mr - 1, mr, "_mask_keys")}, "_mask_pad");
+      e.node("Concat", {e.ints("_pad_zeros", std::vector<int64_t>(static_cast<size_t>(2 * mr - 1), 0)), width},
+             "_pads");
+      set_int_attr(e.last(), "axis", 0);
+      bias = e.node("Pad", {bias, e.base + "_pads", neg_inf}, "_mask_padded");
+    }
+    scores = e.node("Add", {scores, bias}, "_masked");
+  }
+  if (causal) {
+    // Query i (after the past's P keys) sees key j where j <= i + P.
+    const std::string zero = e.ints("_i0", {0}, true), one = e.ints("_i1", {1}, true), two = e.ints("_i2", {2}, true);
+    const std::string offset =
+        past_k.empty() ? zero : e.node("Gather", {e.node("Shape", {past_k}, "_past_shape"), two}, "_past");
+    const std::string queries = e.node("Gather", {e.node("Shape", {q4}, "_q_shape4"), two}, "_queries");
+    const std::string keys = e.node("Gather", {e.node("Shape", {k4}, "_k_shape4"), two}, "_all_keys");
+    const std::string last = e.node("Add", {offset, queries}, "_row_end");
+    const std::string rows =
+        e.node("Unsqueeze", {e.node("Range", {offset, last, one}, "_rows"), e.ints("_at1", {1})}, "_rows_col");
+    const std::string allowed = e.node("LessOrEqual", {e.node("Range", {zero, keys, one}, "_cols"), rows}, "_allowed");
+    scores = e.node("Where", {allowed, scores, neg_inf}, "_causal");
+  }
+  std::string probs;
+  const auto* precision = attr("softmax_precision");
+  if (precision && stated_elem_type(g, q) != 0 && precision->i() != stated_elem_type(g, q)) {
+    e.node("Cast", {scores}, "_scores_wide");
+    set_int_attr(e.last(), "to", precision->i());
+    e.node("Softmax", {e.base + "_scores_wide"}, "_probs_wide");
+    set_int_attr(e.last(), "axis", -1);
+    probs = e.node("CastLike", {e.base + "_probs_wide", q}, "_probs");
+  } else {
+    e.node("Softmax", {scores}, "_probs");
+    set_int_attr(e.last(), "axis", -1);
+    probs = e.base + "_probs";
+  }
+  if (!output(3).empty())
+    out.push_back(make_proto_node("Identity", {mode == 3 ? probs : qk}, output(3), e.base + "_qk_output"));
+  const std::string name = n.name().empty() ? e.base : n.name();
+  if (r == 4) {
+    out.push_back(make_proto_node("MatMul", {probs, v4}, output(0), name));
+  } else {
+    const std::string y4 = e.node("MatMul", {probs, v4}, "_y_heads");
+    e.node("Transpose", {y4}, "_y_seq");
+    set_ints_attr(e.last(), "perm", {0, 2, 1, 3});
+    out.push_back(make_proto_node("Reshape", {e.base + "_y_seq", e.ints("_y_shape", {0, 0, -1})}, output(0), name));
+  }
+  return out;
 }
 
 // The opset-17 nodes computing what opset-18+ node `n` computes (usually just `n`, rewritten).
@@ -457,6 +670,8 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
     set_int_attr(out.back(), "axis", 0);
     out.push_back(make_proto_node("Reshape", {base + "_images", base + "_shape"}, n.output(0), base + "_out"));
     return out;
+  } else if (op == "Attention") {
+    return lower_attention(g, n, refuse);
   } else if (op == "AffineGrid") {
     // 20: torch's F.affine_grid. The grid of normalised coordinates (x along W, y along H, z along D, and 1) times
     // theta^T, in ops of opset 17: per axis of length L, (2 i - (L - 1)) / L, or / max(L - 1, 1) with

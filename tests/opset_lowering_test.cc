@@ -151,7 +151,14 @@ save('bitwise', [helper.make_node('Cast', ['x'], ['i'], to=TensorProto.INT32),
                  helper.make_node('BitwiseAnd', ['i', 'i'], ['r'], name='mask')], X, [vi('r', TensorProto.INT32, None)], 18)
 save('gelu_kind', [helper.make_node('Gelu', ['x'], ['r'], name='act', approximate='erf')], X, [vi('r', F, None)], 20)
 save('ir12', [helper.make_node('Relu', ['x'], ['r'])], X, [vi('r', F, None)], 20, ir=12)
-save('attention23', [helper.make_node('Attention', ['x', 'x', 'x'], ['r'], name='sdpa')], X, [vi('r', F, None)], 23, ir=11)
+save('attn_unranked', [helper.make_node('Attention', ['x', 'x', 'x'], ['r'], name='sdpa')], [vi('x', F, None)],
+     [vi('r', F, None)], 23, ir=11)
+save('attn_no_heads', [helper.make_node('Attention', ['x', 'x', 'x'], ['r'], name='sdpa3')], X, [vi('r', F, None)], 23, ir=11)
+save('attn_qk_mode', [helper.make_node('Attention', ['y', 'y', 'y'], ['r', '', '', 'qk'], name='sdpa_qk',
+                                       qk_matmul_output_mode=1)],
+     [vi('y', F, [1, 1, 4, 4])], [vi('r', F, None), vi('qk', F, None)], 23, ir=11)
+save('rotary23', [helper.make_node('RotaryEmbedding', ['y', 'y', 'y'], ['r'], name='rope')], [vi('y', F, [1, 1, 4, 4])],
+     [vi('r', F, None)], 23, ir=11)
 )";
 
 class OpsetLowering : public ::testing::Test {
@@ -388,6 +395,130 @@ save('ag_unknown', [helper.make_node('Shape', ['x'], ['size']), helper.make_node
   expect_refused("ag_unknown", "node 'grid_of' (AffineGrid): whether it is 2-D or 3-D must be known when loading");
 }
 
+// Attention (opset 23: torch's F.scaled_dot_product_attention) is written in opset-17 ops. Against a float64 numpy
+// reference of ONNX's definition, itself checked against torch's SDPA where torch 1.13 has the case (no mask or a
+// float mask, causal or not): 4-D heads with the default scale and the scaled QK^T as fourth output; causal
+// cross-attention (fewer queries than keys); a float mask with a scale; a bool mask with is_causal; 3-D inputs
+// with grouped-query heads, a past (present outputs), causal past-aligned, softcap; 4-D with every dimension
+// symbolic (grouped heads counted at run time, a mask over fewer keys than there are padded, the softmax as fourth
+// output). A small transformer block of opset 23 passes `check` (float64 gradients through the lowered nodes).
+TEST_F(OpsetLowering, AttentionOfOpset23MatchesTheReference) {
+  run_python(dir_, R"(
+import onnx, torch
+from onnx import helper, TensorProto, numpy_helper
+vi = helper.make_tensor_value_info
+F32, B8 = TensorProto.FLOAT, TensorProto.BOOL
+rng = np.random.default_rng(8)
+def softmax(x):
+    m = np.max(x, -1, keepdims=True)
+    e = np.exp(x - np.where(np.isfinite(m), m, 0))
+    return e / e.sum(-1, keepdims=True)
+def reference(Q, K, V, mask=None, past=None, scale=None, causal=False, hq=0, hkv=0, softcap=0.0):
+    Q, K, V = (t.astype(np.float64) for t in (Q, K, V))
+    three = Q.ndim == 3
+    if three:
+        Q, K, V = (t.reshape(t.shape[0], t.shape[1], h, -1).transpose(0, 2, 1, 3) for t, h in ((Q, hq), (K, hkv), (V, hkv)))
+    P = 0
+    if past is not None:
+        P = past[0].shape[2]
+        K, V = np.concatenate([past[0], K], 2), np.concatenate([past[1], V], 2)
+    present = (K, V)
+    reps = Q.shape[1] // K.shape[1]
+    K, V = np.repeat(K, reps, 1), np.repeat(V, reps, 1)
+    qk = Q @ K.transpose(0, 1, 3, 2) * (1 / np.sqrt(Q.shape[-1]) if scale is None else scale)
+    s = softcap * np.tanh(qk / softcap) if softcap > 0 else qk
+    T = K.shape[2]
+    if mask is not None:
+        bias = np.where(mask, 0.0, -np.inf) if mask.dtype == bool else mask.astype(np.float64)
+        pad = T - bias.shape[-1]
+        if pad > 0: bias = np.pad(bias, [(0, 0)] * (bias.ndim - 1) + [(0, pad)], constant_values=-np.inf)
+        s = s + bias
+    if causal:
+        s = np.where(np.arange(T)[None, :] <= np.arange(Q.shape[2])[:, None] + P, s, -np.inf)
+    p = softmax(s)
+    y = p @ V
+    if three: y = y.transpose(0, 2, 1, 3).reshape(y.shape[0], y.shape[2], -1)
+    return y, present[0], present[1], qk, p
+def case(name, feeds, attrs, outs, shapes=None, past=False, extra_out=None):
+    ins = ['q', 'k', 'v', 'mask' if 'mask' in feeds else '', 'past_k' if past else '', 'past_v' if past else '']
+    while ins[-1] == '': ins.pop()
+    node_outs = [name + '_' + o if o else '' for o in outs]
+    node = helper.make_node('Attention', [name + '_' + i if i else '' for i in ins], node_outs, **attrs)
+    inputs = []
+    for k, v in feeds.items():
+        np.save(name + '_' + k + '.npy', v)
+        inputs.append(vi(name + '_' + k, B8 if v.dtype == bool else F32, (shapes or {}).get(k, list(v.shape))))
+    hq, hkv = attrs.get('q_num_heads', 0), attrs.get('kv_num_heads', 0)
+    got = reference(feeds['q'], feeds['k'], feeds['v'], feeds.get('mask'),
+                    (feeds['past_k'], feeds['past_v']) if past else None, attrs.get('scale'),
+                    attrs.get('is_causal', 0) == 1, hq, hkv, attrs.get('softcap', 0.0))
+    which = {'y': 0, 'present_k': 1, 'present_v': 2, 'qk': 3 if attrs.get('qk_matmul_output_mode', 0) == 0 else 4}
+    outputs = []
+    for o in outs:
+        if not o: continue
+        np.save(name + '_' + o + '.npy', got[which[o]].astype(np.float32))
+        outputs.append(vi(name + '_' + o, F32, list(got[which[o]].shape)))
+    g = helper.make_graph([node], name, inputs, outputs)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 23)]); m.ir_version = 11
+    onnx.save(m, name + '.onnx')
+    return got
+r = lambda *s: rng.standard_normal(s).astype(np.float32)
+def torch_sdpa(q, k, v, mask=None, causal=False):
+    t = lambda a: torch.tensor(a, dtype=torch.float64)
+    return torch.nn.functional._scaled_dot_product_attention(t(q), t(k), t(v), None if mask is None else t(mask), 0.0,
+                                                             False, causal)[0].numpy()
+q, k, v = r(2, 3, 4, 8), r(2, 3, 6, 8), r(2, 3, 6, 5)
+y = case('attn_plain', {'q': q, 'k': k, 'v': v}, {}, ['y', '', '', 'qk'])[0]
+assert np.abs(y - torch_sdpa(q, k, v)).max() < 1e-12
+y = case('attn_causal', {'q': q, 'k': k, 'v': v}, {'is_causal': 1}, ['y'])[0]
+assert np.abs(y - torch_sdpa(q, k, v, causal=True)).max() < 1e-12
+fm = r(2, 1, 4, 6)
+y = case('attn_float_mask', {'q': q, 'k': k, 'v': v, 'mask': fm}, {'scale': 0.3}, ['y'])[0]
+assert np.abs(y - torch_sdpa(q.astype(np.float64) * 0.3 * np.sqrt(8), k, v, fm)).max() < 1e-12
+bm = rng.random((4, 6)) < 0.7; bm[:, 0] = True
+case('attn_bool_causal', {'q': q, 'k': k, 'v': v, 'mask': bm}, {'is_causal': 1}, ['y'])
+case('attn_gqa3d', {'q': r(2, 4, 24), 'k': r(2, 5, 12), 'v': r(2, 5, 12), 'past_k': r(2, 2, 3, 6), 'past_v': r(2, 2, 3, 6)},
+     {'q_num_heads': 4, 'kv_num_heads': 2, 'is_causal': 1, 'softcap': 2.0}, ['y', 'present_k', 'present_v'], past=True)
+short = rng.random((2, 1, 4, 5)) < 0.8; short[..., 0] = True
+case('attn_symbolic', {'q': r(2, 4, 4, 8), 'k': r(2, 2, 7, 8), 'v': r(2, 2, 7, 3), 'mask': short},
+     {'qk_matmul_output_mode': 3}, ['y', '', '', 'qk'],
+     shapes={'q': ['B', 'H', 'S', 'D'], 'k': ['B', 'G', 'T', 'D'], 'v': ['B', 'G', 'T', 'E'], 'mask': ['B', 1, 'S', 'M']})
+# A transformer block: projections, Attention of 3-D heads with a causal mask and grouped heads, residual, head.
+D, H, G = 8, 4, 2
+w = lambda *s: (0.3 * rng.standard_normal(s)).astype(np.float32)
+inits = {'wq': w(D, D), 'wk': w(D, D // 2), 'wv': w(D, D // 2), 'wo': w(D, D), 'wh': w(D, 3), 'axes1': np.array([1], np.int64)}
+body = [helper.make_node('MatMul', ['x', 'wq'], ['q']), helper.make_node('MatMul', ['x', 'wk'], ['k']),
+        helper.make_node('MatMul', ['x', 'wv'], ['v']),
+        helper.make_node('Attention', ['q', 'k', 'v'], ['a'], q_num_heads=H, kv_num_heads=G, is_causal=1),
+        helper.make_node('MatMul', ['a', 'wo'], ['o']), helper.make_node('Add', ['x', 'o'], ['res']),
+        helper.make_node('ReduceMean', ['res', 'axes1'], ['pooled'], keepdims=0),
+        helper.make_node('MatMul', ['pooled', 'wh'], ['logits'])]
+g = helper.make_graph(body, 'block23', [vi('x', F32, ['N', 5, D])], [vi('logits', F32, ['N', 3])],
+                      [numpy_helper.from_array(v, k) for k, v in inits.items()])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 23)]); m.ir_version = 11
+onnx.save(m, 'block23.onnx')
+)");
+  int checked = 0;
+  for (const std::string name :
+       {"attn_plain", "attn_causal", "attn_float_mask", "attn_bool_causal", "attn_gqa3d", "attn_symbolic"}) {
+    SCOPED_TRACE(name);
+    const Graph g = load_onnx(dir_ + "/" + name + ".onnx");
+    std::map<std::string, Tensor> feeds;
+    for (const auto& in : g.inputs) feeds[in] = read_npy(dir_ + "/" + in + ".npy");
+    runtime::Executor ex(g);
+    for (const auto& [out, got] : ex.run(feeds)) {
+      const Tensor want = read_npy(dir_ + "/" + out + ".npy");
+      EXPECT_EQ(shape_str(got.shape()), shape_str(want.shape())) << out;
+      if (got.shape() == want.shape()) {
+        EXPECT_LT(testing::max_abs_diff(got, want), 2e-6) << out;
+      }
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 10);
+  expect_trainable("block23");
+}
+
 TEST_F(OpsetLowering, WhatOpset17CannotSayIsRefusedNamingTheNode) {
   expect_refused("runtime_axes", "node 'mean_of_input' (ReduceMean): its axes are computed at run time");
   expect_refused("antialias", "node 'smooth' (Resize): antialias is not supported");
@@ -403,7 +534,11 @@ TEST_F(OpsetLowering, WhatOpset17CannotSayIsRefusedNamingTheNode) {
   expect_refused("bitwise", "node 'mask' (BitwiseAnd): op BitwiseAnd is newer than opset 17");
   expect_refused("gelu_kind", "node 'act' (Gelu): approximate 'erf' is not 'none' or 'tanh'");
   expect_refused("ir12", "IR version 12 is newer than graphrun reads (up to 11)");
-  expect_refused("attention23", "node 'sdpa' (Attention): op Attention is newer than opset 17 and has no form there");
+  expect_refused("attn_unranked",
+                 "node 'sdpa' (Attention): whether Q, K and V are 3-D or 4-D must be known when loading");
+  expect_refused("attn_no_heads", "node 'sdpa3' (Attention): 3-D Q, K and V need q_num_heads and kv_num_heads");
+  expect_refused("attn_qk_mode", "node 'sdpa_qk' (Attention): qk_matmul_output_mode 1 is not supported");
+  expect_refused("rotary23", "node 'rope' (RotaryEmbedding): op RotaryEmbedding is newer than opset 17");
 }
 
 }  // namespace
