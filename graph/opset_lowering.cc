@@ -367,6 +367,83 @@ std::vector<onnx::NodeProto> lower_attention(const onnx::GraphProto& g, const on
   return out;
 }
 
+// RotaryEmbedding (23) in opset-17 ops: X [B, H, S, D], or [B, S, H*D] split into num_heads heads; the cos and sin
+// caches gathered at position_ids (or given per batch and position) and broadcast over the heads; the first
+// rotary_embedding_dim values of each head (all by default) rotated as pairs (x1, x2) -> (cos x1 - sin x2,
+// sin x1 + cos x2), the pairs the two halves or, interleaved, the even and odd values; the rest kept.
+std::vector<onnx::NodeProto> lower_rotary_embedding(const onnx::GraphProto& g, const onnx::NodeProto& n,
+                                                    const std::function<void(const std::string&)>& refuse) {
+  auto input = [&](int i) { return i < n.input_size() ? n.input(i) : std::string(); };
+  auto attr_int = [&](const char* name) -> int64_t {
+    for (const auto& a : n.attribute())
+      if (a.name() == name) return a.i();
+    return 0;
+  };
+  const std::string x = input(0), cos_cache = input(1), sin_cache = input(2), positions = input(3);
+  if (x.empty() || cos_cache.empty() || sin_cache.empty()) refuse("needs X, cos_cache and sin_cache");
+  const int64_t heads = attr_int("num_heads"), dim = attr_int("rotary_embedding_dim");
+  const bool interleaved = attr_int("interleaved") != 0;
+  int64_t r = stated_rank(g, x);
+  if (r < 0 && heads > 0) r = 3;
+  if (r != 3 && r != 4) refuse("X must be 3-D with num_heads or 4-D, its rank stated");
+  if (r == 3 && heads < 1) refuse("a 3-D X needs num_heads, at least 1");
+  if (dim < 0 || dim % 2 != 0) refuse("rotary_embedding_dim must be even and not negative");
+
+  std::vector<onnx::NodeProto> out;
+  Emitter e{out, (n.name().empty() ? n.output(0) : n.name()) + "/opset17"};
+  // X as [B, S, H, D] (3-D) or [B, H, S, D]; the caches [B, S, R/2] made to broadcast over H.
+  const std::string x4 = r == 3 ? e.node("Reshape", {x, e.ints("_split_shape", {0, 0, heads, -1})}, "_heads") : x;
+  std::string cos = cos_cache, sin = sin_cache;
+  if (!positions.empty()) {
+    cos = e.node("Gather", {cos_cache, positions}, "_cos_at"),
+    sin = e.node("Gather", {sin_cache, positions}, "_sin_at");
+  }
+  const std::string head_axis = e.ints("_head_axis", {r == 3 ? 2 : 1});
+  cos = e.node("Unsqueeze", {cos, head_axis}, "_cos"), sin = e.node("Unsqueeze", {sin, head_axis}, "_sin");
+  const std::string last = e.ints("_last", {-1});
+  auto slice = [&](const std::string& v, int64_t from, int64_t to, int64_t step, const std::string& tag) {
+    std::vector<std::string> ins{v, e.ints(tag + "_from", {from}), e.ints(tag + "_to", {to}), last};
+    if (step != 1) ins.push_back(e.ints(tag + "_step", {step}));
+    return e.node("Slice", ins, tag);
+  };
+  constexpr int64_t kEnd = std::numeric_limits<int64_t>::max();
+  const std::string rotated = dim > 0 ? slice(x4, 0, dim, 1, "_rotated_part") : x4;
+  std::string x1, x2;
+  if (interleaved) {
+    x1 = slice(rotated, 0, kEnd, 2, "_even"), x2 = slice(rotated, 1, kEnd, 2, "_odd");
+  } else {
+    out.push_back(make_proto_node("Split", {rotated}, e.base + "_x1", e.base + "_halves"));
+    out.back().add_output(e.base + "_x2");
+    set_int_attr(out.back(), "axis", -1);
+    x1 = e.base + "_x1", x2 = e.base + "_x2";
+  }
+  const std::string real =
+      e.node("Sub", {e.node("Mul", {cos, x1}, "_cos_x1"), e.node("Mul", {sin, x2}, "_sin_x2")}, "_real");
+  const std::string imag =
+      e.node("Add", {e.node("Mul", {sin, x1}, "_sin_x1"), e.node("Mul", {cos, x2}, "_cos_x2")}, "_imag");
+  std::string result;
+  if (interleaved) {
+    e.node("Concat",
+           {e.node("Unsqueeze", {real, last}, "_real_pairs"), e.node("Unsqueeze", {imag, last}, "_imag_pairs")},
+           "_pairs");
+    set_int_attr(e.last(), "axis", -1);
+    result = e.node("Reshape", {e.base + "_pairs", e.node("Shape", {rotated}, "_rotated_shape")}, "_rotated");
+  } else {
+    result = e.node("Concat", {real, imag}, "_rotated");
+    set_int_attr(e.last(), "axis", -1);
+  }
+  if (dim > 0) {
+    result = e.node("Concat", {result, slice(x4, dim, kEnd, 1, "_kept_part")}, "_joined");
+    set_int_attr(e.last(), "axis", -1);
+  }
+  const std::string name = n.name().empty() ? e.base : n.name();
+  if (r == 3)
+    out.push_back(make_proto_node("Reshape", {result, e.ints("_out_shape", {0, 0, -1})}, n.output(0), name));
+  else
+    out.push_back(make_proto_node("Identity", {result}, n.output(0), name));
+  return out;
+}
+
 // The opset-17 nodes computing what opset-18+ node `n` computes (usually just `n`, rewritten).
 std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodeProto n, int index, int64_t from,
                                         const std::string& what) {
@@ -672,6 +749,8 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
     return out;
   } else if (op == "Attention") {
     return lower_attention(g, n, refuse);
+  } else if (op == "RotaryEmbedding") {
+    return lower_rotary_embedding(g, n, refuse);
   } else if (op == "AffineGrid") {
     // 20: torch's F.affine_grid. The grid of normalised coordinates (x along W, y along H, z along D, and 1) times
     // theta^T, in ops of opset 17: per axis of length L, (2 i - (L - 1)) / L, or / max(L - 1, 1) with

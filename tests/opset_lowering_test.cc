@@ -157,8 +157,8 @@ save('attn_no_heads', [helper.make_node('Attention', ['x', 'x', 'x'], ['r'], nam
 save('attn_qk_mode', [helper.make_node('Attention', ['y', 'y', 'y'], ['r', '', '', 'qk'], name='sdpa_qk',
                                        qk_matmul_output_mode=1)],
      [vi('y', F, [1, 1, 4, 4])], [vi('r', F, None), vi('qk', F, None)], 23, ir=11)
-save('rotary23', [helper.make_node('RotaryEmbedding', ['y', 'y', 'y'], ['r'], name='rope')], [vi('y', F, [1, 1, 4, 4])],
-     [vi('r', F, None)], 23, ir=11)
+save('rotary23', [helper.make_node('RotaryEmbedding', ['x', 'x', 'x'], ['r'], name='rope')], X, [vi('r', F, None)], 23,
+     ir=11)
 )";
 
 class OpsetLowering : public ::testing::Test {
@@ -211,6 +211,28 @@ class OpsetLowering : public ::testing::Test {
         EXPECT_LT(testing::max_abs_diff(got.at(out), want), tol);
       }
       ++checked;
+    }
+    return checked;
+  }
+
+  // Runs each model NAME.onnx of `models` on INPUT.npy for each of its inputs, each output OUT against OUT.npy;
+  // returns how many outputs.
+  int expect_each_model(const std::vector<std::string>& models, double tol) {
+    int checked = 0;
+    for (const auto& name : models) {
+      SCOPED_TRACE(name);
+      const Graph g = load_onnx(dir_ + "/" + name + ".onnx");
+      std::map<std::string, Tensor> feeds;
+      for (const auto& in : g.inputs) feeds[in] = read_npy(dir_ + "/" + in + ".npy");
+      runtime::Executor ex(g);
+      for (const auto& [out, got] : ex.run(feeds)) {
+        const Tensor want = read_npy(dir_ + "/" + out + ".npy");
+        EXPECT_EQ(shape_str(got.shape()), shape_str(want.shape())) << out;
+        if (got.shape() == want.shape()) {
+          EXPECT_LT(testing::max_abs_diff(got, want), tol) << out;
+        }
+        ++checked;
+      }
     }
     return checked;
   }
@@ -498,25 +520,80 @@ g = helper.make_graph(body, 'block23', [vi('x', F32, ['N', 5, D])], [vi('logits'
 m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 23)]); m.ir_version = 11
 onnx.save(m, 'block23.onnx')
 )");
-  int checked = 0;
-  for (const std::string name :
-       {"attn_plain", "attn_causal", "attn_float_mask", "attn_bool_causal", "attn_gqa3d", "attn_symbolic"}) {
-    SCOPED_TRACE(name);
-    const Graph g = load_onnx(dir_ + "/" + name + ".onnx");
-    std::map<std::string, Tensor> feeds;
-    for (const auto& in : g.inputs) feeds[in] = read_npy(dir_ + "/" + in + ".npy");
-    runtime::Executor ex(g);
-    for (const auto& [out, got] : ex.run(feeds)) {
-      const Tensor want = read_npy(dir_ + "/" + out + ".npy");
-      EXPECT_EQ(shape_str(got.shape()), shape_str(want.shape())) << out;
-      if (got.shape() == want.shape()) {
-        EXPECT_LT(testing::max_abs_diff(got, want), 2e-6) << out;
-      }
-      ++checked;
-    }
-  }
-  EXPECT_EQ(checked, 10);
+  EXPECT_EQ(
+      expect_each_model(
+          {"attn_plain", "attn_causal", "attn_float_mask", "attn_bool_causal", "attn_gqa3d", "attn_symbolic"}, 2e-6),
+      10);
   expect_trainable("block23");
+}
+
+// RotaryEmbedding (opset 23) is written in opset-17 ops (Gather, Slice, Split, Mul, Concat): against a float64 numpy
+// reference of ONNX's definition: 4-D X with position_ids, the halves rotated; 3-D X of num_heads heads, interleaved
+// pairs, part of each head rotated; caches given per batch and position (no position_ids). Rotary queries and keys
+// feeding an Attention node pass `check`.
+TEST_F(OpsetLowering, RotaryEmbeddingOfOpset23MatchesTheReference) {
+  run_python(dir_, R"(
+import onnx
+from onnx import helper, TensorProto, numpy_helper
+vi = helper.make_tensor_value_info
+F32, I64 = TensorProto.FLOAT, TensorProto.INT64
+rng = np.random.default_rng(9)
+def reference(x, cos, sin, pos=None, interleaved=0, dim=0, heads=0):
+    x = x.astype(np.float64)
+    shape = x.shape
+    x = x.reshape(shape[0], shape[1], heads, -1) if x.ndim == 3 else x.transpose(0, 2, 1, 3)  # [B, S, H, D]
+    dim = dim or x.shape[3]
+    if pos is not None: cos, sin = cos[pos], sin[pos]
+    cos, sin = cos[:, :, None, :].astype(np.float64), sin[:, :, None, :].astype(np.float64)
+    rot = x[..., :dim]
+    x1, x2 = (rot[..., 0::2], rot[..., 1::2]) if interleaved else (rot[..., :dim // 2], rot[..., dim // 2:])
+    re, im = cos * x1 - sin * x2, sin * x1 + cos * x2
+    rot = np.stack([re, im], -1).reshape(rot.shape) if interleaved else np.concatenate([re, im], -1)
+    y = np.concatenate([rot, x[..., dim:]], -1)
+    return y.reshape(shape) if len(shape) == 3 else y.transpose(0, 2, 1, 3)
+def case(name, feeds, attrs):
+    ins = ['x', 'cos', 'sin'] + (['pos'] if 'pos' in feeds else [])
+    node = helper.make_node('RotaryEmbedding', [name + '_' + i for i in ins], [name + '_y'], **attrs)
+    y = reference(feeds['x'], feeds['cos'], feeds['sin'], feeds.get('pos'), attrs.get('interleaved', 0),
+                  attrs.get('rotary_embedding_dim', 0), attrs.get('num_heads', 0))
+    inputs = []
+    for k, v in feeds.items():
+        np.save(name + '_' + k + '.npy', v)
+        inputs.append(vi(name + '_' + k, I64 if v.dtype == np.int64 else F32, list(v.shape)))
+    np.save(name + '_y.npy', y.astype(np.float32))
+    g = helper.make_graph([node], name, inputs, [vi(name + '_y', F32, list(y.shape))])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 23)]); m.ir_version = 11
+    onnx.save(m, name + '.onnx')
+r = lambda *s: rng.standard_normal(s).astype(np.float32)
+angles = lambda n, half: np.arange(n)[:, None] * (10000.0 ** (-np.arange(half) / half))[None, :]
+a8 = angles(10, 4)
+case('rope_halves', {'x': r(2, 3, 5, 8), 'cos': np.cos(a8).astype(np.float32), 'sin': np.sin(a8).astype(np.float32),
+                     'pos': rng.integers(0, 10, (2, 5))}, {})
+a6 = angles(12, 3)
+case('rope_interleaved', {'x': r(2, 4, 3 * 10), 'cos': np.cos(a6).astype(np.float32), 'sin': np.sin(a6).astype(np.float32),
+                          'pos': np.tile(np.arange(4), (2, 1)) + 5},
+     {'interleaved': 1, 'rotary_embedding_dim': 6, 'num_heads': 3})
+case('rope_per_batch', {'x': r(2, 2, 3, 6), 'cos': r(2, 3, 2), 'sin': r(2, 3, 2)}, {'rotary_embedding_dim': 4})
+# Rotary queries and keys into causal attention, a classifier on top.
+D, H = 8, 2
+w = lambda *s: (0.3 * rng.standard_normal(s)).astype(np.float32)
+a = angles(5, D // H // 2)
+inits = {'wq': w(D, D), 'wk': w(D, D), 'wv': w(D, D), 'wh': w(D, 3), 'axes1': np.array([1], np.int64),
+         'cos': np.cos(a).astype(np.float32), 'sin': np.sin(a).astype(np.float32), 'pos': np.arange(5)[None, :]}
+body = [helper.make_node('MatMul', ['x', 'wq'], ['q']), helper.make_node('MatMul', ['x', 'wk'], ['k']),
+        helper.make_node('MatMul', ['x', 'wv'], ['v']),
+        helper.make_node('RotaryEmbedding', ['q', 'cos', 'sin', 'pos'], ['qr'], num_heads=H),
+        helper.make_node('RotaryEmbedding', ['k', 'cos', 'sin', 'pos'], ['kr'], num_heads=H, interleaved=1),
+        helper.make_node('Attention', ['qr', 'kr', 'v'], ['att'], q_num_heads=H, kv_num_heads=H, is_causal=1),
+        helper.make_node('ReduceMean', ['att', 'axes1'], ['pooled'], keepdims=0),
+        helper.make_node('MatMul', ['pooled', 'wh'], ['logits'])]
+g = helper.make_graph(body, 'rope23', [vi('x', F32, ['N', 5, D])], [vi('logits', F32, ['N', 3])],
+                      [numpy_helper.from_array(v, k) for k, v in inits.items()])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 23)]); m.ir_version = 11
+onnx.save(m, 'rope23.onnx')
+)");
+  EXPECT_EQ(expect_each_model({"rope_halves", "rope_interleaved", "rope_per_batch"}, 2e-6), 3);
+  expect_trainable("rope23");
 }
 
 TEST_F(OpsetLowering, WhatOpset17CannotSayIsRefusedNamingTheNode) {
@@ -538,7 +615,7 @@ TEST_F(OpsetLowering, WhatOpset17CannotSayIsRefusedNamingTheNode) {
                  "node 'sdpa' (Attention): whether Q, K and V are 3-D or 4-D must be known when loading");
   expect_refused("attn_no_heads", "node 'sdpa3' (Attention): 3-D Q, K and V need q_num_heads and kv_num_heads");
   expect_refused("attn_qk_mode", "node 'sdpa_qk' (Attention): qk_matmul_output_mode 1 is not supported");
-  expect_refused("rotary23", "node 'rope' (RotaryEmbedding): op RotaryEmbedding is newer than opset 17");
+  expect_refused("rotary23", "node 'rope' (RotaryEmbedding): a 3-D X needs num_heads, at least 1");
 }
 
 }  // namespace
