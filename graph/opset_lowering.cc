@@ -766,55 +766,48 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
                    : "theta must be [N, 2, 3] or [N, 3, 4]");
     const bool corners = attr_int("align_corners", 0) != 0;
     std::vector<onnx::NodeProto> out;
-    auto node = [&](const std::string& type, std::vector<std::string> ins, const std::string& o) {
-      out.push_back(make_proto_node(type, std::move(ins), base + o, base + o));
-      return base + o;
-    };
-    auto constant = [&](const std::string& o, const std::vector<int64_t>& v, bool scalar) {
-      out.push_back(ints_constant(base + o, v, scalar));
-      return base + o;
-    };
-    const std::string zero = constant("_zero", {0}, true), one = constant("_one", {1}, true),
-                      two = constant("_two", {2}, true);
-    scalar_like(out, base + "_onef", 1.0f, theta);
+    Emitter e{out, base};
+    const std::string zero = e.ints("_zero", {0}, true), one = e.ints("_one", {1}, true),
+                      two = e.ints("_two", {2}, true);
+    const std::string onef = e.scalar("_onef", 1.0f, theta);
     // The coordinates along spatial axis k (size index 2 + k), shaped to broadcast over the grid [D?, H, W].
     std::vector<std::string> coords(static_cast<size_t>(r));
     std::vector<std::string> dims;  // each spatial length as a 1-D tensor of one value
     for (int64_t k = 0; k < r; ++k) {
       const std::string sk = std::to_string(k);
-      const std::string len = node("Gather", {size, constant("_at" + sk, {2 + k}, true)}, "_len" + sk);
-      dims.push_back(node("Gather", {size, constant("_at1d" + sk, {2 + k}, false)}, "_dim" + sk));
-      const std::string i = node("Range", {zero, len, one}, "_i" + sk);
-      const std::string last = node("Sub", {len, one}, "_last" + sk);
-      const std::string num = node("Sub", {node("Mul", {i, two}, "_2i" + sk), last}, "_num" + sk);
-      const std::string den = corners ? node("Max", {last, one}, "_den" + sk) : len;
-      const std::string numf = node("CastLike", {num, theta}, "_numf" + sk);
-      const std::string denf = node("CastLike", {den, theta}, "_denf" + sk);
+      const std::string len = e.node("Gather", {size, e.ints("_at" + sk, {2 + k}, true)}, "_len" + sk);
+      dims.push_back(e.node("Gather", {size, e.ints("_at1d" + sk, {2 + k}, false)}, "_dim" + sk));
+      const std::string i = e.node("Range", {zero, len, one}, "_i" + sk);
+      const std::string last = e.node("Sub", {len, one}, "_last" + sk);
+      const std::string num = e.node("Sub", {e.node("Mul", {i, two}, "_2i" + sk), last}, "_num" + sk);
+      const std::string den = corners ? e.node("Max", {last, one}, "_den" + sk) : len;
+      const std::string numf = e.node("CastLike", {num, theta}, "_numf" + sk);
+      const std::string denf = e.node("CastLike", {den, theta}, "_denf" + sk);
       // Axis k of the grid [D?, H, W, 1] (0: D or H, ...): that length, ones elsewhere.
       std::vector<int64_t> shape(static_cast<size_t>(r + 1), 1);
       shape[static_cast<size_t>(k)] = -1;
-      coords[static_cast<size_t>(k)] = node(
-          "Reshape", {node("Div", {numf, denf}, "_lin" + sk), constant("_shape" + sk, shape, false)}, "_axis" + sk);
+      coords[static_cast<size_t>(k)] = e.node(
+          "Reshape", {e.node("Div", {numf, denf}, "_lin" + sk), e.ints("_shape" + sk, shape, false)}, "_axis" + sk);
     }
     std::vector<std::string> grid_dims = dims;
-    grid_dims.push_back(constant("_one1d", {1}, false));
+    grid_dims.push_back(e.ints("_one1d", {1}, false));
     out.push_back(make_proto_node("Concat", grid_dims, base + "_grid_shape", base + "_grid_shape"));
     set_int_attr(out.back(), "axis", 0);
     // The homogeneous coordinates (x, y[, z], 1): x runs along the last axis (W).
     std::vector<std::string> parts;
     for (int64_t k = r - 1; k >= 0; --k)
       parts.push_back(
-          node("Expand", {coords[static_cast<size_t>(k)], base + "_grid_shape"}, "_coord" + std::to_string(k)));
-    parts.push_back(node("Expand", {base + "_onef", base + "_grid_shape"}, "_ones"));
+          e.node("Expand", {coords[static_cast<size_t>(k)], base + "_grid_shape"}, "_coord" + std::to_string(k)));
+    parts.push_back(e.node("Expand", {onef, base + "_grid_shape"}, "_ones"));
     out.push_back(make_proto_node("Concat", parts, base + "_base", base + "_base"));
     set_int_attr(out.back(), "axis", r);
-    const std::string flat = node("Reshape", {base + "_base", constant("_points", {-1, r + 1}, false)}, "_flat");
+    const std::string flat = e.node("Reshape", {base + "_base", e.ints("_points", {-1, r + 1}, false)}, "_flat");
     out.push_back(make_proto_node("Transpose", {theta}, base + "_theta_t", base + "_theta_t"));
     set_ints_attr(out.back(), "perm", {0, 2, 1});
-    const std::string points = node("MatMul", {flat, base + "_theta_t"}, "_points_out");  // [N, P, r]
-    std::vector<std::string> final_dims{node("Gather", {size, constant("_at1d_n", {0}, false)}, "_batch")};
+    const std::string points = e.node("MatMul", {flat, base + "_theta_t"}, "_points_out");  // [N, P, r]
+    std::vector<std::string> final_dims{e.node("Gather", {size, e.ints("_at1d_n", {0}, false)}, "_batch")};
     final_dims.insert(final_dims.end(), dims.begin(), dims.end());
-    final_dims.push_back(constant("_r", {r}, false));
+    final_dims.push_back(e.ints("_r", {r}, false));
     out.push_back(make_proto_node("Concat", final_dims, base + "_out_shape", base + "_out_shape"));
     set_int_attr(out.back(), "axis", 0);
     out.push_back(
