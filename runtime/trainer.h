@@ -108,6 +108,7 @@ struct TrainOptions {
   bool test_only = false;  // --eval-only: with test_data, only it is opened (no training data is read)
   double val_split = -1;
   std::string labels = data::kLabels;
+  std::vector<data::ColumnGroup> columns;  // --columns: a table's columns per model input
   data::Normalize channel_norm;
   bool augment = false;
   int loader_threads = -1;

@@ -284,6 +284,8 @@ void Trainer::load_data(const Graph& model) {
   data::OpenOptions oo;
   oo.labels = opts_.labels;
   oo.targets = !own_loss();
+  oo.columns = opts_.columns;
+  for (const auto& in : inputs) oo.inputs[in.name] = in.dtype;
   if (inputs[0].shape.size() == 3) oo.channels = inputs[0].shape[0], oo.height = inputs[0].shape[1], oo.width = inputs[0].shape[2];
   if (opts_.test_only && !opts_.test_data.empty()) {
     // --eval-only --test-data: the test set alone (the training data, given or default, is not read).

@@ -107,6 +107,78 @@ TEST(Csv, BadTablesAreOneLineNamingTheLineAndColumn) {
   }
 }
 
+// The columns feeding each model input: --columns groups, in their order, the columns they leave unread (text
+// there is no error), integer inputs as int64/int32 arrays; without groups, a model of several inputs takes each
+// input's column of its name. Mistakes are one line naming the column and the input.
+TEST(Csv, ColumnsFeedTheModelsInputs) {
+  const std::string p = table("groups.csv",
+                              "id,a,city,b,c,labels\n"
+                              "x1,1.5,3,2,-1,0\n"
+                              "x2,2.5,0,4,7,1\n");
+  OpenOptions o;
+  o.columns = {{"num", {"c", "a", "b"}}, {"city", {"city"}}};
+  o.inputs = {{"num", DType::F32}, {"city", DType::I64}};
+  SourcePtr s = open_source(p, o);
+  EXPECT_EQ(s->spec("num").shape, (Shape{3}));
+  EXPECT_EQ(s->spec("num").dtype, DType::F64);
+  EXPECT_EQ(s->spec("city").dtype, DType::I64);
+  EXPECT_EQ(s->find("features"), nullptr);
+  Tensor num(DType::F64, {2, 3}), city(DType::I64, {2, 1}), y(DType::I64, {2});
+  std::vector<int64_t> idx{1, 0};
+  s->read(idx.data(), 2, {{"num", &num}, {"city", &city}, {"labels", &y}});
+  EXPECT_EQ(num.to_vector<double>(), (std::vector<double>{7, 2.5, 4, -1, 1.5, 2}));
+  EXPECT_EQ(city.to_vector<int64_t>(), (std::vector<int64_t>{0, 3}));
+  EXPECT_EQ(y.to_vector<int64_t>(), (std::vector<int64_t>{1, 0}));
+  // An int32 input reads int32; without groups, several inputs take their columns by name.
+  o.columns.clear();
+  o.inputs = {{"a", DType::F32}, {"city", DType::I32}};
+  s = open_source(p, o);
+  EXPECT_EQ(s->spec("a").shape, (Shape{1}));
+  EXPECT_EQ(s->spec("city").dtype, DType::I32);
+  Tensor c32(DType::I32, {2, 1});
+  s->read(idx.data(), 2, {{"city", &c32}});
+  EXPECT_EQ(c32.to_vector<int32_t>(), (std::vector<int32_t>{0, 3}));
+  // A one-input model of int64 ids takes every column but the targets as integers.
+  const std::string ids = table("ids.csv", "t0,t1,labels\n4,5,1\n6,7,0\n");
+  OpenOptions one;
+  one.inputs = {{"tokens", DType::I64}};
+  EXPECT_EQ(open_source(ids, one)->spec("features").dtype, DType::I64);
+
+  auto error = [&](const std::string& text, std::vector<ColumnGroup> groups, std::map<std::string, DType> inputs) {
+    OpenOptions bad;
+    bad.columns = std::move(groups);
+    bad.inputs = std::move(inputs);
+    const std::string path = table("bad_groups.csv", text);
+    const std::string e = error_of([&] { open_source(path, bad); });
+    EXPECT_NE(e.find("data '" + path + "'"), std::string::npos) << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+    return e;
+  };
+  const std::string t = "id,a,city,labels\nx1,1.5,3,0\nx2,2.5,0.5,1\n";
+  const std::map<std::string, DType> in{{"num", DType::F32}, {"city", DType::I64}};
+  EXPECT_NE(
+      error(t, {{"num", {"a", "z"}}}, in).find("no column 'z' (--columns num=...; its columns: id, a, city, labels)"),
+      std::string::npos);
+  EXPECT_NE(error(t, {{"num", {"a", "labels"}}}, in)
+                .find("column 'labels' holds the targets (--labels); it cannot feed "
+                      "input 'num' too"),
+            std::string::npos);
+  EXPECT_NE(error(t, {{"num", {"a"}}, {"city", {"a"}}}, in).find("column 'a' feeds two inputs ('num' and 'city')"),
+            std::string::npos);
+  EXPECT_NE(error(t, {{"num", {"id"}}}, in).find("line 2: column 'id' holds 'x1', not a finite number"),
+            std::string::npos);
+  EXPECT_NE(error(t, {{"city", {"city"}}}, in)
+                .find("line 3: column 'city' holds '0.5', not an integer (it feeds the "
+                      "integer input 'city')"),
+            std::string::npos);
+  EXPECT_NE(error("a,labels\n3000000000,0\n", {{"ids", {"a"}}}, {{"ids", DType::I32}})
+                .find("line 2: column 'a' holds 3000000000, beyond the int32 input 'ids'"),
+            std::string::npos);
+  EXPECT_NE(error(t, {}, in).find("no column 'num' for the model input of that name (its columns: id, a, city, labels; "
+                                  "say which columns feed each input with --columns INPUT=COL,...)"),
+            std::string::npos);
+}
+
 // The same values from a table and from an .npz train the same weights, bitwise: a linear regression on a
 // CSV's float targets (--loss mse) and a classifier on a TSV's class names (numbered in sorted order, the test
 // table by the training table's numbering), against the class ids the script writes into the .npz.
@@ -176,6 +248,68 @@ model('reg', 1); model('cls', 3)
       run(d + "/cls_tsv.onnx --eval-only --test-data " + d + "/cls_no_setosa.npz", " --devices cpu:1");
   EXPECT_EQ(acc(e1), acc(e2));
   EXPECT_FALSE(acc(e1).empty());
+}
+
+// A model of two inputs (numbers f32[N, 3] and a category id int64[N] into an embedding) trains from a table as
+// from an .npz of the same values, bitwise: by --columns (in an order of its own, an ID column of text unread),
+// and by the inputs' names where the table has a column of each. --columns on an .npz, or naming no input, is a
+// usage error.
+TEST(Csv, ColumnsTrainAModelOfSeveralInputsBitwiseAsAnNpz) {
+  const std::string d = testing::temp_dir("csv_inputs");
+  testing::run_python(d, R"(
+import onnx
+from onnx import helper as h, TensorProto as T, numpy_helper as nh
+r = np.random.RandomState(5)
+n = 200
+x = r.randn(n, 3).astype(np.float32); city = r.randint(0, 4, n)
+y = ((x[:, 0] + x[:, 2] > 0) ^ (city % 2 == 1)).astype(np.int64)
+np.savez('two.npz', num=x, city=city, labels=y)
+with open('two.csv', 'w') as f:
+    f.write('id,c,city,a,b,labels\n')
+    for i in range(n): f.write('row%d,%.9g,%d,%.9g,%.9g,%d\n' % (i, x[i, 2], city[i], x[i, 0], x[i, 1], y[i]))
+with open('named.csv', 'w') as f:
+    f.write('num,city,note,labels\n')
+    for i in range(n): f.write('%.9g,%d,"free text, %d",%d\n' % (x[i, 0], city[i], i, y[i]))
+np.savez('named.npz', num=x[:, :1], city=city, labels=y)
+def model(name, width):
+    nodes = [h.make_node('Gather', ['emb', 'city'], ['e']), h.make_node('Concat', ['num', 'e'], ['z'], axis=1),
+             h.make_node('Gemm', ['z', 'w', 'b'], ['logits'], transB=1)]
+    g = h.make_graph(nodes, name, [h.make_tensor_value_info('num', T.FLOAT, ['N', width]),
+                                   h.make_tensor_value_info('city', T.INT64, ['N'])],
+                     [h.make_tensor_value_info('logits', T.FLOAT, ['N', 2])],
+                     [nh.from_array((0.5 * r.randn(4, 2)).astype(np.float32), 'emb'),
+                      nh.from_array((0.1 * r.randn(2, width + 2)).astype(np.float32), 'w'),
+                      nh.from_array(np.zeros(2, np.float32), 'b')])
+    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), name + '.onnx')
+model('two', 3); model('named', 1)
+)");
+  const std::string cli = testing::graphrun_cli(),
+                    common = " --devices cpu:2 --threads 1 --epochs 2 --batch-size 16 --lr 0.1 --val-split 0.2";
+  auto run = [&](const std::string& args) {
+    auto r = testing::run_command(cli + " train " + args + common + " 2>&1");
+    EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.output;
+    return r;
+  };
+  run(d + "/two.onnx --data " + d + "/two.csv --columns num=a,b,c --columns city=city --save " + d + "/two_csv.onnx");
+  run(d + "/two.onnx --data " + d + "/two.npz --save " + d + "/two_npz.onnx");
+  run(d + "/named.onnx --data " + d + "/named.csv --save " + d + "/named_csv.onnx");
+  run(d + "/named.onnx --data " + d + "/named.npz --save " + d + "/named_npz.onnx");
+  for (const char* m : {"two", "named"}) {
+    const auto wa = load_onnx(d + "/" + m + "_csv.onnx").initializers;
+    const auto wb = load_onnx(d + "/" + m + "_npz.onnx").initializers;
+    for (const char* k : {"emb", "w", "b"}) EXPECT_TRUE(testing::bytes_equal(wa.at(k), wb.at(k))) << m << " " << k;
+  }
+  auto usage = [&](const std::string& args, const std::string& want) {
+    auto r = testing::run_command(cli + " train " + d + "/two.onnx " + args + common + " 2>&1");
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(want), std::string::npos) << r.output;
+  };
+  usage("--data " + d + "/two.npz --columns num=a,b,c",
+        "--columns picks a table's columns, but --data '" + d + "/two.npz' is no .csv/.tsv table");
+  usage("--data " + d + "/two.csv --columns numbers=a,b,c",
+        "--columns numbers=...: the model has no input 'numbers' (its inputs: num, city)");
+  usage("--data " + d + "/two.csv --columns num=a,,c", "--columns num=a,,c: an empty column name");
+  usage("--data " + d + "/two.csv --columns num", "--columns takes INPUT=COL,COL,..., got 'num'");
 }
 
 }  // namespace

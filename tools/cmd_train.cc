@@ -68,11 +68,16 @@ const Command& train_command() {
                            "                            .npy files (one array per model input, by name, and labels),\n"
                            "                            class folders of PNG/JPEG images (classes sorted by name), or a\n"
                            "                            .csv/.tsv table with a header (the --labels column the targets,\n"
-                           "                            the other columns the features)"},
+                           "                            the other columns the features: see --columns)"},
           {"test-data", "PATH", "test data of the same kinds (default: an MNIST folder's t10k split, else --val-split)"},
           {"val-split", "F", "hold out a seeded fraction F of the training data as test data (default 0.1\n"
                              "                            when the data has no test split)"},
           {"labels", "NAME", "the array of targets in .npz/.npy data, the column of a table (default labels)"},
+          {"columns", "INPUT=COL,...", "a table's columns that feed model input INPUT, in that order (repeated\n"
+                                       "                            for each input; columns no input names are not read); by\n"
+                                       "                            default a one-input model takes every column but the targets,\n"
+                                       "                            a model of several inputs each input the column of its name;\n"
+                                       "                            an int64 input takes integers (embedding ids)", true},
           {"augment", "", "image inputs: random crop with 4-pixel padding and horizontal flip, seeded by\n"
                           "                            --seed, on the loader threads"},
           {"loader-threads", "N", "threads per replica reading batches ahead (default, for images or --augment:\n"
@@ -459,6 +464,32 @@ int cmd_train(const std::vector<std::string>& argv) {
     if (!o.test_data.empty()) throw bad("give --test-data or --val-split, not both");
   }
   o.labels = args.get("labels", runtime::data::kLabels);
+  for (const std::string& g : args.given("columns")) {
+    const size_t eq = g.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == g.size())
+      throw bad("--columns takes INPUT=COL,COL,..., got '" + g + "'");
+    runtime::data::ColumnGroup group{g.substr(0, eq), {}};
+    std::stringstream ss(g.substr(eq + 1));
+    for (std::string col; std::getline(ss, col, ',');) {
+      if (col.empty()) throw bad("--columns " + g + ": an empty column name");
+      group.columns.push_back(col);
+    }
+    for (const auto& other : o.columns)
+      if (other.input == group.input) throw bad("--columns names input '" + group.input + "' twice");
+    o.columns.push_back(group);
+  }
+  if (!o.columns.empty())
+    for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--data", eval_only ? "" : o.data_dir},
+                                     {"--test-data", o.test_data}}) {
+      std::string kind;
+      try {
+        if (!path.empty()) kind = runtime::data::source_kind(path);
+      } catch (const Error&) {
+        continue;  // the trainer names what is wrong with it
+      }
+      if (!kind.empty() && kind != "csv")
+        throw bad("--columns picks a table's columns, but " + flag + " '" + path + "' is no .csv/.tsv table");
+    }
   if (args.has("labels") && o.pipeline.loss == autodiff::LossKind::Output)
     throw bad("--loss output reads no targets: the model computes its loss from its inputs (it takes no --labels)");
   o.augment = args.has("augment");
@@ -518,6 +549,13 @@ int cmd_train(const std::vector<std::string>& argv) {
   Graph model = load_onnx_for_training(args.positional()[0]);
   if (speaks && o.pipeline.loss == autodiff::LossKind::CrossEntropy) warn_softmax_output(model, o.pipeline.output);
   if (args.has("float64")) model = float64_copy(model);
+  for (const auto& group : o.columns)
+    if (std::find(model.inputs.begin(), model.inputs.end(), group.input) == model.inputs.end()) {
+      std::string inputs;
+      for (const auto& in : model.inputs) inputs += (inputs.empty() ? "" : ", ") + in;
+      throw bad("--columns " + group.input + "=...: the model has no input '" + group.input + "' (its inputs: " +
+                inputs + ")");
+    }
   // Timing or planning the model (cpu:auto, --plan) at the data's sizes: a symbolic dimension other than
   // the batch (a sequence length) takes the size the training data gives it. Read only when the model has
   // such a dimension (an image folder is not listed twice for nothing).
@@ -532,6 +570,9 @@ int cmd_train(const std::vector<std::string>& argv) {
         runtime::data::OpenOptions oo;
         oo.labels = o.labels;
         oo.targets = false;  // shapes only
+        oo.columns = o.columns;
+        for (const std::string& in : model.inputs)
+          oo.inputs[in] = model.info(in) ? model.info(in)->dtype : DType::F32;
         data_shapes = example_shapes(model, *runtime::data::open_source(o.data_dir, oo), o.labels);
       } catch (const Error&) {
         // The trainer reports what is wrong with the data; the plan then names the dimension it lacks.

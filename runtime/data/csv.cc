@@ -1,12 +1,15 @@
 // CSV and TSV tables as a Source (source.h: open_csv): a header of column names, one example per row. The
 // target column (--labels, default "labels") becomes the targets array under its name: int64 class ids where
 // every value is an integer, float64 where every value is a number, else class names, numbered in sorted order
-// (as an image folder's classes; a test table takes the training table's numbering). Every other column is a
-// feature: one array "features" f64[F], in the columns' order. The table is read whole into memory (a value
-// takes 8 bytes there, at least 2 in the file). Quoted fields (RFC 4180: "a, b", "say ""hi"""), CRLF line
-// ends, a UTF-8 byte-order mark and blank lines are read as pandas reads them; a missing or non-numeric
-// feature, or a row with another number of fields than the header, is an error naming the file, line and
-// column (csv_table.h): graphrun neither imputes nor encodes categories.
+// (as an image folder's classes; a test table takes the training table's numbering). The feature columns feed the
+// model's inputs: by --columns INPUT=COL,... (columns it names for no input are not read); else a model of one
+// input takes every other column as one array "features", and a model of several inputs each input the column of
+// its name. An array is f64[k] of its k columns, or int64 (int32) for an input of that type (embedding ids: each
+// value must be an integer). The table is read whole into memory (a value takes 8 bytes there, at least 2 in the
+// file). Quoted fields (RFC 4180: "a, b", "say ""hi"""), CRLF line ends, a UTF-8 byte-order mark and blank lines
+// are read as pandas reads them; a missing or non-numeric feature, or a row with another number of fields than
+// the header, is an error naming the file, line and column (csv_table.h): graphrun neither imputes nor encodes
+// categories.
 #include <cctype>
 #include <fstream>
 #include <sstream>
@@ -18,6 +21,8 @@
 namespace graphrun::runtime::data {
 namespace {
 
+bool integer_type(DType t) { return t == DType::I64 || t == DType::I32; }
+
 class CsvSource : public Source {
  public:
   CsvSource(const std::string& path, const OpenOptions& opts) : origin_("'" + path + "'") {
@@ -28,8 +33,37 @@ class CsvSource : public Source {
     ss << f.rdbuf();
     std::string ext = path.size() >= 4 ? path.substr(path.size() - 4) : std::string();
     for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    t_ = parse_csv(ss.str(), ext == ".tsv" ? '\t' : ',', what, opts.labels, opts.targets, opts.classes);
-    specs_.push_back({"features", DType::F64, {static_cast<int64_t>(t_.feature_names.size())}});
+    // The groups of columns: as --columns says, else by the model's inputs.
+    std::vector<CsvGroup> groups;
+    auto type_of = [&](const std::string& input) {
+      const auto it = opts.inputs.find(input);
+      return it == opts.inputs.end() ? DType::F64 : it->second;
+    };
+    for (const ColumnGroup& c : opts.columns) {
+      CsvGroup g;
+      g.name = c.input, g.columns = c.columns, g.integers = integer_type(type_of(c.input));
+      g.int32 = type_of(c.input) == DType::I32;
+      groups.push_back(g);
+    }
+    if (groups.empty() && opts.inputs.size() > 1) {
+      for (const auto& [input, type] : opts.inputs) {
+        if (input == opts.labels) continue;  // --loss output: the targets' column feeds the input of their name
+        CsvGroup g;
+        g.name = input, g.columns = {input}, g.integers = integer_type(type), g.int32 = type == DType::I32;
+        g.named_by_input = true;
+        groups.push_back(g);
+      }
+    }
+    if (groups.empty() && opts.inputs.size() == 1 && integer_type(opts.inputs.begin()->second)) {
+      CsvGroup g;
+      g.name = "features", g.integers = true, g.int32 = opts.inputs.begin()->second == DType::I32;
+      groups.push_back(g);
+    }
+    t_ = parse_csv(ss.str(), ext == ".tsv" ? '\t' : ',', what, opts.labels, opts.targets, opts.classes, groups);
+    for (const CsvGroup& g : t_.groups)
+      specs_.push_back({g.name,
+                        g.integers ? (g.int32 ? DType::I32 : DType::I64) : DType::F64,
+                        {static_cast<int64_t>(g.columns.size())}});
     if (!t_.target_name.empty()) specs_.push_back({t_.target_name, t_.class_ids ? DType::I64 : DType::F64, {}});
   }
 
@@ -41,10 +75,22 @@ class CsvSource : public Source {
   void read(const int64_t* indices, int64_t n, const std::map<std::string, Tensor*>& out) const override {
     check_read_buffers(*this, n, out);
     for (const auto& [name, t] : out) {
-      if (name == "features") {
-        const int64_t F = specs_[0].shape[0];
-        double* dst = t->data<double>();
-        for (int64_t i = 0; i < n; ++i) std::copy_n(t_.features.data() + indices[i] * F, F, dst + i * F);
+      const CsvGroup* g = nullptr;
+      for (const CsvGroup& x : t_.groups)
+        if (x.name == name) g = &x;
+      if (g) {
+        const int64_t F = static_cast<int64_t>(g->columns.size());
+        if (!g->integers) {
+          double* dst = t->data<double>();
+          for (int64_t i = 0; i < n; ++i) std::copy_n(g->reals.data() + indices[i] * F, F, dst + i * F);
+        } else if (t->dtype() == DType::I32) {
+          int32_t* dst = t->data<int32_t>();
+          for (int64_t i = 0; i < n * F; ++i)
+            dst[i] = static_cast<int32_t>(g->ints[static_cast<size_t>(indices[i / F] * F + i % F)]);
+        } else {
+          int64_t* dst = t->data<int64_t>();
+          for (int64_t i = 0; i < n; ++i) std::copy_n(g->ints.data() + indices[i] * F, F, dst + i * F);
+        }
       } else if (t_.class_ids) {
         int64_t* dst = t->data<int64_t>();
         for (int64_t i = 0; i < n; ++i) dst[i] = t_.ids[static_cast<size_t>(indices[i])];

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -121,7 +122,7 @@ std::string list(const std::vector<std::string>& v) {
 }  // namespace
 
 CsvTable parse_csv(const std::string& text, char delim, const std::string& what, const std::string& labels_name,
-                   bool targets, const std::vector<std::string>& given) {
+                   bool targets, const std::vector<std::string>& given, std::vector<CsvGroup> groups) {
   std::vector<Record> recs = split_records(text, delim, what);
   GR_CHECK(!recs.empty(), what << ": the table is empty (a header of column names comes first)");
   const std::vector<std::string>& header = recs[0].fields;
@@ -138,14 +139,46 @@ CsvTable parse_csv(const std::string& text, char delim, const std::string& what,
                                               << "; name the target column with --labels NAME)");
   const size_t label_col = it == seen.end() ? cols : it->second;
   CsvTable t;
-  for (size_t c = 0; c < cols; ++c)
-    if (c != label_col) t.feature_names.push_back(header[c]);
   if (label_col < cols) t.target_name = header[label_col];
-  const size_t F = t.feature_names.size();
-  GR_CHECK(F >= 1, what << ": no column of features beside the targets '" << printable(labels_name) << "'");
+  // Each column's group and place in it (none: not read).
+  if (groups.empty()) {
+    groups.emplace_back();
+    groups.back().name = "features";
+  }
+  std::vector<std::pair<int, size_t>> place(cols, {-1, 0});
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    CsvGroup& g = groups[gi];
+    if (g.columns.empty() && !g.named_by_input) {
+      for (size_t c = 0; c < cols; ++c)
+        if (c != label_col) g.columns.push_back(header[c]);
+      GR_CHECK(!g.columns.empty(),
+               what << ": no column of features beside the targets '" << printable(labels_name) << "'");
+    }
+    for (size_t k = 0; k < g.columns.size(); ++k) {
+      const auto c = seen.find(g.columns[k]);
+      if (c == seen.end() && g.named_by_input)
+        GR_FAIL(what << ": no column '" << printable(g.columns[k])
+                     << "' for the model input of that name (its columns: " << list(header)
+                     << "; say which columns feed each input with --columns INPUT=COL,...)");
+      GR_CHECK(c != seen.end(), what << ": no column '" << printable(g.columns[k]) << "' (--columns "
+                                     << printable(g.name) << "=...; its columns: " << list(header) << ")");
+      GR_CHECK(c->second != label_col, what << ": column '" << col(c->second) << "' holds the targets (--labels); it "
+                                            << "cannot feed input '" << printable(g.name) << "' too");
+      GR_CHECK(place[c->second].first < 0, what << ": column '" << col(c->second) << "' feeds two inputs ('"
+                                                << printable(groups[static_cast<size_t>(place[c->second].first)].name)
+                                                << "' and '" << printable(g.name) << "')");
+      place[c->second] = {static_cast<int>(gi), k};
+    }
+  }
   t.rows = static_cast<int64_t>(recs.size()) - 1;
   GR_CHECK(t.rows >= 1, what << ": the table has a header but no rows");
-  t.features.reserve(static_cast<size_t>(t.rows) * F);
+  for (CsvGroup& g : groups) {
+    const size_t values = static_cast<size_t>(t.rows) * g.columns.size();
+    if (g.integers)
+      g.ints.assign(values, 0);
+    else
+      g.reals.assign(values, 0);
+  }
   std::vector<std::string> labels;
   for (size_t r = 1; r < recs.size(); ++r) {
     const Record& rec = recs[r];
@@ -158,15 +191,28 @@ CsvTable parse_csv(const std::string& text, char delim, const std::string& what,
         labels.push_back(v);
         continue;
       }
-      double x = 0;
+      if (place[c].first < 0) continue;
+      CsvGroup& g = groups[static_cast<size_t>(place[c].first)];
+      const size_t at = (r - 1) * g.columns.size() + place[c].second;
       GR_CHECK(!is_missing(v), what << ": line " << rec.line << ": column '" << col(c)
                                     << "' is missing (graphrun does not impute: fill or drop it first)");
-      GR_CHECK(parse_number(v, x), what << ": line " << rec.line << ": column '" << col(c) << "' holds '"
-                                        << printable(v.size() > 40 ? v.substr(0, 40) + "..." : v)
-                                        << "', not a finite number (encode categories as numbers first)");
-      t.features.push_back(x);
+      const std::string shown = printable(v.size() > 40 ? v.substr(0, 40) + "..." : v);
+      if (g.integers) {
+        GR_CHECK(parse_integer(v, g.ints[at]), what << ": line " << rec.line << ": column '" << col(c) << "' holds '"
+                                                    << shown << "', not an integer (it feeds the integer input '"
+                                                    << printable(g.name) << "')");
+        GR_CHECK(!g.int32 || (g.ints[at] >= std::numeric_limits<int32_t>::min() &&
+                              g.ints[at] <= std::numeric_limits<int32_t>::max()),
+                 what << ": line " << rec.line << ": column '" << col(c) << "' holds " << g.ints[at]
+                      << ", beyond the int32 input '" << printable(g.name) << "'");
+      } else {
+        GR_CHECK(parse_number(v, g.reals[at]), what << ": line " << rec.line << ": column '" << col(c) << "' holds '"
+                                                    << shown
+                                                    << "', not a finite number (encode categories as numbers first)");
+      }
     }
   }
+  t.groups = std::move(groups);
   if (label_col == cols) return t;
   // The targets: class ids, numbers, or class names (the given numbering, else sorted).
   bool ints = given.empty(), numbers = given.empty();

@@ -115,6 +115,12 @@ SourcePtr open_npy_folder(const std::string& dir);
 SourcePtr open_image_folder(const std::string& dir, int64_t channels, int64_t height, int64_t width);
 
 // Options for sources whose examples take a shape from the model (image folders are decoded to it).
+// Columns of a table that feed one model input, in this order (--columns INPUT=COL,COL,...).
+struct ColumnGroup {
+  std::string input;
+  std::vector<std::string> columns;
+};
+
 struct OpenOptions {
   int64_t channels = 0, height = 0, width = 0;  // image folders: the model's C x H x W (C = 1 or 3)
   std::string idx_prefix = "train";             // MNIST folders: "train" or "t10k"
@@ -123,12 +129,18 @@ struct OpenOptions {
   std::string labels = kLabels;
   bool targets = true;
   std::vector<std::string> classes{};
+  // Tables: the columns that feed each model input (--columns INPUT=COL,...), and the model's inputs with their
+  // element types. Without groups, a model of one input takes every column but the targets (the array
+  // "features"), a model of several each input the column of its name.
+  std::vector<ColumnGroup> columns{};
+  std::map<std::string, DType> inputs{};
 };
 
 // A CSV (.csv) or TSV (.tsv) table with a header of column names: the column opts.labels as the targets
 // array of that name (int64 class ids, float64 numbers, or class names numbered in sorted order, or by
-// opts.classes), every other column a feature of one array "features" f64[F]. Read whole into memory; a
-// missing or non-numeric feature is an error naming the file, line and column.
+// opts.classes); the feature columns as arrays by opts.columns and opts.inputs: f64[k] of k columns, or int64
+// (int32) for an input of that type. Read whole into memory; a missing or non-numeric feature is an error naming
+// the file, line and column.
 SourcePtr open_csv(const std::string& path, const OpenOptions& opts);
 
 // What a path holds, judged by what it points at: "idx", "npz", "npy-folder", "image-folder", "csv".

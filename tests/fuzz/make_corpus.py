@@ -425,6 +425,8 @@ def csv_cases():
     yield "bad_short_row.csv", b',a,b,labels\n1,2,0\n3,4\n'
     yield "bad_text_feature.csv", b',a,labels\n"two\nlines",0\n'
     yield "bad_missing.csv", b',a,b,labels\n1,NA,0\n'
+    # First byte 7: input c int32, by its name, targets read (see fuzz_csv.cc); an ID column of text unread.
+    yield "good_groups.csv", b'\x07a,b,c,id,labels\n1,2,3,x,0\n4.5,5,6,y,1\n'
 
 
 def main():
