@@ -555,7 +555,36 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
     return out;
   } else if (op == "ScatterElements" || op == "ScatterND") {  // 18: max, min
     const std::string r = attr_str("reduction", "none");
-    if (r == "max" || r == "min") refuse("reduction '" + r + "' is not supported");
+    if (r != "max" && r != "min") return {n};
+    if (op == "ScatterND") refuse("reduction '" + r + "' is not supported (ScatterElements' is)");
+    // torch's scatter_reduce(amax/amin, include_self=True). Along the axis, the updates sorted so that the largest
+    // (max) or smallest (min) comes last, their indices with them (TopK, GatherElements); ScatterElements without
+    // a reduction writes updates that meet in one element in their order (graphrun's rule on every device), so
+    // the last, the extreme, stays there; Max (Min) with data then keeps what data held where it is larger.
+    const std::string data = input(0), idx = input(1), upd = input(2);
+    int64_t axis = attr_int("axis", 0);
+    if (axis < 0) {
+      int64_t rank = stated_rank(g, data);
+      if (rank < 0) rank = stated_rank(g, idx);
+      if (rank < 0) rank = stated_rank(g, upd);
+      if (rank < 0) refuse("a negative axis needs the rank of data, indices or updates stated");
+      axis += rank;
+      if (axis < 0) refuse("axis " + std::to_string(attr_int("axis", 0)) + " is out of range");
+    }
+    std::vector<onnx::NodeProto> out;
+    Emitter e{out, base};
+    const std::string count = e.dims(upd, axis, axis + 1, "_count");
+    out.push_back(make_proto_node("TopK", {upd, count}, base + "_sorted", base + "_sort"));
+    out.back().add_output(base + "_order");
+    set_int_attr(out.back(), "axis", axis);
+    set_int_attr(out.back(), "largest", r == "min" ? 1 : 0);
+    e.node("GatherElements", {idx, base + "_order"}, "_sorted_indices");
+    set_int_attr(e.last(), "axis", axis);
+    e.node("ScatterElements", {data, base + "_sorted_indices", base + "_sorted"}, "_written");
+    set_int_attr(e.last(), "axis", axis);
+    out.push_back(make_proto_node(r == "max" ? "Max" : "Min", {data, base + "_written"}, n.output(0),
+                                  n.name().empty() ? base : n.name()));
+    return out;
   } else if (op == "LpPool") {  // 18: ceil_mode
     if (attr_int("ceil_mode", 0) != 0) refuse("ceil_mode 1 is not supported");
     drop_attr(n, "ceil_mode");
@@ -843,7 +872,8 @@ void lower_new_opset(onnx::ModelProto& m, const std::string& what) {
   static std::set<std::string> said;
   if (said.insert(what).second)
     std::cerr << "graphrun: " << what << ": opset " << from << " read as opset " << kMaxOpset
-              << " (nodes rewritten where opsets 18 to " << from << " changed them)\n";
+              << " (nodes rewritten where opset" << (from == 18 ? " 18" : "s 18 to " + std::to_string(from))
+              << " changed them)\n";
 }
 
 }  // namespace graphrun

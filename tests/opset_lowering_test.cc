@@ -596,6 +596,53 @@ onnx.save(m, 'rope23.onnx')
   expect_trainable("rope23");
 }
 
+// ScatterElements with reduction max or min (opset 18: torch's scatter_reduce amax/amin) is written in opset-17
+// ops (TopK, GatherElements, ScatterElements, Max/Min): against torch.scatter_reduce(include_self=True) in float64,
+// along axes 0, 1 and -1, with several updates meeting in one element; a message-passing layer that aggregates
+// its neighbours by max passes `check` (float64 gradients). ScatterND's max/min stays refused.
+TEST_F(OpsetLowering, ScatterMaxAndMinOfOpset18MatchTorch) {
+  run_python(dir_, R"(
+import onnx, torch
+from onnx import helper, TensorProto, numpy_helper
+vi = helper.make_tensor_value_info
+F32, I64 = TensorProto.FLOAT, TensorProto.INT64
+rng = np.random.default_rng(10)
+def case(name, shape, ushape, axis, reduction):
+    data = rng.standard_normal(shape).astype(np.float32)
+    upd = rng.standard_normal(ushape).astype(np.float32)
+    idx = rng.integers(0, shape[axis], ushape)  # several updates meet in one element
+    t = torch.scatter_reduce(torch.tensor(data, dtype=torch.float64), axis, torch.tensor(idx),
+                             torch.tensor(upd, dtype=torch.float64), 'amax' if reduction == 'max' else 'amin')
+    for k, v in (('data', data), ('idx', idx), ('upd', upd), ('y', t.numpy().astype(np.float32))):
+        np.save(name + '_' + k + '.npy', v)
+    node = helper.make_node('ScatterElements', [name + '_data', name + '_idx', name + '_upd'], [name + '_y'], axis=axis,
+                            reduction=reduction)
+    g = helper.make_graph([node], name, [vi(name + '_data', F32, list(shape)), vi(name + '_idx', I64, list(ushape)),
+                                         vi(name + '_upd', F32, list(ushape))], [vi(name + '_y', F32, list(shape))])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 18)]), name + '.onnx')
+case('smax0', (4, 3), (9, 3), 0, 'max')
+case('smin1', (2, 5, 3), (2, 7, 3), 1, 'min')
+case('smax_last', (3, 2, 4), (2, 2, 6), -1, 'max')
+# Message passing: h = x W; each edge's message h[src]; each node the max of itself and its messages; a head.
+N, Fd = 6, 4
+src = np.array([0, 1, 2, 3, 4, 5, 0, 2, 1]); dst = np.array([1, 2, 3, 4, 5, 0, 3, 1, 1])
+inits = {'w': (0.5 * rng.standard_normal((Fd, Fd))).astype(np.float32), 'src': src,
+         'dst': np.repeat(dst[:, None], Fd, 1), 'wo': (0.5 * rng.standard_normal((Fd, 2))).astype(np.float32)}
+body = [helper.make_node('MatMul', ['x', 'w'], ['h']), helper.make_node('Gather', ['h', 'src'], ['msg']),
+        helper.make_node('ScatterElements', ['h', 'dst', 'msg'], ['agg'], reduction='max'),
+        helper.make_node('MatMul', ['agg', 'wo'], ['logits'])]
+g = helper.make_graph(body, 'gnn18', [vi('x', F32, [N, Fd])], [vi('logits', F32, [N, 2])],
+                      [numpy_helper.from_array(v, k) for k, v in inits.items()])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 18)]), 'gnn18.onnx')
+g = helper.make_graph([helper.make_node('ScatterND', ['x', 'i', 'x'], ['r'], name='nd_max', reduction='max')], 'nd',
+                      [vi('x', F32, [2])], [vi('r', F32, [2])], [numpy_helper.from_array(np.array([[0], [1]]), 'i')])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 18)]), 'nd_max.onnx')
+)");
+  EXPECT_EQ(expect_each_model({"smax0", "smin1", "smax_last"}, 1e-7), 3);
+  expect_trainable("gnn18");
+  expect_refused("nd_max", "node 'nd_max' (ScatterND): reduction 'max' is not supported (ScatterElements' is)");
+}
+
 TEST_F(OpsetLowering, WhatOpset17CannotSayIsRefusedNamingTheNode) {
   expect_refused("runtime_axes", "node 'mean_of_input' (ReduceMean): its axes are computed at run time");
   expect_refused("antialias", "node 'smooth' (Resize): antialias is not supported");

@@ -187,7 +187,6 @@ void clip_grad(GradContext& ctx) {
   }
 }
 
-// Max/Min: the gradient goes to the input(s) equal to the result.
 // Max / Min: the gradient goes to the inputs equal to the result, shared evenly where several are (as
 // torch.maximum's backward halves it on a tie): dY / count, count the number of inputs equal to Y there.
 void max_min_grad(GradContext& ctx) {
