@@ -306,6 +306,30 @@ def onnx_cases():
          init("img", np.array([5, 6], np.int64)), init("blk", np.array([2, 2], np.int64)),
          init("size", np.array([2, 1, 5, 4], np.int64))], opset=21, name="lowered")
 
+    # Opset 23: Attention (grouped heads, a past, causal, a bool mask, softcap), RotaryEmbedding, and opset 18's
+    # ScatterElements max, read through their opset-17 forms.
+    attention = [helper.make_node("RotaryEmbedding", ["q", "cos", "sin", "pos"], ["qr"], name="rope", num_heads=4),
+                 helper.make_node("Attention", ["qr", "k", "v", "mask", "pk", "pv"], ["a", "present_k"], name="sdpa",
+                                  q_num_heads=4, kv_num_heads=2, is_causal=1, softcap=2.0),
+                 helper.make_node("ScatterElements", ["a", "idx", "upd"], ["y"], name="smax", axis=1, reduction="max")]
+    m = model_of(attention, [vi("q", ["N", 3, 8]), vi("k", ["N", 3, 4]), vi("v", ["N", 3, 4]),
+                             helper.make_tensor_value_info("mask", TensorProto.BOOL, ["N", 1, 3, 4]), vi("pk", ["N", 2, 1, 2]),
+                             vi("pv", ["N", 2, 1, 2])],
+                 [vi("y", ["N", 3, 8]), vi("present_k", ["N", 2, 4, 2])],
+                 [init("cos", np.ones((6, 1), np.float32)), init("sin", np.zeros((6, 1), np.float32)),
+                  init("pos", np.array([[0, 1, 2]], np.int64)), init("idx", np.zeros((1, 3, 8), np.int64)),
+                  init("upd", weights((1, 3, 8)))],
+                 opset=23, name="attention")
+    m.ir_version = 11
+    yield "good_opset23_attention.onnx", m
+    m = model_of([helper.make_node("Attention", ["q", "q", "q"], ["y"], name="sdpa3")], [vi("q", ["N", 3, 8])],
+                 [vi("y", ["N", 3, 8])], opset=23, name="attention_3d_no_heads")
+    m.ir_version = 11
+    yield "bad_attention_3d_no_heads.onnx", m
+    yield "bad_scatter_nd_max.onnx", model_of(
+        [helper.make_node("ScatterND", ["x", "i", "x"], ["y"], name="nd_max", reduction="max")], [vi("x", ["N"])],
+        [vi("y", ["N"])], [init("i", np.array([[0], [1]], np.int64))], opset=18, name="scatter_nd_max")
+
     # Inputs a random fuzzer found crashing ONNX 1.12's inference (kept as found).
     probe = os.path.join(HERE, "corpus", "onnx")
     for name in sorted(os.listdir(probe)) if os.path.isdir(probe) else []:
