@@ -203,8 +203,11 @@ struct Emitter {
 //   scores = (Q * scale) K^T, scale 1/sqrt(D) unless given; softcap * tanh(scores / softcap) where softcap > 0;
 //   the mask added (a bool mask as 0 where true and -inf where false; one shorter than the keys padded with -inf);
 //   is_causal: query i sees key j only where j <= i + the past's length (Where, -inf elsewhere); Softmax over the
-//   keys (in softmax_precision where given); times V; 3-D heads back to [B, S, Hq*Dv].
-// qk_matmul_output (the fourth output) is the scaled QK^T (mode 0, without softcap) or the softmax (mode 3).
+//   keys (in softmax_precision where given), a row whose keys are all masked 0 rather than NaN (as ONNX's reference
+//   guards it: Where; the Softmax reads 0s there, so its gradient stays finite); times V; 3-D heads back to
+//   [B, S, Hq*Dv].
+// qk_matmul_output (the fourth output), as the reference gives it: the scaled QK^T after softcap (modes 0 and 1),
+// with the mask and causal bias (mode 2), or the softmax (mode 3).
 std::vector<onnx::NodeProto> lower_attention(const onnx::GraphProto& g, const onnx::NodeProto& n,
                                              const std::function<void(const std::string&)>& refuse) {
   auto input = [&](int i) { return i < n.input_size() ? n.input(i) : std::string(); };
@@ -227,9 +230,8 @@ std::vector<onnx::NodeProto> lower_attention(const onnx::GraphProto& g, const on
   if (r == 3 && (hq < 1 || hkv < 1)) refuse("3-D Q, K and V need q_num_heads and kv_num_heads, at least 1");
   const float softcap = attr("softcap") ? attr("softcap")->f() : 0.0f;
   const int64_t mode = attr("qk_matmul_output_mode") ? attr("qk_matmul_output_mode")->i() : 0;
-  if (!output(3).empty() && !(mode == 3 || (mode == 0 && softcap <= 0)))
-    refuse("qk_matmul_output_mode " + std::to_string(mode) + (softcap > 0 ? " with softcap" : "") +
-           " is not supported (0 without softcap, or 3)");
+  if (!output(3).empty() && (mode < 0 || mode > 3))
+    refuse("qk_matmul_output_mode " + std::to_string(mode) + " is not 0, 1, 2 or 3");
   const bool causal = attr("is_causal") && attr("is_causal")->i() != 0;
 
   std::vector<onnx::NodeProto> out;
@@ -302,14 +304,16 @@ std::vector<onnx::NodeProto> lower_attention(const onnx::GraphProto& g, const on
     const std::string cap = e.scalar("_softcap", softcap, q);
     scores = e.node("Mul", {e.node("Tanh", {e.node("Div", {scores, cap}, "_over_cap")}, "_tanh"), cap}, "_capped");
   }
-  std::string neg_inf;
+  const std::string capped = scores;
+  std::string neg_inf, keep;  // keep: the keys each query may see, where a mask says
   if (!mask.empty() || causal) neg_inf = e.scalar("_neg_inf", -std::numeric_limits<float>::infinity(), q);
   if (!mask.empty()) {
     const int32_t type = stated_elem_type(g, mask);
     const int64_t mr = stated_rank(g, mask);
     if (type == 0 || mr < 1) refuse("the attention mask's element type and rank must be stated");
     std::string bias = mask;
-    if (type == onnx::TensorProto::BOOL) {
+    const bool bool_mask = type == onnx::TensorProto::BOOL;
+    if (bool_mask) {
       bias = e.node("Where", {mask, e.scalar("_zero", 0.0f, q), neg_inf}, "_mask_bias");
     } else if (type != stated_elem_type(g, q) && stated_elem_type(g, q) != 0) {
       refuse("the attention mask must be bool or of Q's type");
@@ -326,6 +330,7 @@ std::vector<onnx::NodeProto> lower_attention(const onnx::GraphProto& g, const on
       bias = e.node("Pad", {bias, e.base + "_pads", neg_inf}, "_mask_padded");
     }
     scores = e.node("Add", {scores, bias}, "_masked");
+    keep = e.node("Not", {e.node("Equal", {bias, neg_inf}, "_mask_off")}, "_mask_keep");
   }
   if (causal) {
     // Query i (after the past's P keys) sees key j where j <= i + P.
@@ -339,6 +344,20 @@ std::vector<onnx::NodeProto> lower_attention(const onnx::GraphProto& g, const on
         e.node("Unsqueeze", {e.node("Range", {offset, last, one}, "_rows"), e.ints("_at1", {1})}, "_rows_col");
     const std::string allowed = e.node("LessOrEqual", {e.node("Range", {zero, keys, one}, "_cols"), rows}, "_allowed");
     scores = e.node("Where", {allowed, scores, neg_inf}, "_causal");
+    if (!keep.empty()) keep = e.node("And", {keep, allowed}, "_keep");
+  }
+  const std::string biased = scores;
+  // A mask may leave a query no key (a causal bias alone cannot: key 0 is always seen). Decided on the mask, as
+  // the reference decides it (float32 counts: the mask's size, not the scores').
+  std::string empty_rows, row_zero;
+  if (!keep.empty()) {
+    e.node("Cast", {keep}, "_keep_f");
+    set_int_attr(e.last(), "to", onnx::TensorProto::FLOAT);
+    e.node("ReduceMax", {e.base + "_keep_f"}, "_row_keeps");
+    set_ints_attr(e.last(), "axes", {-1});
+    empty_rows = e.node("Equal", {e.base + "_row_keeps", e.scalar("_f0", 0.0f, e.base + "_keep_f")}, "_row_empty");
+    row_zero = e.scalar("_row_zero", 0.0f, q);
+    scores = e.node("Where", {empty_rows, row_zero, scores}, "_scores_guarded");
   }
   std::string probs;
   const auto* precision = attr("softmax_precision");
@@ -353,8 +372,13 @@ std::vector<onnx::NodeProto> lower_attention(const onnx::GraphProto& g, const on
     set_int_attr(e.last(), "axis", -1);
     probs = e.base + "_probs";
   }
+  if (!empty_rows.empty()) probs = e.node("Where", {empty_rows, row_zero, probs}, "_probs_guarded");
   if (!output(3).empty())
-    out.push_back(make_proto_node("Identity", {mode == 3 ? probs : qk}, output(3), e.base + "_qk_output"));
+    out.push_back(make_proto_node("Identity",
+                                  {mode == 3   ? probs
+                                   : mode == 2 ? biased
+                                               : capped},
+                                  output(3), e.base + "_qk_output"));
   const std::string name = n.name().empty() ? e.base : n.name();
   if (r == 4) {
     out.push_back(make_proto_node("MatMul", {probs, v4}, output(0), name));

@@ -155,7 +155,7 @@ save('attn_unranked', [helper.make_node('Attention', ['x', 'x', 'x'], ['r'], nam
      [vi('r', F, None)], 23, ir=11)
 save('attn_no_heads', [helper.make_node('Attention', ['x', 'x', 'x'], ['r'], name='sdpa3')], X, [vi('r', F, None)], 23, ir=11)
 save('attn_qk_mode', [helper.make_node('Attention', ['y', 'y', 'y'], ['r', '', '', 'qk'], name='sdpa_qk',
-                                       qk_matmul_output_mode=1)],
+                                       qk_matmul_output_mode=5)],
      [vi('y', F, [1, 1, 4, 4])], [vi('r', F, None), vi('qk', F, None)], 23, ir=11)
 save('rotary23', [helper.make_node('RotaryEmbedding', ['x', 'x', 'x'], ['r'], name='rope')], X, [vi('r', F, None)], 23,
      ir=11)
@@ -431,10 +431,11 @@ from onnx import helper, TensorProto, numpy_helper
 vi = helper.make_tensor_value_info
 F32, B8 = TensorProto.FLOAT, TensorProto.BOOL
 rng = np.random.default_rng(8)
-def softmax(x):
+def softmax(x):  # a row of -inf only (no key to see) is 0, as ONNX's reference has it
     m = np.max(x, -1, keepdims=True)
     e = np.exp(x - np.where(np.isfinite(m), m, 0))
-    return e / e.sum(-1, keepdims=True)
+    total = e.sum(-1, keepdims=True)
+    return e / np.where(total == 0, 1, total)
 def reference(Q, K, V, mask=None, past=None, scale=None, causal=False, hq=0, hkv=0, softcap=0.0):
     Q, K, V = (t.astype(np.float64) for t in (Q, K, V))
     three = Q.ndim == 3
@@ -448,7 +449,7 @@ def reference(Q, K, V, mask=None, past=None, scale=None, causal=False, hq=0, hkv
     reps = Q.shape[1] // K.shape[1]
     K, V = np.repeat(K, reps, 1), np.repeat(V, reps, 1)
     qk = Q @ K.transpose(0, 1, 3, 2) * (1 / np.sqrt(Q.shape[-1]) if scale is None else scale)
-    s = softcap * np.tanh(qk / softcap) if softcap > 0 else qk
+    s = capped = softcap * np.tanh(qk / softcap) if softcap > 0 else qk
     T = K.shape[2]
     if mask is not None:
         bias = np.where(mask, 0.0, -np.inf) if mask.dtype == bool else mask.astype(np.float64)
@@ -460,7 +461,7 @@ def reference(Q, K, V, mask=None, past=None, scale=None, causal=False, hq=0, hkv
     p = softmax(s)
     y = p @ V
     if three: y = y.transpose(0, 2, 1, 3).reshape(y.shape[0], y.shape[2], -1)
-    return y, present[0], present[1], qk, p
+    return y, present[0], present[1], capped, s, p
 def case(name, feeds, attrs, outs, shapes=None, past=False, extra_out=None):
     ins = ['q', 'k', 'v', 'mask' if 'mask' in feeds else '', 'past_k' if past else '', 'past_v' if past else '']
     while ins[-1] == '': ins.pop()
@@ -474,7 +475,7 @@ def case(name, feeds, attrs, outs, shapes=None, past=False, extra_out=None):
     got = reference(feeds['q'], feeds['k'], feeds['v'], feeds.get('mask'),
                     (feeds['past_k'], feeds['past_v']) if past else None, attrs.get('scale'),
                     attrs.get('is_causal', 0) == 1, hq, hkv, attrs.get('softcap', 0.0))
-    which = {'y': 0, 'present_k': 1, 'present_v': 2, 'qk': 3 if attrs.get('qk_matmul_output_mode', 0) == 0 else 4}
+    which = {'y': 0, 'present_k': 1, 'present_v': 2, 'qk': [3, 3, 4, 5][attrs.get('qk_matmul_output_mode', 0)]}
     outputs = []
     for o in outs:
         if not o: continue
@@ -502,6 +503,11 @@ case('attn_bool_causal', {'q': q, 'k': k, 'v': v, 'mask': bm}, {'is_causal': 1},
 case('attn_gqa3d', {'q': r(2, 4, 24), 'k': r(2, 5, 12), 'v': r(2, 5, 12), 'past_k': r(2, 2, 3, 6), 'past_v': r(2, 2, 3, 6)},
      {'q_num_heads': 4, 'kv_num_heads': 2, 'is_causal': 1, 'softcap': 2.0}, ['y', 'present_k', 'present_v'], past=True)
 short = rng.random((2, 1, 4, 5)) < 0.8; short[..., 0] = True
+# The fourth output after softcap and mask (mode 2); a query whose keys are all masked gives 0s (mode 3 too).
+case('attn_modes', {'q': q, 'k': k, 'v': v, 'mask': fm}, {'softcap': 1.5, 'qk_matmul_output_mode': 2}, ['y', '', '', 'qk'])
+none = bm.copy(); none[1] = False
+y, _, _, _, _, p = case('attn_no_key', {'q': q, 'k': k, 'v': v, 'mask': none}, {'qk_matmul_output_mode': 3}, ['y', '', '', 'qk'])
+assert (y[:, :, 1] == 0).all() and (p[:, :, 1] == 0).all() and np.isfinite(y).all()
 case('attn_symbolic', {'q': r(2, 4, 4, 8), 'k': r(2, 2, 7, 8), 'v': r(2, 2, 7, 3), 'mask': short},
      {'qk_matmul_output_mode': 3}, ['y', '', '', 'qk'],
      shapes={'q': ['B', 'H', 'S', 'D'], 'k': ['B', 'G', 'T', 'D'], 'v': ['B', 'G', 'T', 'E'], 'mask': ['B', 1, 'S', 'M']})
@@ -519,12 +525,20 @@ g = helper.make_graph(body, 'block23', [vi('x', F32, ['N', 5, D])], [vi('logits'
                       [numpy_helper.from_array(v, k) for k, v in inits.items()])
 m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 23)]); m.ir_version = 11
 onnx.save(m, 'block23.onnx')
+# The same with a mask that leaves query 2 no key: its gradient stays finite (the guard's Softmax reads 0s).
+keys = np.ones((5, 5), bool); keys[2] = False; keys[:, 4] = False
+body[3] = helper.make_node('Attention', ['q', 'k', 'v', 'keys'], ['a'], q_num_heads=H, kv_num_heads=G)
+g = helper.make_graph(body, 'block23_mask', [vi('x', F32, ['N', 5, D])], [vi('logits', F32, ['N', 3])],
+                      [numpy_helper.from_array(v, k) for k, v in inits.items()] + [numpy_helper.from_array(keys, 'keys')])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 23)]); m.ir_version = 11
+onnx.save(m, 'block23_mask.onnx')
 )");
-  EXPECT_EQ(
-      expect_each_model(
-          {"attn_plain", "attn_causal", "attn_float_mask", "attn_bool_causal", "attn_gqa3d", "attn_symbolic"}, 2e-6),
-      10);
+  EXPECT_EQ(expect_each_model({"attn_plain", "attn_causal", "attn_float_mask", "attn_bool_causal", "attn_gqa3d",
+                               "attn_modes", "attn_no_key", "attn_symbolic"},
+                              2e-6),
+            14);
   expect_trainable("block23");
+  expect_trainable("block23_mask");
 }
 
 // RotaryEmbedding (opset 23) is written in opset-17 ops (Gather, Slice, Split, Mul, Concat): against a float64 numpy
@@ -643,6 +657,30 @@ onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 18)]), 'nd
   expect_refused("nd_max", "node 'nd_max' (ScatterND): reduction 'max' is not supported (ScatterElements' is)");
 }
 
+// Under `graphrun run`, a node whose opset-17 form needs a constant that a small input gives (ONNX's node tests feed
+// ReduceMean-18 its axes) is rewritten with the values given, saying so; loading it for anything else refuses it.
+TEST_F(OpsetLowering, RunWritesANewerNodeWithTheValuesItIsGiven) {
+  run_python(dir_, R"(
+import onnx
+from onnx import helper, TensorProto
+vi = helper.make_tensor_value_info
+g = helper.make_graph([helper.make_node('ReduceMean', ['x', 'axes'], ['y'], name='mean', keepdims=0)], 'g',
+                      [vi('x', TensorProto.FLOAT, [2, 3, 4]), vi('axes', TensorProto.INT64, [1])],
+                      [vi('y', TensorProto.FLOAT, ['a', 'b'])])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 18)]), 'mean18.onnx')
+np.save('axes.npy', np.array([1], np.int64)); np.save('mean.npy', np.load('x.npy').mean(1))
+)");
+  const std::string model = dir_ + "/mean18.onnx";
+  auto r = run_command(testing::graphrun_cli() + " run " + model + " --input x=" + dir_ +
+                       "/x.npy --input axes=" + dir_ + "/axes.npy --output-dir " + dir_ + "/out 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("nodes of a newer opset written in opset 17 by the values of 'axes' for this run"),
+            std::string::npos)
+      << r.output;
+  EXPECT_LE(testing::max_abs_diff(read_npy(dir_ + "/out/y.npy"), read_npy(dir_ + "/mean.npy")), 1e-6);
+  expect_refused("mean18", "node 'mean' (ReduceMean): its axes are computed at run time");
+}
+
 TEST_F(OpsetLowering, WhatOpset17CannotSayIsRefusedNamingTheNode) {
   expect_refused("runtime_axes", "node 'mean_of_input' (ReduceMean): its axes are computed at run time");
   expect_refused("antialias", "node 'smooth' (Resize): antialias is not supported");
@@ -661,7 +699,7 @@ TEST_F(OpsetLowering, WhatOpset17CannotSayIsRefusedNamingTheNode) {
   expect_refused("attn_unranked",
                  "node 'sdpa' (Attention): whether Q, K and V are 3-D or 4-D must be known when loading");
   expect_refused("attn_no_heads", "node 'sdpa3' (Attention): 3-D Q, K and V need q_num_heads and kv_num_heads");
-  expect_refused("attn_qk_mode", "node 'sdpa_qk' (Attention): qk_matmul_output_mode 1 is not supported");
+  expect_refused("attn_qk_mode", "node 'sdpa_qk' (Attention): qk_matmul_output_mode 5 is not 0, 1, 2 or 3");
   expect_refused("rotary23", "node 'rope' (RotaryEmbedding): a 3-D X needs num_heads, at least 1");
 }
 

@@ -57,7 +57,9 @@ const Command& run_command() {
       "count) is decided by the values given: taken or unrolled for this run, as stderr says. A\n"
       "condition or count computed from the inputs (if x.sum() > 0) is computed by running the part of\n"
       "the model before it on them, then taken or unrolled likewise; a Loop whose body decides when to\n"
-      "stop (a while on the data) is unrolled as many times as the data say.\n"
+      "stop (a while on the data) is unrolled as many times as the data say. A node of opsets 18 to 23\n"
+      "whose opset-17 form needs a constant such an input gives (ReduceMean-18's axes) is rewritten with\n"
+      "the values given, for this run.\n"
       "A sequence input comes as a .pb holding an ONNX SequenceProto (onnx.numpy_helper.from_list), or as\n"
       "its tensors, --input NAME=FILE once per element in order (--input xs=a.npy --input xs=b.npy); an\n"
       "optional input as a .pb holding an OptionalProto, or a .npy for an optional tensor; an optional\n"
@@ -299,23 +301,25 @@ int cmd_run(const std::vector<std::string>& argv) {
 
   const runtime::data::Normalize norm = parse_run_normalize(args);
   Graph g;
-  bool decided_by_values = false, composite = false;
+  bool decided_by_values = false, composite = false, lowered_by_values = false;
   try {
     g = load_onnx(model);
   } catch (const Error& e) {
     // Control flow that the inputs decide (an If on a flag input, a Loop over a count input) is decided by this
     // run's values, and sequence and optional inputs and outputs are followed for this run's values: the model
-    // loads again with its small integer and bool inputs and its sequence and optional inputs known.
+    // loads again with its small integer and bool inputs and its sequence and optional inputs known. So does a
+    // node of opsets 18 to 23 whose opset-17 form needs a constant an input gives (ReduceMean-18's axes input).
     const std::string why = e.what();
     decided_by_values = why.find("depends on the input data") != std::string::npos;
     composite = why.find(kSequenceRefusal) != std::string::npos;
-    if (!decided_by_values && !composite) throw;
+    lowered_by_values = why.find("cannot be read as opset") != std::string::npos;
+    if (!decided_by_values && !composite && !lowered_by_values) throw;
   }
   std::map<std::string, std::string> files;
   std::map<std::string, CompositeValue> composite_values;
   std::map<std::string, std::vector<std::string>> lists;  // a sequence input's files, one per element
   std::map<std::string, Tensor> read;  // the inputs read already
-  if (decided_by_values || composite) {
+  if (decided_by_values || composite || lowered_by_values) {
     Graph shell;
     std::set<std::string> optional;
     std::map<std::string, std::string> declared;  // composite inputs: their declared type
@@ -377,11 +381,12 @@ int cmd_run(const std::vector<std::string>& argv) {
       return runtime::Executor(std::move(part), o).run(feeds);
     };
     g = load_onnx(model, known);
-    if (decided_by_values && !known.small.empty()) {
+    if ((decided_by_values || lowered_by_values) && !known.small.empty()) {
       std::string names;
       for (const auto& [name, t] : known.small) names += (names.empty() ? "'" : ", '") + name + "'";
-      std::cerr << "graphrun run: " << model << ": control flow decided by the values of " << names
-                << " for this run\n";
+      std::cerr << "graphrun run: " << model << ": "
+                << (decided_by_values ? "control flow decided" : "nodes of a newer opset written in opset 17")
+                << " by the values of " << names << " for this run\n";
     }
     composite_values = std::move(known.composite);
     read = std::move(known.tensors);
