@@ -500,11 +500,61 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
     } else if (!axes.empty()) {
       set_ints_attr(n, "axes", axes);
     }
-  } else if (op == "Split") {  // 18: num_outputs (17 splits evenly into the outputs when no sizes are given)
+    // 20: ReduceMax/ReduceMin of bool (any, all) as int32 (an empty set: the smallest or largest int32, so that
+    // Greater than 0 gives false for max and true for min, as ONNX's reference).
+    if ((op == "ReduceMax" || op == "ReduceMin") && n.op_type() == op &&
+        stated_elem_type(g, input(0)) == onnx::TensorProto::BOOL) {
+      std::vector<onnx::NodeProto> out;
+      Emitter e{out, base};
+      e.node("Cast", {input(0)}, "_int");
+      set_int_attr(e.last(), "to", onnx::TensorProto::INT32);
+      const std::string zero = e.node("Cast", {e.ints("_zero", {0}, true)}, "_zero32");
+      set_int_attr(e.last(), "to", onnx::TensorProto::INT32);
+      const std::string y = n.output(0);
+      n.set_input(0, base + "_int");
+      n.set_output(0, base + "_reduced");
+      out.push_back(n);
+      out.push_back(make_proto_node("Greater", {base + "_reduced", zero}, y, base + "_bool"));
+      return out;
+    }
+  } else if (op == "Split") {  // 18: num_outputs (the last part smaller where the axis does not split evenly)
     if (const auto* a = find_attr(n, "num_outputs")) {
-      if (a->i() != n.output_size()) refuse("num_outputs " + std::to_string(a->i()) + " with " +
-                                            std::to_string(n.output_size()) + " outputs");
+      const int64_t k = a->i();
+      if (k != n.output_size())
+        refuse("num_outputs " + std::to_string(k) + " with " + std::to_string(n.output_size()) + " outputs");
       drop_attr(n, "num_outputs");
+      const int64_t axis = attr_int("axis", 0);
+      std::vector<int64_t> dims;
+      const int64_t r = stated_shape(g, input(0), dims) ? static_cast<int64_t>(dims.size()) : -1;
+      const int64_t size = r > 0 && axis >= -r && axis < r ? dims[static_cast<size_t>(axis < 0 ? axis + r : axis)] : -1;
+      if (k > 1 && input(1).empty() && !(size >= 0 && size % k == 0)) {
+        // Parts of ceil(size / k), the last what remains: from the stated size, else computed at run time.
+        std::vector<onnx::NodeProto> out;
+        Emitter e{out, base};
+        std::string sizes;
+        if (size >= 0) {
+          const int64_t part = (size + k - 1) / k;
+          std::vector<int64_t> v(static_cast<size_t>(k - 1), part);
+          v.push_back(size - part * (k - 1));
+          sizes = e.ints("_sizes", v);
+        } else {
+          const std::string len =
+              e.node("Gather", {e.node("Shape", {input(0)}, "_shape"), e.ints("_axis", {axis})}, "_len");
+          const std::string rest_parts = e.ints("_k1", {k - 1});
+          const std::string part =
+              e.node("Div", {e.node("Add", {len, rest_parts}, "_len_up"), e.ints("_k", {k})}, "_part");
+          const std::string last = e.node("Sub", {len, e.node("Mul", {part, rest_parts}, "_front")}, "_last");
+          e.node("Concat", {e.node("Expand", {part, rest_parts}, "_parts"), last}, "_sizes");
+          set_int_attr(e.last(), "axis", 0);
+          sizes = base + "_sizes";
+        }
+        if (n.input_size() < 2)
+          n.add_input(sizes);
+        else
+          n.set_input(1, sizes);
+        out.push_back(n);
+        return out;
+      }
     }
   } else if (op == "Resize") {  // 18: antialias, axes, keep_aspect_ratio_policy; 19: half_pixel_symmetric
     if (attr_int("antialias", 0) != 0) refuse("antialias is not supported");

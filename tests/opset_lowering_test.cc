@@ -681,6 +681,35 @@ np.save('axes.npy', np.array([1], np.int64)); np.save('mean.npy', np.load('x.npy
   expect_refused("mean18", "node 'mean' (ReduceMean): its axes are computed at run time");
 }
 
+// Split-18 into parts that do not divide the axis (the last smaller: from the stated size, or computed at run time
+// where the shape is symbolic) and ReduceMax/ReduceMin of bool (opset 20), against numpy.
+TEST_F(OpsetLowering, UnevenSplitAndBoolReductionsMatchNumpy) {
+  run_python(dir_, R"(
+import onnx
+from onnx import helper, TensorProto, numpy_helper
+vi = helper.make_tensor_value_info
+F, B = TensorProto.FLOAT, TensorProto.BOOL
+v = np.arange(2 * 7, dtype=np.float32).reshape(2, 7)
+m = np.random.default_rng(11).random((3, 4)) < 0.5; m[0] = False; m[1] = True
+for k, a in (('v', v), ('m', m)): np.save('uneven_' + k + '.npy', a)
+outs = {'s0': v[:, :3], 's1': v[:, 3:6], 's2': v[:, 6:], 'd0': v[:, :3], 'd1': v[:, 3:6], 'd2': v[:, 6:],
+        'any': m.any(1), 'all': m.all(1)}
+for k, a in outs.items(): np.save('uneven_' + k + '.npy', a)
+nodes = [helper.make_node('Split', ['uneven_v'], ['uneven_s0', 'uneven_s1', 'uneven_s2'], axis=1, num_outputs=3),
+         helper.make_node('Identity', ['uneven_v'], ['vv']),
+         helper.make_node('Split', ['vv'], ['uneven_d0', 'uneven_d1', 'uneven_d2'], axis=-1, num_outputs=3),
+         helper.make_node('ReduceMax', ['uneven_m', 'ax1'], ['uneven_any'], keepdims=0),
+         helper.make_node('ReduceMin', ['uneven_m', 'ax1'], ['uneven_all'], keepdims=0)]
+g = helper.make_graph(nodes, 'uneven', [vi('uneven_v', F, [2, 7]), vi('uneven_m', B, [3, 4])],
+                      [vi('uneven_' + k, B if k in ('any', 'all') else F, list(a.shape)) for k, a in outs.items()],
+                      [numpy_helper.from_array(np.array([1], np.int64), 'ax1')],
+                      value_info=[vi('vv', F, ['a', 'b'])])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 20)]); m.ir_version = 9
+onnx.save(m, 'uneven.onnx')
+)");
+  EXPECT_EQ(expect_each_model({"uneven"}, 1e-9), 8);
+}
+
 TEST_F(OpsetLowering, WhatOpset17CannotSayIsRefusedNamingTheNode) {
   expect_refused("runtime_axes", "node 'mean_of_input' (ReduceMean): its axes are computed at run time");
   expect_refused("antialias", "node 'smooth' (Resize): antialias is not supported");
