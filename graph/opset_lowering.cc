@@ -560,11 +560,48 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
     if (attr_int("antialias", 0) != 0) refuse("antialias is not supported");
     if (attr_str("keep_aspect_ratio_policy", "stretch") != "stretch")
       refuse("keep_aspect_ratio_policy '" + attr_str("keep_aspect_ratio_policy", "") + "' is not supported");
-    if (find_attr(n, "axes")) refuse("axes is not supported (give scales or sizes for every axis)");
     if (attr_str("coordinate_transformation_mode", "") == "half_pixel_symmetric")
       refuse("coordinate_transformation_mode 'half_pixel_symmetric' is not supported");
     drop_attr(n, "antialias");
     drop_attr(n, "keep_aspect_ratio_policy");
+    if (const auto* a = find_attr(n, "axes")) {
+      // Scales, sizes and roi for some axes only: those of every axis, the others' scale 1, size their own, roi
+      // [0, 1] (ScatterElements into the defaults, so that values computed at run time serve too).
+      const int64_t r = stated_rank(g, input(0));
+      if (r < 1) refuse("axes needs the input's rank stated");
+      std::vector<int64_t> axes;
+      std::set<int64_t> seen;
+      for (int64_t x : a->ints()) {
+        const int64_t ax = x < 0 ? x + r : x;
+        if (ax < 0 || ax >= r || !seen.insert(ax).second)
+          refuse("axes must name distinct axes of the input's rank " + std::to_string(r));
+        axes.push_back(ax);
+      }
+      drop_attr(n, "axes");
+      std::vector<onnx::NodeProto> out;
+      Emitter e{out, base};
+      const std::string at = e.ints("_axes", axes);
+      auto full = [&](int slot, const std::string& defaults, const std::string& indices, const std::string& tag) {
+        if (input(slot).empty()) return;
+        e.node("ScatterElements", {defaults, indices, input(slot)}, tag);
+        n.set_input(slot, base + tag);
+      };
+      std::vector<int64_t> both = axes;
+      for (int64_t ax : axes) both.push_back(r + ax);
+      std::vector<float> roi(static_cast<size_t>(2 * r), 0.0f);
+      std::fill(roi.begin() + r, roi.end(), 1.0f);
+      if (!input(1).empty()) {
+        out.push_back(floats_constant(base + "_roi_default", {2 * r}, roi));
+        full(1, e.node("CastLike", {base + "_roi_default", input(1)}, "_roi_typed"), e.ints("_roi_at", both), "_roi");
+      }
+      if (!input(2).empty()) {
+        out.push_back(floats_constant(base + "_ones", {r}, std::vector<float>(static_cast<size_t>(r), 1.0f)));
+        full(2, base + "_ones", at, "_scales");
+      }
+      full(3, e.node("Shape", {input(0)}, "_shape"), at, "_sizes");
+      out.push_back(n);
+      return out;
+    }
   } else if (op == "Pad") {  // 18: axes; 19: wrap
     const bool wrap = attr_str("mode", "constant") == "wrap";
     if (input(3).empty() && !wrap) return {n};

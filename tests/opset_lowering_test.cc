@@ -710,6 +710,26 @@ onnx.save(m, 'uneven.onnx')
   EXPECT_EQ(expect_each_model({"uneven"}, 1e-9), 8);
 }
 
+// Resize-18's axes (scales or sizes for some axes only, in their order) become scales and sizes of every axis, the
+// others' scale 1 and size their own (ScatterElements into the defaults, so sizes computed at run time serve too):
+// nearest up-sampling by 2 against numpy's repeat, by sizes for axes [3, 2] and by a scale for the last axis alone.
+TEST_F(OpsetLowering, ResizeAxesOfOpset18MatchNumpy) {
+  run_python(dir_, R"(
+import onnx
+from onnx import helper, TensorProto, numpy_helper
+vi = helper.make_tensor_value_info
+F = TensorProto.FLOAT
+x = np.arange(6, dtype=np.float32).reshape(1, 1, 2, 3)
+np.save('rx.npy', x); np.save('up_both.npy', x.repeat(2, 2).repeat(2, 3)); np.save('up_last.npy', x.repeat(2, 3))
+nodes = [helper.make_node('Resize', ['rx', '', '', 'hw'], ['up_both'], mode='nearest', axes=[3, 2]),
+         helper.make_node('Resize', ['rx', '', 'two'], ['up_last'], mode='nearest', axes=[-1])]
+g = helper.make_graph(nodes, 'axes18', [vi('rx', F, [1, 1, 2, 3])], [vi('up_both', F, [1, 1, 4, 6]), vi('up_last', F, [1, 1, 2, 6])],
+                      [numpy_helper.from_array(np.array([6, 4], np.int64), 'hw'), numpy_helper.from_array(np.array([2], np.float32), 'two')])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 18)]), 'axes18.onnx')
+)");
+  EXPECT_EQ(expect_each_model({"axes18"}, 1e-9), 2);
+}
+
 TEST_F(OpsetLowering, WhatOpset17CannotSayIsRefusedNamingTheNode) {
   expect_refused("runtime_axes", "node 'mean_of_input' (ReduceMean): its axes are computed at run time");
   expect_refused("antialias", "node 'smooth' (Resize): antialias is not supported");
