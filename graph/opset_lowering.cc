@@ -696,9 +696,14 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
     out.push_back(make_proto_node(r == "max" ? "Max" : "Min", {data, base + "_written"}, n.output(0),
                                   n.name().empty() ? base : n.name()));
     return out;
-  } else if (op == "LpPool") {  // 18: ceil_mode
+  } else if (op == "LpPool") {  // 18: ceil_mode, dilations
     if (attr_int("ceil_mode", 0) != 0) refuse("ceil_mode 1 is not supported");
     drop_attr(n, "ceil_mode");
+    if (const auto* a = find_attr(n, "dilations")) {
+      for (int64_t d : a->ints())
+        if (d != 1) refuse("dilations other than 1 are not supported");
+      drop_attr(n, "dilations");
+    }
   } else if (op == "AveragePool") {  // 19: dilations
     if (const auto* a = find_attr(n, "dilations")) {
       for (int64_t d : a->ints())
@@ -959,7 +964,124 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
   return {n};
 }
 
+// LpNormalization, LpPool and GlobalLpPool (any opset) in ops graphrun has kernels and gradients for: X over its
+// ReduceL1/ReduceL2 along the axis (1 where that is 0: a zero vector stays 0, as ONNX's reference); (AveragePool
+// of |X|^p counting pads, times the window's size)^(1/p); (GlobalAveragePool of |X|^p times the spatial size)^(1/p).
+// Valid at every opset from 7 to 17 (Reduce*'s axes attribute, Pow's exponent of X's type, AveragePool's
+// count_include_pad).
+std::vector<onnx::NodeProto> decompose_lp(const onnx::GraphProto& g, const onnx::NodeProto& n, int index, int64_t opset,
+                                          const std::string& what) {
+  auto refuse = [&](const std::string& why) { GR_FAIL(what << ": " << proto_node_desc(n, index) << ": " << why); };
+  auto attr = [&](const char* name) -> const onnx::AttributeProto* {
+    for (const auto& a : n.attribute())
+      if (a.name() == name) return &a;
+    return nullptr;
+  };
+  if (n.input_size() < 1 || n.input(0).empty() || n.output_size() < 1) refuse("needs an input and an output");
+  const std::string x = n.input(0), y = n.output(0), op = n.op_type();
+  const std::string base = (n.name().empty() ? y : n.name()) + "/lp";
+  const std::string name = n.name().empty() ? base : n.name();
+  const int64_t p = attr("p") ? attr("p")->i() : 2;
+  if (p < 1 || (op == "LpNormalization" && p > 2) || p > 64)
+    refuse("p " + std::to_string(p) + " is not supported (" + (op == "LpNormalization" ? "1 or 2" : "1 to 64") + ")");
+  int32_t type = stated_elem_type(g, x);
+  if (type == 0) type = onnx::TensorProto::FLOAT;
+  std::vector<onnx::NodeProto> out;
+  Emitter e{out, base};
+  auto typed = [&](const std::string& suffix, float v) {  // a scalar of X's element type
+    out.push_back(floats_constant(base + suffix + "_f", {}, {v}));
+    e.node("Cast", {base + suffix + "_f"}, suffix);
+    set_int_attr(e.last(), "to", type);
+    return base + suffix;
+  };
+  auto reduce = [&](const char* reduction, const std::string& v, const std::vector<int64_t>& axes, const std::string& o,
+                    const std::string& node_name) {
+    out.push_back(make_proto_node(reduction, {v}, o, node_name));
+    set_ints_attr(out.back(), "axes", axes);
+    set_int_attr(out.back(), "keepdims", 1);
+    return o;
+  };
+  // |X|^p, or what sums to it under p = 1 or 2's own reductions.
+  auto powered = [&] {
+    if (p == 1) return e.node("Abs", {x}, "_abs");
+    if (p == 2) return e.node("Mul", {x, x}, "_sq");
+    return e.node("Pow", {e.node("Abs", {x}, "_abs"), typed("_p", static_cast<float>(p))}, "_pow");
+  };
+  auto root = [&](const std::string& sum) {  // sum^(1/p) written as the output
+    if (p == 1)
+      out.push_back(make_proto_node("Identity", {sum}, y, name));
+    else if (p == 2)
+      out.push_back(make_proto_node("Sqrt", {sum}, y, name));
+    else
+      out.push_back(make_proto_node("Pow", {sum, typed("_inv_p", 1.0f / static_cast<float>(p))}, y, name));
+  };
+  const int64_t rank = stated_rank(g, x);
+  if (op == "LpNormalization") {
+    int64_t axis = attr("axis") ? attr("axis")->i() : -1;
+    if (axis < 0 && rank > 0) axis += rank;
+    const std::string norm = reduce(p == 1 ? "ReduceL1" : "ReduceL2", x, {axis}, base + "_norm", base + "_norm");
+    // A zero vector stays 0 (ONNX's reference), divided by 1 (from opset 11, where Equal takes floats).
+    std::string divisor = norm;
+    if (opset >= 11) {
+      const std::string zero = e.node("Equal", {norm, typed("_zero", 0.0f)}, "_is_zero");
+      divisor = e.node("Where", {zero, typed("_one", 1.0f), norm}, "_safe_norm");
+    }
+    out.push_back(make_proto_node("Div", {x, divisor}, y, name));
+  } else if (op == "GlobalLpPool") {
+    // The sum over the spatial axes, whatever the rank: their mean times their count, Size(X) / Size(mean).
+    const std::string mean = e.node("GlobalAveragePool", {powered()}, "_mean");
+    e.node("Div", {e.node("Size", {x}, "_size"), e.node("Size", {mean}, "_planes")}, "_count");
+    e.node("Cast", {base + "_count"}, "_count_f");
+    set_int_attr(e.last(), "to", type);
+    root(e.node("Mul", {mean, base + "_count_f"}, "_sum"));
+  } else {  // LpPool
+    const auto* kernel = attr("kernel_shape");
+    if (!kernel || kernel->ints_size() == 0) refuse("needs kernel_shape");
+    int64_t window = 1;
+    for (int64_t k : kernel->ints()) {
+      if (k < 1 || k > (int64_t(1) << 20)) refuse("kernel_shape values must be between 1 and 2^20");
+      window *= k;
+      if (window > (int64_t(1) << 30)) refuse("a window of more than 2^30 values is not supported");
+    }
+    if (const auto* d = attr("dilations"))
+      for (int64_t v : d->ints())
+        if (v != 1) refuse("dilations other than 1 are not supported");
+    onnx::NodeProto pool = make_proto_node("AveragePool", {powered()}, base + "_mean", base + "_mean");
+    for (const auto& a : n.attribute())
+      if (a.name() == "kernel_shape" || a.name() == "strides" || a.name() == "pads" || a.name() == "auto_pad")
+        *pool.add_attribute() = a;
+    set_int_attr(pool, "count_include_pad", 1);
+    out.push_back(pool);
+    root(e.node("Mul", {base + "_mean", typed("_window", static_cast<float>(window))}, "_sum"));
+  }
+  return out;
+}
+
 }  // namespace
+
+void decompose_lp_ops(onnx::ModelProto& m, const std::string& what) {
+  auto* gp = m.mutable_graph();
+  int64_t opset = kMaxOpset;
+  for (const auto& op : m.opset_import())
+    if (normal_domain(op.domain()).empty()) opset = op.version();
+  bool any = false;
+  for (const auto& n : gp->node())
+    any = any || (normal_domain(n.domain()).empty() &&
+                  (n.op_type() == "LpNormalization" || n.op_type() == "LpPool" || n.op_type() == "GlobalLpPool"));
+  if (!any) return;
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+  for (int i = 0; i < gp->node_size(); ++i) {
+    const auto& n = gp->node(i);
+    const bool lp = normal_domain(n.domain()).empty() &&
+                    (n.op_type() == "LpNormalization" || n.op_type() == "LpPool" || n.op_type() == "GlobalLpPool");
+    if (!lp) {
+      *nodes.Add() = n;
+      continue;
+    }
+    for (auto& d : decompose_lp(*gp, n, i, opset, what)) *nodes.Add() = std::move(d);
+  }
+  gp->mutable_node()->Swap(&nodes);
+}
 
 // Opsets 18 to 23 are brought to opset 17 (above); says so once per model on stderr.
 void lower_new_opset(onnx::ModelProto& m, const std::string& what) {

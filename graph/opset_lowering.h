@@ -22,4 +22,8 @@ onnx::AttributeProto* find_attr(onnx::NodeProto& n, const std::string& name);
 // left as they are.
 void lower_new_opset(onnx::ModelProto& m, const std::string& what);
 
+// LpNormalization, LpPool and GlobalLpPool, which graphrun has no kernels for, written in ops it has (reductions,
+// AveragePool, Pow), valid at the model's opset (7 to 17: after lower_new_opset).
+void decompose_lp_ops(onnx::ModelProto& m, const std::string& what);
+
 }  // namespace graphrun

@@ -730,6 +730,51 @@ onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 18)]), 'ax
   EXPECT_EQ(expect_each_model({"axes18"}, 1e-9), 2);
 }
 
+// LpNormalization, LpPool and GlobalLpPool, which graphrun has no kernels for, are written in ops it has (at any
+// opset): against numpy (a zero vector normalised to 0, as ONNX's reference; p 1, 2 and 3; pads and strides); a
+// model of all three passes `check`.
+TEST_F(OpsetLowering, LpOpsAreWrittenInOpsGraphrunHas) {
+  run_python(dir_, R"(
+import onnx
+from onnx import helper, TensorProto, numpy_helper
+vi = helper.make_tensor_value_info
+F = TensorProto.FLOAT
+rng = np.random.default_rng(12)
+v = rng.standard_normal((3, 4)).astype(np.float32); v[1] = 0
+im = rng.standard_normal((2, 3, 5, 6)).astype(np.float32)
+np.save('lp_v.npy', v); np.save('lp_im.npy', im)
+vd, imd = v.astype(np.float64), im.astype(np.float64)
+with np.errstate(invalid='ignore'):
+    l2 = np.nan_to_num(vd / np.sqrt((vd ** 2).sum(1, keepdims=True)))
+    l1 = np.nan_to_num(vd / np.abs(vd).sum(0, keepdims=True))
+pad = np.pad(np.abs(imd) ** 3, ((0, 0), (0, 0), (1, 1), (0, 1)))
+pool = np.zeros((2, 3, 3, 3))
+for i in range(3):
+    for j in range(3):
+        pool[:, :, i, j] = pad[:, :, 2 * i:2 * i + 2, 2 * j:2 * j + 3].sum((2, 3))
+outs = {'lp_l2': l2, 'lp_l1': l1, 'lp_g2': np.sqrt((imd ** 2).sum((2, 3), keepdims=True)),
+        'lp_g3': ((np.abs(imd) ** 3).sum((2, 3), keepdims=True)) ** (1 / 3), 'lp_pool': pool ** (1 / 3)}
+for k, a in outs.items(): np.save(k + '.npy', a.astype(np.float32))
+nodes = [helper.make_node('LpNormalization', ['lp_v'], ['lp_l2'], axis=1),
+         helper.make_node('LpNormalization', ['lp_v'], ['lp_l1'], axis=0, p=1),
+         helper.make_node('GlobalLpPool', ['lp_im'], ['lp_g2']), helper.make_node('GlobalLpPool', ['lp_im'], ['lp_g3'], p=3),
+         helper.make_node('LpPool', ['lp_im'], ['lp_pool'], p=3, kernel_shape=[2, 3], strides=[2, 2], pads=[1, 0, 1, 1])]
+g = helper.make_graph(nodes, 'lp', [vi('lp_v', F, [3, 4]), vi('lp_im', F, [2, 3, 5, 6])],
+                      [vi(k, F, list(a.shape)) for k, a in outs.items()])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 13)]), 'lp.onnx')
+# A model of all three, to train: LpPool, GlobalLpPool, Flatten, LpNormalization, Gemm.
+w = (0.5 * rng.standard_normal((3, 3))).astype(np.float32)
+nodes = [helper.make_node('LpPool', ['x'], ['p'], kernel_shape=[2, 2], p=2),
+         helper.make_node('GlobalLpPool', ['p'], ['gp'], p=3), helper.make_node('Flatten', ['gp'], ['f']),
+         helper.make_node('LpNormalization', ['f'], ['n'], axis=1), helper.make_node('MatMul', ['n', 'w'], ['logits'])]
+g = helper.make_graph(nodes, 'lp_train', [vi('x', F, ['N', 3, 5, 5])], [vi('logits', F, ['N', 3])],
+                      [numpy_helper.from_array(w, 'w')])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 13)]), 'lp_train.onnx')
+)");
+  EXPECT_EQ(expect_each_model({"lp"}, 2e-5), 5);
+  expect_trainable("lp_train");
+}
+
 TEST_F(OpsetLowering, WhatOpset17CannotSayIsRefusedNamingTheNode) {
   expect_refused("runtime_axes", "node 'mean_of_input' (ReduceMean): its axes are computed at run time");
   expect_refused("antialias", "node 'smooth' (Resize): antialias is not supported");

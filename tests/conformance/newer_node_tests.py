@@ -27,7 +27,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-DEFAULT = ["attention", "rotaryembedding", "rmsnormalization", "scatterelements", "gelu", "mish",
+DEFAULT = ["attention", "rotaryembedding", "rmsnormalization", "scatterelements", "gelu", "mish", "lpnormalization",
            "groupnormalization", "col2im", "affinegrid", "dft", "pad", "split", "reducemean", "reducemax",
            "reducel2", "resize", "averagepool", "lppool", "gridsample"]
 
