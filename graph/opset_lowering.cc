@@ -235,7 +235,7 @@ std::vector<onnx::NodeProto> lower_attention(const onnx::GraphProto& g, const on
   const bool causal = attr("is_causal") && attr("is_causal")->i() != 0;
 
   std::vector<onnx::NodeProto> out;
-  Emitter e{out, (n.name().empty() ? n.output(0) : n.name()) + "/opset17"};
+  Emitter e{out, n.output(0) + "/opset17"};
   // [B, S, H*D] -> [B, H, S, D]
   auto split_heads = [&](const std::string& x, int64_t h, const std::string& tag) {
     const std::string split = e.node("Reshape", {x, e.ints(tag + "_split_shape", {0, 0, h, -1})}, tag + "_split");
@@ -414,7 +414,7 @@ std::vector<onnx::NodeProto> lower_rotary_embedding(const onnx::GraphProto& g, c
   if (dim < 0 || dim % 2 != 0) refuse("rotary_embedding_dim must be even and not negative");
 
   std::vector<onnx::NodeProto> out;
-  Emitter e{out, (n.name().empty() ? n.output(0) : n.name()) + "/opset17"};
+  Emitter e{out, n.output(0) + "/opset17"};
   // X as [B, S, H, D] (3-D) or [B, H, S, D]; the caches [B, S, R/2] made to broadcast over H.
   const std::string x4 = r == 3 ? e.node("Reshape", {x, e.ints("_split_shape", {0, 0, heads, -1})}, "_heads") : x;
   std::string cos = cos_cache, sin = sin_cache;
@@ -485,7 +485,8 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
     return a ? a->s() : dflt;
   };
   auto input = [&](int i) { return i < n.input_size() ? n.input(i) : std::string(); };
-  const std::string base = (n.name().empty() ? n.output(0) : n.name()) + "/opset17";
+  // Written values are named after the node's first output, which no other node writes (node names may repeat).
+  const std::string base = n.output(0) + "/opset17";
   static const std::set<std::string> reduce18 = {"ReduceL1",  "ReduceL2",  "ReduceLogSum", "ReduceLogSumExp", "ReduceMax",
                                                  "ReduceMean", "ReduceMin", "ReduceProd",   "ReduceSumSquare"};
   if (reduce18.count(op)) {  // 18: axes an input, noop_with_empty_axes
@@ -979,7 +980,7 @@ std::vector<onnx::NodeProto> decompose_lp(const onnx::GraphProto& g, const onnx:
   };
   if (n.input_size() < 1 || n.input(0).empty() || n.output_size() < 1) refuse("needs an input and an output");
   const std::string x = n.input(0), y = n.output(0), op = n.op_type();
-  const std::string base = (n.name().empty() ? y : n.name()) + "/lp";
+  const std::string base = y + "/lp";
   const std::string name = n.name().empty() ? base : n.name();
   const int64_t p = attr("p") ? attr("p")->i() : 2;
   if (p < 1 || (op == "LpNormalization" && p > 2) || p > 64)

@@ -149,6 +149,11 @@ save('wide_wrap', [helper.make_node('Pad', ['x', 'pads'], ['r'], name='ring', mo
      [numpy_helper.from_array(np.array([0, 0, 5, 0, 0, 0], np.int64), 'pads')])
 save('bitwise', [helper.make_node('Cast', ['x'], ['i'], to=TensorProto.INT32),
                  helper.make_node('BitwiseAnd', ['i', 'i'], ['r'], name='mask')], X, [vi('r', TensorProto.INT32, None)], 18)
+# Two nodes of one name (ONNX lets names repeat): what each is rewritten into is named after its output.
+save('same_names', [helper.make_node('Gelu', ['x'], ['g1'], name='act'), helper.make_node('Gelu', ['g1'], ['g2'], name='act'),
+                    helper.make_node('Mish', ['g2'], ['same_out'], name='act')], X, [vi('same_out', F, [2, 3, 4])], 20, ir=10)
+xd = x.astype(np.float64); gl = lambda v: 0.5 * v * (1 + erf(v / math.sqrt(2)))
+np.save('same_out.npy', (lambda v: v * np.tanh(np.log1p(np.exp(v))))(gl(gl(xd))).astype(np.float32))
 save('gelu_kind', [helper.make_node('Gelu', ['x'], ['r'], name='act', approximate='erf')], X, [vi('r', F, None)], 20)
 save('ir12', [helper.make_node('Relu', ['x'], ['r'])], X, [vi('r', F, None)], 20, ir=12)
 save('attn_unranked', [helper.make_node('Attention', ['x', 'x', 'x'], ['r'], name='sdpa')], [vi('x', F, None)],
@@ -268,6 +273,7 @@ TEST_F(OpsetLowering, RmsNormalizationOfOpset23MatchesNumpy) {
 
 TEST_F(OpsetLowering, GeluAndMishOfOpset20MatchNumpy) {
   expect_outputs("acts20", {{"x", read_npy(dir_ + "/x.npy")}}, 2e-6);
+  expect_outputs("same_names", {{"x", read_npy(dir_ + "/x.npy")}}, 2e-6);
 }
 
 // An opset-20 model trains: `graphrun check` finds a gradient rule for every node (after lowering) and its float64
