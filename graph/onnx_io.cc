@@ -1529,16 +1529,13 @@ Graph load_model(std::string bytes, const std::string& what, const std::string& 
     const RunContext run{what, infer, weights, *known, composite_inputs};
     if (!compute_control_values(m, run) && !compute_loop_counts(m, run, budget)) break;
   }
+  check_supported_features(m, what);
   // Opsets 18 to 23 are lowered with the known inputs still bound: for this run, an axes, pads or shape input
   // given small is the constant the opset-17 form needs (as ONNX's node tests give ReduceMean-18 its axes).
-  if (!bound.empty()) {
-    check_supported_features(m, what);
-    lower_new_opset(m, what);
-  }
-  unbind_known_inputs(m, bound);
-  check_supported_features(m, what);
-  convert_old_opset(m, what);
+  // (Opsets below 7, which convert_old_opset brings up, are never lowered.)
   lower_new_opset(m, what);
+  unbind_known_inputs(m, bound);
+  convert_old_opset(m, what);
   decompose_lp_ops(m, what);
   // A model file is untrusted: ONNX's checker and inference see only what graph/validate.h passed.
   validate_model(m, what);

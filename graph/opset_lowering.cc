@@ -71,6 +71,20 @@ void drop_attr(onnx::NodeProto& n, const std::string& name) {
     }
 }
 
+// What the rewrites read of a node: inputs and outputs ("" where the node leaves one out) and attributes.
+struct NodeView {
+  const onnx::NodeProto& n;
+  std::string input(int i) const { return i < n.input_size() ? n.input(i) : std::string(); }
+  std::string output(int i) const { return i < n.output_size() ? n.output(i) : std::string(); }
+  const onnx::AttributeProto* attr(const char* name) const {
+    for (const auto& a : n.attribute())
+      if (a.name() == name) return &a;
+    return nullptr;
+  }
+  int64_t attr_int(const char* name, int64_t dflt) const { return attr(name) ? attr(name)->i() : dflt; }
+  std::string attr_str(const char* name, const std::string& dflt) const { return attr(name) ? attr(name)->s() : dflt; }
+};
+
 onnx::NodeProto make_proto_node(const std::string& op, std::vector<std::string> inputs, const std::string& output,
                                 const std::string& name) {
   onnx::NodeProto n;
@@ -210,29 +224,23 @@ struct Emitter {
 // with the mask and causal bias (mode 2), or the softmax (mode 3).
 std::vector<onnx::NodeProto> lower_attention(const onnx::GraphProto& g, const onnx::NodeProto& n,
                                              const std::function<void(const std::string&)>& refuse) {
-  auto input = [&](int i) { return i < n.input_size() ? n.input(i) : std::string(); };
-  auto output = [&](int i) { return i < n.output_size() ? n.output(i) : std::string(); };
-  auto attr = [&](const char* name) -> const onnx::AttributeProto* {
-    for (const auto& a : n.attribute())
-      if (a.name() == name) return &a;
-    return nullptr;
-  };
-  const std::string q = input(0), k = input(1), v = input(2), mask = input(3), past_k = input(4), past_v = input(5);
+  const NodeView nv{n};
+  const std::string q = nv.input(0), k = nv.input(1), v = nv.input(2), mask = nv.input(3), past_k = nv.input(4),
+                    past_v = nv.input(5);
   if (q.empty() || k.empty() || v.empty()) refuse("needs Q, K and V");
   if (past_k.empty() != past_v.empty()) refuse("past_key and past_value must be given together");
-  const int64_t hq = attr("q_num_heads") ? attr("q_num_heads")->i() : 0;
-  const int64_t hkv = attr("kv_num_heads") ? attr("kv_num_heads")->i() : 0;
+  const int64_t hq = nv.attr_int("q_num_heads", 0), hkv = nv.attr_int("kv_num_heads", 0);
   int64_t r = stated_rank(g, q);
   if (r < 0) r = stated_rank(g, k);
   if (r < 0 && hq > 0 && hkv > 0) r = 3;
   if (r < 0) refuse("whether Q, K and V are 3-D or 4-D must be known when loading (their shapes stated)");
   if (r != 3 && r != 4) refuse("Q, K and V must be 3-D or 4-D");
   if (r == 3 && (hq < 1 || hkv < 1)) refuse("3-D Q, K and V need q_num_heads and kv_num_heads, at least 1");
-  const float softcap = attr("softcap") ? attr("softcap")->f() : 0.0f;
-  const int64_t mode = attr("qk_matmul_output_mode") ? attr("qk_matmul_output_mode")->i() : 0;
-  if (!output(3).empty() && (mode < 0 || mode > 3))
+  const float softcap = nv.attr("softcap") ? nv.attr("softcap")->f() : 0.0f;
+  const int64_t mode = nv.attr_int("qk_matmul_output_mode", 0);
+  if (!nv.output(3).empty() && (mode < 0 || mode > 3))
     refuse("qk_matmul_output_mode " + std::to_string(mode) + " is not 0, 1, 2 or 3");
-  const bool causal = attr("is_causal") && attr("is_causal")->i() != 0;
+  const bool causal = nv.attr_int("is_causal", 0) != 0;
 
   std::vector<onnx::NodeProto> out;
   Emitter e{out, n.output(0) + "/opset17"};
@@ -251,8 +259,8 @@ std::vector<onnx::NodeProto> lower_attention(const onnx::GraphProto& g, const on
     v4 = e.node("Concat", {past_v, v4}, "_all_v");
     set_int_attr(e.last(), "axis", 2);
   }
-  if (!output(1).empty()) out.push_back(make_proto_node("Identity", {k4}, output(1), e.base + "_present_key"));
-  if (!output(2).empty()) out.push_back(make_proto_node("Identity", {v4}, output(2), e.base + "_present_value"));
+  if (!nv.output(1).empty()) out.push_back(make_proto_node("Identity", {k4}, nv.output(1), e.base + "_present_key"));
+  if (!nv.output(2).empty()) out.push_back(make_proto_node("Identity", {v4}, nv.output(2), e.base + "_present_value"));
 
   // Grouped-query attention: the heads of K and V repeated to Q's count, each head's copies side by side.
   int64_t reps = 1, q_heads = hq;  // reps 0: counted at run time
@@ -285,7 +293,7 @@ std::vector<onnx::NodeProto> lower_attention(const onnx::GraphProto& g, const on
 
   // scores = (Q * scale) K^T
   std::string scale;
-  if (const auto* s = attr("scale")) {
+  if (const auto* s = nv.attr("scale")) {
     scale = e.scalar("_scale", s->f(), q);
   } else {
     const int64_t d = r == 4 ? stated_dim(g, q, 3) : stated_dim(g, q, 2) > 0 ? stated_dim(g, q, 2) / hq : -1;
@@ -360,7 +368,7 @@ std::vector<onnx::NodeProto> lower_attention(const onnx::GraphProto& g, const on
     scores = e.node("Where", {empty_rows, row_zero, scores}, "_scores_guarded");
   }
   std::string probs;
-  const auto* precision = attr("softmax_precision");
+  const auto* precision = nv.attr("softmax_precision");
   if (precision && stated_elem_type(g, q) != 0 && precision->i() != stated_elem_type(g, q)) {
     e.node("Cast", {scores}, "_scores_wide");
     set_int_attr(e.last(), "to", precision->i());
@@ -373,20 +381,20 @@ std::vector<onnx::NodeProto> lower_attention(const onnx::GraphProto& g, const on
     probs = e.base + "_probs";
   }
   if (!empty_rows.empty()) probs = e.node("Where", {empty_rows, row_zero, probs}, "_probs_guarded");
-  if (!output(3).empty())
+  if (!nv.output(3).empty())
     out.push_back(make_proto_node("Identity",
                                   {mode == 3   ? probs
                                    : mode == 2 ? biased
                                                : capped},
-                                  output(3), e.base + "_qk_output"));
+                                  nv.output(3), e.base + "_qk_output"));
   const std::string name = n.name().empty() ? e.base : n.name();
   if (r == 4) {
-    out.push_back(make_proto_node("MatMul", {probs, v4}, output(0), name));
+    out.push_back(make_proto_node("MatMul", {probs, v4}, nv.output(0), name));
   } else {
     const std::string y4 = e.node("MatMul", {probs, v4}, "_y_heads");
     e.node("Transpose", {y4}, "_y_seq");
     set_ints_attr(e.last(), "perm", {0, 2, 1, 3});
-    out.push_back(make_proto_node("Reshape", {e.base + "_y_seq", e.ints("_y_shape", {0, 0, -1})}, output(0), name));
+    out.push_back(make_proto_node("Reshape", {e.base + "_y_seq", e.ints("_y_shape", {0, 0, -1})}, nv.output(0), name));
   }
   return out;
 }
@@ -397,16 +405,11 @@ std::vector<onnx::NodeProto> lower_attention(const onnx::GraphProto& g, const on
 // sin x1 + cos x2), the pairs the two halves or, interleaved, the even and odd values; the rest kept.
 std::vector<onnx::NodeProto> lower_rotary_embedding(const onnx::GraphProto& g, const onnx::NodeProto& n,
                                                     const std::function<void(const std::string&)>& refuse) {
-  auto input = [&](int i) { return i < n.input_size() ? n.input(i) : std::string(); };
-  auto attr_int = [&](const char* name) -> int64_t {
-    for (const auto& a : n.attribute())
-      if (a.name() == name) return a.i();
-    return 0;
-  };
-  const std::string x = input(0), cos_cache = input(1), sin_cache = input(2), positions = input(3);
+  const NodeView nv{n};
+  const std::string x = nv.input(0), cos_cache = nv.input(1), sin_cache = nv.input(2), positions = nv.input(3);
   if (x.empty() || cos_cache.empty() || sin_cache.empty()) refuse("needs X, cos_cache and sin_cache");
-  const int64_t heads = attr_int("num_heads"), dim = attr_int("rotary_embedding_dim");
-  const bool interleaved = attr_int("interleaved") != 0;
+  const int64_t heads = nv.attr_int("num_heads", 0), dim = nv.attr_int("rotary_embedding_dim", 0);
+  const bool interleaved = nv.attr_int("interleaved", 0) != 0;
   int64_t r = stated_rank(g, x);
   if (r < 0 && heads > 0) r = 3;
   if (r != 3 && r != 4) refuse("X must be 3-D with num_heads or 4-D, its rank stated");
@@ -476,24 +479,16 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
     GR_FAIL(what << ": ONNX opset " << from << " cannot be read as opset " << kMaxOpset << ": "
                  << proto_node_desc(n, index) << ": " << why);
   };
-  auto attr_int = [&](const char* name, int64_t dflt) {
-    const auto* a = find_attr(n, name);
-    return a ? a->i() : dflt;
-  };
-  auto attr_str = [&](const char* name, const std::string& dflt) {
-    const auto* a = find_attr(n, name);
-    return a ? a->s() : dflt;
-  };
-  auto input = [&](int i) { return i < n.input_size() ? n.input(i) : std::string(); };
+  const NodeView nv{n};
   // Written values are named after the node's first output, which no other node writes (node names may repeat).
   const std::string base = n.output(0) + "/opset17";
   static const std::set<std::string> reduce18 = {"ReduceL1",  "ReduceL2",  "ReduceLogSum", "ReduceLogSumExp", "ReduceMax",
                                                  "ReduceMean", "ReduceMin", "ReduceProd",   "ReduceSumSquare"};
   if (reduce18.count(op)) {  // 18: axes an input, noop_with_empty_axes
-    const bool noop = attr_int("noop_with_empty_axes", 0) != 0;
+    const bool noop = nv.attr_int("noop_with_empty_axes", 0) != 0;
     drop_attr(n, "noop_with_empty_axes");
     std::vector<int64_t> axes;
-    if (!input(1).empty() && !constant_ints(g, input(1), axes, what)) refuse("its axes are computed at run time");
+    if (!nv.input(1).empty() && !constant_ints(g, nv.input(1), axes, what)) refuse("its axes are computed at run time");
     while (n.input_size() > 1) n.mutable_input()->RemoveLast();
     if (axes.empty() && noop) {
       n.set_op_type("Identity");
@@ -504,10 +499,10 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
     // 20: ReduceMax/ReduceMin of bool (any, all) as int32 (an empty set: the smallest or largest int32, so that
     // Greater than 0 gives false for max and true for min, as ONNX's reference).
     if ((op == "ReduceMax" || op == "ReduceMin") && n.op_type() == op &&
-        stated_elem_type(g, input(0)) == onnx::TensorProto::BOOL) {
+        stated_elem_type(g, nv.input(0)) == onnx::TensorProto::BOOL) {
       std::vector<onnx::NodeProto> out;
       Emitter e{out, base};
-      e.node("Cast", {input(0)}, "_int");
+      e.node("Cast", {nv.input(0)}, "_int");
       set_int_attr(e.last(), "to", onnx::TensorProto::INT32);
       const std::string zero = e.node("Cast", {e.ints("_zero", {0}, true)}, "_zero32");
       set_int_attr(e.last(), "to", onnx::TensorProto::INT32);
@@ -524,11 +519,11 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
       if (k != n.output_size())
         refuse("num_outputs " + std::to_string(k) + " with " + std::to_string(n.output_size()) + " outputs");
       drop_attr(n, "num_outputs");
-      const int64_t axis = attr_int("axis", 0);
+      const int64_t axis = nv.attr_int("axis", 0);
       std::vector<int64_t> dims;
-      const int64_t r = stated_shape(g, input(0), dims) ? static_cast<int64_t>(dims.size()) : -1;
+      const int64_t r = stated_shape(g, nv.input(0), dims) ? static_cast<int64_t>(dims.size()) : -1;
       const int64_t size = r > 0 && axis >= -r && axis < r ? dims[static_cast<size_t>(axis < 0 ? axis + r : axis)] : -1;
-      if (k > 1 && input(1).empty() && !(size >= 0 && size % k == 0)) {
+      if (k > 1 && nv.input(1).empty() && !(size >= 0 && size % k == 0)) {
         // Parts of ceil(size / k), the last what remains: from the stated size, else computed at run time.
         std::vector<onnx::NodeProto> out;
         Emitter e{out, base};
@@ -540,7 +535,7 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
           sizes = e.ints("_sizes", v);
         } else {
           const std::string len =
-              e.node("Gather", {e.node("Shape", {input(0)}, "_shape"), e.ints("_axis", {axis})}, "_len");
+              e.node("Gather", {e.node("Shape", {nv.input(0)}, "_shape"), e.ints("_axis", {axis})}, "_len");
           const std::string rest_parts = e.ints("_k1", {k - 1});
           const std::string part =
               e.node("Div", {e.node("Add", {len, rest_parts}, "_len_up"), e.ints("_k", {k})}, "_part");
@@ -558,17 +553,17 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
       }
     }
   } else if (op == "Resize") {  // 18: antialias, axes, keep_aspect_ratio_policy; 19: half_pixel_symmetric
-    if (attr_int("antialias", 0) != 0) refuse("antialias is not supported");
-    if (attr_str("keep_aspect_ratio_policy", "stretch") != "stretch")
-      refuse("keep_aspect_ratio_policy '" + attr_str("keep_aspect_ratio_policy", "") + "' is not supported");
-    if (attr_str("coordinate_transformation_mode", "") == "half_pixel_symmetric")
+    if (nv.attr_int("antialias", 0) != 0) refuse("antialias is not supported");
+    if (nv.attr_str("keep_aspect_ratio_policy", "stretch") != "stretch")
+      refuse("keep_aspect_ratio_policy '" + nv.attr_str("keep_aspect_ratio_policy", "") + "' is not supported");
+    if (nv.attr_str("coordinate_transformation_mode", "") == "half_pixel_symmetric")
       refuse("coordinate_transformation_mode 'half_pixel_symmetric' is not supported");
     drop_attr(n, "antialias");
     drop_attr(n, "keep_aspect_ratio_policy");
     if (const auto* a = find_attr(n, "axes")) {
       // Scales, sizes and roi for some axes only: those of every axis, the others' scale 1, size their own, roi
       // [0, 1] (ScatterElements into the defaults, so that values computed at run time serve too).
-      const int64_t r = stated_rank(g, input(0));
+      const int64_t r = stated_rank(g, nv.input(0));
       if (r < 1) refuse("axes needs the input's rank stated");
       std::vector<int64_t> axes;
       std::set<int64_t> seen;
@@ -583,37 +578,38 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
       Emitter e{out, base};
       const std::string at = e.ints("_axes", axes);
       auto full = [&](int slot, const std::string& defaults, const std::string& indices, const std::string& tag) {
-        if (input(slot).empty()) return;
-        e.node("ScatterElements", {defaults, indices, input(slot)}, tag);
+        if (nv.input(slot).empty()) return;
+        e.node("ScatterElements", {defaults, indices, nv.input(slot)}, tag);
         n.set_input(slot, base + tag);
       };
       std::vector<int64_t> both = axes;
       for (int64_t ax : axes) both.push_back(r + ax);
       std::vector<float> roi(static_cast<size_t>(2 * r), 0.0f);
       std::fill(roi.begin() + r, roi.end(), 1.0f);
-      if (!input(1).empty()) {
+      if (!nv.input(1).empty()) {
         out.push_back(floats_constant(base + "_roi_default", {2 * r}, roi));
-        full(1, e.node("CastLike", {base + "_roi_default", input(1)}, "_roi_typed"), e.ints("_roi_at", both), "_roi");
+        full(1, e.node("CastLike", {base + "_roi_default", nv.input(1)}, "_roi_typed"), e.ints("_roi_at", both),
+             "_roi");
       }
-      if (!input(2).empty()) {
+      if (!nv.input(2).empty()) {
         out.push_back(floats_constant(base + "_ones", {r}, std::vector<float>(static_cast<size_t>(r), 1.0f)));
         full(2, base + "_ones", at, "_scales");
       }
-      full(3, e.node("Shape", {input(0)}, "_shape"), at, "_sizes");
+      full(3, e.node("Shape", {nv.input(0)}, "_shape"), at, "_sizes");
       out.push_back(n);
       return out;
     }
   } else if (op == "Pad") {  // 18: axes; 19: wrap
-    const bool wrap = attr_str("mode", "constant") == "wrap";
-    if (input(3).empty() && !wrap) return {n};
+    const bool wrap = nv.attr_str("mode", "constant") == "wrap";
+    if (nv.input(3).empty() && !wrap) return {n};
     // The pads of every axis: constants, and with axes (some axes only) the input's rank stated.
     std::vector<int64_t> pads, axes;
-    if (!constant_ints(g, input(1), pads, what))
+    if (!constant_ints(g, nv.input(1), pads, what))
       refuse(wrap ? "mode 'wrap' needs constant pads" : "pads for some axes only (the axes input) need constant pads");
     int64_t r = static_cast<int64_t>(pads.size() / 2);
-    if (!input(3).empty()) {
-      r = stated_rank(g, input(0));
-      if (r < 0 || !constant_ints(g, input(3), axes, what))
+    if (!nv.input(3).empty()) {
+      r = stated_rank(g, nv.input(0));
+      if (r < 0 || !constant_ints(g, nv.input(3), axes, what))
         refuse("pads for some axes only (the axes input) need constant axes and the input's rank stated");
       if (pads.size() != 2 * axes.size()) refuse("pads must hold two values per axis");
       std::vector<int64_t> full(static_cast<size_t>(2 * r), 0);
@@ -638,8 +634,8 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
     // wrap (torch's circular padding): along each padded axis, its last b and first e slices around it (Slice,
     // Concat), the axes one after another, so that the corners wrap too. Pads up to the axis's stated size.
     std::vector<int64_t> dims;
-    const bool stated = stated_shape(g, input(0), dims) && dims.size() == static_cast<size_t>(r);
-    std::string v = input(0);
+    const bool stated = stated_shape(g, nv.input(0), dims) && dims.size() == static_cast<size_t>(r);
+    std::string v = nv.input(0);
     for (int64_t ax = 0; ax < r; ++ax) {
       const int64_t b = pads[static_cast<size_t>(ax)], e = pads[static_cast<size_t>(r + ax)];
       if (b == 0 && e == 0) continue;
@@ -666,22 +662,22 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
     out.push_back(make_proto_node("Identity", {v}, n.output(0), n.name().empty() ? base : n.name()));
     return out;
   } else if (op == "ScatterElements" || op == "ScatterND") {  // 18: max, min
-    const std::string r = attr_str("reduction", "none");
+    const std::string r = nv.attr_str("reduction", "none");
     if (r != "max" && r != "min") return {n};
     if (op == "ScatterND") refuse("reduction '" + r + "' is not supported (ScatterElements' is)");
     // torch's scatter_reduce(amax/amin, include_self=True). Along the axis, the updates sorted so that the largest
     // (max) or smallest (min) comes last, their indices with them (TopK, GatherElements); ScatterElements without
     // a reduction writes updates that meet in one element in their order (graphrun's rule on every device), so
     // the last, the extreme, stays there; Max (Min) with data then keeps what data held where it is larger.
-    const std::string data = input(0), idx = input(1), upd = input(2);
-    int64_t axis = attr_int("axis", 0);
+    const std::string data = nv.input(0), idx = nv.input(1), upd = nv.input(2);
+    int64_t axis = nv.attr_int("axis", 0);
     if (axis < 0) {
       int64_t rank = stated_rank(g, data);
       if (rank < 0) rank = stated_rank(g, idx);
       if (rank < 0) rank = stated_rank(g, upd);
       if (rank < 0) refuse("a negative axis needs the rank of data, indices or updates stated");
       axis += rank;
-      if (axis < 0) refuse("axis " + std::to_string(attr_int("axis", 0)) + " is out of range");
+      if (axis < 0) refuse("axis " + std::to_string(nv.attr_int("axis", 0)) + " is out of range");
     }
     std::vector<onnx::NodeProto> out;
     Emitter e{out, base};
@@ -698,7 +694,7 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
                                   n.name().empty() ? base : n.name()));
     return out;
   } else if (op == "LpPool") {  // 18: ceil_mode, dilations
-    if (attr_int("ceil_mode", 0) != 0) refuse("ceil_mode 1 is not supported");
+    if (nv.attr_int("ceil_mode", 0) != 0) refuse("ceil_mode 1 is not supported");
     drop_attr(n, "ceil_mode");
     if (const auto* a = find_attr(n, "dilations")) {
       for (int64_t d : a->ints())
@@ -720,7 +716,7 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
     }
   } else if (op == "DFT" && from >= 20) {  // 20: axis an input (default -2), 17's attribute (default 1)
     std::vector<int64_t> axis{-2};
-    if (!input(2).empty() && (!constant_ints(g, input(2), axis, what) || axis.size() != 1))
+    if (!nv.input(2).empty() && (!constant_ints(g, nv.input(2), axis, what) || axis.size() != 1))
       refuse("its axis must be one constant value (an initializer or Constant node)");
     while (n.input_size() > 2) n.mutable_input()->RemoveLast();
     drop_attr(n, "axis");
@@ -728,8 +724,8 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
   } else if (op == "RMSNormalization") {
     // 23 (torch's nn.RMSNorm): X / sqrt(mean(X^2 over the axes from `axis` on) + epsilon) * scale. The axes are
     // negative (counted from the end) where `axis` is, else need the input's stated rank.
-    const std::string x = input(0), scale = input(1);
-    int64_t axis = attr_int("axis", -1);
+    const std::string x = nv.input(0), scale = nv.input(1);
+    int64_t axis = nv.attr_int("axis", -1);
     std::vector<int64_t> axes;
     if (axis >= 0) {
       const int64_t r = stated_rank(g, x);
@@ -751,12 +747,12 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
     out.push_back(make_proto_node("Mul", {base + "_normed", scale}, n.output(0), n.name().empty() ? base : n.name()));
     return out;
   } else if (op == "Mish") {  // 18: x * tanh(softplus(x))
-    const std::string x = input(0);
+    const std::string x = nv.input(0);
     return {make_proto_node("Softplus", {x}, base + "_softplus", base + "_softplus"),
             make_proto_node("Tanh", {base + "_softplus"}, base + "_tanh", base + "_tanh"),
             make_proto_node("Mul", {x, base + "_tanh"}, n.output(0), n.name().empty() ? base : n.name())};
   } else if (op == "Gelu") {  // 20: 0.5 x (1 + erf(x / sqrt 2)), or with approximate = tanh its tanh form
-    const std::string x = input(0), approx = attr_str("approximate", "none");
+    const std::string x = nv.input(0), approx = nv.attr_str("approximate", "none");
     std::vector<onnx::NodeProto> out;
     std::string inner;
     if (approx == "none") {
@@ -787,7 +783,7 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
     // 18 (scale and bias per group) and 21 (per channel), as torch writes F.group_norm at opset 17: X as
     // [N, G, rest], InstanceNormalization over the rest, the scale and bias applied per group there (18) or per
     // channel on X as [N, C, rest] (21), back to X's shape.
-    const std::string x = input(0), scale = input(1), bias = input(2);
+    const std::string x = nv.input(0), scale = nv.input(1), bias = nv.input(2);
     const auto* groups = find_attr(n, "num_groups");
     if (!groups || groups->i() < 1) refuse("needs the attribute num_groups, at least 1");
     const int64_t G = groups->i();
@@ -836,7 +832,7 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
     // columns [N*C, K, L1, ..., Ls] by the one-hot blocks [K, 1, b1, ..., bs], output_padding making up what the
     // strides leave over at the far edge.
     std::vector<int64_t> image, block;
-    if (!constant_ints(g, input(1), image, what) || !constant_ints(g, input(2), block, what))
+    if (!constant_ints(g, nv.input(1), image, what) || !constant_ints(g, nv.input(2), block, what))
       refuse("image_shape and block_shape must be constants (initializers or Constant nodes)");
     const size_t S = image.size();
     if (S == 0 || block.size() != S) refuse("image_shape and block_shape must list the same number of dimensions");
@@ -875,9 +871,9 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
     rest.insert(rest.end(), image.begin(), image.end());
     std::vector<onnx::NodeProto> out;
     out.push_back(ints_constant(base + "_cols_shape", cols));
-    out.push_back(make_proto_node("Reshape", {input(0), base + "_cols_shape"}, base + "_cols", base + "_cols"));
+    out.push_back(make_proto_node("Reshape", {nv.input(0), base + "_cols_shape"}, base + "_cols", base + "_cols"));
     out.push_back(floats_constant(base + "_blocks_f", wdims, w));
-    out.push_back(make_proto_node("CastLike", {base + "_blocks_f", input(0)}, base + "_blocks", base + "_blocks"));
+    out.push_back(make_proto_node("CastLike", {base + "_blocks_f", nv.input(0)}, base + "_blocks", base + "_blocks"));
     onnx::NodeProto ct = make_proto_node("ConvTranspose", {base + "_cols", base + "_blocks"}, base + "_images",
                                          n.name().empty() ? base : n.name());
     set_ints_attr(ct, "kernel_shape", block);
@@ -886,7 +882,7 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
     set_ints_attr(ct, "strides", strides);
     set_ints_attr(ct, "output_padding", extra);
     out.push_back(ct);
-    out.push_back(make_proto_node("Shape", {input(0)}, base + "_batch", base + "_batch"));
+    out.push_back(make_proto_node("Shape", {nv.input(0)}, base + "_batch", base + "_batch"));
     set_int_attr(out.back(), "end", 1);
     out.push_back(ints_constant(base + "_rest", rest));
     out.push_back(make_proto_node("Concat", {base + "_batch", base + "_rest"}, base + "_shape", base + "_shape"));
@@ -902,7 +898,7 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
     // theta^T, in ops of opset 17: per axis of length L, (2 i - (L - 1)) / L, or / max(L - 1, 1) with
     // align_corners (a single step at 0, as torch). The size is read at run time; whether the grid is 2-D
     // (theta [N, 2, 3], size [N, C, H, W]) or 3-D (theta [N, 3, 4], size of 5) must be known when loading.
-    const std::string theta = input(0), size = input(1);
+    const std::string theta = nv.input(0), size = nv.input(1);
     int64_t r = stated_dim(g, theta, 1);
     std::vector<int64_t> size_values;
     if (r < 0 && constant_ints(g, size, size_values, what)) r = static_cast<int64_t>(size_values.size()) - 2;
@@ -910,7 +906,7 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
     if (r != 2 && r != 3)
       refuse(r < 0 ? "whether it is 2-D or 3-D must be known when loading (theta's shape or size's length)"
                    : "theta must be [N, 2, 3] or [N, 3, 4]");
-    const bool corners = attr_int("align_corners", 0) != 0;
+    const bool corners = nv.attr_int("align_corners", 0) != 0;
     std::vector<onnx::NodeProto> out;
     Emitter e{out, base};
     const std::string zero = e.ints("_zero", {0}, true), one = e.ints("_one", {1}, true),
@@ -973,16 +969,12 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
 std::vector<onnx::NodeProto> decompose_lp(const onnx::GraphProto& g, const onnx::NodeProto& n, int index, int64_t opset,
                                           const std::string& what) {
   auto refuse = [&](const std::string& why) { GR_FAIL(what << ": " << proto_node_desc(n, index) << ": " << why); };
-  auto attr = [&](const char* name) -> const onnx::AttributeProto* {
-    for (const auto& a : n.attribute())
-      if (a.name() == name) return &a;
-    return nullptr;
-  };
+  const NodeView nv{n};
   if (n.input_size() < 1 || n.input(0).empty() || n.output_size() < 1) refuse("needs an input and an output");
   const std::string x = n.input(0), y = n.output(0), op = n.op_type();
   const std::string base = y + "/lp";
   const std::string name = n.name().empty() ? base : n.name();
-  const int64_t p = attr("p") ? attr("p")->i() : 2;
+  const int64_t p = nv.attr_int("p", 2);
   if (p < 1 || (op == "LpNormalization" && p > 2) || p > 64)
     refuse("p " + std::to_string(p) + " is not supported (" + (op == "LpNormalization" ? "1 or 2" : "1 to 64") + ")");
   int32_t type = stated_elem_type(g, x);
@@ -1018,7 +1010,7 @@ std::vector<onnx::NodeProto> decompose_lp(const onnx::GraphProto& g, const onnx:
   };
   const int64_t rank = stated_rank(g, x);
   if (op == "LpNormalization") {
-    int64_t axis = attr("axis") ? attr("axis")->i() : -1;
+    int64_t axis = nv.attr_int("axis", -1);
     if (axis < 0 && rank > 0) axis += rank;
     const std::string norm = reduce(p == 1 ? "ReduceL1" : "ReduceL2", x, {axis}, base + "_norm", base + "_norm");
     // A zero vector stays 0 (ONNX's reference), divided by 1 (from opset 11, where Equal takes floats).
@@ -1036,7 +1028,7 @@ std::vector<onnx::NodeProto> decompose_lp(const onnx::GraphProto& g, const onnx:
     set_int_attr(e.last(), "to", type);
     root(e.node("Mul", {mean, base + "_count_f"}, "_sum"));
   } else {  // LpPool
-    const auto* kernel = attr("kernel_shape");
+    const auto* kernel = nv.attr("kernel_shape");
     if (!kernel || kernel->ints_size() == 0) refuse("needs kernel_shape");
     int64_t window = 1;
     for (int64_t k : kernel->ints()) {
@@ -1044,7 +1036,7 @@ std::vector<onnx::NodeProto> decompose_lp(const onnx::GraphProto& g, const onnx:
       window *= k;
       if (window > (int64_t(1) << 30)) refuse("a window of more than 2^30 values is not supported");
     }
-    if (const auto* d = attr("dilations"))
+    if (const auto* d = nv.attr("dilations"))
       for (int64_t v : d->ints())
         if (v != 1) refuse("dilations other than 1 are not supported");
     onnx::NodeProto pool = make_proto_node("AveragePool", {powered()}, base + "_mean", base + "_mean");
@@ -1065,17 +1057,15 @@ void decompose_lp_ops(onnx::ModelProto& m, const std::string& what) {
   int64_t opset = kMaxOpset;
   for (const auto& op : m.opset_import())
     if (normal_domain(op.domain()).empty()) opset = op.version();
-  bool any = false;
-  for (const auto& n : gp->node())
-    any = any || (normal_domain(n.domain()).empty() &&
-                  (n.op_type() == "LpNormalization" || n.op_type() == "LpPool" || n.op_type() == "GlobalLpPool"));
-  if (!any) return;
+  auto is_lp = [](const onnx::NodeProto& n) {
+    return normal_domain(n.domain()).empty() &&
+           (n.op_type() == "LpNormalization" || n.op_type() == "LpPool" || n.op_type() == "GlobalLpPool");
+  };
+  if (std::none_of(gp->node().begin(), gp->node().end(), is_lp)) return;
   google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
   for (int i = 0; i < gp->node_size(); ++i) {
     const auto& n = gp->node(i);
-    const bool lp = normal_domain(n.domain()).empty() &&
-                    (n.op_type() == "LpNormalization" || n.op_type() == "LpPool" || n.op_type() == "GlobalLpPool");
-    if (!lp) {
+    if (!is_lp(n)) {
       *nodes.Add() = n;
       continue;
     }

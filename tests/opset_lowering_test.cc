@@ -166,6 +166,17 @@ save('rotary23', [helper.make_node('RotaryEmbedding', ['x', 'x', 'x'], ['r'], na
      ir=11)
 )";
 
+// What the tests' own scripts share: onnx's helpers, and save_graph for a model of any opset and IR version.
+const char* kOnnxHelpers = R"(
+import onnx
+from onnx import helper, TensorProto, numpy_helper
+vi = helper.make_tensor_value_info
+def save_graph(g, name, opset, ir=None):
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid('', opset)])
+    if ir: m.ir_version = ir
+    onnx.save(m, name + '.onnx')
+)";
+
 class OpsetLowering : public ::testing::Test {
  protected:
   // A folder per test: ctest runs the tests of this file as processes side by side.
@@ -174,6 +185,9 @@ class OpsetLowering : public ::testing::Test {
     run_python(dir_, kModels);
   }
   std::string dir_;
+
+  // Runs `script` in the test's folder after kOnnxHelpers.
+  void run_script(const std::string& script) { run_python(dir_, std::string(kOnnxHelpers) + script); }
 
   void expect_outputs(const std::string& model, const std::map<std::string, Tensor>& feeds, double tol) {
     runtime::Executor ex(load_onnx(dir_ + "/" + model + ".onnx"));
@@ -431,10 +445,8 @@ save('ag_unknown', [helper.make_node('Shape', ['x'], ['size']), helper.make_node
 // symbolic (grouped heads counted at run time, a mask over fewer keys than there are padded, the softmax as fourth
 // output). A small transformer block of opset 23 passes `check` (float64 gradients through the lowered nodes).
 TEST_F(OpsetLowering, AttentionOfOpset23MatchesTheReference) {
-  run_python(dir_, R"(
-import onnx, torch
-from onnx import helper, TensorProto, numpy_helper
-vi = helper.make_tensor_value_info
+  run_script(R"(
+import torch
 F32, B8 = TensorProto.FLOAT, TensorProto.BOOL
 rng = np.random.default_rng(8)
 def softmax(x):  # a row of -inf only (no key to see) is 0, as ONNX's reference has it
@@ -488,8 +500,7 @@ def case(name, feeds, attrs, outs, shapes=None, past=False, extra_out=None):
         np.save(name + '_' + o + '.npy', got[which[o]].astype(np.float32))
         outputs.append(vi(name + '_' + o, F32, list(got[which[o]].shape)))
     g = helper.make_graph([node], name, inputs, outputs)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 23)]); m.ir_version = 11
-    onnx.save(m, name + '.onnx')
+    save_graph(g, name, 23, 11)
     return got
 r = lambda *s: rng.standard_normal(s).astype(np.float32)
 def torch_sdpa(q, k, v, mask=None, causal=False):
@@ -529,15 +540,13 @@ body = [helper.make_node('MatMul', ['x', 'wq'], ['q']), helper.make_node('MatMul
         helper.make_node('MatMul', ['pooled', 'wh'], ['logits'])]
 g = helper.make_graph(body, 'block23', [vi('x', F32, ['N', 5, D])], [vi('logits', F32, ['N', 3])],
                       [numpy_helper.from_array(v, k) for k, v in inits.items()])
-m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 23)]); m.ir_version = 11
-onnx.save(m, 'block23.onnx')
+save_graph(g, 'block23', 23, 11)
 # The same with a mask that leaves query 2 no key: its gradient stays finite (the guard's Softmax reads 0s).
 keys = np.ones((5, 5), bool); keys[2] = False; keys[:, 4] = False
 body[3] = helper.make_node('Attention', ['q', 'k', 'v', 'keys'], ['a'], q_num_heads=H, kv_num_heads=G)
 g = helper.make_graph(body, 'block23_mask', [vi('x', F32, ['N', 5, D])], [vi('logits', F32, ['N', 3])],
                       [numpy_helper.from_array(v, k) for k, v in inits.items()] + [numpy_helper.from_array(keys, 'keys')])
-m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 23)]); m.ir_version = 11
-onnx.save(m, 'block23_mask.onnx')
+save_graph(g, 'block23_mask', 23, 11)
 )");
   EXPECT_EQ(expect_each_model({"attn_plain", "attn_causal", "attn_float_mask", "attn_bool_causal", "attn_gqa3d",
                                "attn_modes", "attn_no_key", "attn_symbolic"},
@@ -552,10 +561,7 @@ onnx.save(m, 'block23_mask.onnx')
 // pairs, part of each head rotated; caches given per batch and position (no position_ids). Rotary queries and keys
 // feeding an Attention node pass `check`.
 TEST_F(OpsetLowering, RotaryEmbeddingOfOpset23MatchesTheReference) {
-  run_python(dir_, R"(
-import onnx
-from onnx import helper, TensorProto, numpy_helper
-vi = helper.make_tensor_value_info
+  run_script(R"(
 F32, I64 = TensorProto.FLOAT, TensorProto.INT64
 rng = np.random.default_rng(9)
 def reference(x, cos, sin, pos=None, interleaved=0, dim=0, heads=0):
@@ -582,8 +588,7 @@ def case(name, feeds, attrs):
         inputs.append(vi(name + '_' + k, I64 if v.dtype == np.int64 else F32, list(v.shape)))
     np.save(name + '_y.npy', y.astype(np.float32))
     g = helper.make_graph([node], name, inputs, [vi(name + '_y', F32, list(y.shape))])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 23)]); m.ir_version = 11
-    onnx.save(m, name + '.onnx')
+    save_graph(g, name, 23, 11)
 r = lambda *s: rng.standard_normal(s).astype(np.float32)
 angles = lambda n, half: np.arange(n)[:, None] * (10000.0 ** (-np.arange(half) / half))[None, :]
 a8 = angles(10, 4)
@@ -609,8 +614,7 @@ body = [helper.make_node('MatMul', ['x', 'wq'], ['q']), helper.make_node('MatMul
         helper.make_node('MatMul', ['pooled', 'wh'], ['logits'])]
 g = helper.make_graph(body, 'rope23', [vi('x', F32, ['N', 5, D])], [vi('logits', F32, ['N', 3])],
                       [numpy_helper.from_array(v, k) for k, v in inits.items()])
-m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 23)]); m.ir_version = 11
-onnx.save(m, 'rope23.onnx')
+save_graph(g, 'rope23', 23, 11)
 )");
   EXPECT_EQ(expect_each_model({"rope_halves", "rope_interleaved", "rope_per_batch"}, 2e-6), 3);
   expect_trainable("rope23");
@@ -621,10 +625,8 @@ onnx.save(m, 'rope23.onnx')
 // along axes 0, 1 and -1, with several updates meeting in one element; a message-passing layer that aggregates
 // its neighbours by max passes `check` (float64 gradients). ScatterND's max/min stays refused.
 TEST_F(OpsetLowering, ScatterMaxAndMinOfOpset18MatchTorch) {
-  run_python(dir_, R"(
-import onnx, torch
-from onnx import helper, TensorProto, numpy_helper
-vi = helper.make_tensor_value_info
+  run_script(R"(
+import torch
 F32, I64 = TensorProto.FLOAT, TensorProto.INT64
 rng = np.random.default_rng(10)
 def case(name, shape, ushape, axis, reduction):
@@ -639,7 +641,7 @@ def case(name, shape, ushape, axis, reduction):
                             reduction=reduction)
     g = helper.make_graph([node], name, [vi(name + '_data', F32, list(shape)), vi(name + '_idx', I64, list(ushape)),
                                          vi(name + '_upd', F32, list(ushape))], [vi(name + '_y', F32, list(shape))])
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 18)]), name + '.onnx')
+    save_graph(g, name, 18)
 case('smax0', (4, 3), (9, 3), 0, 'max')
 case('smin1', (2, 5, 3), (2, 7, 3), 1, 'min')
 case('smax_last', (3, 2, 4), (2, 2, 6), -1, 'max')
@@ -653,10 +655,10 @@ body = [helper.make_node('MatMul', ['x', 'w'], ['h']), helper.make_node('Gather'
         helper.make_node('MatMul', ['agg', 'wo'], ['logits'])]
 g = helper.make_graph(body, 'gnn18', [vi('x', F32, [N, Fd])], [vi('logits', F32, [N, 2])],
                       [numpy_helper.from_array(v, k) for k, v in inits.items()])
-onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 18)]), 'gnn18.onnx')
+save_graph(g, 'gnn18', 18)
 g = helper.make_graph([helper.make_node('ScatterND', ['x', 'i', 'x'], ['r'], name='nd_max', reduction='max')], 'nd',
                       [vi('x', F32, [2])], [vi('r', F32, [2])], [numpy_helper.from_array(np.array([[0], [1]]), 'i')])
-onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 18)]), 'nd_max.onnx')
+save_graph(g, 'nd_max', 18)
 )");
   EXPECT_EQ(expect_each_model({"smax0", "smin1", "smax_last"}, 1e-7), 3);
   expect_trainable("gnn18");
@@ -666,14 +668,11 @@ onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 18)]), 'nd
 // Under `graphrun run`, a node whose opset-17 form needs a constant that a small input gives (ONNX's node tests feed
 // ReduceMean-18 its axes) is rewritten with the values given, saying so; loading it for anything else refuses it.
 TEST_F(OpsetLowering, RunWritesANewerNodeWithTheValuesItIsGiven) {
-  run_python(dir_, R"(
-import onnx
-from onnx import helper, TensorProto
-vi = helper.make_tensor_value_info
+  run_script(R"(
 g = helper.make_graph([helper.make_node('ReduceMean', ['x', 'axes'], ['y'], name='mean', keepdims=0)], 'g',
                       [vi('x', TensorProto.FLOAT, [2, 3, 4]), vi('axes', TensorProto.INT64, [1])],
                       [vi('y', TensorProto.FLOAT, ['a', 'b'])])
-onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 18)]), 'mean18.onnx')
+save_graph(g, 'mean18', 18)
 np.save('axes.npy', np.array([1], np.int64)); np.save('mean.npy', np.load('x.npy').mean(1))
 )");
   const std::string model = dir_ + "/mean18.onnx";
@@ -690,10 +689,7 @@ np.save('axes.npy', np.array([1], np.int64)); np.save('mean.npy', np.load('x.npy
 // Split-18 into parts that do not divide the axis (the last smaller: from the stated size, or computed at run time
 // where the shape is symbolic) and ReduceMax/ReduceMin of bool (opset 20), against numpy.
 TEST_F(OpsetLowering, UnevenSplitAndBoolReductionsMatchNumpy) {
-  run_python(dir_, R"(
-import onnx
-from onnx import helper, TensorProto, numpy_helper
-vi = helper.make_tensor_value_info
+  run_script(R"(
 F, B = TensorProto.FLOAT, TensorProto.BOOL
 v = np.arange(2 * 7, dtype=np.float32).reshape(2, 7)
 m = np.random.default_rng(11).random((3, 4)) < 0.5; m[0] = False; m[1] = True
@@ -710,8 +706,7 @@ g = helper.make_graph(nodes, 'uneven', [vi('uneven_v', F, [2, 7]), vi('uneven_m'
                       [vi('uneven_' + k, B if k in ('any', 'all') else F, list(a.shape)) for k, a in outs.items()],
                       [numpy_helper.from_array(np.array([1], np.int64), 'ax1')],
                       value_info=[vi('vv', F, ['a', 'b'])])
-m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 20)]); m.ir_version = 9
-onnx.save(m, 'uneven.onnx')
+save_graph(g, 'uneven', 20, 9)
 )");
   EXPECT_EQ(expect_each_model({"uneven"}, 1e-9), 8);
 }
@@ -720,10 +715,7 @@ onnx.save(m, 'uneven.onnx')
 // others' scale 1 and size their own (ScatterElements into the defaults, so sizes computed at run time serve too):
 // nearest up-sampling by 2 against numpy's repeat, by sizes for axes [3, 2] and by a scale for the last axis alone.
 TEST_F(OpsetLowering, ResizeAxesOfOpset18MatchNumpy) {
-  run_python(dir_, R"(
-import onnx
-from onnx import helper, TensorProto, numpy_helper
-vi = helper.make_tensor_value_info
+  run_script(R"(
 F = TensorProto.FLOAT
 x = np.arange(6, dtype=np.float32).reshape(1, 1, 2, 3)
 np.save('rx.npy', x); np.save('up_both.npy', x.repeat(2, 2).repeat(2, 3)); np.save('up_last.npy', x.repeat(2, 3))
@@ -731,7 +723,7 @@ nodes = [helper.make_node('Resize', ['rx', '', '', 'hw'], ['up_both'], mode='nea
          helper.make_node('Resize', ['rx', '', 'two'], ['up_last'], mode='nearest', axes=[-1])]
 g = helper.make_graph(nodes, 'axes18', [vi('rx', F, [1, 1, 2, 3])], [vi('up_both', F, [1, 1, 4, 6]), vi('up_last', F, [1, 1, 2, 6])],
                       [numpy_helper.from_array(np.array([6, 4], np.int64), 'hw'), numpy_helper.from_array(np.array([2], np.float32), 'two')])
-onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 18)]), 'axes18.onnx')
+save_graph(g, 'axes18', 18)
 )");
   EXPECT_EQ(expect_each_model({"axes18"}, 1e-9), 2);
 }
@@ -740,10 +732,7 @@ onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 18)]), 'ax
 // opset): against numpy (a zero vector normalised to 0, as ONNX's reference; p 1, 2 and 3; pads and strides); a
 // model of all three passes `check`.
 TEST_F(OpsetLowering, LpOpsAreWrittenInOpsGraphrunHas) {
-  run_python(dir_, R"(
-import onnx
-from onnx import helper, TensorProto, numpy_helper
-vi = helper.make_tensor_value_info
+  run_script(R"(
 F = TensorProto.FLOAT
 rng = np.random.default_rng(12)
 v = rng.standard_normal((3, 4)).astype(np.float32); v[1] = 0
@@ -767,7 +756,7 @@ nodes = [helper.make_node('LpNormalization', ['lp_v'], ['lp_l2'], axis=1),
          helper.make_node('LpPool', ['lp_im'], ['lp_pool'], p=3, kernel_shape=[2, 3], strides=[2, 2], pads=[1, 0, 1, 1])]
 g = helper.make_graph(nodes, 'lp', [vi('lp_v', F, [3, 4]), vi('lp_im', F, [2, 3, 5, 6])],
                       [vi(k, F, list(a.shape)) for k, a in outs.items()])
-onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 13)]), 'lp.onnx')
+save_graph(g, 'lp', 13)
 # A model of all three, to train: LpPool, GlobalLpPool, Flatten, LpNormalization, Gemm.
 w = (0.5 * rng.standard_normal((3, 3))).astype(np.float32)
 nodes = [helper.make_node('LpPool', ['x'], ['p'], kernel_shape=[2, 2], p=2),
@@ -775,7 +764,7 @@ nodes = [helper.make_node('LpPool', ['x'], ['p'], kernel_shape=[2, 2], p=2),
          helper.make_node('LpNormalization', ['f'], ['n'], axis=1), helper.make_node('MatMul', ['n', 'w'], ['logits'])]
 g = helper.make_graph(nodes, 'lp_train', [vi('x', F, ['N', 3, 5, 5])], [vi('logits', F, ['N', 3])],
                       [numpy_helper.from_array(w, 'w')])
-onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 13)]), 'lp_train.onnx')
+save_graph(g, 'lp_train', 13)
 )");
   EXPECT_EQ(expect_each_model({"lp"}, 2e-5), 5);
   expect_trainable("lp_train");

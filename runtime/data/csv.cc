@@ -33,32 +33,26 @@ class CsvSource : public Source {
     ss << f.rdbuf();
     std::string ext = path.size() >= 4 ? path.substr(path.size() - 4) : std::string();
     for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    // The groups of columns: as --columns says, else by the model's inputs.
+    // The groups of columns: as --columns says, else by the model's inputs; each read as its input's type takes.
     std::vector<CsvGroup> groups;
+    auto add = [&](const std::string& name, std::vector<std::string> columns, DType type, bool by_name) {
+      CsvGroup g;
+      g.name = name, g.columns = std::move(columns), g.named_by_input = by_name;
+      g.integers = integer_type(type), g.int32 = type == DType::I32;
+      groups.push_back(std::move(g));
+    };
     auto type_of = [&](const std::string& input) {
       const auto it = opts.inputs.find(input);
       return it == opts.inputs.end() ? DType::F64 : it->second;
     };
-    for (const ColumnGroup& c : opts.columns) {
-      CsvGroup g;
-      g.name = c.input, g.columns = c.columns, g.integers = integer_type(type_of(c.input));
-      g.int32 = type_of(c.input) == DType::I32;
-      groups.push_back(g);
-    }
+    for (const ColumnGroup& c : opts.columns) add(c.input, c.columns, type_of(c.input), false);
     if (groups.empty() && opts.inputs.size() > 1) {
-      for (const auto& [input, type] : opts.inputs) {
-        if (input == opts.labels) continue;  // --loss output: the targets' column feeds the input of their name
-        CsvGroup g;
-        g.name = input, g.columns = {input}, g.integers = integer_type(type), g.int32 = type == DType::I32;
-        g.named_by_input = true;
-        groups.push_back(g);
-      }
+      for (const auto& [input, type] : opts.inputs)
+        if (input != opts.labels)  // --loss output: the targets' column feeds the input of their name
+          add(input, {input}, type, true);
     }
-    if (groups.empty() && opts.inputs.size() == 1 && integer_type(opts.inputs.begin()->second)) {
-      CsvGroup g;
-      g.name = "features", g.integers = true, g.int32 = opts.inputs.begin()->second == DType::I32;
-      groups.push_back(g);
-    }
+    if (groups.empty() && opts.inputs.size() == 1 && integer_type(opts.inputs.begin()->second))
+      add("features", {}, opts.inputs.begin()->second, false);
     t_ = parse_csv(ss.str(), ext == ".tsv" ? '\t' : ',', what, opts.labels, opts.targets, opts.classes, groups);
     for (const CsvGroup& g : t_.groups)
       specs_.push_back({g.name,
@@ -85,8 +79,9 @@ class CsvSource : public Source {
           for (int64_t i = 0; i < n; ++i) std::copy_n(g->reals.data() + indices[i] * F, F, dst + i * F);
         } else if (t->dtype() == DType::I32) {
           int32_t* dst = t->data<int32_t>();
-          for (int64_t i = 0; i < n * F; ++i)
-            dst[i] = static_cast<int32_t>(g->ints[static_cast<size_t>(indices[i / F] * F + i % F)]);
+          for (int64_t i = 0; i < n; ++i)  // (parse_csv checked that the values fit)
+            for (int64_t f = 0; f < F; ++f)
+              dst[i * F + f] = static_cast<int32_t>(g->ints[static_cast<size_t>(indices[i] * F + f)]);
         } else {
           int64_t* dst = t->data<int64_t>();
           for (int64_t i = 0; i < n; ++i) std::copy_n(g->ints.data() + indices[i] * F, F, dst + i * F);
