@@ -465,5 +465,31 @@ TEST(CheckCli, AnOpTheSpecDefinesAsAFunctionIsInlinedAndTrainable) {
   EXPECT_NE(r.output.find("\nverdict: trainable"), std::string::npos) << r.output;
 }
 
+// A loss that does not move with the weights beyond rounding (MeanVarianceNormalization per column of m and of m
+// times |s| per column, which differ only through its 1e-9 epsilon, subtracted) has a directional derivative of
+// about 1e-11 and central differences of rounding noise: the check says both lie below what the differences resolve and
+// passes (it failed such a model with "relative error 1e-4"). A broken rule inside the normalisation gives a backward
+// far above that floor: still caught.
+TEST(CheckCli, ALossFlatBeyondRoundingPassesAndABrokenRuleInItStillFails) {
+  const std::string dir = temp_dir("check_cli_flat");
+  const std::string model =
+      make_model(dir, "flat",
+                 "[h.make_node('MatMul', ['x', 'w'], ['m'], name='mm'),"
+                 " h.make_node('Abs', ['s'], ['a'], name='abs'),"
+                 " h.make_node('Mul', ['m', 'a'], ['m2'], name='scale'),"
+                 " h.make_node('MeanVarianceNormalization', ['m'], ['n1'], name='mvn1', axes=[0]),"
+                 " h.make_node('MeanVarianceNormalization', ['m2'], ['n2'], name='mvn2', axes=[0]),"
+                 " h.make_node('Sub', ['n1', 'n2'], ['y'], name='sub')]");
+  auto r = run_command(graphrun_cli() + " check " + model);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("both below what central differences resolve here"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the loss does not change with the weights beyond rounding"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\nverdict: trainable"), std::string::npos) << r.output;
+  auto broken = run_command("GRAPHRUN_TEST_BREAK_GRADIENT=Sqrt " + graphrun_cli() + " check " + model + " 2>&1");
+  EXPECT_EQ(broken.exit_code, 1) << broken.output;
+  EXPECT_EQ(broken.output.find("both below"), std::string::npos) << broken.output;
+  EXPECT_NE(broken.output.find("verdict: not trainable"), std::string::npos) << broken.output;
+}
+
 }  // namespace
 }  // namespace graphrun::testing
