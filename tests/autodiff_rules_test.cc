@@ -736,6 +736,26 @@ TEST(GradRules, GridSampleEveryModeAndPadding) {
         }
 }
 
+// GridSample of a volume (opset 20; torch's 5-D F.grid_sample): trilinear and nearest, every padding and corner
+// convention, the grid partly outside [-1, 1]; the gradients of X and of the grid (its x, y and z) against central
+// differences.
+TEST(GradRules, GridSampleOfAVolume) {
+  for (const char* mode : {"bilinear", "nearest"})
+    for (const char* padding : {"zeros", "border", "reflection"})
+      for (int align : {0, 1})
+        for (ShapeInfo si : {ShapeInfo::Static, ShapeInfo::RankOnly}) {
+          SCOPED_TRACE(std::string(mode) + " " + padding + " align_corners " + std::to_string(align));
+          TestGraph t(16);
+          std::string x = t.param("x", {2, 2, 3, 4, 5}, 7, -2, 2);
+          std::string grid = t.param("grid", {2, 2, 3, 2, 3}, 8, -1.4, 1.4);
+          Graph bg = check_gradients(t, t.node("GridSample", {x, grid}, {{"mode", A::Str(mode)},
+                                                                         {"padding_mode", A::Str(padding)},
+                                                                         {"align_corners", A::Int(align)}}),
+                                     shapes(si));
+          EXPECT_EQ(count_ops(bg, "GridSampleGrad"), 1);
+        }
+}
+
 // RoiAlign: the gradient of X against central differences, in modes avg and max (the largest weighted tap), in both
 // coordinate modes, with a fixed and an adaptive sampling grid, regions partly outside the image (their outside
 // samples read 0, the border ones clamp) and two regions on one image; the regions and batch indices are inputs, as

@@ -976,6 +976,18 @@ void grid_sample_cases(Cases& cs) {
         cs.add("GridSample", {x, grid}, a, 1, 1e-5, 16);
         cs.add("GridSampleGrad", {dy, x, grid}, a, 2, 1e-4, 16, kGraphrunDomain);
       }
+  // Volumes (opset 20): trilinear and nearest.
+  Tensor vol = random_tensor({2, 2, 3, 4, 5}, 393, -2.f, 2.f);
+  Tensor vgrid = random_tensor({2, 2, 3, 2, 3}, 394, -1.3f, 1.3f);
+  Tensor vdy = random_tensor({2, 2, 2, 3, 2}, 395);
+  for (const char* mode : {"bilinear", "nearest"})
+    for (const char* padding : {"zeros", "border", "reflection"})
+      for (int align : {0, 1}) {
+        std::map<std::string, Attribute> a{{"mode", Attribute::Str(mode)}, {"padding_mode", Attribute::Str(padding)},
+                                           {"align_corners", Attribute::Int(align)}};
+        cs.add("GridSample", {vol, vgrid}, a, 1, 1e-5, 16);
+        cs.add("GridSampleGrad", {vdy, vol, vgrid}, a, 2, 1e-4, 16, kGraphrunDomain);
+      }
 }
 TEST(GpuKernels, GridSampleAndGrad) { expect_group_on_gpu(grid_sample_cases); }
 

@@ -437,6 +437,62 @@ save('ag_unknown', [helper.make_node('Shape', ['x'], ['size']), helper.make_node
   expect_refused("ag_unknown", "node 'grid_of' (AffineGrid): whether it is 2-D or 3-D must be known when loading");
 }
 
+// GridSample of opset 20 samples volumes (X [N, C, D, H, W], grid [N, Do, Ho, Wo, 3]), as torch's 5-D
+// F.grid_sample: trilinear and nearest, every padding, both corner conventions, the grid partly outside [-1, 1]
+// (every padding acts), against torch in float64. A registration network (VoxelMorph's shape: a 3-D convolution
+// gives a displacement field, added to the identity grid, that warps the moving volume) passes `check`: the
+// gradients of both X and the grid. Bicubic sampling of a volume (torch has none) is one line.
+TEST_F(OpsetLowering, GridSampleOfOpset20SamplesVolumesAsTorch) {
+  run_script(R"(
+import torch
+F32 = TensorProto.FLOAT
+rng = np.random.default_rng(12)
+vol = rng.standard_normal((2, 3, 4, 5, 6)).astype(np.float32)
+vgrid = rng.uniform(-1.3, 1.3, (2, 3, 2, 4, 3)).astype(np.float32)
+np.save('vol.npy', vol); np.save('vgrid.npy', vgrid)
+torch_mode = {'linear': 'bilinear', 'nearest': 'nearest'}
+for mode in ('linear', 'nearest'):
+    for pad in ('zeros', 'border', 'reflection'):
+        for corners in (0, 1):
+            out = 'v_%s_%s_%d' % (mode, pad, corners)
+            y = torch.nn.functional.grid_sample(torch.tensor(vol, dtype=torch.float64), torch.tensor(vgrid, dtype=torch.float64),
+                                                mode=torch_mode[mode], padding_mode=pad, align_corners=bool(corners))
+            np.save(out + '.npy', y.numpy().astype(np.float32))
+            g = helper.make_graph([helper.make_node('GridSample', ['vol', 'vgrid'], [out], mode=mode, padding_mode=pad,
+                                                    align_corners=corners)], out,
+                                  [vi('vol', F32, ['N', 3, 4, 5, 6]), vi('vgrid', F32, ['N', 3, 2, 4, 3])],
+                                  [vi(out, F32, ['N', 3, 3, 2, 4])])
+            save_graph(g, out, 20)
+# Registration: flow = Conv3d(moving), grid = identity + flow (channels last), warped = GridSample(moving, grid).
+D, H, W = 4, 5, 6
+ident = torch.nn.functional.affine_grid(torch.eye(3, 4, dtype=torch.float64)[None], [1, 1, D, H, W], align_corners=False)
+wconv = (0.05 * rng.standard_normal((3, 1, 3, 3, 3))).astype(np.float32)
+nodes = [helper.make_node('Conv', ['moving', 'wconv'], ['flow'], pads=[1] * 6),
+         helper.make_node('Transpose', ['flow'], ['flow_last'], perm=[0, 2, 3, 4, 1]),
+         helper.make_node('Add', ['ident', 'flow_last'], ['grid']),
+         helper.make_node('GridSample', ['moving', 'grid'], ['warped'], mode='linear', padding_mode='border')]
+g = helper.make_graph(nodes, 'register', [vi('moving', F32, ['N', 1, D, H, W])], [vi('warped', F32, ['N', 1, D, H, W])],
+                      [numpy_helper.from_array(wconv, 'wconv'), numpy_helper.from_array(ident.numpy().astype(np.float32), 'ident')])
+save_graph(g, 'register', 20)
+g = helper.make_graph([helper.make_node('GridSample', ['vol', 'vgrid'], ['vc'], name='cubic3d', mode='cubic')], 'cubic3d',
+                      [vi('vol', F32, [2, 3, 4, 5, 6]), vi('vgrid', F32, [2, 3, 2, 4, 3])], [vi('vc', F32, [2, 3, 3, 2, 4])])
+save_graph(g, 'cubic3d', 20)
+)");
+  std::vector<std::string> models;
+  for (const char* mode : {"linear", "nearest"})
+    for (const char* pad : {"zeros", "border", "reflection"})
+      for (int corners : {0, 1}) models.push_back(std::string("v_") + mode + "_" + pad + "_" + std::to_string(corners));
+  EXPECT_EQ(expect_each_model(models, 2e-6), 12);
+  const std::string out = expect_trainable("register");
+  EXPECT_NE(out.find("gradient check: float64, 2 parameters"), std::string::npos) << out;
+  auto r = run_command(testing::graphrun_cli() + " run " + dir_ + "/cubic3d.onnx --input vol=" + dir_ +
+                       "/vol.npy,vgrid=" + dir_ + "/vgrid.npy 2>&1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("node 'cubic3d' (GridSample): bicubic sampling is supported for images (X of rank 4) only"),
+            std::string::npos)
+      << r.output;
+}
+
 // Attention (opset 23: torch's F.scaled_dot_product_attention) is written in opset-17 ops. Against a float64 numpy
 // reference of ONNX's definition, itself checked against torch's SDPA where torch 1.13 has the case (no mask or a
 // float mask, causal or not): 4-D heads with the default scale and the scaled QK^T as fourth output; causal

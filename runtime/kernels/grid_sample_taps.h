@@ -1,8 +1,10 @@
-// The sampling math of GridSample (opset 16; torch's F.grid_sample), shared by the CPU and CUDA kernels and
-// by both gradients: for one grid point, the input pixels it reads (its taps), their weights, and the
-// weights' derivatives along the grid point's x and y. The output is sum(weight * X[tap]); dX gets
-// weight * dY at each tap; dGrid gets dY * sum(X[tap] * d weight). A tap's pixel is piecewise constant in
-// the grid, so the weights carry the whole derivative. Taps outside the input (zeros padding) are left out.
+// The sampling math of GridSample (opset 16; torch's F.grid_sample; opset 20's volumes), shared by the CPU and
+// CUDA kernels and by both gradients: for one grid point, the input pixels (voxels) it reads (its taps), their
+// weights, and the weights' derivatives along the grid point's x, y (and z). The output is sum(weight * X[tap]);
+// dX gets weight * dY at each tap; dGrid gets dY * sum(X[tap] * d weight). A tap's pixel is piecewise constant
+// in the grid, so the weights carry the whole derivative. Taps outside the input (zeros padding) are left out.
+// A volume (X [N, C, D, H, W], grid [N, D_out, H_out, W_out, 3] of x, y, z) takes trilinear or nearest
+// sampling, each axis as a 2-D image's; bicubic samples images only (as torch's F.grid_sample).
 //
 // As torch computes it: a grid value g in [-1, 1] maps to the pixel coordinate ((g + 1) / 2) * (size - 1)
 // with align_corners, else ((g + 1) * size - 1) / 2. bilinear and nearest then apply the padding mode to
@@ -52,16 +54,33 @@ inline Options options_of(const Node& n) {
   return o;
 }
 
-// X [N, C, H, W] sampled at grid [N, Ho, Wo, 2] (x, then y): the sizes, checked; throws naming the node.
+// X [N, C, H, W] sampled at grid [N, Ho, Wo, 2] (x, then y), or X [N, C, D, H, W] at grid [N, Do, Ho, Wo, 3]
+// (x, y, z): the sizes, checked (an image has d = do = 1); throws naming the node.
 struct Geometry {
-  int64_t n = 0, c = 0, h = 0, w = 0, ho = 0, wo = 0;
+  int dims = 2;  // 2: images, 3: volumes; a grid point holds `dims` coordinates
+  int64_t n = 0, c = 0, d = 1, h = 0, w = 0, dd = 1, ho = 0, wo = 0;  // dd: the output's depth
+  GR_GRID_HD int64_t plane() const { return d * h * w; }
+  GR_GRID_HD int64_t points() const { return dd * ho * wo; }
+  Shape y_shape() const { return dims == 3 ? Shape{n, c, dd, ho, wo} : Shape{n, c, ho, wo}; }
 };
-inline Geometry geometry_of(const Node& node, const Shape& x, const Shape& grid) {
-  GR_CHECK(x.size() == 4, node.describe() << ": X must be [N, C, H, W] (only 2-D sampling is supported), got "
-                                          << shape_str(x));
-  GR_CHECK(grid.size() == 4 && grid[3] == 2 && grid[0] == x[0],
-           node.describe() << ": grid must be [N, H_out, W_out, 2] with X's N = " << x[0] << ", got " << shape_str(grid));
-  return {x[0], x[1], x[2], x[3], grid[1], grid[2]};
+inline Geometry geometry_of(const Node& node, const Shape& x, const Shape& grid, const Options& o) {
+  GR_CHECK(x.size() == 4 || x.size() == 5,
+           node.describe() << ": X must be [N, C, H, W] or [N, C, D, H, W], got " << shape_str(x));
+  Geometry g;
+  if (x.size() == 4) {
+    GR_CHECK(grid.size() == 4 && grid[3] == 2 && grid[0] == x[0], node.describe() << ": grid must be [N, H_out, W_out, 2] with X's N = "
+                                                                                  << x[0] << ", got " << shape_str(grid));
+    g.n = x[0], g.c = x[1], g.h = x[2], g.w = x[3], g.ho = grid[1], g.wo = grid[2];
+    return g;
+  }
+  GR_CHECK(grid.size() == 5 && grid[4] == 3 && grid[0] == x[0],
+           node.describe() << ": grid must be [N, D_out, H_out, W_out, 3] with X's N = " << x[0] << ", got "
+                           << shape_str(grid));
+  GR_CHECK(o.mode != Mode::Cubic, node.describe() << ": bicubic sampling is supported for images (X of rank 4) only, "
+                                                     "as torch's F.grid_sample; a volume takes linear or nearest");
+  g.dims = 3;
+  g.n = x[0], g.c = x[1], g.d = x[2], g.h = x[3], g.w = x[4], g.dd = grid[1], g.ho = grid[2], g.wo = grid[3];
+  return g;
 }
 
 constexpr int kMaxTaps = 16;
@@ -69,8 +88,9 @@ constexpr int kMaxTaps = 16;
 template <class S>
 struct Taps {
   int count = 0;
-  int64_t at[kMaxTaps];                          // y * W + x in the input plane
-  S weight[kMaxTaps], dwx[kMaxTaps], dwy[kMaxTaps];  // weight and its derivatives by the grid's x and y
+  int64_t at[kMaxTaps];  // (z * H + y) * W + x in the input plane (a volume's, for 3-D)
+  // weight and its derivatives by the grid's x, y and z (dwz 0 for images)
+  S weight[kMaxTaps], dwx[kMaxTaps], dwy[kMaxTaps], dwz[kMaxTaps];
 };
 
 GR_GRID_HD inline float floor_of(float v) { return floorf(v); }
@@ -159,6 +179,19 @@ GR_GRID_HD void add_tap(Taps<S>& t, int64_t y, int64_t x, int64_t h, int64_t w, 
   t.weight[t.count] = weight;
   t.dwx[t.count] = dwx;
   t.dwy[t.count] = dwy;
+  t.dwz[t.count] = 0;
+  ++t.count;
+}
+
+template <class S>
+GR_GRID_HD void add_tap3(Taps<S>& t, int64_t z, int64_t y, int64_t x, int64_t d, int64_t h, int64_t w, S weight, S dwx,
+                         S dwy, S dwz) {
+  if (z < 0 || z >= d || y < 0 || y >= h || x < 0 || x >= w) return;
+  t.at[t.count] = (z * h + y) * w + x;
+  t.weight[t.count] = weight;
+  t.dwx[t.count] = dwx;
+  t.dwy[t.count] = dwy;
+  t.dwz[t.count] = dwz;
   ++t.count;
 }
 
@@ -228,6 +261,44 @@ GR_GRID_HD void taps_at(S gx, S gy, int64_t h, int64_t w, const Options& o, Taps
   add_tap(t, y + 1, x + 1, h, w, fx * fy, fy * mx, fx * my);
 }
 
+// The taps of grid point (gx, gy, gz) in a d x h x w volume: linear (8 taps) or nearest, each axis as taps_at's.
+template <class S>
+GR_GRID_HD void taps_at3(S gx, S gy, S gz, int64_t d, int64_t h, int64_t w, const Options& o, Taps<S>& t) {
+  t.count = 0;
+  S mx, my, mz, px, py, pz;
+  S ix = unnormalize(gx, w, o.align_corners, &mx), iy = unnormalize(gy, h, o.align_corners, &my),
+    iz = unnormalize(gz, d, o.align_corners, &mz);
+  ix = pad_coordinate(ix, w, o, &px);
+  iy = pad_coordinate(iy, h, o, &py);
+  iz = pad_coordinate(iz, d, o, &pz);
+  mx *= px;
+  my *= py;
+  mz *= pz;
+  if (o.mode == Mode::Nearest) {
+    add_tap3(t, index_of(round_even(iz), d), index_of(round_even(iy), h), index_of(round_even(ix), w), d, h, w, S(1),
+             S(0), S(0), S(0));
+    return;
+  }
+  const S fx = ix - floor_of(ix), fy = iy - floor_of(iy), fz = iz - floor_of(iz);
+  const int64_t x = index_of(ix, w), y = index_of(iy, h), z = index_of(iz, d);
+  // Along each axis the weights (1 - f, f) at offsets 0 and 1, and their slopes by the coordinate (-1, 1).
+  const S wx[2] = {1 - fx, fx}, wy[2] = {1 - fy, fy}, wz[2] = {1 - fz, fz}, slope[2] = {-1, 1};
+  for (int k = 0; k < 2; ++k)
+    for (int j = 0; j < 2; ++j)
+      for (int i = 0; i < 2; ++i)
+        add_tap3(t, z + k, y + j, x + i, d, h, w, wz[k] * wy[j] * wx[i], wz[k] * wy[j] * slope[i] * mx,
+                 wz[k] * slope[j] * wx[i] * my, slope[k] * wy[j] * wx[i] * mz);
+}
+
+// The taps of the grid point whose coordinates start at `pt` (g.dims of them: x, y[, z]).
+template <class S, class G>
+GR_GRID_HD void taps_of(const G* pt, const Geometry& g, const Options& o, Taps<S>& t) {
+  if (g.dims == 3)
+    taps_at3<S>(static_cast<S>(pt[0]), static_cast<S>(pt[1]), static_cast<S>(pt[2]), g.d, g.h, g.w, o, t);
+  else
+    taps_at<S>(static_cast<S>(pt[0]), static_cast<S>(pt[1]), g.h, g.w, o, t);
+}
+
 // Grid point p's samples in image n, every channel: y[c * points + p] = sum over taps of weight * x[c * plane + tap].
 // `x` and `y` point at the image's first channel.
 template <class S, class T>
@@ -241,12 +312,13 @@ GR_GRID_HD void sample_point(const Taps<S>& t, const T* x, T* y, int64_t channel
   }
 }
 
-// Grid point p's gradient in image n: the sums over channels and taps of dY * X[tap] * d weight. `x` and `dy`
-// point at the image's first channel; a channel of x has `plane` elements, one of dy `points`.
-template <class S, class T>
+// Grid point p's gradient in image n: the sums over channels and taps of dY * X[tap] * d weight, written to
+// out[0 .. dims). `x` and `dy` point at the image's first channel; a channel of x has `plane` elements, one of
+// dy `points`.
+template <class S, class T, class G>
 GR_GRID_HD void point_gradient(const Taps<S>& t, const T* x, const T* dy, int64_t channels, int64_t plane,
-                               int64_t points, int64_t p, S* gx, S* gy) {
-  S sx = 0, sy = 0;
+                               int64_t points, int64_t p, int dims, G* out) {
+  S sx = 0, sy = 0, sz = 0;
   for (int64_t c = 0; c < channels; ++c) {
     const T* src = x + c * plane;
     const S d = static_cast<S>(dy[c * points + p]);
@@ -254,10 +326,12 @@ GR_GRID_HD void point_gradient(const Taps<S>& t, const T* x, const T* dy, int64_
       const S v = d * static_cast<S>(src[t.at[k]]);
       sx += v * t.dwx[k];
       sy += v * t.dwy[k];
+      if (dims == 3) sz += v * t.dwz[k];
     }
   }
-  *gx = sx;
-  *gy = sy;
+  out[0] = static_cast<G>(sx);
+  out[1] = static_cast<G>(sy);
+  if (dims == 3) out[2] = static_cast<G>(sz);
 }
 
 }  // namespace graphrun::runtime::grid_sample

@@ -1,5 +1,5 @@
 // CPU kernels of GridSample (opset 16: bilinear, nearest and bicubic; zeros, border and reflection padding;
-// align_corners), as torch's F.grid_sample computes it, and of graphrun's GridSampleGrad, which gives dX and
+// align_corners; opset 20's volumes, trilinear or nearest), as torch's F.grid_sample computes it, and of graphrun's GridSampleGrad, which gives dX and
 // dGrid. The sampling math is runtime/kernels/grid_sample_taps.h, shared with the CUDA kernels; taps and
 // sums are computed in double for every element type.
 #include <algorithm>
@@ -14,7 +14,9 @@ namespace {
 
 namespace gs = grid_sample;
 
-int taps_per_point(gs::Mode m) { return m == gs::Mode::Cubic ? 16 : m == gs::Mode::Linear ? 4 : 1; }
+int taps_per_point(gs::Mode m, int dims) {
+  return m == gs::Mode::Cubic ? 16 : m == gs::Mode::Linear ? (dims == 3 ? 8 : 4) : 1;
+}
 
 // Calls f(T{}, G{}) with the element types of X and grid.
 template <class F>
@@ -26,17 +28,17 @@ template <class T, class G>
 void forward(KernelContext& ctx) {
   const Tensor &x = ctx.input(0), &grid = ctx.input(1);
   const gs::Options o = gs::options_of(ctx.node());
-  const gs::Geometry g = gs::geometry_of(ctx.node(), x.shape(), grid.shape());
-  Tensor& y = ctx.output(0, {g.n, g.c, g.ho, g.wo}, x.dtype());
-  const int64_t plane = g.h * g.w, points = g.ho * g.wo;
+  const gs::Geometry g = gs::geometry_of(ctx.node(), x.shape(), grid.shape(), o);
+  Tensor& y = ctx.output(0, g.y_shape(), x.dtype());
+  const int64_t plane = g.plane(), points = g.points();
   const T* px = ptr<T>(x);
   const G* pg = ptr<G>(grid);
   T* py = ptr<T>(y);
-#pragma omp parallel for num_threads(threads_for(ctx, y.numel() * taps_per_point(o.mode))) schedule(static)
+#pragma omp parallel for num_threads(threads_for(ctx, y.numel() * taps_per_point(o.mode, g.dims))) schedule(static)
   for (int64_t np = 0; np < g.n * points; ++np) {
     const int64_t n = np / points, p = np % points;
     gs::Taps<double> t;
-    gs::taps_at<double>(pg[2 * np], pg[2 * np + 1], g.h, g.w, o, t);
+    gs::taps_of(pg + g.dims * np, g, o, t);
     gs::sample_point(t, px + n * g.c * plane, py + n * g.c * points, g.c, plane, points, p);
   }
 }
@@ -55,16 +57,16 @@ void backward(KernelContext& ctx) {
   const char* what = "GridSampleGrad";
   const Tensor &dy = ctx.input(0), &x = ctx.input(1), &grid = ctx.input(2);
   const gs::Options o = gs::options_of(ctx.node());
-  const gs::Geometry g = gs::geometry_of(ctx.node(), x.shape(), grid.shape());
-  GR_CHECK(dy.shape() == Shape({g.n, g.c, g.ho, g.wo}) && dy.dtype() == x.dtype(),
+  const gs::Geometry g = gs::geometry_of(ctx.node(), x.shape(), grid.shape(), o);
+  GR_CHECK(dy.shape() == g.y_shape() && dy.dtype() == x.dtype(),
            what << ": dY " << dtype_name(dy.dtype()) << shape_str(dy.shape()) << " must be "
-                << dtype_name(x.dtype()) << shape_str(Shape({g.n, g.c, g.ho, g.wo})));
-  const int64_t plane = g.h * g.w, points = g.ho * g.wo;
+                << dtype_name(x.dtype()) << shape_str(g.y_shape()));
+  const int64_t plane = g.plane(), points = g.points();
   const T *pdy = ptr<T>(dy), *px = ptr<T>(x);
   const G* pg = ptr<G>(grid);
   G* dgrid = ctx.has_output(1) ? ptr<G>(ctx.output(1, grid.shape(), grid.dtype())) : nullptr;
   T* dx = ctx.has_output(0) ? ptr<T>(ctx.output(0, x.shape(), x.dtype())) : nullptr;
-  const int per = taps_per_point(o.mode);
+  const int per = taps_per_point(o.mode, g.dims);
   // One image's taps: point p's are at [p * per, p * per + count[p]).
   std::vector<int64_t> at(dx ? static_cast<size_t>(points * per) : 0);
   std::vector<double> weight(at.size());
@@ -75,13 +77,10 @@ void backward(KernelContext& ctx) {
     for (int64_t p = 0; p < points; ++p) {
       gs::Taps<double> t;
       const int64_t np = n * points + p;
-      gs::taps_at<double>(pg[2 * np], pg[2 * np + 1], g.h, g.w, o, t);
-      if (dgrid) {
-        double sx, sy;
-        gs::point_gradient(t, px + n * g.c * plane, pdy + n * g.c * points, g.c, plane, points, p, &sx, &sy);
-        dgrid[2 * np] = static_cast<G>(sx);
-        dgrid[2 * np + 1] = static_cast<G>(sy);
-      }
+      gs::taps_of(pg + g.dims * np, g, o, t);
+      if (dgrid)
+        gs::point_gradient(t, px + n * g.c * plane, pdy + n * g.c * points, g.c, plane, points, p, g.dims,
+                           dgrid + g.dims * np);
       if (!dx) continue;
       count[p] = t.count;
       std::copy(t.at, t.at + t.count, at.begin() + p * per);
@@ -112,8 +111,9 @@ GR_REGISTER_OPS(grid_sample) {
   ops.op(kGraphrunDomain, "GridSampleGrad")
       .cpu(via_f32<grid_sample_grad_kernel>)
       .schema(OpSchemaSpec("gradients of `GridSample` w.r.t. X (dY added back along the forward's taps) and grid "
-                           "(dY times the derivative of the interpolation along the grid's x and y, through the "
-                           "padding mode's clip or reflection); nearest sampling has a zero grid gradient")
+                           "(dY times the derivative of the interpolation along the grid's x, y and, for a volume, "
+                           "z, through the padding mode's clip or reflection); nearest sampling has a zero grid "
+                           "gradient")
                   .attr("mode", "as GridSample", Attribute::Str("bilinear"))
                   .attr("padding_mode", "as GridSample", Attribute::Str("zeros"))
                   .attr("align_corners", "as GridSample", Attribute::Int(0))

@@ -1,5 +1,5 @@
 // CUDA kernels: grid_sample family (the CPU's grid_sample.cc op set): GridSample and ai.graphrun
-// GridSampleGrad, f32, with the CPU's sampling math (runtime/kernels/grid_sample_taps.h) in float. The forward
+// GridSampleGrad, f32, images and volumes, with the CPU's sampling math (runtime/kernels/grid_sample_taps.h) in float. The forward
 // and dGrid take one thread per grid point (looping over the channels); dX takes one thread per (n, c) plane,
 // which adds its points' taps in order: deterministic, no atomics (torch's backward uses atomics).
 #include "runtime/kernels/cuda/common.cuh"
@@ -11,32 +11,30 @@ namespace {
 namespace gs = grid_sample;
 
 __global__ void grid_sample_kernel(const float* x, const float* grid, float* y, gs::Geometry g, gs::Options o) {
-  const int64_t points = g.ho * g.wo, plane = g.h * g.w;
+  const int64_t points = g.points(), plane = g.plane();
   GR_GRID_STRIDE(np, g.n * points) {
     const int64_t n = np / points, p = np % points;
     gs::Taps<float> t;
-    gs::taps_at<float>(grid[2 * np], grid[2 * np + 1], g.h, g.w, o, t);
+    gs::taps_of(grid + g.dims * np, g, o, t);
     gs::sample_point(t, x + n * g.c * plane, y + n * g.c * points, g.c, plane, points, p);
   }
 }
 
 __global__ void grid_sample_dgrid_kernel(const float* dy, const float* x, const float* grid, float* dgrid,
                                          gs::Geometry g, gs::Options o) {
-  const int64_t points = g.ho * g.wo, plane = g.h * g.w;
+  const int64_t points = g.points(), plane = g.plane();
   GR_GRID_STRIDE(np, g.n * points) {
     const int64_t n = np / points, p = np % points;
     gs::Taps<float> t;
-    gs::taps_at<float>(grid[2 * np], grid[2 * np + 1], g.h, g.w, o, t);
-    float sx, sy;
-    gs::point_gradient(t, x + n * g.c * plane, dy + n * g.c * points, g.c, plane, points, p, &sx, &sy);
-    dgrid[2 * np] = sx;
-    dgrid[2 * np + 1] = sy;
+    gs::taps_of(grid + g.dims * np, g, o, t);
+    gs::point_gradient(t, x + n * g.c * plane, dy + n * g.c * points, g.c, plane, points, p, g.dims,
+                       dgrid + g.dims * np);
   }
 }
 
 // dX, zeroed beforehand: plane (n, c) adds weight * dY over its points' taps, in order.
 __global__ void grid_sample_dx_kernel(const float* dy, const float* grid, float* dx, gs::Geometry g, gs::Options o) {
-  const int64_t points = g.ho * g.wo, plane = g.h * g.w;
+  const int64_t points = g.points(), plane = g.plane();
   GR_GRID_STRIDE(nc, g.n * g.c) {
     const int64_t n = nc / g.c;
     const float* d = dy + nc * points;
@@ -44,27 +42,27 @@ __global__ void grid_sample_dx_kernel(const float* dy, const float* grid, float*
     for (int64_t p = 0; p < points; ++p) {
       const int64_t np = n * points + p;
       gs::Taps<float> t;
-      gs::taps_at<float>(grid[2 * np], grid[2 * np + 1], g.h, g.w, o, t);
+      gs::taps_of(grid + g.dims * np, g, o, t);
       for (int k = 0; k < t.count; ++k) out[t.at[k]] += t.weight[k] * d[p];
     }
   }
 }
 
-gs::Geometry checked_geometry(const KernelContext& ctx, const Tensor& x, const Tensor& grid) {
+gs::Geometry checked_geometry(const KernelContext& ctx, const Tensor& x, const Tensor& grid, const gs::Options& o) {
   GR_CHECK(x.dtype() == DType::F32 && grid.dtype() == DType::F32,
            ctx.node().describe() << ": GridSample on CUDA takes f32 X and grid, got " << dtype_name(x.dtype()) << " and "
                                  << dtype_name(grid.dtype()));
-  return gs::geometry_of(ctx.node(), x.shape(), grid.shape());
+  return gs::geometry_of(ctx.node(), x.shape(), grid.shape(), o);
 }
 
 void grid_sample_op(KernelContext& ctx) {
   const Tensor &x = ctx.input(0), &grid = ctx.input(1);
-  const gs::Geometry g = checked_geometry(ctx, x, grid);
   const gs::Options o = gs::options_of(ctx.node());
-  Tensor& y = ctx.output(0, {g.n, g.c, g.ho, g.wo}, DType::F32);
+  const gs::Geometry g = checked_geometry(ctx, x, grid, o);
+  Tensor& y = ctx.output(0, g.y_shape(), DType::F32);
   if (y.numel() == 0) return;
   cudaStream_t st = stream_of(ctx);
-  grid_sample_kernel<<<grid_for(g.n * g.ho * g.wo), kThreads, 0, st>>>(dptr<float>(x), dptr<float>(grid), dptr<float>(y),
+  grid_sample_kernel<<<grid_for(g.n * g.points()), kThreads, 0, st>>>(dptr<float>(x), dptr<float>(grid), dptr<float>(y),
                                                                        g, o);
   GR_LAUNCH_CHECK("grid_sample");
 }
@@ -72,16 +70,16 @@ void grid_sample_op(KernelContext& ctx) {
 // GridSampleGrad(dY, X, grid) -> (dX, dGrid), either optional.
 void grid_sample_grad_op(KernelContext& ctx) {
   const Tensor &dy = ctx.input(0), &x = ctx.input(1), &grid = ctx.input(2);
-  const gs::Geometry g = checked_geometry(ctx, x, grid);
   const gs::Options o = gs::options_of(ctx.node());
-  GR_CHECK(dy.dtype() == DType::F32 && dy.shape() == Shape({g.n, g.c, g.ho, g.wo}),
+  const gs::Geometry g = checked_geometry(ctx, x, grid, o);
+  GR_CHECK(dy.dtype() == DType::F32 && dy.shape() == g.y_shape(),
            "GridSampleGrad: dY " << dtype_name(dy.dtype()) << shape_str(dy.shape()) << " must be f32"
-                                 << shape_str(Shape({g.n, g.c, g.ho, g.wo})));
+                                 << shape_str(g.y_shape()));
   cudaStream_t st = stream_of(ctx);
   if (ctx.has_output(1)) {
     Tensor& dgrid = ctx.output(1, grid.shape(), DType::F32);
     if (dgrid.numel() > 0) {
-      grid_sample_dgrid_kernel<<<grid_for(g.n * g.ho * g.wo), kThreads, 0, st>>>(
+      grid_sample_dgrid_kernel<<<grid_for(g.n * g.points()), kThreads, 0, st>>>(
           dptr<float>(dy), dptr<float>(x), dptr<float>(grid), dptr<float>(dgrid), g, o);
       GR_LAUNCH_CHECK("grid_sample_dgrid");
     }
