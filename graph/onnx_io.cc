@@ -1481,11 +1481,12 @@ Graph load_model(std::string bytes, const std::string& what, const std::string& 
   std::string().swap(bytes);  // the file's bytes are in the model now
   if (!m.has_graph() || m.ir_version() <= 0)
     GR_FAIL(what << ": not an ONNX model (no " << (m.has_graph() ? "ir_version" : "graph") << " in the file)");
-  if (m.ir_version() > kMaxIrVersion + 3)
+  if (m.ir_version() > kMaxIrVersion + 5)
     GR_FAIL(what << ": ONNX IR version " << m.ir_version() << " is newer than graphrun reads (up to "
-                 << kMaxIrVersion + 3 << ")");
-  // IR 9 to 11 added element types (float8, int4, float4) graphrun has none of (the checker refuses a model that
-  // uses one) and features it does not read (11's multi-device configurations); a model without them reads as IR 8.
+                 << kMaxIrVersion + 5 << ")");
+  // IR 9 to 13 added element types (float8, int4, float4, float8e8m0, int2) graphrun has none of (the checker
+  // refuses a model that uses one) and features it does not read (11's multi-device configurations); a model
+  // without them reads as IR 8.
   if (m.ir_version() > kMaxIrVersion) m.set_ir_version(kMaxIrVersion);
   inline_functions(m, what);
   check_opsets(m, what);
@@ -1530,13 +1531,21 @@ Graph load_model(std::string bytes, const std::string& what, const std::string& 
     if (!compute_control_values(m, run) && !compute_loop_counts(m, run, budget)) break;
   }
   check_supported_features(m, what);
-  // Opsets 18 to 23 are lowered with the known inputs still bound: for this run, an axes, pads or shape input
+  // Opsets 18 to 28 are lowered with the known inputs still bound: for this run, an axes, pads or shape input
   // given small is the constant the opset-17 form needs (as ONNX's node tests give ReduceMean-18 its axes).
-  // (Opsets below 7, which convert_old_opset brings up, are never lowered.)
-  lower_new_opset(m, what);
+  // (Opsets below 7, which convert_old_opset brings up, are never lowered.) A node whose rewriting needs a shape
+  // the file does not state gets its inputs' types from the nodes rewritten before it, checked and inferred as
+  // the whole model is.
+  const InferTypes infer_types = [&](onnx::ModelProto& prefix) {
+    validate_model(prefix, what);
+    sort_nodes(prefix.mutable_graph(), what);
+    validate_before_inference(prefix, what, [](onnx::ModelProto& part) { run_inference(part, false); });
+    run_inference(prefix, false);
+  };
+  lower_new_opset(m, what, infer_types);
   unbind_known_inputs(m, bound);
   convert_old_opset(m, what);
-  decompose_lp_ops(m, what);
+  decompose_lp_ops(m, what, infer_types);
   // A model file is untrusted: ONNX's checker and inference see only what graph/validate.h passed.
   validate_model(m, what);
   sort_nodes(m.mutable_graph(), what);

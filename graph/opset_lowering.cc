@@ -1,4 +1,4 @@
-// Opsets 18 to 23, lowered to 17.
+// Opsets 18 to 28, lowered to 17.
 #include "graph/opset_lowering.h"
 
 #include <onnx/defs/schema.h>
@@ -13,6 +13,7 @@
 
 #include "graph/error.h"
 #include "graph/onnx_tensor.h"
+#include "graph/resize_weights.h"
 #include "graph/validate.h"
 
 namespace graphrun {
@@ -24,32 +25,56 @@ constexpr int64_t kMaxCol2ImDim = int64_t(1) << 30;  // each of its sizes, so th
 
 //
 // ONNX 1.12 (the checker and shape inference graphrun builds on) knows opsets up to 17. What opsets 18
-// to 23 changed is, for the ops graphrun runs, mostly where an attribute lives (the Reduce ops' axes
+// to 28 changed is, for the ops graphrun runs, mostly where an attribute lives (the Reduce ops' axes
 // became an input in 18), attributes whose defaults mean what 17 means (Resize's antialias, Cast's
-// saturate), element types graphrun does not have (float8, int4, float4) and new ops. Each node is rewritten
+// saturate), element types graphrun does not have (float8, int4, float4, int2) and new ops. Each node is rewritten
 // into its opset-17 form; a node whose meaning 17 cannot express (non-default new attributes, axes
 // computed at run time, new ops without a decomposition) is refused in one line naming it.
 
-// The int64 values of `name` when it is an initializer or a Constant node's output.
-bool constant_ints(const onnx::GraphProto& g, const std::string& name, std::vector<int64_t>& out,
-                   const std::string& what) {
-  auto from_tensor = [&](const onnx::TensorProto& t) {
-    const Tensor v = tensor_from_proto(t, what + ": '" + name + "'");
-    GR_CHECK(v.dtype() == DType::I64, what << ": '" << name << "' holds " << dtype_name(v.dtype()) << ", not int64");
-    out = v.to_vector<int64_t>();
-    return true;
-  };
+// The tensor `name` holds when it is an initializer or a Constant node's output (value, value_int(s),
+// value_float(s)); false where it is neither.
+bool constant_tensor(const onnx::GraphProto& g, const std::string& name, Tensor& out, const std::string& what) {
   for (const auto& t : g.initializer())
-    if (t.name() == name) return from_tensor(t);
+    if (t.name() == name) return out = tensor_from_proto(t, what + ": '" + name + "'"), true;
   for (const auto& n : g.node()) {
     if (n.op_type() != "Constant" || n.output_size() != 1 || n.output(0) != name) continue;
     for (const auto& a : n.attribute()) {
-      if (a.name() == "value" && a.has_t()) return from_tensor(a.t());
-      if (a.name() == "value_ints") return out.assign(a.ints().begin(), a.ints().end()), true;
-      if (a.name() == "value_int") return out.assign(1, a.i()), true;
+      const auto count = static_cast<int64_t>(a.name() == "value_ints" ? a.ints_size() : a.floats_size());
+      if (a.name() == "value" && a.has_t()) return out = tensor_from_proto(a.t(), what + ": '" + name + "'"), true;
+      if (a.name() == "value_ints")
+        return out = Tensor::from_vector<int64_t>({count}, {a.ints().begin(), a.ints().end()}), true;
+      if (a.name() == "value_int") return out = Tensor::scalar<int64_t>(a.i()), true;
+      if (a.name() == "value_floats")
+        return out = Tensor::from_vector<float>({count}, {a.floats().begin(), a.floats().end()}), true;
+      if (a.name() == "value_float") return out = Tensor::scalar<float>(a.f()), true;
     }
   }
   return false;
+}
+
+// The integer values of `name` (int64, or int32 widened) when it is a constant (above); throws for another type.
+bool constant_ints(const onnx::GraphProto& g, const std::string& name, std::vector<int64_t>& out,
+                   const std::string& what) {
+  Tensor v;
+  if (!constant_tensor(g, name, v, what)) return false;
+  GR_CHECK(v.dtype() == DType::I64 || v.dtype() == DType::I32,
+           what << ": '" << name << "' holds " << dtype_name(v.dtype()) << ", not int64 or int32");
+  if (v.dtype() == DType::I32) {
+    const std::vector<int32_t> narrow = v.to_vector<int32_t>();
+    out.assign(narrow.begin(), narrow.end());
+  } else {
+    out = v.to_vector<int64_t>();
+  }
+  return true;
+}
+
+// The values of `name` as doubles when it is a float constant (above).
+bool constant_floats(const onnx::GraphProto& g, const std::string& name, std::vector<double>& out,
+                     const std::string& what) {
+  Tensor v;
+  if (!constant_tensor(g, name, v, what) || !dtype_is_float(v.dtype())) return false;
+  out = v.as_doubles();
+  return true;
 }
 
 }  // namespace
@@ -216,24 +241,35 @@ struct Emitter {
 //   (grouped-query attention) each K and V head repeated Hq/Hkv times (Unsqueeze, Expand, Reshape);
 //   scores = (Q * scale) K^T, scale 1/sqrt(D) unless given; softcap * tanh(scores / softcap) where softcap > 0;
 //   the mask added (a bool mask as 0 where true and -inf where false; one shorter than the keys padded with -inf);
-//   is_causal: query i sees key j only where j <= i + the past's length (Where, -inf elsewhere); Softmax over the
-//   keys (in softmax_precision where given), a row whose keys are all masked 0 rather than NaN (as ONNX's reference
-//   guards it: Where; the Softmax reads 0s there, so its gradient stays finite); times V; 3-D heads back to
-//   [B, S, Hq*Dv].
+//   is_causal: query i sees key j only where j <= i + offset (Where, -inf elsewhere), the offset the past's length,
+//   or with nonpad_kv_seqlen (24: a cache written outside, padded) that count of sample b's keys less the queries,
+//   per sample and possibly negative; left_window_size / right_window_size (25): where not -1, query i sees key j
+//   only where i + offset - left <= j <= i + offset + right; nonpad_kv_seqlen also hides sample b's keys from that
+//   count on; Softmax over the keys (in softmax_precision where given), a row whose keys are all masked 0 rather
+//   than NaN (as ONNX's reference guards it: Where; the Softmax reads 0s there, so its gradient stays finite);
+//   times V; 3-D heads back to [B, S, Hq*Dv].
 // qk_matmul_output (the fourth output), as the reference gives it: the scaled QK^T after softcap (modes 0 and 1),
 // with the mask and causal bias (mode 2), or the softmax (mode 3).
 std::vector<onnx::NodeProto> lower_attention(const onnx::GraphProto& g, const onnx::NodeProto& n,
                                              const std::function<void(const std::string&)>& refuse) {
   const NodeView nv{n};
   const std::string q = nv.input(0), k = nv.input(1), v = nv.input(2), mask = nv.input(3), past_k = nv.input(4),
-                    past_v = nv.input(5);
+                    past_v = nv.input(5), nonpad = nv.input(6);
   if (q.empty() || k.empty() || v.empty()) refuse("needs Q, K and V");
   if (past_k.empty() != past_v.empty()) refuse("past_key and past_value must be given together");
+  if (!nonpad.empty() && !past_k.empty()) refuse("nonpad_kv_seqlen cannot be combined with past_key and past_value");
+  int64_t left = nv.attr_int("left_window_size", -1), right = nv.attr_int("right_window_size", -1);
+  if (left < -1 || right < -1) refuse("left_window_size and right_window_size must be -1 or at least 0");
+  // A window wider than any sequence bounds nothing (and its bounds stay far from int64's limits).
+  constexpr int64_t kUnbounded = int64_t(1) << 40;
+  if (left > kUnbounded) left = -1;
+  if (right > kUnbounded) right = -1;
+  const bool window = left >= 0 || right >= 0;
   const int64_t hq = nv.attr_int("q_num_heads", 0), hkv = nv.attr_int("kv_num_heads", 0);
+  // Where no shape says, the head counts do: 3-D Q, K and V need them, and 4-D ones are given none.
   int64_t r = stated_rank(g, q);
   if (r < 0) r = stated_rank(g, k);
-  if (r < 0 && hq > 0 && hkv > 0) r = 3;
-  if (r < 0) refuse("whether Q, K and V are 3-D or 4-D must be known when loading (their shapes stated)");
+  if (r < 0) r = hq > 0 || hkv > 0 ? 3 : 4;
   if (r != 3 && r != 4) refuse("Q, K and V must be 3-D or 4-D");
   if (r == 3 && (hq < 1 || hkv < 1)) refuse("3-D Q, K and V need q_num_heads and kv_num_heads, at least 1");
   const float softcap = nv.attr("softcap") ? nv.attr("softcap")->f() : 0.0f;
@@ -314,7 +350,8 @@ std::vector<onnx::NodeProto> lower_attention(const onnx::GraphProto& g, const on
   }
   const std::string capped = scores;
   std::string neg_inf, keep;  // keep: the keys each query may see, where a mask says
-  if (!mask.empty() || causal) neg_inf = e.scalar("_neg_inf", -std::numeric_limits<float>::infinity(), q);
+  if (!mask.empty() || causal || window || !nonpad.empty())
+    neg_inf = e.scalar("_neg_inf", -std::numeric_limits<float>::infinity(), q);
   if (!mask.empty()) {
     const int32_t type = stated_elem_type(g, mask);
     const int64_t mr = stated_rank(g, mask);
@@ -340,23 +377,44 @@ std::vector<onnx::NodeProto> lower_attention(const onnx::GraphProto& g, const on
     scores = e.node("Add", {scores, bias}, "_masked");
     keep = e.node("Not", {e.node("Equal", {bias, neg_inf}, "_mask_off")}, "_mask_keep");
   }
-  if (causal) {
-    // Query i (after the past's P keys) sees key j where j <= i + P.
+  if (causal || window || !nonpad.empty()) {
+    // Query i's position: i + P after the past's P keys, i + nonpad[b] - S per sample b ([B, 1, S, 1]), else i.
     const std::string zero = e.ints("_i0", {0}, true), one = e.ints("_i1", {1}, true), two = e.ints("_i2", {2}, true);
-    const std::string offset =
-        past_k.empty() ? zero : e.node("Gather", {e.node("Shape", {past_k}, "_past_shape"), two}, "_past");
     const std::string queries = e.node("Gather", {e.node("Shape", {q4}, "_q_shape4"), two}, "_queries");
     const std::string keys = e.node("Gather", {e.node("Shape", {k4}, "_k_shape4"), two}, "_all_keys");
-    const std::string last = e.node("Add", {offset, queries}, "_row_end");
-    const std::string rows =
-        e.node("Unsqueeze", {e.node("Range", {offset, last, one}, "_rows"), e.ints("_at1", {1})}, "_rows_col");
-    const std::string allowed = e.node("LessOrEqual", {e.node("Range", {zero, keys, one}, "_cols"), rows}, "_allowed");
+    const std::string cols = e.node("Range", {zero, keys, one}, "_cols");
+    std::string rows =
+        e.node("Unsqueeze", {e.node("Range", {zero, queries, one}, "_rows"), e.ints("_at1", {1})}, "_rows_col");
+    std::string per_sample;  // nonpad_kv_seqlen as [B, 1, 1, 1]
+    if (!nonpad.empty()) {
+      per_sample = e.node("Reshape", {nonpad, e.ints("_per_sample", {-1, 1, 1, 1})}, "_nonpad4");
+      rows = e.node("Add", {rows, e.node("Sub", {per_sample, queries}, "_offset")}, "_positions");
+    } else if (!past_k.empty()) {
+      rows = e.node("Add", {rows, e.node("Gather", {e.node("Shape", {past_k}, "_past_shape"), two}, "_past")},
+                    "_positions");
+    }
+    std::string allowed;
+    auto both = [&](const std::string& cond) {
+      allowed = allowed.empty() ? cond : e.node("And", {allowed, cond}, cond.substr(e.base.size()) + "_and");
+    };
+    if (causal) both(e.node("LessOrEqual", {cols, rows}, "_causal_allowed"));
+    if (left >= 0)
+      both(e.node("GreaterOrEqual", {cols, e.node("Sub", {rows, e.ints("_left", {left}, true)}, "_window_start")},
+                  "_left_allowed"));
+    if (right >= 0)
+      both(e.node("LessOrEqual", {cols, e.node("Add", {rows, e.ints("_right", {right}, true)}, "_window_end")},
+                  "_right_allowed"));
+    if (!nonpad.empty()) both(e.node("Less", {cols, per_sample}, "_nonpad_allowed"));
     scores = e.node("Where", {allowed, scores, neg_inf}, "_causal");
+    // Key 0 is always seen under a causal bias alone; a window, a count of 0 keys or a negative offset can hide
+    // every key from a query.
     if (!keep.empty()) keep = e.node("And", {keep, allowed}, "_keep");
+    else if (window || !nonpad.empty())
+      keep = allowed;
   }
   const std::string biased = scores;
-  // A mask may leave a query no key (a causal bias alone cannot: key 0 is always seen). Decided on the mask, as
-  // the reference decides it (float32 counts: the mask's size, not the scores').
+  // A mask may leave a query no key. Decided on the mask, as the reference decides it (float32 counts: the mask's
+  // size, not the scores').
   std::string empty_rows, row_zero;
   if (!keep.empty()) {
     e.node("Cast", {keep}, "_keep_f");
@@ -471,6 +529,139 @@ std::vector<onnx::NodeProto> lower_rotary_embedding(const onnx::GraphProto& g, c
   return out;
 }
 
+// Resize with what opset 17's cannot say (antialias, keep_aspect_ratio_policy, half_pixel_symmetric), for an input
+// of sizes stated when loading and constant scales or sizes: per resized axis, a MatMul by the [in, out] matrix of
+// graph/resize_weights.h (the axis moved last and back by Transposes where it is not last). Differentiable and on
+// every device as MatMul is; each matrix at most 2^24 values.
+std::vector<onnx::NodeProto> lower_resize_by_matrices(const onnx::GraphProto& g, const onnx::NodeProto& n,
+                                                      const std::function<void(const std::string&)>& refuse,
+                                                      const std::string& what) {
+  const NodeView nv{n};
+  const std::string x = nv.input(0);
+  if (x.empty()) refuse("needs X");
+  const std::string ct = nv.attr_str("coordinate_transformation_mode", "half_pixel");
+  const std::string what_for = "antialias, keep_aspect_ratio_policy or half_pixel_symmetric";
+  if (ct == "tf_crop_and_resize") refuse(what_for + " with tf_crop_and_resize is not supported");
+  std::vector<int64_t> dims;
+  if (!stated_shape(g, x, dims)) refuse(what_for + " needs X's sizes known when loading (its shape stated)");
+  // The size of each axis the resize changes must be known (an axis of scale 1 may stay symbolic: the batch).
+  auto known = [&](int64_t ax) {
+    if (dims[static_cast<size_t>(ax)] < 1)
+      refuse(what_for + " needs X's sizes known when loading (its shape stated), axis " + std::to_string(ax) +
+             "'s among them");
+  };
+  const int32_t type = stated_elem_type(g, x);
+  if (type != onnx::TensorProto::FLOAT && type != onnx::TensorProto::DOUBLE && type != onnx::TensorProto::FLOAT16 &&
+      type != onnx::TensorProto::BFLOAT16)
+    refuse(what_for + " needs a float X");
+  const auto r = static_cast<int64_t>(dims.size());
+  std::vector<int64_t> axes;
+  if (const auto* a = nv.attr("axes")) {
+    for (int64_t v : a->ints()) {
+      const int64_t ax = v < 0 ? v + r : v;
+      if (ax < 0 || ax >= r || std::count(axes.begin(), axes.end(), ax))
+        refuse("axes must name distinct axes of the input's rank " + std::to_string(r));
+      axes.push_back(ax);
+    }
+  } else {
+    for (int64_t i = 0; i < r; ++i) axes.push_back(i);
+  }
+  const auto k = axes.size();
+  std::vector<double> scale(static_cast<size_t>(r), 1.0);
+  std::vector<int64_t> size(dims);
+  std::vector<double> scales;
+  std::vector<int64_t> sizes;
+  if (!nv.input(3).empty()) {
+    if (!constant_ints(g, nv.input(3), sizes, what) || sizes.size() != k)
+      refuse("sizes must be constants, one per resized axis");
+    for (size_t i = 0; i < k; ++i) {
+      if (sizes[i] < 0 || sizes[i] > (int64_t(1) << 30)) refuse("sizes must be between 0 and 2^30");
+      known(axes[i]);
+      scale[static_cast<size_t>(axes[i])] =
+          static_cast<double>(sizes[i]) / static_cast<double>(dims[static_cast<size_t>(axes[i])]);
+      size[static_cast<size_t>(axes[i])] = sizes[i];
+    }
+    const std::string policy = nv.attr_str("keep_aspect_ratio_policy", "stretch");
+    if (policy != "stretch") {
+      if (policy != "not_larger" && policy != "not_smaller")
+        refuse("keep_aspect_ratio_policy '" + policy + "' is not stretch, not_larger or not_smaller");
+      double kept = policy == "not_larger" ? std::numeric_limits<double>::infinity() : 0;
+      for (int64_t ax : axes)
+        kept = policy == "not_larger" ? std::min(kept, scale[static_cast<size_t>(ax)])
+                                      : std::max(kept, scale[static_cast<size_t>(ax)]);
+      for (int64_t ax : axes) {  // one scale for every resized axis, the sizes rounded half up
+        const double kept_size = kept * static_cast<double>(dims[static_cast<size_t>(ax)]) + 0.5;
+        if (!(kept_size <= double(int64_t(1) << 30))) refuse("keep_aspect_ratio_policy gives a size over 2^30");
+        scale[static_cast<size_t>(ax)] = kept;
+        size[static_cast<size_t>(ax)] = static_cast<int64_t>(kept_size);
+      }
+    }
+  } else if (!nv.input(2).empty()) {
+    if (!constant_floats(g, nv.input(2), scales, what) || scales.size() != k)
+      refuse("scales must be constants, one per resized axis");
+    for (size_t i = 0; i < k; ++i) {
+      const double s = scales[i];
+      if (s == 1) continue;  // (that axis unchanged, its size known or not)
+      known(axes[i]);
+      const double d = static_cast<double>(dims[static_cast<size_t>(axes[i])]);
+      if (!(s > 0) || !(s * d <= double(int64_t(1) << 30))) refuse("scales must be positive and give sizes up to 2^30");
+      scale[static_cast<size_t>(axes[i])] = s;
+      size[static_cast<size_t>(axes[i])] = static_cast<int64_t>(s * d);
+    }
+  } else {
+    refuse("needs scales or sizes");
+  }
+  ResizeAxis proto;
+  proto.mode = nv.attr_str("mode", "nearest");
+  proto.coordinate_transformation_mode = ct;
+  proto.nearest_mode = nv.attr_str("nearest_mode", "round_prefer_floor");
+  proto.cubic_coeff_a = nv.attr("cubic_coeff_a") ? nv.attr("cubic_coeff_a")->f() : -0.75;
+  proto.exclude_outside = nv.attr_int("exclude_outside", 0) != 0;
+  proto.antialias = nv.attr_int("antialias", 0) != 0;
+  if (proto.antialias && proto.mode == "nearest") refuse("antialias applies to linear and cubic modes, not nearest");
+  std::vector<onnx::NodeProto> out;
+  Emitter e{out, n.output(0) + "/opset17"};
+  std::string y = x;
+  for (int64_t ax : axes) {
+    const auto a = static_cast<size_t>(ax);
+    if (std::fabs(scale[a] - 1) <= 1e-9 && size[a] == dims[a]) continue;  // (as the reference skips it)
+    known(ax);
+    constexpr int64_t kMaxWeights = int64_t(1) << 24;
+    if (size[a] > kMaxWeights || dims[a] > kMaxWeights || size[a] * dims[a] > kMaxWeights)
+      refuse("resizing an axis of " + std::to_string(dims[a]) + " to " + std::to_string(size[a]) +
+             " needs a matrix of more than 2^24 values");
+    ResizeAxis ra = proto;
+    ra.in = dims[a], ra.out = size[a], ra.scale = scale[a];
+    std::vector<double> w;
+    try {
+      w = resize_axis_weights(ra);
+    } catch (const Error& err) {
+      refuse(err.what());
+    }
+    std::vector<float> wt(w.size());  // transposed: [in, out]
+    for (int64_t i = 0; i < ra.out; ++i)
+      for (int64_t j = 0; j < ra.in; ++j)
+        wt[static_cast<size_t>(j * ra.out + i)] = static_cast<float>(w[static_cast<size_t>(i * ra.in + j)]);
+    const std::string tag = "_axis" + std::to_string(ax);
+    out.push_back(floats_constant(e.base + tag + "_w", {ra.in, ra.out}, wt));
+    const std::string weights = e.node("CastLike", {e.base + tag + "_w", x}, tag + "_weights");
+    if (ax == r - 1) {
+      y = e.node("MatMul", {y, weights}, tag + "_resized");
+    } else {
+      std::vector<int64_t> perm(static_cast<size_t>(r));
+      for (int64_t i = 0; i < r; ++i) perm[static_cast<size_t>(i)] = i;
+      std::swap(perm[a], perm.back());
+      y = e.node("Transpose", {y}, tag + "_last");
+      set_ints_attr(e.last(), "perm", perm);
+      y = e.node("MatMul", {y, weights}, tag + "_resized");
+      y = e.node("Transpose", {y}, tag + "_back");
+      set_ints_attr(e.last(), "perm", perm);
+    }
+  }
+  out.push_back(make_proto_node("Identity", {y}, n.output(0), n.name().empty() ? e.base : n.name()));
+  return out;
+}
+
 // The opset-17 nodes computing what opset-18+ node `n` computes (usually just `n`, rewritten).
 std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodeProto n, int index, int64_t from,
                                         const std::string& what) {
@@ -553,11 +744,9 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
       }
     }
   } else if (op == "Resize") {  // 18: antialias, axes, keep_aspect_ratio_policy; 19: half_pixel_symmetric
-    if (nv.attr_int("antialias", 0) != 0) refuse("antialias is not supported");
-    if (nv.attr_str("keep_aspect_ratio_policy", "stretch") != "stretch")
-      refuse("keep_aspect_ratio_policy '" + nv.attr_str("keep_aspect_ratio_policy", "") + "' is not supported");
-    if (nv.attr_str("coordinate_transformation_mode", "") == "half_pixel_symmetric")
-      refuse("coordinate_transformation_mode 'half_pixel_symmetric' is not supported");
+    if (nv.attr_int("antialias", 0) != 0 || nv.attr_str("keep_aspect_ratio_policy", "stretch") != "stretch" ||
+        nv.attr_str("coordinate_transformation_mode", "") == "half_pixel_symmetric")
+      return lower_resize_by_matrices(g, n, refuse, what);
     drop_attr(n, "antialias");
     drop_attr(n, "keep_aspect_ratio_policy");
     if (const auto* a = find_attr(n, "axes")) {
@@ -707,8 +896,155 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
         if (d != 1) refuse("dilations other than 1 are not supported");
       drop_attr(n, "dilations");
     }
-  } else if (op == "Cast" || op == "CastLike" || op == "QuantizeLinear") {  // 19: saturate (float8 only)
+  } else if (op == "Cast" || op == "CastLike" || op == "QuantizeLinear") {
+    // 19: saturate (float8 only); 24: round_mode (float8e8m0 only): types graphrun has none of.
     drop_attr(n, "saturate");
+    drop_attr(n, "round_mode");
+  } else if (op == "Range") {  // 27: stash_type, the precision of float16 ranges (graphrun computes them in f32)
+    drop_attr(n, "stash_type");
+  } else if (op == "Swish" || op == "SwiGLU") {
+    // 24: Swish(X) = X * Sigmoid(alpha * X); 28: SwiGLU(A, B) = Swish(A) * B, A and B of one shape.
+    const std::string x = nv.input(0);
+    if (x.empty() || (op == "SwiGLU" && nv.input(1).empty())) refuse(op == "Swish" ? "needs X" : "needs A and B");
+    const float alpha = nv.attr("alpha") ? nv.attr("alpha")->f() : 1.0f;
+    std::vector<onnx::NodeProto> out;
+    Emitter e{out, base};
+    const std::string gate =
+        e.node("Sigmoid", {alpha == 1.0f ? x : e.node("Mul", {x, e.scalar("_alpha", alpha, x)}, "_scaled")}, "_gate");
+    const std::string name = n.name().empty() ? base : n.name();
+    if (op == "Swish") {
+      out.push_back(make_proto_node("Mul", {x, gate}, n.output(0), name));
+    } else {
+      out.push_back(make_proto_node("Mul", {e.node("Mul", {x, gate}, "_swish"), nv.input(1)}, n.output(0), name));
+    }
+    return out;
+  } else if (op == "CumProd") {
+    // 26: the running product along a constant axis of a length stated when loading, by doubling (Hillis and
+    // Steele): y *= y shifted by 1, 2, 4, ... along the axis (1s shifted in), ceil(log2(L)) Pad, Slice and Mul
+    // nodes, differentiable as they are (a 0 included, where exp(cumsum(log)) is not). exclusive shifts the
+    // result by one; reverse runs it on the axis reversed.
+    const std::string x = nv.input(0);
+    std::vector<int64_t> axis_values;
+    if (x.empty() || nv.input(1).empty()) refuse("needs x and axis");
+    if (!constant_ints(g, nv.input(1), axis_values, what) || axis_values.size() != 1)
+      refuse("its axis must be one constant value (an initializer or Constant node)");
+    std::vector<int64_t> dims;
+    if (!stated_shape(g, x, dims)) refuse("the rank of x must be known when loading (its shape stated)");
+    const int64_t r = static_cast<int64_t>(dims.size());
+    int64_t axis = axis_values[0];
+    if (axis < -r || axis >= r) refuse("axis " + std::to_string(axis) + " is outside the rank " + std::to_string(r));
+    if (axis < 0) axis += r;
+    const int64_t len = dims[static_cast<size_t>(axis)];
+    if (len < 0) refuse("the length of x along the axis must be known when loading (its shape stated)");
+    if (len > (int64_t(1) << 40)) refuse("a length over 2^40 along the axis is not supported");
+    const bool exclusive = nv.attr_int("exclusive", 0) != 0, reverse = nv.attr_int("reverse", 0) != 0;
+    std::vector<onnx::NodeProto> out;
+    Emitter e{out, base};
+    const std::string axes = e.ints("_axes", {axis}), zero = e.ints("_zero", {0});
+    const std::string one = e.node("CastLike", {e.ints("_one64", {1}, true), x}, "_one");
+    constexpr int64_t kBefore = std::numeric_limits<int64_t>::min();
+    auto flip = [&](const std::string& v, const std::string& tag) {
+      return e.node("Slice",
+                    {v, e.ints(tag + "_from", {-1}), e.ints(tag + "_to", {kBefore}), axes, e.ints(tag + "_step", {-1})},
+                    tag);
+    };
+    // v shifted by `by` along the axis, 1s in front: Pad of its first len - by values.
+    auto shifted = [&](const std::string& v, int64_t by, const std::string& tag) {
+      const std::string kept = e.node("Slice", {v, zero, e.ints(tag + "_to", {len - by}), axes}, tag + "_kept");
+      std::vector<int64_t> pads(static_cast<size_t>(2 * r), 0);
+      pads[static_cast<size_t>(axis)] = by;
+      return e.node("Pad", {kept, e.ints(tag + "_pads", pads), one}, tag);
+    };
+    std::string y = reverse ? flip(x, "_reversed") : x;
+    int step = 0;
+    for (int64_t by = 1; by < len; by *= 2, ++step) {
+      const std::string tag = "_step" + std::to_string(step);
+      y = e.node("Mul", {y, shifted(y, by, tag + "_shifted")}, tag);
+    }
+    if (exclusive && len > 0) y = shifted(y, 1, "_exclusive");
+    if (reverse) y = flip(y, "_back");
+    out.push_back(make_proto_node("Identity", {y}, n.output(0), n.name().empty() ? base : n.name()));
+    return out;
+  } else if (op == "CausalConvWithState") {
+    // 27: a causal depthwise convolution along the last axis of [B, C, L], k - 1 values of state in front (the
+    // past_state, else 0s): Concat or Pad, Conv with group C and no padding, then SiLU where asked; present_state
+    // the last k - 1 values of what was convolved. C and k from the weight's stated shape [C, 1, k].
+    const std::string x = nv.input(0), w = nv.input(1), bias = nv.input(2), past = nv.input(3);
+    if (x.empty() || w.empty()) refuse("needs input and weight");
+    const int64_t channels = stated_dim(g, w, 0), k = stated_dim(g, w, 2);
+    if (channels < 1 || k < 1 || stated_rank(g, w) != 3)
+      refuse("the weight's shape [channels, 1, k] must be known when loading (its shape stated)");
+    const std::string act = nv.attr_str("activation", "none");
+    if (act != "none" && act != "silu" && act != "swish") refuse("activation '" + act + "' is not none, silu or swish");
+    std::vector<onnx::NodeProto> out;
+    Emitter e{out, base};
+    std::string padded = x;
+    if (!past.empty()) {
+      padded = e.node("Concat", {past, x}, "_padded");
+      set_int_attr(e.last(), "axis", 2);
+    } else if (k > 1) {
+      padded = e.node("Pad", {x, e.ints("_pads", {0, 0, k - 1, 0, 0, 0})}, "_padded");
+    }
+    std::vector<std::string> conv_in{padded, w};
+    if (!bias.empty()) conv_in.push_back(bias);
+    const std::string name = n.name().empty() ? base : n.name();
+    const bool silu = act != "none";
+    out.push_back(make_proto_node("Conv", conv_in, silu ? base + "_conv" : n.output(0), silu ? base + "_conv" : name));
+    set_int_attr(out.back(), "group", channels);
+    set_ints_attr(out.back(), "kernel_shape", {k});
+    if (silu)
+      out.push_back(
+          make_proto_node("Mul", {base + "_conv", e.node("Sigmoid", {base + "_conv"}, "_gate")}, n.output(0), name));
+    if (!nv.output(1).empty()) {
+      constexpr int64_t kEnd = std::numeric_limits<int64_t>::max();
+      out.push_back(make_proto_node("Slice",
+                                    {padded, e.ints("_state_from", {k > 1 ? 1 - k : kEnd}), e.ints("_state_to", {kEnd}),
+                                     e.ints("_state_axis", {2})},
+                                    nv.output(1), base + "_present_state"));
+    }
+    return out;
+  } else if (op == "TensorScatter") {
+    // 24: a KV cache update. present = past with update's S positions along `axis` written at write_indices[b]
+    // onwards (modulo the cache's length M in mode circular): ScatterElements of the update at indices
+    // write_indices[b] + s, broadcast over the other axes. Linear writes beyond M are an error at run time (the
+    // index out of range), as the spec requires them to stay within it.
+    const std::string past = nv.input(0), update = nv.input(1), write = nv.input(2);
+    if (past.empty() || update.empty()) refuse("needs past_cache and update");
+    const std::string mode = nv.attr_str("mode", "linear");
+    if (mode != "linear" && mode != "circular") refuse("mode '" + mode + "' is not linear or circular");
+    int64_t r = stated_rank(g, past);
+    if (r < 0) r = stated_rank(g, update);
+    if (r < 2)
+      refuse(r < 0 ? "the rank of past_cache must be known when loading (its shape stated)"
+                   : "past_cache must have a batch axis and a sequence axis");
+    int64_t axis = nv.attr_int("axis", -2);
+    if (axis < -r || axis >= r) refuse("axis " + std::to_string(axis) + " is outside the rank " + std::to_string(r));
+    if (axis < 0) axis += r;
+    if (axis == 0) refuse("axis cannot be the batch axis (0)");
+    std::vector<onnx::NodeProto> out;
+    Emitter e{out, base};
+    const std::string zero = e.ints("_zero", {0}, true), one = e.ints("_one", {1}, true);
+    const std::string at_axis = e.ints("_axis", {axis}, true);
+    const std::string length = e.node("Gather", {e.node("Shape", {update}, "_update_shape"), at_axis}, "_length");
+    // s along the axis: [S, 1, ...] (ones for the axes after it).
+    std::vector<int64_t> seq_shape(static_cast<size_t>(r - axis), 1);
+    seq_shape[0] = -1;
+    std::string index =
+        e.node("Reshape", {e.node("Range", {zero, length, one}, "_positions"), e.ints("_seq_shape", seq_shape)}, "_s");
+    if (!write.empty()) {
+      std::vector<int64_t> batch_shape(static_cast<size_t>(r), 1);
+      batch_shape[0] = -1;
+      index =
+          e.node("Add", {index, e.node("Reshape", {write, e.ints("_batch_shape", batch_shape)}, "_write")}, "_written");
+    }
+    if (mode == "circular")
+      index = e.node("Mod", {index, e.node("Gather", {e.node("Shape", {past}, "_cache_shape"), at_axis}, "_max")},
+                     "_wrapped");
+    const std::string indices = e.node("Expand", {index, base + "_update_shape"}, "_indices");
+    out.push_back(
+        make_proto_node("ScatterElements", {past, indices, update}, n.output(0), n.name().empty() ? base : n.name()));
+    set_int_attr(out.back(), "axis", axis);
+    return out;
   } else if (op == "GridSample") {  // 20: mode names
     if (auto* a = find_attr(n, "mode")) {
       if (a->s() == "linear") a->set_s("bilinear");
@@ -1050,9 +1386,123 @@ std::vector<onnx::NodeProto> decompose_lp(const onnx::GraphProto& g, const onnx:
   return out;
 }
 
+// DFT's inverse of a one-sided spectrum (irfft: inverse and onesided both 1; numpy's irfft, torch.fft.irfft) as the
+// full inverse DFT graphrun has, of the spectrum made whole by its Hermitian symmetry: of n points (dft_length, a
+// constant, else 2 (m - 1) for m bins stated), bins 0 to n/2 as given (cut, or padded with 0s), bins n/2 + 1 to
+// n - 1 the conjugates of bins (n + 1)/2 - 1 down to 1; the real part of the result, [..., n, ..., 1]. (The
+// imaginary parts of bin 0 and of bin n/2 fall into the imaginary part, as numpy drops them.) Needs the input's
+// rank stated.
+std::vector<onnx::NodeProto> decompose_irfft(const onnx::GraphProto& g, const onnx::NodeProto& n, int index,
+                                             const std::string& what) {
+  auto refuse = [&](const std::string& why) {
+    GR_FAIL(what << ": " << proto_node_desc(n, index) << ": the inverse of a one-sided spectrum " << why);
+  };
+  const NodeView nv{n};
+  const std::string x = nv.input(0), y = nv.output(0);
+  if (x.empty() || y.empty()) refuse("needs an input and an output");
+  std::vector<int64_t> dims;
+  if (!stated_shape(g, x, dims) || dims.size() < 2) refuse("needs the input's rank stated (at least 2)");
+  const int64_t r = static_cast<int64_t>(dims.size());
+  int64_t axis = nv.attr_int("axis", 1);
+  if (axis < -r || axis > r - 2 || axis == -1) refuse("has axis " + std::to_string(axis) + " outside the signal");
+  if (axis < 0) axis += r;
+  if (dims.back() != 1 && dims.back() != 2) refuse("needs a last dimension of 1 or 2 (real or complex) stated");
+  const int64_t bins = dims[static_cast<size_t>(axis)];
+  int64_t len = -1;
+  if (!nv.input(1).empty()) {
+    std::vector<int64_t> v;
+    if (!constant_ints(g, nv.input(1), v, what) || v.size() != 1) refuse("needs dft_length a constant");
+    len = v[0];
+  } else if (bins > 0) {
+    len = 2 * (bins - 1);
+  }
+  if (len < 0) refuse("needs dft_length, or the number of bins stated");
+  if (len < 1 || len > (int64_t(1) << 24)) refuse("has a length of " + std::to_string(len) + ", not 1 to 2^24");
+  const int64_t half = len / 2 + 1, mirrored = len - half;
+  const std::string base = y + "/irfft";
+  std::vector<onnx::NodeProto> out;
+  Emitter e{out, base};
+  const std::string axes = e.ints("_axes", {axis});
+  std::string spectrum = x;
+  if (dims.back() == 1) {  // real bins: their imaginary parts 0
+    spectrum = e.node("Concat", {x, e.node("Mul", {x, e.scalar("_zero", 0.0f, x)}, "_imag")}, "_complex");
+    set_int_attr(e.last(), "axis", -1);
+  }
+  // Bins 0 to n/2: cut, or padded with 0s where fewer are given (the count known or not).
+  if (bins < 0 || bins < half) {
+    std::vector<int64_t> pads(static_cast<size_t>(2 * r), 0);
+    pads[static_cast<size_t>(r + axis)] = bins < 0 ? half : half - bins;
+    spectrum = e.node("Pad", {spectrum, e.ints("_pads", pads)}, "_padded");
+  }
+  if (bins != half) spectrum = e.node("Slice", {spectrum, e.ints("_from", {0}), e.ints("_to", {half}), axes}, "_half");
+  std::string whole = spectrum;
+  if (mirrored > 0) {
+    const std::string back = e.node("Slice",
+                                    {spectrum, e.ints("_mirror_from", {(len + 1) / 2 - 1}), e.ints("_mirror_to", {0}),
+                                     axes, e.ints("_mirror_step", {-1})},
+                                    "_mirror");
+    out.push_back(floats_constant(base + "_conj_f", {2}, {1.0f, -1.0f}));
+    const std::string conj = e.node("CastLike", {base + "_conj_f", x}, "_conj");
+    whole = e.node("Concat", {spectrum, e.node("Mul", {back, conj}, "_conjugates")}, "_whole");
+    set_int_attr(e.last(), "axis", axis);
+  }
+  const std::string full = e.node("DFT", {whole}, "_full");
+  set_int_attr(e.last(), "axis", axis);
+  set_int_attr(e.last(), "inverse", 1);
+  out.push_back(make_proto_node("Slice", {full, e.ints("_re_from", {0}), e.ints("_re_to", {1}), e.ints("_last", {-1})},
+                                y, n.name().empty() ? base : n.name()));
+  return out;
+}
+
+// The types of `n`'s inputs that the graph does not state, from `infer_types` run on a model of the nodes
+// rewritten before it (of `opset`): written into m's value_info, the dimension symbols inference made up ("unk__3")
+// left unnamed. Returns whether any was learnt (not where inference of those nodes fails: the node's own error
+// stands then).
+bool learn_input_types(onnx::ModelProto& m, const google::protobuf::RepeatedPtrField<onnx::NodeProto>& before,
+                       const onnx::NodeProto& n, int64_t opset, const InferTypes& infer_types) {
+  auto* gp = m.mutable_graph();
+  std::set<std::string> missing;
+  for (const auto& in : n.input())
+    if (!in.empty() && stated_rank(*gp, in) < 0) missing.insert(in);
+  if (missing.empty()) return false;
+  onnx::ModelProto prefix;
+  prefix.set_ir_version(m.ir_version());
+  for (const auto& op : m.opset_import()) {
+    auto* o = prefix.add_opset_import();
+    *o = op;
+    if (normal_domain(op.domain()).empty()) o->set_version(opset);
+  }
+  auto* pg = prefix.mutable_graph();
+  pg->set_name(gp->name());
+  *pg->mutable_input() = gp->input();
+  *pg->mutable_initializer() = gp->initializer();  // (large weights are placeholders by now: typed inputs)
+  *pg->mutable_node() = before;
+  std::set<std::string> produced;
+  for (const auto& b : before)
+    for (const auto& o : b.output()) produced.insert(o);
+  for (const auto& v : gp->value_info())
+    if (produced.count(v.name())) *pg->add_value_info() = v;
+  try {
+    infer_types(prefix);
+  } catch (const std::exception&) {
+    return false;
+  }
+  bool learnt = false;
+  for (const auto& v : prefix.graph().value_info()) {
+    if (!missing.count(v.name()) || !v.type().has_tensor_type() || !v.type().tensor_type().has_shape()) continue;
+    auto* copy = gp->add_value_info();
+    *copy = v;
+    for (auto& d : *copy->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim())
+      if (d.has_dim_param() && d.dim_param().rfind("unk__", 0) == 0) d.clear_dim_param();
+    missing.erase(v.name());
+    learnt = true;
+  }
+  return learnt;
+}
+
 }  // namespace
 
-void decompose_lp_ops(onnx::ModelProto& m, const std::string& what) {
+void decompose_lp_ops(onnx::ModelProto& m, const std::string& what, const InferTypes& infer_types) {
   auto* gp = m.mutable_graph();
   int64_t opset = kMaxOpset;
   for (const auto& op : m.opset_import())
@@ -1061,21 +1511,37 @@ void decompose_lp_ops(onnx::ModelProto& m, const std::string& what) {
     return normal_domain(n.domain()).empty() &&
            (n.op_type() == "LpNormalization" || n.op_type() == "LpPool" || n.op_type() == "GlobalLpPool");
   };
-  if (std::none_of(gp->node().begin(), gp->node().end(), is_lp)) return;
+  auto is_irfft = [](const onnx::NodeProto& n) {
+    const NodeView nv{n};
+    return normal_domain(n.domain()).empty() && n.op_type() == "DFT" && nv.attr_int("inverse", 0) != 0 &&
+           nv.attr_int("onesided", 0) != 0;
+  };
+  if (std::none_of(gp->node().begin(), gp->node().end(),
+                   [&](const onnx::NodeProto& n) { return is_lp(n) || is_irfft(n); }))
+    return;
   google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
   for (int i = 0; i < gp->node_size(); ++i) {
     const auto& n = gp->node(i);
-    if (!is_lp(n)) {
+    if (is_lp(n)) {
+      for (auto& d : decompose_lp(*gp, n, i, opset, what)) *nodes.Add() = std::move(d);
+    } else if (is_irfft(n)) {
+      std::vector<onnx::NodeProto> parts;
+      try {
+        parts = decompose_irfft(*gp, n, i, what);
+      } catch (const std::exception&) {  // its input's rank from the nodes before it, where the file states none
+        if (!infer_types || !learn_input_types(m, nodes, n, opset, infer_types)) throw;
+        parts = decompose_irfft(*gp, n, i, what);
+      }
+      for (auto& d : parts) *nodes.Add() = std::move(d);
+    } else {
       *nodes.Add() = n;
-      continue;
     }
-    for (auto& d : decompose_lp(*gp, n, i, opset, what)) *nodes.Add() = std::move(d);
   }
   gp->mutable_node()->Swap(&nodes);
 }
 
-// Opsets 18 to 23 are brought to opset 17 (above); says so once per model on stderr.
-void lower_new_opset(onnx::ModelProto& m, const std::string& what) {
+// Opsets 18 to 28 are brought to opset 17 (above); says so once per model on stderr.
+void lower_new_opset(onnx::ModelProto& m, const std::string& what, const InferTypes& infer_types) {
   int64_t from = 0;
   for (const auto& op : m.opset_import())
     if (normal_domain(op.domain()).empty()) from = op.version();
@@ -1083,12 +1549,20 @@ void lower_new_opset(onnx::ModelProto& m, const std::string& what) {
   auto* gp = m.mutable_graph();
   google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
   for (int i = 0; i < gp->node_size(); ++i) {
-    const auto& n = gp->node(i);
+    const onnx::NodeProto n = gp->node(i);  // (a copy: learning types may grow the graph's value_info)
     if (!normal_domain(n.domain()).empty() || n.output_size() == 0) {
       *nodes.Add() = n;
       continue;
     }
-    for (auto& lowered : lower_node(*gp, n, i, from, what)) *nodes.Add() = std::move(lowered);
+    std::vector<onnx::NodeProto> lowered;
+    try {
+      lowered = lower_node(*gp, n, i, from, what);
+    } catch (const std::exception&) {
+      // A rewriting that needs a shape the file does not state gets the types the nodes before it give, once.
+      if (!infer_types || !learn_input_types(m, nodes, n, kMaxOpset, infer_types)) throw;
+      lowered = lower_node(*gp, n, i, from, what);
+    }
+    for (auto& l : lowered) *nodes.Add() = std::move(l);
   }
   gp->mutable_node()->Swap(&nodes);
   for (auto& op : *m.mutable_opset_import())

@@ -1660,7 +1660,7 @@ corrupt = bytearray(data); corrupt[4:44] = b'\xff' * 40
 open('corrupt.onnx', 'wb').write(bytes(corrupt))
 open('text.onnx', 'w').write('this is not a model, just some text\n' * 10)
 open('empty.onnx', 'wb').write(b'')
-m24 = onnx.load('tiny.onnx'); m24.opset_import[0].version = 24; onnx.save(m24, 'opset24.onnx')
+m29 = onnx.load('tiny.onnx'); m29.opset_import[0].version = 29; onnx.save(m29, 'opset29.onnx')
 m0 = onnx.load('tiny.onnx'); m0.opset_import[0].version = 0; onnx.save(m0, 'opset0.onnx')
 X = helper.make_tensor_value_info('c', TensorProto.BOOL, [])
 Y = helper.make_tensor_value_info('y', TensorProto.FLOAT, [1])
@@ -1682,7 +1682,7 @@ cyc = onnx.load('tiny.onnx'); cyc.graph.node[0].input[0] = 'relu1'; onnx.save(cy
   expect_load_error(dir + "/random.onnx", "");
   expect_load_error(dir + "/corrupt.onnx", "");
   expect_load_error(dir + "/text.onnx", "not");
-  expect_load_error(dir + "/opset24.onnx", "opset 24 is not supported");
+  expect_load_error(dir + "/opset29.onnx", "opset 29 is not supported");
   expect_load_error(dir + "/opset0.onnx", "opset 0 is not supported");
   expect_load_error(dir + "/if.onnx", "node 'branch' (If): its condition 'c' depends on the input data");
   expect_load_error(dir + "/dangling.onnx", "node 'relu1' (Relu): input 'nowhere' is not produced");

@@ -126,7 +126,7 @@ save('mlp20', [helper.make_node('Gemm', ['image', 'w1', 'b1'], ['h'], transB=1),
 X = [vi('x', F, [2, 3, 4])]
 save('runtime_axes', [helper.make_node('ReduceMean', ['x', 'ax'], ['r'], name='mean_of_input')],
      X + [vi('ax', TensorProto.INT64, [1])], [vi('r', F, None)], 18)
-save('antialias', [helper.make_node('Resize', ['y', '', 'scales'], ['r'], name='smooth', mode='linear', antialias=1)],
+save('antialias', [helper.make_node('Resize', ['y', '', 'scales'], ['r'], name='smooth', mode='nearest', antialias=1)],
      [vi('y', F, [1, 1, 4, 4])], [vi('r', F, None)], 18,
      [numpy_helper.from_array(np.array([1, 1, 0.5, 0.5], np.float32), 'scales')])
 save('pad_axes', [helper.make_node('Pad', ['x', 'pads', '', 'axes'], ['r'], name='pad_last')], [vi('x', F, None)], [vi('r', F, None)],
@@ -155,8 +155,8 @@ save('same_names', [helper.make_node('Gelu', ['x'], ['g1'], name='act'), helper.
 xd = x.astype(np.float64); gl = lambda v: 0.5 * v * (1 + erf(v / math.sqrt(2)))
 np.save('same_out.npy', (lambda v: v * np.tanh(np.log1p(np.exp(v))))(gl(gl(xd))).astype(np.float32))
 save('gelu_kind', [helper.make_node('Gelu', ['x'], ['r'], name='act', approximate='erf')], X, [vi('r', F, None)], 20)
-save('ir12', [helper.make_node('Relu', ['x'], ['r'])], X, [vi('r', F, None)], 20, ir=12)
-save('attn_unranked', [helper.make_node('Attention', ['x', 'x', 'x'], ['r'], name='sdpa')], [vi('x', F, None)],
+save('ir14', [helper.make_node('Relu', ['x'], ['r'])], X, [vi('r', F, None)], 20, ir=14)
+save('attn_unranked', [helper.make_node('Attention', ['x', 'x', 'x'], ['r'], name='sdpa', q_num_heads=2)], [vi('x', F, None)],
      [vi('r', F, None)], 23, ir=11)
 save('attn_no_heads', [helper.make_node('Attention', ['x', 'x', 'x'], ['r'], name='sdpa3')], X, [vi('r', F, None)], 23, ir=11)
 save('attn_qk_mode', [helper.make_node('Attention', ['y', 'y', 'y'], ['r', '', '', 'qk'], name='sdpa_qk',
@@ -234,15 +234,16 @@ class OpsetLowering : public ::testing::Test {
     return checked;
   }
 
-  // Runs each model NAME.onnx of `models` on INPUT.npy for each of its inputs, each output OUT against OUT.npy;
-  // returns how many outputs.
+  // Runs each model NAME.onnx of `models` on INPUT.npy for each of its inputs (not its weights), each output OUT
+  // against OUT.npy; returns how many outputs.
   int expect_each_model(const std::vector<std::string>& models, double tol) {
     int checked = 0;
     for (const auto& name : models) {
       SCOPED_TRACE(name);
       const Graph g = load_onnx(dir_ + "/" + name + ".onnx");
       std::map<std::string, Tensor> feeds;
-      for (const auto& in : g.inputs) feeds[in] = read_npy(dir_ + "/" + in + ".npy");
+      for (const auto& in : g.inputs)
+        if (!g.is_initializer(in)) feeds[in] = read_npy(dir_ + "/" + in + ".npy");
       runtime::Executor ex(g);
       for (const auto& [out, got] : ex.run(feeds)) {
         const Tensor want = read_npy(dir_ + "/" + out + ".npy");
@@ -493,24 +494,17 @@ save_graph(g, 'cubic3d', 20)
       << r.output;
 }
 
-// Attention (opset 23: torch's F.scaled_dot_product_attention) is written in opset-17 ops. Against a float64 numpy
-// reference of ONNX's definition, itself checked against torch's SDPA where torch 1.13 has the case (no mask or a
-// float mask, causal or not): 4-D heads with the default scale and the scaled QK^T as fourth output; causal
-// cross-attention (fewer queries than keys); a float mask with a scale; a bool mask with is_causal; 3-D inputs
-// with grouped-query heads, a past (present outputs), causal past-aligned, softcap; 4-D with every dimension
-// symbolic (grouped heads counted at run time, a mask over fewer keys than there are padded, the softmax as fourth
-// output). A small transformer block of opset 23 passes `check` (float64 gradients through the lowered nodes).
-TEST_F(OpsetLowering, AttentionOfOpset23MatchesTheReference) {
-  run_script(R"(
-import torch
-F32, B8 = TensorProto.FLOAT, TensorProto.BOOL
-rng = np.random.default_rng(8)
+// The float64 numpy reference of Attention (ONNX's definition, opsets 23 to 25) the Attention tests share, and
+// case(name, feeds, attrs, outs), which writes a model of one Attention node, its inputs and the reference's outputs.
+const char* kAttentionReference = R"(
+F32, B8, I64 = TensorProto.FLOAT, TensorProto.BOOL, TensorProto.INT64
 def softmax(x):  # a row of -inf only (no key to see) is 0, as ONNX's reference has it
     m = np.max(x, -1, keepdims=True)
     e = np.exp(x - np.where(np.isfinite(m), m, 0))
     total = e.sum(-1, keepdims=True)
     return e / np.where(total == 0, 1, total)
-def reference(Q, K, V, mask=None, past=None, scale=None, causal=False, hq=0, hkv=0, softcap=0.0):
+def reference(Q, K, V, mask=None, past=None, scale=None, causal=False, hq=0, hkv=0, softcap=0.0, nonpad=None, left=-1,
+              right=-1):
     Q, K, V = (t.astype(np.float64) for t in (Q, K, V))
     three = Q.ndim == 3
     if three:
@@ -530,25 +524,36 @@ def reference(Q, K, V, mask=None, past=None, scale=None, causal=False, hq=0, hkv
         pad = T - bias.shape[-1]
         if pad > 0: bias = np.pad(bias, [(0, 0)] * (bias.ndim - 1) + [(0, pad)], constant_values=-np.inf)
         s = s + bias
-    if causal:
-        s = np.where(np.arange(T)[None, :] <= np.arange(Q.shape[2])[:, None] + P, s, -np.inf)
+    # Query i's position: i + P after a past of P keys, i + nonpad[b] - S per sample b of a padded cache.
+    S = Q.shape[2]
+    at = np.arange(S)[:, None] + P if nonpad is None else np.arange(S)[None, None, :, None] + (nonpad - S)[:, None, None, None]
+    keys = np.arange(T)
+    seen = np.ones_like(at + keys, bool)
+    if causal: seen &= keys <= at
+    if left >= 0: seen &= keys >= at - left
+    if right >= 0: seen &= keys <= at + right
+    if nonpad is not None: seen &= keys < nonpad[:, None, None, None]
+    s = np.where(seen, s, -np.inf)
     p = softmax(s)
     y = p @ V
     if three: y = y.transpose(0, 2, 1, 3).reshape(y.shape[0], y.shape[2], -1)
     return y, present[0], present[1], capped, s, p
-def case(name, feeds, attrs, outs, shapes=None, past=False, extra_out=None):
-    ins = ['q', 'k', 'v', 'mask' if 'mask' in feeds else '', 'past_k' if past else '', 'past_v' if past else '']
+def case(name, feeds, attrs, outs, shapes=None, past=False, opset=23):
+    ins = ['q', 'k', 'v', 'mask' if 'mask' in feeds else '', 'past_k' if past else '', 'past_v' if past else '',
+           'nonpad' if 'nonpad' in feeds else '']
     while ins[-1] == '': ins.pop()
     node_outs = [name + '_' + o if o else '' for o in outs]
     node = helper.make_node('Attention', [name + '_' + i if i else '' for i in ins], node_outs, **attrs)
     inputs = []
     for k, v in feeds.items():
         np.save(name + '_' + k + '.npy', v)
-        inputs.append(vi(name + '_' + k, B8 if v.dtype == bool else F32, (shapes or {}).get(k, list(v.shape))))
+        inputs.append(vi(name + '_' + k, B8 if v.dtype == bool else I64 if v.dtype == np.int64 else F32,
+                         (shapes or {}).get(k, list(v.shape))))
     hq, hkv = attrs.get('q_num_heads', 0), attrs.get('kv_num_heads', 0)
     got = reference(feeds['q'], feeds['k'], feeds['v'], feeds.get('mask'),
                     (feeds['past_k'], feeds['past_v']) if past else None, attrs.get('scale'),
-                    attrs.get('is_causal', 0) == 1, hq, hkv, attrs.get('softcap', 0.0))
+                    attrs.get('is_causal', 0) == 1, hq, hkv, attrs.get('softcap', 0.0), feeds.get('nonpad'),
+                    attrs.get('left_window_size', -1), attrs.get('right_window_size', -1))
     which = {'y': 0, 'present_k': 1, 'present_v': 2, 'qk': [3, 3, 4, 5][attrs.get('qk_matmul_output_mode', 0)]}
     outputs = []
     for o in outs:
@@ -556,8 +561,21 @@ def case(name, feeds, attrs, outs, shapes=None, past=False, extra_out=None):
         np.save(name + '_' + o + '.npy', got[which[o]].astype(np.float32))
         outputs.append(vi(name + '_' + o, F32, list(got[which[o]].shape)))
     g = helper.make_graph([node], name, inputs, outputs)
-    save_graph(g, name, 23, 11)
+    save_graph(g, name, opset, {23: 11, 24: 12, 25: 13}[opset])
     return got
+)";
+
+// Attention (opset 23: torch's F.scaled_dot_product_attention) is written in opset-17 ops. Against a float64 numpy
+// reference of ONNX's definition, itself checked against torch's SDPA where torch 1.13 has the case (no mask or a
+// float mask, causal or not): 4-D heads with the default scale and the scaled QK^T as fourth output; causal
+// cross-attention (fewer queries than keys); a float mask with a scale; a bool mask with is_causal; 3-D inputs
+// with grouped-query heads, a past (present outputs), causal past-aligned, softcap; 4-D with every dimension
+// symbolic (grouped heads counted at run time, a mask over fewer keys than there are padded, the softmax as fourth
+// output). A small transformer block of opset 23 passes `check` (float64 gradients through the lowered nodes).
+TEST_F(OpsetLowering, AttentionOfOpset23MatchesTheReference) {
+  run_script(std::string(kAttentionReference) + R"(
+import torch
+rng = np.random.default_rng(8)
 r = lambda *s: rng.standard_normal(s).astype(np.float32)
 def torch_sdpa(q, k, v, mask=None, causal=False):
     t = lambda a: torch.tensor(a, dtype=torch.float64)
@@ -610,6 +628,404 @@ save_graph(g, 'block23_mask', 23, 11)
             14);
   expect_trainable("block23");
   expect_trainable("block23_mask");
+}
+
+// Attention of opsets 24 and 25 (a KV cache written outside the node, as TensorScatter writes it; sliding windows):
+// nonpad_kv_seqlen hides sample b's keys from that count on and places its queries at the count's end (a negative
+// offset where the queries outnumber the keys seen: those rows see no key, 0s); left_window_size and
+// right_window_size bound the keys each query sees around its position, with a causal bias, a mask, a past, grouped
+// heads and symbolic shapes; against the float64 reference. A decoder step of opset 24 (TensorScatter writes the
+// new keys and values into caches, Attention reads them with nonpad_kv_seqlen) and a sliding-window block of opset
+// 25 pass `check`.
+TEST_F(OpsetLowering, AttentionOfOpsets24And25ReadsPaddedCachesAndWindows) {
+  run_script(std::string(kAttentionReference) + R"(
+rng = np.random.default_rng(10)
+r = lambda *s: rng.standard_normal(s).astype(np.float32)
+lens = lambda *v: np.array(v, np.int64)
+case('a24_decode', {'q': r(2, 4, 1, 8), 'k': r(2, 2, 7, 8), 'v': r(2, 2, 7, 5), 'nonpad': lens(5, 7)}, {'is_causal': 1},
+     ['y'], opset=24)
+y = case('a24_negative', {'q': r(2, 2, 4, 8), 'k': r(2, 2, 6, 8), 'v': r(2, 2, 6, 5), 'nonpad': lens(2, 6)},
+         {'is_causal': 1, 'qk_matmul_output_mode': 3}, ['y', '', '', 'qk'], opset=24)[0]
+assert (y[0, :, :2] == 0).all() and (y[0, :, 2:] != 0).all()  # offset -2: the first two queries see no key
+bm = rng.random((3, 5)) < 0.7; bm[:, 0] = True
+case('a24_mask', {'q': r(2, 2, 3, 8), 'k': r(2, 2, 6, 8), 'v': r(2, 2, 6, 5), 'mask': bm, 'nonpad': lens(4, 0)}, {},
+     ['y'], opset=24)
+case('a25_window', {'q': r(2, 5, 16), 'k': r(2, 6, 8), 'v': r(2, 6, 8)},
+     {'q_num_heads': 2, 'kv_num_heads': 1, 'left_window_size': 2, 'right_window_size': 1}, ['y'], opset=25)
+case('a25_past', {'q': r(1, 2, 3, 4), 'k': r(1, 2, 3, 4), 'v': r(1, 2, 3, 4), 'past_k': r(1, 2, 4, 4),
+                  'past_v': r(1, 2, 4, 4)},
+     {'is_causal': 1, 'left_window_size': 1, 'qk_matmul_output_mode': 2}, ['y', 'present_k', 'present_v', 'qk'],
+     past=True, opset=25)
+case('a25_symbolic', {'q': r(2, 2, 3, 8), 'k': r(2, 2, 7, 8), 'v': r(2, 2, 7, 3), 'mask': r(2, 1, 3, 6),
+                      'nonpad': lens(6, 4)},
+     {'is_causal': 1, 'left_window_size': 2, 'right_window_size': 0}, ['y'], opset=25,
+     shapes={'q': ['B', 'H', 'S', 'D'], 'k': ['B', 'H', 'T', 'D'], 'v': ['B', 'H', 'T', 'E'], 'mask': ['B', 1, 'S', 'M'],
+             'nonpad': ['B']})
+# A decoder step: the new keys and values written into caches of 6 positions at each sample's length (3 and 1),
+# then read up to the new lengths (5 and 3).
+D, w = 8, lambda *s: (0.3 * rng.standard_normal(s)).astype(np.float32)
+inits = {'wq': w(D, D), 'wk': w(D, D), 'wv': w(D, D), 'wh': w(2 * D, 3), 'cache_k': w(2, 2, 6, 4), 'cache_v': w(2, 2, 6, 4),
+         'write_at': lens(3, 1), 'seen': lens(5, 3), 'split4': lens(0, 0, 2, 4), 'flat': lens(0, -1)}
+heads = lambda x, o: [helper.make_node('Reshape', [x, 'split4'], [o + '_split']),
+                      helper.make_node('Transpose', [o + '_split'], [o], perm=[0, 2, 1, 3])]
+body = [helper.make_node('MatMul', ['x', 'wq'], ['q3']), helper.make_node('MatMul', ['x', 'wk'], ['k3']),
+        helper.make_node('MatMul', ['x', 'wv'], ['v3'])] + heads('q3', 'q') + heads('k3', 'k') + heads('v3', 'v') + [
+        helper.make_node('TensorScatter', ['cache_k', 'k', 'write_at'], ['new_k']),
+        helper.make_node('TensorScatter', ['cache_v', 'v', 'write_at'], ['new_v']),
+        helper.make_node('Attention', ['q', 'new_k', 'new_v', '', '', '', 'seen'], ['a'], is_causal=1),
+        helper.make_node('Transpose', ['a'], ['a_seq'], perm=[0, 2, 1, 3]), helper.make_node('Reshape', ['a_seq', 'flat'], ['a2']),
+        helper.make_node('MatMul', ['a2', 'wh'], ['logits'])]
+g = helper.make_graph(body, 'decode24', [vi('x', F32, [2, 2, D])], [vi('logits', F32, [2, 3])],
+                      [numpy_helper.from_array(v, k) for k, v in inits.items()])
+save_graph(g, 'decode24', 24, 12)
+# A sliding-window block of opset 25 (each token sees itself and the two before it).
+body = [helper.make_node('MatMul', ['x', 'wq'], ['q']), helper.make_node('MatMul', ['x', 'wk'], ['k']),
+        helper.make_node('MatMul', ['x', 'wv'], ['v']),
+        helper.make_node('Attention', ['q', 'k', 'v'], ['a'], q_num_heads=2, kv_num_heads=2, is_causal=1, left_window_size=2),
+        helper.make_node('Add', ['x', 'a'], ['res']), helper.make_node('Reshape', ['res', 'flat'], ['res2']),
+        helper.make_node('MatMul', ['res2', 'wo'], ['logits'])]
+g = helper.make_graph(body, 'window25', [vi('x', F32, ['N', 5, D])], [vi('logits', F32, ['N', 3])],
+                      [numpy_helper.from_array(v, k) for k, v in
+                       [('wq', inits['wq']), ('wk', inits['wk']), ('wv', inits['wv']), ('wo', w(5 * D, 3)), ('flat', lens(0, -1))]])
+save_graph(g, 'window25', 25, 13)
+x = r(1, 2, 2, 4)
+for name, node in [('both_caches', helper.make_node('Attention', ['x', 'x', 'x', '', 'x', 'x', 'n'], ['y'], name='sdpa24')),
+                   ('bad_window', helper.make_node('Attention', ['x', 'x', 'x'], ['y'], name='sdpa25', left_window_size=-2))]:
+    g = helper.make_graph([node], name, [vi('x', F32, [1, 2, 2, 4]), vi('n', I64, [1])], [vi('y', F32, [1, 2, 2, 4])])
+    save_graph(g, name, 25, 13)
+)");
+  EXPECT_EQ(
+      expect_each_model({"a24_decode", "a24_negative", "a24_mask", "a25_window", "a25_past", "a25_symbolic"}, 2e-6),
+      10);
+  expect_trainable("decode24");
+  expect_trainable("window25");
+  expect_refused("both_caches",
+                 "node 'sdpa24' (Attention): nonpad_kv_seqlen cannot be combined with past_key and past_value");
+  expect_refused("bad_window",
+                 "node 'sdpa25' (Attention): left_window_size and right_window_size must be -1 or at least 0");
+}
+
+// Swish (24), SwiGLU (28) and TensorScatter (24, a KV cache update) are written in opset-17 ops (Sigmoid and Mul;
+// ScatterElements at indices write_indices[b] + s, modulo the cache's length in mode circular), against numpy: the
+// activations with and without alpha; caches written from each sample's index, from 0 (no write_indices), wrapped
+// around, along axis 1 of 3-D and -2 of 4-D caches. A batch axis, or a rank not stated, is refused in one line; so
+// are the newer ops graphrun has no form of (BitCast).
+TEST_F(OpsetLowering, SwishSwiGluAndTensorScatterMatchNumpy) {
+  run_script(R"(
+F32, I64 = TensorProto.FLOAT, TensorProto.INT64
+rng = np.random.default_rng(11)
+r = lambda *s: rng.standard_normal(s).astype(np.float32)
+sig = lambda v: 1 / (1 + np.exp(-v))
+a, b = r(2, 3, 4), r(2, 3, 4)
+np.save('ga.npy', a); np.save('gb.npy', b)
+A, B = a.astype(np.float64), b.astype(np.float64)
+for name, v in [('swish1', A * sig(A)), ('swish07', A * sig(0.7 * A)), ('glu', A * sig(1.3 * A) * B), ('glu1', A * sig(A) * B)]:
+    np.save(name + '.npy', v.astype(np.float32))
+g = helper.make_graph([helper.make_node('Swish', ['ga'], ['swish1']), helper.make_node('Swish', ['ga'], ['swish07'], alpha=0.7),
+                       helper.make_node('SwiGLU', ['ga', 'gb'], ['glu'], alpha=1.3), helper.make_node('SwiGLU', ['ga', 'gb'], ['glu1'])],
+                      'gates28', [vi('ga', F32, [2, 3, 4]), vi('gb', F32, [2, 3, 4])],
+                      [vi(o, F32, [2, 3, 4]) for o in ('swish1', 'swish07', 'glu', 'glu1')])
+save_graph(g, 'gates28', 28, 13)
+def scatter(past, update, write, axis, circular):
+    out = past.copy()
+    M, S = past.shape[axis], update.shape[axis]
+    for b in range(past.shape[0]):
+        for s in range(S):
+            at = write[b] + s
+            if circular: at %= M
+            dst, src = [slice(None)] * past.ndim, [slice(None)] * past.ndim
+            dst[0] = src[0] = b
+            dst[axis], src[axis] = at, s
+            out[tuple(dst)] = update[tuple(src)]
+    return out
+cases = [('ts_linear', (2, 6, 3), (2, 2, 3), [1, 4], 1, 'linear'), ('ts_zero', (2, 6, 3), (2, 3, 3), None, 1, 'linear'),
+         ('ts_circular', (2, 2, 5, 3), (2, 2, 3, 3), [3, 4], -2, 'circular')]
+for name, ps, us, write, axis, mode in cases:
+    past, update = r(*ps), r(*us)
+    ins = [name + '_past', name + '_update'] + ([name + '_write'] if write else [])
+    np.save(name + '_past.npy', past); np.save(name + '_update.npy', update)
+    inputs = [vi(name + '_past', F32, list(ps)), vi(name + '_update', F32, list(us))]
+    if write:
+        np.save(name + '_write.npy', np.array(write, np.int64)); inputs.append(vi(name + '_write', I64, [2]))
+    np.save(name + '_out.npy', scatter(past, update, write or [0, 0], axis % len(ps), mode == 'circular'))
+    g = helper.make_graph([helper.make_node('TensorScatter', ins, [name + '_out'], axis=axis, mode=mode)], name, inputs,
+                          [vi(name + '_out', F32, list(ps))])
+    save_graph(g, name, 24, 12)
+X = [vi('x', F32, [2, 3, 4])]
+for name, node, ins, opset in [
+        ('ts_batch', helper.make_node('TensorScatter', ['x', 'x'], ['y'], name='cache0', axis=0), X, 24),
+        ('ts_rank', helper.make_node('TensorScatter', ['u', 'u'], ['y'], name='cache_r'), [vi('u', F32, None)], 24),
+        ('bitcast', helper.make_node('BitCast', ['x'], ['y'], name='bits', to=TensorProto.INT32), X, 26)]:
+    g = helper.make_graph([node], name, ins, [vi('y', F32, [2, 3, 4])])
+    save_graph(g, name, opset, 13)
+)");
+  EXPECT_EQ(expect_each_model({"gates28", "ts_linear", "ts_zero", "ts_circular"}, 2e-6), 7);
+  expect_refused("ts_batch", "node 'cache0' (TensorScatter): axis cannot be the batch axis (0)");
+  expect_refused("ts_rank", "node 'cache_r' (TensorScatter): the rank of past_cache must be known when loading");
+  expect_refused("bitcast", "node 'bits' (BitCast): op BitCast is newer than opset 17 and has no form there");
+}
+
+// CumProd (26) is written as a running product by doubling (Pad, Slice, Mul: ceil(log2 L) steps), and
+// CausalConvWithState (27: Mamba's and Gated DeltaNet's causal depthwise convolution with its carried state) as
+// Concat or Pad, a depthwise Conv and SiLU: against torch.cumprod (every exclusive and reverse combination, a 0
+// among the values, int32 values, a length not a power of 2) and F.conv1d of the state and the input. A gated block
+// of both (the convolution's output through a sigmoid, its running product along the sequence) passes `check`: its
+// CumProd reads a value whose shape the file does not state, which the nodes before it give (inferred when
+// rewriting it needs it; refused before). An axis of unstated length, or a weight of unstated shape, is refused in
+// one line.
+TEST_F(OpsetLowering, CumProdAndCausalConvMatchTorch) {
+  run_script(R"(
+import torch
+F32, I32, I64 = TensorProto.FLOAT, TensorProto.INT32, TensorProto.INT64
+rng = np.random.default_rng(13)
+x = rng.uniform(0.5, 1.5, (3, 7, 2)).astype(np.float32); x[1, 3, 0] = 0; x[2, 5, 1] = -1.25
+xi = rng.integers(-3, 4, (2, 6)).astype(np.int32)
+np.save('cx.npy', x); np.save('ci.npy', xi)
+def cumprod(v, axis, exclusive, reverse):
+    t = torch.tensor(v.astype(np.float64) if v.dtype == np.float32 else v.astype(np.int64))
+    if reverse: t = t.flip(axis)
+    y = torch.cumprod(t, axis)
+    if exclusive:
+        y = torch.cat([torch.ones_like(y.narrow(axis, 0, 1)), y.narrow(axis, 0, y.shape[axis] - 1)], axis)
+    if reverse: y = y.flip(axis)
+    return y.numpy().astype(v.dtype)
+nodes, outs, inits = [], [], [numpy_helper.from_array(np.array(1, np.int64), 'ax1'),
+                             numpy_helper.from_array(np.array(-1, np.int32), 'ax_last')]
+for ex in (0, 1):
+    for rev in (0, 1):
+        for src, ax, axis, shape in (('cx', 'ax1', 1, [3, 7, 2]), ('ci', 'ax_last', -1, [2, 6])):
+            o = 'cp_%s_%d%d' % (src, ex, rev)
+            nodes.append(helper.make_node('CumProd', [src, ax], [o], exclusive=ex, reverse=rev))
+            np.save(o + '.npy', cumprod(np.load(src + '.npy'), axis, ex, rev))
+            outs.append(vi(o, F32 if src == 'cx' else I32, shape))
+g = helper.make_graph(nodes, 'cumprod26', [vi('cx', F32, [3, 7, 2]), vi('ci', I32, [2, 6])], outs, inits)
+save_graph(g, 'cumprod26', 26, 13)
+# CausalConvWithState: with and without a past state and a bias, SiLU or none, k 4 and 1.
+B, C, L = 2, 3, 5
+inp = rng.standard_normal((B, C, L)).astype(np.float32); np.save('cc_in.npy', inp)
+for name, k, bias, past, act in (('cc_plain', 4, False, False, 'none'), ('cc_state', 4, True, True, 'silu'),
+                                 ('cc_k1', 1, True, False, 'none')):
+    w = rng.standard_normal((C, 1, k)).astype(np.float32)
+    b = rng.standard_normal(C).astype(np.float32)
+    st = rng.standard_normal((B, C, k - 1)).astype(np.float32)
+    full = np.concatenate([st if past else np.zeros((B, C, k - 1), np.float32), inp], 2)
+    y = torch.nn.functional.conv1d(torch.tensor(full, dtype=torch.float64), torch.tensor(w, dtype=torch.float64),
+                                   torch.tensor(b, dtype=torch.float64) if bias else None, groups=C)
+    if act == 'silu': y = torch.nn.functional.silu(y)
+    np.save(name + '_y.npy', y.numpy().astype(np.float32)); np.save(name + '_present.npy', full[:, :, L:])
+    ins = ['cc_in', name + '_w', name + '_b' if bias else '', name + '_past' if past else '']
+    while not ins[-1]: ins.pop()
+    inputs = [vi('cc_in', F32, [B, C, L])]
+    if past:
+        np.save(name + '_past.npy', st); inputs.append(vi(name + '_past', F32, [B, C, k - 1]))
+    weights = [numpy_helper.from_array(w, name + '_w')] + ([numpy_helper.from_array(b, name + '_b')] if bias else [])
+    g = helper.make_graph([helper.make_node('CausalConvWithState', ins, [name + '_y', name + '_present'], activation=act)],
+                          name, inputs, [vi(name + '_y', F32, [B, C, L]), vi(name + '_present', F32, [B, C, k - 1])], weights)
+    save_graph(g, name, 27, 13)
+# A gated block: a causal convolution, a sigmoid gate, its running product along the sequence, a head.
+w = (0.5 * rng.standard_normal((C, 1, 3))).astype(np.float32)
+body = [helper.make_node('CausalConvWithState', ['x', 'w', 'b'], ['h'], activation='silu'),
+        helper.make_node('Sigmoid', ['h'], ['gate']), helper.make_node('CumProd', ['gate', 'ax2'], ['decay']),
+        helper.make_node('Mul', ['decay', 'x'], ['mixed']), helper.make_node('Flatten', ['mixed'], ['flat']),
+        helper.make_node('MatMul', ['flat', 'wh'], ['logits'])]
+g = helper.make_graph(body, 'gated27', [vi('x', F32, ['N', C, L])], [vi('logits', F32, ['N', 2])],
+                      [numpy_helper.from_array(w, 'w'), numpy_helper.from_array(rng.standard_normal(C).astype(np.float32), 'b'),
+                       numpy_helper.from_array(np.array(2, np.int64), 'ax2'),
+                       numpy_helper.from_array((0.3 * rng.standard_normal((C * L, 2))).astype(np.float32), 'wh')])
+save_graph(g, 'gated27', 27, 13)
+for name, node, ins in [
+        ('cp_unsized', helper.make_node('CumProd', ['u', 'ax1'], ['y'], name='running'), [vi('u', F32, [2, 'T'])]),
+        ('cc_unsized', helper.make_node('CausalConvWithState', ['u', 'wt'], ['y'], name='conv_state'),
+         [vi('u', F32, [2, 3, 4]), vi('wt', F32, ['C', 1, 'K'])])]:
+    g = helper.make_graph([node], name, ins, [vi('y', F32, [2, 'T'])], [numpy_helper.from_array(np.array(1, np.int64), 'ax1')])
+    save_graph(g, name, 27, 13)
+)");
+  EXPECT_EQ(expect_each_model({"cumprod26"}, 1e-6), 8);
+  EXPECT_EQ(expect_each_model({"cc_plain", "cc_state", "cc_k1"}, 2e-6), 6);
+  expect_trainable("gated27");
+  expect_refused("cp_unsized", "node 'running' (CumProd): the length of x along the axis must be known when loading");
+  expect_refused("cc_unsized",
+                 "node 'conv_state' (CausalConvWithState): the weight's shape [channels, 1, k] must be known");
+}
+
+// DFT's inverse of a one-sided spectrum (irfft: torch.fft.irfft, an iSTFT vocoder's last step), which graphrun's
+// DFT kernel does not compute, is the full inverse DFT of the spectrum made whole by its symmetry: against
+// numpy's irfft for the default length 2 (m - 1), an odd dft_length that cuts the bins, a longer one that pads
+// them, another axis, real bins, at opsets 17 and 20 (axis an input). A spectral filter (rfft, a learnt complex
+// gain per bin, irfft) passes `check`.
+TEST_F(OpsetLowering, InverseOfAOneSidedSpectrumMatchesNumpy) {
+  run_script(R"(
+F32, I64 = TensorProto.FLOAT, TensorProto.INT64
+rng = np.random.default_rng(14)
+spec = rng.standard_normal((2, 5, 3, 2)).astype(np.float32)
+real_bins = rng.standard_normal((2, 3, 6, 1)).astype(np.float32)
+np.save('spec.npy', spec); np.save('real_bins.npy', real_bins)
+c = spec[..., 0].astype(np.float64) + 1j * spec[..., 1]
+cases = [('ir_default', 'spec', None, 1, np.fft.irfft(c, axis=1)), ('ir_odd', 'spec', 7, 1, np.fft.irfft(c, 7, axis=1)),
+         ('ir_long', 'spec', 12, 1, np.fft.irfft(c, 12, axis=1)), ('ir_axis2', 'spec', 5, 2, np.fft.irfft(c, 5, axis=2)),
+         ('ir_real', 'real_bins', 9, 2, np.fft.irfft(real_bins[..., 0].astype(np.float64), 9, axis=2))]
+for opset in (17, 20):
+    for name, src, n, axis, want in cases:
+        out = '%s_%d' % (name, opset)
+        np.save(out + '.npy', want[..., None].astype(np.float32))
+        inits = [numpy_helper.from_array(np.array(n, np.int64), 'n')] if n else []
+        ins = [src, 'n' if n else '']
+        attrs = dict(inverse=1, onesided=1)
+        if opset == 20:
+            inits.append(numpy_helper.from_array(np.array(axis, np.int64), 'ax')); ins.append('ax')
+        else:
+            attrs['axis'] = axis
+        while not ins[-1]: ins.pop()
+        g = helper.make_graph([helper.make_node('DFT', ins, [out], **attrs)], out,
+                              [vi(src, F32, list(np.load(src + '.npy').shape))], [vi(out, F32, list(want.shape) + [1])], inits)
+        save_graph(g, out, opset)
+# A spectral filter: rfft along time, a learnt complex gain per bin, irfft back.
+gain = rng.standard_normal((1, 5, 1, 2)).astype(np.float32)
+body = [helper.make_node('DFT', ['x'], ['f'], axis=1, onesided=1),
+        helper.make_node('Mul', ['f', 'gain_re'], ['fr']), helper.make_node('Mul', ['f', 'gain_rot'], ['fi']),
+        helper.make_node('Slice', ['fi', 'one', 'two', 'last'], ['fi_im']), helper.make_node('Slice', ['fi', 'zero', 'one', 'last'], ['fi_re']),
+        helper.make_node('Neg', ['fi_im'], ['neg_im']), helper.make_node('Concat', ['neg_im', 'fi_re'], ['rot'], axis=-1),
+        helper.make_node('Add', ['fr', 'rot'], ['filtered']),
+        helper.make_node('DFT', ['filtered', 'len8'], ['y'], axis=1, inverse=1, onesided=1)]
+g = helper.make_graph(body, 'filter17', [vi('x', F32, ['N', 8, 3, 1])], [vi('y', F32, ['N', 8, 3, 1])],
+                      [numpy_helper.from_array(gain[..., :1].repeat(2, -1), 'gain_re'),
+                       numpy_helper.from_array(gain[..., 1:].repeat(2, -1), 'gain_rot'),
+                       numpy_helper.from_array(np.array([0], np.int64), 'zero'), numpy_helper.from_array(np.array([1], np.int64), 'one'),
+                       numpy_helper.from_array(np.array([2], np.int64), 'two'), numpy_helper.from_array(np.array([-1], np.int64), 'last'),
+                       numpy_helper.from_array(np.array(8, np.int64), 'len8')])
+save_graph(g, 'filter17', 17)
+)");
+  std::vector<std::string> models;
+  for (const char* name : {"ir_default", "ir_odd", "ir_long", "ir_axis2", "ir_real"})
+    for (const char* opset : {"17", "20"}) models.push_back(std::string(name) + "_" + opset);
+  EXPECT_EQ(expect_each_model(models, 2e-6), 10);
+  expect_trainable("filter17");
+}
+
+// Resize's antialias (18: torch's F.interpolate(antialias=True), torchvision's Resize), keep_aspect_ratio_policy
+// (18) and half_pixel_symmetric (19), which opset 17's Resize cannot say, become MatMuls by each resized axis's
+// weights (graph/resize_weights.h) for inputs of sizes stated when loading: against torch's antialiased bilinear and
+// bicubic downsampling (ONNX's with exclude_outside, bicubic's A -0.5), and against a float64 numpy reference of ONNX's
+// definition written here for the rest (the aspect-ratio policies in nearest and linear, the symmetric half-pixel
+// mapping, cubic antialias with exclude_outside, axes, upsampling where antialias changes nothing). A CNN downsampling
+// with antialias passes `check`; tf_crop_and_resize with antialias, and sizes not known when loading, are refused.
+TEST_F(OpsetLowering, ResizeAntialiasAspectRatioAndSymmetricMatchTheReference) {
+  run_script(R"(
+import math, torch
+F32, I64 = TensorProto.FLOAT, TensorProto.INT64
+rng = np.random.default_rng(15)
+x = rng.standard_normal((2, 3, 10, 9)).astype(np.float32)
+np.save('rx.npy', x)
+def cubic(v, A):
+    v = abs(v)
+    return ((A + 2) * v - (A + 3)) * v * v + 1 if v <= 1 else ((A * v - 5 * A) * v + 8 * A) * v - 4 * A if v < 2 else 0.0
+def axis_matrix(n_in, n_out, scale, mode, ct, nearest='round_prefer_floor', A=-0.75, exclude=False, aa=False):
+    # Output i as a weighted sum of inputs: ONNX's source coordinate, its filter taps (the n nearest, lower first
+    # on ties), exclude_outside, taps beyond the edge reading the edge.
+    W = np.zeros((n_out, n_in))
+    for i in range(n_out):
+        if ct == 'half_pixel': c = (i + 0.5) / scale - 0.5
+        elif ct == 'asymmetric': c = i / scale
+        elif ct == 'align_corners': c = 0.0 if scale * n_in == 1 else i * (n_in - 1) / (scale * n_in - 1)
+        elif ct == 'half_pixel_symmetric': c = n_in / 2 * (1 - n_out / (scale * n_in)) + (i + 0.5) / scale - 0.5
+        f = math.floor(c)
+        t = 1.0 if c == f else c - f
+        s = min(scale, 1.0)
+        if mode == 'nearest':
+            k = [0, 1] if t == 1 else {'round_prefer_floor': [t <= 0.5, t > 0.5], 'round_prefer_ceil': [t < 0.5, t >= 0.5],
+                                        'floor': [1, 0], 'ceil': [0, 1]}[nearest]
+        elif mode == 'linear' and not aa: k = [1 - t, t]
+        elif mode == 'linear':
+            lo = math.floor(-1 / s) + 1
+            k = [max(0.0, 1 - abs((j - t) * s)) for j in range(lo, lo + 2 - 2 * lo)]
+        elif not aa: k = [cubic(t + 1, A), cubic(t, A), cubic(1 - t, A), cubic(2 - t, A)]
+        else:
+            lo = math.floor(-2 / s) + 1
+            k = [cubic(s * (j - t), A) for j in range(lo, 2 - lo)]
+        k = np.array(k, np.float64)
+        if aa: k /= k.sum()
+        n = len(k)
+        frac = c - f
+        start = f - n // 2 + (0 if frac == 0 else 1) if n % 2 == 0 else f - (n - 1) // 2 + (0 if frac <= 0.5 else 1)
+        idx = np.arange(start, start + n)
+        if exclude:
+            k = np.where((idx < 0) | (idx >= n_in), 0.0, k)
+            if k.sum() != 0: k = k / k.sum()
+        for j, w in zip(np.clip(idx, 0, n_in - 1), k): W[i, j] += w
+    return W
+def resize(v, sizes_hw, scales_hw, **kw):
+    v = v.astype(np.float64)
+    for axis, (o, sc) in zip((2, 3), zip(sizes_hw, scales_hw)):
+        if abs(sc - 1) <= 1e-9 and o == v.shape[axis]: continue
+        v = np.moveaxis(np.moveaxis(v, axis, -1) @ axis_matrix(v.shape[axis], o, sc, **kw).T, -1, axis)
+    return v
+def model(name, attrs, scales=None, sizes=None, axes=None, opset=19, want=None):
+    ins = ['rx', '', name + '_scales' if scales is not None else '', name + '_sizes' if sizes is not None else '']
+    while not ins[-1]: ins.pop()
+    inits = []
+    if scales is not None: inits.append(numpy_helper.from_array(np.array(scales, np.float32), name + '_scales'))
+    if sizes is not None: inits.append(numpy_helper.from_array(np.array(sizes, np.int64), name + '_sizes'))
+    if axes is not None: attrs = dict(attrs, axes=axes)
+    np.save(name + '.npy', want.astype(np.float32))
+    g = helper.make_graph([helper.make_node('Resize', ins, [name], **attrs)], name, [vi('rx', F32, list(x.shape))],
+                          [vi(name, F32, list(want.shape))], inits)
+    save_graph(g, name, opset)
+T = lambda a: torch.tensor(a, dtype=torch.float64)
+# Against torch: antialiased bilinear and bicubic downsampling, by sizes and by scales. torch's is ONNX's with
+# exclude_outside (the filter cut at the edges and renormalised) and, bicubic, A = -0.5.
+want = torch.nn.functional.interpolate(T(x), size=(4, 5), mode='bilinear', antialias=True, align_corners=False).numpy()
+assert np.abs(want - resize(x, (4, 5), (0.4, 5 / 9), mode='linear', ct='half_pixel', aa=True, exclude=True)).max() < 1e-12
+model('aa_bilinear', dict(mode='linear', antialias=1, exclude_outside=1), sizes=[2, 3, 4, 5], want=want)
+want = torch.nn.functional.interpolate(T(x), size=(3, 6), mode='bicubic', antialias=True, align_corners=False).numpy()
+assert np.abs(want - resize(x, (3, 6), (0.3, 6 / 9), mode='cubic', ct='half_pixel', A=-0.5, aa=True, exclude=True)).max() < 1e-12
+model('aa_bicubic', dict(mode='cubic', antialias=1, cubic_coeff_a=-0.5, exclude_outside=1), sizes=[2, 3, 3, 6], want=want)
+want = torch.nn.functional.interpolate(T(x), scale_factor=(0.5, 0.5), mode='bilinear', antialias=True,
+                                       align_corners=False, recompute_scale_factor=False).numpy()
+model('aa_scales', dict(mode='linear', antialias=1, exclude_outside=1), scales=[1, 1, 0.5, 0.5], want=want)
+# Without exclude_outside, taps beyond the edge read the edge (ONNX's definition).
+model('aa_edge', dict(mode='linear', antialias=1), sizes=[2, 3, 4, 5],
+      want=resize(x, (4, 5), (0.4, 5 / 9), mode='linear', ct='half_pixel', aa=True))
+# Against the reference above: the aspect-ratio policies, the symmetric mapping, exclude_outside, axes, upsampling.
+model('keep_not_larger', dict(mode='linear', keep_aspect_ratio_policy='not_larger'), sizes=[7, 7], axes=[2, 3],
+      want=resize(x, (7, 6), (0.7, 0.7), mode='linear', ct='half_pixel'), opset=18)
+model('keep_not_smaller', dict(mode='nearest', keep_aspect_ratio_policy='not_smaller', nearest_mode='floor'), sizes=[7, 7],
+      axes=[2, 3], want=resize(x, (8, 7), (7 / 9, 7 / 9), mode='nearest', ct='half_pixel', nearest='floor'), opset=18)
+model('symmetric', dict(mode='linear', coordinate_transformation_mode='half_pixel_symmetric'), scales=[1, 1, 0.66, 1.44],
+      want=resize(x, (6, 12), (np.float32(0.66), np.float32(1.44)), mode='linear', ct='half_pixel_symmetric'))
+model('aa_cubic_excl', dict(mode='cubic', antialias=1, exclude_outside=1), sizes=[4], axes=[-1],
+      want=resize(x, (10, 4), (1, 4 / 9), mode='cubic', ct='half_pixel', exclude=True, aa=True))
+model('aa_up', dict(mode='linear', antialias=1, coordinate_transformation_mode='align_corners'), sizes=[2, 3, 13, 9],
+      want=resize(x, (13, 9), (1.3, 1), mode='linear', ct='align_corners', aa=True))
+# A CNN that downsamples with antialias (torchvision's Resize in the model), to train.
+w = (0.3 * rng.standard_normal((4, 3, 3, 3))).astype(np.float32)
+body = [helper.make_node('Resize', ['img', '', '', 'half_size'], ['small'], mode='linear', antialias=1),
+        helper.make_node('Conv', ['small', 'w'], ['c'], pads=[1, 1, 1, 1]), helper.make_node('Relu', ['c'], ['h']),
+        helper.make_node('GlobalAveragePool', ['h'], ['p']), helper.make_node('Flatten', ['p'], ['logits'])]
+g = helper.make_graph(body, 'aa_cnn', [vi('img', F32, ['N', 3, 12, 10])], [vi('logits', F32, ['N', 4])],
+                      [numpy_helper.from_array(w, 'w'), numpy_helper.from_array(np.array([5, 4], np.int64), 'half_size_hw'),
+                       numpy_helper.from_array(np.array([2, 3, 5, 4], np.int64), 'half_size')])
+# (the batch is symbolic: sizes of every axis name it, so the resize takes axes H and W)
+g.node[0].CopyFrom(helper.make_node('Resize', ['img', '', '', 'half_size_hw'], ['small'], mode='linear', antialias=1, axes=[2, 3]))
+save_graph(g, 'aa_cnn', 18)
+for name, attrs, shape in [('aa_crop', dict(mode='linear', antialias=1, coordinate_transformation_mode='tf_crop_and_resize'), [2, 3, 10, 9]),
+                           ('aa_unsized', dict(mode='linear', antialias=1, axes=[2, 3]), [2, 3, 'H', 'W'])]:
+    g = helper.make_graph([helper.make_node('Resize', ['u', 'roi', '', 'sz'], ['y'], name='shrink', **attrs)], name,
+                          [vi('u', F32, shape)], [vi('y', F32, [2, 3, 4, 5])],
+                          [numpy_helper.from_array(np.array([0, 0, 1, 1], np.float32), 'roi'),
+                           numpy_helper.from_array(np.array([4, 5] if 'axes' in attrs else [2, 3, 4, 5], np.int64), 'sz')])
+    save_graph(g, name, 18)
+)");
+  EXPECT_EQ(expect_each_model({"aa_bilinear", "aa_bicubic", "aa_scales", "aa_edge", "keep_not_larger",
+                               "keep_not_smaller", "symmetric", "aa_cubic_excl", "aa_up"},
+                              2e-6),
+            9);
+  expect_trainable("aa_cnn");
+  expect_refused("aa_crop",
+                 "node 'shrink' (Resize): antialias, keep_aspect_ratio_policy or half_pixel_symmetric with "
+                 "tf_crop_and_resize is not supported");
+  expect_refused("aa_unsized",
+                 "node 'shrink' (Resize): antialias, keep_aspect_ratio_policy or half_pixel_symmetric "
+                 "needs X's sizes known when loading");
 }
 
 // RotaryEmbedding (opset 23) is written in opset-17 ops (Gather, Slice, Split, Mul, Concat): against a float64 numpy
@@ -828,7 +1244,7 @@ save_graph(g, 'lp_train', 13)
 
 TEST_F(OpsetLowering, WhatOpset17CannotSayIsRefusedNamingTheNode) {
   expect_refused("runtime_axes", "node 'mean_of_input' (ReduceMean): its axes are computed at run time");
-  expect_refused("antialias", "node 'smooth' (Resize): antialias is not supported");
+  expect_refused("antialias", "node 'smooth' (Resize): antialias applies to linear and cubic modes, not nearest");
   expect_refused("pad_axes",
                  "node 'pad_last' (Pad): pads for some axes only (the axes input) need constant axes and the input's "
                  "rank stated");
@@ -840,9 +1256,9 @@ TEST_F(OpsetLowering, WhatOpset17CannotSayIsRefusedNamingTheNode) {
   expect_refused("wide_wrap", "node 'ring' (Pad): mode 'wrap' needs pads no larger than the axis");
   expect_refused("bitwise", "node 'mask' (BitwiseAnd): op BitwiseAnd is newer than opset 17");
   expect_refused("gelu_kind", "node 'act' (Gelu): approximate 'erf' is not 'none' or 'tanh'");
-  expect_refused("ir12", "IR version 12 is newer than graphrun reads (up to 11)");
-  expect_refused("attn_unranked",
-                 "node 'sdpa' (Attention): whether Q, K and V are 3-D or 4-D must be known when loading");
+  expect_refused("ir14", "IR version 14 is newer than graphrun reads (up to 13)");
+  // Shapes unstated: one head count makes it 3-D, which needs both.
+  expect_refused("attn_unranked", "node 'sdpa' (Attention): 3-D Q, K and V need q_num_heads and kv_num_heads");
   expect_refused("attn_no_heads", "node 'sdpa3' (Attention): 3-D Q, K and V need q_num_heads and kv_num_heads");
   expect_refused("attn_qk_mode", "node 'sdpa_qk' (Attention): qk_matmul_output_mode 5 is not 0, 1, 2 or 3");
   expect_refused("rotary23", "node 'rope' (RotaryEmbedding): a 3-D X needs num_heads, at least 1");

@@ -57,7 +57,7 @@ const Command& run_command() {
       "count) is decided by the values given: taken or unrolled for this run, as stderr says. A\n"
       "condition or count computed from the inputs (if x.sum() > 0) is computed by running the part of\n"
       "the model before it on them, then taken or unrolled likewise; a Loop whose body decides when to\n"
-      "stop (a while on the data) is unrolled as many times as the data say. A node of opsets 18 to 23\n"
+      "stop (a while on the data) is unrolled as many times as the data say. A node of opsets 18 to 28\n"
       "whose opset-17 form needs a constant such an input gives (ReduceMean-18's axes) is rewritten with\n"
       "the values given, for this run.\n"
       "A sequence input comes as a .pb holding an ONNX SequenceProto (onnx.numpy_helper.from_list), or as\n"
@@ -308,7 +308,7 @@ int cmd_run(const std::vector<std::string>& argv) {
     // Control flow that the inputs decide (an If on a flag input, a Loop over a count input) is decided by this
     // run's values, and sequence and optional inputs and outputs are followed for this run's values: the model
     // loads again with its small integer and bool inputs and its sequence and optional inputs known. So does a
-    // node of opsets 18 to 23 whose opset-17 form needs a constant an input gives (ReduceMean-18's axes input).
+    // node of opsets 18 to 28 whose opset-17 form needs a constant an input gives (ReduceMean-18's axes input).
     const std::string why = e.what();
     decided_by_values = why.find("depends on the input data") != std::string::npos;
     composite = why.find(kSequenceRefusal) != std::string::npos;

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Runs the node-test cases of a newer ONNX source tree through `graphrun run`, for the ops graphrun reads from
-opsets 18 to 23 by rewriting them into opset 17 (graph/opset_lowering.cc), which onnx 1.12's own test data (the
+opsets 18 to 28 by rewriting them into opset 17 (graph/opset_lowering.cc), which onnx 1.12's own test data (the
 conformance runner's) predates.
 
   /usr/bin/python3 tests/conformance/newer_node_tests.py ONNX_SOURCE_TREE build/graphrun [CASE_FILE ...]
@@ -11,7 +11,7 @@ outputs come from the tree's own reference implementation (onnx/reference/ops, l
 becomes a one-node model run by graphrun; the outputs are compared with the reference as ONNX's backend runner
 compares them (|got - ref| <= 1e-7 + 1e-3 |ref|; NaN where the reference has NaN, the same infinities; the figure
 printed is the largest |got - ref| / (1e-7 + 1e-3 |ref|), at most 1 to pass). One line per case: OK, MISMATCH,
-REFUSED (graphrun's one-line error, e.g. an opset above 23; a case that names no opset is run at 23) or GENERATOR (the case file needs a newer onnx than the
+REFUSED (graphrun's one-line error, e.g. an op with no opset-17 form; a case that names no opset is run at 28) or GENERATOR (the case file needs a newer onnx than the
 installed one to build its inputs), then the counts. Nothing is copied from the tree: it is read where it lies.
 """
 import importlib.util
@@ -29,10 +29,11 @@ from onnx import helper
 
 DEFAULT = ["attention", "rotaryembedding", "rmsnormalization", "scatterelements", "gelu", "mish", "lpnormalization",
            "groupnormalization", "col2im", "affinegrid", "dft", "pad", "split", "reducemean", "reducemax",
-           "reducel2", "resize", "averagepool", "lppool", "gridsample"]
+           "reducel2", "resize", "averagepool", "lppool", "gridsample", "swish", "swiglu", "tensorscatter", "cumprod",
+           "causal_conv_with_state", "bitcast", "linear_attention"]
 
 
-NEWEST = 23  # graph/opset_lowering.h: kMaxLoweredOpset
+NEWEST = 28  # graph/opset_lowering.h: kMaxLoweredOpset
 
 
 def tensor_type(a):
@@ -63,7 +64,7 @@ class Runner:
             self.results.append((name, opset, "REFUSED", "a type onnx 1.12 lacks: %s" % e))
             return
         m = helper.make_model(g, opset_imports=opsets)
-        m.ir_version = 11 if opset >= 23 else 10 if opset >= 21 else 9 if opset >= 19 else 8
+        m.ir_version = 13 if opset >= 25 else 12 if opset >= 24 else 11 if opset >= 23 else 10 if opset >= 21 else 9 if opset >= 19 else 8
         onnx.save(m, os.path.join(d, "model.onnx"))
         args = [self.graphrun, "run", os.path.join(d, "model.onnx"), "--output-dir", os.path.join(d, "got")]
         for n, a in given:

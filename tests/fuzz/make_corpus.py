@@ -330,6 +330,32 @@ def onnx_cases():
         [helper.make_node("ScatterND", ["x", "i", "x"], ["y"], name="nd_max", reduction="max")], [vi("x", ["N"])],
         [vi("y", ["N"])], [init("i", np.array([[0], [1]], np.int64))], opset=18, name="scatter_nd_max")
 
+    # Opsets 24 to 28: a decoder step (TensorScatter into caches, Attention reading them with nonpad_kv_seqlen and a
+    # sliding window), SwiGLU, CumProd, CausalConvWithState, an antialiased Resize and an irfft, read through their
+    # opset-17 forms.
+    newest = [helper.make_node("CausalConvWithState", ["x", "cw"], ["h", "state"], name="conv", activation="silu"),
+              helper.make_node("CumProd", ["h", "ax"], ["p"], name="running", exclusive=1),
+              helper.make_node("SwiGLU", ["p", "x"], ["g"], name="glu", alpha=1.5),
+              helper.make_node("Resize", ["g", "", "", "rsz"], ["small"], name="shrink", mode="linear", antialias=1,
+                               axes=[2]),
+              helper.make_node("Unsqueeze", ["small", "last"], ["bins"], name="as_real"),
+              helper.make_node("DFT", ["bins", "", "ax"], ["wave"], name="irfft", inverse=1, onesided=1),
+              helper.make_node("TensorScatter", ["ck", "kn", "at"], ["ck2"], name="write", mode="circular"),
+              helper.make_node("Attention", ["q", "ck2", "ck2", "", "", "", "seen"], ["a"], name="sdpa", is_causal=1,
+                               left_window_size=2)]
+    m = model_of(newest, [vi("x", ["N", 2, 5]), vi("q", [2, 2, 1, 4]), vi("kn", [2, 2, 1, 4])],
+                 [vi("g", ["N", 2, 5]), vi("state", ["N", 2, 2]), vi("a", [2, 2, 1, 4]), vi("wave", ["N", 2, 4, 1])],
+                 [init("cw", weights((2, 1, 3))), init("ax", np.array(2, np.int64)), init("ck", weights((2, 2, 6, 4))),
+                  init("rsz", np.array([3], np.int64)), init("last", np.array([-1], np.int64)),
+                  init("at", np.array([5, 2], np.int64)), init("seen", np.array([6, 3], np.int64))],
+                 opset=28, name="newest")
+    m.ir_version = 13
+    yield "good_opset28_newest.onnx", m
+    m = model_of([helper.make_node("TensorScatter", ["x", "x"], ["y"], name="batch_axis", axis=0)], [vi("x", ["N", 3, 4])],
+                 [vi("y", ["N", 3, 4])], opset=24, name="tensor_scatter_batch_axis")
+    m.ir_version = 12
+    yield "bad_tensor_scatter_batch_axis.onnx", m
+
     # Inputs a random fuzzer found crashing ONNX 1.12's inference (kept as found).
     probe = os.path.join(HERE, "corpus", "onnx")
     for name in sorted(os.listdir(probe)) if os.path.isdir(probe) else []:
