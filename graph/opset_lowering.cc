@@ -1416,7 +1416,7 @@ std::vector<onnx::NodeProto> decompose_irfft(const onnx::GraphProto& g, const on
   } else if (bins > 0) {
     len = 2 * (bins - 1);
   }
-  if (len < 0) refuse("needs dft_length, or the number of bins stated");
+  if (len < 0 && nv.input(1).empty()) refuse("needs dft_length, or the number of bins stated");
   if (len < 1 || len > (int64_t(1) << 24)) refuse("has a length of " + std::to_string(len) + ", not 1 to 2^24");
   const int64_t half = len / 2 + 1, mirrored = len - half;
   const std::string base = y + "/irfft";
