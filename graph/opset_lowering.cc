@@ -1291,6 +1291,8 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
     out.push_back(
         make_proto_node("Reshape", {points, base + "_out_shape"}, n.output(0), n.name().empty() ? base : n.name()));
     return out;
+  } else if (op == "SimplifiedLayerNormalization") {
+    return {n};  // ONNX Runtime's, in the default domain: decompose_lp_ops writes it
   } else if (!onnx::OpSchemaRegistry::Schema(op, static_cast<int>(kMaxOpset), "")) {
     refuse("op " + op + " is newer than opset " + std::to_string(kMaxOpset) + " and has no form there");
   }
@@ -1500,6 +1502,139 @@ bool learn_input_types(onnx::ModelProto& m, const google::protobuf::RepeatedPtrF
   return learnt;
 }
 
+// ONNX Runtime's fused ops of its optimised transformer models (com.microsoft Gelu, FastGelu, BiasGelu, QuickGelu,
+// BiasAdd, SkipLayerNormalization, SkipSimplifiedLayerNormalization, and SimplifiedLayerNormalization, which it
+// registers in the default domain), written in standard ops as ONNX Runtime's contrib-op schemas define them:
+// erf or tanh GELU of X (plus a bias), X * Sigmoid(alpha X) (alpha 1.702), X + bias + skip, LayerNormalization
+// or RMS normalisation over the last axis of input + skip (+ bias), epsilon 1e-12 by default for the skip forms and
+// 1e-5 for SimplifiedLayerNormalization, the optional outputs (mean, inverse standard deviation, the sum) where
+// asked. Valid from opset 9 (Erf); LayerNormalization from 17, written in reductions below it.
+bool is_contrib_op(const onnx::NodeProto& n) {
+  static const std::set<std::string> ms = {"Gelu",
+                                           "FastGelu",
+                                           "BiasGelu",
+                                           "QuickGelu",
+                                           "BiasAdd",
+                                           "SkipLayerNormalization",
+                                           "SkipSimplifiedLayerNormalization"};
+  const std::string d = normal_domain(n.domain());
+  return (d == "com.microsoft" && ms.count(n.op_type())) ||
+         (d.empty() && n.op_type() == "SimplifiedLayerNormalization");
+}
+
+std::vector<onnx::NodeProto> decompose_contrib(const onnx::GraphProto& g, const onnx::NodeProto& n, int index,
+                                               int64_t opset, const std::string& what) {
+  auto refuse = [&](const std::string& why) { GR_FAIL(what << ": " << proto_node_desc(n, index) << ": " << why); };
+  const NodeView nv{n};
+  const std::string op = n.op_type(), x = nv.input(0), y = nv.output(0);
+  if (x.empty() || y.empty()) refuse("needs an input and an output");
+  if (opset < 9) refuse("ONNX Runtime's " + op + " is read from opset 9 on (Erf)");
+  const std::string base = y + "/ort";
+  const std::string name = n.name().empty() ? base : n.name();
+  std::vector<onnx::NodeProto> out;
+  Emitter e{out, base};
+  // A scalar of X's type: CastLike from opset 15, before it a Cast to the stated type (float where none is).
+  int32_t type = stated_elem_type(g, x);
+  if (type == 0) type = onnx::TensorProto::FLOAT;
+  auto scalar = [&](const std::string& suffix, float v) {
+    if (opset >= 15) return e.scalar(suffix, v, x);
+    out.push_back(floats_constant(base + suffix + "_f", {}, {v}));
+    e.node("Cast", {base + suffix + "_f"}, suffix);
+    set_int_attr(e.last(), "to", type);
+    return base + suffix;
+  };
+  auto need = [&](int i, const char* what_input) {
+    if (nv.input(i).empty()) refuse(std::string("needs ") + what_input);
+    return nv.input(i);
+  };
+  auto add = [&](const std::string& a, const std::string& b, const std::string& tag) {
+    return b.empty() ? a : e.node("Add", {a, b}, tag);
+  };
+  // 0.5 v (1 + erf(v / sqrt 2)), or with tanh 0.5 v (1 + tanh(sqrt(2 / pi) (v + 0.044715 v^3))), written to y.
+  auto gelu = [&](const std::string& v, bool tanh_form) {
+    std::string inner;
+    if (tanh_form) {
+      const std::string cube = e.node("Mul", {e.node("Mul", {v, v}, "_sq"), v}, "_cube");
+      const std::string poly = e.node("Add", {v, e.node("Mul", {cube, scalar("_c", 0.044715f)}, "_c_cube")}, "_poly");
+      inner = e.node("Tanh", {e.node("Mul", {poly, scalar("_k", 0.7978845608028654f)}, "_arg")}, "_tanh");
+    } else {
+      inner = e.node("Erf", {e.node("Mul", {v, scalar("_rsqrt2", 0.70710678118654752f)}, "_scaled")}, "_erf");
+    }
+    const std::string half = e.node("Mul", {v, scalar("_half", 0.5f)}, "_half_v");
+    out.push_back(make_proto_node("Mul", {half, e.node("Add", {inner, scalar("_one", 1.0f)}, "_one_plus")}, y, name));
+  };
+  const float eps_attr = nv.attr("epsilon") ? nv.attr("epsilon")->f() : -1.0f;
+  // Normalisation of v over the last axis (RMS, or mean and variance), times gamma (plus beta): y, and the optional
+  // outputs mean (1, not for RMS), inverse standard deviation (1 for SimplifiedLayerNormalization, else 2).
+  auto normalise = [&](const std::string& v, bool rms, const std::string& gamma, const std::string& beta, float eps,
+                       int inv_std_at, std::vector<int64_t> axes) {
+    const std::string eps_v = scalar("_eps", eps);
+    std::string centred = v;
+    if (!rms) {
+      if (opset >= 17 && axes == std::vector<int64_t>{-1}) {
+        std::vector<std::string> outs{y, nv.output(1), nv.output(2)};
+        while (!outs.empty() && outs.back().empty()) outs.pop_back();
+        onnx::NodeProto ln = make_proto_node("LayerNormalization", {v, gamma}, y, name);
+        if (!beta.empty()) ln.add_input(beta);
+        for (size_t i = 1; i < outs.size(); ++i) ln.add_output(outs[i]);
+        set_int_attr(ln, "axis", -1);
+        auto* a = ln.add_attribute();
+        a->set_name("epsilon");
+        a->set_type(onnx::AttributeProto::FLOAT);
+        a->set_f(eps);
+        out.push_back(ln);
+        return;
+      }
+      const std::string mean = e.node("ReduceMean", {v}, "_mean");
+      set_ints_attr(e.last(), "axes", axes);
+      if (!nv.output(1).empty()) out.push_back(make_proto_node("Identity", {mean}, nv.output(1), base + "_mean_out"));
+      centred = e.node("Sub", {v, mean}, "_centred");
+    }
+    const std::string var = e.node("ReduceMean", {e.node("Mul", {centred, centred}, "_sq_dev")}, "_var");
+    set_ints_attr(e.last(), "axes", axes);
+    const std::string inv_std =
+        e.node("Reciprocal", {e.node("Sqrt", {e.node("Add", {var, eps_v}, "_var_eps")}, "_std")}, "_inv_std");
+    if (inv_std_at > 0 && !nv.output(inv_std_at).empty())
+      out.push_back(make_proto_node("Identity", {inv_std}, nv.output(inv_std_at), base + "_inv_std_out"));
+    const std::string scaled = e.node("Mul", {e.node("Mul", {centred, inv_std}, "_normed"), gamma}, "_scaled_norm");
+    out.push_back(make_proto_node(
+        beta.empty() ? "Identity" : "Add",
+        beta.empty() ? std::vector<std::string>{scaled} : std::vector<std::string>{scaled, beta}, y, name));
+  };
+  if (op == "Gelu") {
+    gelu(x, false);
+  } else if (op == "BiasGelu") {
+    gelu(add(x, need(1, "a bias"), "_biased"), false);
+  } else if (op == "FastGelu") {
+    gelu(add(x, nv.input(1), "_biased"), true);
+  } else if (op == "QuickGelu") {
+    const float alpha = nv.attr("alpha") ? nv.attr("alpha")->f() : 1.702f;
+    const std::string gate = e.node("Sigmoid", {e.node("Mul", {x, scalar("_alpha", alpha)}, "_scaled")}, "_gate");
+    out.push_back(make_proto_node("Mul", {x, gate}, y, name));
+  } else if (op == "BiasAdd") {
+    out.push_back(make_proto_node("Add", {add(x, need(1, "a bias"), "_biased"), need(2, "a skip")}, y, name));
+  } else if (op == "SimplifiedLayerNormalization") {
+    int64_t axis = nv.attr_int("axis", -1);
+    const int64_t r = stated_rank(g, x);
+    if (axis >= 0) {
+      if (r < 0) refuse("a non-negative axis needs the input's rank stated");
+      axis -= r;
+    }
+    std::vector<int64_t> axes;
+    for (int64_t a = axis; a < 0; ++a) axes.push_back(a);
+    if (axes.empty()) refuse("axis " + std::to_string(nv.attr_int("axis", -1)) + " leaves no axis to normalise");
+    normalise(x, true, need(1, "a scale"), "", eps_attr >= 0 ? eps_attr : 1e-5f, 1, axes);
+  } else {  // SkipLayerNormalization, SkipSimplifiedLayerNormalization
+    const bool rms = op == "SkipSimplifiedLayerNormalization";
+    const std::string bias = nv.input(rms ? 3 : 4);
+    const std::string sum = add(e.node("Add", {x, need(1, "a skip")}, "_skipped"), bias, "_biased");
+    if (!nv.output(3).empty()) out.push_back(make_proto_node("Identity", {sum}, nv.output(3), base + "_sum_out"));
+    if (rms && !nv.output(1).empty()) refuse("its mean output (1) is not defined for RMS normalisation");
+    normalise(sum, rms, need(2, "gamma"), rms ? "" : nv.input(3), eps_attr >= 0 ? eps_attr : 1e-12f, 2, {-1});
+  }
+  return out;
+}
+
 }  // namespace
 
 void decompose_lp_ops(onnx::ModelProto& m, const std::string& what, const InferTypes& infer_types) {
@@ -1517,13 +1652,15 @@ void decompose_lp_ops(onnx::ModelProto& m, const std::string& what, const InferT
            nv.attr_int("onesided", 0) != 0;
   };
   if (std::none_of(gp->node().begin(), gp->node().end(),
-                   [&](const onnx::NodeProto& n) { return is_lp(n) || is_irfft(n); }))
+                   [&](const onnx::NodeProto& n) { return is_lp(n) || is_irfft(n) || is_contrib_op(n); }))
     return;
   google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
   for (int i = 0; i < gp->node_size(); ++i) {
     const auto& n = gp->node(i);
     if (is_lp(n)) {
       for (auto& d : decompose_lp(*gp, n, i, opset, what)) *nodes.Add() = std::move(d);
+    } else if (is_contrib_op(n)) {
+      for (auto& d : decompose_contrib(*gp, n, i, opset, what)) *nodes.Add() = std::move(d);
     } else if (is_irfft(n)) {
       std::vector<onnx::NodeProto> parts;
       try {

@@ -140,14 +140,14 @@ TEST(AutodiffModels, OpWithoutRuleFailsWithOpAndNodeNames) {
   const std::string path = dir + "/norule.onnx";
   {
     std::ofstream script(dir + "/make_model.py");
-    // ONNX Runtime's FastGelu (a com.microsoft op of its optimised models) has no gradient rule (nor kernel) here;
-    // the model still imports, so the builder must refuse it.
+    // ONNX Runtime's Inverse (a com.microsoft op) has no gradient rule (nor kernel) here; the model still imports,
+    // so the builder must refuse it.
     script << "import numpy as np, onnx\n"
               "from onnx import helper as h, numpy_helper, TensorProto as T\n"
               "w = numpy_helper.from_array(np.ones((2, 2), np.float32), 'w')\n"
               "sh = numpy_helper.from_array(np.array([0, 4], np.int64), 'sh')\n"
               "g = h.make_graph([h.make_node('Mul', ['x', 'w'], ['m'], name='scale'),\n"
-              "                  h.make_node('FastGelu', ['m'], ['d'], name='gelu_node', domain='com.microsoft'),\n"
+              "                  h.make_node('Inverse', ['m'], ['d'], name='inverse_node', domain='com.microsoft'),\n"
               "                  h.make_node('Reshape', ['d', 'sh'], ['logits'], name='flat')], 'norule',\n"
               "                 [h.make_tensor_value_info('x', T.FLOAT, ['N', 2, 2])],\n"
               "                 [h.make_tensor_value_info('logits', T.FLOAT, ['N', 4])], [w, sh])\n"
@@ -160,11 +160,13 @@ TEST(AutodiffModels, OpWithoutRuleFailsWithOpAndNodeNames) {
     autodiff::backward(autodiff::attach_loss(load_onnx(path)));
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()), "no gradient rule for op 'com.microsoft::FastGelu' (node 'gelu_node')");
+    EXPECT_EQ(std::string(e.what()), "no gradient rule for op 'com.microsoft::Inverse' (node 'inverse_node')");
   }
   auto cli = run_command(graphrun_cli() + " grad " + path + " -o " + dir + "/out.onnx");
   EXPECT_EQ(cli.exit_code, 2) << cli.output;
-  EXPECT_NE(cli.output.find("no gradient rule for op 'com.microsoft::FastGelu' (node 'gelu_node')"), std::string::npos) << cli.output;
+  EXPECT_NE(cli.output.find("no gradient rule for op 'com.microsoft::Inverse' (node 'inverse_node')"),
+            std::string::npos)
+      << cli.output;
   auto bad = run_command(graphrun_cli() + " grad " + path + " --freeze nope -o " + dir + "/out.onnx");
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_NE(bad.output.find("no parameter named 'nope' (parameters: w)"), std::string::npos) << bad.output;

@@ -211,7 +211,8 @@ TEST(CheckCli, AKinkWithinTheStepIsToldFromAWrongGradient) {
 TEST(CheckCli, ListsEveryNodeWithoutAGradientRuleOrKernel) {
   const std::string dir = temp_dir("check_cli_missing");
   // Every op with a kernel now has a rule: Mod, the last example here of a kernel without one, passes
-  // the numeric check (twice, on both operands). ONNX Runtime's FastGelu (com.microsoft) has neither kernel nor rule here (twice).
+  // the numeric check (twice, on both operands). ONNX Runtime's Inverse (com.microsoft) has neither kernel nor rule
+  // here (twice).
   const std::string norule = make_model(
       dir, "norule",
       "[h.make_node('MatMul', ['x', 'w'], ['m'], name='mm'),"
@@ -229,20 +230,22 @@ TEST(CheckCli, ListsEveryNodeWithoutAGradientRuleOrKernel) {
   const std::string nokernel = make_model(
       dir, "nokernel",
       "[h.make_node('Reshape', ['w', 'sh'], ['w3'], name='reshape'),"
-      " h.make_node('FastGelu', ['w3'], ['d1'], name='gelu_a', domain='com.microsoft'),"
-      " h.make_node('FastGelu', ['w3'], ['d2'], name='gelu_b', domain='com.microsoft'),"
+      " h.make_node('Inverse', ['w3'], ['d1'], name='inverse_a', domain='com.microsoft'),"
+      " h.make_node('Inverse', ['w3'], ['d2'], name='inverse_b', domain='com.microsoft'),"
       " h.make_node('Add', ['d1', 'd2'], ['d'], name='add'),"
       " h.make_node('ReduceSum', ['d'], ['ds'], name='sum', keepdims=0),"
       " h.make_node('Mul', ['x', 'ds'], ['y'], name='mul'),"
       " h.make_node('Constant', [], ['sh'], name='shape', value=nh.from_array(np.array([1, 4, 4], np.int64)))]");
   r = run_command(graphrun_cli() + " check " + nokernel);
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("ops without a kernel: 2\n  op 'com.microsoft::FastGelu' (node 'gelu_a')\n"
-                          "  op 'com.microsoft::FastGelu' (node 'gelu_b')\n"),
-            std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("no gradient rule for op 'com.microsoft::FastGelu' (node 'gelu_a')\n"
-                          "  no gradient rule for op 'com.microsoft::FastGelu' (node 'gelu_b')"),
-            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ops without a kernel: 2\n  op 'com.microsoft::Inverse' (node 'inverse_a')\n"
+                          "  op 'com.microsoft::Inverse' (node 'inverse_b')\n"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("no gradient rule for op 'com.microsoft::Inverse' (node 'inverse_a')\n"
+                          "  no gradient rule for op 'com.microsoft::Inverse' (node 'inverse_b')"),
+            std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find("verdict: not trainable: ops have no kernel; gradient rules are missing"), std::string::npos)
       << r.output;
 }

@@ -1028,6 +1028,70 @@ for name, attrs, shape in [('aa_crop', dict(mode='linear', antialias=1, coordina
                  "needs X's sizes known when loading");
 }
 
+// ONNX Runtime's fused ops of its optimised transformer models (com.microsoft Gelu, FastGelu, BiasGelu, QuickGelu,
+// BiasAdd, SkipLayerNormalization, SkipSimplifiedLayerNormalization; SimplifiedLayerNormalization, which it
+// registers in the default domain) are written in standard ops on load: against torch in float64 at opsets 13
+// (Cast-typed constants, LayerNormalization in reductions), 17 and 20 (its LayerNormalization node), the optional
+// outputs (inverse standard deviation, the skip sum) included. An optimised BERT-style block of opset 13 passes
+// `check`.
+TEST_F(OpsetLowering, OnnxRuntimeFusedOpsMatchTorch) {
+  run_script(R"(
+import torch
+F32 = TensorProto.FLOAT
+rng = np.random.default_rng(16)
+x, s = (rng.standard_normal((2, 3, 8)).astype(np.float32) for _ in range(2))
+g, b, bias = (rng.standard_normal(8).astype(np.float32) for _ in range(3))
+np.save('ox.npy', x); np.save('os.npy', s)
+X, S, G, B, BI = (torch.tensor(v, dtype=torch.float64) for v in (x, s, g, b, bias))
+F = torch.nn.functional
+want = {'gelu': F.gelu(X), 'fast': F.gelu(X + BI, approximate='tanh'), 'biasgelu': F.gelu(X + BI),
+        'quick': X * torch.sigmoid(1.5 * X), 'biasadd': X + BI + S, 'sln': F.layer_norm(X + S + BI, (8,), G, B, 1e-5),
+        'istd': 1 / torch.sqrt((X + S + BI).var(-1, unbiased=False, keepdim=True) + 1e-5), 'ssum': X + S + BI,
+        'ssln': (X + S) / torch.sqrt(((X + S) ** 2).mean(-1, keepdim=True) + 1e-12) * G,
+        'rms': X / torch.sqrt((X ** 2).mean(-1, keepdim=True) + 1e-6) * G}
+ms = dict(domain='com.microsoft')
+nodes = [helper.make_node('Gelu', ['ox'], ['gelu'], **ms), helper.make_node('FastGelu', ['ox', 'bias'], ['fast'], **ms),
+         helper.make_node('BiasGelu', ['ox', 'bias'], ['biasgelu'], **ms),
+         helper.make_node('QuickGelu', ['ox'], ['quick'], alpha=1.5, **ms),
+         helper.make_node('BiasAdd', ['ox', 'bias', 'os'], ['biasadd'], **ms),
+         helper.make_node('SkipLayerNormalization', ['ox', 'os', 'g', 'b', 'bias'], ['sln', '', 'istd', 'ssum'], epsilon=1e-5, **ms),
+         helper.make_node('SkipSimplifiedLayerNormalization', ['ox', 'os', 'g'], ['ssln'], **ms),
+         helper.make_node('SimplifiedLayerNormalization', ['ox', 'g'], ['rms'], epsilon=1e-6)]
+for opset in (13, 17, 20):
+    outs = [vi(k + '_%d' % opset, F32, list(v.shape)) for k, v in want.items()]
+    body = [helper.make_node(n.op_type, list(n.input), [o + '_%d' % opset if o else '' for o in n.output], domain=n.domain)
+            for n in nodes]
+    for new, old in zip(body, nodes): new.attribute.extend(old.attribute)
+    for k, v in want.items(): np.save(k + '_%d.npy' % opset, v.numpy().astype(np.float32))
+    gr = helper.make_graph(body, 'ort%d' % opset, [vi('ox', F32, [2, 3, 8]), vi('os', F32, [2, 3, 8])], outs,
+                           [numpy_helper.from_array(v, k) for k, v in (('g', g), ('b', b), ('bias', bias))])
+    m = helper.make_model(gr, opset_imports=[helper.make_opsetid('', opset), helper.make_opsetid('com.microsoft', 1)])
+    onnx.save(m, 'ort%d.onnx' % opset)
+# An optimised BERT-style block: attention left out, the residual joins and the feed-forward as ONNX Runtime fuses them.
+D = 8
+w = lambda *sh: (0.3 * rng.standard_normal(sh)).astype(np.float32)
+body = [helper.make_node('MatMul', ['h', 'w1'], ['up']), helper.make_node('FastGelu', ['up', 'b1'], ['act'], **ms),
+        helper.make_node('MatMul', ['act', 'w2'], ['down']),
+        helper.make_node('SkipLayerNormalization', ['down', 'h', 'g', 'b', 'bias'], ['n1'], **ms),
+        helper.make_node('BiasGelu', ['n1', 'bias'], ['n2'], **ms),
+        helper.make_node('SkipSimplifiedLayerNormalization', ['n2', 'n1', 'g'], ['n3'], **ms),
+        helper.make_node('ReduceMean', ['n3'], ['pooled'], axes=[1], keepdims=0), helper.make_node('MatMul', ['pooled', 'wh'], ['logits'])]
+gr = helper.make_graph(body, 'bert13', [vi('h', F32, ['N', 3, D])], [vi('logits', F32, ['N', 2])],
+                       [numpy_helper.from_array(v, k) for k, v in (('w1', w(D, 16)), ('b1', w(16)), ('w2', w(16, D)), ('g', g),
+                                                                   ('b', b), ('bias', bias), ('wh', w(D, 2)))])
+onnx.save(helper.make_model(gr, opset_imports=[helper.make_opsetid('', 13), helper.make_opsetid('com.microsoft', 1)]), 'bert13.onnx')
+)");
+  for (const char* opset : {"13", "17", "20"}) {
+    SCOPED_TRACE(opset);
+    runtime::Executor ex(load_onnx(dir_ + "/ort" + opset + ".onnx"));
+    const auto got = ex.run({{"ox", read_npy(dir_ + "/ox.npy")}, {"os", read_npy(dir_ + "/os.npy")}});
+    ASSERT_EQ(got.size(), 10u);
+    for (const auto& [name, t] : got)
+      EXPECT_LT(testing::max_abs_diff(t, read_npy(dir_ + "/" + name + ".npy")), 1e-6) << name;
+  }
+  expect_trainable("bert13");
+}
+
 // RotaryEmbedding (opset 23) is written in opset-17 ops (Gather, Slice, Split, Mul, Concat): against a float64 numpy
 // reference of ONNX's definition: 4-D X with position_ids, the halves rotated; 3-D X of num_heads heads, interleaved
 // pairs, part of each head rotated; caches given per batch and position (no position_ids). Rotary queries and keys
