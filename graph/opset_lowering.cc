@@ -20,6 +20,7 @@ namespace graphrun {
 
 namespace {
 
+constexpr int64_t kMaxRank = 64;  // a tensor of more axes is refused anyway: an axis counted back further is wrong
 constexpr int64_t kMaxCol2ImBlock = 4096;  // values in one Col2Im block (its lowering's weights are the square)
 constexpr int64_t kMaxCol2ImDim = int64_t(1) << 30;  // each of its sizes, so that their sums and products fit
 
@@ -1069,6 +1070,10 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
       if (axis >= r) refuse("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(r));
       axis -= r;
     }
+    const int64_t rank = stated_rank(g, x);
+    if (axis < -(rank >= 0 ? rank : kMaxRank))
+      refuse("axis " + std::to_string(nv.attr_int("axis", -1)) + " is out of range for " +
+             (rank >= 0 ? "rank " + std::to_string(rank) : "any rank"));
     for (int64_t a = axis; a < 0; ++a) axes.push_back(a);
     const auto* eps = find_attr(n, "epsilon");
     std::vector<onnx::NodeProto> out;
@@ -1516,7 +1521,9 @@ bool is_contrib_op(const onnx::NodeProto& n) {
                                            "QuickGelu",
                                            "BiasAdd",
                                            "SkipLayerNormalization",
-                                           "SkipSimplifiedLayerNormalization"};
+                                           "SkipSimplifiedLayerNormalization",
+                                           "Attention",
+                                           "EmbedLayerNormalization"};
   const std::string d = normal_domain(n.domain());
   return (d == "com.microsoft" && ms.count(n.op_type())) ||
          (d.empty() && n.op_type() == "SimplifiedLayerNormalization");
@@ -1529,19 +1536,38 @@ std::vector<onnx::NodeProto> decompose_contrib(const onnx::GraphProto& g, const 
   const std::string op = n.op_type(), x = nv.input(0), y = nv.output(0);
   if (x.empty() || y.empty()) refuse("needs an input and an output");
   if (opset < 9) refuse("ONNX Runtime's " + op + " is read from opset 9 on (Erf)");
+  if (opset < 11 && (op == "Attention" || op == "EmbedLayerNormalization"))
+    refuse("ONNX Runtime's " + op + " is read from opset 11 on (Range)");
   const std::string base = y + "/ort";
   const std::string name = n.name().empty() ? base : n.name();
   std::vector<onnx::NodeProto> out;
   Emitter e{out, base};
-  // A scalar of X's type: CastLike from opset 15, before it a Cast to the stated type (float where none is).
-  int32_t type = stated_elem_type(g, x);
+  // A scalar of the computation's float type (X's; the word embedding's for EmbedLayerNormalization, whose X is ids):
+  // CastLike from opset 15, before it a Cast to the stated type (float where none is).
+  const std::string float_like = op == "EmbedLayerNormalization" ? nv.input(2) : x;
+  int32_t type = stated_elem_type(g, float_like);
   if (type == 0) type = onnx::TensorProto::FLOAT;
   auto scalar = [&](const std::string& suffix, float v) {
-    if (opset >= 15) return e.scalar(suffix, v, x);
+    if (opset >= 15) return e.scalar(suffix, v, float_like);
     out.push_back(floats_constant(base + suffix + "_f", {}, {v}));
     e.node("Cast", {base + suffix + "_f"}, suffix);
     set_int_attr(e.last(), "to", type);
     return base + suffix;
+  };
+  // A 0 of the integer type stated for `v` (int32 where none is: ONNX Runtime's masks and ids are int32).
+  auto int_zero_like = [&](const std::string& v) {
+    const int32_t t = stated_elem_type(g, v);
+    e.node("Cast", {e.ints("_zero_of_" + std::to_string(out.size()), {0}, true)},
+           "_zero_like_" + std::to_string(out.size()));
+    set_int_attr(e.last(), "to", t ? t : onnx::TensorProto::INT32);
+    return e.last().output(0);
+  };
+  // Unsqueeze at `axes`: an input from opset 13, an attribute before (the constant made before the node).
+  auto unsqueeze = [&](const std::string& v, const std::vector<int64_t>& axes, const std::string& tag) {
+    if (opset >= 13) return e.node("Unsqueeze", {v, e.ints(tag + "_axes", axes)}, tag);
+    const std::string u = e.node("Unsqueeze", {v}, tag);
+    set_ints_attr(e.last(), "axes", axes);
+    return u;
   };
   auto need = [&](int i, const char* what_input) {
     if (nv.input(i).empty()) refuse(std::string("needs ") + what_input);
@@ -1564,17 +1590,18 @@ std::vector<onnx::NodeProto> decompose_contrib(const onnx::GraphProto& g, const 
     out.push_back(make_proto_node("Mul", {half, e.node("Add", {inner, scalar("_one", 1.0f)}, "_one_plus")}, y, name));
   };
   const float eps_attr = nv.attr("epsilon") ? nv.attr("epsilon")->f() : -1.0f;
-  // Normalisation of v over the last axis (RMS, or mean and variance), times gamma (plus beta): y, and the optional
-  // outputs mean (1, not for RMS), inverse standard deviation (1 for SimplifiedLayerNormalization, else 2).
+  // Normalisation of v over `axes` (RMS, or mean and variance), times gamma (plus beta), written to `to`; the mean
+  // and inverse standard deviation to those outputs where named.
   auto normalise = [&](const std::string& v, bool rms, const std::string& gamma, const std::string& beta, float eps,
-                       int inv_std_at, std::vector<int64_t> axes) {
+                       const std::string& to, const std::string& mean_out, const std::string& inv_std_out,
+                       std::vector<int64_t> axes) {
     const std::string eps_v = scalar("_eps", eps);
     std::string centred = v;
     if (!rms) {
       if (opset >= 17 && axes == std::vector<int64_t>{-1}) {
-        std::vector<std::string> outs{y, nv.output(1), nv.output(2)};
+        std::vector<std::string> outs{to, mean_out, inv_std_out};
         while (!outs.empty() && outs.back().empty()) outs.pop_back();
-        onnx::NodeProto ln = make_proto_node("LayerNormalization", {v, gamma}, y, name);
+        onnx::NodeProto ln = make_proto_node("LayerNormalization", {v, gamma}, to, to == y ? name : base + "_ln");
         if (!beta.empty()) ln.add_input(beta);
         for (size_t i = 1; i < outs.size(); ++i) ln.add_output(outs[i]);
         set_int_attr(ln, "axis", -1);
@@ -1587,19 +1614,19 @@ std::vector<onnx::NodeProto> decompose_contrib(const onnx::GraphProto& g, const 
       }
       const std::string mean = e.node("ReduceMean", {v}, "_mean");
       set_ints_attr(e.last(), "axes", axes);
-      if (!nv.output(1).empty()) out.push_back(make_proto_node("Identity", {mean}, nv.output(1), base + "_mean_out"));
+      if (!mean_out.empty()) out.push_back(make_proto_node("Identity", {mean}, mean_out, base + "_mean_out"));
       centred = e.node("Sub", {v, mean}, "_centred");
     }
     const std::string var = e.node("ReduceMean", {e.node("Mul", {centred, centred}, "_sq_dev")}, "_var");
     set_ints_attr(e.last(), "axes", axes);
     const std::string inv_std =
         e.node("Reciprocal", {e.node("Sqrt", {e.node("Add", {var, eps_v}, "_var_eps")}, "_std")}, "_inv_std");
-    if (inv_std_at > 0 && !nv.output(inv_std_at).empty())
-      out.push_back(make_proto_node("Identity", {inv_std}, nv.output(inv_std_at), base + "_inv_std_out"));
+    if (!inv_std_out.empty()) out.push_back(make_proto_node("Identity", {inv_std}, inv_std_out, base + "_inv_std_out"));
     const std::string scaled = e.node("Mul", {e.node("Mul", {centred, inv_std}, "_normed"), gamma}, "_scaled_norm");
-    out.push_back(make_proto_node(
-        beta.empty() ? "Identity" : "Add",
-        beta.empty() ? std::vector<std::string>{scaled} : std::vector<std::string>{scaled, beta}, y, name));
+    out.push_back(
+        make_proto_node(beta.empty() ? "Identity" : "Add",
+                        beta.empty() ? std::vector<std::string>{scaled} : std::vector<std::string>{scaled, beta}, to,
+                        to == y ? name : base + "_normalised"));
   };
   if (op == "Gelu") {
     gelu(x, false);
@@ -1620,17 +1647,184 @@ std::vector<onnx::NodeProto> decompose_contrib(const onnx::GraphProto& g, const 
       if (r < 0) refuse("a non-negative axis needs the input's rank stated");
       axis -= r;
     }
+    if (axis < -(r >= 0 ? r : kMaxRank))
+      refuse("axis " + std::to_string(nv.attr_int("axis", -1)) + " is out of range for " +
+             (r >= 0 ? "rank " + std::to_string(r) : "any rank"));
     std::vector<int64_t> axes;
     for (int64_t a = axis; a < 0; ++a) axes.push_back(a);
     if (axes.empty()) refuse("axis " + std::to_string(nv.attr_int("axis", -1)) + " leaves no axis to normalise");
-    normalise(x, true, need(1, "a scale"), "", eps_attr >= 0 ? eps_attr : 1e-5f, 1, axes);
+    normalise(x, true, need(1, "a scale"), "", eps_attr >= 0 ? eps_attr : 1e-5f, y, "", nv.output(1), axes);
+  } else if (op == "EmbedLayerNormalization") {
+    // BERT's embeddings: word, position (position_ids, else 0 to S - 1) and segment embeddings added, then
+    // LayerNormalization; mask_index the count of each sample's non-zero mask values (int32); embedding_sum the sum.
+    const std::string ids = x, segments = nv.input(1), words = need(2, "word_embedding"),
+                      positions_table = need(3, "position_embedding"), segment_table = nv.input(4),
+                      gamma = need(5, "gamma"), beta = need(6, "beta"), mask = nv.input(7), position_ids = nv.input(8);
+    if (segments.empty() != segment_table.empty()) refuse("segment_ids and segment_embedding go together");
+    std::string pos = position_ids;
+    if (pos.empty()) {
+      const std::string len =
+          e.node("Gather", {e.node("Shape", {ids}, "_ids_shape"), e.ints("_at1", {1}, true)}, "_len");
+      pos = unsqueeze(e.node("Range", {e.ints("_zero", {0}, true), len, e.ints("_one", {1}, true)}, "_positions"), {0},
+                      "_position_ids");
+    }
+    std::string sum =
+        e.node("Add", {e.node("Gather", {words, ids}, "_word"), e.node("Gather", {positions_table, pos}, "_pos")},
+               "_word_pos");
+    if (!segments.empty())
+      sum = e.node("Add", {sum, e.node("Gather", {segment_table, segments}, "_segment")}, "_embedded");
+    if (!nv.output(2).empty()) out.push_back(make_proto_node("Identity", {sum}, nv.output(2), base + "_sum_out"));
+    if (!nv.output(1).empty()) {
+      if (mask.empty()) refuse("its mask_index output needs the mask input");
+      const std::string ones = e.node(
+          "Cast", {e.node("Not", {e.node("Equal", {mask, int_zero_like(mask)}, "_masked")}, "_kept")}, "_kept_i");
+      set_int_attr(e.last(), "to", onnx::TensorProto::INT32);
+      onnx::NodeProto count = make_proto_node("ReduceSum", {ones}, nv.output(1), base + "_mask_index");
+      if (opset >= 13)
+        count.add_input(e.ints("_axis1", {1}));
+      else
+        set_ints_attr(count, "axes", {1});
+      set_int_attr(count, "keepdims", 0);
+      out.push_back(count);
+    }
+    normalise(sum, false, gamma, beta, eps_attr >= 0 ? eps_attr : 1e-12f, y, "", "", {-1});
+  } else if (op == "Attention") {
+    // ONNX Runtime's self-attention of BERT and GPT-2 exports: Q, K, V = input x weights (+ bias), split by
+    // qkv_hidden_sizes (else three equal parts) into num_heads heads; a past [2, B, N, P, D] prepended to K and V
+    // (present the result, stacked); scores = Q K^T x scale (1/sqrt(head size)) + attention_bias, plus
+    // mask_filter_value (-10000) where the mask hides a key (a raw [B, T] or [B, S, T] mask of 0s, key counts [B]
+    // of right padding, or ends and starts [2B] of left padding) and, unidirectional, where a key follows the query;
+    // Softmax; times V; heads joined.
+    if (nv.attr_int("do_rotary", 0) != 0) refuse("do_rotary is not supported");
+    if (nv.attr_int("past_present_share_buffer", 0) != 0) refuse("past_present_share_buffer is not supported");
+    const int64_t heads = nv.attr_int("num_heads", 0);
+    if (heads < 1) refuse("needs num_heads, at least 1");
+    const std::string weights = need(1, "weights"), bias = nv.input(2), mask = nv.input(3), past = nv.input(4),
+                      attention_bias = nv.input(5);
+    std::vector<int64_t> sizes;
+    if (const auto* a = nv.attr("qkv_hidden_sizes")) sizes.assign(a->ints().begin(), a->ints().end());
+    if (sizes.empty()) {
+      const int64_t total = stated_dim(g, weights, 1);
+      if (total < 3 || total % 3 != 0) refuse("needs the weights' second dimension stated, 3 x the hidden size");
+      sizes = {total / 3, total / 3, total / 3};
+    }
+    if (sizes.size() != 3 || sizes[0] < 1 || sizes[1] != sizes[0] || sizes[2] < 1 || sizes[0] % heads != 0 ||
+        sizes[2] % heads != 0)
+      refuse("qkv_hidden_sizes must be three positive sizes, Q's and K's equal, each a multiple of num_heads");
+    const int64_t head = sizes[0] / heads;
+    std::string qkv = e.node("MatMul", {x, weights}, "_qkv");
+    if (!bias.empty()) qkv = e.node("Add", {qkv, bias}, "_qkv_biased");
+    onnx::NodeProto split = make_proto_node("Split", {qkv}, base + "_q", base + "_split");
+    split.add_output(base + "_k");
+    split.add_output(base + "_v");
+    set_int_attr(split, "axis", -1);
+    if (opset >= 13)
+      split.add_input(e.ints("_sizes", sizes));
+    else
+      set_ints_attr(split, "split", sizes);
+    out.push_back(split);
+    auto split_heads = [&](const std::string& v, const std::string& tag) {  // [B, S, N*D] -> [B, N, S, D]
+      const std::string r = e.node("Reshape", {v, e.ints(tag + "_shape", {0, 0, heads, -1})}, tag + "_split");
+      e.node("Transpose", {r}, tag + "_heads");
+      set_ints_attr(e.last(), "perm", {0, 2, 1, 3});
+      return e.base + tag + "_heads";
+    };
+    const std::string q = split_heads(base + "_q", "_q");
+    std::string k = split_heads(base + "_k", "_k"), v = split_heads(base + "_v", "_v");
+    if (!past.empty()) {
+      if (sizes[2] != sizes[0]) refuse("a past needs Q, K and V of one hidden size");
+      const std::string zero = e.ints("_past0", {0}, true), one = e.ints("_past1", {1}, true);
+      k = e.node("Concat", {e.node("Gather", {past, zero}, "_past_k"), k}, "_all_k");
+      set_int_attr(e.last(), "axis", 2);
+      v = e.node("Concat", {e.node("Gather", {past, one}, "_past_v"), v}, "_all_v");
+      set_int_attr(e.last(), "axis", 2);
+    }
+    if (!nv.output(1).empty()) {
+      const std::string pk = unsqueeze(k, {0}, "_present_k"), pv = unsqueeze(v, {0}, "_present_v");
+      out.push_back(make_proto_node("Concat", {pk, pv}, nv.output(1), base + "_present"));
+      set_int_attr(out.back(), "axis", 0);
+    }
+    const float scale_v = nv.attr("scale") && nv.attr("scale")->f() != 0
+                              ? nv.attr("scale")->f()
+                              : static_cast<float>(1 / std::sqrt(static_cast<double>(head)));
+    const std::string kt = e.node("Transpose", {k}, "_kt");
+    set_ints_attr(e.last(), "perm", {0, 1, 3, 2});
+    std::string scores = e.node("Mul", {e.node("MatMul", {q, kt}, "_qk"), scalar("_scale", scale_v)}, "_scores");
+    if (!attention_bias.empty()) scores = e.node("Add", {scores, attention_bias}, "_biased_scores");
+    const float filter = nv.attr("mask_filter_value") ? nv.attr("mask_filter_value")->f() : -10000.0f;
+    const std::string filter_v = scalar("_filter", filter), zero_f = scalar("_zero_f", 0.0f);
+    const std::string izero = e.ints("_i0", {0}, true), ione = e.ints("_i1", {1}, true),
+                      itwo = e.ints("_i2", {2}, true);
+    const std::string queries = e.node("Gather", {e.node("Shape", {q}, "_q_shape4"), itwo}, "_queries");
+    const std::string keys = e.node("Gather", {e.node("Shape", {k}, "_k_shape4"), itwo}, "_keys");
+    const std::string cols = e.node("Range", {izero, keys, ione}, "_cols");  // [T]
+    auto hide = [&](const std::string& hidden, const std::string& tag) {     // scores + filter where `hidden`
+      scores = e.node("Add", {scores, e.node("Where", {hidden, filter_v, zero_f}, tag + "_bias")}, tag + "_masked");
+    };
+    if (!mask.empty()) {
+      const int64_t mr = stated_rank(g, mask);
+      const std::string mzero = int_zero_like(mask);
+      if (mr == 2 || mr == 3) {  // raw: 0 hides; [B, T] -> [B, 1, 1, T], [B, S, T] -> [B, 1, S, T]
+        const std::string hidden = e.node("Equal", {mask, mzero}, "_raw_hidden");
+        hide(unsqueeze(hidden, mr == 2 ? std::vector<int64_t>{1, 2} : std::vector<int64_t>{1}, "_raw_4d"), "_raw");
+      } else if (mr == 1) {  // [B] key counts (right padding), or [2B] ends then starts (left padding)
+        std::vector<int64_t> xdims, mdims;
+        stated_shape(g, x, xdims);
+        stated_shape(g, mask, mdims);
+        std::string xb, mb;
+        for (const auto* list : {&g.input(), &g.value_info()})
+          for (const auto& vinfo : *list) {
+            if (vinfo.name() == x && vinfo.type().tensor_type().shape().dim_size() > 0)
+              xb = vinfo.type().tensor_type().shape().dim(0).dim_param();
+            if (vinfo.name() == mask && vinfo.type().tensor_type().shape().dim_size() > 0)
+              mb = vinfo.type().tensor_type().shape().dim(0).dim_param();
+          }
+        const bool counts =
+            (!xdims.empty() && !mdims.empty() && xdims[0] > 0 && mdims[0] == xdims[0]) || (!xb.empty() && xb == mb);
+        const bool ends_starts = !xdims.empty() && !mdims.empty() && xdims[0] > 0 && mdims[0] == 2 * xdims[0];
+        if (!counts && !ends_starts)
+          refuse("a 1-D mask_index must be stated as [batch] or [2 x batch] against the input's batch");
+        const std::string m64 = e.node("Cast", {mask}, "_mask64");
+        set_int_attr(e.last(), "to", onnx::TensorProto::INT64);
+        const std::string per_sample = e.ints("_per_sample", {-1, 1, 1, 1});
+        if (counts) {
+          hide(e.node("GreaterOrEqual", {cols, e.node("Reshape", {m64, per_sample}, "_ends")}, "_past_end"), "_len");
+        } else {
+          const std::string halves = e.node("Reshape", {m64, e.ints("_two_rows", {2, -1})}, "_halves");
+          const std::string ends =
+              e.node("Reshape", {e.node("Gather", {halves, izero}, "_end_row"), per_sample}, "_ends");
+          const std::string starts =
+              e.node("Reshape", {e.node("Gather", {halves, ione}, "_start_row"), per_sample}, "_starts");
+          hide(e.node("Or",
+                      {e.node("GreaterOrEqual", {cols, ends}, "_after"), e.node("Less", {cols, starts}, "_before")},
+                      "_outside"),
+               "_pad");
+        }
+      } else {
+        refuse(
+            "mask_index must be stated as raw [batch, keys] or [batch, queries, keys], or counts [batch] or [2 x batch]"
+            " (the 4-D and [3 x batch + 2] forms are not supported)");
+      }
+    }
+    if (nv.attr_int("unidirectional", 0) != 0) {  // query i (after the past's P keys) sees keys j <= i + P
+      const std::string offset = e.node("Sub", {keys, queries}, "_offset");
+      const std::string rows = unsqueeze(
+          e.node("Add", {e.node("Range", {izero, queries, ione}, "_rows"), offset}, "_positions"), {1}, "_rows_col");
+      hide(e.node("Greater", {cols, rows}, "_future"), "_causal");
+    }
+    const std::string probs = e.node("Softmax", {scores}, "_probs");
+    set_int_attr(e.last(), "axis", -1);
+    const std::string joined = e.node("Transpose", {e.node("MatMul", {probs, v}, "_heads_out")}, "_seq_out");
+    set_ints_attr(e.last(), "perm", {0, 2, 1, 3});
+    out.push_back(make_proto_node("Reshape", {joined, e.ints("_out_shape", {0, 0, -1})}, y, name));
   } else {  // SkipLayerNormalization, SkipSimplifiedLayerNormalization
     const bool rms = op == "SkipSimplifiedLayerNormalization";
     const std::string bias = nv.input(rms ? 3 : 4);
     const std::string sum = add(e.node("Add", {x, need(1, "a skip")}, "_skipped"), bias, "_biased");
     if (!nv.output(3).empty()) out.push_back(make_proto_node("Identity", {sum}, nv.output(3), base + "_sum_out"));
     if (rms && !nv.output(1).empty()) refuse("its mean output (1) is not defined for RMS normalisation");
-    normalise(sum, rms, need(2, "gamma"), rms ? "" : nv.input(3), eps_attr >= 0 ? eps_attr : 1e-12f, 2, {-1});
+    normalise(sum, rms, need(2, "gamma"), rms ? "" : nv.input(3), eps_attr >= 0 ? eps_attr : 1e-12f, y,
+              rms ? "" : nv.output(1), nv.output(2), {-1});
   }
   return out;
 }
@@ -1659,15 +1853,16 @@ void decompose_lp_ops(onnx::ModelProto& m, const std::string& what, const InferT
     const auto& n = gp->node(i);
     if (is_lp(n)) {
       for (auto& d : decompose_lp(*gp, n, i, opset, what)) *nodes.Add() = std::move(d);
-    } else if (is_contrib_op(n)) {
-      for (auto& d : decompose_contrib(*gp, n, i, opset, what)) *nodes.Add() = std::move(d);
-    } else if (is_irfft(n)) {
+    } else if (is_contrib_op(n) || is_irfft(n)) {
+      auto decompose = [&] {
+        return is_irfft(n) ? decompose_irfft(*gp, n, i, what) : decompose_contrib(*gp, n, i, opset, what);
+      };
       std::vector<onnx::NodeProto> parts;
       try {
-        parts = decompose_irfft(*gp, n, i, what);
-      } catch (const std::exception&) {  // its input's rank from the nodes before it, where the file states none
+        parts = decompose();
+      } catch (const std::exception&) {  // its inputs' shapes from the nodes before it, where the file states none
         if (!infer_types || !learn_input_types(m, nodes, n, opset, infer_types)) throw;
-        parts = decompose_irfft(*gp, n, i, what);
+        parts = decompose();
       }
       for (auto& d : parts) *nodes.Add() = std::move(d);
     } else {

@@ -1092,6 +1092,113 @@ onnx.save(helper.make_model(gr, opset_imports=[helper.make_opsetid('', 13), help
   expect_trainable("bert13");
 }
 
+// ONNX Runtime's BERT and GPT-2 fusions, com.microsoft Attention (merged QKV weights, a mask of any of its 2-D,
+// 3-D, key-count or end-and-start forms hiding keys by mask_filter_value, unidirectional, a past and the present,
+// attention_bias, qkv_hidden_sizes) and EmbedLayerNormalization (word, position and segment embeddings, their
+// LayerNormalization, the mask index and the sum), are written in standard ops: against torch in float64 of ONNX
+// Runtime's definitions at opsets 13 and 17. An optimised BERT encoder layer (embeddings, attention told the
+// padding by the mask index, skip normalisations, FastGelu) passes `check`.
+TEST_F(OpsetLowering, OnnxRuntimeAttentionAndEmbeddingMatchTorch) {
+  run_script(R"(
+import torch
+F32, I32 = TensorProto.FLOAT, TensorProto.INT32
+rng = np.random.default_rng(17)
+B, S, Hin, N = 2, 4, 8, 2
+T = lambda a: torch.tensor(a, dtype=torch.float64)
+r = lambda *sh: rng.standard_normal(sh).astype(np.float32)
+x, w, bias = r(B, S, Hin), r(Hin, 24), r(24)
+np.save('ax.npy', x)
+def attention(x, w, bias, sizes=(8, 8, 8), hidden=None, past=None, causal=False, attn_bias=None, filt=-10000.0):
+    qkv = T(x) @ T(w) + T(bias)
+    q, k, v = torch.split(qkv, list(sizes), -1)
+    heads = lambda t: t.reshape(B, t.shape[1], N, -1).transpose(1, 2)
+    q, k, v = heads(q), heads(k), heads(v)
+    if past is not None: k, v = torch.cat([T(past[0]), k], 2), torch.cat([T(past[1]), v], 2)
+    present = torch.stack([k, v]) if k.shape == v.shape else None
+    s = q @ k.transpose(-1, -2) / np.sqrt(q.shape[-1])
+    if attn_bias is not None: s = s + T(attn_bias)
+    Tk, P = k.shape[2], k.shape[2] - q.shape[2]
+    if hidden is not None: s = s + torch.where(torch.tensor(hidden), filt, 0.0)
+    if causal: s = s + torch.where(torch.arange(Tk)[None, :] > torch.arange(q.shape[2])[:, None] + P, filt, 0.0)
+    y = (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(B, q.shape[2], -1)
+    return y.numpy(), None if present is None else present.numpy()
+cases = {}
+raw = np.ones((B, S), np.int32); raw[1, 2:] = 0
+cases['ma_raw'] = (dict(), raw, (raw == 0)[:, None, None, :], {})
+raw3 = (rng.random((B, S, S)) < 0.7).astype(np.int32)
+cases['ma_raw3'] = (dict(), raw3, (raw3 == 0)[:, None, :, :], {})
+lens = np.array([3, 4], np.int32)
+cases['ma_counts'] = (dict(unidirectional=1), lens, (np.arange(S)[None, :] >= lens[:, None])[:, None, None, :], dict(causal=True))
+ends_starts = np.array([4, 3, 1, 0], np.int32)
+cases['ma_left'] = (dict(mask_filter_value=-1000.0), ends_starts,
+                    ((np.arange(S)[None, :] >= ends_starts[:2, None]) | (np.arange(S)[None, :] < ends_starts[2:, None]))[:, None, None, :],
+                    dict(filt=-1000.0))
+for opset in (13, 17):
+    for name, (attrs, mask, hidden, kw) in cases.items():
+        out = '%s_%d' % (name, opset)
+        y, _ = attention(x, w, bias, hidden=hidden, **kw)
+        np.save(out + '.npy', y.astype(np.float32))
+        mvi = vi('m_' + name, I32, list(mask.shape))
+        g = helper.make_graph([helper.make_node('Attention', ['ax', 'w', 'bias', 'm_' + name], [out], num_heads=N,
+                                                domain='com.microsoft', **attrs)], out, [vi('ax', F32, [B, S, Hin])],
+                              [vi(out, F32, [B, S, 8])], [numpy_helper.from_array(a, k) for k, a in
+                                                         (('w', w), ('bias', bias), ('m_' + name, mask))])
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', opset), helper.make_opsetid('com.microsoft', 1)]),
+                  out + '.onnx')
+# A past (GPT-2's), unidirectional, the present; attention_bias; qkv_hidden_sizes with a narrower V.
+past = r(2, B, N, 3, 4); ab = r(1, N, S, S + 3)
+y, present = attention(x, w, bias, past=past, causal=True, attn_bias=ab)
+np.save('ma_past.npy', y.astype(np.float32)); np.save('ma_present.npy', present.astype(np.float32))
+g = helper.make_graph([helper.make_node('Attention', ['ax', 'w', 'bias', '', 'past', 'ab'], ['ma_past', 'ma_present'], num_heads=N,
+                                        unidirectional=1, domain='com.microsoft')], 'ma_past', [vi('ax', F32, [B, S, Hin])],
+                      [vi('ma_past', F32, [B, S, 8]), vi('ma_present', F32, [2, B, N, S + 3, 4])],
+                      [numpy_helper.from_array(a, k) for k, a in (('w', w), ('bias', bias), ('past', past), ('ab', ab))])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17), helper.make_opsetid('com.microsoft', 1)]), 'ma_past.onnx')
+w2, b2 = r(Hin, 20), r(20)
+y, _ = attention(x, w2, b2, sizes=(8, 8, 4))
+np.save('ma_sizes.npy', y.astype(np.float32))
+g = helper.make_graph([helper.make_node('Attention', ['ax', 'w2', 'b2'], ['ma_sizes'], num_heads=N, qkv_hidden_sizes=[8, 8, 4],
+                                        domain='com.microsoft')], 'ma_sizes', [vi('ax', F32, [B, S, Hin])], [vi('ma_sizes', F32, [B, S, 4])],
+                      [numpy_helper.from_array(w2, 'w2'), numpy_helper.from_array(b2, 'b2')])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 13), helper.make_opsetid('com.microsoft', 1)]), 'ma_sizes.onnx')
+# EmbedLayerNormalization: word, position and segment embeddings, LayerNormalization, mask index, sum.
+ids = rng.integers(0, 10, (B, S)).astype(np.int32); seg = rng.integers(0, 2, (B, S)).astype(np.int32)
+emask = np.ones((B, S), np.int32); emask[0, 3:] = 0
+np.save('eids.npy', ids); np.save('eseg.npy', seg); np.save('emask.npy', emask)
+wt, pt, st, gm, bt = r(10, 8), r(6, 8), r(2, 8), r(8), r(8)
+esum = T(wt)[torch.tensor(ids, dtype=torch.long)] + T(pt)[:S][None] + T(st)[torch.tensor(seg, dtype=torch.long)]
+np.save('e_out.npy', torch.nn.functional.layer_norm(esum, (8,), T(gm), T(bt), 1e-12).numpy().astype(np.float32))
+np.save('e_index.npy', emask.sum(1).astype(np.int32)); np.save('e_sum.npy', esum.numpy().astype(np.float32))
+for opset in (13, 17):
+    g = helper.make_graph([helper.make_node('EmbedLayerNormalization', ['eids', 'eseg', 'wt', 'pt', 'st', 'gm', 'bt', 'emask'],
+                                            ['e_out', 'e_index', 'e_sum'], domain='com.microsoft')], 'embed',
+                          [vi('eids', I32, [B, S]), vi('eseg', I32, [B, S]), vi('emask', I32, [B, S])],
+                          [vi('e_out', F32, [B, S, 8]), vi('e_index', I32, [B]), vi('e_sum', F32, [B, S, 8])],
+                          [numpy_helper.from_array(a, k) for k, a in (('wt', wt), ('pt', pt), ('st', st), ('gm', gm), ('bt', bt))])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', opset), helper.make_opsetid('com.microsoft', 1)]),
+              'embed%d.onnx' % opset)
+# An optimised BERT encoder layer to train.
+ms = dict(domain='com.microsoft')
+body = [helper.make_node('EmbedLayerNormalization', ['ids', 'segs', 'wt', 'pt', 'st', 'gm', 'bt', 'mask'], ['emb', 'mask_index'], **ms),
+        helper.make_node('Attention', ['emb', 'w', 'bias', 'mask_index'], ['att'], num_heads=N, **ms),
+        helper.make_node('SkipLayerNormalization', ['att', 'emb', 'gm', 'bt'], ['h1'], **ms),
+        helper.make_node('MatMul', ['h1', 'up'], ['u']), helper.make_node('FastGelu', ['u', 'ub'], ['a'], **ms),
+        helper.make_node('MatMul', ['a', 'down'], ['d']), helper.make_node('SkipLayerNormalization', ['d', 'h1', 'gm', 'bt'], ['h2'], **ms),
+        helper.make_node('ReduceMean', ['h2'], ['pooled'], axes=[1], keepdims=0), helper.make_node('MatMul', ['pooled', 'cls'], ['logits'])]
+g = helper.make_graph(body, 'bert_layer', [vi('ids', I32, ['N', S]), vi('segs', I32, ['N', S]), vi('mask', I32, ['N', S])],
+                      [vi('logits', F32, ['N', 2])],
+                      [numpy_helper.from_array(a, k) for k, a in (('wt', wt), ('pt', pt), ('st', st), ('gm', gm), ('bt', bt), ('w', 0.3 * w),
+                                                                  ('bias', bias), ('up', 0.3 * r(8, 16)), ('ub', r(16)),
+                                                                  ('down', 0.3 * r(16, 8)), ('cls', r(8, 2)))])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17), helper.make_opsetid('com.microsoft', 1)]), 'bert_layer.onnx')
+)");
+  EXPECT_EQ(expect_each_model({"ma_raw_13", "ma_raw3_13", "ma_counts_13", "ma_left_13", "ma_raw_17", "ma_raw3_17",
+                               "ma_counts_17", "ma_left_17", "ma_past", "ma_sizes", "embed13", "embed17"},
+                              1e-5),  // (outputs of about 5: float32's rounding)
+            17);
+  expect_trainable("bert_layer");
+}
+
 // RotaryEmbedding (opset 23) is written in opset-17 ops (Gather, Slice, Split, Mul, Concat): against a float64 numpy
 // reference of ONNX's definition: 4-D X with position_ids, the halves rotated; 3-D X of num_heads heads, interleaved
 // pairs, part of each head rotated; caches given per batch and position (no position_ids). Rotary queries and keys

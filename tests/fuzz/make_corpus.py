@@ -356,6 +356,27 @@ def onnx_cases():
     m.ir_version = 12
     yield "bad_tensor_scatter_batch_axis.onnx", m
 
+    # ONNX Runtime's fused transformer ops (com.microsoft), written in standard ops on load: an optimised BERT layer.
+    ms = dict(domain="com.microsoft")
+    i32 = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.INT32, shape)
+    ort = [helper.make_node("EmbedLayerNormalization", ["ids", "segs", "we", "pe", "se", "g", "b", "mask"], ["emb", "idx"],
+                            name="embed", **ms),
+           helper.make_node("Attention", ["emb", "qkv", "qkv_b", "idx"], ["att"], name="attn", num_heads=2, **ms),
+           helper.make_node("SkipLayerNormalization", ["att", "emb", "g", "b"], ["h"], name="skip_ln", **ms),
+           helper.make_node("FastGelu", ["h", "b"], ["act"], name="fast_gelu", **ms),
+           helper.make_node("SimplifiedLayerNormalization", ["act", "g"], ["y"], name="rms")]
+    m = model_of(ort, [i32("ids", ["N", 3]), i32("segs", ["N", 3]), i32("mask", ["N", 3])], [vi("y", ["N", 3, 4])],
+                 [init("we", weights((5, 4))), init("pe", weights((3, 4))), init("se", weights((2, 4))),
+                  init("g", np.ones(4, np.float32)), init("b", np.zeros(4, np.float32)), init("qkv", weights((4, 12))),
+                  init("qkv_b", np.zeros(12, np.float32))], opset=13, name="ort_bert")
+    m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    yield "good_ort_bert.onnx", m
+    m = model_of([helper.make_node("Attention", ["x", "w", "", "m"], ["y"], name="attn4d", num_heads=2, **ms)],
+                 [vi("x", ["N", 3, 4]), i32("m", ["N", 1, 3, 3])], [vi("y", ["N", 3, 4])], [init("w", weights((4, 12)))],
+                 opset=13, name="ort_attention_4d_mask")
+    m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    yield "bad_ort_attention_4d_mask.onnx", m
+
     # Inputs a random fuzzer found crashing ONNX 1.12's inference (kept as found).
     probe = os.path.join(HERE, "corpus", "onnx")
     for name in sorted(os.listdir(probe)) if os.path.isdir(probe) else []:
