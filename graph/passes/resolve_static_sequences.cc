@@ -62,6 +62,18 @@ int resolve_static_sequences(onnx::ModelProto& m, const std::string& what, std::
   Evaluator ev(g, none);  // the constant positions and split sizes
   std::set<std::string> values, node_names;
   collect_names(g, values, node_names);
+  // unused(), each base's suffixes resumed where its last name left them: the sets only grow here, so the first
+  // free suffix never lies below (the same names, without probing from base__1 for every element of a long
+  // sequence: quadratic, 20 s for 11525 elements).
+  std::map<std::string, int64_t> next_value, next_node;
+  auto fresh = [](const std::string& base, std::set<std::string>& taken, std::map<std::string, int64_t>& next) {
+    int64_t& k = next[base];
+    std::string name = k == 0 ? base : base + "__" + std::to_string(k);
+    while (taken.count(name)) name = base + "__" + std::to_string(++k);
+    taken.insert(name);
+    return name;
+  };
+  auto value_name = [&](const std::string& base) { return fresh(base, values, next_value); };
   std::map<std::string, std::vector<std::string>> seqs;  // each sequence value: the tensors it holds, in order
   std::map<std::string, Held> opts;                      // each optional value: what it holds
   std::map<std::string, Tensor> facts;  // SequenceLength and OptionalHasElement outputs known, by value name
@@ -74,7 +86,7 @@ int resolve_static_sequences(onnx::ModelProto& m, const std::string& what, std::
                  const std::vector<std::string>& outputs) -> onnx::NodeProto& {
     onnx::NodeProto& n = *out.Add();
     n.set_op_type(op);
-    n.set_name(unused(name.empty() ? op : name, node_names));
+    n.set_name(fresh(name.empty() ? op : name, node_names, next_node));
     for (const auto& in : inputs) n.add_input(in);
     for (const auto& o : outputs) n.add_output(o);
     return n;
@@ -92,7 +104,7 @@ int resolve_static_sequences(onnx::ModelProto& m, const std::string& what, std::
     for (int64_t x : v) a->add_ints(x);
   };
   auto constant_proto = [&](const onnx::TensorProto& t, const std::string& base) {
-    const std::string v = unused(base, values);
+    const std::string v = value_name(base);
     auto* a = add("Constant", base, {}, {v}).add_attribute();
     a->set_name("value");
     a->set_type(onnx::AttributeProto::TENSOR);
@@ -242,7 +254,7 @@ int resolve_static_sequences(onnx::ModelProto& m, const std::string& what, std::
         if (new_axis && new_axis->i() != 0) {
           const std::string axes = axes_constant(axis->i(), base);
           for (auto& p : parts) {
-            const std::string u = unused(p + "/unsqueezed", values);
+            const std::string u = value_name(p + "/unsqueezed");
             along_axis("Unsqueeze", base + "/unsqueeze", p, u, axes, axis->i());
             p = u;
           }
@@ -291,11 +303,10 @@ int resolve_static_sequences(onnx::ModelProto& m, const std::string& what, std::
       }
       if (!sizes.empty()) {
         std::vector<std::string> parts;
-        for (size_t k = 0; k < sizes.size(); ++k)
-          parts.push_back(unused(n.output(0) + "/" + std::to_string(k), values));
+        for (size_t k = 0; k < sizes.size(); ++k) parts.push_back(value_name(n.output(0) + "/" + std::to_string(k)));
         std::vector<std::string> split_out = parts;
         if (squeeze)
-          for (auto& p : split_out) p = unused(p + "/unsqueezed", values);
+          for (auto& p : split_out) p = value_name(p + "/unsqueezed");
         onnx::NodeProto& sp =
             opset >= 13
                 ? add("Split", base,
@@ -419,7 +430,7 @@ int resolve_static_sequences(onnx::ModelProto& m, const std::string& what, std::
       if (!h.none) elems = h.sequence ? h.elems : std::vector<std::string>{h.tensor};
     }
     for (size_t k = 0; k < elems.size(); ++k) {
-      const std::string part = unused(o.name() + "[" + std::to_string(k) + "]", values);
+      const std::string part = value_name(o.name() + "[" + std::to_string(k) + "]");
       add("Identity", o.name() + "/element", {elems[k]}, {part});
       kept.Add()->set_name(part);  // its type as inference finds it
       slot.parts.push_back(part);
