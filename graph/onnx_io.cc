@@ -1497,7 +1497,7 @@ Graph load_model(std::string bytes, const std::string& what, const std::string& 
     check_supported_features(prefix, what);
     convert_old_opset(prefix, what);
     lower_new_opset(prefix, what);
-    decompose_lp_ops(prefix, what);
+    decompose_missing_ops(prefix, what);
     validate_model(prefix, what);
     sort_nodes(prefix.mutable_graph(), what);
     validate_before_inference(prefix, what, [](onnx::ModelProto& part) { run_inference(part, false); });
@@ -1545,7 +1545,7 @@ Graph load_model(std::string bytes, const std::string& what, const std::string& 
   lower_new_opset(m, what, infer_types);
   unbind_known_inputs(m, bound);
   convert_old_opset(m, what);
-  decompose_lp_ops(m, what, infer_types);
+  decompose_missing_ops(m, what, infer_types);
   // A model file is untrusted: ONNX's checker and inference see only what graph/validate.h passed.
   validate_model(m, what);
   sort_nodes(m.mutable_graph(), what);

@@ -1297,7 +1297,7 @@ std::vector<onnx::NodeProto> lower_node(const onnx::GraphProto& g, onnx::NodePro
         make_proto_node("Reshape", {points, base + "_out_shape"}, n.output(0), n.name().empty() ? base : n.name()));
     return out;
   } else if (op == "SimplifiedLayerNormalization") {
-    return {n};  // ONNX Runtime's, in the default domain: decompose_lp_ops writes it
+    return {n};  // ONNX Runtime's, in the default domain: decompose_missing_ops writes it
   } else if (!onnx::OpSchemaRegistry::Schema(op, static_cast<int>(kMaxOpset), "")) {
     refuse("op " + op + " is newer than opset " + std::to_string(kMaxOpset) + " and has no form there");
   }
@@ -1831,7 +1831,7 @@ std::vector<onnx::NodeProto> decompose_contrib(const onnx::GraphProto& g, const 
 
 }  // namespace
 
-void decompose_lp_ops(onnx::ModelProto& m, const std::string& what, const InferTypes& infer_types) {
+void decompose_missing_ops(onnx::ModelProto& m, const std::string& what, const InferTypes& infer_types) {
   auto* gp = m.mutable_graph();
   int64_t opset = kMaxOpset;
   for (const auto& op : m.opset_import())

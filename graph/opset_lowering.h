@@ -29,8 +29,9 @@ void lower_new_opset(onnx::ModelProto& m, const std::string& what, const InferTy
 
 // LpNormalization, LpPool and GlobalLpPool, which graphrun has no kernels for, written in ops it has (reductions,
 // AveragePool, Pow), valid at the model's opset (7 to 17: after lower_new_opset); so is DFT's inverse of a one-sided
-// spectrum (irfft), as the full inverse DFT of the spectrum made whole by its symmetry.
-// `infer_types`: as lower_new_opset's.
-void decompose_lp_ops(onnx::ModelProto& m, const std::string& what, const InferTypes& infer_types = nullptr);
+// spectrum (irfft), as the full inverse DFT of the spectrum made whole by its symmetry; and ONNX Runtime's fused
+// transformer ops (com.microsoft Gelu, FastGelu, SkipLayerNormalization, Attention, EmbedLayerNormalization, ...), as
+// its contrib schemas define them. `infer_types`: as lower_new_opset's.
+void decompose_missing_ops(onnx::ModelProto& m, const std::string& what, const InferTypes& infer_types = nullptr);
 
 }  // namespace graphrun
